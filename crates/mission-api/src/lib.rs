@@ -1,0 +1,35 @@
+//! Wire types of Mission Compute Service, shared by the server, the landing-zone agent and the SDK.
+//!
+//! Everything here is plain data with `serde` derives and no I/O, so the SDK can depend on it
+//! without pulling in the server. The layout follows the resources of the client interface:
+//!
+//! - [`missions`]: missions, their create/update requests and the listing page;
+//! - [`mission_types`]: the mission-type catalogue as the API returns it;
+//! - [`auth`]: the OAuth 2.0 device-flow messages and the server's auth configuration;
+//! - [`problem`]: the `application/problem+json` error body every endpoint returns on failure;
+//! - [`users`]: the signed-in user as `GET /api/v1/me` reports it.
+
+pub mod auth;
+pub mod mission_types;
+pub mod missions;
+pub mod paths;
+pub mod problem;
+pub mod users;
+
+pub use auth::{AuthConfig, DeviceAuthorization, OAuthError, TokenResponse};
+pub use mission_types::{MissionType, MissionTypeSummary, ResourceDefaults};
+pub use missions::{CreateMission, MAX_ITEMS_PER_PAGE, Mission, MissionPage, UpdateMission, UpdateMissionArgs};
+pub use problem::{PROBLEM_CONTENT_TYPE, Problem};
+pub use users::User;
+
+/// Path prefix of the versioned mission API.
+pub const API_PREFIX: &str = "/api/v1";
+
+/// Client id used when a caller names none (spec §5, "a default client identifier").
+pub const DEFAULT_CLIENT_ID: &str = "mission-cli";
+
+/// Scope requested by the device flow (spec §5, step 1).
+pub const DEVICE_FLOW_SCOPE: &str = "email profile openid offline_access";
+
+/// Grant type of the device-flow token poll (RFC 8628 §3.4).
+pub const DEVICE_CODE_GRANT: &str = "urn:ietf:params:oauth:grant-type:device_code";

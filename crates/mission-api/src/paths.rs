@@ -1,0 +1,128 @@
+//! [`MissionPath`]: a file path inside a mission, the one place the path-traversal rule lives.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Longest mission path accepted, in bytes.
+pub const MAX_PATH_BYTES: usize = 1024;
+/// Longest single path segment accepted, in bytes.
+pub const MAX_SEGMENT_BYTES: usize = 255;
+
+/// A normalised path relative to a mission's root, such as `data/input.csv`.
+///
+/// It can only be built by [`MissionPath::parse`], which refuses anything that could leave the
+/// mission: absolute paths, `..`, empty segments, NUL and other control characters, backslashes,
+/// and overlong paths. A `.` segment is dropped; the result uses `/` between segments.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct MissionPath(String);
+
+/// Why a string is not a [`MissionPath`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PathError {
+    /// Nothing but `.` segments or an empty string.
+    #[error("path is empty")]
+    Empty,
+    /// Starts with `/`.
+    #[error("path must be relative to the mission root, not start with '/'")]
+    Absolute,
+    /// Has a `..` segment.
+    #[error("path must not contain '..'")]
+    ParentSegment,
+    /// Has `//` or ends with `/`.
+    #[error("path has an empty segment ('//' or a trailing '/')")]
+    EmptySegment,
+    /// Has a backslash (a Windows separator that could hide `..\`).
+    #[error("path must not contain a backslash; use '/' between folders")]
+    Backslash,
+    /// Has NUL or another control character.
+    #[error("path must not contain control characters")]
+    ControlCharacter,
+    /// Longer than [`MAX_PATH_BYTES`] or with a segment over [`MAX_SEGMENT_BYTES`].
+    #[error("path is too long (at most {MAX_PATH_BYTES} bytes, {MAX_SEGMENT_BYTES} per segment)")]
+    TooLong,
+}
+
+impl MissionPath {
+    /// Parses and normalises `raw`.
+    ///
+    /// ```
+    /// use mission_api::paths::{MissionPath, PathError};
+    /// assert_eq!(MissionPath::parse("./data/in.csv").unwrap().as_str(), "data/in.csv");
+    /// assert_eq!(MissionPath::parse("../etc/passwd"), Err(PathError::ParentSegment));
+    /// ```
+    pub fn parse(raw: &str) -> Result<Self, PathError> {
+        if raw.len() > MAX_PATH_BYTES {
+            return Err(PathError::TooLong);
+        }
+        if raw.chars().any(char::is_control) {
+            return Err(PathError::ControlCharacter);
+        }
+        if raw.contains('\\') {
+            return Err(PathError::Backslash);
+        }
+        if raw.starts_with('/') {
+            return Err(PathError::Absolute);
+        }
+        let mut segments = Vec::new();
+        for segment in raw.split('/') {
+            match segment {
+                "" => return Err(if raw.is_empty() { PathError::Empty } else { PathError::EmptySegment }),
+                "." => {}
+                ".." => return Err(PathError::ParentSegment),
+                s if s.len() > MAX_SEGMENT_BYTES => return Err(PathError::TooLong),
+                s => segments.push(s),
+            }
+        }
+        if segments.is_empty() {
+            return Err(PathError::Empty);
+        }
+        Ok(Self(segments.join("/")))
+    }
+
+    /// The normalised path.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for MissionPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for MissionPath {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(d)?;
+        MissionPath::parse(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_and_normalises() {
+        assert_eq!(MissionPath::parse("a.txt").unwrap().as_str(), "a.txt");
+        assert_eq!(MissionPath::parse("./a/./b c/ü.txt").unwrap().as_str(), "a/b c/ü.txt");
+        assert_eq!(MissionPath::parse("..a/b..").unwrap().as_str(), "..a/b..");
+    }
+
+    #[test]
+    fn refuses_escapes() {
+        assert_eq!(MissionPath::parse(""), Err(PathError::Empty));
+        assert_eq!(MissionPath::parse("./."), Err(PathError::Empty));
+        assert_eq!(MissionPath::parse("/etc/passwd"), Err(PathError::Absolute));
+        assert_eq!(MissionPath::parse("a/../../b"), Err(PathError::ParentSegment));
+        assert_eq!(MissionPath::parse("a//b"), Err(PathError::EmptySegment));
+        assert_eq!(MissionPath::parse("a/"), Err(PathError::EmptySegment));
+        assert_eq!(MissionPath::parse("..\\x"), Err(PathError::Backslash));
+        assert_eq!(MissionPath::parse("a\0b"), Err(PathError::ControlCharacter));
+        assert_eq!(MissionPath::parse(&"a".repeat(256)), Err(PathError::TooLong));
+        assert_eq!(MissionPath::parse(&"a/".repeat(600)), Err(PathError::TooLong));
+    }
+}

@@ -1,0 +1,263 @@
+//! `mission missions`: create, list, show, change and delete missions.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use mission_client::{CreateMission, ListMissions, Mission, UpdateMission, Uuid};
+
+use super::types::resolve_type;
+use crate::output::Output;
+use crate::session;
+
+/// Manage missions: input files, settings of a mission type, and arguments.
+#[derive(Debug, Subcommand)]
+pub enum MissionsCommand {
+    /// List the missions you can see (yours and public ones), newest first.
+    List(ListArgs),
+    /// Show one mission.
+    Get {
+        /// Mission id.
+        mission: Uuid,
+    },
+    /// Create a mission.
+    Create(CreateArgs),
+    /// Change a mission's fields (only those given change).
+    Update(UpdateArgs),
+    /// Replace a mission's arguments: `mission missions args ID -- --steps 100`.
+    Args {
+        /// Mission id.
+        mission: Uuid,
+        /// The arguments, in order (none clears them).
+        #[arg(allow_hyphen_values = true, trailing_var_arg = true)]
+        args: Vec<String>,
+    },
+    /// Delete a mission.
+    Delete {
+        /// Mission id.
+        mission: Uuid,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only missions with this exact name (repeatable).
+    #[arg(long = "name")]
+    names: Vec<String>,
+    /// Only this mission id (repeatable).
+    #[arg(long = "id")]
+    ids: Vec<Uuid>,
+    /// Only missions of this owner id (repeatable).
+    #[arg(long = "user")]
+    users: Vec<Uuid>,
+    /// Only missions of this type, by name or id (repeatable).
+    #[arg(long = "type")]
+    types: Vec<String>,
+    /// Only archived (true) or unarchived (false) missions.
+    #[arg(long)]
+    archived: Option<bool>,
+    /// Page number, from 1.
+    #[arg(long, default_value_t = 1)]
+    page: u32,
+    /// Missions per page (at most 200).
+    #[arg(long, default_value_t = 25)]
+    items: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// Name of the mission.
+    #[arg(long)]
+    name: String,
+    /// Description.
+    #[arg(long)]
+    description: Option<String>,
+    /// Mission type, by name (shell, python, r, julia, command) or id.
+    #[arg(long = "type")]
+    mission_type: Option<String>,
+    /// A setting of the mission type, NAME=VALUE (repeatable); see `mission types settings TYPE`.
+    #[arg(long = "setting", value_name = "NAME=VALUE", value_parser = parse_setting)]
+    settings: Vec<(String, String)>,
+    /// List the mission as public (readable by every user).
+    #[arg(long)]
+    public: bool,
+    /// Cargo bay holding the input files.
+    #[arg(long)]
+    source_storage: Option<Uuid>,
+    /// Root folder in the source cargo bay.
+    #[arg(long)]
+    source_path: Option<String>,
+    /// Cargo bay receiving results.
+    #[arg(long)]
+    destination_storage: Option<Uuid>,
+    /// Root folder in the destination cargo bay.
+    #[arg(long)]
+    destination_path: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct UpdateArgs {
+    /// Mission id.
+    mission: Uuid,
+    /// New name.
+    #[arg(long)]
+    name: Option<String>,
+    /// New description.
+    #[arg(long)]
+    description: Option<String>,
+    /// Replace the settings with these NAME=VALUE pairs (repeatable).
+    #[arg(long = "setting", value_name = "NAME=VALUE", value_parser = parse_setting)]
+    settings: Vec<(String, String)>,
+    /// Archive the mission.
+    #[arg(long, conflicts_with = "unarchive")]
+    archive: bool,
+    /// Restore an archived mission.
+    #[arg(long)]
+    unarchive: bool,
+    /// New source cargo bay.
+    #[arg(long)]
+    source_storage: Option<Uuid>,
+    /// New source root folder.
+    #[arg(long)]
+    source_path: Option<String>,
+    /// New destination cargo bay.
+    #[arg(long)]
+    destination_storage: Option<Uuid>,
+    /// New destination root folder.
+    #[arg(long)]
+    destination_path: Option<String>,
+}
+
+fn parse_setting(raw: &str) -> Result<(String, String), String> {
+    match raw.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("expected NAME=VALUE, got {raw:?}")),
+    }
+}
+
+fn settings_map(pairs: Vec<(String, String)>) -> Option<BTreeMap<String, String>> {
+    (!pairs.is_empty()).then(|| pairs.into_iter().collect())
+}
+
+fn show(out: Output, m: &Mission) {
+    let settings: Vec<String> = m.settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    out.record(
+        m,
+        vec![
+            ("id", m.mission_id.to_string()),
+            ("name", m.name.clone()),
+            ("description", m.description.clone()),
+            ("type", m.mission_type_id.map(|t| t.to_string()).unwrap_or_default()),
+            ("settings", settings.join(" ")),
+            ("args", m.args.join(" ")),
+            ("public", m.public.to_string()),
+            ("archived", m.archived.to_string()),
+            ("owner", m.user_id.to_string()),
+            ("created", m.created_at.to_rfc3339()),
+            ("updated", m.updated_at.to_rfc3339()),
+        ],
+    );
+}
+
+impl MissionsCommand {
+    /// Runs the subcommand.
+    pub async fn run(self, server: Option<&str>, out: Output) -> anyhow::Result<()> {
+        let client = session::connect(server).await?;
+        match self {
+            MissionsCommand::List(args) => {
+                let mut mission_type_ids = Vec::new();
+                for t in &args.types {
+                    mission_type_ids.push(resolve_type(&client, t).await?);
+                }
+                let options = ListMissions {
+                    mission_ids: args.ids,
+                    names: args.names,
+                    user_ids: args.users,
+                    page: args.page,
+                    items: args.items,
+                    mission_type_ids,
+                    archived: args.archived,
+                };
+                let page = client.list_missions_page(&options).await?;
+                let rows = page
+                    .missions
+                    .iter()
+                    .map(|m| {
+                        let mut flags = Vec::new();
+                        if m.public {
+                            flags.push("public");
+                        }
+                        if m.archived {
+                            flags.push("archived");
+                        }
+                        vec![
+                            m.mission_id.to_string(),
+                            m.name.clone(),
+                            flags.join(","),
+                            m.created_at.format("%Y-%m-%d %H:%M").to_string(),
+                        ]
+                    })
+                    .collect();
+                out.table(&page.missions, &["ID", "NAME", "FLAGS", "CREATED"], rows);
+                if page.has_more && !out.json {
+                    eprintln!("(more on page {}: --page {})", page.page + 1, page.page + 1);
+                }
+            }
+            MissionsCommand::Get { mission } => show(out, &client.get_mission_by_id(mission).await?),
+            MissionsCommand::Create(args) => {
+                let mission_type_id = match &args.mission_type {
+                    Some(t) => Some(resolve_type(&client, t).await?),
+                    None => None,
+                };
+                let request = CreateMission {
+                    name: args.name,
+                    description: args.description,
+                    source_storage_id: args.source_storage,
+                    destination_storage_id: args.destination_storage,
+                    source_path: args.source_path,
+                    destination_path: args.destination_path,
+                    mission_type_id,
+                    settings: settings_map(args.settings),
+                    public: Some(args.public),
+                };
+                let mission = client.create_mission(&request).await?;
+                out.done(&mission, &format!("Created mission {} ({}).", mission.mission_id, mission.name));
+            }
+            MissionsCommand::Update(args) => {
+                let changes = UpdateMission {
+                    name: args.name,
+                    description: args.description,
+                    source_storage_id: args.source_storage,
+                    destination_storage_id: args.destination_storage,
+                    source_path: args.source_path,
+                    destination_path: args.destination_path,
+                    settings: settings_map(args.settings),
+                    archived: if args.archive {
+                        Some(true)
+                    } else if args.unarchive {
+                        Some(false)
+                    } else {
+                        None
+                    },
+                };
+                if changes == UpdateMission::default() {
+                    bail!("nothing to change: give at least one of --name, --description, --setting, --archive, …");
+                }
+                if !client.update_mission(args.mission, &changes).await? {
+                    bail!("no mission {}", args.mission);
+                }
+                let mission = client.get_mission_by_id(args.mission).await?;
+                out.done(&mission, &format!("Updated mission {}.", mission.mission_id));
+            }
+            MissionsCommand::Args { mission, args } => {
+                let updated = client.update_mission_args(mission, &args).await?;
+                out.done(&updated, &format!("Mission {} now has {} argument(s).", mission, updated.args.len()));
+            }
+            MissionsCommand::Delete { mission } => {
+                client.delete_mission_by_id(mission).await.with_context(|| format!("deleting mission {mission}"))?;
+                out.done(&serde_json::json!({"deleted": mission}), &format!("Deleted mission {mission}."));
+            }
+        }
+        Ok(())
+    }
+}

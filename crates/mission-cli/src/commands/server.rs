@@ -1,0 +1,170 @@
+//! `mission server`: run the service, or manage its built-in accounts.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use mission_server::{AuthMode, Server, ServerConfig, Store};
+
+/// Run the Mission Compute service (HTTP API, identity provider, store).
+///
+/// With no flags it runs on embedded defaults: it listens on 127.0.0.1:8080, keeps its SQLite
+/// database and signing key under ./mission-data, and signs users in with its built-in identity
+/// provider. The first start creates an `admin` account and saves its password in the data dir.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ServerCommand {
+    #[command(subcommand)]
+    action: Option<ServerAction>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum ServerAction {
+    /// Create a built-in account (a password is generated and printed unless --password-stdin).
+    AddUser(AddUserArgs),
+}
+
+/// Where the server keeps its state.
+#[derive(Debug, Args)]
+struct StoreArgs {
+    /// Folder for the SQLite database, the signing key and the first admin's password.
+    #[arg(long, env = "MISSION_DATA_DIR", default_value = "./mission-data")]
+    data_dir: PathBuf,
+    /// Database URL (sqlite://PATH); defaults to sqlite://DATA_DIR/mission.db.
+    #[arg(long, env = "MISSION_DATABASE_URL")]
+    database_url: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Address and port to listen on.
+    #[arg(long, env = "MISSION_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: String,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// URL clients and token issuers use to reach this server (default: http://LISTEN).
+    #[arg(long, env = "MISSION_PUBLIC_URL")]
+    public_url: Option<url::Url>,
+    /// Use this external OIDC identity provider (e.g. https://TENANT.auth0.com/) instead of the
+    /// built-in one; needs --audience.
+    #[arg(long, env = "MISSION_AUTH_URL", requires = "audience")]
+    auth_url: Option<url::Url>,
+    /// API audience access tokens must carry.
+    #[arg(long, env = "MISSION_AUDIENCE")]
+    audience: Option<String>,
+    /// Client id advertised to clients in /api/v1/auth-config.
+    #[arg(long, env = "MISSION_CLIENT_ID")]
+    client_id: Option<String>,
+    /// Seconds device clients are asked to wait between token polls.
+    #[arg(long, env = "MISSION_DEVICE_POLL_INTERVAL", default_value_t = 5)]
+    device_poll_interval: u64,
+    /// Lifetime of access tokens signed by the built-in provider, in seconds.
+    #[arg(long, env = "MISSION_ACCESS_TOKEN_TTL", default_value_t = 3600)]
+    access_token_ttl: u64,
+}
+
+#[derive(Debug, Args)]
+struct AddUserArgs {
+    /// Login name: letters, digits, '.', '_', '-', '@'.
+    name: String,
+    /// Make the user an administrator.
+    #[arg(long)]
+    admin: bool,
+    /// Read the password from standard input (first line) instead of generating one.
+    #[arg(long)]
+    password_stdin: bool,
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+impl StoreArgs {
+    fn config(&self) -> ServerConfig {
+        let mut config = ServerConfig::new(&self.data_dir);
+        config.database_url = self.database_url.clone();
+        config
+    }
+}
+
+impl ServerCommand {
+    /// Runs the subcommand.
+    pub async fn run(self) -> anyhow::Result<()> {
+        match self.action {
+            Some(ServerAction::AddUser(args)) => add_user(args).await,
+            None => serve(self.run).await,
+        }
+    }
+}
+
+async fn serve(args: RunArgs) -> anyhow::Result<()> {
+    let mut config = args.store.config();
+    config.public_url = args.public_url;
+    if let Some(auth_url) = args.auth_url {
+        config.auth = AuthMode::External { auth_url };
+    }
+    if let Some(audience) = args.audience {
+        config.audience = audience;
+    }
+    if let Some(client_id) = args.client_id {
+        config.client_id = client_id;
+    }
+    config.device_poll_interval = args.device_poll_interval;
+    config.access_token_ttl = Duration::from_secs(args.access_token_ttl);
+    let data_dir = config.data_dir.clone();
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let server = Server::new(listener, config).await?;
+    let url = server.public_url().to_owned();
+    println!("Mission Compute Service listening on {url}");
+    println!("Data dir: {}", data_dir.display());
+    if let Some(admin) = server.bootstrap_admin() {
+        println!(
+            "Created the administrator account {:?}; its password is in {} (readable only by you).",
+            admin.username,
+            admin.password_file.display()
+        );
+        println!("Sign in with: mission login --server {url}");
+    }
+    server.run(shutdown_signal()).await.context("server failed")?;
+    println!("Stopped.");
+    Ok(())
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term.recv() => {}
+    }
+}
+
+async fn add_user(args: AddUserArgs) -> anyhow::Result<()> {
+    let password = if args.password_stdin {
+        let mut input = String::new();
+        std::io::stdin().read_to_string(&mut input).context("reading the password from stdin")?;
+        let line = input.lines().next().unwrap_or("").to_owned();
+        if line.is_empty() {
+            bail!("--password-stdin: standard input held no password");
+        }
+        Some(line)
+    } else {
+        None
+    };
+    let config = args.store.config();
+    mission_server::create_private_dir(&config.data_dir)
+        .with_context(|| format!("creating {}", config.data_dir.display()))?;
+    let store = Store::open(&config.effective_database_url()).await?;
+    let account = mission_server::users::add_user(&store, &args.name, password.as_deref(), args.admin).await?;
+    let role = if args.admin { "administrator" } else { "user" };
+    println!("Created {role} {:?} ({}).", account.user.username, account.user.user_id);
+    if let Some(generated) = account.generated_password {
+        println!("Password: {generated}");
+    }
+    Ok(())
+}

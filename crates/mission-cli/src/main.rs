@@ -1,0 +1,98 @@
+//! `mission`: the one binary of Mission Compute Service — the server (`mission server`) and the
+//! command-line client over the Rust SDK (`login`, `missions`, `types`, …).
+
+mod commands;
+mod output;
+mod session;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use commands::auth::LoginCommand;
+use commands::missions::MissionsCommand;
+use commands::server::ServerCommand;
+use commands::types::TypesCommand;
+use output::Output;
+
+/// Mission Compute Service: put input files and settings into missions and run them as jobs.
+///
+/// Start a server with `mission server`, sign in with `mission login --server URL`, then manage
+/// missions with `mission missions …`.
+#[derive(Debug, Parser)]
+#[command(name = "mission", version, propagate_version = true)]
+struct Cli {
+    /// Server URL (default: the one remembered by `mission login`).
+    #[arg(long, global = true, env = "MISSION_SERVER")]
+    server: Option<String>,
+    /// Print JSON instead of tables, for scripts.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the service, or manage its built-in accounts.
+    Server(ServerCommand),
+    /// Sign in with the OAuth device flow.
+    Login(LoginCommand),
+    /// Sign out and revoke the stored token.
+    Logout,
+    /// Show who you are signed in as.
+    Whoami,
+    /// Manage missions.
+    #[command(subcommand)]
+    Missions(MissionsCommand),
+    /// Browse mission types.
+    #[command(subcommand)]
+    Types(TypesCommand),
+}
+
+fn init_logging(server: bool) {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::prelude::*;
+    let default = if server { LevelFilter::INFO } else { LevelFilter::WARN };
+    let filter = std::env::var("MISSION_LOG")
+        .ok()
+        .and_then(|s| s.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(default));
+    tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(filter)
+        .init();
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(matches!(cli.command, Command::Server(_)));
+    let out = Output { json: cli.json };
+    let server = cli.server.as_deref();
+    let result = match cli.command {
+        Command::Server(cmd) => cmd.run().await,
+        Command::Login(cmd) => cmd.run(server, out).await,
+        Command::Logout => commands::auth::logout(server, out).await,
+        Command::Whoami => commands::auth::whoami(server, out).await,
+        Command::Missions(cmd) => cmd.run(server, out).await,
+        Command::Types(cmd) => cmd.run(server, out).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let reason: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            eprintln!("error: {}", reason.join(": "));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
+}

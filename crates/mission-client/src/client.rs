@@ -1,0 +1,268 @@
+//! [`Client`]: an authenticated handle to one Mission Compute server.
+//!
+//! It attaches `Authorization: Bearer <access token>` to every API request and renews the access
+//! token by itself: shortly before it expires, and once more if the server answers 401.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Local};
+use mission_api::{API_PREFIX, AuthConfig, PROBLEM_CONTENT_TYPE, Problem, User};
+use reqwest::{RequestBuilder, Response, StatusCode};
+use serde::de::DeserializeOwned;
+
+use crate::auth::{DeviceAuth, Prompt, Tokens};
+use crate::error::Error;
+
+/// Renew the access token when it has less than this left.
+const RENEW_MARGIN: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
+
+/// The HTTP client every part of the SDK uses: bounded connect time, no global timeout (uploads
+/// and log follows run long), `TCP_NODELAY`.
+pub(crate) fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .tcp_nodelay(true)
+        .user_agent(concat!("mission-client/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .expect("the HTTP client builds")
+}
+
+/// Options of [`Client::login`]: the spec's client parameters and where tokens go.
+#[derive(Debug, Clone, Default)]
+pub struct LoginOptions {
+    /// Client id; the server's advertised one (normally `mission-cli`) when absent.
+    pub client_id: Option<String>,
+    /// API audience; the server's advertised one when absent or empty.
+    pub audience: Option<String>,
+    /// Token file; `~/.mission` when absent, nothing stored when empty.
+    pub token_file: Option<PathBuf>,
+    /// How to show the device code.
+    pub prompt: Prompt,
+}
+
+struct Session {
+    access_token: String,
+    expires_at: Option<DateTime<Local>>,
+    /// The provider and refresh token to renew with, when the session can renew.
+    renew: Option<(DeviceAuth, String)>,
+}
+
+struct Inner {
+    http: reqwest::Client,
+    base_url: String,
+    session: tokio::sync::Mutex<Session>,
+}
+
+/// A signed-in connection to a server. Cheap to clone; clones share the session.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), mission_client::Error> {
+/// use mission_client::{Client, LoginOptions};
+/// let client = Client::login("http://127.0.0.1:8080", LoginOptions::default()).await?;
+/// println!("signed in as {}", client.whoami().await?.username);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("base_url", &self.inner.base_url).finish_non_exhaustive()
+    }
+}
+
+fn normalise_base(base_url: &str) -> Result<String, Error> {
+    let parsed = url::Url::parse(base_url).map_err(|_| Error::InvalidUrl(base_url.to_owned()))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(Error::InvalidUrl(base_url.to_owned()));
+    }
+    Ok(base_url.trim_end_matches('/').to_owned())
+}
+
+impl Client {
+    /// A client that sends a fixed access token and never renews it.
+    ///
+    /// ```
+    /// let client = mission_client::Client::with_access_token("http://127.0.0.1:8080", "eyJ…").unwrap();
+    /// assert_eq!(client.base_url(), "http://127.0.0.1:8080");
+    /// ```
+    pub fn with_access_token(base_url: &str, access_token: &str) -> Result<Self, Error> {
+        Ok(Self::from_session(
+            normalise_base(base_url)?,
+            Session { access_token: access_token.to_owned(), expires_at: None, renew: None },
+        ))
+    }
+
+    /// A client with `tokens` that renews them with `auth` (writing its token file, if any).
+    pub fn with_tokens(base_url: &str, tokens: Tokens, auth: DeviceAuth) -> Result<Self, Error> {
+        Ok(Self::from_session(
+            normalise_base(base_url)?,
+            Session {
+                access_token: tokens.access_token,
+                expires_at: Some(tokens.expires_at),
+                renew: Some((auth, tokens.refresh_token)),
+            },
+        ))
+    }
+
+    fn from_session(base_url: String, session: Session) -> Self {
+        Self { inner: Arc::new(Inner { http: http_client(), base_url, session: tokio::sync::Mutex::new(session) }) }
+    }
+
+    /// Asks the server where clients sign in (`GET /api/v1/auth-config`, no token needed).
+    pub async fn auth_config(base_url: &str) -> Result<AuthConfig, Error> {
+        let base = normalise_base(base_url)?;
+        let response = http_client().get(format!("{base}{API_PREFIX}/auth-config")).send().await?;
+        read_json(response).await
+    }
+
+    /// The device-flow client for the server at `base_url`: its identity provider, audience and
+    /// client id, overridden by `options`.
+    pub async fn device_auth(base_url: &str, options: &LoginOptions) -> Result<DeviceAuth, Error> {
+        let config = Self::auth_config(base_url).await?;
+        let audience = options.audience.as_deref().filter(|a| !a.is_empty()).unwrap_or(&config.audience);
+        let mut auth = DeviceAuth::new(&config.auth_url, audience)
+            .client_id(options.client_id.as_deref().unwrap_or(&config.client_id))
+            .prompt(options.prompt.clone());
+        if let Some(path) = &options.token_file {
+            auth = auth.token_file(path.clone());
+        }
+        Ok(auth)
+    }
+
+    /// Signs in to the server at `base_url` ([`DeviceAuth::initialize`]: refresh from the token
+    /// file, or the device flow) and returns a client that renews its token by itself.
+    pub async fn login(base_url: &str, options: LoginOptions) -> Result<Self, Error> {
+        let auth = Self::device_auth(base_url, &options).await?;
+        let tokens = auth.initialize().await?;
+        Self::with_tokens(base_url, tokens, auth)
+    }
+
+    /// The server's base URL.
+    pub fn base_url(&self) -> &str {
+        &self.inner.base_url
+    }
+
+    /// The current tokens, when the session can renew (for callers that persist them).
+    pub async fn tokens(&self) -> Option<Tokens> {
+        let session = self.inner.session.lock().await;
+        let (_, refresh_token) = session.renew.as_ref()?;
+        Some(Tokens {
+            access_token: session.access_token.clone(),
+            refresh_token: refresh_token.clone(),
+            expires_at: session.expires_at?,
+        })
+    }
+
+    /// Ends the session: revokes the refresh token at the provider and removes the token file.
+    pub async fn logout(&self) -> Result<(), Error> {
+        let session = self.inner.session.lock().await;
+        match &session.renew {
+            Some((auth, refresh_token)) => auth.revoke(refresh_token).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The signed-in user.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mission_client::Client) -> Result<(), mission_client::Error> {
+    /// let me = client.whoami().await?;
+    /// println!("{} (admin: {})", me.username, me.admin);
+    /// # Ok(()) }
+    /// ```
+    pub async fn whoami(&self) -> Result<User, Error> {
+        self.get_json("/me", &[]).await
+    }
+
+    /// A valid access token, renewed first when it is about to expire (or `force`).
+    async fn access_token(&self, force: bool) -> Result<String, Error> {
+        let mut session = self.inner.session.lock().await;
+        let expiring = session.expires_at.is_some_and(|at| at - Local::now() < RENEW_MARGIN);
+        if (force || expiring)
+            && let Some((auth, refresh_token)) = session.renew.clone()
+        {
+            let tokens = auth.refresh(&refresh_token).await?;
+            auth.store(&tokens)?;
+            session.access_token = tokens.access_token;
+            session.expires_at = Some(tokens.expires_at);
+            session.renew = Some((auth, tokens.refresh_token));
+        }
+        Ok(session.access_token.clone())
+    }
+
+    async fn can_renew(&self) -> bool {
+        self.inner.session.lock().await.renew.is_some()
+    }
+
+    /// Sends an API request built by `build` (given the HTTP client and the full URL), with the
+    /// bearer token; on a 401 renews the token once and retries.
+    pub(crate) async fn send(
+        &self,
+        path: &str,
+        build: impl Fn(&reqwest::Client, String) -> RequestBuilder,
+    ) -> Result<Response, Error> {
+        let url = format!("{}{API_PREFIX}{path}", self.inner.base_url);
+        let token = self.access_token(false).await?;
+        let response = build(&self.inner.http, url.clone()).bearer_auth(token).send().await?;
+        if response.status() == StatusCode::UNAUTHORIZED && self.can_renew().await {
+            let token = self.access_token(true).await?;
+            return Ok(build(&self.inner.http, url).bearer_auth(token).send().await?);
+        }
+        Ok(response)
+    }
+
+    /// `GET path?query` as JSON.
+    pub(crate) async fn get_json<T: DeserializeOwned>(&self, path: &str, query: &[(&str, String)]) -> Result<T, Error> {
+        read_json(self.send(path, |http, url| http.get(url).query(query)).await?).await
+    }
+
+    /// `method path` with a JSON body, answered with JSON.
+    pub(crate) async fn send_json<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: &impl serde::Serialize,
+    ) -> Result<T, Error> {
+        read_json(self.send(path, |http, url| http.request(method.clone(), url).json(body)).await?).await
+    }
+}
+
+/// Reads a JSON answer, or turns an error answer into [`Error`].
+pub(crate) async fn read_json<T: DeserializeOwned>(response: Response) -> Result<T, Error> {
+    let response = check(response).await?;
+    let bytes = response.bytes().await?;
+    serde_json::from_slice(&bytes).map_err(|e| Error::Protocol(format!("cannot read the answer: {e}")))
+}
+
+/// Passes a success through and turns an error answer into [`Error`], keeping its problem body.
+pub(crate) async fn check(response: Response) -> Result<Response, Error> {
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let is_problem = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with(PROBLEM_CONTENT_TYPE) || v.starts_with("application/json"));
+    let bytes = response.bytes().await.unwrap_or_default();
+    let problem =
+        is_problem.then(|| serde_json::from_slice::<Problem>(&bytes).ok()).flatten().unwrap_or_else(|| Problem {
+            kind: "about:blank".into(),
+            title: status.canonical_reason().unwrap_or("HTTP error").into(),
+            status: status.as_u16(),
+            detail: String::from_utf8_lossy(&bytes[..bytes.len().min(500)]).trim().to_owned(),
+            field: None,
+        });
+    Err(match status {
+        StatusCode::NOT_FOUND => Error::NotFound(problem),
+        StatusCode::UNAUTHORIZED => Error::Unauthorized(problem),
+        StatusCode::FORBIDDEN => Error::Forbidden(problem),
+        _ => Error::Api(problem),
+    })
+}

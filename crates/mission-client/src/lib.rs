@@ -1,0 +1,34 @@
+//! Rust SDK of Mission Compute Service.
+//!
+//! Sign in with the OAuth 2.0 device flow ([`auth`], spec §5), then call the operations of spec §4
+//! on a [`Client`]:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), mission_client::Error> {
+//! use mission_client::{Client, CreateMission, LoginOptions};
+//! let client = Client::login("http://127.0.0.1:8080", LoginOptions::default()).await?;
+//! let mission = client.create_mission(&CreateMission { name: "first".into(), ..Default::default() }).await?;
+//! println!("created {}", mission.mission_id);
+//! # Ok(()) }
+//! ```
+//!
+//! Layout: [`client`] (the session, token renewal, request plumbing), [`auth`] (device flow,
+//! refresh, token file), `missions` and `mission_types` (the operations, as methods of
+//! [`Client`]), [`error`].
+
+pub mod auth;
+pub mod client;
+pub mod error;
+mod mission_types;
+mod missions;
+
+pub use auth::{DeviceAuth, Prompt, Tokens};
+pub use client::{Client, LoginOptions};
+pub use error::{Error, SignInError};
+pub use missions::ListMissions;
+
+pub use mission_api::{
+    AuthConfig, CreateMission, DeviceAuthorization, Mission, MissionPage, MissionType, MissionTypeSummary, Problem,
+    UpdateMission, User,
+};
+pub use uuid::Uuid;

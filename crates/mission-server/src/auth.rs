@@ -1,0 +1,321 @@
+//! Verifying bearer tokens and knowing who is calling.
+//!
+//! [`Authenticator`] checks an access token's signature, `iss`, `aud` and `exp` against the built-in
+//! provider's key or an external provider's JWKS, maps its `sub` to a user (provisioning external
+//! users on first sight) and caches the result until the token expires, so a request with a
+//! known token costs a hash-map lookup. Handlers take a [`Principal`] argument to require sign-in.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use axum::extract::FromRequestParts;
+use axum::http::header;
+use axum::http::request::Parts;
+use chrono::Utc;
+use jsonwebtoken::jwk::Jwk;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+use uuid::Uuid;
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::store::{Store, UserRecord};
+
+/// The signed-in caller of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Principal {
+    /// The user's id.
+    pub user_id: Uuid,
+    /// Whether the user is an administrator.
+    pub admin: bool,
+}
+
+/// Cache bound; at this size expired entries are dropped, and if that is not enough, all.
+const CACHE_CAPACITY: usize = 10_000;
+/// Tolerated clock skew on `exp`.
+const LEEWAY_SECS: u64 = 30;
+/// An unknown `kid` refetches the JWKS at most this often.
+const JWKS_REFETCH_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Where token signing keys come from.
+enum KeySource {
+    /// The built-in provider's one key.
+    Builtin { kid: String, key: DecodingKey },
+    /// An external provider's JWKS, fetched and cached.
+    External(ExternalKeys),
+}
+
+/// Verifies access tokens and resolves them to users.
+pub struct Authenticator {
+    keys: KeySource,
+    issuer: String,
+    audience: String,
+    store: Store,
+    cache: Mutex<HashMap<String, (Principal, Instant)>>,
+}
+
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authenticator").field("issuer", &self.issuer).field("audience", &self.audience).finish()
+    }
+}
+
+#[derive(Deserialize)]
+struct Claims {
+    sub: String,
+    iss: String,
+    exp: u64,
+}
+
+impl Authenticator {
+    /// Verifies tokens signed by the built-in provider's key.
+    pub fn builtin(kid: String, key: DecodingKey, issuer: String, audience: String, store: Store) -> Self {
+        Self::new(KeySource::Builtin { kid, key }, issuer, audience, store)
+    }
+
+    /// Verifies tokens of the external provider at `auth_url`.
+    pub fn external(auth_url: &url::Url, audience: String, store: Store) -> Self {
+        let issuer = auth_url.as_str().to_owned();
+        Self::new(KeySource::External(ExternalKeys::new(auth_url.clone())), issuer, audience, store)
+    }
+
+    fn new(keys: KeySource, issuer: String, audience: String, store: Store) -> Self {
+        Self {
+            keys,
+            issuer: issuer.trim_end_matches('/').to_owned(),
+            audience,
+            store,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The caller behind `token`, or a 401 saying why not.
+    pub async fn authenticate(&self, token: &str) -> Result<Principal, ApiError> {
+        if let Some((principal, expires)) = self.cache.lock().expect("cache lock").get(token).copied()
+            && Instant::now() < expires
+        {
+            return Ok(principal);
+        }
+        let claims = self.verify(token).await?;
+        let principal = self.resolve(&claims.sub).await?;
+        let lifetime = claims.exp.saturating_sub(Utc::now().timestamp().max(0) as u64);
+        let expires = Instant::now() + Duration::from_secs(lifetime);
+        let mut cache = self.cache.lock().expect("cache lock");
+        if cache.len() >= CACHE_CAPACITY {
+            let now = Instant::now();
+            cache.retain(|_, (_, e)| *e > now);
+            if cache.len() >= CACHE_CAPACITY {
+                cache.clear();
+            }
+        }
+        cache.insert(token.to_owned(), (principal, expires));
+        Ok(principal)
+    }
+
+    async fn verify(&self, token: &str) -> Result<Claims, ApiError> {
+        let header = jsonwebtoken::decode_header(token)
+            .map_err(|e| ApiError::unauthorized(format!("the access token is not a JWT: {e}")))?;
+        if !matches!(
+            header.alg,
+            Algorithm::RS256
+                | Algorithm::RS384
+                | Algorithm::RS512
+                | Algorithm::PS256
+                | Algorithm::PS384
+                | Algorithm::PS512
+                | Algorithm::ES256
+                | Algorithm::ES384
+                | Algorithm::EdDSA
+        ) {
+            return Err(ApiError::unauthorized(format!("token algorithm {:?} is not accepted", header.alg)));
+        }
+        let key = match &self.keys {
+            KeySource::Builtin { kid, key } => {
+                if header.kid.as_deref().is_some_and(|k| k != kid) {
+                    return Err(ApiError::unauthorized("the token was signed with an unknown key"));
+                }
+                key.clone()
+            }
+            KeySource::External(keys) => keys.key_for(header.kid.as_deref()).await?,
+        };
+        let mut validation = Validation::new(header.alg);
+        validation.set_audience(&[&self.audience]);
+        validation.set_required_spec_claims(&["exp", "sub", "iss", "aud"]);
+        validation.leeway = LEEWAY_SECS;
+        let data = jsonwebtoken::decode::<Claims>(token, &key, &validation).map_err(|e| {
+            use jsonwebtoken::errors::ErrorKind;
+            ApiError::unauthorized(match e.kind() {
+                ErrorKind::ExpiredSignature => "the access token expired".to_owned(),
+                ErrorKind::InvalidAudience => format!("the access token is not for audience {:?}", self.audience),
+                ErrorKind::InvalidSignature => "the access token's signature is not valid".to_owned(),
+                other => format!("the access token is not valid: {other:?}"),
+            })
+        })?;
+        // Providers differ on the trailing slash of `iss` (Auth0 has one); compare without it.
+        if data.claims.iss.trim_end_matches('/') != self.issuer {
+            return Err(ApiError::unauthorized(format!(
+                "the access token was issued by {:?}, not {:?}",
+                data.claims.iss, self.issuer
+            )));
+        }
+        Ok(data.claims)
+    }
+
+    async fn resolve(&self, sub: &str) -> Result<Principal, ApiError> {
+        let user = match &self.keys {
+            KeySource::Builtin { .. } => {
+                let id = Uuid::parse_str(sub).map_err(|_| ApiError::unauthorized("the token's subject is unknown"))?;
+                self.store.user_by_id(id).await?
+            }
+            KeySource::External(_) => Some(self.provision_external(sub).await?),
+        };
+        let user = user.ok_or_else(|| ApiError::unauthorized("the token's user no longer exists"))?;
+        Ok(Principal { user_id: user.user_id, admin: user.admin })
+    }
+
+    /// The local user for an external `sub`, created on first sight.
+    async fn provision_external(&self, sub: &str) -> Result<UserRecord, ApiError> {
+        if let Some(user) = self.store.user_by_external_sub(sub).await? {
+            return Ok(user);
+        }
+        let user = UserRecord {
+            user_id: Uuid::new_v4(),
+            username: sub.to_owned(),
+            password_hash: None,
+            external_sub: Some(sub.to_owned()),
+            admin: false,
+            created_at: Utc::now(),
+        };
+        match self.store.insert_user(&user).await {
+            Ok(()) => Ok(user),
+            // A concurrent first request created it, or a built-in account has that name.
+            Err(_) => self
+                .store
+                .user_by_external_sub(sub)
+                .await?
+                .ok_or_else(|| ApiError::conflict(format!("cannot provision a user for subject {sub:?}"))),
+        }
+    }
+}
+
+/// An external provider's signing keys, found via OIDC discovery and cached by `kid`.
+struct ExternalKeys {
+    auth_url: url::Url,
+    http: reqwest::Client,
+    keys: RwLock<HashMap<String, DecodingKey>>,
+    /// Keys without a `kid`, used when a token names none.
+    anonymous: RwLock<Vec<DecodingKey>>,
+    last_fetch: tokio::sync::Mutex<Option<Instant>>,
+}
+
+impl ExternalKeys {
+    fn new(auth_url: url::Url) -> Self {
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("the HTTP client builds");
+        Self {
+            auth_url,
+            http,
+            keys: RwLock::new(HashMap::new()),
+            anonymous: RwLock::new(Vec::new()),
+            last_fetch: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    async fn key_for(&self, kid: Option<&str>) -> Result<DecodingKey, ApiError> {
+        if let Some(key) = self.cached(kid) {
+            return Ok(key);
+        }
+        {
+            let mut last = self.last_fetch.lock().await;
+            // Another request may have refreshed while this one waited for the lock.
+            if let Some(key) = self.cached(kid) {
+                return Ok(key);
+            }
+            if last.is_none_or(|t| t.elapsed() >= JWKS_REFETCH_INTERVAL) {
+                self.fetch().await?;
+                *last = Some(Instant::now());
+            }
+        }
+        self.cached(kid)
+            .ok_or_else(|| ApiError::unauthorized("the token was signed with a key the provider does not publish"))
+    }
+
+    fn cached(&self, kid: Option<&str>) -> Option<DecodingKey> {
+        match kid {
+            Some(kid) => self.keys.read().expect("keys lock").get(kid).cloned(),
+            None => {
+                let anonymous = self.anonymous.read().expect("keys lock");
+                let named = self.keys.read().expect("keys lock");
+                match (anonymous.len(), named.len()) {
+                    (1, 0) => anonymous.first().cloned(),
+                    (0, 1) => named.values().next().cloned(),
+                    _ => None,
+                }
+            }
+        }
+    }
+
+    /// Fetches the JWKS: `jwks_uri` from the discovery document, else `/.well-known/jwks.json`.
+    async fn fetch(&self) -> Result<(), ApiError> {
+        let base = self.auth_url.as_str().trim_end_matches('/');
+        let discovered = async {
+            let doc: serde_json::Value = self
+                .http
+                .get(format!("{base}/.well-known/openid-configuration"))
+                .send()
+                .await
+                .ok()?
+                .error_for_status()
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            doc.get("jwks_uri")?.as_str().map(str::to_owned)
+        }
+        .await;
+        let jwks_uri = discovered.unwrap_or_else(|| format!("{base}/.well-known/jwks.json"));
+        let jwks: serde_json::Value =
+            async { self.http.get(&jwks_uri).send().await?.error_for_status()?.json().await }.await.map_err(|e| {
+                ApiError::unavailable(format!("could not fetch the identity provider's keys from {jwks_uri}: {e}"))
+            })?;
+        let mut named = HashMap::new();
+        let mut anonymous = Vec::new();
+        // Parse key by key: one key of a kind we do not know must not hide the others.
+        for value in jwks.get("keys").and_then(|k| k.as_array()).into_iter().flatten() {
+            if value.get("use").and_then(|u| u.as_str()).is_some_and(|u| u != "sig") {
+                continue;
+            }
+            let Ok(jwk) = serde_json::from_value::<Jwk>(value.clone()) else { continue };
+            let Ok(key) = DecodingKey::from_jwk(&jwk) else { continue };
+            match jwk.common.key_id {
+                Some(kid) => {
+                    named.insert(kid, key);
+                }
+                None => anonymous.push(key),
+            }
+        }
+        tracing::info!(keys = named.len() + anonymous.len(), %jwks_uri, "fetched identity provider keys");
+        *self.keys.write().expect("keys lock") = named;
+        *self.anonymous.write().expect("keys lock") = anonymous;
+        Ok(())
+    }
+}
+
+impl FromRequestParts<AppState> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Self::Rejection> {
+        let value = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .ok_or_else(|| ApiError::unauthorized("sign in: this endpoint needs an Authorization: Bearer token"))?;
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| ApiError::unauthorized("the Authorization header must be 'Bearer <token>'"))?;
+        app.auth.authenticate(token).await
+    }
+}

@@ -1,0 +1,75 @@
+//! The server's configuration: what `mission server` flags and `MISSION_*` variables set.
+//!
+//! Building a [`ServerConfig`] never touches the disk; [`crate::serve`] creates the data dir.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use url::Url;
+
+/// Who signs the access tokens the API accepts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthMode {
+    /// The server's own identity provider (device flow, `/activate`, keys in the data dir).
+    Builtin,
+    /// An external OIDC provider (Auth0, Keycloak, …) whose keys are found from `auth_url`.
+    External {
+        /// Base URL of the provider; its `iss` claim, with or without a trailing slash.
+        auth_url: Url,
+    },
+}
+
+/// Everything [`crate::serve`] needs besides a bound listener.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Holds the SQLite database and the signing key (`./mission-data` by default).
+    pub data_dir: PathBuf,
+    /// `sqlite://PATH`; `sqlite://{data_dir}/mission.db` when absent.
+    pub database_url: Option<String>,
+    /// URL clients and token issuers use to reach this server; `http://{listen address}` when
+    /// absent. Also the `iss` of tokens the built-in provider signs.
+    pub public_url: Option<Url>,
+    /// Built-in or external identity provider.
+    pub auth: AuthMode,
+    /// The API audience access tokens must name.
+    pub audience: String,
+    /// The client id advertised to clients in `/api/v1/auth-config`.
+    pub client_id: String,
+    /// Lifetime of access tokens the built-in provider signs.
+    pub access_token_ttl: Duration,
+    /// Lifetime of refresh tokens.
+    pub refresh_token_ttl: Duration,
+    /// Lifetime of a device code.
+    pub device_code_ttl: Duration,
+    /// Polling interval the built-in provider asks device clients for, in seconds.
+    pub device_poll_interval: u64,
+    /// Create an `admin` account with a generated password when the store has no users.
+    pub bootstrap_admin: bool,
+}
+
+impl ServerConfig {
+    /// The embedded defaults with data under `data_dir`.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            database_url: None,
+            public_url: None,
+            auth: AuthMode::Builtin,
+            audience: DEFAULT_AUDIENCE.to_owned(),
+            client_id: mission_api::DEFAULT_CLIENT_ID.to_owned(),
+            access_token_ttl: Duration::from_secs(3600),
+            refresh_token_ttl: Duration::from_secs(90 * 24 * 3600),
+            device_code_ttl: Duration::from_secs(900),
+            device_poll_interval: 5,
+            bootstrap_admin: true,
+        }
+    }
+
+    /// The database URL in effect.
+    pub fn effective_database_url(&self) -> String {
+        self.database_url.clone().unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("mission.db").display()))
+    }
+}
+
+/// Audience of the API when none is configured.
+pub const DEFAULT_AUDIENCE: &str = "mission-api";

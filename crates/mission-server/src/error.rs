@@ -1,0 +1,172 @@
+//! [`ApiError`]: every failure of an API handler, rendered as RFC 9457 problem+json.
+//!
+//! Handlers return `Result<_, ApiError>` and build errors with the constructors here, so each kind
+//! of failure has one stable `type` URN and one status code.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use mission_api::{PROBLEM_CONTENT_TYPE, Problem};
+
+use crate::store::StoreError;
+
+/// An API failure.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    status: StatusCode,
+    kind: &'static str,
+    title: &'static str,
+    detail: String,
+    field: Option<String>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, title: &'static str, detail: impl Into<String>) -> Self {
+        Self { status, kind, title, detail: detail.into(), field: None }
+    }
+
+    /// Names the request field at fault.
+    pub fn with_field(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+
+    /// 400: the request is malformed or a value is out of bounds.
+    pub fn invalid(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "urn:mission:problem:invalid-request", "Invalid request", detail)
+    }
+
+    /// 400 naming a field and what is wrong with it.
+    pub fn invalid_field(field: &str, detail: impl Into<String>) -> Self {
+        Self::invalid(format!("{field}: {}", detail.into())).with_field(field)
+    }
+
+    /// 400: an id in the path or query is not a UUID.
+    pub fn invalid_id(field: &str, value: &str) -> Self {
+        let shown: String = value.chars().take(64).collect();
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "urn:mission:problem:invalid-id",
+            "Invalid id",
+            format!("{field}: {shown:?} is not a UUID"),
+        )
+        .with_field(field)
+    }
+
+    /// 400: a mission setting is unknown to the mission type or has a wrong value.
+    pub fn invalid_setting(name: &str, detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "urn:mission:problem:invalid-setting",
+            "Invalid mission setting",
+            format!("setting {name:?}: {}", detail.into()),
+        )
+        .with_field(format!("settings.{name}"))
+    }
+
+    /// 401: no valid access token.
+    pub fn unauthorized(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "urn:mission:problem:unauthorized", "Unauthorized", detail)
+    }
+
+    /// 403: the caller may see the resource but not do this to it.
+    pub fn forbidden(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "urn:mission:problem:forbidden", "Forbidden", detail)
+    }
+
+    /// 404: no such resource, or one the caller may not know about.
+    pub fn not_found(what: &str, id: impl std::fmt::Display) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "urn:mission:problem:not-found", "Not found", format!("no {what} {id}"))
+    }
+
+    /// 404 for a path that matches no route.
+    pub fn no_route(path: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "urn:mission:problem:not-found", "Not found", format!("no endpoint at {path}"))
+    }
+
+    /// 405 for a known path with a method it does not take.
+    pub fn method_not_allowed(method: &str, path: &str) -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "urn:mission:problem:method-not-allowed",
+            "Method not allowed",
+            format!("{method} is not allowed on {path}"),
+        )
+    }
+
+    /// 409: the request clashes with existing state.
+    pub fn conflict(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "urn:mission:problem:conflict", "Conflict", detail)
+    }
+
+    /// 413: the body exceeds a size limit.
+    pub fn too_large(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "urn:mission:problem:too-large", "Payload too large", detail)
+    }
+
+    /// 415: the body is not JSON.
+    pub fn unsupported_media_type(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "urn:mission:problem:unsupported-media-type",
+            "Unsupported media type",
+            detail,
+        )
+    }
+
+    /// 503: a dependency (the database, the identity provider) is not answering.
+    pub fn unavailable(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "urn:mission:problem:unavailable", "Service unavailable", detail)
+    }
+
+    /// 500: a bug or an unexpected failure; the detail stays in the server log.
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        tracing::error!(%cause, "internal error");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "urn:mission:problem:internal",
+            "Internal server error",
+            "the server failed to handle the request; its log has the cause",
+        )
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The body this error renders.
+    pub fn problem(&self) -> Problem {
+        Problem {
+            kind: self.kind.to_owned(),
+            title: self.title.to_owned(),
+            status: self.status.as_u16(),
+            detail: self.detail.clone(),
+            field: self.field.clone(),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Conflict(detail) => ApiError::conflict(detail),
+            StoreError::Database(sqlx::Error::PoolTimedOut) => ApiError::unavailable("the database is busy"),
+            other => ApiError::internal(other),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::to_vec(&self.problem()).expect("problem serialises");
+        let mut response = (self.status, body).into_response();
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_CONTENT_TYPE));
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// Result of an API handler.
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,351 @@
+//! HTTP endpoints of the built-in identity provider (RFC 8628 device flow, RFC 7009 revocation,
+//! OIDC discovery) and the `/activate` page where people approve device codes.
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use chrono::{Duration as ChronoDuration, Utc};
+use mission_api::{DEVICE_CODE_GRANT, DeviceAuthorization, OAuthError, TokenResponse};
+use serde::Deserialize;
+
+use super::page::{ActivatePage, Outcome};
+use super::{hash_secret, new_user_code, normalise_user_code, password, random_secret};
+use crate::AppState;
+use crate::store::{DeviceCodeRecord, DeviceCodeStatus, RefreshTokenRecord, StoreError};
+
+/// Routes of the built-in provider, mounted at the server root.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/oauth/device/code", post(device_code))
+        .route("/oauth/token", post(token))
+        .route("/oauth/revoke", post(revoke))
+        .route("/.well-known/openid-configuration", get(openid_configuration))
+        .route("/.well-known/jwks.json", get(jwks))
+        .route("/activate", get(activate_form).post(activate_submit))
+}
+
+/// An OAuth error response (RFC 6749 §5.2).
+struct OAuthFailure {
+    status: StatusCode,
+    body: OAuthError,
+}
+
+impl OAuthFailure {
+    fn new(error: &str, description: impl Into<String>) -> Self {
+        let status = if error == "invalid_client" { StatusCode::UNAUTHORIZED } else { StatusCode::BAD_REQUEST };
+        Self { status, body: OAuthError { error: error.into(), error_description: Some(description.into()) } }
+    }
+}
+
+impl IntoResponse for OAuthFailure {
+    fn into_response(self) -> Response {
+        (self.status, [(header::CACHE_CONTROL, "no-store")], axum::Json(self.body)).into_response()
+    }
+}
+
+impl From<StoreError> for OAuthFailure {
+    fn from(e: StoreError) -> Self {
+        tracing::error!(error = %e, "identity provider store failure");
+        Self {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            body: OAuthError { error: "server_error".into(), error_description: None },
+        }
+    }
+}
+
+/// Parses a form body into `T`, answering `invalid_request` naming the problem.
+fn parse_form<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, OAuthFailure> {
+    serde_urlencoded::from_bytes(body).map_err(|e| OAuthFailure::new("invalid_request", format!("bad form body: {e}")))
+}
+
+fn required<'a>(value: &'a Option<String>, name: &str) -> Result<&'a str, OAuthFailure> {
+    value
+        .as_deref()
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| OAuthFailure::new("invalid_request", format!("missing form field {name}")))
+}
+
+#[derive(Deserialize)]
+struct DeviceCodeForm {
+    client_id: Option<String>,
+    audience: Option<String>,
+    scope: Option<String>,
+}
+
+async fn device_code(State(app): State<AppState>, body: Bytes) -> Result<Response, OAuthFailure> {
+    let form: DeviceCodeForm = parse_form(&body)?;
+    let client_id = required(&form.client_id, "client_id")?;
+    if let Some(audience) = form.audience.as_deref().filter(|a| !a.is_empty())
+        && audience != app.config.audience
+    {
+        return Err(OAuthFailure::new(
+            "invalid_request",
+            format!("unknown audience {audience:?}; this server's API audience is {:?}", app.config.audience),
+        ));
+    }
+    let now = Utc::now();
+    let ttl = app.config.device_code_ttl;
+    let device_code = random_secret();
+    let mut record = DeviceCodeRecord {
+        device_code_hash: hash_secret(&device_code),
+        user_code: new_user_code(),
+        client_id: client_id.to_owned(),
+        scope: form.scope.unwrap_or_else(|| "openid".into()),
+        status: DeviceCodeStatus::Pending,
+        user_id: None,
+        interval_secs: app.config.device_poll_interval as i64,
+        last_polled_at: None,
+        expires_at: now + ChronoDuration::from_std(ttl).expect("device code ttl fits"),
+    };
+    // User codes are short; on the rare clash draw again.
+    let mut attempts = 0;
+    loop {
+        match app.store.insert_device_code(&record, now).await {
+            Ok(()) => break,
+            Err(StoreError::Conflict(_)) if attempts < 5 => {
+                attempts += 1;
+                record.user_code = new_user_code();
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let verification_uri = format!("{}/activate", app.public_url);
+    let body = DeviceAuthorization {
+        device_code,
+        verification_uri_complete: Some(format!("{verification_uri}?user_code={}", record.user_code)),
+        user_code: record.user_code,
+        verification_uri,
+        expires_in: Some(ttl.as_secs()),
+        interval: app.config.device_poll_interval,
+    };
+    Ok(([(header::CACHE_CONTROL, "no-store")], axum::Json(body)).into_response())
+}
+
+#[derive(Deserialize)]
+struct TokenForm {
+    grant_type: Option<String>,
+    client_id: Option<String>,
+    device_code: Option<String>,
+    refresh_token: Option<String>,
+}
+
+async fn token(State(app): State<AppState>, body: Bytes) -> Result<Response, OAuthFailure> {
+    let form: TokenForm = parse_form(&body)?;
+    let client_id = required(&form.client_id, "client_id")?;
+    let response = match required(&form.grant_type, "grant_type")? {
+        DEVICE_CODE_GRANT => device_code_grant(&app, client_id, required(&form.device_code, "device_code")?).await?,
+        "refresh_token" => refresh_grant(&app, client_id, required(&form.refresh_token, "refresh_token")?).await?,
+        other => {
+            return Err(OAuthFailure::new(
+                "unsupported_grant_type",
+                format!("grant_type {other:?} is not supported; use {DEVICE_CODE_GRANT} or refresh_token"),
+            ));
+        }
+    };
+    Ok(([(header::CACHE_CONTROL, "no-store")], axum::Json(response)).into_response())
+}
+
+async fn device_code_grant(app: &AppState, client_id: &str, device_code: &str) -> Result<TokenResponse, OAuthFailure> {
+    let now = Utc::now();
+    let hash = hash_secret(device_code);
+    let Some(code) = app.store.poll_device_code(&hash, now).await? else {
+        return Err(OAuthFailure::new("invalid_grant", "unknown device code"));
+    };
+    if code.client_id != client_id {
+        return Err(OAuthFailure::new("invalid_grant", "the device code was issued to another client"));
+    }
+    if code.status == DeviceCodeStatus::Consumed {
+        return Err(OAuthFailure::new("invalid_grant", "the device code was already exchanged for tokens"));
+    }
+    if now >= code.expires_at {
+        return Err(OAuthFailure::new("expired_token", "the device code expired; start the sign-in again"));
+    }
+    match code.status {
+        DeviceCodeStatus::Denied => Err(OAuthFailure::new("access_denied", "the user denied the sign-in request")),
+        DeviceCodeStatus::Pending => {
+            let too_soon =
+                code.last_polled_at.is_some_and(|last| (now - last).num_milliseconds() < code.interval_secs * 1000);
+            if too_soon {
+                app.store.slow_down_device_code(&hash, 5).await?;
+                Err(OAuthFailure::new("slow_down", format!("poll at most every {} seconds", code.interval_secs + 5)))
+            } else {
+                Err(OAuthFailure::new("authorization_pending", "the user has not approved the request yet"))
+            }
+        }
+        DeviceCodeStatus::Approved => {
+            let user_id = code.user_id.ok_or_else(|| StoreError::Corrupt("approved code without a user".into()))?;
+            if !app.store.consume_device_code(&hash).await? {
+                return Err(OAuthFailure::new("invalid_grant", "the device code was already exchanged for tokens"));
+            }
+            let idp = app.idp.as_ref().expect("routes are mounted only with the built-in provider");
+            let (access_token, expires_in) = idp.issue_access_token(user_id, &code.scope, client_id, now);
+            let refresh_token = if code.scope.split(' ').any(|s| s == "offline_access") {
+                let secret = random_secret();
+                let record = RefreshTokenRecord {
+                    user_id,
+                    client_id: client_id.to_owned(),
+                    scope: code.scope.clone(),
+                    expires_at: now + ChronoDuration::from_std(app.config.refresh_token_ttl).expect("ttl fits"),
+                    revoked_at: None,
+                };
+                app.store.insert_refresh_token(&hash_secret(&secret), &record, now).await?;
+                Some(secret)
+            } else {
+                None
+            };
+            Ok(TokenResponse {
+                access_token,
+                refresh_token,
+                expires_in,
+                token_type: "Bearer".into(),
+                scope: Some(code.scope),
+            })
+        }
+        DeviceCodeStatus::Consumed => unreachable!("handled above"),
+    }
+}
+
+async fn refresh_grant(app: &AppState, client_id: &str, refresh_token: &str) -> Result<TokenResponse, OAuthFailure> {
+    let now = Utc::now();
+    let record = app.store.refresh_token(&hash_secret(refresh_token)).await?;
+    let record = match record {
+        Some(r) if r.revoked_at.is_some() => {
+            return Err(OAuthFailure::new("invalid_grant", "the refresh token was revoked; sign in again"));
+        }
+        Some(r) if r.expires_at <= now => {
+            return Err(OAuthFailure::new("invalid_grant", "the refresh token expired; sign in again"));
+        }
+        Some(r) if r.client_id != client_id => {
+            return Err(OAuthFailure::new("invalid_grant", "the refresh token was issued to another client"));
+        }
+        Some(r) => r,
+        None => return Err(OAuthFailure::new("invalid_grant", "unknown refresh token")),
+    };
+    if app.store.user_by_id(record.user_id).await?.is_none() {
+        return Err(OAuthFailure::new("invalid_grant", "the account no longer exists"));
+    }
+    let idp = app.idp.as_ref().expect("routes are mounted only with the built-in provider");
+    let (access_token, expires_in) = idp.issue_access_token(record.user_id, &record.scope, client_id, now);
+    // The refresh token is not rotated, so (like Auth0) the response leaves it out.
+    Ok(TokenResponse {
+        access_token,
+        refresh_token: None,
+        expires_in,
+        token_type: "Bearer".into(),
+        scope: Some(record.scope),
+    })
+}
+
+#[derive(Deserialize)]
+struct RevokeForm {
+    token: Option<String>,
+}
+
+/// RFC 7009: always 200, whether or not the token was known.
+async fn revoke(State(app): State<AppState>, body: Bytes) -> Result<StatusCode, OAuthFailure> {
+    let form: RevokeForm = parse_form(&body)?;
+    let token = required(&form.token, "token")?;
+    app.store.revoke_refresh_token(&hash_secret(token), Utc::now()).await?;
+    Ok(StatusCode::OK)
+}
+
+async fn openid_configuration(State(app): State<AppState>) -> impl IntoResponse {
+    let base = &app.public_url;
+    axum::Json(serde_json::json!({
+        "issuer": base,
+        "device_authorization_endpoint": format!("{base}/oauth/device/code"),
+        "token_endpoint": format!("{base}/oauth/token"),
+        "revocation_endpoint": format!("{base}/oauth/revoke"),
+        "jwks_uri": format!("{base}/.well-known/jwks.json"),
+        "grant_types_supported": [DEVICE_CODE_GRANT, "refresh_token"],
+        "response_types_supported": ["token"],
+        "scopes_supported": ["openid", "profile", "email", "offline_access"],
+        "token_endpoint_auth_methods_supported": ["none"],
+        "id_token_signing_alg_values_supported": ["ES256"],
+        "subject_types_supported": ["public"],
+    }))
+}
+
+async fn jwks(State(app): State<AppState>) -> impl IntoResponse {
+    let idp = app.idp.as_ref().expect("routes are mounted only with the built-in provider");
+    ([(header::CACHE_CONTROL, "public, max-age=300")], axum::Json(idp.jwks()))
+}
+
+#[derive(Deserialize)]
+struct ActivateQuery {
+    user_code: Option<String>,
+}
+
+async fn activate_form(Query(q): Query<ActivateQuery>) -> Response {
+    let code = q.user_code.as_deref().map(normalise_user_code).unwrap_or_default();
+    ActivatePage { user_code: &code, username: "", outcome: Outcome::Form }.into_response()
+}
+
+#[derive(Deserialize)]
+struct ActivateForm {
+    user_code: Option<String>,
+    username: Option<String>,
+    password: Option<String>,
+    action: Option<String>,
+}
+
+async fn activate_submit(State(app): State<AppState>, body: Bytes) -> Response {
+    let form: ActivateForm = match serde_urlencoded::from_bytes(&body) {
+        Ok(f) => f,
+        Err(_) => return ActivatePage::error("", "", "The form could not be read. Please try again."),
+    };
+    let user_code = normalise_user_code(form.user_code.as_deref().unwrap_or(""));
+    let username = form.username.as_deref().unwrap_or("").trim();
+    let now = Utc::now();
+    let code = match app.store.device_code_by_user_code(&user_code).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "activate: store failure");
+            return ActivatePage::error(&user_code, username, "The server could not check the code. Try again.");
+        }
+    };
+    let live = code.is_some_and(|c| c.status == DeviceCodeStatus::Pending && c.expires_at > now);
+    if !live {
+        return ActivatePage::error(
+            &user_code,
+            username,
+            "That code is unknown, expired or already used. Start the sign-in again on your device.",
+        );
+    }
+    match form.action.as_deref() {
+        Some("deny") => match app.store.decide_device_code(&user_code, None, now).await {
+            Ok(true) => ActivatePage { user_code: &user_code, username, outcome: Outcome::Denied }.into_response(),
+            _ => ActivatePage::error(&user_code, username, "The request could not be denied. Try again."),
+        },
+        Some("approve") => {
+            let password = form.password.as_deref().unwrap_or("");
+            let user = match app.store.user_by_username(username).await {
+                Ok(u) => u,
+                Err(e) => {
+                    tracing::error!(error = %e, "activate: store failure");
+                    return ActivatePage::error(&user_code, username, "The server could not check the account.");
+                }
+            };
+            let verified = match user.as_ref().and_then(|u| u.password_hash.as_deref()) {
+                Some(hash) => password::verify(password, hash),
+                None => {
+                    password::burn_verification_time(password);
+                    false
+                }
+            };
+            let Some(user) = user.filter(|_| verified) else {
+                return ActivatePage::error(&user_code, username, "Wrong username or password.");
+            };
+            match app.store.decide_device_code(&user_code, Some(user.user_id), now).await {
+                Ok(true) => {
+                    ActivatePage { user_code: &user_code, username, outcome: Outcome::Approved }.into_response()
+                }
+                _ => ActivatePage::error(&user_code, username, "That code is no longer waiting for approval."),
+            }
+        }
+        _ => ActivatePage::error(&user_code, username, "Choose Approve or Deny."),
+    }
+}

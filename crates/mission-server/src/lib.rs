@@ -1,0 +1,157 @@
+//! The Mission Compute service: HTTP API, built-in identity provider and store.
+//!
+//! Layout:
+//! - [`config`]: what the flags set; [`Server`] turns a config and a bound listener into a running
+//!   service (the binary and the tests share this one entry point);
+//! - `routes`: the HTTP surface, one module per resource, with problem+json errors from [`error`];
+//! - [`auth`]: bearer-token verification (built-in key or an external provider's JWKS);
+//! - [`idp`]: the built-in OAuth 2.0 device-flow provider and its `/activate` page;
+//! - [`store`]: the database; [`catalogue`]: the built-in mission types; [`users`]: accounts.
+
+pub mod auth;
+pub mod catalogue;
+pub mod config;
+pub mod error;
+mod fsutil;
+pub mod idp;
+mod metrics;
+mod routes;
+pub mod store;
+pub mod users;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::serve::ListenerExt;
+use tokio::net::TcpListener;
+
+pub use config::{AuthMode, ServerConfig};
+pub use fsutil::create_private_dir;
+pub use routes::ApiDoc;
+pub use store::Store;
+pub use users::BootstrapAdmin;
+
+use auth::Authenticator;
+use idp::BuiltinIdp;
+use metrics::Metrics;
+
+/// Shared state of the running service.
+#[derive(Debug)]
+pub struct App {
+    /// The database.
+    pub store: Store,
+    /// The configuration it was started with.
+    pub config: ServerConfig,
+    /// Base URL of this server, without a trailing slash.
+    pub public_url: String,
+    /// Base URL of the identity provider clients sign in with.
+    pub auth_url: String,
+    /// The built-in provider, unless an external one is configured.
+    pub idp: Option<BuiltinIdp>,
+    /// Bearer-token verification.
+    pub auth: Authenticator,
+    metrics: Metrics,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+/// Handle to [`App`] that handlers receive.
+pub type AppState = Arc<App>;
+
+/// Why the service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The data dir or key file could not be used.
+    #[error("data dir {path}: {source}")]
+    DataDir {
+        /// The path involved.
+        path: std::path::PathBuf,
+        /// The failure.
+        source: std::io::Error,
+    },
+    /// The database could not be opened.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    /// The first admin account could not be created.
+    #[error(transparent)]
+    Account(#[from] users::AccountError),
+}
+
+/// The service, bound and ready to run.
+pub struct Server {
+    app: AppState,
+    listener: TcpListener,
+    bootstrap: Option<BootstrapAdmin>,
+}
+
+impl Server {
+    /// Opens the store, loads or creates keys and the first admin, and prepares to serve on
+    /// `listener`.
+    pub async fn new(listener: TcpListener, config: ServerConfig) -> Result<Self, StartError> {
+        let local: SocketAddr =
+            listener.local_addr().map_err(|source| StartError::DataDir { path: config.data_dir.clone(), source })?;
+        fsutil::create_private_dir(&config.data_dir)
+            .map_err(|source| StartError::DataDir { path: config.data_dir.clone(), source })?;
+        let store = Store::open(&config.effective_database_url()).await?;
+        let public_url = match &config.public_url {
+            Some(url) => url.as_str().trim_end_matches('/').to_owned(),
+            None => format!("http://{local}"),
+        };
+        let (idp, auth, auth_url, bootstrap) = match &config.auth {
+            AuthMode::Builtin => {
+                let idp = BuiltinIdp::load_or_create(
+                    &config.data_dir,
+                    public_url.clone(),
+                    config.audience.clone(),
+                    config.access_token_ttl,
+                )
+                .map_err(|source| StartError::DataDir { path: config.data_dir.clone(), source })?;
+                let auth = Authenticator::builtin(
+                    idp.kid().to_owned(),
+                    idp.decoding_key().clone(),
+                    idp.issuer().to_owned(),
+                    config.audience.clone(),
+                    store.clone(),
+                );
+                let bootstrap =
+                    if config.bootstrap_admin { users::bootstrap_admin(&store, &config.data_dir).await? } else { None };
+                (Some(idp), auth, public_url.clone(), bootstrap)
+            }
+            AuthMode::External { auth_url } => {
+                let auth = Authenticator::external(auth_url, config.audience.clone(), store.clone());
+                (None, auth, auth_url.as_str().trim_end_matches('/').to_owned(), None)
+            }
+        };
+        let app = Arc::new(App { store, config, public_url, auth_url, idp, auth, metrics: Metrics::default() });
+        Ok(Self { app, listener, bootstrap })
+    }
+
+    /// The URL clients reach this server at.
+    pub fn public_url(&self) -> &str {
+        &self.app.public_url
+    }
+
+    /// The admin account created on this start, if the store was empty.
+    pub fn bootstrap_admin(&self) -> Option<&BootstrapAdmin> {
+        self.bootstrap.as_ref()
+    }
+
+    /// The shared state (tests use it to reach the store).
+    pub fn app(&self) -> AppState {
+        self.app.clone()
+    }
+
+    /// Serves until `shutdown` completes, then finishes in-flight requests.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+        let router = routes::router(self.app.clone());
+        let listener = self.listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+    }
+}

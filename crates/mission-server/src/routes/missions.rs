@@ -1,0 +1,288 @@
+//! The missions API: create, list, read, update, set arguments, delete.
+//!
+//! Ownership: the owner (or an admin) reads and writes a mission; anyone signed in reads a public
+//! mission; a private mission of someone else is a 404, never revealing that it exists.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use chrono::Utc;
+use mission_api::{CreateMission, MAX_ITEMS_PER_PAGE, Mission, MissionPage, UpdateMission, UpdateMissionArgs};
+use uuid::Uuid;
+
+use super::extract::{ApiJson, QueryPairs, parse_id};
+use crate::AppState;
+use crate::auth::Principal;
+use crate::catalogue;
+use crate::error::{ApiError, ApiResult};
+use crate::store::{MissionChanges, MissionFilter};
+
+/// Longest mission name, in characters.
+pub const MAX_NAME_CHARS: usize = 256;
+/// Longest description, in characters.
+pub const MAX_DESCRIPTION_CHARS: usize = 10_000;
+/// Longest storage path, in bytes.
+pub const MAX_STORAGE_PATH_BYTES: usize = 1024;
+/// Most arguments a mission may have.
+pub const MAX_ARGS: usize = 1000;
+/// Longest single argument, in bytes.
+pub const MAX_ARG_BYTES: usize = 4096;
+
+fn check_name(name: &str) -> ApiResult<String> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(ApiError::invalid_field("name", "must not be empty"));
+    }
+    if name.chars().count() > MAX_NAME_CHARS {
+        return Err(ApiError::invalid_field("name", format!("at most {MAX_NAME_CHARS} characters")));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(ApiError::invalid_field("name", "must not contain control characters"));
+    }
+    Ok(name.to_owned())
+}
+
+fn check_description(description: &str) -> ApiResult<()> {
+    if description.chars().count() > MAX_DESCRIPTION_CHARS {
+        return Err(ApiError::invalid_field("description", format!("at most {MAX_DESCRIPTION_CHARS} characters")));
+    }
+    if description.contains('\0') {
+        return Err(ApiError::invalid_field("description", "must not contain NUL"));
+    }
+    Ok(())
+}
+
+fn check_storage_path(field: &str, path: &Option<String>) -> ApiResult<()> {
+    match path {
+        Some(p) if p.len() > MAX_STORAGE_PATH_BYTES => {
+            Err(ApiError::invalid_field(field, format!("at most {MAX_STORAGE_PATH_BYTES} bytes")))
+        }
+        Some(p) if p.chars().any(char::is_control) => {
+            Err(ApiError::invalid_field(field, "must not contain control characters"))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn check_settings(mission_type_id: Option<Uuid>, settings: &BTreeMap<String, String>) -> ApiResult<()> {
+    match mission_type_id {
+        Some(id) => catalogue::find(id)
+            .ok_or_else(|| ApiError::invalid_field("mission_type_id", format!("no mission type {id}")))?
+            .check_settings(settings),
+        None if settings.is_empty() => Ok(()),
+        None => Err(ApiError::invalid_field("settings", "a mission without a mission_type_id takes no settings")),
+    }
+}
+
+fn check_args(args: &[String]) -> ApiResult<()> {
+    if args.len() > MAX_ARGS {
+        return Err(ApiError::invalid_field("args", format!("at most {MAX_ARGS} arguments")));
+    }
+    for (i, arg) in args.iter().enumerate() {
+        if arg.len() > MAX_ARG_BYTES {
+            return Err(ApiError::invalid_field("args", format!("argument {i} is longer than {MAX_ARG_BYTES} bytes")));
+        }
+        if arg.contains('\0') {
+            return Err(ApiError::invalid_field("args", format!("argument {i} contains NUL")));
+        }
+    }
+    Ok(())
+}
+
+/// Loads a mission the caller may read, as a 404 otherwise.
+async fn readable(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Mission> {
+    let id = parse_id("mission_id", raw_id)?;
+    match app.store.mission(id).await? {
+        Some(m) if who.admin || m.public || m.user_id == who.user_id => Ok(m),
+        _ => Err(ApiError::not_found("mission", id)),
+    }
+}
+
+/// Loads a mission the caller may change: 404 if they cannot see it, 403 if they only may read it.
+async fn writable(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Mission> {
+    let mission = readable(app, who, raw_id).await?;
+    if who.admin || mission.user_id == who.user_id {
+        Ok(mission)
+    } else {
+        Err(ApiError::forbidden(format!(
+            "mission {} belongs to another user and is read-only to you",
+            mission.mission_id
+        )))
+    }
+}
+
+/// Creates a mission owned by the caller.
+#[utoipa::path(post, path = "/api/v1/missions", tag = "missions", request_body = CreateMission,
+    responses((status = 201, body = Mission), (status = 400, body = mission_api::Problem)))]
+pub async fn create(
+    State(app): State<AppState>,
+    who: Principal,
+    ApiJson(req): ApiJson<CreateMission>,
+) -> ApiResult<(StatusCode, Json<Mission>)> {
+    let name = check_name(&req.name)?;
+    let description = req.description.unwrap_or_default();
+    check_description(&description)?;
+    check_storage_path("source_path", &req.source_path)?;
+    check_storage_path("destination_path", &req.destination_path)?;
+    let settings = req.settings.unwrap_or_default();
+    check_settings(req.mission_type_id, &settings)?;
+    let now = Utc::now();
+    let mission = Mission {
+        mission_id: Uuid::new_v4(),
+        name,
+        description,
+        mission_type_id: req.mission_type_id,
+        source_storage_id: req.source_storage_id,
+        destination_storage_id: req.destination_storage_id,
+        source_path: req.source_path,
+        destination_path: req.destination_path,
+        settings,
+        public: req.public.unwrap_or(false),
+        archived: false,
+        args: Vec::new(),
+        user_id: who.user_id,
+        created_at: now,
+        updated_at: now,
+    };
+    app.store.insert_mission(&mission).await?;
+    Ok((StatusCode::CREATED, Json(mission)))
+}
+
+/// Lists the missions the caller may read, newest first.
+///
+/// Query: `ids`, `names`, `user_ids`, `mission_type_ids` (each may repeat; a row matches one of
+/// the values), `archived` (`true`/`false`), `page` (from 1, default 1), `items` (1 to 200,
+/// default 25).
+#[utoipa::path(get, path = "/api/v1/missions", tag = "missions",
+    params(
+        ("ids" = Option<Vec<uuid::Uuid>>, Query, description = "mission ids (repeat the key)"),
+        ("names" = Option<Vec<String>>, Query, description = "exact names (repeat the key)"),
+        ("user_ids" = Option<Vec<uuid::Uuid>>, Query, description = "owners (repeat the key)"),
+        ("mission_type_ids" = Option<Vec<uuid::Uuid>>, Query, description = "mission types (repeat the key)"),
+        ("archived" = Option<bool>, Query, description = "archived or not; both when absent"),
+        ("page" = Option<u32>, Query, description = "page number from 1 (default 1)"),
+        ("items" = Option<u32>, Query, description = "missions per page, 1 to 200 (default 25)"),
+    ),
+    responses((status = 200, body = MissionPage), (status = 400, body = mission_api::Problem)))]
+pub async fn list(
+    State(app): State<AppState>,
+    who: Principal,
+    QueryPairs(query): QueryPairs,
+) -> ApiResult<Json<MissionPage>> {
+    let mut filter =
+        MissionFilter { visible_to: (!who.admin).then_some(who.user_id), page: 1, items: 25, ..Default::default() };
+    for (key, value) in &query {
+        match key.as_str() {
+            "ids" | "mission_ids" => filter.mission_ids.push(parse_id(key, value)?),
+            "names" => filter.names.push(value.clone()),
+            "user_ids" => filter.user_ids.push(parse_id(key, value)?),
+            "mission_type_ids" => filter.mission_type_ids.push(parse_id(key, value)?),
+            "archived" => {
+                filter.archived = Some(value.parse().map_err(|_| {
+                    ApiError::invalid_field("archived", format!("expected true or false, got {value:?}"))
+                })?)
+            }
+            "page" => {
+                filter.page = value.parse().ok().filter(|p| (1..=1_000_000).contains(p)).ok_or_else(|| {
+                    ApiError::invalid_field("page", format!("expected an integer from 1, got {value:?}"))
+                })?
+            }
+            "items" => {
+                filter.items = value.parse().ok().filter(|n| (1..=MAX_ITEMS_PER_PAGE).contains(n)).ok_or_else(|| {
+                    ApiError::invalid_field(
+                        "items",
+                        format!("expected an integer from 1 to {MAX_ITEMS_PER_PAGE}, got {value:?}"),
+                    )
+                })?
+            }
+            other => {
+                return Err(ApiError::invalid(format!(
+                    "unknown query parameter {other:?}; filters are ids, names, user_ids, mission_type_ids, archived, page, items"
+                )));
+            }
+        }
+    }
+    const MAX_FILTER_VALUES: usize = 500;
+    let values = filter.mission_ids.len() + filter.names.len() + filter.user_ids.len() + filter.mission_type_ids.len();
+    if values > MAX_FILTER_VALUES {
+        return Err(ApiError::invalid(format!("at most {MAX_FILTER_VALUES} filter values per request")));
+    }
+    let (missions, has_more) = app.store.list_missions(&filter).await?;
+    Ok(Json(MissionPage { missions, page: filter.page, items: filter.items, has_more }))
+}
+
+/// One mission.
+#[utoipa::path(get, path = "/api/v1/missions/{id}", tag = "missions",
+    params(("id" = uuid::Uuid, Path, description = "mission id")),
+    responses((status = 200, body = Mission), (status = 404, body = mission_api::Problem)))]
+pub async fn get(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Json<Mission>> {
+    Ok(Json(readable(&app, who, &id).await?))
+}
+
+/// Changes the fields given; the rest stay as they are.
+#[utoipa::path(patch, path = "/api/v1/missions/{id}", tag = "missions", request_body = UpdateMission,
+    params(("id" = uuid::Uuid, Path, description = "mission id")),
+    responses((status = 200, body = Mission), (status = 400, body = mission_api::Problem),
+        (status = 403, body = mission_api::Problem), (status = 404, body = mission_api::Problem)))]
+pub async fn update(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<UpdateMission>,
+) -> ApiResult<Json<Mission>> {
+    let mission = writable(&app, who, &id).await?;
+    let name = req.name.as_deref().map(check_name).transpose()?;
+    if let Some(d) = &req.description {
+        check_description(d)?;
+    }
+    check_storage_path("source_path", &req.source_path)?;
+    check_storage_path("destination_path", &req.destination_path)?;
+    if let Some(settings) = &req.settings {
+        check_settings(mission.mission_type_id, settings)?;
+    }
+    let changes = MissionChanges {
+        name,
+        description: req.description,
+        source_storage_id: req.source_storage_id,
+        destination_storage_id: req.destination_storage_id,
+        source_path: req.source_path,
+        destination_path: req.destination_path,
+        settings: req.settings,
+        archived: req.archived,
+        args: None,
+    };
+    let updated = app.store.update_mission(mission.mission_id, &changes, Utc::now()).await?;
+    updated.map(Json).ok_or_else(|| ApiError::not_found("mission", mission.mission_id))
+}
+
+/// Replaces the mission's arguments.
+#[utoipa::path(put, path = "/api/v1/missions/{id}/args", tag = "missions", request_body = UpdateMissionArgs,
+    params(("id" = uuid::Uuid, Path, description = "mission id")),
+    responses((status = 200, body = Mission), (status = 400, body = mission_api::Problem), (status = 404, body = mission_api::Problem)))]
+pub async fn set_args(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<UpdateMissionArgs>,
+) -> ApiResult<Json<Mission>> {
+    let mission = writable(&app, who, &id).await?;
+    check_args(&req.args)?;
+    let changes = MissionChanges { args: Some(req.args), ..Default::default() };
+    let updated = app.store.update_mission(mission.mission_id, &changes, Utc::now()).await?;
+    updated.map(Json).ok_or_else(|| ApiError::not_found("mission", mission.mission_id))
+}
+
+/// Deletes the mission.
+#[utoipa::path(delete, path = "/api/v1/missions/{id}", tag = "missions",
+    params(("id" = uuid::Uuid, Path, description = "mission id")),
+    responses((status = 204), (status = 403, body = mission_api::Problem), (status = 404, body = mission_api::Problem)))]
+pub async fn delete(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    let mission = writable(&app, who, &id).await?;
+    if app.store.delete_mission(mission.mission_id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found("mission", mission.mission_id))
+    }
+}

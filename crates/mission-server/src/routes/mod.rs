@@ -1,0 +1,81 @@
+//! The HTTP surface: the versioned API under `/api/v1`, service endpoints, and the built-in
+//! identity provider at the root when it is enabled.
+
+mod extract;
+mod meta;
+mod mission_types;
+mod missions;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::response::IntoResponse;
+use axum::routing::{get, put};
+use utoipa::OpenApi;
+
+use crate::AppState;
+use crate::error::ApiError;
+
+pub use extract::MAX_JSON_BODY_BYTES;
+
+/// The OpenAPI document, generated from the handlers' annotations.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Mission Compute Service API", description = "Missions, mission types and sign-in configuration."),
+    paths(
+        missions::create, missions::list, missions::get, missions::update, missions::set_args, missions::delete,
+        mission_types::list, mission_types::get, mission_types::settings,
+        meta::auth_config, meta::me,
+    ),
+    components(schemas(mission_api::Problem)),
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).bearer_format("JWT").build()),
+        );
+    }
+}
+
+/// The whole application router.
+pub fn router(app: AppState) -> Router {
+    let api = Router::new()
+        .route("/missions", get(missions::list).post(missions::create))
+        .route("/missions/{id}", get(missions::get).patch(missions::update).delete(missions::delete))
+        .route("/missions/{id}/args", put(missions::set_args))
+        .route("/mission-types", get(mission_types::list))
+        .route("/mission-types/{id}", get(mission_types::get))
+        .route("/mission-types/{id}/settings", get(mission_types::settings))
+        .route("/auth-config", get(meta::auth_config))
+        .route("/me", get(meta::me))
+        .route("/openapi.json", get(meta::openapi));
+    let mut root = Router::new()
+        .nest(mission_api::API_PREFIX, api)
+        .route("/healthz", get(meta::healthz))
+        .route("/readyz", get(meta::readyz))
+        .route("/metrics", get(meta::metrics));
+    if app.idp.is_some() {
+        root = root.merge(crate::idp::routes::router());
+    }
+    root.fallback(no_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), crate::metrics::track))
+        .with_state(app)
+}
+
+async fn no_route(request: Request) -> impl IntoResponse {
+    ApiError::no_route(request.uri().path())
+}
+
+async fn method_not_allowed(request: Request) -> impl IntoResponse {
+    ApiError::method_not_allowed(request.method().as_str(), request.uri().path())
+}

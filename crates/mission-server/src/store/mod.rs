@@ -1,0 +1,186 @@
+//! Persistent state: users, the identity provider's device codes and refresh tokens, missions.
+//!
+//! [`Store`] is the one way the rest of the server touches the database. It speaks SQLite today
+//! (the embedded default, [`sqlite`]); its methods are the seam a PostgreSQL backend will implement
+//! with the same conformance tests. Queries are checked at run time (`sqlx::query`), never by the
+//! compile-time macros, so one crate can hold both SQL dialects without a live database at build.
+
+mod sqlite;
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, TimeZone, Utc};
+use uuid::Uuid;
+
+pub use sqlite::Store;
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A uniqueness rule was broken, e.g. a username already taken.
+    #[error("{0}")]
+    Conflict(String),
+    /// The database could not be reached or refused the query.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// The database could not be brought to the current schema.
+    #[error("database migration failed: {0}")]
+    Migration(#[from] sqlx::migrate::MigrateError),
+    /// A row held a value this version cannot read.
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+    /// The `--database-url` names an engine this build does not support.
+    #[error("unsupported database URL {0:?}: use sqlite://PATH")]
+    UnsupportedUrl(String),
+}
+
+/// A user account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserRecord {
+    /// Primary key; the `sub` of tokens the built-in provider signs.
+    pub user_id: Uuid,
+    /// Login name (built-in) or the external `sub`.
+    pub username: String,
+    /// PBKDF2 hash of the password, for built-in accounts.
+    pub password_hash: Option<String>,
+    /// `sub` at the external identity provider.
+    pub external_sub: Option<String>,
+    /// Whether the user is an administrator.
+    pub admin: bool,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<UserRecord> for mission_api::User {
+    fn from(u: UserRecord) -> Self {
+        mission_api::User { user_id: u.user_id, username: u.username, admin: u.admin, created_at: u.created_at }
+    }
+}
+
+/// State of a device authorization (RFC 8628).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceCodeStatus {
+    /// Waiting for the user.
+    Pending,
+    /// The user approved; tokens not yet issued.
+    Approved,
+    /// The user said no.
+    Denied,
+    /// Tokens were issued; the code cannot be used again.
+    Consumed,
+}
+
+impl DeviceCodeStatus {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Approved => "approved",
+            Self::Denied => "denied",
+            Self::Consumed => "consumed",
+        }
+    }
+
+    fn parse(s: &str) -> Result<Self, StoreError> {
+        Ok(match s {
+            "pending" => Self::Pending,
+            "approved" => Self::Approved,
+            "denied" => Self::Denied,
+            "consumed" => Self::Consumed,
+            other => return Err(StoreError::Corrupt(format!("device code status {other:?}"))),
+        })
+    }
+}
+
+/// A device authorization, keyed by the hash of its device code.
+#[derive(Debug, Clone)]
+pub struct DeviceCodeRecord {
+    /// sha256 of the device code.
+    pub device_code_hash: String,
+    /// Code shown to the user, `XXXX-XXXX`.
+    pub user_code: String,
+    /// Client the code was issued to.
+    pub client_id: String,
+    /// Scope asked for.
+    pub scope: String,
+    /// Where the authorization stands.
+    pub status: DeviceCodeStatus,
+    /// The approving user.
+    pub user_id: Option<Uuid>,
+    /// Current minimum seconds between polls (grows by 5 on each `slow_down`).
+    pub interval_secs: i64,
+    /// Time of the previous poll.
+    pub last_polled_at: Option<DateTime<Utc>>,
+    /// After this the code is `expired_token`.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// A refresh token's row (the token itself is never stored).
+#[derive(Debug, Clone)]
+pub struct RefreshTokenRecord {
+    /// Owner.
+    pub user_id: Uuid,
+    /// Client the token was issued to.
+    pub client_id: String,
+    /// Scope granted.
+    pub scope: String,
+    /// Expiry.
+    pub expires_at: DateTime<Utc>,
+    /// Set when revoked.
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// Filters of a mission listing; each given list narrows the result to rows matching one of its
+/// values. `visible_to` restricts to the missions a user may read (own or public); `None` is an
+/// admin's view.
+#[derive(Debug, Clone, Default)]
+pub struct MissionFilter {
+    /// Only missions this user may read.
+    pub visible_to: Option<Uuid>,
+    /// Mission ids.
+    pub mission_ids: Vec<Uuid>,
+    /// Exact names.
+    pub names: Vec<String>,
+    /// Owners.
+    pub user_ids: Vec<Uuid>,
+    /// Mission types.
+    pub mission_type_ids: Vec<Uuid>,
+    /// Archived or not; both when absent.
+    pub archived: Option<bool>,
+    /// Page number from 1.
+    pub page: u32,
+    /// Page size.
+    pub items: u32,
+}
+
+/// Field changes of a mission update; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default)]
+pub struct MissionChanges {
+    /// New name.
+    pub name: Option<String>,
+    /// New description.
+    pub description: Option<String>,
+    /// New source cargo bay.
+    pub source_storage_id: Option<Uuid>,
+    /// New destination cargo bay.
+    pub destination_storage_id: Option<Uuid>,
+    /// New source path.
+    pub source_path: Option<String>,
+    /// New destination path.
+    pub destination_path: Option<String>,
+    /// New settings (whole map).
+    pub settings: Option<BTreeMap<String, String>>,
+    /// New archived flag.
+    pub archived: Option<bool>,
+    /// New arguments.
+    pub args: Option<Vec<String>>,
+}
+
+/// Microseconds since the epoch, the store's representation of time.
+pub(crate) fn to_micros(t: DateTime<Utc>) -> i64 {
+    t.timestamp_micros()
+}
+
+/// Inverse of [`to_micros`].
+pub(crate) fn from_micros(us: i64) -> Result<DateTime<Utc>, StoreError> {
+    Utc.timestamp_micros(us).single().ok_or_else(|| StoreError::Corrupt(format!("timestamp {us}")))
+}

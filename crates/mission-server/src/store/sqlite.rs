@@ -1,0 +1,486 @@
+//! The SQLite backend of [`Store`]: one file under the data dir, WAL mode, a small pool.
+
+use std::borrow::Cow;
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use mission_api::Mission;
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
+use uuid::Uuid;
+
+use super::{
+    DeviceCodeRecord, DeviceCodeStatus, MissionChanges, MissionFilter, RefreshTokenRecord, StoreError, UserRecord,
+    from_micros, to_micros,
+};
+
+/// Migrations, embedded so the binary carries its schema.
+const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "init", include_str!("../../migrations/sqlite/0001_init.sql"))];
+
+/// Columns of `missions` in the order [`mission_from_row`] reads them.
+const MISSION_COLUMNS: &str = "mission_id, user_id, name, description, mission_type_id, \
+    source_storage_id, destination_storage_id, source_path, destination_path, settings, args, \
+    public, archived, created_at, updated_at";
+
+/// Handle to the database; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: SqlitePool,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `url` (`sqlite://PATH`) and migrates it.
+    pub async fn open(url: &str) -> Result<Self, StoreError> {
+        if !url.starts_with("sqlite:") {
+            return Err(StoreError::UnsupportedUrl(url.to_owned()));
+        }
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(10));
+        let pool = SqlitePoolOptions::new().max_connections(4).min_connections(1).connect_with(options).await?;
+        let migrator = Migrator {
+            migrations: Cow::Owned(
+                MIGRATIONS
+                    .iter()
+                    .map(|(version, name, sql)| {
+                        Migration::new(*version, Cow::Borrowed(name), MigrationType::Simple, Cow::Borrowed(sql), false)
+                    })
+                    .collect(),
+            ),
+            ..Migrator::DEFAULT
+        };
+        migrator.run(&pool).await?;
+        Ok(Self { pool })
+    }
+
+    /// Checks the database answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    // ---- users ----
+
+    /// Creates a user; a taken username or external `sub` is a [`StoreError::Conflict`].
+    pub async fn insert_user(&self, user: &UserRecord) -> Result<(), StoreError> {
+        let result = sqlx::query(
+            "INSERT INTO users (user_id, username, password_hash, external_sub, admin, created_at) \
+             VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(user.user_id.to_string())
+        .bind(&user.username)
+        .bind(&user.password_hash)
+        .bind(&user.external_sub)
+        .bind(user.admin)
+        .bind(to_micros(user.created_at))
+        .execute(&self.pool)
+        .await;
+        match result {
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                Err(StoreError::Conflict(format!("a user named {:?} already exists", user.username)))
+            }
+            other => other.map(drop).map_err(Into::into),
+        }
+    }
+
+    /// Replaces a user's password hash and admin flag.
+    pub async fn update_user_credentials(
+        &self,
+        user_id: Uuid,
+        password_hash: &str,
+        admin: bool,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE users SET password_hash = ?, admin = ? WHERE user_id = ?")
+            .bind(password_hash)
+            .bind(admin)
+            .bind(user_id.to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Number of users.
+    pub async fn count_users(&self) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM users").fetch_one(&self.pool).await?)
+    }
+
+    /// The user with this id.
+    pub async fn user_by_id(&self, user_id: Uuid) -> Result<Option<UserRecord>, StoreError> {
+        self.user_where("user_id", &user_id.to_string()).await
+    }
+
+    /// The built-in user with this login name.
+    pub async fn user_by_username(&self, username: &str) -> Result<Option<UserRecord>, StoreError> {
+        self.user_where("username", username).await
+    }
+
+    /// The user an external provider knows by `sub`.
+    pub async fn user_by_external_sub(&self, sub: &str) -> Result<Option<UserRecord>, StoreError> {
+        self.user_where("external_sub", sub).await
+    }
+
+    async fn user_where(&self, column: &str, value: &str) -> Result<Option<UserRecord>, StoreError> {
+        let sql = format!(
+            "SELECT user_id, username, password_hash, external_sub, admin, created_at FROM users WHERE {column} = ?"
+        );
+        let row = sqlx::query(&sql).bind(value).fetch_optional(&self.pool).await?;
+        row.map(|r| {
+            Ok(UserRecord {
+                user_id: parse_uuid(&r.try_get::<String, _>(0)?)?,
+                username: r.try_get(1)?,
+                password_hash: r.try_get(2)?,
+                external_sub: r.try_get(3)?,
+                admin: r.try_get(4)?,
+                created_at: from_micros(r.try_get(5)?)?,
+            })
+        })
+        .transpose()
+    }
+
+    // ---- device codes ----
+
+    /// Stores a new device authorization, dropping expired ones on the way. A clash of user codes
+    /// is a [`StoreError::Conflict`] (the caller draws another).
+    pub async fn insert_device_code(&self, code: &DeviceCodeRecord, now: DateTime<Utc>) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM device_codes WHERE expires_at < ?")
+            .bind(to_micros(now) - 3_600_000_000)
+            .execute(&self.pool)
+            .await?;
+        let result = sqlx::query(
+            "INSERT INTO device_codes (device_code_hash, user_code, client_id, scope, status, user_id, \
+             interval_secs, last_polled_at, expires_at, created_at) VALUES (?, ?, ?, ?, ?, NULL, ?, NULL, ?, ?)",
+        )
+        .bind(&code.device_code_hash)
+        .bind(&code.user_code)
+        .bind(&code.client_id)
+        .bind(&code.scope)
+        .bind(code.status.as_str())
+        .bind(code.interval_secs)
+        .bind(to_micros(code.expires_at))
+        .bind(to_micros(now))
+        .execute(&self.pool)
+        .await;
+        match result {
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                Err(StoreError::Conflict("user code already in use".into()))
+            }
+            other => other.map(drop).map_err(Into::into),
+        }
+    }
+
+    /// The device authorization with this user code.
+    pub async fn device_code_by_user_code(&self, user_code: &str) -> Result<Option<DeviceCodeRecord>, StoreError> {
+        self.device_code_where("user_code", user_code).await
+    }
+
+    /// Records a poll of the device code with this hash and returns the record as it was before
+    /// the poll (so the caller can compare `last_polled_at` with the interval).
+    pub async fn poll_device_code(
+        &self,
+        device_code_hash: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DeviceCodeRecord>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let record = fetch_device_code(&mut *tx, "device_code_hash", device_code_hash).await?;
+        if record.is_some() {
+            sqlx::query("UPDATE device_codes SET last_polled_at = ? WHERE device_code_hash = ?")
+                .bind(to_micros(now))
+                .bind(device_code_hash)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(record)
+    }
+
+    /// Adds `by` seconds to a device code's polling interval (after a `slow_down`).
+    pub async fn slow_down_device_code(&self, device_code_hash: &str, by: i64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE device_codes SET interval_secs = interval_secs + ? WHERE device_code_hash = ?")
+            .bind(by)
+            .bind(device_code_hash)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Approves (`Some(user)`) or denies (`None`) a pending, unexpired device code. Returns whether
+    /// a pending code was found and changed.
+    pub async fn decide_device_code(
+        &self,
+        user_code: &str,
+        user_id: Option<Uuid>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let status = if user_id.is_some() { DeviceCodeStatus::Approved } else { DeviceCodeStatus::Denied };
+        let done = sqlx::query(
+            "UPDATE device_codes SET status = ?, user_id = ? \
+             WHERE user_code = ? AND status = 'pending' AND expires_at > ?",
+        )
+        .bind(status.as_str())
+        .bind(user_id.map(|u| u.to_string()))
+        .bind(user_code)
+        .bind(to_micros(now))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Marks an approved device code consumed; true when this call did it (exactly one poller
+    /// gets tokens for a code).
+    pub async fn consume_device_code(&self, device_code_hash: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE device_codes SET status = 'consumed' WHERE device_code_hash = ? AND status = 'approved'",
+        )
+        .bind(device_code_hash)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn device_code_where(&self, column: &str, value: &str) -> Result<Option<DeviceCodeRecord>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        fetch_device_code(&mut *conn, column, value).await
+    }
+
+    // ---- refresh tokens ----
+
+    /// Stores a refresh token by its hash.
+    pub async fn insert_refresh_token(
+        &self,
+        token_hash: &str,
+        record: &RefreshTokenRecord,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO refresh_tokens (token_hash, user_id, client_id, scope, created_at, expires_at, revoked_at) \
+             VALUES (?, ?, ?, ?, ?, ?, NULL)",
+        )
+        .bind(token_hash)
+        .bind(record.user_id.to_string())
+        .bind(&record.client_id)
+        .bind(&record.scope)
+        .bind(to_micros(now))
+        .bind(to_micros(record.expires_at))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The refresh token with this hash, revoked or not.
+    pub async fn refresh_token(&self, token_hash: &str) -> Result<Option<RefreshTokenRecord>, StoreError> {
+        let row = sqlx::query(
+            "SELECT user_id, client_id, scope, expires_at, revoked_at FROM refresh_tokens WHERE token_hash = ?",
+        )
+        .bind(token_hash)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            Ok(RefreshTokenRecord {
+                user_id: parse_uuid(&r.try_get::<String, _>(0)?)?,
+                client_id: r.try_get(1)?,
+                scope: r.try_get(2)?,
+                expires_at: from_micros(r.try_get(3)?)?,
+                revoked_at: r.try_get::<Option<i64>, _>(4)?.map(from_micros).transpose()?,
+            })
+        })
+        .transpose()
+    }
+
+    /// Revokes a refresh token; true when it existed and was live.
+    pub async fn revoke_refresh_token(&self, token_hash: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        let done = sqlx::query("UPDATE refresh_tokens SET revoked_at = ? WHERE token_hash = ? AND revoked_at IS NULL")
+            .bind(to_micros(now))
+            .bind(token_hash)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    // ---- missions ----
+
+    /// Stores a new mission.
+    pub async fn insert_mission(&self, mission: &Mission) -> Result<(), StoreError> {
+        self.insert_missions(std::slice::from_ref(mission)).await
+    }
+
+    /// The mission with this id, whoever owns it.
+    pub async fn mission(&self, mission_id: Uuid) -> Result<Option<Mission>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {MISSION_COLUMNS} FROM missions WHERE mission_id = ?"))
+            .bind(mission_id.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(mission_from_row).transpose()
+    }
+
+    /// One page of missions matching `filter`, newest first, plus whether more follow.
+    pub async fn list_missions(&self, filter: &MissionFilter) -> Result<(Vec<Mission>, bool), StoreError> {
+        let mut q: QueryBuilder<Sqlite> =
+            QueryBuilder::new(format!("SELECT {MISSION_COLUMNS} FROM missions WHERE 1 = 1"));
+        if let Some(viewer) = filter.visible_to {
+            q.push(" AND (user_id = ").push_bind(viewer.to_string()).push(" OR public = 1)");
+        }
+        push_in(&mut q, "mission_id", filter.mission_ids.iter().map(Uuid::to_string));
+        push_in(&mut q, "name", filter.names.iter().cloned());
+        push_in(&mut q, "user_id", filter.user_ids.iter().map(Uuid::to_string));
+        push_in(&mut q, "mission_type_id", filter.mission_type_ids.iter().map(Uuid::to_string));
+        if let Some(archived) = filter.archived {
+            q.push(" AND archived = ").push_bind(archived);
+        }
+        let items = i64::from(filter.items);
+        q.push(" ORDER BY created_at DESC, mission_id DESC LIMIT ")
+            .push_bind(items + 1)
+            .push(" OFFSET ")
+            .push_bind((i64::from(filter.page) - 1) * items);
+        let rows = q.build().fetch_all(&self.pool).await?;
+        let has_more = rows.len() as i64 > items;
+        let missions = rows.iter().take(filter.items as usize).map(mission_from_row).collect::<Result<_, _>>()?;
+        Ok((missions, has_more))
+    }
+
+    /// Applies `changes` to a mission and returns it as it now is (`None` when it is gone).
+    pub async fn update_mission(
+        &self,
+        mission_id: Uuid,
+        changes: &MissionChanges,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Mission>, StoreError> {
+        let mut q: QueryBuilder<Sqlite> = QueryBuilder::new("UPDATE missions SET updated_at = ");
+        q.push_bind(to_micros(now));
+        let mut set = |column: &str, value: Option<String>| {
+            if let Some(v) = value {
+                q.push(format!(", {column} = ")).push_bind(v);
+            }
+        };
+        set("name", changes.name.clone());
+        set("description", changes.description.clone());
+        set("source_storage_id", changes.source_storage_id.map(|u| u.to_string()));
+        set("destination_storage_id", changes.destination_storage_id.map(|u| u.to_string()));
+        set("source_path", changes.source_path.clone());
+        set("destination_path", changes.destination_path.clone());
+        set("settings", changes.settings.as_ref().map(to_json));
+        set("args", changes.args.as_ref().map(to_json));
+        if let Some(archived) = changes.archived {
+            q.push(", archived = ").push_bind(archived);
+        }
+        q.push(" WHERE mission_id = ").push_bind(mission_id.to_string());
+        q.push(format!(" RETURNING {MISSION_COLUMNS}"));
+        let row = q.build().fetch_optional(&self.pool).await?;
+        row.as_ref().map(mission_from_row).transpose()
+    }
+
+    /// Deletes a mission; true when it existed.
+    pub async fn delete_mission(&self, mission_id: Uuid) -> Result<bool, StoreError> {
+        let done = sqlx::query("DELETE FROM missions WHERE mission_id = ?")
+            .bind(mission_id.to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Inserts many missions in one transaction (benchmarks and imports).
+    pub async fn insert_missions(&self, missions: &[Mission]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        for m in missions {
+            sqlx::query(&format!(
+                "INSERT INTO missions ({MISSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ))
+            .bind(m.mission_id.to_string())
+            .bind(m.user_id.to_string())
+            .bind(&m.name)
+            .bind(&m.description)
+            .bind(m.mission_type_id.map(|u| u.to_string()))
+            .bind(m.source_storage_id.map(|u| u.to_string()))
+            .bind(m.destination_storage_id.map(|u| u.to_string()))
+            .bind(&m.source_path)
+            .bind(&m.destination_path)
+            .bind(to_json(&m.settings))
+            .bind(to_json(&m.args))
+            .bind(m.public)
+            .bind(m.archived)
+            .bind(to_micros(m.created_at))
+            .bind(to_micros(m.updated_at))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+async fn fetch_device_code(
+    conn: &mut sqlx::SqliteConnection,
+    column: &str,
+    value: &str,
+) -> Result<Option<DeviceCodeRecord>, StoreError> {
+    let sql = format!(
+        "SELECT device_code_hash, user_code, client_id, scope, status, user_id, interval_secs, \
+         last_polled_at, expires_at FROM device_codes WHERE {column} = ?"
+    );
+    let row = sqlx::query(&sql).bind(value).fetch_optional(conn).await?;
+    row.map(|r| {
+        Ok(DeviceCodeRecord {
+            device_code_hash: r.try_get(0)?,
+            user_code: r.try_get(1)?,
+            client_id: r.try_get(2)?,
+            scope: r.try_get(3)?,
+            status: DeviceCodeStatus::parse(&r.try_get::<String, _>(4)?)?,
+            user_id: r.try_get::<Option<String>, _>(5)?.as_deref().map(parse_uuid).transpose()?,
+            interval_secs: r.try_get(6)?,
+            last_polled_at: r.try_get::<Option<i64>, _>(7)?.map(from_micros).transpose()?,
+            expires_at: from_micros(r.try_get(8)?)?,
+        })
+    })
+    .transpose()
+}
+
+fn push_in(q: &mut QueryBuilder<Sqlite>, column: &str, values: impl ExactSizeIterator<Item = String>) {
+    if values.len() == 0 {
+        return;
+    }
+    q.push(format!(" AND {column} IN ("));
+    let mut list = q.separated(", ");
+    for v in values {
+        list.push_bind(v);
+    }
+    list.push_unseparated(")");
+}
+
+fn mission_from_row(r: &SqliteRow) -> Result<Mission, StoreError> {
+    let opt_uuid = |i: usize| -> Result<Option<Uuid>, StoreError> {
+        r.try_get::<Option<String>, _>(i)?.as_deref().map(parse_uuid).transpose()
+    };
+    Ok(Mission {
+        mission_id: parse_uuid(&r.try_get::<String, _>(0)?)?,
+        user_id: parse_uuid(&r.try_get::<String, _>(1)?)?,
+        name: r.try_get(2)?,
+        description: r.try_get(3)?,
+        mission_type_id: opt_uuid(4)?,
+        source_storage_id: opt_uuid(5)?,
+        destination_storage_id: opt_uuid(6)?,
+        source_path: r.try_get(7)?,
+        destination_path: r.try_get(8)?,
+        settings: from_json(&r.try_get::<String, _>(9)?)?,
+        args: from_json(&r.try_get::<String, _>(10)?)?,
+        public: r.try_get(11)?,
+        archived: r.try_get(12)?,
+        created_at: from_micros(r.try_get(13)?)?,
+        updated_at: from_micros(r.try_get(14)?)?,
+    })
+}
+
+fn parse_uuid(s: &str) -> Result<Uuid, StoreError> {
+    Uuid::parse_str(s).map_err(|_| StoreError::Corrupt(format!("uuid {s:?}")))
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).expect("maps and lists of strings always serialise")
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, StoreError> {
+    serde_json::from_str(s).map_err(|e| StoreError::Corrupt(format!("json column: {e}")))
+}

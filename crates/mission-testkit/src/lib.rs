@@ -1,0 +1,109 @@
+//! Test helpers (unpublished): [`TestServer`] runs the real server on 127.0.0.1 with a free port
+//! and a temporary data dir, and signs users in through the real device flow.
+
+use std::sync::Arc;
+
+use mission_client::auth::{DeviceAuth, Prompt};
+use mission_client::{Client, DeviceAuthorization};
+use mission_server::{AppState, Server, ServerConfig};
+use tempfile::TempDir;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+/// Password every test account gets.
+pub const PASSWORD: &str = "correct horse battery";
+
+/// A running server for one test; stops when dropped.
+pub struct TestServer {
+    /// Base URL, `http://127.0.0.1:PORT`.
+    pub url: String,
+    /// The server's state (store, config).
+    pub app: AppState,
+    /// A client signed in as `alice`, an ordinary user (built-in identity provider only).
+    pub client: Client,
+    /// The data dir; removed on drop.
+    pub data_dir: TempDir,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl TestServer {
+    /// Starts a server on the embedded defaults (no bootstrap admin, device-code interval 0 so
+    /// sign-ins do not wait) and signs in `alice`.
+    pub async fn spawn() -> Self {
+        Self::spawn_with(|_| {}).await
+    }
+
+    /// Like [`TestServer::spawn`], with `adjust` applied to the configuration first.
+    pub async fn spawn_with(adjust: impl FnOnce(&mut ServerConfig)) -> Self {
+        let data_dir = tempfile::tempdir().expect("temp dir");
+        let mut config = ServerConfig::new(data_dir.path().join("data"));
+        config.bootstrap_admin = false;
+        config.device_poll_interval = 0;
+        adjust(&mut config);
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let server = Server::new(listener, config).await.expect("server starts");
+        let url = server.public_url().to_owned();
+        let app = server.app();
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(server.run(async {
+            let _ = stopped.await;
+        }));
+        // With an external identity provider there is no one to sign in here: the client then
+        // carries no token until the test gives it one.
+        let client = Client::with_access_token(&url, "").expect("client");
+        let mut this = Self { url, app, client, data_dir, stop: Some(stop) };
+        if this.app.idp.is_some() {
+            this.add_user("alice", false).await;
+            this.client = this.sign_in("alice").await;
+        }
+        this
+    }
+
+    /// Creates a built-in account with [`PASSWORD`].
+    pub async fn add_user(&self, username: &str, admin: bool) {
+        mission_server::users::add_user(&self.app.store, username, Some(PASSWORD), admin).await.expect("add user");
+    }
+
+    /// The device-flow client of this server, storing nothing and approving nothing by itself.
+    pub fn device_auth(&self) -> DeviceAuth {
+        DeviceAuth::new(&self.url, &self.app.config.audience).token_file("").prompt(Prompt::Print)
+    }
+
+    /// Approves `user_code` as `username` through `POST /activate`; returns the page's status.
+    pub async fn activate(&self, user_code: &str, username: &str, password: &str, action: &str) -> (u16, String) {
+        let form = [("user_code", user_code), ("username", username), ("password", password), ("action", action)];
+        let response = reqwest::Client::new()
+            .post(format!("{}/activate", self.url))
+            .form(&form)
+            .send()
+            .await
+            .expect("POST /activate");
+        let status = response.status().as_u16();
+        (status, response.text().await.unwrap_or_default())
+    }
+
+    /// Signs `username` in through the device flow, approving via `/activate`.
+    pub async fn sign_in(&self, username: &str) -> Client {
+        let auth = self.device_auth();
+        let pending = auth.start().await.expect("device code");
+        let (status, page) = self.activate(&pending.authorization().user_code, username, PASSWORD, "approve").await;
+        assert_eq!(status, 200, "approval failed: {page}");
+        let tokens = auth.finish(pending).await.expect("tokens");
+        Client::with_tokens(&self.url, tokens, auth).expect("client")
+    }
+
+    /// A prompt that records the authorization it is shown.
+    pub fn recording_prompt() -> (Prompt, Arc<std::sync::Mutex<Option<DeviceAuthorization>>>) {
+        let seen = Arc::new(std::sync::Mutex::new(None));
+        let sink = seen.clone();
+        (Prompt::Callback(Arc::new(move |a: &DeviceAuthorization| *sink.lock().unwrap() = Some(a.clone()))), seen)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}

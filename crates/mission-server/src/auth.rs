@@ -35,8 +35,6 @@ pub struct Principal {
 const CACHE_CAPACITY: usize = 10_000;
 /// Tolerated clock skew on `exp`.
 const LEEWAY_SECS: u64 = 30;
-/// An unknown `kid` refetches the JWKS at most this often.
-const JWKS_REFETCH_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Where token signing keys come from.
 enum KeySource {
@@ -75,9 +73,9 @@ impl Authenticator {
     }
 
     /// Verifies tokens of the external provider at `auth_url`.
-    pub fn external(auth_url: &url::Url, audience: String, store: Store) -> Self {
+    pub fn external(auth_url: &url::Url, min_refetch: Duration, audience: String, store: Store) -> Self {
         let issuer = auth_url.as_str().to_owned();
-        Self::new(KeySource::External(ExternalKeys::new(auth_url.clone())), issuer, audience, store)
+        Self::new(KeySource::External(ExternalKeys::new(auth_url.clone(), min_refetch)), issuer, audience, store)
     }
 
     fn new(keys: KeySource, issuer: String, audience: String, store: Store) -> Self {
@@ -185,7 +183,7 @@ impl Authenticator {
             password_hash: None,
             external_sub: Some(sub.to_owned()),
             admin: false,
-            created_at: Utc::now(),
+            created_at: crate::store::now(),
         };
         match self.store.insert_user(&user).await {
             Ok(()) => Ok(user),
@@ -207,10 +205,11 @@ struct ExternalKeys {
     /// Keys without a `kid`, used when a token names none.
     anonymous: RwLock<Vec<DecodingKey>>,
     last_fetch: tokio::sync::Mutex<Option<Instant>>,
+    min_refetch: Duration,
 }
 
 impl ExternalKeys {
-    fn new(auth_url: url::Url) -> Self {
+    fn new(auth_url: url::Url, min_refetch: Duration) -> Self {
         let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("the HTTP client builds");
         Self {
             auth_url,
@@ -218,6 +217,7 @@ impl ExternalKeys {
             keys: RwLock::new(HashMap::new()),
             anonymous: RwLock::new(Vec::new()),
             last_fetch: tokio::sync::Mutex::new(None),
+            min_refetch,
         }
     }
 
@@ -231,7 +231,7 @@ impl ExternalKeys {
             if let Some(key) = self.cached(kid) {
                 return Ok(key);
             }
-            if last.is_none_or(|t| t.elapsed() >= JWKS_REFETCH_INTERVAL) {
+            if last.is_none_or(|t| t.elapsed() >= self.min_refetch) {
                 self.fetch().await?;
                 *last = Some(Instant::now());
             }
@@ -282,7 +282,10 @@ impl ExternalKeys {
         let mut anonymous = Vec::new();
         // Parse key by key: one key of a kind we do not know must not hide the others.
         for value in jwks.get("keys").and_then(|k| k.as_array()).into_iter().flatten() {
-            if value.get("use").and_then(|u| u.as_str()).is_some_and(|u| u != "sig") {
+            // Only public signature keys: a symmetric (`oct`) key in a JWKS must never verify.
+            if value.get("use").and_then(|u| u.as_str()).is_some_and(|u| u != "sig")
+                || value.get("kty").and_then(|k| k.as_str()) == Some("oct")
+            {
                 continue;
             }
             let Ok(jwk) = serde_json::from_value::<Jwk>(value.clone()) else { continue };

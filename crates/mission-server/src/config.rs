@@ -43,6 +43,9 @@ pub struct ServerConfig {
     pub device_code_ttl: Duration,
     /// Polling interval the built-in provider asks device clients for, in seconds.
     pub device_poll_interval: u64,
+    /// With an external provider, the least time between two fetches of its JWKS when a token
+    /// names an unknown key (a forged `kid` must not make us hammer the provider).
+    pub jwks_min_refetch: Duration,
     /// Create an `admin` account with a generated password when the store has no users.
     pub bootstrap_admin: bool,
 }
@@ -61,6 +64,7 @@ impl ServerConfig {
             refresh_token_ttl: Duration::from_secs(90 * 24 * 3600),
             device_code_ttl: Duration::from_secs(900),
             device_poll_interval: 5,
+            jwks_min_refetch: Duration::from_secs(30),
             bootstrap_admin: true,
         }
     }

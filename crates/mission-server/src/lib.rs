@@ -123,7 +123,8 @@ impl Server {
                 (Some(idp), auth, public_url.clone(), bootstrap)
             }
             AuthMode::External { auth_url } => {
-                let auth = Authenticator::external(auth_url, config.audience.clone(), store.clone());
+                let auth =
+                    Authenticator::external(auth_url, config.jwks_min_refetch, config.audience.clone(), store.clone());
                 (None, auth, auth_url.as_str().trim_end_matches('/').to_owned(), None)
             }
         };

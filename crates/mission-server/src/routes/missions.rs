@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use chrono::Utc;
 use mission_api::{CreateMission, MAX_ITEMS_PER_PAGE, Mission, MissionPage, UpdateMission, UpdateMissionArgs};
 use uuid::Uuid;
 
@@ -17,7 +16,7 @@ use crate::AppState;
 use crate::auth::Principal;
 use crate::catalogue;
 use crate::error::{ApiError, ApiResult};
-use crate::store::{MissionChanges, MissionFilter};
+use crate::store::{self, MissionChanges, MissionFilter};
 
 /// Longest mission name, in characters.
 pub const MAX_NAME_CHARS: usize = 256;
@@ -128,7 +127,7 @@ pub async fn create(
     check_storage_path("destination_path", &req.destination_path)?;
     let settings = req.settings.unwrap_or_default();
     check_settings(req.mission_type_id, &settings)?;
-    let now = Utc::now();
+    let now = store::now();
     let mission = Mission {
         mission_id: Uuid::new_v4(),
         name,
@@ -253,7 +252,7 @@ pub async fn update(
         archived: req.archived,
         args: None,
     };
-    let updated = app.store.update_mission(mission.mission_id, &changes, Utc::now()).await?;
+    let updated = app.store.update_mission(mission.mission_id, &changes, store::now()).await?;
     updated.map(Json).ok_or_else(|| ApiError::not_found("mission", mission.mission_id))
 }
 
@@ -270,7 +269,7 @@ pub async fn set_args(
     let mission = writable(&app, who, &id).await?;
     check_args(&req.args)?;
     let changes = MissionChanges { args: Some(req.args), ..Default::default() };
-    let updated = app.store.update_mission(mission.mission_id, &changes, Utc::now()).await?;
+    let updated = app.store.update_mission(mission.mission_id, &changes, store::now()).await?;
     updated.map(Json).ok_or_else(|| ApiError::not_found("mission", mission.mission_id))
 }
 

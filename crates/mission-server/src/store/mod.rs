@@ -175,6 +175,12 @@ pub struct MissionChanges {
     pub args: Option<Vec<String>>,
 }
 
+/// The current time at the store's precision (microseconds), so a value read back equals the
+/// value written.
+pub fn now() -> DateTime<Utc> {
+    from_micros(to_micros(Utc::now())).expect("the current time is representable")
+}
+
 /// Microseconds since the epoch, the store's representation of time.
 pub(crate) fn to_micros(t: DateTime<Utc>) -> i64 {
     t.timestamp_micros()

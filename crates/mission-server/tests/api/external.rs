@@ -1,0 +1,191 @@
+//! An external identity provider (Auth0-style and others): JWKS discovery and fallback, RSA and
+//! EC keys mixed, `aud` as string or array, `iss` with or without a trailing slash, `typ` JWT or
+//! at+jwt, key rotation, and first-sight provisioning.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::get;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use mission_server::AuthMode;
+use mission_testkit::TestServer;
+
+use crate::{http, problem};
+
+const AUDIENCE: &str = "https://api.mission.example";
+const JWKS: &str = include_str!("fixtures/jwks.json");
+
+/// A provider double: serves a JWKS (which tests can change) and, when `discovery`, an OIDC
+/// discovery document pointing at a non-default JWKS path.
+struct Provider {
+    url: String,
+    jwks: Arc<Mutex<serde_json::Value>>,
+}
+
+async fn spawn_provider(discovery: bool, keys: &[&str]) -> Provider {
+    let all: serde_json::Value = serde_json::from_str(JWKS).unwrap();
+    let chosen: Vec<_> = all["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|k| keys.contains(&k["kid"].as_str().unwrap()))
+        .cloned()
+        .collect();
+    let jwks = Arc::new(Mutex::new(serde_json::json!({ "keys": chosen })));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let serve_jwks =
+        |State(j): State<Arc<Mutex<serde_json::Value>>>| async move { axum::Json(j.lock().unwrap().clone()) };
+    let mut app = Router::new();
+    if discovery {
+        let base = url.clone();
+        app = app
+            .route(
+                "/.well-known/openid-configuration",
+                get(move || async move {
+                    axum::Json(serde_json::json!({ "issuer": base, "jwks_uri": format!("{base}keys") }))
+                }),
+            )
+            .route("/keys", get(serve_jwks));
+    } else {
+        app = app.route("/.well-known/jwks.json", get(serve_jwks));
+    }
+    let app = app.with_state(jwks.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    Provider { url, jwks }
+}
+
+async fn spawn_server(provider: &Provider) -> TestServer {
+    let auth_url: url::Url = provider.url.parse().unwrap();
+    TestServer::spawn_with(move |c| {
+        c.auth = AuthMode::External { auth_url };
+        c.audience = AUDIENCE.into();
+        c.client_id = "auth0-client-id".into();
+        c.jwks_min_refetch = Duration::ZERO;
+    })
+    .await
+}
+
+fn sign(alg: Algorithm, kid: &str, typ: &str, claims: serde_json::Value) -> String {
+    let key = match alg {
+        Algorithm::RS256 => EncodingKey::from_rsa_pem(include_bytes!("fixtures/rsa-private.pem")).unwrap(),
+        Algorithm::ES256 => EncodingKey::from_ec_pem(include_bytes!("fixtures/ec-private.pem")).unwrap(),
+        Algorithm::HS256 => EncodingKey::from_secret(b"secret"),
+        _ => unreachable!(),
+    };
+    let mut header = Header::new(alg);
+    header.kid = Some(kid.into());
+    header.typ = Some(typ.into());
+    jsonwebtoken::encode(&header, &claims, &key).unwrap()
+}
+
+fn claims(iss: &str, aud: serde_json::Value, sub: &str, exp_in: i64) -> serde_json::Value {
+    let now = chrono::Utc::now().timestamp();
+    serde_json::json!({ "iss": iss, "aud": aud, "sub": sub, "iat": now, "exp": now + exp_in, "scope": "openid" })
+}
+
+async fn me(server: &TestServer, token: &str) -> reqwest::Response {
+    http().get(format!("{}/api/v1/me", server.url)).bearer_auth(token).send().await.unwrap()
+}
+
+#[tokio::test]
+async fn auth0_style_and_other_providers_are_accepted() {
+    let provider = spawn_provider(true, &["ec-1", "hmac-ignored", "rsa-1"]).await;
+    let server = spawn_server(&provider).await;
+    let with_slash = provider.url.clone();
+    let without_slash = provider.url.trim_end_matches('/').to_owned();
+
+    // Auth0: RS256, typ JWT, iss with a trailing slash, aud an array.
+    let auth0 = sign(
+        Algorithm::RS256,
+        "rsa-1",
+        "JWT",
+        claims(&with_slash, serde_json::json!([AUDIENCE, format!("{without_slash}/userinfo")]), "auth0|abc", 600),
+    );
+    let response = me(&server, &auth0).await;
+    assert_eq!(response.status(), 200);
+    let user: mission_api::User = response.json().await.unwrap();
+    assert_eq!(user.username, "auth0|abc");
+    assert!(!user.admin);
+    // Seen again: the same user, not a second one.
+    let again: mission_api::User = me(&server, &auth0).await.json().await.unwrap();
+    assert_eq!(again.user_id, user.user_id);
+
+    // Keycloak-like: ES256, typ at+jwt, iss without the slash, aud a string; works with the SDK.
+    let other = sign(Algorithm::ES256, "ec-1", "at+jwt", claims(&without_slash, AUDIENCE.into(), "kc-user-7", 600));
+    let client = mission_client::Client::with_access_token(&server.url, &other).unwrap();
+    assert_eq!(client.whoami().await.unwrap().username, "kc-user-7");
+    let mission = client
+        .create_mission(&mission_client::CreateMission { name: "from keycloak".into(), ..Default::default() })
+        .await
+        .unwrap();
+    assert_eq!(mission.user_id, client.whoami().await.unwrap().user_id);
+
+    // The server tells clients where to sign in.
+    let config: mission_api::AuthConfig =
+        http().get(format!("{}/api/v1/auth-config", server.url)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(config.auth_url, without_slash);
+    assert_eq!(config.audience, AUDIENCE);
+    assert_eq!(config.client_id, "auth0-client-id");
+    // The built-in provider is off.
+    assert_eq!(http().post(format!("{}/oauth/device/code", server.url)).send().await.unwrap().status(), 404);
+}
+
+#[tokio::test]
+async fn bad_tokens_are_401() {
+    let provider = spawn_provider(false, &["ec-1", "hmac-ignored", "rsa-1"]).await;
+    let server = spawn_server(&provider).await;
+    let iss = provider.url.clone();
+    let cases = [
+        (
+            "wrong audience",
+            sign(Algorithm::RS256, "rsa-1", "JWT", claims(&iss, "other-api".into(), "u", 600)),
+            "audience",
+        ),
+        ("expired", sign(Algorithm::RS256, "rsa-1", "JWT", claims(&iss, AUDIENCE.into(), "u", -600)), "expired"),
+        (
+            "wrong issuer",
+            sign(Algorithm::RS256, "rsa-1", "JWT", claims("https://evil.example/", AUDIENCE.into(), "u", 600)),
+            "issued by",
+        ),
+        ("unknown key", sign(Algorithm::RS256, "rsa-9", "JWT", claims(&iss, AUDIENCE.into(), "u", 600)), "key"),
+        (
+            "symmetric key",
+            sign(Algorithm::HS256, "hmac-ignored", "JWT", claims(&iss, AUDIENCE.into(), "u", 600)),
+            "algorithm",
+        ),
+        (
+            "key of another type",
+            sign(Algorithm::RS256, "ec-1", "JWT", claims(&iss, AUDIENCE.into(), "u", 600)),
+            "not valid",
+        ),
+        ("garbage", "not.a.jwt".to_owned(), "JWT"),
+    ];
+    for (case, token, needle) in cases {
+        let (status, body) = problem(me(&server, &token).await).await;
+        assert_eq!(status, 401, "{case}");
+        assert!(body.detail.contains(needle), "{case}: {}", body.detail);
+    }
+    // A forged signature: a valid token with its signature swapped for another token's.
+    let good = sign(Algorithm::RS256, "rsa-1", "JWT", claims(&iss, AUDIENCE.into(), "u", 600));
+    let other = sign(Algorithm::RS256, "rsa-1", "JWT", claims(&iss, AUDIENCE.into(), "admin", 600));
+    let forged = format!("{}.{}", other.rsplit_once('.').unwrap().0, good.rsplit_once('.').unwrap().1);
+    assert_eq!(me(&server, &forged).await.status(), 401);
+}
+
+#[tokio::test]
+async fn a_rotated_key_is_fetched_on_first_sight() {
+    let provider = spawn_provider(true, &["ec-1"]).await;
+    let server = spawn_server(&provider).await;
+    let iss = provider.url.clone();
+    let ec = sign(Algorithm::ES256, "ec-1", "JWT", claims(&iss, AUDIENCE.into(), "rot", 600));
+    assert_eq!(me(&server, &ec).await.status(), 200);
+    let rsa = sign(Algorithm::RS256, "rsa-1", "JWT", claims(&iss, AUDIENCE.into(), "rot", 600));
+    assert_eq!(me(&server, &rsa).await.status(), 401, "not published yet");
+    // The provider rotates: it now publishes the RSA key too.
+    let all: serde_json::Value = serde_json::from_str(JWKS).unwrap();
+    provider.jwks.lock().unwrap()["keys"].as_array_mut().unwrap().push(all["keys"][2].clone());
+    assert_eq!(me(&server, &rsa).await.status(), 200);
+}

@@ -1,6 +1,9 @@
 //! `mission`: the one binary of Mission Compute Service — the server (`mission server`) and the
 //! command-line client over the Rust SDK (`login`, `missions`, `types`, …).
 
+// Doc comments here are clap help texts, where bare URLs read best.
+#![allow(rustdoc::bare_urls)]
+
 mod commands;
 mod output;
 mod session;
@@ -34,8 +37,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the service, or manage its built-in accounts.
-    Server(ServerCommand),
+    Server(Box<ServerCommand>),
     /// Sign in with the OAuth device flow.
     Login(LoginCommand),
     /// Sign out and revoke the stored token.

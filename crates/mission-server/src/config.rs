@@ -1,6 +1,6 @@
 //! The server's configuration: what `mission server` flags and `MISSION_*` variables set.
 //!
-//! Building a [`ServerConfig`] never touches the disk; [`crate::serve`] creates the data dir.
+//! Building a [`ServerConfig`] never touches the disk; [`crate::Server::new`] creates the data dir.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -19,7 +19,7 @@ pub enum AuthMode {
     },
 }
 
-/// Everything [`crate::serve`] needs besides a bound listener.
+/// Everything [`crate::Server::new`] needs besides a bound listener.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// Holds the SQLite database and the signing key (`./mission-data` by default).

@@ -1,7 +1,7 @@
 //! Persistent state: users, the identity provider's device codes and refresh tokens, missions.
 //!
 //! [`Store`] is the one way the rest of the server touches the database. It speaks SQLite today
-//! (the embedded default, [`sqlite`]); its methods are the seam a PostgreSQL backend will implement
+//! (the embedded default, in `sqlite.rs`); its methods are the seam a PostgreSQL backend will implement
 //! with the same conformance tests. Queries are checked at run time (`sqlx::query`), never by the
 //! compile-time macros, so one crate can hold both SQL dialects without a live database at build.
 

@@ -186,7 +186,7 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<Option<DeviceCodeRecord>, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let record = fetch_device_code(&mut *tx, "device_code_hash", device_code_hash).await?;
+        let record = fetch_device_code(&mut tx, "device_code_hash", device_code_hash).await?;
         if record.is_some() {
             sqlx::query("UPDATE device_codes SET last_polled_at = ? WHERE device_code_hash = ?")
                 .bind(to_micros(now))
@@ -244,7 +244,7 @@ impl Store {
 
     async fn device_code_where(&self, column: &str, value: &str) -> Result<Option<DeviceCodeRecord>, StoreError> {
         let mut conn = self.pool.acquire().await?;
-        fetch_device_code(&mut *conn, column, value).await
+        fetch_device_code(&mut conn, column, value).await
     }
 
     // ---- refresh tokens ----

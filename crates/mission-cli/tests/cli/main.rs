@@ -1,0 +1,226 @@
+//! The `mission` binary end to end: `mission server` on a free port, `mission login` through the
+//! device flow (approved via `POST /activate`), and the mission and type commands.
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mission");
+
+/// A `mission server` process and a home for CLI state.
+struct Fixture {
+    /// Killed when the fixture drops.
+    _server: Child,
+    url: String,
+    data_dir: PathBuf,
+    home: tempfile::TempDir,
+}
+
+impl Fixture {
+    async fn start() -> Self {
+        let home = tempfile::tempdir().unwrap();
+        let data_dir = home.path().join("data");
+        let mut server = Command::new(BIN)
+            .args(["server", "--listen", "127.0.0.1:0", "--device-poll-interval", "0", "--data-dir"])
+            .arg(&data_dir)
+            .env_remove("MISSION_SERVER")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+        let mut url = None;
+        let mut banner = String::new();
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                banner.push_str(&line);
+                banner.push('\n');
+                if let Some(u) = line.strip_prefix("Mission Compute Service listening on ") {
+                    url = Some(u.to_owned());
+                }
+                if line.starts_with("Sign in with:") {
+                    break;
+                }
+            }
+        })
+        .await
+        .expect("server banner");
+        assert!(banner.contains("Created the administrator account \"admin\""), "{banner}");
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Self { _server: server, url: url.expect("listening line"), data_dir, home }
+    }
+
+    fn command(&self, profile: &str) -> Command {
+        let dir = self.home.path().join(profile);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.env("HOME", &dir)
+            .env("MISSION_CONFIG", dir.join("config.json"))
+            .env("MISSION_TOKEN_FILE", dir.join("tokens"))
+            .env_remove("MISSION_SERVER")
+            .env_remove("BROWSER")
+            .kill_on_drop(true);
+        cmd
+    }
+
+    /// Runs `mission ARGS` as `profile` and returns its output.
+    async fn run(&self, profile: &str, args: &[&str]) -> Output {
+        let output = self.command(profile).args(args).output();
+        tokio::time::timeout(Duration::from_secs(60), output).await.expect("command finished").unwrap()
+    }
+
+    /// Runs and expects success; returns stdout.
+    async fn ok(&self, profile: &str, args: &[&str]) -> String {
+        let out = self.run(profile, args).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "mission {args:?} failed: {stderr}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs with `--json` and parses stdout.
+    async fn json(&self, profile: &str, args: &[&str]) -> serde_json::Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        serde_json::from_str(&self.ok(profile, &all).await).unwrap()
+    }
+
+    /// `mission login --no-browser`, approving the printed code as `username`.
+    async fn login(&self, profile: &str, username: &str, password: &str) -> String {
+        let mut child = self
+            .command(profile)
+            .args(["login", "--no-browser", "--server", &self.url])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let code = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if let Some(code) = line.split("enter the code ").nth(1) {
+                    assert!(line.contains(&format!("{}/activate", self.url)), "{line}");
+                    return code.trim().to_owned();
+                }
+            }
+            panic!("login printed no code");
+        })
+        .await
+        .unwrap();
+        let form = [("user_code", code.as_str()), ("username", username), ("password", password), ("action", "approve")];
+        let page = reqwest::Client::new().post(format!("{}/activate", self.url)).form(&form).send().await.unwrap();
+        assert_eq!(page.status(), 200);
+        let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output()).await.unwrap().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+fn admin_password(data_dir: &Path) -> String {
+    std::fs::read_to_string(data_dir.join("initial-admin-password")).unwrap().trim().to_owned()
+}
+
+#[tokio::test]
+async fn first_start_login_and_mission_commands() {
+    let fx = Fixture::start().await;
+    let password = admin_password(&fx.data_dir);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(fx.data_dir.join("initial-admin-password")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+
+    // Not signed in yet: a one-line reason and a non-zero exit.
+    let out = fx.run("admin", &["missions", "list", "--server", &fx.url]).await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("error: not signed in") && stderr.lines().count() == 1, "{stderr}");
+
+    let said = fx.login("admin", "admin", &password).await;
+    assert_eq!(said.trim(), format!("Signed in to {} as admin.", fx.url));
+    // The server is remembered; the token file is 0600.
+    let tokens = fx.home.path().join("admin/tokens");
+    assert_eq!(std::fs::metadata(&tokens).unwrap().permissions().mode() & 0o777, 0o600);
+    let me = fx.json("admin", &["whoami"]).await;
+    assert_eq!((me["username"].as_str(), me["admin"].as_bool()), (Some("admin"), Some(true)));
+
+    // Types.
+    let types = fx.ok("admin", &["types", "list"]).await;
+    assert!(types.starts_with("NAME") && types.contains("python") && types.contains("julia"), "{types}");
+    let settings = fx.json("admin", &["types", "settings", "python"]).await;
+    assert!(settings["filename"].as_str().unwrap().contains("required"));
+    let detail = fx.ok("admin", &["types", "get", "shell"]).await;
+    assert!(detail.contains("command:") && detail.contains("{filename}"), "{detail}");
+
+    // Missions: create, list, get, update, args, delete.
+    let created = fx
+        .json("admin", &["missions", "create", "--name", "cli mission", "--type", "python", "--setting", "filename=main.py", "--public"])
+        .await;
+    let id = created["mission_id"].as_str().unwrap().to_owned();
+    assert_eq!(created["settings"]["filename"], "main.py");
+    assert_eq!(created["public"], true);
+    let table = fx.ok("admin", &["missions", "list"]).await;
+    assert!(table.contains(&id) && table.contains("cli mission") && table.contains("public"), "{table}");
+    let listed = fx.json("admin", &["missions", "list", "--name", "cli mission", "--type", "python"]).await;
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    fx.ok("admin", &["missions", "update", &id, "--description", "from the CLI", "--archive"]).await;
+    let got = fx.json("admin", &["missions", "get", &id]).await;
+    assert_eq!((got["description"].as_str(), got["archived"].as_bool()), (Some("from the CLI"), Some(true)));
+    let with_args = fx.json("admin", &["missions", "args", &id, "--", "--steps", "10", "a b"]).await;
+    assert_eq!(with_args["args"], serde_json::json!(["--steps", "10", "a b"]));
+    let shown = fx.ok("admin", &["missions", "get", &id]).await;
+    assert!(shown.contains("args:") && shown.contains("--steps 10 a b"), "{shown}");
+
+    // Errors name the problem.
+    let out = fx.run("admin", &["missions", "create", "--name", "x", "--type", "python", "--setting", "colour=red"]).await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("setting \"colour\""));
+    let out = fx.run("admin", &["missions", "create", "--name", "x", "--type", "fortran"]).await;
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no mission type \"fortran\""));
+    let out = fx.run("admin", &["missions", "get", "00000000-0000-4000-8000-000000000000"]).await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("error: not found"));
+
+    fx.ok("admin", &["missions", "delete", &id]).await;
+    assert!(fx.json("admin", &["missions", "list"]).await.as_array().unwrap().is_empty());
+
+    // A second user from `server add-user`, with a password on stdin; isolated from the admin.
+    let mut add = fx
+        .command("ops")
+        .args(["server", "add-user", "bob", "--password-stdin", "--data-dir"])
+        .arg(&fx.data_dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use tokio::io::AsyncWriteExt;
+    add.stdin.take().unwrap().write_all(b"bobs secret pw\n").await.unwrap();
+    let out = add.wait_with_output().await.unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("Created user \"bob\""));
+    fx.login("bob", "bob", "bobs secret pw").await;
+    let private = fx.json("admin", &["missions", "create", "--name", "admin only"]).await;
+    let out = fx.run("bob", &["missions", "get", private["mission_id"].as_str().unwrap()]).await;
+    assert!(!out.status.success());
+
+    // Logout revokes: the CLI is signed out afterwards.
+    assert_eq!(fx.ok("bob", &["logout"]).await.trim(), "Signed out.");
+    assert!(!fx.home.path().join("bob/tokens").exists());
+    let out = fx.run("bob", &["whoami"]).await;
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not signed in"));
+}
+
+#[tokio::test]
+async fn help_teaches_and_bad_flags_fail() {
+    let fx_home = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN).arg("--help").env("HOME", fx_home.path()).output().await.unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    for word in ["server", "login", "missions", "types", "--json"] {
+        assert!(help.contains(word), "{word} missing from --help");
+    }
+    let out = Command::new(BIN).args(["server", "--help"]).output().await.unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(help.contains("--auth-url") && help.contains("add-user") && help.contains("embedded defaults"), "{help}");
+    let out = Command::new(BIN).args(["missions", "create"]).output().await.unwrap();
+    assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
+}

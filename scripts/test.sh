@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite: unit and end-to-end tests (nextest), doc examples, rustdoc lint.
+# Needs only the Rust toolchain with cargo-nextest; every server the tests start listens on
+# 127.0.0.1 with a free port.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "cargo-nextest not found; installing it (cargo install --locked cargo-nextest)" >&2
+  cargo install --locked cargo-nextest
+fi
+
+cargo nextest run --workspace --no-fail-fast
+cargo test --doc --workspace
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet

@@ -109,7 +109,8 @@ impl Fixture {
         })
         .await
         .unwrap();
-        let form = [("user_code", code.as_str()), ("username", username), ("password", password), ("action", "approve")];
+        let form =
+            [("user_code", code.as_str()), ("username", username), ("password", password), ("action", "approve")];
         let page = reqwest::Client::new().post(format!("{}/activate", self.url)).form(&form).send().await.unwrap();
         assert_eq!(page.status(), 200);
         let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output()).await.unwrap().unwrap();
@@ -154,7 +155,20 @@ async fn first_start_login_and_mission_commands() {
 
     // Missions: create, list, get, update, args, delete.
     let created = fx
-        .json("admin", &["missions", "create", "--name", "cli mission", "--type", "python", "--setting", "filename=main.py", "--public"])
+        .json(
+            "admin",
+            &[
+                "missions",
+                "create",
+                "--name",
+                "cli mission",
+                "--type",
+                "python",
+                "--setting",
+                "filename=main.py",
+                "--public",
+            ],
+        )
         .await;
     let id = created["mission_id"].as_str().unwrap().to_owned();
     assert_eq!(created["settings"]["filename"], "main.py");
@@ -172,7 +186,8 @@ async fn first_start_login_and_mission_commands() {
     assert!(shown.contains("args:") && shown.contains("--steps 10 a b"), "{shown}");
 
     // Errors name the problem.
-    let out = fx.run("admin", &["missions", "create", "--name", "x", "--type", "python", "--setting", "colour=red"]).await;
+    let out =
+        fx.run("admin", &["missions", "create", "--name", "x", "--type", "python", "--setting", "colour=red"]).await;
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("setting \"colour\""));
     let out = fx.run("admin", &["missions", "create", "--name", "x", "--type", "fortran"]).await;

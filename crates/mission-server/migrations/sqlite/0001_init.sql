@@ -54,4 +54,4 @@ CREATE TABLE missions (
 CREATE INDEX missions_by_created ON missions (created_at DESC, mission_id DESC);
 CREATE INDEX missions_by_user ON missions (user_id, created_at DESC, mission_id DESC);
 CREATE INDEX missions_by_name ON missions (name);
-CREATE INDEX missions_public ON missions (public, created_at DESC) WHERE public = 1;
+CREATE INDEX missions_public ON missions (created_at DESC, mission_id DESC) WHERE public = 1;

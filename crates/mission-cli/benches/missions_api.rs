@@ -1,0 +1,204 @@
+//! Missions API benchmark (issue 2): 100,000 missions in the store, the real `mission server`
+//! binary on 127.0.0.1, a valid JWT from the real device flow, and over HTTP:
+//!
+//! - `list_missions` (25 items) latency p50/p99, without and with a name filter, sequential;
+//! - `GET /missions/{id}` throughput with 32 concurrent connections;
+//! - the server's resident memory when idle (after start, and after the load).
+//!
+//! Run: `cargo bench -p mission-cli --bench missions_api` (env `BENCH_SECONDS`, default 10, sets
+//! the throughput phase; `BENCH_MISSIONS`, default 100000, the store size).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::{TimeDelta, Utc};
+use mission_api::Mission;
+use mission_client::auth::{DeviceAuth, Prompt};
+use mission_server::Store;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use uuid::Uuid;
+
+const USERS: usize = 10;
+const PASSWORD: &str = "benchmark password";
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// Fills the store: `total` missions spread over `USERS` users (the benchmark user owns one in
+/// ten), one in a hundred public, names repeating every 10,000 so a name filter matches 10.
+async fn fill(data_dir: &std::path::Path, total: usize) -> Vec<Uuid> {
+    let store = Store::open(&format!("sqlite://{}/mission.db", data_dir.display())).await.unwrap();
+    let mut users = Vec::new();
+    for i in 0..USERS {
+        let account =
+            mission_server::users::add_user(&store, &format!("user{i}"), Some(PASSWORD), false).await.unwrap();
+        users.push(account.user.user_id);
+    }
+    let start = Utc::now() - TimeDelta::days(30);
+    let mut own = Vec::new();
+    let mut batch = Vec::with_capacity(5000);
+    for i in 0..total {
+        let at = start + TimeDelta::milliseconds(i as i64 * 10);
+        let mission = Mission {
+            mission_id: Uuid::new_v4(),
+            name: format!("mission {:05}", i % 10_000),
+            description: "benchmark mission with a description of ordinary length".into(),
+            mission_type_id: None,
+            source_storage_id: None,
+            destination_storage_id: None,
+            source_path: None,
+            destination_path: None,
+            settings: BTreeMap::new(),
+            public: i % 100 == 0,
+            archived: false,
+            args: vec!["--steps".into(), "100".into()],
+            user_id: users[i % USERS],
+            created_at: at,
+            updated_at: at,
+        };
+        if i % USERS == 0 {
+            own.push(mission.mission_id);
+        }
+        batch.push(mission);
+        if batch.len() == batch.capacity() {
+            store.insert_missions(&batch).await.unwrap();
+            batch.clear();
+        }
+    }
+    store.insert_missions(&batch).await.unwrap();
+    own
+}
+
+async fn sign_in(url: &str) -> String {
+    let auth = DeviceAuth::new(url, "mission-api").token_file("").prompt(Prompt::Print);
+    let pending = auth.start().await.unwrap();
+    let form = [
+        ("user_code", pending.authorization().user_code.as_str()),
+        ("username", "user0"),
+        ("password", PASSWORD),
+        ("action", "approve"),
+    ];
+    let page = reqwest::Client::new().post(format!("{url}/activate")).form(&form).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    auth.finish(pending).await.unwrap().access_token
+}
+
+async fn latencies(http: &reqwest::Client, url: &str, token: &str, n: usize) -> Vec<Duration> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let started = Instant::now();
+        let response = http.get(url).bearer_auth(token).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let body = response.bytes().await.unwrap();
+        out.push(started.elapsed());
+        assert!(body.len() > 2);
+    }
+    out.sort();
+    out
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let total = env_or("BENCH_MISSIONS", 100_000) as usize;
+    let seconds = env_or("BENCH_SECONDS", 10);
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    mission_server::create_private_dir(&data_dir).unwrap();
+
+    let filling = Instant::now();
+    let own = fill(&data_dir, total).await;
+    println!("filled {total} missions in {:.1} s", filling.elapsed().as_secs_f64());
+
+    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_mission"))
+        .args(["server", "--listen", "127.0.0.1:0", "--device-poll-interval", "0", "--data-dir"])
+        .arg(&data_dir)
+        .env("MISSION_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = server.id().unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next_line().await.unwrap().expect("server banner");
+        if let Some(u) = line.strip_prefix("Mission Compute Service listening on ") {
+            break u.to_owned();
+        }
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_rss_start = rss_kib(pid);
+
+    let token = sign_in(&url).await;
+    let http = reqwest::Client::builder().tcp_nodelay(true).build().unwrap();
+    let list = format!("{url}/api/v1/missions?items=25");
+    let filtered = format!("{url}/api/v1/missions?items=25&names=mission%2004242");
+    latencies(&http, &list, &token, 200).await; // warm up
+    let plain = latencies(&http, &list, &token, 2000).await;
+    let by_name = latencies(&http, &filtered, &token, 2000).await;
+
+    // Throughput: 32 connections, each its own client so each holds one connection.
+    let count = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let own = Arc::new(own);
+    let mut tasks = Vec::new();
+    for worker in 0..32 {
+        let (count, stop, own, token, url) = (count.clone(), stop.clone(), own.clone(), token.clone(), url.clone());
+        tasks.push(tokio::spawn(async move {
+            let client = reqwest::Client::builder().tcp_nodelay(true).pool_max_idle_per_host(1).build().unwrap();
+            let mut i = worker * 7919;
+            while !stop.load(Ordering::Relaxed) {
+                let id = own[i % own.len()];
+                i += 31;
+                let response =
+                    client.get(format!("{url}/api/v1/missions/{id}")).bearer_auth(&token).send().await.unwrap();
+                assert_eq!(response.status(), 200);
+                response.bytes().await.unwrap();
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await; // warm up
+    let before = count.load(Ordering::Relaxed);
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let done = count.load(Ordering::Relaxed) - before;
+    let rate = done as f64 / started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle_rss_after = rss_kib(pid);
+
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!();
+    println!(
+        "| measure ({total} missions, {} cores) | value | target |",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!("|---|---|---|");
+    println!("| list 25 items, p50 | {:.2} ms | |", ms(percentile(&plain, 0.5)));
+    println!("| list 25 items, p99 | {:.2} ms | < 5 ms |", ms(percentile(&plain, 0.99)));
+    println!("| list 25 items by name, p50 | {:.2} ms | |", ms(percentile(&by_name, 0.5)));
+    println!("| list 25 items by name, p99 | {:.2} ms | < 5 ms |", ms(percentile(&by_name, 0.99)));
+    println!("| GET /missions/{{id}}, 32 connections | {rate:.0} req/s | >= 5000 |");
+    println!("| server RSS idle after start | {:.1} MB | < 40 MB |", idle_rss_start as f64 / 1024.0);
+    println!("| server RSS idle after load | {:.1} MB | |", idle_rss_after as f64 / 1024.0);
+    let _ = server.kill().await;
+}

@@ -30,6 +30,16 @@ pub(crate) fn http_client() -> reqwest::Client {
 }
 
 /// Options of [`Client::login`]: the spec's client parameters and where tokens go.
+///
+/// ```
+/// use mission_client::{LoginOptions, Prompt};
+/// let options = LoginOptions {
+///     client_id: Some("lab-notebook".into()),
+///     token_file: Some("/tmp/mission-tokens".into()),
+///     prompt: Prompt::Print,
+///     ..Default::default()
+/// };
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct LoginOptions {
     /// Client id; the server's advertised one (normally `mission-cli`) when absent.

@@ -5,6 +5,17 @@ use std::path::PathBuf;
 use mission_api::Problem;
 
 /// What can go wrong calling the service.
+///
+/// ```no_run
+/// # async fn demo(client: mission_client::Client, id: uuid::Uuid) -> Result<(), mission_client::Error> {
+/// use mission_client::Error;
+/// match client.get_mission_by_id(id).await {
+///     Ok(mission) => println!("{}", mission.name),
+///     Err(Error::NotFound(_)) => println!("no such mission"),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

@@ -53,7 +53,10 @@ impl TestServer {
         let client = Client::with_access_token(&url, "").expect("client");
         let mut this = Self { url, app, client, data_dir, stop: Some(stop) };
         if this.app.idp.is_some() {
-            this.add_user("alice", false).await;
+            // A server started on another test server's data dir finds alice there already.
+            if this.app.store.user_by_username("alice").await.expect("store").is_none() {
+                this.add_user("alice", false).await;
+            }
             this.client = this.sign_in("alice").await;
         }
         this

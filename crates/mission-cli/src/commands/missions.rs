@@ -81,6 +81,13 @@ pub struct CreateArgs {
     /// List the mission as public (readable by every user).
     #[arg(long)]
     public: bool,
+    #[command(flatten)]
+    storage: StorageArgs,
+}
+
+/// Where a mission's files come from and its results go.
+#[derive(Debug, Args)]
+pub struct StorageArgs {
     /// Cargo bay holding the input files.
     #[arg(long)]
     source_storage: Option<Uuid>,
@@ -114,18 +121,8 @@ pub struct UpdateArgs {
     /// Restore an archived mission.
     #[arg(long)]
     unarchive: bool,
-    /// New source cargo bay.
-    #[arg(long)]
-    source_storage: Option<Uuid>,
-    /// New source root folder.
-    #[arg(long)]
-    source_path: Option<String>,
-    /// New destination cargo bay.
-    #[arg(long)]
-    destination_storage: Option<Uuid>,
-    /// New destination root folder.
-    #[arg(long)]
-    destination_path: Option<String>,
+    #[command(flatten)]
+    storage: StorageArgs,
 }
 
 fn parse_setting(raw: &str) -> Result<(String, String), String> {
@@ -212,10 +209,10 @@ impl MissionsCommand {
                 let request = CreateMission {
                     name: args.name,
                     description: args.description,
-                    source_storage_id: args.source_storage,
-                    destination_storage_id: args.destination_storage,
-                    source_path: args.source_path,
-                    destination_path: args.destination_path,
+                    source_storage_id: args.storage.source_storage,
+                    destination_storage_id: args.storage.destination_storage,
+                    source_path: args.storage.source_path,
+                    destination_path: args.storage.destination_path,
                     mission_type_id,
                     settings: settings_map(args.settings),
                     public: Some(args.public),
@@ -227,10 +224,10 @@ impl MissionsCommand {
                 let changes = UpdateMission {
                     name: args.name,
                     description: args.description,
-                    source_storage_id: args.source_storage,
-                    destination_storage_id: args.destination_storage,
-                    source_path: args.source_path,
-                    destination_path: args.destination_path,
+                    source_storage_id: args.storage.source_storage,
+                    destination_storage_id: args.storage.destination_storage,
+                    source_path: args.storage.source_path,
+                    destination_path: args.storage.destination_path,
                     settings: settings_map(args.settings),
                     archived: if args.archive {
                         Some(true)

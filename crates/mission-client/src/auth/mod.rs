@@ -35,6 +35,13 @@ const DEFAULT_DEVICE_CODE_LIFETIME: Duration = Duration::from_secs(900);
 const MIN_POLL_WAIT: Duration = Duration::from_millis(100);
 
 /// The tokens of a signed-in session.
+///
+/// ```no_run
+/// # async fn demo(auth: mission_client::DeviceAuth) -> Result<(), mission_client::Error> {
+/// let tokens = auth.initialize().await?;
+/// let client = mission_client::Client::with_access_token("http://127.0.0.1:8080", &tokens.access_token)?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct Tokens {
     /// Bearer token for the mission API.
@@ -56,6 +63,14 @@ impl std::fmt::Debug for Tokens {
 }
 
 /// How the device code is shown to the user.
+///
+/// ```
+/// use std::sync::Arc;
+/// use mission_client::{DeviceAuth, Prompt};
+/// // A notebook could render the code itself instead of opening a browser:
+/// let prompt = Prompt::Callback(Arc::new(|a| println!("Go to {} and enter {}", a.verification_uri, a.user_code)));
+/// let auth = DeviceAuth::new("http://127.0.0.1:8080", "mission-api").prompt(prompt);
+/// ```
 #[derive(Clone, Default)]
 pub enum Prompt {
     /// Open `verification_uri_complete` and a local Device Confirmation page in the browser; print
@@ -78,7 +93,16 @@ impl std::fmt::Debug for Prompt {
     }
 }
 
-/// A device authorization waiting for the user.
+/// A device authorization waiting for the user, between [`DeviceAuth::start`] and
+/// [`DeviceAuth::finish`].
+///
+/// ```no_run
+/// # async fn demo(auth: mission_client::DeviceAuth) -> Result<(), mission_client::Error> {
+/// let pending = auth.start().await?;
+/// println!("enter {} at {}", pending.authorization().user_code, pending.authorization().verification_uri);
+/// let tokens = auth.finish(pending).await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct PendingSignIn {
     authorization: DeviceAuthorization,
@@ -115,6 +139,16 @@ pub struct DeviceAuth {
 impl DeviceAuth {
     /// A client of the provider at `auth_url` for the API `audience`, with the default client id,
     /// the default token file `~/.mission` and the browser prompt.
+    ///
+    /// ```
+    /// use mission_client::{DeviceAuth, Prompt};
+    /// let auth = DeviceAuth::new("https://tenant.auth0.com/", "https://api.example")
+    ///     .client_id("my-notebook")
+    ///     .token_file("") // store nothing; the caller keeps the tokens
+    ///     .prompt(Prompt::Print);
+    /// assert_eq!(auth.auth_url(), "https://tenant.auth0.com");
+    /// assert!(auth.token_file_path().is_none());
+    /// ```
     pub fn new(auth_url: &str, audience: &str) -> Self {
         Self {
             http: crate::client::http_client(),
@@ -255,6 +289,13 @@ impl DeviceAuth {
 
     /// Gets a new access token with `refresh_token`. Does not touch the token file. The refresh
     /// token stays the same unless the provider rotates it, in which case the new one is returned.
+    ///
+    /// ```no_run
+    /// # async fn demo(auth: mission_client::DeviceAuth, saved: &str) -> Result<(), mission_client::Error> {
+    /// let tokens = auth.refresh(saved).await?;
+    /// println!("new access token valid until {}", tokens.expires_at);
+    /// # Ok(()) }
+    /// ```
     pub async fn refresh(&self, refresh_token: &str) -> Result<Tokens, Error> {
         let form =
             [("client_id", self.client_id.as_str()), ("grant_type", "refresh_token"), ("refresh_token", refresh_token)];

@@ -265,3 +265,42 @@ async fn discovery_and_activate_page() {
     );
     assert!(!html.contains("<script>"), "user input is escaped");
 }
+
+#[tokio::test]
+async fn tokens_this_server_would_not_issue_are_401() {
+    let server = TestServer::spawn().await;
+    let me = server.client.whoami().await.unwrap();
+    let jwks: serde_json::Value =
+        http().get(format!("{}/.well-known/jwks.json", server.url)).send().await.unwrap().json().await.unwrap();
+    let kid = jwks["keys"][0]["kid"].as_str().unwrap().to_owned();
+    let now = chrono::Utc::now().timestamp();
+    let claims = serde_json::json!({
+        "iss": server.url, "aud": "mission-api", "sub": me.user_id, "iat": now, "exp": now + 600,
+    });
+    // Forged: right kid and claims, signed with a key that is not the server's.
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+    header.kid = Some(kid);
+    let forged_key = jsonwebtoken::EncodingKey::from_ec_pem(include_bytes!("fixtures/ec-private.pem")).unwrap();
+    let forged = jsonwebtoken::encode(&header, &claims, &forged_key).unwrap();
+
+    // Wrong audience: a real token from a second server sharing this one's data dir (so its
+    // signing key) but configured for another API.
+    let data_dir = server.app.config.data_dir.clone();
+    let other = TestServer::spawn_with(move |c| {
+        c.data_dir = data_dir;
+        c.audience = "another-api".into();
+    })
+    .await;
+    let auth = other.device_auth();
+    let pending = auth.start().await.unwrap();
+    other.activate(&pending.authorization().user_code, "alice", PASSWORD, "approve").await;
+    let other_audience = auth.finish(pending).await.unwrap().access_token;
+    assert!(Client::with_access_token(&other.url, &other_audience).unwrap().whoami().await.is_ok());
+
+    for (token, needle) in [(forged, "signature"), (other_audience, "audience"), ("e30.e30.e30".into(), "not a JWT")] {
+        let response = http().get(format!("{}/api/v1/me", server.url)).bearer_auth(&token).send().await.unwrap();
+        let (status, body) = crate::problem(response).await;
+        assert_eq!(status, 401);
+        assert!(body.detail.contains(needle), "{}", body.detail);
+    }
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: unit and end-to-end tests (nextest), doc examples, rustdoc lint.
-# Needs only the Rust toolchain with cargo-nextest; every server the tests start listens on
-# 127.0.0.1 with a free port.
+# Installs its Debian test dependencies first (scripts/install-test-deps.sh); every server the
+# tests start listens on 127.0.0.1 with a free port.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,6 +9,10 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   echo "cargo-nextest not found; installing it (cargo install --locked cargo-nextest)" >&2
   cargo install --locked cargo-nextest
 fi
+
+bash scripts/install-test-deps.sh
+# The browser test must run here, not skip.
+export MISSION_REQUIRE_BROWSER=1
 
 cargo nextest run --workspace --no-fail-fast
 cargo test --doc --workspace

@@ -329,13 +329,18 @@ async fn activate_submit(State(app): State<AppState>, body: Bytes) -> Response {
                     return ActivatePage::error(&user_code, username, "The server could not check the account.");
                 }
             };
-            let verified = match user.as_ref().and_then(|u| u.password_hash.as_deref()) {
-                Some(hash) => password::verify(password, hash),
+            // PBKDF2 takes a good fraction of a second by design: keep it off the async workers.
+            let hash = user.as_ref().and_then(|u| u.password_hash.clone());
+            let password = password.to_owned();
+            let verified = tokio::task::spawn_blocking(move || match hash {
+                Some(hash) => password::verify(&password, &hash),
                 None => {
-                    password::burn_verification_time(password);
+                    password::burn_verification_time(&password);
                     false
                 }
-            };
+            })
+            .await
+            .unwrap_or(false);
             let Some(user) = user.filter(|_| verified) else {
                 return ActivatePage::error(&user_code, username, "Wrong username or password.");
             };

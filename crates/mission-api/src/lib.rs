@@ -6,10 +6,12 @@
 //! - [`missions`]: missions, their create/update requests and the listing page;
 //! - [`mission_types`]: the mission-type catalogue as the API returns it;
 //! - [`auth`]: the OAuth 2.0 device-flow messages and the server's auth configuration;
+//! - [`files`]: the listing entry of a mission file; [`paths`]: the one rule for file paths;
 //! - [`problem`]: the `application/problem+json` error body every endpoint returns on failure;
 //! - [`users`]: the signed-in user as `GET /api/v1/me` reports it.
 
 pub mod auth;
+pub mod files;
 pub mod mission_types;
 pub mod missions;
 pub mod paths;
@@ -17,6 +19,7 @@ pub mod problem;
 pub mod users;
 
 pub use auth::{AuthConfig, DeviceAuthorization, OAuthError, TokenResponse};
+pub use files::FileListing;
 pub use mission_types::{MissionType, MissionTypeSummary, ResourceDefaults};
 pub use missions::{CreateMission, MAX_ITEMS_PER_PAGE, Mission, MissionPage, UpdateMission, UpdateMissionArgs};
 pub use problem::{PROBLEM_CONTENT_TYPE, Problem};

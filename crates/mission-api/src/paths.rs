@@ -40,6 +40,9 @@ pub enum PathError {
     /// Has NUL or another control character.
     #[error("path must not contain control characters")]
     ControlCharacter,
+    /// A segment ends in `#` and digits, the form of in-progress upload files.
+    #[error("path segments must not end in '#' followed by digits (reserved for uploads in progress)")]
+    ReservedName,
     /// Longer than [`MAX_PATH_BYTES`] or with a segment over [`MAX_SEGMENT_BYTES`].
     #[error("path is too long (at most {MAX_PATH_BYTES} bytes, {MAX_SEGMENT_BYTES} per segment)")]
     TooLong,
@@ -73,6 +76,12 @@ impl MissionPath {
                 "." => {}
                 ".." => return Err(PathError::ParentSegment),
                 s if s.len() > MAX_SEGMENT_BYTES => return Err(PathError::TooLong),
+                s if s
+                    .rsplit_once('#')
+                    .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) =>
+                {
+                    return Err(PathError::ReservedName);
+                }
                 s => segments.push(s),
             }
         }
@@ -85,6 +94,21 @@ impl MissionPath {
     /// The normalised path.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The segments, root first.
+    pub fn segments(&self) -> impl Iterator<Item = &str> {
+        self.0.split('/')
+    }
+
+    /// The base name: the last segment.
+    pub fn file_name(&self) -> &str {
+        self.0.rsplit_once('/').map_or(&self.0, |(_, name)| name)
+    }
+
+    /// The folder: everything before the last segment, `""` at the top level.
+    pub fn folder(&self) -> &str {
+        self.0.rsplit_once('/').map_or("", |(folder, _)| folder)
     }
 }
 
@@ -110,6 +134,10 @@ mod tests {
         assert_eq!(MissionPath::parse("a.txt").unwrap().as_str(), "a.txt");
         assert_eq!(MissionPath::parse("./a/./b c/ü.txt").unwrap().as_str(), "a/b c/ü.txt");
         assert_eq!(MissionPath::parse("..a/b..").unwrap().as_str(), "..a/b..");
+        let p = MissionPath::parse("data/raw/x#1.csv").unwrap();
+        assert_eq!((p.folder(), p.file_name()), ("data/raw", "x#1.csv"));
+        let top = MissionPath::parse("a.txt").unwrap();
+        assert_eq!((top.folder(), top.file_name()), ("", "a.txt"));
     }
 
     #[test]
@@ -123,6 +151,7 @@ mod tests {
         assert_eq!(MissionPath::parse("..\\x"), Err(PathError::Backslash));
         assert_eq!(MissionPath::parse("a\0b"), Err(PathError::ControlCharacter));
         assert_eq!(MissionPath::parse(&"a".repeat(256)), Err(PathError::TooLong));
+        assert_eq!(MissionPath::parse("dir/file#12"), Err(PathError::ReservedName));
         assert_eq!(MissionPath::parse(&"a/".repeat(600)), Err(PathError::TooLong));
     }
 }

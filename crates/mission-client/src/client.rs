@@ -226,6 +226,18 @@ impl Client {
         Ok(response)
     }
 
+    /// Sends a request whose body can be sent only once (a file stream): no retry on 401; the
+    /// token is renewed before it expires instead.
+    pub(crate) async fn send_once(
+        &self,
+        path: &str,
+        build: impl FnOnce(&reqwest::Client, String) -> RequestBuilder,
+    ) -> Result<Response, Error> {
+        let url = format!("{}{API_PREFIX}{path}", self.inner.base_url);
+        let token = self.access_token(false).await?;
+        Ok(build(&self.inner.http, url).bearer_auth(token).send().await?)
+    }
+
     /// `GET path?query` as JSON.
     pub(crate) async fn get_json<T: DeserializeOwned>(&self, path: &str, query: &[(&str, String)]) -> Result<T, Error> {
         read_json(self.send(path, |http, url| http.get(url).query(query)).await?).await

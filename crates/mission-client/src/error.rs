@@ -45,6 +45,17 @@ pub enum Error {
         /// What failed.
         source: std::io::Error,
     },
+    /// A local file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// A path cannot name a mission file (absolute, `..`, not UTF-8, …).
+    #[error("invalid file path {0}")]
+    InvalidPath(String),
     /// A URL given to the SDK is not valid.
     #[error("invalid URL {0:?}")]
     InvalidUrl(String),

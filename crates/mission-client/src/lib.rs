@@ -13,22 +13,24 @@
 //! ```
 //!
 //! Layout: [`client`] (the session, token renewal, request plumbing), [`auth`] (device flow,
-//! refresh, token file), `missions` and `mission_types` (the operations, as methods of
+//! refresh, token file), `missions`, `mission_types` and `files` (the operations, as methods of
 //! [`Client`]), [`error`].
 
 pub mod auth;
 pub mod client;
 pub mod error;
+mod files;
 mod mission_types;
 mod missions;
 
 pub use auth::{DeviceAuth, Prompt, Tokens};
 pub use client::{Client, LoginOptions};
 pub use error::{Error, SignInError};
+pub use files::{DEFAULT_CONCURRENCY, TransferObserver, TransferOptions, TransferSummary};
 pub use missions::ListMissions;
 
 pub use mission_api::{
-    AuthConfig, CreateMission, DeviceAuthorization, Mission, MissionPage, MissionType, MissionTypeSummary, Problem,
-    UpdateMission, User,
+    AuthConfig, CreateMission, DeviceAuthorization, FileListing, Mission, MissionPage, MissionType, MissionTypeSummary,
+    Problem, UpdateMission, User,
 };
 pub use uuid::Uuid;

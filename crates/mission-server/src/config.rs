@@ -46,6 +46,8 @@ pub struct ServerConfig {
     /// With an external provider, the least time between two fetches of its JWKS when a token
     /// names an unknown key (a forged `kid` must not make us hammer the provider).
     pub jwks_min_refetch: Duration,
+    /// Limits on mission files.
+    pub file_limits: FileLimits,
     /// Create an `admin` account with a generated password when the store has no users.
     pub bootstrap_admin: bool,
 }
@@ -65,6 +67,7 @@ impl ServerConfig {
             device_code_ttl: Duration::from_secs(900),
             device_poll_interval: 5,
             jwks_min_refetch: Duration::from_secs(30),
+            file_limits: FileLimits::default(),
             bootstrap_admin: true,
         }
     }
@@ -77,3 +80,20 @@ impl ServerConfig {
 
 /// Audience of the API when none is configured.
 pub const DEFAULT_AUDIENCE: &str = "mission-api";
+
+/// Limits on mission files; exceeding one is a 413 naming it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileLimits {
+    /// Largest single file, in bytes.
+    pub max_file_bytes: u64,
+    /// Most files one mission may hold.
+    pub max_files_per_mission: u64,
+    /// Most bytes all files of one user's missions may hold together.
+    pub max_user_bytes: u64,
+}
+
+impl Default for FileLimits {
+    fn default() -> Self {
+        Self { max_file_bytes: 100 << 30, max_files_per_mission: 100_000, max_user_bytes: 1 << 40 }
+    }
+}

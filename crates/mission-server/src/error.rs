@@ -103,6 +103,16 @@ impl ApiError {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, "urn:mission:problem:too-large", "Payload too large", detail)
     }
 
+    /// 416: a `Range` outside the file.
+    pub fn range_not_satisfiable(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            "urn:mission:problem:range-not-satisfiable",
+            "Range not satisfiable",
+            detail,
+        )
+    }
+
     /// 415: the body is not JSON.
     pub fn unsupported_media_type(detail: impl Into<String>) -> Self {
         Self::new(

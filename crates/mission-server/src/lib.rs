@@ -9,6 +9,7 @@
 //! - [`store`]: the database; [`catalogue`]: the built-in mission types; [`users`]: accounts.
 
 pub mod auth;
+pub mod blobs;
 pub mod catalogue;
 pub mod config;
 pub mod error;
@@ -26,7 +27,7 @@ use std::sync::Arc;
 use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
-pub use config::{AuthMode, ServerConfig};
+pub use config::{AuthMode, FileLimits, ServerConfig};
 pub use fsutil::create_private_dir;
 pub use routes::ApiDoc;
 pub use store::Store;
@@ -51,6 +52,8 @@ pub struct App {
     pub idp: Option<BuiltinIdp>,
     /// Bearer-token verification.
     pub auth: Authenticator,
+    /// Where mission files' bytes live.
+    pub files: blobs::FileStore,
     metrics: Metrics,
 }
 
@@ -77,6 +80,9 @@ pub enum StartError {
     /// The database could not be opened.
     #[error(transparent)]
     Store(#[from] store::StoreError),
+    /// Unfinished file changes could not be settled.
+    #[error("recovering file storage: {0}")]
+    Recovery(String),
     /// The first admin account could not be created.
     #[error(transparent)]
     Account(#[from] users::AccountError),
@@ -128,7 +134,11 @@ impl Server {
                 (None, auth, auth_url.as_str().trim_end_matches('/').to_owned(), None)
             }
         };
-        let app = Arc::new(App { store, config, public_url, auth_url, idp, auth, metrics: Metrics::default() });
+        let files_root = config.data_dir.join("files");
+        let files = blobs::FileStore::local(&files_root)
+            .map_err(|source| StartError::DataDir { path: files_root.clone(), source })?;
+        routes::recover_files(&store, &files).await.map_err(|e| StartError::Recovery(e.problem().detail))?;
+        let app = Arc::new(App { store, config, public_url, auth_url, idp, auth, files, metrics: Metrics::default() });
         Ok(Self { app, listener, bootstrap })
     }
 

@@ -91,7 +91,7 @@ fn check_args(args: &[String]) -> ApiResult<()> {
 }
 
 /// Loads a mission the caller may read, as a 404 otherwise.
-async fn readable(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Mission> {
+pub(super) async fn readable(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Mission> {
     let id = parse_id("mission_id", raw_id)?;
     match app.store.mission(id).await? {
         Some(m) if who.admin || m.public || m.user_id == who.user_id => Ok(m),
@@ -100,7 +100,7 @@ async fn readable(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Mis
 }
 
 /// Loads a mission the caller may change: 404 if they cannot see it, 403 if they only may read it.
-async fn writable(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Mission> {
+pub(super) async fn writable(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Mission> {
     let mission = readable(app, who, raw_id).await?;
     if who.admin || mission.user_id == who.user_id {
         Ok(mission)
@@ -280,6 +280,11 @@ pub async fn set_args(
 pub async fn delete(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<StatusCode> {
     let mission = writable(&app, who, &id).await?;
     if app.store.delete_mission(mission.mission_id).await? {
+        // The rows went with the mission; a failure here leaves a folder that start-up recovery
+        // removes.
+        if let Err(e) = app.files.delete_mission(mission.mission_id).await {
+            tracing::warn!(mission = %mission.mission_id, error = %e, "could not delete the mission's files");
+        }
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found("mission", mission.mission_id))

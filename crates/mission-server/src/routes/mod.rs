@@ -2,6 +2,7 @@
 //! identity provider at the root when it is enabled.
 
 mod extract;
+mod files;
 mod meta;
 mod mission_types;
 mod missions;
@@ -16,6 +17,7 @@ use crate::AppState;
 use crate::error::ApiError;
 
 pub use extract::MAX_JSON_BODY_BYTES;
+pub use files::recover as recover_files;
 
 /// The OpenAPI document, generated from the handlers' annotations.
 #[derive(OpenApi)]
@@ -23,6 +25,7 @@ pub use extract::MAX_JSON_BODY_BYTES;
     info(title = "Mission Compute Service API", description = "Missions, mission types and sign-in configuration."),
     paths(
         missions::create, missions::list, missions::get, missions::update, missions::set_args, missions::delete,
+        files::list, files::upload, files::download, files::delete,
         mission_types::list, mission_types::get, mission_types::settings,
         meta::auth_config, meta::me,
     ),
@@ -51,6 +54,11 @@ pub fn router(app: AppState) -> Router {
         .route("/missions", get(missions::list).post(missions::create))
         .route("/missions/{id}", get(missions::get).patch(missions::update).delete(missions::delete))
         .route("/missions/{id}/args", put(missions::set_args))
+        .route("/missions/{id}/files", get(files::list))
+        .route(
+            "/missions/{id}/files/{*path}",
+            get(files::download).put(files::upload).delete(files::delete).layer(DefaultBodyLimit::disable()),
+        )
         .route("/mission-types", get(mission_types::list))
         .route("/mission-types/{id}", get(mission_types::get))
         .route("/mission-types/{id}/settings", get(mission_types::settings))

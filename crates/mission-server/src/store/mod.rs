@@ -175,6 +175,61 @@ pub struct MissionChanges {
     pub args: Option<Vec<String>>,
 }
 
+/// A committed mission file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRecord {
+    /// The mission.
+    pub mission_id: Uuid,
+    /// Normalised path relative to the mission root.
+    pub path: String,
+    /// The mission's owner.
+    pub user_id: Uuid,
+    /// Size in bytes.
+    pub size: u64,
+    /// SHA-256, hex.
+    pub sha256: String,
+    /// The object store's e_tag of the object this row describes.
+    pub e_tag: Option<String>,
+    /// Upload time.
+    pub modified_at: DateTime<Utc>,
+}
+
+impl From<FileRecord> for mission_api::FileListing {
+    fn from(f: FileRecord) -> Self {
+        let path = mission_api::paths::MissionPath::parse(&f.path).expect("stored paths are valid");
+        mission_api::FileListing {
+            filename: path.file_name().to_owned(),
+            name: path.file_name().to_owned(),
+            path: path.folder().to_owned(),
+            file_size: f.size,
+            modified_at: f.modified_at,
+            sha256: f.sha256,
+        }
+    }
+}
+
+/// What an unfinished change to a mission file was doing when the server stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntentKind {
+    /// Writing a new version of the object.
+    Upload,
+    /// Removing the file.
+    Delete,
+}
+
+/// An intent row: a change of `path` in `mission_id` that has not been committed yet.
+#[derive(Debug, Clone)]
+pub struct Intent {
+    /// Id of the change.
+    pub intent_id: Uuid,
+    /// What the change does.
+    pub kind: IntentKind,
+    /// The mission.
+    pub mission_id: Uuid,
+    /// The file.
+    pub path: String,
+}
+
 /// The current time at the store's precision (microseconds), so a value read back equals the
 /// value written.
 pub fn now() -> DateTime<Utc> {

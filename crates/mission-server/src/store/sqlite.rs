@@ -12,12 +12,15 @@ use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
 use uuid::Uuid;
 
 use super::{
-    DeviceCodeRecord, DeviceCodeStatus, MissionChanges, MissionFilter, RefreshTokenRecord, StoreError, UserRecord,
-    from_micros, to_micros,
+    DeviceCodeRecord, DeviceCodeStatus, FileRecord, Intent, IntentKind, MissionChanges, MissionFilter,
+    RefreshTokenRecord, StoreError, UserRecord, from_micros, to_micros,
 };
 
 /// Migrations, embedded so the binary carries its schema.
-const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "init", include_str!("../../migrations/sqlite/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("../../migrations/sqlite/0001_init.sql")),
+    (2, "files", include_str!("../../migrations/sqlite/0002_files.sql")),
+];
 
 /// Columns of `missions` in the order [`mission_from_row`] reads them.
 const MISSION_COLUMNS: &str = "mission_id, user_id, name, description, mission_type_id, \
@@ -430,6 +433,149 @@ impl Store {
         tx.commit().await?;
         Ok(())
     }
+}
+
+impl Store {
+    // ---- mission files ----
+
+    /// Records that a change of a mission file is about to touch its object.
+    pub async fn begin_intent(&self, intent: &Intent) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO file_intents (intent_id, kind, mission_id, path, created_at) VALUES (?, ?, ?, ?, ?)")
+            .bind(intent.intent_id.to_string())
+            .bind(match intent.kind {
+                IntentKind::Upload => "upload",
+                IntentKind::Delete => "delete",
+            })
+            .bind(intent.mission_id.to_string())
+            .bind(&intent.path)
+            .bind(to_micros(super::now()))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Drops an intent whose change did not happen (an aborted upload).
+    pub async fn drop_intent(&self, intent_id: Uuid) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM file_intents WHERE intent_id = ?")
+            .bind(intent_id.to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Intents left by a server that stopped mid-change.
+    pub async fn pending_intents(&self) -> Result<Vec<Intent>, StoreError> {
+        let rows = sqlx::query("SELECT intent_id, kind, mission_id, path FROM file_intents ORDER BY created_at")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Intent {
+                    intent_id: parse_uuid(&r.try_get::<String, _>(0)?)?,
+                    kind: if r.try_get::<String, _>(1)? == "delete" { IntentKind::Delete } else { IntentKind::Upload },
+                    mission_id: parse_uuid(&r.try_get::<String, _>(2)?)?,
+                    path: r.try_get(3)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Commits an uploaded file (insert or replace) and ends its intent, in one transaction.
+    pub async fn commit_file(&self, intent_id: Uuid, file: &FileRecord) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO mission_files (mission_id, path, user_id, size, sha256, e_tag, modified_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (mission_id, path) DO UPDATE SET \
+             user_id = excluded.user_id, size = excluded.size, sha256 = excluded.sha256, \
+             e_tag = excluded.e_tag, modified_at = excluded.modified_at",
+        )
+        .bind(file.mission_id.to_string())
+        .bind(&file.path)
+        .bind(file.user_id.to_string())
+        .bind(file.size as i64)
+        .bind(&file.sha256)
+        .bind(&file.e_tag)
+        .bind(to_micros(file.modified_at))
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM file_intents WHERE intent_id = ?")
+            .bind(intent_id.to_string())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Removes a file's row; true when there was one.
+    pub async fn delete_file_row(&self, mission_id: Uuid, path: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query("DELETE FROM mission_files WHERE mission_id = ? AND path = ?")
+            .bind(mission_id.to_string())
+            .bind(path)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// One file of a mission.
+    pub async fn mission_file(&self, mission_id: Uuid, path: &str) -> Result<Option<FileRecord>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {FILE_COLUMNS} FROM mission_files WHERE mission_id = ? AND path = ?"))
+            .bind(mission_id.to_string())
+            .bind(path)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(file_from_row).transpose()
+    }
+
+    /// Every file of a mission, by path.
+    pub async fn mission_files(&self, mission_id: Uuid) -> Result<Vec<FileRecord>, StoreError> {
+        let rows = sqlx::query(&format!("SELECT {FILE_COLUMNS} FROM mission_files WHERE mission_id = ? ORDER BY path"))
+            .bind(mission_id.to_string())
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(file_from_row).collect()
+    }
+
+    /// How many files a mission has.
+    pub async fn file_count(&self, mission_id: Uuid) -> Result<u64, StoreError> {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM mission_files WHERE mission_id = ?")
+            .bind(mission_id.to_string())
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(n as u64)
+    }
+
+    /// Bytes held by all files of a user's missions.
+    pub async fn user_file_bytes(&self, user_id: Uuid) -> Result<u64, StoreError> {
+        let n: i64 = sqlx::query_scalar("SELECT COALESCE(SUM(size), 0) FROM mission_files WHERE user_id = ?")
+            .bind(user_id.to_string())
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(n as u64)
+    }
+
+    /// Whether a mission with this id exists.
+    pub async fn mission_exists(&self, mission_id: Uuid) -> Result<bool, StoreError> {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM missions WHERE mission_id = ?")
+            .bind(mission_id.to_string())
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(n > 0)
+    }
+}
+
+/// Columns of `mission_files` in the order [`file_from_row`] reads them.
+const FILE_COLUMNS: &str = "mission_id, path, user_id, size, sha256, e_tag, modified_at";
+
+fn file_from_row(r: &SqliteRow) -> Result<FileRecord, StoreError> {
+    Ok(FileRecord {
+        mission_id: parse_uuid(&r.try_get::<String, _>(0)?)?,
+        path: r.try_get(1)?,
+        user_id: parse_uuid(&r.try_get::<String, _>(2)?)?,
+        size: r.try_get::<i64, _>(3)? as u64,
+        sha256: r.try_get(4)?,
+        e_tag: r.try_get(5)?,
+        modified_at: from_micros(r.try_get(6)?)?,
+    })
 }
 
 async fn fetch_device_code(

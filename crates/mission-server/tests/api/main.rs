@@ -3,6 +3,7 @@
 mod browser;
 mod device_flow;
 mod external;
+mod files;
 mod meta;
 mod mission_types;
 mod missions;

@@ -1,0 +1,220 @@
+//! Where mission files' bytes live: object storage through the `object_store` crate.
+//!
+//! [`FileStore`] is the only code that builds object keys, so the key layout is in one place:
+//! a mission on the server's default storage keeps its files at `missions/{mission_id}/{path}`
+//! under the data dir's `files/` folder. Objects appear atomically (object_store writes a staging
+//! file and renames it, S3 completes a multipart upload at once), so a reader sees the old content
+//! or the new, never a torn file; the database row (see `routes/files.rs`) says which content a
+//! file committed.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use futures_util::{Stream, StreamExt};
+use mission_api::paths::MissionPath;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, PutPayload, WriteMultipart};
+use uuid::Uuid;
+
+/// Bodies up to this size are written with one `put`; larger ones as multipart uploads.
+const SINGLE_PUT_BYTES: usize = 8 * 1024 * 1024;
+
+/// Why writing an object failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The body grew past the allowance; nothing was written.
+    #[error("the body is larger than {0} bytes")]
+    TooLarge(u64),
+    /// The client's body stream failed (a disconnect); nothing was written.
+    #[error("the upload was interrupted: {0}")]
+    Body(String),
+    /// The object store failed.
+    #[error("storage: {0}")]
+    Storage(#[from] object_store::Error),
+}
+
+/// What a completed write produced.
+#[derive(Debug, Clone)]
+pub struct Written {
+    /// Bytes written.
+    pub size: u64,
+    /// SHA-256 of the bytes, hex.
+    pub sha256: String,
+    /// The store's e_tag of the new object.
+    pub e_tag: Option<String>,
+}
+
+/// The server's default file storage.
+#[derive(Debug, Clone)]
+pub struct FileStore {
+    store: Arc<dyn ObjectStore>,
+    /// The folder behind a local store, for the clean-up of staging files.
+    local_root: Option<std::path::PathBuf>,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl FileStore {
+    /// Storage in the local folder `root` (created if missing).
+    pub fn local(root: &std::path::Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(root)?;
+        let store = LocalFileSystem::new_with_prefix(root).map_err(std::io::Error::other)?;
+        Ok(Self { store: Arc::new(store), local_root: Some(root.to_owned()) })
+    }
+
+    /// Removes the staging files (`NAME#DIGITS`) of uploads that a killed server left behind in
+    /// a local store; returns how many. Call only while no upload runs (at start-up).
+    pub async fn remove_staging_files(&self) -> std::io::Result<usize> {
+        let Some(root) = self.local_root.clone() else { return Ok(0) };
+        tokio::task::spawn_blocking(move || {
+            let mut removed = 0;
+            let mut folders = vec![root];
+            while let Some(folder) = folders.pop() {
+                for entry in std::fs::read_dir(&folder)? {
+                    let entry = entry?;
+                    let kind = entry.file_type()?;
+                    let name = entry.file_name();
+                    let name = name.to_string_lossy();
+                    if kind.is_dir() {
+                        folders.push(entry.path());
+                    } else if name
+                        .rsplit_once('#')
+                        .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                    {
+                        std::fs::remove_file(entry.path())?;
+                        removed += 1;
+                    }
+                }
+            }
+            Ok(removed)
+        })
+        .await
+        .map_err(std::io::Error::other)?
+    }
+
+    /// The folder holding a mission's files.
+    fn mission_prefix(mission_id: Uuid) -> ObjectPath {
+        ObjectPath::from_iter(["missions".to_owned(), mission_id.to_string()])
+    }
+
+    /// The object key of a mission file.
+    pub fn key(mission_id: Uuid, path: &MissionPath) -> ObjectPath {
+        let mut parts = vec!["missions".to_owned(), mission_id.to_string()];
+        parts.extend(path.segments().map(str::to_owned));
+        ObjectPath::from_iter(parts)
+    }
+
+    /// Streams `body` into the object at `key`, hashing as it goes. The object changes only if
+    /// the whole body arrives within `max_bytes`; otherwise the previous content stays.
+    pub async fn write<S, E>(&self, key: &ObjectPath, body: S, max_bytes: u64) -> Result<Written, WriteError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let mut body = body;
+        let mut hasher = ring::digest::Context::new(&ring::digest::SHA256);
+        let mut size: u64 = 0;
+        let mut head: Vec<u8> = Vec::new();
+        let mut multipart: Option<WriteMultipart> = None;
+        while let Some(chunk) = body.next().await {
+            let chunk = match chunk {
+                Ok(c) => c,
+                Err(e) => {
+                    if let Some(upload) = multipart {
+                        let _ = upload.abort().await;
+                    }
+                    return Err(WriteError::Body(e.to_string()));
+                }
+            };
+            size += chunk.len() as u64;
+            if size > max_bytes {
+                if let Some(upload) = multipart {
+                    let _ = upload.abort().await;
+                }
+                return Err(WriteError::TooLarge(max_bytes));
+            }
+            hasher.update(&chunk);
+            match &mut multipart {
+                Some(upload) => {
+                    upload.wait_for_capacity(4).await?;
+                    upload.write(&chunk);
+                }
+                None => {
+                    head.extend_from_slice(&chunk);
+                    if head.len() > SINGLE_PUT_BYTES {
+                        let mut upload =
+                            WriteMultipart::new_with_chunk_size(self.store.put_multipart(key).await?, SINGLE_PUT_BYTES);
+                        upload.write(&std::mem::take(&mut head));
+                        multipart = Some(upload);
+                    }
+                }
+            }
+        }
+        let result = match multipart {
+            Some(upload) => upload.finish().await?,
+            None => self.store.put(key, PutPayload::from(head)).await?,
+        };
+        Ok(Written { size, sha256: hex(hasher.finish().as_ref()), e_tag: result.e_tag })
+    }
+
+    /// Reads an object, or the byte range `range` of it.
+    pub async fn read(
+        &self,
+        key: &ObjectPath,
+        range: Option<object_store::GetRange>,
+    ) -> Result<object_store::GetResult, object_store::Error> {
+        let options = object_store::GetOptions { range, ..Default::default() };
+        self.store.get_opts(key, options).await
+    }
+
+    /// The object's e_tag, `None` when there is no object.
+    pub async fn e_tag(&self, key: &ObjectPath) -> Result<Option<String>, object_store::Error> {
+        match self.store.head(key).await {
+            Ok(meta) => Ok(meta.e_tag),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Hashes an existing object: its size, SHA-256 and e_tag.
+    pub async fn hash(&self, key: &ObjectPath) -> Result<Written, object_store::Error> {
+        let result = self.store.get(key).await?;
+        let e_tag = result.meta.e_tag.clone();
+        let mut stream = result.into_stream();
+        let mut hasher = ring::digest::Context::new(&ring::digest::SHA256);
+        let mut size = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            size += chunk.len() as u64;
+            hasher.update(&chunk);
+        }
+        Ok(Written { size, sha256: hex(hasher.finish().as_ref()), e_tag })
+    }
+
+    /// Deletes an object; a missing one is fine.
+    pub async fn delete(&self, key: &ObjectPath) -> Result<(), object_store::Error> {
+        match self.store.delete(key).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes every file of a mission.
+    pub async fn delete_mission(&self, mission_id: Uuid) -> Result<(), object_store::Error> {
+        let prefix = Self::mission_prefix(mission_id);
+        let keys: Vec<_> = self.store.list(Some(&prefix)).map(|m| m.map(|m| m.location)).collect().await;
+        for key in keys {
+            self.delete(&key?).await?;
+        }
+        Ok(())
+    }
+
+    /// Ids of the missions that have a folder in this storage.
+    pub async fn mission_folders(&self) -> Result<Vec<String>, object_store::Error> {
+        let listing = self.store.list_with_delimiter(Some(&ObjectPath::from("missions"))).await?;
+        Ok(listing.common_prefixes.iter().filter_map(|p| p.filename().map(str::to_owned)).collect())
+    }
+}

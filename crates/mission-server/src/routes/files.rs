@@ -1,0 +1,289 @@
+//! Mission files: upload (streamed `PUT`), download (with `Range`), delete, list.
+//!
+//! An upload first records an intent, then streams the body into the object (which changes only
+//! when the whole body has arrived within the limits), then commits the file row and ends the
+//! intent in one transaction. A crash between those steps leaves an intent that start-up
+//! recovery ([`recover`]) settles, so no torn file and no row without its content survive.
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use mission_api::FileListing;
+use mission_api::paths::MissionPath;
+use object_store::GetRange;
+use uuid::Uuid;
+
+use super::missions::{readable, writable};
+use crate::AppState;
+use crate::auth::Principal;
+use crate::blobs::{FileStore, WriteError};
+use crate::error::{ApiError, ApiResult};
+use crate::store::{self, FileRecord, Intent, IntentKind};
+
+fn parse_path(raw: &str) -> ApiResult<MissionPath> {
+    MissionPath::parse(raw).map_err(|e| ApiError::invalid_field("path", format!("{raw:?}: {e}")))
+}
+
+/// Lists a mission's files, by path.
+#[utoipa::path(get, path = "/api/v1/missions/{id}/files", tag = "files",
+    params(("id" = uuid::Uuid, Path, description = "mission id")),
+    responses((status = 200, body = [FileListing]), (status = 404, body = mission_api::Problem)))]
+pub async fn list(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Vec<FileListing>>> {
+    let mission = readable(&app, who, &id).await?;
+    let files = app.store.mission_files(mission.mission_id).await?;
+    Ok(Json(files.into_iter().map(FileListing::from).collect()))
+}
+
+/// Uploads a file: the raw request body becomes the file at `path` (created or replaced).
+#[utoipa::path(put, path = "/api/v1/missions/{id}/files/{path}", tag = "files",
+    params(("id" = uuid::Uuid, Path, description = "mission id"), ("path" = String, Path, description = "file path relative to the mission root")),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 201, body = FileListing, description = "created"), (status = 200, body = FileListing, description = "replaced"),
+        (status = 400, body = mission_api::Problem), (status = 413, body = mission_api::Problem)))]
+pub async fn upload(
+    State(app): State<AppState>,
+    who: Principal,
+    Path((id, raw_path)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let mission = writable(&app, who, &id).await?;
+    let path = parse_path(&raw_path)?;
+    let limits = app.config.file_limits;
+    let existing = app.store.mission_file(mission.mission_id, path.as_str()).await?;
+    if existing.is_none() && app.store.file_count(mission.mission_id).await? >= limits.max_files_per_mission {
+        return Err(ApiError::too_large(format!(
+            "the mission already holds max_files_per_mission = {} files",
+            limits.max_files_per_mission
+        )));
+    }
+    let used = app.store.user_file_bytes(mission.user_id).await? - existing.as_ref().map_or(0, |f| f.size);
+    let user_room = limits.max_user_bytes.saturating_sub(used);
+    let file_too_large =
+        || ApiError::too_large(format!("the file is larger than max_file_size = {} bytes", limits.max_file_bytes));
+    let user_full = || {
+        ApiError::too_large(format!(
+            "the owner's files would exceed max_user_bytes = {} bytes ({used} bytes in use)",
+            limits.max_user_bytes
+        ))
+    };
+    if let Some(length) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()) {
+        if length > limits.max_file_bytes {
+            return Err(file_too_large());
+        }
+        if length > user_room {
+            return Err(user_full());
+        }
+    }
+
+    let intent = Intent {
+        intent_id: Uuid::new_v4(),
+        kind: IntentKind::Upload,
+        mission_id: mission.mission_id,
+        path: path.to_string(),
+    };
+    app.store.begin_intent(&intent).await?;
+    let key = FileStore::key(mission.mission_id, &path);
+    let allowance = limits.max_file_bytes.min(user_room);
+    let written = match app.files.write(&key, body.into_data_stream(), allowance).await {
+        Ok(w) => w,
+        Err(e) => {
+            app.store.drop_intent(intent.intent_id).await?;
+            return Err(match e {
+                WriteError::TooLarge(_) if allowance == limits.max_file_bytes => file_too_large(),
+                WriteError::TooLarge(_) => user_full(),
+                WriteError::Body(detail) => ApiError::invalid(format!("the upload did not complete: {detail}")),
+                WriteError::Storage(e) => ApiError::internal(e),
+            });
+        }
+    };
+    let record = FileRecord {
+        mission_id: mission.mission_id,
+        path: path.to_string(),
+        user_id: mission.user_id,
+        size: written.size,
+        sha256: written.sha256,
+        e_tag: written.e_tag,
+        modified_at: store::now(),
+    };
+    app.store.commit_file(intent.intent_id, &record).await?;
+    let status = if existing.is_some() { StatusCode::OK } else { StatusCode::CREATED };
+    Ok((status, Json(FileListing::from(record))).into_response())
+}
+
+/// Parses a single `bytes=` range; `Ok(None)` means "send the whole file".
+fn parse_range(value: &HeaderValue, size: u64) -> Result<Option<GetRange>, ()> {
+    let Some(spec) = value.to_str().ok().and_then(|v| v.trim().strip_prefix("bytes=")) else { return Ok(None) };
+    if spec.contains(',') {
+        return Ok(None); // several ranges: answer with the whole file, which RFC 9110 allows
+    }
+    let (start, end) = spec.split_once('-').ok_or(())?;
+    let range = match (start.trim(), end.trim()) {
+        ("", "") => return Err(()),
+        ("", n) => {
+            let n: u64 = n.parse().map_err(|_| ())?;
+            if n == 0 || size == 0 {
+                return Err(());
+            }
+            GetRange::Bounded(size.saturating_sub(n)..size)
+        }
+        (a, "") => {
+            let a: u64 = a.parse().map_err(|_| ())?;
+            if a >= size {
+                return Err(());
+            }
+            GetRange::Bounded(a..size)
+        }
+        (a, b) => {
+            let (a, b): (u64, u64) = (a.parse().map_err(|_| ())?, b.parse().map_err(|_| ())?);
+            if a > b || a >= size {
+                return Err(());
+            }
+            GetRange::Bounded(a..b.min(size - 1) + 1)
+        }
+    };
+    Ok(Some(range))
+}
+
+/// Downloads a file; honours a single `Range: bytes=…`.
+#[utoipa::path(get, path = "/api/v1/missions/{id}/files/{path}", tag = "files",
+    params(("id" = uuid::Uuid, Path, description = "mission id"), ("path" = String, Path, description = "file path relative to the mission root")),
+    responses((status = 200, description = "the file", content_type = "application/octet-stream"),
+        (status = 206, description = "the requested range"), (status = 404, body = mission_api::Problem),
+        (status = 416, description = "the range lies outside the file")))]
+pub async fn download(
+    State(app): State<AppState>,
+    who: Principal,
+    Path((id, raw_path)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let mission = readable(&app, who, &id).await?;
+    let path = parse_path(&raw_path)?;
+    let record = app
+        .store
+        .mission_file(mission.mission_id, path.as_str())
+        .await?
+        .ok_or_else(|| ApiError::not_found("file", format!("{path} in mission {}", mission.mission_id)))?;
+    let range = match headers.get(header::RANGE).map(|v| parse_range(v, record.size)).transpose() {
+        Ok(r) => r.flatten(),
+        Err(()) => {
+            let mut response =
+                ApiError::range_not_satisfiable(format!("the file has {} bytes", record.size)).into_response();
+            response.headers_mut().insert(
+                header::CONTENT_RANGE,
+                HeaderValue::from_str(&format!("bytes */{}", record.size)).expect("ascii"),
+            );
+            return Ok(response);
+        }
+    };
+    let key = FileStore::key(mission.mission_id, &path);
+    let result = app.files.read(&key, range.clone()).await.map_err(ApiError::internal)?;
+    let served = result.range.clone();
+    let mut response = Response::new(Body::from_stream(result.into_stream()));
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    h.insert(header::ETAG, HeaderValue::from_str(&format!("\"{}\"", record.sha256)).expect("hex"));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from((served.end - served.start) as u64));
+    if range.is_some() {
+        *response.status_mut() = StatusCode::PARTIAL_CONTENT;
+        let value = format!("bytes {}-{}/{}", served.start, served.end.saturating_sub(1), record.size);
+        response.headers_mut().insert(header::CONTENT_RANGE, HeaderValue::from_str(&value).expect("ascii"));
+    }
+    Ok(response)
+}
+
+/// Deletes a file.
+#[utoipa::path(delete, path = "/api/v1/missions/{id}/files/{path}", tag = "files",
+    params(("id" = uuid::Uuid, Path, description = "mission id"), ("path" = String, Path, description = "file path relative to the mission root")),
+    responses((status = 204), (status = 404, body = mission_api::Problem)))]
+pub async fn delete(
+    State(app): State<AppState>,
+    who: Principal,
+    Path((id, raw_path)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let mission = writable(&app, who, &id).await?;
+    let path = parse_path(&raw_path)?;
+    if app.store.mission_file(mission.mission_id, path.as_str()).await?.is_none() {
+        return Err(ApiError::not_found("file", format!("{path} in mission {}", mission.mission_id)));
+    }
+    let intent = Intent {
+        intent_id: Uuid::new_v4(),
+        kind: IntentKind::Delete,
+        mission_id: mission.mission_id,
+        path: path.to_string(),
+    };
+    app.store.begin_intent(&intent).await?;
+    // Row first, object second: a crash in between leaves an intent, never a row without content.
+    app.store.delete_file_row(mission.mission_id, path.as_str()).await?;
+    app.files.delete(&FileStore::key(mission.mission_id, &path)).await.map_err(ApiError::internal)?;
+    app.store.drop_intent(intent.intent_id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Settles what a stopped server left: unfinished uploads and deletes (from their intents),
+/// staging files of interrupted writes, and the folders of deleted missions. Runs at start-up,
+/// before the server accepts requests.
+pub async fn recover(store: &store::Store, files: &FileStore) -> Result<(), ApiError> {
+    let staging = files.remove_staging_files().await.map_err(ApiError::internal)?;
+    let intents = store.pending_intents().await?;
+    for intent in &intents {
+        let path = parse_path(&intent.path)?;
+        let key = FileStore::key(intent.mission_id, &path);
+        let mission = store.mission(intent.mission_id).await?;
+        match (intent.kind, mission) {
+            (IntentKind::Upload, Some(mission)) => {
+                let row = store.mission_file(intent.mission_id, &intent.path).await?;
+                let object = files.e_tag(&key).await.map_err(ApiError::internal)?;
+                match (object, row) {
+                    // The object is what the row says (the write never completed): nothing to do.
+                    (Some(tag), Some(row)) if row.e_tag.as_deref() == Some(tag.as_str()) => {}
+                    (None, None) => {}
+                    // The write completed but was not committed: adopt the complete object.
+                    (Some(_), _) => {
+                        let written = files.hash(&key).await.map_err(ApiError::internal)?;
+                        let record = FileRecord {
+                            mission_id: mission.mission_id,
+                            path: intent.path.clone(),
+                            user_id: mission.user_id,
+                            size: written.size,
+                            sha256: written.sha256,
+                            e_tag: written.e_tag,
+                            modified_at: store::now(),
+                        };
+                        store.commit_file(intent.intent_id, &record).await?;
+                        continue;
+                    }
+                    // A row whose object is gone cannot be served: drop it.
+                    (None, Some(_)) => {
+                        store.delete_file_row(intent.mission_id, &intent.path).await?;
+                    }
+                }
+            }
+            (IntentKind::Delete, _) | (IntentKind::Upload, None) => {
+                store.delete_file_row(intent.mission_id, &intent.path).await?;
+                files.delete(&key).await.map_err(ApiError::internal)?;
+            }
+        }
+        store.drop_intent(intent.intent_id).await?;
+    }
+    let mut orphans = 0;
+    for folder in files.mission_folders().await.map_err(ApiError::internal)? {
+        if let Ok(id) = Uuid::parse_str(&folder)
+            && !store.mission_exists(id).await?
+        {
+            files.delete_mission(id).await.map_err(ApiError::internal)?;
+            orphans += 1;
+        }
+    }
+    if staging + intents.len() + orphans > 0 {
+        tracing::info!(staging, intents = intents.len(), orphan_missions = orphans, "recovered file storage");
+    }
+    Ok(())
+}

@@ -6,6 +6,7 @@
 
 mod commands;
 mod output;
+mod progress;
 mod session;
 
 use std::process::ExitCode;
@@ -13,6 +14,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use commands::auth::LoginCommand;
+use commands::files::FilesCommand;
 use commands::missions::MissionsCommand;
 use commands::server::ServerCommand;
 use commands::types::TypesCommand;
@@ -21,7 +23,7 @@ use output::Output;
 /// Mission Compute Service: put input files and settings into missions and run them as jobs.
 ///
 /// Start a server with `mission server`, sign in with `mission login --server URL`, then manage
-/// missions with `mission missions …`.
+/// missions with `mission missions …` and their files with `mission files …`.
 #[derive(Debug, Parser)]
 #[command(name = "mission", version, propagate_version = true)]
 struct Cli {
@@ -47,6 +49,9 @@ enum Command {
     /// Manage missions.
     #[command(subcommand)]
     Missions(MissionsCommand),
+    /// Upload, list, download and delete mission files.
+    #[command(subcommand)]
+    Files(FilesCommand),
     /// Browse mission types.
     #[command(subcommand)]
     Types(TypesCommand),
@@ -78,6 +83,7 @@ async fn main() -> ExitCode {
         Command::Logout => commands::auth::logout(server, out).await,
         Command::Whoami => commands::auth::whoami(server, out).await,
         Command::Missions(cmd) => cmd.run(server, out).await,
+        Command::Files(cmd) => cmd.run(server, out).await,
         Command::Types(cmd) => cmd.run(server, out).await,
     };
     match result {

@@ -83,6 +83,9 @@ pub struct CreateArgs {
     public: bool,
     #[command(flatten)]
     storage: StorageArgs,
+    /// Upload this directory's contents to the new mission.
+    #[arg(long, value_name = "DIR")]
+    upload: Option<std::path::PathBuf>,
 }
 
 /// Where a mission's files come from and its results go.
@@ -217,8 +220,18 @@ impl MissionsCommand {
                     settings: settings_map(args.settings),
                     public: Some(args.public),
                 };
+                if let Some(dir) = &args.upload
+                    && !dir.is_dir()
+                {
+                    bail!("--upload {}: not a directory", dir.display());
+                }
                 let mission = client.create_mission(&request).await?;
-                out.done(&mission, &format!("Created mission {} ({}).", mission.mission_id, mission.name));
+                let mut message = format!("Created mission {} ({}).", mission.mission_id, mission.name);
+                if let Some(dir) = &args.upload {
+                    let summary = super::files::upload(&client, mission.mission_id, dir, None, false).await?;
+                    message.push_str(&format!(" Uploaded {} file(s), {} bytes.", summary.transferred, summary.bytes));
+                }
+                out.done(&mission, &message);
             }
             MissionsCommand::Update(args) => {
                 let changes = UpdateMission {

@@ -1,6 +1,7 @@
 //! One module per noun of the CLI; each is a clap type plus its `run`.
 
 pub mod auth;
+pub mod files;
 pub mod missions;
 pub mod server;
 pub mod types;

@@ -239,3 +239,53 @@ async fn help_teaches_and_bad_flags_fail() {
     let out = Command::new(BIN).args(["missions", "create"]).output().await.unwrap();
     assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
 }
+
+#[tokio::test]
+async fn files_commands_round_trip() {
+    let fx = Fixture::start().await;
+    let password = admin_password(&fx.data_dir);
+    fx.login("admin", "admin", &password).await;
+    let src = fx.home.path().join("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::write(src.join("main.py"), "print('hi')\n").unwrap();
+    std::fs::write(src.join("sub/data.csv"), "x\n1\n").unwrap();
+    let src_str = src.to_str().unwrap();
+
+    // Create and upload in one command.
+    let created = fx.json("admin", &["missions", "create", "--name", "with files", "--upload", src_str]).await;
+    let id = created["mission_id"].as_str().unwrap().to_owned();
+    let listed = fx.json("admin", &["files", "list", &id]).await;
+    let paths: Vec<String> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| format!("{}|{}", f["path"].as_str().unwrap(), f["filename"].as_str().unwrap()))
+        .collect();
+    assert_eq!(paths, ["|main.py", "sub|data.csv"]);
+
+    // Upload again: unchanged; a single file with --rename.
+    let again = fx.json("admin", &["files", "upload", &id, src_str]).await;
+    assert_eq!((again["uploaded"].as_u64(), again["unchanged"].as_u64()), (Some(0), Some(2)));
+    let single = src.join("main.py");
+    fx.ok("admin", &["files", "upload", &id, single.to_str().unwrap(), "--rename", "bin/run.py"]).await;
+    let table = fx.ok("admin", &["files", "list", &id]).await;
+    assert!(table.starts_with("PATH") && table.contains("bin/run.py") && table.contains("sub/data.csv"), "{table}");
+
+    // Download everything, and one folder.
+    let out = fx.home.path().join("out");
+    let all = fx.ok("admin", &["files", "download", &id, "-o", out.to_str().unwrap()]).await;
+    assert!(all.contains("Downloaded 3 file(s)"), "{all}");
+    assert_eq!(std::fs::read_to_string(out.join("bin/run.py")).unwrap(), "print('hi')\n");
+    assert_eq!(std::fs::read_to_string(out.join("sub/data.csv")).unwrap(), "x\n1\n");
+    let only = fx.home.path().join("only-sub");
+    fx.ok("admin", &["files", "download", &id, "sub", "-o", only.to_str().unwrap()]).await;
+    assert!(only.join("sub/data.csv").exists() && !only.join("main.py").exists());
+
+    // Delete, then deleting again fails with a reason.
+    fx.ok("admin", &["files", "delete", &id, "bin/run.py"]).await;
+    let out = fx.run("admin", &["files", "delete", &id, "bin/run.py"]).await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no file \"bin/run.py\""));
+    let out = fx.run("admin", &["files", "delete", &id, "../escape"]).await;
+    assert!(String::from_utf8_lossy(&out.stderr).contains("'..'"));
+}

@@ -15,8 +15,9 @@ use uuid::Uuid;
 use crate::client::check;
 use crate::{Client, Error};
 
-/// Files uploaded or downloaded at once by default.
-pub const DEFAULT_CONCURRENCY: usize = 8;
+/// Files uploaded or downloaded at once by default: enough to keep a server busy with small
+/// files while one request waits on its database write.
+pub const DEFAULT_CONCURRENCY: usize = 16;
 
 /// Hears about the progress of a transfer (the CLI draws progress bars with it). Every method
 /// has an empty default.

@@ -45,6 +45,31 @@ pub struct Written {
     pub e_tag: Option<String>,
 }
 
+/// A body taken in by [`FileStore::receive`], not yet visible.
+pub struct Received {
+    /// Bytes received.
+    pub size: u64,
+    /// SHA-256 of the bytes, hex.
+    pub sha256: String,
+    pending: Pending,
+}
+
+enum Pending {
+    Small { store: Arc<dyn ObjectStore>, key: ObjectPath, bytes: Vec<u8> },
+    Multipart(WriteMultipart),
+}
+
+impl Received {
+    /// Makes the object visible with the received content (one atomic step).
+    pub async fn complete(self) -> Result<Written, WriteError> {
+        let result = match self.pending {
+            Pending::Small { store, key, bytes } => store.put(&key, PutPayload::from(bytes)).await?,
+            Pending::Multipart(upload) => upload.finish().await?,
+        };
+        Ok(Written { size: self.size, sha256: self.sha256, e_tag: result.e_tag })
+    }
+}
+
 /// The server's default file storage.
 #[derive(Debug, Clone)]
 pub struct FileStore {
@@ -114,6 +139,17 @@ impl FileStore {
         S: Stream<Item = Result<Bytes, E>> + Unpin,
         E: std::fmt::Display,
     {
+        self.receive(key, body, max_bytes).await?.complete().await
+    }
+
+    /// Takes in the whole body for `key` without making it visible yet: small bodies stay in
+    /// memory, larger ones go to a multipart upload that is not completed. [`Received::complete`]
+    /// then swaps the object in at once, so a caller can serialise just that moment.
+    pub async fn receive<S, E>(&self, key: &ObjectPath, body: S, max_bytes: u64) -> Result<Received, WriteError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
         let mut body = body;
         let mut hasher = ring::digest::Context::new(&ring::digest::SHA256);
         let mut size: u64 = 0;
@@ -153,11 +189,11 @@ impl FileStore {
                 }
             }
         }
-        let result = match multipart {
-            Some(upload) => upload.finish().await?,
-            None => self.store.put(key, PutPayload::from(head)).await?,
+        let pending = match multipart {
+            Some(upload) => Pending::Multipart(upload),
+            None => Pending::Small { store: self.store.clone(), key: key.clone(), bytes: head },
         };
-        Ok(Written { size, sha256: hex(hasher.finish().as_ref()), e_tag: result.e_tag })
+        Ok(Received { size, sha256: hex(hasher.finish().as_ref()), pending })
     }
 
     /// Reads an object, or the byte range `range` of it.

@@ -15,6 +15,7 @@ pub mod config;
 pub mod error;
 mod fsutil;
 pub mod idp;
+mod locks;
 mod metrics;
 mod routes;
 pub mod store;
@@ -54,6 +55,8 @@ pub struct App {
     pub auth: Authenticator,
     /// Where mission files' bytes live.
     pub files: blobs::FileStore,
+    /// Serialises the commit of concurrent changes to one file.
+    path_locks: locks::PathLocks,
     metrics: Metrics,
 }
 
@@ -138,7 +141,17 @@ impl Server {
         let files = blobs::FileStore::local(&files_root)
             .map_err(|source| StartError::DataDir { path: files_root.clone(), source })?;
         routes::recover_files(&store, &files).await.map_err(|e| StartError::Recovery(e.problem().detail))?;
-        let app = Arc::new(App { store, config, public_url, auth_url, idp, auth, files, metrics: Metrics::default() });
+        let app = Arc::new(App {
+            store,
+            config,
+            public_url,
+            auth_url,
+            idp,
+            auth,
+            files,
+            path_locks: locks::PathLocks::default(),
+            metrics: Metrics::default(),
+        });
         Ok(Self { app, listener, bootstrap })
     }
 

@@ -24,3 +24,40 @@ CREATE TABLE file_intents (
     path       TEXT NOT NULL,
     created_at INTEGER NOT NULL
 );
+
+-- Running totals for the file limits, kept by triggers in the same transaction as the rows, so
+-- checking a limit is one key lookup however many files there are. (No INSERT OR IGNORE in the
+-- triggers: the upsert that fires them would impose its own conflict policy on it.)
+CREATE TABLE user_file_usage (
+    user_id TEXT PRIMARY KEY,
+    bytes   INTEGER NOT NULL
+);
+CREATE TABLE mission_file_usage (
+    mission_id TEXT PRIMARY KEY,
+    files      INTEGER NOT NULL
+);
+
+CREATE TRIGGER mission_files_added AFTER INSERT ON mission_files BEGIN
+    INSERT INTO user_file_usage (user_id, bytes)
+        SELECT NEW.user_id, 0 WHERE NOT EXISTS (SELECT 1 FROM user_file_usage WHERE user_id = NEW.user_id);
+    UPDATE user_file_usage SET bytes = bytes + NEW.size WHERE user_id = NEW.user_id;
+    INSERT INTO mission_file_usage (mission_id, files)
+        SELECT NEW.mission_id, 0 WHERE NOT EXISTS (SELECT 1 FROM mission_file_usage WHERE mission_id = NEW.mission_id);
+    UPDATE mission_file_usage SET files = files + 1 WHERE mission_id = NEW.mission_id;
+END;
+
+CREATE TRIGGER mission_files_removed AFTER DELETE ON mission_files BEGIN
+    UPDATE user_file_usage SET bytes = bytes - OLD.size WHERE user_id = OLD.user_id;
+    UPDATE mission_file_usage SET files = files - 1 WHERE mission_id = OLD.mission_id;
+END;
+
+CREATE TRIGGER mission_files_replaced AFTER UPDATE OF size, user_id ON mission_files BEGIN
+    UPDATE user_file_usage SET bytes = bytes - OLD.size WHERE user_id = OLD.user_id;
+    INSERT INTO user_file_usage (user_id, bytes)
+        SELECT NEW.user_id, 0 WHERE NOT EXISTS (SELECT 1 FROM user_file_usage WHERE user_id = NEW.user_id);
+    UPDATE user_file_usage SET bytes = bytes + NEW.size WHERE user_id = NEW.user_id;
+END;
+
+CREATE TRIGGER missions_removed AFTER DELETE ON missions BEGIN
+    DELETE FROM mission_file_usage WHERE mission_id = OLD.mission_id;
+END;

@@ -63,7 +63,8 @@ pub async fn upload(
             limits.max_files_per_mission
         )));
     }
-    let used = app.store.user_file_bytes(mission.user_id).await? - existing.as_ref().map_or(0, |f| f.size);
+    let used =
+        app.store.user_file_bytes(mission.user_id).await?.saturating_sub(existing.as_ref().map_or(0, |f| f.size));
     let user_room = limits.max_user_bytes.saturating_sub(used);
     let file_too_large =
         || ApiError::too_large(format!("the file is larger than max_file_size = {} bytes", limits.max_file_bytes));
@@ -91,16 +92,27 @@ pub async fn upload(
     app.store.begin_intent(&intent).await?;
     let key = FileStore::key(mission.mission_id, &path);
     let allowance = limits.max_file_bytes.min(user_room);
-    let written = match app.files.write(&key, body.into_data_stream(), allowance).await {
+    let fail = |e: WriteError| match e {
+        WriteError::TooLarge(_) if allowance == limits.max_file_bytes => file_too_large(),
+        WriteError::TooLarge(_) => user_full(),
+        WriteError::Body(detail) => ApiError::invalid(format!("the upload did not complete: {detail}")),
+        WriteError::Storage(e) => ApiError::internal(e),
+    };
+    let received = match app.files.receive(&key, body.into_data_stream(), allowance).await {
+        Ok(r) => r,
+        Err(e) => {
+            app.store.drop_intent(intent.intent_id).await?;
+            return Err(fail(e));
+        }
+    };
+    // Swap the object in and commit its row under the path's lock: the last upload to complete
+    // is the one the row describes.
+    let _guard = app.path_locks.lock(mission.mission_id, path.as_str()).await;
+    let written = match received.complete().await {
         Ok(w) => w,
         Err(e) => {
             app.store.drop_intent(intent.intent_id).await?;
-            return Err(match e {
-                WriteError::TooLarge(_) if allowance == limits.max_file_bytes => file_too_large(),
-                WriteError::TooLarge(_) => user_full(),
-                WriteError::Body(detail) => ApiError::invalid(format!("the upload did not complete: {detail}")),
-                WriteError::Storage(e) => ApiError::internal(e),
-            });
+            return Err(fail(e));
         }
     };
     let record = FileRecord {
@@ -213,6 +225,7 @@ pub async fn delete(
     if app.store.mission_file(mission.mission_id, path.as_str()).await?.is_none() {
         return Err(ApiError::not_found("file", format!("{path} in mission {}", mission.mission_id)));
     }
+    let _guard = app.path_locks.lock(mission.mission_id, path.as_str()).await;
     let intent = Intent {
         intent_id: Uuid::new_v4(),
         kind: IntentKind::Delete,

@@ -28,9 +28,14 @@ const MISSION_COLUMNS: &str = "mission_id, user_id, name, description, mission_t
     public, archived, created_at, updated_at";
 
 /// Handle to the database; cheap to clone.
+///
+/// Reads go through a small pool; every write goes through `writer`, one connection, because
+/// SQLite admits one writer at a time and writers racing for its lock back off by sleeping
+/// (milliseconds each), while waiting for our own pool's connection costs nothing.
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: SqlitePool,
+    writer: SqlitePool,
 }
 
 impl Store {
@@ -45,6 +50,7 @@ impl Store {
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
+        let writer = SqlitePoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
         let pool = SqlitePoolOptions::new().max_connections(4).min_connections(1).connect_with(options).await?;
         let migrator = Migrator {
             migrations: Cow::Owned(
@@ -57,8 +63,8 @@ impl Store {
             ),
             ..Migrator::DEFAULT
         };
-        migrator.run(&pool).await?;
-        Ok(Self { pool })
+        migrator.run(&writer).await?;
+        Ok(Self { pool, writer })
     }
 
     /// Checks the database answers.
@@ -81,7 +87,7 @@ impl Store {
         .bind(&user.external_sub)
         .bind(user.admin)
         .bind(to_micros(user.created_at))
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await;
         match result {
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
@@ -102,7 +108,7 @@ impl Store {
             .bind(password_hash)
             .bind(admin)
             .bind(user_id.to_string())
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(())
     }
@@ -152,7 +158,7 @@ impl Store {
     pub async fn insert_device_code(&self, code: &DeviceCodeRecord, now: DateTime<Utc>) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM device_codes WHERE expires_at < ?")
             .bind(to_micros(now) - 3_600_000_000)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         let result = sqlx::query(
             "INSERT INTO device_codes (device_code_hash, user_code, client_id, scope, status, user_id, \
@@ -166,7 +172,7 @@ impl Store {
         .bind(code.interval_secs)
         .bind(to_micros(code.expires_at))
         .bind(to_micros(now))
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await;
         match result {
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
@@ -188,7 +194,7 @@ impl Store {
         device_code_hash: &str,
         now: DateTime<Utc>,
     ) -> Result<Option<DeviceCodeRecord>, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         let record = fetch_device_code(&mut tx, "device_code_hash", device_code_hash).await?;
         if record.is_some() {
             sqlx::query("UPDATE device_codes SET last_polled_at = ? WHERE device_code_hash = ?")
@@ -206,7 +212,7 @@ impl Store {
         sqlx::query("UPDATE device_codes SET interval_secs = interval_secs + ? WHERE device_code_hash = ?")
             .bind(by)
             .bind(device_code_hash)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(())
     }
@@ -228,7 +234,7 @@ impl Store {
         .bind(user_id.map(|u| u.to_string()))
         .bind(user_code)
         .bind(to_micros(now))
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -240,7 +246,7 @@ impl Store {
             "UPDATE device_codes SET status = 'consumed' WHERE device_code_hash = ? AND status = 'approved'",
         )
         .bind(device_code_hash)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -269,7 +275,7 @@ impl Store {
         .bind(&record.scope)
         .bind(to_micros(now))
         .bind(to_micros(record.expires_at))
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(())
     }
@@ -299,7 +305,7 @@ impl Store {
         let done = sqlx::query("UPDATE refresh_tokens SET revoked_at = ? WHERE token_hash = ? AND revoked_at IS NULL")
             .bind(to_micros(now))
             .bind(token_hash)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -392,7 +398,7 @@ impl Store {
         }
         q.push(" WHERE mission_id = ").push_bind(mission_id.to_string());
         q.push(format!(" RETURNING {MISSION_COLUMNS}"));
-        let row = q.build().fetch_optional(&self.pool).await?;
+        let row = q.build().fetch_optional(&self.writer).await?;
         row.as_ref().map(mission_from_row).transpose()
     }
 
@@ -400,14 +406,14 @@ impl Store {
     pub async fn delete_mission(&self, mission_id: Uuid) -> Result<bool, StoreError> {
         let done = sqlx::query("DELETE FROM missions WHERE mission_id = ?")
             .bind(mission_id.to_string())
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(done.rows_affected() == 1)
     }
 
     /// Inserts many missions in one transaction (benchmarks and imports).
     pub async fn insert_missions(&self, missions: &[Mission]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         for m in missions {
             sqlx::query(&format!(
                 "INSERT INTO missions ({MISSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -449,7 +455,7 @@ impl Store {
             .bind(intent.mission_id.to_string())
             .bind(&intent.path)
             .bind(to_micros(super::now()))
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(())
     }
@@ -458,7 +464,7 @@ impl Store {
     pub async fn drop_intent(&self, intent_id: Uuid) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM file_intents WHERE intent_id = ?")
             .bind(intent_id.to_string())
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(())
     }
@@ -480,9 +486,10 @@ impl Store {
             .collect()
     }
 
-    /// Commits an uploaded file (insert or replace) and ends its intent, in one transaction.
+    /// Commits an uploaded file (insert or replace), then ends its intent. Two statements, not
+    /// one transaction, because every write costs a turn of the single writer: a crash between
+    /// them leaves an intent whose row already matches its object, which recovery just drops.
     pub async fn commit_file(&self, intent_id: Uuid, file: &FileRecord) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
         sqlx::query(
             "INSERT INTO mission_files (mission_id, path, user_id, size, sha256, e_tag, modified_at) \
              VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (mission_id, path) DO UPDATE SET \
@@ -496,14 +503,9 @@ impl Store {
         .bind(&file.sha256)
         .bind(&file.e_tag)
         .bind(to_micros(file.modified_at))
-        .execute(&mut *tx)
+        .execute(&self.writer)
         .await?;
-        sqlx::query("DELETE FROM file_intents WHERE intent_id = ?")
-            .bind(intent_id.to_string())
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
+        self.drop_intent(intent_id).await
     }
 
     /// Removes a file's row; true when there was one.
@@ -511,7 +513,7 @@ impl Store {
         let done = sqlx::query("DELETE FROM mission_files WHERE mission_id = ? AND path = ?")
             .bind(mission_id.to_string())
             .bind(path)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -537,16 +539,17 @@ impl Store {
 
     /// How many files a mission has.
     pub async fn file_count(&self, mission_id: Uuid) -> Result<u64, StoreError> {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM mission_files WHERE mission_id = ?")
-            .bind(mission_id.to_string())
-            .fetch_one(&self.pool)
-            .await?;
+        let n: i64 =
+            sqlx::query_scalar("SELECT COALESCE((SELECT files FROM mission_file_usage WHERE mission_id = ?), 0)")
+                .bind(mission_id.to_string())
+                .fetch_one(&self.pool)
+                .await?;
         Ok(n as u64)
     }
 
     /// Bytes held by all files of a user's missions.
     pub async fn user_file_bytes(&self, user_id: Uuid) -> Result<u64, StoreError> {
-        let n: i64 = sqlx::query_scalar("SELECT COALESCE(SUM(size), 0) FROM mission_files WHERE user_id = ?")
+        let n: i64 = sqlx::query_scalar("SELECT COALESCE((SELECT bytes FROM user_file_usage WHERE user_id = ?), 0)")
             .bind(user_id.to_string())
             .fetch_one(&self.pool)
             .await?;

@@ -381,7 +381,9 @@ async fn concurrent_uploads_of_one_path_never_mix() {
     let bodies: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i; 10 << 20]).collect();
     let uploads = bodies.iter().map(|b| http().put(&url).bearer_auth(&token).body(b.clone()).send());
     for response in futures_util::future::join_all(uploads).await {
-        assert!(response.unwrap().status().is_success());
+        let response = response.unwrap();
+        let status = response.status();
+        assert!(status.is_success(), "{status}: {}", response.text().await.unwrap());
     }
     let got = http().get(&url).bearer_auth(&token).send().await.unwrap().bytes().await.unwrap();
     assert!(bodies.iter().any(|b| b.as_slice() == got.as_ref()), "the file mixes uploads");

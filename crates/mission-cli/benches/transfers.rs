@@ -1,0 +1,186 @@
+//! File transfer benchmark (issue 3): the real `mission` CLI uploading to the real server on
+//! 127.0.0.1 with the default local storage, against `cp` of the same data on the same disk in
+//! the same run.
+//!
+//! - one 1 GiB file: upload rate vs `cp` rate, and the CLI's peak RSS during the upload;
+//! - 10,000 files of 4 KiB in 100 folders: files per second (and `cp -r` for scale);
+//! - re-upload of that unchanged tree: seconds.
+//!
+//! Run: `cargo bench -p mission-cli --bench transfers` (env `BENCH_DIR` picks the disk, default
+//! the system temp dir).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use mission_client::auth::token_file::{self, StoredToken};
+use mission_client::auth::{DeviceAuth, Prompt};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mission");
+const PASSWORD: &str = "benchmark password";
+
+fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()
+}
+
+/// Runs `mission ARGS` with the benchmark's CLI state; returns wall time and peak RSS (KiB).
+async fn cli(home: &Path, args: &[&str]) -> (Duration, u64) {
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new(BIN)
+        .args(args)
+        .env("HOME", home)
+        .env("MISSION_CONFIG", home.join("config.json"))
+        .env("MISSION_TOKEN_FILE", home.join("tokens"))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let mut peak = 0;
+    loop {
+        if let Some(kib) = vm_hwm_kib(pid) {
+            peak = peak.max(kib);
+        }
+        tokio::select! {
+            status = child.wait() => {
+                assert!(status.unwrap().success(), "mission {args:?} failed");
+                break;
+            }
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    }
+    (started.elapsed(), peak)
+}
+
+fn timed(program: &str, args: &[&str]) -> Duration {
+    let started = Instant::now();
+    assert!(std::process::Command::new(program).args(args).status().unwrap().success());
+    started.elapsed()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let base = std::env::var_os("BENCH_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    let dir = tempfile::tempdir_in(base).unwrap();
+    let root = dir.path();
+    let home = root.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+
+    // Server with one account, signed in for the CLI.
+    let data_dir = root.join("data");
+    let out = std::process::Command::new(BIN)
+        .args(["server", "add-user", "bench", "--password-stdin", "--data-dir"])
+        .arg(&data_dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(PASSWORD.as_bytes())?;
+            c.wait()
+        })
+        .unwrap();
+    assert!(out.success());
+    let mut server = tokio::process::Command::new(BIN)
+        .args(["server", "--listen", "127.0.0.1:0", "--device-poll-interval", "0", "--data-dir"])
+        .arg(&data_dir)
+        .env("MISSION_LOG", "warn")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next_line().await.unwrap().expect("server banner");
+        if let Some(u) = line.strip_prefix("Mission Compute Service listening on ") {
+            break u.to_owned();
+        }
+    };
+    let auth = DeviceAuth::new(&url, "mission-api").token_file("").prompt(Prompt::Print);
+    let pending = auth.start().await.unwrap();
+    let form = [
+        ("user_code", pending.authorization().user_code.as_str()),
+        ("username", "bench"),
+        ("password", PASSWORD),
+        ("action", "approve"),
+    ];
+    reqwest::Client::new().post(format!("{url}/activate")).form(&form).send().await.unwrap();
+    let tokens = auth.finish(pending).await.unwrap();
+    token_file::write(&home.join("tokens"), &StoredToken::new(&tokens.refresh_token, tokens.expires_at)).unwrap();
+    std::fs::write(home.join("config.json"), serde_json::json!({ "server": url }).to_string()).unwrap();
+    let client = mission_client::Client::with_tokens(&url, tokens, auth).unwrap();
+    let new_mission = |name: &'static str| {
+        let client = client.clone();
+        async move {
+            let request = mission_client::CreateMission { name: name.into(), ..Default::default() };
+            client.create_mission(&request).await.unwrap().mission_id.to_string()
+        }
+    };
+
+    // One 1 GiB file of incompressible bytes.
+    let big = root.join("big.bin");
+    {
+        use std::io::Write;
+        let mut file = std::io::BufWriter::new(std::fs::File::create(&big).unwrap());
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut block = vec![0u8; 1 << 20];
+        for _ in 0..1024 {
+            for chunk in block.chunks_mut(8) {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                chunk.copy_from_slice(&state.to_le_bytes());
+            }
+            file.write_all(&block).unwrap();
+        }
+    }
+    let big_s = big.to_str().unwrap();
+    let cp_big = timed("cp", &[big_s, root.join("big.copy").to_str().unwrap()]);
+    let one = new_mission("big").await;
+    let (upload_big, peak_kib) = cli(&home, &["files", "upload", &one, big_s]).await;
+    let gib = |d: Duration| 1024.0 / d.as_secs_f64();
+
+    // 10,000 files of 4 KiB in 100 folders.
+    let tree = root.join("tree");
+    for folder in 0..100 {
+        let dir = tree.join(format!("d{folder:03}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for file in 0..100 {
+            std::fs::write(dir.join(format!("f{file:03}.dat")), vec![(folder * 100 + file) as u8; 4096]).unwrap();
+        }
+    }
+    let tree_s = tree.to_str().unwrap();
+    let cp_tree = timed("cp", &["-r", tree_s, root.join("tree.copy").to_str().unwrap()]);
+    let many = new_mission("tree").await;
+    let (upload_tree, _) = cli(&home, &["files", "upload", &many, tree_s]).await;
+    let (reupload_tree, _) = cli(&home, &["files", "upload", &many, tree_s]).await;
+    assert_eq!(client.get_mission_files(many.parse().unwrap()).await.unwrap().len(), 10_000);
+
+    println!();
+    println!(
+        "| measure (loopback, default local storage, {} cores) | value | target |",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!("|---|---|---|");
+    println!("| cp of 1 GiB | {:.2} s ({:.0} MiB/s) | baseline |", cp_big.as_secs_f64(), gib(cp_big));
+    println!(
+        "| upload of 1 GiB | {:.2} s ({:.0} MiB/s) = {:.0}% of cp | >= 70% |",
+        upload_big.as_secs_f64(),
+        gib(upload_big),
+        100.0 * cp_big.as_secs_f64() / upload_big.as_secs_f64()
+    );
+    println!("| CLI peak RSS during the 1 GiB upload | {:.1} MB | < 64 MB |", peak_kib as f64 / 1024.0);
+    println!(
+        "| cp -r of 10,000 x 4 KiB | {:.2} s ({:.0} files/s) | for scale |",
+        cp_tree.as_secs_f64(),
+        10_000.0 / cp_tree.as_secs_f64()
+    );
+    println!(
+        "| upload of 10,000 x 4 KiB | {:.2} s ({:.0} files/s) | >= 1500 files/s |",
+        upload_tree.as_secs_f64(),
+        10_000.0 / upload_tree.as_secs_f64()
+    );
+    println!("| re-upload of the unchanged tree | {:.2} s | < 2 s |", reupload_tree.as_secs_f64());
+    let _ = server.kill().await;
+}

@@ -10,16 +10,19 @@ use std::sync::{Arc, Mutex};
 
 use uuid::Uuid;
 
-/// Lock table keyed by (mission, path); entries go away when nobody holds or waits for them.
+/// One file: its mission and path.
+type FileKey = (Uuid, String);
+
+/// Lock table keyed by file; entries go away when nobody holds or waits for them.
 #[derive(Debug, Default)]
 pub struct PathLocks {
-    table: Mutex<HashMap<(Uuid, String), Arc<tokio::sync::Mutex<()>>>>,
+    table: Mutex<HashMap<FileKey, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// Holds one path's lock; dropping it releases the lock and tidies the table.
 pub struct PathGuard<'a> {
     locks: &'a PathLocks,
-    key: (Uuid, String),
+    key: FileKey,
     guard: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 

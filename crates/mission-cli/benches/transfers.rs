@@ -136,9 +136,21 @@ async fn main() {
         }
     }
     let big_s = big.to_str().unwrap();
-    let cp_big = timed("cp", &[big_s, root.join("big.copy").to_str().unwrap()]);
-    let one = new_mission("big").await;
-    let (upload_big, peak_kib) = cli(&home, &["files", "upload", &one, big_s]).await;
+    // Three alternating rounds (each upload into a fresh mission, so nothing is skipped); the
+    // medians are compared, as this machine is shared and noisy.
+    let (mut cp_runs, mut upload_runs, mut peak_kib) = (Vec::new(), Vec::new(), 0);
+    for round in 0..3 {
+        let copy = root.join(format!("big.copy{round}"));
+        cp_runs.push(timed("cp", &[big_s, copy.to_str().unwrap()]));
+        std::fs::remove_file(copy).unwrap();
+        let one = new_mission("big").await;
+        let (took, peak) = cli(&home, &["files", "upload", &one, big_s]).await;
+        upload_runs.push(took);
+        peak_kib = peak_kib.max(peak);
+    }
+    cp_runs.sort();
+    upload_runs.sort();
+    let (cp_big, upload_big) = (cp_runs[1], upload_runs[1]);
     let gib = |d: Duration| 1024.0 / d.as_secs_f64();
 
     // 10,000 files of 4 KiB in 100 folders.
@@ -163,9 +175,9 @@ async fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!("|---|---|---|");
-    println!("| cp of 1 GiB | {:.2} s ({:.0} MiB/s) | baseline |", cp_big.as_secs_f64(), gib(cp_big));
+    println!("| cp of 1 GiB (median of 3) | {:.2} s ({:.0} MiB/s) | baseline |", cp_big.as_secs_f64(), gib(cp_big));
     println!(
-        "| upload of 1 GiB | {:.2} s ({:.0} MiB/s) = {:.0}% of cp | >= 70% |",
+        "| upload of 1 GiB (median of 3) | {:.2} s ({:.0} MiB/s) = {:.0}% of cp | >= 70% |",
         upload_big.as_secs_f64(),
         gib(upload_big),
         100.0 * cp_big.as_secs_f64() / upload_big.as_secs_f64()

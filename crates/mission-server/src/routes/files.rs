@@ -56,15 +56,15 @@ pub async fn upload(
     let mission = writable(&app, who, &id).await?;
     let path = parse_path(&raw_path)?;
     let limits = app.config.file_limits;
-    let existing = app.store.mission_file(mission.mission_id, path.as_str()).await?;
-    if existing.is_none() && app.store.file_count(mission.mission_id).await? >= limits.max_files_per_mission {
+    let usage = app.store.upload_usage(mission.mission_id, mission.user_id, path.as_str()).await?;
+    let existing = usage.existing_size;
+    if existing.is_none() && usage.mission_files >= limits.max_files_per_mission {
         return Err(ApiError::too_large(format!(
             "the mission already holds max_files_per_mission = {} files",
             limits.max_files_per_mission
         )));
     }
-    let used =
-        app.store.user_file_bytes(mission.user_id).await?.saturating_sub(existing.as_ref().map_or(0, |f| f.size));
+    let used = usage.user_bytes.saturating_sub(existing.unwrap_or(0));
     let user_room = limits.max_user_bytes.saturating_sub(used);
     let file_too_large =
         || ApiError::too_large(format!("the file is larger than max_file_size = {} bytes", limits.max_file_bytes));

@@ -208,6 +208,17 @@ impl From<FileRecord> for mission_api::FileListing {
     }
 }
 
+/// The counts an upload is checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UploadUsage {
+    /// Size of the file being replaced, if the path exists.
+    pub existing_size: Option<u64>,
+    /// Files the mission holds.
+    pub mission_files: u64,
+    /// Bytes all files of the owner's missions hold.
+    pub user_bytes: u64,
+}
+
 /// What an unfinished change to a mission file was doing when the server stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IntentKind {

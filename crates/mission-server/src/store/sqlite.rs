@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::{
     DeviceCodeRecord, DeviceCodeStatus, FileRecord, Intent, IntentKind, MissionChanges, MissionFilter,
-    RefreshTokenRecord, StoreError, UserRecord, from_micros, to_micros,
+    RefreshTokenRecord, StoreError, UploadUsage, UserRecord, from_micros, to_micros,
 };
 
 /// Migrations, embedded so the binary carries its schema.
@@ -486,15 +486,16 @@ impl Store {
             .collect()
     }
 
-    /// Commits an uploaded file (insert or replace), then ends its intent. Two statements, not
-    /// one transaction, because every write costs a turn of the single writer: a crash between
-    /// them leaves an intent whose row already matches its object, which recovery just drops.
+    /// Commits an uploaded file (insert or replace) and ends its intent: two statements sent as
+    /// one script, so one turn of the single writer. Should the intent's deletion not happen, the
+    /// intent's row already matches its object and recovery just drops it.
     pub async fn commit_file(&self, intent_id: Uuid, file: &FileRecord) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO mission_files (mission_id, path, user_id, size, sha256, e_tag, modified_at) \
              VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (mission_id, path) DO UPDATE SET \
              user_id = excluded.user_id, size = excluded.size, sha256 = excluded.sha256, \
-             e_tag = excluded.e_tag, modified_at = excluded.modified_at",
+             e_tag = excluded.e_tag, modified_at = excluded.modified_at; \
+             DELETE FROM file_intents WHERE intent_id = ?",
         )
         .bind(file.mission_id.to_string())
         .bind(&file.path)
@@ -503,9 +504,10 @@ impl Store {
         .bind(&file.sha256)
         .bind(&file.e_tag)
         .bind(to_micros(file.modified_at))
+        .bind(intent_id.to_string())
         .execute(&self.writer)
         .await?;
-        self.drop_intent(intent_id).await
+        Ok(())
     }
 
     /// Removes a file's row; true when there was one.
@@ -537,23 +539,23 @@ impl Store {
         rows.iter().map(file_from_row).collect()
     }
 
-    /// How many files a mission has.
-    pub async fn file_count(&self, mission_id: Uuid) -> Result<u64, StoreError> {
-        let n: i64 =
-            sqlx::query_scalar("SELECT COALESCE((SELECT files FROM mission_file_usage WHERE mission_id = ?), 0)")
-                .bind(mission_id.to_string())
-                .fetch_one(&self.pool)
-                .await?;
-        Ok(n as u64)
-    }
-
-    /// Bytes held by all files of a user's missions.
-    pub async fn user_file_bytes(&self, user_id: Uuid) -> Result<u64, StoreError> {
-        let n: i64 = sqlx::query_scalar("SELECT COALESCE((SELECT bytes FROM user_file_usage WHERE user_id = ?), 0)")
-            .bind(user_id.to_string())
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(n as u64)
+    /// What the file limits need to know before an upload of `path`, in one query.
+    pub async fn upload_usage(&self, mission_id: Uuid, user_id: Uuid, path: &str) -> Result<UploadUsage, StoreError> {
+        let row = sqlx::query(
+            "SELECT (SELECT size FROM mission_files WHERE mission_id = ?1 AND path = ?2), \
+             COALESCE((SELECT files FROM mission_file_usage WHERE mission_id = ?1), 0), \
+             COALESCE((SELECT bytes FROM user_file_usage WHERE user_id = ?3), 0)",
+        )
+        .bind(mission_id.to_string())
+        .bind(path)
+        .bind(user_id.to_string())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(UploadUsage {
+            existing_size: row.try_get::<Option<i64>, _>(0)?.map(|n| n as u64),
+            mission_files: row.try_get::<i64, _>(1)? as u64,
+            user_bytes: row.try_get::<i64, _>(2)? as u64,
+        })
     }
 
     /// Whether a mission with this id exists.

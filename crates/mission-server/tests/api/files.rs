@@ -62,6 +62,8 @@ async fn upload_rules_listing_download_and_delete() {
     assert_eq!(top.path, "", "top-level files have an empty folder");
     assert_eq!(listing.iter().find(|f| f.filename == "empty.dat").unwrap().file_size, 0);
 
+    assert!(server.app.store.pending_intents().await.unwrap().is_empty(), "committed uploads leave no intent");
+
     // Re-uploading the unchanged tree skips every file.
     let summary = client.upload_with(id, src.path(), None, &TransferOptions::default()).await.unwrap().unwrap();
     assert_eq!((summary.transferred, summary.skipped), (0, 4));

@@ -65,6 +65,30 @@ struct RunArgs {
     /// Lifetime of access tokens signed by the built-in provider, in seconds.
     #[arg(long, env = "MISSION_ACCESS_TOKEN_TTL", default_value_t = 3600)]
     access_token_ttl: u64,
+    /// Largest single mission file (bytes, or with a K/M/G/T suffix, powers of 1024).
+    #[arg(long, env = "MISSION_MAX_FILE_SIZE", default_value = "100G", value_parser = parse_size)]
+    max_file_size: u64,
+    /// Most files one mission may hold.
+    #[arg(long, env = "MISSION_MAX_FILES_PER_MISSION", default_value_t = 100_000)]
+    max_files_per_mission: u64,
+    /// Most bytes all files of one user's missions may hold (K/M/G/T suffixes allowed).
+    #[arg(long, env = "MISSION_MAX_USER_BYTES", default_value = "1T", value_parser = parse_size)]
+    max_user_bytes: u64,
+}
+
+/// Parses `123`, `64K`, `10M`, `100G`, `1T` (powers of 1024).
+fn parse_size(raw: &str) -> Result<u64, String> {
+    let raw = raw.trim();
+    let (digits, shift) = match raw.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&raw[..i], 10),
+        Some((i, 'M' | 'm')) => (&raw[..i], 20),
+        Some((i, 'G' | 'g')) => (&raw[..i], 30),
+        Some((i, 'T' | 't')) => (&raw[..i], 40),
+        _ => (raw, 0),
+    };
+    let n: u64 =
+        digits.trim().parse().map_err(|_| format!("expected a size like 512, 64K, 10M, 100G or 1T, got {raw:?}"))?;
+    n.checked_mul(1u64 << shift).ok_or_else(|| format!("{raw:?} is too large"))
 }
 
 #[derive(Debug, Args)]
@@ -113,6 +137,11 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     }
     config.device_poll_interval = args.device_poll_interval;
     config.access_token_ttl = Duration::from_secs(args.access_token_ttl);
+    config.file_limits = mission_server::FileLimits {
+        max_file_bytes: args.max_file_size,
+        max_files_per_mission: args.max_files_per_mission,
+        max_user_bytes: args.max_user_bytes,
+    };
     let data_dir = config.data_dir.clone();
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
@@ -167,4 +196,17 @@ async fn add_user(args: AddUserArgs) -> anyhow::Result<()> {
         println!("Password: {generated}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes_parse_with_binary_suffixes() {
+        assert_eq!(super::parse_size("512"), Ok(512));
+        assert_eq!(super::parse_size("64K"), Ok(64 << 10));
+        assert_eq!(super::parse_size("100G"), Ok(100 << 30));
+        assert_eq!(super::parse_size("1t"), Ok(1 << 40));
+        assert!(super::parse_size("ten").is_err());
+        assert!(super::parse_size("99999999T").is_err());
+    }
 }

@@ -21,11 +21,17 @@ struct Fixture {
 
 impl Fixture {
     async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    /// Starts `mission server` with `extra` flags.
+    async fn start_with(extra: &[&str]) -> Self {
         let home = tempfile::tempdir().unwrap();
         let data_dir = home.path().join("data");
         let mut server = Command::new(BIN)
             .args(["server", "--listen", "127.0.0.1:0", "--device-poll-interval", "0", "--data-dir"])
             .arg(&data_dir)
+            .args(extra)
             .env_remove("MISSION_SERVER")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -288,4 +294,22 @@ async fn files_commands_round_trip() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("has no file \"bin/run.py\""));
     let out = fx.run("admin", &["files", "delete", &id, "../escape"]).await;
     assert!(String::from_utf8_lossy(&out.stderr).contains("'..'"));
+}
+
+#[tokio::test]
+async fn server_file_limit_flags_apply() {
+    let fx = Fixture::start_with(&["--max-file-size", "1K", "--max-files-per-mission", "1"]).await;
+    let password = admin_password(&fx.data_dir);
+    fx.login("admin", "admin", &password).await;
+    let id = fx.json("admin", &["missions", "create", "--name", "small"]).await["mission_id"].as_str().unwrap().to_owned();
+    let big = fx.home.path().join("big.bin");
+    std::fs::write(&big, vec![0u8; 1025]).unwrap();
+    let out = fx.run("admin", &["files", "upload", &id, big.to_str().unwrap()]).await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("max_file_size = 1024"), "{}", String::from_utf8_lossy(&out.stderr));
+    let small = fx.home.path().join("a.txt");
+    std::fs::write(&small, "a").unwrap();
+    fx.ok("admin", &["files", "upload", &id, small.to_str().unwrap()]).await;
+    let out = fx.run("admin", &["files", "upload", &id, small.to_str().unwrap(), "--rename", "b.txt"]).await;
+    assert!(String::from_utf8_lossy(&out.stderr).contains("max_files_per_mission = 1"));
 }

@@ -78,6 +78,22 @@ pub struct TransferSummary {
     pub bytes: u64,
 }
 
+impl TransferSummary {
+    /// Tallies `(skipped, size)` per file.
+    fn from_results(results: Vec<(bool, u64)>) -> Self {
+        let mut summary = Self::default();
+        for (skipped, size) in results {
+            if skipped {
+                summary.skipped += 1;
+            } else {
+                summary.transferred += 1;
+                summary.bytes += size;
+            }
+        }
+        summary
+    }
+}
+
 /// A local file and where it goes in the mission.
 struct Planned {
     local: PathBuf,
@@ -226,16 +242,7 @@ impl Client {
             .buffer_unordered(options.concurrency.max(1))
             .try_collect()
             .await?;
-        let mut summary = TransferSummary::default();
-        for (skipped, size) in results {
-            if skipped {
-                summary.skipped += 1;
-            } else {
-                summary.transferred += 1;
-                summary.bytes += size;
-            }
-        }
-        Ok(Some(summary))
+        Ok(Some(TransferSummary::from_results(results)))
     }
 
     async fn upload_file(&self, mission_id: Uuid, file: &Planned, options: &TransferOptions) -> Result<(), Error> {
@@ -426,16 +433,7 @@ impl Client {
             .buffer_unordered(options.concurrency.max(1))
             .try_collect()
             .await?;
-        let mut summary = TransferSummary::default();
-        for (skipped, size) in results {
-            if skipped {
-                summary.skipped += 1;
-            } else {
-                summary.transferred += 1;
-                summary.bytes += size;
-            }
-        }
-        Ok(summary)
+        Ok(TransferSummary::from_results(results))
     }
 
     /// Creates a mission and uploads `directory` to it (spec rule 3). If the upload fails the

@@ -301,12 +301,17 @@ async fn server_file_limit_flags_apply() {
     let fx = Fixture::start_with(&["--max-file-size", "1K", "--max-files-per-mission", "1"]).await;
     let password = admin_password(&fx.data_dir);
     fx.login("admin", "admin", &password).await;
-    let id = fx.json("admin", &["missions", "create", "--name", "small"]).await["mission_id"].as_str().unwrap().to_owned();
+    let id =
+        fx.json("admin", &["missions", "create", "--name", "small"]).await["mission_id"].as_str().unwrap().to_owned();
     let big = fx.home.path().join("big.bin");
     std::fs::write(&big, vec![0u8; 1025]).unwrap();
     let out = fx.run("admin", &["files", "upload", &id, big.to_str().unwrap()]).await;
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("max_file_size = 1024"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("max_file_size = 1024"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let small = fx.home.path().join("a.txt");
     std::fs::write(&small, "a").unwrap();
     fx.ok("admin", &["files", "upload", &id, small.to_str().unwrap()]).await;

@@ -295,7 +295,7 @@ async fn an_interrupted_upload_leaves_nothing() {
     // The server notices the disconnect and cleans up; wait for it, bounded.
     let files_dir = server.app.config.data_dir.join("files");
     let mut clean = false;
-    for _ in 0..100 {
+    for _ in 0..300 {
         let intents = server.app.store.pending_intents().await.unwrap();
         if intents.is_empty() && count_files(&files_dir) == 1 {
             clean = true;

@@ -94,6 +94,9 @@ impl TransferSummary {
     }
 }
 
+/// Files up to this size are read whole and sent as one buffer.
+const SMALL_FILE_BYTES: u64 = 1 << 20;
+
 /// A local file and where it goes in the mission.
 struct Planned {
     local: PathBuf,
@@ -246,17 +249,28 @@ impl Client {
     }
 
     async fn upload_file(&self, mission_id: Uuid, file: &Planned, options: &TransferOptions) -> Result<(), Error> {
-        let handle = tokio::fs::File::open(&file.local).await.map_err(|e| io_error(&file.local, e))?;
-        let observer = options.observer.clone();
-        let stream = tokio_util::io::ReaderStream::with_capacity(handle, 256 * 1024).inspect_ok(move |chunk| {
-            if let Some(o) = &observer {
-                o.bytes(chunk.len() as u64);
+        // Small files go as one buffer (no stream machinery per request); larger ones stream
+        // from disk so memory stays flat.
+        let (body, length) = if file.size <= SMALL_FILE_BYTES {
+            let bytes = tokio::fs::read(&file.local).await.map_err(|e| io_error(&file.local, e))?;
+            if let Some(o) = &options.observer {
+                o.bytes(bytes.len() as u64);
             }
-        });
-        let body = reqwest::Body::wrap_stream(stream);
+            let length = bytes.len() as u64;
+            (reqwest::Body::from(bytes), length)
+        } else {
+            let handle = tokio::fs::File::open(&file.local).await.map_err(|e| io_error(&file.local, e))?;
+            let observer = options.observer.clone();
+            let stream = tokio_util::io::ReaderStream::with_capacity(handle, 256 * 1024).inspect_ok(move |chunk| {
+                if let Some(o) = &observer {
+                    o.bytes(chunk.len() as u64);
+                }
+            });
+            (reqwest::Body::wrap_stream(stream), file.size)
+        };
         let response = self
             .send_once(&file_path_checked(mission_id, &file.remote)?, |http, url| {
-                http.put(url).header(reqwest::header::CONTENT_LENGTH, file.size).body(body)
+                http.put(url).header(reqwest::header::CONTENT_LENGTH, length).body(body)
             })
             .await?;
         check(response).await?;

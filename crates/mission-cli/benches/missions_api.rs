@@ -8,6 +8,8 @@
 //! Run: `cargo bench -p mission-cli --bench missions_api` (env `BENCH_SECONDS`, default 10, sets
 //! the throughput phase; `BENCH_MISSIONS`, default 100000, the store size).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,9 +17,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, Utc};
 use mission_api::Mission;
-use mission_client::auth::{DeviceAuth, Prompt};
 use mission_server::Store;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use uuid::Uuid;
 
 const USERS: usize = 10;
@@ -85,20 +85,6 @@ async fn fill(data_dir: &std::path::Path, total: usize) -> Vec<Uuid> {
     own
 }
 
-async fn sign_in(url: &str) -> String {
-    let auth = DeviceAuth::new(url, "mission-api").token_file("").prompt(Prompt::Print);
-    let pending = auth.start().await.unwrap();
-    let form = [
-        ("user_code", pending.authorization().user_code.as_str()),
-        ("username", "user0"),
-        ("password", PASSWORD),
-        ("action", "approve"),
-    ];
-    let page = reqwest::Client::new().post(format!("{url}/activate")).form(&form).send().await.unwrap();
-    assert_eq!(page.status(), 200);
-    auth.finish(pending).await.unwrap().access_token
-}
-
 async fn latencies(http: &reqwest::Client, url: &str, token: &str, n: usize) -> Vec<Duration> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
@@ -125,26 +111,12 @@ async fn main() {
     let own = fill(&data_dir, total).await;
     println!("filled {total} missions in {:.1} s", filling.elapsed().as_secs_f64());
 
-    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_mission"))
-        .args(["server", "--listen", "127.0.0.1:0", "--device-poll-interval", "0", "--data-dir"])
-        .arg(&data_dir)
-        .env("MISSION_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let (mut server, url) = common::spawn_server(&data_dir).await;
     let pid = server.id().unwrap();
-    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
-    let url = loop {
-        let line = lines.next_line().await.unwrap().expect("server banner");
-        if let Some(u) = line.strip_prefix("Mission Compute Service listening on ") {
-            break u.to_owned();
-        }
-    };
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_rss_start = rss_kib(pid);
 
-    let token = sign_in(&url).await;
+    let token = common::sign_in(&url, "user0", PASSWORD).await.0.access_token;
     let http = reqwest::Client::builder().tcp_nodelay(true).build().unwrap();
     let list = format!("{url}/api/v1/missions?items=25");
     let filtered = format!("{url}/api/v1/missions?items=25&names=mission%2004242");

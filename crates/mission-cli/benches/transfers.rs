@@ -9,15 +9,15 @@
 //! Run: `cargo bench -p mission-cli --bench transfers` (env `BENCH_DIR` picks the disk, default
 //! the system temp dir).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use mission_client::auth::token_file::{self, StoredToken};
-use mission_client::auth::{DeviceAuth, Prompt};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
-const BIN: &str = env!("CARGO_BIN_EXE_mission");
+use common::BIN;
 const PASSWORD: &str = "benchmark password";
 
 fn vm_hwm_kib(pid: u32) -> Option<u64> {
@@ -82,31 +82,8 @@ async fn main() {
         })
         .unwrap();
     assert!(out.success());
-    let mut server = tokio::process::Command::new(BIN)
-        .args(["server", "--listen", "127.0.0.1:0", "--device-poll-interval", "0", "--data-dir"])
-        .arg(&data_dir)
-        .env("MISSION_LOG", "warn")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
-    let url = loop {
-        let line = lines.next_line().await.unwrap().expect("server banner");
-        if let Some(u) = line.strip_prefix("Mission Compute Service listening on ") {
-            break u.to_owned();
-        }
-    };
-    let auth = DeviceAuth::new(&url, "mission-api").token_file("").prompt(Prompt::Print);
-    let pending = auth.start().await.unwrap();
-    let form = [
-        ("user_code", pending.authorization().user_code.as_str()),
-        ("username", "bench"),
-        ("password", PASSWORD),
-        ("action", "approve"),
-    ];
-    reqwest::Client::new().post(format!("{url}/activate")).form(&form).send().await.unwrap();
-    let tokens = auth.finish(pending).await.unwrap();
+    let (mut server, url) = common::spawn_server(&data_dir).await;
+    let (tokens, auth) = common::sign_in(&url, "bench", PASSWORD).await;
     token_file::write(&home.join("tokens"), &StoredToken::new(&tokens.refresh_token, tokens.expires_at)).unwrap();
     std::fs::write(home.join("config.json"), serde_json::json!({ "server": url }).to_string()).unwrap();
     let client = mission_client::Client::with_tokens(&url, tokens, auth).unwrap();

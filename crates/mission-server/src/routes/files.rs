@@ -83,12 +83,7 @@ pub async fn upload(
         }
     }
 
-    let intent = Intent {
-        intent_id: Uuid::new_v4(),
-        kind: IntentKind::Upload,
-        mission_id: mission.mission_id,
-        path: path.to_string(),
-    };
+    let intent = Intent::new(IntentKind::Upload, mission.mission_id, path.as_str());
     app.store.begin_intent(&intent).await?;
     let key = FileStore::key(mission.mission_id, &path);
     let allowance = limits.max_file_bytes.min(user_room);
@@ -226,12 +221,7 @@ pub async fn delete(
         return Err(ApiError::not_found("file", format!("{path} in mission {}", mission.mission_id)));
     }
     let _guard = app.path_locks.lock(mission.mission_id, path.as_str()).await;
-    let intent = Intent {
-        intent_id: Uuid::new_v4(),
-        kind: IntentKind::Delete,
-        mission_id: mission.mission_id,
-        path: path.to_string(),
-    };
+    let intent = Intent::new(IntentKind::Delete, mission.mission_id, path.as_str());
     app.store.begin_intent(&intent).await?;
     // Row first, object second: a crash in between leaves an intent, never a row without content.
     app.store.delete_file_row(mission.mission_id, path.as_str()).await?;

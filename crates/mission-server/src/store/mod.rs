@@ -241,6 +241,13 @@ pub struct Intent {
     pub path: String,
 }
 
+impl Intent {
+    /// A new change of `path` in `mission_id`.
+    pub fn new(kind: IntentKind, mission_id: Uuid, path: &str) -> Self {
+        Self { intent_id: Uuid::new_v4(), kind, mission_id, path: path.to_owned() }
+    }
+}
+
 /// The current time at the store's precision (microseconds), so a value read back equals the
 /// value written.
 pub fn now() -> DateTime<Utc> {

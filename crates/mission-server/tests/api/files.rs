@@ -342,7 +342,7 @@ async fn restart_after_a_crash_settles_unfinished_changes() {
     // The state a kill -9 can leave: an upload whose object completed but was not committed,
     // one that never wrote its object, a delete that removed the row but not the object, a
     // staging file of a write in progress, and the folder of a deleted mission.
-    let intent = |kind, p: &str| Intent { intent_id: Uuid::new_v4(), kind, mission_id: id, path: p.into() };
+    let intent = |kind, p: &str| Intent::new(kind, id, p);
     store.begin_intent(&intent(IntentKind::Upload, "completed.txt")).await.unwrap();
     let body = futures_util::stream::iter([Ok::<_, std::io::Error>(axum::body::Bytes::from_static(b"complete"))]);
     files.write(&FileStore::key(id, &path("completed.txt")), body, 100).await.unwrap();

@@ -1,13 +1,29 @@
 #!/usr/bin/env bash
 # Installs what the tests need beyond the Rust toolchain, idempotently:
-# Debian's chromium and chromium-driver for the browser test of the /activate page.
+# - Debian's chromium and chromium-driver, for the browser test of the /activate page;
+# - a Python virtual environment at target/test-venv with moto[server] from PyPI, the
+#   S3-compatible server the cargo-bay tests start (scripts/s3-test-server.py).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
-if command -v chromedriver >/dev/null 2>&1 && [ -x /usr/bin/chromium ]; then
-  exit 0
-fi
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-echo "installing chromium and chromium-driver (apt-get)" >&2
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver >/dev/null
+
+if ! command -v chromedriver >/dev/null 2>&1 || [ ! -x /usr/bin/chromium ]; then
+  echo "installing chromium and chromium-driver (apt-get)" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+
+venv=target/test-venv
+if ! "$venv/bin/python" -c "import moto.server, boto3" >/dev/null 2>&1; then
+  if ! python3 -c "import venv, ensurepip" >/dev/null 2>&1; then
+    echo "installing python3-venv (apt-get)" >&2
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >/dev/null
+  fi
+  echo "installing moto[server] into $venv (pip)" >&2
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check 'moto[server]>=5.1,<6'
+fi

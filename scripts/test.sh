@@ -13,6 +13,8 @@ fi
 bash scripts/install-test-deps.sh
 # The browser test must run here, not skip.
 export MISSION_REQUIRE_BROWSER=1
+# So must the S3 cargo-bay tests (the script installs their server).
+export MISSION_REQUIRE_S3=1
 
 cargo nextest run --workspace --no-fail-fast
 cargo test --doc --workspace

@@ -6,11 +6,13 @@
 //! - [`missions`]: missions, their create/update requests and the listing page;
 //! - [`mission_types`]: the mission-type catalogue as the API returns it;
 //! - [`auth`]: the OAuth 2.0 device-flow messages and the server's auth configuration;
+//! - [`cargo_bays`]: storage locations for input files and results;
 //! - [`files`]: the listing entry of a mission file; [`paths`]: the one rule for file paths;
 //! - [`problem`]: the `application/problem+json` error body every endpoint returns on failure;
 //! - [`users`]: the signed-in user as `GET /api/v1/me` reports it.
 
 pub mod auth;
+pub mod cargo_bays;
 pub mod files;
 pub mod mission_types;
 pub mod missions;
@@ -19,6 +21,7 @@ pub mod problem;
 pub mod users;
 
 pub use auth::{AuthConfig, DeviceAuthorization, OAuthError, TokenResponse};
+pub use cargo_bays::{CargoBay, CargoBayKind, CreateCargoBay, DEFAULT_CARGO_BAY_ID};
 pub use files::FileListing;
 pub use mission_types::{MissionType, MissionTypeSummary, ResourceDefaults};
 pub use missions::{CreateMission, MAX_ITEMS_PER_PAGE, Mission, MissionPage, UpdateMission, UpdateMissionArgs};

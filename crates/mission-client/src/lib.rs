@@ -17,6 +17,7 @@
 //! [`Client`]), [`error`].
 
 pub mod auth;
+mod cargo_bays;
 pub mod client;
 pub mod error;
 mod files;
@@ -30,7 +31,7 @@ pub use files::{DEFAULT_CONCURRENCY, TransferObserver, TransferOptions, Transfer
 pub use missions::ListMissions;
 
 pub use mission_api::{
-    AuthConfig, CreateMission, DeviceAuthorization, FileListing, Mission, MissionPage, MissionType, MissionTypeSummary,
-    Problem, UpdateMission, User,
+    AuthConfig, CargoBay, CargoBayKind, CreateCargoBay, CreateMission, DEFAULT_CARGO_BAY_ID, DeviceAuthorization,
+    FileListing, Mission, MissionPage, MissionType, MissionTypeSummary, Problem, UpdateMission, User,
 };
 pub use uuid::Uuid;

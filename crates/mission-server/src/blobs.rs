@@ -1,8 +1,10 @@
 //! Where mission files' bytes live: object storage through the `object_store` crate.
 //!
-//! [`FileStore`] is the only code that builds object keys, so the key layout is in one place:
-//! a mission on the server's default storage keeps its files at `missions/{mission_id}/{path}`
-//! under the data dir's `files/` folder. Objects appear atomically (object_store writes a staging
+//! A [`FileStore`] is one object store: the server's default storage (the data dir's `files/`
+//! folder), or a cargo bay's S3 bucket or server directory. A [`Location`] is the folder of one
+//! mission's files in one of them, and the only code that turns a file path into an object key:
+//! `missions/{mission_id}/{path}` in the default storage, `{prefix}/{source_path}/{path}` in a
+//! cargo bay (see `cargo_bays`). Objects appear atomically (object_store writes a staging
 //! file and renames it, S3 completes a multipart upload at once), so a reader sees the old content
 //! or the new, never a torn file; the database row (see `routes/files.rs`) says which content a
 //! file committed.
@@ -70,7 +72,31 @@ impl Received {
     }
 }
 
-/// The server's default file storage.
+/// Where one mission's files live: a store and a folder in it.
+#[derive(Debug, Clone)]
+pub struct Location {
+    /// The store holding the files.
+    pub files: FileStore,
+    root: ObjectPath,
+    /// Whether the folder belongs to the mission alone (the default storage), so that deleting
+    /// the mission may remove the whole folder. In a cargo bay only the files the mission
+    /// indexed are removed.
+    pub owned_folder: bool,
+}
+
+impl Location {
+    /// The folder `root` (already validated segments) in `files`.
+    pub fn new(files: FileStore, root: impl IntoIterator<Item = String>, owned_folder: bool) -> Self {
+        Self { files, root: ObjectPath::from_iter(root), owned_folder }
+    }
+
+    /// The object key of a mission file.
+    pub fn key(&self, path: &MissionPath) -> ObjectPath {
+        path.segments().fold(self.root.clone(), |key, segment| key.child(segment))
+    }
+}
+
+/// One object store (the default storage or a cargo bay's).
 #[derive(Debug, Clone)]
 pub struct FileStore {
     store: Arc<dyn ObjectStore>,
@@ -88,6 +114,28 @@ impl FileStore {
         std::fs::create_dir_all(root)?;
         let store = LocalFileSystem::new_with_prefix(root).map_err(std::io::Error::other)?;
         Ok(Self { store: Arc::new(store), local_root: Some(root.to_owned()) })
+    }
+
+    /// Storage in the existing local folder `root` (a `local` cargo bay).
+    pub fn existing_local(root: &std::path::Path) -> Result<Self, object_store::Error> {
+        let store = LocalFileSystem::new_with_prefix(root)?;
+        Ok(Self { store: Arc::new(store), local_root: Some(root.to_owned()) })
+    }
+
+    /// Storage behind any object store (an S3 bucket).
+    pub fn remote(store: Arc<dyn ObjectStore>) -> Self {
+        Self { store, local_root: None }
+    }
+
+    /// Where the files of `mission_id` live in the default storage.
+    pub fn default_location(&self, mission_id: Uuid) -> Location {
+        Location { files: self.clone(), root: Self::mission_prefix(mission_id), owned_folder: true }
+    }
+
+    /// Checks that the store answers and lets us list `root` (a cargo bay's prefix).
+    pub async fn probe(&self, root: &[String]) -> Result<(), object_store::Error> {
+        let prefix = (!root.is_empty()).then(|| ObjectPath::from_iter(root.iter().cloned()));
+        self.store.list_with_delimiter(prefix.as_ref()).await.map(|_| ())
     }
 
     /// Removes the staging files (`NAME#DIGITS`) of uploads that a killed server left behind in
@@ -123,13 +171,6 @@ impl FileStore {
     /// The folder holding a mission's files.
     fn mission_prefix(mission_id: Uuid) -> ObjectPath {
         ObjectPath::from_iter(["missions".to_owned(), mission_id.to_string()])
-    }
-
-    /// The object key of a mission file.
-    pub fn key(mission_id: Uuid, path: &MissionPath) -> ObjectPath {
-        let mut parts = vec!["missions".to_owned(), mission_id.to_string()];
-        parts.extend(path.segments().map(str::to_owned));
-        ObjectPath::from_iter(parts)
     }
 
     /// Streams `body` into the object at `key`, hashing as it goes. The object changes only if
@@ -196,13 +237,15 @@ impl FileStore {
         Ok(Received { size, sha256: hex(hasher.finish().as_ref()), pending })
     }
 
-    /// Reads an object, or the byte range `range` of it.
+    /// Reads an object, or the byte range `range` of it; with `if_match`, only while the
+    /// object's e_tag is still that one (else `Error::Precondition`).
     pub async fn read(
         &self,
         key: &ObjectPath,
         range: Option<object_store::GetRange>,
+        if_match: Option<String>,
     ) -> Result<object_store::GetResult, object_store::Error> {
-        let options = object_store::GetOptions { range, ..Default::default() };
+        let options = object_store::GetOptions { range, if_match, ..Default::default() };
         self.store.get_opts(key, options).await
     }
 
@@ -238,7 +281,7 @@ impl FileStore {
         }
     }
 
-    /// Deletes every file of a mission.
+    /// Deletes every file of a mission in the default storage.
     pub async fn delete_mission(&self, mission_id: Uuid) -> Result<(), object_store::Error> {
         let prefix = Self::mission_prefix(mission_id);
         let keys: Vec<_> = self.store.list(Some(&prefix)).map(|m| m.map(|m| m.location)).collect().await;

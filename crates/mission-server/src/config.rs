@@ -48,6 +48,10 @@ pub struct ServerConfig {
     pub jwks_min_refetch: Duration,
     /// Limits on mission files.
     pub file_limits: FileLimits,
+    /// S3 endpoints (URLs) that users other than admins may name in their cargo bays, besides
+    /// AWS itself. Admins may name any: an endpoint is a place the server sends requests to, so
+    /// letting anyone choose it would let them probe the server's network.
+    pub s3_endpoints: Vec<Url>,
     /// Create an `admin` account with a generated password when the store has no users.
     pub bootstrap_admin: bool,
 }
@@ -68,6 +72,7 @@ impl ServerConfig {
             device_poll_interval: 5,
             jwks_min_refetch: Duration::from_secs(30),
             file_limits: FileLimits::default(),
+            s3_endpoints: Vec::new(),
             bootstrap_admin: true,
         }
     }

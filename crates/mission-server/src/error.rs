@@ -128,6 +128,11 @@ impl ApiError {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "urn:mission:problem:unavailable", "Service unavailable", detail)
     }
 
+    /// 502: storage outside the server (a cargo bay) refused or failed.
+    pub fn bad_gateway(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_GATEWAY, "urn:mission:problem:cargo-bay", "Cargo bay failed", detail)
+    }
+
     /// 500: a bug or an unexpected failure; the detail stays in the server log.
     pub fn internal(cause: impl std::fmt::Display) -> Self {
         tracing::error!(%cause, "internal error");

@@ -6,10 +6,12 @@
 //! - `routes`: the HTTP surface, one module per resource, with problem+json errors from [`error`];
 //! - [`auth`]: bearer-token verification (built-in key or an external provider's JWKS);
 //! - [`idp`]: the built-in OAuth 2.0 device-flow provider and its `/activate` page;
+//! - [`blobs`]: object storage for files; [`cargo_bays`]: storage locations users add;
 //! - [`store`]: the database; [`catalogue`]: the built-in mission types; [`users`]: accounts.
 
 pub mod auth;
 pub mod blobs;
+pub mod cargo_bays;
 pub mod catalogue;
 pub mod config;
 pub mod error;
@@ -53,8 +55,8 @@ pub struct App {
     pub idp: Option<BuiltinIdp>,
     /// Bearer-token verification.
     pub auth: Authenticator,
-    /// Where mission files' bytes live.
-    pub files: blobs::FileStore,
+    /// Where mission files' bytes live: the default storage and the cargo bays.
+    pub bays: cargo_bays::CargoBays,
     /// Serialises the commit of concurrent changes to one file.
     path_locks: locks::PathLocks,
     metrics: Metrics,
@@ -140,7 +142,9 @@ impl Server {
         let files_root = config.data_dir.join("files");
         let files = blobs::FileStore::local(&files_root)
             .map_err(|source| StartError::DataDir { path: files_root.clone(), source })?;
-        routes::recover_files(&store, &files).await.map_err(|e| StartError::Recovery(e.problem().detail))?;
+        let bays = cargo_bays::CargoBays::new(&config.data_dir, files)
+            .map_err(|source| StartError::DataDir { path: config.data_dir.clone(), source })?;
+        routes::recover_files(&store, &bays).await.map_err(|e| StartError::Recovery(e.problem().detail))?;
         let app = Arc::new(App {
             store,
             config,
@@ -148,7 +152,7 @@ impl Server {
             auth_url,
             idp,
             auth,
-            files,
+            bays,
             path_locks: locks::PathLocks::default(),
             metrics: Metrics::default(),
         });

@@ -1,5 +1,10 @@
 //! Test helpers (unpublished): [`TestServer`] runs the real server on 127.0.0.1 with a free port
-//! and a temporary data dir, and signs users in through the real device flow.
+//! and a temporary data dir, and signs users in through the real device flow; [`S3Server`] runs an
+//! S3-compatible server for cargo-bay tests.
+
+mod s3;
+
+pub use s3::S3Server;
 
 use std::sync::Arc;
 

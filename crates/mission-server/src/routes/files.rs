@@ -18,7 +18,8 @@ use uuid::Uuid;
 use super::missions::{readable, writable};
 use crate::AppState;
 use crate::auth::Principal;
-use crate::blobs::{FileStore, WriteError};
+use crate::blobs::{Location, WriteError};
+use crate::cargo_bays::{CargoBays, storage_error};
 use crate::error::{ApiError, ApiResult};
 use crate::store::{self, FileRecord, Intent, IntentKind};
 
@@ -83,17 +84,18 @@ pub async fn upload(
         }
     }
 
+    let place = app.bays.source(&app.store, &mission).await?;
     let intent = Intent::new(IntentKind::Upload, mission.mission_id, path.as_str());
     app.store.begin_intent(&intent).await?;
-    let key = FileStore::key(mission.mission_id, &path);
+    let key = place.key(&path);
     let allowance = limits.max_file_bytes.min(user_room);
     let fail = |e: WriteError| match e {
         WriteError::TooLarge(_) if allowance == limits.max_file_bytes => file_too_large(),
         WriteError::TooLarge(_) => user_full(),
         WriteError::Body(detail) => ApiError::invalid(format!("the upload did not complete: {detail}")),
-        WriteError::Storage(e) => ApiError::internal(e),
+        WriteError::Storage(e) => storage_error(&place, e),
     };
-    let received = match app.files.receive(&key, body.into_data_stream(), allowance).await {
+    let received = match place.files.receive(&key, body.into_data_stream(), allowance).await {
         Ok(r) => r,
         Err(e) => {
             app.store.drop_intent(intent.intent_id).await?;
@@ -189,8 +191,19 @@ pub async fn download(
             return Ok(response);
         }
     };
-    let key = FileStore::key(mission.mission_id, &path);
-    let result = app.files.read(&key, range.clone()).await.map_err(ApiError::internal)?;
+    let place = app.bays.source(&app.store, &mission).await?;
+    let result = match place.files.read(&place.key(&path), range.clone(), record.e_tag.clone()).await {
+        Ok(result) => result,
+        Err(object_store::Error::NotFound { .. }) => {
+            return Err(ApiError::not_found("file content", format!("{path} (gone from the mission's storage)")));
+        }
+        Err(object_store::Error::Precondition { .. }) => {
+            return Err(ApiError::conflict(format!(
+                "{path} was changed in the mission's storage outside this service; upload it again"
+            )));
+        }
+        Err(e) => return Err(storage_error(&place, e)),
+    };
     let served = result.range.clone();
     let mut response = Response::new(Body::from_stream(result.into_stream()));
     let h = response.headers_mut();
@@ -220,73 +233,106 @@ pub async fn delete(
     if app.store.mission_file(mission.mission_id, path.as_str()).await?.is_none() {
         return Err(ApiError::not_found("file", format!("{path} in mission {}", mission.mission_id)));
     }
+    let place = app.bays.source(&app.store, &mission).await?;
     let _guard = app.path_locks.lock(mission.mission_id, path.as_str()).await;
     let intent = Intent::new(IntentKind::Delete, mission.mission_id, path.as_str());
     app.store.begin_intent(&intent).await?;
     // Row first, object second: a crash in between leaves an intent, never a row without content.
     app.store.delete_file_row(mission.mission_id, path.as_str()).await?;
-    app.files.delete(&FileStore::key(mission.mission_id, &path)).await.map_err(ApiError::internal)?;
+    place.files.delete(&place.key(&path)).await.map_err(|e| storage_error(&place, e))?;
     app.store.drop_intent(intent.intent_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// Settles what a stopped server left: unfinished uploads and deletes (from their intents),
 /// staging files of interrupted writes, and the folders of deleted missions. Runs at start-up,
-/// before the server accepts requests.
-pub async fn recover(store: &store::Store, files: &FileStore) -> Result<(), ApiError> {
-    let staging = files.remove_staging_files().await.map_err(ApiError::internal)?;
+/// before the server accepts requests. An intent whose cargo bay does not answer is kept for the
+/// next start.
+pub async fn recover(store: &store::Store, bays: &CargoBays) -> Result<(), ApiError> {
+    let default = bays.default_store();
+    let staging = default.remove_staging_files().await.map_err(ApiError::internal)?;
     let intents = store.pending_intents().await?;
+    let mut settled = 0;
     for intent in &intents {
         let path = parse_path(&intent.path)?;
-        let key = FileStore::key(intent.mission_id, &path);
         let mission = store.mission(intent.mission_id).await?;
-        match (intent.kind, mission) {
-            (IntentKind::Upload, Some(mission)) => {
-                let row = store.mission_file(intent.mission_id, &intent.path).await?;
-                let object = files.e_tag(&key).await.map_err(ApiError::internal)?;
-                match (object, row) {
-                    // The object is what the row says (the write never completed): nothing to do.
-                    (Some(tag), Some(row)) if row.e_tag.as_deref() == Some(tag.as_str()) => {}
-                    (None, None) => {}
-                    // The write completed but was not committed: adopt the complete object.
-                    (Some(_), _) => {
-                        let written = files.hash(&key).await.map_err(ApiError::internal)?;
-                        let record = FileRecord {
-                            mission_id: mission.mission_id,
-                            path: intent.path.clone(),
-                            user_id: mission.user_id,
-                            size: written.size,
-                            sha256: written.sha256,
-                            e_tag: written.e_tag,
-                            modified_at: store::now(),
-                        };
-                        store.commit_file(intent.intent_id, &record).await?;
-                        continue;
-                    }
-                    // A row whose object is gone cannot be served: drop it.
-                    (None, Some(_)) => {
-                        store.delete_file_row(intent.mission_id, &intent.path).await?;
-                    }
+        let place = match &mission {
+            Some(mission) => match bays.source(store, mission).await {
+                Ok(place) => place,
+                Err(e) => {
+                    tracing::warn!(mission = %intent.mission_id, path = %intent.path, error = %e.problem().detail,
+                        "cannot settle an unfinished file change now; will retry on the next start");
+                    continue;
                 }
-            }
-            (IntentKind::Delete, _) | (IntentKind::Upload, None) => {
-                store.delete_file_row(intent.mission_id, &intent.path).await?;
-                files.delete(&key).await.map_err(ApiError::internal)?;
-            }
+            },
+            // The mission is gone with its rows; its default-storage folder goes below.
+            None => default.default_location(intent.mission_id),
+        };
+        match settle(store, &place, intent, &path, mission.as_ref()).await {
+            Ok(()) => settled += 1,
+            Err(e) => tracing::warn!(mission = %intent.mission_id, path = %intent.path, error = %e.problem().detail,
+                "cannot settle an unfinished file change now; will retry on the next start"),
         }
-        store.drop_intent(intent.intent_id).await?;
     }
     let mut orphans = 0;
-    for folder in files.mission_folders().await.map_err(ApiError::internal)? {
+    for folder in default.mission_folders().await.map_err(ApiError::internal)? {
         if let Ok(id) = Uuid::parse_str(&folder)
             && !store.mission_exists(id).await?
         {
-            files.delete_mission(id).await.map_err(ApiError::internal)?;
+            default.delete_mission(id).await.map_err(ApiError::internal)?;
             orphans += 1;
         }
     }
-    if staging + intents.len() + orphans > 0 {
-        tracing::info!(staging, intents = intents.len(), orphan_missions = orphans, "recovered file storage");
+    if staging + settled + orphans > 0 {
+        tracing::info!(staging, intents = settled, orphan_missions = orphans, "recovered file storage");
     }
+    Ok(())
+}
+
+/// Brings one file's row and object into agreement after an interrupted change.
+async fn settle(
+    store: &store::Store,
+    place: &Location,
+    intent: &Intent,
+    path: &MissionPath,
+    mission: Option<&mission_api::Mission>,
+) -> ApiResult<()> {
+    let key = place.key(path);
+    let storage = |e| storage_error(place, e);
+    match (intent.kind, mission) {
+        (IntentKind::Upload, Some(mission)) => {
+            let row = store.mission_file(intent.mission_id, &intent.path).await?;
+            let object = place.files.e_tag(&key).await.map_err(storage)?;
+            match (object, row) {
+                // The object is what the row says (the write never completed): nothing to do.
+                (Some(tag), Some(row)) if row.e_tag.as_deref() == Some(tag.as_str()) => {}
+                (None, None) => {}
+                // The write completed but was not committed: adopt the complete object.
+                (Some(_), _) => {
+                    let written = place.files.hash(&key).await.map_err(storage)?;
+                    let record = FileRecord {
+                        mission_id: mission.mission_id,
+                        path: intent.path.clone(),
+                        user_id: mission.user_id,
+                        size: written.size,
+                        sha256: written.sha256,
+                        e_tag: written.e_tag,
+                        modified_at: store::now(),
+                    };
+                    store.commit_file(intent.intent_id, &record).await?;
+                    return Ok(());
+                }
+                // A row whose object is gone cannot be served: drop it.
+                (None, Some(_)) => {
+                    store.delete_file_row(intent.mission_id, &intent.path).await?;
+                }
+            }
+        }
+        (IntentKind::Delete, _) | (IntentKind::Upload, None) => {
+            store.delete_file_row(intent.mission_id, &intent.path).await?;
+            place.files.delete(&key).await.map_err(storage)?;
+        }
+    }
+    store.drop_intent(intent.intent_id).await?;
     Ok(())
 }

@@ -8,12 +8,15 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use mission_api::{CreateMission, MAX_ITEMS_PER_PAGE, Mission, MissionPage, UpdateMission, UpdateMissionArgs};
+use mission_api::{
+    CreateMission, DEFAULT_CARGO_BAY_ID, MAX_ITEMS_PER_PAGE, Mission, MissionPage, UpdateMission, UpdateMissionArgs,
+};
 use uuid::Uuid;
 
 use super::extract::{ApiJson, QueryPairs, parse_id};
 use crate::AppState;
 use crate::auth::Principal;
+use crate::cargo_bays::storage_segments;
 use crate::catalogue;
 use crate::error::{ApiError, ApiResult};
 use crate::store::{self, MissionChanges, MissionFilter};
@@ -29,7 +32,7 @@ pub const MAX_ARGS: usize = 1000;
 /// Longest single argument, in bytes.
 pub const MAX_ARG_BYTES: usize = 4096;
 
-fn check_name(name: &str) -> ApiResult<String> {
+pub(super) fn check_name(name: &str) -> ApiResult<String> {
     let name = name.trim();
     if name.is_empty() {
         return Err(ApiError::invalid_field("name", "must not be empty"));
@@ -58,10 +61,17 @@ fn check_storage_path(field: &str, path: &Option<String>) -> ApiResult<()> {
         Some(p) if p.len() > MAX_STORAGE_PATH_BYTES => {
             Err(ApiError::invalid_field(field, format!("at most {MAX_STORAGE_PATH_BYTES} bytes")))
         }
-        Some(p) if p.chars().any(char::is_control) => {
-            Err(ApiError::invalid_field(field, "must not contain control characters"))
-        }
-        _ => Ok(()),
+        _ => storage_segments(field, path.as_deref()).map(drop),
+    }
+}
+
+/// A mission may name the default bay or a bay of its owner's; anything else is a 400 that does
+/// not say whether the bay exists.
+async fn check_storage(app: &AppState, owner: Uuid, field: &str, id: Option<Uuid>) -> ApiResult<()> {
+    let Some(id) = id.filter(|id| *id != DEFAULT_CARGO_BAY_ID) else { return Ok(()) };
+    match app.store.cargo_bay(id).await? {
+        Some(record) if record.bay.user_id == Some(owner) => Ok(()),
+        _ => Err(ApiError::invalid_field(field, format!("the mission's owner has no cargo bay {id}"))),
     }
 }
 
@@ -127,6 +137,8 @@ pub async fn create(
     check_storage_path("destination_path", &req.destination_path)?;
     let settings = req.settings.unwrap_or_default();
     check_settings(req.mission_type_id, &settings)?;
+    check_storage(&app, who.user_id, "source_storage_id", req.source_storage_id).await?;
+    check_storage(&app, who.user_id, "destination_storage_id", req.destination_storage_id).await?;
     let now = store::now();
     let mission = Mission {
         mission_id: Uuid::new_v4(),
@@ -241,6 +253,20 @@ pub async fn update(
     if let Some(settings) = &req.settings {
         check_settings(mission.mission_type_id, settings)?;
     }
+    check_storage(&app, mission.user_id, "source_storage_id", req.source_storage_id).await?;
+    check_storage(&app, mission.user_id, "destination_storage_id", req.destination_storage_id).await?;
+    let moves_source =
+        req.source_storage_id.is_some_and(|id| id != mission.source_storage_id.unwrap_or(DEFAULT_CARGO_BAY_ID))
+            || req.source_path.as_ref().is_some_and(|p| Some(p) != mission.source_path.as_ref());
+    if moves_source {
+        let files = app.store.mission_file_activity(mission.mission_id).await?;
+        if files > 0 {
+            return Err(ApiError::conflict(format!(
+                "the mission holds {files} file(s) in its current source storage; delete them before moving \
+                 source_storage_id or source_path"
+            )));
+        }
+    }
     let changes = MissionChanges {
         name,
         description: req.description,
@@ -279,10 +305,27 @@ pub async fn set_args(
     responses((status = 204), (status = 403, body = mission_api::Problem), (status = 404, body = mission_api::Problem)))]
 pub async fn delete(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<StatusCode> {
     let mission = writable(&app, who, &id).await?;
+    let place = app.bays.source(&app.store, &mission).await.ok();
+    // In a cargo bay only the files the mission indexed are its own; note them before the rows go.
+    let indexed = match &place {
+        Some(place) if !place.owned_folder => app.store.mission_files(mission.mission_id).await?,
+        _ => Vec::new(),
+    };
     if app.store.delete_mission(mission.mission_id).await? {
-        // The rows went with the mission; a failure here leaves a folder that start-up recovery
-        // removes.
-        if let Err(e) = app.files.delete_mission(mission.mission_id).await {
+        // The rows went with the mission. A failure here leaves objects behind: in the default
+        // storage start-up recovery removes the folder; in a cargo bay they stay (logged).
+        let result = match &place {
+            Some(place) if !place.owned_folder => {
+                let mut result = Ok(());
+                for file in &indexed {
+                    let path = mission_api::paths::MissionPath::parse(&file.path).expect("stored paths are valid");
+                    result = result.and(place.files.delete(&place.key(&path)).await);
+                }
+                result
+            }
+            _ => app.bays.default_store().delete_mission(mission.mission_id).await,
+        };
+        if let Err(e) = result {
             tracing::warn!(mission = %mission.mission_id, error = %e, "could not delete the mission's files");
         }
         Ok(StatusCode::NO_CONTENT)

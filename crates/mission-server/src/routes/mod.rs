@@ -1,6 +1,7 @@
 //! The HTTP surface: the versioned API under `/api/v1`, service endpoints, and the built-in
 //! identity provider at the root when it is enabled.
 
+mod cargo_bays;
 mod extract;
 mod files;
 mod meta;
@@ -22,10 +23,11 @@ pub use files::recover as recover_files;
 /// The OpenAPI document, generated from the handlers' annotations.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Mission Compute Service API", description = "Missions, mission types and sign-in configuration."),
+    info(title = "Mission Compute Service API", description = "Missions, their files, cargo bays, mission types and sign-in configuration."),
     paths(
         missions::create, missions::list, missions::get, missions::update, missions::set_args, missions::delete,
         files::list, files::upload, files::download, files::delete,
+        cargo_bays::list, cargo_bays::create, cargo_bays::get, cargo_bays::delete,
         mission_types::list, mission_types::get, mission_types::settings,
         meta::auth_config, meta::me,
     ),
@@ -59,6 +61,8 @@ pub fn router(app: AppState) -> Router {
             "/missions/{id}/files/{*path}",
             get(files::download).put(files::upload).delete(files::delete).layer(DefaultBodyLimit::disable()),
         )
+        .route("/cargo-bays", get(cargo_bays::list).post(cargo_bays::create))
+        .route("/cargo-bays/{id}", get(cargo_bays::get).delete(cargo_bays::delete))
         .route("/mission-types", get(mission_types::list))
         .route("/mission-types/{id}", get(mission_types::get))
         .route("/mission-types/{id}/settings", get(mission_types::settings))

@@ -1,4 +1,5 @@
-//! Persistent state: users, the identity provider's device codes and refresh tokens, missions.
+//! Persistent state: users, the identity provider's device codes and refresh tokens, missions,
+//! mission files and cargo bays.
 //!
 //! [`Store`] is the one way the rest of the server touches the database. It speaks SQLite today
 //! (the embedded default, in `sqlite.rs`); its methods are the seam a PostgreSQL backend will implement
@@ -206,6 +207,15 @@ impl From<FileRecord> for mission_api::FileListing {
             sha256: f.sha256,
         }
     }
+}
+
+/// A cargo bay row: the bay as the API shows it plus its sealed credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CargoBayRecord {
+    /// The bay; `has_credentials` mirrors `sealed_credentials`.
+    pub bay: mission_api::CargoBay,
+    /// Credentials sealed by the server's cargo-bay key (see `cargo_bays`), if any.
+    pub sealed_credentials: Option<Vec<u8>>,
 }
 
 /// The counts an upload is checked against.

@@ -12,7 +12,7 @@ use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
 use uuid::Uuid;
 
 use super::{
-    DeviceCodeRecord, DeviceCodeStatus, FileRecord, Intent, IntentKind, MissionChanges, MissionFilter,
+    CargoBayRecord, DeviceCodeRecord, DeviceCodeStatus, FileRecord, Intent, IntentKind, MissionChanges, MissionFilter,
     RefreshTokenRecord, StoreError, UploadUsage, UserRecord, from_micros, to_micros,
 };
 
@@ -20,6 +20,7 @@ use super::{
 const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "init", include_str!("../../migrations/sqlite/0001_init.sql")),
     (2, "files", include_str!("../../migrations/sqlite/0002_files.sql")),
+    (3, "cargo_bays", include_str!("../../migrations/sqlite/0003_cargo_bays.sql")),
 ];
 
 /// Columns of `missions` in the order [`mission_from_row`] reads them.
@@ -566,6 +567,125 @@ impl Store {
             .await?;
         Ok(n > 0)
     }
+}
+
+impl Store {
+    // ---- cargo bays ----
+
+    /// Adds a cargo bay.
+    pub async fn insert_cargo_bay(&self, record: &CargoBayRecord) -> Result<(), StoreError> {
+        let bay = &record.bay;
+        let owner = bay.user_id.ok_or_else(|| StoreError::Corrupt("a stored cargo bay needs an owner".into()))?;
+        let created_at =
+            bay.created_at.ok_or_else(|| StoreError::Corrupt("a stored cargo bay needs created_at".into()))?;
+        sqlx::query(&format!("INSERT INTO cargo_bays ({BAY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"))
+            .bind(bay.storage_id.to_string())
+            .bind(owner.to_string())
+            .bind(&bay.name)
+            .bind(bay.kind.as_str())
+            .bind(&bay.bucket)
+            .bind(&bay.prefix)
+            .bind(&bay.endpoint)
+            .bind(&bay.region)
+            .bind(&bay.path)
+            .bind(&record.sealed_credentials)
+            .bind(to_micros(created_at))
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    /// One cargo bay.
+    pub async fn cargo_bay(&self, storage_id: Uuid) -> Result<Option<CargoBayRecord>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {BAY_COLUMNS} FROM cargo_bays WHERE storage_id = ?"))
+            .bind(storage_id.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(bay_from_row).transpose()
+    }
+
+    /// The cargo bays of `owner`, or of everyone when `None`, oldest first.
+    pub async fn cargo_bays(&self, owner: Option<Uuid>) -> Result<Vec<CargoBayRecord>, StoreError> {
+        let rows = match owner {
+            Some(user) => {
+                sqlx::query(&format!(
+                    "SELECT {BAY_COLUMNS} FROM cargo_bays WHERE user_id = ? ORDER BY created_at, storage_id"
+                ))
+                .bind(user.to_string())
+                .fetch_all(&self.pool)
+                .await?
+            }
+            None => {
+                sqlx::query(&format!("SELECT {BAY_COLUMNS} FROM cargo_bays ORDER BY created_at, storage_id"))
+                    .fetch_all(&self.pool)
+                    .await?
+            }
+        };
+        rows.iter().map(bay_from_row).collect()
+    }
+
+    /// Deletes a cargo bay unless a mission still names it; `Ok(false)` when there is no such
+    /// bay, [`StoreError::Conflict`] saying how many missions use it otherwise.
+    pub async fn delete_cargo_bay(&self, storage_id: Uuid) -> Result<bool, StoreError> {
+        let id = storage_id.to_string();
+        let mut tx = self.writer.begin().await?;
+        let users: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM missions WHERE source_storage_id = ?1 OR destination_storage_id = ?1",
+        )
+        .bind(&id)
+        .fetch_one(&mut *tx)
+        .await?;
+        if users > 0 {
+            return Err(StoreError::Conflict(format!(
+                "cargo bay {storage_id} is named by {users} mission(s); point them elsewhere or delete them first"
+            )));
+        }
+        let done = sqlx::query("DELETE FROM cargo_bays WHERE storage_id = ?").bind(&id).execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Files a mission holds plus changes of them in flight: a mission's source storage may
+    /// change only while this is zero.
+    pub async fn mission_file_activity(&self, mission_id: Uuid) -> Result<u64, StoreError> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COALESCE((SELECT files FROM mission_file_usage WHERE mission_id = ?1), 0) \
+             + (SELECT COUNT(*) FROM file_intents WHERE mission_id = ?1)",
+        )
+        .bind(mission_id.to_string())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n as u64)
+    }
+}
+
+/// Columns of `cargo_bays` in the order [`bay_from_row`] reads them.
+const BAY_COLUMNS: &str =
+    "storage_id, user_id, name, kind, bucket, prefix, endpoint, region, path, credentials, created_at";
+
+fn bay_from_row(r: &SqliteRow) -> Result<CargoBayRecord, StoreError> {
+    let kind = match r.try_get::<String, _>(3)?.as_str() {
+        "s3" => mission_api::CargoBayKind::S3,
+        "local" => mission_api::CargoBayKind::Local,
+        other => return Err(StoreError::Corrupt(format!("cargo bay kind {other:?}"))),
+    };
+    let sealed_credentials: Option<Vec<u8>> = r.try_get(9)?;
+    Ok(CargoBayRecord {
+        bay: mission_api::CargoBay {
+            storage_id: parse_uuid(&r.try_get::<String, _>(0)?)?,
+            user_id: Some(parse_uuid(&r.try_get::<String, _>(1)?)?),
+            name: r.try_get(2)?,
+            kind,
+            bucket: r.try_get(4)?,
+            prefix: r.try_get(5)?,
+            endpoint: r.try_get(6)?,
+            region: r.try_get(7)?,
+            path: r.try_get(8)?,
+            has_credentials: sealed_credentials.is_some(),
+            created_at: Some(from_micros(r.try_get(10)?)?),
+        },
+        sealed_credentials,
+    })
 }
 
 /// Columns of `mission_files` in the order [`file_from_row`] reads them.

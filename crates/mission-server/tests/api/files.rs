@@ -6,7 +6,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use mission_client::{Client, CreateMission, TransferOptions, Uuid};
-use mission_server::blobs::FileStore;
 use mission_server::store::{Intent, IntentKind};
 use mission_testkit::TestServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -336,7 +335,7 @@ async fn restart_after_a_crash_settles_unfinished_changes() {
     http().put(url("deleting.txt")).bearer_auth(&token).body("old").send().await.unwrap();
     http().put(url("stable.txt")).bearer_auth(&token).body("stable").send().await.unwrap();
     let store = &first.app.store;
-    let files = &first.app.files;
+    let files = first.app.bays.default_store().default_location(id);
     let path = |p: &str| mission_api::paths::MissionPath::parse(p).unwrap();
 
     // The state a kill -9 can leave: an upload whose object completed but was not committed,
@@ -345,7 +344,7 @@ async fn restart_after_a_crash_settles_unfinished_changes() {
     let intent = |kind, p: &str| Intent::new(kind, id, p);
     store.begin_intent(&intent(IntentKind::Upload, "completed.txt")).await.unwrap();
     let body = futures_util::stream::iter([Ok::<_, std::io::Error>(axum::body::Bytes::from_static(b"complete"))]);
-    files.write(&FileStore::key(id, &path("completed.txt")), body, 100).await.unwrap();
+    files.files.write(&files.key(&path("completed.txt")), body, 100).await.unwrap();
     store.begin_intent(&intent(IntentKind::Upload, "never.txt")).await.unwrap();
     store.begin_intent(&intent(IntentKind::Delete, "deleting.txt")).await.unwrap();
     store.delete_file_row(id, "deleting.txt").await.unwrap();

@@ -1,6 +1,7 @@
 //! End-to-end tests of the server over HTTP on a free port, through the SDK and raw requests.
 
 mod browser;
+mod cargo_bays;
 mod device_flow;
 mod external;
 mod files;

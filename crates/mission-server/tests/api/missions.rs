@@ -27,7 +27,7 @@ async fn create_get_update_args_delete() {
             mission_type_id: Some(PYTHON),
             settings: Some(BTreeMap::from([("filename".into(), "src/run.py".into())])),
             source_path: Some("inputs/2026".into()),
-            source_storage_id: Some(Uuid::new_v4()),
+            source_storage_id: Some(mission_client::DEFAULT_CARGO_BAY_ID),
             ..Default::default()
         })
         .await

@@ -1,0 +1,257 @@
+//! Cargo bays on the server side: sealing their credentials, opening their object stores, and
+//! deciding where a mission's files live.
+//!
+//! Credentials are sealed with AES-256-GCM under a key kept in the data dir
+//! (`cargo-bay-key`, mode 0600, created on first start) and bound to the bay's id, so the database
+//! alone (a backup, a dump) reveals no secret. Opened stores are cached per bay.
+//!
+//! A mission whose `source_storage_id` names a bay keeps its files under
+//! `{bay prefix}/{source_path}/` there (`{bay prefix}/missions/{mission_id}/` without a
+//! `source_path`); otherwise under `missions/{mission_id}/` in the default storage. The database
+//! stays the index of a mission's files wherever their bytes are.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mission_api::paths::MissionPath;
+use mission_api::{CargoBay, CargoBayKind, DEFAULT_CARGO_BAY_ID, Mission};
+use object_store::aws::AmazonS3Builder;
+use object_store::{BackoffConfig, ClientOptions, RetryConfig};
+use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use ring::rand::{SecureRandom, SystemRandom};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::blobs::{FileStore, Location};
+use crate::error::{ApiError, ApiResult};
+use crate::fsutil::write_private_file;
+use crate::store::{CargoBayRecord, Store};
+
+/// File in the data dir holding the key that seals cargo-bay credentials.
+const KEY_FILE: &str = "cargo-bay-key";
+
+/// Region of S3 bays that name none.
+pub const DEFAULT_REGION: &str = "us-east-1";
+
+/// The secrets of an S3 bay, as sealed into the database.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct Credentials {
+    /// Access key id.
+    pub access_key_id: String,
+    /// Secret access key.
+    pub secret_access_key: String,
+    /// Session token of temporary credentials.
+    pub session_token: Option<String>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials").field("access_key_id", &self.access_key_id).finish_non_exhaustive()
+    }
+}
+
+/// The default storage, the cargo bays' opened stores, and the sealing key.
+pub struct CargoBays {
+    default: FileStore,
+    key: LessSafeKey,
+    opened: Mutex<HashMap<Uuid, FileStore>>,
+}
+
+impl std::fmt::Debug for CargoBays {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CargoBays").field("default", &self.default).finish_non_exhaustive()
+    }
+}
+
+impl CargoBays {
+    /// Loads the sealing key from `data_dir` (creating it on first start).
+    pub fn new(data_dir: &Path, default: FileStore) -> std::io::Result<Self> {
+        let path = data_dir.join(KEY_FILE);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let mut bytes = vec![0u8; 32];
+                SystemRandom::new().fill(&mut bytes).map_err(|_| std::io::Error::other("no randomness"))?;
+                write_private_file(&path, &bytes)?;
+                bytes
+            }
+            Err(e) => return Err(e),
+        };
+        let key = UnboundKey::new(&AES_256_GCM, &bytes)
+            .map_err(|_| std::io::Error::other(format!("{} does not hold a 256-bit key", path.display())))?;
+        Ok(Self { default, key: LessSafeKey::new(key), opened: Mutex::default() })
+    }
+
+    /// The server's default storage.
+    pub fn default_store(&self) -> &FileStore {
+        &self.default
+    }
+
+    /// The default bay as the API lists it.
+    pub fn default_bay() -> CargoBay {
+        CargoBay {
+            storage_id: DEFAULT_CARGO_BAY_ID,
+            name: "default".to_owned(),
+            kind: CargoBayKind::Default,
+            user_id: None,
+            bucket: None,
+            prefix: None,
+            endpoint: None,
+            region: None,
+            path: None,
+            has_credentials: false,
+            created_at: None,
+        }
+    }
+
+    /// Seals `credentials` for the bay `storage_id`: nonce followed by ciphertext and tag.
+    pub fn seal(&self, storage_id: Uuid, credentials: &Credentials) -> Vec<u8> {
+        let mut nonce = [0u8; NONCE_LEN];
+        SystemRandom::new().fill(&mut nonce).expect("the system has randomness");
+        let mut sealed = serde_json::to_vec(credentials).expect("strings serialise");
+        self.key
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(storage_id.as_bytes()),
+                &mut sealed,
+            )
+            .expect("credentials are far below AES-GCM's size limit");
+        [nonce.as_slice(), &sealed].concat()
+    }
+
+    fn unseal(&self, storage_id: Uuid, sealed: &[u8]) -> ApiResult<Credentials> {
+        let fail = || ApiError::internal(format!("the credentials of cargo bay {storage_id} cannot be unsealed"));
+        if sealed.len() < NONCE_LEN {
+            return Err(fail());
+        }
+        let (nonce, ciphertext) = sealed.split_at(NONCE_LEN);
+        let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| fail())?;
+        let mut buffer = ciphertext.to_vec();
+        let plain = self.key.open_in_place(nonce, Aad::from(storage_id.as_bytes()), &mut buffer).map_err(|_| fail())?;
+        serde_json::from_slice(plain).map_err(|_| fail())
+    }
+
+    /// The object store behind a bay (opened once, then cached).
+    pub fn open(&self, record: &CargoBayRecord) -> ApiResult<FileStore> {
+        let id = record.bay.storage_id;
+        if let Some(store) = self.opened.lock().expect("not poisoned").get(&id) {
+            return Ok(store.clone());
+        }
+        let credentials = record.sealed_credentials.as_deref().map(|s| self.unseal(id, s)).transpose()?;
+        let store = open_store(&record.bay, credentials)?;
+        self.opened.lock().expect("not poisoned").insert(id, store.clone());
+        Ok(store)
+    }
+
+    /// Drops a deleted bay's store from the cache.
+    pub fn forget(&self, storage_id: Uuid) {
+        self.opened.lock().expect("not poisoned").remove(&storage_id);
+    }
+
+    /// Where the input files of `mission` live.
+    pub async fn source(&self, store: &Store, mission: &Mission) -> ApiResult<Location> {
+        let bay =
+            match mission.source_storage_id {
+                None => None,
+                Some(id) if id == DEFAULT_CARGO_BAY_ID => None,
+                Some(id) => Some(store.cargo_bay(id).await?.ok_or_else(|| {
+                    ApiError::conflict(format!("the mission's source cargo bay {id} no longer exists"))
+                })?),
+            };
+        let Some(bay) = bay else {
+            return Ok(self.default.default_location(mission.mission_id));
+        };
+        let mut root = storage_segments("prefix", bay.bay.prefix.as_deref())?;
+        match mission.source_path.as_deref().filter(|p| !p.trim_matches('/').is_empty()) {
+            Some(path) => root.extend(storage_segments("source_path", Some(path))?),
+            None => root.extend(["missions".to_owned(), mission.mission_id.to_string()]),
+        }
+        Ok(Location::new(self.open(&bay)?, root, false))
+    }
+}
+
+/// The segments of a storage path (a bay's prefix, a mission's source path): the same rule as
+/// file paths, leading and trailing `/` allowed.
+pub fn storage_segments(field: &str, path: Option<&str>) -> ApiResult<Vec<String>> {
+    match path.map(|p| p.trim_matches('/')).filter(|p| !p.is_empty()) {
+        None => Ok(Vec::new()),
+        Some(p) => MissionPath::parse(p)
+            .map(|p| p.segments().map(str::to_owned).collect())
+            .map_err(|e| ApiError::invalid_field(field, format!("{p:?}: {e}"))),
+    }
+}
+
+/// Opens the object store of an `s3` or `local` bay.
+fn open_store(bay: &CargoBay, credentials: Option<Credentials>) -> ApiResult<FileStore> {
+    match bay.kind {
+        CargoBayKind::Default => Err(ApiError::internal("the default bay has no row")),
+        CargoBayKind::Local => {
+            let path = bay.path.as_deref().ok_or_else(|| ApiError::internal("local bay without a path"))?;
+            FileStore::existing_local(Path::new(path)).map_err(|e| {
+                ApiError::bad_gateway(format!("cargo bay {} ({path}) cannot be opened: {e}", bay.storage_id))
+            })
+        }
+        CargoBayKind::S3 => {
+            let bucket = bay.bucket.as_deref().ok_or_else(|| ApiError::internal("s3 bay without a bucket"))?;
+            // Fail fast: a bay that does not answer must not hold a request for minutes.
+            let retry = RetryConfig {
+                backoff: BackoffConfig::default(),
+                max_retries: 2,
+                retry_timeout: Duration::from_secs(15),
+            };
+            let client = ClientOptions::new()
+                .with_connect_timeout(Duration::from_secs(5))
+                .with_timeout(Duration::from_secs(300));
+            let mut builder = AmazonS3Builder::new()
+                .with_bucket_name(bucket)
+                .with_region(bay.region.as_deref().unwrap_or(DEFAULT_REGION))
+                .with_retry(retry)
+                .with_client_options(client);
+            if let Some(endpoint) = &bay.endpoint {
+                builder = builder.with_endpoint(endpoint).with_allow_http(endpoint.starts_with("http://"));
+            }
+            builder = match credentials {
+                Some(c) => {
+                    let builder =
+                        builder.with_access_key_id(c.access_key_id).with_secret_access_key(c.secret_access_key);
+                    match c.session_token {
+                        Some(token) => builder.with_token(token),
+                        None => builder,
+                    }
+                }
+                // Never fall back to the server host's own AWS identity (instance metadata).
+                None => builder.with_skip_signature(true),
+            };
+            let store = builder.build().map_err(|e| ApiError::invalid(format!("the S3 settings do not work: {e}")))?;
+            Ok(FileStore::remote(Arc::new(store)))
+        }
+    }
+}
+
+/// The error for a failure of a cargo bay's storage: the bay refused or did not answer (502),
+/// naming the bay and the store's own words.
+pub fn storage_error(location: &Location, e: object_store::Error) -> ApiError {
+    if location.owned_folder {
+        return ApiError::internal(e);
+    }
+    if is_refusal(&e) {
+        ApiError::bad_gateway(format!("the cargo bay refused access (check its credentials): {e}"))
+    } else {
+        ApiError::bad_gateway(format!("the cargo bay failed: {e}"))
+    }
+}
+
+/// Whether the storage refused our credentials (401 or 403). object_store reports that as its
+/// own error kinds for some operations and as a generic error with the status in the message
+/// for others (listing), and keeps the status-carrying error type private; hence the text.
+pub fn is_refusal(e: &object_store::Error) -> bool {
+    match e {
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => true,
+        e => {
+            let text = e.to_string();
+            text.contains("403 Forbidden") || text.contains("401 Unauthorized")
+        }
+    }
+}

@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use commands::auth::LoginCommand;
+use commands::cargo_bays::CargoBaysCommand;
 use commands::files::FilesCommand;
 use commands::missions::MissionsCommand;
 use commands::server::ServerCommand;
@@ -23,7 +24,8 @@ use output::Output;
 /// Mission Compute Service: put input files and settings into missions and run them as jobs.
 ///
 /// Start a server with `mission server`, sign in with `mission login --server URL`, then manage
-/// missions with `mission missions …` and their files with `mission files …`.
+/// missions with `mission missions …`, their files with `mission files …` and the storage they
+/// live in with `mission cargo-bays …`.
 #[derive(Debug, Parser)]
 #[command(name = "mission", version, propagate_version = true)]
 struct Cli {
@@ -52,6 +54,9 @@ enum Command {
     /// Upload, list, download and delete mission files.
     #[command(subcommand)]
     Files(FilesCommand),
+    /// Manage cargo bays (S3 buckets and server directories for mission files).
+    #[command(subcommand)]
+    CargoBays(CargoBaysCommand),
     /// Browse mission types.
     #[command(subcommand)]
     Types(TypesCommand),
@@ -84,6 +89,7 @@ async fn main() -> ExitCode {
         Command::Whoami => commands::auth::whoami(server, out).await,
         Command::Missions(cmd) => cmd.run(server, out).await,
         Command::Files(cmd) => cmd.run(server, out).await,
+        Command::CargoBays(cmd) => cmd.run(server, out).await,
         Command::Types(cmd) => cmd.run(server, out).await,
     };
     match result {

@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use mission_client::{CreateMission, ListMissions, Mission, UpdateMission, Uuid};
+use mission_client::{Client, CreateMission, ListMissions, Mission, UpdateMission, Uuid};
 
+use super::cargo_bays::resolve_bay;
 use super::types::resolve_type;
 use crate::output::Output;
 use crate::session;
@@ -91,18 +92,34 @@ pub struct CreateArgs {
 /// Where a mission's files come from and its results go.
 #[derive(Debug, Args)]
 pub struct StorageArgs {
-    /// Cargo bay holding the input files.
+    /// Cargo bay (name or id) holding the input files; see `mission cargo-bays list`.
     #[arg(long)]
-    source_storage: Option<Uuid>,
+    source_storage: Option<String>,
     /// Root folder in the source cargo bay.
     #[arg(long)]
     source_path: Option<String>,
-    /// Cargo bay receiving results.
+    /// Cargo bay (name or id) receiving results.
     #[arg(long)]
-    destination_storage: Option<Uuid>,
+    destination_storage: Option<String>,
     /// Root folder in the destination cargo bay.
     #[arg(long)]
     destination_path: Option<String>,
+}
+
+impl StorageArgs {
+    async fn source_id(&self, client: &Client) -> anyhow::Result<Option<Uuid>> {
+        Ok(match &self.source_storage {
+            Some(bay) => Some(resolve_bay(client, bay).await?),
+            None => None,
+        })
+    }
+
+    async fn destination_id(&self, client: &Client) -> anyhow::Result<Option<Uuid>> {
+        Ok(match &self.destination_storage {
+            Some(bay) => Some(resolve_bay(client, bay).await?),
+            None => None,
+        })
+    }
 }
 
 #[derive(Debug, Args)]
@@ -212,8 +229,8 @@ impl MissionsCommand {
                 let request = CreateMission {
                     name: args.name,
                     description: args.description,
-                    source_storage_id: args.storage.source_storage,
-                    destination_storage_id: args.storage.destination_storage,
+                    source_storage_id: args.storage.source_id(&client).await?,
+                    destination_storage_id: args.storage.destination_id(&client).await?,
                     source_path: args.storage.source_path,
                     destination_path: args.storage.destination_path,
                     mission_type_id,
@@ -237,8 +254,8 @@ impl MissionsCommand {
                 let changes = UpdateMission {
                     name: args.name,
                     description: args.description,
-                    source_storage_id: args.storage.source_storage,
-                    destination_storage_id: args.storage.destination_storage,
+                    source_storage_id: args.storage.source_id(&client).await?,
+                    destination_storage_id: args.storage.destination_id(&client).await?,
                     source_path: args.storage.source_path,
                     destination_path: args.storage.destination_path,
                     settings: settings_map(args.settings),

@@ -1,6 +1,7 @@
 //! One module per noun of the CLI; each is a clap type plus its `run`.
 
 pub mod auth;
+pub mod cargo_bays;
 pub mod files;
 pub mod missions;
 pub mod server;

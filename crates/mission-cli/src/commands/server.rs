@@ -74,6 +74,10 @@ struct RunArgs {
     /// Most bytes all files of one user's missions may hold (K/M/G/T suffixes allowed).
     #[arg(long, env = "MISSION_MAX_USER_BYTES", default_value = "1T", value_parser = parse_size)]
     max_user_bytes: u64,
+    /// An S3 endpoint URL users other than admins may name in their cargo bays (repeat the flag,
+    /// or separate with commas). AWS needs none; admins may name any endpoint.
+    #[arg(long = "s3-endpoint", env = "MISSION_S3_ENDPOINTS", value_delimiter = ',')]
+    s3_endpoints: Vec<url::Url>,
 }
 
 /// Parses `123`, `64K`, `10M`, `100G`, `1T` (powers of 1024).
@@ -142,6 +146,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         max_files_per_mission: args.max_files_per_mission,
         max_user_bytes: args.max_user_bytes,
     };
+    config.s3_endpoints = args.s3_endpoints;
     let data_dir = config.data_dir.clone();
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await

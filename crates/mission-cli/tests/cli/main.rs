@@ -87,6 +87,33 @@ impl Fixture {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// Runs `mission ARGS` as `profile` with `input` on standard input.
+    async fn run_with_stdin(&self, profile: &str, args: &[&str], input: &str) -> Output {
+        use tokio::io::AsyncWriteExt;
+        let mut child = self
+            .command(profile)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+            .await
+            .expect("command finished")
+            .unwrap()
+    }
+
+    /// Adds a built-in user through `mission server add-user --password-stdin`.
+    async fn add_user(&self, username: &str, password: &str) {
+        let data_dir = self.data_dir.to_str().unwrap().to_owned();
+        let args = ["server", "add-user", username, "--password-stdin", "--data-dir", &data_dir];
+        let out = self.run_with_stdin("ops", &args, &format!("{password}\n")).await;
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).starts_with(&format!("Created user \"{username}\"")));
+    }
+
     /// Runs with `--json` and parses stdout.
     async fn json(&self, profile: &str, args: &[&str]) -> serde_json::Value {
         let mut all = vec!["--json"];
@@ -206,19 +233,7 @@ async fn first_start_login_and_mission_commands() {
     assert!(fx.json("admin", &["missions", "list"]).await.as_array().unwrap().is_empty());
 
     // A second user from `server add-user`, with a password on stdin; isolated from the admin.
-    let mut add = fx
-        .command("ops")
-        .args(["server", "add-user", "bob", "--password-stdin", "--data-dir"])
-        .arg(&fx.data_dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use tokio::io::AsyncWriteExt;
-    add.stdin.take().unwrap().write_all(b"bobs secret pw\n").await.unwrap();
-    let out = add.wait_with_output().await.unwrap();
-    assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("Created user \"bob\""));
+    fx.add_user("bob", "bobs secret pw").await;
     fx.login("bob", "bob", "bobs secret pw").await;
     let private = fx.json("admin", &["missions", "create", "--name", "admin only"]).await;
     let out = fx.run("bob", &["missions", "get", private["mission_id"].as_str().unwrap()]).await;
@@ -317,4 +332,84 @@ async fn server_file_limit_flags_apply() {
     fx.ok("admin", &["files", "upload", &id, small.to_str().unwrap()]).await;
     let out = fx.run("admin", &["files", "upload", &id, small.to_str().unwrap(), "--rename", "b.txt"]).await;
     assert!(String::from_utf8_lossy(&out.stderr).contains("max_files_per_mission = 1"));
+}
+
+#[tokio::test]
+async fn cargo_bay_commands_with_an_s3_server() {
+    let Some(s3) = mission_testkit::S3Server::start().await else { return };
+    let fx = Fixture::start_with(&["--s3-endpoint", &s3.endpoint]).await;
+    fx.add_user("carol", "carols password").await;
+    fx.login("carol", "carol", "carols password").await;
+
+    let listed = fx.ok("carol", &["cargo-bays", "list"]).await;
+    assert!(listed.starts_with("NAME") && listed.contains("default"), "{listed}");
+
+    // The server allows this endpoint to non-admins (--s3-endpoint); not another one.
+    let create = |name: &'static str, endpoint: String| {
+        let args: Vec<String> = [
+            "cargo-bays",
+            "create",
+            name,
+            "--bucket",
+            &s3.bucket,
+            "--prefix",
+            "cli",
+            "--region",
+            &s3.region,
+            "--endpoint",
+            &endpoint,
+            "--access-key-id",
+            &s3.access_key_id,
+            "--secret-access-key-stdin",
+        ]
+        .map(String::from)
+        .to_vec();
+        args
+    };
+    let refused = create("elsewhere", "http://127.0.0.1:9".into());
+    let refused: Vec<&str> = refused.iter().map(String::as_str).collect();
+    let out = fx.run_with_stdin("carol", &refused, &s3.secret_access_key).await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--s3-endpoint"));
+    let wrong = create("wrong", s3.endpoint.clone());
+    let wrong: Vec<&str> = wrong.iter().map(String::as_str).collect();
+    let out = fx.run_with_stdin("carol", &wrong, "not the secret").await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("refused the credentials"));
+
+    let args = create("lab", s3.endpoint.clone());
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    args.insert(0, "--json");
+    let out = fx.run_with_stdin("carol", &args, &format!("{}\n", s3.secret_access_key)).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let bay: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((bay["kind"].as_str(), bay["has_credentials"].as_bool()), (Some("s3"), Some(true)));
+    let shown = fx.ok("carol", &["cargo-bays", "get", "lab"]).await;
+    assert!(shown.contains(&format!("s3://{}/cli", s3.bucket)) && shown.contains("stored (encrypted)"), "{shown}");
+    assert!(!shown.contains(&s3.secret_access_key));
+
+    // A mission whose files live in the bay, named by the bay's name.
+    let src = fx.home.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("input.txt"), "from the bucket\n").unwrap();
+    let created = fx
+        .json(
+            "carol",
+            &["missions", "create", "--name", "s3 run", "--source-storage", "lab", "--upload", src.to_str().unwrap()],
+        )
+        .await;
+    let id = created["mission_id"].as_str().unwrap().to_owned();
+    assert_eq!(created["source_storage_id"], bay["storage_id"]);
+    let out_dir = fx.home.path().join("out");
+    fx.ok("carol", &["files", "download", &id, "-o", out_dir.to_str().unwrap()]).await;
+    assert_eq!(std::fs::read_to_string(out_dir.join("input.txt")).unwrap(), "from the bucket\n");
+
+    // In use, the bay stays; once the mission is gone it can be deleted.
+    let out = fx.run("carol", &["cargo-bays", "delete", "lab"]).await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1 mission"));
+    fx.ok("carol", &["missions", "delete", &id]).await;
+    assert!(fx.ok("carol", &["cargo-bays", "delete", "lab"]).await.contains("deleted cargo bay"));
+    let out = fx.run("carol", &["cargo-bays", "delete", "default"]).await;
+    assert!(!out.status.success());
 }

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::bail;
-use clap::Subcommand;
-use mission_client::{TransferOptions, TransferSummary, Uuid};
+use clap::{Args, Subcommand};
+use mission_client::{DEFAULT_CONCURRENCY, TransferOptions, TransferSummary, Uuid};
 
 use crate::output::Output;
 use crate::progress::TransferBar;
@@ -24,9 +24,8 @@ pub enum FilesCommand {
         /// Path inside the mission for a single file, e.g. config/params.yaml.
         #[arg(long)]
         rename: Option<String>,
-        /// Print one line per file.
-        #[arg(long, short)]
-        verbose: bool,
+        #[command(flatten)]
+        transfer: TransferArgs,
     },
     /// List a mission's files.
     List {
@@ -42,9 +41,8 @@ pub enum FilesCommand {
         /// Directory to write into (created if needed).
         #[arg(long, short = 'o', default_value = ".")]
         output: PathBuf,
-        /// Print one line per file.
-        #[arg(long, short)]
-        verbose: bool,
+        #[command(flatten)]
+        transfer: TransferArgs,
     },
     /// Delete a file of a mission.
     Delete {
@@ -55,15 +53,43 @@ pub enum FilesCommand {
     },
 }
 
+/// How a transfer runs.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct TransferArgs {
+    /// Print one line per file.
+    #[arg(long, short)]
+    pub verbose: bool,
+    /// Files transferred at once.
+    #[arg(long, env = "MISSION_TRANSFER_CONCURRENCY", default_value_t = DEFAULT_CONCURRENCY,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256))]
+    pub concurrency: usize,
+}
+
+impl Default for TransferArgs {
+    fn default() -> Self {
+        Self { verbose: false, concurrency: DEFAULT_CONCURRENCY }
+    }
+}
+
+impl TransferArgs {
+    fn options(self, what: &'static str) -> TransferOptions {
+        TransferOptions {
+            verbose: self.verbose,
+            concurrency: self.concurrency,
+            observer: TransferBar::for_terminal(what),
+        }
+    }
+}
+
 /// Uploads `path` to `mission` with a progress bar on a terminal.
 pub async fn upload(
     client: &mission_client::Client,
     mission: Uuid,
     path: &std::path::Path,
     rename: Option<&str>,
-    verbose: bool,
+    transfer: TransferArgs,
 ) -> anyhow::Result<TransferSummary> {
-    let options = TransferOptions { verbose, observer: TransferBar::for_terminal("upload"), ..Default::default() };
+    let options = transfer.options("upload");
     match client.upload_with(mission, path, rename, &options).await? {
         Some(summary) => Ok(summary),
         None => bail!("no mission {mission}"),
@@ -75,8 +101,8 @@ impl FilesCommand {
     pub async fn run(self, server: Option<&str>, out: Output) -> anyhow::Result<()> {
         let client = session::connect(server).await?;
         match self {
-            FilesCommand::Upload { mission, path, rename, verbose } => {
-                let summary = upload(&client, mission, &path, rename.as_deref(), verbose).await?;
+            FilesCommand::Upload { mission, path, rename, transfer } => {
+                let summary = upload(&client, mission, &path, rename.as_deref(), transfer).await?;
                 out.done(
                     &serde_json::json!({"uploaded": summary.transferred, "unchanged": summary.skipped, "bytes": summary.bytes}),
                     &format!(
@@ -100,9 +126,8 @@ impl FilesCommand {
                     .collect();
                 out.table(&files, &["PATH", "BYTES", "MODIFIED", "SHA256"], rows);
             }
-            FilesCommand::Download { mission, path, output, verbose } => {
-                let options =
-                    TransferOptions { verbose, observer: TransferBar::for_terminal("download"), ..Default::default() };
+            FilesCommand::Download { mission, path, output, transfer } => {
+                let options = transfer.options("download");
                 let summary = client.download_with(mission, path.as_deref(), &output, &options).await?;
                 out.done(
                     &serde_json::json!({"downloaded": summary.transferred, "unchanged": summary.skipped, "bytes": summary.bytes}),

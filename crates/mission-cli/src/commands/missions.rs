@@ -245,7 +245,8 @@ impl MissionsCommand {
                 let mission = client.create_mission(&request).await?;
                 let mut message = format!("Created mission {} ({}).", mission.mission_id, mission.name);
                 if let Some(dir) = &args.upload {
-                    let summary = super::files::upload(&client, mission.mission_id, dir, None, false).await?;
+                    let summary =
+                        super::files::upload(&client, mission.mission_id, dir, None, Default::default()).await?;
                     message.push_str(&format!(" Uploaded {} file(s), {} bytes.", summary.transferred, summary.bytes));
                 }
                 out.done(&mission, &message);

@@ -251,7 +251,7 @@ async fn help_teaches_and_bad_flags_fail() {
     let fx_home = tempfile::tempdir().unwrap();
     let out = Command::new(BIN).arg("--help").env("HOME", fx_home.path()).output().await.unwrap();
     let help = String::from_utf8(out.stdout).unwrap();
-    for word in ["server", "login", "missions", "types", "--json"] {
+    for word in ["server", "login", "missions", "files", "cargo-bays", "types", "--json"] {
         assert!(help.contains(word), "{word} missing from --help");
     }
     let out = Command::new(BIN).args(["server", "--help"]).output().await.unwrap();
@@ -259,6 +259,14 @@ async fn help_teaches_and_bad_flags_fail() {
     assert!(help.contains("--auth-url") && help.contains("add-user") && help.contains("embedded defaults"), "{help}");
     let out = Command::new(BIN).args(["missions", "create"]).output().await.unwrap();
     assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
+    let out = Command::new(BIN).args(["files", "upload", "--help"]).output().await.unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(help.contains("--concurrency") && help.contains("MISSION_TRANSFER_CONCURRENCY"), "{help}");
+    let id = "6d697373-696f-4e00-8000-000000000001";
+    let out = Command::new(BIN).args(["files", "upload", id, ".", "--concurrency", "0"]).output().await.unwrap();
+    assert_eq!(out.status.code(), Some(2), "a concurrency of 0 is a usage error");
+    let out = Command::new(BIN).args(["cargo-bays", "create", "x", "--kind", "local"]).output().await.unwrap();
+    assert_eq!(out.status.code(), Some(2), "a local bay needs --path");
 }
 
 #[tokio::test]

@@ -51,8 +51,19 @@ impl Store {
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
-        let writer = SqlitePoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
-        let pool = SqlitePoolOptions::new().max_connections(4).min_connections(1).connect_with(options).await?;
+        // No ping before each acquire (sqlx's default): an SQLite connection is a file handle
+        // on a worker thread, and the ping is one more round trip to that thread per query.
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .test_before_acquire(false)
+            .connect_with(options.clone())
+            .await?;
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .min_connections(1)
+            .test_before_acquire(false)
+            .connect_with(options)
+            .await?;
         let migrator = Migrator {
             migrations: Cow::Owned(
                 MIGRATIONS

@@ -8,6 +8,7 @@
 //! - [`auth`]: the OAuth 2.0 device-flow messages and the server's auth configuration;
 //! - [`cargo_bays`]: storage locations for input files and results;
 //! - [`files`]: the listing entry of a mission file; [`paths`]: the one rule for file paths;
+//! - [`stations`]: stations, their members and landing zones;
 //! - [`problem`]: the `application/problem+json` error body every endpoint returns on failure;
 //! - [`users`]: the signed-in user as `GET /api/v1/me` reports it.
 
@@ -18,6 +19,7 @@ pub mod mission_types;
 pub mod missions;
 pub mod paths;
 pub mod problem;
+pub mod stations;
 pub mod users;
 
 pub use auth::{AuthConfig, DeviceAuthorization, OAuthError, TokenResponse};
@@ -26,6 +28,10 @@ pub use files::FileListing;
 pub use mission_types::{MissionType, MissionTypeSummary, ResourceDefaults};
 pub use missions::{CreateMission, MAX_ITEMS_PER_PAGE, Mission, MissionPage, UpdateMission, UpdateMissionArgs};
 pub use problem::{PROBLEM_CONTENT_TYPE, Problem};
+pub use stations::{
+    CreateStation, DEFAULT_STATION_NAME, LandingZone, RegisterLandingZone, RegisteredLandingZone, Resources, Station,
+    StationMember,
+};
 pub use users::User;
 
 /// Path prefix of the versioned mission API.

@@ -5,7 +5,6 @@ use mission_api::{CargoBay, CreateCargoBay};
 use reqwest::Method;
 use uuid::Uuid;
 
-use crate::client::check;
 use crate::{Client, Error};
 
 impl Client {
@@ -61,10 +60,6 @@ impl Client {
     /// Deletes a bay; `Ok(false)` when there is no such bay of the caller's. A bay that missions
     /// still name is not deleted ([`Error::Api`] with status 409). The bucket's objects stay.
     pub async fn delete_cargo_bay(&self, storage_id: Uuid) -> Result<bool, Error> {
-        match check(self.send(&format!("/cargo-bays/{storage_id}"), |http, url| http.delete(url)).await?).await {
-            Ok(_) => Ok(true),
-            Err(Error::NotFound(_)) => Ok(false),
-            Err(e) => Err(e),
-        }
+        self.delete_found(&format!("/cargo-bays/{storage_id}")).await
     }
 }

@@ -23,6 +23,7 @@ pub mod error;
 mod files;
 mod mission_types;
 mod missions;
+mod stations;
 
 pub use auth::{DeviceAuth, Prompt, Tokens};
 pub use client::{Client, LoginOptions};
@@ -31,7 +32,9 @@ pub use files::{DEFAULT_CONCURRENCY, TransferObserver, TransferOptions, Transfer
 pub use missions::ListMissions;
 
 pub use mission_api::{
-    AuthConfig, CargoBay, CargoBayKind, CreateCargoBay, CreateMission, DEFAULT_CARGO_BAY_ID, DeviceAuthorization,
-    FileListing, Mission, MissionPage, MissionType, MissionTypeSummary, Problem, UpdateMission, User,
+    AuthConfig, CargoBay, CargoBayKind, CreateCargoBay, CreateMission, CreateStation, DEFAULT_CARGO_BAY_ID,
+    DEFAULT_STATION_NAME, DeviceAuthorization, FileListing, LandingZone, Mission, MissionPage, MissionType,
+    MissionTypeSummary, Problem, RegisterLandingZone, RegisteredLandingZone, Resources, Station, StationMember,
+    UpdateMission, User,
 };
 pub use uuid::Uuid;

@@ -52,6 +52,8 @@ pub struct ServerConfig {
     /// AWS itself. Admins may name any: an endpoint is a place the server sends requests to, so
     /// letting anyone choose it would let them probe the server's network.
     pub s3_endpoints: Vec<Url>,
+    /// How long a landing zone counts as online after its agent was last heard from.
+    pub lz_lease: Duration,
     /// Create an `admin` account with a generated password when the store has no users.
     pub bootstrap_admin: bool,
 }
@@ -73,6 +75,7 @@ impl ServerConfig {
             jwks_min_refetch: Duration::from_secs(30),
             file_limits: FileLimits::default(),
             s3_endpoints: Vec::new(),
+            lz_lease: Duration::from_secs(30),
             bootstrap_admin: true,
         }
     }

@@ -7,6 +7,7 @@ mod files;
 mod meta;
 mod mission_types;
 mod missions;
+mod stations;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
@@ -23,11 +24,14 @@ pub use files::recover as recover_files;
 /// The OpenAPI document, generated from the handlers' annotations.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Mission Compute Service API", description = "Missions, their files, cargo bays, mission types and sign-in configuration."),
+    info(title = "Mission Compute Service API", description = "Missions, their files, cargo bays, stations, mission types and sign-in configuration."),
     paths(
         missions::create, missions::list, missions::get, missions::update, missions::set_args, missions::delete,
         files::list, files::upload, files::download, files::delete,
         cargo_bays::list, cargo_bays::create, cargo_bays::get, cargo_bays::delete,
+        stations::list, stations::create, stations::get, stations::delete, stations::members,
+        stations::add_member, stations::remove_member, stations::landing_zones,
+        stations::register_landing_zone, stations::remove_landing_zone,
         mission_types::list, mission_types::get, mission_types::settings,
         meta::auth_config, meta::me,
     ),
@@ -63,6 +67,12 @@ pub fn router(app: AppState) -> Router {
         )
         .route("/cargo-bays", get(cargo_bays::list).post(cargo_bays::create))
         .route("/cargo-bays/{id}", get(cargo_bays::get).delete(cargo_bays::delete))
+        .route("/stations", get(stations::list).post(stations::create))
+        .route("/stations/{id}", get(stations::get).delete(stations::delete))
+        .route("/stations/{id}/members", get(stations::members))
+        .route("/stations/{id}/members/{user}", put(stations::add_member).delete(stations::remove_member))
+        .route("/stations/{id}/lzs", get(stations::landing_zones).post(stations::register_landing_zone))
+        .route("/stations/{id}/lzs/{lz_id}", axum::routing::delete(stations::remove_landing_zone))
         .route("/mission-types", get(mission_types::list))
         .route("/mission-types/{id}", get(mission_types::get))
         .route("/mission-types/{id}/settings", get(mission_types::settings))

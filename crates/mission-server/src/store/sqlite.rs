@@ -1,5 +1,7 @@
 //! The SQLite backend of [`Store`]: one file under the data dir, WAL mode, a small pool.
 
+mod stations;
+
 use std::borrow::Cow;
 use std::str::FromStr;
 use std::time::Duration;
@@ -21,6 +23,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "init", include_str!("../../migrations/sqlite/0001_init.sql")),
     (2, "files", include_str!("../../migrations/sqlite/0002_files.sql")),
     (3, "cargo_bays", include_str!("../../migrations/sqlite/0003_cargo_bays.sql")),
+    (4, "stations", include_str!("../../migrations/sqlite/0004_stations.sql")),
 ];
 
 /// Columns of `missions` in the order [`mission_from_row`] reads them.

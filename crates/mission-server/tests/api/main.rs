@@ -9,6 +9,7 @@ mod meta;
 mod mission_types;
 mod missions;
 mod polling;
+mod stations;
 
 use mission_testkit::TestServer;
 

@@ -1,0 +1,115 @@
+//! Stations and landing zones: where jobs run.
+//!
+//! A station is a shared pool of compute hosts with an access list; each of its landing zones
+//! (LZs) is one compute host, or one gateway into a cluster, running the `mission lz` agent. Admins
+//! create stations and name their owner; an owner manages the station's members and LZs; members
+//! (everyone, for an `open` station) may run jobs there. A first start of the server creates the
+//! open station [`DEFAULT_STATION_NAME`] holding the server's embedded LZ.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// Name of the station a first start creates.
+pub const DEFAULT_STATION_NAME: &str = "local";
+
+/// A station as the API returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Station {
+    /// Id jobs name in `station_id`.
+    pub station_id: Uuid,
+    /// Unique name.
+    pub name: String,
+    /// Free text.
+    pub description: String,
+    /// The user who manages members and landing zones; absent when only admins do (the default
+    /// station).
+    pub owner_id: Option<Uuid>,
+    /// Whether every signed-in user may run jobs here (else members only).
+    pub open: bool,
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Body of `POST /api/v1/stations` (admins only).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CreateStation {
+    /// Unique name.
+    pub name: String,
+    /// Free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Every signed-in user may run jobs here (default false: members only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open: Option<bool>,
+    /// The user who will manage it (default: the caller).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_id: Option<Uuid>,
+}
+
+/// A member of a station.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StationMember {
+    /// The user.
+    pub user_id: Uuid,
+    /// The user's name.
+    pub username: String,
+    /// When they were added.
+    pub added_at: DateTime<Utc>,
+}
+
+/// What a landing zone offers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Resources {
+    /// CPUs.
+    pub cpu_count: u32,
+    /// Memory in MB.
+    pub memory_amount: u64,
+    /// GPUs.
+    pub gpu_count: u32,
+}
+
+/// A landing zone as the API returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LandingZone {
+    /// Id jobs name in `lz_id`.
+    pub lz_id: Uuid,
+    /// The station it belongs to.
+    pub station_id: Uuid,
+    /// Name, unique within the station.
+    pub name: String,
+    /// Whether its agent holds a live lease.
+    pub online: bool,
+    /// What its agent last advertised; absent before it first connected.
+    pub resources: Option<Resources>,
+    /// When its agent was last heard from.
+    pub last_seen_at: Option<DateTime<Utc>>,
+    /// When it was registered.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Body of `POST /api/v1/stations/{id}/lzs`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RegisterLandingZone {
+    /// Name, unique within the station.
+    pub name: String,
+}
+
+/// Answer of `POST /api/v1/stations/{id}/lzs`: the new LZ and the token its agent signs in with.
+/// The token is shown this once; the server keeps only its hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RegisteredLandingZone {
+    /// The landing zone.
+    pub landing_zone: LandingZone,
+    /// `mission lz --server URL --token TOKEN`.
+    pub token: String,
+}

@@ -1,0 +1,229 @@
+//! The stations API: stations, their members and their landing zones.
+//!
+//! Admins create and delete stations and name their owner; an owner (or an admin) manages members
+//! and landing zones. A user sees the stations they may run jobs on — open ones, owned ones and
+//! those they are a member of — and gets a 404 for any other. Registering an LZ answers its agent
+//! token once; only the token's SHA-256 is stored.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use mission_api::{CreateStation, LandingZone, RegisterLandingZone, RegisteredLandingZone, Station, StationMember};
+use uuid::Uuid;
+
+use super::extract::{ApiJson, parse_id};
+use super::missions::check_name;
+use crate::AppState;
+use crate::auth::Principal;
+use crate::error::{ApiError, ApiResult};
+use crate::idp::{hash_secret, random_secret};
+use crate::store::{self, StoreError};
+
+/// Longest station description, in characters.
+const MAX_DESCRIPTION_CHARS: usize = 2000;
+
+/// Loads a station the caller may see (and run jobs on), as a 404 otherwise.
+async fn visible(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Station> {
+    let id = parse_id("station_id", raw_id)?;
+    let station = app.store.station(id).await?.ok_or_else(|| ApiError::not_found("station", id))?;
+    let allowed = who.admin
+        || station.open
+        || station.owner_id == Some(who.user_id)
+        || app.store.is_station_member(id, who.user_id).await?;
+    if allowed { Ok(station) } else { Err(ApiError::not_found("station", id)) }
+}
+
+/// Loads a station the caller manages: 404 if they cannot see it, 403 if they may only use it.
+async fn managed(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Station> {
+    let station = visible(app, who, raw_id).await?;
+    if who.admin || station.owner_id == Some(who.user_id) {
+        Ok(station)
+    } else {
+        Err(ApiError::forbidden(format!("only the owner of station {} or an admin may manage it", station.name)))
+    }
+}
+
+/// A user named by id or username, as a 400 naming `field` when there is none.
+async fn user_named(app: &AppState, field: &str, given: &str) -> ApiResult<Uuid> {
+    let user = match Uuid::parse_str(given) {
+        Ok(id) => app.store.user_by_id(id).await?,
+        Err(_) => app.store.user_by_username(given).await?,
+    };
+    user.map(|u| u.user_id).ok_or_else(|| ApiError::invalid_field(field, format!("no user {given:?}")))
+}
+
+fn conflict_or(e: StoreError) -> ApiError {
+    match e {
+        StoreError::Conflict(detail) => ApiError::conflict(detail),
+        e => e.into(),
+    }
+}
+
+/// The stations the caller may run jobs on (every station, for admins).
+#[utoipa::path(get, path = "/api/v1/stations", tag = "stations", responses((status = 200, body = [Station])))]
+pub async fn list(State(app): State<AppState>, who: Principal) -> ApiResult<Json<Vec<Station>>> {
+    Ok(Json(app.store.stations((!who.admin).then_some(who.user_id)).await?))
+}
+
+/// Creates a station (admins only).
+#[utoipa::path(post, path = "/api/v1/stations", tag = "stations", request_body = CreateStation,
+    responses((status = 201, body = Station), (status = 400, body = mission_api::Problem),
+        (status = 403, body = mission_api::Problem), (status = 409, body = mission_api::Problem)))]
+pub async fn create(
+    State(app): State<AppState>,
+    who: Principal,
+    ApiJson(req): ApiJson<CreateStation>,
+) -> ApiResult<(StatusCode, Json<Station>)> {
+    if !who.admin {
+        return Err(ApiError::forbidden("only admins may create stations"));
+    }
+    let name = check_name(&req.name)?;
+    let description = req.description.unwrap_or_default();
+    if description.chars().count() > MAX_DESCRIPTION_CHARS || description.contains('\0') {
+        return Err(ApiError::invalid_field(
+            "description",
+            format!("at most {MAX_DESCRIPTION_CHARS} characters, no NUL"),
+        ));
+    }
+    let owner_id = match req.owner_id {
+        Some(id) => Some(user_named(&app, "owner_id", &id.to_string()).await?),
+        None => Some(who.user_id),
+    };
+    let station = Station {
+        station_id: Uuid::new_v4(),
+        name,
+        description,
+        owner_id,
+        open: req.open.unwrap_or(false),
+        created_at: store::now(),
+    };
+    app.store.insert_station(&station).await.map_err(conflict_or)?;
+    Ok((StatusCode::CREATED, Json(station)))
+}
+
+/// One station.
+#[utoipa::path(get, path = "/api/v1/stations/{id}", tag = "stations",
+    params(("id" = uuid::Uuid, Path, description = "station id")),
+    responses((status = 200, body = Station), (status = 404, body = mission_api::Problem)))]
+pub async fn get(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Json<Station>> {
+    Ok(Json(visible(&app, who, &id).await?))
+}
+
+/// Deletes a station with its members and landing zones (admins only).
+#[utoipa::path(delete, path = "/api/v1/stations/{id}", tag = "stations",
+    params(("id" = uuid::Uuid, Path, description = "station id")),
+    responses((status = 204), (status = 403, body = mission_api::Problem), (status = 404, body = mission_api::Problem)))]
+pub async fn delete(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    let station = visible(&app, who, &id).await?;
+    if !who.admin {
+        return Err(ApiError::forbidden("only admins may delete stations"));
+    }
+    if app.store.delete_station(station.station_id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found("station", station.station_id))
+    }
+}
+
+/// The members of a station (its owner and admins).
+#[utoipa::path(get, path = "/api/v1/stations/{id}/members", tag = "stations",
+    params(("id" = uuid::Uuid, Path, description = "station id")),
+    responses((status = 200, body = [StationMember]), (status = 403, body = mission_api::Problem)))]
+pub async fn members(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Vec<StationMember>>> {
+    let station = managed(&app, who, &id).await?;
+    Ok(Json(app.store.station_members(station.station_id).await?))
+}
+
+/// Adds a member, named by user id or username.
+#[utoipa::path(put, path = "/api/v1/stations/{id}/members/{user}", tag = "stations",
+    params(("id" = uuid::Uuid, Path, description = "station id"), ("user" = String, Path, description = "user id or username")),
+    responses((status = 204), (status = 400, body = mission_api::Problem), (status = 403, body = mission_api::Problem)))]
+pub async fn add_member(
+    State(app): State<AppState>,
+    who: Principal,
+    Path((id, user)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let station = managed(&app, who, &id).await?;
+    let user_id = user_named(&app, "user", &user).await?;
+    app.store.add_station_member(station.station_id, user_id, store::now()).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Removes a member.
+#[utoipa::path(delete, path = "/api/v1/stations/{id}/members/{user}", tag = "stations",
+    params(("id" = uuid::Uuid, Path, description = "station id"), ("user" = String, Path, description = "user id or username")),
+    responses((status = 204), (status = 404, body = mission_api::Problem)))]
+pub async fn remove_member(
+    State(app): State<AppState>,
+    who: Principal,
+    Path((id, user)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let station = managed(&app, who, &id).await?;
+    let user_id = user_named(&app, "user", &user).await?;
+    if app.store.remove_station_member(station.station_id, user_id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found("member", format!("{user} of station {}", station.name)))
+    }
+}
+
+/// The landing zones of a station.
+#[utoipa::path(get, path = "/api/v1/stations/{id}/lzs", tag = "stations",
+    params(("id" = uuid::Uuid, Path, description = "station id")),
+    responses((status = 200, body = [LandingZone]), (status = 404, body = mission_api::Problem)))]
+pub async fn landing_zones(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Vec<LandingZone>>> {
+    let station = visible(&app, who, &id).await?;
+    Ok(Json(app.store.landing_zones(station.station_id, app.config.lz_lease, store::now()).await?))
+}
+
+/// Registers a landing zone and answers its agent token (shown this once).
+#[utoipa::path(post, path = "/api/v1/stations/{id}/lzs", tag = "stations", request_body = RegisterLandingZone,
+    params(("id" = uuid::Uuid, Path, description = "station id")),
+    responses((status = 201, body = RegisteredLandingZone), (status = 403, body = mission_api::Problem),
+        (status = 409, body = mission_api::Problem)))]
+pub async fn register_landing_zone(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<RegisterLandingZone>,
+) -> ApiResult<(StatusCode, Json<RegisteredLandingZone>)> {
+    let station = managed(&app, who, &id).await?;
+    let landing_zone = LandingZone {
+        lz_id: Uuid::new_v4(),
+        station_id: station.station_id,
+        name: check_name(&req.name)?,
+        online: false,
+        resources: None,
+        last_seen_at: None,
+        created_at: store::now(),
+    };
+    let token = random_secret();
+    app.store.insert_landing_zone(&landing_zone, &hash_secret(&token)).await.map_err(conflict_or)?;
+    Ok((StatusCode::CREATED, Json(RegisteredLandingZone { landing_zone, token })))
+}
+
+/// Removes a landing zone; its token stops working at once.
+#[utoipa::path(delete, path = "/api/v1/stations/{id}/lzs/{lz_id}", tag = "stations",
+    params(("id" = uuid::Uuid, Path, description = "station id"), ("lz_id" = uuid::Uuid, Path, description = "landing zone id")),
+    responses((status = 204), (status = 403, body = mission_api::Problem), (status = 404, body = mission_api::Problem)))]
+pub async fn remove_landing_zone(
+    State(app): State<AppState>,
+    who: Principal,
+    Path((id, lz)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let station = managed(&app, who, &id).await?;
+    let lz_id = parse_id("lz_id", &lz)?;
+    if app.store.delete_landing_zone(station.station_id, lz_id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found("landing zone", lz_id))
+    }
+}

@@ -76,12 +76,7 @@ impl MissionPath {
                 "." => {}
                 ".." => return Err(PathError::ParentSegment),
                 s if s.len() > MAX_SEGMENT_BYTES => return Err(PathError::TooLong),
-                s if s
-                    .rsplit_once('#')
-                    .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) =>
-                {
-                    return Err(PathError::ReservedName);
-                }
+                s if is_staging_name(s) => return Err(PathError::ReservedName),
                 s => segments.push(s),
             }
         }
@@ -110,6 +105,12 @@ impl MissionPath {
     pub fn folder(&self) -> &str {
         self.0.rsplit_once('/').map_or("", |(folder, _)| folder)
     }
+}
+
+/// Whether a file name has the form `NAME#DIGITS` that a local object store gives a file while
+/// it is being written; no mission file may have it, so recovery can remove such files.
+pub fn is_staging_name(name: &str) -> bool {
+    name.rsplit_once('#').is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 impl fmt::Display for MissionPath {

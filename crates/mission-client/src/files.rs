@@ -12,7 +12,7 @@ use futures_util::{StreamExt, TryStreamExt};
 use mission_api::{CreateMission, FileListing, Mission};
 use uuid::Uuid;
 
-use crate::client::check;
+use crate::client::{check, encode_segment};
 use crate::{Client, Error};
 
 /// Files uploaded or downloaded at once by default: enough to keep a server busy with small
@@ -106,13 +106,8 @@ struct Planned {
 
 /// URL path of a mission file, each segment percent-encoded.
 fn file_path(mission_id: Uuid, path: &str) -> String {
-    let mut url = url::Url::parse("http://host/").expect("static URL");
-    {
-        let mut segments = url.path_segments_mut().expect("http URLs have paths");
-        segments.pop_if_empty().push("missions").push(&mission_id.to_string()).push("files");
-        segments.extend(path.split('/'));
-    }
-    url.path().to_owned()
+    let encoded: Vec<String> = path.split('/').map(encode_segment).collect();
+    format!("/missions/{mission_id}/files/{}", encoded.join("/"))
 }
 
 /// SHA-256 of a local file, hex, read in a blocking task.
@@ -303,12 +298,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn delete_file(&self, mission_id: Uuid, file_path: &str) -> Result<bool, Error> {
-        let response = self.send(&file_path_checked(mission_id, file_path)?, |http, url| http.delete(url)).await?;
-        match check(response).await {
-            Ok(_) => Ok(true),
-            Err(Error::NotFound(_)) => Ok(false),
-            Err(e) => Err(e),
-        }
+        self.delete_found(&file_path_checked(mission_id, file_path)?).await
     }
 
     /// Downloads one file to `dest` (written to a temporary file beside it and renamed once its

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use futures_util::{Stream, StreamExt};
-use mission_api::paths::MissionPath;
+use mission_api::paths::{MissionPath, is_staging_name};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, PutPayload, WriteMultipart};
@@ -153,10 +153,7 @@ impl FileStore {
                     let name = name.to_string_lossy();
                     if kind.is_dir() {
                         folders.push(entry.path());
-                    } else if name
-                        .rsplit_once('#')
-                        .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-                    {
+                    } else if is_staging_name(&name) {
                         std::fs::remove_file(entry.path())?;
                         removed += 1;
                     }

@@ -18,7 +18,7 @@ use crate::AppState;
 use crate::auth::Principal;
 use crate::cargo_bays::{CargoBays, Credentials, is_refusal, storage_segments};
 use crate::error::{ApiError, ApiResult};
-use crate::store::{self, CargoBayRecord, StoreError};
+use crate::store::{self, CargoBayRecord};
 
 /// Longest S3 credential field, in bytes (AWS session tokens run to a few KiB).
 const MAX_SECRET_BYTES: usize = 8192;
@@ -62,15 +62,11 @@ pub async fn delete(State(app): State<AppState>, who: Principal, Path(id): Path<
     }
     let record = visible(&app, who, &id).await?;
     let id = record.bay.storage_id;
-    match app.store.delete_cargo_bay(id).await {
-        Ok(true) => {
-            app.bays.forget(id);
-            Ok(StatusCode::NO_CONTENT)
-        }
-        Ok(false) => Err(ApiError::not_found("cargo bay", id)),
-        Err(StoreError::Conflict(detail)) => Err(ApiError::conflict(detail)),
-        Err(e) => Err(e.into()),
+    if !app.store.delete_cargo_bay(id).await? {
+        return Err(ApiError::not_found("cargo bay", id));
     }
+    app.bays.forget(id);
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Adds a bay after checking that it answers.
@@ -110,6 +106,7 @@ pub async fn create(
         created_at: Some(store::now()),
     };
     let mut sealed_credentials = None;
+    let mut prefix = Vec::new();
     match req.kind {
         CargoBayKind::Default => {
             return Err(ApiError::invalid_field(
@@ -143,7 +140,7 @@ pub async fn create(
                 return Err(ApiError::invalid_field("path", "applies to local cargo bays only; s3 bays take a prefix"));
             }
             bay.bucket = Some(check_bucket(req.bucket.as_deref())?);
-            let prefix = storage_segments("prefix", req.prefix.as_deref())?;
+            prefix = storage_segments("prefix", req.prefix.as_deref())?;
             bay.prefix = (!prefix.is_empty()).then(|| prefix.join("/"));
             bay.region = req.region.as_deref().map(check_region).transpose()?;
             bay.endpoint = req.endpoint.as_deref().map(|e| check_endpoint(&app, who, e)).transpose()?;
@@ -182,7 +179,6 @@ pub async fn create(
     }
     let record = CargoBayRecord { bay, sealed_credentials };
     let files = app.bays.open(&record)?;
-    let prefix = storage_segments("prefix", record.bay.prefix.as_deref())?;
     if let Err(e) = files.probe(&prefix).await {
         app.bays.forget(storage_id);
         let hint =

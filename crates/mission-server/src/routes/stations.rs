@@ -17,7 +17,7 @@ use crate::AppState;
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::idp::{hash_secret, random_secret};
-use crate::store::{self, StoreError};
+use crate::store;
 
 /// Longest station description, in characters.
 const MAX_DESCRIPTION_CHARS: usize = 2000;
@@ -50,13 +50,6 @@ async fn user_named(app: &AppState, field: &str, given: &str) -> ApiResult<Uuid>
         Err(_) => app.store.user_by_username(given).await?,
     };
     user.map(|u| u.user_id).ok_or_else(|| ApiError::invalid_field(field, format!("no user {given:?}")))
-}
-
-fn conflict_or(e: StoreError) -> ApiError {
-    match e {
-        StoreError::Conflict(detail) => ApiError::conflict(detail),
-        e => e.into(),
-    }
 }
 
 /// The stations the caller may run jobs on (every station, for admins).
@@ -97,7 +90,7 @@ pub async fn create(
         open: req.open.unwrap_or(false),
         created_at: store::now(),
     };
-    app.store.insert_station(&station).await.map_err(conflict_or)?;
+    app.store.insert_station(&station).await?;
     Ok((StatusCode::CREATED, Json(station)))
 }
 
@@ -206,7 +199,7 @@ pub async fn register_landing_zone(
         created_at: store::now(),
     };
     let token = random_secret();
-    app.store.insert_landing_zone(&landing_zone, &hash_secret(&token)).await.map_err(conflict_or)?;
+    app.store.insert_landing_zone(&landing_zone, &hash_secret(&token)).await?;
     Ok((StatusCode::CREATED, Json(RegisteredLandingZone { landing_zone, token })))
 }
 

@@ -104,12 +104,7 @@ impl Store {
         .bind(to_micros(user.created_at))
         .execute(&self.writer)
         .await;
-        match result {
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                Err(StoreError::Conflict(format!("a user named {:?} already exists", user.username)))
-            }
-            other => other.map(drop).map_err(Into::into),
-        }
+        conflict_on_duplicate(result, || format!("a user named {:?} already exists", user.username))
     }
 
     /// Replaces a user's password hash and admin flag.
@@ -189,12 +184,7 @@ impl Store {
         .bind(to_micros(now))
         .execute(&self.writer)
         .await;
-        match result {
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                Err(StoreError::Conflict("user code already in use".into()))
-            }
-            other => other.map(drop).map_err(Into::into),
-        }
+        conflict_on_duplicate(result, || "user code already in use".into())
     }
 
     /// The device authorization with this user code.
@@ -787,6 +777,15 @@ fn mission_from_row(r: &SqliteRow) -> Result<Mission, StoreError> {
         created_at: from_micros(r.try_get(13)?)?,
         updated_at: from_micros(r.try_get(14)?)?,
     })
+}
+
+/// The outcome of an insert, with a uniqueness violation turned into [`StoreError::Conflict`]
+/// saying `detail`.
+fn conflict_on_duplicate<T>(result: Result<T, sqlx::Error>, detail: impl FnOnce() -> String) -> Result<(), StoreError> {
+    match result {
+        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Err(StoreError::Conflict(detail())),
+        other => other.map(drop).map_err(Into::into),
+    }
 }
 
 fn parse_uuid(s: &str) -> Result<Uuid, StoreError> {

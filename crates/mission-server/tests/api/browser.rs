@@ -105,8 +105,17 @@ async fn approving_in_a_real_browser_signs_the_device_in() {
     let approve = browser.element("button[value=approve]").await;
     browser.call(Method::POST, &format!("/element/{approve}/click"), json!({})).await;
 
-    let body = browser.element("body").await;
-    let text = browser.call(Method::GET, &format!("/element/{body}/text"), Value::Null).await;
+    // The click may return before the POST's answer page (a PBKDF2 check away) has replaced the
+    // form, so read the page until it has, for a bounded time.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let text = loop {
+        let body = browser.element("body").await;
+        let text = browser.call(Method::GET, &format!("/element/{body}/text"), Value::Null).await;
+        if text.as_str().is_some_and(|t| t.contains("Device approved")) || tokio::time::Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert!(text.as_str().unwrap().contains("Device approved"), "{text}");
     if let Ok(dir) = std::env::var("MISSION_SCREENSHOT_DIR") {
         use base64::Engine;

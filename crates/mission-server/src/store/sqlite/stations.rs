@@ -6,7 +6,7 @@ use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 use uuid::Uuid;
 
-use super::{Store, parse_uuid};
+use super::{Store, conflict_on_duplicate, parse_uuid};
 use crate::store::{StoreError, from_micros, to_micros};
 
 const STATION_COLUMNS: &str = "station_id, name, description, owner_id, open, created_at";
@@ -24,12 +24,7 @@ impl Store {
             .bind(to_micros(station.created_at))
             .execute(&self.writer)
             .await;
-        match result {
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                Err(StoreError::Conflict(format!("a station named {:?} exists already", station.name)))
-            }
-            other => other.map(drop).map_err(Into::into),
-        }
+        conflict_on_duplicate(result, || format!("a station named {:?} exists already", station.name))
     }
 
     /// One station.
@@ -138,12 +133,7 @@ impl Store {
         .bind(to_micros(lz.created_at))
         .execute(&self.writer)
         .await;
-        match result {
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                Err(StoreError::Conflict(format!("the station has a landing zone named {:?} already", lz.name)))
-            }
-            other => other.map(drop).map_err(Into::into),
-        }
+        conflict_on_duplicate(result, || format!("the station has a landing zone named {:?} already", lz.name))
     }
 
     /// The landing zones of a station, by name; `lease` decides which count as online at `now`.

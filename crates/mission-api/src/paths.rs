@@ -105,6 +105,29 @@ impl MissionPath {
     pub fn folder(&self) -> &str {
         self.0.rsplit_once('/').map_or("", |(folder, _)| folder)
     }
+
+    /// The path for a URL: each segment percent-encoded, joined by `/`.
+    ///
+    /// ```
+    /// use mission_api::paths::MissionPath;
+    /// assert_eq!(MissionPath::parse("a b/c%d.txt").unwrap().to_url_path(), "a%20b/c%25d.txt");
+    /// ```
+    pub fn to_url_path(&self) -> String {
+        self.segments().map(encode_segment).collect::<Vec<_>>().join("/")
+    }
+}
+
+/// Percent-encodes one URL path segment: every byte but RFC 3986's unreserved characters.
+pub fn encode_segment(segment: &str) -> String {
+    let mut out = String::with_capacity(segment.len());
+    for b in segment.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// Whether a file name has the form `NAME#DIGITS` that a local object store gives a file while

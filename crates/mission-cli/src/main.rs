@@ -1,5 +1,6 @@
 //! `mission`: the one binary of Mission Compute Service — the server (`mission server`) and the
-//! command-line client over the Rust SDK (`login`, `missions`, `types`, …).
+//! landing-zone agent (`mission lz`) and the command-line client over the Rust SDK (`login`,
+//! `missions`, `run`, `jobs`, …).
 
 // Doc comments here are clap help texts, where bare URLs read best.
 #![allow(rustdoc::bare_urls)]
@@ -16,6 +17,7 @@ use clap::{Parser, Subcommand};
 use commands::auth::LoginCommand;
 use commands::cargo_bays::CargoBaysCommand;
 use commands::files::FilesCommand;
+use commands::lz::LzCommand;
 use commands::missions::MissionsCommand;
 use commands::server::ServerCommand;
 use commands::types::TypesCommand;
@@ -42,6 +44,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     Server(Box<ServerCommand>),
+    Lz(LzCommand),
     /// Sign in with the OAuth device flow.
     Login(LoginCommand),
     /// Sign out and revoke the stored token.
@@ -79,11 +82,12 @@ fn init_logging(server: bool) {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(matches!(cli.command, Command::Server(_)));
+    init_logging(matches!(cli.command, Command::Server(_) | Command::Lz(_)));
     let out = Output { json: cli.json };
     let server = cli.server.as_deref();
     let result = match cli.command {
         Command::Server(cmd) => cmd.run().await,
+        Command::Lz(cmd) => cmd.run(server).await,
         Command::Login(cmd) => cmd.run(server, out).await,
         Command::Logout => commands::auth::logout(server, out).await,
         Command::Whoami => commands::auth::whoami(server, out).await,

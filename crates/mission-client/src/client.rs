@@ -265,13 +265,6 @@ impl Client {
     }
 }
 
-/// One URL path segment, percent-encoded (a username, a file name).
-pub(crate) fn encode_segment(segment: &str) -> String {
-    let mut url = url::Url::parse("http://host/").expect("static URL");
-    url.path_segments_mut().expect("http URLs have paths").pop_if_empty().push(segment);
-    url.path()[1..].to_owned()
-}
-
 /// Reads a JSON answer, or turns an error answer into [`Error`].
 pub(crate) async fn read_json<T: DeserializeOwned>(response: Response) -> Result<T, Error> {
     let response = check(response).await?;

@@ -12,7 +12,9 @@ use futures_util::{StreamExt, TryStreamExt};
 use mission_api::{CreateMission, FileListing, Mission};
 use uuid::Uuid;
 
-use crate::client::{check, encode_segment};
+use mission_api::paths::encode_segment;
+
+use crate::client::check;
 use crate::{Client, Error};
 
 /// Files uploaded or downloaded at once by default: enough to keep a server busy with small
@@ -310,19 +312,19 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn download_file(&self, mission_id: Uuid, file_path: &str, dest: &Path) -> Result<u64, Error> {
-        self.download_one(mission_id, file_path, dest, None).await
+        self.download_one(&file_path_checked(mission_id, file_path)?, file_path, dest, None).await
     }
 
-    async fn download_one(
+    /// Downloads the file at the API path `url_path` (whose listing path is `file_path`) to `dest`.
+    pub(crate) async fn download_one(
         &self,
-        mission_id: Uuid,
+        url_path: &str,
         file_path: &str,
         dest: &Path,
         observer: Option<&Arc<dyn TransferObserver>>,
     ) -> Result<u64, Error> {
         use tokio::io::AsyncWriteExt;
-        let response =
-            check(self.send(&file_path_checked(mission_id, file_path)?, |http, url| http.get(url)).await?).await?;
+        let response = check(self.send(url_path, |http, url| http.get(url)).await?).await?;
         let expected = response
             .headers()
             .get(reqwest::header::ETAG)
@@ -386,10 +388,25 @@ impl Client {
         dest_dir: &Path,
         options: &TransferOptions,
     ) -> Result<TransferSummary, Error> {
+        let files = self.get_mission_files(mission_id).await?;
+        let place = |path: &mission_api::paths::MissionPath| file_path(mission_id, path.as_str());
+        let what = format!("mission {mission_id}");
+        self.download_listing(files, &place, &what, prefix, dest_dir, options).await
+    }
+
+    /// Mirrors the files of `files` (under `prefix`, if given) into `dest_dir`, each fetched
+    /// from the API path `place` gives it, skipping files already there with the same content.
+    pub(crate) async fn download_listing(
+        &self,
+        files: Vec<FileListing>,
+        place: &(dyn Fn(&mission_api::paths::MissionPath) -> String + Sync),
+        what: &str,
+        prefix: Option<&str>,
+        dest_dir: &Path,
+        options: &TransferOptions,
+    ) -> Result<TransferSummary, Error> {
         let prefix = prefix.map(|p| p.trim_matches('/').to_owned()).filter(|p| !p.is_empty());
-        let files: Vec<FileListing> = self
-            .get_mission_files(mission_id)
-            .await?
+        let files: Vec<FileListing> = files
             .into_iter()
             .filter(|f| {
                 let path = f.relative_path();
@@ -397,7 +414,7 @@ impl Client {
             })
             .collect();
         if let (Some(p), true) = (&prefix, files.is_empty()) {
-            return Err(Error::Protocol(format!("mission {mission_id} has no file or folder {p:?}")));
+            return Err(Error::Protocol(format!("{what} has no file or folder {p:?}")));
         }
         if let Some(o) = &options.observer {
             o.start(files.len() as u64, files.iter().map(|f| f.file_size).sum());
@@ -420,7 +437,7 @@ impl Client {
                         o.bytes(file.file_size);
                     }
                 } else {
-                    self.download_one(mission_id, &relative, &dest, options.observer.as_ref()).await?;
+                    self.download_one(&place(&checked), &relative, &dest, options.observer.as_ref()).await?;
                 }
                 if let Some(o) = &options.observer {
                     o.file_done(&relative, same);

@@ -13,14 +13,15 @@
 //! ```
 //!
 //! Layout: [`client`] (the session, token renewal, request plumbing), [`auth`] (device flow,
-//! refresh, token file), `missions`, `mission_types` and `files` (the operations, as methods of
-//! [`Client`]), [`error`].
+//! refresh, token file), `missions`, `mission_types`, `files`, `jobs`, `stations` and `cargo_bays`
+//! (the operations, as methods of [`Client`]), [`error`].
 
 pub mod auth;
 mod cargo_bays;
 pub mod client;
 pub mod error;
 mod files;
+mod jobs;
 mod mission_types;
 mod missions;
 mod stations;
@@ -29,12 +30,13 @@ pub use auth::{DeviceAuth, Prompt, Tokens};
 pub use client::{Client, LoginOptions};
 pub use error::{Error, SignInError};
 pub use files::{DEFAULT_CONCURRENCY, TransferObserver, TransferOptions, TransferSummary};
+pub use jobs::{JobResources, ListJobs, LogStream};
 pub use missions::ListMissions;
 
 pub use mission_api::{
     AuthConfig, CargoBay, CargoBayKind, CreateCargoBay, CreateMission, CreateStation, DEFAULT_CARGO_BAY_ID,
-    DEFAULT_STATION_NAME, DeviceAuthorization, FileListing, LandingZone, Mission, MissionPage, MissionType,
-    MissionTypeSummary, Problem, RegisterLandingZone, RegisteredLandingZone, Resources, Station, StationMember,
-    UpdateMission, User,
+    DEFAULT_STATION_NAME, DeviceAuthorization, FileListing, Job, JobPage, JobStatus, JobTransition, LandingZone,
+    Mission, MissionPage, MissionType, MissionTypeSummary, Problem, RegisterLandingZone, RegisteredLandingZone,
+    Resources, RunJob, Station, StationMember, UpdateMission, User,
 };
 pub use uuid::Uuid;

@@ -4,7 +4,9 @@ use mission_api::{CreateStation, LandingZone, RegisterLandingZone, RegisteredLan
 use reqwest::Method;
 use uuid::Uuid;
 
-use crate::client::{check, encode_segment};
+use mission_api::paths::encode_segment;
+
+use crate::client::check;
 use crate::{Client, Error};
 
 impl Client {

@@ -104,6 +104,11 @@ pub struct FileStore {
     local_root: Option<std::path::PathBuf>,
 }
 
+/// SHA-256 of `bytes`, hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref())
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -278,14 +283,28 @@ impl FileStore {
         }
     }
 
-    /// Deletes every file of a mission in the default storage.
+    /// Deletes every file of a mission in the default storage, and its jobs' results there.
     pub async fn delete_mission(&self, mission_id: Uuid) -> Result<(), object_store::Error> {
-        let prefix = Self::mission_prefix(mission_id);
-        let keys: Vec<_> = self.store.list(Some(&prefix)).map(|m| m.map(|m| m.location)).collect().await;
-        for key in keys {
-            self.delete(&key?).await?;
+        for prefix in [Self::mission_prefix(mission_id), Self::results_prefix(mission_id)] {
+            let keys: Vec<_> = self.store.list(Some(&prefix)).map(|m| m.map(|m| m.location)).collect().await;
+            for key in keys {
+                self.delete(&key?).await?;
+            }
         }
         Ok(())
+    }
+
+    /// Where the results of a job of `mission_id` live in the default storage.
+    pub fn default_results_location(&self, mission_id: Uuid, job_id: Uuid) -> Location {
+        Location {
+            files: self.clone(),
+            root: Self::results_prefix(mission_id).child(job_id.to_string()),
+            owned_folder: true,
+        }
+    }
+
+    fn results_prefix(mission_id: Uuid) -> ObjectPath {
+        ObjectPath::from_iter(["results".to_owned(), mission_id.to_string()])
     }
 
     /// Ids of the missions that have a folder in this storage.

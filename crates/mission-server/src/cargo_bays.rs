@@ -152,15 +152,7 @@ impl CargoBays {
 
     /// Where the input files of `mission` live.
     pub async fn source(&self, store: &Store, mission: &Mission) -> ApiResult<Location> {
-        let bay =
-            match mission.source_storage_id {
-                None => None,
-                Some(id) if id == DEFAULT_CARGO_BAY_ID => None,
-                Some(id) => Some(store.cargo_bay(id).await?.ok_or_else(|| {
-                    ApiError::conflict(format!("the mission's source cargo bay {id} no longer exists"))
-                })?),
-            };
-        let Some(bay) = bay else {
+        let Some(bay) = named_bay(store, mission.source_storage_id, "source").await? else {
             return Ok(self.default.default_location(mission.mission_id));
         };
         let mut root = storage_segments("prefix", bay.bay.prefix.as_deref())?;
@@ -169,6 +161,34 @@ impl CargoBays {
             None => root.extend(["missions".to_owned(), mission.mission_id.to_string()]),
         }
         Ok(Location::new(self.open(&bay)?, root, false))
+    }
+
+    /// Where the results of `job_id` go: `{prefix}/{destination_path}/{job_id}` in the mission's
+    /// destination bay (`{prefix}/missions/{mission}/jobs/{job_id}` without a destination path),
+    /// or the default storage.
+    pub async fn results(&self, store: &Store, mission: &Mission, job_id: Uuid) -> ApiResult<Location> {
+        let Some(bay) = named_bay(store, mission.destination_storage_id, "destination").await? else {
+            return Ok(self.default.default_results_location(mission.mission_id, job_id));
+        };
+        let mut root = storage_segments("prefix", bay.bay.prefix.as_deref())?;
+        match mission.destination_path.as_deref().filter(|p| !p.trim_matches('/').is_empty()) {
+            Some(path) => root.extend(storage_segments("destination_path", Some(path))?),
+            None => root.extend(["missions".to_owned(), mission.mission_id.to_string(), "jobs".to_owned()]),
+        }
+        root.push(job_id.to_string());
+        Ok(Location::new(self.open(&bay)?, root, false))
+    }
+}
+
+/// The bay a mission names as its `role` (source or destination); `None` for the default storage.
+async fn named_bay(store: &Store, id: Option<Uuid>, role: &str) -> ApiResult<Option<CargoBayRecord>> {
+    match id {
+        None => Ok(None),
+        Some(id) if id == DEFAULT_CARGO_BAY_ID => Ok(None),
+        Some(id) => match store.cargo_bay(id).await? {
+            Some(bay) => Ok(Some(bay)),
+            None => Err(ApiError::conflict(format!("the mission's {role} cargo bay {id} no longer exists"))),
+        },
     }
 }
 

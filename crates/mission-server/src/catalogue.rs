@@ -245,6 +245,51 @@ impl MissionTypeDef {
     }
 }
 
+impl MissionTypeDef {
+    /// The resources a job gets for what its request leaves out.
+    pub fn resources(&self) -> ResourceDefaults {
+        self.resources
+    }
+
+    /// The program and arguments a job of this type runs for a mission with `settings` and
+    /// `args`: the command template with `{setting}` replaced by the setting (or its default) and
+    /// `{args}` by the arguments, one word each. A command-line setting standing alone becomes
+    /// its words. A required setting the mission lacks is a 400 naming it.
+    pub fn command_line(&self, settings: &BTreeMap<String, String>, args: &[String]) -> Result<Vec<String>, ApiError> {
+        let value = |def: &SettingDef| -> Result<String, ApiError> {
+            match settings.get(def.name).map(String::as_str).or(def.default) {
+                Some(v) => Ok(v.to_owned()),
+                None => Err(ApiError::invalid_setting(
+                    def.name,
+                    format!("required by mission type {:?} to run a job; set it on the mission", self.name),
+                )),
+            }
+        };
+        let mut argv = Vec::new();
+        for part in self.command {
+            if *part == "{args}" {
+                argv.extend(args.iter().cloned());
+                continue;
+            }
+            let alone =
+                self.settings.iter().find(|d| part.strip_prefix('{').and_then(|p| p.strip_suffix('}')) == Some(d.name));
+            if let Some(def) = alone.filter(|d| matches!(d.kind, SettingKind::CommandLine)) {
+                argv.extend(split_command_line(&value(def)?).map_err(|e| ApiError::invalid_setting(def.name, e))?);
+                continue;
+            }
+            let mut word = (*part).to_owned();
+            for def in self.settings {
+                let placeholder = format!("{{{}}}", def.name);
+                if word.contains(&placeholder) {
+                    word = word.replace(&placeholder, &value(def)?);
+                }
+            }
+            argv.push(word);
+        }
+        Ok(argv)
+    }
+}
+
 /// Splits a command line into words the way a POSIX shell would, without expanding anything:
 /// single quotes keep everything literal, double quotes allow `\"` and `\\`, a backslash outside
 /// quotes escapes the next character.
@@ -343,5 +388,20 @@ mod tests {
         );
         assert_eq!(split_command_line("''").unwrap(), [""]);
         assert!(split_command_line("'open").is_err());
+    }
+
+    #[test]
+    fn command_lines_are_rendered_from_settings_and_args() {
+        let find = |name: &str| all().iter().find(|t| t.name == name).unwrap();
+        let settings = BTreeMap::from([("filename".to_owned(), "run.py".to_owned())]);
+        let args = ["--n".to_owned(), "a b".to_owned()];
+        assert_eq!(find("python").command_line(&settings, &args).unwrap(), ["python3", "run.py", "--n", "a b"]);
+        let julia =
+            BTreeMap::from([("filename".to_owned(), "m.jl".to_owned()), ("threads".to_owned(), "4".to_owned())]);
+        assert_eq!(find("julia").command_line(&julia, &[]).unwrap(), ["julia", "--threads=4", "m.jl"]);
+        let command = BTreeMap::from([("command".to_owned(), "sh -c 'echo hi'".to_owned())]);
+        assert_eq!(find("command").command_line(&command, &args[..1]).unwrap(), ["sh", "-c", "echo hi", "--n"]);
+        let missing = find("shell").command_line(&BTreeMap::new(), &[]).unwrap_err();
+        assert!(missing.problem().detail.contains("filename"), "{missing:?}");
     }
 }

@@ -7,6 +7,7 @@
 //! - [`auth`]: bearer-token verification (built-in key or an external provider's JWKS);
 //! - [`idp`]: the built-in OAuth 2.0 device-flow provider and its `/activate` page;
 //! - [`blobs`]: object storage for files; [`cargo_bays`]: storage locations users add;
+//! - [`scheduler`]: places jobs on landing zones and tracks them; [`job_logs`]: their output;
 //! - [`store`]: the database; [`catalogue`]: the built-in mission types; [`users`]: accounts.
 
 pub mod auth;
@@ -17,9 +18,11 @@ pub mod config;
 pub mod error;
 mod fsutil;
 pub mod idp;
+pub mod job_logs;
 mod locks;
 mod metrics;
 mod routes;
+pub mod scheduler;
 pub mod store;
 pub mod users;
 
@@ -57,6 +60,12 @@ pub struct App {
     pub auth: Authenticator,
     /// Where mission files' bytes live: the default storage and the cargo bays.
     pub bays: cargo_bays::CargoBays,
+    /// Places jobs on landing zones and follows them.
+    pub scheduler: scheduler::Scheduler,
+    /// Jobs' output as it streams in.
+    pub logs: Arc<job_logs::JobLogs>,
+    /// Turns true when the server stops, ending long-lived responses (agent orders, log follows).
+    pub closing: tokio::sync::watch::Sender<bool>,
     /// Serialises the commit of concurrent changes to one file.
     path_locks: locks::PathLocks,
     metrics: Metrics,
@@ -67,6 +76,9 @@ impl std::fmt::Debug for Metrics {
         f.write_str("Metrics")
     }
 }
+
+/// Id of the station a first start creates (migration 0004), home of the embedded LZ.
+pub const DEFAULT_STATION_ID: uuid::Uuid = uuid::uuid!("6d697373-696f-4e00-8000-000000000002");
 
 /// Handle to [`App`] that handlers receive.
 pub type AppState = Arc<App>;
@@ -98,6 +110,7 @@ pub struct Server {
     app: AppState,
     listener: TcpListener,
     bootstrap: Option<BootstrapAdmin>,
+    local: SocketAddr,
 }
 
 impl Server {
@@ -145,6 +158,8 @@ impl Server {
         let bays = cargo_bays::CargoBays::new(&config.data_dir, files)
             .map_err(|source| StartError::DataDir { path: config.data_dir.clone(), source })?;
         routes::recover_files(&store, &bays).await.map_err(|e| StartError::Recovery(e.problem().detail))?;
+        let logs = Arc::new(job_logs::JobLogs::new(config.data_dir.join("job-logs")));
+        let scheduler = scheduler::Scheduler::start(store.clone(), logs.clone(), config.lz_lease).await?;
         let app = Arc::new(App {
             store,
             config,
@@ -153,10 +168,31 @@ impl Server {
             idp,
             auth,
             bays,
+            scheduler,
+            logs,
+            closing: tokio::sync::watch::channel(false).0,
             path_locks: locks::PathLocks::default(),
             metrics: Metrics::default(),
         });
-        Ok(Self { app, listener, bootstrap })
+        Ok(Self { app, listener, bootstrap, local })
+    }
+
+    /// A URL of this server on the loopback interface, for agents on the same host.
+    pub fn local_url(&self) -> String {
+        let ip = match self.local.ip() {
+            ip if ip.is_unspecified() && ip.is_ipv6() => std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+            ip if ip.is_unspecified() => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            ip => ip,
+        };
+        format!("http://{}", SocketAddr::new(ip, self.local.port()))
+    }
+
+    /// Registers the embedded landing zone `name` on the default station (or gives it a new token
+    /// if it exists) and answers the token its agent connects with.
+    pub async fn embedded_lz_token(&self, name: &str) -> Result<String, store::StoreError> {
+        let token = idp::random_secret();
+        self.app.store.rotate_lz_token(DEFAULT_STATION_ID, name, &idp::hash_secret(&token), store::now()).await?;
+        Ok(token)
     }
 
     /// The URL clients reach this server at.
@@ -180,6 +216,11 @@ impl Server {
         let listener = self.listener.tap_io(|tcp| {
             let _ = tcp.set_nodelay(true);
         });
+        let app = self.app.clone();
+        let shutdown = async move {
+            shutdown.await;
+            app.closing.send_replace(true);
+        };
         axum::serve(listener, router).with_graceful_shutdown(shutdown).await
     }
 }

@@ -28,7 +28,9 @@ pub struct TestServer {
     pub client: Client,
     /// The data dir; removed on drop.
     pub data_dir: TempDir,
+    config: ServerConfig,
     stop: Option<oneshot::Sender<()>>,
+    serving: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
 
 impl TestServer {
@@ -46,17 +48,13 @@ impl TestServer {
         config.device_poll_interval = 0;
         adjust(&mut config);
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
-        let server = Server::new(listener, config).await.expect("server starts");
-        let url = server.public_url().to_owned();
-        let app = server.app();
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(server.run(async {
-            let _ = stopped.await;
-        }));
+        let (server, stop, serving) = Self::serve(listener, config.clone()).await;
+        let url = server.0;
+        let app = server.1;
         // With an external identity provider there is no one to sign in here: the client then
         // carries no token until the test gives it one.
         let client = Client::with_access_token(&url, "").expect("client");
-        let mut this = Self { url, app, client, data_dir, stop: Some(stop) };
+        let mut this = Self { url, app, client, data_dir, config, stop: Some(stop), serving: Some(serving) };
         if this.app.idp.is_some() {
             // A server started on another test server's data dir finds alice there already.
             if this.app.store.user_by_username("alice").await.expect("store").is_none() {
@@ -65,6 +63,51 @@ impl TestServer {
             this.client = this.sign_in("alice").await;
         }
         this
+    }
+
+    async fn serve(
+        listener: TcpListener,
+        config: ServerConfig,
+    ) -> ((String, AppState), oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>) {
+        let server = Server::new(listener, config).await.expect("server starts");
+        let url = server.public_url().to_owned();
+        let app = server.app();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let serving = tokio::spawn(server.run(async {
+            let _ = stopped.await;
+        }));
+        ((url, app), stop, serving)
+    }
+
+    /// Stops the server (letting in-flight requests finish), then starts it again on the same
+    /// port and data dir; clients keep working.
+    pub async fn restart(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(serving) = self.serving.take() {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(20), serving).await.expect("server stops");
+        }
+        let address = self.url.trim_start_matches("http://").to_owned();
+        let listener = TcpListener::bind(&address).await.expect("bind the same port again");
+        let ((_, app), stop, serving) = Self::serve(listener, self.config.clone()).await;
+        self.app = app;
+        self.stop = Some(stop);
+        self.serving = Some(serving);
+    }
+
+    /// Registers a landing zone on a station directly in the store; answers its id and agent
+    /// token.
+    pub async fn register_lz(&self, station_id: mission_client::Uuid, name: &str) -> (mission_client::Uuid, String) {
+        let token = format!("test-token-{}", mission_client::Uuid::new_v4());
+        let hash = mission_server::idp::hash_secret(&token);
+        let id = self
+            .app
+            .store
+            .rotate_lz_token(station_id, name, &hash, mission_server::store::now())
+            .await
+            .expect("register");
+        (id, token)
     }
 
     /// Creates a built-in account with [`PASSWORD`].

@@ -3,6 +3,7 @@
 pub mod auth;
 pub mod cargo_bays;
 pub mod files;
+pub mod lz;
 pub mod missions;
 pub mod server;
 pub mod types;

@@ -78,6 +78,12 @@ struct RunArgs {
     /// or separate with commas). AWS needs none; admins may name any endpoint.
     #[arg(long = "s3-endpoint", env = "MISSION_S3_ENDPOINTS", value_delimiter = ',')]
     s3_endpoints: Vec<url::Url>,
+    /// Do not run the embedded landing zone `local` on the default station (jobs then need a
+    /// `mission lz` agent).
+    #[arg(long, env = "MISSION_NO_LOCAL_LZ")]
+    no_local_lz: bool,
+    #[command(flatten)]
+    local_lz: super::lz::ResourceArgs,
 }
 
 /// Parses `123`, `64K`, `10M`, `100G`, `1T` (powers of 1024).
@@ -163,13 +169,41 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         );
         println!("Sign in with: mission login --server {url}");
     }
-    server.run(shutdown_signal()).await.context("server failed")?;
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let agent = if args.no_local_lz {
+        None
+    } else {
+        let token = server.embedded_lz_token(super::lz::EMBEDDED_LZ_NAME).await?;
+        let config = mission_lz::AgentConfig {
+            server: server.local_url(),
+            token,
+            data_dir: data_dir.join("lz"),
+            overrides: args.local_lz.overrides(),
+        };
+        println!(
+            "Embedded landing zone {:?} on station {:?}.",
+            super::lz::EMBEDDED_LZ_NAME,
+            mission_api::DEFAULT_STATION_NAME
+        );
+        Some(tokio::spawn(mission_lz::run(config, wait(stopping.clone()))))
+    };
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    server.run(wait(stopping)).await.context("server failed")?;
+    if let Some(agent) = agent {
+        agent.await.context("the embedded landing zone panicked")?.context("the embedded landing zone failed")?;
+    }
     println!("Stopped.");
     Ok(())
 }
 
 /// Completes on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
     tokio::select! {

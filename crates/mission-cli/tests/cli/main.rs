@@ -8,6 +8,8 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+mod jobs;
+
 const BIN: &str = env!("CARGO_BIN_EXE_mission");
 
 /// A `mission server` process and a home for CLI state.

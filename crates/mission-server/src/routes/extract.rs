@@ -3,6 +3,7 @@
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
+use mission_api::MAX_ITEMS_PER_PAGE;
 use uuid::Uuid;
 
 use crate::error::ApiError;
@@ -49,4 +50,20 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryPairs {
 /// Parses an id from the path or query, naming `field` when it is not a UUID.
 pub fn parse_id(field: &str, raw: &str) -> Result<Uuid, ApiError> {
     Uuid::try_parse(raw).map_err(|_| ApiError::invalid_id(field, raw))
+}
+
+/// The `page` of a listing: from 1.
+pub fn page_number(value: &str) -> Result<u32, ApiError> {
+    value
+        .parse()
+        .ok()
+        .filter(|p| (1..=1_000_000).contains(p))
+        .ok_or_else(|| ApiError::invalid_field("page", format!("expected an integer from 1, got {value:?}")))
+}
+
+/// The `items` of a listing: 1 to [`MAX_ITEMS_PER_PAGE`].
+pub fn page_size(value: &str) -> Result<u32, ApiError> {
+    value.parse().ok().filter(|n| (1..=MAX_ITEMS_PER_PAGE).contains(n)).ok_or_else(|| {
+        ApiError::invalid_field("items", format!("expected an integer from 1 to {MAX_ITEMS_PER_PAGE}, got {value:?}"))
+    })
 }

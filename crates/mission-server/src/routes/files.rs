@@ -179,6 +179,18 @@ pub async fn download(
         .mission_file(mission.mission_id, path.as_str())
         .await?
         .ok_or_else(|| ApiError::not_found("file", format!("{path} in mission {}", mission.mission_id)))?;
+    let place = app.bays.source(&app.store, &mission).await?;
+    serve(&place, &path, &record, &headers).await
+}
+
+/// Answers a stored file (of a mission or a job's results) with its content, honouring a single
+/// `Range`; the object must still be the version `record` describes.
+pub(super) async fn serve(
+    place: &Location,
+    path: &MissionPath,
+    record: &FileRecord,
+    headers: &HeaderMap,
+) -> ApiResult<Response> {
     let range = match headers.get(header::RANGE).map(|v| parse_range(v, record.size)).transpose() {
         Ok(r) => r.flatten(),
         Err(()) => {
@@ -191,8 +203,7 @@ pub async fn download(
             return Ok(response);
         }
     };
-    let place = app.bays.source(&app.store, &mission).await?;
-    let result = match place.files.read(&place.key(&path), range.clone(), record.e_tag.clone()).await {
+    let result = match place.files.read(&place.key(path), range.clone(), record.e_tag.clone()).await {
         Ok(result) => result,
         Err(object_store::Error::NotFound { .. }) => {
             return Err(ApiError::not_found("file content", format!("{path} (gone from the mission's storage)")));
@@ -202,7 +213,7 @@ pub async fn download(
                 "{path} was changed in the mission's storage outside this service; upload it again"
             )));
         }
-        Err(e) => return Err(storage_error(&place, e)),
+        Err(e) => return Err(storage_error(place, e)),
     };
     let served = result.range.clone();
     let mut response = Response::new(Body::from_stream(result.into_stream()));

@@ -8,12 +8,10 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use mission_api::{
-    CreateMission, DEFAULT_CARGO_BAY_ID, MAX_ITEMS_PER_PAGE, Mission, MissionPage, UpdateMission, UpdateMissionArgs,
-};
+use mission_api::{CreateMission, DEFAULT_CARGO_BAY_ID, Mission, MissionPage, UpdateMission, UpdateMissionArgs};
 use uuid::Uuid;
 
-use super::extract::{ApiJson, QueryPairs, parse_id};
+use super::extract::{ApiJson, QueryPairs, page_number, page_size, parse_id};
 use crate::AppState;
 use crate::auth::Principal;
 use crate::cargo_bays::storage_segments;
@@ -195,19 +193,8 @@ pub async fn list(
                     ApiError::invalid_field("archived", format!("expected true or false, got {value:?}"))
                 })?)
             }
-            "page" => {
-                filter.page = value.parse().ok().filter(|p| (1..=1_000_000).contains(p)).ok_or_else(|| {
-                    ApiError::invalid_field("page", format!("expected an integer from 1, got {value:?}"))
-                })?
-            }
-            "items" => {
-                filter.items = value.parse().ok().filter(|n| (1..=MAX_ITEMS_PER_PAGE).contains(n)).ok_or_else(|| {
-                    ApiError::invalid_field(
-                        "items",
-                        format!("expected an integer from 1 to {MAX_ITEMS_PER_PAGE}, got {value:?}"),
-                    )
-                })?
-            }
+            "page" => filter.page = page_number(value)?,
+            "items" => filter.items = page_size(value)?,
             other => {
                 return Err(ApiError::invalid(format!(
                     "unknown query parameter {other:?}; filters are ids, names, user_ids, mission_type_ids, archived, page, items"
@@ -305,6 +292,10 @@ pub async fn set_args(
     responses((status = 204), (status = 403, body = mission_api::Problem), (status = 404, body = mission_api::Problem)))]
 pub async fn delete(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<StatusCode> {
     let mission = writable(&app, who, &id).await?;
+    let running = app.store.mission_unfinished_jobs(mission.mission_id).await?;
+    if running > 0 {
+        return Err(ApiError::conflict(format!("the mission has {running} jobs that have not ended; stop them first")));
+    }
     let place = app.bays.source(&app.store, &mission).await.ok();
     // In a cargo bay only the files the mission indexed are its own; note them before the rows go.
     let indexed = match &place {
@@ -327,6 +318,9 @@ pub async fn delete(State(app): State<AppState>, who: Principal, Path(id): Path<
         };
         if let Err(e) = result {
             tracing::warn!(mission = %mission.mission_id, error = %e, "could not delete the mission's files");
+        }
+        if let Err(e) = app.logs.delete_mission(mission.mission_id).await {
+            tracing::warn!(mission = %mission.mission_id, error = %e, "could not delete the mission's job logs");
         }
         Ok(StatusCode::NO_CONTENT)
     } else {

@@ -4,6 +4,8 @@
 mod cargo_bays;
 mod extract;
 mod files;
+mod jobs;
+mod lz;
 mod meta;
 mod mission_types;
 mod missions;
@@ -12,7 +14,7 @@ mod stations;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::response::IntoResponse;
-use axum::routing::{get, put};
+use axum::routing::{get, post, put};
 use utoipa::OpenApi;
 
 use crate::AppState;
@@ -24,10 +26,11 @@ pub use files::recover as recover_files;
 /// The OpenAPI document, generated from the handlers' annotations.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Mission Compute Service API", description = "Missions, their files, cargo bays, stations, mission types and sign-in configuration."),
+    info(title = "Mission Compute Service API", description = "Missions, their files, jobs, cargo bays, stations, mission types and sign-in configuration."),
     paths(
         missions::create, missions::list, missions::get, missions::update, missions::set_args, missions::delete,
         files::list, files::upload, files::download, files::delete,
+        jobs::run, jobs::list, jobs::get, jobs::stop, jobs::logs, jobs::results, jobs::result,
         cargo_bays::list, cargo_bays::create, cargo_bays::get, cargo_bays::delete,
         stations::list, stations::create, stations::get, stations::delete, stations::members,
         stations::add_member, stations::remove_member, stations::landing_zones,
@@ -65,6 +68,19 @@ pub fn router(app: AppState) -> Router {
             "/missions/{id}/files/{*path}",
             get(files::download).put(files::upload).delete(files::delete).layer(DefaultBodyLimit::disable()),
         )
+        .route("/missions/{id}/jobs", post(jobs::run))
+        .route("/jobs", get(jobs::list))
+        .route("/jobs/{id}", get(jobs::get))
+        .route("/jobs/{id}/stop", post(jobs::stop))
+        .route("/jobs/{id}/logs", get(jobs::logs))
+        .route("/jobs/{id}/results", get(jobs::results))
+        .route("/jobs/{id}/results/{*path}", get(jobs::result))
+        .route("/lz/connect", post(lz::connect))
+        .route("/lz/heartbeat", post(lz::heartbeat))
+        .route("/lz/reports", post(lz::reports))
+        .route("/lz/jobs/{id}/logs/{stream}", post(lz::append_log))
+        .route("/lz/jobs/{id}/files/{*path}", get(lz::input_file))
+        .route("/lz/jobs/{id}/results/{*path}", put(lz::upload_result).layer(DefaultBodyLimit::disable()))
         .route("/cargo-bays", get(cargo_bays::list).post(cargo_bays::create))
         .route("/cargo-bays/{id}", get(cargo_bays::get).delete(cargo_bays::delete))
         .route("/stations", get(stations::list).post(stations::create))

@@ -23,7 +23,7 @@ use crate::store;
 const MAX_DESCRIPTION_CHARS: usize = 2000;
 
 /// Loads a station the caller may see (and run jobs on), as a 404 otherwise.
-async fn visible(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Station> {
+pub(super) async fn visible(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Station> {
     let id = parse_id("station_id", raw_id)?;
     let station = app.store.station(id).await?.ok_or_else(|| ApiError::not_found("station", id))?;
     let allowed = who.admin
@@ -174,7 +174,7 @@ pub async fn landing_zones(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Vec<LandingZone>>> {
     let station = visible(&app, who, &id).await?;
-    Ok(Json(app.store.landing_zones(station.station_id, app.config.lz_lease, store::now()).await?))
+    Ok(Json(app.store.landing_zones(Some(station.station_id), app.config.lz_lease, store::now()).await?))
 }
 
 /// Registers a landing zone and answers its agent token (shown this once).

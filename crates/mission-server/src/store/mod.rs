@@ -273,3 +273,73 @@ pub(crate) fn to_micros(t: DateTime<Utc>) -> i64 {
 pub(crate) fn from_micros(us: i64) -> Result<DateTime<Utc>, StoreError> {
     Utc.timestamp_micros(us).single().ok_or_else(|| StoreError::Corrupt(format!("timestamp {us}")))
 }
+
+/// One move of a job, written with its history row in one transaction. Fields left `None` keep
+/// their value.
+#[derive(Debug, Clone)]
+pub struct JobUpdate {
+    /// The job.
+    pub job_id: Uuid,
+    /// The status entered.
+    pub status: mission_api::JobStatus,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The history row's detail.
+    pub detail: Option<String>,
+    /// The landing zone it is placed on (`Some(None)` clears it, on a re-queue).
+    pub lz_id: Option<Option<Uuid>>,
+    /// The GPUs it holds there.
+    pub gpu_indices: Option<Vec<u32>>,
+    /// The program's exit status.
+    pub exit_code: Option<i32>,
+    /// Why it ended so.
+    pub reason: Option<String>,
+    /// How limits were enforced.
+    pub limits: Option<String>,
+}
+
+impl JobUpdate {
+    /// A move to `status` now, changing nothing else.
+    pub fn new(job_id: Uuid, status: mission_api::JobStatus) -> Self {
+        Self {
+            job_id,
+            status,
+            at: now(),
+            detail: None,
+            lz_id: None,
+            gpu_indices: None,
+            exit_code: None,
+            reason: None,
+            limits: None,
+        }
+    }
+}
+
+/// Filters of a job listing; each given list narrows the result to rows matching one of its
+/// values. `user` restricts to one user's jobs; `None` is an admin's view.
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    /// Only this user's jobs.
+    pub user: Option<Uuid>,
+    /// Missions.
+    pub mission_ids: Vec<Uuid>,
+    /// Stations.
+    pub station_ids: Vec<Uuid>,
+    /// Statuses.
+    pub statuses: Vec<mission_api::JobStatus>,
+    /// Page number from 1.
+    pub page: u32,
+    /// Page size.
+    pub items: u32,
+}
+
+/// A landing zone as its agent's token identifies it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LzIdentity {
+    /// The landing zone.
+    pub lz_id: Uuid,
+    /// Its station.
+    pub station_id: Uuid,
+    /// Its name.
+    pub name: String,
+}

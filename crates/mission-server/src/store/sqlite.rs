@@ -1,5 +1,6 @@
 //! The SQLite backend of [`Store`]: one file under the data dir, WAL mode, a small pool.
 
+mod jobs;
 mod stations;
 
 use std::borrow::Cow;
@@ -24,6 +25,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (2, "files", include_str!("../../migrations/sqlite/0002_files.sql")),
     (3, "cargo_bays", include_str!("../../migrations/sqlite/0003_cargo_bays.sql")),
     (4, "stations", include_str!("../../migrations/sqlite/0004_stations.sql")),
+    (5, "jobs", include_str!("../../migrations/sqlite/0005_jobs.sql")),
 ];
 
 /// Columns of `missions` in the order [`mission_from_row`] reads them.

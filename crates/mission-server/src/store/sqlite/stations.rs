@@ -136,17 +136,20 @@ impl Store {
         conflict_on_duplicate(result, || format!("the station has a landing zone named {:?} already", lz.name))
     }
 
-    /// The landing zones of a station, by name; `lease` decides which count as online at `now`.
+    /// The landing zones of a station (of all stations when `None`), by name; `lease` decides
+    /// which count as online at `now`.
     pub async fn landing_zones(
         &self,
-        station_id: Uuid,
+        station_id: Option<Uuid>,
         lease: std::time::Duration,
         now: DateTime<Utc>,
     ) -> Result<Vec<LandingZone>, StoreError> {
-        let rows = sqlx::query(&format!("SELECT {LZ_COLUMNS} FROM landing_zones WHERE station_id = ? ORDER BY name"))
-            .bind(station_id.to_string())
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(&format!(
+            "SELECT {LZ_COLUMNS} FROM landing_zones WHERE ?1 IS NULL OR station_id = ?1 ORDER BY name"
+        ))
+        .bind(station_id.map(|id| id.to_string()))
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter().map(|r| lz_from_row(r, lease, now)).collect()
     }
 

@@ -1,0 +1,187 @@
+//! Jobs: runs of a mission on a station's landing zone, their states, history and results.
+//!
+//! A job moves `queued → assigned → staging → running → uploading → completed`, or ends early in
+//! `failed`, `stopped` or `lost`. Every transition is kept, timestamped, in [`Job::history`].
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// Where a job stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Waiting for a landing zone with room for it.
+    Queued,
+    /// Placed on a landing zone, which has not taken it up yet.
+    Assigned,
+    /// The landing zone is fetching the mission's files.
+    Staging,
+    /// The program runs.
+    Running,
+    /// The program ended; its results are being uploaded.
+    Uploading,
+    /// The program exited with status 0 and its results are stored.
+    Completed,
+    /// The program exited non-zero, was killed for exceeding its limits, or could not start.
+    Failed,
+    /// A user stopped it.
+    Stopped,
+    /// Its landing zone went silent while it ran.
+    Lost,
+}
+
+impl JobStatus {
+    /// Every status, in lifecycle order.
+    pub const ALL: [JobStatus; 9] = [
+        Self::Queued,
+        Self::Assigned,
+        Self::Staging,
+        Self::Running,
+        Self::Uploading,
+        Self::Completed,
+        Self::Failed,
+        Self::Stopped,
+        Self::Lost,
+    ];
+
+    /// The wire name (`"queued"`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Assigned => "assigned",
+            Self::Staging => "staging",
+            Self::Running => "running",
+            Self::Uploading => "uploading",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Stopped => "stopped",
+            Self::Lost => "lost",
+        }
+    }
+
+    /// Whether the job has ended (nothing changes it any more).
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Stopped | Self::Lost)
+    }
+
+    /// Whether a landing zone holds the job (it counts against the LZ's resources).
+    pub fn is_placed(self) -> bool {
+        matches!(self, Self::Assigned | Self::Staging | Self::Running | Self::Uploading)
+    }
+}
+
+impl std::fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for JobStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL.into_iter().find(|status| status.as_str() == s).ok_or_else(|| {
+            let names: Vec<_> = Self::ALL.iter().map(|s| s.as_str()).collect();
+            format!("unknown job status {s:?}; expected one of {}", names.join(", "))
+        })
+    }
+}
+
+/// One transition of a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobTransition {
+    /// The status entered.
+    pub status: JobStatus,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// Why, when there is more to say (the LZ it was placed on, a failure's reason).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// A job as the API returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Job {
+    /// Identifier of the job.
+    pub job_id: Uuid,
+    /// The mission it runs.
+    pub mission_id: Uuid,
+    /// The user who started it (the mission's owner).
+    pub user_id: Uuid,
+    /// The station it runs on.
+    pub station_id: Uuid,
+    /// The landing zone the request named, if any.
+    pub requested_lz_id: Option<Uuid>,
+    /// The landing zone it was placed on (absent while queued).
+    pub lz_id: Option<Uuid>,
+    /// Where it stands.
+    pub status: JobStatus,
+    /// CPUs it holds (the request, or the mission type's default).
+    pub cpu_count: u32,
+    /// Memory it holds, in megabytes.
+    pub memory_amount: u64,
+    /// GPUs it holds.
+    pub gpu_count: u32,
+    /// Indices of the GPUs on its landing zone (`CUDA_VISIBLE_DEVICES`); empty without GPUs.
+    pub gpu_indices: Vec<u32>,
+    /// The program and arguments it runs, in the mission's folder.
+    pub command: Vec<String>,
+    /// The program's exit status, once it exited.
+    pub exit_code: Option<i32>,
+    /// Why it failed, was stopped or was lost (`"out of memory"`, `"exit status 3"`, …).
+    pub reason: Option<String>,
+    /// How its resource limits were enforced on the landing zone, or why they could not be.
+    pub limits: Option<String>,
+    /// Every transition, oldest first.
+    pub history: Vec<JobTransition>,
+    /// When it was submitted.
+    pub created_at: DateTime<Utc>,
+    /// When its program started.
+    pub started_at: Option<DateTime<Utc>>,
+    /// When it ended.
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// Body of `POST /api/v1/missions/{id}/jobs`. Absent resources come from the mission type's
+/// defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RunJob {
+    /// The station to run on.
+    pub station_id: Uuid,
+    /// One landing zone of that station, when the job must run there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lz_id: Option<Uuid>,
+    /// CPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_count: Option<u32>,
+    /// Memory in megabytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_amount: Option<u64>,
+    /// GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_count: Option<u32>,
+}
+
+/// One page of `GET /api/v1/jobs`, newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobPage {
+    /// The jobs on this page.
+    pub jobs: Vec<Job>,
+    /// Page number, from 1.
+    pub page: u32,
+    /// Jobs per page.
+    pub items: u32,
+    /// Jobs matching the filters, on all pages.
+    pub total: u64,
+}
+
+/// Folder of a job's results holding its two logs (`stdout.log`, `stderr.log`). The landing zone
+/// does not upload a top-level folder of this name from the work dir.
+pub const JOB_LOGS_FOLDER: &str = "mission-logs";

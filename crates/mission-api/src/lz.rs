@@ -1,0 +1,128 @@
+//! The landing-zone protocol under `/api/v1/lz`: what an agent and the server say to each other.
+//!
+//! The agent connects out (the LZ host needs no inbound port), authenticated by its token:
+//! 1. `POST /lz/connect` with a [`Hello`] (resources, GPUs, the jobs it still runs) →
+//!    [`Welcome`] (its identity, the lease, the jobs it must drop);
+//! 2. `GET /lz/orders`: a long-lived response streaming [`Order`]s as JSON lines (new jobs, stops,
+//!    keep-alive pings);
+//! 3. `POST /lz/heartbeat` within every lease, `POST /lz/reports` with [`Report`]s as jobs move,
+//!    `POST /lz/jobs/{id}/logs/{stdout|stderr}` with output as it is written, `GET
+//!    /lz/jobs/{id}/files/{path}` for inputs and `PUT /lz/jobs/{id}/results/{path}` for results.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::jobs::JobStatus;
+use crate::stations::Resources;
+
+/// One GPU an agent found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gpu {
+    /// Index as `CUDA_VISIBLE_DEVICES` counts it.
+    pub index: u32,
+    /// Model name.
+    pub name: String,
+    /// Memory in megabytes.
+    pub memory_amount: u64,
+    /// The device's UUID.
+    pub uuid: String,
+}
+
+/// Body of `POST /api/v1/lz/connect`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// What the LZ offers to jobs.
+    pub resources: Resources,
+    /// The GPUs behind `resources.gpu_count`.
+    #[serde(default)]
+    pub gpus: Vec<Gpu>,
+    /// Jobs the agent still runs (after a reconnect).
+    #[serde(default)]
+    pub running: Vec<Uuid>,
+    /// Agent version.
+    pub version: String,
+}
+
+/// Answer of `POST /api/v1/lz/connect`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Welcome {
+    /// The LZ the token belongs to.
+    pub lz_id: Uuid,
+    /// Its station.
+    pub station_id: Uuid,
+    /// Its name.
+    pub name: String,
+    /// Seconds of silence after which the server gives up on the LZ and its jobs.
+    pub lease_seconds: u64,
+    /// Jobs of `Hello::running` the server no longer wants run (stopped or lost meanwhile).
+    pub drop: Vec<Uuid>,
+}
+
+/// What a job needs to run, as the server hands it to an agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assignment {
+    /// The job.
+    pub job_id: Uuid,
+    /// Its mission.
+    pub mission_id: Uuid,
+    /// Program and arguments, run in the work dir.
+    pub command: Vec<String>,
+    /// CPUs.
+    pub cpu_count: u32,
+    /// Memory in megabytes.
+    pub memory_amount: u64,
+    /// GPU indices on this LZ.
+    pub gpu_indices: Vec<u32>,
+    /// The mission's input files to stage.
+    pub files: Vec<InputFile>,
+}
+
+/// One input file of an [`Assignment`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputFile {
+    /// Path relative to the mission root.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// SHA-256 of the content, hex; the agent checks it and caches by it.
+    pub sha256: String,
+}
+
+/// One line of the `GET /api/v1/lz/orders` stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Order {
+    /// Run this job.
+    Run(Assignment),
+    /// Stop this job (kill its process tree).
+    Stop {
+        /// The job.
+        job_id: Uuid,
+    },
+    /// Nothing new; the connection is alive.
+    Ping,
+}
+
+/// A job's move, reported by the agent in `POST /api/v1/lz/reports` (a JSON array).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Report {
+    /// The job.
+    pub job_id: Uuid,
+    /// The status it entered: `staging`, `running`, `uploading`, or a final one.
+    pub status: JobStatus,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The exit status, with a final status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Why it failed or stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// How limits were enforced (with `running`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<String>,
+}
+
+/// Names of the two output streams in `POST /api/v1/lz/jobs/{id}/logs/{stream}`.
+pub const LOG_STREAMS: [&str; 2] = ["stdout", "stderr"];

@@ -1,0 +1,402 @@
+//! Jobs end to end: the real server on a free port, real `mission lz` agent processes, real jobs.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use mission_client::{
+    Client, CreateMission, Error, Job, JobResources, JobStatus, LogStream, Mission, RegisterLandingZone, Uuid,
+};
+use mission_testkit::TestServer;
+use tokio::process::{Child, Command};
+
+use super::BIN;
+
+const SHELL: &str = "99e803ea-1829-42ba-be3d-294fb6a5e640";
+const PYTHON: &str = "c407e534-62e7-472b-8830-3d2ebe1bffbd";
+/// The default station every first start creates (open to all users).
+const LOCAL_STATION: &str = "6d697373-696f-4e00-8000-000000000002";
+
+fn local_station() -> Uuid {
+    Uuid::parse_str(LOCAL_STATION).unwrap()
+}
+
+/// A `mission lz` agent process; killed when dropped.
+struct Agent {
+    child: Child,
+    lz_id: Uuid,
+    _dir: tempfile::TempDir,
+}
+
+/// What an agent offers.
+#[derive(Clone, Copy)]
+struct Offer {
+    cpus: u32,
+    memory_mb: u64,
+    /// GPUs a fake `nvidia-smi` on the agent's PATH reports.
+    fake_gpus: u32,
+}
+
+const TWO_CPUS: Offer = Offer { cpus: 2, memory_mb: 4096, fake_gpus: 0 };
+
+/// A fake `nvidia-smi` printing `count` GPUs like the H100 captured in ../shared/fixtures.
+fn fake_nvidia_smi(dir: &Path, count: u32) {
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/nvidia-smi/h100-query-noheader.csv");
+    let line = std::fs::read_to_string(fixture).unwrap();
+    let line = line.trim();
+    let mut script = String::from("#!/bin/sh\n");
+    for i in 0..count {
+        let gpu = line.replacen("0,", &format!("{i},"), 1).replace("1ebdc96f6218", &format!("1ebdc96f621{i}"));
+        script.push_str(&format!("echo '{gpu}'\n"));
+    }
+    let path = dir.join("nvidia-smi");
+    std::fs::write(&path, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+impl Agent {
+    /// Registers the LZ `name` on `station` and starts its agent; waits until it is online.
+    async fn start(server: &TestServer, admin: &Client, station: Uuid, name: &str, offer: Offer) -> Self {
+        let registered =
+            admin.register_landing_zone(station, &RegisterLandingZone { name: name.into() }).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        if offer.fake_gpus > 0 {
+            fake_nvidia_smi(&bin, offer.fake_gpus);
+        }
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+        let child = Command::new(BIN)
+            .args(["lz", "--server", &server.url, "--lz-cpus", &offer.cpus.to_string()])
+            .args(["--lz-memory", &offer.memory_mb.to_string(), "--data-dir"])
+            .arg(dir.path().join("data"))
+            .env("MISSION_LZ_TOKEN", &registered.token)
+            .env("PATH", path)
+            .env_remove("MISSION_LZ_GPUS")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let lz_id = registered.landing_zone.lz_id;
+        wait_until("the agent is online", || async {
+            let lzs = admin.list_landing_zones(station).await.unwrap();
+            lzs.iter().any(|lz| lz.lz_id == lz_id && lz.online && lz.resources.is_some())
+        })
+        .await;
+        Self { child, lz_id, _dir: dir }
+    }
+}
+
+/// Polls `check` every 50 ms until it holds; fails after 60 s.
+async fn wait_until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until a job reaches `status` (or any final status), answering it.
+async fn wait_status(client: &Client, job_id: Uuid, status: JobStatus) -> Job {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let job = client.get_job(job_id).await.unwrap();
+        if job.status == status || job.status.is_final() {
+            return job;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until job {job_id} is {status}: {job:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The test server with an admin signed in.
+async fn cluster(adjust: impl FnOnce(&mut mission_server::ServerConfig)) -> (TestServer, Client) {
+    let server = TestServer::spawn_with(adjust).await;
+    server.add_user("root", true).await;
+    let admin = server.sign_in("root").await;
+    (server, admin)
+}
+
+/// A mission of `mission_type` with `files` (name, content), the entry `filename` and `args`.
+async fn mission(client: &Client, mission_type: &str, files: &[(&str, &str)], args: &[&str]) -> Mission {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, content) in files {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+    let request = CreateMission {
+        name: format!("test {}", files[0].0),
+        mission_type_id: Some(Uuid::parse_str(mission_type).unwrap()),
+        settings: Some(BTreeMap::from([("filename".to_owned(), files[0].0.to_owned())])),
+        ..Default::default()
+    };
+    let mission = client.create_and_upload_mission(&request, dir.path()).await.unwrap();
+    let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+    client.update_mission_args(mission.mission_id, &args).await.unwrap()
+}
+
+fn cpus(n: u32) -> JobResources {
+    JobResources { cpu_count: Some(n), ..Default::default() }
+}
+
+#[tokio::test]
+async fn shell_and_python_missions_run_and_return_results() {
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let alice = &server.client;
+
+    let script = "echo \"args: $*\"\necho \"job $JOB_ID of $MISSION_ID threads $OMP_NUM_THREADS gpus [$CUDA_VISIBLE_DEVICES]\"\n\
+                  echo oops >&2\nmkdir -p out && cat data/in.txt | tr a-z A-Z > out/upper.txt\necho changed > data/in.txt\n";
+    let shell = mission(
+        alice,
+        SHELL,
+        &[("run.sh", script), ("data/in.txt", "hello\n"), ("same.txt", "kept\n")],
+        &["one", "two words"],
+    )
+    .await;
+    let job = alice.run_job_on_station(shell.mission_id, local_station(), JobResources::default()).await.unwrap();
+    assert_eq!(job.status, JobStatus::Queued);
+    assert_eq!((job.cpu_count, job.memory_amount, job.gpu_count), (1, 1024, 0), "the type's defaults");
+    assert_eq!(job.command, ["bash", "run.sh", "one", "two words"]);
+    let done = alice.wait_for_job(job.job_id).await.unwrap();
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+    assert_eq!(done.exit_code, Some(0));
+    let states: Vec<JobStatus> = done.history.iter().map(|t| t.status).collect();
+    use JobStatus::*;
+    assert_eq!(states, [Queued, Assigned, Staging, Running, Uploading, Completed]);
+    assert!(done.started_at.is_some() && done.finished_at.is_some());
+    assert!(done.limits.is_some(), "the job says how its limits were enforced");
+
+    let stdout = alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap();
+    assert!(stdout.contains("args: one two words"), "{stdout}");
+    assert!(stdout.contains(&format!("job {} of {} threads 1 gpus []", job.job_id, shell.mission_id)), "{stdout}");
+    assert_eq!(alice.job_logs(job.job_id, LogStream::Stderr).await.unwrap(), "oops\n");
+
+    let mut results: Vec<String> =
+        alice.list_job_results(job.job_id).await.unwrap().iter().map(|f| f.relative_path()).collect();
+    results.sort();
+    assert_eq!(results, ["data/in.txt", "mission-logs/stderr.log", "mission-logs/stdout.log", "out/upper.txt"]);
+    let dest = tempfile::tempdir().unwrap();
+    let summary = alice.download_job_results(job.job_id, dest.path()).await.unwrap();
+    assert_eq!(summary.transferred, 4);
+    assert_eq!(std::fs::read_to_string(dest.path().join("out/upper.txt")).unwrap(), "HELLO\n");
+    assert_eq!(std::fs::read_to_string(dest.path().join("data/in.txt")).unwrap(), "changed\n");
+    assert!(std::fs::read_to_string(dest.path().join("mission-logs/stdout.log")).unwrap().contains("args: one"));
+
+    let py = "import sys, os\nprint('py args', sys.argv[1:])\nopen('result.txt', 'w').write(os.environ['JOB_ID'])\nsys.exit(3)\n";
+    let python = mission(alice, PYTHON, &[("main.py", py)], &["--n", "5"]).await;
+    let job = alice.run_job_on_station(python.mission_id, local_station(), cpus(2)).await.unwrap();
+    let mut followed = String::new();
+    let status = alice.follow_job_logs(job.job_id, LogStream::Stdout, |s| followed.push_str(s)).await.unwrap();
+    assert_eq!(status, JobStatus::Failed);
+    assert_eq!(followed, "py args ['--n', '5']\n");
+    let done = alice.get_job(job.job_id).await.unwrap();
+    assert_eq!((done.exit_code, done.reason.as_deref()), (Some(3), Some("exit status 3")));
+    let results = alice.list_job_results(job.job_id).await.unwrap();
+    assert!(results.iter().any(|f| f.relative_path() == "result.txt"), "results of a failed job are kept too");
+
+    // Listing and filters.
+    let page = alice.list_jobs_page(&mission_client::ListJobs::default()).await.unwrap();
+    assert_eq!(page.total, 2);
+    assert_eq!(page.jobs[0].job_id, job.job_id, "newest first");
+    let failed = mission_client::ListJobs { statuses: vec![JobStatus::Failed], ..Default::default() };
+    assert_eq!(alice.list_jobs(&failed).await.unwrap().len(), 1);
+    // A finished job cannot be stopped; a mission with no unfinished job can be deleted.
+    assert!(matches!(alice.stop_job(job.job_id).await, Err(Error::Api(p)) if p.status == 409));
+    alice.delete_mission_by_id(python.mission_id).await.unwrap();
+    assert!(matches!(alice.get_job(job.job_id).await, Err(Error::NotFound(_))));
+}
+
+#[tokio::test]
+async fn placement_refusal_queueing_named_lz_and_membership() {
+    let (server, admin) = cluster(|_| {}).await;
+    let a = Agent::start(&server, &admin, local_station(), "a", TWO_CPUS).await;
+    let b = Agent::start(&server, &admin, local_station(), "b", Offer { cpus: 1, memory_mb: 2048, fake_gpus: 0 }).await;
+    let alice = &server.client;
+    let sleeper = mission(alice, SHELL, &[("run.sh", "sleep 1\n")], &[]).await;
+
+    // More than any LZ has: refused at once, naming why.
+    let err = alice.run_job_on_station(sleeper.mission_id, local_station(), cpus(3)).await.unwrap_err();
+    let Error::Api(problem) = err else { panic!("{err:?}") };
+    assert_eq!(problem.status, 400);
+    assert!(problem.detail.contains("could ever hold") && problem.detail.contains("cpu_count 3"), "{}", problem.detail);
+    // A named LZ too small for the job.
+    let err = alice.run_job_on_lz(sleeper.mission_id, local_station(), b.lz_id, cpus(2)).await.unwrap_err();
+    assert!(matches!(err, Error::Api(p) if p.status == 400));
+    // An LZ of another station.
+    let err = alice.run_job_on_lz(sleeper.mission_id, local_station(), Uuid::new_v4(), cpus(1)).await.unwrap_err();
+    assert!(matches!(err, Error::Api(p) if p.status == 400 && p.detail.contains("lz_id")));
+
+    // Two 2-CPU jobs on the named 2-CPU LZ: the second waits for the first.
+    let first = alice.run_job_on_lz(sleeper.mission_id, local_station(), a.lz_id, cpus(2)).await.unwrap();
+    let second = alice.run_job_on_lz(sleeper.mission_id, local_station(), a.lz_id, cpus(2)).await.unwrap();
+    wait_status(alice, first.job_id, JobStatus::Running).await;
+    assert_eq!(alice.get_job(second.job_id).await.unwrap().status, JobStatus::Queued);
+    let first = alice.wait_for_job(first.job_id).await.unwrap();
+    let second = alice.wait_for_job(second.job_id).await.unwrap();
+    assert_eq!((first.status, second.status), (JobStatus::Completed, JobStatus::Completed));
+    assert_eq!((first.lz_id, second.lz_id), (Some(a.lz_id), Some(a.lz_id)));
+    assert!(second.started_at.unwrap() >= first.finished_at.unwrap(), "one after the other");
+
+    // A members-only station: a non-member cannot use it; a member can.
+    let station = admin
+        .create_station(&mission_client::CreateStation { name: "private".into(), ..Default::default() })
+        .await
+        .unwrap();
+    let _c = Agent::start(&server, &admin, station.station_id, "c", TWO_CPUS).await;
+    let err = alice.run_job_on_station(sleeper.mission_id, station.station_id, cpus(1)).await.unwrap_err();
+    assert!(matches!(err, Error::NotFound(_)), "{err:?}");
+    admin.add_station_member(station.station_id, "alice").await.unwrap();
+    let job = alice.run_job_on_station(sleeper.mission_id, station.station_id, cpus(1)).await.unwrap();
+    assert_eq!(alice.wait_for_job(job.job_id).await.unwrap().status, JobStatus::Completed);
+}
+
+/// Whether a process is gone (or a zombie waiting for a reaper).
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+fn read_pids(dir: &Path) -> Vec<u32> {
+    std::fs::read_to_string(dir.join("pids"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn stopping_queued_and_running_jobs() {
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let alice = &server.client;
+    let pids = tempfile::tempdir().unwrap();
+    // The job and a background child of it record their pids, then wait.
+    let script = "sleep 300 &\necho $! >> \"$1/pids\"\necho $$ >> \"$1/pids\"\nwait\n";
+    let m = mission(alice, SHELL, &[("run.sh", script)], &[pids.path().to_str().unwrap()]).await;
+    let running = alice.run_job_on_station(m.mission_id, local_station(), cpus(2)).await.unwrap();
+    let queued = alice.run_job_on_station(m.mission_id, local_station(), cpus(2)).await.unwrap();
+    wait_status(alice, running.job_id, JobStatus::Running).await;
+    wait_until("both pids are recorded", || async { read_pids(pids.path()).len() == 2 }).await;
+
+    let stopped = alice.stop_job(queued.job_id).await.unwrap();
+    assert_eq!(stopped.status, JobStatus::Stopped, "a queued job stops at once");
+    assert!(stopped.reason.unwrap().contains("stopped by alice"));
+
+    alice.stop_job(running.job_id).await.unwrap();
+    let done = wait_status(alice, running.job_id, JobStatus::Stopped).await;
+    assert_eq!(done.status, JobStatus::Stopped, "{done:?}");
+    for pid in read_pids(pids.path()) {
+        wait_until(&format!("process {pid} is gone"), || async move { gone(pid) }).await;
+    }
+    // The queued job never ran.
+    assert_eq!(read_pids(pids.path()).len(), 2);
+}
+
+#[tokio::test]
+async fn an_lz_killed_mid_job_loses_it() {
+    let (server, admin) = cluster(|config| config.lz_lease = Duration::from_secs(2)).await;
+    let mut agent = Agent::start(&server, &admin, local_station(), "doomed", TWO_CPUS).await;
+    let alice = &server.client;
+    let pids = tempfile::tempdir().unwrap();
+    let m =
+        mission(alice, SHELL, &[("run.sh", "echo $$ >> \"$1/pids\"\nsleep 30\n")], &[pids.path().to_str().unwrap()])
+            .await;
+    let job = alice.run_job_on_station(m.mission_id, local_station(), cpus(1)).await.unwrap();
+    wait_status(alice, job.job_id, JobStatus::Running).await;
+    agent.child.start_kill().unwrap();
+    let lost = wait_status(alice, job.job_id, JobStatus::Lost).await;
+    assert_eq!(lost.status, JobStatus::Lost);
+    assert!(lost.reason.unwrap().contains("went silent"));
+    // The orphaned program of the dead agent is not the test's to keep.
+    for pid in read_pids(pids.path()) {
+        let _ = std::process::Command::new("kill").arg("-9").arg(pid.to_string()).status();
+    }
+}
+
+#[tokio::test]
+async fn a_job_survives_a_server_restart() {
+    let (mut server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "steady", TWO_CPUS).await;
+    let flag = tempfile::tempdir().unwrap();
+    let script = "echo before\nwhile [ ! -e \"$1/go\" ]; do sleep 0.05; done\necho after\necho result > out.txt\n";
+    let m = mission(&server.client, SHELL, &[("run.sh", script)], &[flag.path().to_str().unwrap()]).await;
+    let job = server.client.run_job_on_station(m.mission_id, local_station(), cpus(1)).await.unwrap();
+    wait_status(&server.client, job.job_id, JobStatus::Running).await;
+    server.restart().await;
+    // The job ends while the agent may still be reconnecting.
+    std::fs::write(flag.path().join("go"), "").unwrap();
+    let done = server.client.wait_for_job(job.job_id).await.unwrap();
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+    let stdout = server.client.job_logs(job.job_id, LogStream::Stdout).await.unwrap();
+    assert_eq!(stdout, "before\nafter\n");
+    let results = server.client.list_job_results(job.job_id).await.unwrap();
+    assert!(results.iter().any(|f| f.relative_path() == "out.txt"));
+}
+
+#[tokio::test]
+async fn memory_limit_ends_a_job_out_of_memory() {
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let alice = &server.client;
+    let py = "x = bytearray(400 * 1024 * 1024)\nfor i in range(0, len(x), 4096): x[i] = 1\nprint('survived')\n";
+    let m = mission(alice, PYTHON, &[("eat.py", py)], &[]).await;
+    let resources = JobResources { memory_amount: Some(64), ..Default::default() };
+    let job = alice.run_job_on_station(m.mission_id, local_station(), resources).await.unwrap();
+    let done = alice.wait_for_job(job.job_id).await.unwrap();
+    let limits = done.limits.clone().unwrap_or_default();
+    if limits.starts_with("limits not enforced") {
+        assert!(std::env::var_os("MISSION_REQUIRE_CGROUPS").is_none(), "CI must have cgroups: {limits}");
+        eprintln!("SKIPPED memory_limit_ends_a_job_out_of_memory: {limits}");
+        return;
+    }
+    assert_eq!(done.status, JobStatus::Failed, "{done:?}");
+    assert_eq!(done.reason.as_deref(), Some("out of memory"), "{done:?}");
+}
+
+#[tokio::test]
+async fn gpus_are_detected_and_handed_out_by_index() {
+    let (server, admin) = cluster(|_| {}).await;
+    let agent =
+        Agent::start(&server, &admin, local_station(), "gpu", Offer { cpus: 2, memory_mb: 4096, fake_gpus: 2 }).await;
+    let lzs = admin.list_landing_zones(local_station()).await.unwrap();
+    let lz = lzs.iter().find(|lz| lz.lz_id == agent.lz_id).unwrap();
+    assert_eq!(lz.resources.unwrap().gpu_count, 2, "two GPUs from the fake nvidia-smi");
+    let alice = &server.client;
+    let flag = tempfile::tempdir().unwrap();
+    let script = "echo \"gpus=$CUDA_VISIBLE_DEVICES\"\nwhile [ ! -e \"$1/go\" ]; do sleep 0.05; done\n";
+    let m = mission(alice, SHELL, &[("run.sh", script)], &[flag.path().to_str().unwrap()]).await;
+    let one_gpu = JobResources { gpu_count: Some(1), ..Default::default() };
+    let a = alice.run_job_on_station(m.mission_id, local_station(), one_gpu).await.unwrap();
+    let b = alice.run_job_on_station(m.mission_id, local_station(), one_gpu).await.unwrap();
+    let a_running = wait_status(alice, a.job_id, JobStatus::Running).await;
+    let b_running = wait_status(alice, b.job_id, JobStatus::Running).await;
+    let mut indices = [a_running.gpu_indices.clone(), b_running.gpu_indices.clone()];
+    indices.sort();
+    assert_eq!(indices, [vec![0], vec![1]], "concurrent jobs get different GPUs");
+    let err = alice
+        .run_job_on_station(m.mission_id, local_station(), JobResources { gpu_count: Some(3), ..Default::default() })
+        .await
+        .unwrap_err();
+    assert!(matches!(&err, Error::Api(p) if p.status == 400 && p.detail.contains("gpu_count 3")), "{err:?}");
+    std::fs::write(flag.path().join("go"), "").unwrap();
+    let mut seen = Vec::new();
+    for job in [a, b] {
+        let done = alice.wait_for_job(job.job_id).await.unwrap();
+        assert_eq!(done.status, JobStatus::Completed);
+        seen.push(alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap());
+    }
+    seen.sort();
+    assert_eq!(seen, ["gpus=0\n", "gpus=1\n"]);
+}

@@ -1,0 +1,253 @@
+//! Jobs: start a mission on a station or one landing zone (spec §4 `run_job_on_station`,
+//! `run_job_on_lz`, `create_mission_and_run_job`), follow it, stop it, fetch its logs and results.
+
+use std::path::Path;
+
+use futures_util::StreamExt;
+use mission_api::{CreateMission, FileListing, Job, JobPage, JobStatus, RunJob};
+use reqwest::Method;
+use uuid::Uuid;
+
+use crate::client::check;
+use crate::files::{TransferOptions, TransferSummary};
+use crate::{Client, Error};
+
+/// Resources a job asks for (spec rule 5); absent ones come from the mission type's defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JobResources {
+    /// CPUs.
+    pub cpu_count: Option<u32>,
+    /// Memory in megabytes.
+    pub memory_amount: Option<u64>,
+    /// GPUs.
+    pub gpu_count: Option<u32>,
+}
+
+/// Filters and paging of [`Client::list_jobs`]; the default is the first 25 of all the caller's
+/// jobs, newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListJobs {
+    /// Only these missions' jobs.
+    pub mission_ids: Vec<Uuid>,
+    /// Only jobs on these stations.
+    pub station_ids: Vec<Uuid>,
+    /// Only jobs in these states.
+    pub statuses: Vec<JobStatus>,
+    /// Page number, from 1.
+    pub page: u32,
+    /// Jobs per page, 1 to [`mission_api::MAX_ITEMS_PER_PAGE`].
+    pub items: u32,
+}
+
+impl Default for ListJobs {
+    fn default() -> Self {
+        Self { mission_ids: Vec::new(), station_ids: Vec::new(), statuses: Vec::new(), page: 1, items: 25 }
+    }
+}
+
+/// Which output of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogStream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+impl LogStream {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Stdout => "stdout",
+            Self::Stderr => "stderr",
+        }
+    }
+}
+
+impl Client {
+    /// Starts a job from a mission on a station (spec `run_job_on_station`); it is placed on
+    /// whichever landing zone has room.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mission_client::Client, mission: uuid::Uuid, station: uuid::Uuid) -> Result<(), mission_client::Error> {
+    /// use mission_client::JobResources;
+    /// let job = client.run_job_on_station(mission, station, JobResources { cpu_count: Some(2), ..Default::default() }).await?;
+    /// let done = client.wait_for_job(job.job_id).await?;
+    /// println!("{} {:?}", done.status, done.exit_code);
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_job_on_station(
+        &self,
+        mission_id: Uuid,
+        station_id: Uuid,
+        resources: JobResources,
+    ) -> Result<Job, Error> {
+        self.run_job(mission_id, &run_request(station_id, None, resources)).await
+    }
+
+    /// Starts a job from a mission on one landing zone of a station (spec `run_job_on_lz`).
+    pub async fn run_job_on_lz(
+        &self,
+        mission_id: Uuid,
+        station_id: Uuid,
+        lz_id: Uuid,
+        resources: JobResources,
+    ) -> Result<Job, Error> {
+        self.run_job(mission_id, &run_request(station_id, Some(lz_id), resources)).await
+    }
+
+    /// Starts a job from a mission with a full request.
+    pub async fn run_job(&self, mission_id: Uuid, request: &RunJob) -> Result<Job, Error> {
+        self.send_json(Method::POST, &format!("/missions/{mission_id}/jobs"), request).await
+    }
+
+    /// Creates a mission, uploads `directory` to it and starts a job on the station, or on the
+    /// landing zone `lz_id` (spec rule 4). The job gets the mission type's default resources.
+    pub async fn create_mission_and_run_job(
+        &self,
+        request: &CreateMission,
+        directory: &Path,
+        station_id: Uuid,
+        lz_id: Option<Uuid>,
+    ) -> Result<Job, Error> {
+        let mission = self.create_and_upload_mission(request, directory).await?;
+        self.run_job(mission.mission_id, &run_request(station_id, lz_id, JobResources::default())).await
+    }
+
+    /// One job with its history.
+    pub async fn get_job(&self, job_id: Uuid) -> Result<Job, Error> {
+        self.get_json(&format!("/jobs/{job_id}"), &[]).await
+    }
+
+    /// The caller's jobs matching `options`, newest first (without their histories).
+    pub async fn list_jobs(&self, options: &ListJobs) -> Result<Vec<Job>, Error> {
+        Ok(self.list_jobs_page(options).await?.jobs)
+    }
+
+    /// [`Client::list_jobs`] with the page's numbers and the total count.
+    pub async fn list_jobs_page(&self, options: &ListJobs) -> Result<JobPage, Error> {
+        let mut query: Vec<(&str, String)> =
+            vec![("page", options.page.to_string()), ("items", options.items.to_string())];
+        query.extend(options.mission_ids.iter().map(|id| ("mission_ids", id.to_string())));
+        query.extend(options.station_ids.iter().map(|id| ("station_ids", id.to_string())));
+        query.extend(options.statuses.iter().map(|s| ("statuses", s.as_str().to_owned())));
+        self.get_json("/jobs", &query).await
+    }
+
+    /// Stops a job: a queued one is dequeued, a running one's process tree is killed. Answers the
+    /// job as it stands right after (`stopped` at once when it was queued).
+    pub async fn stop_job(&self, job_id: Uuid) -> Result<Job, Error> {
+        self.send_json(Method::POST, &format!("/jobs/{job_id}/stop"), &serde_json::json!({})).await
+    }
+
+    /// A job's output so far.
+    pub async fn job_logs(&self, job_id: Uuid, stream: LogStream) -> Result<String, Error> {
+        let query = [("stream", stream.as_str())];
+        let response =
+            check(self.send(&format!("/jobs/{job_id}/logs"), |http, url| http.get(url).query(&query)).await?).await?;
+        Ok(response.text().await?)
+    }
+
+    /// Follows a job's output: `on_output` gets every piece as it is written, from the start,
+    /// until the job ends; answers the job's final status.
+    pub async fn follow_job_logs(
+        &self,
+        job_id: Uuid,
+        stream: LogStream,
+        mut on_output: impl FnMut(&str),
+    ) -> Result<JobStatus, Error> {
+        let query = [("stream", stream.as_str()), ("follow", "true")];
+        let response =
+            check(self.send(&format!("/jobs/{job_id}/logs"), |http, url| http.get(url).query(&query)).await?).await?;
+        let mut body = response.bytes_stream();
+        let mut buf = Vec::new();
+        while let Some(chunk) = body.next().await {
+            buf.extend_from_slice(&chunk?);
+            while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
+                let event: Vec<u8> = buf.drain(..end + 2).collect();
+                let event = String::from_utf8_lossy(&event);
+                let mut name = "message";
+                let mut data = String::new();
+                for line in event.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        name = if v.trim() == "end" { "end" } else { "message" };
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if name == "end" {
+                    #[derive(serde::Deserialize)]
+                    struct End {
+                        status: JobStatus,
+                    }
+                    let end: End = serde_json::from_str(&data)
+                        .map_err(|e| Error::Protocol(format!("cannot read the end of the log: {e}")))?;
+                    return Ok(end.status);
+                }
+                if !data.is_empty() {
+                    let text: String = serde_json::from_str(&data)
+                        .map_err(|e| Error::Protocol(format!("cannot read a log event: {e}")))?;
+                    on_output(&text);
+                }
+            }
+        }
+        Err(Error::Protocol("the log stream ended before the job did".into()))
+    }
+
+    /// Waits until a job ends (following its log, not polling) and answers it.
+    pub async fn wait_for_job(&self, job_id: Uuid) -> Result<Job, Error> {
+        loop {
+            match self.follow_job_logs(job_id, LogStream::Stdout, |_| {}).await {
+                Ok(_) => return self.get_job(job_id).await,
+                // The server restarted mid-wait: look again.
+                Err(Error::Protocol(_) | Error::Http(_)) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                    let job = self.get_job(job_id).await?;
+                    if job.status.is_final() {
+                        return Ok(job);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// A job's results: its new or changed files and its two logs under `mission-logs/`.
+    pub async fn list_job_results(&self, job_id: Uuid) -> Result<Vec<FileListing>, Error> {
+        self.get_json(&format!("/jobs/{job_id}/results"), &[]).await
+    }
+
+    /// Downloads a job's results into `dest_dir` (created if needed), each file checked by its
+    /// SHA-256; files already there with the same content are skipped.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mission_client::Client, job: uuid::Uuid) -> Result<(), mission_client::Error> {
+    /// let summary = client.download_job_results(job, "results".as_ref()).await?;
+    /// println!("{} files", summary.transferred);
+    /// # Ok(()) }
+    /// ```
+    pub async fn download_job_results(&self, job_id: Uuid, dest_dir: &Path) -> Result<TransferSummary, Error> {
+        self.download_job_results_with(job_id, dest_dir, &TransferOptions::default()).await
+    }
+
+    /// [`Client::download_job_results`] with options (progress, concurrency).
+    pub async fn download_job_results_with(
+        &self,
+        job_id: Uuid,
+        dest_dir: &Path,
+        options: &TransferOptions,
+    ) -> Result<TransferSummary, Error> {
+        let files = self.list_job_results(job_id).await?;
+        let place = |path: &mission_api::paths::MissionPath| format!("/jobs/{job_id}/results/{}", path.to_url_path());
+        self.download_listing(files, &place, &format!("job {job_id}"), None, dest_dir, options).await
+    }
+}
+
+fn run_request(station_id: Uuid, lz_id: Option<Uuid>, resources: JobResources) -> RunJob {
+    RunJob {
+        station_id,
+        lz_id,
+        cpu_count: resources.cpu_count,
+        memory_amount: resources.memory_amount,
+        gpu_count: resources.gpu_count,
+    }
+}

@@ -1,0 +1,282 @@
+//! The agent's connection to the server: connect with a hello, read orders, heartbeat, report.
+//!
+//! Jobs outlive connections: when the server goes away (a restart), the agent keeps its jobs
+//! running, reconnects with backoff, names them in its next hello, and delivers the reports and
+//! output it could not send meanwhile (reports wait in order; output waits in the job's pipes).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mission_api::lz::{Gpu, Hello, Order, Report, Welcome};
+use mission_api::{JobStatus, Resources};
+use reqwest::StatusCode;
+use tokio::sync::{mpsc, watch};
+use uuid::Uuid;
+
+use crate::cgroups::Cgroups;
+use crate::detect::{Overrides, detect};
+use crate::runner;
+
+/// How the agent is run.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// Base URL of the server.
+    pub server: String,
+    /// The landing zone's token.
+    pub token: String,
+    /// Where work dirs and the input cache live.
+    pub data_dir: PathBuf,
+    /// Overrides of detected resources.
+    pub overrides: Overrides,
+}
+
+/// Why the agent stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The server does not know the token.
+    #[error("the server refused the landing-zone token: {0}")]
+    TokenRefused(String),
+    /// The data dir cannot be used.
+    #[error("data dir {0}: {1}")]
+    DataDir(PathBuf, std::io::Error),
+    /// The HTTP client could not be built.
+    #[error("http client: {0}")]
+    Http(#[from] reqwest::Error),
+}
+
+/// What the agent's tasks share.
+pub(crate) struct Shared {
+    pub http: reqwest::Client,
+    base: String,
+    token: String,
+    pub data_dir: PathBuf,
+    pub cgroups: Cgroups,
+    /// Stop switches of the jobs this agent runs.
+    pub jobs: Mutex<HashMap<Uuid, watch::Sender<bool>>>,
+    reports: mpsc::UnboundedSender<Report>,
+}
+
+impl Shared {
+    /// A request to `path` under `/api/v1/lz`, with the token.
+    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http.request(method, format!("{}{}/lz{path}", self.base, mission_api::API_PREFIX)).bearer_auth(&self.token)
+    }
+
+    /// Queues a report of a job's move; it is delivered in order, retried until the server
+    /// takes it.
+    pub fn report(
+        &self,
+        job_id: Uuid,
+        status: JobStatus,
+        exit_code: Option<i32>,
+        reason: Option<String>,
+        limits: Option<String>,
+    ) {
+        let report = Report { job_id, status, at: chrono::Utc::now(), exit_code, reason, limits };
+        let _ = self.reports.send(report);
+    }
+}
+
+/// The agent's resources, as it will advertise them.
+pub async fn resources(overrides: Overrides) -> (Resources, Vec<Gpu>) {
+    detect(overrides).await
+}
+
+/// Runs the agent until `shutdown` completes (jobs still running are killed then) or the server
+/// refuses its token.
+pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+    for dir in ["cache", "jobs"] {
+        let path = config.data_dir.join(dir);
+        std::fs::create_dir_all(&path).map_err(|e| AgentError::DataDir(path.clone(), e))?;
+    }
+    // Work dirs of a previous run of this agent hold nothing anyone will collect.
+    if let Ok(entries) = std::fs::read_dir(config.data_dir.join("jobs")) {
+        for entry in entries.flatten() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    let (resources, gpus) = detect(config.overrides).await;
+    let cgroups =
+        tokio::task::spawn_blocking(Cgroups::detect).await.unwrap_or_else(|e| Cgroups::Unavailable(e.to_string()));
+    tracing::info!(
+        cpus = resources.cpu_count,
+        memory_mb = resources.memory_amount,
+        gpus = resources.gpu_count,
+        limits = %cgroups.describe(),
+        "landing zone agent starting"
+    );
+    let http = reqwest::Client::builder().tcp_nodelay(true).connect_timeout(Duration::from_secs(5)).build()?;
+    let (reports, queue) = mpsc::unbounded_channel();
+    let shared = Arc::new(Shared {
+        http,
+        base: config.server.trim_end_matches('/').to_owned(),
+        token: config.token.clone(),
+        data_dir: config.data_dir.clone(),
+        cgroups,
+        jobs: Mutex::new(HashMap::new()),
+        reports,
+    });
+    let reporter = tokio::spawn(deliver_reports(shared.clone(), queue));
+    let result = tokio::select! {
+        result = connect_loop(&shared, resources, gpus) => result,
+        () = shutdown => Ok(()),
+    };
+    for stop in shared.jobs.lock().expect("not poisoned").values() {
+        let _ = stop.send(true);
+    }
+    reporter.abort();
+    result
+}
+
+async fn connect_loop(shared: &Arc<Shared>, resources: Resources, gpus: Vec<Gpu>) -> Result<(), AgentError> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let running: Vec<Uuid> = shared.jobs.lock().expect("not poisoned").keys().copied().collect();
+        let hello = Hello { resources, gpus: gpus.clone(), running, version: env!("CARGO_PKG_VERSION").to_owned() };
+        match session(shared, &hello).await {
+            Ok(()) => {
+                backoff = Duration::from_millis(100);
+                tokio::time::sleep(backoff).await;
+            }
+            Err(SessionEnd::Refused(why)) => return Err(AgentError::TokenRefused(why)),
+            Err(SessionEnd::Broken(why)) => {
+                tracing::warn!("connection to the server lost: {why}; reconnecting in {backoff:?}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+enum SessionEnd {
+    Refused(String),
+    Broken(String),
+}
+
+/// One connection: hello, then orders until the stream ends.
+async fn session(shared: &Arc<Shared>, hello: &Hello) -> Result<(), SessionEnd> {
+    let broken = |e: reqwest::Error| SessionEnd::Broken(e.to_string());
+    let mut response = shared.request(reqwest::Method::POST, "/connect").json(hello).send().await.map_err(broken)?;
+    if response.status() == StatusCode::UNAUTHORIZED {
+        return Err(SessionEnd::Refused(response.text().await.unwrap_or_default()));
+    }
+    if !response.status().is_success() {
+        let status = response.status();
+        return Err(SessionEnd::Broken(format!("{status}: {}", response.text().await.unwrap_or_default())));
+    }
+    let mut lines = LineReader::default();
+    let first = lines.next(&mut response, None).await?.ok_or_else(|| SessionEnd::Broken("no welcome".into()))?;
+    let welcome: Welcome =
+        serde_json::from_slice(&first).map_err(|e| SessionEnd::Broken(format!("bad welcome: {e}")))?;
+    tracing::info!(lz = %welcome.name, lz_id = %welcome.lz_id, "connected");
+    for job_id in &welcome.drop {
+        stop_job(shared, *job_id);
+    }
+    let lease = Duration::from_secs(welcome.lease_seconds.max(3));
+    let heartbeat = tokio::spawn(heartbeats(shared.clone(), lease / 3));
+    // Orders (or pings) come at least every third of the lease; silence for a whole lease means
+    // the connection is dead even if TCP has not noticed.
+    let result = loop {
+        let line = match lines.next(&mut response, Some(lease)).await {
+            Ok(Some(line)) => line,
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e),
+        };
+        match serde_json::from_slice::<Order>(&line) {
+            Ok(Order::Run(assignment)) => {
+                let (stop, stopped) = watch::channel(false);
+                shared.jobs.lock().expect("not poisoned").insert(assignment.job_id, stop);
+                tokio::spawn(runner::run_job(shared.clone(), assignment, stopped));
+            }
+            Ok(Order::Stop { job_id }) => stop_job(shared, job_id),
+            Ok(Order::Ping) => {}
+            Err(e) => tracing::warn!("ignoring an order this agent does not understand: {e}"),
+        }
+    };
+    heartbeat.abort();
+    result
+}
+
+fn stop_job(shared: &Shared, job_id: Uuid) {
+    if let Some(stop) = shared.jobs.lock().expect("not poisoned").get(&job_id) {
+        let _ = stop.send(true);
+    }
+}
+
+async fn heartbeats(shared: Arc<Shared>, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        match shared.request(reqwest::Method::POST, "/heartbeat").send().await {
+            Ok(r) if r.status().is_success() => {}
+            Ok(r) => tracing::warn!("heartbeat answered {}", r.status()),
+            Err(e) => tracing::warn!("heartbeat failed: {e}"),
+        }
+    }
+}
+
+/// Sends queued reports in batches, in order, retrying each batch until the server takes it.
+async fn deliver_reports(shared: Arc<Shared>, mut queue: mpsc::UnboundedReceiver<Report>) {
+    let mut batch = Vec::new();
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        if batch.is_empty() {
+            match queue.recv().await {
+                Some(report) => batch.push(report),
+                None => return,
+            }
+        }
+        while let Ok(report) = queue.try_recv() {
+            batch.push(report);
+        }
+        match shared.request(reqwest::Method::POST, "/reports").json(&batch).send().await {
+            Ok(r) if r.status().is_success() => {
+                batch.clear();
+                backoff = Duration::from_millis(50);
+                continue;
+            }
+            Ok(r) if r.status().is_client_error() && r.status() != StatusCode::CONFLICT => {
+                // The server will never take these (its answer says why): do not block the rest.
+                tracing::error!("reports refused ({}): {}", r.status(), r.text().await.unwrap_or_default());
+                batch.clear();
+                continue;
+            }
+            Ok(r) => tracing::warn!("reports not taken yet ({}); retrying", r.status()),
+            Err(e) => tracing::warn!("reports not delivered yet ({e}); retrying"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// Splits a streamed body into lines.
+#[derive(Default)]
+struct LineReader {
+    buf: Vec<u8>,
+}
+
+impl LineReader {
+    async fn next(
+        &mut self,
+        response: &mut reqwest::Response,
+        silence: Option<Duration>,
+    ) -> Result<Option<Vec<u8>>, SessionEnd> {
+        loop {
+            if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=i).collect();
+                return Ok(Some(line[..line.len() - 1].to_vec()));
+            }
+            let chunk = match silence {
+                Some(limit) => tokio::time::timeout(limit, response.chunk())
+                    .await
+                    .map_err(|_| SessionEnd::Broken(format!("no word from the server for {limit:?}")))?,
+                None => response.chunk().await,
+            };
+            match chunk.map_err(|e| SessionEnd::Broken(e.to_string()))? {
+                Some(bytes) => self.buf.extend_from_slice(&bytes),
+                None => return Ok(None),
+            }
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! The landing-zone agent of Mission Compute Service (`mission lz`).
+//!
+//! An agent runs on a compute host, connects *out* to the server with its landing zone's token
+//! (the host needs no inbound port), advertises what the host offers, and runs the jobs the
+//! server places on it. Layout:
+//! - [`agent`]: the connection — hello, the order stream, heartbeats, reports, reconnects;
+//! - `runner`: one job from staging through running under limits to its results;
+//! - [`cgroups`]: memory and CPU limits through cgroup v1 or v2;
+//! - [`detect`]: CPUs, memory and NVIDIA GPUs of the host.
+
+pub mod agent;
+pub mod cgroups;
+pub mod detect;
+mod runner;
+
+pub use agent::{AgentConfig, AgentError, run};
+pub use detect::Overrides;

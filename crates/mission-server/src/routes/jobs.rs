@@ -1,0 +1,345 @@
+//! The jobs API: start a job from a mission, list and read jobs, stop one, read or follow its
+//! logs, list and download its results.
+//!
+//! A user sees their own jobs (admins all); anyone else's job is a 404. Running needs write access
+//! to the mission and the right to use the station (open, owned, or a member).
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use mission_api::paths::MissionPath;
+use mission_api::{FileListing, JOB_LOGS_FOLDER, Job, JobPage, JobStatus, JobTransition, RunJob};
+use tokio::io::AsyncReadExt;
+use uuid::Uuid;
+
+use super::extract::{ApiJson, QueryPairs, page_number, page_size, parse_id};
+use super::files::serve;
+use super::missions::writable;
+use super::stations::visible;
+use crate::AppState;
+use crate::auth::Principal;
+use crate::catalogue;
+use crate::error::{ApiError, ApiResult};
+use crate::job_logs::LogStream;
+use crate::store::{self, FileRecord, JobFilter};
+
+/// Loads a job the caller may see, as a 404 otherwise.
+async fn own_job(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Job> {
+    let id = parse_id("job_id", raw_id)?;
+    match app.store.job(id).await? {
+        Some(job) if who.admin || job.user_id == who.user_id => Ok(job),
+        _ => Err(ApiError::not_found("job", id)),
+    }
+}
+
+/// Starts a job from a mission on a station, or on one landing zone of it.
+#[utoipa::path(post, path = "/api/v1/missions/{id}/jobs", tag = "jobs", request_body = RunJob,
+    params(("id" = uuid::Uuid, Path, description = "mission id")),
+    responses((status = 201, body = Job), (status = 400, body = mission_api::Problem),
+        (status = 404, body = mission_api::Problem)))]
+pub async fn run(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<RunJob>,
+) -> ApiResult<(StatusCode, Json<Job>)> {
+    let mission = writable(&app, who, &id).await?;
+    let station = visible(&app, who, &req.station_id.to_string()).await?;
+    if let Some(lz_id) = req.lz_id {
+        let lzs = app.store.landing_zones(Some(station.station_id), app.config.lz_lease, store::now()).await?;
+        if !lzs.iter().any(|lz| lz.lz_id == lz_id) {
+            return Err(ApiError::invalid_field(
+                "lz_id",
+                format!("station {} has no landing zone {lz_id}", station.name),
+            ));
+        }
+    }
+    let type_id = mission.mission_type_id.ok_or_else(|| {
+        ApiError::invalid_field("mission_type_id", "the mission has no mission type to say how to run it; set one")
+    })?;
+    let mission_type = catalogue::find(type_id)
+        .ok_or_else(|| ApiError::invalid_field("mission_type_id", format!("unknown mission type {type_id}")))?;
+    let command = mission_type.command_line(&mission.settings, &mission.args)?;
+    let defaults = mission_type.resources();
+    let cpu_count = req.cpu_count.unwrap_or(defaults.cpu_count);
+    let memory_amount = req.memory_amount.unwrap_or(defaults.memory_amount);
+    let gpu_count = req.gpu_count.unwrap_or(defaults.gpu_count);
+    if cpu_count == 0 {
+        return Err(ApiError::invalid_field("cpu_count", "a job needs at least 1 CPU"));
+    }
+    if memory_amount == 0 || memory_amount > i64::MAX as u64 / (1024 * 1024) {
+        return Err(ApiError::invalid_field("memory_amount", "expected megabytes, at least 1"));
+    }
+    // Fail now, not after the run, when the results could not be stored.
+    app.bays.results(&app.store, &mission, Uuid::nil()).await?;
+    let now = store::now();
+    let job = Job {
+        job_id: Uuid::new_v4(),
+        mission_id: mission.mission_id,
+        user_id: who.user_id,
+        station_id: station.station_id,
+        requested_lz_id: req.lz_id,
+        lz_id: None,
+        status: JobStatus::Queued,
+        cpu_count,
+        memory_amount,
+        gpu_count,
+        gpu_indices: Vec::new(),
+        command,
+        exit_code: None,
+        reason: None,
+        limits: None,
+        history: vec![JobTransition { status: JobStatus::Queued, at: now, detail: None }],
+        created_at: now,
+        started_at: None,
+        finished_at: None,
+    };
+    let job = app.scheduler.submit(job).await?;
+    Ok((StatusCode::CREATED, Json(job)))
+}
+
+/// Lists the caller's jobs (everyone's, for admins), newest first. Filters repeat:
+/// `mission_ids`, `station_ids`, `statuses`; paging by `page` (from 1) and `items` (1 to 200).
+#[utoipa::path(get, path = "/api/v1/jobs", tag = "jobs",
+    params(("mission_ids" = Option<Vec<uuid::Uuid>>, Query, description = "only these missions' jobs"),
+        ("station_ids" = Option<Vec<uuid::Uuid>>, Query, description = "only jobs on these stations"),
+        ("statuses" = Option<Vec<String>>, Query, description = "only jobs in these states"),
+        ("page" = Option<u32>, Query, description = "page number from 1 (default 1)"),
+        ("items" = Option<u32>, Query, description = "jobs per page, 1 to 200 (default 25)")),
+    responses((status = 200, body = JobPage), (status = 400, body = mission_api::Problem)))]
+pub async fn list(
+    State(app): State<AppState>,
+    who: Principal,
+    QueryPairs(query): QueryPairs,
+) -> ApiResult<Json<JobPage>> {
+    let mut filter = JobFilter { user: (!who.admin).then_some(who.user_id), page: 1, items: 25, ..Default::default() };
+    for (key, value) in &query {
+        match key.as_str() {
+            "mission_ids" => filter.mission_ids.push(parse_id(key, value)?),
+            "station_ids" => filter.station_ids.push(parse_id(key, value)?),
+            "statuses" => filter.statuses.push(value.parse().map_err(|e: String| ApiError::invalid_field(key, e))?),
+            "page" => filter.page = page_number(value)?,
+            "items" => filter.items = page_size(value)?,
+            other => {
+                return Err(ApiError::invalid(format!(
+                    "unknown query parameter {other:?}; filters are mission_ids, station_ids, statuses, page, items"
+                )));
+            }
+        }
+    }
+    if filter.mission_ids.len() + filter.station_ids.len() > 500 {
+        return Err(ApiError::invalid("at most 500 filter values per request"));
+    }
+    let (jobs, total) = app.store.jobs(&filter).await?;
+    Ok(Json(JobPage { jobs, page: filter.page, items: filter.items, total }))
+}
+
+/// One job, with its history.
+#[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs", params(("id" = uuid::Uuid, Path, description = "job id")),
+    responses((status = 200, body = Job), (status = 404, body = mission_api::Problem)))]
+pub async fn get(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Json<Job>> {
+    Ok(Json(own_job(&app, who, &id).await?))
+}
+
+/// Stops a job: a queued one leaves the queue, a placed one has its process tree killed by its
+/// landing zone. Answers the job as it stands after the request (a placed job turns `stopped`
+/// once its LZ confirms).
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/stop", tag = "jobs", params(("id" = uuid::Uuid, Path, description = "job id")),
+    responses((status = 200, body = Job), (status = 404, body = mission_api::Problem),
+        (status = 409, body = mission_api::Problem, description = "the job has ended already")))]
+pub async fn stop(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Json<Job>> {
+    let job = own_job(&app, who, &id).await?;
+    if job.status.is_final() {
+        return Err(ApiError::conflict(format!("the job has ended already ({})", job.status)));
+    }
+    let by = app.store.user_by_id(who.user_id).await?.map_or_else(|| who.user_id.to_string(), |u| u.username);
+    app.scheduler.stop(job.job_id, by).await?;
+    Ok(Json(app.store.job(job.job_id).await?.ok_or_else(|| ApiError::not_found("job", job.job_id))?))
+}
+
+/// How long a log follower waits in silence before sending a keep-alive comment.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// A job's `stdout` (default) or `stderr`, as text; with `follow=true` a `text/event-stream`
+/// whose `data` events carry chunks as JSON strings and whose last event, `end`, carries the
+/// job's final status.
+#[utoipa::path(get, path = "/api/v1/jobs/{id}/logs", tag = "jobs",
+    params(("id" = uuid::Uuid, Path, description = "job id"),
+        ("stream" = Option<String>, Query, description = "stdout (default) or stderr"),
+        ("follow" = Option<bool>, Query, description = "stream new output until the job ends (server-sent events)")),
+    responses((status = 200, description = "the log", content_type = "text/plain"),
+        (status = 404, body = mission_api::Problem)))]
+pub async fn logs(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+    QueryPairs(query): QueryPairs,
+) -> ApiResult<Response> {
+    let job = own_job(&app, who, &id).await?;
+    let mut stream = LogStream::Stdout;
+    let mut follow = false;
+    for (key, value) in &query {
+        match key.as_str() {
+            "stream" => {
+                stream = LogStream::parse(value).ok_or_else(|| {
+                    ApiError::invalid_field("stream", format!("expected stdout or stderr, got {value:?}"))
+                })?
+            }
+            "follow" => {
+                follow = value
+                    .parse()
+                    .map_err(|_| ApiError::invalid_field("follow", format!("expected true or false, got {value:?}")))?
+            }
+            other => return Err(ApiError::invalid(format!("unknown query parameter {other:?}; use stream, follow"))),
+        }
+    }
+    let path = app.logs.path(job.mission_id, job.job_id, stream);
+    if !follow {
+        let body = match tokio::fs::File::open(&path).await {
+            Ok(file) => Body::from_stream(tokio_util::io::ReaderStream::new(file)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Body::empty(),
+            Err(e) => return Err(ApiError::internal(e)),
+        };
+        let mut response = Response::new(body);
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+        return Ok(response);
+    }
+    let mut progress = app.logs.subscribe(job.job_id);
+    let mut closing = app.closing.subscribe();
+    let app = app.clone();
+    let events = async_stream(move |tx| async move {
+        let mut file = None;
+        let mut pending = Vec::new(); // bytes of a UTF-8 character cut by a chunk boundary
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            // Ended? Read once more after seeing it, so nothing written before the end is missed.
+            let ended = progress.borrow_and_update().done
+                || app.store.job(job.job_id).await.ok().flatten().is_none_or(|j| j.status.is_final());
+            loop {
+                if file.is_none() {
+                    file = tokio::fs::File::open(&path).await.ok();
+                }
+                let Some(f) = file.as_mut() else { break };
+                let n = match f.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                pending.extend_from_slice(&buf[..n]);
+                let valid = match std::str::from_utf8(&pending) {
+                    Ok(s) => s.len(),
+                    Err(e) if e.error_len().is_none() => e.valid_up_to(),
+                    Err(_) => pending.len(), // not UTF-8 at all: send it lossily
+                };
+                let text = String::from_utf8_lossy(&pending[..valid]).into_owned();
+                pending.drain(..valid);
+                let data = serde_json::to_string(&text).expect("strings serialise");
+                if tx.send(Bytes::from(format!("data: {data}\n\n"))).await.is_err() {
+                    return;
+                }
+            }
+            if ended {
+                let status = app.store.job(job.job_id).await.ok().flatten().map(|j| j.status);
+                let data = serde_json::json!({ "status": status });
+                let _ = tx.send(Bytes::from(format!("event: end\ndata: {data}\n\n"))).await;
+                return;
+            }
+            tokio::select! {
+                _ = progress.changed() => {} // an error means the job ended: the next turn sees it
+                () = tokio::time::sleep(KEEP_ALIVE) => {
+                    if tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() { return; }
+                }
+                _ = closing.changed() => return,
+            }
+        }
+    });
+    let mut response = Response::new(Body::from_stream(events.map(Ok::<_, std::convert::Infallible>)));
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Ok(response)
+}
+
+/// A stream fed by a task: `produce` sends items until it returns; dropping the stream stops it
+/// at its next send.
+pub(super) fn async_stream<F, Fut>(produce: F) -> impl futures_util::Stream<Item = Bytes> + Send + 'static
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Bytes>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(produce(tx));
+    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
+}
+
+/// A result path of a job's logs (`mission-logs/stdout.log`), if `path` names one.
+fn log_of(path: &MissionPath) -> Option<LogStream> {
+    let mut segments = path.segments();
+    match (segments.next(), segments.next(), segments.next()) {
+        (Some(JOB_LOGS_FOLDER), Some("stdout.log"), None) => Some(LogStream::Stdout),
+        (Some(JOB_LOGS_FOLDER), Some("stderr.log"), None) => Some(LogStream::Stderr),
+        _ => None,
+    }
+}
+
+/// Lists a job's results: every new or changed file of its work dir, and its two logs under
+/// `mission-logs/`.
+#[utoipa::path(get, path = "/api/v1/jobs/{id}/results", tag = "jobs", params(("id" = uuid::Uuid, Path, description = "job id")),
+    responses((status = 200, body = [FileListing]), (status = 404, body = mission_api::Problem)))]
+pub async fn results(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Vec<FileListing>>> {
+    let job = own_job(&app, who, &id).await?;
+    let mut listing: Vec<FileListing> = app.store.job_results(&job).await?.into_iter().map(FileListing::from).collect();
+    for stream in [LogStream::Stdout, LogStream::Stderr] {
+        let path = app.logs.path(job.mission_id, job.job_id, stream);
+        let Ok(bytes) = tokio::fs::read(&path).await else { continue };
+        let modified = tokio::fs::metadata(&path).await.and_then(|m| m.modified()).map_err(ApiError::internal)?;
+        listing.push(FileListing::from(FileRecord {
+            mission_id: job.mission_id,
+            path: format!("{JOB_LOGS_FOLDER}/{}", stream.file_name()),
+            user_id: job.user_id,
+            size: bytes.len() as u64,
+            sha256: crate::blobs::sha256_hex(&bytes),
+            e_tag: None,
+            modified_at: chrono::DateTime::<chrono::Utc>::from(modified),
+        }));
+    }
+    Ok(Json(listing))
+}
+
+/// Downloads one result file (honours a single `Range` for files, not for the logs).
+#[utoipa::path(get, path = "/api/v1/jobs/{id}/results/{path}", tag = "jobs",
+    params(("id" = uuid::Uuid, Path, description = "job id"), ("path" = String, Path, description = "result path")),
+    responses((status = 200, description = "the file", content_type = "application/octet-stream"),
+        (status = 404, body = mission_api::Problem)))]
+pub async fn result(
+    State(app): State<AppState>,
+    who: Principal,
+    Path((id, raw_path)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let job = own_job(&app, who, &id).await?;
+    let path =
+        MissionPath::parse(&raw_path).map_err(|e| ApiError::invalid_field("path", format!("{raw_path:?}: {e}")))?;
+    let not_found = || ApiError::not_found("result", format!("{path} of job {}", job.job_id));
+    if let Some(stream) = log_of(&path) {
+        let file = tokio::fs::File::open(app.logs.path(job.mission_id, job.job_id, stream))
+            .await
+            .map_err(|e| if e.kind() == std::io::ErrorKind::NotFound { not_found() } else { ApiError::internal(e) })?;
+        let mut response = Body::from_stream(tokio_util::io::ReaderStream::new(file)).into_response();
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+        return Ok(response);
+    }
+    let record =
+        app.store.job_results(&job).await?.into_iter().find(|r| r.path == path.as_str()).ok_or_else(not_found)?;
+    let mission = app.store.mission(job.mission_id).await?.ok_or_else(not_found)?;
+    let place = app.bays.results(&app.store, &mission, job.job_id).await?;
+    serve(&place, &path, &record, &headers).await
+}

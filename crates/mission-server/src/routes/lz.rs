@@ -1,0 +1,196 @@
+//! The landing-zone side of the API (`/api/v1/lz/…`), authenticated by an agent's token instead of
+//! a user's. The protocol is described in [`mission_api::lz`].
+//!
+//! An agent may only touch the jobs placed on its own LZ: their input files, logs and results.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use futures_util::StreamExt;
+use mission_api::lz::{Hello, Order, Report};
+use mission_api::paths::MissionPath;
+use mission_api::{FileListing, JOB_LOGS_FOLDER, Job};
+use serde::Deserialize;
+
+use super::extract::{ApiJson, parse_id};
+use super::files::serve;
+use super::jobs::async_stream;
+use crate::AppState;
+use crate::blobs::WriteError;
+use crate::cargo_bays::storage_error;
+use crate::error::{ApiError, ApiResult};
+use crate::idp::hash_secret;
+use crate::job_logs::LogStream;
+use crate::store::{self, FileRecord, LzIdentity};
+
+/// The landing zone whose agent sent the request, from `Authorization: Bearer <LZ token>`.
+pub struct Agent(pub LzIdentity);
+
+impl FromRequestParts<AppState> for Agent {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Self::Rejection> {
+        let token = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or_else(|| ApiError::unauthorized("send the landing zone's token as Authorization: Bearer <token>"))?;
+        match app.store.lz_by_token_hash(&hash_secret(token.trim())).await? {
+            Some(lz) => Ok(Agent(lz)),
+            None => Err(ApiError::unauthorized("unknown landing-zone token (was the LZ removed or re-registered?)")),
+        }
+    }
+}
+
+/// A job placed on the agent's LZ, as a 404 otherwise.
+async fn placed_job(app: &AppState, agent: &LzIdentity, raw_id: &str) -> ApiResult<Job> {
+    let id = parse_id("job_id", raw_id)?;
+    match app.store.job(id).await? {
+        Some(job) if job.lz_id == Some(agent.lz_id) && job.status.is_placed() => Ok(job),
+        _ => Err(ApiError::not_found("job on this landing zone", id)),
+    }
+}
+
+/// Connects an agent: the answer is a stream of JSON lines, a `Welcome` first, then orders, with a
+/// ping whenever nothing else was sent for a third of the lease.
+pub async fn connect(
+    State(app): State<AppState>,
+    Agent(lz): Agent,
+    ApiJson(hello): ApiJson<Hello>,
+) -> ApiResult<Response> {
+    let lz_id = lz.lz_id;
+    let mut session = app.scheduler.connect(lz, hello).await?;
+    let welcome = serde_json::to_string(&session.welcome).expect("serialises");
+    let ping_every = Duration::from_secs((session.welcome.lease_seconds / 3).max(1));
+    let mut closing = app.closing.subscribe();
+    let scheduler = app.scheduler.clone();
+    let session_id = session.session_id;
+    let lines = async_stream(move |tx| async move {
+        if tx.send(Bytes::from(welcome + "\n")).await.is_ok() {
+            loop {
+                let order = tokio::select! {
+                    order = session.orders.recv() => match order {
+                        Some(order) => order,
+                        None => break,
+                    },
+                    () = tokio::time::sleep(ping_every) => Order::Ping,
+                    _ = closing.changed() => break,
+                    () = tx.closed() => break,
+                };
+                let line = serde_json::to_string(&order).expect("serialises") + "\n";
+                if tx.send(Bytes::from(line)).await.is_err() {
+                    break;
+                }
+            }
+        }
+        scheduler.disconnected(lz_id, session_id);
+    });
+    let mut response = Response::new(Body::from_stream(lines.map(Ok::<_, std::convert::Infallible>)));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+    Ok(response)
+}
+
+/// Renews the agent's lease; a 409 means it must connect again.
+pub async fn heartbeat(State(app): State<AppState>, Agent(lz): Agent) -> ApiResult<StatusCode> {
+    app.scheduler.heartbeat(lz.lz_id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Records the moves of the agent's jobs.
+pub async fn reports(
+    State(app): State<AppState>,
+    Agent(lz): Agent,
+    ApiJson(reports): ApiJson<Vec<Report>>,
+) -> ApiResult<StatusCode> {
+    app.scheduler.reports(lz, reports).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Where a log chunk starts in its stream.
+#[derive(Debug, Deserialize)]
+pub struct LogOffset {
+    offset: u64,
+}
+
+/// Appends output of a job to its log; answers the log's size, so an agent knows what arrived.
+pub async fn append_log(
+    State(app): State<AppState>,
+    Agent(lz): Agent,
+    Path((id, stream)): Path<(String, String)>,
+    Query(LogOffset { offset }): Query<LogOffset>,
+    body: Bytes,
+) -> ApiResult<Json<serde_json::Value>> {
+    let job = placed_job(&app, &lz, &id).await?;
+    let stream = LogStream::parse(&stream)
+        .ok_or_else(|| ApiError::invalid_field("stream", format!("expected stdout or stderr, got {stream:?}")))?;
+    let size = app.logs.append(job.mission_id, job.job_id, stream, offset, &body).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::InvalidInput {
+            ApiError::invalid_field("offset", e.to_string())
+        } else {
+            ApiError::internal(e)
+        }
+    })?;
+    Ok(Json(serde_json::json!({ "size": size })))
+}
+
+/// Downloads an input file of a job placed on the agent's LZ.
+pub async fn input_file(
+    State(app): State<AppState>,
+    Agent(lz): Agent,
+    Path((id, raw_path)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let job = placed_job(&app, &lz, &id).await?;
+    let path =
+        MissionPath::parse(&raw_path).map_err(|e| ApiError::invalid_field("path", format!("{raw_path:?}: {e}")))?;
+    let mission =
+        app.store.mission(job.mission_id).await?.ok_or_else(|| ApiError::not_found("mission", job.mission_id))?;
+    let record = app
+        .store
+        .mission_file(mission.mission_id, path.as_str())
+        .await?
+        .ok_or_else(|| ApiError::not_found("file", format!("{path} in mission {}", mission.mission_id)))?;
+    let place = app.bays.source(&app.store, &mission).await?;
+    serve(&place, &path, &record, &headers).await
+}
+
+/// Uploads one result file of a job placed on the agent's LZ (into the mission's destination).
+pub async fn upload_result(
+    State(app): State<AppState>,
+    Agent(lz): Agent,
+    Path((id, raw_path)): Path<(String, String)>,
+    body: Body,
+) -> ApiResult<(StatusCode, Json<FileListing>)> {
+    let job = placed_job(&app, &lz, &id).await?;
+    let path =
+        MissionPath::parse(&raw_path).map_err(|e| ApiError::invalid_field("path", format!("{raw_path:?}: {e}")))?;
+    if path.segments().next() == Some(JOB_LOGS_FOLDER) {
+        return Err(ApiError::invalid_field("path", format!("{JOB_LOGS_FOLDER}/ holds the job's logs")));
+    }
+    let mission =
+        app.store.mission(job.mission_id).await?.ok_or_else(|| ApiError::not_found("mission", job.mission_id))?;
+    let place = app.bays.results(&app.store, &mission, job.job_id).await?;
+    let max = app.config.file_limits.max_file_bytes;
+    let written = place.files.write(&place.key(&path), body.into_data_stream(), max).await.map_err(|e| match e {
+        WriteError::TooLarge(_) => ApiError::too_large(format!("the file is larger than max_file_size = {max} bytes")),
+        WriteError::Body(detail) => ApiError::invalid(format!("the upload did not complete: {detail}")),
+        WriteError::Storage(e) => storage_error(&place, e),
+    })?;
+    let record = FileRecord {
+        mission_id: job.mission_id,
+        path: path.to_string(),
+        user_id: job.user_id,
+        size: written.size,
+        sha256: written.sha256,
+        e_tag: written.e_tag,
+        modified_at: store::now(),
+    };
+    app.store.insert_job_result(job.job_id, &record).await?;
+    Ok((StatusCode::CREATED, Json(FileListing::from(record))))
+}

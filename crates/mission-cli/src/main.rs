@@ -17,9 +17,11 @@ use clap::{Parser, Subcommand};
 use commands::auth::LoginCommand;
 use commands::cargo_bays::CargoBaysCommand;
 use commands::files::FilesCommand;
+use commands::jobs::{JobsCommand, RunCommand};
 use commands::lz::LzCommand;
 use commands::missions::MissionsCommand;
 use commands::server::ServerCommand;
+use commands::stations::StationsCommand;
 use commands::types::TypesCommand;
 use output::Output;
 
@@ -27,7 +29,8 @@ use output::Output;
 ///
 /// Start a server with `mission server`, sign in with `mission login --server URL`, then manage
 /// missions with `mission missions …`, their files with `mission files …` and the storage they
-/// live in with `mission cargo-bays …`.
+/// live in with `mission cargo-bays …`; run them with `mission run MISSION --follow` and watch
+/// jobs with `mission jobs …`. Compute hosts join with `mission lz`.
 #[derive(Debug, Parser)]
 #[command(name = "mission", version, propagate_version = true)]
 struct Cli {
@@ -60,6 +63,14 @@ enum Command {
     /// Manage cargo bays (S3 buckets and server directories for mission files).
     #[command(subcommand)]
     CargoBays(CargoBaysCommand),
+    /// Run a mission as a job.
+    Run(RunCommand),
+    /// Inspect, follow, stop and download jobs.
+    #[command(subcommand)]
+    Jobs(JobsCommand),
+    /// Manage stations, their members and landing zones.
+    #[command(subcommand)]
+    Stations(StationsCommand),
     /// Browse mission types.
     #[command(subcommand)]
     Types(TypesCommand),
@@ -94,6 +105,9 @@ async fn main() -> ExitCode {
         Command::Missions(cmd) => cmd.run(server, out).await,
         Command::Files(cmd) => cmd.run(server, out).await,
         Command::CargoBays(cmd) => cmd.run(server, out).await,
+        Command::Run(cmd) => cmd.run(server, out).await,
+        Command::Jobs(cmd) => cmd.run(server, out).await,
+        Command::Stations(cmd) => cmd.run(server, out).await,
         Command::Types(cmd) => cmd.run(server, out).await,
     };
     match result {

@@ -1,4 +1,5 @@
-//! Progress bars for transfers: bytes, files, rate and ETA, drawn only on a terminal.
+//! Progress bars for transfers (bytes, files, rate and ETA) and status lines for waits, drawn
+//! only on a terminal.
 
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -30,6 +31,16 @@ impl TransferBar {
         );
         Some(Arc::new(Self { bar, files_total: AtomicU64::new(0), files_done: AtomicU64::new(0) }))
     }
+}
+
+/// A spinner with a message (a job's status while waiting) when stderr is a terminal.
+pub fn status_line() -> Option<ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = ProgressBar::new_spinner();
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    Some(bar)
 }
 
 impl TransferObserver for TransferBar {

@@ -72,7 +72,8 @@ impl Default for TransferArgs {
 }
 
 impl TransferArgs {
-    fn options(self, what: &'static str) -> TransferOptions {
+    /// The SDK options, with a progress bar labelled `what` on a terminal.
+    pub fn options(self, what: &'static str) -> TransferOptions {
         TransferOptions {
             verbose: self.verbose,
             concurrency: self.concurrency,
@@ -129,16 +130,7 @@ impl FilesCommand {
             FilesCommand::Download { mission, path, output, transfer } => {
                 let options = transfer.options("download");
                 let summary = client.download_with(mission, path.as_deref(), &output, &options).await?;
-                out.done(
-                    &serde_json::json!({"downloaded": summary.transferred, "unchanged": summary.skipped, "bytes": summary.bytes}),
-                    &format!(
-                        "Downloaded {} file(s), {} bytes, into {}; {} unchanged.",
-                        summary.transferred,
-                        summary.bytes,
-                        output.display(),
-                        summary.skipped
-                    ),
-                );
+                report_download(out, &summary, &output);
             }
             FilesCommand::Delete { mission, path } => {
                 if !client.delete_file(mission, &path).await? {
@@ -149,4 +141,18 @@ impl FilesCommand {
         }
         Ok(())
     }
+}
+
+/// Prints what a download did.
+pub fn report_download(out: Output, summary: &mission_client::TransferSummary, dest: &std::path::Path) {
+    out.done(
+        &serde_json::json!({"downloaded": summary.transferred, "unchanged": summary.skipped, "bytes": summary.bytes}),
+        &format!(
+            "Downloaded {} file(s), {} bytes, into {}; {} unchanged.",
+            summary.transferred,
+            summary.bytes,
+            dest.display(),
+            summary.skipped
+        ),
+    );
 }

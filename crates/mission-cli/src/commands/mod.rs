@@ -3,7 +3,9 @@
 pub mod auth;
 pub mod cargo_bays;
 pub mod files;
+pub mod jobs;
 pub mod lz;
 pub mod missions;
 pub mod server;
+pub mod stations;
 pub mod types;

@@ -423,3 +423,79 @@ async fn cargo_bay_commands_with_an_s3_server() {
     let out = fx.run("carol", &["cargo-bays", "delete", "default"]).await;
     assert!(!out.status.success());
 }
+
+#[tokio::test]
+async fn run_and_jobs_commands_on_the_embedded_landing_zone() {
+    let fx = Fixture::start().await;
+    let password = admin_password(&fx.data_dir);
+    fx.login("admin", "admin", &password).await;
+    let src = fx.home.path().join("job");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("run.sh"), "echo \"hello $1\"\necho warn >&2\necho made > made.txt\n").unwrap();
+    let src_str = src.to_str().unwrap();
+    let created = fx
+        .json(
+            "admin",
+            &[
+                "missions",
+                "create",
+                "--name",
+                "cli job",
+                "--type",
+                "shell",
+                "--setting",
+                "filename=run.sh",
+                "--upload",
+                src_str,
+            ],
+        )
+        .await;
+    let id = created["mission_id"].as_str().unwrap().to_owned();
+    fx.ok("admin", &["missions", "args", &id, "--", "world"]).await;
+
+    // The default station holds the embedded LZ, online with this host's resources.
+    let station = fx.ok("admin", &["stations", "get", "local"]).await;
+    assert!(station.contains("open to all") && station.contains("online"), "{station}");
+
+    // Run and follow: the job's output comes through as it is written; exit 0 on completion.
+    let out = fx.run("admin", &["run", &id, "--follow"]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.starts_with("hello world\n") && stdout.contains("completed"), "{stdout}");
+    assert!(stderr.contains("warn"), "{stderr}");
+
+    let jobs = fx.json("admin", &["jobs", "list"]).await;
+    let job = jobs["jobs"][0]["job_id"].as_str().unwrap().to_owned();
+    assert_eq!(jobs["jobs"][0]["status"], "completed");
+    let shown = fx.ok("admin", &["jobs", "get", &job]).await;
+    assert!(shown.contains("status:") && shown.contains("history:") && shown.contains("bash run.sh world"), "{shown}");
+    let logs = fx.run("admin", &["jobs", "logs", &job]).await;
+    assert_eq!(String::from_utf8_lossy(&logs.stdout), "hello world\n");
+    let dest = fx.home.path().join("results");
+    let got = fx.ok("admin", &["jobs", "download", &job, dest.to_str().unwrap()]).await;
+    assert!(got.contains("Downloaded 3 file(s)"), "{got}");
+    assert_eq!(std::fs::read_to_string(dest.join("made.txt")).unwrap(), "made\n");
+
+    // A failing job makes `run --wait` fail, naming the reason; an impossible one is refused.
+    std::fs::write(src.join("run.sh"), "exit 7\n").unwrap();
+    fx.ok("admin", &["files", "upload", &id, src.join("run.sh").to_str().unwrap()]).await;
+    let out = fx.run("admin", &["run", &id, "--wait"]).await;
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("failed: exit status 7"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = fx.run("admin", &["run", &id, "--cpus", "100000"]).await;
+    assert!(String::from_utf8_lossy(&out.stderr).contains("could ever hold"));
+
+    // Stations: create, register an LZ (token printed once), list, remove.
+    fx.ok("admin", &["stations", "create", "lab", "--description", "the lab"]).await;
+    let added = fx.ok("admin", &["stations", "add-lz", "lab", "node1"]).await;
+    assert!(added.contains("MISSION_LZ_TOKEN=") && added.contains("mission lz --server"), "{added}");
+    let listed = fx.ok("admin", &["stations", "list"]).await;
+    assert!(listed.contains("lab") && listed.contains("members only"), "{listed}");
+    fx.ok("admin", &["stations", "remove-lz", "lab", "node1"]).await;
+    fx.ok("admin", &["stations", "delete", "lab"]).await;
+}

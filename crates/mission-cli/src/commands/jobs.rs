@@ -1,0 +1,281 @@
+//! `mission run` and `mission jobs`: start missions as jobs, watch them, stop them, fetch their
+//! logs and results.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::bail;
+use clap::{Args, Subcommand};
+use mission_client::{Client, Job, JobResources, JobStatus, ListJobs, LogStream, RunJob, Uuid};
+
+use super::files::{TransferArgs, report_download};
+use super::stations::{resolve_lz, resolve_station};
+use crate::output::Output;
+use crate::session;
+
+/// Run a mission as a job on a station (or one of its landing zones).
+///
+/// Resources left out come from the mission type's defaults. A job no landing zone of the
+/// station could ever hold is refused at once; one that only has to wait is queued.
+///
+///   mission run 3f2a… --cpus 4 --memory 8000 --follow
+#[derive(Debug, Args)]
+pub struct RunCommand {
+    /// Mission id.
+    mission: Uuid,
+    /// Station name or id.
+    #[arg(long, default_value = mission_client::DEFAULT_STATION_NAME)]
+    station: String,
+    /// Landing zone (name or id) of the station the job must run on.
+    #[arg(long)]
+    lz: Option<String>,
+    /// CPUs.
+    #[arg(long)]
+    cpus: Option<u32>,
+    /// Memory in MB.
+    #[arg(long)]
+    memory: Option<u64>,
+    /// GPUs.
+    #[arg(long)]
+    gpus: Option<u32>,
+    /// Wait until the job ends, showing its status; exit non-zero unless it completed.
+    #[arg(long)]
+    wait: bool,
+    /// Print the job's output as it runs (implies --wait).
+    #[arg(long, short)]
+    follow: bool,
+}
+
+/// Inspect and control jobs.
+#[derive(Debug, Subcommand)]
+pub enum JobsCommand {
+    /// List your jobs (everyone's, for admins), newest first.
+    List(ListArgs),
+    /// Show one job with its history.
+    Get {
+        /// Job id.
+        job: Uuid,
+    },
+    /// Print a job's output (stdout to stdout, stderr to stderr).
+    Logs {
+        /// Job id.
+        job: Uuid,
+        /// Keep printing new output until the job ends.
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// Stop a job: dequeue it, or kill its processes.
+    Stop {
+        /// Job id.
+        job: Uuid,
+    },
+    /// Download a job's results (new or changed files and its logs) into a directory.
+    Download {
+        /// Job id.
+        job: Uuid,
+        /// Destination directory (created if needed).
+        #[arg(default_value = ".")]
+        dest: PathBuf,
+        #[command(flatten)]
+        transfer: TransferArgs,
+    },
+    /// List a job's result files.
+    Results {
+        /// Job id.
+        job: Uuid,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only this mission's jobs (repeat for several).
+    #[arg(long = "mission")]
+    missions: Vec<Uuid>,
+    /// Only jobs on this station, by name or id (repeat for several).
+    #[arg(long = "station")]
+    stations: Vec<String>,
+    /// Only jobs in this state: queued, assigned, staging, running, uploading, completed,
+    /// failed, stopped, lost (repeat for several).
+    #[arg(long = "status")]
+    statuses: Vec<JobStatus>,
+    /// Page, from 1.
+    #[arg(long, default_value_t = 1)]
+    page: u32,
+    /// Jobs per page.
+    #[arg(long, default_value_t = 25)]
+    items: u32,
+}
+
+fn show(out: Output, job: &Job) {
+    let mut fields = vec![
+        ("job", job.job_id.to_string()),
+        ("status", job.status.to_string()),
+        ("mission", job.mission_id.to_string()),
+        ("station", job.station_id.to_string()),
+        ("landing zone", job.lz_id.map(|id| id.to_string()).unwrap_or_else(|| "-".into())),
+        ("resources", format!("{} CPU, {} MB, {} GPU", job.cpu_count, job.memory_amount, job.gpu_count)),
+        ("command", job.command.join(" ")),
+    ];
+    if !job.gpu_indices.is_empty() {
+        let indices: Vec<String> = job.gpu_indices.iter().map(u32::to_string).collect();
+        fields.push(("gpus", indices.join(",")));
+    }
+    if let Some(code) = job.exit_code {
+        fields.push(("exit code", code.to_string()));
+    }
+    if let Some(reason) = &job.reason {
+        fields.push(("reason", reason.clone()));
+    }
+    if let Some(limits) = &job.limits {
+        fields.push(("limits", limits.clone()));
+    }
+    for t in &job.history {
+        let detail = t.detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default();
+        fields.push(("history", format!("{} {}{detail}", t.at.format("%Y-%m-%d %H:%M:%S%.3f"), t.status)));
+    }
+    out.record(job, fields);
+}
+
+/// Waits for a job to end with a live status line on a terminal; answers the final job.
+async fn wait(client: &Client, job_id: Uuid) -> anyhow::Result<Job> {
+    let bar = crate::progress::status_line();
+    let started = std::time::Instant::now();
+    loop {
+        let job = client.get_job(job_id).await?;
+        if job.status.is_final() {
+            if let Some(bar) = bar {
+                bar.finish_and_clear();
+            }
+            return Ok(job);
+        }
+        if let Some(bar) = &bar {
+            bar.set_message(format!("job {job_id}: {} ({} s)", job.status, started.elapsed().as_secs()));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Prints a job's stdout and stderr to ours as they are written, until it ends.
+async fn follow(client: &Client, job_id: Uuid) -> anyhow::Result<()> {
+    let out = client.follow_job_logs(job_id, LogStream::Stdout, |s| {
+        let mut o = std::io::stdout().lock();
+        let _ = o.write_all(s.as_bytes());
+        let _ = o.flush();
+    });
+    let err = client.follow_job_logs(job_id, LogStream::Stderr, |s| {
+        let _ = std::io::stderr().write_all(s.as_bytes());
+    });
+    let (out, err) = tokio::join!(out, err);
+    out?;
+    err?;
+    Ok(())
+}
+
+/// Exit with an error unless the job completed.
+fn check_completed(job: &Job) -> anyhow::Result<()> {
+    match job.status {
+        JobStatus::Completed => Ok(()),
+        status => {
+            bail!("job {} {status}{}", job.job_id, job.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())
+        }
+    }
+}
+
+impl RunCommand {
+    /// Starts the job, and waits or follows if asked.
+    pub async fn run(self, server: Option<&str>, out: Output) -> anyhow::Result<()> {
+        let client = session::connect(server).await?;
+        let station_id = resolve_station(&client, &self.station).await?;
+        let lz_id = match &self.lz {
+            Some(lz) => Some(resolve_lz(&client, station_id, lz).await?),
+            None => None,
+        };
+        let resources = JobResources { cpu_count: self.cpus, memory_amount: self.memory, gpu_count: self.gpus };
+        let request = RunJob {
+            station_id,
+            lz_id,
+            cpu_count: resources.cpu_count,
+            memory_amount: resources.memory_amount,
+            gpu_count: resources.gpu_count,
+        };
+        let job = client.run_job(self.mission, &request).await?;
+        if !self.wait && !self.follow {
+            out.done(&job, &format!("started job {} ({})", job.job_id, job.status));
+            return Ok(());
+        }
+        if !out.json {
+            eprintln!("started job {}", job.job_id);
+        }
+        let job = if self.follow {
+            follow(&client, job.job_id).await?;
+            client.get_job(job.job_id).await?
+        } else {
+            wait(&client, job.job_id).await?
+        };
+        out.done(&job, &format!("job {} {}", job.job_id, job.status));
+        check_completed(&job)
+    }
+}
+
+impl JobsCommand {
+    /// Runs the subcommand.
+    pub async fn run(self, server: Option<&str>, out: Output) -> anyhow::Result<()> {
+        let client = session::connect(server).await?;
+        match self {
+            JobsCommand::List(args) => {
+                let mut station_ids = Vec::new();
+                for s in &args.stations {
+                    station_ids.push(resolve_station(&client, s).await?);
+                }
+                let options = ListJobs {
+                    mission_ids: args.missions,
+                    station_ids,
+                    statuses: args.statuses,
+                    page: args.page,
+                    items: args.items,
+                };
+                let page = client.list_jobs_page(&options).await?;
+                let rows = page
+                    .jobs
+                    .iter()
+                    .map(|j| {
+                        vec![
+                            j.job_id.to_string(),
+                            j.status.to_string(),
+                            j.mission_id.to_string(),
+                            j.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                            j.reason.clone().unwrap_or_default(),
+                        ]
+                    })
+                    .collect();
+                out.table(&page, &["JOB", "STATUS", "MISSION", "CREATED", "REASON"], rows);
+            }
+            JobsCommand::Get { job } => show(out, &client.get_job(job).await?),
+            JobsCommand::Logs { job, follow: true } => follow(&client, job).await?,
+            JobsCommand::Logs { job, follow: false } => {
+                print!("{}", client.job_logs(job, LogStream::Stdout).await?);
+                eprint!("{}", client.job_logs(job, LogStream::Stderr).await?);
+            }
+            JobsCommand::Stop { job } => {
+                let job = client.stop_job(job).await?;
+                let message = match job.status {
+                    JobStatus::Stopped => format!("stopped job {}", job.job_id),
+                    _ => format!("stopping job {} (its landing zone kills it now)", job.job_id),
+                };
+                out.done(&job, &message);
+            }
+            JobsCommand::Results { job } => {
+                let files = client.list_job_results(job).await?;
+                let rows =
+                    files.iter().map(|f| vec![f.relative_path(), f.file_size.to_string(), f.sha256.clone()]).collect();
+                out.table(&files, &["PATH", "SIZE", "SHA256"], rows);
+            }
+            JobsCommand::Download { job, dest, transfer } => {
+                let summary = client.download_job_results_with(job, &dest, &transfer.options("download")).await?;
+                report_download(out, &summary, &dest);
+            }
+        }
+        Ok(())
+    }
+}

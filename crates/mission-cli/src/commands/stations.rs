@@ -1,0 +1,214 @@
+//! `mission stations`: stations, their members and their landing zones.
+
+use anyhow::bail;
+use clap::Subcommand;
+use mission_client::{Client, CreateStation, LandingZone, RegisterLandingZone, Station, Uuid};
+
+use crate::output::Output;
+use crate::session;
+
+/// Manage stations: pools of landing zones (compute hosts) with an access list.
+///
+/// Admins create stations and name their owner; an owner manages members and landing zones.
+/// Register a compute host with `mission stations add-lz STATION NAME`, then run the printed
+/// `mission lz` command on it.
+#[derive(Debug, Subcommand)]
+pub enum StationsCommand {
+    /// List the stations you may run jobs on (all, for admins).
+    List,
+    /// Show a station and its landing zones.
+    Get {
+        /// Name or id.
+        station: String,
+    },
+    /// Create a station (admins).
+    Create {
+        /// Unique name.
+        name: String,
+        /// Free text.
+        #[arg(long)]
+        description: Option<String>,
+        /// Let every signed-in user run jobs here (default: members only).
+        #[arg(long)]
+        open: bool,
+        /// The user (id) who will manage it (default: you).
+        #[arg(long)]
+        owner: Option<Uuid>,
+    },
+    /// Delete a station with its members and landing zones (admins).
+    Delete {
+        /// Name or id.
+        station: String,
+    },
+    /// List a station's members.
+    Members {
+        /// Name or id.
+        station: String,
+    },
+    /// Let a user run jobs on a station.
+    AddMember {
+        /// Name or id.
+        station: String,
+        /// Username or user id.
+        user: String,
+    },
+    /// Take a user off a station.
+    RemoveMember {
+        /// Name or id.
+        station: String,
+        /// Username or user id.
+        user: String,
+    },
+    /// Register a landing zone and print the token its agent connects with (shown once).
+    AddLz {
+        /// Name or id.
+        station: String,
+        /// A name for the landing zone, unique in the station.
+        name: String,
+    },
+    /// Remove a landing zone (its agent's token stops working).
+    RemoveLz {
+        /// Name or id.
+        station: String,
+        /// Landing zone name or id.
+        lz: String,
+    },
+}
+
+/// The id of a station given by id or name.
+pub async fn resolve_station(client: &Client, given: &str) -> anyhow::Result<Uuid> {
+    if let Ok(id) = Uuid::parse_str(given) {
+        return Ok(id);
+    }
+    let stations = client.list_stations().await?;
+    match stations.iter().find(|s| s.name == given) {
+        Some(s) => Ok(s.station_id),
+        None => {
+            let names: Vec<_> = stations.iter().map(|s| s.name.as_str()).collect();
+            bail!("no station {given:?} you may use; yours: {}", names.join(", "))
+        }
+    }
+}
+
+/// The id of a landing zone of `station_id` given by id or name.
+pub async fn resolve_lz(client: &Client, station_id: Uuid, given: &str) -> anyhow::Result<Uuid> {
+    if let Ok(id) = Uuid::parse_str(given) {
+        return Ok(id);
+    }
+    let lzs = client.list_landing_zones(station_id).await?;
+    match lzs.iter().find(|lz| lz.name == given) {
+        Some(lz) => Ok(lz.lz_id),
+        None => {
+            let names: Vec<_> = lzs.iter().map(|lz| lz.name.as_str()).collect();
+            bail!("the station has no landing zone {given:?}; it has: {}", names.join(", "))
+        }
+    }
+}
+
+fn lz_rows(lzs: &[LandingZone]) -> Vec<Vec<String>> {
+    lzs.iter()
+        .map(|lz| {
+            let offers = lz.resources.map_or_else(
+                || "(never connected)".to_owned(),
+                |r| format!("{} CPU, {} MB, {} GPU", r.cpu_count, r.memory_amount, r.gpu_count),
+            );
+            vec![lz.name.clone(), lz.lz_id.to_string(), if lz.online { "online" } else { "offline" }.to_owned(), offers]
+        })
+        .collect()
+}
+
+fn access(station: &Station) -> &'static str {
+    if station.open { "open to all" } else { "members only" }
+}
+
+impl StationsCommand {
+    /// Runs the subcommand.
+    pub async fn run(self, server: Option<&str>, out: Output) -> anyhow::Result<()> {
+        let client = session::connect(server).await?;
+        match self {
+            StationsCommand::List => {
+                let stations = client.list_stations().await?;
+                let rows = stations
+                    .iter()
+                    .map(|s| {
+                        vec![s.name.clone(), s.station_id.to_string(), access(s).to_owned(), s.description.clone()]
+                    })
+                    .collect();
+                out.table(&stations, &["NAME", "ID", "ACCESS", "DESCRIPTION"], rows);
+            }
+            StationsCommand::Get { station } => {
+                let station = client.get_station(resolve_station(&client, &station).await?).await?;
+                let lzs = client.list_landing_zones(station.station_id).await?;
+                if out.json {
+                    out.done(&serde_json::json!({ "station": station, "landing_zones": lzs }), "");
+                    return Ok(());
+                }
+                out.record(
+                    &station,
+                    vec![
+                        ("name", station.name.clone()),
+                        ("id", station.station_id.to_string()),
+                        ("access", access(&station).to_owned()),
+                        ("owner", station.owner_id.map_or_else(|| "admins".to_owned(), |id| id.to_string())),
+                        ("description", station.description.clone()),
+                    ],
+                );
+                println!();
+                out.table(&lzs, &["LANDING ZONE", "ID", "STATE", "OFFERS"], lz_rows(&lzs));
+            }
+            StationsCommand::Create { name, description, open, owner } => {
+                let request = CreateStation { name, description, open: Some(open), owner_id: owner };
+                let station = client.create_station(&request).await?;
+                out.done(&station, &format!("created station {} ({})", station.name, station.station_id));
+            }
+            StationsCommand::Delete { station } => {
+                let id = resolve_station(&client, &station).await?;
+                if !client.delete_station(id).await? {
+                    bail!("no station {station}");
+                }
+                out.done(&serde_json::json!({ "deleted": id }), &format!("deleted station {station}"));
+            }
+            StationsCommand::Members { station } => {
+                let members = client.station_members(resolve_station(&client, &station).await?).await?;
+                let rows = members
+                    .iter()
+                    .map(|m| vec![m.username.clone(), m.user_id.to_string(), m.added_at.format("%Y-%m-%d").to_string()])
+                    .collect();
+                out.table(&members, &["USER", "ID", "ADDED"], rows);
+            }
+            StationsCommand::AddMember { station, user } => {
+                client.add_station_member(resolve_station(&client, &station).await?, &user).await?;
+                out.done(&serde_json::json!({ "added": user }), &format!("{user} may now run jobs on {station}"));
+            }
+            StationsCommand::RemoveMember { station, user } => {
+                if !client.remove_station_member(resolve_station(&client, &station).await?, &user).await? {
+                    bail!("{user} is not a member of {station}");
+                }
+                out.done(&serde_json::json!({ "removed": user }), &format!("removed {user} from {station}"));
+            }
+            StationsCommand::AddLz { station, name } => {
+                let id = resolve_station(&client, &station).await?;
+                let registered = client.register_landing_zone(id, &RegisterLandingZone { name }).await?;
+                let message = format!(
+                    "registered landing zone {} ({}).\nIts token (shown once): {}\nOn the compute host run:\n  \
+                     MISSION_LZ_TOKEN={} mission lz --server {}",
+                    registered.landing_zone.name,
+                    registered.landing_zone.lz_id,
+                    registered.token,
+                    registered.token,
+                    client.base_url()
+                );
+                out.done(&registered, &message);
+            }
+            StationsCommand::RemoveLz { station, lz } => {
+                let station_id = resolve_station(&client, &station).await?;
+                let lz_id = resolve_lz(&client, station_id, &lz).await?;
+                if !client.remove_landing_zone(station_id, lz_id).await? {
+                    bail!("no landing zone {lz} in {station}");
+                }
+                out.done(&serde_json::json!({ "removed": lz_id }), &format!("removed landing zone {lz}"));
+            }
+        }
+        Ok(())
+    }
+}

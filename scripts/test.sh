@@ -15,6 +15,8 @@ bash scripts/install-test-deps.sh
 export MISSION_REQUIRE_BROWSER=1
 # So must the S3 cargo-bay tests (the script installs their server).
 export MISSION_REQUIRE_S3=1
+# And the memory-limit job test needs cgroups (CI has v1 controllers, writable as root).
+export MISSION_REQUIRE_CGROUPS=1
 
 cargo nextest run --workspace --no-fail-fast
 cargo test --doc --workspace

@@ -17,22 +17,8 @@ use std::time::{Duration, Instant};
 
 use mission_client::auth::token_file::{self, StoredToken};
 
-use common::BIN;
+use common::{BIN, cpu_time, vm_hwm_kib};
 const PASSWORD: &str = "benchmark password";
-
-fn vm_hwm_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()
-}
-
-/// CPU time (user + system) a process has used so far, from /proc (clock ticks of 10 ms).
-fn cpu_time(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
-    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
-    let ticks: u64 = fields.next()?.parse::<u64>().ok()? + fields.next()?.parse::<u64>().ok()?;
-    Some(Duration::from_millis(ticks * 10))
-}
 
 /// What one CLI run took.
 struct Run {

@@ -30,6 +30,8 @@ pub struct AgentConfig {
     pub data_dir: PathBuf,
     /// Overrides of detected resources.
     pub overrides: Overrides,
+    /// Run jobs without cgroup limits even where the host has cgroups.
+    pub no_limits: bool,
 }
 
 /// Why the agent stopped.
@@ -98,8 +100,11 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Res
         }
     }
     let (resources, gpus) = detect(config.overrides).await;
-    let cgroups =
-        tokio::task::spawn_blocking(Cgroups::detect).await.unwrap_or_else(|e| Cgroups::Unavailable(e.to_string()));
+    let cgroups = if config.no_limits {
+        Cgroups::Unavailable("switched off on this landing zone (--lz-no-limits)".into())
+    } else {
+        tokio::task::spawn_blocking(Cgroups::detect).await.unwrap_or_else(|e| Cgroups::Unavailable(e.to_string()))
+    };
     tracing::info!(
         cpus = resources.cpu_count,
         memory_mb = resources.memory_amount,

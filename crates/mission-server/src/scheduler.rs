@@ -1,6 +1,6 @@
 //! The scheduler: one task that owns the queues and what every landing zone holds, and places jobs.
 //!
-//! Everything that changes a job after submission goes through this task as an [`Event`], so the
+//! Everything that changes a job after submission goes through this task as an event, so the
 //! placement state never races with itself: submissions, stops, agent connections, heartbeats and
 //! the agents' reports. A placement pass runs after each event that could let a job start (a
 //! submission, a job ending, an LZ connecting); there is no tick. The only timer is the earliest
@@ -520,7 +520,13 @@ impl State {
     async fn place(&mut self) -> ApiResult<()> {
         let mut reserved: HashSet<Uuid> = HashSet::new();
         let mut chosen: Vec<(u64, Uuid, Vec<u32>)> = Vec::new();
+        let connected = self.lzs.values().filter(|lz| lz.connection.is_some()).count();
         for (&seq, job) in &self.queue {
+            // Once every connected LZ is held for an earlier job, nothing further can start: the
+            // pass ends here instead of walking a long queue on every event.
+            if reserved.len() >= connected {
+                break;
+            }
             let usable = |(id, lz): &(&Uuid, &LzState)| {
                 lz.station_id == job.station_id
                     && lz.connection.is_some()

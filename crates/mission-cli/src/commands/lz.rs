@@ -42,6 +42,9 @@ pub struct ResourceArgs {
     /// GPUs to offer (default: those nvidia-smi lists).
     #[arg(long = "lz-gpus", env = "MISSION_LZ_GPUS")]
     gpus: Option<u32>,
+    /// Run jobs without cgroup memory and CPU limits (jobs' status says so).
+    #[arg(long = "lz-no-limits", env = "MISSION_LZ_NO_LIMITS")]
+    pub no_limits: bool,
 }
 
 impl ResourceArgs {
@@ -60,6 +63,7 @@ impl LzCommand {
             token: self.token,
             data_dir: self.data_dir,
             overrides: self.resources.overrides(),
+            no_limits: self.resources.no_limits,
         };
         mission_lz::run(config, super::server::shutdown_signal()).await?;
         Ok(())

@@ -182,6 +182,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
             token,
             data_dir: data_dir.join("lz"),
             overrides: args.local_lz.overrides(),
+            no_limits: args.local_lz.no_limits,
         };
         println!(
             "Embedded landing zone {:?} on station {:?}.",

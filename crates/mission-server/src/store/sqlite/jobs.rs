@@ -41,7 +41,7 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         for (n, t) in job.history.iter().enumerate() {
-            insert_history(&mut tx, job.job_id, n as i64, t).await?;
+            insert_history(&mut tx, job.job_id, Some(n as i64), t).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -86,11 +86,7 @@ impl Store {
             q.push(" WHERE job_id = ").push_bind(&id);
             q.build().execute(&mut *tx).await?;
             let transition = JobTransition { status: u.status, at: u.at, detail: u.detail.clone() };
-            let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_history WHERE job_id = ?")
-                .bind(&id)
-                .fetch_one(&mut *tx)
-                .await?;
-            insert_history(&mut tx, u.job_id, n, &transition).await?;
+            insert_history(&mut tx, u.job_id, None, &transition).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -289,20 +285,24 @@ impl Store {
     }
 }
 
+/// Appends a history row numbered `n`, or after the job's last row when `None`.
 async fn insert_history(
     tx: &mut sqlx::Transaction<'_, Sqlite>,
     job_id: Uuid,
-    n: i64,
+    n: Option<i64>,
     t: &JobTransition,
 ) -> Result<(), StoreError> {
-    sqlx::query("INSERT INTO job_history (job_id, n, status, at, detail) VALUES (?, ?, ?, ?, ?)")
-        .bind(job_id.to_string())
-        .bind(n)
-        .bind(t.status.as_str())
-        .bind(to_micros(t.at))
-        .bind(&t.detail)
-        .execute(&mut **tx)
-        .await?;
+    sqlx::query(
+        "INSERT INTO job_history (job_id, n, status, at, detail) VALUES \
+         (?1, COALESCE(?2, (SELECT COUNT(*) FROM job_history WHERE job_id = ?1)), ?3, ?4, ?5)",
+    )
+    .bind(job_id.to_string())
+    .bind(n)
+    .bind(t.status.as_str())
+    .bind(to_micros(t.at))
+    .bind(&t.detail)
+    .execute(&mut **tx)
+    .await?;
     Ok(())
 }
 

@@ -1,0 +1,198 @@
+//! Job scheduling benchmark (issue 6), through the public API against the real release
+//! `mission server` with its embedded landing zone offering 2 CPUs:
+//!
+//! - dispatch latency: from the run request to the job's process starting (the `running`
+//!   transition the LZ reports right after the spawn), p50 and p99 over 200 jobs run one at a time;
+//! - throughput: 1,000 trivial one-CPU jobs with one small input file, from the first submission
+//!   to the last completion, against the floor of the same 1,000 commands spawned by
+//!   `seq 1000 | xargs -P2` in the same run;
+//! - the server's CPU time per job (the embedded LZ runs in the same process, so this is
+//!   server + agent), and the idle RSS of a separate `mission lz` agent.
+//!
+//! Run: `cargo bench -p mission-cli --bench jobs` (`BENCH_LATENCY_JOBS`, `BENCH_THROUGHPUT_JOBS`
+//! change the counts).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use mission_client::{Client, CreateMission, JobResources, JobStatus, ListJobs, RegisterLandingZone, RunJob, Uuid};
+
+use common::{BIN, cpu_time, percentile, rss_kib};
+
+const SHELL_TYPE: &str = "99e803ea-1829-42ba-be3d-294fb6a5e640";
+const SCRIPT: &str = "read line < input.txt\n";
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// The floor: the same trivial command, 1,000 times, two at a time, by xargs.
+fn xargs_floor(dir: &std::path::Path, n: usize) -> Duration {
+    let started = Instant::now();
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("seq {n} | xargs -P2 -I{{}} sh run.sh"))
+        .current_dir(dir)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    started.elapsed()
+}
+
+#[tokio::main]
+async fn main() {
+    let latency_jobs = env_or("BENCH_LATENCY_JOBS", 200);
+    let throughput_jobs = env_or("BENCH_THROUGHPUT_JOBS", 1000);
+    let home = tempfile::tempdir().unwrap();
+    let data_dir = home.path().join("data");
+    let mut flags = vec!["--lz-cpus", "2"];
+    if std::env::var_os("BENCH_NO_LIMITS").is_some() {
+        flags.push("--lz-no-limits");
+    }
+    let (server, url) = common::spawn_server_with(&data_dir, &flags).await;
+    let server_pid = server.id().unwrap();
+    let password = std::fs::read_to_string(data_dir.join("initial-admin-password")).unwrap();
+    let (tokens, auth) = common::sign_in(&url, "admin", password.trim()).await;
+    let client = Client::with_tokens(&url, tokens, auth).unwrap();
+    let station = client.list_stations().await.unwrap().into_iter().find(|s| s.name == "local").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !client.list_landing_zones(station.station_id).await.unwrap().iter().any(|lz| lz.online) {
+        assert!(Instant::now() < deadline, "the embedded LZ did not come online");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let src = home.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("run.sh"), SCRIPT).unwrap();
+    std::fs::write(src.join("input.txt"), "a small input file\n").unwrap();
+    let request = CreateMission {
+        name: "bench".into(),
+        mission_type_id: Some(Uuid::parse_str(SHELL_TYPE).unwrap()),
+        settings: Some(BTreeMap::from([
+            ("filename".to_owned(), "run.sh".to_owned()),
+            ("shell".to_owned(), "sh".to_owned()),
+        ])),
+        ..Default::default()
+    };
+    let mission = client.create_and_upload_mission(&request, &src).await.unwrap();
+    let one_cpu = JobResources { cpu_count: Some(1), memory_amount: Some(256), gpu_count: Some(0) };
+    let run = RunJob {
+        station_id: station.station_id,
+        lz_id: None,
+        cpu_count: one_cpu.cpu_count,
+        memory_amount: one_cpu.memory_amount,
+        gpu_count: one_cpu.gpu_count,
+    };
+
+    // Dispatch latency, one job at a time on an idle LZ (the first warms the input cache).
+    client.wait_for_job(client.run_job(mission.mission_id, &run).await.unwrap().job_id).await.unwrap();
+    let mut latencies = Vec::with_capacity(latency_jobs);
+    for _ in 0..latency_jobs {
+        let asked = Utc::now();
+        let job = client.run_job(mission.mission_id, &run).await.unwrap();
+        let done = client.wait_for_job(job.job_id).await.unwrap();
+        assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+        let running = done.history.iter().find(|t| t.status == JobStatus::Running).unwrap().at;
+        latencies.push((running - asked).to_std().unwrap_or_default());
+    }
+    latencies.sort();
+
+    // Throughput: submit everything (8 submitters), wait for the last completion.
+    let floor = xargs_floor(&src, throughput_jobs);
+    let cpu_before = cpu_time(server_pid).unwrap();
+    let started = Instant::now();
+    let first_submit = Utc::now();
+    let per_submitter = throughput_jobs.div_ceil(8);
+    let mut submitters = Vec::new();
+    for s in 0..8 {
+        let (client, run) = (client.clone(), run.clone());
+        let n = per_submitter.min(throughput_jobs.saturating_sub(s * per_submitter));
+        submitters.push(tokio::spawn(async move {
+            for _ in 0..n {
+                client.run_job(mission.mission_id, &run).await.unwrap();
+            }
+        }));
+    }
+    for s in submitters {
+        s.await.unwrap();
+    }
+    let submitted_in = started.elapsed();
+    let expected = (latency_jobs + 1 + throughput_jobs) as u64;
+    let ended = ListJobs {
+        mission_ids: vec![mission.mission_id],
+        statuses: vec![JobStatus::Completed, JobStatus::Failed, JobStatus::Lost, JobStatus::Stopped],
+        items: 1,
+        ..Default::default()
+    };
+    loop {
+        let page = client.list_jobs_page(&ended).await.unwrap();
+        if page.total >= expected {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(600), "jobs did not finish: {} of {expected}", page.total);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cpu_after = cpu_time(server_pid).unwrap();
+    let failed = ListJobs {
+        mission_ids: vec![mission.mission_id],
+        statuses: vec![JobStatus::Failed],
+        items: 1,
+        ..Default::default()
+    };
+    assert_eq!(client.list_jobs_page(&failed).await.unwrap().total, 0, "no job may fail");
+    let newest = client
+        .list_jobs(&ListJobs { mission_ids: vec![mission.mission_id], items: 200, ..Default::default() })
+        .await
+        .unwrap();
+    let last_finish = newest.iter().filter_map(|j| j.finished_at).max().unwrap();
+    let span = (last_finish - first_submit).to_std().unwrap();
+    let rate = throughput_jobs as f64 / span.as_secs_f64();
+    let floor_rate = throughput_jobs as f64 / floor.as_secs_f64();
+    let cpu_per_job = (cpu_after - cpu_before) / throughput_jobs as u32;
+
+    // A separate agent's idle RSS.
+    let lab = client
+        .create_station(&mission_client::CreateStation { name: "rss".into(), ..Default::default() })
+        .await
+        .unwrap();
+    let registered =
+        client.register_landing_zone(lab.station_id, &RegisterLandingZone { name: "idle".into() }).await.unwrap();
+    let agent = tokio::process::Command::new(BIN)
+        .args(["lz", "--server", &url, "--data-dir"])
+        .arg(home.path().join("lz"))
+        .env("MISSION_LZ_TOKEN", &registered.token)
+        .env("MISSION_LOG", "warn")
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    while !client.list_landing_zones(lab.station_id).await.unwrap().iter().any(|lz| lz.online) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let agent_rss = rss_kib(agent.id().unwrap());
+
+    let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
+    println!("| measure | value | target |");
+    println!("|---|---|---|");
+    println!("| dispatch latency p50 ({latency_jobs} jobs) | {} | < 20 ms |", ms(percentile(&latencies, 0.5)));
+    println!("| dispatch latency p99 | {} | < 100 ms |", ms(percentile(&latencies, 0.99)));
+    println!("| dispatch latency max | {} | |", ms(*latencies.last().unwrap()));
+    println!(
+        "| {throughput_jobs} trivial jobs, first submit to last finish | {:.2} s = {rate:.0} jobs/s | ≥ 200 jobs/s |",
+        span.as_secs_f64()
+    );
+    println!("| (submitting them took) | {:.2} s | |", submitted_in.as_secs_f64());
+    println!(
+        "| floor: seq {throughput_jobs} \\| xargs -P2 sh run.sh | {:.2} s = {floor_rate:.0} /s | |",
+        floor.as_secs_f64()
+    );
+    println!("| jobs/s as a share of the floor | {:.0}% | ≥ 25% |", 100.0 * rate / floor_rate);
+    println!("| server CPU per job (incl. embedded LZ) | {} | |", ms(cpu_per_job));
+    println!("| `mission lz` idle RSS | {:.1} MB | < 15 MB |", agent_rss as f64 / 1024.0);
+    drop(server);
+}

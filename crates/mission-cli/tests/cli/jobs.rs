@@ -279,7 +279,7 @@ fn read_pids(dir: &Path) -> Vec<u32> {
 #[tokio::test]
 async fn stopping_queued_and_running_jobs() {
     let (server, admin) = cluster(|_| {}).await;
-    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
     let alice = &server.client;
     let pids = tempfile::tempdir().unwrap();
     // The job and a background child of it record their pids, then wait.
@@ -289,6 +289,11 @@ async fn stopping_queued_and_running_jobs() {
     let queued = alice.run_job_on_station(m.mission_id, local_station(), cpus(2)).await.unwrap();
     wait_status(alice, running.job_id, JobStatus::Running).await;
     wait_until("both pids are recorded", || async { read_pids(pids.path()).len() == 2 }).await;
+
+    // Neither the landing zone nor the station can go while they hold jobs.
+    let err = admin.remove_landing_zone(local_station(), agent.lz_id).await.unwrap_err();
+    assert!(matches!(&err, Error::Api(p) if p.status == 409 && p.detail.contains("stop them first")), "{err:?}");
+    assert!(matches!(admin.delete_station(local_station()).await, Err(Error::Api(p)) if p.status == 409));
 
     let stopped = alice.stop_job(queued.job_id).await.unwrap();
     assert_eq!(stopped.status, JobStatus::Stopped, "a queued job stops at once");

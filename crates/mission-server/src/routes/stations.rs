@@ -43,6 +43,17 @@ async fn managed(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Stat
     }
 }
 
+/// A 409 while jobs that have not ended are queued on, placed on or waiting for the station
+/// (or one landing zone of it): removing it would pull their rows from under the scheduler.
+async fn refuse_while_jobs(app: &AppState, station_id: Uuid, lz_id: Option<Uuid>) -> ApiResult<()> {
+    let n = app.store.unfinished_jobs_at(station_id, lz_id).await?;
+    if n > 0 {
+        let what = if lz_id.is_some() { "landing zone" } else { "station" };
+        return Err(ApiError::conflict(format!("the {what} has {n} jobs that have not ended; stop them first")));
+    }
+    Ok(())
+}
+
 /// A user named by id or username, as a 400 naming `field` when there is none.
 async fn user_named(app: &AppState, field: &str, given: &str) -> ApiResult<Uuid> {
     let user = match Uuid::parse_str(given) {
@@ -111,6 +122,7 @@ pub async fn delete(State(app): State<AppState>, who: Principal, Path(id): Path<
     if !who.admin {
         return Err(ApiError::forbidden("only admins may delete stations"));
     }
+    refuse_while_jobs(&app, station.station_id, None).await?;
     if app.store.delete_station(station.station_id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -214,6 +226,7 @@ pub async fn remove_landing_zone(
 ) -> ApiResult<StatusCode> {
     let station = managed(&app, who, &id).await?;
     let lz_id = parse_id("lz_id", &lz)?;
+    refuse_while_jobs(&app, station.station_id, Some(lz_id)).await?;
     if app.store.delete_landing_zone(station.station_id, lz_id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {

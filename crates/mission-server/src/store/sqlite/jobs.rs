@@ -177,6 +177,20 @@ impl Store {
         Ok(n as u64)
     }
 
+    /// How many jobs that have not ended belong to a station, or (with `lz_id`) are placed on or
+    /// wait for one landing zone of it.
+    pub async fn unfinished_jobs_at(&self, station_id: Uuid, lz_id: Option<Uuid>) -> Result<u64, StoreError> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM jobs WHERE station_id = ?1 AND status NOT IN ('completed', 'failed', 'stopped', 'lost') \
+             AND (?2 IS NULL OR lz_id = ?2 OR requested_lz_id = ?2)",
+        )
+        .bind(station_id.to_string())
+        .bind(lz_id.map(|id| id.to_string()))
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n as u64)
+    }
+
     /// Records (or replaces) a result file of a job; `record.mission_id` is ignored.
     pub async fn insert_job_result(&self, job_id: Uuid, record: &FileRecord) -> Result<(), StoreError> {
         sqlx::query(

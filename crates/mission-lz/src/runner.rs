@@ -222,12 +222,20 @@ async fn cached(shared: &Shared, job_id: Uuid, path: &MissionPath, file: &InputF
 }
 
 /// Sends a stream of the program's output to the server as it comes, each chunk with its offset;
-/// retries until the server takes it (the program blocks on a full pipe meanwhile), and gives up
-/// only when the server says the job is no longer this LZ's.
+/// retries until the server takes it (the program blocks on a full pipe meanwhile). When the
+/// server refuses the output for good (the job is no longer this LZ's, a 4xx), the rest is read
+/// and dropped, so the program is never left writing into a pipe nobody reads.
 async fn forward(shared: Arc<Shared>, job_id: Uuid, stream: &'static str, mut pipe: impl AsyncRead + Unpin) {
     let mut offset = 0u64;
     let mut buf = vec![0u8; MAX_CHUNK];
+    let mut refused = false;
     loop {
+        if refused {
+            match pipe.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => continue,
+            }
+        }
         let mut n = match pipe.read(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
@@ -250,7 +258,11 @@ async fn forward(shared: Arc<Shared>, job_id: Uuid, stream: &'static str, mut pi
                 .await;
             match sent {
                 Ok(r) if r.status().is_success() => break,
-                Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => return,
+                Ok(r) if r.status().is_client_error() && r.status() != reqwest::StatusCode::CONFLICT => {
+                    tracing::warn!(%job_id, "the server refused the job's {stream} ({}); dropping the rest", r.status());
+                    refused = true;
+                    break;
+                }
                 Ok(r) => tracing::warn!(%job_id, "log chunk not taken ({}); retrying", r.status()),
                 Err(e) => tracing::warn!(%job_id, "log chunk not delivered ({e}); retrying"),
             }

@@ -81,11 +81,6 @@ impl Shared {
     }
 }
 
-/// The agent's resources, as it will advertise them.
-pub async fn resources(overrides: Overrides) -> (Resources, Vec<Gpu>) {
-    detect(overrides).await
-}
-
 /// Runs the agent until `shutdown` completes (jobs still running are killed then) or the server
 /// refuses its token.
 pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {

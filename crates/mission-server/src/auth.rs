@@ -304,21 +304,26 @@ impl ExternalKeys {
     }
 }
 
+/// The token of an `Authorization: Bearer <token>` header (a user's JWT, or a landing zone's
+/// agent token), as a 401 when the header is missing or malformed.
+pub fn bearer_token(parts: &Parts) -> Result<&str, ApiError> {
+    let value = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .ok_or_else(|| ApiError::unauthorized("sign in: this endpoint needs an Authorization: Bearer token"))?;
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| ApiError::unauthorized("the Authorization header must be 'Bearer <token>'"))
+}
+
 impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Self::Rejection> {
-        let value = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .ok_or_else(|| ApiError::unauthorized("sign in: this endpoint needs an Authorization: Bearer token"))?;
-        let token = value
-            .to_str()
-            .ok()
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| ApiError::unauthorized("the Authorization header must be 'Bearer <token>'"))?;
-        app.auth.authenticate(token).await
+        app.auth.authenticate(bearer_token(parts)?).await
     }
 }

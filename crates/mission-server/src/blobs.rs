@@ -104,11 +104,6 @@ pub struct FileStore {
     local_root: Option<std::path::PathBuf>,
 }
 
-/// SHA-256 of `bytes`, hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref())
-}
-
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

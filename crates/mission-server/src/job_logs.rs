@@ -10,9 +10,14 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use mission_api::paths::MissionPath;
+use mission_api::{JOB_LOGS_FOLDER, Job};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 use uuid::Uuid;
+
+use crate::blobs::{FileStore, Location};
+use crate::store::{self, FileRecord};
 
 /// Most bytes kept of one stream of one job.
 pub const MAX_LOG_BYTES: u64 = 64 * 1024 * 1024;
@@ -58,13 +63,47 @@ pub struct LogProgress {
 #[derive(Debug)]
 pub struct JobLogs {
     root: PathBuf,
+    /// The same folder as an object store, so logs are listed and served like other results.
+    files: FileStore,
     watchers: Mutex<HashMap<Uuid, watch::Sender<LogProgress>>>,
 }
 
 impl JobLogs {
-    /// Logs under `root`.
-    pub fn new(root: PathBuf) -> Self {
-        Self { root, watchers: Mutex::new(HashMap::new()) }
+    /// Logs under `root` (created if missing).
+    pub fn new(root: PathBuf) -> std::io::Result<Self> {
+        let files = FileStore::local(&root)?;
+        Ok(Self { root, files, watchers: Mutex::new(HashMap::new()) })
+    }
+
+    /// Where a job's logs live, as a results location; the file path of a stream is its
+    /// [`LogStream::file_name`].
+    pub fn location(&self, mission_id: Uuid, job_id: Uuid) -> Location {
+        Location::new(self.files.clone(), [mission_id.to_string(), job_id.to_string()], true)
+    }
+
+    /// The result record of one stream of a job's log (path `mission-logs/{stream}.log`), or
+    /// `None` when nothing was written to it.
+    pub async fn record(&self, job: &Job, stream: LogStream) -> Result<Option<FileRecord>, object_store::Error> {
+        let place = self.location(job.mission_id, job.job_id);
+        let name = MissionPath::parse(stream.file_name()).expect("a valid file name");
+        let written = match place.files.hash(&place.key(&name)).await {
+            Ok(written) => written,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let modified = tokio::fs::metadata(self.path(job.mission_id, job.job_id, stream))
+            .await
+            .and_then(|m| m.modified())
+            .map_or_else(|_| store::now(), chrono::DateTime::<chrono::Utc>::from);
+        Ok(Some(FileRecord {
+            mission_id: job.mission_id,
+            path: format!("{JOB_LOGS_FOLDER}/{}", stream.file_name()),
+            user_id: job.user_id,
+            size: written.size,
+            sha256: written.sha256,
+            e_tag: written.e_tag,
+            modified_at: modified,
+        }))
     }
 
     /// The file of one stream of a job.

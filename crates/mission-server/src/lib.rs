@@ -158,7 +158,11 @@ impl Server {
         let bays = cargo_bays::CargoBays::new(&config.data_dir, files)
             .map_err(|source| StartError::DataDir { path: config.data_dir.clone(), source })?;
         routes::recover_files(&store, &bays).await.map_err(|e| StartError::Recovery(e.problem().detail))?;
-        let logs = Arc::new(job_logs::JobLogs::new(config.data_dir.join("job-logs")));
+        let logs_root = config.data_dir.join("job-logs");
+        let logs = Arc::new(
+            job_logs::JobLogs::new(logs_root.clone())
+                .map_err(|source| StartError::DataDir { path: logs_root, source })?,
+        );
         let scheduler = scheduler::Scheduler::start(store.clone(), logs.clone(), config.lz_lease).await?;
         let app = Arc::new(App {
             store,

@@ -150,12 +150,14 @@ impl LzState {
             && self.free_gpus.len() >= job.gpu_count as usize
     }
 
-    fn take(&mut self, job: &Job, gpus: &[u32]) {
-        self.free_cpu -= i64::from(job.cpu_count);
-        self.free_memory -= job.memory_amount as i64;
-        for g in gpus {
+    /// Counts a placed job (with its `gpu_indices`) against the free resources.
+    fn hold(&mut self, placed: Placed) {
+        self.free_cpu -= i64::from(placed.job.cpu_count);
+        self.free_memory -= placed.job.memory_amount as i64;
+        for g in &placed.job.gpu_indices {
             self.free_gpus.remove(g);
         }
+        self.jobs.insert(placed.job.job_id, placed);
     }
 
     fn release(&mut self, job_id: Uuid) -> Option<Placed> {
@@ -207,10 +209,9 @@ impl State {
             }
             match job.lz_id.and_then(|id| self.lzs.get_mut(&id)) {
                 Some(lz) => {
-                    lz.take(&job, &job.gpu_indices);
                     // The agents had no server to report to: give each a lease from now.
                     lz.lease_until = Some(grace);
-                    lz.jobs.insert(job.job_id, Placed { job, seq, stop_requested: false });
+                    lz.hold(Placed { job, seq, stop_requested: false });
                 }
                 None => orphans.push(job),
             }
@@ -220,6 +221,22 @@ impl State {
             .map(|job| ended(job.job_id, JobStatus::Lost, "its landing zone was removed".into()))
             .collect();
         self.store.update_jobs(&updates).await
+    }
+
+    /// Writes job moves, then wakes the log followers of jobs that ended and puts `requeued`
+    /// jobs back in line at their original place.
+    async fn commit(&mut self, updates: &[JobUpdate], requeued: Vec<Placed>) -> Result<(), StoreError> {
+        self.store.update_jobs(updates).await?;
+        for update in updates.iter().filter(|u| u.status.is_final()) {
+            self.logs.finish(update.job_id);
+        }
+        for mut placed in requeued {
+            placed.job.status = JobStatus::Queued;
+            placed.job.lz_id = None;
+            placed.job.gpu_indices.clear();
+            self.queue.insert(placed.seq, placed.job);
+        }
+        Ok(())
     }
 
     fn bump(&mut self) -> u64 {
@@ -289,6 +306,9 @@ impl State {
     async fn submit(&mut self, job: Job) -> ApiResult<Job> {
         let lzs = self.store.landing_zones(Some(job.station_id), self.lease, store::now()).await?;
         let candidates: Vec<_> = lzs.iter().filter(|lz| job.requested_lz_id.is_none_or(|id| id == lz.lz_id)).collect();
+        if let (Some(lz_id), true) = (job.requested_lz_id, candidates.is_empty()) {
+            return Err(ApiError::invalid_field("lz_id", format!("the station has no landing zone {lz_id}")));
+        }
         if candidates.is_empty() {
             return Err(ApiError::invalid_field("station_id", "the station has no landing zones to run jobs on"));
         }
@@ -322,13 +342,10 @@ impl State {
     async fn stop(&mut self, job_id: Uuid, by: String) -> ApiResult<()> {
         if let Some(seq) = self.queue.iter().find(|(_, j)| j.job_id == job_id).map(|(s, _)| *s) {
             self.queue.remove(&seq);
-            self.store
-                .update_jobs(&[ended(job_id, JobStatus::Stopped, format!("stopped by {by} while queued"))])
-                .await?;
-            self.logs.finish(job_id);
-            return Ok(());
+            let stopped = ended(job_id, JobStatus::Stopped, format!("stopped by {by} while queued"));
+            return Ok(self.commit(&[stopped], Vec::new()).await?);
         }
-        let Some((&lz_id, lz)) = self.lzs.iter_mut().find(|(_, lz)| lz.jobs.contains_key(&job_id)) else {
+        let Some(lz) = self.lzs.values_mut().find(|lz| lz.jobs.contains_key(&job_id)) else {
             return Err(ApiError::conflict("the job has ended already"));
         };
         let placed = lz.jobs.get_mut(&job_id).expect("found above");
@@ -338,11 +355,8 @@ impl State {
         }
         // The LZ is not connected: the job ends now; should the agent come back still running
         // it, its welcome tells it to drop the job.
-        let _ = lz_id;
         lz.release(job_id);
-        self.store.update_jobs(&[ended(job_id, JobStatus::Stopped, format!("stopped by {by}"))]).await?;
-        self.logs.finish(job_id);
-        Ok(())
+        Ok(self.commit(&[ended(job_id, JobStatus::Stopped, format!("stopped by {by}"))], Vec::new()).await?)
     }
 
     async fn connect(&mut self, who: LzIdentity, hello: Hello) -> ApiResult<Session> {
@@ -356,15 +370,12 @@ impl State {
         let session_id = self.sessions;
         let (orders, rx) = mpsc::unbounded_channel();
         let lease = self.lease;
-        let lz = self.lzs.entry(who.lz_id).or_insert_with(|| LzState::new(who.station_id, hello.resources, Vec::new()));
         // New capacity, the same jobs: recount what is free.
-        let held: Vec<Placed> = lz.jobs.drain().map(|(_, p)| p).collect();
-        let mut fresh = LzState::new(who.station_id, hello.resources, gpus);
-        for placed in held {
-            fresh.take(&placed.job, &placed.job.gpu_indices);
-            fresh.jobs.insert(placed.job.job_id, placed);
+        let held = self.lzs.remove(&who.lz_id).map(|lz| lz.jobs).unwrap_or_default();
+        let lz = self.lzs.entry(who.lz_id).or_insert(LzState::new(who.station_id, hello.resources, gpus));
+        for (_, placed) in held {
+            lz.hold(placed);
         }
-        *lz = fresh;
         lz.connection = Some(Connection { id: session_id, orders });
         lz.lease_until = Some(Instant::now() + lease);
 
@@ -402,18 +413,7 @@ impl State {
         for placed in &requeued {
             updates.push(requeue_update(placed.job.job_id, "its landing zone restarted before the job started"));
         }
-        self.store.update_jobs(&updates).await?;
-        for update in &updates {
-            if update.status.is_final() {
-                self.logs.finish(update.job_id);
-            }
-        }
-        for mut placed in requeued {
-            placed.job.status = JobStatus::Queued;
-            placed.job.lz_id = None;
-            placed.job.gpu_indices.clear();
-            self.queue.insert(placed.seq, placed.job);
-        }
+        self.commit(&updates, requeued).await?;
         for job in resend {
             let order = Order::Run(self.assignment(&job).await?);
             self.lzs[&who.lz_id].send(order);
@@ -458,14 +458,10 @@ impl State {
             }
             updates.push(update);
         }
-        for id in &finished {
-            lz.release(*id);
-        }
-        self.store.update_jobs(&updates).await?;
         for id in finished {
-            self.logs.finish(id);
+            lz.release(id);
         }
-        Ok(())
+        Ok(self.commit(&updates, Vec::new()).await?)
     }
 
     async fn expire_leases(&mut self) -> Result<(), StoreError> {
@@ -497,19 +493,8 @@ impl State {
                 }
             }
         }
-        self.store.update_jobs(&updates).await?;
-        for update in &updates {
-            if update.status.is_final() {
-                self.logs.finish(update.job_id);
-            }
-        }
         let any_requeued = !requeued.is_empty();
-        for mut placed in requeued {
-            placed.job.status = JobStatus::Queued;
-            placed.job.lz_id = None;
-            placed.job.gpu_indices.clear();
-            self.queue.insert(placed.seq, placed.job);
-        }
+        self.commit(&updates, requeued).await?;
         if any_requeued && let Err(e) = self.place().await {
             tracing::error!("placing jobs: {}", e.problem().detail);
         }
@@ -519,7 +504,7 @@ impl State {
     /// One placement pass over the queue (see the module docs for the order).
     async fn place(&mut self) -> ApiResult<()> {
         let mut reserved: HashSet<Uuid> = HashSet::new();
-        let mut chosen: Vec<(u64, Uuid, Vec<u32>)> = Vec::new();
+        let mut chosen: Vec<(u64, Uuid, Uuid)> = Vec::new(); // (seq, LZ, job)
         let connected = self.lzs.values().filter(|lz| lz.connection.is_some()).count();
         for (&seq, job) in &self.queue {
             // Once every connected LZ is held for an earlier job, nothing further can start: the
@@ -544,9 +529,12 @@ impl State {
             match best {
                 Some(lz_id) => {
                     let lz = self.lzs.get_mut(&lz_id).expect("chosen from the map");
-                    let gpus: Vec<u32> = lz.free_gpus.iter().take(job.gpu_count as usize).copied().collect();
-                    lz.take(job, &gpus);
-                    chosen.push((seq, lz_id, gpus));
+                    let mut job = job.clone();
+                    job.status = JobStatus::Assigned;
+                    job.lz_id = Some(lz_id);
+                    job.gpu_indices = lz.free_gpus.iter().take(job.gpu_count as usize).copied().collect();
+                    chosen.push((seq, lz_id, job.job_id));
+                    lz.hold(Placed { job, seq, stop_requested: false });
                 }
                 None => {
                     let holder = self
@@ -564,25 +552,18 @@ impl State {
             return Ok(());
         }
         let mut updates = Vec::with_capacity(chosen.len());
-        let mut placed = Vec::with_capacity(chosen.len());
-        for (seq, lz_id, gpus) in chosen {
-            let mut job = self.queue.remove(&seq).expect("chosen from the queue");
-            job.status = JobStatus::Assigned;
-            job.lz_id = Some(lz_id);
-            job.gpu_indices = gpus.clone();
-            let mut update = JobUpdate::new(job.job_id, JobStatus::Assigned);
+        for &(seq, lz_id, job_id) in &chosen {
+            self.queue.remove(&seq);
+            let mut update = JobUpdate::new(job_id, JobStatus::Assigned);
             update.lz_id = Some(Some(lz_id));
-            update.gpu_indices = Some(gpus);
+            update.gpu_indices = Some(self.lzs[&lz_id].jobs[&job_id].job.gpu_indices.clone());
             update.detail = Some(format!("landing zone {lz_id}"));
             updates.push(update);
-            placed.push((lz_id, Placed { job, seq, stop_requested: false }));
         }
         self.store.update_jobs(&updates).await?;
-        for (lz_id, p) in placed {
-            let order = Order::Run(self.assignment(&p.job).await?);
-            let lz = self.lzs.get_mut(&lz_id).expect("chosen from the map");
-            lz.send(order);
-            lz.jobs.insert(p.job.job_id, p);
+        for (_, lz_id, job_id) in chosen {
+            let order = Order::Run(self.assignment(&self.lzs[&lz_id].jobs[&job_id].job).await?);
+            self.lzs[&lz_id].send(order);
         }
         Ok(())
     }

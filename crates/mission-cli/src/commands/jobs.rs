@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::bail;
 use clap::{Args, Subcommand};
-use mission_client::{Client, Job, JobResources, JobStatus, ListJobs, LogStream, RunJob, Uuid};
+use mission_client::{Client, Job, JobStatus, ListJobs, LogStream, RunJob, Uuid};
 
 use super::files::{TransferArgs, report_download};
 use super::stations::{resolve_lz, resolve_station};
@@ -191,14 +191,8 @@ impl RunCommand {
             Some(lz) => Some(resolve_lz(&client, station_id, lz).await?),
             None => None,
         };
-        let resources = JobResources { cpu_count: self.cpus, memory_amount: self.memory, gpu_count: self.gpus };
-        let request = RunJob {
-            station_id,
-            lz_id,
-            cpu_count: resources.cpu_count,
-            memory_amount: resources.memory_amount,
-            gpu_count: resources.gpu_count,
-        };
+        let request =
+            RunJob { station_id, lz_id, cpu_count: self.cpus, memory_amount: self.memory, gpu_count: self.gpus };
         let job = client.run_job(self.mission, &request).await?;
         if !self.wait && !self.follow {
             out.done(&job, &format!("started job {} ({})", job.job_id, job.status));

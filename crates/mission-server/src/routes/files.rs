@@ -23,7 +23,8 @@ use crate::cargo_bays::{CargoBays, storage_error};
 use crate::error::{ApiError, ApiResult};
 use crate::store::{self, FileRecord, Intent, IntentKind};
 
-fn parse_path(raw: &str) -> ApiResult<MissionPath> {
+/// A file path from the URL, as a 400 naming `path` when it breaks the path rule.
+pub(super) fn parse_path(raw: &str) -> ApiResult<MissionPath> {
     MissionPath::parse(raw).map_err(|e| ApiError::invalid_field("path", format!("{raw:?}: {e}")))
 }
 
@@ -173,14 +174,23 @@ pub async fn download(
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     let mission = readable(&app, who, &id).await?;
-    let path = parse_path(&raw_path)?;
+    serve_mission_file(&app, &mission, &parse_path(&raw_path)?, &headers).await
+}
+
+/// Answers a mission's file from the mission's source storage (404 when it has none at `path`).
+pub(super) async fn serve_mission_file(
+    app: &AppState,
+    mission: &mission_api::Mission,
+    path: &MissionPath,
+    headers: &HeaderMap,
+) -> ApiResult<Response> {
     let record = app
         .store
         .mission_file(mission.mission_id, path.as_str())
         .await?
         .ok_or_else(|| ApiError::not_found("file", format!("{path} in mission {}", mission.mission_id)))?;
-    let place = app.bays.source(&app.store, &mission).await?;
-    serve(&place, &path, &record, &headers).await
+    let place = app.bays.source(&app.store, mission).await?;
+    serve(&place, path, &record, headers).await
 }
 
 /// Answers a stored file (of a mission or a job's results) with its content, honouring a single

@@ -10,15 +10,16 @@ use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use futures_util::StreamExt;
 use mission_api::paths::MissionPath;
 use mission_api::{FileListing, JOB_LOGS_FOLDER, Job, JobPage, JobStatus, JobTransition, RunJob};
 use tokio::io::AsyncReadExt;
 use uuid::Uuid;
 
+use super::async_stream;
 use super::extract::{ApiJson, QueryPairs, page_number, page_size, parse_id};
-use super::files::serve;
+use super::files::{parse_path, serve};
 use super::missions::writable;
 use super::stations::visible;
 use crate::AppState;
@@ -26,12 +27,12 @@ use crate::auth::Principal;
 use crate::catalogue;
 use crate::error::{ApiError, ApiResult};
 use crate::job_logs::LogStream;
-use crate::store::{self, FileRecord, JobFilter};
+use crate::store::{self, JobFilter};
 
-/// Loads a job the caller may see, as a 404 otherwise.
+/// Loads a job the caller may see (without its history), as a 404 otherwise.
 async fn own_job(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Job> {
     let id = parse_id("job_id", raw_id)?;
-    match app.store.job(id).await? {
+    match app.store.job_row(id).await? {
         Some(job) if who.admin || job.user_id == who.user_id => Ok(job),
         _ => Err(ApiError::not_found("job", id)),
     }
@@ -50,15 +51,6 @@ pub async fn run(
 ) -> ApiResult<(StatusCode, Json<Job>)> {
     let mission = writable(&app, who, &id).await?;
     let station = visible(&app, who, &req.station_id.to_string()).await?;
-    if let Some(lz_id) = req.lz_id {
-        let lzs = app.store.landing_zones(Some(station.station_id), app.config.lz_lease, store::now()).await?;
-        if !lzs.iter().any(|lz| lz.lz_id == lz_id) {
-            return Err(ApiError::invalid_field(
-                "lz_id",
-                format!("station {} has no landing zone {lz_id}", station.name),
-            ));
-        }
-    }
     let type_id = mission.mission_type_id.ok_or_else(|| {
         ApiError::invalid_field("mission_type_id", "the mission has no mission type to say how to run it; set one")
     })?;
@@ -143,7 +135,9 @@ pub async fn list(
 #[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs", params(("id" = uuid::Uuid, Path, description = "job id")),
     responses((status = 200, body = Job), (status = 404, body = mission_api::Problem)))]
 pub async fn get(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Json<Job>> {
-    Ok(Json(own_job(&app, who, &id).await?))
+    let mut job = own_job(&app, who, &id).await?;
+    job.history = app.store.job_history(job.job_id).await?;
+    Ok(Json(job))
 }
 
 /// Stops a job: a queued one leaves the queue, a placed one has its process tree killed by its
@@ -219,7 +213,7 @@ pub async fn logs(
         loop {
             // Ended? Read once more after seeing it, so nothing written before the end is missed.
             let ended = progress.borrow_and_update().done
-                || app.store.job(job.job_id).await.ok().flatten().is_none_or(|j| j.status.is_final());
+                || app.store.job_row(job.job_id).await.ok().flatten().is_none_or(|j| j.status.is_final());
             loop {
                 if file.is_none() {
                     file = tokio::fs::File::open(&path).await.ok();
@@ -243,7 +237,7 @@ pub async fn logs(
                 }
             }
             if ended {
-                let status = app.store.job(job.job_id).await.ok().flatten().map(|j| j.status);
+                let status = app.store.job_row(job.job_id).await.ok().flatten().map(|j| j.status);
                 let data = serde_json::json!({ "status": status });
                 let _ = tx.send(Bytes::from(format!("event: end\ndata: {data}\n\n"))).await;
                 return;
@@ -262,18 +256,6 @@ pub async fn logs(
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     Ok(response)
-}
-
-/// A stream fed by a task: `produce` sends items until it returns; dropping the stream stops it
-/// at its next send.
-pub(super) fn async_stream<F, Fut>(produce: F) -> impl futures_util::Stream<Item = Bytes> + Send + 'static
-where
-    F: FnOnce(tokio::sync::mpsc::Sender<Bytes>) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let (tx, rx) = tokio::sync::mpsc::channel(16);
-    tokio::spawn(produce(tx));
-    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
 }
 
 /// A result path of a job's logs (`mission-logs/stdout.log`), if `path` names one.
@@ -298,23 +280,14 @@ pub async fn results(
     let job = own_job(&app, who, &id).await?;
     let mut listing: Vec<FileListing> = app.store.job_results(&job).await?.into_iter().map(FileListing::from).collect();
     for stream in [LogStream::Stdout, LogStream::Stderr] {
-        let path = app.logs.path(job.mission_id, job.job_id, stream);
-        let Ok(bytes) = tokio::fs::read(&path).await else { continue };
-        let modified = tokio::fs::metadata(&path).await.and_then(|m| m.modified()).map_err(ApiError::internal)?;
-        listing.push(FileListing::from(FileRecord {
-            mission_id: job.mission_id,
-            path: format!("{JOB_LOGS_FOLDER}/{}", stream.file_name()),
-            user_id: job.user_id,
-            size: bytes.len() as u64,
-            sha256: crate::blobs::sha256_hex(&bytes),
-            e_tag: None,
-            modified_at: chrono::DateTime::<chrono::Utc>::from(modified),
-        }));
+        if let Some(record) = app.logs.record(&job, stream).await.map_err(ApiError::internal)? {
+            listing.push(FileListing::from(record));
+        }
     }
     Ok(Json(listing))
 }
 
-/// Downloads one result file (honours a single `Range` for files, not for the logs).
+/// Downloads one result file (honours a single `Range`).
 #[utoipa::path(get, path = "/api/v1/jobs/{id}/results/{path}", tag = "jobs",
     params(("id" = uuid::Uuid, Path, description = "job id"), ("path" = String, Path, description = "result path")),
     responses((status = 200, description = "the file", content_type = "application/octet-stream"),
@@ -326,19 +299,14 @@ pub async fn result(
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     let job = own_job(&app, who, &id).await?;
-    let path =
-        MissionPath::parse(&raw_path).map_err(|e| ApiError::invalid_field("path", format!("{raw_path:?}: {e}")))?;
+    let path = parse_path(&raw_path)?;
     let not_found = || ApiError::not_found("result", format!("{path} of job {}", job.job_id));
     if let Some(stream) = log_of(&path) {
-        let file = tokio::fs::File::open(app.logs.path(job.mission_id, job.job_id, stream))
-            .await
-            .map_err(|e| if e.kind() == std::io::ErrorKind::NotFound { not_found() } else { ApiError::internal(e) })?;
-        let mut response = Body::from_stream(tokio_util::io::ReaderStream::new(file)).into_response();
-        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
-        return Ok(response);
+        let record = app.logs.record(&job, stream).await.map_err(ApiError::internal)?.ok_or_else(not_found)?;
+        let name = MissionPath::parse(stream.file_name()).expect("a valid file name");
+        return serve(&app.logs.location(job.mission_id, job.job_id), &name, &record, &headers).await;
     }
-    let record =
-        app.store.job_results(&job).await?.into_iter().find(|r| r.path == path.as_str()).ok_or_else(not_found)?;
+    let record = app.store.job_result(&job, path.as_str()).await?.ok_or_else(not_found)?;
     let mission = app.store.mission(job.mission_id).await?.ok_or_else(not_found)?;
     let place = app.bays.results(&app.store, &mission, job.job_id).await?;
     serve(&place, &path, &record, &headers).await

@@ -13,14 +13,14 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use futures_util::StreamExt;
 use mission_api::lz::{Hello, Order, Report};
-use mission_api::paths::MissionPath;
 use mission_api::{FileListing, JOB_LOGS_FOLDER, Job};
 use serde::Deserialize;
 
+use super::async_stream;
 use super::extract::{ApiJson, parse_id};
-use super::files::serve;
-use super::jobs::async_stream;
+use super::files::{parse_path, serve_mission_file};
 use crate::AppState;
+use crate::auth::bearer_token;
 use crate::blobs::WriteError;
 use crate::cargo_bays::storage_error;
 use crate::error::{ApiError, ApiResult};
@@ -35,13 +35,7 @@ impl FromRequestParts<AppState> for Agent {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Self::Rejection> {
-        let token = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .ok_or_else(|| ApiError::unauthorized("send the landing zone's token as Authorization: Bearer <token>"))?;
-        match app.store.lz_by_token_hash(&hash_secret(token.trim())).await? {
+        match app.store.lz_by_token_hash(&hash_secret(bearer_token(parts)?)).await? {
             Some(lz) => Ok(Agent(lz)),
             None => Err(ApiError::unauthorized("unknown landing-zone token (was the LZ removed or re-registered?)")),
         }
@@ -51,7 +45,7 @@ impl FromRequestParts<AppState> for Agent {
 /// A job placed on the agent's LZ, as a 404 otherwise.
 async fn placed_job(app: &AppState, agent: &LzIdentity, raw_id: &str) -> ApiResult<Job> {
     let id = parse_id("job_id", raw_id)?;
-    match app.store.job(id).await? {
+    match app.store.job_row(id).await? {
         Some(job) if job.lz_id == Some(agent.lz_id) && job.status.is_placed() => Ok(job),
         _ => Err(ApiError::not_found("job on this landing zone", id)),
     }
@@ -147,17 +141,10 @@ pub async fn input_file(
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     let job = placed_job(&app, &lz, &id).await?;
-    let path =
-        MissionPath::parse(&raw_path).map_err(|e| ApiError::invalid_field("path", format!("{raw_path:?}: {e}")))?;
+    let path = parse_path(&raw_path)?;
     let mission =
         app.store.mission(job.mission_id).await?.ok_or_else(|| ApiError::not_found("mission", job.mission_id))?;
-    let record = app
-        .store
-        .mission_file(mission.mission_id, path.as_str())
-        .await?
-        .ok_or_else(|| ApiError::not_found("file", format!("{path} in mission {}", mission.mission_id)))?;
-    let place = app.bays.source(&app.store, &mission).await?;
-    serve(&place, &path, &record, &headers).await
+    serve_mission_file(&app, &mission, &path, &headers).await
 }
 
 /// Uploads one result file of a job placed on the agent's LZ (into the mission's destination).
@@ -168,8 +155,7 @@ pub async fn upload_result(
     body: Body,
 ) -> ApiResult<(StatusCode, Json<FileListing>)> {
     let job = placed_job(&app, &lz, &id).await?;
-    let path =
-        MissionPath::parse(&raw_path).map_err(|e| ApiError::invalid_field("path", format!("{raw_path:?}: {e}")))?;
+    let path = parse_path(&raw_path)?;
     if path.segments().next() == Some(JOB_LOGS_FOLDER) {
         return Err(ApiError::invalid_field("path", format!("{JOB_LOGS_FOLDER}/ holds the job's logs")));
     }

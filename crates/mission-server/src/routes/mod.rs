@@ -12,6 +12,7 @@ mod missions;
 mod stations;
 
 use axum::Router;
+use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::response::IntoResponse;
 use axum::routing::{get, post, put};
@@ -108,6 +109,18 @@ pub fn router(app: AppState) -> Router {
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(app.clone(), crate::metrics::track))
         .with_state(app)
+}
+
+/// A stream fed by a task: `produce` sends items until it returns; dropping the stream stops it
+/// at its next send.
+fn async_stream<F, Fut>(produce: F) -> impl futures_util::Stream<Item = Bytes> + Send + 'static
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Bytes>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(produce(tx));
+    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
 }
 
 async fn no_route(request: Request) -> impl IntoResponse {

@@ -94,16 +94,22 @@ impl Store {
 
     /// One job with its history.
     pub async fn job(&self, job_id: Uuid) -> Result<Option<Job>, StoreError> {
-        let row = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = ?"))
-            .bind(job_id.to_string())
-            .fetch_optional(&self.pool)
-            .await?;
-        let Some(mut job) = row.as_ref().map(job_from_row).transpose()? else { return Ok(None) };
+        let Some(mut job) = self.job_row(job_id).await? else { return Ok(None) };
         job.history = self.job_history(job_id).await?;
         Ok(Some(job))
     }
 
-    async fn job_history(&self, job_id: Uuid) -> Result<Vec<JobTransition>, StoreError> {
+    /// One job without its history (`history` left empty): one query.
+    pub async fn job_row(&self, job_id: Uuid) -> Result<Option<Job>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = ?"))
+            .bind(job_id.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    /// A job's transitions, oldest first.
+    pub async fn job_history(&self, job_id: Uuid) -> Result<Vec<JobTransition>, StoreError> {
         let rows = sqlx::query("SELECT status, at, detail FROM job_history WHERE job_id = ? ORDER BY n")
             .bind(job_id.to_string())
             .fetch_all(&self.pool)
@@ -212,10 +218,21 @@ impl Store {
     /// The result files of a job (without its logs), by path; `mission_id` and `user_id` of the
     /// records are the job's.
     pub async fn job_results(&self, job: &Job) -> Result<Vec<FileRecord>, StoreError> {
+        self.job_results_at(job, None).await
+    }
+
+    /// The result file `path` of a job.
+    pub async fn job_result(&self, job: &Job, path: &str) -> Result<Option<FileRecord>, StoreError> {
+        Ok(self.job_results_at(job, Some(path)).await?.pop())
+    }
+
+    async fn job_results_at(&self, job: &Job, path: Option<&str>) -> Result<Vec<FileRecord>, StoreError> {
         let rows = sqlx::query(
-            "SELECT path, size, sha256, e_tag, modified_at FROM job_results WHERE job_id = ? ORDER BY path",
+            "SELECT path, size, sha256, e_tag, modified_at FROM job_results WHERE job_id = ?1 \
+             AND (?2 IS NULL OR path = ?2) ORDER BY path",
         )
         .bind(job.job_id.to_string())
+        .bind(path)
         .fetch_all(&self.pool)
         .await?;
         rows.iter()

@@ -153,6 +153,36 @@ async fn main() {
     let rate = throughput_jobs as f64 / span.as_secs_f64();
     let floor_rate = throughput_jobs as f64 / floor.as_secs_f64();
     let cpu_per_job = (cpu_after - cpu_before) / throughput_jobs as u32;
+    // Where a job's time goes: the mean gap between consecutive moves over the newest 100 jobs.
+    let mut phases: BTreeMap<(JobStatus, JobStatus), (Duration, u32)> = BTreeMap::new();
+    // And the hand-over of an LZ slot: from a job's end (as the LZ saw it) to the next assignment.
+    let mut slot_events = Vec::new();
+    for job in newest.iter().take(100) {
+        let history = client.get_job(job.job_id).await.unwrap().history;
+        for t in &history {
+            match t.status {
+                JobStatus::Assigned => slot_events.push((t.at, false)),
+                s if s.is_final() => slot_events.push((t.at, true)),
+                _ => {}
+            }
+        }
+        for pair in history.windows(2) {
+            let entry = phases.entry((pair[0].status, pair[1].status)).or_default();
+            entry.0 += (pair[1].at - pair[0].at).to_std().unwrap_or_default();
+            entry.1 += 1;
+        }
+    }
+
+    slot_events.sort();
+    let (mut freed, mut handovers) = (std::collections::VecDeque::new(), Vec::new());
+    for (at, is_end) in slot_events {
+        if is_end {
+            freed.push_back(at);
+        } else if let Some(end) = freed.pop_front() {
+            handovers.push((at - end).to_std().unwrap_or_default());
+        }
+    }
+    let handover = handovers.iter().sum::<Duration>() / handovers.len().max(1) as u32;
 
     // A separate agent's idle RSS.
     let lab = client
@@ -194,5 +224,9 @@ async fn main() {
     println!("| jobs/s as a share of the floor | {:.0}% | ≥ 25% |", 100.0 * rate / floor_rate);
     println!("| server CPU per job (incl. embedded LZ) | {} | |", ms(cpu_per_job));
     println!("| `mission lz` idle RSS | {:.1} MB | < 15 MB |", agent_rss as f64 / 1024.0);
+    println!("| mean slot hand-over: a job ends → the next is assigned | {} | |", ms(handover));
+    for ((from, to), (total, n)) in phases {
+        println!("| mean {from} → {to} (newest 100 jobs) | {} | |", ms(total / n));
+    }
     drop(server);
 }

@@ -5,11 +5,13 @@
 //!   service (the binary and the tests share this one entry point);
 //! - `routes`: the HTTP surface, one module per resource, with problem+json errors from [`error`];
 //! - [`auth`]: bearer-token verification (built-in key or an external provider's JWKS);
+//!   [`agent_tokens`]: which landing zone an agent's token belongs to;
 //! - [`idp`]: the built-in OAuth 2.0 device-flow provider and its `/activate` page;
 //! - [`blobs`]: object storage for files; [`cargo_bays`]: storage locations users add;
 //! - [`scheduler`]: places jobs on landing zones and tracks them; [`job_logs`]: their output;
 //! - [`store`]: the database; [`catalogue`]: the built-in mission types; [`users`]: accounts.
 
+pub mod agent_tokens;
 pub mod auth;
 pub mod blobs;
 pub mod cargo_bays;
@@ -62,6 +64,8 @@ pub struct App {
     pub bays: cargo_bays::CargoBays,
     /// Places jobs on landing zones and follows them.
     pub scheduler: scheduler::Scheduler,
+    /// Landing-zone agents' tokens.
+    pub agent_tokens: Arc<agent_tokens::AgentTokens>,
     /// Jobs' output as it streams in.
     pub logs: Arc<job_logs::JobLogs>,
     /// Turns true when the server stops, ending long-lived responses (agent orders, log follows).
@@ -163,7 +167,9 @@ impl Server {
             job_logs::JobLogs::new(logs_root.clone())
                 .map_err(|source| StartError::DataDir { path: logs_root, source })?,
         );
-        let scheduler = scheduler::Scheduler::start(store.clone(), logs.clone(), config.lz_lease).await?;
+        let agent_tokens = Arc::new(agent_tokens::AgentTokens::new(store.clone()));
+        let scheduler =
+            scheduler::Scheduler::start(store.clone(), logs.clone(), agent_tokens.clone(), config.lz_lease).await?;
         let app = Arc::new(App {
             store,
             config,
@@ -173,6 +179,7 @@ impl Server {
             auth,
             bays,
             scheduler,
+            agent_tokens,
             logs,
             closing: tokio::sync::watch::channel(false).0,
             path_locks: locks::PathLocks::default(),
@@ -195,7 +202,9 @@ impl Server {
     /// if it exists) and answers the token its agent connects with.
     pub async fn embedded_lz_token(&self, name: &str) -> Result<String, store::StoreError> {
         let token = idp::random_secret();
-        self.app.store.rotate_lz_token(DEFAULT_STATION_ID, name, &idp::hash_secret(&token), store::now()).await?;
+        let lz_id =
+            self.app.store.rotate_lz_token(DEFAULT_STATION_ID, name, &idp::hash_secret(&token), store::now()).await?;
+        self.app.scheduler.registered(store::LzIdentity { lz_id, station_id: DEFAULT_STATION_ID, name: name.into() });
         Ok(token)
     }
 

@@ -1,17 +1,24 @@
 //! The scheduler: one task that owns the queues and what every landing zone holds, and places jobs.
 //!
 //! Everything that changes a job after submission goes through this task as an event, so the
-//! placement state never races with itself: submissions, stops, agent connections, heartbeats and
-//! the agents' reports. A placement pass runs after each event that could let a job start (a
-//! submission, a job ending, an LZ connecting); there is no tick. The only timer is the earliest
-//! lease deadline, after which a silent LZ loses its jobs.
+//! placement state never races with itself: submissions, stops, agent connections, heartbeats,
+//! the agents' reports, and landing zones being registered or removed. A placement pass runs
+//! after events that could let a job start (a submission, a job ending, an LZ connecting); there
+//! is no tick. The only timer is the earliest lease deadline, after which a silent LZ loses its
+//! jobs.
+//!
+//! Events are taken in batches: whatever has arrived while the last batch was being written is
+//! handled in memory, then one placement pass runs, then every job written by the batch goes to the
+//! store in one transaction; only after that are orders sent and callers answered. Under load this
+//! turns many small transactions into few, and a quiet system still handles each event at once.
 //!
 //! Order: FIFO per station with backfill. A job that does not fit yet reserves the connected LZ
 //! best able to hold it; later jobs may still start on the station's other LZs, never on a reserved
 //! one, so small jobs fill idle room without starving a large one.
 //!
-//! The store is the source of truth: every move is written before the agent hears of it, and
-//! [`Scheduler::start`] rebuilds queues and occupancy from the unfinished jobs after a restart.
+//! The store is the source of truth: every move is written before the agent or the caller hears
+//! of it, [`Scheduler::start`] rebuilds queues and occupancy from the unfinished jobs after a
+//! restart, and should a write fail the jobs are reloaded from the store the same way.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -23,9 +30,13 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use crate::agent_tokens::AgentTokens;
 use crate::error::{ApiError, ApiResult};
 use crate::job_logs::JobLogs;
 use crate::store::{self, JobUpdate, LzIdentity, Store, StoreError};
+
+/// Most events handled in one batch, so a flood of them still gets answers in steady steps.
+const MAX_BATCH: usize = 256;
 
 /// Handle to the scheduler task; cheap to clone.
 #[derive(Clone, Debug)]
@@ -38,7 +49,7 @@ pub struct Session {
     /// What the agent is told on connecting.
     pub welcome: Welcome,
     /// Orders as the scheduler issues them; ends when a newer connection of the LZ replaces this
-    /// one or the LZ's lease runs out.
+    /// one, the LZ's lease runs out or the LZ is removed.
     pub orders: mpsc::UnboundedReceiver<Order>,
     /// Identifies this connection in [`Scheduler::disconnected`].
     pub session_id: u64,
@@ -53,14 +64,30 @@ enum Event {
     Disconnected(Uuid, u64),
     Heartbeat(Uuid, Reply<()>),
     Reports(LzIdentity, Vec<Report>, Reply<()>),
+    Registered(LzIdentity),
+    Remove { station_id: Uuid, lz_id: Option<Uuid>, reply: Reply<bool> },
 }
 
 impl Scheduler {
     /// Rebuilds the scheduler's state from the store and starts its task.
-    pub async fn start(store: Store, logs: Arc<JobLogs>, lease: Duration) -> Result<Self, StoreError> {
+    pub async fn start(
+        store: Store,
+        logs: Arc<JobLogs>,
+        tokens: Arc<AgentTokens>,
+        lease: Duration,
+    ) -> Result<Self, StoreError> {
         let (events, rx) = mpsc::unbounded_channel();
-        let mut state =
-            State { store, logs, lease, lzs: HashMap::new(), queue: BTreeMap::new(), next_seq: 0, sessions: 0 };
+        let mut state = State {
+            store,
+            logs,
+            tokens,
+            lease,
+            lzs: HashMap::new(),
+            queue: BTreeMap::new(),
+            next_seq: 0,
+            sessions: 0,
+            batch: Batch::default(),
+        };
         state.rebuild().await?;
         tokio::spawn(state.run(rx));
         Ok(Self { events })
@@ -102,6 +129,18 @@ impl Scheduler {
     pub async fn reports(&self, lz: LzIdentity, reports: Vec<Report>) -> ApiResult<()> {
         self.ask(|r| Event::Reports(lz, reports, r)).await
     }
+
+    /// A landing zone was registered, or got a new token: jobs may now name it.
+    pub fn registered(&self, lz: LzIdentity) {
+        let _ = self.events.send(Event::Registered(lz));
+    }
+
+    /// Removes a landing zone of a station (or, with `lz_id` `None`, the station with all of them)
+    /// from the store and from placement; a 409 while jobs that have not ended are queued for it
+    /// or placed on it. Answers false when there was nothing to remove.
+    pub async fn remove(&self, station_id: Uuid, lz_id: Option<Uuid>) -> ApiResult<bool> {
+        self.ask(|reply| Event::Remove { station_id, lz_id, reply }).await
+    }
 }
 
 /// A job an LZ holds.
@@ -118,7 +157,9 @@ struct Connection {
 
 struct LzState {
     station_id: Uuid,
-    capacity: Resources,
+    name: String,
+    /// What the agent advertised when it last connected; `None` until it first did.
+    capacity: Option<Resources>,
     gpus: Vec<u32>,
     free_cpu: i64,
     free_memory: i64,
@@ -130,12 +171,15 @@ struct LzState {
 }
 
 impl LzState {
-    fn new(station_id: Uuid, capacity: Resources, gpus: Vec<u32>) -> Self {
+    fn new(station_id: Uuid, name: String, capacity: Option<Resources>) -> Self {
+        let capacity_or_none = capacity.unwrap_or(Resources { cpu_count: 0, memory_amount: 0, gpu_count: 0 });
+        let gpus: Vec<u32> = (0..capacity_or_none.gpu_count).collect();
         Self {
             station_id,
+            name,
             capacity,
-            free_cpu: i64::from(capacity.cpu_count),
-            free_memory: capacity.memory_amount as i64,
+            free_cpu: i64::from(capacity_or_none.cpu_count),
+            free_memory: capacity_or_none.memory_amount as i64,
             free_gpus: gpus.iter().copied().collect(),
             gpus,
             connection: None,
@@ -148,6 +192,12 @@ impl LzState {
         self.free_cpu >= i64::from(job.cpu_count)
             && self.free_memory >= job.memory_amount as i64
             && self.free_gpus.len() >= job.gpu_count as usize
+    }
+
+    fn could_hold(&self, job: &Job) -> bool {
+        self.capacity.is_some_and(|c| {
+            c.cpu_count >= job.cpu_count && c.memory_amount >= job.memory_amount && c.gpu_count >= job.gpu_count
+        })
     }
 
     /// Counts a placed job (with its `gpu_indices`) against the free resources.
@@ -167,40 +217,78 @@ impl LzState {
         self.free_gpus.extend(placed.job.gpu_indices.iter().filter(|g| self.gpus.contains(g)));
         Some(placed)
     }
+}
 
-    fn send(&self, order: Order) -> bool {
-        self.connection.as_ref().is_some_and(|c| c.orders.send(order).is_ok())
+/// An answer waiting for the batch's write.
+enum Answer {
+    Job(Reply<Job>, Box<Job>),
+    Done(Reply<()>),
+    Session(Reply<Session>, Box<Session>),
+}
+
+impl Answer {
+    /// Answers with the batch's outcome: `failure` when its write failed.
+    fn send(self, failure: Option<&ApiError>) {
+        fn outcome<T>(value: T, failure: Option<&ApiError>) -> ApiResult<T> {
+            failure.map_or(Ok(value), |e| Err(e.clone()))
+        }
+        match self {
+            Self::Job(reply, job) => drop(reply.send(outcome(*job, failure))),
+            Self::Done(reply) => drop(reply.send(outcome((), failure))),
+            Self::Session(reply, session) => drop(reply.send(outcome(*session, failure))),
+        }
     }
 }
 
-fn could_hold(capacity: &Resources, job: &Job) -> bool {
-    capacity.cpu_count >= job.cpu_count
-        && capacity.memory_amount >= job.memory_amount
-        && capacity.gpu_count >= job.gpu_count
+/// An order waiting for the batch's write.
+enum Pending {
+    /// Run a job placed on the LZ (looked up when sent).
+    Run(Uuid),
+    Stop(Uuid),
+}
+
+/// What one batch of events changes: written together, then made known.
+#[derive(Default)]
+struct Batch {
+    inserts: Vec<Job>,
+    updates: Vec<JobUpdate>,
+    orders: Vec<(Uuid, Pending)>,
+    answers: Vec<Answer>,
+    place: bool,
+}
+
+impl Batch {
+    fn is_empty(&self) -> bool {
+        self.inserts.is_empty() && self.updates.is_empty() && self.orders.is_empty() && self.answers.is_empty()
+    }
 }
 
 struct State {
     store: Store,
     logs: Arc<JobLogs>,
+    tokens: Arc<AgentTokens>,
     lease: Duration,
     lzs: HashMap<Uuid, LzState>,
     /// Queued jobs by submission order.
     queue: BTreeMap<u64, Job>,
     next_seq: u64,
     sessions: u64,
+    batch: Batch,
 }
 
 impl State {
     async fn rebuild(&mut self) -> Result<(), StoreError> {
-        let now = store::now();
-        for lz in self.store.landing_zones(None, self.lease, now).await? {
-            if let Some(capacity) = lz.resources {
-                let gpus = (0..capacity.gpu_count).collect();
-                self.lzs.insert(lz.lz_id, LzState::new(lz.station_id, capacity, gpus));
-            }
+        for lz in self.store.landing_zones(None, self.lease, store::now()).await? {
+            self.lzs.insert(lz.lz_id, LzState::new(lz.station_id, lz.name, lz.resources));
         }
-        let grace = Instant::now() + self.lease;
-        let mut orphans = Vec::new();
+        self.load_jobs().await?;
+        let batch = std::mem::take(&mut self.batch);
+        self.store.save_jobs(&batch.inserts, &batch.updates).await
+    }
+
+    /// Fills the queue and the LZs' occupancy from the store's unfinished jobs; jobs placed on an
+    /// LZ that is gone are lost (in the batch).
+    async fn load_jobs(&mut self) -> Result<(), StoreError> {
         for job in self.store.unfinished_jobs().await? {
             let seq = self.bump();
             if job.status == JobStatus::Queued {
@@ -208,35 +296,33 @@ impl State {
                 continue;
             }
             match job.lz_id.and_then(|id| self.lzs.get_mut(&id)) {
-                Some(lz) => {
-                    // The agents had no server to report to: give each a lease from now.
-                    lz.lease_until = Some(grace);
-                    lz.hold(Placed { job, seq, stop_requested: false });
-                }
-                None => orphans.push(job),
+                Some(lz) => lz.hold(Placed { job, seq, stop_requested: false }),
+                None => self.end(job.job_id, JobStatus::Lost, "its landing zone was removed".into()),
             }
         }
-        let updates: Vec<_> = orphans
-            .iter()
-            .map(|job| ended(job.job_id, JobStatus::Lost, "its landing zone was removed".into()))
-            .collect();
-        self.store.update_jobs(&updates).await
+        // Agents that had no server to report to (a restart) get a lease from now.
+        let grace = Instant::now() + self.lease;
+        for lz in self.lzs.values_mut().filter(|lz| !lz.jobs.is_empty() && lz.lease_until.is_none()) {
+            lz.lease_until = Some(grace);
+        }
+        self.batch.place = true;
+        Ok(())
     }
 
-    /// Writes job moves, then wakes the log followers of jobs that ended and puts `requeued`
-    /// jobs back in line at their original place.
-    async fn commit(&mut self, updates: &[JobUpdate], requeued: Vec<Placed>) -> Result<(), StoreError> {
-        self.store.update_jobs(updates).await?;
-        for update in updates.iter().filter(|u| u.status.is_final()) {
-            self.logs.finish(update.job_id);
+    /// After a failed write: forget what the batch did and take the jobs from the store again.
+    /// Connections and leases stay; stop requests not yet carried out are lost (the caller got an
+    /// error and may ask again).
+    async fn reload_jobs(&mut self) {
+        self.queue.clear();
+        for lz in self.lzs.values_mut() {
+            let ids: Vec<Uuid> = lz.jobs.keys().copied().collect();
+            for id in ids {
+                lz.release(id);
+            }
         }
-        for mut placed in requeued {
-            placed.job.status = JobStatus::Queued;
-            placed.job.lz_id = None;
-            placed.job.gpu_indices.clear();
-            self.queue.insert(placed.seq, placed.job);
+        if let Err(e) = self.load_jobs().await {
+            tracing::error!("reloading jobs after a failed write: {e}");
         }
-        Ok(())
     }
 
     fn bump(&mut self) -> u64 {
@@ -244,44 +330,145 @@ impl State {
         self.next_seq
     }
 
+    /// A move ending a job, in the batch.
+    fn end(&mut self, job_id: Uuid, status: JobStatus, reason: String) {
+        let mut update = JobUpdate::new(job_id, status);
+        update.detail = Some(reason.clone());
+        update.reason = Some(reason);
+        self.batch.updates.push(update);
+    }
+
+    /// Puts a placed job back in line at its original place, in the batch.
+    fn requeue(&mut self, mut placed: Placed, why: &str) {
+        let mut update = JobUpdate::new(placed.job.job_id, JobStatus::Queued);
+        update.lz_id = Some(None);
+        update.gpu_indices = Some(Vec::new());
+        update.detail = Some(why.to_owned());
+        self.batch.updates.push(update);
+        placed.job.status = JobStatus::Queued;
+        placed.job.lz_id = None;
+        placed.job.gpu_indices.clear();
+        self.queue.insert(placed.seq, placed.job);
+        self.batch.place = true;
+    }
+
     async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>) {
         loop {
             let deadline = self.lzs.values().filter_map(|lz| lz.lease_until).min();
-            let event = tokio::select! {
+            tokio::select! {
                 event = events.recv() => match event {
-                    Some(event) => event,
+                    Some(event) => {
+                        self.handle(event).await;
+                        for _ in 1..MAX_BATCH {
+                            let Ok(event) = events.try_recv() else { break };
+                            self.handle(event).await;
+                        }
+                    }
                     None => return,
                 },
-                () = sleep_until(deadline) => {
-                    if let Err(e) = self.expire_leases().await {
-                        tracing::error!("expiring leases: {e}");
-                    }
-                    continue;
-                }
-            };
-            self.handle(event).await;
+                () = sleep_until(deadline) => self.expire_leases(),
+            }
+            if std::mem::take(&mut self.batch.place) {
+                self.place();
+            }
+            self.flush().await;
         }
+    }
+
+    /// Writes the batch, then sends its orders, wakes the log followers of jobs that ended and
+    /// answers its callers; on a failed write, answers with the error and reloads the jobs.
+    async fn flush(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.batch);
+        let written = async {
+            let runs = self.assignments(&batch.orders).await?;
+            self.store.save_jobs(&batch.inserts, &batch.updates).await?;
+            Ok::<_, StoreError>(runs)
+        };
+        let mut runs = match written.await {
+            Ok(runs) => runs,
+            Err(e) => {
+                tracing::error!("writing jobs: {e}");
+                let failure = ApiError::from(e);
+                for answer in batch.answers {
+                    answer.send(Some(&failure));
+                }
+                self.reload_jobs().await;
+                return;
+            }
+        };
+        for update in batch.updates.iter().filter(|u| u.status.is_final()) {
+            self.logs.finish(update.job_id);
+        }
+        for (lz_id, order) in batch.orders {
+            let order = match order {
+                Pending::Run(job_id) => match runs.remove(&job_id) {
+                    Some(assignment) => Order::Run(assignment),
+                    None => continue,
+                },
+                Pending::Stop(job_id) => Order::Stop { job_id },
+            };
+            if let Some(connection) = self.lzs.get(&lz_id).and_then(|lz| lz.connection.as_ref()) {
+                let _ = connection.orders.send(order);
+            }
+        }
+        for answer in batch.answers {
+            answer.send(None);
+        }
+    }
+
+    /// The assignments of the batch's run orders (the mission's files read once per mission).
+    async fn assignments(&self, orders: &[(Uuid, Pending)]) -> Result<HashMap<Uuid, Assignment>, StoreError> {
+        let mut files: HashMap<Uuid, Vec<InputFile>> = HashMap::new();
+        let mut runs = HashMap::new();
+        for (lz_id, order) in orders {
+            let Pending::Run(job_id) = order else { continue };
+            let Some(placed) = self.lzs.get(lz_id).and_then(|lz| lz.jobs.get(job_id)) else { continue };
+            let job = &placed.job;
+            if let std::collections::hash_map::Entry::Vacant(entry) = files.entry(job.mission_id) {
+                let listed = self.store.mission_files(job.mission_id).await?;
+                entry.insert(
+                    listed.into_iter().map(|f| InputFile { path: f.path, size: f.size, sha256: f.sha256 }).collect(),
+                );
+            }
+            runs.insert(
+                *job_id,
+                Assignment {
+                    job_id: *job_id,
+                    mission_id: job.mission_id,
+                    command: job.command.clone(),
+                    cpu_count: job.cpu_count,
+                    memory_amount: job.memory_amount,
+                    gpu_indices: job.gpu_indices.clone(),
+                    files: files[&job.mission_id].clone(),
+                },
+            );
+        }
+        Ok(runs)
     }
 
     async fn handle(&mut self, event: Event) {
         match event {
-            Event::Submit(job, reply) => {
-                let result = self.submit(*job).await;
-                let _ = reply.send(result);
-            }
-            Event::Stop(job_id, by, reply) => {
-                let _ = reply.send(self.stop(job_id, by).await);
-            }
-            Event::Connect(lz, hello, reply) => {
-                let _ = reply.send(self.connect(lz, *hello).await);
-            }
+            Event::Submit(job, reply) => match self.submit(*job) {
+                Ok(job) => self.batch.answers.push(Answer::Job(reply, Box::new(job))),
+                Err(e) => drop(reply.send(Err(e))),
+            },
+            Event::Stop(job_id, by, reply) => match self.stop(job_id, by) {
+                Ok(()) => self.batch.answers.push(Answer::Done(reply)),
+                Err(e) => drop(reply.send(Err(e))),
+            },
+            Event::Connect(lz, hello, reply) => match self.connect(lz, *hello).await {
+                Ok(session) => self.batch.answers.push(Answer::Session(reply, Box::new(session))),
+                Err(e) => drop(reply.send(Err(e))),
+            },
             Event::Disconnected(lz_id, session_id) => {
                 if let Some(lz) = self.lzs.get_mut(&lz_id)
                     && lz.connection.as_ref().is_some_and(|c| c.id == session_id)
                 {
                     lz.connection = None;
                 }
-                return;
             }
             Event::Heartbeat(lz_id, reply) => {
                 let result = match self.lzs.get_mut(&lz_id) {
@@ -292,20 +479,26 @@ impl State {
                     _ => Err(ApiError::conflict("this landing zone is not connected; connect again")),
                 };
                 let _ = reply.send(result);
-                return;
             }
-            Event::Reports(lz, reports, reply) => {
-                let _ = reply.send(self.reports(lz, reports).await);
+            Event::Reports(lz, reports, reply) => match self.reports(lz, reports) {
+                Ok(()) => self.batch.answers.push(Answer::Done(reply)),
+                Err(e) => drop(reply.send(Err(e))),
+            },
+            Event::Registered(lz) => {
+                self.lzs.entry(lz.lz_id).or_insert_with(|| LzState::new(lz.station_id, lz.name, None));
+                self.tokens.forget();
             }
-        }
-        if let Err(e) = self.place().await {
-            tracing::error!("placing jobs: {}", e.problem().detail);
+            Event::Remove { station_id, lz_id, reply } => {
+                let _ = reply.send(self.remove(station_id, lz_id).await);
+            }
         }
     }
 
-    async fn submit(&mut self, job: Job) -> ApiResult<Job> {
-        let lzs = self.store.landing_zones(Some(job.station_id), self.lease, store::now()).await?;
-        let candidates: Vec<_> = lzs.iter().filter(|lz| job.requested_lz_id.is_none_or(|id| id == lz.lz_id)).collect();
+    fn submit(&mut self, job: Job) -> ApiResult<Job> {
+        let candidates: Vec<&LzState> = match job.requested_lz_id {
+            Some(id) => self.lzs.get(&id).filter(|lz| lz.station_id == job.station_id).into_iter().collect(),
+            None => self.lzs.values().filter(|lz| lz.station_id == job.station_id).collect(),
+        };
         if let (Some(lz_id), true) = (job.requested_lz_id, candidates.is_empty()) {
             return Err(ApiError::invalid_field("lz_id", format!("the station has no landing zone {lz_id}")));
         }
@@ -313,12 +506,12 @@ impl State {
             return Err(ApiError::invalid_field("station_id", "the station has no landing zones to run jobs on"));
         }
         // An LZ that never connected may be any size: only known sizes can rule a job out.
-        let unknown = candidates.iter().any(|lz| lz.resources.is_none());
-        if !unknown && !candidates.iter().any(|lz| lz.resources.is_some_and(|r| could_hold(&r, &job))) {
+        let unknown = candidates.iter().any(|lz| lz.capacity.is_none());
+        if !unknown && !candidates.iter().any(|lz| lz.could_hold(&job)) {
             let largest = candidates
                 .iter()
-                .filter_map(|lz| lz.resources.map(|r| (lz, r)))
-                .max_by_key(|(_, r)| (r.gpu_count, r.cpu_count, r.memory_amount))
+                .filter_map(|lz| lz.capacity.map(|r| (lz, r)))
+                .max_by_key(|(lz, r)| (r.gpu_count, r.cpu_count, r.memory_amount, lz.name.clone()))
                 .map(|(lz, r)| {
                     format!(
                         "{} offers cpu_count {}, memory_amount {} MB, gpu_count {}",
@@ -333,35 +526,37 @@ impl State {
                 job.cpu_count, job.memory_amount, job.gpu_count
             )));
         }
-        self.store.insert_job(&job).await?;
         let seq = self.bump();
         self.queue.insert(seq, job.clone());
+        self.batch.inserts.push(job.clone());
+        self.batch.place = true;
         Ok(job)
     }
 
-    async fn stop(&mut self, job_id: Uuid, by: String) -> ApiResult<()> {
+    fn stop(&mut self, job_id: Uuid, by: String) -> ApiResult<()> {
         if let Some(seq) = self.queue.iter().find(|(_, j)| j.job_id == job_id).map(|(s, _)| *s) {
             self.queue.remove(&seq);
-            let stopped = ended(job_id, JobStatus::Stopped, format!("stopped by {by} while queued"));
-            return Ok(self.commit(&[stopped], Vec::new()).await?);
+            self.end(job_id, JobStatus::Stopped, format!("stopped by {by} while queued"));
+            return Ok(());
         }
-        let Some(lz) = self.lzs.values_mut().find(|lz| lz.jobs.contains_key(&job_id)) else {
+        let Some((&lz_id, lz)) = self.lzs.iter_mut().find(|(_, lz)| lz.jobs.contains_key(&job_id)) else {
             return Err(ApiError::conflict("the job has ended already"));
         };
-        let placed = lz.jobs.get_mut(&job_id).expect("found above");
-        placed.stop_requested = true;
-        if lz.send(Order::Stop { job_id }) {
+        lz.jobs.get_mut(&job_id).expect("found above").stop_requested = true;
+        if lz.connection.is_some() {
+            self.batch.orders.push((lz_id, Pending::Stop(job_id)));
             return Ok(());
         }
         // The LZ is not connected: the job ends now; should the agent come back still running
         // it, its welcome tells it to drop the job.
         lz.release(job_id);
-        Ok(self.commit(&[ended(job_id, JobStatus::Stopped, format!("stopped by {by}"))], Vec::new()).await?)
+        self.end(job_id, JobStatus::Stopped, format!("stopped by {by}"));
+        self.batch.place = true;
+        Ok(())
     }
 
     async fn connect(&mut self, who: LzIdentity, hello: Hello) -> ApiResult<Session> {
-        let now = store::now();
-        self.store.lz_connected(who.lz_id, hello.resources, now).await?;
+        self.store.lz_connected(who.lz_id, hello.resources, store::now()).await?;
         let mut gpus: Vec<u32> = hello.gpus.iter().map(|g| g.index).collect();
         if gpus.len() != hello.resources.gpu_count as usize {
             gpus = (0..hello.resources.gpu_count).collect();
@@ -369,72 +564,70 @@ impl State {
         self.sessions += 1;
         let session_id = self.sessions;
         let (orders, rx) = mpsc::unbounded_channel();
-        let lease = self.lease;
         // New capacity, the same jobs: recount what is free.
         let held = self.lzs.remove(&who.lz_id).map(|lz| lz.jobs).unwrap_or_default();
-        let lz = self.lzs.entry(who.lz_id).or_insert(LzState::new(who.station_id, hello.resources, gpus));
+        let mut lz = LzState::new(who.station_id, who.name.clone(), Some(hello.resources));
+        lz.free_gpus = gpus.iter().copied().collect();
+        lz.gpus = gpus;
         for (_, placed) in held {
             lz.hold(placed);
         }
         lz.connection = Some(Connection { id: session_id, orders });
-        lz.lease_until = Some(Instant::now() + lease);
+        lz.lease_until = Some(Instant::now() + self.lease);
 
         let running: HashSet<Uuid> = hello.running.iter().copied().collect();
         let mut drop: Vec<Uuid> = running.iter().filter(|id| !lz.jobs.contains_key(id)).copied().collect();
-        let mut updates = Vec::new();
-        let mut resend = Vec::new();
-        let mut requeue = Vec::new();
+        let (mut resend, mut requeue, mut ends) = (Vec::new(), Vec::new(), Vec::new());
         for (id, placed) in &lz.jobs {
             if running.contains(id) {
                 if placed.stop_requested {
-                    lz.send(Order::Stop { job_id: *id });
+                    self.batch.orders.push((who.lz_id, Pending::Stop(*id)));
                 }
                 continue;
             }
             match placed.job.status {
-                JobStatus::Assigned if !placed.stop_requested => resend.push(placed.job.clone()),
+                JobStatus::Assigned if !placed.stop_requested => resend.push(*id),
                 JobStatus::Assigned | JobStatus::Staging if !placed.stop_requested => requeue.push(*id),
                 _ if placed.stop_requested => {
-                    updates.push(ended(*id, JobStatus::Stopped, "stopped while its landing zone was away".into()))
+                    ends.push((*id, JobStatus::Stopped, "stopped while its landing zone was away"))
                 }
-                _ => updates.push(ended(*id, JobStatus::Lost, "its landing zone restarted while the job ran".into())),
+                _ => ends.push((*id, JobStatus::Lost, "its landing zone restarted while the job ran")),
             }
-        }
-        for update in &updates {
-            lz.release(update.job_id);
-            drop.retain(|id| *id != update.job_id);
         }
         let mut requeued = Vec::new();
         for id in requeue {
-            if let Some(placed) = lz.release(id) {
-                requeued.push(placed);
-            }
+            requeued.extend(lz.release(id));
         }
-        for placed in &requeued {
-            updates.push(requeue_update(placed.job.job_id, "its landing zone restarted before the job started"));
+        for &(id, _, _) in &ends {
+            lz.release(id);
+            drop.retain(|d| *d != id);
         }
-        self.commit(&updates, requeued).await?;
-        for job in resend {
-            let order = Order::Run(self.assignment(&job).await?);
-            self.lzs[&who.lz_id].send(order);
+        self.lzs.insert(who.lz_id, lz);
+        for (id, status, why) in ends {
+            self.end(id, status, why.into());
         }
+        for placed in requeued {
+            self.requeue(placed, "its landing zone restarted before the job started");
+        }
+        self.batch.orders.extend(resend.into_iter().map(|id| (who.lz_id, Pending::Run(id))));
+        self.batch.place = true;
         drop.sort();
         let welcome = Welcome {
             lz_id: who.lz_id,
             station_id: who.station_id,
-            name: who.name.clone(),
-            lease_seconds: lease.as_secs(),
+            name: who.name,
+            lease_seconds: self.lease.as_secs(),
             drop,
         };
         Ok(Session { welcome, orders: rx, session_id })
     }
 
-    async fn reports(&mut self, who: LzIdentity, reports: Vec<Report>) -> ApiResult<()> {
-        let Some(lz) = self.lzs.get_mut(&who.lz_id) else {
+    fn reports(&mut self, who: LzIdentity, reports: Vec<Report>) -> ApiResult<()> {
+        let Some(lz) = self.lzs.get_mut(&who.lz_id).filter(|lz| lz.connection.is_some() || lz.lease_until.is_some())
+        else {
             return Err(ApiError::conflict("this landing zone is not connected; connect again"));
         };
         lz.lease_until = Some(Instant::now() + self.lease);
-        let mut updates = Vec::new();
         let mut finished = Vec::new();
         for report in reports {
             let Some(placed) = lz.jobs.get_mut(&report.job_id) else { continue };
@@ -456,18 +649,46 @@ impl State {
             if status.is_final() {
                 finished.push(report.job_id);
             }
-            updates.push(update);
+            self.batch.updates.push(update);
         }
-        for id in finished {
-            lz.release(id);
+        if !finished.is_empty() {
+            for id in finished {
+                lz.release(id);
+            }
+            self.batch.place = true;
         }
-        Ok(self.commit(&updates, Vec::new()).await?)
+        Ok(())
     }
 
-    async fn expire_leases(&mut self) -> Result<(), StoreError> {
+    async fn remove(&mut self, station_id: Uuid, lz_id: Option<Uuid>) -> ApiResult<bool> {
+        let concerned = |lz: Option<Uuid>| lz_id.is_none() || (lz.is_some() && lz == lz_id);
+        let queued = self.queue.values().filter(|j| j.station_id == station_id && concerned(j.requested_lz_id)).count();
+        let placed: usize = self
+            .lzs
+            .iter()
+            .filter(|(id, lz)| lz.station_id == station_id && concerned(Some(**id)))
+            .map(|(_, lz)| lz.jobs.len())
+            .sum();
+        if queued + placed > 0 {
+            let what = if lz_id.is_some() { "landing zone" } else { "station" };
+            return Err(ApiError::conflict(format!(
+                "the {what} has {} jobs that have not ended; stop them first",
+                queued + placed
+            )));
+        }
+        let removed = match lz_id {
+            Some(lz_id) => self.store.delete_landing_zone(station_id, lz_id).await?,
+            None => self.store.delete_station(station_id).await?,
+        };
+        // Dropping an LZ's state ends its agent's order stream; its token no longer works.
+        self.lzs.retain(|id, lz| !(lz.station_id == station_id && concerned(Some(*id))));
+        self.tokens.forget();
+        Ok(removed)
+    }
+
+    fn expire_leases(&mut self) {
         let now = Instant::now();
-        let mut updates = Vec::new();
-        let mut requeued = Vec::new();
+        let (mut requeued, mut ends) = (Vec::new(), Vec::new());
         for lz in self.lzs.values_mut() {
             if lz.lease_until.is_none_or(|t| t > now) {
                 continue;
@@ -478,33 +699,28 @@ impl State {
             for id in ids {
                 let placed = lz.release(id).expect("listed above");
                 match placed.job.status {
-                    JobStatus::Assigned | JobStatus::Staging if !placed.stop_requested => {
-                        updates.push(requeue_update(id, "its landing zone went silent before the job started"));
-                        requeued.push(placed);
-                    }
+                    JobStatus::Assigned | JobStatus::Staging if !placed.stop_requested => requeued.push(placed),
                     _ if placed.stop_requested => {
-                        updates.push(ended(id, JobStatus::Stopped, "stopped; its landing zone went silent".into()))
+                        ends.push((id, JobStatus::Stopped, "stopped; its landing zone went silent"))
                     }
-                    _ => updates.push(ended(
-                        id,
-                        JobStatus::Lost,
-                        "its landing zone went silent (no heartbeat within the lease)".into(),
-                    )),
+                    _ => {
+                        ends.push((id, JobStatus::Lost, "its landing zone went silent (no heartbeat within the lease)"))
+                    }
                 }
             }
         }
-        let any_requeued = !requeued.is_empty();
-        self.commit(&updates, requeued).await?;
-        if any_requeued && let Err(e) = self.place().await {
-            tracing::error!("placing jobs: {}", e.problem().detail);
+        for (id, status, why) in ends {
+            self.end(id, status, why.into());
         }
-        Ok(())
+        for placed in requeued {
+            self.requeue(placed, "its landing zone went silent before the job started");
+        }
     }
 
-    /// One placement pass over the queue (see the module docs for the order).
-    async fn place(&mut self) -> ApiResult<()> {
+    /// One placement pass over the queue (see the module docs for the order), in the batch.
+    fn place(&mut self) {
         let mut reserved: HashSet<Uuid> = HashSet::new();
-        let mut chosen: Vec<(u64, Uuid, Uuid)> = Vec::new(); // (seq, LZ, job)
+        let mut chosen: Vec<u64> = Vec::new();
         let connected = self.lzs.values().filter(|lz| lz.connection.is_some()).count();
         for (&seq, job) in &self.queue {
             // Once every connected LZ is held for an earlier job, nothing further can start: the
@@ -533,7 +749,13 @@ impl State {
                     job.status = JobStatus::Assigned;
                     job.lz_id = Some(lz_id);
                     job.gpu_indices = lz.free_gpus.iter().take(job.gpu_count as usize).copied().collect();
-                    chosen.push((seq, lz_id, job.job_id));
+                    let mut update = JobUpdate::new(job.job_id, JobStatus::Assigned);
+                    update.lz_id = Some(Some(lz_id));
+                    update.gpu_indices = Some(job.gpu_indices.clone());
+                    update.detail = Some(format!("landing zone {}", lz.name));
+                    self.batch.updates.push(update);
+                    self.batch.orders.push((lz_id, Pending::Run(job.job_id)));
+                    chosen.push(seq);
                     lz.hold(Placed { job, seq, stop_requested: false });
                 }
                 None => {
@@ -541,60 +763,17 @@ impl State {
                         .lzs
                         .iter()
                         .filter(usable)
-                        .filter(|(_, lz)| could_hold(&lz.capacity, job))
+                        .filter(|(_, lz)| lz.could_hold(job))
                         .max_by_key(|(id, lz)| (lz.free_cpu, lz.free_memory, **id))
                         .map(|(id, _)| *id);
                     reserved.extend(holder);
                 }
             }
         }
-        if chosen.is_empty() {
-            return Ok(());
-        }
-        let mut updates = Vec::with_capacity(chosen.len());
-        for &(seq, lz_id, job_id) in &chosen {
+        for seq in chosen {
             self.queue.remove(&seq);
-            let mut update = JobUpdate::new(job_id, JobStatus::Assigned);
-            update.lz_id = Some(Some(lz_id));
-            update.gpu_indices = Some(self.lzs[&lz_id].jobs[&job_id].job.gpu_indices.clone());
-            update.detail = Some(format!("landing zone {lz_id}"));
-            updates.push(update);
         }
-        self.store.update_jobs(&updates).await?;
-        for (_, lz_id, job_id) in chosen {
-            let order = Order::Run(self.assignment(&self.lzs[&lz_id].jobs[&job_id].job).await?);
-            self.lzs[&lz_id].send(order);
-        }
-        Ok(())
     }
-
-    async fn assignment(&self, job: &Job) -> ApiResult<Assignment> {
-        let files = self.store.mission_files(job.mission_id).await?;
-        Ok(Assignment {
-            job_id: job.job_id,
-            mission_id: job.mission_id,
-            command: job.command.clone(),
-            cpu_count: job.cpu_count,
-            memory_amount: job.memory_amount,
-            gpu_indices: job.gpu_indices.clone(),
-            files: files.into_iter().map(|f| InputFile { path: f.path, size: f.size, sha256: f.sha256 }).collect(),
-        })
-    }
-}
-
-fn ended(job_id: Uuid, status: JobStatus, reason: String) -> JobUpdate {
-    let mut update = JobUpdate::new(job_id, status);
-    update.detail = Some(reason.clone());
-    update.reason = Some(reason);
-    update
-}
-
-fn requeue_update(job_id: Uuid, why: &str) -> JobUpdate {
-    let mut update = JobUpdate::new(job_id, JobStatus::Queued);
-    update.lz_id = Some(None);
-    update.gpu_indices = Some(Vec::new());
-    update.detail = Some(why.to_owned());
-    update
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

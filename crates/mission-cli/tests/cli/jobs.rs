@@ -279,7 +279,7 @@ fn read_pids(dir: &Path) -> Vec<u32> {
 #[tokio::test]
 async fn stopping_queued_and_running_jobs() {
     let (server, admin) = cluster(|_| {}).await;
-    let agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let mut agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
     let alice = &server.client;
     let pids = tempfile::tempdir().unwrap();
     // The job and a background child of it record their pids, then wait.
@@ -307,6 +307,13 @@ async fn stopping_queued_and_running_jobs() {
     }
     // The queued job never ran.
     assert_eq!(read_pids(pids.path()).len(), 2);
+
+    // With its jobs ended the LZ can go: its agent's order stream ends and its token, which the
+    // server had cached from the agent's requests, is refused on the agent's next connect.
+    admin.remove_landing_zone(local_station(), agent.lz_id).await.unwrap();
+    let exit = tokio::time::timeout(Duration::from_secs(30), agent.child.wait()).await;
+    let exit = exit.expect("the agent of a removed LZ stops").unwrap();
+    assert!(!exit.success(), "{exit:?}");
 }
 
 #[tokio::test]

@@ -24,7 +24,6 @@ use crate::auth::bearer_token;
 use crate::blobs::WriteError;
 use crate::cargo_bays::storage_error;
 use crate::error::{ApiError, ApiResult};
-use crate::idp::hash_secret;
 use crate::job_logs::LogStream;
 use crate::store::{self, FileRecord, LzIdentity};
 
@@ -35,7 +34,7 @@ impl FromRequestParts<AppState> for Agent {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Self::Rejection> {
-        match app.store.lz_by_token_hash(&hash_secret(bearer_token(parts)?)).await? {
+        match app.agent_tokens.identify(bearer_token(parts)?).await? {
             Some(lz) => Ok(Agent(lz)),
             None => Err(ApiError::unauthorized("unknown landing-zone token (was the LZ removed or re-registered?)")),
         }

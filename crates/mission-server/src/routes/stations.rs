@@ -17,7 +17,7 @@ use crate::AppState;
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::idp::{hash_secret, random_secret};
-use crate::store;
+use crate::store::{self, LzIdentity};
 
 /// Longest station description, in characters.
 const MAX_DESCRIPTION_CHARS: usize = 2000;
@@ -41,17 +41,6 @@ async fn managed(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Stat
     } else {
         Err(ApiError::forbidden(format!("only the owner of station {} or an admin may manage it", station.name)))
     }
-}
-
-/// A 409 while jobs that have not ended are queued on, placed on or waiting for the station
-/// (or one landing zone of it): removing it would pull their rows from under the scheduler.
-async fn refuse_while_jobs(app: &AppState, station_id: Uuid, lz_id: Option<Uuid>) -> ApiResult<()> {
-    let n = app.store.unfinished_jobs_at(station_id, lz_id).await?;
-    if n > 0 {
-        let what = if lz_id.is_some() { "landing zone" } else { "station" };
-        return Err(ApiError::conflict(format!("the {what} has {n} jobs that have not ended; stop them first")));
-    }
-    Ok(())
 }
 
 /// A user named by id or username, as a 400 naming `field` when there is none.
@@ -122,8 +111,7 @@ pub async fn delete(State(app): State<AppState>, who: Principal, Path(id): Path<
     if !who.admin {
         return Err(ApiError::forbidden("only admins may delete stations"));
     }
-    refuse_while_jobs(&app, station.station_id, None).await?;
-    if app.store.delete_station(station.station_id).await? {
+    if app.scheduler.remove(station.station_id, None).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found("station", station.station_id))
@@ -212,6 +200,11 @@ pub async fn register_landing_zone(
     };
     let token = random_secret();
     app.store.insert_landing_zone(&landing_zone, &hash_secret(&token)).await?;
+    app.scheduler.registered(LzIdentity {
+        lz_id: landing_zone.lz_id,
+        station_id: landing_zone.station_id,
+        name: landing_zone.name.clone(),
+    });
     Ok((StatusCode::CREATED, Json(RegisteredLandingZone { landing_zone, token })))
 }
 
@@ -226,8 +219,7 @@ pub async fn remove_landing_zone(
 ) -> ApiResult<StatusCode> {
     let station = managed(&app, who, &id).await?;
     let lz_id = parse_id("lz_id", &lz)?;
-    refuse_while_jobs(&app, station.station_id, Some(lz_id)).await?;
-    if app.store.delete_landing_zone(station.station_id, lz_id).await? {
+    if app.scheduler.remove(station.station_id, Some(lz_id)).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found("landing zone", lz_id))

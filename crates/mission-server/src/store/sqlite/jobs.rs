@@ -13,80 +13,19 @@ const JOB_COLUMNS: &str = "job_id, mission_id, user_id, station_id, requested_lz
     memory_amount, gpu_count, gpu_indices, command, exit_code, reason, limits, created_at, started_at, finished_at";
 
 impl Store {
-    /// Adds a queued job with its first history row.
-    pub async fn insert_job(&self, job: &Job) -> Result<(), StoreError> {
-        let mut tx = self.writer.begin().await?;
-        sqlx::query(&format!(
-            "INSERT INTO jobs (seq, {JOB_COLUMNS}) VALUES ((SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs), \
-             ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        ))
-        .bind(job.job_id.to_string())
-        .bind(job.mission_id.to_string())
-        .bind(job.user_id.to_string())
-        .bind(job.station_id.to_string())
-        .bind(job.requested_lz_id.map(|id| id.to_string()))
-        .bind(job.lz_id.map(|id| id.to_string()))
-        .bind(job.status.as_str())
-        .bind(i64::from(job.cpu_count))
-        .bind(job.memory_amount as i64)
-        .bind(i64::from(job.gpu_count))
-        .bind(join_indices(&job.gpu_indices))
-        .bind(serde_json::to_string(&job.command).expect("strings serialise"))
-        .bind(job.exit_code)
-        .bind(&job.reason)
-        .bind(&job.limits)
-        .bind(to_micros(job.created_at))
-        .bind(job.started_at.map(to_micros))
-        .bind(job.finished_at.map(to_micros))
-        .execute(&mut *tx)
-        .await?;
-        for (n, t) in job.history.iter().enumerate() {
-            insert_history(&mut tx, job.job_id, Some(n as i64), t).await?;
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// Applies job moves in order, in one transaction: each updates the row and appends its
-    /// history entry. Entering `running` sets `started_at`; a final status sets `finished_at`.
-    pub async fn update_jobs(&self, updates: &[JobUpdate]) -> Result<(), StoreError> {
-        if updates.is_empty() {
+    /// Writes new jobs (each with its history so far) and then job moves, in order, in one
+    /// transaction: a move updates the row and appends its history entry. Entering `running`
+    /// sets `started_at`; a final status sets `finished_at`.
+    pub async fn save_jobs(&self, inserts: &[Job], updates: &[JobUpdate]) -> Result<(), StoreError> {
+        if inserts.is_empty() && updates.is_empty() {
             return Ok(());
         }
         let mut tx = self.writer.begin().await?;
+        for job in inserts {
+            insert_job(&mut tx, job).await?;
+        }
         for u in updates {
-            let id = u.job_id.to_string();
-            let at = to_micros(u.at);
-            let mut q: QueryBuilder<Sqlite> = QueryBuilder::new("UPDATE jobs SET status = ");
-            q.push_bind(u.status.as_str());
-            if let Some(lz) = u.lz_id {
-                q.push(", lz_id = ").push_bind(lz.map(|id| id.to_string()));
-            }
-            if let Some(gpus) = &u.gpu_indices {
-                q.push(", gpu_indices = ").push_bind(join_indices(gpus));
-            }
-            if let Some(code) = u.exit_code {
-                q.push(", exit_code = ").push_bind(code);
-            }
-            if let Some(reason) = &u.reason {
-                q.push(", reason = ").push_bind(reason.clone());
-            }
-            if let Some(limits) = &u.limits {
-                q.push(", limits = ").push_bind(limits.clone());
-            }
-            if u.status == JobStatus::Running {
-                q.push(", started_at = ").push_bind(at);
-            }
-            if u.status == JobStatus::Queued {
-                q.push(", started_at = NULL");
-            }
-            if u.status.is_final() {
-                q.push(", finished_at = ").push_bind(at);
-            }
-            q.push(" WHERE job_id = ").push_bind(&id);
-            q.build().execute(&mut *tx).await?;
-            let transition = JobTransition { status: u.status, at: u.at, detail: u.detail.clone() };
-            insert_history(&mut tx, u.job_id, None, &transition).await?;
+            update_job(&mut tx, u).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -178,20 +117,6 @@ impl Store {
             "SELECT COUNT(*) FROM jobs WHERE mission_id = ? AND status NOT IN ('completed', 'failed', 'stopped', 'lost')",
         )
         .bind(mission_id.to_string())
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(n as u64)
-    }
-
-    /// How many jobs that have not ended belong to a station, or (with `lz_id`) are placed on or
-    /// wait for one landing zone of it.
-    pub async fn unfinished_jobs_at(&self, station_id: Uuid, lz_id: Option<Uuid>) -> Result<u64, StoreError> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM jobs WHERE station_id = ?1 AND status NOT IN ('completed', 'failed', 'stopped', 'lost') \
-             AND (?2 IS NULL OR lz_id = ?2 OR requested_lz_id = ?2)",
-        )
-        .bind(station_id.to_string())
-        .bind(lz_id.map(|id| id.to_string()))
         .fetch_one(&self.pool)
         .await?;
         Ok(n as u64)
@@ -314,6 +239,73 @@ impl Store {
         .await?;
         parse_uuid(&id)
     }
+}
+
+/// Adds a job row with its history so far.
+async fn insert_job(tx: &mut sqlx::Transaction<'_, Sqlite>, job: &Job) -> Result<(), StoreError> {
+    sqlx::query(&format!(
+        "INSERT INTO jobs (seq, {JOB_COLUMNS}) VALUES ((SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs), \
+         ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    ))
+    .bind(job.job_id.to_string())
+    .bind(job.mission_id.to_string())
+    .bind(job.user_id.to_string())
+    .bind(job.station_id.to_string())
+    .bind(job.requested_lz_id.map(|id| id.to_string()))
+    .bind(job.lz_id.map(|id| id.to_string()))
+    .bind(job.status.as_str())
+    .bind(i64::from(job.cpu_count))
+    .bind(job.memory_amount as i64)
+    .bind(i64::from(job.gpu_count))
+    .bind(join_indices(&job.gpu_indices))
+    .bind(serde_json::to_string(&job.command).expect("strings serialise"))
+    .bind(job.exit_code)
+    .bind(&job.reason)
+    .bind(&job.limits)
+    .bind(to_micros(job.created_at))
+    .bind(job.started_at.map(to_micros))
+    .bind(job.finished_at.map(to_micros))
+    .execute(&mut **tx)
+    .await?;
+    for (n, t) in job.history.iter().enumerate() {
+        insert_history(tx, job.job_id, Some(n as i64), t).await?;
+    }
+    Ok(())
+}
+
+/// Applies one move: the row, then its history entry.
+async fn update_job(tx: &mut sqlx::Transaction<'_, Sqlite>, u: &JobUpdate) -> Result<(), StoreError> {
+    let at = to_micros(u.at);
+    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new("UPDATE jobs SET status = ");
+    q.push_bind(u.status.as_str());
+    if let Some(lz) = u.lz_id {
+        q.push(", lz_id = ").push_bind(lz.map(|id| id.to_string()));
+    }
+    if let Some(gpus) = &u.gpu_indices {
+        q.push(", gpu_indices = ").push_bind(join_indices(gpus));
+    }
+    if let Some(code) = u.exit_code {
+        q.push(", exit_code = ").push_bind(code);
+    }
+    if let Some(reason) = &u.reason {
+        q.push(", reason = ").push_bind(reason.clone());
+    }
+    if let Some(limits) = &u.limits {
+        q.push(", limits = ").push_bind(limits.clone());
+    }
+    if u.status == JobStatus::Running {
+        q.push(", started_at = ").push_bind(at);
+    }
+    if u.status == JobStatus::Queued {
+        q.push(", started_at = NULL");
+    }
+    if u.status.is_final() {
+        q.push(", finished_at = ").push_bind(at);
+    }
+    q.push(" WHERE job_id = ").push_bind(u.job_id.to_string());
+    q.build().execute(&mut **tx).await?;
+    let transition = JobTransition { status: u.status, at: u.at, detail: u.detail.clone() };
+    insert_history(tx, u.job_id, None, &transition).await
 }
 
 /// Appends a history row numbered `n`, or after the job's last row when `None`.

@@ -1,7 +1,9 @@
 //! The process runner: one job from assignment to results.
 //!
-//! 1. staging: a fresh work dir gets the mission's files, each taken from the content cache
-//!    (`DATA_DIR/cache/{sha256}`) or downloaded, checked against its SHA-256, and cached;
+//! 1. staging: inputs not in the content cache (`DATA_DIR/cache/{sha256}`) are downloaded and
+//!    checked against their SHA-256; then one blocking step copies them into a fresh work dir,
+//!    creates the job's cgroup and starts the program (few thread hand-offs: a trivial job's
+//!    whole life is a few milliseconds);
 //! 2. running: the command runs in the work dir in its own process group (and cgroup, where the
 //!    host has them) with `MISSION_ID`, `JOB_ID`, `OMP_NUM_THREADS` and `CUDA_VISIBLE_DEVICES`;
 //!    stdout and stderr stream to the server as they are written;
@@ -54,25 +56,154 @@ async fn run(
     dir: &Path,
     mut stop: watch::Receiver<bool>,
 ) -> Result<Outcome, String> {
-    let work = dir.join("work");
-    tokio::fs::create_dir_all(&work).await.map_err(|e| format!("cannot create the work dir: {e}"))?;
     shared.report(job.job_id, JobStatus::Staging, None, None, None);
-    let staged = tokio::select! {
-        staged = stage(shared, job, &work) => staged.map_err(|e| format!("staging the mission's files failed: {e}"))?,
-        () = stop_ordered(&mut stop) => return Ok((JobStatus::Stopped, None, Some("stopped before it started".into()))),
+    let work = dir.join("work");
+    let mut downloaded = false;
+    let Launched { mut child, group, limits, staged } = loop {
+        let launched = {
+            let (shared, job, work) = (shared.clone(), job.clone(), work.clone());
+            tokio::task::spawn_blocking(move || launch(&shared, &job, &work)).await.map_err(|e| e.to_string())?
+        };
+        match launched {
+            Ok(launched) => break launched,
+            Err(LaunchError::Failed(reason)) => return Err(reason),
+            Err(LaunchError::NotCached(_)) if downloaded => {
+                return Err("staging the mission's files failed: the input cache changed meanwhile".into());
+            }
+            Err(LaunchError::NotCached(missing)) => {
+                let fetch = async {
+                    for i in missing {
+                        download(shared, job.job_id, &job.files[i]).await?;
+                    }
+                    Ok::<(), String>(())
+                };
+                tokio::select! {
+                    fetched = fetch => fetched.map_err(|e| format!("staging the mission's files failed: {e}"))?,
+                    () = stop_ordered(&mut stop) => {
+                        return Ok((JobStatus::Stopped, None, Some("stopped before it started".into())));
+                    }
+                }
+                downloaded = true;
+            }
+        }
     };
+    let pid = child.id().and_then(|p| rustix::process::Pid::from_raw(p as i32));
+    shared.report(job.job_id, JobStatus::Running, None, None, Some(limits));
+    let stdout = tokio::spawn(forward(shared.clone(), job.job_id, "stdout", child.stdout.take().expect("piped")));
+    let stderr = tokio::spawn(forward(shared.clone(), job.job_id, "stderr", child.stderr.take().expect("piped")));
 
-    let group = {
-        let cgroups = shared.cgroups.clone();
-        let (id, cpus, memory) = (job.job_id, job.cpu_count, job.memory_amount);
-        tokio::task::spawn_blocking(move || cgroups.create(id, cpus, memory)).await.map_err(|e| e.to_string())?
+    let kill_group = || {
+        if let Some(pid) = pid {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
     };
+    // A stop ordered while the job was being launched takes effect here, at once.
+    let (exit, stopped) = tokio::select! {
+        exit = child.wait() => (exit, false),
+        () = stop_ordered(&mut stop) => {
+            kill_group();
+            if let Some(g) = &group {
+                g.kill_all();
+            }
+            (child.wait().await, true)
+        }
+    };
+    // Whatever the program left running in the background ends with it (and lets go of the
+    // output pipes, so the forwarders finish); then the group goes and the work dir is searched
+    // for results, in one blocking step.
+    kill_group();
+    let (oom, results) = tokio::task::spawn_blocking(move || {
+        let oom = group.as_ref().is_some_and(|g| {
+            g.kill_all();
+            let oom = g.oom_killed();
+            g.remove();
+            oom
+        });
+        (oom, changed_files(&work, &staged))
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    let _ = stdout.await;
+    let _ = stderr.await;
+    let exit = exit.map_err(|e| format!("waiting for the program: {e}"))?;
+    if stopped {
+        return Ok((JobStatus::Stopped, exit.code(), Some("stopped".into())));
+    }
+    shared.report(job.job_id, JobStatus::Uploading, None, None, None);
+    upload_results(shared, job.job_id, results).await.map_err(|e| format!("uploading results failed: {e}"))?;
+    use std::os::unix::process::ExitStatusExt;
+    Ok(match (exit.code(), exit.signal()) {
+        _ if oom => (JobStatus::Failed, exit.code(), Some("out of memory".into())),
+        (Some(0), _) => (JobStatus::Completed, Some(0), None),
+        (Some(code), _) => (JobStatus::Failed, Some(code), Some(format!("exit status {code}"))),
+        (None, Some(signal)) => (JobStatus::Failed, None, Some(format!("killed by signal {signal}"))),
+        (None, None) => (JobStatus::Failed, None, Some("ended without an exit status".into())),
+    })
+}
+
+/// What staging put in the work dir: path → (size, modification time), to tell changed files.
+type Staged = HashMap<PathBuf, (u64, SystemTime)>;
+
+/// A job's program, started.
+struct Launched {
+    child: tokio::process::Child,
+    group: Option<JobCgroup>,
+    /// How its limits are enforced, or why they are not.
+    limits: String,
+    staged: Staged,
+}
+
+enum LaunchError {
+    /// These inputs (indices into the assignment's files) are not in the cache yet.
+    NotCached(Vec<usize>),
+    /// The job cannot start; the reason.
+    Failed(String),
+}
+
+/// Stages the job and starts its program, in one blocking step: the work dir gets the mission's
+/// files from the content cache, the job gets its cgroup, and the program starts in the work dir
+/// in its own process group with `MISSION_ID`, `JOB_ID`, `OMP_NUM_THREADS` and
+/// `CUDA_VISIBLE_DEVICES`. Nothing is made when an input is not cached yet.
+fn launch(shared: &Shared, job: &Assignment, work: &Path) -> Result<Launched, LaunchError> {
+    let staging_failed = |e: String| LaunchError::Failed(format!("staging the mission's files failed: {e}"));
+    let cache = shared.data_dir.join("cache");
+    let mut inputs = Vec::with_capacity(job.files.len());
+    let mut missing = Vec::new();
+    for (i, file) in job.files.iter().enumerate() {
+        let path = MissionPath::parse(&file.path).map_err(|e| staging_failed(format!("{:?}: {e}", file.path)))?;
+        if file.sha256.len() != 64 || !file.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(staging_failed(format!("{path}: the server sent no valid sha256")));
+        }
+        let entry = cache.join(&file.sha256);
+        if !std::fs::metadata(&entry).is_ok_and(|m| m.len() == file.size) {
+            missing.push(i);
+        }
+        inputs.push((path, entry));
+    }
+    if !missing.is_empty() {
+        return Err(LaunchError::NotCached(missing));
+    }
+    let mut staged = HashMap::new();
+    std::fs::create_dir_all(work).map_err(|e| staging_failed(format!("cannot create the work dir: {e}")))?;
+    for (path, entry) in inputs {
+        let target = path.segments().fold(work.to_path_buf(), |p, s| p.join(s));
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| staging_failed(e.to_string()))?;
+        }
+        // A copy, not a link: the job may change its inputs, and the cache must not change.
+        std::fs::copy(&entry, &target).map_err(|e| staging_failed(format!("{path}: {e}")))?;
+        let meta = std::fs::metadata(&target).map_err(|e| staging_failed(e.to_string()))?;
+        staged.insert(target, (meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)));
+    }
+
+    let group = shared.cgroups.create(job.job_id, job.cpu_count, job.memory_amount);
     let limits = match &group {
         Ok(_) => shared.cgroups.describe(),
         Err(why) => format!("limits not enforced: {why}"),
     };
     let group = group.ok();
-    let (program, args) = job.command.split_first().ok_or("the job's command is empty")?;
+    let (program, args) =
+        job.command.split_first().ok_or_else(|| LaunchError::Failed("the job's command is empty".into()))?;
     let mut command = match &group {
         // The shim joins the job's cgroups, then becomes the program: nothing runs outside them.
         Some(group) => {
@@ -95,7 +226,7 @@ async fn run(
     };
     let gpus: Vec<String> = job.gpu_indices.iter().map(u32::to_string).collect();
     command
-        .current_dir(&work)
+        .current_dir(work)
         .env("MISSION_ID", job.mission_id.to_string())
         .env("JOB_ID", job.job_id.to_string())
         .env("OMP_NUM_THREADS", job.cpu_count.to_string())
@@ -104,94 +235,23 @@ async fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    let mut child = match command.spawn() {
-        Ok(child) => child,
+    match command.spawn() {
+        Ok(child) => Ok(Launched { child, group, limits, staged }),
         Err(e) => {
             if let Some(g) = &group {
                 g.remove();
             }
-            return Ok((JobStatus::Failed, None, Some(format!("could not start {program}: {e}"))));
+            Err(LaunchError::Failed(format!("could not start {program}: {e}")))
         }
-    };
-    let pid = child.id().and_then(|p| rustix::process::Pid::from_raw(p as i32));
-    shared.report(job.job_id, JobStatus::Running, None, None, Some(limits));
-    let stdout = tokio::spawn(forward(shared.clone(), job.job_id, "stdout", child.stdout.take().expect("piped")));
-    let stderr = tokio::spawn(forward(shared.clone(), job.job_id, "stderr", child.stderr.take().expect("piped")));
-
-    let kill_tree = |group: &Option<JobCgroup>| {
-        if let Some(pid) = pid {
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        }
-        if let Some(g) = group {
-            g.kill_all();
-        }
-    };
-    let (exit, stopped) = tokio::select! {
-        exit = child.wait() => (exit, false),
-        () = stop_ordered(&mut stop) => {
-            kill_tree(&group);
-            (child.wait().await, true)
-        }
-    };
-    // Whatever the program left running in the background ends with it (and lets go of the
-    // output pipes, so the forwarders finish).
-    kill_tree(&group);
-    let _ = stdout.await;
-    let _ = stderr.await;
-    let oom = group.as_ref().is_some_and(JobCgroup::oom_killed);
-    if let Some(g) = group {
-        let _ = tokio::task::spawn_blocking(move || {
-            g.kill_all();
-            g.remove();
-        })
-        .await;
     }
-    let exit = exit.map_err(|e| format!("waiting for the program: {e}"))?;
-    if stopped {
-        return Ok((JobStatus::Stopped, exit.code(), Some("stopped".into())));
-    }
-    shared.report(job.job_id, JobStatus::Uploading, None, None, None);
-    upload_results(shared, job.job_id, &work, &staged).await.map_err(|e| format!("uploading results failed: {e}"))?;
-    use std::os::unix::process::ExitStatusExt;
-    Ok(match (exit.code(), exit.signal()) {
-        _ if oom => (JobStatus::Failed, exit.code(), Some("out of memory".into())),
-        (Some(0), _) => (JobStatus::Completed, Some(0), None),
-        (Some(code), _) => (JobStatus::Failed, Some(code), Some(format!("exit status {code}"))),
-        (None, Some(signal)) => (JobStatus::Failed, None, Some(format!("killed by signal {signal}"))),
-        (None, None) => (JobStatus::Failed, None, Some("ended without an exit status".into())),
-    })
 }
 
-/// What staging put in the work dir: path → (size, modification time), to tell changed files.
-type Staged = HashMap<PathBuf, (u64, SystemTime)>;
-
-async fn stage(shared: &Shared, job: &Assignment, work: &Path) -> Result<Staged, String> {
-    let mut staged = HashMap::new();
-    for file in &job.files {
-        let path = MissionPath::parse(&file.path).map_err(|e| format!("{:?}: {e}", file.path))?;
-        let cached = cached(shared, job.job_id, &path, file).await?;
-        let target = path.segments().fold(work.to_path_buf(), |p, s| p.join(s));
-        if let Some(parent) = target.parent() {
-            tokio::fs::create_dir_all(parent).await.map_err(|e| e.to_string())?;
-        }
-        // A copy, not a link: the job may change its inputs, and the cache must not change.
-        tokio::fs::copy(&cached, &target).await.map_err(|e| format!("{path}: {e}"))?;
-        let meta = tokio::fs::metadata(&target).await.map_err(|e| e.to_string())?;
-        staged.insert(target, (meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)));
-    }
-    Ok(staged)
-}
-
-/// The cached copy of an input, downloading and checking it first when it is not cached.
-async fn cached(shared: &Shared, job_id: Uuid, path: &MissionPath, file: &InputFile) -> Result<PathBuf, String> {
-    if file.sha256.len() != 64 || !file.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(format!("{path}: the server sent no valid sha256"));
-    }
+/// Downloads an input into the content cache, checked against its SHA-256 (whose form
+/// [`launch`] checked).
+async fn download(shared: &Shared, job_id: Uuid, file: &InputFile) -> Result<(), String> {
+    let path = MissionPath::parse(&file.path).map_err(|e| format!("{:?}: {e}", file.path))?;
     let cache = shared.data_dir.join("cache");
     let entry = cache.join(&file.sha256);
-    if tokio::fs::metadata(&entry).await.is_ok_and(|m| m.len() == file.size) {
-        return Ok(entry);
-    }
     let url_path = format!("/jobs/{job_id}/files/{}", path.to_url_path());
     let response = shared.request(reqwest::Method::GET, &url_path).send().await.map_err(|e| format!("{path}: {e}"))?;
     if !response.status().is_success() {
@@ -218,7 +278,7 @@ async fn cached(shared: &Shared, job_id: Uuid, path: &MissionPath, file: &InputF
     if result.is_err() {
         let _ = tokio::fs::remove_file(&partial).await;
     }
-    result.map(|()| entry)
+    result
 }
 
 /// Sends a stream of the program's output to the server as it comes, each chunk with its offset;
@@ -273,12 +333,8 @@ async fn forward(shared: Arc<Shared>, job_id: Uuid, stream: &'static str, mut pi
     }
 }
 
-/// Uploads every new or changed regular file of the work dir (symbolic links are not followed,
-/// so a job cannot return files from outside its work dir).
-async fn upload_results(shared: &Shared, job_id: Uuid, work: &Path, staged: &Staged) -> Result<(), String> {
-    let root = work.to_path_buf();
-    let staged = staged.clone();
-    let files = tokio::task::spawn_blocking(move || changed_files(&root, &staged)).await.map_err(|e| e.to_string())?;
+/// Uploads the job's results: the new or changed files [`changed_files`] found.
+async fn upload_results(shared: &Shared, job_id: Uuid, files: Vec<(PathBuf, String)>) -> Result<(), String> {
     for (path, relative) in files {
         let Ok(mission_path) = MissionPath::parse(&relative) else {
             tracing::warn!(%job_id, "not returning {relative:?}: not a valid result path");
@@ -305,6 +361,8 @@ async fn upload_results(shared: &Shared, job_id: Uuid, work: &Path, staged: &Sta
     Ok(())
 }
 
+/// Every new or changed regular file of the work dir, with its path relative to it (symbolic
+/// links are not followed, so a job cannot return files from outside its work dir).
 fn changed_files(root: &Path, staged: &Staged) -> Vec<(PathBuf, String)> {
     let mut found = Vec::new();
     let mut dirs = vec![root.to_path_buf()];

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use mission_client::{Client, CreateMission, JobResources, JobStatus, ListJobs, RegisterLandingZone, RunJob, Uuid};
 
-use common::{BIN, cpu_time, percentile, rss_kib};
+use common::{bin, cpu_time, percentile, rss_kib};
 
 const SHELL_TYPE: &str = "99e803ea-1829-42ba-be3d-294fb6a5e640";
 const SCRIPT: &str = "read line < input.txt\n";
@@ -112,15 +112,22 @@ async fn main() {
         let (client, run) = (client.clone(), run.clone());
         let n = per_submitter.min(throughput_jobs.saturating_sub(s * per_submitter));
         submitters.push(tokio::spawn(async move {
+            let mut last = None;
             for _ in 0..n {
-                client.run_job(mission.mission_id, &run).await.unwrap();
+                let job = client.run_job(mission.mission_id, &run).await.unwrap();
+                last = Some((job.created_at, job.job_id));
             }
+            last
         }));
     }
+    let mut last = None;
     for s in submitters {
-        s.await.unwrap();
+        last = last.max(s.await.unwrap());
     }
     let submitted_in = started.elapsed();
+    // Follow the last submission to its end (no polling load on the server meanwhile), then
+    // make sure every job has ended.
+    client.wait_for_job(last.expect("jobs were submitted").1).await.unwrap();
     let expected = (latency_jobs + 1 + throughput_jobs) as u64;
     let ended = ListJobs {
         mission_ids: vec![mission.mission_id],
@@ -191,7 +198,7 @@ async fn main() {
         .unwrap();
     let registered =
         client.register_landing_zone(lab.station_id, &RegisterLandingZone { name: "idle".into() }).await.unwrap();
-    let agent = tokio::process::Command::new(BIN)
+    let agent = tokio::process::Command::new(bin())
         .args(["lz", "--server", &url, "--data-dir"])
         .arg(home.path().join("lz"))
         .env("MISSION_LZ_TOKEN", &registered.token)

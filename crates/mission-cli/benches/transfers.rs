@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use mission_client::auth::token_file::{self, StoredToken};
 
-use common::{BIN, cpu_time, vm_hwm_kib};
+use common::{bin, cpu_time, vm_hwm_kib};
 const PASSWORD: &str = "benchmark password";
 
 /// What one CLI run took.
@@ -31,7 +31,7 @@ struct Run {
 /// Runs `mission ARGS` with the benchmark's CLI state.
 async fn cli(home: &Path, args: &[&str]) -> Run {
     let started = Instant::now();
-    let mut child = tokio::process::Command::new(BIN)
+    let mut child = tokio::process::Command::new(bin())
         .args(args)
         .env("HOME", home)
         .env("MISSION_CONFIG", home.join("config.json"))
@@ -73,7 +73,7 @@ async fn main() {
 
     // Server with one account, signed in for the CLI.
     let data_dir = root.join("data");
-    let out = std::process::Command::new(BIN)
+    let out = std::process::Command::new(bin())
         .args(["server", "add-user", "bench", "--password-stdin", "--data-dir"])
         .arg(&data_dir)
         .stdin(Stdio::piped())

@@ -382,12 +382,10 @@ impl State {
             return;
         }
         let batch = std::mem::take(&mut self.batch);
-        let written = async {
-            let runs = self.assignments(&batch.orders).await?;
-            self.store.save_jobs(&batch.inserts, &batch.updates).await?;
-            Ok::<_, StoreError>(runs)
-        };
-        let mut runs = match written.await {
+        // The reads for the assignments go through the read pool, beside the write.
+        let (runs, saved) =
+            tokio::join!(self.assignments(&batch.orders), self.store.save_jobs(&batch.inserts, &batch.updates));
+        let mut runs = match saved.and(runs) {
             Ok(runs) => runs,
             Err(e) => {
                 tracing::error!("writing jobs: {e}");

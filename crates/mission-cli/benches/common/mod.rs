@@ -13,7 +13,11 @@ use mission_client::auth::{DeviceAuth, Prompt};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// The binary under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_mission");
+/// The `mission` binary under test: this build's, or the one `BENCH_MISSION_BIN` names (to compare
+/// two builds on the same machine, run after run).
+pub fn bin() -> String {
+    std::env::var("BENCH_MISSION_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mission").to_owned())
+}
 
 /// Starts `mission server` on a free port over `data_dir`; returns the process and its URL.
 pub async fn spawn_server(data_dir: &Path) -> (tokio::process::Child, String) {
@@ -22,7 +26,7 @@ pub async fn spawn_server(data_dir: &Path) -> (tokio::process::Child, String) {
 
 /// [`spawn_server`] with `extra` flags.
 pub async fn spawn_server_with(data_dir: &Path, extra: &[&str]) -> (tokio::process::Child, String) {
-    let mut server = tokio::process::Command::new(BIN)
+    let mut server = tokio::process::Command::new(bin())
         .args(["server", "--listen", "127.0.0.1:0", "--device-poll-interval", "0", "--data-dir"])
         .arg(data_dir)
         .args(extra)

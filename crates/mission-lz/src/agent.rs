@@ -216,6 +216,11 @@ async fn heartbeats(shared: Arc<Shared>, every: Duration) {
     }
 }
 
+/// How long a report that frees nothing (a job staging, running or uploading) may wait for the
+/// next one, so that a short job's moves travel together; a job's final report goes at once,
+/// since the server needs it to hand the job's resources to the next.
+const REPORT_GATHER: Duration = Duration::from_millis(5);
+
 /// Sends queued reports in batches, in order, retrying each batch until the server takes it.
 async fn deliver_reports(shared: Arc<Shared>, mut queue: mpsc::UnboundedReceiver<Report>) {
     let mut batch = Vec::new();
@@ -227,8 +232,18 @@ async fn deliver_reports(shared: Arc<Shared>, mut queue: mpsc::UnboundedReceiver
                 None => return,
             }
         }
-        while let Ok(report) = queue.try_recv() {
-            batch.push(report);
+        let deadline = tokio::time::Instant::now() + REPORT_GATHER;
+        loop {
+            while let Ok(report) = queue.try_recv() {
+                batch.push(report);
+            }
+            if batch.iter().any(|r| r.status.is_final()) {
+                break;
+            }
+            match tokio::time::timeout_at(deadline, queue.recv()).await {
+                Ok(Some(report)) => batch.push(report),
+                Ok(None) | Err(_) => break,
+            }
         }
         match shared.request(reqwest::Method::POST, "/reports").json(&batch).send().await {
             Ok(r) if r.status().is_success() => {

@@ -1,8 +1,9 @@
 //! Memory and CPU limits for jobs through Linux control groups, v1 or v2, whichever the host has.
 //!
-//! Each job gets its own group beside (v2) or below (v1) the agent's own. The job's process joins
-//! it before it executes the program (a `/bin/sh` shim writes its pid into `cgroup.procs`, then
-//! `exec`s), so nothing it starts escapes the limits. The group also finds every process of the
+//! Each job gets its own group beside (v2) or below (v1) the agent's own. The job's process is in
+//! it before it executes the program, so nothing it starts escapes the limits: in v1, where single
+//! threads may change groups, a short-lived thread of the agent joins the job's groups and starts
+//! the program there; in v2 a `/bin/sh` shim writes its pid into `cgroup.procs`, then `exec`s. The group also finds every process of the
 //! job when it has to be killed, and tells whether the kernel killed one for want of memory.
 //!
 //! Where no controller is usable (not root, no cgroup filesystem, a v2 parent that cannot hand
@@ -173,6 +174,33 @@ impl Cgroups {
 }
 
 impl JobCgroup {
+    /// Whether a single thread may join the group (v1), so that a process it starts is born
+    /// inside; in v2 only whole processes move, and the job's process must join by itself.
+    pub fn threads_may_join(&self) -> bool {
+        !self.v2
+    }
+
+    /// Runs `start` on a short-lived thread that has joined the job's groups first (v1 only, see
+    /// [`JobCgroup::threads_may_join`]): what it spawns starts inside them, with no shim. The
+    /// thread ends with `start`, so no thread of the agent stays in the job's groups.
+    pub fn on_joined_thread<T: Send>(&self, start: impl FnOnce() -> T + Send) -> std::io::Result<T> {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let tid = rustix::thread::gettid().as_raw_nonzero().to_string();
+                    for dir in &self.dirs {
+                        let tasks = dir.join("tasks");
+                        write(&tasks, &tid).map_err(|e| {
+                            std::io::Error::new(e.kind(), format!("cannot join {}: {e}", tasks.display()))
+                        })?;
+                    }
+                    Ok(start())
+                })
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("the thread starting the job panicked")))
+        })
+    }
+
     /// The `cgroup.procs` files the job's process must join.
     pub fn procs_files(&self) -> Vec<PathBuf> {
         self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()

@@ -204,38 +204,48 @@ fn launch(shared: &Shared, job: &Assignment, work: &Path) -> Result<Launched, La
     let group = group.ok();
     let (program, args) =
         job.command.split_first().ok_or_else(|| LaunchError::Failed("the job's command is empty".into()))?;
-    let mut command = match &group {
-        // The shim joins the job's cgroups, then becomes the program: nothing runs outside them.
-        Some(group) => {
-            let files = group.procs_files();
-            let mut c = tokio::process::Command::new("/bin/sh");
-            c.arg("-c")
-                .arg("n=$1; shift; while [ \"$n\" -gt 0 ]; do echo $$ > \"$1\" || exit 125; shift; n=$((n-1)); done; exec \"$@\"")
-                .arg("mission-job")
-                .arg(files.len().to_string())
-                .args(files)
-                .arg(program)
-                .args(args);
-            c
-        }
-        None => {
-            let mut c = tokio::process::Command::new(program);
-            c.args(args);
-            c
-        }
-    };
     let gpus: Vec<String> = job.gpu_indices.iter().map(u32::to_string).collect();
-    command
-        .current_dir(work)
-        .env("MISSION_ID", job.mission_id.to_string())
-        .env("JOB_ID", job.job_id.to_string())
-        .env("OMP_NUM_THREADS", job.cpu_count.to_string())
-        .env("CUDA_VISIBLE_DEVICES", gpus.join(","))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    match command.spawn() {
+    let command = |shim: Option<Vec<PathBuf>>| {
+        let mut c = match shim {
+            // The shim joins the job's cgroups, then becomes the program.
+            Some(procs_files) => {
+                let mut c = tokio::process::Command::new("/bin/sh");
+                c.arg("-c")
+                    .arg("n=$1; shift; while [ \"$n\" -gt 0 ]; do echo $$ > \"$1\" || exit 125; shift; n=$((n-1)); done; exec \"$@\"")
+                    .arg("mission-job")
+                    .arg(procs_files.len().to_string())
+                    .args(procs_files)
+                    .arg(program);
+                c
+            }
+            None => tokio::process::Command::new(program),
+        };
+        c.args(args)
+            .current_dir(work)
+            .env("MISSION_ID", job.mission_id.to_string())
+            .env("JOB_ID", job.job_id.to_string())
+            .env("OMP_NUM_THREADS", job.cpu_count.to_string())
+            .env("CUDA_VISIBLE_DEVICES", gpus.join(","))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        c
+    };
+    let spawned = match &group {
+        Some(g) if g.threads_may_join() => {
+            // The thread has no runtime of its own: the child is registered with this one.
+            let runtime = tokio::runtime::Handle::current();
+            g.on_joined_thread(|| {
+                let _entered = runtime.enter();
+                command(None).spawn()
+            })
+            .and_then(|spawned| spawned)
+        }
+        Some(g) => command(Some(g.procs_files())).spawn(),
+        None => command(None).spawn(),
+    };
+    match spawned {
         Ok(child) => Ok(Launched { child, group, limits, staged }),
         Err(e) => {
             if let Some(g) = &group {

@@ -91,18 +91,30 @@ impl CargoBays {
 
     /// The default bay as the API lists it.
     pub fn default_bay() -> CargoBay {
+        Self::bare_bay(DEFAULT_CARGO_BAY_ID, "default".to_owned(), CargoBayKind::Default, None, None)
+    }
+
+    /// A bay with no kind-specific settings (no bucket, prefix, endpoint, region, path or
+    /// credentials yet).
+    pub fn bare_bay(
+        storage_id: Uuid,
+        name: String,
+        kind: CargoBayKind,
+        user_id: Option<Uuid>,
+        created_at: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> CargoBay {
         CargoBay {
-            storage_id: DEFAULT_CARGO_BAY_ID,
-            name: "default".to_owned(),
-            kind: CargoBayKind::Default,
-            user_id: None,
+            storage_id,
+            name,
+            kind,
+            user_id,
             bucket: None,
             prefix: None,
             endpoint: None,
             region: None,
             path: None,
             has_credentials: false,
-            created_at: None,
+            created_at,
         }
     }
 

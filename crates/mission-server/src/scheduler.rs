@@ -171,15 +171,14 @@ struct LzState {
 }
 
 impl LzState {
-    fn new(station_id: Uuid, name: String, capacity: Option<Resources>) -> Self {
-        let capacity_or_none = capacity.unwrap_or(Resources { cpu_count: 0, memory_amount: 0, gpu_count: 0 });
-        let gpus: Vec<u32> = (0..capacity_or_none.gpu_count).collect();
+    /// An LZ offering `capacity` (unknown until its agent first connects) with the GPUs `gpus`.
+    fn new(station_id: Uuid, name: String, capacity: Option<Resources>, gpus: Vec<u32>) -> Self {
         Self {
             station_id,
             name,
             capacity,
-            free_cpu: i64::from(capacity_or_none.cpu_count),
-            free_memory: capacity_or_none.memory_amount as i64,
+            free_cpu: capacity.map_or(0, |c| i64::from(c.cpu_count)),
+            free_memory: capacity.map_or(0, |c| c.memory_amount as i64),
             free_gpus: gpus.iter().copied().collect(),
             gpus,
             connection: None,
@@ -279,7 +278,8 @@ struct State {
 impl State {
     async fn rebuild(&mut self) -> Result<(), StoreError> {
         for lz in self.store.landing_zones(None, self.lease, store::now()).await? {
-            self.lzs.insert(lz.lz_id, LzState::new(lz.station_id, lz.name, lz.resources));
+            let gpus = (0..lz.resources.map_or(0, |r| r.gpu_count)).collect();
+            self.lzs.insert(lz.lz_id, LzState::new(lz.station_id, lz.name, lz.resources, gpus));
         }
         self.load_jobs().await?;
         let batch = std::mem::take(&mut self.batch);
@@ -483,7 +483,7 @@ impl State {
                 Err(e) => drop(reply.send(Err(e))),
             },
             Event::Registered(lz) => {
-                self.lzs.entry(lz.lz_id).or_insert_with(|| LzState::new(lz.station_id, lz.name, None));
+                self.lzs.entry(lz.lz_id).or_insert_with(|| LzState::new(lz.station_id, lz.name, None, Vec::new()));
                 self.tokens.forget();
             }
             Event::Remove { station_id, lz_id, reply } => {
@@ -564,9 +564,7 @@ impl State {
         let (orders, rx) = mpsc::unbounded_channel();
         // New capacity, the same jobs: recount what is free.
         let held = self.lzs.remove(&who.lz_id).map(|lz| lz.jobs).unwrap_or_default();
-        let mut lz = LzState::new(who.station_id, who.name.clone(), Some(hello.resources));
-        lz.free_gpus = gpus.iter().copied().collect();
-        lz.gpus = gpus;
+        let mut lz = LzState::new(who.station_id, who.name.clone(), Some(hello.resources), gpus);
         for (_, placed) in held {
             lz.hold(placed);
         }

@@ -92,19 +92,7 @@ pub async fn create(
         }
     };
     let storage_id = Uuid::new_v4();
-    let mut bay = CargoBay {
-        storage_id,
-        name,
-        kind: req.kind,
-        user_id: Some(owner),
-        bucket: None,
-        prefix: None,
-        endpoint: None,
-        region: None,
-        path: None,
-        has_credentials: false,
-        created_at: Some(store::now()),
-    };
+    let mut bay = CargoBays::bare_bay(storage_id, name, req.kind, Some(owner), Some(store::now()));
     let mut sealed_credentials = None;
     let mut prefix = Vec::new();
     match req.kind {

@@ -77,9 +77,19 @@ impl Browser {
         response["value"].clone()
     }
 
+    /// The element `css` selects, waiting up to 10 s for it: after a form is submitted the next
+    /// page may still be loading when the test asks.
     async fn element(&self, css: &str) -> String {
-        let found = self.call(reqwest::Method::POST, "/element", json!({"using": "css selector", "value": css})).await;
-        found[ELEMENT].as_str().unwrap_or_else(|| panic!("no element {css}: {found}")).to_owned()
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let found =
+                self.call(reqwest::Method::POST, "/element", json!({"using": "css selector", "value": css})).await;
+            if let Some(id) = found[ELEMENT].as_str() {
+                return id.to_owned();
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no element {css}: {found}");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
     }
 }
 

@@ -5,13 +5,16 @@ mod stations;
 
 use std::borrow::Cow;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use mission_api::Mission;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
-use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
+use sqlx::{ConnectOptions, Connection, QueryBuilder, Row, Sqlite, SqlitePool};
 use uuid::Uuid;
 
 use super::{
@@ -37,11 +40,13 @@ const MISSION_COLUMNS: &str = "mission_id, user_id, name, description, mission_t
 ///
 /// Reads go through a small pool; every write goes through `writer`, one connection, because
 /// SQLite admits one writer at a time and writers racing for its lock back off by sleeping
-/// (milliseconds each), while waiting for our own pool's connection costs nothing.
+/// (milliseconds each), while waiting for our own connection costs nothing. The writer is a
+/// connection behind a lock rather than a pool of one: sqlx pings a pooled connection on every
+/// release, one more round trip to its worker thread that the next write would wait behind.
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: SqlitePool,
-    writer: SqlitePool,
+    writer: Arc<tokio::sync::Mutex<SqliteConnection>>,
 }
 
 impl Store {
@@ -58,11 +63,7 @@ impl Store {
             .busy_timeout(Duration::from_secs(10));
         // No ping before each acquire (sqlx's default): an SQLite connection is a file handle
         // on a worker thread, and the ping is one more round trip to that thread per query.
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .test_before_acquire(false)
-            .connect_with(options.clone())
-            .await?;
+        let mut writer = options.connect().await?;
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .min_connections(1)
@@ -80,8 +81,13 @@ impl Store {
             ),
             ..Migrator::DEFAULT
         };
-        migrator.run(&writer).await?;
-        Ok(Self { pool, writer })
+        migrator.run(&mut writer).await?;
+        Ok(Self { pool, writer: Arc::new(tokio::sync::Mutex::new(writer)) })
+    }
+
+    /// The one writing connection, for as long as the guard lives.
+    async fn writer(&self) -> tokio::sync::MutexGuard<'_, SqliteConnection> {
+        self.writer.lock().await
     }
 
     /// Checks the database answers.
@@ -104,7 +110,7 @@ impl Store {
         .bind(&user.external_sub)
         .bind(user.admin)
         .bind(to_micros(user.created_at))
-        .execute(&self.writer)
+        .execute(&mut *self.writer().await)
         .await;
         conflict_on_duplicate(result, || format!("a user named {:?} already exists", user.username))
     }
@@ -120,7 +126,7 @@ impl Store {
             .bind(password_hash)
             .bind(admin)
             .bind(user_id.to_string())
-            .execute(&self.writer)
+            .execute(&mut *self.writer().await)
             .await?;
         Ok(())
     }
@@ -170,7 +176,7 @@ impl Store {
     pub async fn insert_device_code(&self, code: &DeviceCodeRecord, now: DateTime<Utc>) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM device_codes WHERE expires_at < ?")
             .bind(to_micros(now) - 3_600_000_000)
-            .execute(&self.writer)
+            .execute(&mut *self.writer().await)
             .await?;
         let result = sqlx::query(
             "INSERT INTO device_codes (device_code_hash, user_code, client_id, scope, status, user_id, \
@@ -184,7 +190,7 @@ impl Store {
         .bind(code.interval_secs)
         .bind(to_micros(code.expires_at))
         .bind(to_micros(now))
-        .execute(&self.writer)
+        .execute(&mut *self.writer().await)
         .await;
         conflict_on_duplicate(result, || "user code already in use".into())
     }
@@ -201,7 +207,8 @@ impl Store {
         device_code_hash: &str,
         now: DateTime<Utc>,
     ) -> Result<Option<DeviceCodeRecord>, StoreError> {
-        let mut tx = self.writer.begin().await?;
+        let mut writer = self.writer().await;
+        let mut tx = writer.begin().await?;
         let record = fetch_device_code(&mut tx, "device_code_hash", device_code_hash).await?;
         if record.is_some() {
             sqlx::query("UPDATE device_codes SET last_polled_at = ? WHERE device_code_hash = ?")
@@ -219,7 +226,7 @@ impl Store {
         sqlx::query("UPDATE device_codes SET interval_secs = interval_secs + ? WHERE device_code_hash = ?")
             .bind(by)
             .bind(device_code_hash)
-            .execute(&self.writer)
+            .execute(&mut *self.writer().await)
             .await?;
         Ok(())
     }
@@ -241,7 +248,7 @@ impl Store {
         .bind(user_id.map(|u| u.to_string()))
         .bind(user_code)
         .bind(to_micros(now))
-        .execute(&self.writer)
+        .execute(&mut *self.writer().await)
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -253,7 +260,7 @@ impl Store {
             "UPDATE device_codes SET status = 'consumed' WHERE device_code_hash = ? AND status = 'approved'",
         )
         .bind(device_code_hash)
-        .execute(&self.writer)
+        .execute(&mut *self.writer().await)
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -282,7 +289,7 @@ impl Store {
         .bind(&record.scope)
         .bind(to_micros(now))
         .bind(to_micros(record.expires_at))
-        .execute(&self.writer)
+        .execute(&mut *self.writer().await)
         .await?;
         Ok(())
     }
@@ -312,7 +319,7 @@ impl Store {
         let done = sqlx::query("UPDATE refresh_tokens SET revoked_at = ? WHERE token_hash = ? AND revoked_at IS NULL")
             .bind(to_micros(now))
             .bind(token_hash)
-            .execute(&self.writer)
+            .execute(&mut *self.writer().await)
             .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -405,7 +412,7 @@ impl Store {
         }
         q.push(" WHERE mission_id = ").push_bind(mission_id.to_string());
         q.push(format!(" RETURNING {MISSION_COLUMNS}"));
-        let row = q.build().fetch_optional(&self.writer).await?;
+        let row = q.build().fetch_optional(&mut *self.writer().await).await?;
         row.as_ref().map(mission_from_row).transpose()
     }
 
@@ -413,14 +420,15 @@ impl Store {
     pub async fn delete_mission(&self, mission_id: Uuid) -> Result<bool, StoreError> {
         let done = sqlx::query("DELETE FROM missions WHERE mission_id = ?")
             .bind(mission_id.to_string())
-            .execute(&self.writer)
+            .execute(&mut *self.writer().await)
             .await?;
         Ok(done.rows_affected() == 1)
     }
 
     /// Inserts many missions in one transaction (benchmarks and imports).
     pub async fn insert_missions(&self, missions: &[Mission]) -> Result<(), StoreError> {
-        let mut tx = self.writer.begin().await?;
+        let mut writer = self.writer().await;
+        let mut tx = writer.begin().await?;
         for m in missions {
             sqlx::query(&format!(
                 "INSERT INTO missions ({MISSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -462,7 +470,7 @@ impl Store {
             .bind(intent.mission_id.to_string())
             .bind(&intent.path)
             .bind(to_micros(super::now()))
-            .execute(&self.writer)
+            .execute(&mut *self.writer().await)
             .await?;
         Ok(())
     }
@@ -471,7 +479,7 @@ impl Store {
     pub async fn drop_intent(&self, intent_id: Uuid) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM file_intents WHERE intent_id = ?")
             .bind(intent_id.to_string())
-            .execute(&self.writer)
+            .execute(&mut *self.writer().await)
             .await?;
         Ok(())
     }
@@ -512,7 +520,7 @@ impl Store {
         .bind(&file.e_tag)
         .bind(to_micros(file.modified_at))
         .bind(intent_id.to_string())
-        .execute(&self.writer)
+        .execute(&mut *self.writer().await)
         .await?;
         Ok(())
     }
@@ -522,7 +530,7 @@ impl Store {
         let done = sqlx::query("DELETE FROM mission_files WHERE mission_id = ? AND path = ?")
             .bind(mission_id.to_string())
             .bind(path)
-            .execute(&self.writer)
+            .execute(&mut *self.writer().await)
             .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -596,7 +604,7 @@ impl Store {
             .bind(&bay.path)
             .bind(&record.sealed_credentials)
             .bind(to_micros(created_at))
-            .execute(&self.writer)
+            .execute(&mut *self.writer().await)
             .await?;
         Ok(())
     }
@@ -634,7 +642,8 @@ impl Store {
     /// bay, [`StoreError::Conflict`] saying how many missions use it otherwise.
     pub async fn delete_cargo_bay(&self, storage_id: Uuid) -> Result<bool, StoreError> {
         let id = storage_id.to_string();
-        let mut tx = self.writer.begin().await?;
+        let mut writer = self.writer().await;
+        let mut tx = writer.begin().await?;
         let users: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM missions WHERE source_storage_id = ?1 OR destination_storage_id = ?1",
         )

@@ -20,14 +20,23 @@ impl Store {
         if inserts.is_empty() && updates.is_empty() {
             return Ok(());
         }
-        let mut tx = self.writer.begin().await?;
+        // One script, so the batch costs one trip to SQLite's worker thread rather than two per
+        // row: those thread hand-offs, not SQLite, were most of the time the scheduler waited.
+        let mut script = QueryBuilder::<Sqlite>::new("BEGIN IMMEDIATE;");
         for job in inserts {
-            insert_job(&mut tx, job).await?;
+            push_insert_job(&mut script, job);
         }
         for u in updates {
-            update_job(&mut tx, u).await?;
+            push_update_job(&mut script, u);
         }
-        tx.commit().await?;
+        script.push("COMMIT;");
+        let mut conn = self.writer().await;
+        let written = script.build().persistent(false).execute(&mut *conn).await;
+        if written.is_err() {
+            // The script stopped at the failing statement, inside its transaction.
+            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+        }
+        written?;
         Ok(())
     }
 
@@ -135,7 +144,7 @@ impl Store {
         .bind(&record.sha256)
         .bind(&record.e_tag)
         .bind(to_micros(record.modified_at))
-        .execute(&self.writer)
+        .execute(&mut *self.writer().await)
         .await?;
         Ok(())
     }
@@ -202,7 +211,7 @@ impl Store {
         .bind(i64::from(resources.gpu_count))
         .bind(to_micros(now))
         .bind(lz_id.to_string())
-        .execute(&self.writer)
+        .execute(&mut *self.writer().await)
         .await?;
         Ok(())
     }
@@ -212,7 +221,7 @@ impl Store {
         sqlx::query("UPDATE landing_zones SET last_seen_at = ? WHERE lz_id = ?")
             .bind(to_micros(now))
             .bind(lz_id.to_string())
-            .execute(&self.writer)
+            .execute(&mut *self.writer().await)
             .await?;
         Ok(())
     }
@@ -235,98 +244,92 @@ impl Store {
         .bind(name)
         .bind(token_hash)
         .bind(to_micros(now))
-        .fetch_one(&self.writer)
+        .fetch_one(&mut *self.writer().await)
         .await?;
         parse_uuid(&id)
     }
 }
 
-/// Adds a job row with its history so far.
-async fn insert_job(tx: &mut sqlx::Transaction<'_, Sqlite>, job: &Job) -> Result<(), StoreError> {
-    sqlx::query(&format!(
-        "INSERT INTO jobs (seq, {JOB_COLUMNS}) VALUES ((SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs), \
-         ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    ))
-    .bind(job.job_id.to_string())
-    .bind(job.mission_id.to_string())
-    .bind(job.user_id.to_string())
-    .bind(job.station_id.to_string())
-    .bind(job.requested_lz_id.map(|id| id.to_string()))
-    .bind(job.lz_id.map(|id| id.to_string()))
-    .bind(job.status.as_str())
-    .bind(i64::from(job.cpu_count))
-    .bind(job.memory_amount as i64)
-    .bind(i64::from(job.gpu_count))
-    .bind(join_indices(&job.gpu_indices))
-    .bind(serde_json::to_string(&job.command).expect("strings serialise"))
-    .bind(job.exit_code)
-    .bind(&job.reason)
-    .bind(&job.limits)
-    .bind(to_micros(job.created_at))
-    .bind(job.started_at.map(to_micros))
-    .bind(job.finished_at.map(to_micros))
-    .execute(&mut **tx)
-    .await?;
+/// Appends the statements adding a job row with its history so far.
+fn push_insert_job(script: &mut QueryBuilder<'_, Sqlite>, job: &Job) {
+    script
+        .push(format!("INSERT INTO jobs (seq, {JOB_COLUMNS}) VALUES ((SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs), "));
+    let mut values = script.separated(", ");
+    values
+        .push_bind(job.job_id.to_string())
+        .push_bind(job.mission_id.to_string())
+        .push_bind(job.user_id.to_string())
+        .push_bind(job.station_id.to_string())
+        .push_bind(job.requested_lz_id.map(|id| id.to_string()))
+        .push_bind(job.lz_id.map(|id| id.to_string()))
+        .push_bind(job.status.as_str())
+        .push_bind(i64::from(job.cpu_count))
+        .push_bind(job.memory_amount as i64)
+        .push_bind(i64::from(job.gpu_count))
+        .push_bind(join_indices(&job.gpu_indices))
+        .push_bind(serde_json::to_string(&job.command).expect("strings serialise"))
+        .push_bind(job.exit_code)
+        .push_bind(job.reason.clone())
+        .push_bind(job.limits.clone())
+        .push_bind(to_micros(job.created_at))
+        .push_bind(job.started_at.map(to_micros))
+        .push_bind(job.finished_at.map(to_micros));
+    script.push(");");
     for (n, t) in job.history.iter().enumerate() {
-        insert_history(tx, job.job_id, Some(n as i64), t).await?;
+        push_insert_history(script, job.job_id, Some(n as i64), t);
     }
-    Ok(())
 }
 
-/// Applies one move: the row, then its history entry.
-async fn update_job(tx: &mut sqlx::Transaction<'_, Sqlite>, u: &JobUpdate) -> Result<(), StoreError> {
+/// Appends the statements of one move: the row, then its history entry.
+fn push_update_job(script: &mut QueryBuilder<'_, Sqlite>, u: &JobUpdate) {
     let at = to_micros(u.at);
-    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new("UPDATE jobs SET status = ");
-    q.push_bind(u.status.as_str());
+    script.push("UPDATE jobs SET status = ").push_bind(u.status.as_str());
     if let Some(lz) = u.lz_id {
-        q.push(", lz_id = ").push_bind(lz.map(|id| id.to_string()));
+        script.push(", lz_id = ").push_bind(lz.map(|id| id.to_string()));
     }
     if let Some(gpus) = &u.gpu_indices {
-        q.push(", gpu_indices = ").push_bind(join_indices(gpus));
+        script.push(", gpu_indices = ").push_bind(join_indices(gpus));
     }
     if let Some(code) = u.exit_code {
-        q.push(", exit_code = ").push_bind(code);
+        script.push(", exit_code = ").push_bind(code);
     }
     if let Some(reason) = &u.reason {
-        q.push(", reason = ").push_bind(reason.clone());
+        script.push(", reason = ").push_bind(reason.clone());
     }
     if let Some(limits) = &u.limits {
-        q.push(", limits = ").push_bind(limits.clone());
+        script.push(", limits = ").push_bind(limits.clone());
     }
     if u.status == JobStatus::Running {
-        q.push(", started_at = ").push_bind(at);
+        script.push(", started_at = ").push_bind(at);
     }
     if u.status == JobStatus::Queued {
-        q.push(", started_at = NULL");
+        script.push(", started_at = NULL");
     }
     if u.status.is_final() {
-        q.push(", finished_at = ").push_bind(at);
+        script.push(", finished_at = ").push_bind(at);
     }
-    q.push(" WHERE job_id = ").push_bind(u.job_id.to_string());
-    q.build().execute(&mut **tx).await?;
+    script.push(" WHERE job_id = ").push_bind(u.job_id.to_string()).push(";");
     let transition = JobTransition { status: u.status, at: u.at, detail: u.detail.clone() };
-    insert_history(tx, u.job_id, None, &transition).await
+    push_insert_history(script, u.job_id, None, &transition);
 }
 
-/// Appends a history row numbered `n`, or after the job's last row when `None`.
-async fn insert_history(
-    tx: &mut sqlx::Transaction<'_, Sqlite>,
-    job_id: Uuid,
-    n: Option<i64>,
-    t: &JobTransition,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO job_history (job_id, n, status, at, detail) VALUES \
-         (?1, COALESCE(?2, (SELECT COUNT(*) FROM job_history WHERE job_id = ?1)), ?3, ?4, ?5)",
-    )
-    .bind(job_id.to_string())
-    .bind(n)
-    .bind(t.status.as_str())
-    .bind(to_micros(t.at))
-    .bind(&t.detail)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+/// Appends a history row numbered `n`, or after the job's last row when `None`. (Parameters in
+/// a script must be anonymous `?`: SQLite numbers `?N` per statement, sqlx binds across them.)
+fn push_insert_history(script: &mut QueryBuilder<'_, Sqlite>, job_id: Uuid, n: Option<i64>, t: &JobTransition) {
+    script
+        .push("INSERT INTO job_history (job_id, n, status, at, detail) VALUES (")
+        .push_bind(job_id.to_string())
+        .push(", COALESCE(")
+        .push_bind(n)
+        .push(", (SELECT COUNT(*) FROM job_history WHERE job_id = ")
+        .push_bind(job_id.to_string())
+        .push(")), ")
+        .push_bind(t.status.as_str())
+        .push(", ")
+        .push_bind(to_micros(t.at))
+        .push(", ")
+        .push_bind(t.detail.clone())
+        .push(");");
 }
 
 fn join_indices(indices: &[u32]) -> String {

@@ -22,7 +22,7 @@ impl Store {
             .bind(station.owner_id.map(|u| u.to_string()))
             .bind(station.open)
             .bind(to_micros(station.created_at))
-            .execute(&self.writer)
+            .execute(&mut *self.writer().await)
             .await;
         conflict_on_duplicate(result, || format!("a station named {:?} exists already", station.name))
     }
@@ -62,7 +62,7 @@ impl Store {
     pub async fn delete_station(&self, station_id: Uuid) -> Result<bool, StoreError> {
         let done = sqlx::query("DELETE FROM stations WHERE station_id = ?")
             .bind(station_id.to_string())
-            .execute(&self.writer)
+            .execute(&mut *self.writer().await)
             .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -85,7 +85,7 @@ impl Store {
         .bind(station_id.to_string())
         .bind(user.to_string())
         .bind(to_micros(now))
-        .execute(&self.writer)
+        .execute(&mut *self.writer().await)
         .await?;
         Ok(())
     }
@@ -95,7 +95,7 @@ impl Store {
         let done = sqlx::query("DELETE FROM station_members WHERE station_id = ? AND user_id = ?")
             .bind(station_id.to_string())
             .bind(user.to_string())
-            .execute(&self.writer)
+            .execute(&mut *self.writer().await)
             .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -131,7 +131,7 @@ impl Store {
         .bind(&lz.name)
         .bind(token_hash)
         .bind(to_micros(lz.created_at))
-        .execute(&self.writer)
+        .execute(&mut *self.writer().await)
         .await;
         conflict_on_duplicate(result, || format!("the station has a landing zone named {:?} already", lz.name))
     }
@@ -158,7 +158,7 @@ impl Store {
         let done = sqlx::query("DELETE FROM landing_zones WHERE station_id = ? AND lz_id = ?")
             .bind(station_id.to_string())
             .bind(lz_id.to_string())
-            .execute(&self.writer)
+            .execute(&mut *self.writer().await)
             .await?;
         Ok(done.rows_affected() == 1)
     }

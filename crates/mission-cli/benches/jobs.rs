@@ -155,6 +155,11 @@ async fn main() {
         .list_jobs(&ListJobs { mission_ids: vec![mission.mission_id], items: 200, ..Default::default() })
         .await
         .unwrap();
+    // The figures must be those of jobs under limits (or, asked for, of jobs without).
+    let limits = newest[0].limits.clone().unwrap_or_default();
+    if std::env::var_os("BENCH_NO_LIMITS").is_none() {
+        assert!(limits.contains("enforced by cgroup"), "jobs ran without limits: {limits}");
+    }
     let last_finish = newest.iter().filter_map(|j| j.finished_at).max().unwrap();
     let span = (last_finish - first_submit).to_std().unwrap();
     let rate = throughput_jobs as f64 / span.as_secs_f64();
@@ -230,6 +235,7 @@ async fn main() {
     );
     println!("| jobs/s as a share of the floor | {:.0}% | ≥ 25% |", 100.0 * rate / floor_rate);
     println!("| server CPU per job (incl. embedded LZ) | {} | |", ms(cpu_per_job));
+    println!("| the jobs' limits | {limits} | |");
     println!("| `mission lz` idle RSS | {:.1} MB | < 15 MB |", agent_rss as f64 / 1024.0);
     println!("| mean slot hand-over: a job ends → the next is assigned | {} | |", ms(handover));
     for ((from, to), (total, n)) in phases {

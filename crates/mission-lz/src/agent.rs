@@ -96,9 +96,9 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Res
     }
     let (resources, gpus) = detect(config.overrides).await;
     let cgroups = if config.no_limits {
-        Cgroups::Unavailable("switched off on this landing zone (--lz-no-limits)".into())
+        Cgroups::unavailable("switched off on this landing zone (--lz-no-limits)")
     } else {
-        tokio::task::spawn_blocking(Cgroups::detect).await.unwrap_or_else(|e| Cgroups::Unavailable(e.to_string()))
+        tokio::task::spawn_blocking(Cgroups::detect).await.unwrap_or_else(|e| Cgroups::unavailable(e.to_string()))
     };
     tracing::info!(
         cpus = resources.cpu_count,

@@ -1,32 +1,54 @@
 //! Memory and CPU limits for jobs through Linux control groups, v1 or v2, whichever the host has.
 //!
-//! Each job gets its own group beside (v2) or below (v1) the agent's own. The job's process is in
-//! it before it executes the program, so nothing it starts escapes the limits: in v1, where single
-//! threads may change groups, a short-lived thread of the agent joins the job's groups and starts
-//! the program there; in v2 a `/bin/sh` shim writes its pid into `cgroup.procs`, then `exec`s. The group also finds every process of the
-//! job when it has to be killed, and tells whether the kernel killed one for want of memory.
+//! Each job runs in a group of its own beside (v2) or below (v1) the agent's own. The job's
+//! process is in it before it executes the program, so nothing it starts escapes the limits: in
+//! v1, where single threads may change groups, a short-lived thread of the agent joins the job's
+//! groups and starts the program there; in v2 a `/bin/sh` shim writes its pid into
+//! `cgroup.procs`, then `exec`s. The group also finds every process of the job when it has to be
+//! killed, and tells whether the kernel killed one for want of memory. Groups are reused from
+//! job to job (see [`Cgroups`]); one only ever holds one job at a time.
 //!
 //! Where no controller is usable (not root, no cgroup filesystem, a v2 parent that cannot hand
 //! out controllers) jobs run without limits and their status says why.
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use uuid::Uuid;
 
 const ROOT: &str = "/sys/fs/cgroup";
 /// The v2 group the agent moves itself into, so that its own group may hand out controllers.
 const AGENT_GROUP: &str = "mission-lz-agent";
+/// Name prefix of the job groups, so stale ones from an earlier run can be told apart.
+const GROUP_PREFIX: &str = "slot-";
 const CPU_PERIOD_US: u64 = 100_000;
+/// Most idle groups kept for reuse; more are removed.
+const MAX_IDLE: usize = 64;
+/// A group whose jobs left more memory charged to it than this (files in tmpfs, page cache of
+/// what the job read) is removed rather than reused, so the next job gets its whole limit.
+const REUSE_MAX_CHARGED: u64 = 8 << 20;
 
-/// How this host can limit jobs.
-#[derive(Debug, Clone)]
-pub enum Cgroups {
+/// How this host can limit jobs, and the job groups kept for reuse.
+///
+/// Making a group and removing it again is most of what limits cost a short job (directories
+/// in cgroupfs, each with its control files), so a group whose job ended empty waits here for
+/// the next job, which rewrites only the limits that differ.
+#[derive(Debug)]
+pub struct Cgroups {
+    host: Host,
+    idle: Mutex<Vec<JobCgroup>>,
+}
+
+#[derive(Debug)]
+enum Host {
     /// cgroup v1: separate memory and cpu hierarchies; job groups under `{…}/mission-lz/`.
     V1 {
         /// Parent of the job groups in the memory hierarchy.
         memory: PathBuf,
         /// Parent of the job groups in the cpu hierarchy.
         cpu: PathBuf,
+        /// Whether swap is accounted (`memory.memsw.*` exists).
+        memsw: bool,
     },
     /// cgroup v2: one hierarchy; job groups are children of `parent`.
     V2 {
@@ -37,11 +59,22 @@ pub enum Cgroups {
     Unavailable(String),
 }
 
-/// One job's group(s).
+/// The limits a job group is set to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Limits {
+    memory_bytes: u64,
+    cpu_quota_us: u64,
+}
+
+/// One job's group(s): one directory in v2, a memory and a cpu one in v1.
 #[derive(Debug)]
 pub struct JobCgroup {
     dirs: Vec<PathBuf>,
     v2: bool,
+    limits: Option<Limits>,
+    /// The group's OOM-kill count when its current job started; `None` where the kernel does
+    /// not count them (then `memory.failcnt` is reset at the start instead).
+    oom_base: Option<u64>,
 }
 
 fn write(path: &Path, value: &str) -> std::io::Result<()> {
@@ -64,18 +97,125 @@ fn own_group(controller: &str) -> Option<String> {
     })
 }
 
+/// Removes the empty job groups an earlier run of an agent left under `parent` (ones still
+/// holding processes stay).
+fn remove_stale_groups(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(GROUP_PREFIX) || name.starts_with("job-") {
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
+}
+
 impl Cgroups {
     /// Finds how jobs can be limited here, preparing the parent groups.
     pub fn detect() -> Self {
-        if Path::new(ROOT).join("cgroup.controllers").exists() {
-            Self::detect_v2()
+        let host = if Path::new(ROOT).join("cgroup.controllers").exists() {
+            Host::detect_v2()
         } else if Path::new(ROOT).join("memory").is_dir() {
-            Self::detect_v1()
+            Host::detect_v1()
         } else {
-            Self::Unavailable(format!("no cgroup filesystem at {ROOT}"))
+            Host::Unavailable(format!("no cgroup filesystem at {ROOT}"))
+        };
+        match &host {
+            Host::V1 { memory, cpu, .. } => {
+                remove_stale_groups(memory);
+                remove_stale_groups(cpu);
+            }
+            Host::V2 { parent } => remove_stale_groups(parent),
+            Host::Unavailable(_) => {}
+        }
+        Self { host, idle: Mutex::new(Vec::new()) }
+    }
+
+    /// No limits, for the reason given.
+    pub fn unavailable(why: impl Into<String>) -> Self {
+        Self { host: Host::Unavailable(why.into()), idle: Mutex::new(Vec::new()) }
+    }
+
+    /// One line for a job's status: how its limits are enforced, or why they are not.
+    pub fn describe(&self) -> String {
+        match &self.host {
+            Host::V1 { .. } => "memory and CPU limits enforced by cgroup v1".into(),
+            Host::V2 { .. } => "memory and CPU limits enforced by cgroup v2".into(),
+            Host::Unavailable(why) => format!("limits not enforced: {why}"),
         }
     }
 
+    /// A group for a job, set to its limits: an idle one (preferring one with these limits
+    /// already) or a new one.
+    pub fn take(&self, cpus: u32, memory_mb: u64) -> Result<JobCgroup, String> {
+        if let Host::Unavailable(why) = &self.host {
+            return Err(why.clone());
+        }
+        let limits = Limits { memory_bytes: memory_mb * 1024 * 1024, cpu_quota_us: u64::from(cpus) * CPU_PERIOD_US };
+        let reused = {
+            let mut idle = self.idle.lock().expect("not poisoned");
+            let same = idle.iter().position(|g| g.limits == Some(limits));
+            same.or(idle.len().checked_sub(1)).map(|i| idle.swap_remove(i))
+        };
+        if let Some(mut group) = reused {
+            // A limit below what the group still holds can be refused (EBUSY): then a new one.
+            match group.start_job(&self.host, limits) {
+                Ok(()) => return Ok(group),
+                Err(_) => group.remove(),
+            }
+        }
+        let mut group = self.create()?;
+        if let Err(e) = group.start_job(&self.host, limits) {
+            group.remove();
+            return Err(e);
+        }
+        Ok(group)
+    }
+
+    /// Takes back a group whose job has ended and whose processes were killed: kept for the
+    /// next job when it is empty and holds little memory, removed otherwise.
+    pub fn give_back(&self, group: JobCgroup) {
+        if group.is_empty() && group.charged_memory().is_some_and(|bytes| bytes <= REUSE_MAX_CHARGED) {
+            let mut idle = self.idle.lock().expect("not poisoned");
+            if idle.len() < MAX_IDLE {
+                idle.push(group);
+                return;
+            }
+        }
+        group.remove();
+    }
+
+    /// A new, unlimited group.
+    fn create(&self) -> Result<JobCgroup, String> {
+        let name = format!("{GROUP_PREFIX}{}", Uuid::new_v4());
+        let fail = |what: &Path, e: std::io::Error| format!("{}: {e}", what.display());
+        let group = match &self.host {
+            Host::Unavailable(why) => return Err(why.clone()),
+            Host::V1 { memory, cpu, .. } => {
+                JobCgroup { dirs: vec![memory.join(&name), cpu.join(&name)], v2: false, limits: None, oom_base: None }
+            }
+            Host::V2 { parent } => JobCgroup { dirs: vec![parent.join(&name)], v2: true, limits: None, oom_base: None },
+        };
+        for (i, dir) in group.dirs.iter().enumerate() {
+            if let Err(e) = std::fs::create_dir(dir) {
+                for made in &group.dirs[..i] {
+                    let _ = std::fs::remove_dir(made);
+                }
+                return Err(fail(dir, e));
+            }
+        }
+        if let Host::V1 { .. } = self.host {
+            let period = group.dirs[1].join("cpu.cfs_period_us");
+            if let Err(e) = write(&period, &CPU_PERIOD_US.to_string()) {
+                group.remove();
+                return Err(fail(&period, e));
+            }
+        }
+        Ok(group)
+    }
+}
+
+impl Host {
     fn detect_v1() -> Self {
         let parent = |controller: &str, dir: &str| -> Result<PathBuf, String> {
             let own = own_group(controller).unwrap_or_else(|| "/".into());
@@ -88,7 +228,10 @@ impl Cgroups {
             Ok(parent)
         };
         match (parent("memory", "memory"), parent("cpu", "cpu")) {
-            (Ok(memory), Ok(cpu)) => Self::V1 { memory, cpu },
+            (Ok(memory), Ok(cpu)) => {
+                let memsw = memory.join("memory.memsw.limit_in_bytes").exists();
+                Self::V1 { memory, cpu, memsw }
+            }
             (Err(e), _) | (_, Err(e)) => Self::Unavailable(format!("cgroup v1: {e}")),
         }
     }
@@ -124,56 +267,82 @@ impl Cgroups {
         }
         Self::V2 { parent: base }
     }
+}
 
-    /// One line for a job's status: how its limits are enforced, or why they are not.
-    pub fn describe(&self) -> String {
-        match self {
-            Self::V1 { .. } => "memory and CPU limits enforced by cgroup v1".into(),
-            Self::V2 { .. } => "memory and CPU limits enforced by cgroup v2".into(),
-            Self::Unavailable(why) => format!("limits not enforced: {why}"),
-        }
-    }
-
-    /// Creates a job's group with its limits.
-    pub fn create(&self, job_id: Uuid, cpus: u32, memory_mb: u64) -> Result<JobCgroup, String> {
-        let name = format!("job-{job_id}");
-        let bytes = (memory_mb * 1024 * 1024).to_string();
-        let quota = (u64::from(cpus) * CPU_PERIOD_US).to_string();
-        let fail = |what: &Path, e: std::io::Error| format!("{}: {e}", what.display());
-        match self {
-            Self::Unavailable(why) => Err(why.clone()),
-            Self::V1 { memory, cpu } => {
-                let (m, c) = (memory.join(&name), cpu.join(&name));
-                let group = JobCgroup { dirs: vec![m.clone(), c.clone()], v2: false };
-                for dir in &group.dirs {
-                    std::fs::create_dir_all(dir).map_err(|e| fail(dir, e))?;
-                }
-                let limit = m.join("memory.limit_in_bytes");
-                write(&limit, &bytes).map_err(|e| fail(&limit, e))?;
-                // Without swap accounting this file is missing; the memory limit still holds.
-                let _ = write(&m.join("memory.memsw.limit_in_bytes"), &bytes);
-                let period = c.join("cpu.cfs_period_us");
-                write(&period, &CPU_PERIOD_US.to_string()).map_err(|e| fail(&period, e))?;
-                let q = c.join("cpu.cfs_quota_us");
-                write(&q, &quota).map_err(|e| fail(&q, e))?;
-                Ok(group)
-            }
-            Self::V2 { parent } => {
-                let dir = parent.join(&name);
-                std::fs::create_dir_all(&dir).map_err(|e| fail(&dir, e))?;
-                let group = JobCgroup { dirs: vec![dir.clone()], v2: true };
-                let max = dir.join("memory.max");
-                write(&max, &bytes).map_err(|e| fail(&max, e))?;
-                let _ = write(&dir.join("memory.swap.max"), "0");
-                let cpu = dir.join("cpu.max");
-                write(&cpu, &format!("{quota} {CPU_PERIOD_US}")).map_err(|e| fail(&cpu, e))?;
-                Ok(group)
-            }
+impl Drop for Cgroups {
+    fn drop(&mut self) {
+        for group in self.idle.get_mut().expect("not poisoned").drain(..) {
+            group.remove();
         }
     }
 }
 
 impl JobCgroup {
+    /// Sets the limits (writing only those that changed) and notes the OOM count, for a job
+    /// about to start in the group.
+    fn start_job(&mut self, host: &Host, limits: Limits) -> Result<(), String> {
+        let fail = |what: &Path, e: std::io::Error| format!("{}: {e}", what.display());
+        let old = self.limits.take();
+        let memory = limits.memory_bytes.to_string();
+        match host {
+            Host::Unavailable(why) => return Err(why.clone()),
+            Host::V1 { memsw, .. } => {
+                if old.map(|l| l.memory_bytes) != Some(limits.memory_bytes) {
+                    // The swap limit may never be below the memory limit: when the limits grow
+                    // it goes first, when they shrink (from unlimited, in a new group) it goes
+                    // last.
+                    let limit = self.dirs[0].join("memory.limit_in_bytes");
+                    let swap = self.dirs[0].join("memory.memsw.limit_in_bytes");
+                    let growing = old.is_some_and(|l| l.memory_bytes < limits.memory_bytes);
+                    if *memsw && growing {
+                        write(&swap, &memory).map_err(|e| fail(&swap, e))?;
+                    }
+                    write(&limit, &memory).map_err(|e| fail(&limit, e))?;
+                    if *memsw && !growing {
+                        write(&swap, &memory).map_err(|e| fail(&swap, e))?;
+                    }
+                }
+                if old.map(|l| l.cpu_quota_us) != Some(limits.cpu_quota_us) {
+                    let quota = self.dirs[1].join("cpu.cfs_quota_us");
+                    write(&quota, &limits.cpu_quota_us.to_string()).map_err(|e| fail(&quota, e))?;
+                }
+            }
+            Host::V2 { .. } => {
+                let dir = &self.dirs[0];
+                if old.map(|l| l.memory_bytes) != Some(limits.memory_bytes) {
+                    let max = dir.join("memory.max");
+                    write(&max, &memory).map_err(|e| fail(&max, e))?;
+                }
+                if old.is_none() {
+                    let _ = write(&dir.join("memory.swap.max"), "0");
+                }
+                if old.map(|l| l.cpu_quota_us) != Some(limits.cpu_quota_us) {
+                    let cpu = dir.join("cpu.max");
+                    write(&cpu, &format!("{} {CPU_PERIOD_US}", limits.cpu_quota_us)).map_err(|e| fail(&cpu, e))?;
+                }
+            }
+        }
+        self.limits = Some(limits);
+        self.oom_base = self.oom_kills();
+        if self.oom_base.is_none() {
+            let _ = write(&self.dirs[0].join("memory.failcnt"), "0");
+        }
+        Ok(())
+    }
+
+    /// The kernel's count of OOM kills in the group, where it keeps one (v2, v1 since 4.13).
+    fn oom_kills(&self) -> Option<u64> {
+        let file = if self.v2 { "memory.events" } else { "memory.oom_control" };
+        let text = std::fs::read_to_string(self.dirs[0].join(file)).ok()?;
+        text.lines().find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+    }
+
+    /// Memory still charged to the group.
+    fn charged_memory(&self) -> Option<u64> {
+        let file = if self.v2 { "memory.current" } else { "memory.usage_in_bytes" };
+        std::fs::read_to_string(self.dirs[0].join(file)).ok()?.trim().parse().ok()
+    }
+
     /// Whether a single thread may join the group (v1), so that a process it starts is born
     /// inside; in v2 only whole processes move, and the job's process must join by itself.
     pub fn threads_may_join(&self) -> bool {
@@ -206,15 +375,12 @@ impl JobCgroup {
         self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
     }
 
-    /// Whether the kernel killed a process of the job for exceeding its memory.
+    /// Whether the kernel killed a process of the current job for exceeding its memory.
     pub fn oom_killed(&self) -> bool {
-        let (file, key) = if self.v2 { ("memory.events", "oom_kill") } else { ("memory.oom_control", "oom_kill") };
-        let Ok(text) = std::fs::read_to_string(self.dirs[0].join(file)) else { return false };
-        let counted = text.lines().find_map(|l| l.strip_prefix(key)?.trim().parse::<u64>().ok());
-        match counted {
-            Some(n) => n > 0,
+        match (self.oom_base, self.oom_kills()) {
+            (Some(base), Some(now)) => now > base,
             // Kernels before 4.13 do not count OOM kills in v1: a hit limit is the best sign.
-            None => std::fs::read_to_string(self.dirs[0].join("memory.failcnt"))
+            _ => std::fs::read_to_string(self.dirs[0].join("memory.failcnt"))
                 .ok()
                 .and_then(|s| s.trim().parse::<u64>().ok())
                 .is_some_and(|n| n > 0),
@@ -256,7 +422,7 @@ impl JobCgroup {
     }
 
     /// Removes the group (once it is empty).
-    pub fn remove(&self) {
+    fn remove(&self) {
         for dir in &self.dirs {
             for _ in 0..50 {
                 match std::fs::remove_dir(dir) {
@@ -266,5 +432,60 @@ impl JobCgroup {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The host's cgroups, or `None` (saying why) where this machine has none usable; CI sets
+    /// `MISSION_REQUIRE_CGROUPS` to make that a failure.
+    fn host_cgroups() -> Option<Cgroups> {
+        let cgroups = Cgroups::detect();
+        if let Host::Unavailable(why) = &cgroups.host {
+            assert!(std::env::var_os("MISSION_REQUIRE_CGROUPS").is_none(), "CI must have cgroups: {why}");
+            eprintln!("skipped: {why}");
+            return None;
+        }
+        Some(cgroups)
+    }
+
+    #[test]
+    fn groups_are_reused_with_their_limits_rewritten() {
+        let Some(cgroups) = host_cgroups() else { return };
+        let first = cgroups.take(1, 64).unwrap();
+        let dirs = first.dirs.clone();
+        assert!(dirs.iter().all(|d| d.is_dir()));
+        assert!(!first.oom_killed());
+        cgroups.give_back(first);
+        assert!(dirs.iter().all(|d| d.is_dir()), "an empty group waits for the next job");
+
+        // The next job gets the same group, with its own limits, growing and then shrinking.
+        let memory_limit = |g: &JobCgroup| {
+            let file = if g.v2 { "memory.max" } else { "memory.limit_in_bytes" };
+            std::fs::read_to_string(g.dirs[0].join(file)).unwrap().trim().parse::<u64>().unwrap()
+        };
+        for (cpus, mb) in [(2, 128), (1, 32)] {
+            let group = cgroups.take(cpus, mb).unwrap();
+            assert_eq!(group.dirs, dirs);
+            assert_eq!(memory_limit(&group), mb << 20);
+            let cpu = if group.v2 {
+                std::fs::read_to_string(group.dirs[0].join("cpu.max")).unwrap()
+            } else {
+                std::fs::read_to_string(group.dirs[1].join("cpu.cfs_quota_us")).unwrap()
+            };
+            assert!(cpu.starts_with(&(u64::from(cpus) * CPU_PERIOD_US).to_string()), "{cpu}");
+            cgroups.give_back(group);
+        }
+
+        // Two jobs at once get two groups; dropping the pool removes the idle ones.
+        let (a, b) = (cgroups.take(1, 64).unwrap(), cgroups.take(1, 64).unwrap());
+        assert_ne!(a.dirs, b.dirs);
+        let all: Vec<PathBuf> = a.dirs.iter().chain(&b.dirs).cloned().collect();
+        cgroups.give_back(a);
+        cgroups.give_back(b);
+        drop(cgroups);
+        assert!(all.iter().all(|d| !d.exists()), "idle groups are removed with the pool");
     }
 }

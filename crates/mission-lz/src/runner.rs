@@ -109,14 +109,15 @@ async fn run(
         }
     };
     // Whatever the program left running in the background ends with it (and lets go of the
-    // output pipes, so the forwarders finish); then the group goes and the work dir is searched
-    // for results, in one blocking step.
+    // output pipes, so the forwarders finish); then the group is handed back and the work dir is
+    // searched for results, in one blocking step.
     kill_group();
+    let settling = shared.clone();
     let (oom, results) = tokio::task::spawn_blocking(move || {
-        let oom = group.as_ref().is_some_and(|g| {
+        let oom = group.is_some_and(|g| {
             g.kill_all();
             let oom = g.oom_killed();
-            g.remove();
+            settling.cgroups.give_back(g);
             oom
         });
         (oom, changed_files(&work, &staged))
@@ -196,7 +197,7 @@ fn launch(shared: &Shared, job: &Assignment, work: &Path) -> Result<Launched, La
         staged.insert(target, (meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)));
     }
 
-    let group = shared.cgroups.create(job.job_id, job.cpu_count, job.memory_amount);
+    let group = shared.cgroups.take(job.cpu_count, job.memory_amount);
     let limits = match &group {
         Ok(_) => shared.cgroups.describe(),
         Err(why) => format!("limits not enforced: {why}"),
@@ -248,8 +249,8 @@ fn launch(shared: &Shared, job: &Assignment, work: &Path) -> Result<Launched, La
     match spawned {
         Ok(child) => Ok(Launched { child, group, limits, staged }),
         Err(e) => {
-            if let Some(g) = &group {
-                g.remove();
+            if let Some(g) = group {
+                shared.cgroups.give_back(g);
             }
             Err(LaunchError::Failed(format!("could not start {program}: {e}")))
         }

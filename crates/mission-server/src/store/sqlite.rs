@@ -1,4 +1,5 @@
-//! The SQLite backend of [`Store`]: one file under the data dir, WAL mode, a small pool.
+//! The SQLite backend of [`Store`]: one file under the data dir, WAL mode, a few reading
+//! connections and one writing.
 
 mod jobs;
 mod stations;
@@ -6,15 +7,14 @@ mod stations;
 use std::borrow::Cow;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use mission_api::Mission;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
-};
-use sqlx::{ConnectOptions, Connection, QueryBuilder, Row, Sqlite, SqlitePool};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteRow, SqliteSynchronous};
+use sqlx::{ConnectOptions, Connection, QueryBuilder, Row, Sqlite};
 use uuid::Uuid;
 
 use super::{
@@ -38,15 +38,26 @@ const MISSION_COLUMNS: &str = "mission_id, user_id, name, description, mission_t
 
 /// Handle to the database; cheap to clone.
 ///
-/// Reads go through a small pool; every write goes through `writer`, one connection, because
-/// SQLite admits one writer at a time and writers racing for its lock back off by sleeping
-/// (milliseconds each), while waiting for our own connection costs nothing. The writer is a
-/// connection behind a lock rather than a pool of one: sqlx pings a pooled connection on every
-/// release, one more round trip to its worker thread that the next write would wait behind.
+/// Reads go through a few connections; every write goes through `writer`, one connection,
+/// because SQLite admits one writer at a time and writers racing for its lock back off by
+/// sleeping (milliseconds each), while waiting for our own connection costs nothing.
+/// Connections are held behind locks rather than in an sqlx pool: the pool pings a connection on
+/// every release, one more round trip to the connection's worker thread per query (and the next
+/// query on that connection waits behind it).
 #[derive(Clone, Debug)]
 pub struct Store {
-    pool: SqlitePool,
+    readers: Arc<Readers>,
     writer: Arc<tokio::sync::Mutex<SqliteConnection>>,
+}
+
+/// How many connections serve reads.
+const READERS: usize = 4;
+
+/// The reading connections.
+#[derive(Debug)]
+struct Readers {
+    connections: Vec<tokio::sync::Mutex<SqliteConnection>>,
+    next: AtomicUsize,
 }
 
 impl Store {
@@ -61,15 +72,7 @@ impl Store {
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
-        // No ping before each acquire (sqlx's default): an SQLite connection is a file handle
-        // on a worker thread, and the ping is one more round trip to that thread per query.
         let mut writer = options.connect().await?;
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .min_connections(1)
-            .test_before_acquire(false)
-            .connect_with(options)
-            .await?;
         let migrator = Migrator {
             migrations: Cow::Owned(
                 MIGRATIONS
@@ -82,7 +85,27 @@ impl Store {
             ..Migrator::DEFAULT
         };
         migrator.run(&mut writer).await?;
-        Ok(Self { pool, writer: Arc::new(tokio::sync::Mutex::new(writer)) })
+        let mut connections = Vec::with_capacity(READERS);
+        for _ in 0..READERS {
+            connections.push(tokio::sync::Mutex::new(options.connect().await?));
+        }
+        Ok(Self {
+            readers: Arc::new(Readers { connections, next: AtomicUsize::new(0) }),
+            writer: Arc::new(tokio::sync::Mutex::new(writer)),
+        })
+    }
+
+    /// A reading connection, for as long as the guard lives: a free one, or else the next in
+    /// turn once it is free.
+    async fn reader(&self) -> tokio::sync::MutexGuard<'_, SqliteConnection> {
+        let connections = &self.readers.connections;
+        let first = self.readers.next.fetch_add(1, Ordering::Relaxed);
+        for i in 0..connections.len() {
+            if let Ok(connection) = connections[(first + i) % connections.len()].try_lock() {
+                return connection;
+            }
+        }
+        connections[first % connections.len()].lock().await
     }
 
     /// The one writing connection, for as long as the guard lives.
@@ -92,7 +115,7 @@ impl Store {
 
     /// Checks the database answers.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        sqlx::query("SELECT 1").execute(&mut *self.reader().await).await?;
         Ok(())
     }
 
@@ -133,7 +156,7 @@ impl Store {
 
     /// Number of users.
     pub async fn count_users(&self) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM users").fetch_one(&self.pool).await?)
+        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM users").fetch_one(&mut *self.reader().await).await?)
     }
 
     /// The user with this id.
@@ -155,7 +178,7 @@ impl Store {
         let sql = format!(
             "SELECT user_id, username, password_hash, external_sub, admin, created_at FROM users WHERE {column} = ?"
         );
-        let row = sqlx::query(&sql).bind(value).fetch_optional(&self.pool).await?;
+        let row = sqlx::query(&sql).bind(value).fetch_optional(&mut *self.reader().await).await?;
         row.map(|r| {
             Ok(UserRecord {
                 user_id: parse_uuid(&r.try_get::<String, _>(0)?)?,
@@ -266,7 +289,7 @@ impl Store {
     }
 
     async fn device_code_where(&self, column: &str, value: &str) -> Result<Option<DeviceCodeRecord>, StoreError> {
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.reader().await;
         fetch_device_code(&mut conn, column, value).await
     }
 
@@ -300,7 +323,7 @@ impl Store {
             "SELECT user_id, client_id, scope, expires_at, revoked_at FROM refresh_tokens WHERE token_hash = ?",
         )
         .bind(token_hash)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.reader().await)
         .await?;
         row.map(|r| {
             Ok(RefreshTokenRecord {
@@ -335,7 +358,7 @@ impl Store {
     pub async fn mission(&self, mission_id: Uuid) -> Result<Option<Mission>, StoreError> {
         let row = sqlx::query(&format!("SELECT {MISSION_COLUMNS} FROM missions WHERE mission_id = ?"))
             .bind(mission_id.to_string())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.reader().await)
             .await?;
         row.as_ref().map(mission_from_row).transpose()
     }
@@ -379,7 +402,7 @@ impl Store {
             }
         }
         q.push(ORDER).push(" LIMIT ").push_bind(items + 1).push(" OFFSET ").push_bind(offset);
-        let rows = q.build().fetch_all(&self.pool).await?;
+        let rows = q.build().fetch_all(&mut *self.reader().await).await?;
         let has_more = rows.len() as i64 > items;
         let missions = rows.iter().take(filter.items as usize).map(mission_from_row).collect::<Result<_, _>>()?;
         Ok((missions, has_more))
@@ -487,7 +510,7 @@ impl Store {
     /// Intents left by a server that stopped mid-change.
     pub async fn pending_intents(&self) -> Result<Vec<Intent>, StoreError> {
         let rows = sqlx::query("SELECT intent_id, kind, mission_id, path FROM file_intents ORDER BY created_at")
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.reader().await)
             .await?;
         rows.iter()
             .map(|r| {
@@ -540,7 +563,7 @@ impl Store {
         let row = sqlx::query(&format!("SELECT {FILE_COLUMNS} FROM mission_files WHERE mission_id = ? AND path = ?"))
             .bind(mission_id.to_string())
             .bind(path)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.reader().await)
             .await?;
         row.as_ref().map(file_from_row).transpose()
     }
@@ -549,7 +572,7 @@ impl Store {
     pub async fn mission_files(&self, mission_id: Uuid) -> Result<Vec<FileRecord>, StoreError> {
         let rows = sqlx::query(&format!("SELECT {FILE_COLUMNS} FROM mission_files WHERE mission_id = ? ORDER BY path"))
             .bind(mission_id.to_string())
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.reader().await)
             .await?;
         rows.iter().map(file_from_row).collect()
     }
@@ -564,7 +587,7 @@ impl Store {
         .bind(mission_id.to_string())
         .bind(path)
         .bind(user_id.to_string())
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *self.reader().await)
         .await?;
         Ok(UploadUsage {
             existing_size: row.try_get::<Option<i64>, _>(0)?.map(|n| n as u64),
@@ -577,7 +600,7 @@ impl Store {
     pub async fn mission_exists(&self, mission_id: Uuid) -> Result<bool, StoreError> {
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM missions WHERE mission_id = ?")
             .bind(mission_id.to_string())
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.reader().await)
             .await?;
         Ok(n > 0)
     }
@@ -613,7 +636,7 @@ impl Store {
     pub async fn cargo_bay(&self, storage_id: Uuid) -> Result<Option<CargoBayRecord>, StoreError> {
         let row = sqlx::query(&format!("SELECT {BAY_COLUMNS} FROM cargo_bays WHERE storage_id = ?"))
             .bind(storage_id.to_string())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.reader().await)
             .await?;
         row.as_ref().map(bay_from_row).transpose()
     }
@@ -626,12 +649,12 @@ impl Store {
                     "SELECT {BAY_COLUMNS} FROM cargo_bays WHERE user_id = ? ORDER BY created_at, storage_id"
                 ))
                 .bind(user.to_string())
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.reader().await)
                 .await?
             }
             None => {
                 sqlx::query(&format!("SELECT {BAY_COLUMNS} FROM cargo_bays ORDER BY created_at, storage_id"))
-                    .fetch_all(&self.pool)
+                    .fetch_all(&mut *self.reader().await)
                     .await?
             }
         };
@@ -668,7 +691,7 @@ impl Store {
              + (SELECT COUNT(*) FROM file_intents WHERE mission_id = ?1)",
         )
         .bind(mission_id.to_string())
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *self.reader().await)
         .await?;
         Ok(n as u64)
     }

@@ -51,7 +51,7 @@ impl Store {
     pub async fn job_row(&self, job_id: Uuid) -> Result<Option<Job>, StoreError> {
         let row = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = ?"))
             .bind(job_id.to_string())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.reader().await)
             .await?;
         row.as_ref().map(job_from_row).transpose()
     }
@@ -60,7 +60,7 @@ impl Store {
     pub async fn job_history(&self, job_id: Uuid) -> Result<Vec<JobTransition>, StoreError> {
         let rows = sqlx::query("SELECT status, at, detail FROM job_history WHERE job_id = ? ORDER BY n")
             .bind(job_id.to_string())
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.reader().await)
             .await?;
         rows.iter()
             .map(|r| {
@@ -97,14 +97,14 @@ impl Store {
         }
         let mut count = QueryBuilder::new("SELECT COUNT(*) FROM jobs");
         conditions(&mut count, filter);
-        let total: i64 = count.build_query_scalar().fetch_one(&self.pool).await?;
+        let total: i64 = count.build_query_scalar().fetch_one(&mut *self.reader().await).await?;
         let mut q = QueryBuilder::new(format!("SELECT {JOB_COLUMNS} FROM jobs"));
         conditions(&mut q, filter);
         q.push(" ORDER BY seq DESC LIMIT ")
             .push_bind(i64::from(filter.items))
             .push(" OFFSET ")
             .push_bind(i64::from(filter.page.saturating_sub(1)) * i64::from(filter.items));
-        let rows = q.build().fetch_all(&self.pool).await?;
+        let rows = q.build().fetch_all(&mut *self.reader().await).await?;
         let jobs = rows.iter().map(job_from_row).collect::<Result<_, _>>()?;
         Ok((jobs, total as u64))
     }
@@ -115,7 +115,7 @@ impl Store {
             "SELECT {JOB_COLUMNS} FROM jobs WHERE status NOT IN ('completed', 'failed', 'stopped', 'lost') \
              ORDER BY seq"
         ))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await)
         .await?;
         rows.iter().map(job_from_row).collect()
     }
@@ -126,7 +126,7 @@ impl Store {
             "SELECT COUNT(*) FROM jobs WHERE mission_id = ? AND status NOT IN ('completed', 'failed', 'stopped', 'lost')",
         )
         .bind(mission_id.to_string())
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *self.reader().await)
         .await?;
         Ok(n as u64)
     }
@@ -167,7 +167,7 @@ impl Store {
         )
         .bind(job.job_id.to_string())
         .bind(path)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await)
         .await?;
         rows.iter()
             .map(|r| {
@@ -188,7 +188,7 @@ impl Store {
     pub async fn lz_by_token_hash(&self, token_hash: &str) -> Result<Option<LzIdentity>, StoreError> {
         let row = sqlx::query("SELECT lz_id, station_id, name FROM landing_zones WHERE token_hash = ?")
             .bind(token_hash)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.reader().await)
             .await?;
         row.map(|r| {
             Ok(LzIdentity {

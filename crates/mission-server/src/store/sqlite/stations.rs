@@ -31,7 +31,7 @@ impl Store {
     pub async fn station(&self, station_id: Uuid) -> Result<Option<Station>, StoreError> {
         let row = sqlx::query(&format!("SELECT {STATION_COLUMNS} FROM stations WHERE station_id = ?"))
             .bind(station_id.to_string())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.reader().await)
             .await?;
         row.as_ref().map(station_from_row).transpose()
     }
@@ -42,7 +42,7 @@ impl Store {
         let rows = match user {
             None => {
                 sqlx::query(&format!("SELECT {STATION_COLUMNS} FROM stations ORDER BY name"))
-                    .fetch_all(&self.pool)
+                    .fetch_all(&mut *self.reader().await)
                     .await?
             }
             Some(user) => {
@@ -51,7 +51,7 @@ impl Store {
                  (SELECT station_id FROM station_members WHERE user_id = ?1) ORDER BY name"
                 ))
                 .bind(user.to_string())
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.reader().await)
                 .await?
             }
         };
@@ -72,7 +72,7 @@ impl Store {
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM station_members WHERE station_id = ? AND user_id = ?")
             .bind(station_id.to_string())
             .bind(user.to_string())
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.reader().await)
             .await?;
         Ok(n > 0)
     }
@@ -107,7 +107,7 @@ impl Store {
              WHERE m.station_id = ? ORDER BY u.username",
         )
         .bind(station_id.to_string())
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await)
         .await?;
         rows.iter()
             .map(|r| {
@@ -148,7 +148,7 @@ impl Store {
             "SELECT {LZ_COLUMNS} FROM landing_zones WHERE ?1 IS NULL OR station_id = ?1 ORDER BY name"
         ))
         .bind(station_id.map(|id| id.to_string()))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await)
         .await?;
         rows.iter().map(|r| lz_from_row(r, lease, now)).collect()
     }

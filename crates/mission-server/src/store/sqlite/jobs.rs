@@ -31,7 +31,11 @@ impl Store {
         }
         script.push("COMMIT;");
         let mut conn = self.writer().await;
-        let written = script.build().persistent(false).execute(&mut *conn).await;
+        // Small batches (a job's moves, a hand-over) come in few shapes: their prepared
+        // statements are kept, as sqlx does for a single query. Large ones (a burst of
+        // submissions) are prepared afresh, so the statement cache never holds hundreds of them.
+        let small = inserts.len() + updates.len() <= 4;
+        let written = script.build().persistent(small).execute(&mut *conn).await;
         if written.is_err() {
             // The script stopped at the failing statement, inside its transaction.
             let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;

@@ -19,7 +19,7 @@ use uuid::Uuid;
 const ROOT: &str = "/sys/fs/cgroup";
 /// The v2 group the agent moves itself into, so that its own group may hand out controllers.
 const AGENT_GROUP: &str = "mission-lz-agent";
-/// Name prefix of the job groups, so stale ones from an earlier run can be told apart.
+/// Name prefix of the job groups (`slot-{agent pid}-{random}`), so stale ones can be told apart.
 const GROUP_PREFIX: &str = "slot-";
 const CPU_PERIOD_US: u64 = 100_000;
 /// Most idle groups kept for reuse; more are removed.
@@ -97,14 +97,17 @@ fn own_group(controller: &str) -> Option<String> {
     })
 }
 
-/// Removes the empty job groups an earlier run of an agent left under `parent` (ones still
-/// holding processes stay).
+/// Removes the empty job groups that agents no longer running left under `parent`. Another
+/// agent on this host may share the parent, so a group is only taken for stale when the agent
+/// named in it (`slot-{pid}-…`) is gone; ones still holding processes stay in any case.
 fn remove_stale_groups(parent: &Path) {
     let Ok(entries) = std::fs::read_dir(parent) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with(GROUP_PREFIX) || name.starts_with("job-") {
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(GROUP_PREFIX)?.split('-').next()) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
             let _ = std::fs::remove_dir(entry.path());
         }
     }
@@ -187,7 +190,7 @@ impl Cgroups {
 
     /// A new, unlimited group.
     fn create(&self) -> Result<JobCgroup, String> {
-        let name = format!("{GROUP_PREFIX}{}", Uuid::new_v4());
+        let name = format!("{GROUP_PREFIX}{}-{}", std::process::id(), Uuid::new_v4().simple());
         let fail = |what: &Path, e: std::io::Error| format!("{}: {e}", what.display());
         let group = match &self.host {
             Host::Unavailable(why) => return Err(why.clone()),
@@ -487,5 +490,31 @@ mod tests {
         cgroups.give_back(b);
         drop(cgroups);
         assert!(all.iter().all(|d| !d.exists()), "idle groups are removed with the pool");
+    }
+
+    #[test]
+    fn only_groups_of_agents_that_are_gone_count_as_stale() {
+        let Some(cgroups) = host_cgroups() else { return };
+        let group = cgroups.take(1, 64).unwrap();
+        let parent = group.dirs[0].parent().unwrap().to_path_buf();
+        cgroups.give_back(group);
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        let stale = parent.join(format!("{GROUP_PREFIX}{gone}-test"));
+        let live = parent.join(format!("{GROUP_PREFIX}{}-test", std::process::id()));
+        let foreign = parent.join(format!("other-{gone}"));
+        for dir in [&stale, &live, &foreign] {
+            std::fs::create_dir(dir).unwrap();
+        }
+        let again = Cgroups::detect();
+        let (stale_left, live_left, foreign_left) = (stale.exists(), live.exists(), foreign.exists());
+        for dir in [&stale, &live, &foreign] {
+            let _ = std::fs::remove_dir(dir);
+        }
+        drop(again);
+        assert!(!stale_left, "a group of an agent that is gone is removed");
+        assert!(live_left, "a group of a running agent stays");
+        assert!(foreign_left, "groups that are not the agents' stay");
     }
 }

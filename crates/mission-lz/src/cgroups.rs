@@ -175,10 +175,10 @@ impl Cgroups {
         Ok(group)
     }
 
-    /// Takes back a group whose job has ended and whose processes were killed: kept for the
-    /// next job when it is empty and holds little memory, removed otherwise.
+    /// Takes back a group whose job has ended, killing whatever the job left running in it:
+    /// kept for the next job when it is then empty and holds little memory, removed otherwise.
     pub fn give_back(&self, group: JobCgroup) {
-        if group.is_empty() && group.charged_memory().is_some_and(|bytes| bytes <= REUSE_MAX_CHARGED) {
+        if group.kill_all() && group.charged_memory().is_some_and(|bytes| bytes <= REUSE_MAX_CHARGED) {
             let mut idle = self.idle.lock().expect("not poisoned");
             if idle.len() < MAX_IDLE {
                 idle.push(group);
@@ -399,16 +399,16 @@ impl JobCgroup {
             .collect()
     }
 
-    /// Kills every process of the job.
-    pub fn kill_all(&self) {
+    /// Kills every process of the job; true when the group was seen empty afterwards.
+    pub fn kill_all(&self) -> bool {
         if self.v2 && write(&self.dirs[0].join("cgroup.kill"), "1").is_ok() {
-            return;
+            return self.pids().is_empty();
         }
         // A process may fork while we kill: go round until the group is empty (bounded).
         for _ in 0..50 {
             let pids = self.pids();
             if pids.is_empty() {
-                return;
+                return true;
             }
             for pid in pids {
                 if let Some(pid) = rustix::process::Pid::from_raw(pid) {
@@ -417,11 +417,7 @@ impl JobCgroup {
             }
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
-    }
-
-    /// Whether no process is left in the group.
-    pub fn is_empty(&self) -> bool {
-        self.pids().is_empty()
+        false
     }
 
     /// Removes the group (once it is empty).

@@ -109,13 +109,12 @@ async fn run(
         }
     };
     // Whatever the program left running in the background ends with it (and lets go of the
-    // output pipes, so the forwarders finish); then the group is handed back and the work dir is
-    // searched for results, in one blocking step.
+    // output pipes, so the forwarders finish); then the group is handed back (which kills what is
+    // left in it) and the work dir is searched for results, in one blocking step.
     kill_group();
     let settling = shared.clone();
     let (oom, results) = tokio::task::spawn_blocking(move || {
         let oom = group.is_some_and(|g| {
-            g.kill_all();
             let oom = g.oom_killed();
             settling.cgroups.give_back(g);
             oom

@@ -404,13 +404,17 @@ impl JobCgroup {
         if self.v2 && write(&self.dirs[0].join("cgroup.kill"), "1").is_ok() {
             return self.pids().is_empty();
         }
-        // A process may fork while we kill: go round until the group is empty (bounded).
+        // A thread of this agent that joined the group to start the job (v1) is listed under the
+        // agent's pid until it has quite left, which can be a little after it was joined: it must
+        // never be killed, it is the agent. A process may fork while we kill: go round until the
+        // group is empty (bounded).
+        let agent = std::process::id() as i32;
         for _ in 0..50 {
             let pids = self.pids();
             if pids.is_empty() {
                 return true;
             }
-            for pid in pids {
+            for pid in pids.into_iter().filter(|pid| *pid != agent) {
                 if let Some(pid) = rustix::process::Pid::from_raw(pid) {
                     let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
                 }
@@ -486,6 +490,38 @@ mod tests {
         cgroups.give_back(b);
         drop(cgroups);
         assert!(all.iter().all(|d| !d.exists()), "idle groups are removed with the pool");
+    }
+
+    #[test]
+    fn killing_a_job_never_kills_the_agent() {
+        let Some(cgroups) = host_cgroups() else { return };
+        let group = cgroups.take(1, 64).unwrap();
+        let mut job = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        for dir in &group.dirs {
+            std::fs::write(dir.join("cgroup.procs"), job.id().to_string()).unwrap();
+        }
+        // A thread of this process in the group, as a thread that started a job may still be.
+        let (leave, stay) = std::sync::mpsc::channel::<()>();
+        let (joined, has_joined) = std::sync::mpsc::channel();
+        let lingering = std::thread::spawn({
+            let dirs = group.dirs.clone();
+            move || {
+                let tid = rustix::thread::gettid().as_raw_nonzero().to_string();
+                for dir in &dirs {
+                    std::fs::write(dir.join("tasks"), &tid).unwrap();
+                }
+                joined.send(()).unwrap();
+                let _ = stay.recv();
+            }
+        });
+        has_joined.recv().unwrap();
+        assert!(!group.kill_all(), "the group is not empty while the thread is in it");
+        assert!(job.wait().unwrap().code().is_none(), "the job was killed");
+        // This test process is still alive to say so; once the thread is gone, the group is empty.
+        leave.send(()).unwrap();
+        lingering.join().unwrap();
+        assert!(group.kill_all());
+        cgroups.give_back(group);
     }
 
     #[test]

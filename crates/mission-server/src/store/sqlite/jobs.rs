@@ -1,5 +1,7 @@
 //! Jobs, their history and results, and the landing-zone rows the scheduler keeps current.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use mission_api::{Job, JobStatus, JobTransition, Resources};
 use sqlx::sqlite::SqliteRow;
@@ -20,22 +22,14 @@ impl Store {
         if inserts.is_empty() && updates.is_empty() {
             return Ok(());
         }
-        // One script, so the batch costs one trip to SQLite's worker thread rather than two per
-        // row: those thread hand-offs, not SQLite, were most of the time the scheduler waited.
-        let mut script = QueryBuilder::<Sqlite>::new("BEGIN IMMEDIATE;");
-        for job in inserts {
-            push_insert_job(&mut script, job);
-        }
-        for u in updates {
-            push_update_job(&mut script, u);
-        }
-        script.push("COMMIT;");
+        // One fixed script fed the batch as JSON: one trip to SQLite's worker thread (those
+        // thread hand-offs were most of what the scheduler waited for), and statements that are
+        // prepared once, whatever the batch's size and shape (parsing SQL built per batch was an
+        // eighth of the server's CPU under load).
+        let batch = JobBatch::new(inserts, updates);
         let mut conn = self.writer().await;
-        // Small batches (a job's moves, a hand-over) come in few shapes: their prepared
-        // statements are kept, as sqlx does for a single query. Large ones (a burst of
-        // submissions) are prepared afresh, so the statement cache never holds hundreds of them.
-        let small = inserts.len() + updates.len() <= 4;
-        let written = script.build().persistent(small).execute(&mut *conn).await;
+        let written =
+            sqlx::query(SAVE_JOBS).bind(batch.jobs).bind(batch.changes).bind(batch.history).execute(&mut *conn).await;
         if written.is_err() {
             // The script stopped at the failing statement, inside its transaction.
             let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
@@ -254,86 +248,157 @@ impl Store {
     }
 }
 
-/// Appends the statements adding a job row with its history so far.
-fn push_insert_job(script: &mut QueryBuilder<'_, Sqlite>, job: &Job) {
-    script
-        .push(format!("INSERT INTO jobs (seq, {JOB_COLUMNS}) VALUES ((SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs), "));
-    let mut values = script.separated(", ");
-    values
-        .push_bind(job.job_id.to_string())
-        .push_bind(job.mission_id.to_string())
-        .push_bind(job.user_id.to_string())
-        .push_bind(job.station_id.to_string())
-        .push_bind(job.requested_lz_id.map(|id| id.to_string()))
-        .push_bind(job.lz_id.map(|id| id.to_string()))
-        .push_bind(job.status.as_str())
-        .push_bind(i64::from(job.cpu_count))
-        .push_bind(job.memory_amount as i64)
-        .push_bind(i64::from(job.gpu_count))
-        .push_bind(join_indices(&job.gpu_indices))
-        .push_bind(serde_json::to_string(&job.command).expect("strings serialise"))
-        .push_bind(job.exit_code)
-        .push_bind(job.reason.clone())
-        .push_bind(job.limits.clone())
-        .push_bind(to_micros(job.created_at))
-        .push_bind(job.started_at.map(to_micros))
-        .push_bind(job.finished_at.map(to_micros));
-    script.push(");");
-    for (n, t) in job.history.iter().enumerate() {
-        push_insert_history(script, job.job_id, Some(n as i64), t);
-    }
+/// What [`Store::save_jobs`] runs, with three JSON arrays for its parameters: new job rows (in
+/// submission order), the changes to job rows (one per job, the batch's moves of it folded
+/// together), and the history rows to append. A history row's `n` is given where the batch knows
+/// it (new jobs); otherwise it follows the job's rows already stored, `k` being its place among
+/// the batch's rows of that job. (SQLite reads a table an `INSERT … SELECT` writes into before it
+/// writes, so the count is that of the rows stored before the statement.)
+const SAVE_JOBS: &str = "BEGIN IMMEDIATE;
+INSERT INTO jobs (seq, job_id, mission_id, user_id, station_id, requested_lz_id, lz_id, status, cpu_count, \
+    memory_amount, gpu_count, gpu_indices, command, exit_code, reason, limits, created_at, started_at, finished_at) \
+SELECT last.seq + j.key + 1, j.value ->> 'job_id', j.value ->> 'mission_id', j.value ->> 'user_id', \
+    j.value ->> 'station_id', j.value ->> 'requested_lz_id', j.value ->> 'lz_id', j.value ->> 'status', \
+    j.value ->> 'cpu_count', j.value ->> 'memory_amount', j.value ->> 'gpu_count', j.value ->> 'gpu_indices', \
+    j.value ->> 'command', j.value ->> 'exit_code', j.value ->> 'reason', j.value ->> 'limits', \
+    j.value ->> 'created_at', j.value ->> 'started_at', j.value ->> 'finished_at' \
+FROM json_each(?) AS j, (SELECT COALESCE(MAX(seq), 0) AS seq FROM jobs) AS last;
+UPDATE jobs SET status = c.value ->> 'status', \
+    lz_id = IIF(json_type(c.value, '$.lz_id') IS NULL, jobs.lz_id, c.value ->> 'lz_id'), \
+    gpu_indices = COALESCE(c.value ->> 'gpu_indices', jobs.gpu_indices), \
+    exit_code = COALESCE(c.value ->> 'exit_code', jobs.exit_code), \
+    reason = COALESCE(c.value ->> 'reason', jobs.reason), \
+    limits = COALESCE(c.value ->> 'limits', jobs.limits), \
+    started_at = IIF(json_type(c.value, '$.started_at') IS NULL, jobs.started_at, c.value ->> 'started_at'), \
+    finished_at = COALESCE(c.value ->> 'finished_at', jobs.finished_at) \
+FROM json_each(?) AS c WHERE jobs.job_id = c.value ->> 'job_id';
+INSERT INTO job_history (job_id, n, status, at, detail) \
+SELECT h.value ->> 'job_id', \
+    COALESCE(h.value ->> 'n', (SELECT COUNT(*) FROM job_history WHERE job_id = h.value ->> 'job_id') + (h.value ->> 'k')), \
+    h.value ->> 'status', h.value ->> 'at', h.value ->> 'detail' \
+FROM json_each(?) AS h;
+COMMIT;";
+
+/// A batch of [`Store::save_jobs`] as the JSON parameters of [`SAVE_JOBS`].
+struct JobBatch {
+    jobs: String,
+    changes: String,
+    history: String,
 }
 
-/// Appends the statements of one move: the row, then its history entry.
-fn push_update_job(script: &mut QueryBuilder<'_, Sqlite>, u: &JobUpdate) {
-    let at = to_micros(u.at);
-    script.push("UPDATE jobs SET status = ").push_bind(u.status.as_str());
-    if let Some(lz) = u.lz_id {
-        script.push(", lz_id = ").push_bind(lz.map(|id| id.to_string()));
-    }
-    if let Some(gpus) = &u.gpu_indices {
-        script.push(", gpu_indices = ").push_bind(join_indices(gpus));
-    }
-    if let Some(code) = u.exit_code {
-        script.push(", exit_code = ").push_bind(code);
-    }
-    if let Some(reason) = &u.reason {
-        script.push(", reason = ").push_bind(reason.clone());
-    }
-    if let Some(limits) = &u.limits {
-        script.push(", limits = ").push_bind(limits.clone());
-    }
-    if u.status == JobStatus::Running {
-        script.push(", started_at = ").push_bind(at);
-    }
-    if u.status == JobStatus::Queued {
-        script.push(", started_at = NULL");
-    }
-    if u.status.is_final() {
-        script.push(", finished_at = ").push_bind(at);
-    }
-    script.push(" WHERE job_id = ").push_bind(u.job_id.to_string()).push(";");
-    let transition = JobTransition { status: u.status, at: u.at, detail: u.detail.clone() };
-    push_insert_history(script, u.job_id, None, &transition);
+/// A job row's change: fields left out keep their value (`Some(None)` writes NULL).
+#[derive(serde::Serialize)]
+struct JobChange {
+    job_id: String,
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lz_id: Option<Option<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpu_indices: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exit_code: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limits: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    started_at: Option<Option<i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    finished_at: Option<i64>,
 }
 
-/// Appends a history row numbered `n`, or after the job's last row when `None`. (Parameters in
-/// a script must be anonymous `?`: SQLite numbers `?N` per statement, sqlx binds across them.)
-fn push_insert_history(script: &mut QueryBuilder<'_, Sqlite>, job_id: Uuid, n: Option<i64>, t: &JobTransition) {
-    script
-        .push("INSERT INTO job_history (job_id, n, status, at, detail) VALUES (")
-        .push_bind(job_id.to_string())
-        .push(", COALESCE(")
-        .push_bind(n)
-        .push(", (SELECT COUNT(*) FROM job_history WHERE job_id = ")
-        .push_bind(job_id.to_string())
-        .push(")), ")
-        .push_bind(t.status.as_str())
-        .push(", ")
-        .push_bind(to_micros(t.at))
-        .push(", ")
-        .push_bind(t.detail.clone())
-        .push(");");
+impl JobBatch {
+    fn new(inserts: &[Job], updates: &[JobUpdate]) -> Self {
+        let mut jobs = Vec::with_capacity(inserts.len());
+        let mut history = Vec::new();
+        // Per job of the batch: the history rows it has (new jobs) or the batch added so far.
+        let mut rows_of: HashMap<Uuid, (bool, usize)> = HashMap::new();
+        let history_row = |job_id: Uuid, n: Option<usize>, k: usize, t: &JobTransition| {
+            serde_json::json!({
+                "job_id": job_id.to_string(),
+                "n": n,
+                "k": k,
+                "status": t.status.as_str(),
+                "at": to_micros(t.at),
+                "detail": t.detail,
+            })
+        };
+        for job in inserts {
+            jobs.push(serde_json::json!({
+                "job_id": job.job_id.to_string(),
+                "mission_id": job.mission_id.to_string(),
+                "user_id": job.user_id.to_string(),
+                "station_id": job.station_id.to_string(),
+                "requested_lz_id": job.requested_lz_id.map(|id| id.to_string()),
+                "lz_id": job.lz_id.map(|id| id.to_string()),
+                "status": job.status.as_str(),
+                "cpu_count": job.cpu_count,
+                "memory_amount": job.memory_amount,
+                "gpu_count": job.gpu_count,
+                "gpu_indices": join_indices(&job.gpu_indices),
+                "command": serde_json::to_string(&job.command).expect("strings serialise"),
+                "exit_code": job.exit_code,
+                "reason": job.reason,
+                "limits": job.limits,
+                "created_at": to_micros(job.created_at),
+                "started_at": job.started_at.map(to_micros),
+                "finished_at": job.finished_at.map(to_micros),
+            }));
+            for (n, t) in job.history.iter().enumerate() {
+                history.push(history_row(job.job_id, Some(n), 0, t));
+            }
+            rows_of.insert(job.job_id, (true, job.history.len()));
+        }
+        let mut changes: Vec<JobChange> = Vec::new();
+        let mut change_of: HashMap<Uuid, usize> = HashMap::new();
+        for u in updates {
+            let i = *change_of.entry(u.job_id).or_insert_with(|| {
+                changes.push(JobChange {
+                    job_id: u.job_id.to_string(),
+                    status: u.status.as_str(),
+                    lz_id: None,
+                    gpu_indices: None,
+                    exit_code: None,
+                    reason: None,
+                    limits: None,
+                    started_at: None,
+                    finished_at: None,
+                });
+                changes.len() - 1
+            });
+            let change = &mut changes[i];
+            let at = to_micros(u.at);
+            change.status = u.status.as_str();
+            if let Some(lz) = u.lz_id {
+                change.lz_id = Some(lz.map(|id| id.to_string()));
+            }
+            if let Some(gpus) = &u.gpu_indices {
+                change.gpu_indices = Some(join_indices(gpus));
+            }
+            change.exit_code = u.exit_code.or(change.exit_code);
+            change.reason = u.reason.clone().or(change.reason.take());
+            change.limits = u.limits.clone().or(change.limits.take());
+            match u.status {
+                JobStatus::Running => change.started_at = Some(Some(at)),
+                JobStatus::Queued => change.started_at = Some(None),
+                s if s.is_final() => change.finished_at = Some(at),
+                _ => {}
+            }
+            let (known, rows) = rows_of.entry(u.job_id).or_insert((false, 0));
+            let transition = JobTransition { status: u.status, at: u.at, detail: u.detail.clone() };
+            history.push(if *known {
+                history_row(u.job_id, Some(*rows), 0, &transition)
+            } else {
+                history_row(u.job_id, None, *rows, &transition)
+            });
+            *rows += 1;
+        }
+        Self {
+            jobs: serde_json::to_string(&jobs).expect("JSON values serialise"),
+            changes: serde_json::to_string(&changes).expect("job changes serialise"),
+            history: serde_json::to_string(&history).expect("JSON values serialise"),
+        }
+    }
 }
 
 fn join_indices(indices: &[u32]) -> String {
@@ -376,4 +441,151 @@ fn job_from_row(r: &SqliteRow) -> Result<Job, StoreError> {
         started_at: r.try_get::<Option<i64>, _>(16)?.map(from_micros).transpose()?,
         finished_at: r.try_get::<Option<i64>, _>(17)?.map(from_micros).transpose()?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use mission_api::{JobStatus, LandingZone, Mission};
+
+    use super::*;
+    use crate::store::{UserRecord, now};
+
+    /// The `local` station every store starts with.
+    const LOCAL_STATION: &str = "6d697373-696f-4e00-8000-000000000002";
+
+    async fn store_with_mission(dir: &std::path::Path) -> (Store, Job, Uuid) {
+        let store = Store::open(&format!("sqlite://{}", dir.join("db.sqlite").display())).await.unwrap();
+        let user = UserRecord {
+            user_id: Uuid::new_v4(),
+            username: "ada".into(),
+            password_hash: None,
+            external_sub: None,
+            admin: false,
+            created_at: now(),
+        };
+        store.insert_user(&user).await.unwrap();
+        let mission = Mission {
+            mission_id: Uuid::new_v4(),
+            name: "m".into(),
+            description: String::new(),
+            mission_type_id: None,
+            source_storage_id: None,
+            destination_storage_id: None,
+            source_path: None,
+            destination_path: None,
+            settings: Default::default(),
+            public: false,
+            archived: false,
+            args: Vec::new(),
+            user_id: user.user_id,
+            created_at: now(),
+            updated_at: now(),
+        };
+        store.insert_mission(&mission).await.unwrap();
+        let station_id = Uuid::parse_str(LOCAL_STATION).unwrap();
+        let lz = LandingZone {
+            lz_id: Uuid::new_v4(),
+            station_id,
+            name: "lz".into(),
+            online: false,
+            resources: None,
+            last_seen_at: None,
+            created_at: now(),
+        };
+        store.insert_landing_zone(&lz, "hash").await.unwrap();
+        let job = Job {
+            job_id: Uuid::new_v4(),
+            mission_id: mission.mission_id,
+            user_id: user.user_id,
+            station_id,
+            requested_lz_id: None,
+            lz_id: None,
+            status: JobStatus::Queued,
+            cpu_count: 1,
+            memory_amount: 256,
+            gpu_count: 0,
+            gpu_indices: Vec::new(),
+            command: vec!["sh".into(), "run.sh".into()],
+            exit_code: None,
+            reason: None,
+            limits: None,
+            history: vec![JobTransition { status: JobStatus::Queued, at: now(), detail: None }],
+            created_at: now(),
+            started_at: None,
+            finished_at: None,
+        };
+        (store, job, lz.lz_id)
+    }
+
+    fn moved(job_id: Uuid, status: JobStatus) -> JobUpdate {
+        JobUpdate::new(job_id, status)
+    }
+
+    #[tokio::test]
+    async fn a_batch_folds_several_moves_of_a_job_and_numbers_their_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, first, lz) = store_with_mission(dir.path()).await;
+        let second = Job { job_id: Uuid::new_v4(), ..first.clone() };
+
+        // A job submitted and placed in one batch, beside one only submitted.
+        let assigned = JobUpdate {
+            lz_id: Some(Some(lz)),
+            gpu_indices: Some(vec![0, 1]),
+            detail: Some("on lz".into()),
+            ..moved(first.job_id, JobStatus::Assigned)
+        };
+        store.save_jobs(&[first.clone(), second.clone()], &[assigned]).await.unwrap();
+        let stored = store.job(first.job_id).await.unwrap().unwrap();
+        assert_eq!(
+            (stored.status, stored.lz_id, stored.gpu_indices.clone()),
+            (JobStatus::Assigned, Some(lz), vec![0, 1])
+        );
+        assert_eq!(stored.history.len(), 2);
+        assert_eq!(stored.history[1].detail.as_deref(), Some("on lz"));
+        let stored_second = store.job(second.job_id).await.unwrap().unwrap();
+        assert_eq!(stored_second.command, first.command);
+        let (listed, total) = store.jobs(&JobFilter { items: 10, page: 1, ..Default::default() }).await.unwrap();
+        assert_eq!(total, 2);
+        assert_eq!(listed[0].job_id, second.job_id, "newest first: submission order is kept");
+
+        // Several moves of a stored job in one batch: the row ends in the last state, every
+        // move is in the history, in order.
+        let limits = JobUpdate { limits: Some("enforced".into()), ..moved(first.job_id, JobStatus::Running) };
+        let done = JobUpdate { exit_code: Some(0), ..moved(first.job_id, JobStatus::Completed) };
+        let staging = moved(first.job_id, JobStatus::Staging);
+        store.save_jobs(&[], &[staging, limits, done.clone()]).await.unwrap();
+        let stored = store.job(first.job_id).await.unwrap().unwrap();
+        let statuses: Vec<_> = stored.history.iter().map(|t| t.status).collect();
+        assert_eq!(
+            statuses,
+            [JobStatus::Queued, JobStatus::Assigned, JobStatus::Staging, JobStatus::Running, JobStatus::Completed]
+        );
+        assert_eq!(stored.status, JobStatus::Completed);
+        assert_eq!((stored.exit_code, stored.limits.as_deref()), (Some(0), Some("enforced")));
+        assert_eq!(stored.lz_id, Some(lz), "fields a move leaves out keep their value");
+        assert!(stored.started_at.is_some());
+        assert_eq!(stored.finished_at, Some(done.at));
+
+        // A re-queue clears the placement and the start.
+        let placed = JobUpdate { lz_id: Some(Some(lz)), ..moved(second.job_id, JobStatus::Assigned) };
+        let running = moved(second.job_id, JobStatus::Running);
+        let requeued = JobUpdate { lz_id: Some(None), ..moved(second.job_id, JobStatus::Queued) };
+        store.save_jobs(&[], &[placed, running, requeued]).await.unwrap();
+        let stored = store.job(second.job_id).await.unwrap().unwrap();
+        assert_eq!((stored.status, stored.lz_id, stored.started_at), (JobStatus::Queued, None, None));
+        assert_eq!(stored.history.len(), 4);
+    }
+
+    #[tokio::test]
+    async fn a_failing_batch_leaves_nothing_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, job, _) = store_with_mission(dir.path()).await;
+        // The second insert repeats the first's id: the whole batch is refused.
+        let err = store.save_jobs(&[job.clone(), job.clone()], &[]).await;
+        assert!(err.is_err());
+        assert!(store.job(job.job_id).await.unwrap().is_none());
+        // And the writer is usable afterwards.
+        store.save_jobs(std::slice::from_ref(&job), &[moved(job.job_id, JobStatus::Stopped)]).await.unwrap();
+        assert_eq!(store.job(job.job_id).await.unwrap().unwrap().status, JobStatus::Stopped);
+    }
 }

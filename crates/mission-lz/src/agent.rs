@@ -18,6 +18,7 @@ use uuid::Uuid;
 use crate::cgroups::Cgroups;
 use crate::detect::{Overrides, detect};
 use crate::runner;
+use crate::workdirs::WorkDirs;
 
 /// How the agent is run.
 #[derive(Debug, Clone)]
@@ -26,7 +27,7 @@ pub struct AgentConfig {
     pub server: String,
     /// The landing zone's token.
     pub token: String,
-    /// Where work dirs and the input cache live.
+    /// Where work dirs (`jobs/`) and the input cache (`cache/`) live.
     pub data_dir: PathBuf,
     /// Overrides of detected resources.
     pub overrides: Overrides,
@@ -55,6 +56,7 @@ pub(crate) struct Shared {
     token: String,
     pub data_dir: PathBuf,
     pub cgroups: Cgroups,
+    pub work_dirs: WorkDirs,
     /// Stop switches of the jobs this agent runs.
     pub jobs: Mutex<HashMap<Uuid, watch::Sender<bool>>>,
     reports: mpsc::UnboundedSender<Report>,
@@ -115,6 +117,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Res
         token: config.token.clone(),
         data_dir: config.data_dir.clone(),
         cgroups,
+        work_dirs: WorkDirs::new(config.data_dir.join("jobs")),
         jobs: Mutex::new(HashMap::new()),
         reports,
     });

@@ -6,12 +6,14 @@
 //! - [`agent`]: the connection — hello, the order stream, heartbeats, reports, reconnects;
 //! - `runner`: one job from staging through running under limits to its results;
 //! - [`cgroups`]: memory and CPU limits through cgroup v1 or v2;
+//! - `workdirs`: the dirs jobs run in, reused from job to job;
 //! - [`detect`]: CPUs, memory and NVIDIA GPUs of the host.
 
 pub mod agent;
 pub mod cgroups;
 pub mod detect;
 mod runner;
+mod workdirs;
 
 pub use agent::{AgentConfig, AgentError, run};
 pub use detect::Overrides;

@@ -1,18 +1,18 @@
 //! The process runner: one job from assignment to results.
 //!
 //! 1. staging: inputs not in the content cache (`DATA_DIR/cache/{sha256}`) are downloaded and
-//!    checked against their SHA-256; then one blocking step copies them into a fresh work dir,
-//!    creates the job's cgroup and starts the program (few thread hand-offs: a trivial job's
+//!    checked against their SHA-256; then one blocking step copies them into a work dir, takes
+//!    the job's cgroup and starts the program (few thread hand-offs: a trivial job's
 //!    whole life is a few milliseconds);
 //! 2. running: the command runs in the work dir in its own process group (and cgroup, where the
 //!    host has them) with `MISSION_ID`, `JOB_ID`, `OMP_NUM_THREADS` and `CUDA_VISIBLE_DEVICES`;
 //!    stdout and stderr stream to the server as they are written;
 //! 3. uploading: every new or changed regular file of the work dir goes to the server;
-//! 4. the final report, and the work dir is removed.
+//! 4. the final report; the work dir is emptied of all but its input copies, for the next job
+//!    (see `workdirs`).
 //!
 //! A stop order kills the whole process tree (group and cgroup) at once.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -29,6 +29,7 @@ use uuid::Uuid;
 
 use crate::agent::Shared;
 use crate::cgroups::JobCgroup;
+use crate::workdirs::{Staged, WorkDir};
 
 /// Largest log chunk sent in one request.
 const MAX_CHUNK: usize = 256 * 1024;
@@ -38,31 +39,34 @@ const GATHER: Duration = Duration::from_millis(10);
 /// Runs one job to its end and reports every move.
 pub(crate) async fn run_job(shared: Arc<Shared>, job: Assignment, stop: watch::Receiver<bool>) {
     let job_id = job.job_id;
-    let dir = shared.data_dir.join("jobs").join(job_id.to_string());
-    let (status, exit_code, reason) = match run(&shared, &job, &dir, stop).await {
+    let mut work = None;
+    let (status, exit_code, reason) = match run(&shared, &job, &mut work, stop).await {
         Ok(outcome) => outcome,
         Err(reason) => (JobStatus::Failed, None, Some(reason)),
     };
     shared.report(job_id, status, exit_code, reason, None);
-    let _ = tokio::fs::remove_dir_all(&dir).await;
+    if let Some(work) = work {
+        let settling = shared.clone();
+        let _ = tokio::task::spawn_blocking(move || settling.work_dirs.give_back(work)).await;
+    }
     shared.jobs.lock().expect("not poisoned").remove(&job_id);
 }
 
 type Outcome = (JobStatus, Option<i32>, Option<String>);
 
+/// Stages, runs and settles the job; the work dir it ran in is left in `work`.
 async fn run(
     shared: &Arc<Shared>,
     job: &Assignment,
-    dir: &Path,
+    work: &mut Option<WorkDir>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<Outcome, String> {
     shared.report(job.job_id, JobStatus::Staging, None, None, None);
-    let work = dir.join("work");
     let mut downloaded = false;
-    let Launched { mut child, group, limits, staged } = loop {
+    let Launched { mut child, group, limits, dir } = loop {
         let launched = {
-            let (shared, job, work) = (shared.clone(), job.clone(), work.clone());
-            tokio::task::spawn_blocking(move || launch(&shared, &job, &work)).await.map_err(|e| e.to_string())?
+            let (shared, job) = (shared.clone(), job.clone());
+            tokio::task::spawn_blocking(move || launch(&shared, &job)).await.map_err(|e| e.to_string())?
         };
         match launched {
             Ok(launched) => break launched,
@@ -87,6 +91,8 @@ async fn run(
             }
         }
     };
+    let (root, staged) = (dir.path().to_path_buf(), dir.inputs().clone());
+    *work = Some(dir);
     let pid = child.id().and_then(|p| rustix::process::Pid::from_raw(p as i32));
     shared.report(job.job_id, JobStatus::Running, None, None, Some(limits));
     let stdout = tokio::spawn(forward(shared.clone(), job.job_id, "stdout", child.stdout.take().expect("piped")));
@@ -119,7 +125,7 @@ async fn run(
             settling.cgroups.give_back(g);
             oom
         });
-        (oom, changed_files(&work, &staged))
+        (oom, changed_files(&root, &staged))
     })
     .await
     .map_err(|e| e.to_string())?;
@@ -141,16 +147,14 @@ async fn run(
     })
 }
 
-/// What staging put in the work dir: path → (size, modification time), to tell changed files.
-type Staged = HashMap<PathBuf, (u64, SystemTime)>;
-
 /// A job's program, started.
 struct Launched {
     child: tokio::process::Child,
     group: Option<JobCgroup>,
     /// How its limits are enforced, or why they are not.
     limits: String,
-    staged: Staged,
+    /// Where it runs.
+    dir: WorkDir,
 }
 
 enum LaunchError {
@@ -160,12 +164,14 @@ enum LaunchError {
     Failed(String),
 }
 
-/// Stages the job and starts its program, in one blocking step: the work dir gets the mission's
+/// Stages the job and starts its program, in one blocking step: a work dir gets the mission's
 /// files from the content cache, the job gets its cgroup, and the program starts in the work dir
 /// in its own process group with `MISSION_ID`, `JOB_ID`, `OMP_NUM_THREADS` and
 /// `CUDA_VISIBLE_DEVICES`. Nothing is made when an input is not cached yet.
-fn launch(shared: &Shared, job: &Assignment, work: &Path) -> Result<Launched, LaunchError> {
+fn launch(shared: &Shared, job: &Assignment) -> Result<Launched, LaunchError> {
     let staging_failed = |e: String| LaunchError::Failed(format!("staging the mission's files failed: {e}"));
+    let (program, args) =
+        job.command.split_first().ok_or_else(|| LaunchError::Failed("the job's command is empty".into()))?;
     let cache = shared.data_dir.join("cache");
     let mut inputs = Vec::with_capacity(job.files.len());
     let mut missing = Vec::new();
@@ -178,23 +184,13 @@ fn launch(shared: &Shared, job: &Assignment, work: &Path) -> Result<Launched, La
         if !std::fs::metadata(&entry).is_ok_and(|m| m.len() == file.size) {
             missing.push(i);
         }
-        inputs.push((path, entry));
+        inputs.push((path.segments().collect(), entry));
     }
     if !missing.is_empty() {
         return Err(LaunchError::NotCached(missing));
     }
-    let mut staged = HashMap::new();
-    std::fs::create_dir_all(work).map_err(|e| staging_failed(format!("cannot create the work dir: {e}")))?;
-    for (path, entry) in inputs {
-        let target = path.segments().fold(work.to_path_buf(), |p, s| p.join(s));
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| staging_failed(e.to_string()))?;
-        }
-        // A copy, not a link: the job may change its inputs, and the cache must not change.
-        std::fs::copy(&entry, &target).map_err(|e| staging_failed(format!("{path}: {e}")))?;
-        let meta = std::fs::metadata(&target).map_err(|e| staging_failed(e.to_string()))?;
-        staged.insert(target, (meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)));
-    }
+    // Copies, not links: the job may change its inputs, and the cache must not change.
+    let dir = shared.work_dirs.stage(&inputs).map_err(|e| staging_failed(e.to_string()))?;
 
     let group = shared.cgroups.take(job.cpu_count, job.memory_amount);
     let limits = match &group {
@@ -202,8 +198,6 @@ fn launch(shared: &Shared, job: &Assignment, work: &Path) -> Result<Launched, La
         Err(why) => format!("limits not enforced: {why}"),
     };
     let group = group.ok();
-    let (program, args) =
-        job.command.split_first().ok_or_else(|| LaunchError::Failed("the job's command is empty".into()))?;
     let gpus: Vec<String> = job.gpu_indices.iter().map(u32::to_string).collect();
     let command = |shim: Option<Vec<PathBuf>>| {
         let mut c = match shim {
@@ -221,7 +215,7 @@ fn launch(shared: &Shared, job: &Assignment, work: &Path) -> Result<Launched, La
             None => tokio::process::Command::new(program),
         };
         c.args(args)
-            .current_dir(work)
+            .current_dir(dir.path())
             .env("MISSION_ID", job.mission_id.to_string())
             .env("JOB_ID", job.job_id.to_string())
             .env("OMP_NUM_THREADS", job.cpu_count.to_string())
@@ -246,11 +240,12 @@ fn launch(shared: &Shared, job: &Assignment, work: &Path) -> Result<Launched, La
         None => command(None).spawn(),
     };
     match spawned {
-        Ok(child) => Ok(Launched { child, group, limits, staged }),
+        Ok(child) => Ok(Launched { child, group, limits, dir }),
         Err(e) => {
             if let Some(g) = group {
                 shared.cgroups.give_back(g);
             }
+            shared.work_dirs.give_back(dir);
             Err(LaunchError::Failed(format!("could not start {program}: {e}")))
         }
     }

@@ -1,0 +1,296 @@
+//! Work dirs, reused from job to job.
+//!
+//! A job runs in a work dir holding copies of its mission's files. Making a dir and its files
+//! for every job, and removing them after, costs inodes, and on ext4 without a journal every new
+//! inode is sought past those freed in the last half minute: a stream of short jobs slowed
+//! itself down that way. So the work dir of an ended job is emptied of everything but its copies
+//! of the inputs (regular files, [`KEEP_MAX_BYTES`] in all at most) and waits for the next job,
+//! which rewrites those copies in place (the same inodes) and adds or removes the files its
+//! inputs differ in. Whatever the last job did to its copies, the next one gets the cache's
+//! content and mode.
+//!
+//! Dirs are named at random under `DATA_DIR/jobs`; the agent empties that folder when it starts,
+//! and removes its idle dirs when it ends.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use uuid::Uuid;
+
+/// Most bytes of input copies an idle work dir keeps; a dir holding more is removed.
+pub const KEEP_MAX_BYTES: u64 = 8 << 20;
+/// Most work dirs kept idle.
+const MAX_IDLE: usize = 64;
+
+/// Input copies of a work dir: path → (size, modification time) when staged, to tell the files
+/// a job changed.
+pub type Staged = HashMap<PathBuf, (u64, SystemTime)>;
+
+/// The work dirs of one agent.
+pub struct WorkDirs {
+    root: PathBuf,
+    idle: Mutex<Vec<WorkDir>>,
+}
+
+/// One job's work dir.
+#[derive(Debug)]
+pub struct WorkDir {
+    path: PathBuf,
+    inputs: Staged,
+}
+
+impl WorkDirs {
+    /// Work dirs under `root` (which must exist).
+    pub fn new(root: PathBuf) -> Self {
+        Self { root, idle: Mutex::new(Vec::new()) }
+    }
+
+    /// A work dir holding copies of `inputs` (path relative to the work dir, file to copy): an
+    /// idle one restaged, or a new one. Blocking.
+    pub fn stage(&self, inputs: &[(PathBuf, PathBuf)]) -> std::io::Result<WorkDir> {
+        let reused = self.idle.lock().expect("not poisoned").pop();
+        if let Some(mut dir) = reused {
+            if dir.restage(inputs).is_ok() {
+                return Ok(dir);
+            }
+            // Whatever the last job left in the way, a new dir does not have it.
+            dir.remove();
+        }
+        let mut dir = WorkDir { path: self.root.join(Uuid::new_v4().simple().to_string()), inputs: Staged::new() };
+        std::fs::create_dir(&dir.path)?;
+        match dir.restage(inputs) {
+            Ok(()) => Ok(dir),
+            Err(e) => {
+                dir.remove();
+                Err(e)
+            }
+        }
+    }
+
+    /// Takes back the work dir of an ended job (whose processes are gone): everything but its
+    /// input copies is removed, and it waits for the next job, or it is removed whole. Blocking.
+    pub fn give_back(&self, mut dir: WorkDir) {
+        if dir.clean().is_ok_and(|kept| kept <= KEEP_MAX_BYTES) {
+            let mut idle = self.idle.lock().expect("not poisoned");
+            if idle.len() < MAX_IDLE {
+                idle.push(dir);
+                return;
+            }
+        }
+        dir.remove();
+    }
+}
+
+impl Drop for WorkDirs {
+    fn drop(&mut self) {
+        for dir in self.idle.get_mut().expect("not poisoned").drain(..) {
+            dir.remove();
+        }
+    }
+}
+
+impl WorkDir {
+    /// Where the job runs.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The input copies, as staged.
+    pub fn inputs(&self) -> &Staged {
+        &self.inputs
+    }
+
+    /// Makes the dir hold copies of `inputs`: copies it keeps from the last job are rewritten in
+    /// place, those no longer wanted removed, new ones made.
+    fn restage(&mut self, inputs: &[(PathBuf, PathBuf)]) -> std::io::Result<()> {
+        let wanted: HashSet<PathBuf> = inputs.iter().map(|(relative, _)| self.path.join(relative)).collect();
+        let kept = std::mem::take(&mut self.inputs);
+        for old in kept.keys().filter(|old| !wanted.contains(*old)) {
+            std::fs::remove_file(old)?;
+        }
+        for (relative, source) in inputs {
+            let target = self.path.join(relative);
+            let meta = if kept.contains_key(&target) { rewrite(&target, source)? } else { create(&target, source)? };
+            self.inputs.insert(target, (meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)));
+        }
+        Ok(())
+    }
+
+    /// Removes everything but the input copies that are still regular files (and the dirs on
+    /// their way); answers their size in all. Symbolic links are removed, never followed.
+    fn clean(&mut self) -> std::io::Result<u64> {
+        let mut on_the_way = HashSet::new();
+        for input in self.inputs.keys() {
+            for dir in input.ancestors().skip(1).take_while(|dir| *dir != self.path) {
+                on_the_way.insert(dir.to_path_buf());
+            }
+        }
+        let mut kept = Staged::new();
+        let mut bytes = 0;
+        let mut dirs = vec![self.path.clone()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir)? {
+                let entry = entry?;
+                let (path, kind) = (entry.path(), entry.file_type()?);
+                if kind.is_dir() && on_the_way.contains(&path) {
+                    dirs.push(path);
+                } else if let Some(staged) = self.inputs.get(&path).filter(|_| kind.is_file()) {
+                    bytes += entry.metadata()?.len();
+                    kept.insert(path, *staged);
+                } else if kind.is_dir() {
+                    std::fs::remove_dir_all(&path)?;
+                } else {
+                    std::fs::remove_file(&path)?;
+                }
+            }
+        }
+        self.inputs = kept;
+        Ok(bytes)
+    }
+
+    fn remove(&self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A new copy of `source` at `target`, with its mode.
+fn create(target: &Path, source: &Path) -> std::io::Result<std::fs::Metadata> {
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    fill(OpenOptions::new().write(true).create_new(true).open(target)?, source)
+}
+
+/// `source`'s content and mode written over the copy at `target`, in place; a copy that is no
+/// longer a plain file of its own (a link, or a file with other names) is made anew.
+fn rewrite(target: &Path, source: &Path) -> std::io::Result<std::fs::Metadata> {
+    let opened = OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(target);
+    match opened {
+        Ok(file) if file.metadata().is_ok_and(|m| m.is_file() && m.nlink() == 1) => fill(file, source),
+        _ => {
+            std::fs::remove_file(target)?;
+            create(target, source)
+        }
+    }
+}
+
+fn fill(mut out: File, source: &Path) -> std::io::Result<std::fs::Metadata> {
+    let mut from = File::open(source)?;
+    let mode = from.metadata()?.permissions();
+    std::io::copy(&mut from, &mut out)?;
+    out.set_permissions(mode)?;
+    out.metadata()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn inputs(cache: &Path, files: &[(&str, &str)]) -> Vec<(PathBuf, PathBuf)> {
+        files
+            .iter()
+            .map(|(path, content)| {
+                let source = cache.join(path.replace('/', "_"));
+                std::fs::write(&source, content).unwrap();
+                (PathBuf::from(path), source)
+            })
+            .collect()
+    }
+
+    fn tree(root: &Path) -> Vec<String> {
+        let mut found = Vec::new();
+        let mut dirs = vec![root.to_path_buf()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(dir).unwrap().flatten() {
+                let kind = entry.file_type().unwrap();
+                let relative = entry.path().strip_prefix(root).unwrap().to_str().unwrap().to_owned();
+                if kind.is_dir() {
+                    dirs.push(entry.path());
+                    found.push(format!("{relative}/"));
+                } else if kind.is_symlink() {
+                    found.push(format!("{relative}@"));
+                } else {
+                    found.push(format!("{relative}={}", std::fs::read_to_string(entry.path()).unwrap()));
+                }
+            }
+        }
+        found.sort();
+        found
+    }
+
+    #[test]
+    fn a_reused_dir_holds_the_next_jobs_inputs_and_nothing_else() {
+        let home = tempfile::tempdir().unwrap();
+        let (root, cache, outside) = (home.path().join("jobs"), home.path().join("cache"), home.path().join("outside"));
+        for dir in [&root, &cache, &outside] {
+            std::fs::create_dir(dir).unwrap();
+        }
+        let dirs = WorkDirs::new(root.clone());
+        let first = inputs(&cache, &[("run.sh", "echo hi"), ("data/in.txt", "input")]);
+        let work = dirs.stage(&first).unwrap();
+        let path = work.path().to_path_buf();
+        assert_eq!(tree(&path), ["data/", "data/in.txt=input", "run.sh=echo hi"]);
+        let inode = std::fs::metadata(path.join("run.sh")).unwrap().ino();
+
+        // The job changes an input, makes it executable, writes results, links out of its dir.
+        std::fs::write(path.join("run.sh"), "rm -rf /").unwrap();
+        std::fs::set_permissions(path.join("run.sh"), std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::write(path.join("data/out.txt"), "result").unwrap();
+        std::fs::create_dir_all(path.join("deep/er")).unwrap();
+        std::fs::write(outside.join("keep.txt"), "not the job's").unwrap();
+        std::os::unix::fs::symlink(&outside, path.join("escape")).unwrap();
+        dirs.give_back(work);
+        assert_eq!(tree(&path), ["data/", "data/in.txt=input", "run.sh=rm -rf /"], "only input copies wait");
+        assert_eq!(tree(&outside), ["keep.txt=not the job's"], "links are removed, not followed");
+
+        // The next job of the same mission gets the cache's content and mode, in the same inode.
+        let work = dirs.stage(&first).unwrap();
+        assert_eq!(work.path(), path);
+        assert_eq!(tree(&path), ["data/", "data/in.txt=input", "run.sh=echo hi"]);
+        let (meta, source) = (std::fs::metadata(path.join("run.sh")).unwrap(), std::fs::metadata(&first[0].1).unwrap());
+        assert_eq!((meta.ino(), meta.permissions().mode()), (inode, source.permissions().mode()));
+        dirs.give_back(work);
+
+        // A job of another mission: what it does not have goes, what it has comes.
+        let other = inputs(&cache, &[("data", "now a file"), ("main.py", "print(1)")]);
+        let work = dirs.stage(&other).unwrap();
+        assert_eq!(tree(work.path()), ["data=now a file", "main.py=print(1)"]);
+        assert_eq!(work.inputs().len(), 2);
+        dirs.give_back(work);
+
+        // A copy the job replaced with a link is made anew; the link's target is left alone.
+        let work = dirs.stage(&other).unwrap();
+        let path = work.path().to_path_buf();
+        std::fs::remove_file(path.join("main.py")).unwrap();
+        std::os::unix::fs::symlink(outside.join("keep.txt"), path.join("main.py")).unwrap();
+        let work = {
+            dirs.give_back(work);
+            dirs.stage(&other).unwrap()
+        };
+        assert_eq!(work.path(), path);
+        assert_eq!(tree(&path), ["data=now a file", "main.py=print(1)"]);
+        assert_eq!(tree(&outside), ["keep.txt=not the job's"]);
+
+        // Two jobs at once get two dirs; dirs holding big inputs are not kept; the pool's end
+        // removes what waits.
+        let big = inputs(&cache, &[("big.bin", &"x".repeat(KEEP_MAX_BYTES as usize + 1))]);
+        let second = dirs.stage(&big).unwrap();
+        assert_ne!(second.path(), work.path());
+        let second_path = second.path().to_path_buf();
+        dirs.give_back(second);
+        assert!(!second_path.exists(), "a dir with big inputs is removed");
+        dirs.give_back(work);
+        drop(dirs);
+        assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0, "idle dirs go with the pool");
+    }
+}

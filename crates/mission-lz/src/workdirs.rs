@@ -14,6 +14,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -162,19 +163,16 @@ fn create(target: &Path, source: &Path) -> std::io::Result<std::fs::Metadata> {
     if let Some(parent) = target.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    fill(OpenOptions::new().write(true).create_new(true).open(target)?, source)
+    fill(&mut OpenOptions::new().read(true).write(true).create_new(true).open(target)?, source)
 }
 
-/// `source`'s content and mode written over the copy at `target`, in place; a copy that is no
-/// longer a plain file of its own (a link, or a file with other names) is made anew.
+/// `source`'s content and mode over the copy at `target`, in place; a copy that is no longer a
+/// plain file of its own (a link, or a file with other names) is made anew.
 fn rewrite(target: &Path, source: &Path) -> std::io::Result<std::fs::Metadata> {
-    let opened = OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(target);
+    let opened =
+        OpenOptions::new().read(true).write(true).custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32).open(target);
     match opened {
-        Ok(file) if file.metadata().is_ok_and(|m| m.is_file() && m.nlink() == 1) => fill(file, source),
+        Ok(mut file) if file.metadata().is_ok_and(|m| m.is_file() && m.nlink() == 1) => fill(&mut file, source),
         _ => {
             std::fs::remove_file(target)?;
             create(target, source)
@@ -182,11 +180,30 @@ fn rewrite(target: &Path, source: &Path) -> std::io::Result<std::fs::Metadata> {
     }
 }
 
-fn fill(mut out: File, source: &Path) -> std::io::Result<std::fs::Metadata> {
+/// Makes `out` hold `source`'s content and mode. A copy that already does is left as it is: on
+/// ext4, truncating a file and writing it again makes its close write the blocks out at once.
+fn fill(out: &mut File, source: &Path) -> std::io::Result<std::fs::Metadata> {
     let mut from = File::open(source)?;
-    let mode = from.metadata()?.permissions();
-    std::io::copy(&mut from, &mut out)?;
-    out.set_permissions(mode)?;
+    let (want, have) = (from.metadata()?, out.metadata()?);
+    let same = want.len() == have.len() && want.len() <= KEEP_MAX_BYTES && {
+        let (mut theirs, mut ours) = (Vec::new(), Vec::new());
+        from.read_to_end(&mut theirs)?;
+        out.read_to_end(&mut ours)?;
+        from.rewind()?;
+        theirs == ours
+    };
+    if !same {
+        out.rewind()?;
+        let written = std::io::copy(&mut from, out)?;
+        if have.len() > written {
+            out.set_len(written)?;
+        }
+    }
+    if want.permissions() != have.permissions() {
+        out.set_permissions(want.permissions())?;
+    } else if same {
+        return Ok(have);
+    }
     out.metadata()
 }
 
@@ -259,6 +276,11 @@ mod tests {
         assert_eq!(tree(&path), ["data/", "data/in.txt=input", "run.sh=echo hi"]);
         let (meta, source) = (std::fs::metadata(path.join("run.sh")).unwrap(), std::fs::metadata(&first[0].1).unwrap());
         assert_eq!((meta.ino(), meta.permissions().mode()), (inode, source.permissions().mode()));
+        // A change that keeps the size is undone as well.
+        std::fs::write(path.join("data/in.txt"), "INPUT").unwrap();
+        dirs.give_back(work);
+        let work = dirs.stage(&first).unwrap();
+        assert_eq!(tree(&path), ["data/", "data/in.txt=input", "run.sh=echo hi"]);
         dirs.give_back(work);
 
         // A job of another mission: what it does not have goes, what it has comes.

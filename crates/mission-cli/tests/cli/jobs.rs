@@ -6,7 +6,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use mission_client::{
-    Client, CreateMission, Error, Job, JobResources, JobStatus, LogStream, Mission, RegisterLandingZone, Uuid,
+    CargoBayKind, Client, CreateCargoBay, CreateMission, Error, Job, JobResources, JobStatus, LogStream, Mission,
+    RegisterLandingZone, Uuid,
 };
 use mission_testkit::TestServer;
 use tokio::process::{Child, Command};
@@ -214,6 +215,56 @@ async fn shell_and_python_missions_run_and_return_results() {
     assert!(matches!(alice.stop_job(job.job_id).await, Err(Error::Api(p)) if p.status == 409));
     alice.delete_mission_by_id(python.mission_id).await.unwrap();
     assert!(matches!(alice.get_job(job.job_id).await, Err(Error::NotFound(_))));
+}
+
+#[tokio::test]
+async fn results_and_logs_land_in_the_destination_cargo_bay() {
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let alice = &server.client;
+    let alice_id = alice.whoami().await.unwrap().user_id;
+    let bay_dir = tempfile::tempdir().unwrap();
+    let bay = admin
+        .create_cargo_bay(&CreateCargoBay {
+            user_id: Some(alice_id),
+            path: Some(bay_dir.path().to_str().unwrap().to_owned()),
+            ..CreateCargoBay::new("results", CargoBayKind::Local)
+        })
+        .await
+        .unwrap();
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(
+        src.path().join("run.sh"),
+        "echo to the log\necho problem >&2\nmkdir out && echo 42 > out/answer.txt\n",
+    )
+    .unwrap();
+    let request = CreateMission {
+        name: "with a destination".into(),
+        mission_type_id: Some(Uuid::parse_str(SHELL).unwrap()),
+        settings: Some(BTreeMap::from([("filename".to_owned(), "run.sh".to_owned())])),
+        destination_storage_id: Some(bay.storage_id),
+        destination_path: Some("runs".into()),
+        ..Default::default()
+    };
+    let mission = alice.create_and_upload_mission(&request, src.path()).await.unwrap();
+    let job = alice.run_job_on_station(mission.mission_id, local_station(), JobResources::default()).await.unwrap();
+    let done = alice.wait_for_job(job.job_id).await.unwrap();
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+
+    // By the time the job is seen completed, its results and logs are in the bay.
+    let landed = bay_dir.path().join("runs").join(job.job_id.to_string());
+    let read = |path: &str| std::fs::read_to_string(landed.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    assert_eq!(read("out/answer.txt"), "42\n");
+    assert_eq!(read("mission-logs/stdout.log"), "to the log\n");
+    assert_eq!(read("mission-logs/stderr.log"), "problem\n");
+    // The API lists and serves them once each.
+    let mut results: Vec<String> =
+        alice.list_job_results(job.job_id).await.unwrap().iter().map(|f| f.relative_path()).collect();
+    results.sort();
+    assert_eq!(results, ["mission-logs/stderr.log", "mission-logs/stdout.log", "out/answer.txt"]);
+    let dest = tempfile::tempdir().unwrap();
+    assert_eq!(alice.download_job_results(job.job_id, dest.path()).await.unwrap().transferred, 3);
+    assert_eq!(std::fs::read_to_string(dest.path().join("out/answer.txt")).unwrap(), "42\n");
 }
 
 #[tokio::test]

@@ -13,7 +13,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use futures_util::StreamExt;
 use mission_api::lz::{Hello, Order, Report};
-use mission_api::{FileListing, JOB_LOGS_FOLDER, Job};
+use mission_api::paths::MissionPath;
+use mission_api::{DEFAULT_CARGO_BAY_ID, FileListing, JOB_LOGS_FOLDER, Job};
 use serde::Deserialize;
 
 use super::async_stream;
@@ -95,14 +96,49 @@ pub async fn heartbeat(State(app): State<AppState>, Agent(lz): Agent) -> ApiResu
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Records the moves of the agent's jobs.
+/// Records the moves of the agent's jobs. Before a job's end is recorded, its logs join its
+/// other results in its mission's destination cargo bay.
 pub async fn reports(
     State(app): State<AppState>,
     Agent(lz): Agent,
     ApiJson(reports): ApiJson<Vec<Report>>,
 ) -> ApiResult<StatusCode> {
+    for report in reports.iter().filter(|r| r.status.is_final()) {
+        archive_logs(&app, &lz, report.job_id).await;
+    }
     app.scheduler.reports(lz, reports).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Copies a job's logs to `mission-logs/` among its results in its mission's destination cargo
+/// bay, when the mission has one (in the default storage the server's own copy is the one
+/// listed and served). A failure is logged and holds nothing up: the logs stay available through
+/// the API.
+async fn archive_logs(app: &AppState, lz: &LzIdentity, job_id: uuid::Uuid) {
+    let copied = async {
+        let Ok(job) = placed_job(app, lz, &job_id.to_string()).await else { return Ok(()) };
+        let Some(mission) = app.store.mission(job.mission_id).await? else { return Ok(()) };
+        if mission.destination_storage_id.is_none_or(|id| id == DEFAULT_CARGO_BAY_ID) {
+            return Ok(());
+        }
+        let place = app.bays.results(&app.store, &mission, job.job_id).await?;
+        for stream in [LogStream::Stdout, LogStream::Stderr] {
+            let Ok(log) = tokio::fs::File::open(app.logs.path(job.mission_id, job.job_id, stream)).await else {
+                continue;
+            };
+            let name = MissionPath::parse(&format!("{JOB_LOGS_FOLDER}/{}", stream.file_name())).expect("a valid path");
+            let body = tokio_util::io::ReaderStream::new(log);
+            place.files.write(&place.key(&name), body, u64::MAX).await.map_err(|e| match e {
+                WriteError::Storage(e) => storage_error(&place, e),
+                e => ApiError::internal(e),
+            })?;
+        }
+        Ok::<(), ApiError>(())
+    }
+    .await;
+    if let Err(e) = copied {
+        tracing::warn!(%job_id, "copying the job's logs into its destination cargo bay failed: {}", e.problem().detail);
+    }
 }
 
 /// Where a log chunk starts in its stream.

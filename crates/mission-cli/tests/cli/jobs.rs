@@ -251,10 +251,16 @@ async fn results_and_logs_land_in_the_destination_cargo_bay() {
     let done = alice.wait_for_job(job.job_id).await.unwrap();
     assert_eq!(done.status, JobStatus::Completed, "{done:?}");
 
-    // By the time the job is seen completed, its results and logs are in the bay.
+    // Its results are in the bay by the time it is seen completed; its logs follow at once.
     let landed = bay_dir.path().join("runs").join(job.job_id.to_string());
     let read = |path: &str| std::fs::read_to_string(landed.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
     assert_eq!(read("out/answer.txt"), "42\n");
+    let logs = landed.join("mission-logs");
+    wait_until("the logs are in the bay", || {
+        let logs = logs.clone();
+        async move { logs.join("stdout.log").exists() && logs.join("stderr.log").exists() }
+    })
+    .await;
     assert_eq!(read("mission-logs/stdout.log"), "to the log\n");
     assert_eq!(read("mission-logs/stderr.log"), "problem\n");
     // The API lists and serves them once each.

@@ -96,36 +96,38 @@ pub async fn heartbeat(State(app): State<AppState>, Agent(lz): Agent) -> ApiResu
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Records the moves of the agent's jobs. Before a job's end is recorded, its logs join its
-/// other results in its mission's destination cargo bay.
+/// Records the moves of the agent's jobs. As a job ends, its logs are copied to its mission's
+/// destination cargo bay beside its other results (in the background: the next job waits for
+/// this answer).
 pub async fn reports(
     State(app): State<AppState>,
     Agent(lz): Agent,
     ApiJson(reports): ApiJson<Vec<Report>>,
 ) -> ApiResult<StatusCode> {
-    for report in reports.iter().filter(|r| r.status.is_final()) {
-        archive_logs(&app, &lz, report.job_id).await;
-    }
+    let (lz_id, ended): (_, Vec<_>) =
+        (lz.lz_id, reports.iter().filter(|r| r.status.is_final()).map(|r| r.job_id).collect());
     app.scheduler.reports(lz, reports).await?;
+    for job_id in ended {
+        tokio::spawn(archive_logs(app.clone(), lz_id, job_id));
+    }
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Copies a job's logs to `mission-logs/` among its results in its mission's destination cargo
-/// bay, when the mission has one (in the default storage the server's own copy is the one
-/// listed and served). A failure is logged and holds nothing up: the logs stay available through
-/// the API.
-async fn archive_logs(app: &AppState, lz: &LzIdentity, job_id: uuid::Uuid) {
+/// Copies an ended job's logs to `mission-logs/` among its results in its mission's destination
+/// cargo bay, when the mission has one (in the default storage the server's own copy is the one
+/// listed and served). A failure is logged: the logs stay available through the API.
+async fn archive_logs(app: AppState, lz_id: uuid::Uuid, job_id: uuid::Uuid) {
     let copied = async {
-        let Ok(job) = placed_job(app, lz, &job_id.to_string()).await else { return Ok(()) };
-        let Some(mission) = app.store.mission(job.mission_id).await? else { return Ok(()) };
-        if mission.destination_storage_id.is_none_or(|id| id == DEFAULT_CARGO_BAY_ID) {
+        let Some((mission_id, Some(bay))) = app.store.placed_job_destination(job_id, lz_id).await? else {
+            return Ok(());
+        };
+        if bay == DEFAULT_CARGO_BAY_ID {
             return Ok(());
         }
-        let place = app.bays.results(&app.store, &mission, job.job_id).await?;
+        let Some(mission) = app.store.mission(mission_id).await? else { return Ok(()) };
+        let place = app.bays.results(&app.store, &mission, job_id).await?;
         for stream in [LogStream::Stdout, LogStream::Stderr] {
-            let Ok(log) = tokio::fs::File::open(app.logs.path(job.mission_id, job.job_id, stream)).await else {
-                continue;
-            };
+            let Ok(log) = tokio::fs::File::open(app.logs.path(mission_id, job_id, stream)).await else { continue };
             let name = MissionPath::parse(&format!("{JOB_LOGS_FOLDER}/{}", stream.file_name())).expect("a valid path");
             let body = tokio_util::io::ReaderStream::new(log);
             place.files.write(&place.key(&name), body, u64::MAX).await.map_err(|e| match e {

@@ -118,6 +118,28 @@ impl Store {
         rows.iter().map(job_from_row).collect()
     }
 
+    /// The mission of a job placed on `lz_id`, and the mission's destination cargo bay: one
+    /// read, for the end of every job.
+    pub async fn placed_job_destination(
+        &self,
+        job_id: Uuid,
+        lz_id: Uuid,
+    ) -> Result<Option<(Uuid, Option<Uuid>)>, StoreError> {
+        let row = sqlx::query(
+            "SELECT j.mission_id, m.destination_storage_id FROM jobs j JOIN missions m USING (mission_id) \
+             WHERE j.job_id = ? AND j.lz_id = ?",
+        )
+        .bind(job_id.to_string())
+        .bind(lz_id.to_string())
+        .fetch_optional(&mut *self.reader().await)
+        .await?;
+        row.map(|r| {
+            let destination: Option<String> = r.try_get(1)?;
+            Ok((parse_uuid(&r.try_get::<String, _>(0)?)?, destination.as_deref().map(parse_uuid).transpose()?))
+        })
+        .transpose()
+    }
+
     /// How many jobs of a mission have not ended.
     pub async fn mission_unfinished_jobs(&self, mission_id: Uuid) -> Result<u64, StoreError> {
         let n: i64 = sqlx::query_scalar(

@@ -45,7 +45,7 @@ pub struct WorkDir {
 }
 
 impl WorkDirs {
-    /// Work dirs under `root` (which must exist).
+    /// Work dirs under `root`.
     pub fn new(root: PathBuf) -> Self {
         Self { root, idle: Mutex::new(Vec::new()) }
     }
@@ -62,7 +62,7 @@ impl WorkDirs {
             dir.remove();
         }
         let mut dir = WorkDir { path: self.root.join(Uuid::new_v4().simple().to_string()), inputs: Staged::new() };
-        std::fs::create_dir(&dir.path)?;
+        std::fs::create_dir_all(&dir.path)?;
         match dir.restage(inputs) {
             Ok(()) => Ok(dir),
             Err(e) => {

@@ -354,7 +354,8 @@ impl JobCgroup {
 
     /// Runs `start` on a short-lived thread that has joined the job's groups first (v1 only, see
     /// [`JobCgroup::threads_may_join`]): what it spawns starts inside them, with no shim. The
-    /// thread ends with `start`, so no thread of the agent stays in the job's groups.
+    /// thread ends with `start`; the kernel takes it off the groups a moment after the join
+    /// returns, which is why [`JobCgroup::kill_all`] spares the agent's own pid.
     pub fn on_joined_thread<T: Send>(&self, start: impl FnOnce() -> T + Send) -> std::io::Result<T> {
         std::thread::scope(|scope| {
             scope

@@ -16,7 +16,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::blobs::{FileStore, Location};
+use crate::blobs::{FileStore, Location, WriteError};
 use crate::store::{self, FileRecord};
 
 /// Most bytes kept of one stream of one job.
@@ -41,12 +41,20 @@ impl LogStream {
         }
     }
 
-    /// The file name of the stream, also its name among the job's results.
+    /// Both streams.
+    pub const ALL: [Self; 2] = [Self::Stdout, Self::Stderr];
+
+    /// The file name of the stream.
     pub fn file_name(self) -> &'static str {
         match self {
             Self::Stdout => "stdout.log",
             Self::Stderr => "stderr.log",
         }
+    }
+
+    /// The stream's path among the job's results: `mission-logs/{file name}`.
+    pub fn result_path(self) -> MissionPath {
+        MissionPath::parse(&format!("{JOB_LOGS_FOLDER}/{}", self.file_name())).expect("a valid path")
     }
 }
 
@@ -97,13 +105,24 @@ impl JobLogs {
             .map_or_else(|_| store::now(), chrono::DateTime::<chrono::Utc>::from);
         Ok(Some(FileRecord {
             mission_id: job.mission_id,
-            path: format!("{JOB_LOGS_FOLDER}/{}", stream.file_name()),
+            path: stream.result_path().to_string(),
             user_id: job.user_id,
             size: written.size,
             sha256: written.sha256,
             e_tag: written.e_tag,
             modified_at: modified,
         }))
+    }
+
+    /// Copies a job's logs into `place` at their result paths (a stream never written is
+    /// skipped): into a mission's destination cargo bay, beside the job's other results.
+    pub async fn copy_to(&self, mission_id: Uuid, job_id: Uuid, place: &Location) -> Result<(), WriteError> {
+        for stream in LogStream::ALL {
+            let Ok(log) = tokio::fs::File::open(self.path(mission_id, job_id, stream)).await else { continue };
+            let body = tokio_util::io::ReaderStream::new(log);
+            place.files.write(&place.key(&stream.result_path()), body, u64::MAX).await?;
+        }
+        Ok(())
     }
 
     /// The file of one stream of a job.

@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use futures_util::StreamExt;
 use mission_api::paths::MissionPath;
-use mission_api::{FileListing, JOB_LOGS_FOLDER, Job, JobPage, JobStatus, JobTransition, RunJob};
+use mission_api::{FileListing, Job, JobPage, JobStatus, JobTransition, RunJob};
 use tokio::io::AsyncReadExt;
 use uuid::Uuid;
 
@@ -260,12 +260,7 @@ pub async fn logs(
 
 /// A result path of a job's logs (`mission-logs/stdout.log`), if `path` names one.
 fn log_of(path: &MissionPath) -> Option<LogStream> {
-    let mut segments = path.segments();
-    match (segments.next(), segments.next(), segments.next()) {
-        (Some(JOB_LOGS_FOLDER), Some("stdout.log"), None) => Some(LogStream::Stdout),
-        (Some(JOB_LOGS_FOLDER), Some("stderr.log"), None) => Some(LogStream::Stderr),
-        _ => None,
-    }
+    LogStream::ALL.into_iter().find(|stream| stream.result_path() == *path)
 }
 
 /// Lists a job's results: every new or changed file of its work dir, and its two logs under
@@ -279,7 +274,7 @@ pub async fn results(
 ) -> ApiResult<Json<Vec<FileListing>>> {
     let job = own_job(&app, who, &id).await?;
     let mut listing: Vec<FileListing> = app.store.job_results(&job).await?.into_iter().map(FileListing::from).collect();
-    for stream in [LogStream::Stdout, LogStream::Stderr] {
+    for stream in LogStream::ALL {
         if let Some(record) = app.logs.record(&job, stream).await.map_err(ApiError::internal)? {
             listing.push(FileListing::from(record));
         }

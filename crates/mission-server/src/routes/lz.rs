@@ -13,7 +13,6 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use futures_util::StreamExt;
 use mission_api::lz::{Hello, Order, Report};
-use mission_api::paths::MissionPath;
 use mission_api::{DEFAULT_CARGO_BAY_ID, FileListing, JOB_LOGS_FOLDER, Job};
 use serde::Deserialize;
 
@@ -126,16 +125,10 @@ async fn archive_logs(app: AppState, lz_id: uuid::Uuid, job_id: uuid::Uuid) {
         }
         let Some(mission) = app.store.mission(mission_id).await? else { return Ok(()) };
         let place = app.bays.results(&app.store, &mission, job_id).await?;
-        for stream in [LogStream::Stdout, LogStream::Stderr] {
-            let Ok(log) = tokio::fs::File::open(app.logs.path(mission_id, job_id, stream)).await else { continue };
-            let name = MissionPath::parse(&format!("{JOB_LOGS_FOLDER}/{}", stream.file_name())).expect("a valid path");
-            let body = tokio_util::io::ReaderStream::new(log);
-            place.files.write(&place.key(&name), body, u64::MAX).await.map_err(|e| match e {
-                WriteError::Storage(e) => storage_error(&place, e),
-                e => ApiError::internal(e),
-            })?;
-        }
-        Ok::<(), ApiError>(())
+        app.logs.copy_to(mission_id, job_id, &place).await.map_err(|e| match e {
+            WriteError::Storage(e) => storage_error(&place, e),
+            e => ApiError::internal(e),
+        })
     }
     .await;
     if let Err(e) = copied {

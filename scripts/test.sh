@@ -17,6 +17,8 @@ export MISSION_REQUIRE_BROWSER=1
 export MISSION_REQUIRE_S3=1
 # And the memory-limit job test needs cgroups (CI has v1 controllers, writable as root).
 export MISSION_REQUIRE_CGROUPS=1
+# Jobs run sandboxed (as uids of their own, in namespaces): the suite runs as root.
+export MISSION_REQUIRE_SANDBOX=1
 
 cargo nextest run --workspace --no-fail-fast
 cargo test --doc --workspace

@@ -66,6 +66,14 @@ pub struct Assignment {
     pub job_id: Uuid,
     /// Its mission.
     pub mission_id: Uuid,
+    /// The user who started it.
+    #[serde(default)]
+    pub user_id: Uuid,
+    /// Whether that user is an admin or owns the landing zone's station: someone its operator
+    /// trusts with the host. An agent that cannot run jobs as users of their own runs only these
+    /// users' jobs, unless its operator allows everyone's.
+    #[serde(default)]
+    pub user_is_operator: bool,
     /// Program and arguments, run in the work dir.
     pub command: Vec<String>,
     /// CPUs.

@@ -18,21 +18,65 @@ use uuid::Uuid;
 use crate::cgroups::Cgroups;
 use crate::detect::{Overrides, detect};
 use crate::runner;
+use crate::sandbox::{Launcher, Sandbox, SandboxConfig, SandboxError};
 use crate::workdirs::WorkDirs;
 
 /// How the agent is run.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct AgentConfig {
     /// Base URL of the server.
     pub server: String,
     /// The landing zone's token.
     pub token: String,
-    /// Where work dirs (`jobs/`) and the input cache (`cache/`) live.
+    /// Where the input cache (`cache/`) lives; no job ever sees it.
     pub data_dir: PathBuf,
     /// Overrides of detected resources.
     pub overrides: Overrides,
     /// Run jobs without cgroup limits even where the host has cgroups.
     pub no_limits: bool,
+    /// Who jobs run as and what they may see. Its `private_dirs` need not name `data_dir`,
+    /// which is always private; an empty `work_root` means the default, [`default_work_root`].
+    pub sandbox: SandboxConfig,
+}
+
+impl std::fmt::Debug for AgentConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentConfig")
+            .field("server", &self.server)
+            .field("token", &"[redacted]")
+            .field("data_dir", &self.data_dir)
+            .field("overrides", &self.overrides)
+            .field("no_limits", &self.no_limits)
+            .field("sandbox", &self.sandbox)
+            .finish()
+    }
+}
+
+/// Where the work dirs of the agent whose data dir is `data_dir` go by default:
+/// `/var/tmp/mission-lz-{uid}/{hash of the data dir}`, outside any data dir, and the same for
+/// every start of that agent (so a restarted agent finds and removes what it left).
+pub fn default_work_root(data_dir: &std::path::Path) -> PathBuf {
+    let base = if std::path::Path::new("/var/tmp").is_dir() { PathBuf::from("/var/tmp") } else { std::env::temp_dir() };
+    let absolute = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+    let digest = ring::digest::digest(&ring::digest::SHA256, absolute.as_os_str().as_encoded_bytes());
+    let name: String = digest.as_ref()[..8].iter().map(|b| format!("{b:02x}")).collect();
+    base.join(format!("mission-lz-{}", rustix::process::geteuid().as_raw())).join(name)
+}
+
+/// Makes `path` (and missing parents) a directory with `mode`, owned by the agent's user, and
+/// sets that mode on it if it existed already; a path that is a link or another user's is
+/// refused.
+fn private_dir(path: &std::path::Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(mode).create(path)?;
+    let meta = std::fs::symlink_metadata(path)?;
+    if !meta.is_dir() || meta.uid() != rustix::process::geteuid().as_raw() {
+        return Err(std::io::Error::other("not a directory of the agent's own user"));
+    }
+    if meta.permissions().mode() & 0o7777 != mode {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
 }
 
 /// Why the agent stopped.
@@ -41,9 +85,12 @@ pub enum AgentError {
     /// The server does not know the token.
     #[error("the server refused the landing-zone token: {0}")]
     TokenRefused(String),
-    /// The data dir cannot be used.
-    #[error("data dir {0}: {1}")]
+    /// The data dir or the work root cannot be used.
+    #[error("{0}: {1}")]
     DataDir(PathBuf, std::io::Error),
+    /// Jobs cannot be confined as configured.
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
     /// The HTTP client could not be built.
     #[error("http client: {0}")]
     Http(#[from] reqwest::Error),
@@ -57,6 +104,8 @@ pub(crate) struct Shared {
     pub data_dir: PathBuf,
     pub cgroups: Cgroups,
     pub work_dirs: WorkDirs,
+    pub sandbox: Sandbox,
+    pub launcher: Launcher,
     /// Stop switches of the jobs this agent runs.
     pub jobs: Mutex<HashMap<Uuid, watch::Sender<bool>>>,
     reports: mpsc::UnboundedSender<Report>,
@@ -86,16 +135,37 @@ impl Shared {
 /// Runs the agent until `shutdown` completes (jobs still running are killed then) or the server
 /// refuses its token.
 pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
-    for dir in ["cache", "jobs"] {
-        let path = config.data_dir.join(dir);
-        std::fs::create_dir_all(&path).map_err(|e| AgentError::DataDir(path.clone(), e))?;
+    for path in [config.data_dir.clone(), config.data_dir.join("cache")] {
+        private_dir(&path, 0o700).map_err(|e| AgentError::DataDir(path.clone(), e))?;
+    }
+    // Work dirs of agents before version 0.2 lay in the data dir.
+    let _ = std::fs::remove_dir_all(config.data_dir.join("jobs"));
+    let mut isolation = config.sandbox.clone();
+    if isolation.work_root.as_os_str().is_empty() {
+        isolation.work_root = default_work_root(&config.data_dir);
+    }
+    let work_root = isolation.work_root.clone();
+    // Job users must pass through the work root (0711: they cannot list it) to their own dirs.
+    let root = rustix::process::geteuid().is_root();
+    for dir in work_root.ancestors().take(2).collect::<Vec<_>>().into_iter().rev() {
+        private_dir(dir, if root { 0o711 } else { 0o700 }).map_err(|e| AgentError::DataDir(dir.to_path_buf(), e))?;
     }
     // Work dirs of a previous run of this agent hold nothing anyone will collect.
-    if let Ok(entries) = std::fs::read_dir(config.data_dir.join("jobs")) {
+    if let Ok(entries) = std::fs::read_dir(&work_root) {
         for entry in entries.flatten() {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
+    isolation.private_dirs.insert(0, config.data_dir.clone());
+    let launcher = Launcher::start().map_err(|e| AgentError::DataDir(work_root.clone(), e))?;
+    let (sandbox, launcher) = tokio::task::spawn_blocking(move || {
+        let sandbox = Sandbox::detect(&isolation, &launcher)?;
+        // Before anything runs: what jobs of agents that died left running goes.
+        sandbox.sweep();
+        Ok::<_, SandboxError>((sandbox, launcher))
+    })
+    .await
+    .expect("sandbox detection does not panic")?;
     let (resources, gpus) = detect(config.overrides).await;
     let cgroups = if config.no_limits {
         Cgroups::unavailable("switched off on this landing zone (--lz-no-limits)")
@@ -107,6 +177,8 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Res
         memory_mb = resources.memory_amount,
         gpus = resources.gpu_count,
         limits = %cgroups.describe(),
+        jobs = %sandbox.describe(),
+        work_root = %work_root.display(),
         "landing zone agent starting"
     );
     let http = reqwest::Client::builder().tcp_nodelay(true).connect_timeout(Duration::from_secs(5)).build()?;
@@ -117,7 +189,9 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Res
         token: config.token.clone(),
         data_dir: config.data_dir.clone(),
         cgroups,
-        work_dirs: WorkDirs::new(config.data_dir.join("jobs")),
+        work_dirs: WorkDirs::new(work_root),
+        sandbox,
+        launcher,
         jobs: Mutex::new(HashMap::new()),
         reports,
     });

@@ -1,12 +1,11 @@
 //! Memory and CPU limits for jobs through Linux control groups, v1 or v2, whichever the host has.
 //!
 //! Each job runs in a group of its own beside (v2) or below (v1) the agent's own. The job's
-//! process is in it before it executes the program, so nothing it starts escapes the limits: in
-//! v1, where single threads may change groups, a short-lived thread of the agent joins the job's
-//! groups and starts the program there; in v2 a `/bin/sh` shim writes its pid into
-//! `cgroup.procs`, then `exec`s. The group also finds every process of the job when it has to be
-//! killed, and tells whether the kernel killed one for want of memory. Groups are reused from
-//! job to job (see [`Cgroups`]); one only ever holds one job at a time.
+//! process joins it before it executes the program (the sandbox writes `0` into the group's
+//! `cgroup.procs` files between fork and exec), so nothing it starts escapes the limits. The
+//! group also finds every process of the job when it has to be killed, and tells whether the
+//! kernel killed one for want of memory. Groups are reused from job to job (see [`Cgroups`]);
+//! one only ever holds one job at a time.
 //!
 //! Where no controller is usable (not root, no cgroup filesystem, a v2 parent that cannot hand
 //! out controllers) jobs run without limits and their status says why.
@@ -97,9 +96,10 @@ fn own_group(controller: &str) -> Option<String> {
     })
 }
 
-/// Removes the empty job groups that agents no longer running left under `parent`. Another
-/// agent on this host may share the parent, so a group is only taken for stale when the agent
-/// named in it (`slot-{pid}-…`) is gone; ones still holding processes stay in any case.
+/// Removes the job groups that agents no longer running left under `parent`, killing what their
+/// jobs left running in them first (a job never outlives its agent). Another agent on this host
+/// may share the parent, so a group is only taken for stale when the agent named in it
+/// (`slot-{pid}-…`) is gone.
 fn remove_stale_groups(parent: &Path) {
     let Ok(entries) = std::fs::read_dir(parent) else { return };
     for entry in entries.flatten() {
@@ -108,7 +108,11 @@ fn remove_stale_groups(parent: &Path) {
             continue;
         };
         if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
-            let _ = std::fs::remove_dir(entry.path());
+            let group = JobCgroup { dirs: vec![entry.path()], v2: false, limits: None, oom_base: None };
+            if !group.kill_all() {
+                tracing::warn!("could not empty the stale job group {}", entry.path().display());
+            }
+            group.remove();
         }
     }
 }
@@ -346,34 +350,6 @@ impl JobCgroup {
         std::fs::read_to_string(self.dirs[0].join(file)).ok()?.trim().parse().ok()
     }
 
-    /// Whether a single thread may join the group (v1), so that a process it starts is born
-    /// inside; in v2 only whole processes move, and the job's process must join by itself.
-    pub fn threads_may_join(&self) -> bool {
-        !self.v2
-    }
-
-    /// Runs `start` on a short-lived thread that has joined the job's groups first (v1 only, see
-    /// [`JobCgroup::threads_may_join`]): what it spawns starts inside them, with no shim. The
-    /// thread ends with `start`; the kernel takes it off the groups a moment after the join
-    /// returns, which is why [`JobCgroup::kill_all`] spares the agent's own pid.
-    pub fn on_joined_thread<T: Send>(&self, start: impl FnOnce() -> T + Send) -> std::io::Result<T> {
-        std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
-                    let tid = rustix::thread::gettid().as_raw_nonzero().to_string();
-                    for dir in &self.dirs {
-                        let tasks = dir.join("tasks");
-                        write(&tasks, &tid).map_err(|e| {
-                            std::io::Error::new(e.kind(), format!("cannot join {}: {e}", tasks.display()))
-                        })?;
-                    }
-                    Ok(start())
-                })
-                .join()
-                .unwrap_or_else(|_| Err(std::io::Error::other("the thread starting the job panicked")))
-        })
-    }
-
     /// The `cgroup.procs` files the job's process must join.
     pub fn procs_files(&self) -> Vec<PathBuf> {
         self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
@@ -405,17 +381,13 @@ impl JobCgroup {
         if self.v2 && write(&self.dirs[0].join("cgroup.kill"), "1").is_ok() {
             return self.pids().is_empty();
         }
-        // A thread of this agent that joined the group to start the job (v1) is listed under the
-        // agent's pid until it has quite left, which can be a little after it was joined: it must
-        // never be killed, it is the agent. A process may fork while we kill: go round until the
-        // group is empty (bounded).
-        let agent = std::process::id() as i32;
+        // A process may fork while we kill: go round until the group is empty (bounded).
         for _ in 0..50 {
             let pids = self.pids();
             if pids.is_empty() {
                 return true;
             }
-            for pid in pids.into_iter().filter(|pid| *pid != agent) {
+            for pid in pids {
                 if let Some(pid) = rustix::process::Pid::from_raw(pid) {
                     let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
                 }
@@ -494,39 +466,7 @@ mod tests {
     }
 
     #[test]
-    fn killing_a_job_never_kills_the_agent() {
-        let Some(cgroups) = host_cgroups() else { return };
-        let group = cgroups.take(1, 64).unwrap();
-        let mut job = std::process::Command::new("sleep").arg("30").spawn().unwrap();
-        for dir in &group.dirs {
-            std::fs::write(dir.join("cgroup.procs"), job.id().to_string()).unwrap();
-        }
-        // A thread of this process in the group, as a thread that started a job may still be.
-        let (leave, stay) = std::sync::mpsc::channel::<()>();
-        let (joined, has_joined) = std::sync::mpsc::channel();
-        let lingering = std::thread::spawn({
-            let dirs = group.dirs.clone();
-            move || {
-                let tid = rustix::thread::gettid().as_raw_nonzero().to_string();
-                for dir in &dirs {
-                    std::fs::write(dir.join("tasks"), &tid).unwrap();
-                }
-                joined.send(()).unwrap();
-                let _ = stay.recv();
-            }
-        });
-        has_joined.recv().unwrap();
-        assert!(!group.kill_all(), "the group is not empty while the thread is in it");
-        assert!(job.wait().unwrap().code().is_none(), "the job was killed");
-        // This test process is still alive to say so; once the thread is gone, the group is empty.
-        leave.send(()).unwrap();
-        lingering.join().unwrap();
-        assert!(group.kill_all());
-        cgroups.give_back(group);
-    }
-
-    #[test]
-    fn only_groups_of_agents_that_are_gone_count_as_stale() {
+    fn stale_groups_are_emptied_and_removed_live_ones_stay() {
         let Some(cgroups) = host_cgroups() else { return };
         let group = cgroups.take(1, 64).unwrap();
         let parent = group.dirs[0].parent().unwrap().to_path_buf();
@@ -540,7 +480,11 @@ mod tests {
         for dir in [&stale, &live, &foreign] {
             std::fs::create_dir(dir).unwrap();
         }
+        // What a job of the agent that is gone left running dies with its group.
+        let mut leftover = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        std::fs::write(stale.join("cgroup.procs"), leftover.id().to_string()).unwrap();
         let again = Cgroups::detect();
+        assert!(leftover.wait().unwrap().code().is_none(), "the leftover was killed");
         let (stale_left, live_left, foreign_left) = (stale.exists(), live.exists(), foreign.exists());
         for dir in [&stale, &live, &foreign] {
             let _ = std::fs::remove_dir(dir);

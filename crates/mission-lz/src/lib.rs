@@ -6,6 +6,7 @@
 //! - [`agent`]: the connection — hello, the order stream, heartbeats, reports, reconnects;
 //! - `runner`: one job from staging through running under limits to its results;
 //! - [`cgroups`]: memory and CPU limits through cgroup v1 or v2;
+//! - [`sandbox`]: who a job runs as, what it sees, and that nothing of it outlives it;
 //! - `workdirs`: the dirs jobs run in, reused from job to job;
 //! - [`detect`]: CPUs, memory and NVIDIA GPUs of the host.
 
@@ -13,7 +14,9 @@ pub mod agent;
 pub mod cgroups;
 pub mod detect;
 mod runner;
+pub mod sandbox;
 mod workdirs;
 
-pub use agent::{AgentConfig, AgentError, run};
+pub use agent::{AgentConfig, AgentError, default_work_root, run};
 pub use detect::Overrides;
+pub use sandbox::SandboxConfig;

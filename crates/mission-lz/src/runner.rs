@@ -1,18 +1,21 @@
 //! The process runner: one job from assignment to results.
 //!
 //! 1. staging: inputs not in the content cache (`DATA_DIR/cache/{sha256}`) are downloaded and
-//!    checked against their SHA-256; then one blocking step copies them into a work dir, takes
-//!    the job's cgroup and starts the program (few thread hand-offs: a trivial job's
-//!    whole life is a few milliseconds);
-//! 2. running: the command runs in the work dir in its own process group (and cgroup, where the
-//!    host has them) with `MISSION_ID`, `JOB_ID`, `OMP_NUM_THREADS` and `CUDA_VISIBLE_DEVICES`;
-//!    stdout and stderr stream to the server as they are written;
+//!    checked against their SHA-256; then one blocking step takes the job's user, copies the
+//!    inputs into a work dir of that user, takes the job's cgroup and starts the program in its
+//!    sandbox (few thread hand-offs: a trivial job's whole life is a few milliseconds);
+//! 2. running: the command runs in the work dir in its own process group, sandbox (see
+//!    `sandbox`) and cgroup (where the host has them), with nothing of the agent's environment
+//!    but `PATH` and the locale: `HOME` (the work dir), `MISSION_ID`, `JOB_ID`,
+//!    `OMP_NUM_THREADS` and `CUDA_VISIBLE_DEVICES`; stdout and stderr stream to the server as
+//!    they are written;
 //! 3. uploading: every new or changed regular file of the work dir goes to the server;
-//! 4. the final report; the work dir is emptied of all but its input copies, for the next job
-//!    (see `workdirs`).
+//! 4. the final report; the work dir is emptied of all but its input copies, for the user's next
+//!    job (see `workdirs`), and the job's user is handed back.
 //!
 //! A stop order kills the whole process tree (group and cgroup) at once.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -29,6 +32,7 @@ use uuid::Uuid;
 
 use crate::agent::Shared;
 use crate::cgroups::JobCgroup;
+use crate::sandbox::JobUser;
 use crate::workdirs::{Staged, WorkDir};
 
 /// Largest log chunk sent in one request.
@@ -45,25 +49,33 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: Assignment, stop: watch::R
         Err(reason) => (JobStatus::Failed, None, Some(reason)),
     };
     shared.report(job_id, status, exit_code, reason, None);
-    if let Some(work) = work {
+    if let Some((dir, user)) = work {
+        // The dir is the agent's again before its user may go to another job.
         let settling = shared.clone();
-        let _ = tokio::task::spawn_blocking(move || settling.work_dirs.give_back(work)).await;
+        let _ = tokio::task::spawn_blocking(move || {
+            settling.work_dirs.give_back(dir);
+            settling.sandbox.release(user);
+        })
+        .await;
     }
     shared.jobs.lock().expect("not poisoned").remove(&job_id);
 }
 
 type Outcome = (JobStatus, Option<i32>, Option<String>);
 
-/// Stages, runs and settles the job; the work dir it ran in is left in `work`.
+/// Stages, runs and settles the job; the work dir it ran in and its user are left in `work`.
 async fn run(
     shared: &Arc<Shared>,
     job: &Assignment,
-    work: &mut Option<WorkDir>,
+    work: &mut Option<(WorkDir, JobUser)>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<Outcome, String> {
+    if let Some(refusal) = shared.sandbox.refusal(job) {
+        return Err(refusal);
+    }
     shared.report(job.job_id, JobStatus::Staging, None, None, None);
     let mut downloaded = false;
-    let Launched { mut child, group, limits, dir } = loop {
+    let Launched { mut child, group, limits, dir, user } = loop {
         let launched = {
             let (shared, job) = (shared.clone(), job.clone());
             tokio::task::spawn_blocking(move || launch(&shared, &job)).await.map_err(|e| e.to_string())?
@@ -92,7 +104,8 @@ async fn run(
         }
     };
     let (root, staged) = (dir.path().to_path_buf(), dir.inputs().clone());
-    *work = Some(dir);
+    let uid = user.ids().map(|(uid, _)| uid);
+    *work = Some((dir, user));
     let pid = child.id().and_then(|p| rustix::process::Pid::from_raw(p as i32));
     shared.report(job.job_id, JobStatus::Running, None, None, Some(limits));
     let stdout = tokio::spawn(forward(shared.clone(), job.job_id, "stdout", child.stdout.take().expect("piped")));
@@ -125,6 +138,7 @@ async fn run(
             settling.cgroups.give_back(g);
             oom
         });
+        settling.sandbox.end(uid);
         (oom, changed_files(&root, &staged))
     })
     .await
@@ -155,6 +169,8 @@ struct Launched {
     limits: String,
     /// Where it runs.
     dir: WorkDir,
+    /// Whom it runs as.
+    user: JobUser,
 }
 
 enum LaunchError {
@@ -189,67 +205,63 @@ fn launch(shared: &Shared, job: &Assignment) -> Result<Launched, LaunchError> {
     if !missing.is_empty() {
         return Err(LaunchError::NotCached(missing));
     }
+    let user = shared.sandbox.job_user().map_err(LaunchError::Failed)?;
     // Copies, not links: the job may change its inputs, and the cache must not change.
-    let dir = shared.work_dirs.stage(&inputs).map_err(|e| staging_failed(e.to_string()))?;
+    let dir = match shared.work_dirs.stage(job.user_id, user.ids(), &inputs) {
+        Ok(dir) => dir,
+        Err(e) => {
+            shared.sandbox.release(user);
+            return Err(staging_failed(e.to_string()));
+        }
+    };
 
     let group = shared.cgroups.take(job.cpu_count, job.memory_amount);
     let limits = match &group {
         Ok(_) => shared.cgroups.describe(),
         Err(why) => format!("limits not enforced: {why}"),
     };
+    let limits = format!("{limits}; {}", shared.sandbox.describe_job(&user));
     let group = group.ok();
     let gpus: Vec<String> = job.gpu_indices.iter().map(u32::to_string).collect();
-    let command = |shim: Option<Vec<PathBuf>>| {
-        let mut c = match shim {
-            // The shim joins the job's cgroups, then becomes the program.
-            Some(procs_files) => {
-                let mut c = tokio::process::Command::new("/bin/sh");
-                c.arg("-c")
-                    .arg("n=$1; shift; while [ \"$n\" -gt 0 ]; do echo $$ > \"$1\" || exit 125; shift; n=$((n-1)); done; exec \"$@\"")
-                    .arg("mission-job")
-                    .arg(procs_files.len().to_string())
-                    .args(procs_files)
-                    .arg(program);
-                c
-            }
-            None => tokio::process::Command::new(program),
-        };
-        c.args(args)
-            .current_dir(dir.path())
-            .env("MISSION_ID", job.mission_id.to_string())
-            .env("JOB_ID", job.job_id.to_string())
-            .env("OMP_NUM_THREADS", job.cpu_count.to_string())
-            .env("CUDA_VISIBLE_DEVICES", gpus.join(","))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        c
-    };
-    let spawned = match &group {
-        Some(g) if g.threads_may_join() => {
-            // The thread has no runtime of its own: the child is registered with this one.
-            let runtime = tokio::runtime::Handle::current();
-            g.on_joined_thread(|| {
-                let _entered = runtime.enter();
-                command(None).spawn()
-            })
-            .and_then(|spawned| spawned)
-        }
-        Some(g) => command(Some(g.procs_files())).spawn(),
-        None => command(None).spawn(),
-    };
+    let mut command = std::process::Command::new(program);
+    command
+        .args(args)
+        .current_dir(dir.path())
+        .env_clear()
+        .envs(PASSED_ENV.iter().filter_map(|name| Some((*name, std::env::var_os(name)?))))
+        .env("HOME", dir.path())
+        .env("MISSION_ID", job.mission_id.to_string())
+        .env("JOB_ID", job.job_id.to_string())
+        .env("OMP_NUM_THREADS", job.cpu_count.to_string())
+        .env("CUDA_VISIBLE_DEVICES", gpus.join(","))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    if std::env::var_os("PATH").is_none() {
+        command.env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    }
+    let procs = group.as_ref().map(JobCgroup::procs_files).unwrap_or_default();
+    let spawned = shared
+        .sandbox
+        .confine(&mut command, &user, &procs)
+        .and_then(|()| shared.launcher.spawn(command, tokio::runtime::Handle::current()));
     match spawned {
-        Ok(child) => Ok(Launched { child, group, limits, dir }),
+        Ok(child) => Ok(Launched { child, group, limits, dir, user }),
         Err(e) => {
             if let Some(g) = group {
                 shared.cgroups.give_back(g);
             }
             shared.work_dirs.give_back(dir);
+            shared.sandbox.release(user);
             Err(LaunchError::Failed(format!("could not start {program}: {e}")))
         }
     }
 }
+
+/// The agent's environment variables a job sees; nothing else of it (its token, the server's
+/// settings) passes.
+const PASSED_ENV: [&str; 4] = ["PATH", "LANG", "LC_ALL", "TZ"];
 
 /// Downloads an input into the content cache, checked against its SHA-256 (whose form
 /// [`launch`] checked).
@@ -263,7 +275,13 @@ async fn download(shared: &Shared, job_id: Uuid, file: &InputFile) -> Result<(),
         return Err(format!("{path}: the server answered {}", response.status()));
     }
     let partial = cache.join(format!("{}.{}.partial", file.sha256, Uuid::new_v4()));
-    let mut out = tokio::fs::File::create(&partial).await.map_err(|e| e.to_string())?;
+    let mut out = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&partial)
+        .await
+        .map_err(|e| e.to_string())?;
     let mut hasher = ring::digest::Context::new(&ring::digest::SHA256);
     let mut body = response.bytes_stream();
     let result = async {

@@ -9,13 +9,16 @@
 //! inputs differ in. Whatever the last job did to its copies, the next one gets the cache's
 //! content and mode.
 //!
-//! Dirs are named at random under `DATA_DIR/jobs`; the agent empties that folder when it starts,
-//! and removes its idle dirs when it ends.
+//! Dirs are named at random under the agent's work root, which lies outside any data dir; the
+//! agent empties it when it starts, and removes its idle dirs when it ends. A dir is private to
+//! its job: mode 0700, and it and the input copies belong to the job's user while the job runs.
+//! An idle dir belongs to the agent (so no job's user can enter it), and waits only for the next
+//! job of the same mission user: work dirs and input copies never pass from one user to another.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
@@ -34,7 +37,8 @@ pub type Staged = HashMap<PathBuf, (u64, SystemTime)>;
 /// The work dirs of one agent.
 pub struct WorkDirs {
     root: PathBuf,
-    idle: Mutex<Vec<WorkDir>>,
+    /// Idle dirs by the mission user whose jobs used them.
+    idle: Mutex<HashMap<Uuid, Vec<WorkDir>>>,
 }
 
 /// One job's work dir.
@@ -42,28 +46,37 @@ pub struct WorkDirs {
 pub struct WorkDir {
     path: PathBuf,
     inputs: Staged,
+    /// The mission user whose jobs use it.
+    user: Uuid,
 }
 
 impl WorkDirs {
-    /// Work dirs under `root`.
+    /// Work dirs under `root` (which exists).
     pub fn new(root: PathBuf) -> Self {
-        Self { root, idle: Mutex::new(Vec::new()) }
+        Self { root, idle: Mutex::new(HashMap::new()) }
     }
 
-    /// A work dir holding copies of `inputs` (path relative to the work dir, file to copy): an
-    /// idle one restaged, or a new one. Blocking.
-    pub fn stage(&self, inputs: &[(PathBuf, PathBuf)]) -> std::io::Result<WorkDir> {
-        let reused = self.idle.lock().expect("not poisoned").pop();
+    /// A work dir for a job of mission user `user`, holding copies of `inputs` (path relative to
+    /// the work dir, file to copy) and belonging to `owner` (uid, gid; the agent's own user when
+    /// `None`): an idle dir of the same user restaged, or a new one. Blocking.
+    pub fn stage(
+        &self,
+        user: Uuid,
+        owner: Option<(u32, u32)>,
+        inputs: &[(PathBuf, PathBuf)],
+    ) -> std::io::Result<WorkDir> {
+        let reused = self.idle.lock().expect("not poisoned").get_mut(&user).and_then(Vec::pop);
         if let Some(mut dir) = reused {
-            if dir.restage(inputs).is_ok() {
+            if dir.restage(inputs).and_then(|()| dir.hand_to(owner)).is_ok() {
                 return Ok(dir);
             }
             // Whatever the last job left in the way, a new dir does not have it.
             dir.remove();
         }
-        let mut dir = WorkDir { path: self.root.join(Uuid::new_v4().simple().to_string()), inputs: Staged::new() };
-        std::fs::create_dir_all(&dir.path)?;
-        match dir.restage(inputs) {
+        let mut dir =
+            WorkDir { path: self.root.join(Uuid::new_v4().simple().to_string()), inputs: Staged::new(), user };
+        std::fs::DirBuilder::new().mode(0o700).create(&dir.path)?;
+        match dir.restage(inputs).and_then(|()| dir.hand_to(owner)) {
             Ok(()) => Ok(dir),
             Err(e) => {
                 dir.remove();
@@ -73,12 +86,17 @@ impl WorkDirs {
     }
 
     /// Takes back the work dir of an ended job (whose processes are gone): everything but its
-    /// input copies is removed, and it waits for the next job, or it is removed whole. Blocking.
+    /// input copies is removed, and it waits, the agent's again, for the next job of the same
+    /// user, or it is removed whole. Blocking.
     pub fn give_back(&self, mut dir: WorkDir) {
-        if dir.clean().is_ok_and(|kept| kept <= KEEP_MAX_BYTES) {
+        let agent = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
+        let kept = dir
+            .clean()
+            .and_then(|kept| std::os::unix::fs::lchown(&dir.path, Some(agent.0), Some(agent.1)).map(|()| kept));
+        if kept.is_ok_and(|kept| kept <= KEEP_MAX_BYTES) {
             let mut idle = self.idle.lock().expect("not poisoned");
-            if idle.len() < MAX_IDLE {
-                idle.push(dir);
+            if idle.values().map(Vec::len).sum::<usize>() < MAX_IDLE {
+                idle.entry(dir.user).or_default().push(dir);
                 return;
             }
         }
@@ -88,8 +106,10 @@ impl WorkDirs {
 
 impl Drop for WorkDirs {
     fn drop(&mut self) {
-        for dir in self.idle.get_mut().expect("not poisoned").drain(..) {
-            dir.remove();
+        for (_, dirs) in self.idle.get_mut().expect("not poisoned").drain() {
+            for dir in dirs {
+                dir.remove();
+            }
         }
     }
 }
@@ -117,6 +137,20 @@ impl WorkDir {
             let target = self.path.join(relative);
             let meta = if kept.contains_key(&target) { rewrite(&target, source)? } else { create(&target, source)? };
             self.inputs.insert(target, (meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)));
+        }
+        Ok(())
+    }
+
+    /// Makes the dir, the dirs on the way to its input copies and the copies belong to `owner`
+    /// (when the job runs as a user of its own). Links are never followed.
+    fn hand_to(&self, owner: Option<(u32, u32)>) -> std::io::Result<()> {
+        let Some((uid, gid)) = owner else { return Ok(()) };
+        let mut paths: HashSet<&Path> = HashSet::from([self.path.as_path()]);
+        for input in self.inputs.keys() {
+            paths.extend(input.ancestors().take_while(|p| *p != self.path));
+        }
+        for path in paths {
+            std::os::unix::fs::lchown(path, Some(uid), Some(gid))?;
         }
         Ok(())
     }
@@ -161,7 +195,7 @@ impl WorkDir {
 /// A new copy of `source` at `target`, with its mode.
 fn create(target: &Path, source: &Path) -> std::io::Result<std::fs::Metadata> {
     if let Some(parent) = target.parent() {
-        std::fs::create_dir_all(parent)?;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(parent)?;
     }
     fill(&mut OpenOptions::new().read(true).write(true).create_new(true).open(target)?, source)
 }
@@ -245,6 +279,9 @@ mod tests {
         found
     }
 
+    const ALICE: Uuid = Uuid::from_u128(1);
+    const BOB: Uuid = Uuid::from_u128(2);
+
     #[test]
     fn a_reused_dir_holds_the_next_jobs_inputs_and_nothing_else() {
         let home = tempfile::tempdir().unwrap();
@@ -254,7 +291,7 @@ mod tests {
         }
         let dirs = WorkDirs::new(root.clone());
         let first = inputs(&cache, &[("run.sh", "echo hi"), ("data/in.txt", "input")]);
-        let work = dirs.stage(&first).unwrap();
+        let work = dirs.stage(ALICE, None, &first).unwrap();
         let path = work.path().to_path_buf();
         assert_eq!(tree(&path), ["data/", "data/in.txt=input", "run.sh=echo hi"]);
         let inode = std::fs::metadata(path.join("run.sh")).unwrap().ino();
@@ -271,7 +308,7 @@ mod tests {
         assert_eq!(tree(&outside), ["keep.txt=not the job's"], "links are removed, not followed");
 
         // The next job of the same mission gets the cache's content and mode, in the same inode.
-        let work = dirs.stage(&first).unwrap();
+        let work = dirs.stage(ALICE, None, &first).unwrap();
         assert_eq!(work.path(), path);
         assert_eq!(tree(&path), ["data/", "data/in.txt=input", "run.sh=echo hi"]);
         let (meta, source) = (std::fs::metadata(path.join("run.sh")).unwrap(), std::fs::metadata(&first[0].1).unwrap());
@@ -279,25 +316,25 @@ mod tests {
         // A change that keeps the size is undone as well.
         std::fs::write(path.join("data/in.txt"), "INPUT").unwrap();
         dirs.give_back(work);
-        let work = dirs.stage(&first).unwrap();
+        let work = dirs.stage(ALICE, None, &first).unwrap();
         assert_eq!(tree(&path), ["data/", "data/in.txt=input", "run.sh=echo hi"]);
         dirs.give_back(work);
 
         // A job of another mission: what it does not have goes, what it has comes.
         let other = inputs(&cache, &[("data", "now a file"), ("main.py", "print(1)")]);
-        let work = dirs.stage(&other).unwrap();
+        let work = dirs.stage(ALICE, None, &other).unwrap();
         assert_eq!(tree(work.path()), ["data=now a file", "main.py=print(1)"]);
         assert_eq!(work.inputs().len(), 2);
         dirs.give_back(work);
 
         // A copy the job replaced with a link is made anew; the link's target is left alone.
-        let work = dirs.stage(&other).unwrap();
+        let work = dirs.stage(ALICE, None, &other).unwrap();
         let path = work.path().to_path_buf();
         std::fs::remove_file(path.join("main.py")).unwrap();
         std::os::unix::fs::symlink(outside.join("keep.txt"), path.join("main.py")).unwrap();
         let work = {
             dirs.give_back(work);
-            dirs.stage(&other).unwrap()
+            dirs.stage(ALICE, None, &other).unwrap()
         };
         assert_eq!(work.path(), path);
         assert_eq!(tree(&path), ["data=now a file", "main.py=print(1)"]);
@@ -306,12 +343,18 @@ mod tests {
         // Two jobs at once get two dirs; dirs holding big inputs are not kept; the pool's end
         // removes what waits.
         let big = inputs(&cache, &[("big.bin", &"x".repeat(KEEP_MAX_BYTES as usize + 1))]);
-        let second = dirs.stage(&big).unwrap();
+        let second = dirs.stage(ALICE, None, &big).unwrap();
         assert_ne!(second.path(), work.path());
         let second_path = second.path().to_path_buf();
         dirs.give_back(second);
         assert!(!second_path.exists(), "a dir with big inputs is removed");
         dirs.give_back(work);
+
+        // Another user's job never gets alice's dir, nor her copies; dirs are private.
+        let bobs = dirs.stage(BOB, None, &other).unwrap();
+        assert_ne!(bobs.path(), path);
+        assert_eq!(std::fs::metadata(bobs.path()).unwrap().permissions().mode() & 0o777, 0o700);
+        dirs.give_back(bobs);
         drop(dirs);
         assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0, "idle dirs go with the pool");
     }

@@ -420,11 +420,20 @@ impl State {
     /// The assignments of the batch's run orders (the mission's files read once per mission).
     async fn assignments(&self, orders: &[(Uuid, Pending)]) -> Result<HashMap<Uuid, Assignment>, StoreError> {
         let mut files: HashMap<Uuid, Vec<InputFile>> = HashMap::new();
+        let mut operators: HashMap<(Uuid, Uuid), bool> = HashMap::new();
         let mut runs = HashMap::new();
         for (lz_id, order) in orders {
             let Pending::Run(job_id) = order else { continue };
-            let Some(placed) = self.lzs.get(lz_id).and_then(|lz| lz.jobs.get(job_id)) else { continue };
+            let Some(lz) = self.lzs.get(lz_id) else { continue };
+            let Some(placed) = lz.jobs.get(job_id) else { continue };
             let job = &placed.job;
+            let operator = (job.user_id, lz.station_id);
+            if let std::collections::hash_map::Entry::Vacant(entry) = operators.entry(operator) {
+                let admin = self.store.user_by_id(job.user_id).await?.is_some_and(|u| u.admin);
+                let owner =
+                    admin || self.store.station(lz.station_id).await?.is_some_and(|s| s.owner_id == Some(job.user_id));
+                entry.insert(owner);
+            }
             if let std::collections::hash_map::Entry::Vacant(entry) = files.entry(job.mission_id) {
                 let listed = self.store.mission_files(job.mission_id).await?;
                 entry.insert(
@@ -436,6 +445,8 @@ impl State {
                 Assignment {
                     job_id: *job_id,
                     mission_id: job.mission_id,
+                    user_id: job.user_id,
+                    user_is_operator: operators[&operator],
                     command: job.command.clone(),
                     cpu_count: job.cpu_count,
                     memory_amount: job.memory_amount,

@@ -16,7 +16,12 @@ pub const EMBEDDED_LZ_NAME: &str = "local";
 ///   MISSION_LZ_TOKEN=TOKEN mission lz --server URL
 /// The agent connects out to the server (the host needs no inbound port), offers the host's CPUs,
 /// memory and GPUs (found with nvidia-smi), and reconnects by itself when the server restarts.
-/// Jobs run under cgroup memory and CPU limits where the host has them (as root).
+///
+/// Jobs are untrusted code. Run the agent as root: then each job runs as a uid of its own (see
+/// --lz-job-uids), in PID and mount namespaces of its own, under cgroup memory and CPU limits,
+/// and cannot read, write or signal anything but its own work dir and processes. An agent that is
+/// not root runs jobs as its own user, and so only the jobs of admins and of the station's owner
+/// (see --lz-allow-unisolated).
 #[derive(Debug, Args)]
 pub struct LzCommand {
     /// The landing zone's token (prefer the environment variable: arguments are visible to
@@ -28,6 +33,44 @@ pub struct LzCommand {
     data_dir: PathBuf,
     #[command(flatten)]
     resources: ResourceArgs,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
+}
+
+/// Who a landing zone's jobs run as, and where.
+#[derive(Debug, Args)]
+pub struct SandboxArgs {
+    /// Uids handed out to jobs (as root), one of its own per running job, FIRST-LAST. Agents on
+    /// one host share the range safely (they claim uids through /run/mission-lz/uids).
+    #[arg(long = "lz-job-uids", env = "MISSION_LZ_JOB_UIDS", default_value = "2000000000-2000009999",
+          value_parser = mission_lz::sandbox::parse_uid_range)]
+    job_uids: (u32, u32),
+    /// Run every job as this user instead (a name, or UID[:GID]); needs root. Jobs of different
+    /// users can then signal each other's processes.
+    #[arg(long = "lz-job-user", env = "MISSION_LZ_JOB_USER")]
+    job_user: Option<String>,
+    /// Where the agent cannot run jobs as users of their own (it is not root), run every user's
+    /// jobs anyway, as the agent's own user: they can then read and change whatever the agent can.
+    /// Off: only the jobs of admins and of the station's owner run there.
+    #[arg(long = "lz-allow-unisolated", env = "MISSION_LZ_ALLOW_UNISOLATED")]
+    allow_unisolated: bool,
+    /// Folder for the jobs' work dirs, outside every data dir (default:
+    /// /var/tmp/mission-lz-UID/HASH-OF-THE-DATA-DIR).
+    #[arg(long = "lz-work-root", env = "MISSION_LZ_WORK_ROOT")]
+    work_root: Option<PathBuf>,
+}
+
+impl SandboxArgs {
+    /// The agent's sandbox settings; `private_dirs` are hidden from jobs besides its data dir.
+    pub fn config(&self, private_dirs: Vec<PathBuf>) -> mission_lz::SandboxConfig {
+        mission_lz::SandboxConfig {
+            job_uids: self.job_uids,
+            job_user: self.job_user.clone(),
+            allow_unisolated: self.allow_unisolated,
+            private_dirs,
+            work_root: self.work_root.clone().unwrap_or_default(),
+        }
+    }
 }
 
 /// What a landing zone offers, when not what the host has.
@@ -64,6 +107,7 @@ impl LzCommand {
             data_dir: self.data_dir,
             overrides: self.resources.overrides(),
             no_limits: self.resources.no_limits,
+            sandbox: self.sandbox.config(Vec::new()),
         };
         mission_lz::run(config, super::server::shutdown_signal()).await?;
         Ok(())

@@ -84,6 +84,8 @@ struct RunArgs {
     no_local_lz: bool,
     #[command(flatten)]
     local_lz: super::lz::ResourceArgs,
+    #[command(flatten)]
+    local_lz_sandbox: super::lz::SandboxArgs,
 }
 
 /// Parses `123`, `64K`, `10M`, `100G`, `1T` (powers of 1024).
@@ -183,6 +185,8 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
             data_dir: data_dir.join("lz"),
             overrides: args.local_lz.overrides(),
             no_limits: args.local_lz.no_limits,
+            // Jobs must not see the server's data dir (database, keys) either.
+            sandbox: args.local_lz_sandbox.config(vec![data_dir.clone()]),
         };
         println!(
             "Embedded landing zone {:?} on station {:?}.",

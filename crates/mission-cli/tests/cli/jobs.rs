@@ -1,7 +1,7 @@
 //! Jobs end to end: the real server on a free port, real `mission lz` agent processes, real jobs.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -27,7 +27,8 @@ fn local_station() -> Uuid {
 struct Agent {
     child: Child,
     lz_id: Uuid,
-    _dir: tempfile::TempDir,
+    /// Holds the agent's data dir, `data/`.
+    dir: tempfile::TempDir,
 }
 
 /// What an agent offers.
@@ -61,6 +62,18 @@ fn fake_nvidia_smi(dir: &Path, count: u32) {
 impl Agent {
     /// Registers the LZ `name` on `station` and starts its agent; waits until it is online.
     async fn start(server: &TestServer, admin: &Client, station: Uuid, name: &str, offer: Offer) -> Self {
+        Self::start_with(server, admin, station, name, offer, &[]).await
+    }
+
+    /// Like [`Agent::start`], with `extra` flags for `mission lz`.
+    async fn start_with(
+        server: &TestServer,
+        admin: &Client,
+        station: Uuid,
+        name: &str,
+        offer: Offer,
+        extra: &[&str],
+    ) -> Self {
         let registered =
             admin.register_landing_zone(station, &RegisterLandingZone { name: name.into() }).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -74,6 +87,7 @@ impl Agent {
             .args(["lz", "--server", &server.url, "--lz-cpus", &offer.cpus.to_string()])
             .args(["--lz-memory", &offer.memory_mb.to_string(), "--data-dir"])
             .arg(dir.path().join("data"))
+            .args(extra)
             .env("MISSION_LZ_TOKEN", &registered.token)
             .env("PATH", path)
             .env_remove("MISSION_LZ_GPUS")
@@ -88,7 +102,7 @@ impl Agent {
             lzs.iter().any(|lz| lz.lz_id == lz_id && lz.online && lz.resources.is_some())
         })
         .await;
-        Self { child, lz_id, _dir: dir }
+        Self { child, lz_id, dir }
     }
 }
 
@@ -318,19 +332,46 @@ async fn placement_refusal_queueing_named_lz_and_membership() {
 }
 
 /// Whether a process is gone (or a zombie waiting for a reaper).
-fn gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+/// The uid a job runs as, from its `limits` (`…; runs as uid N, …`), or `None` where the agent
+/// cannot separate users (not root); CI sets `MISSION_REQUIRE_SANDBOX` to make that a failure.
+fn job_uid(job: &Job) -> Option<u32> {
+    let limits = job.limits.as_deref().unwrap_or_default();
+    let uid = limits.split("runs as uid ").nth(1).and_then(|rest| rest.split(',').next()?.parse().ok());
+    if uid.is_none() {
+        assert!(std::env::var_os("MISSION_REQUIRE_SANDBOX").is_none(), "CI must sandbox jobs: {limits}");
+        eprintln!("SKIPPED (jobs are not sandboxed here): {limits}");
     }
+    uid
 }
 
-fn read_pids(dir: &Path) -> Vec<u32> {
-    std::fs::read_to_string(dir.join("pids"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
+/// Live processes (not zombies) running as `uid`.
+fn processes_of(uid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
+        let field =
+            |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).unwrap_or_default().trim().to_owned();
+        let real_uid = field("Uid:").split_whitespace().next().and_then(|u| u.parse::<u32>().ok());
+        if real_uid == Some(uid) && !field("State:").starts_with('Z') {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// The work dir of a running job whose script begins with `pwd >&2`. Jobs cannot see the test's
+/// folders (their /tmp is their own), so the test reaches them through their work dirs.
+async fn work_dir(client: &Client, job_id: Uuid) -> PathBuf {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let printed = client.job_logs(job_id, LogStream::Stderr).await.unwrap();
+        if let Some(dir) = printed.lines().next().filter(|_| printed.ends_with('\n')) {
+            return PathBuf::from(dir);
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for job {job_id} to print its work dir");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]
@@ -338,14 +379,14 @@ async fn stopping_queued_and_running_jobs() {
     let (server, admin) = cluster(|_| {}).await;
     let mut agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
     let alice = &server.client;
-    let pids = tempfile::tempdir().unwrap();
-    // The job and a background child of it record their pids, then wait.
-    let script = "sleep 300 &\necho $! >> \"$1/pids\"\necho $$ >> \"$1/pids\"\nwait\n";
-    let m = mission(alice, SHELL, &[("run.sh", script)], &[pids.path().to_str().unwrap()]).await;
+    // The job and a background child of it wait.
+    let m = mission(alice, SHELL, &[("run.sh", "sleep 300 &\nwait\n")], &[]).await;
     let running = alice.run_job_on_station(m.mission_id, local_station(), cpus(2)).await.unwrap();
     let queued = alice.run_job_on_station(m.mission_id, local_station(), cpus(2)).await.unwrap();
-    wait_status(alice, running.job_id, JobStatus::Running).await;
-    wait_until("both pids are recorded", || async { read_pids(pids.path()).len() == 2 }).await;
+    let uid = job_uid(&wait_status(alice, running.job_id, JobStatus::Running).await);
+    if let Some(uid) = uid {
+        wait_until("the job and its child run", || async { processes_of(uid).len() == 2 }).await;
+    }
 
     // Neither the landing zone nor the station can go while they hold jobs.
     let err = admin.remove_landing_zone(local_station(), agent.lz_id).await.unwrap_err();
@@ -359,11 +400,11 @@ async fn stopping_queued_and_running_jobs() {
     alice.stop_job(running.job_id).await.unwrap();
     let done = wait_status(alice, running.job_id, JobStatus::Stopped).await;
     assert_eq!(done.status, JobStatus::Stopped, "{done:?}");
-    for pid in read_pids(pids.path()) {
-        wait_until(&format!("process {pid} is gone"), || async move { gone(pid) }).await;
+    if let Some(uid) = uid {
+        wait_until("the job's processes are gone", || async { processes_of(uid).is_empty() }).await;
     }
     // The queued job never ran.
-    assert_eq!(read_pids(pids.path()).len(), 2);
+    assert!(alice.get_job(queued.job_id).await.unwrap().started_at.is_none());
 
     // With its jobs ended the LZ can go: its agent's order stream ends and its token, which the
     // server had cached from the agent's requests, is refused on the agent's next connect.
@@ -378,19 +419,105 @@ async fn an_lz_killed_mid_job_loses_it() {
     let (server, admin) = cluster(|config| config.lz_lease = Duration::from_secs(2)).await;
     let mut agent = Agent::start(&server, &admin, local_station(), "doomed", TWO_CPUS).await;
     let alice = &server.client;
-    let pids = tempfile::tempdir().unwrap();
-    let m =
-        mission(alice, SHELL, &[("run.sh", "echo $$ >> \"$1/pids\"\nsleep 30\n")], &[pids.path().to_str().unwrap()])
-            .await;
+    // A job whose processes would run on: one in a session of its own, one double-forked.
+    let script = "setsid sleep 300 &\n(sleep 300 &)\nsleep 300\n";
+    let m = mission(alice, SHELL, &[("run.sh", script)], &[]).await;
     let job = alice.run_job_on_station(m.mission_id, local_station(), cpus(1)).await.unwrap();
-    wait_status(alice, job.job_id, JobStatus::Running).await;
+    let uid = job_uid(&wait_status(alice, job.job_id, JobStatus::Running).await);
+    if let Some(uid) = uid {
+        wait_until("the job's three processes run", || async { processes_of(uid).len() == 4 }).await;
+    }
     agent.child.start_kill().unwrap();
+    // A job never outlives its agent: all of it dies with it, at once.
+    if let Some(uid) = uid {
+        wait_until("the job's processes are gone", || async { processes_of(uid).is_empty() }).await;
+    }
     let lost = wait_status(alice, job.job_id, JobStatus::Lost).await;
     assert_eq!(lost.status, JobStatus::Lost);
     assert!(lost.reason.unwrap().contains("went silent"));
-    // The orphaned program of the dead agent is not the test's to keep.
-    for pid in read_pids(pids.path()) {
-        let _ = std::process::Command::new("kill").arg("-9").arg(pid.to_string()).status();
+}
+
+/// A job script that tries each `WHAT:TARGET` argument it is given (read a file, list a folder,
+/// write a file, signal a pid) and prints `ALLOWED …` or `denied …` for each, after its uid.
+pub const PROBE: &str = r#"echo "uid=$(id -u)"
+for t in "$@"; do
+  what=${t%%:*}; target=${t#*:}
+  case $what in
+    read) cat "$target" > /dev/null 2>&1 ;;
+    list) ls "$target" > /dev/null 2>&1 ;;
+    write) (echo pwned > "$target") 2> /dev/null ;;
+    signal) kill -0 "$target" 2> /dev/null ;;
+  esac && echo "ALLOWED $t" || echo "denied $t"
+done
+"#;
+
+/// Runs [`PROBE`] as `client` against `targets` and checks every attempt was refused.
+pub async fn probe_is_refused_everything(client: &Client, station: Uuid, targets: &[String]) {
+    let args: Vec<&str> = targets.iter().map(String::as_str).collect();
+    let m = mission(client, SHELL, &[("probe.sh", PROBE)], &args).await;
+    let job = client.run_job_on_station(m.mission_id, station, cpus(1)).await.unwrap();
+    let done = client.wait_for_job(job.job_id).await.unwrap();
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+    let out = client.job_logs(job.job_id, LogStream::Stdout).await.unwrap();
+    assert!(!out.contains("ALLOWED"), "a job reached what is not its own:\n{out}");
+    assert_eq!(out.matches("denied").count(), targets.len(), "{out}");
+    if job_uid(&done).is_some() {
+        assert!(!out.starts_with("uid=0\n"), "{out}");
+    }
+}
+
+#[tokio::test]
+async fn a_job_cannot_reach_the_agent_the_server_or_other_users_jobs() {
+    let (server, admin) = cluster(|_| {}).await;
+    let agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    server.add_user("bob", false).await;
+    let bob = server.sign_in("bob").await;
+    // Bob's job keeps a secret in its work dir and waits.
+    let script = "pwd >&2\necho secret > secret.txt\nwhile [ ! -e go ]; do sleep 0.05; done\n";
+    let secret = mission(&bob, SHELL, &[("run.sh", script), ("input.txt", "bob's input")], &[]).await;
+    let bobs_job = bob.run_job_on_station(secret.mission_id, local_station(), cpus(1)).await.unwrap();
+    let bobs_dir = work_dir(&bob, bobs_job.job_id).await;
+    let files = bob.get_mission_files(secret.mission_id).await.unwrap();
+    let sha = &files.iter().find(|f| f.filename == "input.txt").unwrap().sha256;
+    let cache = agent.dir.path().join("data/cache");
+    let (agent_data, server_data) = (agent.dir.path().join("data"), server.data_dir.path().join("data"));
+    let targets = [
+        format!("read:{}", cache.join(sha).display()),
+        format!("write:{}", cache.join(sha).display()),
+        format!("write:{}", cache.join("planted").display()),
+        format!("list:{}", cache.display()),
+        format!("list:{}", agent_data.display()),
+        format!("read:{}", server_data.join("idp-signing-key.p8").display()),
+        format!("read:{}", server_data.join("mission.db").display()),
+        format!("list:{}", server_data.display()),
+        format!("read:{}", bobs_dir.join("secret.txt").display()),
+        format!("read:{}", bobs_dir.join("input.txt").display()),
+        format!("write:{}", bobs_dir.join("planted").display()),
+        format!("list:{}", bobs_dir.display()),
+        format!("signal:{}", agent.child.id().unwrap()),
+        "signal:1".to_owned(),
+    ];
+    probe_is_refused_everything(&server.client, local_station(), &targets).await;
+    assert_eq!(std::fs::read_to_string(cache.join(sha)).unwrap(), "bob's input", "the cache is unchanged");
+    assert!(!bobs_dir.join("planted").exists());
+    std::fs::write(bobs_dir.join("go"), "").unwrap();
+    assert_eq!(bob.wait_for_job(bobs_job.job_id).await.unwrap().status, JobStatus::Completed);
+}
+
+#[tokio::test]
+async fn setsid_children_end_with_their_job_with_or_without_cgroups() {
+    for extra in [&[][..], &["--lz-no-limits"]] {
+        let (server, admin) = cluster(|_| {}).await;
+        let _agent = Agent::start_with(&server, &admin, local_station(), "lz1", TWO_CPUS, extra).await;
+        let alice = &server.client;
+        let script = "setsid sleep 300 &\n(sleep 300 &)\nsleep 0.2\necho started\n";
+        let m = mission(alice, SHELL, &[("run.sh", script)], &[]).await;
+        let job = alice.run_job_on_station(m.mission_id, local_station(), cpus(1)).await.unwrap();
+        let done = alice.wait_for_job(job.job_id).await.unwrap();
+        assert_eq!(done.status, JobStatus::Completed, "{extra:?}: {done:?}");
+        if let Some(uid) = job_uid(&done) {
+            assert!(processes_of(uid).is_empty(), "{extra:?}: nothing of the job runs after its end");
+        }
     }
 }
 
@@ -398,14 +525,14 @@ async fn an_lz_killed_mid_job_loses_it() {
 async fn a_job_survives_a_server_restart() {
     let (mut server, admin) = cluster(|_| {}).await;
     let _agent = Agent::start(&server, &admin, local_station(), "steady", TWO_CPUS).await;
-    let flag = tempfile::tempdir().unwrap();
-    let script = "echo before\nwhile [ ! -e \"$1/go\" ]; do sleep 0.05; done\necho after\necho result > out.txt\n";
-    let m = mission(&server.client, SHELL, &[("run.sh", script)], &[flag.path().to_str().unwrap()]).await;
+    let script =
+        "pwd >&2\necho before\nwhile [ ! -e go ]; do sleep 0.05; done\nrm go\necho after\necho result > out.txt\n";
+    let m = mission(&server.client, SHELL, &[("run.sh", script)], &[]).await;
     let job = server.client.run_job_on_station(m.mission_id, local_station(), cpus(1)).await.unwrap();
-    wait_status(&server.client, job.job_id, JobStatus::Running).await;
+    let dir = work_dir(&server.client, job.job_id).await;
     server.restart().await;
     // The job ends while the agent may still be reconnecting.
-    std::fs::write(flag.path().join("go"), "").unwrap();
+    std::fs::write(dir.join("go"), "").unwrap();
     let done = server.client.wait_for_job(job.job_id).await.unwrap();
     assert_eq!(done.status, JobStatus::Completed, "{done:?}");
     let stdout = server.client.job_logs(job.job_id, LogStream::Stdout).await.unwrap();
@@ -443,9 +570,8 @@ async fn gpus_are_detected_and_handed_out_by_index() {
     let lz = lzs.iter().find(|lz| lz.lz_id == agent.lz_id).unwrap();
     assert_eq!(lz.resources.unwrap().gpu_count, 2, "two GPUs from the fake nvidia-smi");
     let alice = &server.client;
-    let flag = tempfile::tempdir().unwrap();
-    let script = "echo \"gpus=$CUDA_VISIBLE_DEVICES\"\nwhile [ ! -e \"$1/go\" ]; do sleep 0.05; done\n";
-    let m = mission(alice, SHELL, &[("run.sh", script)], &[flag.path().to_str().unwrap()]).await;
+    let script = "pwd >&2\necho \"gpus=$CUDA_VISIBLE_DEVICES\"\nwhile [ ! -e go ]; do sleep 0.05; done\nrm go\n";
+    let m = mission(alice, SHELL, &[("run.sh", script)], &[]).await;
     let one_gpu = JobResources { gpu_count: Some(1), ..Default::default() };
     let a = alice.run_job_on_station(m.mission_id, local_station(), one_gpu).await.unwrap();
     let b = alice.run_job_on_station(m.mission_id, local_station(), one_gpu).await.unwrap();
@@ -459,7 +585,9 @@ async fn gpus_are_detected_and_handed_out_by_index() {
         .await
         .unwrap_err();
     assert!(matches!(&err, Error::Api(p) if p.status == 400 && p.detail.contains("gpu_count 3")), "{err:?}");
-    std::fs::write(flag.path().join("go"), "").unwrap();
+    for job in [&a, &b] {
+        std::fs::write(work_dir(alice, job.job_id).await.join("go"), "").unwrap();
+    }
     let mut seen = Vec::new();
     for job in [a, b] {
         let done = alice.wait_for_job(job.job_id).await.unwrap();

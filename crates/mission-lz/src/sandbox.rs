@@ -1,0 +1,676 @@
+//! The job sandbox: who a job runs as, what it can see, and that nothing of it outlives it.
+//!
+//! Jobs are untrusted code. Where the agent runs as root, each running job gets a uid of its own
+//! (from `--lz-job-uids`, claimed host-wide through lock files under [`UID_LOCKS`], so that
+//! agents sharing a host never hand out the same one), or the one configured `--lz-job-user`.
+//! Its process starts like this (all in the forked child, before the program is executed):
+//! 1. it joins the job's cgroups, so everything it starts is counted and can be killed;
+//! 2. it takes `SIGKILL` as its parent-death signal (the parent is the agent's launcher thread,
+//!    which lives as long as the agent: see [`Launcher`]);
+//! 3. where the host allows it, it enters a new mount and PID namespace: `/` becomes a private
+//!    mount, `/tmp` and `/dev/shm` fresh tmpfs, the data dirs of the agent (and of the server,
+//!    for the embedded landing zone) empty read-only tmpfs; it forks an init (pid 1 of the
+//!    namespace) that forks the program and reaps orphans. When the program ends, the init ends,
+//!    and the kernel kills whatever else is left in the namespace — `setsid` and double-forked
+//!    children included. Each of the three processes dies with its parent, so the whole job dies
+//!    with the agent;
+//! 4. the program's process mounts a `/proc` of its namespace, prefers itself for the OOM
+//!    killer, drops all groups and switches to the job's uid and gid (which clears every
+//!    capability), and sets `no_new_privs`, so no set-uid program gives any back.
+//!
+//! The agent process itself (and the first two processes above, copies of it) stay root and are
+//! unreachable from the job: another uid cannot signal, trace or read them.
+//!
+//! Where the agent cannot switch users (not root), jobs run as the agent's own user: only jobs of
+//! the landing zone's operators (admins and the station's owner) run then, unless the operator
+//! passes `--lz-allow-unisolated`.
+//!
+//! This is the one module of the workspace with `unsafe` code: the steps above must run between
+//! `fork` and `exec` (`CommandExt::pre_exec`), where only async-signal-safe system calls are
+//! allowed. Everything they need is prepared before the fork.
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, mpsc};
+
+use mission_api::lz::Assignment;
+
+/// Where agents on a host claim job uids: one lock file per uid, locked while an agent holds it.
+pub const UID_LOCKS: &str = "/run/mission-lz/uids";
+
+/// The uids handed out to jobs by default, one per running job.
+pub const DEFAULT_JOB_UIDS: (u32, u32) = (2_000_000_000, 2_000_009_999);
+
+/// How jobs are to be run, as the operator configured it.
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    /// The uid range handed out to jobs, one uid per running job (first, last).
+    pub job_uids: (u32, u32),
+    /// One user all jobs run as instead: a name from `/etc/passwd`, or `UID[:GID]`.
+    pub job_user: Option<String>,
+    /// Run jobs of every user as the agent's own user where users cannot be separated.
+    pub allow_unisolated: bool,
+    /// Directories no job may see (masked in its mount namespace).
+    pub private_dirs: Vec<PathBuf>,
+    /// Where work dirs are made, outside every private dir (a private `/tmp` is only mounted
+    /// when this is not under `/tmp`).
+    pub work_root: PathBuf,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            job_uids: DEFAULT_JOB_UIDS,
+            job_user: None,
+            allow_unisolated: false,
+            private_dirs: Vec::new(),
+            work_root: PathBuf::new(),
+        }
+    }
+}
+
+/// Why the sandbox cannot be set up as configured.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// `--lz-job-user` does not name a usable user.
+    #[error("--lz-job-user {0}: {1}")]
+    JobUser(String, String),
+    /// The uid range is malformed.
+    #[error("--lz-job-uids: {0}")]
+    JobUids(String),
+    /// The work root lies where jobs must not see.
+    #[error("the work root {0} lies inside {1}, which jobs must not see")]
+    WorkRoot(PathBuf, PathBuf),
+}
+
+/// Who jobs run as, and how they are confined.
+#[derive(Debug)]
+pub struct Sandbox {
+    users: JobUsers,
+    /// Whether jobs get their own PID and mount namespaces.
+    namespaces: Result<(), String>,
+    masked: Vec<CString>,
+    private_tmp: bool,
+    allow_unisolated: bool,
+}
+
+#[derive(Debug)]
+enum JobUsers {
+    /// A uid of its own for each running job.
+    PerJob(UidPool),
+    /// One configured user for all jobs.
+    Configured { uid: u32, gid: u32, name: String },
+    /// The agent's own user; why users cannot be separated.
+    Agent(String),
+}
+
+/// The user one job runs as; handed back with [`Sandbox::release`] once its processes are gone.
+#[derive(Debug)]
+pub struct JobUser {
+    /// `(uid, gid)`, or `None` for the agent's own user.
+    ids: Option<(u32, u32)>,
+    claimed: Option<ClaimedUid>,
+}
+
+impl JobUser {
+    /// The uid and gid the job's files must belong to, when not the agent's.
+    pub fn ids(&self) -> Option<(u32, u32)> {
+        self.ids
+    }
+}
+
+/// A uid this agent holds the lock of.
+#[derive(Debug)]
+struct ClaimedUid {
+    uid: u32,
+    _lock: File,
+}
+
+/// Uids of a range, claimed on demand and kept by this agent for its next jobs.
+#[derive(Debug)]
+struct UidPool {
+    first: u32,
+    last: u32,
+    idle: Mutex<Vec<ClaimedUid>>,
+}
+
+impl UidPool {
+    /// A uid no running job uses: one this agent holds already, or a newly claimed one whose
+    /// leftover processes (of an agent that died) are killed first.
+    fn take(&self) -> Result<ClaimedUid, String> {
+        if let Some(claimed) = self.idle.lock().expect("not poisoned").pop() {
+            return Ok(claimed);
+        }
+        let span = u64::from(self.last - self.first) + 1;
+        let start = u64::from(std::process::id()).wrapping_mul(7919) % span;
+        for i in 0..span {
+            let uid = self.first + ((start + i) % span) as u32;
+            if let Some(claimed) = claim(uid)? {
+                kill_uid(uid);
+                return Ok(claimed);
+            }
+        }
+        Err(format!("every job uid of {}-{} is in use on this host", self.first, self.last))
+    }
+}
+
+/// Locks `uid`'s lock file; `None` when another agent holds it.
+fn claim(uid: u32) -> Result<Option<ClaimedUid>, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = Path::new(UID_LOCKS).join(uid.to_string());
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(ClaimedUid { uid, _lock: file })),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+/// Every process of the host with its real and effective uid, from `/proc`.
+fn processes() -> Vec<(i32, [u32; 2])> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
+        let ids = status.lines().find_map(|l| l.strip_prefix("Uid:")).unwrap_or_default();
+        let mut ids = ids.split_whitespace().filter_map(|id| id.parse::<u32>().ok());
+        if let (Some(real), Some(effective)) = (ids.next(), ids.next()) {
+            found.push((pid, [real, effective]));
+        }
+    }
+    found
+}
+
+/// Pids of the processes running as `uid` (real or effective).
+fn processes_of(uid: u32) -> Vec<i32> {
+    processes().into_iter().filter(|(_, ids)| ids.contains(&uid)).map(|(pid, _)| pid).collect()
+}
+
+/// Kills every process running as `uid`, going round until none is left (bounded: a process
+/// may fork while it is killed).
+pub fn kill_uid(uid: u32) {
+    for _ in 0..50 {
+        let pids = processes_of(uid);
+        if pids.is_empty() {
+            return;
+        }
+        for pid in pids {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// Parses `FIRST-LAST`.
+pub fn parse_uid_range(raw: &str) -> Result<(u32, u32), String> {
+    let (first, last) = raw.split_once('-').ok_or_else(|| format!("expected FIRST-LAST, got {raw:?}"))?;
+    let parse = |s: &str| s.trim().parse::<u32>().map_err(|_| format!("{s:?} is not a uid"));
+    let (first, last) = (parse(first)?, parse(last)?);
+    if first == 0 || first > last || last == u32::MAX {
+        return Err(format!("{raw:?} is not a range of uids above 0"));
+    }
+    Ok((first, last))
+}
+
+/// `(uid, gid)` of a `--lz-job-user`: `UID[:GID]`, or a name in `/etc/passwd`.
+fn resolve_user(spec: &str) -> Result<(u32, u32), String> {
+    if let Some((uid, gid)) = spec.split_once(':') {
+        let uid = uid.parse().map_err(|_| format!("{uid:?} is not a uid"))?;
+        return Ok((uid, gid.parse().map_err(|_| format!("{gid:?} is not a gid"))?));
+    }
+    if let Ok(uid) = spec.parse() {
+        return Ok((uid, uid));
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd").map_err(|e| format!("/etc/passwd: {e}"))?;
+    passwd
+        .lines()
+        .find_map(|line| {
+            let fields: Vec<&str> = line.split(':').collect();
+            (fields.len() >= 4 && fields[0] == spec).then(|| Some((fields[2].parse().ok()?, fields[3].parse().ok()?)))
+        })
+        .flatten()
+        .ok_or_else(|| "no such user in /etc/passwd".to_owned())
+}
+
+impl Sandbox {
+    /// Finds how jobs can be confined here: which users they can run as, and whether they get
+    /// namespaces (tried by starting `true` in a sandbox). Blocking.
+    pub fn detect(config: &SandboxConfig, launcher: &Launcher) -> Result<Self, SandboxError> {
+        // Only the outermost of nested private dirs is masked (its mount hides the others).
+        let dirs: Vec<PathBuf> = config.private_dirs.iter().filter_map(|d| std::fs::canonicalize(d).ok()).collect();
+        let work_root = std::fs::canonicalize(&config.work_root).unwrap_or_else(|_| config.work_root.clone());
+        if let Some(dir) = dirs.iter().find(|d| work_root.starts_with(d)) {
+            return Err(SandboxError::WorkRoot(work_root, dir.clone()));
+        }
+        let outermost = dirs.iter().filter(|d| !dirs.iter().any(|o| o != *d && d.starts_with(o)));
+        let masked = outermost.filter_map(|d| CString::new(d.as_os_str().as_bytes()).ok()).collect();
+        let mut sandbox = Self {
+            users: JobUsers::Agent(String::new()),
+            namespaces: Err("the agent is not root".into()),
+            masked,
+            private_tmp: !config.work_root.starts_with("/tmp"),
+            allow_unisolated: config.allow_unisolated,
+        };
+        let root = rustix::process::geteuid().is_root();
+        sandbox.users = match (&config.job_user, root) {
+            (Some(spec), _) => {
+                let (uid, gid) = resolve_user(spec).map_err(|e| SandboxError::JobUser(spec.clone(), e))?;
+                if uid == 0 {
+                    return Err(SandboxError::JobUser(spec.clone(), "jobs must not run as root".into()));
+                }
+                JobUsers::Configured { uid, gid, name: spec.clone() }
+            }
+            (None, true) => {
+                let (first, last) = config.job_uids;
+                if first == 0 || first > last {
+                    return Err(SandboxError::JobUids(format!("{first}-{last} is not a range of uids above 0")));
+                }
+                match std::fs::create_dir_all(UID_LOCKS) {
+                    Ok(()) => JobUsers::PerJob(UidPool { first, last, idle: Mutex::new(Vec::new()) }),
+                    Err(e) => JobUsers::Agent(format!("cannot make {UID_LOCKS}: {e}")),
+                }
+            }
+            (None, false) => JobUsers::Agent("the agent is not root, so jobs cannot run as users of their own".into()),
+        };
+        if root {
+            // Namespaces where the kernel lets us; a plain uid switch otherwise.
+            sandbox.namespaces = Ok(());
+            if let Err(e) = sandbox.probe(launcher) {
+                sandbox.namespaces = Err(format!("namespaces refused: {e}"));
+                if let Err(e) = sandbox.probe(launcher) {
+                    if let JobUsers::Configured { name, .. } = &sandbox.users {
+                        return Err(SandboxError::JobUser(name.clone(), e));
+                    }
+                    sandbox.users = JobUsers::Agent(format!("jobs cannot be started as a user of their own: {e}"));
+                }
+            }
+        } else if let JobUsers::Configured { name, .. } = &sandbox.users {
+            return Err(SandboxError::JobUser(name.clone(), "only an agent running as root can switch users".into()));
+        }
+        Ok(sandbox)
+    }
+
+    /// Starts `true` in a sandbox as a job would be.
+    fn probe(&self, launcher: &Launcher) -> Result<(), String> {
+        let user = self.job_user()?;
+        let mut command = std::process::Command::new("true");
+        command.current_dir("/").stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
+        self.confine(&mut command, &user, &[]).map_err(|e| e.to_string())?;
+        let status = launcher.spawn_std(command).and_then(|mut child| child.wait()).map_err(|e| e.to_string());
+        self.release(user);
+        match status? {
+            s if s.success() => Ok(()),
+            s => Err(format!("the sandboxed probe ended with {s}")),
+        }
+    }
+
+    /// How one job runs, for its status.
+    pub fn describe_job(&self, user: &JobUser) -> String {
+        let who = match (&self.users, user.ids) {
+            (JobUsers::PerJob(_), Some((uid, _))) => format!("runs as uid {uid}, a uid of its own"),
+            (JobUsers::Configured { name, uid, .. }, _) => format!("runs as {name} (uid {uid})"),
+            _ => "runs as the landing-zone agent's own user".to_owned(),
+        };
+        match &self.namespaces {
+            Ok(()) => format!("{who}, in PID and mount namespaces of its own"),
+            Err(_) => format!("{who}, without namespaces"),
+        }
+    }
+
+    /// One line for the start-up log.
+    pub fn describe(&self) -> String {
+        let user = match &self.users {
+            JobUsers::PerJob(pool) => format!("runs as a uid of its own ({}-{})", pool.first, pool.last),
+            JobUsers::Configured { name, uid, .. } => format!("runs as {name} (uid {uid})"),
+            JobUsers::Agent(why) if self.allow_unisolated => {
+                format!("runs as the agent's own user ({why}; every user's jobs allowed by --lz-allow-unisolated)")
+            }
+            JobUsers::Agent(why) => {
+                format!("runs as the agent's own user ({why}), so only admins' and the station owner's jobs run")
+            }
+        };
+        match &self.namespaces {
+            Ok(()) => format!("{user}, in PID and mount namespaces of its own"),
+            Err(why) => format!("{user}, without namespaces ({why})"),
+        }
+    }
+
+    /// Why `job` may not run here, if it may not: its user cannot be kept apart from the agent
+    /// and is not one of the landing zone's operators.
+    pub fn refusal(&self, job: &Assignment) -> Option<String> {
+        match &self.users {
+            JobUsers::Agent(why) if !self.allow_unisolated && !job.user_is_operator => Some(format!(
+                "refused by the landing zone: it would run this job as its agent's own user ({why}), which only \
+                 admins and the station's owner may do; its operator can run the agent as root, or allow it for \
+                 everyone with --lz-allow-unisolated"
+            )),
+            _ => None,
+        }
+    }
+
+    /// The user a job runs as.
+    pub fn job_user(&self) -> Result<JobUser, String> {
+        Ok(match &self.users {
+            JobUsers::PerJob(pool) => {
+                let claimed = pool.take()?;
+                JobUser { ids: Some((claimed.uid, claimed.uid)), claimed: Some(claimed) }
+            }
+            JobUsers::Configured { uid, gid, .. } => JobUser { ids: Some((*uid, *gid)), claimed: None },
+            JobUsers::Agent(_) => JobUser { ids: None, claimed: None },
+        })
+    }
+
+    /// Kills what a job that has ended left running as its uid `uid`, where no namespace did
+    /// it already and the uid was the job's own: `setsid` children escape the process group, and
+    /// without cgroups nothing else finds them. Blocking.
+    pub fn end(&self, uid: Option<u32>) {
+        if let (JobUsers::PerJob(_), Err(_), Some(uid)) = (&self.users, &self.namespaces, uid) {
+            kill_uid(uid);
+        }
+    }
+
+    /// Takes back a job's user once its processes are gone and its work dir is the agent's
+    /// again: the uid waits for the next job.
+    pub fn release(&self, user: JobUser) {
+        if let (JobUsers::PerJob(pool), Some(claimed)) = (&self.users, user.claimed) {
+            pool.idle.lock().expect("not poisoned").push(claimed);
+        }
+    }
+
+    /// Kills what jobs of agents that are gone left running as uids of the range (their lock is
+    /// free): run at start-up, before any job. Blocking.
+    pub fn sweep(&self) {
+        let JobUsers::PerJob(pool) = &self.users else { return };
+        let uids: std::collections::BTreeSet<u32> = processes()
+            .into_iter()
+            .flat_map(|(_, ids)| ids)
+            .filter(|id| (pool.first..=pool.last).contains(id))
+            .collect();
+        for uid in uids {
+            if let Ok(Some(claimed)) = claim(uid) {
+                tracing::warn!(uid, "killing processes a previous agent's job left running");
+                kill_uid(uid);
+                pool.idle.lock().expect("not poisoned").push(claimed);
+            }
+        }
+    }
+
+    /// Makes `command` start sandboxed as `user`, joining the cgroups whose `cgroup.procs` files
+    /// are `procs` first.
+    pub fn confine(&self, command: &mut std::process::Command, user: &JobUser, procs: &[PathBuf]) -> io::Result<()> {
+        let cstring = |p: &Path| CString::new(p.as_os_str().as_bytes()).map_err(io::Error::other);
+        let plan = Plan {
+            procs: procs.iter().map(|p| cstring(p)).collect::<io::Result<_>>()?,
+            ids: user.ids,
+            namespaces: self.namespaces.is_ok(),
+            masked: self.masked.clone(),
+            private_tmp: self.private_tmp,
+            agent: rustix::process::getpid().as_raw_nonzero().get(),
+        };
+        // SAFETY: `Plan::enter` makes only async-signal-safe system calls, on data prepared
+        // before the fork; it allocates nothing and takes no lock.
+        unsafe {
+            command.pre_exec(move || plan.enter());
+        }
+        Ok(())
+    }
+}
+
+/// What the forked child does before the program runs (see the module docs).
+struct Plan {
+    procs: Vec<CString>,
+    ids: Option<(u32, u32)>,
+    namespaces: bool,
+    masked: Vec<CString>,
+    private_tmp: bool,
+    agent: libc::pid_t,
+}
+
+/// `Err(last OS error)` when `ret` is negative.
+fn check(ret: libc::c_int) -> io::Result<()> {
+    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+impl Plan {
+    /// Runs in the child between `fork` and `exec`: only async-signal-safe calls, no allocation.
+    fn enter(&self) -> io::Result<()> {
+        // SAFETY (all blocks below): plain system calls on valid, NUL-terminated strings and
+        // local buffers.
+        unsafe {
+            for procs in &self.procs {
+                write_file(procs, b"0")?;
+            }
+            die_with_parent(self.agent);
+            if self.namespaces {
+                check(libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWPID))?;
+                check(libc::mount(
+                    c"none".as_ptr(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ))?;
+                // Private dirs first: a fresh /tmp would hide those below it from the mounts.
+                for dir in &self.masked {
+                    let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+                    check(libc::mount(
+                        c"tmpfs".as_ptr(),
+                        dir.as_ptr(),
+                        c"tmpfs".as_ptr(),
+                        flags,
+                        c"mode=000".as_ptr().cast(),
+                    ))?;
+                }
+                if self.private_tmp {
+                    for dir in [c"/tmp", c"/dev/shm"] {
+                        let flags = libc::MS_NOSUID | libc::MS_NODEV;
+                        check(libc::mount(
+                            c"tmpfs".as_ptr(),
+                            dir.as_ptr(),
+                            c"tmpfs".as_ptr(),
+                            flags,
+                            c"mode=1777".as_ptr().cast(),
+                        ))?;
+                    }
+                }
+                let mut status_pipe = [0; 2];
+                check(libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC))?;
+                match libc::fork() {
+                    -1 => return Err(io::Error::last_os_error()),
+                    0 => {
+                        // pid 1 of the new namespace.
+                        libc::close(status_pipe[0]);
+                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                        match libc::fork() {
+                            -1 => libc::_exit(127),
+                            0 => libc::close(status_pipe[1]),
+                            program => init(program, status_pipe[1]),
+                        };
+                    }
+                    init => wait_for_init(init, status_pipe[0], status_pipe[1]),
+                }
+                // The program's process, pid 2 of the namespace.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                check(libc::mount(
+                    c"proc".as_ptr(),
+                    c"/proc".as_ptr(),
+                    c"proc".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    std::ptr::null(),
+                ))?;
+            }
+            // The job's processes are the OOM killer's first choice, before the agent's copies.
+            let _ = write_file(c"/proc/self/oom_score_adj", b"1000");
+            if let Some((uid, gid)) = self.ids {
+                check(libc::setgroups(0, std::ptr::null()))?;
+                check(libc::setresgid(gid, gid, gid))?;
+                check(libc::setresuid(uid, uid, uid))?;
+            }
+            check(libc::prctl(
+                libc::PR_SET_NO_NEW_PRIVS,
+                1 as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+            ))?;
+            if !self.namespaces {
+                // Changing users cleared the parent-death signal.
+                die_with_parent(self.agent);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes `data` to the file at `path` (async-signal-safe).
+unsafe fn write_file(path: &std::ffi::CStr, data: &[u8]) -> io::Result<()> {
+    // SAFETY: see the caller.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let written = libc::write(fd, data.as_ptr().cast(), data.len());
+        let error = io::Error::last_os_error();
+        libc::close(fd);
+        if written < 0 { Err(error) } else { Ok(()) }
+    }
+}
+
+/// Takes `SIGKILL` as the parent-death signal, and ends at once if the parent (`parent`) is
+/// already gone.
+unsafe fn die_with_parent(parent: libc::pid_t) {
+    // SAFETY: see the caller.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        if libc::getppid() != parent {
+            libc::_exit(137);
+        }
+    }
+}
+
+/// Closes every descriptor but `keep` (the standard ones too): the copies of the agent that wait
+/// for the job must not hold its files, sockets or the job's output pipes.
+unsafe fn close_all_but(keep: libc::c_int) {
+    // SAFETY: see the caller.
+    unsafe {
+        if keep > 0 {
+            libc::syscall(libc::SYS_close_range, 0 as libc::c_uint, (keep - 1) as libc::c_uint, 0 as libc::c_uint);
+        }
+        libc::syscall(libc::SYS_close_range, (keep + 1) as libc::c_uint, libc::c_uint::MAX, 0 as libc::c_uint);
+        libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+    }
+}
+
+/// The namespace's init: reaps every process handed to it until the program ends, then passes
+/// the program's wait status up and ends (which ends the namespace).
+unsafe fn init(program: libc::pid_t, status_out: libc::c_int) -> ! {
+    // SAFETY: see the caller.
+    unsafe {
+        close_all_but(status_out);
+        loop {
+            let mut status = 0;
+            let reaped = libc::waitpid(-1, &mut status, 0);
+            if reaped == program {
+                libc::write(status_out, (&raw const status).cast(), size_of::<libc::c_int>());
+                libc::_exit(0);
+            }
+            if reaped < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                libc::_exit(127);
+            }
+        }
+    }
+}
+
+/// The agent's child, outside the namespace: waits for the init and ends as the program did
+/// (the same exit code, or killed by the same signal).
+unsafe fn wait_for_init(init: libc::pid_t, status_in: libc::c_int, other_end: libc::c_int) -> ! {
+    // SAFETY: see the caller.
+    unsafe {
+        libc::close(other_end);
+        close_all_but(status_in);
+        let mut own = 0;
+        while libc::waitpid(init, &mut own, 0) < 0 {
+            if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                libc::_exit(127);
+            }
+        }
+        let mut program = 0;
+        let read = libc::read(status_in, (&raw mut program).cast(), size_of::<libc::c_int>());
+        let status = if read == size_of::<libc::c_int>() as isize { program } else { own };
+        if libc::WIFSIGNALED(status) {
+            let signal = libc::WTERMSIG(status);
+            libc::signal(signal, libc::SIG_DFL);
+            libc::kill(libc::getpid(), signal);
+            libc::_exit(128 + signal);
+        }
+        libc::_exit(if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 127 });
+    }
+}
+
+/// Starts job processes from one thread that lives as long as the agent.
+///
+/// A parent-death signal fires when the *thread* that forked the child ends, not the process:
+/// spawned from tokio's blocking pool (whose idle threads end after a few seconds) a job would be
+/// killed at random. Every job is spawned here instead, so it dies exactly when the agent does.
+#[derive(Debug)]
+pub struct Launcher {
+    orders: mpsc::Sender<Spawn>,
+}
+
+type Spawn = Box<dyn FnOnce() + Send>;
+
+impl Launcher {
+    /// Starts the launcher thread; it ends when the launcher is dropped.
+    pub fn start() -> io::Result<Self> {
+        let (orders, queue) = mpsc::channel::<Spawn>();
+        std::thread::Builder::new().name("mission-lz-launcher".into()).spawn(move || {
+            for spawn in queue {
+                spawn();
+            }
+        })?;
+        Ok(Self { orders })
+    }
+
+    /// Runs `spawn` on the launcher thread and answers its result. Blocking.
+    fn run<T: Send + 'static>(&self, spawn: impl FnOnce() -> io::Result<T> + Send + 'static) -> io::Result<T> {
+        let (answer, answered) = mpsc::sync_channel(1);
+        let order: Spawn = Box::new(move || {
+            let _ = answer.send(spawn());
+        });
+        self.orders.send(order).map_err(|_| io::Error::other("the launcher has ended"))?;
+        answered.recv().map_err(|_| io::Error::other("the launcher has ended"))?
+    }
+
+    /// Spawns `command` from the launcher thread as a tokio child of `runtime`. Blocking.
+    pub fn spawn(
+        &self,
+        command: std::process::Command,
+        runtime: tokio::runtime::Handle,
+    ) -> io::Result<tokio::process::Child> {
+        self.run(move || {
+            let _entered = runtime.enter();
+            tokio::process::Command::from(command).spawn()
+        })
+    }
+
+    /// Spawns `command` from the launcher thread. Blocking.
+    fn spawn_std(&self, mut command: std::process::Command) -> io::Result<std::process::Child> {
+        self.run(move || command.spawn())
+    }
+}

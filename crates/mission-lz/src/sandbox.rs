@@ -674,3 +674,103 @@ impl Launcher {
         self.run(move || command.spawn())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether this test can run: it needs root; CI sets `MISSION_REQUIRE_SANDBOX` to make its
+    /// absence a failure.
+    fn root() -> bool {
+        let root = rustix::process::geteuid().is_root();
+        if !root {
+            assert!(std::env::var_os("MISSION_REQUIRE_SANDBOX").is_none(), "CI must run as root");
+            eprintln!("skipped: not root");
+        }
+        root
+    }
+
+    fn alive(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| !stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
+    }
+
+    #[test]
+    fn a_sandboxed_job_runs_as_its_own_uid_and_dies_with_the_launcher() {
+        if !root() {
+            return;
+        }
+        let home = tempfile::tempdir().unwrap();
+        let config = SandboxConfig {
+            private_dirs: vec![home.path().join("data")],
+            work_root: home.path().join("work"),
+            ..SandboxConfig::default()
+        };
+        std::fs::create_dir(home.path().join("data")).unwrap();
+        let launcher = Launcher::start().unwrap();
+        let sandbox = Sandbox::detect(&config, &launcher).unwrap();
+        assert!(sandbox.describe().contains("a uid of its own"), "{}", sandbox.describe());
+        assert!(sandbox.namespaces.is_ok(), "{}", sandbox.describe());
+
+        let user = sandbox.job_user().unwrap();
+        let (uid, _) = user.ids().unwrap();
+        let mut command = std::process::Command::new("sh");
+        // The job sees its own pid namespace (it is pid 2 under its init) and none of the data dir.
+        command.args(["-c", "echo $$ $(id -u); ls -A \"$1\" | wc -l; exec sleep 300", "job"]);
+        command.arg(home.path().join("data")).stdout(std::process::Stdio::piped());
+        std::fs::write(home.path().join("data/secret"), "x").unwrap();
+        sandbox.confine(&mut command, &user, &[]).unwrap();
+        let mut child = launcher.spawn_std(command).unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert_eq!(line, format!("2 {uid}\n"));
+        line.clear();
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert_eq!(line.trim(), "0", "the data dir is masked");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while processes_of(uid).is_empty() {
+            assert!(std::time::Instant::now() < deadline, "the job's sleep never showed");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // The agent goes (its launcher thread ends): the whole job goes with it.
+        drop(launcher);
+        let _ = child.wait();
+        while !processes_of(uid).is_empty() {
+            assert!(std::time::Instant::now() < deadline, "the job outlived its agent");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(!alive(child.id()));
+        sandbox.release(user);
+    }
+
+    #[test]
+    fn start_up_kills_what_dead_agents_jobs_left_running() {
+        if !root() {
+            return;
+        }
+        // A uid of a range no other test uses, running a leftover no agent holds the lock of.
+        let uid = 2_100_000_007;
+        std::fs::create_dir_all(UID_LOCKS).unwrap();
+        let mut leftover =
+            std::process::Command::new("sleep").arg("300").uid(uid).gid(uid).spawn().expect("sleep as another uid");
+        let sandbox = Sandbox {
+            users: JobUsers::PerJob(UidPool { first: uid - 7, last: uid + 2, idle: Mutex::new(Vec::new()) }),
+            namespaces: Ok(()),
+            masked: Vec::new(),
+            private_tmp: true,
+            allow_unisolated: false,
+        };
+        // A uid another agent holds is left alone.
+        let held = claim(uid + 1).unwrap().unwrap();
+        let mut others = std::process::Command::new("sleep").arg("300").uid(uid + 1).gid(uid + 1).spawn().unwrap();
+        sandbox.sweep();
+        assert!(leftover.wait().unwrap().code().is_none(), "the leftover was killed");
+        assert!(alive(others.id()), "a live agent's job runs on");
+        let _ = others.kill();
+        let _ = others.wait();
+        drop(held);
+        let JobUsers::PerJob(pool) = &sandbox.users else { unreachable!() };
+        assert_eq!(pool.idle.lock().unwrap().iter().map(|c| c.uid).collect::<Vec<_>>(), [uid], "the swept uid is kept");
+    }
+}

@@ -1,6 +1,7 @@
 //! Jobs end to end: the real server on a free port, real `mission lz` agent processes, real jobs.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -38,9 +39,11 @@ struct Offer {
     memory_mb: u64,
     /// GPUs a fake `nvidia-smi` on the agent's PATH reports.
     fake_gpus: u32,
+    /// Run the agent as this uid instead of the test's (root's), with `setpriv`.
+    run_as: Option<u32>,
 }
 
-const TWO_CPUS: Offer = Offer { cpus: 2, memory_mb: 4096, fake_gpus: 0 };
+const TWO_CPUS: Offer = Offer { cpus: 2, memory_mb: 4096, fake_gpus: 0, run_as: None };
 
 /// A fake `nvidia-smi` printing `count` GPUs like the H100 captured in ../shared/fixtures.
 fn fake_nvidia_smi(dir: &Path, count: u32) {
@@ -83,7 +86,19 @@ impl Agent {
             fake_nvidia_smi(&bin, offer.fake_gpus);
         }
         let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-        let child = Command::new(BIN)
+        let mut command = Command::new(BIN);
+        if let Some(uid) = offer.run_as {
+            // That user needs a copy of the binary it can reach, and a data dir of its own.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::fs::copy(BIN, bin.join("mission")).unwrap();
+            std::fs::create_dir(dir.path().join("data")).unwrap();
+            std::os::unix::fs::chown(dir.path().join("data"), Some(uid), Some(uid)).unwrap();
+            command = Command::new("setpriv");
+            command.args(["--reuid", &uid.to_string(), "--regid", &uid.to_string(), "--clear-groups", "--"]);
+            command.arg(bin.join("mission"));
+        }
+        let child = command
             .args(["lz", "--server", &server.url, "--lz-cpus", &offer.cpus.to_string()])
             .args(["--lz-memory", &offer.memory_mb.to_string(), "--data-dir"])
             .arg(dir.path().join("data"))
@@ -291,7 +306,7 @@ async fn results_and_logs_land_in_the_destination_cargo_bay() {
 async fn placement_refusal_queueing_named_lz_and_membership() {
     let (server, admin) = cluster(|_| {}).await;
     let a = Agent::start(&server, &admin, local_station(), "a", TWO_CPUS).await;
-    let b = Agent::start(&server, &admin, local_station(), "b", Offer { cpus: 1, memory_mb: 2048, fake_gpus: 0 }).await;
+    let b = Agent::start(&server, &admin, local_station(), "b", Offer { cpus: 1, memory_mb: 2048, ..TWO_CPUS }).await;
     let alice = &server.client;
     let sleeper = mission(alice, SHELL, &[("run.sh", "sleep 1\n")], &[]).await;
 
@@ -505,6 +520,39 @@ async fn a_job_cannot_reach_the_agent_the_server_or_other_users_jobs() {
 }
 
 #[tokio::test]
+async fn an_agent_that_cannot_separate_users_runs_only_its_operators_jobs() {
+    let (server, admin) = cluster(|_| {}).await;
+    // As root, the agent runs as nobody; otherwise it is not root anyway.
+    let root = std::fs::metadata("/proc/self").unwrap().uid() == 0;
+    let unprivileged = Offer { run_as: root.then_some(65534), ..TWO_CPUS };
+    let mut agent = Agent::start(&server, &admin, local_station(), "shared", unprivileged).await;
+    let alice = &server.client;
+    let m = mission(alice, SHELL, &[("run.sh", "echo ran\n")], &[]).await;
+    let job = alice.run_job_on_station(m.mission_id, local_station(), cpus(1)).await.unwrap();
+    let refused = alice.wait_for_job(job.job_id).await.unwrap();
+    assert_eq!(refused.status, JobStatus::Failed, "{refused:?}");
+    let reason = refused.reason.unwrap_or_default();
+    assert!(reason.contains("refused by the landing zone") && reason.contains("--lz-allow-unisolated"), "{reason}");
+    assert!(alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap().is_empty(), "it never ran");
+
+    // An admin's job runs, as the agent's user, and says so.
+    let m = mission(&admin, SHELL, &[("run.sh", "echo ran\n")], &[]).await;
+    let job = admin.run_job_on_station(m.mission_id, local_station(), cpus(1)).await.unwrap();
+    let done = admin.wait_for_job(job.job_id).await.unwrap();
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+    assert!(done.limits.unwrap_or_default().contains("the landing-zone agent's own user"));
+
+    // Its operator may allow everyone's jobs.
+    agent.child.kill().await.unwrap();
+    admin.remove_landing_zone(local_station(), agent.lz_id).await.unwrap();
+    let extra = ["--lz-allow-unisolated"];
+    let _agent = Agent::start_with(&server, &admin, local_station(), "allowing", unprivileged, &extra).await;
+    let m = mission(alice, SHELL, &[("run.sh", "echo ran\n")], &[]).await;
+    let job = alice.run_job_on_station(m.mission_id, local_station(), cpus(1)).await.unwrap();
+    assert_eq!(alice.wait_for_job(job.job_id).await.unwrap().status, JobStatus::Completed);
+}
+
+#[tokio::test]
 async fn setsid_children_end_with_their_job_with_or_without_cgroups() {
     for extra in [&[][..], &["--lz-no-limits"]] {
         let (server, admin) = cluster(|_| {}).await;
@@ -564,8 +612,7 @@ async fn memory_limit_ends_a_job_out_of_memory() {
 #[tokio::test]
 async fn gpus_are_detected_and_handed_out_by_index() {
     let (server, admin) = cluster(|_| {}).await;
-    let agent =
-        Agent::start(&server, &admin, local_station(), "gpu", Offer { cpus: 2, memory_mb: 4096, fake_gpus: 2 }).await;
+    let agent = Agent::start(&server, &admin, local_station(), "gpu", Offer { fake_gpus: 2, ..TWO_CPUS }).await;
     let lzs = admin.list_landing_zones(local_station()).await.unwrap();
     let lz = lzs.iter().find(|lz| lz.lz_id == agent.lz_id).unwrap();
     assert_eq!(lz.resources.unwrap().gpu_count, 2, "two GPUs from the fake nvidia-smi");

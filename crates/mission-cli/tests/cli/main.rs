@@ -15,7 +15,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_mission");
 /// A `mission server` process and a home for CLI state.
 struct Fixture {
     /// Killed when the fixture drops.
-    _server: Child,
+    server: Child,
     url: String,
     data_dir: PathBuf,
     home: tempfile::TempDir,
@@ -59,7 +59,7 @@ impl Fixture {
         .expect("server banner");
         assert!(banner.contains("Created the administrator account \"admin\""), "{banner}");
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Self { _server: server, url: url.expect("listening line"), data_dir, home }
+        Self { server, url: url.expect("listening line"), data_dir, home }
     }
 
     fn command(&self, profile: &str) -> Command {
@@ -498,4 +498,36 @@ async fn run_and_jobs_commands_on_the_embedded_landing_zone() {
     assert!(listed.contains("lab") && listed.contains("members only"), "{listed}");
     fx.ok("admin", &["stations", "remove-lz", "lab", "node1"]).await;
     fx.ok("admin", &["stations", "delete", "lab"]).await;
+}
+
+#[tokio::test]
+async fn a_job_on_the_embedded_landing_zone_cannot_reach_the_server() {
+    let fx = Fixture::start().await;
+    fx.add_user("mallory", "a long passphrase").await;
+    fx.login("mallory", "mallory", "a long passphrase").await;
+    let src = fx.home.path().join("probe");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("probe.sh"), jobs::PROBE).unwrap();
+    let args = ["missions", "create", "--name", "probe", "--type", "shell", "--setting", "filename=probe.sh"];
+    let created = fx.json("mallory", &[&args[..], &["--upload", src.to_str().unwrap()]].concat()).await;
+    let id = created["mission_id"].as_str().unwrap().to_owned();
+    let data = &fx.data_dir;
+    let targets = [
+        format!("read:{}", data.join("idp-signing-key.p8").display()),
+        format!("read:{}", data.join("initial-admin-password").display()),
+        format!("read:{}", data.join("mission.db").display()),
+        format!("write:{}", data.join("mission.db").display()),
+        format!("list:{}", data.display()),
+        format!("list:{}", data.join("lz/cache").display()),
+        format!("signal:{}", fx.server.id().unwrap()),
+    ];
+    let mut set_args = vec!["missions", "args", &id, "--"];
+    set_args.extend(targets.iter().map(String::as_str));
+    fx.ok("mallory", &set_args).await;
+    let out = fx.run("mallory", &["run", &id, "--follow"]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(!stdout.contains("ALLOWED"), "a job reached the server's files:\n{stdout}");
+    assert_eq!(stdout.matches("denied").count(), targets.len(), "{stdout}");
+    assert!(!stdout.starts_with("uid=0\n"), "{stdout}");
 }

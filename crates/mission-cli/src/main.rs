@@ -93,7 +93,13 @@ fn init_logging(server: bool) {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(matches!(cli.command, Command::Server(_) | Command::Lz(_)));
+    let daemon = matches!(cli.command, Command::Server(_) | Command::Lz(_));
+    if daemon {
+        // What the server and agent write is theirs alone, whatever umask they were started with
+        // (their own code sets private modes; this covers what libraries create).
+        rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    }
+    init_logging(daemon);
     let out = Output { json: cli.json };
     let server = cli.server.as_deref();
     let result = match cli.command {

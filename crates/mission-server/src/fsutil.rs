@@ -1,12 +1,36 @@
-//! File helpers for secrets the server keeps in its data dir.
+//! File helpers: everything the server writes is private to its user (dirs 0700, files 0600),
+//! whatever the umask it was started with (`mission server` also sets its umask to 077 for what
+//! libraries create).
 
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-/// Creates `dir` (and parents) readable only by the owner when it does not exist yet.
+/// Makes `dir` (and parents) a directory only its owner may enter: created 0700, or set to 0700
+/// if it existed with another mode.
 pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    make_private(dir, 0o700)
+}
+
+/// Makes the file at `path` readable only by its owner: created empty with mode 0600 if missing
+/// (and `create`), or set to 0600 if it exists with another mode.
+pub fn private_file(path: &Path, create: bool) -> std::io::Result<()> {
+    if create {
+        std::fs::OpenOptions::new().write(true).create(true).truncate(false).mode(0o600).open(path)?;
+    }
+    match make_private(path, 0o600) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !create => Ok(()),
+        other => other,
+    }
+}
+
+fn make_private(path: &Path, mode: u32) -> std::io::Result<()> {
+    let meta = std::fs::metadata(path)?;
+    if meta.permissions().mode() & 0o777 != mode {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
 }
 
 /// Writes `bytes` to `path` atomically (temp file, fsync, rename) with mode 0600, so a crash

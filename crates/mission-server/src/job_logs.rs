@@ -142,9 +142,9 @@ impl JobLogs {
     ) -> std::io::Result<u64> {
         let path = self.path(mission_id, job_id, stream);
         if let Some(dir) = path.parent() {
-            tokio::fs::create_dir_all(dir).await?;
+            tokio::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).await?;
         }
-        let mut file = tokio::fs::OpenOptions::new().create(true).append(true).open(&path).await?;
+        let mut file = tokio::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&path).await?;
         let size = file.metadata().await?.len();
         if offset > size {
             return Err(std::io::Error::new(

@@ -30,7 +30,9 @@ impl Fixture {
     async fn start_with(extra: &[&str]) -> Self {
         let home = tempfile::tempdir().unwrap();
         let data_dir = home.path().join("data");
-        let mut server = Command::new(BIN)
+        // Under umask 000: the server must keep what it writes private by itself.
+        let mut server = Command::new("sh")
+            .args(["-c", "umask 000; exec \"$0\" \"$@\"", BIN])
             .args(["server", "--listen", "127.0.0.1:0", "--device-poll-interval", "0", "--data-dir"])
             .arg(&data_dir)
             .args(extra)
@@ -152,6 +154,26 @@ impl Fixture {
         assert!(out.status.success());
         String::from_utf8(out.stdout).unwrap()
     }
+}
+
+/// Checks that every folder under `dir` is 0700 and every file 0600.
+fn assert_private(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut dirs = vec![dir.to_path_buf()];
+    let mut files = 0;
+    while let Some(dir) = dirs.pop() {
+        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700, "{}", dir.display());
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                dirs.push(entry.path());
+            } else {
+                files += 1;
+                assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{}", entry.path().display());
+            }
+        }
+    }
+    assert!(files > 0);
 }
 
 fn admin_password(data_dir: &Path) -> String {
@@ -498,6 +520,13 @@ async fn run_and_jobs_commands_on_the_embedded_landing_zone() {
     assert!(listed.contains("lab") && listed.contains("members only"), "{listed}");
     fx.ok("admin", &["stations", "remove-lz", "lab", "node1"]).await;
     fx.ok("admin", &["stations", "delete", "lab"]).await;
+
+    // Database, keys, stored files, logs, the landing zone's cache: all private, under umask 000.
+    let written = ["mission.db", "mission.db-wal", "idp-signing-key.p8", "files", "job-logs", "lz/cache"];
+    for path in written {
+        assert!(fx.data_dir.join(path).exists(), "{path}");
+    }
+    assert_private(&fx.data_dir);
 }
 
 #[tokio::test]

@@ -72,6 +72,17 @@ impl Store {
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
+        // The database and its WAL and shared-memory files (which SQLite makes with the
+        // database's mode) are the server's alone.
+        let file = options.get_filename().to_owned();
+        if file != std::path::Path::new(":memory:") {
+            crate::fsutil::private_file(&file, true).map_err(sqlx::Error::Io)?;
+            for suffix in ["-wal", "-shm"] {
+                let mut companion = file.clone().into_os_string();
+                companion.push(suffix);
+                crate::fsutil::private_file(std::path::Path::new(&companion), false).map_err(sqlx::Error::Io)?;
+            }
+        }
         let mut writer = options.connect().await?;
         let migrator = Migrator {
             migrations: Cow::Owned(

@@ -75,17 +75,36 @@ impl Metrics {
     }
 }
 
+/// The `method` label: a standard method's name, or `other` (clients may invent methods; each
+/// new label would grow the server's memory and `/metrics` for good).
+fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        Method::TRACE => "TRACE",
+        Method::CONNECT => "CONNECT",
+        _ => "other",
+    }
+}
+
 /// Middleware recording every request under its route template (never the raw path, so ids do
-/// not explode the label set).
+/// not explode the label set) and a bounded method label; requests no route matched share the
+/// route `unmatched`.
 pub async fn track(State(app): State<AppState>, request: Request, next: Next) -> Response {
     let started = Instant::now();
-    let method = request.method().as_str().to_owned();
+    let method = method_label(request.method());
     let route = request
         .extensions()
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
     let response = next.run(request).await;
-    app.metrics.record(&method, &route, response.status().as_u16(), started.elapsed().as_secs_f64());
+    app.metrics.record(method, &route, response.status().as_u16(), started.elapsed().as_secs_f64());
     response
 }

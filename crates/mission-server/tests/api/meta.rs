@@ -42,3 +42,29 @@ async fn health_metrics_openapi_and_fallbacks() {
     let (status, _) = problem(http().put(format!("{}/api/v1/missions", server.url)).send().await.unwrap()).await;
     assert_eq!(status, 405);
 }
+
+#[tokio::test]
+async fn invented_methods_and_paths_do_not_grow_the_metrics() {
+    let server = TestServer::spawn().await;
+    let client = http();
+    let metrics =
+        || async { client.get(format!("{}/metrics", server.url)).send().await.unwrap().text().await.unwrap() };
+    let send = |i: usize| {
+        let method = reqwest::Method::from_bytes(format!("INVENTED{i}").as_bytes()).unwrap();
+        let path = if i % 2 == 0 { format!("/api/v1/missions/{i}") } else { format!("/no/such/path/{i}") };
+        client.request(method, format!("{}{path}", server.url)).send()
+    };
+    for i in 0..50 {
+        send(i).await.unwrap();
+    }
+    metrics().await;
+    let before = metrics().await;
+    for i in 50..1000 {
+        send(i).await.unwrap();
+    }
+    let after = metrics().await;
+    assert!(!after.contains("INVENTED"), "{after}");
+    assert!(after.contains(r#"method="other",route="unmatched""#), "{after}");
+    // The same series, only higher counts (the counts of /metrics itself aside).
+    assert_eq!(before.lines().count(), after.lines().count(), "{after}");
+}

@@ -114,6 +114,7 @@ impl Authenticator {
     async fn verify(&self, token: &str) -> Result<Claims, ApiError> {
         let header = jsonwebtoken::decode_header(token)
             .map_err(|e| ApiError::unauthorized(format!("the access token is not a JWT: {e}")))?;
+        check_header(token, header.typ.as_deref())?;
         if !matches!(
             header.alg,
             Algorithm::RS256
@@ -141,10 +142,12 @@ impl Authenticator {
         validation.set_audience(&[&self.audience]);
         validation.set_required_spec_claims(&["exp", "sub", "iss", "aud"]);
         validation.leeway = LEEWAY_SECS;
+        validation.validate_nbf = true;
         let data = jsonwebtoken::decode::<Claims>(token, &key, &validation).map_err(|e| {
             use jsonwebtoken::errors::ErrorKind;
             ApiError::unauthorized(match e.kind() {
                 ErrorKind::ExpiredSignature => "the access token expired".to_owned(),
+                ErrorKind::ImmatureSignature => "the access token is not valid yet (nbf)".to_owned(),
                 ErrorKind::InvalidAudience => format!("the access token is not for audience {:?}", self.audience),
                 ErrorKind::InvalidSignature => "the access token's signature is not valid".to_owned(),
                 other => format!("the access token is not valid: {other:?}"),
@@ -326,4 +329,26 @@ impl FromRequestParts<AppState> for Principal {
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Self::Rejection> {
         app.auth.authenticate(bearer_token(parts)?).await
     }
+}
+
+/// Checks what the JWT library does not: a `typ`, where present, names an access token (`JWT`,
+/// `at+jwt`, RFC 9068), and no `crit` header names extensions that must be understood (we
+/// understand none; RFC 7515 §4.1.11).
+fn check_header(token: &str, typ: Option<&str>) -> Result<(), ApiError> {
+    if let Some(typ) = typ {
+        let typ = typ.to_ascii_lowercase();
+        if !matches!(typ.trim_start_matches("application/"), "jwt" | "at+jwt") {
+            return Err(ApiError::unauthorized(format!("the token's typ {typ:?} is not an access token's")));
+        }
+    }
+    use base64::Engine as _;
+    let encoded = token.split('.').next().unwrap_or_default();
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(encoded).unwrap_or_default();
+    let fields: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&raw).unwrap_or_default();
+    if fields.contains_key("crit") {
+        return Err(ApiError::unauthorized(
+            "the token names critical header extensions (crit) this server does not support",
+        ));
+    }
+    Ok(())
 }

@@ -81,6 +81,16 @@ fn sign(alg: Algorithm, kid: &str, typ: &str, claims: serde_json::Value) -> Stri
     jsonwebtoken::encode(&header, &claims, &key).unwrap()
 }
 
+/// An RS256 token whose header names a critical extension (`crit`), correctly signed.
+fn with_crit(claims: &serde_json::Value) -> String {
+    use base64::Engine as _;
+    let b64 = |v: &serde_json::Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+    let header = serde_json::json!({ "alg": "RS256", "kid": "rsa-1", "typ": "JWT", "crit": ["exp-ext"], "exp-ext": 1 });
+    let message = format!("{}.{}", b64(&header), b64(claims));
+    let key = EncodingKey::from_rsa_pem(include_bytes!("fixtures/rsa-private.pem")).unwrap();
+    format!("{message}.{}", jsonwebtoken::crypto::sign(message.as_bytes(), &key, Algorithm::RS256).unwrap())
+}
+
 fn claims(iss: &str, aud: serde_json::Value, sub: &str, exp_in: i64) -> serde_json::Value {
     let now = chrono::Utc::now().timestamp();
     serde_json::json!({ "iss": iss, "aud": aud, "sub": sub, "iat": now, "exp": now + exp_in, "scope": "openid" })
@@ -162,6 +172,21 @@ async fn bad_tokens_are_401() {
             "not valid",
         ),
         ("garbage", "not.a.jwt".to_owned(), "JWT"),
+        (
+            "not valid yet",
+            sign(Algorithm::RS256, "rsa-1", "JWT", {
+                let mut c = claims(&iss, AUDIENCE.into(), "u", 7200);
+                c["nbf"] = (chrono::Utc::now().timestamp() + 3600).into();
+                c
+            }),
+            "not valid yet",
+        ),
+        (
+            "an ID token",
+            sign(Algorithm::RS256, "rsa-1", "id_token+jwt", claims(&iss, AUDIENCE.into(), "u", 600)),
+            "typ",
+        ),
+        ("critical extensions", with_crit(&claims(&iss, AUDIENCE.into(), "u", 600)), "crit"),
     ];
     for (case, token, needle) in cases {
         let (status, body) = problem(me(&server, &token).await).await;

@@ -107,6 +107,7 @@ pub fn router(app: AppState) -> Router {
     root.fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
+        .layer(axum::middleware::from_fn(refuse_announced_oversize))
         .layer(axum::middleware::from_fn_with_state(app.clone(), crate::metrics::track))
         .with_state(app)
 }
@@ -121,6 +122,24 @@ where
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     tokio::spawn(produce(tx));
     futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
+}
+
+/// Answers 413 at once when a request announces (`Content-Length`) a body over the route's
+/// limit, instead of reading it first. File uploads (`PUT …/{*path}`) have the file-size limit,
+/// which their handlers check the same way; every other body is at most
+/// [`MAX_JSON_BODY_BYTES`].
+async fn refuse_announced_oversize(request: Request, next: axum::middleware::Next) -> axum::response::Response {
+    let upload = request.method() == axum::http::Method::PUT
+        && request.extensions().get::<axum::extract::MatchedPath>().is_some_and(|p| p.as_str().ends_with("/{*path}"));
+    let announced =
+        request.headers().get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    match announced {
+        Some(length) if !upload && length > MAX_JSON_BODY_BYTES as u64 => ApiError::too_large(format!(
+            "request bodies are limited to {MAX_JSON_BODY_BYTES} bytes here; this one announces {length}"
+        ))
+        .into_response(),
+        _ => next.run(request).await,
+    }
 }
 
 async fn no_route(request: Request) -> impl IntoResponse {

@@ -68,3 +68,37 @@ async fn invented_methods_and_paths_do_not_grow_the_metrics() {
     // The same series, only higher counts (the counts of /metrics itself aside).
     assert_eq!(before.lines().count(), after.lines().count(), "{after}");
 }
+
+/// Sends `head` (request line and headers) and no body; answers the status line the server
+/// sends without waiting for the body (or fails after 5 s).
+async fn status_without_body(server: &TestServer, head: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = server.url.trim_start_matches("http://");
+    let mut socket = tokio::net::TcpStream::connect(address).await.unwrap();
+    socket.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(5), socket.read(&mut answer))
+        .await
+        .expect("an answer before the body is sent")
+        .unwrap();
+    String::from_utf8_lossy(&answer[..n]).lines().next().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn an_announced_oversized_body_is_413_before_it_is_sent() {
+    let server = TestServer::spawn_with(|c| c.file_limits.max_file_bytes = 1 << 20).await;
+    let token = crate::token_for(&server, "alice").await;
+    let request = mission_client::CreateMission { name: "big".into(), ..Default::default() };
+    let mission = server.client.create_mission(&request).await.unwrap();
+    let json = format!(
+        "POST /api/v1/missions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: 2000000\r\n\r\n"
+    );
+    assert_eq!(status_without_body(&server, &json).await, "HTTP/1.1 413 Payload Too Large");
+    let upload = format!(
+        "PUT /api/v1/missions/{}/files/big.bin HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
+         Content-Length: 2000000\r\n\r\n",
+        mission.mission_id
+    );
+    assert_eq!(status_without_body(&server, &upload).await, "HTTP/1.1 413 Payload Too Large");
+}

@@ -45,7 +45,7 @@ pub struct SandboxArgs {
     #[arg(long = "lz-job-uids", env = "MISSION_LZ_JOB_UIDS", default_value = "2000000000-2000009999",
           value_parser = mission_lz::sandbox::parse_uid_range)]
     job_uids: (u32, u32),
-    /// Run every job as this user instead (a name, or UID[:GID]); needs root. Jobs of different
+    /// Run every job as this user instead (a name, a UID, or UID:GID); needs root. Jobs of different
     /// users can then signal each other's processes.
     #[arg(long = "lz-job-user", env = "MISSION_LZ_JOB_USER")]
     job_user: Option<String>,

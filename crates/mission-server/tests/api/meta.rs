@@ -51,7 +51,7 @@ async fn invented_methods_and_paths_do_not_grow_the_metrics() {
         || async { client.get(format!("{}/metrics", server.url)).send().await.unwrap().text().await.unwrap() };
     let send = |i: usize| {
         let method = reqwest::Method::from_bytes(format!("INVENTED{i}").as_bytes()).unwrap();
-        let path = if i % 2 == 0 { format!("/api/v1/missions/{i}") } else { format!("/no/such/path/{i}") };
+        let path = if i.is_multiple_of(2) { format!("/api/v1/missions/{i}") } else { format!("/no/such/path/{i}") };
         client.request(method, format!("{}{path}", server.url)).send()
     };
     for i in 0..50 {

@@ -106,6 +106,8 @@ pub(crate) struct Shared {
     pub work_dirs: WorkDirs,
     pub sandbox: Sandbox,
     pub launcher: Launcher,
+    /// What every job's environment starts from (see [`runner::base_env`]).
+    pub job_env: Vec<(&'static str, std::ffi::OsString)>,
     /// Stop switches of the jobs this agent runs.
     pub jobs: Mutex<HashMap<Uuid, watch::Sender<bool>>>,
     reports: mpsc::UnboundedSender<Report>,
@@ -192,6 +194,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Res
         work_dirs: WorkDirs::new(work_root),
         sandbox,
         launcher,
+        job_env: runner::base_env(),
         jobs: Mutex::new(HashMap::new()),
         reports,
     });

@@ -228,7 +228,7 @@ fn launch(shared: &Shared, job: &Assignment) -> Result<Launched, LaunchError> {
         .args(args)
         .current_dir(dir.path())
         .env_clear()
-        .envs(PASSED_ENV.iter().filter_map(|name| Some((*name, std::env::var_os(name)?))))
+        .envs(shared.job_env.iter().map(|(name, value)| (*name, value)))
         .env("HOME", dir.path())
         .env("MISSION_ID", job.mission_id.to_string())
         .env("JOB_ID", job.job_id.to_string())
@@ -238,9 +238,6 @@ fn launch(shared: &Shared, job: &Assignment) -> Result<Launched, LaunchError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    if std::env::var_os("PATH").is_none() {
-        command.env("PATH", "/usr/local/bin:/usr/bin:/bin");
-    }
     let procs = group.as_ref().map(JobCgroup::procs_files).unwrap_or_default();
     let spawned = shared
         .sandbox
@@ -259,9 +256,17 @@ fn launch(shared: &Shared, job: &Assignment) -> Result<Launched, LaunchError> {
     }
 }
 
-/// The agent's environment variables a job sees; nothing else of it (its token, the server's
-/// settings) passes.
-const PASSED_ENV: [&str; 4] = ["PATH", "LANG", "LC_ALL", "TZ"];
+/// The part of every job's environment that comes from the agent's: `PATH` (a standard one if
+/// the agent has none) and the locale; nothing else of it (its token, the server's settings)
+/// passes. Read once, when the agent starts.
+pub(crate) fn base_env() -> Vec<(&'static str, std::ffi::OsString)> {
+    let mut env: Vec<_> =
+        ["PATH", "LANG", "LC_ALL", "TZ"].into_iter().filter_map(|name| Some((name, std::env::var_os(name)?))).collect();
+    if !env.iter().any(|(name, _)| *name == "PATH") {
+        env.push(("PATH", "/usr/local/bin:/usr/bin:/bin".into()));
+    }
+    env
+}
 
 /// Downloads an input into the content cache, checked against its SHA-256 (whose form
 /// [`launch`] checked).

@@ -220,9 +220,13 @@ pub fn kill_uid(uid: u32) {
 pub fn parse_uid_range(raw: &str) -> Result<(u32, u32), String> {
     let (first, last) = raw.split_once('-').ok_or_else(|| format!("expected FIRST-LAST, got {raw:?}"))?;
     let parse = |s: &str| s.trim().parse::<u32>().map_err(|_| format!("{s:?} is not a uid"));
-    let (first, last) = (parse(first)?, parse(last)?);
+    check_uid_range((parse(first)?, parse(last)?))
+}
+
+/// The range, if it is one of uids above 0 (root) and below -1 (no uid).
+fn check_uid_range((first, last): (u32, u32)) -> Result<(u32, u32), String> {
     if first == 0 || first > last || last == u32::MAX {
-        return Err(format!("{raw:?} is not a range of uids above 0"));
+        return Err(format!("{first}-{last} is not a range of uids above 0"));
     }
     Ok((first, last))
 }
@@ -263,7 +267,7 @@ impl Sandbox {
             users: JobUsers::Agent(String::new()),
             namespaces: Err("the agent is not root".into()),
             masked,
-            private_tmp: !config.work_root.starts_with("/tmp"),
+            private_tmp: !work_root.starts_with("/tmp"),
             allow_unisolated: config.allow_unisolated,
         };
         let root = rustix::process::geteuid().is_root();
@@ -276,10 +280,7 @@ impl Sandbox {
                 JobUsers::Configured { uid, gid, name: spec.clone() }
             }
             (None, true) => {
-                let (first, last) = config.job_uids;
-                if first == 0 || first > last {
-                    return Err(SandboxError::JobUids(format!("{first}-{last} is not a range of uids above 0")));
-                }
+                let (first, last) = check_uid_range(config.job_uids).map_err(SandboxError::JobUids)?;
                 match std::fs::create_dir_all(UID_LOCKS) {
                     Ok(()) => JobUsers::PerJob(UidPool { first, last, idle: Mutex::new(Vec::new()) }),
                     Err(e) => JobUsers::Agent(format!("cannot make {UID_LOCKS}: {e}")),
@@ -326,9 +327,15 @@ impl Sandbox {
             (JobUsers::Configured { name, uid, .. }, _) => format!("runs as {name} (uid {uid})"),
             _ => "runs as the landing-zone agent's own user".to_owned(),
         };
+        format!("{who}, {}", self.describe_namespaces(false))
+    }
+
+    /// Whether jobs get namespaces (and, with `why`, why not).
+    fn describe_namespaces(&self, why: bool) -> String {
         match &self.namespaces {
-            Ok(()) => format!("{who}, in PID and mount namespaces of its own"),
-            Err(_) => format!("{who}, without namespaces"),
+            Ok(()) => "in PID and mount namespaces of its own".to_owned(),
+            Err(reason) if why => format!("without namespaces ({reason})"),
+            Err(_) => "without namespaces".to_owned(),
         }
     }
 
@@ -344,10 +351,7 @@ impl Sandbox {
                 format!("runs as the agent's own user ({why}), so only admins' and the station owner's jobs run")
             }
         };
-        match &self.namespaces {
-            Ok(()) => format!("{user}, in PID and mount namespaces of its own"),
-            Err(why) => format!("{user}, without namespaces ({why})"),
-        }
+        format!("{user}, {}", self.describe_namespaces(true))
     }
 
     /// Why `job` may not run here, if it may not: its user cannot be kept apart from the agent
@@ -504,8 +508,8 @@ impl Plan {
                     }
                     init => wait_for_init(init, status_pipe[0], status_pipe[1]),
                 }
-                // The program's process, pid 2 of the namespace.
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                // The program's process, pid 2 of the namespace: it needs no parent-death signal
+                // (switching users would clear it anyway), the namespace's end takes it.
                 check(libc::mount(
                     c"proc".as_ptr(),
                     c"/proc".as_ptr(),

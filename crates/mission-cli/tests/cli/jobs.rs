@@ -467,7 +467,7 @@ done
 "#;
 
 /// Runs [`PROBE`] as `client` against `targets` and checks every attempt was refused.
-pub async fn probe_is_refused_everything(client: &Client, station: Uuid, targets: &[String]) {
+async fn probe_is_refused_everything(client: &Client, station: Uuid, targets: &[String]) {
     let args: Vec<&str> = targets.iter().map(String::as_str).collect();
     let m = mission(client, SHELL, &[("probe.sh", PROBE)], &args).await;
     let job = client.run_job_on_station(m.mission_id, station, cpus(1)).await.unwrap();

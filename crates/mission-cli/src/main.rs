@@ -90,8 +90,13 @@ fn init_logging(server: bool) {
         .init();
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // A landing zone starts each job through this same executable under another name.
+    mission_lz::sandbox::spawner::run_if_invoked();
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime").block_on(run())
+}
+
+async fn run() -> ExitCode {
     let cli = Cli::parse();
     let daemon = matches!(cli.command, Command::Server(_) | Command::Lz(_));
     if daemon {

@@ -1,8 +1,8 @@
 //! Memory and CPU limits for jobs through Linux control groups, v1 or v2, whichever the host has.
 //!
 //! Each job runs in a group of its own beside (v2) or below (v1) the agent's own. The job's
-//! process joins it before it executes the program (the sandbox writes `0` into the group's
-//! `cgroup.procs` files between fork and exec), so nothing it starts escapes the limits. The
+//! process joins it before it executes the program (the sandbox's spawner writes `0` into the
+//! group's `cgroup.procs` files in the job's process), so nothing it starts escapes the limits. The
 //! group also finds every process of the job when it has to be killed, and tells whether the
 //! kernel killed one for want of memory. Groups are reused from job to job (see [`Cgroups`]);
 //! one only ever holds one job at a time.

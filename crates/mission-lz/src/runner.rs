@@ -15,9 +15,8 @@
 //!
 //! A stop order kills the whole process tree (group and cgroup) at once.
 
-use std::os::unix::process::CommandExt;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -32,7 +31,7 @@ use uuid::Uuid;
 
 use crate::agent::Shared;
 use crate::cgroups::JobCgroup;
-use crate::sandbox::JobUser;
+use crate::sandbox::{JobProcess, JobUser};
 use crate::workdirs::{Staged, WorkDir};
 
 /// Largest log chunk sent in one request.
@@ -106,10 +105,10 @@ async fn run(
     let (root, staged) = (dir.path().to_path_buf(), dir.inputs().clone());
     let uid = user.ids().map(|(uid, _)| uid);
     *work = Some((dir, user));
-    let pid = child.id().and_then(|p| rustix::process::Pid::from_raw(p as i32));
+    let pid = rustix::process::Pid::from_raw(child.pid as i32);
     shared.report(job.job_id, JobStatus::Running, None, None, Some(limits));
-    let stdout = tokio::spawn(forward(shared.clone(), job.job_id, "stdout", child.stdout.take().expect("piped")));
-    let stderr = tokio::spawn(forward(shared.clone(), job.job_id, "stderr", child.stderr.take().expect("piped")));
+    let stdout = tokio::spawn(forward(shared.clone(), job.job_id, "stdout", output_pipe(child.stdout.take())));
+    let stderr = tokio::spawn(forward(shared.clone(), job.job_id, "stderr", output_pipe(child.stderr.take())));
 
     let kill_group = || {
         if let Some(pid) = pid {
@@ -163,7 +162,7 @@ async fn run(
 
 /// A job's program, started.
 struct Launched {
-    child: tokio::process::Child,
+    child: JobProcess,
     group: Option<JobCgroup>,
     /// How its limits are enforced, or why they are not.
     limits: String,
@@ -186,8 +185,7 @@ enum LaunchError {
 /// `CUDA_VISIBLE_DEVICES`. Nothing is made when an input is not cached yet.
 fn launch(shared: &Shared, job: &Assignment) -> Result<Launched, LaunchError> {
     let staging_failed = |e: String| LaunchError::Failed(format!("staging the mission's files failed: {e}"));
-    let (program, args) =
-        job.command.split_first().ok_or_else(|| LaunchError::Failed("the job's command is empty".into()))?;
+    let program = job.command.first().ok_or_else(|| LaunchError::Failed("the job's command is empty".into()))?;
     let cache = shared.data_dir.join("cache");
     let mut inputs = Vec::with_capacity(job.files.len());
     let mut missing = Vec::new();
@@ -223,26 +221,19 @@ fn launch(shared: &Shared, job: &Assignment) -> Result<Launched, LaunchError> {
     let limits = format!("{limits}; {}", shared.sandbox.describe_job(&user));
     let group = group.ok();
     let gpus: Vec<String> = job.gpu_indices.iter().map(u32::to_string).collect();
-    let mut command = std::process::Command::new(program);
-    command
-        .args(args)
-        .current_dir(dir.path())
-        .env_clear()
-        .envs(shared.job_env.iter().map(|(name, value)| (*name, value)))
-        .env("HOME", dir.path())
-        .env("MISSION_ID", job.mission_id.to_string())
-        .env("JOB_ID", job.job_id.to_string())
-        .env("OMP_NUM_THREADS", job.cpu_count.to_string())
-        .env("CUDA_VISIBLE_DEVICES", gpus.join(","))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
     let procs = group.as_ref().map(JobCgroup::procs_files).unwrap_or_default();
-    let spawned = shared
-        .sandbox
-        .confine(&mut command, &user, &procs)
-        .and_then(|()| shared.launcher.spawn(command, tokio::runtime::Handle::current()));
+    let (mission_id, job_id) = (job.mission_id.to_string(), job.job_id.to_string());
+    let (threads, gpus) = (job.cpu_count.to_string(), gpus.join(","));
+    let mut env: Vec<(&str, &OsStr)> = shared.job_env.iter().map(|(name, value)| (*name, value.as_os_str())).collect();
+    env.extend([
+        ("HOME", dir.path().as_os_str()),
+        ("MISSION_ID", mission_id.as_ref()),
+        ("JOB_ID", job_id.as_ref()),
+        ("OMP_NUM_THREADS", threads.as_ref()),
+        ("CUDA_VISIBLE_DEVICES", gpus.as_ref()),
+    ]);
+    let plan = shared.sandbox.plan(&job.command, &env, dir.path(), &user, &procs);
+    let spawned = shared.launcher.start_job(&plan);
     match spawned {
         Ok(child) => Ok(Launched { child, group, limits, dir, user }),
         Err(e) => {
@@ -309,11 +300,17 @@ async fn download(shared: &Shared, job_id: Uuid, file: &InputFile) -> Result<(),
     result
 }
 
+/// The read end of a job's stdout or stderr, for [`forward`] (nothing to read where it is gone).
+fn output_pipe(fd: Option<std::os::fd::OwnedFd>) -> Option<tokio::net::unix::pipe::Receiver> {
+    tokio::net::unix::pipe::Receiver::from_owned_fd(fd?).ok()
+}
+
 /// Sends a stream of the program's output to the server as it comes, each chunk with its offset;
 /// retries until the server takes it (the program blocks on a full pipe meanwhile). When the
 /// server refuses the output for good (the job is no longer this LZ's, a 4xx), the rest is read
 /// and dropped, so the program is never left writing into a pipe nobody reads.
-async fn forward(shared: Arc<Shared>, job_id: Uuid, stream: &'static str, mut pipe: impl AsyncRead + Unpin) {
+async fn forward(shared: Arc<Shared>, job_id: Uuid, stream: &'static str, pipe: Option<impl AsyncRead + Unpin>) {
+    let Some(mut pipe) = pipe else { return };
     let mut offset = 0u64;
     let mut buf = vec![0u8; MAX_CHUNK];
     let mut refused = false;

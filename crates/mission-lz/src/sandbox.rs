@@ -3,40 +3,41 @@
 //! Jobs are untrusted code. Where the agent runs as root, each running job gets a uid of its own
 //! (from `--lz-job-uids`, claimed host-wide through lock files under [`UID_LOCKS`], so that
 //! agents sharing a host never hand out the same one), or the one configured `--lz-job-user`.
-//! Its process starts like this (all in the forked child, before the program is executed):
-//! 1. it joins the job's cgroups, so everything it starts is counted and can be killed;
-//! 2. it takes `SIGKILL` as its parent-death signal (the parent is the agent's launcher thread,
+//! Its process starts like this, forked by the agent's [spawner](spawner) as the agent's child,
+//! and then becomes the job's program:
+//! 1. it takes `SIGKILL` as its parent-death signal (the parent is the agent's launcher thread,
 //!    which lives as long as the agent: see [`Launcher`]);
+//! 2. it joins the job's cgroups, so everything it starts is counted and can be killed;
 //! 3. where the host allows it, it enters a new mount and PID namespace: `/` becomes a private
 //!    mount, `/tmp` and `/dev/shm` fresh tmpfs, the data dirs of the agent (and of the server,
 //!    for the embedded landing zone) empty read-only tmpfs; it forks an init (pid 1 of the
 //!    namespace) that forks the program and reaps orphans. When the program ends, the init ends,
 //!    and the kernel kills whatever else is left in the namespace — `setsid` and double-forked
-//!    children included. Each of the three processes dies with its parent, so the whole job dies
-//!    with the agent;
+//!    children included. The job's process and the init die with their parents, and the
+//!    program with its namespace, so the whole job dies with the agent;
 //! 4. the program's process mounts a `/proc` of its namespace, prefers itself for the OOM
 //!    killer, drops all groups and switches to the job's uid and gid (which clears every
-//!    capability), and sets `no_new_privs`, so no set-uid program gives any back.
+//!    capability), sets `no_new_privs`, so no set-uid program gives any back, and executes the
+//!    program.
 //!
-//! The agent process itself (and the first two processes above, copies of it) stay root and are
-//! unreachable from the job: another uid cannot signal, trace or read them.
+//! The agent, its spawner, and the job's process and init waiting for the program stay root
+//! and are unreachable from the job: another uid cannot signal, trace or read them.
 //!
 //! Where the agent cannot switch users (not root), jobs run as the agent's own user: only jobs of
 //! the landing zone's operators (admins and the station's owner) run then, unless the operator
 //! passes `--lz-allow-unisolated`.
-//!
-//! This is the one module of the workspace with `unsafe` code: the steps above must run between
-//! `fork` and `exec` (`CommandExt::pre_exec`), where only async-signal-safe system calls are
-//! allowed. Everything they need is prepared before the fork.
-#![allow(unsafe_code)]
 
-use std::ffi::CString;
+mod launcher;
+pub mod spawner;
+
+pub use launcher::{JobProcess, Launcher};
+use spawner::{Namespaces, Plan};
+
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, mpsc};
+use std::sync::Mutex;
 
 use mission_api::lz::Assignment;
 
@@ -94,7 +95,7 @@ pub struct Sandbox {
     users: JobUsers,
     /// Whether jobs get their own PID and mount namespaces.
     namespaces: Result<(), String>,
-    masked: Vec<CString>,
+    masked: Vec<PathBuf>,
     private_tmp: bool,
     allow_unisolated: bool,
 }
@@ -262,7 +263,7 @@ impl Sandbox {
             return Err(SandboxError::WorkRoot(work_root, dir.clone()));
         }
         let outermost = dirs.iter().filter(|d| !dirs.iter().any(|o| o != *d && d.starts_with(o)));
-        let masked = outermost.filter_map(|d| CString::new(d.as_os_str().as_bytes()).ok()).collect();
+        let masked = outermost.cloned().collect();
         let mut sandbox = Self {
             users: JobUsers::Agent(String::new()),
             namespaces: Err("the agent is not root".into()),
@@ -309,14 +310,17 @@ impl Sandbox {
     /// Starts `true` in a sandbox as a job would be.
     fn probe(&self, launcher: &Launcher) -> Result<(), String> {
         let user = self.job_user()?;
-        let mut command = std::process::Command::new("true");
-        command.current_dir("/").stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
-        self.confine(&mut command, &user, &[]).map_err(|e| e.to_string())?;
-        let status = launcher.spawn_std(command).and_then(|mut child| child.wait()).map_err(|e| e.to_string());
+        let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+        let plan = self.plan(&["true".into()], &[("PATH", &path)], Path::new("/"), &user, &[]);
+        let ended = launcher.start_job(&plan).and_then(|mut process| {
+            let mut stderr = String::new();
+            io::Read::read_to_string(&mut File::from(process.stderr.take().expect("piped")), &mut stderr)?;
+            Ok((process.wait_blocking()?, stderr))
+        });
         self.release(user);
-        match status? {
-            s if s.success() => Ok(()),
-            s => Err(format!("the sandboxed probe ended with {s}")),
+        match ended.map_err(|e| e.to_string())? {
+            (status, _) if status.success() => Ok(()),
+            (status, stderr) => Err(format!("the sandboxed probe ended with {status}: {}", stderr.trim())),
         }
     }
 
@@ -414,274 +418,41 @@ impl Sandbox {
         }
     }
 
-    /// Makes `command` start sandboxed as `user`, joining the cgroups whose `cgroup.procs` files
-    /// are `procs` first.
-    pub fn confine(&self, command: &mut std::process::Command, user: &JobUser, procs: &[PathBuf]) -> io::Result<()> {
-        let cstring = |p: &Path| CString::new(p.as_os_str().as_bytes()).map_err(io::Error::other);
-        let plan = Plan {
-            procs: procs.iter().map(|p| cstring(p)).collect::<io::Result<_>>()?,
-            ids: user.ids,
-            namespaces: self.namespaces.is_ok(),
-            masked: self.masked.clone(),
-            private_tmp: self.private_tmp,
-            agent: rustix::process::getpid().as_raw_nonzero().get(),
-        };
-        // SAFETY: `Plan::enter` makes only async-signal-safe system calls, on data prepared
-        // before the fork; it allocates nothing and takes no lock.
-        unsafe {
-            command.pre_exec(move || plan.enter());
-        }
-        Ok(())
-    }
-}
-
-/// What the forked child does before the program runs (see the module docs).
-struct Plan {
-    procs: Vec<CString>,
-    ids: Option<(u32, u32)>,
-    namespaces: bool,
-    masked: Vec<CString>,
-    private_tmp: bool,
-    agent: libc::pid_t,
-}
-
-/// `Err(last OS error)` when `ret` is negative.
-fn check(ret: libc::c_int) -> io::Result<()> {
-    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
-}
-
-impl Plan {
-    /// Runs in the child between `fork` and `exec`: only async-signal-safe calls, no allocation.
-    fn enter(&self) -> io::Result<()> {
-        // SAFETY (all blocks below): plain system calls on valid, NUL-terminated strings and
-        // local buffers.
-        unsafe {
-            for procs in &self.procs {
-                write_file(procs, b"0")?;
-            }
-            die_with_parent(self.agent);
-            if self.namespaces {
-                check(libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWPID))?;
-                check(libc::mount(
-                    c"none".as_ptr(),
-                    c"/".as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null(),
-                ))?;
-                // Private dirs first: a fresh /tmp would hide those below it from the mounts.
-                for dir in &self.masked {
-                    let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-                    check(libc::mount(
-                        c"tmpfs".as_ptr(),
-                        dir.as_ptr(),
-                        c"tmpfs".as_ptr(),
-                        flags,
-                        c"mode=000".as_ptr().cast(),
-                    ))?;
-                }
-                if self.private_tmp {
-                    for dir in [c"/tmp", c"/dev/shm"] {
-                        let flags = libc::MS_NOSUID | libc::MS_NODEV;
-                        check(libc::mount(
-                            c"tmpfs".as_ptr(),
-                            dir.as_ptr(),
-                            c"tmpfs".as_ptr(),
-                            flags,
-                            c"mode=1777".as_ptr().cast(),
-                        ))?;
-                    }
-                }
-                let mut status_pipe = [0; 2];
-                check(libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC))?;
-                match libc::fork() {
-                    -1 => return Err(io::Error::last_os_error()),
-                    0 => {
-                        // pid 1 of the new namespace.
-                        libc::close(status_pipe[0]);
-                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-                        match libc::fork() {
-                            -1 => libc::_exit(127),
-                            0 => libc::close(status_pipe[1]),
-                            program => init(program, status_pipe[1]),
-                        };
-                    }
-                    init => wait_for_init(init, status_pipe[0], status_pipe[1]),
-                }
-                // The program's process, pid 2 of the namespace: it needs no parent-death signal
-                // (switching users would clear it anyway), the namespace's end takes it.
-                check(libc::mount(
-                    c"proc".as_ptr(),
-                    c"/proc".as_ptr(),
-                    c"proc".as_ptr(),
-                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                    std::ptr::null(),
-                ))?;
-            }
-            // The job's processes are the OOM killer's first choice, before the agent's copies.
-            let _ = write_file(c"/proc/self/oom_score_adj", b"1000");
-            if let Some((uid, gid)) = self.ids {
-                check(libc::setgroups(0, std::ptr::null()))?;
-                check(libc::setresgid(gid, gid, gid))?;
-                check(libc::setresuid(uid, uid, uid))?;
-            }
-            check(libc::prctl(
-                libc::PR_SET_NO_NEW_PRIVS,
-                1 as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-            ))?;
-            if !self.namespaces {
-                // Changing users cleared the parent-death signal.
-                die_with_parent(self.agent);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Writes `data` to the file at `path` (async-signal-safe).
-unsafe fn write_file(path: &std::ffi::CStr, data: &[u8]) -> io::Result<()> {
-    // SAFETY: see the caller.
-    unsafe {
-        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let written = libc::write(fd, data.as_ptr().cast(), data.len());
-        let error = io::Error::last_os_error();
-        libc::close(fd);
-        if written < 0 { Err(error) } else { Ok(()) }
-    }
-}
-
-/// Takes `SIGKILL` as the parent-death signal, and ends at once if the parent (`parent`) is
-/// already gone.
-unsafe fn die_with_parent(parent: libc::pid_t) {
-    // SAFETY: see the caller.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-        if libc::getppid() != parent {
-            libc::_exit(137);
-        }
-    }
-}
-
-/// Closes every descriptor but `keep` (the standard ones too): the copies of the agent that wait
-/// for the job must not hold its files, sockets or the job's output pipes.
-unsafe fn close_all_but(keep: libc::c_int) {
-    // SAFETY: see the caller.
-    unsafe {
-        if keep > 0 {
-            libc::syscall(libc::SYS_close_range, 0 as libc::c_uint, (keep - 1) as libc::c_uint, 0 as libc::c_uint);
-        }
-        libc::syscall(libc::SYS_close_range, (keep + 1) as libc::c_uint, libc::c_uint::MAX, 0 as libc::c_uint);
-        libc::signal(libc::SIGCHLD, libc::SIG_DFL);
-    }
-}
-
-/// The namespace's init: reaps every process handed to it until the program ends, then passes
-/// the program's wait status up and ends (which ends the namespace).
-unsafe fn init(program: libc::pid_t, status_out: libc::c_int) -> ! {
-    // SAFETY: see the caller.
-    unsafe {
-        close_all_but(status_out);
-        loop {
-            let mut status = 0;
-            let reaped = libc::waitpid(-1, &mut status, 0);
-            if reaped == program {
-                libc::write(status_out, (&raw const status).cast(), size_of::<libc::c_int>());
-                libc::_exit(0);
-            }
-            if reaped < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                libc::_exit(127);
-            }
-        }
-    }
-}
-
-/// The agent's child, outside the namespace: waits for the init and ends as the program did
-/// (the same exit code, or killed by the same signal).
-unsafe fn wait_for_init(init: libc::pid_t, status_in: libc::c_int, other_end: libc::c_int) -> ! {
-    // SAFETY: see the caller.
-    unsafe {
-        libc::close(other_end);
-        close_all_but(status_in);
-        let mut own = 0;
-        while libc::waitpid(init, &mut own, 0) < 0 {
-            if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                libc::_exit(127);
-            }
-        }
-        let mut program = 0;
-        let read = libc::read(status_in, (&raw mut program).cast(), size_of::<libc::c_int>());
-        let status = if read == size_of::<libc::c_int>() as isize { program } else { own };
-        if libc::WIFSIGNALED(status) {
-            let signal = libc::WTERMSIG(status);
-            libc::signal(signal, libc::SIG_DFL);
-            libc::kill(libc::getpid(), signal);
-            libc::_exit(128 + signal);
-        }
-        libc::_exit(if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 127 });
-    }
-}
-
-/// Starts job processes from one thread that lives as long as the agent.
-///
-/// A parent-death signal fires when the *thread* that forked the child ends, not the process:
-/// spawned from tokio's blocking pool (whose idle threads end after a few seconds) a job would be
-/// killed at random. Every job is spawned here instead, so it dies exactly when the agent does.
-#[derive(Debug)]
-pub struct Launcher {
-    orders: mpsc::Sender<Spawn>,
-}
-
-type Spawn = Box<dyn FnOnce() + Send>;
-
-impl Launcher {
-    /// Starts the launcher thread; it ends when the launcher is dropped.
-    pub fn start() -> io::Result<Self> {
-        let (orders, queue) = mpsc::channel::<Spawn>();
-        std::thread::Builder::new().name("mission-lz-launcher".into()).spawn(move || {
-            for spawn in queue {
-                spawn();
-            }
-        })?;
-        Ok(Self { orders })
-    }
-
-    /// Runs `spawn` on the launcher thread and answers its result. Blocking.
-    fn run<T: Send + 'static>(&self, spawn: impl FnOnce() -> io::Result<T> + Send + 'static) -> io::Result<T> {
-        let (answer, answered) = mpsc::sync_channel(1);
-        let order: Spawn = Box::new(move || {
-            let _ = answer.send(spawn());
-        });
-        self.orders.send(order).map_err(|_| io::Error::other("the launcher has ended"))?;
-        answered.recv().map_err(|_| io::Error::other("the launcher has ended"))?
-    }
-
-    /// Spawns `command` from the launcher thread as a tokio child of `runtime`. Blocking.
-    pub fn spawn(
+    /// How a job's process starts `command` sandboxed as `user` in `dir` with the whole
+    /// environment `env`, joining the cgroups whose `cgroup.procs` files are `procs` first.
+    pub(crate) fn plan(
         &self,
-        command: std::process::Command,
-        runtime: tokio::runtime::Handle,
-    ) -> io::Result<tokio::process::Child> {
-        self.run(move || {
-            let _entered = runtime.enter();
-            tokio::process::Command::from(command).spawn()
-        })
-    }
-
-    /// Spawns `command` from the launcher thread. Blocking.
-    fn spawn_std(&self, mut command: std::process::Command) -> io::Result<std::process::Child> {
-        self.run(move || command.spawn())
+        command: &[String],
+        env: &[(&str, &OsStr)],
+        dir: &Path,
+        user: &JobUser,
+        procs: &[PathBuf],
+    ) -> Plan {
+        Plan {
+            cgroups: procs.to_vec(),
+            ids: user.ids,
+            namespaces: self
+                .namespaces
+                .is_ok()
+                .then(|| Namespaces { masked: self.masked.clone(), private_tmp: self.private_tmp }),
+            dir: dir.to_owned(),
+            env: env
+                .iter()
+                .map(|(name, value)| {
+                    let mut var = std::ffi::OsString::from(format!("{name}="));
+                    var.push(value);
+                    var
+                })
+                .collect(),
+            program: command.iter().map(Into::into).collect(),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::process::CommandExt;
 
     /// Whether this test can run: it needs root; CI sets `MISSION_REQUIRE_SANDBOX` to make its
     /// absence a failure.
@@ -718,14 +489,15 @@ mod tests {
 
         let user = sandbox.job_user().unwrap();
         let (uid, _) = user.ids().unwrap();
-        let mut command = std::process::Command::new("sh");
         // The job sees its own pid namespace (it is pid 2 under its init) and none of the data dir.
-        command.args(["-c", "echo $$ $(id -u); ls -A \"$1\" | wc -l; exec sleep 300", "job"]);
-        command.arg(home.path().join("data")).stdout(std::process::Stdio::piped());
+        let data = home.path().join("data").display().to_string();
+        let script = "echo $$ $(id -u); ls -A \"$1\" | wc -l; exec sleep 300";
+        let command = ["sh", "-c", script, "job", &data].map(String::from);
+        let path = std::ffi::OsString::from("/usr/bin:/bin");
+        let plan = sandbox.plan(&command, &[("PATH", &path)], Path::new("/"), &user, &[]);
         std::fs::write(home.path().join("data/secret"), "x").unwrap();
-        sandbox.confine(&mut command, &user, &[]).unwrap();
-        let mut child = launcher.spawn_std(command).unwrap();
-        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut child = launcher.start_job(&plan).unwrap();
+        let mut out = std::io::BufReader::new(File::from(child.stdout.take().unwrap()));
         let mut line = String::new();
         std::io::BufRead::read_line(&mut out, &mut line).unwrap();
         assert_eq!(line, format!("2 {uid}\n"));
@@ -739,12 +511,12 @@ mod tests {
         }
         // The agent goes (its launcher thread ends): the whole job goes with it.
         drop(launcher);
-        let _ = child.wait();
+        let _ = child.wait_blocking();
         while !processes_of(uid).is_empty() {
             assert!(std::time::Instant::now() < deadline, "the job outlived its agent");
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        assert!(!alive(child.id()));
+        assert!(!alive(child.pid));
         sandbox.release(user);
     }
 

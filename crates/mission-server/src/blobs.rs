@@ -62,6 +62,13 @@ enum Pending {
 }
 
 impl Received {
+    /// Gives the received content up: nothing becomes visible, and what was staged is removed.
+    pub async fn abort(self) {
+        if let Pending::Multipart(upload) = self.pending {
+            let _ = upload.abort().await;
+        }
+    }
+
     /// Makes the object visible with the received content (one atomic step).
     pub async fn complete(self) -> Result<Written, WriteError> {
         let result = match self.pending {

@@ -21,7 +21,8 @@ use crate::auth::Principal;
 use crate::blobs::{Location, WriteError};
 use crate::cargo_bays::{CargoBays, storage_error};
 use crate::error::{ApiError, ApiResult};
-use crate::store::{self, FileRecord, Intent, IntentKind};
+use crate::FileLimits;
+use crate::store::{self, FileRecord, Intent, IntentKind, UploadUsage};
 
 /// A file path from the URL, as a 400 naming `path` when it breaks the path rule.
 pub(super) fn parse_path(raw: &str) -> ApiResult<MissionPath> {
@@ -60,39 +61,20 @@ pub async fn upload(
     let limits = app.config.file_limits;
     let usage = app.store.upload_usage(mission.mission_id, mission.user_id, path.as_str()).await?;
     let existing = usage.existing_size;
-    if existing.is_none() && usage.mission_files >= limits.max_files_per_mission {
-        return Err(ApiError::too_large(format!(
-            "the mission already holds max_files_per_mission = {} files",
-            limits.max_files_per_mission
-        )));
-    }
-    let used = usage.user_bytes.saturating_sub(existing.unwrap_or(0));
-    let user_room = limits.max_user_bytes.saturating_sub(used);
-    let file_too_large =
-        || ApiError::too_large(format!("the file is larger than max_file_size = {} bytes", limits.max_file_bytes));
-    let user_full = || {
-        ApiError::too_large(format!(
-            "the owner's files would exceed max_user_bytes = {} bytes ({used} bytes in use)",
-            limits.max_user_bytes
-        ))
-    };
-    if let Some(length) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()) {
-        if length > limits.max_file_bytes {
-            return Err(file_too_large());
-        }
-        if length > user_room {
-            return Err(user_full());
-        }
-    }
+    let announced = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    // A first check before the body, to refuse at once what cannot fit.
+    check_room(&limits, usage, announced.unwrap_or(0))?;
 
     let place = app.bays.source(&app.store, &mission).await?;
     let intent = Intent::new(IntentKind::Upload, mission.mission_id, path.as_str());
     app.store.begin_intent(&intent).await?;
     let key = place.key(&path);
+    let user_room = limits.max_user_bytes.saturating_sub(usage.user_bytes.saturating_sub(existing.unwrap_or(0)));
     let allowance = limits.max_file_bytes.min(user_room);
     let fail = |e: WriteError| match e {
-        WriteError::TooLarge(_) if allowance == limits.max_file_bytes => file_too_large(),
-        WriteError::TooLarge(_) => user_full(),
+        WriteError::TooLarge(_) => check_room(&limits, usage, allowance + 1).err().unwrap_or_else(|| {
+            ApiError::too_large(format!("the file is larger than max_file_size = {} bytes", limits.max_file_bytes))
+        }),
         WriteError::Body(detail) => ApiError::invalid(format!("the upload did not complete: {detail}")),
         WriteError::Storage(e) => storage_error(&place, e),
     };
@@ -103,6 +85,16 @@ pub async fn upload(
             return Err(fail(e));
         }
     };
+    // The check that counts: against what is committed and what other uploads in flight have
+    // reserved, at once with this upload's reservation.
+    let size = received.size;
+    if let Err(refusal) =
+        app.store.reserve_upload(intent.intent_id, mission.user_id, size, |now| check_room(&limits, now, size)).await?
+    {
+        received.abort().await;
+        app.store.drop_intent(intent.intent_id).await?;
+        return Err(refusal);
+    }
     // Swap the object in and commit its row under the path's lock: the last upload to complete
     // is the one the row describes.
     let _guard = app.path_locks.lock(mission.mission_id, path.as_str()).await;
@@ -125,6 +117,31 @@ pub async fn upload(
     app.store.commit_file(intent.intent_id, &record).await?;
     let status = if existing.is_some() { StatusCode::OK } else { StatusCode::CREATED };
     Ok((status, Json(FileListing::from(record))).into_response())
+}
+
+/// Whether a file of `size` bytes fits under the limits, given `usage`; the 413 naming the limit
+/// it would exceed otherwise.
+fn check_room(limits: &FileLimits, usage: UploadUsage, size: u64) -> ApiResult<()> {
+    if usage.existing_size.is_none() && usage.mission_files >= limits.max_files_per_mission {
+        return Err(ApiError::too_large(format!(
+            "the mission already holds max_files_per_mission = {} files",
+            limits.max_files_per_mission
+        )));
+    }
+    if size > limits.max_file_bytes {
+        return Err(ApiError::too_large(format!(
+            "the file is larger than max_file_size = {} bytes",
+            limits.max_file_bytes
+        )));
+    }
+    let used = usage.user_bytes.saturating_sub(usage.existing_size.unwrap_or(0));
+    if size > limits.max_user_bytes.saturating_sub(used) {
+        return Err(ApiError::too_large(format!(
+            "the owner's files would exceed max_user_bytes = {} bytes ({used} bytes in use)",
+            limits.max_user_bytes
+        )));
+    }
+    Ok(())
 }
 
 /// Parses a single `bytes=` range; `Ok(None)` means "send the whole file".

@@ -29,6 +29,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (3, "cargo_bays", include_str!("../../migrations/sqlite/0003_cargo_bays.sql")),
     (4, "stations", include_str!("../../migrations/sqlite/0004_stations.sql")),
     (5, "jobs", include_str!("../../migrations/sqlite/0005_jobs.sql")),
+    (6, "upload_reservations", include_str!("../../migrations/sqlite/0006_upload_reservations.sql")),
 ];
 
 /// Columns of `missions` in the order [`mission_from_row`] reads them.
@@ -605,6 +606,54 @@ impl Store {
             mission_files: row.try_get::<i64, _>(1)? as u64,
             user_bytes: row.try_get::<i64, _>(2)? as u64,
         })
+    }
+
+    /// Reserves room for an upload of `size` bytes to `path` under the file limits, on its
+    /// intent: the usage `check` sees counts what is committed and what other uploads in flight
+    /// reserved, and the check and the reservation are one turn of the single writer, so
+    /// parallel uploads cannot all pass. Nothing is reserved when `check` refuses.
+    pub async fn reserve_upload<E>(
+        &self,
+        intent_id: Uuid,
+        user_id: Uuid,
+        size: u64,
+        check: impl FnOnce(UploadUsage) -> Result<(), E>,
+    ) -> Result<Result<(), E>, StoreError> {
+        let mut writer = self.writer().await;
+        let row = sqlx::query(
+            "SELECT i.mission_id, i.path, \
+             (SELECT size FROM mission_files f WHERE f.mission_id = i.mission_id AND f.path = i.path), \
+             COALESCE((SELECT files FROM mission_file_usage u WHERE u.mission_id = i.mission_id), 0) \
+               + COALESCE((SELECT SUM(new_file) FROM file_intents o \
+                           WHERE o.mission_id = i.mission_id AND o.intent_id != i.intent_id), 0), \
+             COALESCE((SELECT bytes FROM user_file_usage u WHERE u.user_id = ?2), 0) \
+               + COALESCE((SELECT SUM(reserved_bytes) FROM file_intents o \
+                           WHERE o.user_id = ?2 AND o.intent_id != i.intent_id), 0) \
+             FROM file_intents i WHERE i.intent_id = ?1",
+        )
+        .bind(intent_id.to_string())
+        .bind(user_id.to_string())
+        .fetch_one(&mut *writer)
+        .await?;
+        let usage = UploadUsage {
+            existing_size: row.try_get::<Option<i64>, _>(2)?.map(|n| n as u64),
+            mission_files: row.try_get::<i64, _>(3)? as u64,
+            user_bytes: row.try_get::<i64, _>(4)? as u64,
+        };
+        if let Err(refusal) = check(usage) {
+            return Ok(Err(refusal));
+        }
+        // What the upload adds once committed: its growth of the owner's bytes, and a file
+        // where the path is new.
+        let growth = size.saturating_sub(usage.existing_size.unwrap_or(0));
+        sqlx::query("UPDATE file_intents SET user_id = ?, reserved_bytes = ?, new_file = ? WHERE intent_id = ?")
+            .bind(user_id.to_string())
+            .bind(growth as i64)
+            .bind(usage.existing_size.is_none())
+            .bind(intent_id.to_string())
+            .execute(&mut *writer)
+            .await?;
+        Ok(Ok(()))
     }
 
     /// Whether a mission with this id exists.

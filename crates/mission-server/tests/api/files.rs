@@ -269,6 +269,35 @@ async fn limits_are_413_and_keep_the_old_content() {
 }
 
 #[tokio::test]
+async fn parallel_uploads_never_exceed_a_limit() {
+    let server = TestServer::spawn_with(|c| {
+        c.file_limits.max_files_per_mission = 10;
+        c.file_limits.max_user_bytes = 1 << 20;
+    })
+    .await;
+    let token = token_for(&server, "alice").await;
+    // 40 uploads at once, of 160 KiB each: all pass the check before their bodies, and the
+    // limits allow only 6 (bytes) into one mission, and 10 files into the other.
+    let big = mission(&server.client, "bytes", false).await;
+    let many = mission(&server.client, "files", false).await;
+    let upload = |id: uuid::Uuid, name: String, size: usize| {
+        let (url, token) = (format!("{}/api/v1/missions/{id}/files/{name}", server.url), token.clone());
+        async move { http().put(url).bearer_auth(token).body(vec![7u8; size]).send().await.unwrap().status() }
+    };
+    let bytes = futures_util::future::join_all((0..40).map(|i| upload(big, format!("f{i}"), 160 << 10))).await;
+    assert!(bytes.iter().all(|s| *s == 201 || *s == 413), "{bytes:?}");
+    let stored: u64 = server.client.get_mission_files(big).await.unwrap().iter().map(|f| f.file_size).sum();
+    assert!(stored <= 1 << 20, "{stored} bytes stored against a limit of 1 MiB");
+    assert_eq!(bytes.iter().filter(|s| **s == 201).count() as u64, stored / (160 << 10));
+
+    let files = futures_util::future::join_all((0..40).map(|i| upload(many, format!("g{i}"), 10))).await;
+    assert!(files.iter().all(|s| *s == 201 || *s == 413), "{files:?}");
+    let listed = server.client.get_mission_files(many).await.unwrap().len();
+    assert!(listed <= 10, "{listed} files stored against a limit of 10");
+    assert_eq!(files.iter().filter(|s| **s == 201).count(), listed);
+}
+
+#[tokio::test]
 async fn an_interrupted_upload_leaves_nothing() {
     let server = TestServer::spawn().await;
     let id = mission(&server.client, "interrupted", false).await;

@@ -48,6 +48,8 @@ pub struct ServerConfig {
     pub jwks_min_refetch: Duration,
     /// Limits on mission files.
     pub file_limits: FileLimits,
+    /// Brakes on guessing at the built-in provider's sign-in.
+    pub sign_in_limits: SignInLimits,
     /// S3 endpoints (URLs) that users other than admins may name in their cargo bays, besides
     /// AWS itself. Admins may name any: an endpoint is a place the server sends requests to, so
     /// letting anyone choose it would let them probe the server's network.
@@ -74,6 +76,7 @@ impl ServerConfig {
             device_poll_interval: 5,
             jwks_min_refetch: Duration::from_secs(30),
             file_limits: FileLimits::default(),
+            sign_in_limits: SignInLimits::default(),
             s3_endpoints: Vec::new(),
             lz_lease: Duration::from_secs(30),
             bootstrap_admin: true,
@@ -88,6 +91,22 @@ impl ServerConfig {
 
 /// Audience of the API when none is configured.
 pub const DEFAULT_AUDIENCE: &str = "mission-api";
+
+/// Brakes on guessing at the built-in provider's sign-in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignInLimits {
+    /// Failed `/activate` attempts a client address, a user code or an account gets before each
+    /// further failure makes it wait (1 s, doubling up to 15 min).
+    pub free_failures: u32,
+    /// Device codes one client address may ask for per minute.
+    pub device_codes_per_minute: u32,
+}
+
+impl Default for SignInLimits {
+    fn default() -> Self {
+        Self { free_failures: 5, device_codes_per_minute: 30 }
+    }
+}
 
 /// Limits on mission files; exceeding one is a 413 naming it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
-pub use config::{AuthMode, FileLimits, ServerConfig};
+pub use config::{AuthMode, FileLimits, ServerConfig, SignInLimits};
 pub use fsutil::create_private_dir;
 pub use routes::ApiDoc;
 pub use store::Store;
@@ -137,6 +137,7 @@ impl Server {
                     public_url.clone(),
                     config.audience.clone(),
                     config.access_token_ttl,
+                    config.sign_in_limits,
                 )
                 .map_err(|source| StartError::DataDir { path: config.data_dir.clone(), source })?;
                 let auth = Authenticator::builtin(
@@ -234,6 +235,7 @@ impl Server {
             shutdown.await;
             app.closing.send_replace(true);
         };
-        axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+        let service = router.into_make_service_with_connect_info::<SocketAddr>();
+        axum::serve(listener, service).with_graceful_shutdown(shutdown).await
     }
 }

@@ -11,6 +11,7 @@
 mod page;
 pub mod password;
 pub mod routes;
+pub mod throttle;
 
 use std::path::Path;
 use std::time::Duration;
@@ -38,6 +39,10 @@ pub struct BuiltinIdp {
     issuer: String,
     audience: String,
     access_token_ttl: Duration,
+    /// Failed `/activate` attempts, per client address, user code and account.
+    pub guesses: throttle::Backoff,
+    /// New device codes per client address.
+    pub new_codes: throttle::RateLimit,
 }
 
 impl std::fmt::Debug for BuiltinIdp {
@@ -64,6 +69,7 @@ impl BuiltinIdp {
         issuer: String,
         audience: String,
         access_token_ttl: Duration,
+        limits: crate::SignInLimits,
     ) -> std::io::Result<Self> {
         let path = data_dir.join(KEY_FILE);
         let pkcs8 = match std::fs::read(&path) {
@@ -96,6 +102,8 @@ impl BuiltinIdp {
             issuer,
             audience,
             access_token_ttl,
+            guesses: throttle::Backoff::new(limits.free_failures, Duration::from_secs(1), Duration::from_secs(15 * 60)),
+            new_codes: throttle::RateLimit::new(limits.device_codes_per_minute, Duration::from_secs(60)),
         })
     }
 
@@ -185,8 +193,8 @@ mod tests {
     fn key_is_created_once_and_reloaded() {
         let dir = tempfile::tempdir().unwrap();
         let ttl = Duration::from_secs(60);
-        let a = BuiltinIdp::load_or_create(dir.path(), "http://x".into(), "aud".into(), ttl).unwrap();
-        let b = BuiltinIdp::load_or_create(dir.path(), "http://x".into(), "aud".into(), ttl).unwrap();
+        let a = BuiltinIdp::load_or_create(dir.path(), "http://x".into(), "aud".into(), ttl, Default::default()).unwrap();
+        let b = BuiltinIdp::load_or_create(dir.path(), "http://x".into(), "aud".into(), ttl, Default::default()).unwrap();
         assert_eq!(a.kid(), b.kid());
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(dir.path().join(KEY_FILE)).unwrap().permissions().mode();

@@ -28,8 +28,13 @@ pub struct ActivatePage<'a> {
 impl ActivatePage<'_> {
     /// The form with an error message, as a 400 response.
     pub fn error(user_code: &str, username: &str, message: &str) -> Response {
+        Self::error_with(StatusCode::BAD_REQUEST, user_code, username, message)
+    }
+
+    /// The form with an error message, as a response of `status`.
+    pub fn error_with(status: StatusCode, user_code: &str, username: &str, message: &str) -> Response {
         let mut response = ActivatePage { user_code, username, outcome: Outcome::Error(message) }.into_response();
-        *response.status_mut() = StatusCode::BAD_REQUEST;
+        *response.status_mut() = status;
         response
     }
 
@@ -47,17 +52,17 @@ impl ActivatePage<'_> {
                     _ => String::new(),
                 };
                 format!(
-                    r#"<p class="lead">Check that the code below matches the one shown on your device, then sign in to approve it.</p>
+                    r#"<p class="lead">Check that the code below matches the one shown on your device, then sign in to approve or deny it.</p>
 {error}<form method="post" action="/activate">
   <label for="user_code">Device code</label>
   <input id="user_code" name="user_code" value="{code}" autocomplete="off" autocapitalize="characters" spellcheck="false" required class="code">
   <label for="username">Username</label>
   <input id="username" name="username" value="{username}" autocomplete="username" required>
   <label for="password">Password</label>
-  <input id="password" name="password" type="password" autocomplete="current-password">
+  <input id="password" name="password" type="password" autocomplete="current-password" required>
   <div class="actions">
     <button type="submit" name="action" value="approve" class="primary">Approve</button>
-    <button type="submit" name="action" value="deny" formnovalidate>Deny</button>
+    <button type="submit" name="action" value="deny">Deny</button>
   </div>
 </form>"#,
                     code = escape(self.user_code),

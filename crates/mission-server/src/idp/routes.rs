@@ -3,7 +3,10 @@
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Query, State};
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -12,7 +15,7 @@ use mission_api::{DEVICE_CODE_GRANT, DeviceAuthorization, OAuthError, TokenRespo
 use serde::Deserialize;
 
 use super::page::{ActivatePage, Outcome};
-use super::{hash_secret, new_user_code, normalise_user_code, password, random_secret};
+use super::{hash_secret, new_user_code, normalise_user_code, password, random_secret, throttle};
 use crate::AppState;
 use crate::store::{DeviceCodeRecord, DeviceCodeStatus, RefreshTokenRecord, StoreError};
 
@@ -31,18 +34,34 @@ pub fn router() -> Router<AppState> {
 struct OAuthFailure {
     status: StatusCode,
     body: OAuthError,
+    retry_after: Option<u64>,
 }
 
 impl OAuthFailure {
     fn new(error: &str, description: impl Into<String>) -> Self {
         let status = if error == "invalid_client" { StatusCode::UNAUTHORIZED } else { StatusCode::BAD_REQUEST };
-        Self { status, body: OAuthError { error: error.into(), error_description: Some(description.into()) } }
+        let body = OAuthError { error: error.into(), error_description: Some(description.into()) };
+        Self { status, body, retry_after: None }
+    }
+}
+
+impl OAuthFailure {
+    /// 429 with `Retry-After`: the client asked too often.
+    fn too_many(retry_after: u64) -> Self {
+        let mut failure = Self::new("slow_down", format!("too many requests from this address; retry in {retry_after} s"));
+        failure.status = StatusCode::TOO_MANY_REQUESTS;
+        failure.retry_after = Some(retry_after);
+        failure
     }
 }
 
 impl IntoResponse for OAuthFailure {
     fn into_response(self) -> Response {
-        (self.status, [(header::CACHE_CONTROL, "no-store")], axum::Json(self.body)).into_response()
+        let mut response = (self.status, [(header::CACHE_CONTROL, "no-store")], axum::Json(self.body)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }
 
@@ -52,6 +71,7 @@ impl From<StoreError> for OAuthFailure {
         Self {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             body: OAuthError { error: "server_error".into(), error_description: None },
+            retry_after: None,
         }
     }
 }
@@ -75,9 +95,35 @@ struct DeviceCodeForm {
     scope: Option<String>,
 }
 
-async fn device_code(State(app): State<AppState>, body: Bytes) -> Result<Response, OAuthFailure> {
+/// Longest `scope` a device code may ask for.
+const MAX_SCOPE_BYTES: usize = 512;
+
+/// Client ids the built-in provider serves: the one it advertises (the `mission` CLI's by
+/// default) and the `galileo-sdk` client's.
+fn known_client(app: &AppState, client_id: &str) -> bool {
+    client_id == app.config.client_id || client_id == mission_api::DEFAULT_CLIENT_ID || client_id == GALILEO_CLIENT_ID
+}
+
+/// The client id `galileo-sdk` 1.0.1 signs in with (its `AuthSdk` default).
+const GALILEO_CLIENT_ID: &str = "oDmH6Nf4DN3oILcNk7cQqBchXUfv7fpD";
+
+async fn device_code(
+    State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    body: Bytes,
+) -> Result<Response, OAuthFailure> {
     let form: DeviceCodeForm = parse_form(&body)?;
     let client_id = required(&form.client_id, "client_id")?;
+    if !known_client(&app, client_id) {
+        return Err(OAuthFailure::new("invalid_client", "unknown client_id"));
+    }
+    if form.scope.as_ref().is_some_and(|s| s.len() > MAX_SCOPE_BYTES) {
+        return Err(OAuthFailure::new("invalid_scope", format!("the scope is longer than {MAX_SCOPE_BYTES} bytes")));
+    }
+    let idp = app.idp.as_ref().expect("these routes exist only with the built-in provider");
+    if let Err(wait) = idp.new_codes.allow(&peer.ip().to_string(), Instant::now()) {
+        return Err(OAuthFailure::too_many(throttle::seconds(wait)));
+    }
     if let Some(audience) = form.audience.as_deref().filter(|a| !a.is_empty())
         && audience != app.config.audience
     {
@@ -292,13 +338,29 @@ struct ActivateForm {
     action: Option<String>,
 }
 
-async fn activate_submit(State(app): State<AppState>, body: Bytes) -> Response {
+async fn activate_submit(
+    State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    body: Bytes,
+) -> Response {
     let form: ActivateForm = match serde_urlencoded::from_bytes(&body) {
         Ok(f) => f,
         Err(_) => return ActivatePage::error("", "", "The form could not be read. Please try again."),
     };
     let user_code = normalise_user_code(form.user_code.as_deref().unwrap_or(""));
     let username = form.username.as_deref().unwrap_or("").trim();
+    let idp = app.idp.as_ref().expect("these routes exist only with the built-in provider");
+    // Every failure (an unknown code, a wrong password) counts against the address, the code
+    // and the account; past a few, each makes the next attempt wait longer. A waiting attempt
+    // is refused before anything is checked, so a right password does not get through either.
+    let account = format!("user:{username}");
+    let keys = [format!("addr:{}", peer.ip()), format!("code:{user_code}"), account.clone()];
+    if let Err(wait) = idp.guesses.check(&keys, Instant::now()) {
+        let message = format!("Too many failed attempts. Wait {} seconds, then try again.", throttle::seconds(wait));
+        let mut page = ActivatePage::error_with(StatusCode::TOO_MANY_REQUESTS, &user_code, username, &message);
+        page.headers_mut().insert(header::RETRY_AFTER, throttle::seconds(wait).into());
+        return page;
+    }
     let now = Utc::now();
     let code = match app.store.device_code_by_user_code(&user_code).await {
         Ok(c) => c,
@@ -309,48 +371,46 @@ async fn activate_submit(State(app): State<AppState>, body: Bytes) -> Response {
     };
     let live = code.is_some_and(|c| c.status == DeviceCodeStatus::Pending && c.expires_at > now);
     if !live {
+        idp.guesses.failed(&keys, Instant::now());
         return ActivatePage::error(
             &user_code,
             username,
             "That code is unknown, expired or already used. Start the sign-in again on your device.",
         );
     }
-    match form.action.as_deref() {
-        Some("deny") => match app.store.decide_device_code(&user_code, None, now).await {
-            Ok(true) => ActivatePage { user_code: &user_code, username, outcome: Outcome::Denied }.into_response(),
-            _ => ActivatePage::error(&user_code, username, "The request could not be denied. Try again."),
-        },
-        Some("approve") => {
-            let password = form.password.as_deref().unwrap_or("");
-            let user = match app.store.user_by_username(username).await {
-                Ok(u) => u,
-                Err(e) => {
-                    tracing::error!(error = %e, "activate: store failure");
-                    return ActivatePage::error(&user_code, username, "The server could not check the account.");
-                }
-            };
-            // PBKDF2 takes a good fraction of a second by design: keep it off the async workers.
-            let hash = user.as_ref().and_then(|u| u.password_hash.clone());
-            let password = password.to_owned();
-            let verified = tokio::task::spawn_blocking(move || match hash {
-                Some(hash) => password::verify(&password, &hash),
-                None => {
-                    password::burn_verification_time(&password);
-                    false
-                }
-            })
-            .await
-            .unwrap_or(false);
-            let Some(user) = user.filter(|_| verified) else {
-                return ActivatePage::error(&user_code, username, "Wrong username or password.");
-            };
-            match app.store.decide_device_code(&user_code, Some(user.user_id), now).await {
-                Ok(true) => {
-                    ActivatePage { user_code: &user_code, username, outcome: Outcome::Approved }.into_response()
-                }
-                _ => ActivatePage::error(&user_code, username, "That code is no longer waiting for approval."),
-            }
+    let approve = match form.action.as_deref() {
+        Some("approve") => true,
+        Some("deny") => false,
+        _ => return ActivatePage::error(&user_code, username, "Choose Approve or Deny."),
+    };
+    // Approving and denying both need the account's password.
+    let user = match app.store.user_by_username(username).await {
+        Ok(u) => u,
+        Err(e) => {
+            tracing::error!(error = %e, "activate: store failure");
+            return ActivatePage::error(&user_code, username, "The server could not check the account.");
         }
-        _ => ActivatePage::error(&user_code, username, "Choose Approve or Deny."),
+    };
+    // PBKDF2 takes a good fraction of a second by design: keep it off the async workers.
+    let hash = user.as_ref().and_then(|u| u.password_hash.clone());
+    let password = form.password.unwrap_or_default();
+    let verified = tokio::task::spawn_blocking(move || match hash {
+        Some(hash) => password::verify(&password, &hash),
+        None => {
+            password::burn_verification_time(&password);
+            false
+        }
+    })
+    .await
+    .unwrap_or(false);
+    let Some(user) = user.filter(|_| verified) else {
+        idp.guesses.failed(&keys, Instant::now());
+        return ActivatePage::error(&user_code, username, "Wrong username or password.");
+    };
+    idp.guesses.succeeded(&account);
+    let (decision, outcome) = if approve { (Some(user.user_id), Outcome::Approved) } else { (None, Outcome::Denied) };
+    match app.store.decide_device_code(&user_code, decision, now).await {
+        Ok(true) => ActivatePage { user_code: &user_code, username, outcome }.into_response(),
+        _ => ActivatePage::error(&user_code, username, "That code is no longer waiting for a decision."),
     }
 }

@@ -206,11 +206,12 @@ impl Store {
 
     // ---- device codes ----
 
-    /// Stores a new device authorization, dropping expired ones on the way. A clash of user codes
+    /// Stores a new device authorization, dropping those expired more than a minute ago on the
+    /// way (the minute in which polling them still gets `expired_token`). A clash of user codes
     /// is a [`StoreError::Conflict`] (the caller draws another).
     pub async fn insert_device_code(&self, code: &DeviceCodeRecord, now: DateTime<Utc>) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM device_codes WHERE expires_at < ?")
-            .bind(to_micros(now) - 3_600_000_000)
+            .bind(to_micros(now) - 60_000_000)
             .execute(&mut *self.writer().await)
             .await?;
         let result = sqlx::query(

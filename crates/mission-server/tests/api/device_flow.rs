@@ -121,9 +121,13 @@ async fn pending_denied_replayed_and_wrong_password() {
     let (status, body) = token_poll(&server, &code.device_code).await;
     assert_eq!((status, body["error"].as_str()), (400, Some("invalid_grant")));
 
-    // A denied code ends the SDK's polling with a clear error.
+    // Denying needs the account's password too; a denied code ends the SDK's polling with a
+    // clear error.
     let pending = auth.start().await.unwrap();
     let (status, page) = server.activate(&pending.authorization().user_code, "", "", "deny").await;
+    assert_eq!(status, 400);
+    assert!(page.contains("Wrong username or password"), "{page}");
+    let (status, page) = server.activate(&pending.authorization().user_code, "alice", PASSWORD, "deny").await;
     assert_eq!(status, 200);
     assert!(page.contains("Request denied"));
     let err = auth.finish(pending).await.unwrap_err();
@@ -206,26 +210,30 @@ async fn client_renews_an_expired_access_token_by_itself() {
     assert!(path.exists(), "a refresh rewrites the token file");
 }
 
+/// Posts a form to one of the provider's endpoints: status, `Retry-After`, JSON body.
+async fn post_form(server: &TestServer, path: &str, body: String) -> (u16, Option<String>, serde_json::Value) {
+    let r = http()
+        .post(format!("{}{path}", server.url))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let retry_after = r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+    (r.status().as_u16(), retry_after, r.json::<serde_json::Value>().await.unwrap())
+}
+
 #[tokio::test]
 async fn oauth_endpoints_refuse_bad_requests() {
     let server = TestServer::spawn().await;
-    let post = |path: &'static str, body: &'static str| {
-        let url = format!("{}{path}", server.url);
-        async move {
-            let r = http()
-                .post(url)
-                .header("content-type", "application/x-www-form-urlencoded")
-                .body(body)
-                .send()
-                .await
-                .unwrap();
-            (r.status().as_u16(), r.json::<serde_json::Value>().await.unwrap())
-        }
+    let post = |path: &'static str, body: &'static str| async {
+        let (status, _, body) = post_form(&server, path, body.to_owned()).await;
+        (status, body)
     };
     let (s, b) = post("/oauth/device/code", "scope=openid").await;
     assert_eq!((s, b["error"].as_str()), (400, Some("invalid_request")));
     assert!(b["error_description"].as_str().unwrap().contains("client_id"));
-    let (s, b) = post("/oauth/device/code", "client_id=x&audience=someone-else").await;
+    let (s, b) = post("/oauth/device/code", "client_id=mission-cli&audience=someone-else").await;
     assert_eq!((s, b["error"].as_str()), (400, Some("invalid_request")));
     let (s, b) = post("/oauth/token", "client_id=x&grant_type=password").await;
     assert_eq!((s, b["error"].as_str()), (400, Some("unsupported_grant_type")));
@@ -303,4 +311,71 @@ async fn tokens_this_server_would_not_issue_are_401() {
         assert_eq!(status, 401);
         assert!(body.detail.contains(needle), "{}", body.detail);
     }
+}
+
+#[tokio::test]
+async fn guessing_at_activate_is_slowed_down() {
+    let server = TestServer::spawn().await;
+    let pending = server.device_auth().start().await.unwrap();
+    let code = pending.authorization().user_code.clone();
+    // Five failures pass as failures; the sixth makes the account, the code and the address
+    // wait, and while they wait even the right password is refused unchecked.
+    for _ in 0..6 {
+        let (status, _) = server.activate(&code, "alice", "a guess", "approve").await;
+        assert_eq!(status, 400);
+    }
+    let (status, page) = server.activate(&code, "alice", PASSWORD, "approve").await;
+    assert_eq!(status, 429, "{page}");
+    assert!(page.contains("Too many failed attempts. Wait 1 seconds"), "{page}");
+    let started = std::time::Instant::now();
+    let guesses = async {
+        loop {
+            let (status, _) = server.activate(&code, "alice", "another guess", "approve").await;
+            if status != 429 {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    // The wait passes, the next guess fails and doubles it.
+    assert_eq!(tokio::time::timeout(Duration::from_secs(10), guesses).await.unwrap(), 400);
+    assert!(started.elapsed() >= Duration::from_millis(800));
+    let (status, _) = server.activate(&code, "alice", PASSWORD, "approve").await;
+    assert_eq!(status, 429);
+
+    // Unknown user codes count against the address as well.
+    let server = TestServer::spawn().await;
+    for i in 0..6 {
+        let (status, _) = server.activate(&format!("BCDF-GHJ{i}"), "alice", PASSWORD, "approve").await;
+        assert_eq!(status, 400);
+    }
+    let pending = server.device_auth().start().await.unwrap();
+    let (status, _) = server.activate(&pending.authorization().user_code, "alice", PASSWORD, "approve").await;
+    assert_eq!(status, 429);
+}
+
+#[tokio::test]
+async fn device_codes_only_for_known_clients_bounded_and_rate_limited() {
+    let server = TestServer::spawn_with(|c| c.sign_in_limits.device_codes_per_minute = 3).await;
+    let post = |body: String| post_form(&server, "/oauth/device/code", body);
+    let (status, _, body) = post("client_id=someone-else".into()).await;
+    assert_eq!((status, body["error"].as_str()), (401, Some("invalid_client")));
+    let (status, _, body) = post(format!("client_id=mission-cli&scope={}", "s".repeat(13_000))).await;
+    assert_eq!((status, body["error"].as_str()), (400, Some("invalid_scope")));
+    // The galileo SDK's client id is known.
+    let (status, _, _) = post("client_id=oDmH6Nf4DN3oILcNk7cQqBchXUfv7fpD&scope=openid".into()).await;
+    assert_eq!(status, 200);
+    // Three a minute (the test server's own sign-in took some): the next is refused.
+    let mut granted = 0;
+    let (status, retry_after, body) = loop {
+        let answer = post("client_id=mission-cli".into()).await;
+        if answer.0 != 200 || granted == 3 {
+            break answer;
+        }
+        granted += 1;
+    };
+    assert!(granted < 3, "{granted} more granted");
+    assert_eq!((status, body["error"].as_str()), (429, Some("slow_down")));
+    let retry_after: u64 = retry_after.unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
 }

@@ -172,6 +172,38 @@ impl FileStore {
         .map_err(std::io::Error::other)?
     }
 
+    /// Removes the staging files (`NAME#DIGITS`) beside the object at `key` in a local store:
+    /// what an interrupted upload of that object left. Unlike [`Self::remove_staging_files`]
+    /// this touches nothing else, so it is safe in a local cargo bay, whose folder may hold
+    /// people's own files. Returns how many.
+    pub async fn remove_staging_files_of(&self, key: &ObjectPath) -> std::io::Result<usize> {
+        let Some(root) = self.local_root.clone() else { return Ok(0) };
+        let mut parts: Vec<String> = key.parts().map(|p| p.as_ref().to_owned()).collect();
+        let Some(name) = parts.pop() else { return Ok(0) };
+        tokio::task::spawn_blocking(move || {
+            let folder = parts.iter().fold(root, |dir, part| dir.join(part));
+            let entries = match std::fs::read_dir(&folder) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+                Err(e) => return Err(e),
+            };
+            let mut removed = 0;
+            for entry in entries {
+                let entry = entry?;
+                let file = entry.file_name();
+                let file = file.to_string_lossy();
+                let ours = file.strip_prefix(name.as_str()).is_some_and(|rest| rest.starts_with('#'));
+                if ours && is_staging_name(&file) && entry.file_type()?.is_file() {
+                    std::fs::remove_file(entry.path())?;
+                    removed += 1;
+                }
+            }
+            Ok(removed)
+        })
+        .await
+        .map_err(std::io::Error::other)?
+    }
+
     /// The folder holding a mission's files.
     fn mission_prefix(mission_id: Uuid) -> ObjectPath {
         ObjectPath::from_iter(["missions".to_owned(), mission_id.to_string()])

@@ -283,7 +283,8 @@ pub async fn delete(
 }
 
 /// Settles what a stopped server left: unfinished uploads and deletes (from their intents),
-/// staging files of interrupted writes, and the folders of deleted missions. Runs at start-up,
+/// staging files of interrupted writes (all of them in the default storage, those of unfinished
+/// uploads in local cargo bays), and the folders of deleted missions. Runs at start-up,
 /// before the server accepts requests. An intent whose cargo bay does not answer is kept for the
 /// next start.
 pub async fn recover(store: &store::Store, bays: &CargoBays) -> Result<(), ApiError> {
@@ -337,6 +338,10 @@ async fn settle(
 ) -> ApiResult<()> {
     let key = place.key(path);
     let storage = |e| storage_error(place, e);
+    if intent.kind == IntentKind::Upload {
+        // Staging files of the interrupted write (in the default storage they went already).
+        place.files.remove_staging_files_of(&key).await.map_err(ApiError::internal)?;
+    }
     match (intent.kind, mission) {
         (IntentKind::Upload, Some(mission)) => {
             let row = store.mission_file(intent.mission_id, &intent.path).await?;

@@ -268,3 +268,46 @@ async fn s3_bays_hold_mission_files_and_refuse_wrong_credentials() {
     assert!(objects.files.e_tag(&key).await.unwrap().is_none());
     assert!(alice.delete_cargo_bay(bay.storage_id).await.unwrap());
 }
+
+#[tokio::test]
+async fn restart_removes_staging_leftovers_of_unfinished_uploads_in_a_local_bay() {
+    let first = TestServer::spawn().await;
+    first.add_user("root", true).await;
+    let root = first.sign_in("root").await;
+    let dir = tempfile::tempdir().unwrap();
+    let bay = root.create_cargo_bay(&local("scratch", dir.path())).await.unwrap();
+    let id = mission_in(&root, bay.storage_id, Some("run")).await.unwrap();
+
+    // A kill -9 mid-upload leaves the upload's intent and its staging files; the bay's folder
+    // also holds people's own files that merely look like staging files.
+    let intent = mission_server::store::Intent::new(mission_server::store::IntentKind::Upload, id, "data/big.bin");
+    first.app.store.begin_intent(&intent).await.unwrap();
+    write(dir.path(), "run/data/big.bin#3", b"half");
+    write(dir.path(), "run/data/big.bin#17", b"half");
+    write(dir.path(), "run/data/other.bin#5", b"someone's own");
+    write(dir.path(), "run/notes#1", b"someone's own");
+
+    let data_dir = first.app.config.data_dir.clone();
+    let second = TestServer::spawn_with(move |c| c.data_dir = data_dir).await;
+    assert!(second.app.store.pending_intents().await.unwrap().is_empty());
+    let mut left: Vec<String> = walk(dir.path());
+    left.sort();
+    assert_eq!(left, ["run/data/other.bin#5", "run/notes#1"]);
+}
+
+/// Files under `root`, as relative paths.
+fn walk(root: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                found.push(path.strip_prefix(root).unwrap().to_string_lossy().into_owned());
+            }
+        }
+    }
+    found
+}

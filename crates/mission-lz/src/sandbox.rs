@@ -3,7 +3,7 @@
 //! Jobs are untrusted code. Where the agent runs as root, each running job gets a uid of its own
 //! (from `--lz-job-uids`, claimed host-wide through lock files under [`UID_LOCKS`], so that
 //! agents sharing a host never hand out the same one), or the one configured `--lz-job-user`.
-//! Its process starts like this, forked by the agent's [spawner](spawner) as the agent's child,
+//! Its process starts like this, forked by the agent's [spawner] as the agent's child,
 //! and then becomes the job's program:
 //! 1. it takes `SIGKILL` as its parent-death signal (the parent is the agent's launcher thread,
 //!    which lives as long as the agent: see [`Launcher`]);

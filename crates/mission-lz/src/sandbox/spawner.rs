@@ -9,7 +9,7 @@
 //! the agent starts its own executable once (`/proc/self/exe`, with `posix_spawn`, which copies
 //! nothing) under the name [`NAME`]: a single-threaded process of a few MiB that stays root and
 //! serves the agent's [`Launcher`](super::Launcher) over a socket. For each job it gets a
-//! [`Plan`], the job's stdin, stdout and stderr and a pipe for its wait status, and forks a copy
+//! `Plan`, the job's stdin, stdout and stderr and a pipe for its wait status, and forks a copy
 //! of itself (cheap) with `clone3(CLONE_PARENT | CLONE_PIDFD)`, in new mount and PID namespaces
 //! where the plan has them: the job's process is the agent's child as if the agent had forked
 //! it, and the agent gets a pidfd for it. The copy carries out the plan (the steps of the

@@ -50,6 +50,8 @@ pub struct ServerConfig {
     pub file_limits: FileLimits,
     /// Brakes on guessing at the built-in provider's sign-in.
     pub sign_in_limits: SignInLimits,
+    /// Timeouts and the bound on connections.
+    pub connection_limits: crate::serve::ConnectionLimits,
     /// S3 endpoints (URLs) that users other than admins may name in their cargo bays, besides
     /// AWS itself. Admins may name any: an endpoint is a place the server sends requests to, so
     /// letting anyone choose it would let them probe the server's network.
@@ -77,6 +79,7 @@ impl ServerConfig {
             jwks_min_refetch: Duration::from_secs(30),
             file_limits: FileLimits::default(),
             sign_in_limits: SignInLimits::default(),
+            connection_limits: crate::serve::ConnectionLimits::default(),
             s3_endpoints: Vec::new(),
             lz_lease: Duration::from_secs(30),
             bootstrap_admin: true,

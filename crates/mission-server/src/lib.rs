@@ -8,6 +8,7 @@
 //!   [`agent_tokens`]: which landing zone an agent's token belongs to;
 //! - [`idp`]: the built-in OAuth 2.0 device-flow provider and its `/activate` page;
 //! - [`blobs`]: object storage for files; [`cargo_bays`]: storage locations users add;
+//! - [`serve`]: connections, with their timeouts and bound;
 //! - [`scheduler`]: places jobs on landing zones and tracks them; [`job_logs`]: their output;
 //! - [`store`]: the database; [`catalogue`]: the built-in mission types; [`users`]: accounts.
 
@@ -25,6 +26,7 @@ mod locks;
 mod metrics;
 mod routes;
 pub mod scheduler;
+pub mod serve;
 pub mod store;
 pub mod users;
 
@@ -32,7 +34,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 pub use config::{AuthMode, FileLimits, ServerConfig, SignInLimits};
@@ -227,15 +228,11 @@ impl Server {
     /// Serves until `shutdown` completes, then finishes in-flight requests.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let router = routes::router(self.app.clone());
-        let listener = self.listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
         let app = self.app.clone();
         let shutdown = async move {
             shutdown.await;
             app.closing.send_replace(true);
         };
-        let service = router.into_make_service_with_connect_info::<SocketAddr>();
-        axum::serve(listener, service).with_graceful_shutdown(shutdown).await
+        serve::serve(self.listener, router, self.app.config.connection_limits, shutdown).await
     }
 }

@@ -78,6 +78,18 @@ struct RunArgs {
     /// or separate with commas). AWS needs none; admins may name any endpoint.
     #[arg(long = "s3-endpoint", env = "MISSION_S3_ENDPOINTS", value_delimiter = ',')]
     s3_endpoints: Vec<url::Url>,
+    /// Most connections served at once; more are answered 503 and closed. Default: 4096, or
+    /// what the process's open-file limit leaves room for (raised to its hard limit at start).
+    #[arg(long, env = "MISSION_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
+    /// Seconds a connection may take to send a request's headers, counted from when it is ready
+    /// for one (so also how long an idle keep-alive connection stays open).
+    #[arg(long, env = "MISSION_HEADER_TIMEOUT", default_value_t = 30)]
+    header_timeout: u64,
+    /// Seconds a request body may send nothing before the request fails and its connection
+    /// closes.
+    #[arg(long, env = "MISSION_BODY_IDLE_TIMEOUT", default_value_t = 60)]
+    body_idle_timeout: u64,
     /// Do not run the embedded landing zone `local` on the default station (jobs then need a
     /// `mission lz` agent).
     #[arg(long, env = "MISSION_NO_LOCAL_LZ")]
@@ -135,6 +147,19 @@ impl ServerCommand {
     }
 }
 
+/// Raises the open-file limit to its hard limit, and answers how many connections fit under it
+/// (at most 4096), keeping 256 descriptors for the database, files, pipes and agents.
+fn connections_the_fd_limit_allows() -> usize {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        let _ = setrlimit(Resource::Nofile, limit);
+    }
+    let open_files = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    usize::try_from(open_files.saturating_sub(256)).unwrap_or(usize::MAX).clamp(16, 4096)
+}
+
 async fn serve(args: RunArgs) -> anyhow::Result<()> {
     let mut config = args.store.config();
     config.public_url = args.public_url;
@@ -155,6 +180,11 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         max_user_bytes: args.max_user_bytes,
     };
     config.s3_endpoints = args.s3_endpoints;
+    config.connection_limits = mission_server::serve::ConnectionLimits {
+        max_connections: args.max_connections.unwrap_or_else(connections_the_fd_limit_allows),
+        header_timeout: Duration::from_secs(args.header_timeout),
+        body_idle_timeout: Duration::from_secs(args.body_idle_timeout),
+    };
     let data_dir = config.data_dir.clone();
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await

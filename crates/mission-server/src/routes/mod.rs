@@ -108,6 +108,10 @@ pub fn router(app: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
         .layer(axum::middleware::from_fn(refuse_announced_oversize))
+        .layer(axum::middleware::from_fn_with_state(
+            app.config.connection_limits.body_idle_timeout,
+            crate::serve::body_idle_timeout,
+        ))
         .layer(axum::middleware::from_fn_with_state(app.clone(), crate::metrics::track))
         .with_state(app)
 }

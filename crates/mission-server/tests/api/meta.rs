@@ -1,5 +1,7 @@
 //! Service endpoints: health, readiness, metrics, OpenAPI, errors for unknown routes.
 
+use std::time::Duration;
+
 use mission_testkit::TestServer;
 
 use crate::{http, problem};
@@ -101,4 +103,90 @@ async fn an_announced_oversized_body_is_413_before_it_is_sent() {
         mission.mission_id
     );
     assert_eq!(status_without_body(&server, &upload).await, "HTTP/1.1 413 Payload Too Large");
+}
+
+/// Reads from `socket` until the server closes it; answers what it sent and how long that took
+/// (fails after `limit`).
+async fn read_until_closed(socket: &mut tokio::net::TcpStream, limit: Duration) -> (String, Duration) {
+    use tokio::io::AsyncReadExt;
+    let started = std::time::Instant::now();
+    let mut answer = Vec::new();
+    tokio::time::timeout(limit, socket.read_to_end(&mut answer))
+        .await
+        .expect("the server closes the connection in time")
+        .unwrap();
+    (String::from_utf8_lossy(&answer).into_owned(), started.elapsed())
+}
+
+#[tokio::test]
+async fn slow_and_idle_connections_are_closed_in_time_and_normal_requests_go_on() {
+    use tokio::io::AsyncWriteExt;
+    let server = TestServer::spawn_with(|c| {
+        c.connection_limits.header_timeout = Duration::from_secs(1);
+        c.connection_limits.body_idle_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let token = crate::token_for(&server, "alice").await;
+    let address = server.url.trim_start_matches("http://").to_owned();
+    let connect = || tokio::net::TcpStream::connect(address.clone());
+
+    // Nothing sent; half a header; a keep-alive left idle after one request; half a body.
+    let mut silent = connect().await.unwrap();
+    let mut slow_head = connect().await.unwrap();
+    slow_head.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ").await.unwrap();
+    let mut idle = connect().await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let mut slow_body = connect().await.unwrap();
+    let head = format!(
+        "POST /api/v1/missions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"name\": "
+    );
+    slow_body.write_all(head.as_bytes()).await.unwrap();
+
+    // Meanwhile a normal client is served.
+    for _ in 0..5 {
+        assert!(server.client.whoami().await.is_ok());
+    }
+    let limit = Duration::from_secs(5);
+    for socket in [&mut silent, &mut slow_head] {
+        let (_, took) = read_until_closed(socket, limit).await;
+        assert!(took < Duration::from_secs(3), "closed after {took:?}");
+    }
+    let (answer, took) = read_until_closed(&mut idle, limit).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(took < Duration::from_secs(3), "the idle keep-alive was closed after {took:?}");
+    let (answer, took) = read_until_closed(&mut slow_body, limit).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("sent nothing for 1 s"), "{answer}");
+    assert!(took < Duration::from_secs(3), "the stalled body was given up after {took:?}");
+}
+
+#[tokio::test]
+async fn connections_past_the_bound_get_a_clear_503() {
+    let server = TestServer::spawn_with(|c| c.connection_limits.max_connections = 16).await;
+    let address = server.url.trim_start_matches("http://").to_owned();
+    // The test client holds a connection or two; fill the rest with idle ones.
+    let mut held = Vec::new();
+    let refused = loop {
+        assert!(held.len() < 20, "no refusal after {} connections", held.len());
+        let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
+        // A connection within the bound hears nothing until it asks; one past it is answered.
+        let mut first = [0u8; 1];
+        match tokio::time::timeout(Duration::from_millis(300), socket.peek(&mut first)).await {
+            Ok(Ok(n)) if n > 0 => break read_until_closed(&mut socket, Duration::from_secs(5)).await.0,
+            _ => held.push(socket),
+        }
+    };
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    assert!(refused.contains("\"title\":\"Too many connections\""), "{refused}");
+    let body = refused.split("\r\n\r\n").nth(1).unwrap();
+    let problem: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(problem["status"], 503);
+    // Once connections go, the server serves again.
+    drop(held);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while server.client.whoami().await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "still refused after the connections went");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

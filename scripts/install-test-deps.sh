@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests need beyond the Rust toolchain, idempotently:
 # - Debian's chromium and chromium-driver, for the browser test of the /activate page;
-# - a Python virtual environment at target/test-venv with moto[server] from PyPI, the
-#   S3-compatible server the cargo-bay tests start (scripts/s3-test-server.py).
+# - a Python virtual environment at target/test-venv with, from PyPI, moto[server] (the
+#   S3-compatible server the cargo-bay tests start, scripts/s3-test-server.py) and schemathesis
+#   (the API fuzzer of crates/mission-server/tests/api/fuzz.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,14 +17,14 @@ if ! command -v chromedriver >/dev/null 2>&1 || [ ! -x /usr/bin/chromium ]; then
 fi
 
 venv=target/test-venv
-if ! "$venv/bin/python" -c "import moto.server, boto3" >/dev/null 2>&1; then
+if ! "$venv/bin/python" -c "import moto.server, boto3, schemathesis" >/dev/null 2>&1; then
   if ! python3 -c "import venv, ensurepip" >/dev/null 2>&1; then
     echo "installing python3-venv (apt-get)" >&2
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >/dev/null
   fi
-  echo "installing moto[server] into $venv (pip)" >&2
+  echo "installing moto[server] and schemathesis into $venv (pip)" >&2
   rm -rf "$venv"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check 'moto[server]>=5.1,<6'
+  "$venv/bin/pip" install --quiet --disable-pip-version-check 'moto[server]>=5.1,<6' 'schemathesis>=4.32,<5'
 fi

@@ -19,6 +19,8 @@ export MISSION_REQUIRE_S3=1
 export MISSION_REQUIRE_CGROUPS=1
 # Jobs run sandboxed (as uids of their own, in namespaces): the suite runs as root.
 export MISSION_REQUIRE_SANDBOX=1
+# And schemathesis fuzzes the API from its OpenAPI document (the script installs it).
+export MISSION_REQUIRE_SCHEMATHESIS=1
 
 cargo nextest run --workspace --no-fail-fast
 cargo test --doc --workspace

@@ -158,14 +158,55 @@ pub struct RunJob {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lz_id: Option<Uuid>,
     /// CPUs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole_number")]
     pub cpu_count: Option<u32>,
     /// Memory in megabytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole_number")]
     pub memory_amount: Option<u64>,
     /// GPUs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole_number")]
     pub gpu_count: Option<u32>,
+}
+
+/// An optional whole number that may be written with a fraction of zero (`4.0`), as JSON
+/// Schema's `integer` allows and as clients that keep every number a float (Python's `json`
+/// with floats, JavaScript) may send it.
+fn whole_number<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<u64> + num_bounds::Max,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Number {
+        Whole(u64),
+        Any(f64),
+    }
+    let whole = |n: u64| T::try_from(n).ok();
+    let out_of_range = |shown: String| {
+        serde::de::Error::custom(format!("expected a whole number from 0 to {}, got {shown}", T::MAX))
+    };
+    match Option::<Number>::deserialize(deserializer)? {
+        None => Ok(None),
+        Some(Number::Whole(n)) => whole(n).map(Some).ok_or_else(|| out_of_range(n.to_string())),
+        Some(Number::Any(x)) if x.fract() == 0.0 && (0.0..=u64::MAX as f64).contains(&x) => {
+            whole(x as u64).map(Some).ok_or_else(|| out_of_range(x.to_string()))
+        }
+        Some(Number::Any(x)) => Err(out_of_range(x.to_string())),
+    }
+}
+
+mod num_bounds {
+    /// The largest value of an unsigned integer type, for messages.
+    pub trait Max {
+        const MAX: u64;
+    }
+    impl Max for u32 {
+        const MAX: u64 = u32::MAX as u64;
+    }
+    impl Max for u64 {
+        const MAX: u64 = u64::MAX;
+    }
 }
 
 /// One page of `GET /api/v1/jobs`, newest first.
@@ -185,3 +226,25 @@ pub struct JobPage {
 /// Folder of a job's results holding its two logs (`stdout.log`, `stderr.log`). The landing zone
 /// does not upload a top-level folder of this name from the work dir.
 pub const JOB_LOGS_FOLDER: &str = "mission-logs";
+
+#[cfg(test)]
+mod whole_number_tests {
+    use super::RunJob;
+
+    #[test]
+    fn resources_may_be_whole_numbers_written_as_floats_and_nothing_else() {
+        let parse = |resources: &str| {
+            serde_json::from_str::<RunJob>(&format!(
+                r#"{{"station_id": "6d697373-696f-4e00-8000-000000000002"{resources}}}"#
+            ))
+        };
+        let job = parse(r#", "cpu_count": 4.0, "memory_amount": 2048, "gpu_count": null"#).unwrap();
+        assert_eq!((job.cpu_count, job.memory_amount, job.gpu_count), (Some(4), Some(2048), None));
+        assert_eq!(parse("").unwrap().cpu_count, None);
+        for bad in [r#", "cpu_count": 1.5"#, r#", "cpu_count": -1"#, r#", "gpu_count": 5000000000"#, r#", "cpu_count": "4""#] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        let error = parse(r#", "cpu_count": 1.5"#).unwrap_err().to_string();
+        assert!(error.contains("expected a whole number from 0 to 4294967295, got 1.5"), "{error}");
+    }
+}

@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 
 /// Longest mission path accepted, in bytes.
 pub const MAX_PATH_BYTES: usize = 1024;
-/// Longest single path segment accepted, in bytes.
-pub const MAX_SEGMENT_BYTES: usize = 255;
+/// Longest single path segment accepted, in bytes: a file name may have 255, and an upload in
+/// progress adds `#` and a number to it.
+pub const MAX_SEGMENT_BYTES: usize = 240;
 
 /// A normalised path relative to a mission's root, such as `data/input.csv`.
 ///
@@ -174,7 +175,8 @@ mod tests {
         assert_eq!(MissionPath::parse("a/"), Err(PathError::EmptySegment));
         assert_eq!(MissionPath::parse("..\\x"), Err(PathError::Backslash));
         assert_eq!(MissionPath::parse("a\0b"), Err(PathError::ControlCharacter));
-        assert_eq!(MissionPath::parse(&"a".repeat(256)), Err(PathError::TooLong));
+        assert_eq!(MissionPath::parse(&"a".repeat(MAX_SEGMENT_BYTES + 1)), Err(PathError::TooLong));
+        assert!(MissionPath::parse(&"a".repeat(MAX_SEGMENT_BYTES)).is_ok());
         assert_eq!(MissionPath::parse("dir/file#12"), Err(PathError::ReservedName));
         assert_eq!(MissionPath::parse(&"a/".repeat(600)), Err(PathError::TooLong));
     }

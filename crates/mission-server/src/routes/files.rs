@@ -48,7 +48,8 @@ pub async fn list(
     params(("id" = uuid::Uuid, Path, description = "mission id"), ("path" = String, Path, description = "file path relative to the mission root")),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
     responses((status = 201, body = FileListing, description = "created"), (status = 200, body = FileListing, description = "replaced"),
-        (status = 400, body = mission_api::Problem), (status = 413, body = mission_api::Problem)))]
+        (status = 400, body = mission_api::Problem), (status = 413, body = mission_api::Problem),
+        (status = 409, body = mission_api::Problem, description = "a file of the mission is a folder of this path, or this path a folder of one")))]
 pub async fn upload(
     State(app): State<AppState>,
     who: Principal,
@@ -58,6 +59,13 @@ pub async fn upload(
 ) -> ApiResult<Response> {
     let mission = writable(&app, who, &id).await?;
     let path = parse_path(&raw_path)?;
+    if let Some(other) = app.store.path_conflict(mission.mission_id, path.as_str()).await? {
+        return Err(ApiError::conflict(if other.len() < path.as_str().len() {
+            format!("{other} is a file, so it cannot be a folder of {path}")
+        } else {
+            format!("{path} is a folder (it holds {other}), so it cannot be a file")
+        }));
+    }
     let limits = app.config.file_limits;
     let usage = app.store.upload_usage(mission.mission_id, mission.user_id, path.as_str()).await?;
     let existing = usage.existing_size;

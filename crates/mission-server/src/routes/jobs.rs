@@ -100,9 +100,9 @@ pub async fn run(
 #[utoipa::path(get, path = "/api/v1/jobs", tag = "jobs",
     params(("mission_ids" = Option<Vec<uuid::Uuid>>, Query, description = "only these missions' jobs"),
         ("station_ids" = Option<Vec<uuid::Uuid>>, Query, description = "only jobs on these stations"),
-        ("statuses" = Option<Vec<String>>, Query, description = "only jobs in these states"),
-        ("page" = Option<u32>, Query, description = "page number from 1 (default 1)"),
-        ("items" = Option<u32>, Query, description = "jobs per page, 1 to 200 (default 25)")),
+        ("statuses" = Option<Vec<mission_api::JobStatus>>, Query, description = "only jobs in these states"),
+        ("page" = Option<u32>, Query, minimum = 1, maximum = 1000000, description = "page number, 1 to 1,000,000 (default 1)"),
+        ("items" = Option<u32>, Query, minimum = 1, maximum = 200, description = "jobs per page, 1 to 200 (default 25)")),
     responses((status = 200, body = JobPage), (status = 400, body = mission_api::Problem)))]
 pub async fn list(
     State(app): State<AppState>,

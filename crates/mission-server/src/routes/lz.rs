@@ -101,7 +101,7 @@ pub async fn heartbeat(State(app): State<AppState>, Agent(lz): Agent) -> ApiResu
 pub async fn reports(
     State(app): State<AppState>,
     Agent(lz): Agent,
-    ApiJson(reports): ApiJson<Vec<Report>>,
+    ApiJson(reports): ApiJson<Vec<Report>, false>,
 ) -> ApiResult<StatusCode> {
     let (lz_id, ended): (_, Vec<_>) =
         (lz.lz_id, reports.iter().filter(|r| r.status.is_final()).map(|r| r.job_id).collect());

@@ -30,19 +30,26 @@ pub const MAX_ARGS: usize = 1000;
 /// Longest single argument, in bytes.
 pub const MAX_ARG_BYTES: usize = 4096;
 
+/// A name as given: at most [`MAX_NAME_CHARS`] characters, no control characters, not only
+/// spaces (the OpenAPI document says the same with [`NAME_PATTERN`]); answered trimmed.
 pub(super) fn check_name(name: &str) -> ApiResult<String> {
-    let name = name.trim();
-    if name.is_empty() {
-        return Err(ApiError::invalid_field("name", "must not be empty"));
-    }
     if name.chars().count() > MAX_NAME_CHARS {
         return Err(ApiError::invalid_field("name", format!("at most {MAX_NAME_CHARS} characters")));
     }
     if name.chars().any(char::is_control) {
         return Err(ApiError::invalid_field("name", "must not contain control characters"));
     }
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(ApiError::invalid_field("name", "must not be empty"));
+    }
     Ok(name.to_owned())
 }
+
+/// [`check_name`]'s rule as a JSON Schema pattern: no control character (Unicode's Cc), and
+/// at least one character that is not a space.
+pub(super) const NAME_PATTERN: &str =
+    r"^[^\u0000-\u001F\u007F-\u009F]*[^\s\u0000-\u001F\u007F-\u009F][^\u0000-\u001F\u007F-\u009F]*$";
 
 fn check_description(description: &str) -> ApiResult<()> {
     if description.chars().count() > MAX_DESCRIPTION_CHARS {
@@ -171,8 +178,8 @@ pub async fn create(
         ("user_ids" = Option<Vec<uuid::Uuid>>, Query, description = "owners (repeat the key)"),
         ("mission_type_ids" = Option<Vec<uuid::Uuid>>, Query, description = "mission types (repeat the key)"),
         ("archived" = Option<bool>, Query, description = "archived or not; both when absent"),
-        ("page" = Option<u32>, Query, description = "page number from 1 (default 1)"),
-        ("items" = Option<u32>, Query, description = "missions per page, 1 to 200 (default 25)"),
+        ("page" = Option<u32>, Query, minimum = 1, maximum = 1000000, description = "page number, 1 to 1,000,000 (default 1)"),
+        ("items" = Option<u32>, Query, minimum = 1, maximum = 200, description = "missions per page, 1 to 200 (default 25)"),
     ),
     responses((status = 200, body = MissionPage), (status = 400, body = mission_api::Problem)))]
 pub async fn list(
@@ -223,7 +230,8 @@ pub async fn get(State(app): State<AppState>, who: Principal, Path(id): Path<Str
 #[utoipa::path(patch, path = "/api/v1/missions/{id}", tag = "missions", request_body = UpdateMission,
     params(("id" = uuid::Uuid, Path, description = "mission id")),
     responses((status = 200, body = Mission), (status = 400, body = mission_api::Problem),
-        (status = 403, body = mission_api::Problem), (status = 404, body = mission_api::Problem)))]
+        (status = 403, body = mission_api::Problem), (status = 404, body = mission_api::Problem),
+        (status = 409, body = mission_api::Problem, description = "the mission's source moves while it holds files")))]
 pub async fn update(
     State(app): State<AppState>,
     who: Principal,

@@ -17,6 +17,7 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::response::IntoResponse;
 use axum::routing::{get, post, put};
 use utoipa::OpenApi;
+use utoipa::openapi::RefOr;
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -40,7 +41,7 @@ pub use files::recover as recover_files;
         meta::auth_config, meta::me,
     ),
     components(schemas(mission_api::Problem)),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &TruthfulDocument),
     security(("bearer" = [])),
 )]
 pub struct ApiDoc;
@@ -55,6 +56,139 @@ impl utoipa::Modify for BearerAuth {
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).bearer_format("JWT").build()),
         );
+    }
+}
+
+/// Makes the document say what the handlers check: the field rules below, mission paths'
+/// rule, and, for every operation, the errors it can answer, all as `application/problem+json`
+/// [`mission_api::Problem`]s: 401 where it needs a token (all but `/auth-config`, which is marked
+/// as needing none), 400 where a path or query parameter or a body can be malformed, 404 where
+/// a path names something, 403 where it names something or changes anything (permissions are
+/// checked on both), 413 and 415 where it takes a body. Statuses only some operations answer
+/// (409, 416) are in their own annotations.
+struct TruthfulDocument;
+
+/// Operations anyone may call, without a token.
+const PUBLIC_OPERATIONS: &[&str] = &["/api/v1/auth-config"];
+
+/// [`mission_api::paths::MissionPath::parse`]'s rule as a JSON Schema pattern: segments of 1 to
+/// [`mission_api::paths::MAX_SEGMENT_BYTES`] characters without `/`, `\\` or control
+/// characters, none of them `..` or ending in `#` and digits, not all of them `.`. (The limits
+/// are in bytes, which a pattern cannot count: names of many multi-byte characters may pass
+/// the pattern and still be refused.)
+fn mission_path_pattern() -> String {
+    let max = mission_api::paths::MAX_SEGMENT_BYTES;
+    let segment = format!(r"(?!\.\.(?:/|$))(?![^/]*#[0-9]+(?:/|$))[^/\\\u0000-\u001F\u007F-\u009F]{{1,{max}}}");
+    format!(r"^(?!(?:\.(?:/|$))+$){segment}(?:/{segment})*$")
+}
+
+/// What the handlers check of body fields the types alone do not say, as schema constraints:
+/// (schema, property, most characters, pattern).
+const FIELD_RULES: &[(&str, &str, usize, &str)] = &[
+    ("CreateMission", "name", missions::MAX_NAME_CHARS, missions::NAME_PATTERN),
+    ("UpdateMission", "name", missions::MAX_NAME_CHARS, missions::NAME_PATTERN),
+    ("CreateCargoBay", "name", missions::MAX_NAME_CHARS, missions::NAME_PATTERN),
+    ("CreateStation", "name", missions::MAX_NAME_CHARS, missions::NAME_PATTERN),
+    ("RegisterLandingZone", "name", missions::MAX_NAME_CHARS, missions::NAME_PATTERN),
+    ("CreateMission", "description", missions::MAX_DESCRIPTION_CHARS, NO_NUL),
+    ("UpdateMission", "description", missions::MAX_DESCRIPTION_CHARS, NO_NUL),
+];
+
+/// A string without NUL.
+const NO_NUL: &str = r"^[^\u0000]*$";
+
+impl utoipa::Modify for TruthfulDocument {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::path::{HttpMethod, ParameterIn};
+        use utoipa::openapi::schema::{ArrayItems, Schema};
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        let schemas = &mut openapi.components.get_or_insert_with(Default::default).schemas;
+        for (body, name, most, pattern) in FIELD_RULES {
+            if let Some(RefOr::T(Schema::Object(object))) = schemas.get_mut(*body)
+                && let Some(RefOr::T(Schema::Object(field))) = object.properties.get_mut(*name)
+            {
+                field.max_length = Some(*most);
+                field.pattern = Some((*pattern).to_owned());
+            }
+        }
+        if let Some(RefOr::T(Schema::Object(object))) = schemas.get_mut("UpdateMissionArgs")
+            && let Some(RefOr::T(Schema::Array(args))) = object.properties.get_mut("args")
+        {
+            args.max_items = Some(missions::MAX_ARGS);
+            if let ArrayItems::RefOrSchema(item) = &mut args.items
+                && let RefOr::T(Schema::Object(item)) = item.as_mut()
+            {
+                item.max_length = Some(missions::MAX_ARG_BYTES);
+                item.pattern = Some(NO_NUL.to_owned());
+            }
+        }
+        let problem = |description: &str| {
+            let content = ContentBuilder::new().schema(Some(Ref::from_schema_name("Problem"))).build();
+            RefOr::T(ResponseBuilder::new().description(description).content(mission_api::PROBLEM_CONTENT_TYPE, content).build())
+        };
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            let public = PUBLIC_OPERATIONS.contains(&path.as_str());
+            let operations = [
+                (HttpMethod::Get, &mut item.get),
+                (HttpMethod::Put, &mut item.put),
+                (HttpMethod::Post, &mut item.post),
+                (HttpMethod::Delete, &mut item.delete),
+                (HttpMethod::Patch, &mut item.patch),
+            ];
+            for (method, operation) in operations {
+                let Some(operation) = operation else { continue };
+                for parameter in operation.parameters.iter_mut().flatten() {
+                    if parameter.name == "path"
+                        && let Some(RefOr::T(Schema::Object(path))) = &mut parameter.schema
+                    {
+                        path.max_length = Some(mission_api::paths::MAX_PATH_BYTES);
+                        path.pattern = Some(mission_path_pattern());
+                    }
+                }
+                let within = |place: ParameterIn| {
+                    operation.parameters.iter().flatten().any(|p| std::mem::discriminant(&p.parameter_in) == std::mem::discriminant(&place))
+                };
+                // A raw body may be empty (an empty file).
+                if let Some(body) = &mut operation.request_body
+                    && body.content.keys().all(|media_type| media_type == "application/octet-stream")
+                {
+                    body.required = Some(utoipa::openapi::Required::False);
+                }
+                let (in_path, in_query, body) = (within(ParameterIn::Path), within(ParameterIn::Query), operation.request_body.is_some());
+                let changes = !matches!(method, HttpMethod::Get);
+                let mut add = Vec::new();
+                if public {
+                    operation.security = Some(Vec::new());
+                } else {
+                    add.push(("401", "no valid bearer token"));
+                }
+                if in_path || in_query || body {
+                    add.push(("400", "a malformed parameter or body"));
+                }
+                if in_path {
+                    add.push(("404", "no such resource, or not one the caller may see"));
+                }
+                if !public && (in_path || changes) {
+                    add.push(("403", "the caller may not do this"));
+                }
+                if body {
+                    add.push(("413", "the body is over its limit"));
+                    add.push(("415", "the body is not of the documented content type"));
+                }
+                let responses = &mut operation.responses.responses;
+                for (status, description) in add {
+                    responses.entry(status.to_owned()).or_insert_with(|| problem(description));
+                }
+                // Errors come as problem+json, whatever the annotations said.
+                for (status, response) in responses.iter_mut() {
+                    if let (true, RefOr::T(response)) = (status.as_str() >= "400", response)
+                        && let Some(content) = response.content.shift_remove("application/json")
+                    {
+                        response.content.insert(mission_api::PROBLEM_CONTENT_TYPE.to_owned(), content);
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -43,13 +43,18 @@ async fn managed(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Stat
     }
 }
 
-/// A user named by id or username, as a 400 naming `field` when there is none.
-async fn user_named(app: &AppState, field: &str, given: &str) -> ApiResult<Uuid> {
+/// The user named by id or username, if there is one.
+async fn user_named(app: &AppState, given: &str) -> ApiResult<Option<Uuid>> {
     let user = match Uuid::parse_str(given) {
         Ok(id) => app.store.user_by_id(id).await?,
         Err(_) => app.store.user_by_username(given).await?,
     };
-    user.map(|u| u.user_id).ok_or_else(|| ApiError::invalid_field(field, format!("no user {given:?}")))
+    Ok(user.map(|u| u.user_id))
+}
+
+/// The member a path names: 404 when there is no such user.
+async fn member_named(app: &AppState, given: &str) -> ApiResult<Uuid> {
+    user_named(app, given).await?.ok_or_else(|| ApiError::not_found("user", format!("{given:?}")))
 }
 
 /// The stations the caller may run jobs on (every station, for admins).
@@ -79,7 +84,11 @@ pub async fn create(
         ));
     }
     let owner_id = match req.owner_id {
-        Some(id) => Some(user_named(&app, "owner_id", &id.to_string()).await?),
+        Some(id) => Some(
+            user_named(&app, &id.to_string())
+                .await?
+                .ok_or_else(|| ApiError::invalid_field("owner_id", format!("no user {id}")))?,
+        ),
         None => Some(who.user_id),
     };
     let station = Station {
@@ -141,7 +150,7 @@ pub async fn add_member(
     Path((id, user)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
     let station = managed(&app, who, &id).await?;
-    let user_id = user_named(&app, "user", &user).await?;
+    let user_id = member_named(&app, &user).await?;
     app.store.add_station_member(station.station_id, user_id, store::now()).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -156,7 +165,7 @@ pub async fn remove_member(
     Path((id, user)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
     let station = managed(&app, who, &id).await?;
-    let user_id = user_named(&app, "user", &user).await?;
+    let user_id = member_named(&app, &user).await?;
     if app.store.remove_station_member(station.station_id, user_id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {

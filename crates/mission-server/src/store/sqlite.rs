@@ -590,6 +590,26 @@ impl Store {
         rows.iter().map(file_from_row).collect()
     }
 
+    /// A file of the mission that `path` cannot sit beside: one whose path is a folder of
+    /// `path` (`a` for `a/b`), or one inside `path` as a folder (`a/b` for `a`).
+    pub async fn path_conflict(&self, mission_id: Uuid, path: &str) -> Result<Option<String>, StoreError> {
+        let folders: Vec<&str> = path.match_indices('/').map(|(i, _)| &path[..i]).collect();
+        let placeholders = vec!["?"; folders.len()].join(", ");
+        let query = format!(
+            "SELECT path FROM mission_files WHERE mission_id = ? \
+             AND (substr(path, 1, ?) = ? OR path IN ({})) LIMIT 1",
+            if placeholders.is_empty() { "NULL" } else { &placeholders }
+        );
+        let mut query = sqlx::query_scalar::<_, String>(&query)
+            .bind(mission_id.to_string())
+            .bind(path.len() as i64 + 1)
+            .bind(format!("{path}/"));
+        for folder in folders {
+            query = query.bind(folder);
+        }
+        Ok(query.fetch_optional(&mut *self.reader().await).await?)
+    }
+
     /// What the file limits need to know before an upload of `path`, in one query.
     pub async fn upload_usage(&self, mission_id: Uuid, user_id: Uuid, path: &str) -> Result<UploadUsage, StoreError> {
         let row = sqlx::query(

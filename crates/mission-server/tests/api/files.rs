@@ -453,3 +453,20 @@ async fn files_follow_mission_ownership() {
     alice.delete_mission_by_id(private).await.unwrap();
     assert!(!server.app.config.data_dir.join(format!("files/missions/{private}")).join("a.txt").exists());
 }
+
+#[tokio::test]
+async fn a_file_and_a_folder_of_one_name_conflict() {
+    let server = TestServer::spawn().await;
+    let id = mission(&server.client, "shapes", false).await;
+    let token = token_for(&server, "alice").await;
+    let url = |name: &str| format!("{}/api/v1/missions/{id}/files/{name}", server.url);
+    assert_eq!(http().put(url("d/f")).bearer_auth(&token).body("in a folder").send().await.unwrap().status(), 201);
+    assert_eq!(http().put(url("f")).bearer_auth(&token).body("a file").send().await.unwrap().status(), 201);
+    for (path, why) in [("d", "folder"), ("f/x", "file")] {
+        let (status, p) = problem(http().put(url(path)).bearer_auth(&token).body("x").send().await.unwrap()).await;
+        assert_eq!(status, 409, "{path}: {}", p.detail);
+        assert!(p.detail.contains(why), "{path}: {}", p.detail);
+    }
+    assert_eq!(server.client.get_mission_files(id).await.unwrap().len(), 2);
+    assert!(server.app.store.pending_intents().await.unwrap().is_empty());
+}

@@ -5,6 +5,7 @@ mod cargo_bays;
 mod device_flow;
 mod external;
 mod files;
+mod fuzz;
 mod meta;
 mod mission_types;
 mod missions;

@@ -49,7 +49,7 @@ async fn stations_members_and_landing_zones() {
     assert_eq!(olga.get_station(gpu.station_id).await.unwrap(), gpu);
     olga.add_station_member(gpu.station_id, "alice").await.unwrap();
     olga.add_station_member(gpu.station_id, "alice").await.unwrap();
-    assert_eq!(status(olga.add_station_member(gpu.station_id, "nobody").await), (400, Some("user".into())));
+    assert_eq!(status(olga.add_station_member(gpu.station_id, "nobody").await), (404, None));
     let members = olga.station_members(gpu.station_id).await.unwrap();
     assert_eq!(members.iter().map(|m| m.username.as_str()).collect::<Vec<_>>(), ["alice"]);
     assert_eq!(alice.get_station(gpu.station_id).await.unwrap().name, "gpu", "members see it");

@@ -1,0 +1,44 @@
+//! Schemathesis (PyPI, in `target/test-venv`) fuzzes the real server from its own OpenAPI
+//! document with a valid token, every check on, for a bounded number of examples per
+//! operation: any 5xx, response that contradicts the document or undocumented status code
+//! fails the test.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mission_testkit::TestServer;
+
+use crate::token_for;
+
+#[tokio::test]
+async fn schemathesis_finds_nothing() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let schemathesis = root.join("target/test-venv/bin/schemathesis");
+    if !schemathesis.exists() {
+        assert!(
+            std::env::var("MISSION_REQUIRE_SCHEMATHESIS").as_deref() != Ok("1"),
+            "schemathesis is required (MISSION_REQUIRE_SCHEMATHESIS=1) but {} is missing; run scripts/install-test-deps.sh",
+            schemathesis.display()
+        );
+        eprintln!("skipped: {} is missing; scripts/install-test-deps.sh installs it", schemathesis.display());
+        return;
+    }
+    // As an admin, so that no operation is closed to it (stations' management is admin's).
+    let server = TestServer::spawn().await;
+    server.add_user("root", true).await;
+    let token = token_for(&server, "root").await;
+    let examples = std::env::var("MISSION_FUZZ_EXAMPLES").unwrap_or_else(|_| "25".into());
+    let run = tokio::process::Command::new(&schemathesis)
+        .arg("--config-file")
+        .arg(root.join("crates/mission-server/tests/api/schemathesis.toml"))
+        .args(["run", &format!("{}/api/v1/openapi.json", server.url), "--checks", "all"])
+        .args(["--max-examples", &examples, "--seed", "1", "--no-color", "--suppress-health-check", "all"])
+        .args(["--header", &format!("Authorization: Bearer {token}")])
+        .args(["--request-timeout", "10"])
+        .env("SCHEMATHESIS_HOOKS", "")
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(600), run).await.expect("schemathesis within 10 min").unwrap();
+    let report = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "schemathesis found problems:\n{report}");
+}

@@ -28,11 +28,12 @@ async fn schemathesis_finds_nothing() {
     server.add_user("root", true).await;
     let token = token_for(&server, "root").await;
     let examples = std::env::var("MISSION_FUZZ_EXAMPLES").unwrap_or_else(|_| "25".into());
+    let seed = std::env::var("MISSION_FUZZ_SEED").unwrap_or_else(|_| "1".into());
     let run = tokio::process::Command::new(&schemathesis)
         .arg("--config-file")
         .arg(root.join("crates/mission-server/tests/api/schemathesis.toml"))
         .args(["run", &format!("{}/api/v1/openapi.json", server.url), "--checks", "all"])
-        .args(["--max-examples", &examples, "--seed", "1", "--no-color", "--suppress-health-check", "all"])
+        .args(["--max-examples", &examples, "--seed", &seed, "--no-color", "--suppress-health-check", "all"])
         .args(["--header", &format!("Authorization: Bearer {token}")])
         .args(["--request-timeout", "10"])
         .env("SCHEMATHESIS_HOOKS", "")

@@ -214,7 +214,7 @@ async fn bad_input_is_a_clear_400() {
         ),
         (r#"{"name": "x", "settings": {"filename": "a.py"}}"#.into(), 400, "without a mission_type_id"),
         (r#"{"name": "x""#.into(), 400, "EOF"),
-        ("[]".into(), 400, "expected struct CreateMission"),
+        ("[]".into(), 400, "the body must be a JSON object"),
         (format!(r#"{{"name": "{}"}}"#, "y".repeat(2 * 1024 * 1024)), 413, "limited to"),
     ];
     for (body, status, needle) in cases {

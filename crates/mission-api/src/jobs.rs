@@ -183,9 +183,8 @@ where
         Any(f64),
     }
     let whole = |n: u64| T::try_from(n).ok();
-    let out_of_range = |shown: String| {
-        serde::de::Error::custom(format!("expected a whole number from 0 to {}, got {shown}", T::MAX))
-    };
+    let out_of_range =
+        |shown: String| serde::de::Error::custom(format!("expected a whole number from 0 to {}, got {shown}", T::MAX));
     match Option::<Number>::deserialize(deserializer)? {
         None => Ok(None),
         Some(Number::Whole(n)) => whole(n).map(Some).ok_or_else(|| out_of_range(n.to_string())),
@@ -241,7 +240,9 @@ mod whole_number_tests {
         let job = parse(r#", "cpu_count": 4.0, "memory_amount": 2048, "gpu_count": null"#).unwrap();
         assert_eq!((job.cpu_count, job.memory_amount, job.gpu_count), (Some(4), Some(2048), None));
         assert_eq!(parse("").unwrap().cpu_count, None);
-        for bad in [r#", "cpu_count": 1.5"#, r#", "cpu_count": -1"#, r#", "gpu_count": 5000000000"#, r#", "cpu_count": "4""#] {
+        for bad in
+            [r#", "cpu_count": 1.5"#, r#", "cpu_count": -1"#, r#", "gpu_count": 5000000000"#, r#", "cpu_count": "4""#]
+        {
             assert!(parse(bad).is_err(), "{bad}");
         }
         let error = parse(r#", "cpu_count": 1.5"#).unwrap_err().to_string();

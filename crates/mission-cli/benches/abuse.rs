@@ -133,9 +133,8 @@ async fn main() {
     }
 
     // Invented methods, over 16 keep-alive connections.
-    let metrics_size = |url: String| async move {
-        reqwest::get(format!("{url}/metrics")).await.unwrap().bytes().await.unwrap().len()
-    };
+    let metrics_size =
+        |url: String| async move { reqwest::get(format!("{url}/metrics")).await.unwrap().bytes().await.unwrap().len() };
     let (rss_before, metrics_before) = (rss_kib(pid), metrics_size(url.clone()).await);
     let started = Instant::now();
     let per_connection = invented / 16;

@@ -75,7 +75,10 @@ impl Launcher {
     pub(crate) fn start_job(&self, plan: &Plan) -> io::Result<JobProcess> {
         let encoded = plan.encode();
         if encoded.len() > spawner::MAX_PLAN {
-            return Err(io::Error::other(format!("the job's command and environment exceed {} KiB", spawner::MAX_PLAN / 1024)));
+            return Err(io::Error::other(format!(
+                "the job's command and environment exceed {} KiB",
+                spawner::MAX_PLAN / 1024
+            )));
         }
         let stdin = std::fs::File::open("/dev/null")?;
         let (stdout, stdout_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
@@ -147,8 +150,12 @@ fn exchange(
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut ancillary = RecvAncillaryBuffer::new(&mut space);
     let received = loop {
-        match rustix::net::recvmsg(socket, &mut [io::IoSliceMut::new(&mut reply)], &mut ancillary, RecvFlags::CMSG_CLOEXEC)
-        {
+        match rustix::net::recvmsg(
+            socket,
+            &mut [io::IoSliceMut::new(&mut reply)],
+            &mut ancillary,
+            RecvFlags::CMSG_CLOEXEC,
+        ) {
             Err(rustix::io::Errno::INTR) => continue,
             other => break other?,
         }
@@ -175,8 +182,9 @@ impl JobProcess {
     pub async fn wait(&self) -> io::Result<ExitStatus> {
         // SAFETY: the AsyncFd owns the descriptor (an OwnedFd), which stays open and the same
         // until the AsyncFd is dropped.
-        let watched = unsafe { AsyncFd::register_with_interest(self.pidfd.try_clone()?, tokio::io::Interest::READABLE) }
-            .map_err(io::Error::from)?;
+        let watched =
+            unsafe { AsyncFd::register_with_interest(self.pidfd.try_clone()?, tokio::io::Interest::READABLE) }
+                .map_err(io::Error::from)?;
         loop {
             let mut ready = watched.readable().await?;
             if let Some(status) = self.reap(WaitIdOptions::NOHANG)? {

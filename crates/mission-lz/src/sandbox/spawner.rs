@@ -190,8 +190,7 @@ impl Plan {
             (OsStr::from_bytes(&bytes[..split]), OsStr::from_bytes(bytes.get(split + 1..).unwrap_or_default()))
         });
         // The directory is entered as the job's user: its permissions apply to the job.
-        let error =
-            std::process::Command::new(program).args(args).env_clear().envs(env).current_dir(&self.dir).exec();
+        let error = std::process::Command::new(program).args(args).env_clear().envs(env).current_dir(&self.dir).exec();
         Err(format!("cannot run {} in {}: {error}", program.display(), self.dir.display()))
     }
 }
@@ -244,9 +243,10 @@ fn run_if_invoked_with(mut args: impl Iterator<Item = OsString>) {
     }
     // SAFETY: standard input is the socket the launcher passed; nothing else owns fd 0.
     let socket = unsafe { OwnedFd::from_raw_fd(0) };
-    let parent = args.next().zip(args.next()).and_then(|(flag, pid)| {
-        (flag == "--parent").then(|| pid.to_str()?.parse::<libc::pid_t>().ok()).flatten()
-    });
+    let parent = args
+        .next()
+        .zip(args.next())
+        .and_then(|(flag, pid)| (flag == "--parent").then(|| pid.to_str()?.parse::<libc::pid_t>().ok()).flatten());
     let Some(parent) = parent else {
         eprintln!("{NAME}: expected --parent PID (this process is started by a landing-zone agent)");
         std::process::exit(2);
@@ -436,7 +436,11 @@ unsafe fn init(program: libc::pid_t, status_out: libc::c_int) -> ! {
             let reaped = libc::waitpid(-1, &mut status, 0);
             if reaped == program {
                 libc::write(status_out, (&raw const status).cast(), size_of::<libc::c_int>());
-                libc::_exit(if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) });
+                libc::_exit(if libc::WIFEXITED(status) {
+                    libc::WEXITSTATUS(status)
+                } else {
+                    128 + libc::WTERMSIG(status)
+                });
             }
             if reaped < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
                 libc::_exit(127);

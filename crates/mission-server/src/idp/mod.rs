@@ -193,8 +193,10 @@ mod tests {
     fn key_is_created_once_and_reloaded() {
         let dir = tempfile::tempdir().unwrap();
         let ttl = Duration::from_secs(60);
-        let a = BuiltinIdp::load_or_create(dir.path(), "http://x".into(), "aud".into(), ttl, Default::default()).unwrap();
-        let b = BuiltinIdp::load_or_create(dir.path(), "http://x".into(), "aud".into(), ttl, Default::default()).unwrap();
+        let a =
+            BuiltinIdp::load_or_create(dir.path(), "http://x".into(), "aud".into(), ttl, Default::default()).unwrap();
+        let b =
+            BuiltinIdp::load_or_create(dir.path(), "http://x".into(), "aud".into(), ttl, Default::default()).unwrap();
         assert_eq!(a.kid(), b.kid());
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(dir.path().join(KEY_FILE)).unwrap().permissions().mode();

@@ -48,7 +48,8 @@ impl OAuthFailure {
 impl OAuthFailure {
     /// 429 with `Retry-After`: the client asked too often.
     fn too_many(retry_after: u64) -> Self {
-        let mut failure = Self::new("slow_down", format!("too many requests from this address; retry in {retry_after} s"));
+        let mut failure =
+            Self::new("slow_down", format!("too many requests from this address; retry in {retry_after} s"));
         failure.status = StatusCode::TOO_MANY_REQUESTS;
         failure.retry_after = Some(retry_after);
         failure

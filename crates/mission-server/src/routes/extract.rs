@@ -23,7 +23,9 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned, const OBJECT: bool> FromReq
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let media_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
         let media_type = media_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-        if media_type != "application/json" && !(media_type.starts_with("application/") && media_type.ends_with("+json")) {
+        if media_type != "application/json"
+            && !(media_type.starts_with("application/") && media_type.ends_with("+json"))
+        {
             return Err(ApiError::unsupported_media_type("send the body as Content-Type: application/json"));
         }
         let body = match Bytes::from_request(req, state).await {
@@ -68,11 +70,9 @@ pub const MAX_PAGE: u32 = 1_000_000;
 
 /// The `page` of a listing: 1 to [`MAX_PAGE`].
 pub fn page_number(value: &str) -> Result<u32, ApiError> {
-    value
-        .parse()
-        .ok()
-        .filter(|p| (1..=MAX_PAGE).contains(p))
-        .ok_or_else(|| ApiError::invalid_field("page", format!("expected an integer from 1 to {MAX_PAGE}, got {value:?}")))
+    value.parse().ok().filter(|p| (1..=MAX_PAGE).contains(p)).ok_or_else(|| {
+        ApiError::invalid_field("page", format!("expected an integer from 1 to {MAX_PAGE}, got {value:?}"))
+    })
 }
 
 /// The `items` of a listing: 1 to [`MAX_ITEMS_PER_PAGE`].

@@ -17,11 +17,11 @@ use uuid::Uuid;
 
 use super::missions::{readable, writable};
 use crate::AppState;
+use crate::FileLimits;
 use crate::auth::Principal;
 use crate::blobs::{Location, WriteError};
 use crate::cargo_bays::{CargoBays, storage_error};
 use crate::error::{ApiError, ApiResult};
-use crate::FileLimits;
 use crate::store::{self, FileRecord, Intent, IntentKind, UploadUsage};
 
 /// A file path from the URL, as a 400 naming `path` when it breaks the path rule.

@@ -124,7 +124,12 @@ impl utoipa::Modify for TruthfulDocument {
         }
         let problem = |description: &str| {
             let content = ContentBuilder::new().schema(Some(Ref::from_schema_name("Problem"))).build();
-            RefOr::T(ResponseBuilder::new().description(description).content(mission_api::PROBLEM_CONTENT_TYPE, content).build())
+            RefOr::T(
+                ResponseBuilder::new()
+                    .description(description)
+                    .content(mission_api::PROBLEM_CONTENT_TYPE, content)
+                    .build(),
+            )
         };
         for (path, item) in openapi.paths.paths.iter_mut() {
             let public = PUBLIC_OPERATIONS.contains(&path.as_str());
@@ -146,7 +151,11 @@ impl utoipa::Modify for TruthfulDocument {
                     }
                 }
                 let within = |place: ParameterIn| {
-                    operation.parameters.iter().flatten().any(|p| std::mem::discriminant(&p.parameter_in) == std::mem::discriminant(&place))
+                    operation
+                        .parameters
+                        .iter()
+                        .flatten()
+                        .any(|p| std::mem::discriminant(&p.parameter_in) == std::mem::discriminant(&place))
                 };
                 // A raw body may be empty (an empty file).
                 if let Some(body) = &mut operation.request_body
@@ -154,7 +163,8 @@ impl utoipa::Modify for TruthfulDocument {
                 {
                     body.required = Some(utoipa::openapi::Required::False);
                 }
-                let (in_path, in_query, body) = (within(ParameterIn::Path), within(ParameterIn::Query), operation.request_body.is_some());
+                let (in_path, in_query, body) =
+                    (within(ParameterIn::Path), within(ParameterIn::Query), operation.request_body.is_some());
                 let changes = !matches!(method, HttpMethod::Get);
                 let mut add = Vec::new();
                 if public {

@@ -39,7 +39,8 @@ async fn schemathesis_finds_nothing() {
         .env("SCHEMATHESIS_HOOKS", "")
         .kill_on_drop(true)
         .output();
-    let output = tokio::time::timeout(Duration::from_secs(600), run).await.expect("schemathesis within 10 min").unwrap();
+    let output =
+        tokio::time::timeout(Duration::from_secs(600), run).await.expect("schemathesis within 10 min").unwrap();
     let report = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(output.status.success(), "schemathesis found problems:\n{report}");
 }

@@ -147,9 +147,10 @@ impl ServerCommand {
     }
 }
 
-/// Raises the open-file limit to its hard limit, and answers how many connections fit under it
-/// (at most 4096), keeping 256 descriptors for the database, files, pipes and agents.
-fn connections_the_fd_limit_allows() -> usize {
+/// Raises the open-file limit to its hard limit (connections need descriptors, whatever bound
+/// they have), and answers how many connections fit under it (at most 4096), keeping 256
+/// descriptors for the database, files, pipes and agents.
+fn raise_open_file_limit() -> usize {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let mut limit = getrlimit(Resource::Nofile);
     if limit.current < limit.maximum {
@@ -180,8 +181,9 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         max_user_bytes: args.max_user_bytes,
     };
     config.s3_endpoints = args.s3_endpoints;
+    let connections_allowed = raise_open_file_limit();
     config.connection_limits = mission_server::serve::ConnectionLimits {
-        max_connections: args.max_connections.unwrap_or_else(connections_the_fd_limit_allows),
+        max_connections: args.max_connections.unwrap_or(connections_allowed),
         header_timeout: Duration::from_secs(args.header_timeout),
         body_idle_timeout: Duration::from_secs(args.body_idle_timeout),
     };

@@ -33,6 +33,8 @@ pub struct Launcher {
     orders: mpsc::Sender<mpsc::SyncSender<io::Result<OwnedFd>>>,
     /// The socket to the running spawner, if one runs.
     spawner: Mutex<Option<OwnedFd>>,
+    /// Every job's stdin.
+    dev_null: std::fs::File,
 }
 
 /// A job's process, started: the agent's child.
@@ -67,7 +69,7 @@ impl Launcher {
                 let _ = spawner.wait();
             }
         })?;
-        Ok(Self { orders, spawner: Mutex::new(None) })
+        Ok(Self { orders, spawner: Mutex::new(None), dev_null: std::fs::File::open("/dev/null")? })
     }
 
     /// Starts a job's process as `plan` says, with stdin from `/dev/null` and stdout and stderr
@@ -80,33 +82,26 @@ impl Launcher {
                 spawner::MAX_PLAN / 1024
             )));
         }
-        let stdin = std::fs::File::open("/dev/null")?;
         let (stdout, stdout_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         let (stderr, stderr_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         let (status, status_w) =
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK)?;
-        let fds = [stdin.as_fd(), stdout_w.as_fd(), stderr_w.as_fd(), status_w.as_fd()];
+        let fds = [self.dev_null.as_fd(), stdout_w.as_fd(), stderr_w.as_fd(), status_w.as_fd()];
         let mut spawner = self.spawner.lock().expect("not poisoned");
-        // A spawner that died (killed by hand, say) is replaced once.
-        for attempt in 0.. {
-            let socket = match spawner.take() {
-                Some(socket) => socket,
-                None => self.new_spawner()?,
-            };
-            match exchange(&socket, &encoded, &fds) {
-                Ok(Ok((pid, pidfd))) => {
-                    *spawner = Some(socket);
-                    return Ok(JobProcess { pid, pidfd, stdout: Some(stdout), stderr: Some(stderr), status });
-                }
-                Ok(Err(refusal)) => {
-                    *spawner = Some(socket);
-                    return Err(io::Error::other(refusal));
-                }
-                Err(e) if attempt > 0 => return Err(io::Error::other(format!("the job spawner is gone: {e}"))),
-                Err(_) => {}
-            }
+        let mut socket = match spawner.take() {
+            Some(socket) => socket,
+            None => self.new_spawner()?,
+        };
+        // A spawner that died (killed by hand, say) is replaced once, where the plan never
+        // reached it: one that failed after taking it may have started the job.
+        if send(&socket, &encoded, &fds).is_err() {
+            socket = self.new_spawner()?;
+            send(&socket, &encoded, &fds).map_err(|e| io::Error::other(format!("the job spawner is gone: {e}")))?;
         }
-        unreachable!("the loop returns by its second round")
+        let answer = receive(&socket).map_err(|e| io::Error::other(format!("the job spawner is gone: {e}")))?;
+        *spawner = Some(socket);
+        let (pid, pidfd) = answer.map_err(io::Error::other)?;
+        Ok(JobProcess { pid, pidfd, stdout: Some(stdout), stderr: Some(stderr), status })
     }
 
     /// Has the launcher's thread start a spawner, and answers the socket to it.
@@ -135,27 +130,23 @@ fn start_spawner() -> io::Result<(std::process::Child, OwnedFd)> {
     Ok((child, ours))
 }
 
-/// Sends one plan with its stdio and status pipe and reads the answer: the pid and pidfd, or the spawner's
-/// refusal. `Err` when the spawner is gone.
-fn exchange(
-    socket: &OwnedFd,
-    plan: &[u8],
-    fds: &[std::os::fd::BorrowedFd<'_>; 4],
-) -> io::Result<Result<(u32, OwnedFd), String>> {
+/// Sends one plan with the job's stdio and status pipe to the spawner.
+fn send(socket: &OwnedFd, plan: &[u8], fds: &[std::os::fd::BorrowedFd<'_>; 4]) -> io::Result<()> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
     let mut ancillary = SendAncillaryBuffer::new(&mut space);
     ancillary.push(SendAncillaryMessage::ScmRights(fds));
     rustix::net::sendmsg(socket, &[io::IoSlice::new(plan)], &mut ancillary, SendFlags::NOSIGNAL)?;
+    Ok(())
+}
+
+/// Reads the spawner's answer to a plan: the job's pid and pidfd, or why it could not start it.
+fn receive(socket: &OwnedFd) -> io::Result<Result<(u32, OwnedFd), String>> {
     let mut reply = [0u8; 4096];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut ancillary = RecvAncillaryBuffer::new(&mut space);
     let received = loop {
-        match rustix::net::recvmsg(
-            socket,
-            &mut [io::IoSliceMut::new(&mut reply)],
-            &mut ancillary,
-            RecvFlags::CMSG_CLOEXEC,
-        ) {
+        let buffers = &mut [io::IoSliceMut::new(&mut reply)];
+        match rustix::net::recvmsg(socket, buffers, &mut ancillary, RecvFlags::CMSG_CLOEXEC) {
             Err(rustix::io::Errno::INTR) => continue,
             other => break other?,
         }
@@ -168,10 +159,8 @@ fn exchange(
         _ => None,
     });
     let reply = String::from_utf8_lossy(&reply[..received.bytes]);
-    Ok(match (reply.strip_prefix("ok "), pidfd) {
-        (Some(pid), Some(pidfd)) => {
-            Ok((pid.parse().map_err(|_| io::Error::other(format!("the spawner answered {reply:?}")))?, pidfd))
-        }
+    Ok(match (reply.strip_prefix("ok ").and_then(|pid| pid.parse().ok()), pidfd) {
+        (Some(pid), Some(pidfd)) => Ok((pid, pidfd)),
         _ => Err(reply.strip_prefix("error ").unwrap_or(&reply).to_owned()),
     })
 }

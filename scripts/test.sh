@@ -10,6 +10,9 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
 
+# Formatting first: it fails in a second instead of after the build.
+cargo fmt --all -- --check
+
 bash scripts/install-test-deps.sh
 # The browser test must run here, not skip.
 export MISSION_REQUIRE_BROWSER=1

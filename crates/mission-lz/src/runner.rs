@@ -224,15 +224,15 @@ fn launch(shared: &Shared, job: &Assignment) -> Result<Launched, LaunchError> {
     let procs = group.as_ref().map(JobCgroup::procs_files).unwrap_or_default();
     let (mission_id, job_id) = (job.mission_id.to_string(), job.job_id.to_string());
     let (threads, gpus) = (job.cpu_count.to_string(), gpus.join(","));
-    let mut env: Vec<(&str, &OsStr)> = shared.job_env.iter().map(|(name, value)| (*name, value.as_os_str())).collect();
-    env.extend([
+    let own: [(&str, &OsStr); 5] = [
         ("HOME", dir.path().as_os_str()),
         ("MISSION_ID", mission_id.as_ref()),
         ("JOB_ID", job_id.as_ref()),
         ("OMP_NUM_THREADS", threads.as_ref()),
         ("CUDA_VISIBLE_DEVICES", gpus.as_ref()),
-    ]);
-    let plan = shared.sandbox.plan(&job.command, &env, dir.path(), &user, &procs);
+    ];
+    let env = shared.job_env.iter().map(|(name, value)| (*name, value.as_os_str())).chain(own);
+    let plan = shared.sandbox.plan(&job.command, env, dir.path(), &user, &procs);
     let spawned = shared.launcher.start_job(&plan);
     match spawned {
         Ok(child) => Ok(Launched { child, group, limits, dir, user }),

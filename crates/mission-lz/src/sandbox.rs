@@ -7,21 +7,20 @@
 //! and then becomes the job's program:
 //! 1. it takes `SIGKILL` as its parent-death signal (the parent is the agent's launcher thread,
 //!    which lives as long as the agent: see [`Launcher`]);
-//! 2. it joins the job's cgroups, so everything it starts is counted and can be killed;
-//! 3. where the host allows it, it enters a new mount and PID namespace: `/` becomes a private
-//!    mount, `/tmp` and `/dev/shm` fresh tmpfs, the data dirs of the agent (and of the server,
-//!    for the embedded landing zone) empty read-only tmpfs; it forks an init (pid 1 of the
-//!    namespace) that forks the program and reaps orphans. When the program ends, the init ends,
-//!    and the kernel kills whatever else is left in the namespace — `setsid` and double-forked
-//!    children included. The job's process and the init die with their parents, and the
-//!    program with its namespace, so the whole job dies with the agent;
-//! 4. the program's process mounts a `/proc` of its namespace, prefers itself for the OOM
-//!    killer, drops all groups and switches to the job's uid and gid (which clears every
-//!    capability), sets `no_new_privs`, so no set-uid program gives any back, and executes the
-//!    program.
+//! 2. where the host allows it, it is forked into new mount and PID namespaces, whose init it is;
+//! 3. it joins the job's cgroups, so everything it starts is counted and can be killed;
+//! 4. in its namespaces, `/` becomes a private mount, `/tmp` and `/dev/shm` fresh tmpfs, the
+//!    data dirs of the agent (and of the server, for the embedded landing zone) empty read-only
+//!    tmpfs, `/proc` that of the namespace; it forks the program's process and stays to reap
+//!    orphans. When the program ends, it passes the program's status up and ends, and the kernel
+//!    kills whatever else is left in the namespace — `setsid` and double-forked children
+//!    included. So the whole job dies with the agent;
+//! 5. the program's process prefers itself for the OOM killer, drops all groups and switches to
+//!    the job's uid and gid (which clears every capability), sets `no_new_privs`, so no set-uid
+//!    program gives any back, and executes the program.
 //!
-//! The agent, its spawner, and the job's process and init waiting for the program stay root
-//! and are unreachable from the job: another uid cannot signal, trace or read them.
+//! The agent, its spawner and the init waiting for the program stay root and are unreachable
+//! from the job: another uid cannot signal, trace or read them.
 //!
 //! Where the agent cannot switch users (not root), jobs run as the agent's own user: only jobs of
 //! the landing zone's operators (admins and the station's owner) run then, unless the operator
@@ -310,8 +309,7 @@ impl Sandbox {
     /// Starts `true` in a sandbox as a job would be.
     fn probe(&self, launcher: &Launcher) -> Result<(), String> {
         let user = self.job_user()?;
-        let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
-        let plan = self.plan(&["true".into()], &[("PATH", &path)], Path::new("/"), &user, &[]);
+        let plan = self.plan(&["true".into()], crate::runner::base_env(), Path::new("/"), &user, &[]);
         let ended = launcher.start_job(&plan).and_then(|mut process| {
             let mut stderr = String::new();
             io::Read::read_to_string(&mut File::from(process.stderr.take().expect("piped")), &mut stderr)?;
@@ -423,7 +421,7 @@ impl Sandbox {
     pub(crate) fn plan(
         &self,
         command: &[String],
-        env: &[(&str, &OsStr)],
+        env: impl IntoIterator<Item = (impl AsRef<OsStr>, impl AsRef<OsStr>)>,
         dir: &Path,
         user: &JobUser,
         procs: &[PathBuf],
@@ -437,9 +435,10 @@ impl Sandbox {
                 .then(|| Namespaces { masked: self.masked.clone(), private_tmp: self.private_tmp }),
             dir: dir.to_owned(),
             env: env
-                .iter()
+                .into_iter()
                 .map(|(name, value)| {
-                    let mut var = std::ffi::OsString::from(format!("{name}="));
+                    let mut var = name.as_ref().to_owned();
+                    var.push("=");
                     var.push(value);
                     var
                 })
@@ -493,8 +492,7 @@ mod tests {
         let data = home.path().join("data").display().to_string();
         let script = "echo $$ $(id -u); ls -A \"$1\" | wc -l; exec sleep 300";
         let command = ["sh", "-c", script, "job", &data].map(String::from);
-        let path = std::ffi::OsString::from("/usr/bin:/bin");
-        let plan = sandbox.plan(&command, &[("PATH", &path)], Path::new("/"), &user, &[]);
+        let plan = sandbox.plan(&command, [("PATH", "/usr/bin:/bin")], Path::new("/"), &user, &[]);
         std::fs::write(home.path().join("data/secret"), "x").unwrap();
         let mut child = launcher.start_job(&plan).unwrap();
         let mut out = std::io::BufReader::new(File::from(child.stdout.take().unwrap()));

@@ -133,6 +133,16 @@ impl ApiError {
         Self::new(StatusCode::BAD_GATEWAY, "urn:mission:problem:cargo-bay", "Cargo bay failed", detail)
     }
 
+    /// 503: the server holds as many connections as it may.
+    pub fn too_many_connections() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "urn:mission:problem:busy",
+            "Too many connections",
+            "the server holds as many connections as it may; close idle ones or try again shortly",
+        )
+    }
+
     /// 500: a bug or an unexpected failure; the detail stays in the server log.
     pub fn internal(cause: impl std::fmt::Display) -> Self {
         tracing::error!(%cause, "internal error");

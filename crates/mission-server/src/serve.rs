@@ -30,6 +30,8 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tower::ServiceExt;
 
+use crate::error::ApiError;
+
 /// The limits on connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
@@ -51,12 +53,6 @@ impl Default for ConnectionLimits {
         }
     }
 }
-
-/// What a connection past the bound gets before it is closed.
-const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\n\
-connection: close\r\nretry-after: 1\r\ncontent-length: 197\r\n\r\n\
-{\"type\":\"urn:mission:problem:busy\",\"title\":\"Too many connections\",\"status\":503,\
-\"detail\":\"the server holds as many connections as it may; close idle ones or try again shortly\"}";
 
 /// Serves `router` on `listener` within `limits` until `shutdown` completes, then waits for
 /// the connections to finish their requests.
@@ -115,8 +111,15 @@ pub async fn serve(
 
 /// Answers a connection past the bound with a 503 and closes it.
 async fn refuse(mut tcp: tokio::net::TcpStream) {
+    let body = serde_json::to_string(&ApiError::too_many_connections().problem()).expect("a problem serialises");
+    let response = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: {}\r\nconnection: close\r\nretry-after: 1\r\n\
+         content-length: {}\r\n\r\n{body}",
+        mission_api::PROBLEM_CONTENT_TYPE,
+        body.len()
+    );
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        tcp.write_all(BUSY).await?;
+        tcp.write_all(response.as_bytes()).await?;
         tcp.shutdown().await
     })
     .await;

@@ -77,8 +77,7 @@ pub async fn upload(
     let intent = Intent::new(IntentKind::Upload, mission.mission_id, path.as_str());
     app.store.begin_intent(&intent).await?;
     let key = place.key(&path);
-    let user_room = limits.max_user_bytes.saturating_sub(usage.user_bytes.saturating_sub(existing.unwrap_or(0)));
-    let allowance = limits.max_file_bytes.min(user_room);
+    let allowance = limits.max_file_bytes.min(user_room(&limits, usage));
     let fail = |e: WriteError| match e {
         WriteError::TooLarge(_) => check_room(&limits, usage, allowance + 1).err().unwrap_or_else(|| {
             ApiError::too_large(format!("the file is larger than max_file_size = {} bytes", limits.max_file_bytes))
@@ -142,14 +141,25 @@ fn check_room(limits: &FileLimits, usage: UploadUsage, size: u64) -> ApiResult<(
             limits.max_file_bytes
         )));
     }
-    let used = usage.user_bytes.saturating_sub(usage.existing_size.unwrap_or(0));
-    if size > limits.max_user_bytes.saturating_sub(used) {
+    if size > user_room(limits, usage) {
+        let used = used_bytes(usage);
         return Err(ApiError::too_large(format!(
             "the owner's files would exceed max_user_bytes = {} bytes ({used} bytes in use)",
             limits.max_user_bytes
         )));
     }
     Ok(())
+}
+
+/// Bytes the owner's files may still grow by with this upload (the file it replaces counts as
+/// gone).
+fn user_room(limits: &FileLimits, usage: UploadUsage) -> u64 {
+    limits.max_user_bytes.saturating_sub(used_bytes(usage))
+}
+
+/// The owner's bytes besides the file this upload replaces.
+fn used_bytes(usage: UploadUsage) -> u64 {
+    usage.user_bytes.saturating_sub(usage.existing_size.unwrap_or(0))
 }
 
 /// Parses a single `bytes=` range; `Ok(None)` means "send the whole file".

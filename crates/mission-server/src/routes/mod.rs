@@ -150,13 +150,8 @@ impl utoipa::Modify for TruthfulDocument {
                         path.pattern = Some(mission_path_pattern());
                     }
                 }
-                let within = |place: ParameterIn| {
-                    operation
-                        .parameters
-                        .iter()
-                        .flatten()
-                        .any(|p| std::mem::discriminant(&p.parameter_in) == std::mem::discriminant(&place))
-                };
+                let within =
+                    |place: ParameterIn| operation.parameters.iter().flatten().any(|p| p.parameter_in == place);
                 // A raw body may be empty (an empty file).
                 if let Some(body) = &mut operation.request_body
                     && body.content.keys().all(|media_type| media_type == "application/octet-stream")

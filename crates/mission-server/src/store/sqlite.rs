@@ -642,14 +642,17 @@ impl Store {
     ) -> Result<Result<(), E>, StoreError> {
         let mut writer = self.writer().await;
         let row = sqlx::query(
-            "SELECT i.mission_id, i.path, \
-             (SELECT size FROM mission_files f WHERE f.mission_id = i.mission_id AND f.path = i.path), \
+            "SELECT \
+             (SELECT size FROM mission_files f WHERE f.mission_id = i.mission_id AND f.path = i.path) \
+               AS existing_size, \
              COALESCE((SELECT files FROM mission_file_usage u WHERE u.mission_id = i.mission_id), 0) \
                + COALESCE((SELECT SUM(new_file) FROM file_intents o \
-                           WHERE o.mission_id = i.mission_id AND o.intent_id != i.intent_id), 0), \
+                           WHERE o.mission_id = i.mission_id AND o.intent_id != i.intent_id), 0) \
+               AS mission_files, \
              COALESCE((SELECT bytes FROM user_file_usage u WHERE u.user_id = ?2), 0) \
                + COALESCE((SELECT SUM(reserved_bytes) FROM file_intents o \
                            WHERE o.user_id = ?2 AND o.intent_id != i.intent_id), 0) \
+               AS user_bytes \
              FROM file_intents i WHERE i.intent_id = ?1",
         )
         .bind(intent_id.to_string())
@@ -657,9 +660,9 @@ impl Store {
         .fetch_one(&mut *writer)
         .await?;
         let usage = UploadUsage {
-            existing_size: row.try_get::<Option<i64>, _>(2)?.map(|n| n as u64),
-            mission_files: row.try_get::<i64, _>(3)? as u64,
-            user_bytes: row.try_get::<i64, _>(4)? as u64,
+            existing_size: row.try_get::<Option<i64>, _>("existing_size")?.map(|n| n as u64),
+            mission_files: row.try_get::<i64, _>("mission_files")? as u64,
+            user_bytes: row.try_get::<i64, _>("user_bytes")? as u64,
         };
         if let Err(refusal) = check(usage) {
             return Ok(Err(refusal));

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need beyond the Rust toolchain, idempotently:
 # - Debian's chromium and chromium-driver, for the browser test of the /activate page;
+# - Debian's postgresql, for the PostgreSQL store and replica tests (scripts/postgres-test-server.sh
+#   runs its own cluster; the package's own cluster is not used);
 # - a Python virtual environment at target/test-venv with, from PyPI, moto[server] (the
 #   S3-compatible server the cargo-bay tests start, scripts/s3-test-server.py) and schemathesis
 #   (the API fuzzer of crates/mission-server/tests/api/fuzz.rs).
@@ -14,6 +16,12 @@ if ! command -v chromedriver >/dev/null 2>&1 || [ ! -x /usr/bin/chromium ]; then
   echo "installing chromium and chromium-driver (apt-get)" >&2
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+
+if ! compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null; then
+  echo "installing postgresql (apt-get)" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >/dev/null
 fi
 
 venv=target/test-venv

@@ -24,6 +24,13 @@ export MISSION_REQUIRE_CGROUPS=1
 export MISSION_REQUIRE_SANDBOX=1
 # And schemathesis fuzzes the API from its OpenAPI document (the script installs it).
 export MISSION_REQUIRE_SCHEMATHESIS=1
+# The PostgreSQL tests run on one server for the whole suite (each test makes a database of its
+# own on it), in a directory of this run's own, stopped and removed when the run ends.
+export MISSION_REQUIRE_POSTGRES=1
+postgres_dir="$(mktemp -d "${TMPDIR:-/tmp}/mission-test-postgres.XXXXXX")"
+trap 'bash scripts/postgres-test-server.sh stop "$postgres_dir"; rm -rf "$postgres_dir"' EXIT
+MISSION_TEST_POSTGRES_URL="$(bash scripts/postgres-test-server.sh start "$postgres_dir")"
+export MISSION_TEST_POSTGRES_URL
 
 cargo nextest run --workspace --no-fail-fast
 cargo test --doc --workspace

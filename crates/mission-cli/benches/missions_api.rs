@@ -32,7 +32,7 @@ fn env_or(name: &str, default: u64) -> u64 {
 /// Fills the store: `total` missions spread over `USERS` users (the benchmark user owns one in
 /// ten), one in a hundred public, names repeating every 10,000 so a name filter matches 10.
 async fn fill(data_dir: &std::path::Path, total: usize) -> Vec<Uuid> {
-    let store = Store::open(&format!("sqlite://{}/mission.db", data_dir.display())).await.unwrap();
+    let store = Store::open(&mission_server::store::DatabaseUrl::sqlite(&data_dir.join("mission.db"))).await.unwrap();
     let mut users = Vec::new();
     for i in 0..USERS {
         let account =

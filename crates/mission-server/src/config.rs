@@ -24,8 +24,8 @@ pub enum AuthMode {
 pub struct ServerConfig {
     /// Holds the SQLite database and the signing key (`./mission-data` by default).
     pub data_dir: PathBuf,
-    /// `sqlite://PATH`; `sqlite://{data_dir}/mission.db` when absent.
-    pub database_url: Option<String>,
+    /// `sqlite://PATH` or `postgres://…`; `sqlite://{data_dir}/mission.db` when absent.
+    pub database_url: Option<crate::store::DatabaseUrl>,
     /// URL clients and token issuers use to reach this server; `http://{listen address}` when
     /// absent. Also the `iss` of tokens the built-in provider signs.
     pub public_url: Option<Url>,
@@ -87,8 +87,10 @@ impl ServerConfig {
     }
 
     /// The database URL in effect.
-    pub fn effective_database_url(&self) -> String {
-        self.database_url.clone().unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("mission.db").display()))
+    pub fn effective_database_url(&self) -> crate::store::DatabaseUrl {
+        self.database_url
+            .clone()
+            .unwrap_or_else(|| crate::store::DatabaseUrl::sqlite(&self.data_dir.join("mission.db")))
     }
 }
 

@@ -45,3 +45,46 @@ pub fn write_private_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     drop(file);
     std::fs::rename(&tmp, path)
 }
+
+/// An exclusive lock on a data dir, held while a server runs on it (`flock` on `server.lock`,
+/// which the kernel releases when the process ends, however it ends).
+#[derive(Debug)]
+pub struct DataDirLock {
+    _file: std::fs::File,
+}
+
+/// Why a data dir could not be locked.
+#[derive(Debug)]
+pub enum LockError {
+    /// Another process holds it; its pid, if it wrote one.
+    Held(Option<u32>),
+    /// The lock file could not be opened or written.
+    Io(std::io::Error),
+}
+
+impl DataDirLock {
+    /// Locks `dir`, failing at once if another process has it, and records this process's pid in
+    /// the lock file for the error the next one gets.
+    pub fn acquire(dir: &Path) -> Result<Self, LockError> {
+        let path = dir.join("server.lock");
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(LockError::Io)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let holder = std::fs::read_to_string(&path).ok().and_then(|pid| pid.trim().parse().ok());
+                return Err(LockError::Held(holder));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(LockError::Io(e)),
+        }
+        file.set_len(0).map_err(LockError::Io)?;
+        writeln!(file, "{}", std::process::id()).map_err(LockError::Io)?;
+        Ok(Self { _file: file })
+    }
+}

@@ -99,6 +99,19 @@ pub enum StartError {
         /// The failure.
         source: std::io::Error,
     },
+    /// Another server runs on the data dir.
+    #[error(
+        "another mission server{} is using the data dir {}: stop it first, or give this one a \
+         --data-dir of its own",
+        .pid.map(|pid| format!(" (pid {pid})")).unwrap_or_default(),
+        .path.display()
+    )]
+    DataDirInUse {
+        /// The data dir.
+        path: std::path::PathBuf,
+        /// The process holding it, if known.
+        pid: Option<u32>,
+    },
     /// The database could not be opened.
     #[error(transparent)]
     Store(#[from] store::StoreError),
@@ -113,6 +126,8 @@ pub enum StartError {
 /// The service, bound and ready to run.
 pub struct Server {
     app: AppState,
+    /// Held until [`Server::run`] returns, so no second server starts on the data dir.
+    data_dir_lock: fsutil::DataDirLock,
     listener: TcpListener,
     bootstrap: Option<BootstrapAdmin>,
     local: SocketAddr,
@@ -126,6 +141,10 @@ impl Server {
             listener.local_addr().map_err(|source| StartError::DataDir { path: config.data_dir.clone(), source })?;
         fsutil::create_private_dir(&config.data_dir)
             .map_err(|source| StartError::DataDir { path: config.data_dir.clone(), source })?;
+        let data_dir_lock = fsutil::DataDirLock::acquire(&config.data_dir).map_err(|e| match e {
+            fsutil::LockError::Held(pid) => StartError::DataDirInUse { path: config.data_dir.clone(), pid },
+            fsutil::LockError::Io(source) => StartError::DataDir { path: config.data_dir.clone(), source },
+        })?;
         let store = Store::open(&config.effective_database_url()).await?;
         let public_url = match &config.public_url {
             Some(url) => url.as_str().trim_end_matches('/').to_owned(),
@@ -187,7 +206,7 @@ impl Server {
             path_locks: locks::PathLocks::default(),
             metrics: Metrics::default(),
         });
-        Ok(Self { app, listener, bootstrap, local })
+        Ok(Self { app, data_dir_lock, listener, bootstrap, local })
     }
 
     /// A URL of this server on the loopback interface, for agents on the same host.
@@ -227,6 +246,7 @@ impl Server {
 
     /// Serves until `shutdown` completes, then finishes in-flight requests.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+        let _data_dir_lock = self.data_dir_lock;
         let router = routes::router(self.app.clone());
         let app = self.app.clone();
         let shutdown = async move {

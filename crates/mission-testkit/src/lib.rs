@@ -1,9 +1,12 @@
 //! Test helpers (unpublished): [`TestServer`] runs the real server on 127.0.0.1 with a free port
 //! and a temporary data dir, and signs users in through the real device flow; [`S3Server`] runs an
-//! S3-compatible server for cargo-bay tests.
+//! S3-compatible server for cargo-bay tests; [`PostgresDatabase`] makes a fresh database on the
+//! PostgreSQL test server.
 
+mod postgres;
 mod s3;
 
+pub use postgres::PostgresDatabase;
 pub use s3::S3Server;
 
 use std::sync::Arc;
@@ -14,6 +17,11 @@ use mission_server::{AppState, Server, ServerConfig};
 use tempfile::TempDir;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
+
+/// The repository's root, where `scripts/` lives.
+fn workspace_root() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
 
 /// Password every test account gets.
 pub const PASSWORD: &str = "correct horse battery";

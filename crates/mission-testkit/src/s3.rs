@@ -23,16 +23,12 @@ pub struct S3Server {
     _child: Child,
 }
 
-fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 impl S3Server {
     /// Starts the server, or returns `None` (saying why) where its Python environment is not
     /// installed — unless `MISSION_REQUIRE_S3=1` (set by `scripts/test.sh`, which installs it)
     /// makes that a failure.
     pub async fn start() -> Option<Self> {
-        let root = workspace_root();
+        let root = crate::workspace_root();
         let python = std::env::var_os("MISSION_TEST_PYTHON")
             .map(PathBuf::from)
             .unwrap_or_else(|| root.join("target/test-venv/bin/python"));

@@ -34,9 +34,10 @@ struct StoreArgs {
     /// Folder for the SQLite database, the signing key and the first admin's password.
     #[arg(long, env = "MISSION_DATA_DIR", default_value = "./mission-data")]
     data_dir: PathBuf,
-    /// Database URL (sqlite://PATH); defaults to sqlite://DATA_DIR/mission.db.
-    #[arg(long, env = "MISSION_DATABASE_URL")]
-    database_url: Option<String>,
+    /// Database URL: sqlite://PATH (default sqlite://DATA_DIR/mission.db), or
+    /// postgres://USER:PASSWORD@HOST:PORT/DATABASE for a database several servers share.
+    #[arg(long, env = "MISSION_DATABASE_URL", hide_env_values = true)]
+    database_url: Option<mission_server::store::DatabaseUrl>,
 }
 
 #[derive(Debug, Args)]

@@ -1,19 +1,124 @@
 //! Persistent state: users, the identity provider's device codes and refresh tokens, missions,
-//! mission files and cargo bays.
+//! mission files, cargo bays, stations, landing zones and jobs.
 //!
-//! [`Store`] is the one way the rest of the server touches the database. It speaks SQLite today
-//! (the embedded default, in `sqlite.rs`); its methods are the seam a PostgreSQL backend will implement
-//! with the same conformance tests. Queries are checked at run time (`sqlx::query`), never by the
-//! compile-time macros, so one crate can hold both SQL dialects without a live database at build.
+//! [`Store`] is the one way the rest of the server touches the database. It runs on one of two
+//! backends: SQLite (the embedded default, one file under the data dir, [`sqlite`]) or PostgreSQL
+//! (shared by several server replicas, [`postgres`]). Each operation is written once, in the
+//! module of its records (`users`, `missions`, `files`, `cargo_bays`, `stations`, `jobs`), and
+//! compiled for both backends by [`with_conn!`]; where the dialects differ the operation says so
+//! with a `match` on the backend. Queries are checked at run time (`sqlx::query`), never by the
+//! compile-time macros, so one crate holds both dialects without a live database at build; rows
+//! are read by column name through [`row::Columns`]. The conformance suite in
+//! `tests/store` runs one story through every operation on both backends.
 
+mod cargo_bays;
+mod files;
+mod jobs;
+mod missions;
+mod postgres;
+mod row;
 mod sqlite;
+mod stations;
+mod url;
+mod users;
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeZone, Utc};
+use sqlx::QueryBuilder;
 use uuid::Uuid;
 
-pub use sqlite::Store;
+pub use self::url::DatabaseUrl;
+
+/// Handle to the database; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Store {
+    backend: Backend,
+}
+
+/// The database a [`Store`] runs on.
+#[derive(Clone, Debug)]
+enum Backend {
+    Sqlite(sqlite::Sqlite),
+    Postgres(postgres::Postgres),
+}
+
+/// Runs `$body` with `$conn` bound to a `&mut` connection of the store's backend, compiling it
+/// once per backend: `reader` takes one of SQLite's reading connections and `writer` its one
+/// writing connection; PostgreSQL takes a pooled connection for either. With `$conn: $db`, `$db`
+/// names the backend's `sqlx::Database` type inside `$body` (for a `QueryBuilder`).
+macro_rules! with_conn {
+    ($store:expr, $role:ident, |$conn:ident| $body:expr) => {
+        with_conn!($store, $role, |$conn: _Db| $body)
+    };
+    ($store:expr, $role:ident, |$conn:ident : $db:ident| $body:expr) => {
+        match &$store.backend {
+            $crate::store::Backend::Sqlite(db) => {
+                #[allow(dead_code)]
+                type $db = sqlx::Sqlite;
+                let mut connection = db.$role().await;
+                let $conn = &mut *connection;
+                $body
+            }
+            $crate::store::Backend::Postgres(db) => {
+                #[allow(dead_code)]
+                type $db = sqlx::Postgres;
+                let mut connection = db.connection().await?;
+                let $conn = &mut *connection;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_conn;
+
+impl Store {
+    /// Opens the database at `url` (`sqlite://PATH`, created if missing, or `postgres://…`) and
+    /// brings it to this version's schema, refusing a schema newer than this version knows.
+    pub async fn open(url: &DatabaseUrl) -> Result<Self, StoreError> {
+        let backend = match url.engine() {
+            url::Engine::Sqlite => Backend::Sqlite(sqlite::Sqlite::open(url).await?),
+            url::Engine::Postgres => Backend::Postgres(postgres::Postgres::open(url).await?),
+        };
+        Ok(Self { backend })
+    }
+
+    /// Which engine the store runs on.
+    pub fn engine(&self) -> &'static str {
+        match self.backend {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        }
+    }
+
+    /// ` FOR UPDATE` on PostgreSQL, where a transaction that reads rows and then changes them
+    /// must lock them against concurrent transactions; nothing on SQLite, whose one writing
+    /// connection runs one transaction at a time.
+    fn for_update(&self) -> &'static str {
+        self.dialect("", " FOR UPDATE")
+    }
+
+    /// The statement of this store's dialect, where the two differ.
+    fn dialect<'a>(&self, sqlite: &'a str, postgres: &'a str) -> &'a str {
+        match self.backend {
+            Backend::Sqlite(_) => sqlite,
+            Backend::Postgres(_) => postgres,
+        }
+    }
+
+    /// How a boolean column is compared with true so the partial indexes on it apply: `1` on
+    /// SQLite (whose planner matches a partial index's `WHERE public = 1` literally), `TRUE` on
+    /// PostgreSQL.
+    fn sql_true(&self) -> &'static str {
+        self.dialect("1", "TRUE")
+    }
+
+    /// Checks the database answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        with_conn!(self, reader, |conn| sqlx::query("SELECT 1").execute(conn).await.map(drop))?;
+        Ok(())
+    }
+}
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -27,12 +132,26 @@ pub enum StoreError {
     /// The database could not be brought to the current schema.
     #[error("database migration failed: {0}")]
     Migration(#[from] sqlx::migrate::MigrateError),
+    /// The database was migrated by a newer version of the server.
+    #[error(
+        "the database's schema is version {found}, newer than this server's {known}: run the newer \
+         version (or restore a backup taken before the upgrade)"
+    )]
+    SchemaTooNew {
+        /// The newest migration applied to the database.
+        found: i64,
+        /// The newest migration this version carries.
+        known: i64,
+    },
     /// A row held a value this version cannot read.
     #[error("corrupt row: {0}")]
     Corrupt(String),
-    /// The `--database-url` names an engine this build does not support.
-    #[error("unsupported database URL {0:?}: use sqlite://PATH")]
-    UnsupportedUrl(String),
+    /// The `--database-url` is not one this build can open.
+    #[error("unsupported database URL {0}: use sqlite://PATH or postgres://USER:PASSWORD@HOST:PORT/DATABASE")]
+    UnsupportedUrl(DatabaseUrl),
+    /// Another server process holds the SQLite database.
+    #[error("{0}")]
+    InUse(String),
 }
 
 /// A user account.
@@ -256,6 +375,78 @@ impl Intent {
     pub fn new(kind: IntentKind, mission_id: Uuid, path: &str) -> Self {
         Self { intent_id: Uuid::new_v4(), kind, mission_id, path: path.to_owned() }
     }
+}
+
+/// The migrations of one backend, embedded so the binary carries its schema: (version, name, SQL).
+type Migrations = [(i64, &'static str, &'static str)];
+
+/// Brings the database behind `conn` to the schema of `migrations`, holding the database's
+/// migration lock (on PostgreSQL an advisory lock, so replicas started together migrate once;
+/// SQLite's single writer needs none) while it refuses a schema newer than the newest of them
+/// and applies those not yet applied.
+async fn migrate<C: sqlx::migrate::Migrate>(conn: &mut C, migrations: &Migrations) -> Result<(), StoreError> {
+    conn.lock().await?;
+    let outcome = migrate_locked(conn, migrations).await;
+    conn.unlock().await?;
+    outcome
+}
+
+async fn migrate_locked<C: sqlx::migrate::Migrate>(conn: &mut C, migrations: &Migrations) -> Result<(), StoreError> {
+    use std::borrow::Cow;
+
+    use sqlx::migrate::{Migration, MigrationType, Migrator};
+
+    let known = migrations.iter().map(|m| m.0).max().unwrap_or(0);
+    conn.ensure_migrations_table().await?;
+    let applied = conn.list_applied_migrations().await?;
+    if let Some(found) = applied.iter().map(|m| m.version).max().filter(|&found| found > known) {
+        return Err(StoreError::SchemaTooNew { found, known });
+    }
+    let migrator = Migrator {
+        migrations: Cow::Owned(
+            migrations
+                .iter()
+                .map(|(version, name, sql)| {
+                    Migration::new(*version, Cow::Borrowed(name), MigrationType::Simple, Cow::Borrowed(sql), false)
+                })
+                .collect(),
+        ),
+        locking: false,
+        ..Migrator::DEFAULT
+    };
+    migrator.run_direct(conn).await?;
+    Ok(())
+}
+
+/// The outcome of an insert, with a uniqueness violation turned into [`StoreError::Conflict`]
+/// saying `detail`.
+fn conflict_on_duplicate<T>(result: Result<T, sqlx::Error>, detail: impl FnOnce() -> String) -> Result<(), StoreError> {
+    match result {
+        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Err(StoreError::Conflict(detail())),
+        other => other.map(drop).map_err(Into::into),
+    }
+}
+
+/// A value as the JSON text a column keeps it in.
+fn to_json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).expect("maps and lists of strings always serialise")
+}
+
+/// Appends ` AND {column} IN (…)` for `values`, or nothing when there are none.
+fn push_any_of<'q, DB>(q: &mut QueryBuilder<'q, DB>, column: &str, values: impl ExactSizeIterator<Item = String>)
+where
+    DB: sqlx::Database,
+    String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    if values.len() == 0 {
+        return;
+    }
+    q.push(format!(" AND {column} IN ("));
+    let mut list = q.separated(", ");
+    for v in values {
+        list.push_bind(v);
+    }
+    list.push_unseparated(")");
 }
 
 /// The current time at the store's precision (microseconds), so a value read back equals the

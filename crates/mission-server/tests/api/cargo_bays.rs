@@ -180,8 +180,8 @@ async fn bays_follow_their_rules() {
 async fn s3_bays_hold_mission_files_and_refuse_wrong_credentials() {
     let Some(s3) = S3Server::start().await else { return };
     let endpoint: url::Url = s3.endpoint.parse().unwrap();
-    let server = TestServer::spawn_with(move |c| c.s3_endpoints = vec![endpoint]).await;
-    let alice = &server.client;
+    let mut server = TestServer::spawn_with(move |c| c.s3_endpoints = vec![endpoint]).await;
+    let alice = &server.client.clone();
     let bay_request = |access_key_id: &str, secret: &str| CreateCargoBay {
         bucket: Some(s3.bucket.clone()),
         prefix: Some("lab/".into()),
@@ -253,10 +253,9 @@ async fn s3_bays_hold_mission_files_and_refuse_wrong_credentials() {
     assert_eq!(alice.upload_with(id, src.path(), None, &Default::default()).await.unwrap().unwrap().skipped, 2);
 
     // The sealed credentials survive a restart (the key is in the data dir).
-    let data_dir = server.app.config.data_dir.clone();
-    let restarted = TestServer::spawn_with(move |c| c.data_dir = data_dir).await;
+    server.restart().await;
     let again = tempfile::tempdir().unwrap();
-    restarted.client.download(id, again.path()).await.unwrap();
+    server.client.download(id, again.path()).await.unwrap();
     assert_eq!(std::fs::read(again.path().join("config.yaml")).unwrap(), b"steps: 3\n");
 
     // Delete a file, then the mission: the objects leave the bucket.
@@ -271,7 +270,7 @@ async fn s3_bays_hold_mission_files_and_refuse_wrong_credentials() {
 
 #[tokio::test]
 async fn restart_removes_staging_leftovers_of_unfinished_uploads_in_a_local_bay() {
-    let first = TestServer::spawn().await;
+    let mut first = TestServer::spawn().await;
     first.add_user("root", true).await;
     let root = first.sign_in("root").await;
     let dir = tempfile::tempdir().unwrap();
@@ -287,9 +286,8 @@ async fn restart_removes_staging_leftovers_of_unfinished_uploads_in_a_local_bay(
     write(dir.path(), "run/data/other.bin#5", b"someone's own");
     write(dir.path(), "run/notes#1", b"someone's own");
 
-    let data_dir = first.app.config.data_dir.clone();
-    let second = TestServer::spawn_with(move |c| c.data_dir = data_dir).await;
-    assert!(second.app.store.pending_intents().await.unwrap().is_empty());
+    first.restart().await;
+    assert!(first.app.store.pending_intents().await.unwrap().is_empty());
     let mut left: Vec<String> = walk(dir.path());
     left.sort();
     assert_eq!(left, ["run/data/other.bin#5", "run/notes#1"]);

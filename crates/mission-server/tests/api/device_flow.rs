@@ -291,11 +291,15 @@ async fn tokens_this_server_would_not_issue_are_401() {
     let forged_key = jsonwebtoken::EncodingKey::from_ec_pem(include_bytes!("fixtures/ec-private.pem")).unwrap();
     let forged = jsonwebtoken::encode(&header, &claims, &forged_key).unwrap();
 
-    // Wrong audience: a real token from a second server sharing this one's data dir (so its
-    // signing key) but configured for another API.
-    let data_dir = server.app.config.data_dir.clone();
+    // Wrong audience: a real token from a second server holding this one's signing key but
+    // configured for another API.
+    let key = std::fs::read(server.app.config.data_dir.join("idp-signing-key.p8")).unwrap();
+    let other_data = tempfile::tempdir().unwrap();
+    mission_server::create_private_dir(other_data.path()).unwrap();
+    std::fs::write(other_data.path().join("idp-signing-key.p8"), key).unwrap();
+    let other_dir = other_data.path().to_owned();
     let other = TestServer::spawn_with(move |c| {
-        c.data_dir = data_dir;
+        c.data_dir = other_dir;
         c.audience = "another-api".into();
     })
     .await;

@@ -357,7 +357,7 @@ fn count_files(dir: &Path) -> usize {
 
 #[tokio::test]
 async fn restart_after_a_crash_settles_unfinished_changes() {
-    let first = TestServer::spawn().await;
+    let mut first = TestServer::spawn().await;
     let id = mission(&first.client, "crash", false).await;
     let token = token_for(&first, "alice").await;
     let url = |name: &str| format!("{}/api/v1/missions/{id}/files/{name}", first.url);
@@ -385,8 +385,8 @@ async fn restart_after_a_crash_settles_unfinished_changes() {
     std::fs::write(root.join(format!("missions/{ghost}/left.txt")), "x").unwrap();
 
     // Restart on the same data dir.
-    let data_dir = first.app.config.data_dir.clone();
-    let second = TestServer::spawn_with(move |c| c.data_dir = data_dir).await;
+    first.restart().await;
+    let second = &first;
     let mut names: Vec<String> =
         second.client.get_mission_files(id).await.unwrap().into_iter().map(|f| f.relative_path()).collect();
     names.sort();

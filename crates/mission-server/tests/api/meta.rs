@@ -190,3 +190,21 @@ async fn connections_past_the_bound_get_a_clear_503() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn a_second_server_on_a_data_dir_is_refused() {
+    let server = TestServer::spawn().await;
+    let mut config = server.app.config.clone();
+    config.public_url = None;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let Err(err) = mission_server::Server::new(listener, config).await else {
+        panic!("a second server started on a data dir in use")
+    };
+    let message = err.to_string();
+    assert!(
+        message.contains("another mission server") && message.contains(&std::process::id().to_string()),
+        "{message}"
+    );
+    // The first one is unharmed.
+    server.client.list_missions(&Default::default()).await.unwrap();
+}

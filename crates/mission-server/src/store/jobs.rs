@@ -1,0 +1,549 @@
+//! Jobs, their history and results, and the landing-zone rows the scheduler keeps current.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use mission_api::{Job, JobStatus, JobTransition, Resources};
+use sqlx::{Connection, QueryBuilder};
+use uuid::Uuid;
+
+use super::row::Columns;
+use super::{FileRecord, JobFilter, JobUpdate, LzIdentity, Store, StoreError, push_any_of, to_micros, with_conn};
+
+const JOB_COLUMNS: &str = "job_id, mission_id, user_id, station_id, requested_lz_id, lz_id, status, cpu_count, \
+    memory_amount, gpu_count, gpu_indices, command, exit_code, reason, limits, created_at, started_at, finished_at";
+
+/// The statuses a job ends in, as an SQL list.
+const FINAL_STATUSES: &str = "('completed', 'failed', 'stopped', 'lost')";
+
+impl Store {
+    /// Writes new jobs (each with its history so far) and then job moves, in order, in one
+    /// transaction: a move updates the row and appends its history entry. Entering `running`
+    /// sets `started_at`; a final status sets `finished_at`.
+    pub async fn save_jobs(&self, inserts: &[Job], updates: &[JobUpdate]) -> Result<(), StoreError> {
+        if inserts.is_empty() && updates.is_empty() {
+            return Ok(());
+        }
+        // The batch goes as three JSON parameters to statements that are the same whatever its
+        // size and shape, so they are prepared once (parsing SQL built per batch was an eighth
+        // of the server's CPU under load).
+        let batch = JobBatch::new(inserts, updates);
+        match &self.backend {
+            super::Backend::Sqlite(db) => {
+                // One script: one trip to SQLite's worker thread (those thread hand-offs were most
+                // of what the scheduler waited for).
+                let mut conn = db.writer().await;
+                let written = sqlx::query(SQLITE_SAVE_JOBS)
+                    .bind(batch.jobs)
+                    .bind(batch.changes)
+                    .bind(batch.history)
+                    .execute(&mut *conn)
+                    .await;
+                if written.is_err() {
+                    // The script stopped at the failing statement, inside its transaction.
+                    let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+                }
+                written?;
+            }
+            super::Backend::Postgres(db) => {
+                let mut conn = db.connection().await?;
+                let mut tx = conn.begin().await?;
+                for (statement, parameter) in [
+                    (POSTGRES_INSERT_JOBS, batch.jobs),
+                    (POSTGRES_CHANGE_JOBS, batch.changes),
+                    (POSTGRES_APPEND_HISTORY, batch.history),
+                ] {
+                    if parameter != "[]" {
+                        sqlx::query(statement).bind(parameter).execute(&mut *tx).await?;
+                    }
+                }
+                tx.commit().await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One job with its history.
+    pub async fn job(&self, job_id: Uuid) -> Result<Option<Job>, StoreError> {
+        let Some(mut job) = self.job_row(job_id).await? else { return Ok(None) };
+        job.history = self.job_history(job_id).await?;
+        Ok(Some(job))
+    }
+
+    /// One job without its history (`history` left empty): one query.
+    pub async fn job_row(&self, job_id: Uuid) -> Result<Option<Job>, StoreError> {
+        with_conn!(self, reader, |conn| {
+            let row = {
+                sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1"))
+                    .bind(job_id.to_string())
+                    .fetch_optional(conn)
+                    .await?
+            };
+            row.as_ref().map(job_from_row).transpose()
+        })
+    }
+
+    /// A job's transitions, oldest first.
+    pub async fn job_history(&self, job_id: Uuid) -> Result<Vec<JobTransition>, StoreError> {
+        with_conn!(self, reader, |conn| {
+            let rows = {
+                sqlx::query("SELECT status, at, detail FROM job_history WHERE job_id = $1 ORDER BY n")
+                    .bind(job_id.to_string())
+                    .fetch_all(conn)
+                    .await?
+            };
+            rows.iter()
+                .map(|r| {
+                    Ok(JobTransition {
+                        status: parse_status(&r.text("status")?)?,
+                        at: r.time("at")?,
+                        detail: r.opt_text("detail")?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// A page of jobs matching `filter`, newest first, with the total count; listings leave
+    /// `history` empty (one job's `GET` has it).
+    pub async fn jobs(&self, filter: &JobFilter) -> Result<(Vec<Job>, u64), StoreError> {
+        fn conditions<'q, DB>(q: &mut QueryBuilder<'q, DB>, f: &JobFilter)
+        where
+            DB: sqlx::Database,
+            String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        {
+            q.push(" WHERE 1 = 1");
+            if let Some(user) = f.user {
+                q.push(" AND user_id = ").push_bind(user.to_string());
+            }
+            push_any_of(q, "mission_id", f.mission_ids.iter().map(Uuid::to_string));
+            push_any_of(q, "station_id", f.station_ids.iter().map(Uuid::to_string));
+            push_any_of(q, "status", f.statuses.iter().map(|s| s.as_str().to_owned()));
+        }
+        with_conn!(self, reader, |conn: Db| {
+            let (total, rows) = {
+                let mut count: QueryBuilder<Db> = QueryBuilder::new("SELECT COUNT(*) FROM jobs");
+                conditions(&mut count, filter);
+                let total: i64 = count.build_query_scalar().fetch_one(&mut *conn).await?;
+                let mut q: QueryBuilder<Db> = QueryBuilder::new(format!("SELECT {JOB_COLUMNS} FROM jobs"));
+                conditions(&mut q, filter);
+                q.push(" ORDER BY seq DESC LIMIT ")
+                    .push_bind(i64::from(filter.items))
+                    .push(" OFFSET ")
+                    .push_bind(i64::from(filter.page.saturating_sub(1)) * i64::from(filter.items));
+                (total, q.build().fetch_all(conn).await?)
+            };
+            let jobs = rows.iter().map(job_from_row).collect::<Result<_, _>>()?;
+            Ok((jobs, total as u64))
+        })
+    }
+
+    /// Every job that has not ended, in submission order (what the scheduler rebuilds from).
+    pub async fn unfinished_jobs(&self) -> Result<Vec<Job>, StoreError> {
+        with_conn!(self, reader, |conn| {
+            let rows = {
+                sqlx::query(&format!(
+                    "SELECT {JOB_COLUMNS} FROM jobs WHERE status NOT IN {FINAL_STATUSES} ORDER BY seq"
+                ))
+                .fetch_all(conn)
+                .await?
+            };
+            rows.iter().map(job_from_row).collect()
+        })
+    }
+
+    /// The mission of a job placed on `lz_id`, and the mission's destination cargo bay: one
+    /// read, for the end of every job.
+    pub async fn placed_job_destination(
+        &self,
+        job_id: Uuid,
+        lz_id: Uuid,
+    ) -> Result<Option<(Uuid, Option<Uuid>)>, StoreError> {
+        with_conn!(self, reader, |conn| {
+            let row = {
+                sqlx::query(
+                    "SELECT j.mission_id, m.destination_storage_id FROM jobs j JOIN missions m USING (mission_id) \
+                     WHERE j.job_id = $1 AND j.lz_id = $2",
+                )
+                .bind(job_id.to_string())
+                .bind(lz_id.to_string())
+                .fetch_optional(conn)
+                .await?
+            };
+            row.map(|r| Ok((r.uuid("mission_id")?, r.opt_uuid("destination_storage_id")?))).transpose()
+        })
+    }
+
+    /// How many jobs of a mission have not ended.
+    pub async fn mission_unfinished_jobs(&self, mission_id: Uuid) -> Result<u64, StoreError> {
+        let n: i64 = with_conn!(self, reader, |conn| {
+            sqlx::query_scalar(&format!(
+                "SELECT COUNT(*) FROM jobs WHERE mission_id = $1 AND status NOT IN {FINAL_STATUSES}"
+            ))
+            .bind(mission_id.to_string())
+            .fetch_one(conn)
+            .await?
+        });
+        Ok(n as u64)
+    }
+
+    /// Records (or replaces) a result file of a job; `record.mission_id` is ignored.
+    pub async fn insert_job_result(&self, job_id: Uuid, record: &FileRecord) -> Result<(), StoreError> {
+        with_conn!(self, writer, |conn| {
+            sqlx::query(
+                "INSERT INTO job_results (job_id, path, size, sha256, e_tag, modified_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6) \
+                 ON CONFLICT (job_id, path) DO UPDATE SET size = excluded.size, sha256 = excluded.sha256, \
+                 e_tag = excluded.e_tag, modified_at = excluded.modified_at",
+            )
+            .bind(job_id.to_string())
+            .bind(&record.path)
+            .bind(record.size as i64)
+            .bind(&record.sha256)
+            .bind(&record.e_tag)
+            .bind(to_micros(record.modified_at))
+            .execute(conn)
+            .await?;
+        });
+        Ok(())
+    }
+
+    /// The result files of a job (without its logs), by path; `mission_id` and `user_id` of the
+    /// records are the job's.
+    pub async fn job_results(&self, job: &Job) -> Result<Vec<FileRecord>, StoreError> {
+        self.job_results_at(job, None).await
+    }
+
+    /// The result file `path` of a job.
+    pub async fn job_result(&self, job: &Job, path: &str) -> Result<Option<FileRecord>, StoreError> {
+        Ok(self.job_results_at(job, Some(path)).await?.pop())
+    }
+
+    async fn job_results_at(&self, job: &Job, path: Option<&str>) -> Result<Vec<FileRecord>, StoreError> {
+        with_conn!(self, reader, |conn| {
+            let rows = {
+                sqlx::query(
+                    "SELECT path, size, sha256, e_tag, modified_at FROM job_results WHERE job_id = $1 \
+                     AND (CAST($2 AS TEXT) IS NULL OR path = $2) ORDER BY path",
+                )
+                .bind(job.job_id.to_string())
+                .bind(path)
+                .fetch_all(conn)
+                .await?
+            };
+            rows.iter()
+                .map(|r| {
+                    Ok(FileRecord {
+                        mission_id: job.mission_id,
+                        path: r.text("path")?,
+                        user_id: job.user_id,
+                        size: r.count("size")?,
+                        sha256: r.text("sha256")?,
+                        e_tag: r.opt_text("e_tag")?,
+                        modified_at: r.time("modified_at")?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// The landing zone whose agent token hashes to `token_hash`.
+    pub async fn lz_by_token_hash(&self, token_hash: &str) -> Result<Option<LzIdentity>, StoreError> {
+        with_conn!(self, reader, |conn| {
+            let row = {
+                sqlx::query("SELECT lz_id, station_id, name FROM landing_zones WHERE token_hash = $1")
+                    .bind(token_hash)
+                    .fetch_optional(conn)
+                    .await?
+            };
+            row.map(|r| {
+                Ok(LzIdentity { lz_id: r.uuid("lz_id")?, station_id: r.uuid("station_id")?, name: r.text("name")? })
+            })
+            .transpose()
+        })
+    }
+
+    /// Records what an agent advertised on connecting, and that it was seen `now`.
+    pub async fn lz_connected(&self, lz_id: Uuid, resources: Resources, now: DateTime<Utc>) -> Result<(), StoreError> {
+        with_conn!(self, writer, |conn| {
+            sqlx::query(
+                "UPDATE landing_zones SET cpu_count = $1, memory_amount = $2, gpu_count = $3, last_seen_at = $4 \
+                 WHERE lz_id = $5",
+            )
+            .bind(i64::from(resources.cpu_count))
+            .bind(resources.memory_amount as i64)
+            .bind(i64::from(resources.gpu_count))
+            .bind(to_micros(now))
+            .bind(lz_id.to_string())
+            .execute(conn)
+            .await?;
+        });
+        Ok(())
+    }
+
+    /// Records that an agent was heard from `now`.
+    pub async fn lz_seen(&self, lz_id: Uuid, now: DateTime<Utc>) -> Result<(), StoreError> {
+        with_conn!(self, writer, |conn| {
+            sqlx::query("UPDATE landing_zones SET last_seen_at = $1 WHERE lz_id = $2")
+                .bind(to_micros(now))
+                .bind(lz_id.to_string())
+                .execute(conn)
+                .await?;
+        });
+        Ok(())
+    }
+
+    /// Gives the landing zone `name` of a station a new agent token (registering it if new);
+    /// answers its id. The embedded LZ gets a fresh token on every server start this way.
+    pub async fn rotate_lz_token(
+        &self,
+        station_id: Uuid,
+        name: &str,
+        token_hash: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Uuid, StoreError> {
+        let id: String = with_conn!(self, writer, |conn| {
+            sqlx::query_scalar(
+                "INSERT INTO landing_zones (lz_id, station_id, name, token_hash, created_at) \
+                 VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (station_id, name) DO UPDATE SET token_hash = excluded.token_hash RETURNING lz_id",
+            )
+            .bind(Uuid::new_v4().to_string())
+            .bind(station_id.to_string())
+            .bind(name)
+            .bind(token_hash)
+            .bind(to_micros(now))
+            .fetch_one(conn)
+            .await?
+        });
+        super::row::parse_uuid(&id)
+    }
+}
+
+/// What [`Store::save_jobs`] runs on SQLite, with three JSON arrays for its parameters: new job rows (in
+/// submission order), the changes to job rows (one per job, the batch's moves of it folded
+/// together), and the history rows to append. A history row's `n` is given where the batch knows
+/// it (new jobs); otherwise it follows the job's rows already stored, `k` being its place among
+/// the batch's rows of that job. (SQLite reads a table an `INSERT … SELECT` writes into before it
+/// writes, so the count is that of the rows stored before the statement.)
+const SQLITE_SAVE_JOBS: &str = "BEGIN IMMEDIATE;
+INSERT INTO jobs (seq, job_id, mission_id, user_id, station_id, requested_lz_id, lz_id, status, cpu_count, \
+    memory_amount, gpu_count, gpu_indices, command, exit_code, reason, limits, created_at, started_at, finished_at) \
+SELECT last.seq + j.key + 1, j.value ->> 'job_id', j.value ->> 'mission_id', j.value ->> 'user_id', \
+    j.value ->> 'station_id', j.value ->> 'requested_lz_id', j.value ->> 'lz_id', j.value ->> 'status', \
+    j.value ->> 'cpu_count', j.value ->> 'memory_amount', j.value ->> 'gpu_count', j.value ->> 'gpu_indices', \
+    j.value ->> 'command', j.value ->> 'exit_code', j.value ->> 'reason', j.value ->> 'limits', \
+    j.value ->> 'created_at', j.value ->> 'started_at', j.value ->> 'finished_at' \
+FROM json_each(?) AS j, (SELECT COALESCE(MAX(seq), 0) AS seq FROM jobs) AS last;
+UPDATE jobs SET status = c.value ->> 'status', \
+    lz_id = IIF(json_type(c.value, '$.lz_id') IS NULL, jobs.lz_id, c.value ->> 'lz_id'), \
+    gpu_indices = COALESCE(c.value ->> 'gpu_indices', jobs.gpu_indices), \
+    exit_code = COALESCE(c.value ->> 'exit_code', jobs.exit_code), \
+    reason = COALESCE(c.value ->> 'reason', jobs.reason), \
+    limits = COALESCE(c.value ->> 'limits', jobs.limits), \
+    started_at = IIF(json_type(c.value, '$.started_at') IS NULL, jobs.started_at, c.value ->> 'started_at'), \
+    finished_at = COALESCE(c.value ->> 'finished_at', jobs.finished_at) \
+FROM json_each(?) AS c WHERE jobs.job_id = c.value ->> 'job_id';
+INSERT INTO job_history (job_id, n, status, at, detail) \
+SELECT h.value ->> 'job_id', \
+    COALESCE(h.value ->> 'n', (SELECT COUNT(*) FROM job_history WHERE job_id = h.value ->> 'job_id') + (h.value ->> 'k')), \
+    h.value ->> 'status', h.value ->> 'at', h.value ->> 'detail' \
+FROM json_each(?) AS h;
+COMMIT;";
+
+/// [`Store::save_jobs`] on PostgreSQL, one statement per JSON parameter of [`JobBatch`] in one
+/// transaction: new job rows (in submission order, which their `seq` keeps), changes of job rows,
+/// history rows. A history row's `n`, where the batch does not know it, follows the job's rows
+/// stored before the statement (which is what a statement's snapshot holds), `k` being its place
+/// among the batch's rows of that job.
+const POSTGRES_INSERT_JOBS: &str = "INSERT INTO jobs (job_id, mission_id, user_id, station_id, requested_lz_id, \
+    lz_id, status, cpu_count, memory_amount, gpu_count, gpu_indices, command, exit_code, reason, limits, created_at, \
+    started_at, finished_at) \
+SELECT j ->> 'job_id', j ->> 'mission_id', j ->> 'user_id', j ->> 'station_id', j ->> 'requested_lz_id', \
+    j ->> 'lz_id', j ->> 'status', (j ->> 'cpu_count')::bigint, (j ->> 'memory_amount')::bigint, \
+    (j ->> 'gpu_count')::bigint, j ->> 'gpu_indices', j ->> 'command', (j ->> 'exit_code')::bigint, j ->> 'reason', \
+    j ->> 'limits', (j ->> 'created_at')::bigint, (j ->> 'started_at')::bigint, (j ->> 'finished_at')::bigint \
+FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS batch (j, k) ORDER BY k";
+
+/// The second statement of [`POSTGRES_INSERT_JOBS`]'s transaction.
+const POSTGRES_CHANGE_JOBS: &str = "UPDATE jobs SET status = c ->> 'status', \
+    lz_id = CASE WHEN c ? 'lz_id' THEN c ->> 'lz_id' ELSE jobs.lz_id END, \
+    gpu_indices = COALESCE(c ->> 'gpu_indices', jobs.gpu_indices), \
+    exit_code = COALESCE((c ->> 'exit_code')::bigint, jobs.exit_code), \
+    reason = COALESCE(c ->> 'reason', jobs.reason), \
+    limits = COALESCE(c ->> 'limits', jobs.limits), \
+    started_at = CASE WHEN c ? 'started_at' THEN (c ->> 'started_at')::bigint ELSE jobs.started_at END, \
+    finished_at = COALESCE((c ->> 'finished_at')::bigint, jobs.finished_at) \
+FROM jsonb_array_elements($1::jsonb) AS change (c) WHERE jobs.job_id = c ->> 'job_id'";
+
+/// The third statement of [`POSTGRES_INSERT_JOBS`]'s transaction.
+const POSTGRES_APPEND_HISTORY: &str = "INSERT INTO job_history (job_id, n, status, at, detail) \
+SELECT h ->> 'job_id', \
+    COALESCE((h ->> 'n')::bigint, \
+        (SELECT COUNT(*) FROM job_history WHERE job_id = h ->> 'job_id') + (h ->> 'k')::bigint), \
+    h ->> 'status', (h ->> 'at')::bigint, h ->> 'detail' \
+FROM jsonb_array_elements($1::jsonb) AS history (h)";
+
+/// A batch of [`Store::save_jobs`] as JSON parameters.
+struct JobBatch {
+    jobs: String,
+    changes: String,
+    history: String,
+}
+
+/// A job row's change: fields left out keep their value (`Some(None)` writes NULL).
+#[derive(serde::Serialize)]
+struct JobChange {
+    job_id: String,
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lz_id: Option<Option<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpu_indices: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exit_code: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limits: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    started_at: Option<Option<i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    finished_at: Option<i64>,
+}
+
+impl JobBatch {
+    fn new(inserts: &[Job], updates: &[JobUpdate]) -> Self {
+        let mut jobs = Vec::with_capacity(inserts.len());
+        let mut history = Vec::new();
+        // Per job of the batch: the history rows it has (new jobs) or the batch added so far.
+        let mut rows_of: HashMap<Uuid, (bool, usize)> = HashMap::new();
+        let history_row = |job_id: Uuid, n: Option<usize>, k: usize, t: &JobTransition| {
+            serde_json::json!({
+                "job_id": job_id.to_string(),
+                "n": n,
+                "k": k,
+                "status": t.status.as_str(),
+                "at": to_micros(t.at),
+                "detail": t.detail,
+            })
+        };
+        for job in inserts {
+            jobs.push(serde_json::json!({
+                "job_id": job.job_id.to_string(),
+                "mission_id": job.mission_id.to_string(),
+                "user_id": job.user_id.to_string(),
+                "station_id": job.station_id.to_string(),
+                "requested_lz_id": job.requested_lz_id.map(|id| id.to_string()),
+                "lz_id": job.lz_id.map(|id| id.to_string()),
+                "status": job.status.as_str(),
+                "cpu_count": job.cpu_count,
+                "memory_amount": job.memory_amount,
+                "gpu_count": job.gpu_count,
+                "gpu_indices": join_indices(&job.gpu_indices),
+                "command": serde_json::to_string(&job.command).expect("strings serialise"),
+                "exit_code": job.exit_code,
+                "reason": job.reason,
+                "limits": job.limits,
+                "created_at": to_micros(job.created_at),
+                "started_at": job.started_at.map(to_micros),
+                "finished_at": job.finished_at.map(to_micros),
+            }));
+            for (n, t) in job.history.iter().enumerate() {
+                history.push(history_row(job.job_id, Some(n), 0, t));
+            }
+            rows_of.insert(job.job_id, (true, job.history.len()));
+        }
+        let mut changes: Vec<JobChange> = Vec::new();
+        let mut change_of: HashMap<Uuid, usize> = HashMap::new();
+        for u in updates {
+            let i = *change_of.entry(u.job_id).or_insert_with(|| {
+                changes.push(JobChange {
+                    job_id: u.job_id.to_string(),
+                    status: u.status.as_str(),
+                    lz_id: None,
+                    gpu_indices: None,
+                    exit_code: None,
+                    reason: None,
+                    limits: None,
+                    started_at: None,
+                    finished_at: None,
+                });
+                changes.len() - 1
+            });
+            let change = &mut changes[i];
+            let at = to_micros(u.at);
+            change.status = u.status.as_str();
+            if let Some(lz) = u.lz_id {
+                change.lz_id = Some(lz.map(|id| id.to_string()));
+            }
+            if let Some(gpus) = &u.gpu_indices {
+                change.gpu_indices = Some(join_indices(gpus));
+            }
+            change.exit_code = u.exit_code.or(change.exit_code);
+            change.reason = u.reason.clone().or(change.reason.take());
+            change.limits = u.limits.clone().or(change.limits.take());
+            match u.status {
+                JobStatus::Running => change.started_at = Some(Some(at)),
+                JobStatus::Queued => change.started_at = Some(None),
+                s if s.is_final() => change.finished_at = Some(at),
+                _ => {}
+            }
+            let (known, rows) = rows_of.entry(u.job_id).or_insert((false, 0));
+            let transition = JobTransition { status: u.status, at: u.at, detail: u.detail.clone() };
+            history.push(if *known {
+                history_row(u.job_id, Some(*rows), 0, &transition)
+            } else {
+                history_row(u.job_id, None, *rows, &transition)
+            });
+            *rows += 1;
+        }
+        Self {
+            jobs: serde_json::to_string(&jobs).expect("JSON values serialise"),
+            changes: serde_json::to_string(&changes).expect("job changes serialise"),
+            history: serde_json::to_string(&history).expect("JSON values serialise"),
+        }
+    }
+}
+
+fn join_indices(indices: &[u32]) -> String {
+    indices.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
+fn parse_status(s: &str) -> Result<JobStatus, StoreError> {
+    s.parse().map_err(StoreError::Corrupt)
+}
+
+fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
+    let gpu_indices = r
+        .text("gpu_indices")?
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().map_err(|_| StoreError::Corrupt(format!("gpu index {s:?}"))))
+        .collect::<Result<_, _>>()?;
+    let exit_code = r
+        .opt_int("exit_code")?
+        .map(|code| i32::try_from(code).map_err(|_| StoreError::Corrupt(format!("exit code {code}"))))
+        .transpose()?;
+    Ok(Job {
+        job_id: r.uuid("job_id")?,
+        mission_id: r.uuid("mission_id")?,
+        user_id: r.uuid("user_id")?,
+        station_id: r.uuid("station_id")?,
+        requested_lz_id: r.opt_uuid("requested_lz_id")?,
+        lz_id: r.opt_uuid("lz_id")?,
+        status: parse_status(&r.text("status")?)?,
+        cpu_count: r.int("cpu_count")? as u32,
+        memory_amount: r.count("memory_amount")?,
+        gpu_count: r.int("gpu_count")? as u32,
+        gpu_indices,
+        command: r.json("command")?,
+        exit_code,
+        reason: r.opt_text("reason")?,
+        limits: r.opt_text("limits")?,
+        history: Vec::new(),
+        created_at: r.time("created_at")?,
+        started_at: r.opt_time("started_at")?,
+        finished_at: r.opt_time("finished_at")?,
+    })
+}

@@ -1,0 +1,231 @@
+//! Stations, their members and their landing zones.
+
+use chrono::{DateTime, Utc};
+use mission_api::{LandingZone, Resources, Station, StationMember};
+use uuid::Uuid;
+
+use super::row::Columns;
+use super::{Store, StoreError, conflict_on_duplicate, to_micros, with_conn};
+
+const STATION_COLUMNS: &str = "station_id, name, description, owner_id, open, created_at";
+const LZ_COLUMNS: &str = "lz_id, station_id, name, cpu_count, memory_amount, gpu_count, last_seen_at, created_at";
+
+impl Store {
+    /// Adds a station; a taken name is a [`StoreError::Conflict`].
+    pub async fn insert_station(&self, station: &Station) -> Result<(), StoreError> {
+        let result = with_conn!(self, writer, |conn| {
+            sqlx::query(&format!("INSERT INTO stations ({STATION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)"))
+                .bind(station.station_id.to_string())
+                .bind(&station.name)
+                .bind(&station.description)
+                .bind(station.owner_id.map(|u| u.to_string()))
+                .bind(station.open)
+                .bind(to_micros(station.created_at))
+                .execute(conn)
+                .await
+                .map(drop)
+        });
+        conflict_on_duplicate(result, || format!("a station named {:?} exists already", station.name))
+    }
+
+    /// One station.
+    pub async fn station(&self, station_id: Uuid) -> Result<Option<Station>, StoreError> {
+        with_conn!(self, reader, |conn| {
+            let row = {
+                sqlx::query(&format!("SELECT {STATION_COLUMNS} FROM stations WHERE station_id = $1"))
+                    .bind(station_id.to_string())
+                    .fetch_optional(conn)
+                    .await?
+            };
+            row.as_ref().map(station_from_row).transpose()
+        })
+    }
+
+    /// The stations `user` may run jobs on (open ones, owned ones, member of), or all when `None`;
+    /// by name.
+    pub async fn stations(&self, user: Option<Uuid>) -> Result<Vec<Station>, StoreError> {
+        let sql = match user {
+            None => format!("SELECT {STATION_COLUMNS} FROM stations ORDER BY name"),
+            Some(_) => format!(
+                "SELECT {STATION_COLUMNS} FROM stations WHERE open = {} OR owner_id = $1 OR station_id IN \
+                 (SELECT station_id FROM station_members WHERE user_id = $1) ORDER BY name",
+                self.sql_true()
+            ),
+        };
+        with_conn!(self, reader, |conn| {
+            let rows = {
+                let mut query = sqlx::query(&sql);
+                if let Some(user) = user {
+                    query = query.bind(user.to_string());
+                }
+                query.fetch_all(conn).await?
+            };
+            rows.iter().map(station_from_row).collect()
+        })
+    }
+
+    /// Deletes a station with its members and landing zones; true when it existed.
+    pub async fn delete_station(&self, station_id: Uuid) -> Result<bool, StoreError> {
+        let done = with_conn!(self, writer, |conn| {
+            sqlx::query("DELETE FROM stations WHERE station_id = $1")
+                .bind(station_id.to_string())
+                .execute(conn)
+                .await?
+                .rows_affected()
+        });
+        Ok(done == 1)
+    }
+
+    /// Whether `user` is a member of the station.
+    pub async fn is_station_member(&self, station_id: Uuid, user: Uuid) -> Result<bool, StoreError> {
+        let n: i64 = with_conn!(self, reader, |conn| {
+            sqlx::query_scalar("SELECT COUNT(*) FROM station_members WHERE station_id = $1 AND user_id = $2")
+                .bind(station_id.to_string())
+                .bind(user.to_string())
+                .fetch_one(conn)
+                .await?
+        });
+        Ok(n > 0)
+    }
+
+    /// Adds a member (again is fine).
+    pub async fn add_station_member(&self, station_id: Uuid, user: Uuid, now: DateTime<Utc>) -> Result<(), StoreError> {
+        with_conn!(self, writer, |conn| {
+            sqlx::query(
+                "INSERT INTO station_members (station_id, user_id, added_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(station_id.to_string())
+            .bind(user.to_string())
+            .bind(to_micros(now))
+            .execute(conn)
+            .await?;
+        });
+        Ok(())
+    }
+
+    /// Removes a member; true when they were one.
+    pub async fn remove_station_member(&self, station_id: Uuid, user: Uuid) -> Result<bool, StoreError> {
+        let done = with_conn!(self, writer, |conn| {
+            sqlx::query("DELETE FROM station_members WHERE station_id = $1 AND user_id = $2")
+                .bind(station_id.to_string())
+                .bind(user.to_string())
+                .execute(conn)
+                .await?
+                .rows_affected()
+        });
+        Ok(done == 1)
+    }
+
+    /// The members of a station, by username.
+    pub async fn station_members(&self, station_id: Uuid) -> Result<Vec<StationMember>, StoreError> {
+        with_conn!(self, reader, |conn| {
+            let rows = {
+                sqlx::query(
+                    "SELECT m.user_id, u.username, m.added_at FROM station_members m \
+                     JOIN users u ON u.user_id = m.user_id WHERE m.station_id = $1 ORDER BY u.username",
+                )
+                .bind(station_id.to_string())
+                .fetch_all(conn)
+                .await?
+            };
+            rows.iter()
+                .map(|r| {
+                    Ok(StationMember {
+                        user_id: r.uuid("user_id")?,
+                        username: r.text("username")?,
+                        added_at: r.time("added_at")?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// Registers a landing zone whose agent will present the token hashed as `token_hash`; a name
+    /// taken in the station is a [`StoreError::Conflict`].
+    pub async fn insert_landing_zone(&self, lz: &LandingZone, token_hash: &str) -> Result<(), StoreError> {
+        let result = with_conn!(self, writer, |conn| {
+            sqlx::query(
+                "INSERT INTO landing_zones (lz_id, station_id, name, token_hash, created_at) \
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(lz.lz_id.to_string())
+            .bind(lz.station_id.to_string())
+            .bind(&lz.name)
+            .bind(token_hash)
+            .bind(to_micros(lz.created_at))
+            .execute(conn)
+            .await
+            .map(drop)
+        });
+        conflict_on_duplicate(result, || format!("the station has a landing zone named {:?} already", lz.name))
+    }
+
+    /// The landing zones of a station (of all stations when `None`), by name; `lease` decides
+    /// which count as online at `now`.
+    pub async fn landing_zones(
+        &self,
+        station_id: Option<Uuid>,
+        lease: std::time::Duration,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<LandingZone>, StoreError> {
+        with_conn!(self, reader, |conn| {
+            let rows = {
+                sqlx::query(&format!(
+                    "SELECT {LZ_COLUMNS} FROM landing_zones WHERE CAST($1 AS TEXT) IS NULL OR station_id = $1 \
+                     ORDER BY name"
+                ))
+                .bind(station_id.map(|id| id.to_string()))
+                .fetch_all(conn)
+                .await?
+            };
+            rows.iter().map(|r| lz_from_row(r, lease, now)).collect()
+        })
+    }
+
+    /// Removes a landing zone of a station; true when it existed.
+    pub async fn delete_landing_zone(&self, station_id: Uuid, lz_id: Uuid) -> Result<bool, StoreError> {
+        let done = with_conn!(self, writer, |conn| {
+            sqlx::query("DELETE FROM landing_zones WHERE station_id = $1 AND lz_id = $2")
+                .bind(station_id.to_string())
+                .bind(lz_id.to_string())
+                .execute(conn)
+                .await?
+                .rows_affected()
+        });
+        Ok(done == 1)
+    }
+}
+
+fn station_from_row(r: &impl Columns) -> Result<Station, StoreError> {
+    Ok(Station {
+        station_id: r.uuid("station_id")?,
+        name: r.text("name")?,
+        description: r.text("description")?,
+        owner_id: r.opt_uuid("owner_id")?,
+        open: r.flag("open")?,
+        created_at: r.time("created_at")?,
+    })
+}
+
+fn lz_from_row(r: &impl Columns, lease: std::time::Duration, now: DateTime<Utc>) -> Result<LandingZone, StoreError> {
+    let resources = match r.opt_int("cpu_count")? {
+        Some(cpu) => Some(Resources {
+            cpu_count: cpu as u32,
+            memory_amount: r.count("memory_amount")?,
+            gpu_count: r.int("gpu_count")? as u32,
+        }),
+        None => None,
+    };
+    let last_seen_at = r.opt_time("last_seen_at")?;
+    let lease = chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::MAX);
+    Ok(LandingZone {
+        lz_id: r.uuid("lz_id")?,
+        station_id: r.uuid("station_id")?,
+        name: r.text("name")?,
+        online: last_seen_at.is_some_and(|seen| now - seen < lease),
+        resources,
+        last_seen_at,
+        created_at: r.time("created_at")?,
+    })
+}

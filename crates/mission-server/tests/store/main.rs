@@ -1,0 +1,122 @@
+//! The store's conformance suite: one story through every [`Store`] operation, told in chapters,
+//! each run on SQLite and on PostgreSQL (a fresh database on the PostgreSQL test server, see
+//! `mission_testkit::PostgresDatabase`). A backend conforms when every chapter passes on it.
+
+mod story;
+
+use mission_server::Store;
+use mission_server::store::{DatabaseUrl, StoreError};
+
+/// A store on a new SQLite database, with the temporary dir that holds it.
+async fn sqlite() -> (Store, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&DatabaseUrl::sqlite(&dir.path().join("mission.db"))).await.unwrap();
+    (store, dir)
+}
+
+/// A store on a new PostgreSQL database, or `None` where PostgreSQL is missing (and allowed to be).
+async fn postgres() -> Option<Store> {
+    let database = mission_testkit::PostgresDatabase::create().await?;
+    Some(Store::open(&database.url).await.unwrap())
+}
+
+/// One test per chapter and backend.
+macro_rules! chapters {
+    ($($chapter:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $chapter() {
+                    let (store, _dir) = super::sqlite().await;
+                    super::story::$chapter(&store).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $chapter() {
+                    let Some(store) = super::postgres().await else { return };
+                    super::story::$chapter(&store).await;
+                }
+            )*
+        }
+    };
+}
+
+chapters!(
+    users_and_sign_in,
+    missions_with_every_filter,
+    files_intents_and_usage,
+    parallel_uploads_share_one_quota,
+    cargo_bays,
+    stations_members_and_landing_zones,
+    job_batches_and_history,
+    a_failing_batch_leaves_nothing_written,
+    job_listings_results_and_agents,
+);
+
+/// Makes the database at `url` look migrated by a newer version (a migration this one does not
+/// know) and checks that opening it is refused, saying so.
+async fn refuses_a_newer_schema<C: sqlx::Connection>(url: &DatabaseUrl)
+where
+    for<'c> &'c mut C: sqlx::Executor<'c, Database = C::Database>,
+    for<'q> bool: sqlx::Encode<'q, C::Database> + sqlx::Type<C::Database>,
+    for<'q> Vec<u8>: sqlx::Encode<'q, C::Database> + sqlx::Type<C::Database>,
+    for<'q> <C::Database as sqlx::Database>::Arguments<'q>: sqlx::IntoArguments<'q, C::Database>,
+{
+    Store::open(url).await.unwrap();
+    let mut conn = C::connect(url.expose()).await.unwrap();
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (999, 'from the future', $1, $2, 0)",
+    )
+    .bind(true)
+    .bind(vec![0u8; 48])
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    match Store::open(url).await {
+        Err(err @ StoreError::SchemaTooNew { found: 999, known }) => {
+            assert!(known >= 6, "{known}");
+            assert!(err.to_string().contains("newer than this server's"), "{err}");
+        }
+        other => panic!("a schema newer than this version must be refused, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn sqlite_refuses_a_newer_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    refuses_a_newer_schema::<sqlx::SqliteConnection>(&DatabaseUrl::sqlite(&dir.path().join("mission.db"))).await;
+}
+
+#[tokio::test]
+async fn postgres_refuses_a_newer_schema() {
+    let Some(database) = mission_testkit::PostgresDatabase::create().await else { return };
+    refuses_a_newer_schema::<sqlx::PgConnection>(&database.url).await;
+}
+
+/// Replicas started together on one database migrate it once, under the database's lock.
+#[tokio::test]
+async fn postgres_replicas_starting_together_migrate_once() {
+    let Some(database) = mission_testkit::PostgresDatabase::create().await else { return };
+    let opened = futures_util::future::join_all((0..4).map(|_| Store::open(&database.url))).await;
+    for store in opened {
+        store.expect("every replica opens the database").ping().await.unwrap();
+    }
+}
+
+/// An unreachable or refusing database's error never shows the URL's password.
+#[tokio::test]
+async fn a_database_password_shows_in_no_error() {
+    let Some(database) = mission_testkit::PostgresDatabase::create().await else { return };
+    let shown = database.url.to_string();
+    let real = database.url.expose();
+    let password = real.split(':').nth(2).unwrap().split('@').next().unwrap().to_owned();
+    assert!(!shown.contains(&password), "{shown}");
+    let wrong: DatabaseUrl = real.replace(&password, "wrong-password-123").parse().unwrap();
+    let err = Store::open(&wrong).await.unwrap_err();
+    let message = format!("{err} {err:?}");
+    assert!(!message.contains("wrong-password-123") && !message.contains(&password), "{message}");
+}

@@ -1,0 +1,748 @@
+//! The chapters of the store story. Each starts from a new, migrated database and checks what
+//! every operation it calls returns and leaves behind.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use mission_api::{CargoBay, CargoBayKind, Job, JobStatus, JobTransition, LandingZone, Mission, Resources, Station};
+use mission_server::Store;
+use mission_server::store::{
+    CargoBayRecord, DeviceCodeRecord, DeviceCodeStatus, FileRecord, Intent, IntentKind, JobFilter, JobUpdate,
+    MissionChanges, MissionFilter, RefreshTokenRecord, StoreError, UploadUsage, UserRecord, now,
+};
+use uuid::Uuid;
+
+/// The `local` station every store starts with.
+const LOCAL_STATION: Uuid = Uuid::from_u128(0x6d697373_696f_4e00_8000_000000000002);
+
+fn seconds(n: i64) -> chrono::Duration {
+    chrono::Duration::seconds(n)
+}
+
+async fn user(store: &Store, name: &str) -> UserRecord {
+    let user = UserRecord {
+        user_id: Uuid::new_v4(),
+        username: name.into(),
+        password_hash: Some(format!("hash of {name}")),
+        external_sub: None,
+        admin: false,
+        created_at: now(),
+    };
+    store.insert_user(&user).await.unwrap();
+    user
+}
+
+fn mission(owner: Uuid, name: &str, at: DateTime<Utc>) -> Mission {
+    Mission {
+        mission_id: Uuid::new_v4(),
+        name: name.into(),
+        description: format!("about {name}"),
+        mission_type_id: None,
+        source_storage_id: None,
+        destination_storage_id: None,
+        source_path: None,
+        destination_path: None,
+        settings: BTreeMap::new(),
+        public: false,
+        archived: false,
+        args: Vec::new(),
+        user_id: owner,
+        created_at: at,
+        updated_at: at,
+    }
+}
+
+fn page(filter: MissionFilter) -> MissionFilter {
+    MissionFilter { page: 1, items: 25, ..filter }
+}
+
+async fn names(store: &Store, filter: MissionFilter) -> Vec<String> {
+    store.list_missions(&filter).await.unwrap().0.into_iter().map(|m| m.name).collect()
+}
+
+fn file(mission: &Mission, path: &str, size: u64) -> FileRecord {
+    FileRecord {
+        mission_id: mission.mission_id,
+        path: path.into(),
+        user_id: mission.user_id,
+        size,
+        sha256: format!("{size:064x}"),
+        e_tag: Some(format!("etag-{path}")),
+        modified_at: now(),
+    }
+}
+
+/// Uploads `record` the way the file routes do: intent, reservation, commit.
+async fn upload(store: &Store, record: &FileRecord) {
+    let intent = Intent::new(IntentKind::Upload, record.mission_id, &record.path);
+    store.begin_intent(&intent).await.unwrap();
+    store.reserve_upload(intent.intent_id, record.user_id, record.size, |_| Ok::<_, ()>(())).await.unwrap().unwrap();
+    store.commit_file(intent.intent_id, record).await.unwrap();
+}
+
+fn job(mission: &Mission, station_id: Uuid) -> Job {
+    Job {
+        job_id: Uuid::new_v4(),
+        mission_id: mission.mission_id,
+        user_id: mission.user_id,
+        station_id,
+        requested_lz_id: None,
+        lz_id: None,
+        status: JobStatus::Queued,
+        cpu_count: 1,
+        memory_amount: 256,
+        gpu_count: 0,
+        gpu_indices: Vec::new(),
+        command: vec!["sh".into(), "run.sh".into()],
+        exit_code: None,
+        reason: None,
+        limits: None,
+        history: vec![JobTransition { status: JobStatus::Queued, at: now(), detail: None }],
+        created_at: now(),
+        started_at: None,
+        finished_at: None,
+    }
+}
+
+fn landing_zone(station_id: Uuid, name: &str) -> LandingZone {
+    LandingZone {
+        lz_id: Uuid::new_v4(),
+        station_id,
+        name: name.into(),
+        online: false,
+        resources: None,
+        last_seen_at: None,
+        created_at: now(),
+    }
+}
+
+/// A user with a mission and a landing zone on the `local` station.
+async fn mission_with_lz(store: &Store) -> (Mission, Uuid) {
+    let ada = user(store, "ada").await;
+    let m = mission(ada.user_id, "m", now());
+    store.insert_mission(&m).await.unwrap();
+    let lz = landing_zone(LOCAL_STATION, "lz");
+    store.insert_landing_zone(&lz, "lz-token-hash").await.unwrap();
+    (m, lz.lz_id)
+}
+
+fn moved(job_id: Uuid, status: JobStatus) -> JobUpdate {
+    JobUpdate::new(job_id, status)
+}
+
+pub async fn users_and_sign_in(store: &Store) {
+    store.ping().await.unwrap();
+    assert_eq!(store.count_users().await.unwrap(), 0);
+    let ada = user(store, "ada").await;
+    let twin = UserRecord { user_id: Uuid::new_v4(), ..ada.clone() };
+    assert!(matches!(store.insert_user(&twin).await, Err(StoreError::Conflict(_))), "usernames are unique");
+    let external = UserRecord {
+        user_id: Uuid::new_v4(),
+        username: "auth0|42".into(),
+        password_hash: None,
+        external_sub: Some("auth0|42".into()),
+        admin: true,
+        created_at: now(),
+    };
+    store.insert_user(&external).await.unwrap();
+    assert_eq!(store.count_users().await.unwrap(), 2);
+    assert_eq!(store.user_by_id(ada.user_id).await.unwrap(), Some(ada.clone()));
+    assert_eq!(store.user_by_username("ada").await.unwrap(), Some(ada.clone()));
+    assert_eq!(store.user_by_external_sub("auth0|42").await.unwrap(), Some(external));
+    assert_eq!(store.user_by_username("nobody").await.unwrap(), None);
+    store.update_user_credentials(ada.user_id, "new hash", true).await.unwrap();
+    let changed = store.user_by_id(ada.user_id).await.unwrap().unwrap();
+    assert_eq!((changed.password_hash.as_deref(), changed.admin), (Some("new hash"), true));
+
+    // Device codes: issued, polled, slowed down, decided, consumed once.
+    let t0 = now();
+    let code = DeviceCodeRecord {
+        device_code_hash: "device-hash".into(),
+        user_code: "ABCD-EFGH".into(),
+        client_id: "mission-cli".into(),
+        scope: "openid offline_access".into(),
+        status: DeviceCodeStatus::Pending,
+        user_id: None,
+        interval_secs: 5,
+        last_polled_at: None,
+        expires_at: t0 + seconds(900),
+    };
+    store.insert_device_code(&code, t0).await.unwrap();
+    let clash = DeviceCodeRecord { device_code_hash: "other-hash".into(), ..code.clone() };
+    assert!(matches!(store.insert_device_code(&clash, t0).await, Err(StoreError::Conflict(_))));
+    let found = store.device_code_by_user_code("ABCD-EFGH").await.unwrap().unwrap();
+    assert_eq!((found.device_code_hash.as_str(), found.status, found.interval_secs), ("device-hash", code.status, 5));
+    let before = store.poll_device_code("device-hash", t0 + seconds(5)).await.unwrap().unwrap();
+    assert_eq!(before.last_polled_at, None, "a poll answers the record as it was before it");
+    let again = store.poll_device_code("device-hash", t0 + seconds(6)).await.unwrap().unwrap();
+    assert_eq!(again.last_polled_at, Some(t0 + seconds(5)));
+    assert!(store.poll_device_code("no-such-hash", t0).await.unwrap().is_none());
+    store.slow_down_device_code("device-hash", 5).await.unwrap();
+    assert_eq!(store.device_code_by_user_code("ABCD-EFGH").await.unwrap().unwrap().interval_secs, 10);
+    assert!(!store.consume_device_code("device-hash").await.unwrap(), "a pending code is not consumed");
+    assert!(store.decide_device_code("ABCD-EFGH", Some(ada.user_id), t0).await.unwrap());
+    assert!(!store.decide_device_code("ABCD-EFGH", None, t0).await.unwrap(), "decided once");
+    let approved = store.device_code_by_user_code("ABCD-EFGH").await.unwrap().unwrap();
+    assert_eq!((approved.status, approved.user_id), (DeviceCodeStatus::Approved, Some(ada.user_id)));
+    assert!(store.consume_device_code("device-hash").await.unwrap());
+    assert!(!store.consume_device_code("device-hash").await.unwrap(), "tokens are issued once");
+    assert_eq!(store.device_code_by_user_code("ABCD-EFGH").await.unwrap().unwrap().status, DeviceCodeStatus::Consumed);
+    // An expired code cannot be decided, and a later code's insert sweeps it away.
+    let late = DeviceCodeRecord {
+        device_code_hash: "late-hash".into(),
+        user_code: "LATE-CODE".into(),
+        expires_at: t0 + seconds(1),
+        ..code.clone()
+    };
+    store.insert_device_code(&late, t0).await.unwrap();
+    assert!(!store.decide_device_code("LATE-CODE", None, t0 + seconds(2)).await.unwrap());
+    let next = DeviceCodeRecord { device_code_hash: "next-hash".into(), user_code: "NEXT-CODE".into(), ..code };
+    store.insert_device_code(&next, t0 + seconds(120)).await.unwrap();
+    assert!(store.device_code_by_user_code("LATE-CODE").await.unwrap().is_none());
+    assert!(store.device_code_by_user_code("ABCD-EFGH").await.unwrap().is_some(), "unexpired codes stay");
+
+    // Refresh tokens: kept by hash, revoked once.
+    let token = RefreshTokenRecord {
+        user_id: ada.user_id,
+        client_id: "mission-cli".into(),
+        scope: "openid".into(),
+        expires_at: t0 + seconds(3600),
+        revoked_at: None,
+    };
+    store.insert_refresh_token("refresh-hash", &token, t0).await.unwrap();
+    let stored = store.refresh_token("refresh-hash").await.unwrap().unwrap();
+    assert_eq!((stored.user_id, stored.expires_at, stored.revoked_at), (ada.user_id, token.expires_at, None));
+    assert!(store.revoke_refresh_token("refresh-hash", t0 + seconds(1)).await.unwrap());
+    assert!(!store.revoke_refresh_token("refresh-hash", t0 + seconds(2)).await.unwrap());
+    assert_eq!(store.refresh_token("refresh-hash").await.unwrap().unwrap().revoked_at, Some(t0 + seconds(1)));
+    assert!(store.refresh_token("unknown").await.unwrap().is_none());
+}
+
+pub async fn missions_with_every_filter(store: &Store) {
+    let ada = user(store, "ada").await;
+    let bob = user(store, "bob").await;
+    let t0 = now();
+    let kind = Uuid::new_v4();
+    // Thirty of ada's, oldest first; every third public; bob has one private and one public.
+    let mut ada_missions: Vec<Mission> = (0..30)
+        .map(|i| Mission {
+            public: i % 3 == 0,
+            mission_type_id: (i % 2 == 0).then_some(kind),
+            ..mission(ada.user_id, &format!("ada-{i:02}"), t0 + seconds(i))
+        })
+        .collect();
+    ada_missions[29].settings = BTreeMap::from([("threads".to_owned(), "4".to_owned())]);
+    ada_missions[29].args = vec!["--fast".into(), "ünïcode ✓".into()];
+    store.insert_missions(&ada_missions).await.unwrap();
+    let bob_private = mission(bob.user_id, "bob-private", t0 + seconds(100));
+    let bob_public = Mission { public: true, ..mission(bob.user_id, "bob-public", t0 + seconds(101)) };
+    store.insert_mission(&bob_private).await.unwrap();
+    store.insert_mission(&bob_public).await.unwrap();
+
+    assert_eq!(store.mission(ada_missions[29].mission_id).await.unwrap().as_ref(), Some(&ada_missions[29]));
+    assert!(store.mission(Uuid::new_v4()).await.unwrap().is_none());
+    assert!(store.mission_exists(bob_private.mission_id).await.unwrap());
+    assert!(!store.mission_exists(Uuid::new_v4()).await.unwrap());
+
+    // An admin's view: everything, newest first, in pages.
+    let (first, more) = store.list_missions(&page(MissionFilter::default())).await.unwrap();
+    assert_eq!(first.len(), 25);
+    assert!(more);
+    assert_eq!(
+        (first[0].name.as_str(), first[1].name.as_str(), first[2].name.as_str()),
+        ("bob-public", "bob-private", "ada-29")
+    );
+    let (second, more) =
+        store.list_missions(&MissionFilter { page: 2, ..page(MissionFilter::default()) }).await.unwrap();
+    assert_eq!((second.len(), more), (7, false));
+    assert_eq!(second.last().unwrap().name, "ada-00");
+
+    // Bob's view: his own and the public ones, in the same order, paged the same way.
+    let bob_view = MissionFilter { visible_to: Some(bob.user_id), items: 4, page: 1, ..Default::default() };
+    let (seen, more) = store.list_missions(&bob_view).await.unwrap();
+    let seen: Vec<_> = seen.into_iter().map(|m| m.name).collect();
+    assert_eq!(seen, ["bob-public", "bob-private", "ada-27", "ada-24"]);
+    assert!(more);
+    let (rest, more) = store.list_missions(&MissionFilter { page: 3, ..bob_view.clone() }).await.unwrap();
+    assert_eq!(rest.into_iter().map(|m| m.name).collect::<Vec<_>>(), ["ada-09", "ada-06", "ada-03", "ada-00"]);
+    assert!(!more);
+    // Each filter narrows; a viewer's filters keep to what the viewer may see.
+    let by_bob = MissionFilter { visible_to: Some(bob.user_id), ..Default::default() };
+    assert_eq!(
+        names(store, page(MissionFilter { names: vec!["ada-01".into(), "ada-03".into()], ..by_bob.clone() })).await,
+        ["ada-03"]
+    );
+    assert_eq!(
+        names(
+            store,
+            page(MissionFilter {
+                mission_ids: vec![ada_missions[1].mission_id, bob_private.mission_id],
+                ..by_bob.clone()
+            })
+        )
+        .await,
+        ["bob-private"]
+    );
+    assert_eq!(
+        names(store, page(MissionFilter { user_ids: vec![bob.user_id], ..Default::default() })).await,
+        ["bob-public", "bob-private"]
+    );
+    let typed =
+        names(store, page(MissionFilter { mission_type_ids: vec![kind], items: 100, ..Default::default() })).await;
+    assert_eq!(typed.len(), 15);
+    assert!(typed.iter().all(|n| n.trim_start_matches("ada-").parse::<u32>().unwrap() % 2 == 0));
+    assert_eq!(
+        names(store, page(MissionFilter { archived: Some(true), ..Default::default() })).await,
+        Vec::<String>::new()
+    );
+
+    // Updates: each field, returned as stored; archived missions filter apart.
+    let bay = Uuid::new_v4();
+    let changes = MissionChanges {
+        name: Some("renamed".into()),
+        description: Some("new words".into()),
+        source_storage_id: Some(bay),
+        destination_storage_id: Some(bay),
+        source_path: Some("in/".into()),
+        destination_path: Some("out/".into()),
+        settings: Some(BTreeMap::from([("k".to_owned(), "v".to_owned())])),
+        archived: Some(true),
+        args: Some(vec!["a".into(), "b".into()]),
+    };
+    let later = t0 + seconds(500);
+    let updated = store.update_mission(bob_private.mission_id, &changes, later).await.unwrap().unwrap();
+    assert_eq!(
+        updated,
+        Mission {
+            name: "renamed".into(),
+            description: "new words".into(),
+            source_storage_id: Some(bay),
+            destination_storage_id: Some(bay),
+            source_path: Some("in/".into()),
+            destination_path: Some("out/".into()),
+            settings: BTreeMap::from([("k".to_owned(), "v".to_owned())]),
+            archived: true,
+            args: vec!["a".into(), "b".into()],
+            updated_at: later,
+            ..bob_private.clone()
+        }
+    );
+    assert_eq!(store.mission(bob_private.mission_id).await.unwrap(), Some(updated));
+    assert_eq!(names(store, page(MissionFilter { archived: Some(true), ..Default::default() })).await, ["renamed"]);
+    assert_eq!(
+        names(store, page(MissionFilter { archived: Some(false), user_ids: vec![bob.user_id], ..Default::default() }))
+            .await,
+        ["bob-public"]
+    );
+    let untouched =
+        store.update_mission(bob_public.mission_id, &MissionChanges::default(), later).await.unwrap().unwrap();
+    assert_eq!(untouched, Mission { updated_at: later, ..bob_public.clone() });
+    assert!(store.update_mission(Uuid::new_v4(), &changes, later).await.unwrap().is_none());
+
+    assert!(store.delete_mission(bob_public.mission_id).await.unwrap());
+    assert!(!store.delete_mission(bob_public.mission_id).await.unwrap());
+    assert!(store.mission(bob_public.mission_id).await.unwrap().is_none());
+}
+
+pub async fn files_intents_and_usage(store: &Store) {
+    let ada = user(store, "ada").await;
+    let m = mission(ada.user_id, "files", now());
+    let other = mission(ada.user_id, "other", now());
+    store.insert_missions(&[m.clone(), other.clone()]).await.unwrap();
+    assert_eq!(store.mission_file_activity(m.mission_id).await.unwrap(), 0);
+
+    // An upload: the intent shows while in flight, and reserves its room.
+    let data = file(&m, "data/ünï.csv", 1000);
+    let intent = Intent::new(IntentKind::Upload, m.mission_id, &data.path);
+    store.begin_intent(&intent).await.unwrap();
+    let pending = store.pending_intents().await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        (pending[0].intent_id, pending[0].kind, pending[0].path.as_str()),
+        (intent.intent_id, IntentKind::Upload, data.path.as_str())
+    );
+    assert_eq!(store.mission_file_activity(m.mission_id).await.unwrap(), 1);
+    let mut seen = None;
+    store
+        .reserve_upload(intent.intent_id, ada.user_id, 1000, |usage| {
+            seen = Some(usage);
+            Ok::<_, ()>(())
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(seen, Some(UploadUsage { existing_size: None, mission_files: 0, user_bytes: 0 }));
+    // A second upload in flight sees the first's reservation; refused, it reserves nothing.
+    let second = Intent::new(IntentKind::Upload, other.mission_id, "b.bin");
+    store.begin_intent(&second).await.unwrap();
+    let refusal = store
+        .reserve_upload(second.intent_id, ada.user_id, 50, |usage| {
+            assert_eq!(usage, UploadUsage { existing_size: None, mission_files: 0, user_bytes: 1000 });
+            Err("over quota")
+        })
+        .await
+        .unwrap();
+    assert_eq!(refusal, Err("over quota"));
+    store.drop_intent(second.intent_id).await.unwrap();
+
+    store.commit_file(intent.intent_id, &data).await.unwrap();
+    assert!(store.pending_intents().await.unwrap().is_empty(), "a commit ends its intent");
+    assert_eq!(store.mission_file(m.mission_id, &data.path).await.unwrap(), Some(data.clone()));
+    assert_eq!(
+        store.upload_usage(m.mission_id, ada.user_id, &data.path).await.unwrap(),
+        UploadUsage { existing_size: Some(1000), mission_files: 1, user_bytes: 1000 }
+    );
+    // Replacing a file changes the byte total by the difference, not the file count.
+    let replaced = file(&m, &data.path, 400);
+    upload(store, &replaced).await;
+    upload(store, &file(&m, "readme.md", 10)).await;
+    upload(store, &file(&other, "x", 5)).await;
+    assert_eq!(
+        store.upload_usage(m.mission_id, ada.user_id, "new.txt").await.unwrap(),
+        UploadUsage { existing_size: None, mission_files: 2, user_bytes: 415 }
+    );
+    let listed: Vec<_> =
+        store.mission_files(m.mission_id).await.unwrap().into_iter().map(|f| (f.path, f.size)).collect();
+    assert_eq!(listed, [("data/ünï.csv".to_owned(), 400), ("readme.md".to_owned(), 10)], "by path");
+    assert_eq!(store.mission_file_activity(m.mission_id).await.unwrap(), 2);
+
+    // A path cannot be a file and a folder at once, whichever comes first.
+    assert_eq!(store.path_conflict(m.mission_id, "data").await.unwrap().as_deref(), Some("data/ünï.csv"));
+    assert_eq!(store.path_conflict(m.mission_id, "readme.md/inner").await.unwrap().as_deref(), Some("readme.md"));
+    assert_eq!(
+        store.path_conflict(m.mission_id, "data/ünï.csv/deeper/x").await.unwrap().as_deref(),
+        Some("data/ünï.csv")
+    );
+    assert_eq!(store.path_conflict(m.mission_id, "data/other.csv").await.unwrap(), None);
+    assert_eq!(store.path_conflict(m.mission_id, "dat").await.unwrap(), None);
+    assert_eq!(store.path_conflict(other.mission_id, "data").await.unwrap(), None, "per mission");
+
+    // Deletes: the row goes, and the totals follow.
+    assert!(store.delete_file_row(m.mission_id, "readme.md").await.unwrap());
+    assert!(!store.delete_file_row(m.mission_id, "readme.md").await.unwrap());
+    assert_eq!(
+        store.upload_usage(m.mission_id, ada.user_id, "readme.md").await.unwrap(),
+        UploadUsage { existing_size: None, mission_files: 1, user_bytes: 405 }
+    );
+    let delete = Intent::new(IntentKind::Delete, m.mission_id, &data.path);
+    store.begin_intent(&delete).await.unwrap();
+    assert_eq!(store.pending_intents().await.unwrap()[0].kind, IntentKind::Delete);
+    store.drop_intent(delete.intent_id).await.unwrap();
+    // Deleting a mission deletes its files and their usage.
+    assert!(store.delete_mission(m.mission_id).await.unwrap());
+    assert!(store.mission_files(m.mission_id).await.unwrap().is_empty());
+    assert_eq!(store.upload_usage(other.mission_id, ada.user_id, "y").await.unwrap().user_bytes, 5);
+    assert_eq!(store.mission_file_activity(m.mission_id).await.unwrap(), 0);
+}
+
+pub async fn parallel_uploads_share_one_quota(store: &Store) {
+    let ada = user(store, "ada").await;
+    let m = mission(ada.user_id, "quota", now());
+    store.insert_mission(&m).await.unwrap();
+    // Ten uploads of 100 bytes race for room for five: exactly five get it.
+    let attempts = (0..10).map(|i| {
+        let store = store.clone();
+        let path = format!("f{i}");
+        async move {
+            let intent = Intent::new(IntentKind::Upload, m.mission_id, &path);
+            store.begin_intent(&intent).await.unwrap();
+            store
+                .reserve_upload(intent.intent_id, ada.user_id, 100, |usage| {
+                    if usage.user_bytes + 100 <= 500 { Ok(()) } else { Err(()) }
+                })
+                .await
+                .unwrap()
+                .is_ok()
+        }
+    });
+    let admitted = futures_util::future::join_all(attempts).await.into_iter().filter(|ok| *ok).count();
+    assert_eq!(admitted, 5);
+}
+
+pub async fn cargo_bays(store: &Store) {
+    let ada = user(store, "ada").await;
+    let bob = user(store, "bob").await;
+    let t0 = now();
+    let s3 = CargoBayRecord {
+        bay: CargoBay {
+            storage_id: Uuid::new_v4(),
+            name: "lab bucket".into(),
+            kind: CargoBayKind::S3,
+            user_id: Some(ada.user_id),
+            bucket: Some("lab".into()),
+            prefix: Some("runs".into()),
+            endpoint: Some("http://127.0.0.1:9000".into()),
+            region: Some("eu-west-1".into()),
+            path: None,
+            has_credentials: true,
+            created_at: Some(t0),
+        },
+        sealed_credentials: Some(vec![0, 1, 2, 255, 254]),
+    };
+    let local = CargoBayRecord {
+        bay: CargoBay {
+            storage_id: Uuid::new_v4(),
+            name: "scratch".into(),
+            kind: CargoBayKind::Local,
+            user_id: Some(bob.user_id),
+            bucket: None,
+            prefix: None,
+            endpoint: None,
+            region: None,
+            path: Some("/srv/scratch".into()),
+            has_credentials: false,
+            created_at: Some(t0 + seconds(1)),
+        },
+        sealed_credentials: None,
+    };
+    store.insert_cargo_bay(&s3).await.unwrap();
+    store.insert_cargo_bay(&local).await.unwrap();
+    assert_eq!(store.cargo_bay(s3.bay.storage_id).await.unwrap(), Some(s3.clone()));
+    assert!(store.cargo_bay(Uuid::new_v4()).await.unwrap().is_none());
+    assert_eq!(store.cargo_bays(Some(bob.user_id)).await.unwrap(), [local.clone()]);
+    assert_eq!(store.cargo_bays(None).await.unwrap(), [s3.clone(), local.clone()], "oldest first");
+
+    // A bay a mission names cannot go.
+    let m = Mission { destination_storage_id: Some(s3.bay.storage_id), ..mission(ada.user_id, "m", t0) };
+    store.insert_mission(&m).await.unwrap();
+    assert!(matches!(store.delete_cargo_bay(s3.bay.storage_id).await, Err(StoreError::Conflict(_))));
+    assert!(store.cargo_bay(s3.bay.storage_id).await.unwrap().is_some());
+    store.delete_mission(m.mission_id).await.unwrap();
+    assert!(store.delete_cargo_bay(s3.bay.storage_id).await.unwrap());
+    assert!(!store.delete_cargo_bay(s3.bay.storage_id).await.unwrap());
+    assert_eq!(store.cargo_bays(None).await.unwrap(), [local]);
+}
+
+pub async fn stations_members_and_landing_zones(store: &Store) {
+    let ada = user(store, "ada").await;
+    let bob = user(store, "bob").await;
+    let t0 = now();
+    let local = store.station(LOCAL_STATION).await.unwrap().expect("every store starts with the local station");
+    assert!(local.open && local.owner_id.is_none());
+    let lab = Station {
+        station_id: Uuid::new_v4(),
+        name: "lab".into(),
+        description: "the lab's hosts".into(),
+        owner_id: Some(ada.user_id),
+        open: false,
+        created_at: t0,
+    };
+    store.insert_station(&lab).await.unwrap();
+    let twin = Station { station_id: Uuid::new_v4(), ..lab.clone() };
+    assert!(matches!(store.insert_station(&twin).await, Err(StoreError::Conflict(_))));
+    assert_eq!(store.station(lab.station_id).await.unwrap(), Some(lab.clone()));
+    let names = |stations: Vec<Station>| stations.into_iter().map(|s| s.name).collect::<Vec<_>>();
+    assert_eq!(names(store.stations(None).await.unwrap()), ["lab", "local"]);
+    assert_eq!(names(store.stations(Some(ada.user_id)).await.unwrap()), ["lab", "local"], "owned and open");
+    assert_eq!(names(store.stations(Some(bob.user_id)).await.unwrap()), ["local"]);
+
+    store.add_station_member(lab.station_id, bob.user_id, t0).await.unwrap();
+    store.add_station_member(lab.station_id, bob.user_id, t0 + seconds(1)).await.unwrap();
+    store.add_station_member(lab.station_id, ada.user_id, t0).await.unwrap();
+    assert!(store.is_station_member(lab.station_id, bob.user_id).await.unwrap());
+    assert_eq!(names(store.stations(Some(bob.user_id)).await.unwrap()), ["lab", "local"], "member of");
+    let members = store.station_members(lab.station_id).await.unwrap();
+    assert_eq!(
+        members.iter().map(|m| (m.username.as_str(), m.added_at)).collect::<Vec<_>>(),
+        [("ada", t0), ("bob", t0)]
+    );
+    assert!(store.remove_station_member(lab.station_id, bob.user_id).await.unwrap());
+    assert!(!store.remove_station_member(lab.station_id, bob.user_id).await.unwrap());
+    assert!(!store.is_station_member(lab.station_id, bob.user_id).await.unwrap());
+
+    let gpu = landing_zone(lab.station_id, "gpu-1");
+    let cpu = landing_zone(lab.station_id, "cpu-1");
+    store.insert_landing_zone(&gpu, "gpu-token").await.unwrap();
+    store.insert_landing_zone(&cpu, "cpu-token").await.unwrap();
+    let twin = landing_zone(lab.station_id, "gpu-1");
+    assert!(matches!(store.insert_landing_zone(&twin, "other-token").await, Err(StoreError::Conflict(_))));
+    store.insert_landing_zone(&landing_zone(LOCAL_STATION, "gpu-1"), "local-token").await.unwrap();
+    // Online while its agent was heard from within the lease.
+    let lease = Duration::from_secs(30);
+    let resources = Resources { cpu_count: 16, memory_amount: 64 << 30, gpu_count: 2 };
+    store.lz_connected(gpu.lz_id, resources, t0).await.unwrap();
+    let zones = store.landing_zones(Some(lab.station_id), lease, t0 + seconds(10)).await.unwrap();
+    assert_eq!(
+        zones.iter().map(|z| (z.name.as_str(), z.online, z.resources)).collect::<Vec<_>>(),
+        [("cpu-1", false, None), ("gpu-1", true, Some(resources))]
+    );
+    assert!(!store.landing_zones(Some(lab.station_id), lease, t0 + seconds(31)).await.unwrap()[1].online);
+    store.lz_seen(gpu.lz_id, t0 + seconds(30)).await.unwrap();
+    assert!(store.landing_zones(Some(lab.station_id), lease, t0 + seconds(31)).await.unwrap()[1].online);
+    assert_eq!(store.landing_zones(None, lease, t0).await.unwrap().len(), 3);
+    let identity = store.lz_by_token_hash("gpu-token").await.unwrap().unwrap();
+    assert_eq!((identity.lz_id, identity.station_id, identity.name.as_str()), (gpu.lz_id, lab.station_id, "gpu-1"));
+    assert!(store.lz_by_token_hash("nope").await.unwrap().is_none());
+
+    // Rotating a token keeps the LZ's id; naming a new LZ registers it.
+    let rotated = store.rotate_lz_token(lab.station_id, "gpu-1", "gpu-token-2", t0).await.unwrap();
+    assert_eq!(rotated, gpu.lz_id);
+    assert!(store.lz_by_token_hash("gpu-token").await.unwrap().is_none());
+    assert_eq!(store.lz_by_token_hash("gpu-token-2").await.unwrap().unwrap().lz_id, gpu.lz_id);
+    let fresh = store.rotate_lz_token(lab.station_id, "new-lz", "new-token", t0).await.unwrap();
+    assert_eq!(store.lz_by_token_hash("new-token").await.unwrap().unwrap().lz_id, fresh);
+
+    assert!(store.delete_landing_zone(lab.station_id, cpu.lz_id).await.unwrap());
+    assert!(!store.delete_landing_zone(LOCAL_STATION, gpu.lz_id).await.unwrap(), "only its own station's");
+    assert!(store.delete_station(lab.station_id).await.unwrap());
+    assert!(!store.delete_station(lab.station_id).await.unwrap());
+    assert!(store.lz_by_token_hash("gpu-token-2").await.unwrap().is_none(), "a station's LZs go with it");
+    assert!(store.station_members(lab.station_id).await.unwrap().is_empty());
+}
+
+pub async fn job_batches_and_history(store: &Store) {
+    let (m, lz) = mission_with_lz(store).await;
+    let first = job(&m, LOCAL_STATION);
+    let second = Job { job_id: Uuid::new_v4(), ..first.clone() };
+
+    // A job submitted and placed in one batch, beside one only submitted.
+    let assigned = JobUpdate {
+        lz_id: Some(Some(lz)),
+        gpu_indices: Some(vec![0, 1]),
+        detail: Some("on lz".into()),
+        ..moved(first.job_id, JobStatus::Assigned)
+    };
+    store.save_jobs(&[first.clone(), second.clone()], &[assigned]).await.unwrap();
+    let stored = store.job(first.job_id).await.unwrap().unwrap();
+    assert_eq!((stored.status, stored.lz_id, stored.gpu_indices.clone()), (JobStatus::Assigned, Some(lz), vec![0, 1]));
+    assert_eq!(stored.history.len(), 2);
+    assert_eq!(stored.history[1].detail.as_deref(), Some("on lz"));
+    let stored_second = store.job(second.job_id).await.unwrap().unwrap();
+    assert_eq!(stored_second.command, first.command);
+    assert_eq!(stored_second.history, second.history);
+    let (listed, total) = store.jobs(&JobFilter { items: 10, page: 1, ..Default::default() }).await.unwrap();
+    assert_eq!(total, 2);
+    assert_eq!(listed[0].job_id, second.job_id, "newest first: submission order is kept");
+    assert!(listed[0].history.is_empty(), "listings leave history out");
+
+    // Several moves of a stored job in one batch: the row ends in the last state, every move is
+    // in the history, in order.
+    let limits = JobUpdate { limits: Some("enforced".into()), ..moved(first.job_id, JobStatus::Running) };
+    let done =
+        JobUpdate { exit_code: Some(-9), reason: Some("killed".into()), ..moved(first.job_id, JobStatus::Completed) };
+    let staging = moved(first.job_id, JobStatus::Staging);
+    store.save_jobs(&[], &[staging, limits, done.clone()]).await.unwrap();
+    let stored = store.job(first.job_id).await.unwrap().unwrap();
+    let statuses: Vec<_> = stored.history.iter().map(|t| t.status).collect();
+    assert_eq!(
+        statuses,
+        [JobStatus::Queued, JobStatus::Assigned, JobStatus::Staging, JobStatus::Running, JobStatus::Completed]
+    );
+    assert_eq!(stored.status, JobStatus::Completed);
+    assert_eq!(
+        (stored.exit_code, stored.reason.as_deref(), stored.limits.as_deref()),
+        (Some(-9), Some("killed"), Some("enforced"))
+    );
+    assert_eq!(stored.lz_id, Some(lz), "fields a move leaves out keep their value");
+    assert!(stored.started_at.is_some());
+    assert_eq!(stored.finished_at, Some(done.at));
+    assert_eq!(store.job_history(first.job_id).await.unwrap(), stored.history);
+    let row = store.job_row(first.job_id).await.unwrap().unwrap();
+    assert_eq!(row, Job { history: Vec::new(), ..stored });
+
+    // A re-queue clears the placement and the start.
+    let placed = JobUpdate { lz_id: Some(Some(lz)), ..moved(second.job_id, JobStatus::Assigned) };
+    let running = moved(second.job_id, JobStatus::Running);
+    let requeued = JobUpdate { lz_id: Some(None), ..moved(second.job_id, JobStatus::Queued) };
+    store.save_jobs(&[], &[placed, running, requeued]).await.unwrap();
+    let stored = store.job(second.job_id).await.unwrap().unwrap();
+    assert_eq!((stored.status, stored.lz_id, stored.started_at), (JobStatus::Queued, None, None));
+    assert_eq!(stored.history.len(), 4);
+    // Moves across batches keep numbering the history.
+    store.save_jobs(&[], &[moved(second.job_id, JobStatus::Stopped)]).await.unwrap();
+    assert_eq!(store.job(second.job_id).await.unwrap().unwrap().history.len(), 5);
+    assert!(store.job(Uuid::new_v4()).await.unwrap().is_none());
+    store.save_jobs(&[], &[]).await.unwrap();
+}
+
+pub async fn a_failing_batch_leaves_nothing_written(store: &Store) {
+    let (m, _) = mission_with_lz(store).await;
+    let job = job(&m, LOCAL_STATION);
+    let other = Job { job_id: Uuid::new_v4(), ..job.clone() };
+    // The third insert repeats the first's id: the whole batch is refused.
+    let err = store.save_jobs(&[job.clone(), other.clone(), job.clone()], &[]).await;
+    assert!(err.is_err());
+    assert!(store.job(job.job_id).await.unwrap().is_none());
+    assert!(store.job(other.job_id).await.unwrap().is_none());
+    // And the store is usable afterwards.
+    store.save_jobs(std::slice::from_ref(&job), &[moved(job.job_id, JobStatus::Stopped)]).await.unwrap();
+    assert_eq!(store.job(job.job_id).await.unwrap().unwrap().status, JobStatus::Stopped);
+}
+
+pub async fn job_listings_results_and_agents(store: &Store) {
+    let (m, lz) = mission_with_lz(store).await;
+    let bob = user(store, "bob").await;
+    let bobs = mission(bob.user_id, "bobs", now());
+    store.insert_mission(&bobs).await.unwrap();
+    let lab = Station {
+        station_id: Uuid::new_v4(),
+        name: "lab".into(),
+        description: String::new(),
+        owner_id: None,
+        open: true,
+        created_at: now(),
+    };
+    store.insert_station(&lab).await.unwrap();
+    let jobs: Vec<Job> = (0..6)
+        .map(|i| match i % 3 {
+            0 => job(&m, LOCAL_STATION),
+            1 => job(&m, lab.station_id),
+            _ => job(&bobs, LOCAL_STATION),
+        })
+        .collect();
+    store.save_jobs(&jobs, &[]).await.unwrap();
+    let placed = JobUpdate { lz_id: Some(Some(lz)), ..moved(jobs[0].job_id, JobStatus::Running) };
+    store.save_jobs(&[], &[placed, moved(jobs[1].job_id, JobStatus::Failed)]).await.unwrap();
+
+    let ids = |listed: Vec<Job>| listed.into_iter().map(|j| j.job_id).collect::<Vec<_>>();
+    let all = JobFilter { items: 10, page: 1, ..Default::default() };
+    let (listed, total) = store.jobs(&all).await.unwrap();
+    assert_eq!(total, 6);
+    assert_eq!(ids(listed), jobs.iter().rev().map(|j| j.job_id).collect::<Vec<_>>());
+    let (listed, total) = store.jobs(&JobFilter { items: 2, page: 2, ..all.clone() }).await.unwrap();
+    assert_eq!((ids(listed), total), (vec![jobs[3].job_id, jobs[2].job_id], 6), "a page, with the total");
+    let (listed, total) = store.jobs(&JobFilter { user: Some(bob.user_id), ..all.clone() }).await.unwrap();
+    assert_eq!((ids(listed), total), (vec![jobs[5].job_id, jobs[2].job_id], 2));
+    let (listed, _) = store.jobs(&JobFilter { station_ids: vec![lab.station_id], ..all.clone() }).await.unwrap();
+    assert_eq!(ids(listed), [jobs[4].job_id, jobs[1].job_id]);
+    let (listed, _) = store.jobs(&JobFilter { mission_ids: vec![bobs.mission_id], ..all.clone() }).await.unwrap();
+    assert_eq!(ids(listed), [jobs[5].job_id, jobs[2].job_id]);
+    let (listed, _) =
+        store.jobs(&JobFilter { statuses: vec![JobStatus::Running, JobStatus::Failed], ..all.clone() }).await.unwrap();
+    assert_eq!(ids(listed), [jobs[1].job_id, jobs[0].job_id]);
+
+    assert_eq!(
+        ids(store.unfinished_jobs().await.unwrap()),
+        [jobs[0].job_id, jobs[2].job_id, jobs[3].job_id, jobs[4].job_id, jobs[5].job_id],
+        "in submission order"
+    );
+    assert_eq!(store.mission_unfinished_jobs(m.mission_id).await.unwrap(), 3);
+    assert_eq!(store.mission_unfinished_jobs(bobs.mission_id).await.unwrap(), 2);
+
+    // The end of a job finds its mission and destination only on its own LZ.
+    assert_eq!(store.placed_job_destination(jobs[0].job_id, lz).await.unwrap(), Some((m.mission_id, None)));
+    assert_eq!(store.placed_job_destination(jobs[0].job_id, Uuid::new_v4()).await.unwrap(), None);
+    assert_eq!(store.placed_job_destination(jobs[3].job_id, lz).await.unwrap(), None, "not placed");
+
+    // Results: recorded, replaced, listed by path, one by path.
+    let out = FileRecord { mission_id: Uuid::nil(), ..file(&m, "out/b.txt", 3) };
+    store.insert_job_result(jobs[0].job_id, &out).await.unwrap();
+    store.insert_job_result(jobs[0].job_id, &file(&m, "a.txt", 1)).await.unwrap();
+    let bigger = file(&m, "out/b.txt", 30);
+    store.insert_job_result(jobs[0].job_id, &bigger).await.unwrap();
+    let results = store.job_results(&jobs[0]).await.unwrap();
+    assert_eq!(
+        results.iter().map(|f| (f.path.as_str(), f.size)).collect::<Vec<_>>(),
+        [("a.txt", 1), ("out/b.txt", 30)]
+    );
+    assert!(results.iter().all(|f| f.mission_id == m.mission_id && f.user_id == m.user_id));
+    assert_eq!(store.job_result(&jobs[0], "out/b.txt").await.unwrap(), Some(bigger));
+    assert_eq!(store.job_result(&jobs[0], "missing").await.unwrap(), None);
+    assert!(store.job_results(&jobs[1]).await.unwrap().is_empty());
+
+    // A mission's deletion takes its jobs and their results along.
+    assert!(store.delete_mission(m.mission_id).await.unwrap());
+    assert!(store.job(jobs[0].job_id).await.unwrap().is_none());
+    assert_eq!(store.jobs(&all).await.unwrap().1, 2);
+}

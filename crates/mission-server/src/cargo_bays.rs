@@ -26,7 +26,7 @@ use uuid::Uuid;
 
 use crate::blobs::{FileStore, Location};
 use crate::error::{ApiError, ApiResult};
-use crate::fsutil::write_private_file;
+use crate::fsutil::read_or_create_secret;
 use crate::store::{CargoBayRecord, Store};
 
 /// File in the data dir holding the key that seals cargo-bay credentials.
@@ -66,19 +66,14 @@ impl std::fmt::Debug for CargoBays {
 }
 
 impl CargoBays {
-    /// Loads the sealing key from `data_dir` (creating it on first start).
-    pub fn new(data_dir: &Path, default: FileStore) -> std::io::Result<Self> {
-        let path = data_dir.join(KEY_FILE);
-        let bytes = match std::fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let mut bytes = vec![0u8; 32];
-                SystemRandom::new().fill(&mut bytes).map_err(|_| std::io::Error::other("no randomness"))?;
-                write_private_file(&path, &bytes)?;
-                bytes
-            }
-            Err(e) => return Err(e),
-        };
+    /// Loads the sealing key from `key_dir` (creating it on first start).
+    pub fn new(key_dir: &Path, default: FileStore) -> std::io::Result<Self> {
+        let path = key_dir.join(KEY_FILE);
+        let bytes = read_or_create_secret(&path, || {
+            let mut bytes = vec![0u8; 32];
+            SystemRandom::new().fill(&mut bytes).map_err(|_| std::io::Error::other("no randomness"))?;
+            Ok(bytes)
+        })?;
         let key = UnboundKey::new(&AES_256_GCM, &bytes)
             .map_err(|_| std::io::Error::other(format!("{} does not hold a 256-bit key", path.display())))?;
         Ok(Self { default, key: LessSafeKey::new(key), opened: Mutex::default() })

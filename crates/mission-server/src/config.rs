@@ -26,6 +26,12 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     /// `sqlite://PATH` or `postgres://…`; `sqlite://{data_dir}/mission.db` when absent.
     pub database_url: Option<crate::store::DatabaseUrl>,
+    /// Holds the built-in identity provider's signing key and the cargo-bay sealing key; the data
+    /// dir when absent. Replicas of one service share it (the same keys on each).
+    pub key_dir: Option<PathBuf>,
+    /// The default storage of mission files, job results and job logs: a folder; the data dir
+    /// when absent. Replicas of one service share it.
+    pub storage: Option<PathBuf>,
     /// URL clients and token issuers use to reach this server; `http://{listen address}` when
     /// absent. Also the `iss` of tokens the built-in provider signs.
     pub public_url: Option<Url>,
@@ -68,6 +74,8 @@ impl ServerConfig {
         Self {
             data_dir: data_dir.into(),
             database_url: None,
+            key_dir: None,
+            storage: None,
             public_url: None,
             auth: AuthMode::Builtin,
             audience: DEFAULT_AUDIENCE.to_owned(),
@@ -84,6 +92,16 @@ impl ServerConfig {
             lz_lease: Duration::from_secs(30),
             bootstrap_admin: true,
         }
+    }
+
+    /// The folder the keys are in.
+    pub fn key_dir(&self) -> PathBuf {
+        self.key_dir.clone().unwrap_or_else(|| self.data_dir.clone())
+    }
+
+    /// The folder of the default storage.
+    pub fn storage(&self) -> PathBuf {
+        self.storage.clone().unwrap_or_else(|| self.data_dir.clone())
     }
 
     /// The database URL in effect.

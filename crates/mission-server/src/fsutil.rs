@@ -46,6 +46,32 @@ pub fn write_private_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// The secret in the file at `path`, or, where there is none, a new one from `generate`, written
+/// there (mode 0600). Several processes creating it at once (replicas sharing a key dir) end up
+/// with the same secret: the new file is linked into place only if none is there yet, and a
+/// process that finds one there already uses that one.
+pub fn read_or_create_secret(
+    path: &Path,
+    generate: impl FnOnce() -> std::io::Result<Vec<u8>>,
+) -> std::io::Result<Vec<u8>> {
+    match std::fs::read(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        other => return other,
+    }
+    let secret = generate()?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("secret");
+    let tmp = dir.join(format!(".{name}.new-{}", std::process::id()));
+    write_private_file(&tmp, &secret)?;
+    let linked = std::fs::hard_link(&tmp, path);
+    std::fs::remove_file(&tmp)?;
+    match linked {
+        Ok(()) => Ok(secret),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => std::fs::read(path),
+        Err(e) => Err(e),
+    }
+}
+
 /// An exclusive lock on a data dir, held while a server runs on it (`flock` on `server.lock`,
 /// which the kernel releases when the process ends, however it ends).
 #[derive(Debug)]

@@ -17,6 +17,7 @@ pub mod auth;
 pub mod blobs;
 pub mod cargo_bays;
 pub mod catalogue;
+mod cluster;
 pub mod config;
 pub mod error;
 mod fsutil;
@@ -150,16 +151,18 @@ impl Server {
             Some(url) => url.as_str().trim_end_matches('/').to_owned(),
             None => format!("http://{local}"),
         };
+        let key_dir = config.key_dir();
+        fsutil::create_private_dir(&key_dir).map_err(|source| StartError::DataDir { path: key_dir.clone(), source })?;
         let (idp, auth, auth_url, bootstrap) = match &config.auth {
             AuthMode::Builtin => {
                 let idp = BuiltinIdp::load_or_create(
-                    &config.data_dir,
+                    &key_dir,
                     public_url.clone(),
                     config.audience.clone(),
                     config.access_token_ttl,
                     config.sign_in_limits,
                 )
-                .map_err(|source| StartError::DataDir { path: config.data_dir.clone(), source })?;
+                .map_err(|source| StartError::DataDir { path: key_dir.clone(), source })?;
                 let auth = Authenticator::builtin(
                     idp.kid().to_owned(),
                     idp.decoding_key().clone(),
@@ -177,13 +180,17 @@ impl Server {
                 (None, auth, auth_url.as_str().trim_end_matches('/').to_owned(), None)
             }
         };
-        let files_root = config.data_dir.join("files");
+        let files_root = config.storage().join("files");
         let files = blobs::FileStore::local(&files_root)
             .map_err(|source| StartError::DataDir { path: files_root.clone(), source })?;
-        let bays = cargo_bays::CargoBays::new(&config.data_dir, files)
-            .map_err(|source| StartError::DataDir { path: config.data_dir.clone(), source })?;
-        routes::recover_files(&store, &bays).await.map_err(|e| StartError::Recovery(e.problem().detail))?;
-        let logs_root = config.data_dir.join("job-logs");
+        let bays = cargo_bays::CargoBays::new(&key_dir, files)
+            .map_err(|source| StartError::DataDir { path: key_dir.clone(), source })?;
+        // With several replicas another one may be mid-upload right now: what a stopped replica
+        // left is not this start's to settle.
+        if store.cluster().is_none() {
+            routes::recover_files(&store, &bays).await.map_err(|e| StartError::Recovery(e.problem().detail))?;
+        }
+        let logs_root = config.storage().join("job-logs");
         let logs = Arc::new(
             job_logs::JobLogs::new(logs_root.clone())
                 .map_err(|source| StartError::DataDir { path: logs_root, source })?,

@@ -28,7 +28,8 @@ pub const PASSWORD: &str = "correct horse battery";
 
 /// A running server for one test; stops when dropped.
 pub struct TestServer {
-    /// Base URL, `http://127.0.0.1:PORT`.
+    /// Base URL, `http://127.0.0.1:PORT`: where this server listens (its public URL may name
+    /// another replica of the service).
     pub url: String,
     /// The server's state (store, config).
     pub app: AppState,
@@ -78,7 +79,7 @@ impl TestServer {
         config: ServerConfig,
     ) -> ((String, AppState), oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>) {
         let server = Server::new(listener, config).await.expect("server starts");
-        let url = server.public_url().to_owned();
+        let url = server.local_url();
         let app = server.app();
         let (stop, stopped) = oneshot::channel::<()>();
         let serving = tokio::spawn(server.run(async {

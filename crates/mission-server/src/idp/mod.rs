@@ -25,7 +25,7 @@ use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::fsutil::write_private_file;
+use crate::fsutil::read_or_create_secret;
 
 /// File in the data dir holding the PKCS#8 signing key.
 const KEY_FILE: &str = "idp-signing-key.p8";
@@ -63,25 +63,20 @@ struct AccessClaims<'a> {
 }
 
 impl BuiltinIdp {
-    /// Loads the signing key from `data_dir`, creating it on first start.
+    /// Loads the signing key from `key_dir`, creating it on first start.
     pub fn load_or_create(
-        data_dir: &Path,
+        key_dir: &Path,
         issuer: String,
         audience: String,
         access_token_ttl: Duration,
         limits: crate::SignInLimits,
     ) -> std::io::Result<Self> {
-        let path = data_dir.join(KEY_FILE);
-        let pkcs8 = match std::fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &SystemRandom::new())
-                    .map_err(|_| std::io::Error::other("could not generate a signing key"))?;
-                write_private_file(&path, doc.as_ref())?;
-                doc.as_ref().to_vec()
-            }
-            Err(e) => return Err(e),
-        };
+        let path = key_dir.join(KEY_FILE);
+        let pkcs8 = read_or_create_secret(&path, || {
+            let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &SystemRandom::new())
+                .map_err(|_| std::io::Error::other("could not generate a signing key"))?;
+            Ok(doc.as_ref().to_vec())
+        })?;
         let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &pkcs8, &SystemRandom::new())
             .map_err(|e| std::io::Error::other(format!("{} is not a P-256 PKCS#8 key: {e}", path.display())))?;
         // Uncompressed SEC1 point: 0x04 || x (32 bytes) || y (32 bytes).

@@ -48,6 +48,17 @@ impl Store {
             super::Backend::Postgres(db) => {
                 let mut conn = db.connection().await?;
                 let mut tx = conn.begin().await?;
+                if let Some(epoch) = self.fence {
+                    // Held shared until the commit: a replica taking over bumps the epoch only
+                    // after this write is in, and rebuilds from the store after that.
+                    let still = sqlx::query("SELECT epoch FROM scheduler_leader WHERE epoch = $1 FOR SHARE")
+                        .bind(epoch)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    if still.is_none() {
+                        return Err(StoreError::NotLeader);
+                    }
+                }
                 for (statement, parameter) in [
                     (POSTGRES_INSERT_JOBS, batch.jobs),
                     (POSTGRES_CHANGE_JOBS, batch.changes),

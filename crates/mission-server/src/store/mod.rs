@@ -12,6 +12,7 @@
 //! `tests/store` runs one story through every operation on both backends.
 
 mod cargo_bays;
+mod cluster;
 mod files;
 mod jobs;
 mod missions;
@@ -28,12 +29,15 @@ use chrono::{DateTime, TimeZone, Utc};
 use sqlx::QueryBuilder;
 use uuid::Uuid;
 
+pub use self::cluster::{ClusterDb, Leadership, MAIL_CHANNEL};
 pub use self::url::DatabaseUrl;
 
 /// Handle to the database; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Store {
     backend: Backend,
+    /// The leader epoch this handle's job writes must still hold ([`Store::fenced`]).
+    fence: Option<i64>,
 }
 
 /// The database a [`Store`] runs on.
@@ -80,7 +84,13 @@ impl Store {
             url::Engine::Sqlite => Backend::Sqlite(sqlite::Sqlite::open(url).await?),
             url::Engine::Postgres => Backend::Postgres(postgres::Postgres::open(url).await?),
         };
-        Ok(Self { backend })
+        Ok(Self { backend, fence: None })
+    }
+
+    /// This store, with every write of jobs ([`Store::save_jobs`]) refused with
+    /// [`StoreError::NotLeader`] once the scheduler's leader epoch is no longer `epoch`.
+    pub fn fenced(&self, epoch: i64) -> Self {
+        Self { backend: self.backend.clone(), fence: Some(epoch) }
     }
 
     /// Which engine the store runs on.
@@ -149,9 +159,9 @@ pub enum StoreError {
     /// The `--database-url` is not one this build can open.
     #[error("unsupported database URL {0}: use sqlite://PATH or postgres://USER:PASSWORD@HOST:PORT/DATABASE")]
     UnsupportedUrl(DatabaseUrl),
-    /// Another server process holds the SQLite database.
-    #[error("{0}")]
-    InUse(String),
+    /// A write of the scheduler's leader after another replica took over.
+    #[error("another replica leads the scheduler now")]
+    NotLeader,
 }
 
 /// A user account.
@@ -525,7 +535,7 @@ pub struct JobFilter {
 }
 
 /// A landing zone as its agent's token identifies it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LzIdentity {
     /// The landing zone.
     pub lz_id: Uuid,

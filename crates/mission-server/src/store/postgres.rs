@@ -17,15 +17,18 @@ const MIGRATIONS: &Migrations = &[
     (4, "stations", include_str!("../../migrations/postgres/0004_stations.sql")),
     (5, "jobs", include_str!("../../migrations/postgres/0005_jobs.sql")),
     (6, "upload_reservations", include_str!("../../migrations/postgres/0006_upload_reservations.sql")),
+    (7, "cluster", include_str!("../../migrations/postgres/0007_cluster.sql")),
 ];
 
 /// Connections a replica holds at most.
 const MAX_CONNECTIONS: u32 = 16;
 
-/// A pool of connections to one PostgreSQL database; cheap to clone.
-#[derive(Clone, Debug)]
+/// A pool of connections to one PostgreSQL database; cheap to clone. Its `Debug` leaves the
+/// connect options out: they hold the password.
+#[derive(Clone)]
 pub(super) struct Postgres {
     pool: PgPool,
+    options: std::sync::Arc<PgConnectOptions>,
 }
 
 impl Postgres {
@@ -38,16 +41,32 @@ impl Postgres {
             // A connection that broke shows as a failed query, which the caller sees; checking
             // each one before use would add a round trip to every query.
             .test_before_acquire(false)
-            .connect_with(options)
+            .connect_with(options.clone())
             .await?;
         let mut conn = pool.acquire().await?;
         super::migrate(&mut *conn, MIGRATIONS).await?;
         drop(conn);
-        Ok(Self { pool })
+        Ok(Self { pool, options: std::sync::Arc::new(options) })
+    }
+
+    /// The pool, for the cluster's queries.
+    pub(super) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// How to open connections of its own (the leader's lock, listeners).
+    pub(super) fn options(&self) -> &PgConnectOptions {
+        &self.options
     }
 
     /// A connection from the pool, for as long as it lives.
     pub(super) async fn connection(&self) -> Result<PoolConnection<sqlx::Postgres>, StoreError> {
         Ok(self.pool.acquire().await?)
+    }
+}
+
+impl std::fmt::Debug for Postgres {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Postgres").field("pool_size", &self.pool.size()).finish_non_exhaustive()
     }
 }

@@ -19,6 +19,7 @@ const MIGRATIONS: &Migrations = &[
     (4, "stations", include_str!("../../migrations/sqlite/0004_stations.sql")),
     (5, "jobs", include_str!("../../migrations/sqlite/0005_jobs.sql")),
     (6, "upload_reservations", include_str!("../../migrations/sqlite/0006_upload_reservations.sql")),
+    (7, "cluster", include_str!("../../migrations/sqlite/0007_cluster.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

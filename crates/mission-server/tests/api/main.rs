@@ -10,6 +10,7 @@ mod meta;
 mod mission_types;
 mod missions;
 mod polling;
+mod replicas;
 mod stations;
 
 use mission_testkit::TestServer;

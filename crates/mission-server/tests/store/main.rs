@@ -111,7 +111,8 @@ async fn postgres_replicas_starting_together_migrate_once() {
 #[tokio::test]
 async fn a_database_password_shows_in_no_error() {
     let Some(database) = mission_testkit::PostgresDatabase::create().await else { return };
-    let shown = database.url.to_string();
+    let store = Store::open(&database.url).await.unwrap();
+    let shown = format!("{} {:?} {store:?} {:?}", database.url, database.url, store.cluster());
     let real = database.url.expose();
     let password = real.split(':').nth(2).unwrap().split('@').next().unwrap().to_owned();
     assert!(!shown.contains(&password), "{shown}");

@@ -500,7 +500,7 @@ pub async fn cargo_bays(store: &Store) {
     store.insert_cargo_bay(&local).await.unwrap();
     assert_eq!(store.cargo_bay(s3.bay.storage_id).await.unwrap(), Some(s3.clone()));
     assert!(store.cargo_bay(Uuid::new_v4()).await.unwrap().is_none());
-    assert_eq!(store.cargo_bays(Some(bob.user_id)).await.unwrap(), [local.clone()]);
+    assert_eq!(store.cargo_bays(Some(bob.user_id)).await.unwrap(), std::slice::from_ref(&local));
     assert_eq!(store.cargo_bays(None).await.unwrap(), [s3.clone(), local.clone()], "oldest first");
 
     // A bay a mission names cannot go.

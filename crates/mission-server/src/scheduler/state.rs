@@ -1,8 +1,8 @@
-//! The scheduler: one task that owns the queues and what every landing zone holds, and places jobs.
+//! The scheduler's task: it owns the queues and what every landing zone holds, and places jobs.
 //!
-//! Everything that changes a job after submission goes through this task as an event, so the
-//! placement state never races with itself: submissions, stops, agent connections, heartbeats,
-//! the agents' reports, and landing zones being registered or removed. A placement pass runs
+//! Every [`Call`] goes through this task as an event, so the placement state never races with
+//! itself: submissions, stops, agent connections, heartbeats, the agents' reports, and landing
+//! zones being registered or removed. A placement pass runs
 //! after events that could let a job start (a submission, a job ending, an LZ connecting); there
 //! is no tick. The only timer is the earliest lease deadline, after which a silent LZ loses its
 //! jobs.
@@ -17,8 +17,10 @@
 //! one, so small jobs fill idle room without starving a large one.
 //!
 //! The store is the source of truth: every move is written before the agent or the caller hears
-//! of it, [`Scheduler::start`] rebuilds queues and occupancy from the unfinished jobs after a
-//! restart, and should a write fail the jobs are reloaded from the store the same way.
+//! of it, [`State::rebuilt`] rebuilds queues and occupancy from the unfinished jobs after a
+//! restart (or when another replica takes over as leader), and should a write fail the jobs are
+//! reloaded from the store the same way. A write refused because this replica no longer leads
+//! ends the task.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -26,10 +28,11 @@ use std::time::Duration;
 
 use mission_api::lz::{Assignment, Hello, InputFile, Order, Report, Welcome};
 use mission_api::{Job, JobStatus, Resources};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use super::{Call, Event, Outcome, Responder, SessionId, Sessions};
 use crate::agent_tokens::AgentTokens;
 use crate::error::{ApiError, ApiResult};
 use crate::job_logs::JobLogs;
@@ -38,111 +41,6 @@ use crate::store::{self, JobUpdate, LzIdentity, Store, StoreError};
 /// Most events handled in one batch, so a flood of them still gets answers in steady steps.
 const MAX_BATCH: usize = 256;
 
-/// Handle to the scheduler task; cheap to clone.
-#[derive(Clone, Debug)]
-pub struct Scheduler {
-    events: mpsc::UnboundedSender<Event>,
-}
-
-/// The orders for one agent connection, after its [`Welcome`].
-pub struct Session {
-    /// What the agent is told on connecting.
-    pub welcome: Welcome,
-    /// Orders as the scheduler issues them; ends when a newer connection of the LZ replaces this
-    /// one, the LZ's lease runs out or the LZ is removed.
-    pub orders: mpsc::UnboundedReceiver<Order>,
-    /// Identifies this connection in [`Scheduler::disconnected`].
-    pub session_id: u64,
-}
-
-type Reply<T> = oneshot::Sender<ApiResult<T>>;
-
-enum Event {
-    Submit(Box<Job>, Reply<Job>),
-    Stop(Uuid, String, Reply<()>),
-    Connect(LzIdentity, Box<Hello>, Reply<Session>),
-    Disconnected(Uuid, u64),
-    Heartbeat(Uuid, Reply<()>),
-    Reports(LzIdentity, Vec<Report>, Reply<()>),
-    Registered(LzIdentity),
-    Remove { station_id: Uuid, lz_id: Option<Uuid>, reply: Reply<bool> },
-}
-
-impl Scheduler {
-    /// Rebuilds the scheduler's state from the store and starts its task.
-    pub async fn start(
-        store: Store,
-        logs: Arc<JobLogs>,
-        tokens: Arc<AgentTokens>,
-        lease: Duration,
-    ) -> Result<Self, StoreError> {
-        let (events, rx) = mpsc::unbounded_channel();
-        let mut state = State {
-            store,
-            logs,
-            tokens,
-            lease,
-            lzs: HashMap::new(),
-            queue: BTreeMap::new(),
-            next_seq: 0,
-            sessions: 0,
-            batch: Batch::default(),
-        };
-        state.rebuild().await?;
-        tokio::spawn(state.run(rx));
-        Ok(Self { events })
-    }
-
-    async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Event) -> ApiResult<T> {
-        let (reply, answer) = oneshot::channel();
-        self.events.send(make(reply)).map_err(|_| ApiError::unavailable("the scheduler has stopped"))?;
-        answer.await.map_err(|_| ApiError::unavailable("the scheduler has stopped"))?
-    }
-
-    /// Queues a job (already checked and resolved by the route) and places it if it fits; a job
-    /// no LZ of its station could ever hold is refused with a 400.
-    pub async fn submit(&self, job: Job) -> ApiResult<Job> {
-        self.ask(|r| Event::Submit(Box::new(job), r)).await
-    }
-
-    /// Stops a job: dequeues it, or has its LZ kill it.
-    pub async fn stop(&self, job_id: Uuid, by: String) -> ApiResult<()> {
-        self.ask(|r| Event::Stop(job_id, by, r)).await
-    }
-
-    /// An agent connects: its resources are recorded and its orders start.
-    pub async fn connect(&self, lz: LzIdentity, hello: Hello) -> ApiResult<Session> {
-        self.ask(|r| Event::Connect(lz, Box::new(hello), r)).await
-    }
-
-    /// An agent's order stream ended.
-    pub fn disconnected(&self, lz_id: Uuid, session_id: u64) {
-        let _ = self.events.send(Event::Disconnected(lz_id, session_id));
-    }
-
-    /// An agent renews its lease; a 409 tells it to connect again.
-    pub async fn heartbeat(&self, lz_id: Uuid) -> ApiResult<()> {
-        self.ask(|r| Event::Heartbeat(lz_id, r)).await
-    }
-
-    /// An agent reports its jobs' moves.
-    pub async fn reports(&self, lz: LzIdentity, reports: Vec<Report>) -> ApiResult<()> {
-        self.ask(|r| Event::Reports(lz, reports, r)).await
-    }
-
-    /// A landing zone was registered, or got a new token: jobs may now name it.
-    pub fn registered(&self, lz: LzIdentity) {
-        let _ = self.events.send(Event::Registered(lz));
-    }
-
-    /// Removes a landing zone of a station (or, with `lz_id` `None`, the station with all of them)
-    /// from the store and from placement; a 409 while jobs that have not ended are queued for it
-    /// or placed on it. Answers false when there was nothing to remove.
-    pub async fn remove(&self, station_id: Uuid, lz_id: Option<Uuid>) -> ApiResult<bool> {
-        self.ask(|reply| Event::Remove { station_id, lz_id, reply }).await
-    }
-}
-
 /// A job an LZ holds.
 struct Placed {
     job: Job,
@@ -150,9 +48,22 @@ struct Placed {
     stop_requested: bool,
 }
 
+/// An agent's order stream; dropping it ends the stream (the agent then connects again).
 struct Connection {
-    id: u64,
-    orders: mpsc::UnboundedSender<Order>,
+    id: SessionId,
+    sessions: Arc<Sessions>,
+}
+
+impl Connection {
+    fn send(&self, order: Order) {
+        self.sessions.deliver(self.id, order);
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.sessions.end(self.id);
+    }
 }
 
 struct LzState {
@@ -219,23 +130,15 @@ impl LzState {
 }
 
 /// An answer waiting for the batch's write.
-enum Answer {
-    Job(Reply<Job>, Box<Job>),
-    Done(Reply<()>),
-    Session(Reply<Session>, Box<Session>),
+struct Answer {
+    reply: Responder,
+    outcome: Outcome,
 }
 
 impl Answer {
     /// Answers with the batch's outcome: `failure` when its write failed.
     fn send(self, failure: Option<&ApiError>) {
-        fn outcome<T>(value: T, failure: Option<&ApiError>) -> ApiResult<T> {
-            failure.map_or(Ok(value), |e| Err(e.clone()))
-        }
-        match self {
-            Self::Job(reply, job) => drop(reply.send(outcome(*job, failure))),
-            Self::Done(reply) => drop(reply.send(outcome((), failure))),
-            Self::Session(reply, session) => drop(reply.send(outcome(*session, failure))),
-        }
+        self.reply.send(failure.map_or(Ok(self.outcome), |e| Err(e.clone())));
     }
 }
 
@@ -262,7 +165,7 @@ impl Batch {
     }
 }
 
-struct State {
+pub(crate) struct State {
     store: Store,
     logs: Arc<JobLogs>,
     tokens: Arc<AgentTokens>,
@@ -271,11 +174,40 @@ struct State {
     /// Queued jobs by submission order.
     queue: BTreeMap<u64, Job>,
     next_seq: u64,
-    sessions: u64,
+    sessions: Arc<Sessions>,
     batch: Batch,
 }
 
+/// Why the task stopped taking events.
+enum Stop {
+    /// Another replica leads now.
+    Deposed,
+}
+
 impl State {
+    /// The state rebuilt from the store: the landing zones, the queue, what each LZ holds.
+    pub(crate) async fn rebuilt(
+        store: Store,
+        logs: Arc<JobLogs>,
+        tokens: Arc<AgentTokens>,
+        lease: Duration,
+        sessions: Arc<Sessions>,
+    ) -> Result<Self, StoreError> {
+        let mut state = State {
+            store,
+            logs,
+            tokens,
+            lease,
+            lzs: HashMap::new(),
+            queue: BTreeMap::new(),
+            next_seq: 0,
+            sessions,
+            batch: Batch::default(),
+        };
+        state.rebuild().await?;
+        Ok(state)
+    }
+
     async fn rebuild(&mut self) -> Result<(), StoreError> {
         for lz in self.store.landing_zones(None, self.lease, store::now()).await? {
             let gpus = (0..lz.resources.map_or(0, |r| r.gpu_count)).collect();
@@ -352,7 +284,8 @@ impl State {
         self.batch.place = true;
     }
 
-    async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>) {
+    /// Takes events until their senders are gone or another replica leads.
+    pub(crate) async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>) {
         loop {
             let deadline = self.lzs.values().filter_map(|lz| lz.lease_until).min();
             tokio::select! {
@@ -371,15 +304,18 @@ impl State {
             if std::mem::take(&mut self.batch.place) {
                 self.place();
             }
-            self.flush().await;
+            if let Err(Stop::Deposed) = self.flush().await {
+                tracing::warn!("another replica leads the scheduler now; this one stops placing jobs");
+                return;
+            }
         }
     }
 
     /// Writes the batch, then sends its orders, wakes the log followers of jobs that ended and
     /// answers its callers; on a failed write, answers with the error and reloads the jobs.
-    async fn flush(&mut self) {
+    async fn flush(&mut self) -> Result<(), Stop> {
         if self.batch.is_empty() {
-            return;
+            return Ok(());
         }
         let batch = std::mem::take(&mut self.batch);
         // The reads for the assignments go through the read pool, beside the write.
@@ -387,6 +323,13 @@ impl State {
             tokio::join!(self.assignments(&batch.orders), self.store.save_jobs(&batch.inserts, &batch.updates));
         let mut runs = match saved.and(runs) {
             Ok(runs) => runs,
+            Err(StoreError::NotLeader) => {
+                let failure = ApiError::unavailable("the scheduler's leader changed; try again");
+                for answer in batch.answers {
+                    answer.send(Some(&failure));
+                }
+                return Err(Stop::Deposed);
+            }
             Err(e) => {
                 tracing::error!("writing jobs: {e}");
                 let failure = ApiError::from(e);
@@ -394,7 +337,7 @@ impl State {
                     answer.send(Some(&failure));
                 }
                 self.reload_jobs().await;
-                return;
+                return Ok(());
             }
         };
         for update in batch.updates.iter().filter(|u| u.status.is_final()) {
@@ -409,12 +352,13 @@ impl State {
                 Pending::Stop(job_id) => Order::Stop { job_id },
             };
             if let Some(connection) = self.lzs.get(&lz_id).and_then(|lz| lz.connection.as_ref()) {
-                let _ = connection.orders.send(order);
+                connection.send(order);
             }
         }
         for answer in batch.answers {
             answer.send(None);
         }
+        Ok(())
     }
 
     /// The assignments of the batch's run orders (the mission's files read once per mission).
@@ -459,27 +403,25 @@ impl State {
     }
 
     async fn handle(&mut self, event: Event) {
-        match event {
-            Event::Submit(job, reply) => match self.submit(*job) {
-                Ok(job) => self.batch.answers.push(Answer::Job(reply, Box::new(job))),
-                Err(e) => drop(reply.send(Err(e))),
-            },
-            Event::Stop(job_id, by, reply) => match self.stop(job_id, by) {
-                Ok(()) => self.batch.answers.push(Answer::Done(reply)),
-                Err(e) => drop(reply.send(Err(e))),
-            },
-            Event::Connect(lz, hello, reply) => match self.connect(lz, *hello).await {
-                Ok(session) => self.batch.answers.push(Answer::Session(reply, Box::new(session))),
-                Err(e) => drop(reply.send(Err(e))),
-            },
-            Event::Disconnected(lz_id, session_id) => {
+        let Event { call, reply } = event;
+        // Calls answered after the batch is written carry their outcome into it; the others are
+        // answered at once.
+        let settled = match call {
+            Call::Submit { job } => self.submit(*job).map(|job| Outcome::Job { job: Box::new(job) }),
+            Call::Stop { job_id, by } => self.stop(job_id, by).map(|()| Outcome::Done),
+            Call::Connect { lz, hello, session } => {
+                self.connect(lz, *hello, session).await.map(|welcome| Outcome::Welcome { welcome: Box::new(welcome) })
+            }
+            Call::Reports { lz, reports } => self.reports(lz, reports).map(|()| Outcome::Done),
+            Call::Disconnected { lz_id, session } => {
                 if let Some(lz) = self.lzs.get_mut(&lz_id)
-                    && lz.connection.as_ref().is_some_and(|c| c.id == session_id)
+                    && lz.connection.as_ref().is_some_and(|c| c.id == session)
                 {
                     lz.connection = None;
                 }
+                return reply.send(Ok(Outcome::Done));
             }
-            Event::Heartbeat(lz_id, reply) => {
+            Call::Heartbeat { lz_id } => {
                 let result = match self.lzs.get_mut(&lz_id) {
                     Some(lz) if lz.connection.is_some() => {
                         lz.lease_until = Some(Instant::now() + self.lease);
@@ -487,20 +429,28 @@ impl State {
                     }
                     _ => Err(ApiError::conflict("this landing zone is not connected; connect again")),
                 };
-                let _ = reply.send(result);
+                return reply.send(result.map(|()| Outcome::Done));
             }
-            Event::Reports(lz, reports, reply) => match self.reports(lz, reports) {
-                Ok(()) => self.batch.answers.push(Answer::Done(reply)),
-                Err(e) => drop(reply.send(Err(e))),
-            },
-            Event::Registered(lz) => {
+            Call::Registered { lz } => {
                 self.lzs.entry(lz.lz_id).or_insert_with(|| LzState::new(lz.station_id, lz.name, None, Vec::new()));
-                self.tokens.forget();
+                self.forget_tokens();
+                return reply.send(Ok(Outcome::Done));
             }
-            Event::Remove { station_id, lz_id, reply } => {
-                let _ = reply.send(self.remove(station_id, lz_id).await);
+            Call::Remove { station_id, lz_id } => {
+                let removed = self.remove(station_id, lz_id).await;
+                return reply.send(removed.map(|removed| Outcome::Removed { removed }));
             }
+        };
+        match settled {
+            Ok(outcome) => self.batch.answers.push(Answer { reply, outcome }),
+            Err(e) => reply.send(Err(e)),
         }
+    }
+
+    /// Drops the agent-token caches of every replica (after LZs were removed or re-keyed).
+    fn forget_tokens(&self) {
+        self.tokens.forget();
+        self.sessions.broadcast_forget_tokens();
     }
 
     fn submit(&mut self, job: Job) -> ApiResult<Job> {
@@ -564,22 +514,19 @@ impl State {
         Ok(())
     }
 
-    async fn connect(&mut self, who: LzIdentity, hello: Hello) -> ApiResult<Session> {
+    async fn connect(&mut self, who: LzIdentity, hello: Hello, session: SessionId) -> ApiResult<Welcome> {
         self.store.lz_connected(who.lz_id, hello.resources, store::now()).await?;
         let mut gpus: Vec<u32> = hello.gpus.iter().map(|g| g.index).collect();
         if gpus.len() != hello.resources.gpu_count as usize {
             gpus = (0..hello.resources.gpu_count).collect();
         }
-        self.sessions += 1;
-        let session_id = self.sessions;
-        let (orders, rx) = mpsc::unbounded_channel();
         // New capacity, the same jobs: recount what is free.
         let held = self.lzs.remove(&who.lz_id).map(|lz| lz.jobs).unwrap_or_default();
         let mut lz = LzState::new(who.station_id, who.name.clone(), Some(hello.resources), gpus);
         for (_, placed) in held {
             lz.hold(placed);
         }
-        lz.connection = Some(Connection { id: session_id, orders });
+        lz.connection = Some(Connection { id: session, sessions: self.sessions.clone() });
         lz.lease_until = Some(Instant::now() + self.lease);
 
         let running: HashSet<Uuid> = hello.running.iter().copied().collect();
@@ -619,14 +566,13 @@ impl State {
         self.batch.orders.extend(resend.into_iter().map(|id| (who.lz_id, Pending::Run(id))));
         self.batch.place = true;
         drop.sort();
-        let welcome = Welcome {
+        Ok(Welcome {
             lz_id: who.lz_id,
             station_id: who.station_id,
             name: who.name,
             lease_seconds: self.lease.as_secs(),
             drop,
-        };
-        Ok(Session { welcome, orders: rx, session_id })
+        })
     }
 
     fn reports(&mut self, who: LzIdentity, reports: Vec<Report>) -> ApiResult<()> {
@@ -689,7 +635,7 @@ impl State {
         };
         // Dropping an LZ's state ends its agent's order stream; its token no longer works.
         self.lzs.retain(|id, lz| !(lz.station_id == station_id && concerned(Some(*id))));
-        self.tokens.forget();
+        self.forget_tokens();
         Ok(removed)
     }
 

@@ -1,0 +1,372 @@
+//! Several `mission server` replicas on one PostgreSQL database.
+//!
+//! Exactly one replica leads the scheduler: the one holding the database's leader lock (an
+//! advisory lock on a connection of its own, which the database drops when that connection or the
+//! whole process ends). It runs the scheduler's task ([`crate::scheduler`]), rebuilt from the store
+//! when it takes over, and fences its writes with its epoch so that a replica that lost the lead
+//! writes nothing more. The others wait for the lock.
+//!
+//! Replicas talk through mail in the database: a scheduler [`Call`] from a replica that does not
+//! lead goes to the recipient `leader`, the answer comes back to the caller's replica, and orders
+//! for an agent go to the replica that holds its connection. A sender stores the mail and
+//! NOTIFYs the recipient's channel; the recipient takes its mail in order when woken, when its
+//! listener reconnects, and every few seconds in case a notification was missed. A broadcast
+//! (NOTIFY without mail) tells every replica to drop its cached agent tokens.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use mission_api::Problem;
+use mission_api::lz::Order;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, mpsc, oneshot};
+use uuid::Uuid;
+
+use crate::agent_tokens::AgentTokens;
+use crate::error::{ApiError, ApiResult};
+use crate::job_logs::JobLogs;
+use crate::scheduler::state::State;
+use crate::scheduler::{Call, Event, Outcome, Responder, SessionId, Sessions, from_remote};
+use crate::store::{ClusterDb, Store, StoreError};
+
+/// The mail recipient of whichever replica leads.
+const LEADER: &str = "leader";
+
+/// The channel of broadcasts to every replica.
+const BROADCAST: &str = "mission_broadcast";
+
+/// A broadcast: drop cached agent tokens.
+const FORGET_TOKENS: &str = "forget_tokens";
+
+/// How often a replica takes its mail even without a notification.
+const MAIL_POLL: Duration = Duration::from_secs(2);
+
+/// How often the leader checks that it still holds the lock.
+const LEAD_CHECK: Duration = Duration::from_secs(1);
+
+/// What replicas send each other.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "mail", rename_all = "snake_case")]
+enum Mail {
+    /// To the leader: a scheduler call; `request` 0 wants no answer.
+    Call { from: Uuid, request: u64, call: Call },
+    /// To a caller: the answer to its request.
+    Answer { request: u64, result: Result<Outcome, Problem> },
+    /// To an agent's replica: an order for one of its streams.
+    Order { session: u64, order: Order },
+    /// To an agent's replica: end a stream (the agent connects again).
+    EndSession { session: u64 },
+}
+
+/// Something to send, in the order given.
+#[derive(Debug)]
+enum Outgoing {
+    Mail { to: String, mail: Mail },
+    Broadcast(&'static str),
+}
+
+/// Sends mail from this replica; cheap to clone. Sending never waits: one task writes the mail in
+/// order, in batches, retrying while the database is away.
+#[derive(Clone, Debug)]
+pub struct Outbox {
+    replica: Uuid,
+    queue: mpsc::UnboundedSender<Outgoing>,
+}
+
+impl Outbox {
+    fn send(&self, to: String, mail: Mail) {
+        let _ = self.queue.send(Outgoing::Mail { to, mail });
+    }
+
+    /// Answers request `request` of replica `to`.
+    pub(crate) fn reply(&self, to: Uuid, request: u64, result: Result<Outcome, Problem>) {
+        self.send(recipient(to), Mail::Answer { request, result });
+    }
+
+    /// Sends an order down a stream of another replica.
+    pub(crate) fn order(&self, session: SessionId, order: Order) {
+        self.send(recipient(session.replica), Mail::Order { session: session.n, order });
+    }
+
+    /// Ends a stream of another replica.
+    pub(crate) fn end_session(&self, session: SessionId) {
+        self.send(recipient(session.replica), Mail::EndSession { session: session.n });
+    }
+
+    /// Tells every replica to drop its cached agent tokens.
+    pub(crate) fn broadcast_forget_tokens(&self) {
+        let _ = self.queue.send(Outgoing::Broadcast(FORGET_TOKENS));
+    }
+
+    fn call(&self, request: u64, call: Call) {
+        self.send(LEADER.to_owned(), Mail::Call { from: self.replica, request, call });
+    }
+}
+
+/// A replica's mail address.
+fn recipient(replica: Uuid) -> String {
+    replica.simple().to_string()
+}
+
+/// This replica's part in the cluster.
+#[derive(Debug)]
+pub struct Cluster {
+    replica: Uuid,
+    db: ClusterDb,
+    outbox: Outbox,
+    sessions: Arc<Sessions>,
+    pending: Mutex<HashMap<u64, oneshot::Sender<Result<Outcome, Problem>>>>,
+    next_request: AtomicU64,
+    /// The scheduler task's queue while this replica leads.
+    leading: RwLock<Option<mpsc::UnboundedSender<Event>>>,
+    /// Take the mail now (this replica just took the lead).
+    wake: Notify,
+}
+
+impl Cluster {
+    /// Joins the cluster: starts the tasks that send and take this replica's mail, and the one
+    /// that waits for the lead and then runs the scheduler.
+    pub(crate) async fn join(
+        db: ClusterDb,
+        store: Store,
+        logs: Arc<JobLogs>,
+        tokens: Arc<AgentTokens>,
+        lease: Duration,
+    ) -> Result<Arc<Self>, StoreError> {
+        let replica = Uuid::new_v4();
+        let (queue, outgoing) = mpsc::unbounded_channel();
+        let outbox = Outbox { replica, queue };
+        let sessions = Arc::new(Sessions::new(replica, Some(outbox.clone())));
+        let cluster = Arc::new(Self {
+            replica,
+            db: db.clone(),
+            outbox,
+            sessions,
+            pending: Mutex::new(HashMap::new()),
+            next_request: AtomicU64::new(0),
+            leading: RwLock::new(None),
+            wake: Notify::new(),
+        });
+        tracing::info!(%replica, "joined the cluster of replicas on the database");
+        tokio::spawn(write_mail(db, outgoing));
+        let listener = cluster.listener().await?;
+        tokio::spawn(cluster.clone().take_mail(listener, tokens.clone()));
+        tokio::spawn(cluster.clone().lead_when_possible(store, logs, tokens, lease));
+        Ok(cluster)
+    }
+
+    /// The sessions of agents connected to this replica.
+    pub(crate) fn sessions(&self) -> Arc<Sessions> {
+        self.sessions.clone()
+    }
+
+    /// The scheduler task's queue, while this replica leads.
+    pub(crate) fn leading(&self) -> Option<mpsc::UnboundedSender<Event>> {
+        self.leading.read().expect("not poisoned").clone()
+    }
+
+    /// Sends a call to the leader and waits for the answer.
+    pub(crate) async fn request(&self, call: Call) -> ApiResult<Outcome> {
+        let request = self.next_request.fetch_add(1, Ordering::Relaxed) + 1;
+        let (answer, answered) = oneshot::channel();
+        self.pending.lock().expect("not poisoned").insert(request, answer);
+        // Forget the request however this ends (an answer, or the caller giving up).
+        struct Forget<'a>(&'a Cluster, u64);
+        impl Drop for Forget<'_> {
+            fn drop(&mut self) {
+                self.0.pending.lock().expect("not poisoned").remove(&self.1);
+            }
+        }
+        let _forget = Forget(self, request);
+        self.outbox.call(request, call);
+        match answered.await {
+            Ok(result) => from_remote(result),
+            Err(_) => Err(ApiError::unavailable("this replica stopped waiting for the scheduler")),
+        }
+    }
+
+    /// Sends a call to the leader, wanting no answer.
+    pub(crate) fn tell(&self, call: Call) {
+        self.outbox.call(0, call);
+    }
+
+    /// A listener on this replica's mail, the leader's mail and the broadcasts.
+    async fn listener(&self) -> Result<sqlx::postgres::PgListener, StoreError> {
+        let own = format!("{}{}", crate::store::MAIL_CHANNEL, recipient(self.replica));
+        let leader = format!("{}{LEADER}", crate::store::MAIL_CHANNEL);
+        self.db.listen(&[&own, &leader, BROADCAST]).await
+    }
+
+    /// Takes this replica's mail (and the leader's, while it leads) whenever woken, forever.
+    async fn take_mail(self: Arc<Self>, mut listener: sqlx::postgres::PgListener, tokens: Arc<AgentTokens>) {
+        let own = recipient(self.replica);
+        let own_channel = format!("{}{own}", crate::store::MAIL_CHANNEL);
+        let leader_channel = format!("{}{LEADER}", crate::store::MAIL_CHANNEL);
+        let mut poll = tokio::time::interval(MAIL_POLL);
+        loop {
+            let (mine, leaders) = tokio::select! {
+                woken = listener.try_recv() => match woken {
+                    Ok(Some(note)) if note.channel() == own_channel => (true, false),
+                    Ok(Some(note)) if note.channel() == leader_channel => (false, true),
+                    Ok(Some(note)) => {
+                        if note.channel() == BROADCAST && note.payload() == FORGET_TOKENS {
+                            tokens.forget();
+                        }
+                        continue;
+                    }
+                    // The listener lost its connection and made a new one: notifications may have
+                    // been missed, and so may broadcasts.
+                    Ok(None) => {
+                        tokens.forget();
+                        (true, true)
+                    }
+                    Err(e) => {
+                        tracing::warn!("listening for mail: {e}");
+                        tokio::time::sleep(MAIL_POLL).await;
+                        (true, true)
+                    }
+                },
+                () = self.wake.notified() => (true, true),
+                _ = poll.tick() => (true, true),
+            };
+            if mine {
+                self.take(&own).await;
+            }
+            if leaders && self.leading().is_some() {
+                self.take(LEADER).await;
+            }
+        }
+    }
+
+    async fn take(&self, whose: &str) {
+        let bodies = match self.db.take_mail(whose).await {
+            Ok(bodies) => bodies,
+            Err(e) => return tracing::warn!("taking mail: {e}"),
+        };
+        for body in bodies {
+            match serde_json::from_str::<Mail>(&body) {
+                Ok(mail) => self.open(mail),
+                Err(e) => tracing::error!("mail this version cannot read ({e}): {body}"),
+            }
+        }
+    }
+
+    fn open(&self, mail: Mail) {
+        match mail {
+            Mail::Call { from, request, call } => {
+                let reply = if request == 0 {
+                    Responder::Nobody
+                } else {
+                    Responder::Remote { to: from, request, outbox: self.outbox.clone() }
+                };
+                match self.leading() {
+                    Some(events) => drop(events.send(Event { call, reply })),
+                    None => reply.send(Err(ApiError::unavailable("the replica that took this call no longer leads"))),
+                }
+            }
+            Mail::Answer { request, result } => {
+                if let Some(waiting) = self.pending.lock().expect("not poisoned").remove(&request) {
+                    let _ = waiting.send(result);
+                }
+            }
+            Mail::Order { session, order } => self.sessions.deliver_here(session, order),
+            Mail::EndSession { session } => self.sessions.end_here(session),
+        }
+    }
+
+    /// Waits for the lead, runs the scheduler while it lasts, and waits again.
+    async fn lead_when_possible(
+        self: Arc<Self>,
+        store: Store,
+        logs: Arc<JobLogs>,
+        tokens: Arc<AgentTokens>,
+        lease: Duration,
+    ) {
+        loop {
+            let mut leadership = match self.db.lead(self.replica).await {
+                Ok(leadership) => leadership,
+                Err(e) => {
+                    tracing::warn!("waiting for the scheduler's lead: {e}");
+                    tokio::time::sleep(MAIL_POLL).await;
+                    continue;
+                }
+            };
+            let epoch = leadership.epoch;
+            let state = State::rebuilt(store.fenced(epoch), logs.clone(), tokens.clone(), lease, self.sessions.clone());
+            let state = match state.await {
+                Ok(state) => state,
+                Err(e) => {
+                    tracing::error!("rebuilding the scheduler as the new leader: {e}");
+                    tokio::time::sleep(MAIL_POLL).await;
+                    continue;
+                }
+            };
+            tracing::info!(epoch, "this replica leads the scheduler");
+            let (events, queue) = mpsc::unbounded_channel();
+            *self.leading.write().expect("not poisoned") = Some(events);
+            self.wake.notify_one();
+            let mut task = tokio::spawn(state.run(queue));
+            let mut check = tokio::time::interval(LEAD_CHECK);
+            let mut sweeps = 0u32;
+            loop {
+                tokio::select! {
+                    _ = &mut task => break,
+                    _ = check.tick() => {
+                        if let Err(e) = leadership.check().await {
+                            tracing::error!("lost the connection that holds the scheduler's lead: {e}");
+                            break;
+                        }
+                        sweeps += 1;
+                        if sweeps.is_multiple_of(60) && let Err(e) = self.db.sweep_mail().await {
+                            tracing::warn!("sweeping old mail: {e}");
+                        }
+                    }
+                }
+            }
+            *self.leading.write().expect("not poisoned") = None;
+            task.abort();
+            drop(leadership);
+            tracing::warn!(epoch, "this replica no longer leads the scheduler");
+        }
+    }
+}
+
+/// Writes the outbox's mail in order, in batches, retrying while the database is away.
+async fn write_mail(db: ClusterDb, mut outgoing: mpsc::UnboundedReceiver<Outgoing>) {
+    while let Some(first) = outgoing.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < 512
+            && let Ok(next) = outgoing.try_recv()
+        {
+            batch.push(next);
+        }
+        let mut mail = Vec::new();
+        let mut broadcasts = Vec::new();
+        for item in batch {
+            match item {
+                Outgoing::Mail { to, mail: m } => {
+                    mail.push((to, serde_json::to_string(&m).expect("mail serialises")));
+                }
+                Outgoing::Broadcast(what) => broadcasts.push(what),
+            }
+        }
+        let mut backoff = Duration::from_millis(100);
+        while !mail.is_empty() {
+            match db.send_mail(&mail).await {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::warn!("sending mail to other replicas: {e}; trying again in {backoff:?}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+        for what in broadcasts {
+            if let Err(e) = db.notify(BROADCAST, what).await {
+                tracing::warn!("broadcasting {what}: {e}");
+            }
+        }
+    }
+}

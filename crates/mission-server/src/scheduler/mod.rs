@@ -1,0 +1,358 @@
+//! The scheduler: places jobs on landing zones and tracks them.
+//!
+//! Everything that changes a job after submission is a [`Call`] (a submission, a stop, an agent
+//! connecting, heartbeating or reporting, an LZ registered or removed), answered with an
+//! [`Outcome`]. One task owns the placement state and takes the calls in order ([`state`]); in one
+//! process (SQLite) every call goes straight to it. With several replicas on PostgreSQL exactly one
+//! replica, the leader, runs that task; the others send it their calls as mail through the
+//! database and get their answers back the same way ([`crate::cluster`]). Orders for an agent go
+//! to whichever replica holds its connection ([`Sessions`]).
+
+pub(crate) mod state;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mission_api::lz::{Hello, Order, Report, Welcome};
+use mission_api::{Job, Problem};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use crate::agent_tokens::AgentTokens;
+use crate::cluster::{Cluster, Outbox};
+use crate::error::{ApiError, ApiResult};
+use crate::job_logs::JobLogs;
+use crate::store::{LzIdentity, Store, StoreError};
+
+/// A request to the scheduler.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "call", rename_all = "snake_case")]
+pub enum Call {
+    /// Queue a job (already checked by the route); answered with the job.
+    Submit {
+        /// The job.
+        job: Box<Job>,
+    },
+    /// Stop a job: dequeue it, or have its LZ kill it.
+    Stop {
+        /// The job.
+        job_id: Uuid,
+        /// Who asks, for the job's history.
+        by: String,
+    },
+    /// An agent connected; answered with its welcome. Its orders go to `session`.
+    Connect {
+        /// The agent's LZ.
+        lz: LzIdentity,
+        /// What it said.
+        hello: Box<Hello>,
+        /// Its order stream.
+        session: SessionId,
+    },
+    /// An agent's order stream ended.
+    Disconnected {
+        /// The LZ.
+        lz_id: Uuid,
+        /// The stream that ended.
+        session: SessionId,
+    },
+    /// An agent renews its lease.
+    Heartbeat {
+        /// The LZ.
+        lz_id: Uuid,
+    },
+    /// An agent reports its jobs' moves.
+    Reports {
+        /// The agent's LZ.
+        lz: LzIdentity,
+        /// The moves.
+        reports: Vec<Report>,
+    },
+    /// A landing zone was registered or got a new token.
+    Registered {
+        /// The LZ.
+        lz: LzIdentity,
+    },
+    /// Remove a landing zone of a station, or with `lz_id` `None` the whole station.
+    Remove {
+        /// The station.
+        station_id: Uuid,
+        /// The LZ, if only one.
+        lz_id: Option<Uuid>,
+    },
+}
+
+/// The scheduler's answer to a [`Call`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    /// The job as queued.
+    Job {
+        /// The job.
+        job: Box<Job>,
+    },
+    /// An agent's welcome.
+    Welcome {
+        /// The welcome.
+        welcome: Box<Welcome>,
+    },
+    /// Whether something was removed.
+    Removed {
+        /// It was.
+        removed: bool,
+    },
+    /// Done, nothing to say.
+    Done,
+}
+
+/// An agent's order stream: the replica holding its connection, and the stream's number there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SessionId {
+    /// The replica ([`Uuid::nil`] in one process).
+    pub replica: Uuid,
+    /// The stream's number on that replica.
+    pub n: u64,
+}
+
+/// A call on its way to the scheduler task, with where its answer goes.
+pub(crate) struct Event {
+    pub call: Call,
+    pub reply: Responder,
+}
+
+/// Where a call's answer goes.
+pub(crate) enum Responder {
+    /// A caller in this process.
+    Local(oneshot::Sender<ApiResult<Outcome>>),
+    /// A caller on another replica, through the database.
+    Remote {
+        /// The replica.
+        to: Uuid,
+        /// The number of its request.
+        request: u64,
+        /// Mail to it.
+        outbox: Outbox,
+    },
+    /// Nobody waits (a disconnection).
+    Nobody,
+}
+
+impl Responder {
+    /// Answers the call.
+    pub fn send(self, result: ApiResult<Outcome>) {
+        match self {
+            Self::Local(reply) => drop(reply.send(result)),
+            Self::Remote { to, request, outbox } => outbox.reply(to, request, result.map_err(|e| e.problem())),
+            Self::Nobody => {}
+        }
+    }
+}
+
+/// The order streams of the agents connected to this replica, and the way to the others'.
+#[derive(Debug)]
+pub struct Sessions {
+    replica: Uuid,
+    next: AtomicU64,
+    local: Mutex<HashMap<u64, mpsc::UnboundedSender<Order>>>,
+    outbox: Option<Outbox>,
+}
+
+impl Sessions {
+    /// The sessions of replica `replica`, reaching other replicas' through `outbox`.
+    pub(crate) fn new(replica: Uuid, outbox: Option<Outbox>) -> Self {
+        Self { replica, next: AtomicU64::new(0), local: Mutex::new(HashMap::new()), outbox }
+    }
+
+    /// Opens an order stream on this replica.
+    fn open(&self) -> (SessionId, mpsc::UnboundedReceiver<Order>) {
+        let n = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        let (orders, rx) = mpsc::unbounded_channel();
+        self.local.lock().expect("not poisoned").insert(n, orders);
+        (SessionId { replica: self.replica, n }, rx)
+    }
+
+    /// Sends an order down a stream, wherever it is.
+    pub(crate) fn deliver(&self, session: SessionId, order: Order) {
+        if session.replica == self.replica {
+            self.deliver_here(session.n, order);
+        } else if let Some(outbox) = &self.outbox {
+            outbox.order(session, order);
+        }
+    }
+
+    /// Ends a stream, wherever it is (its agent then connects again).
+    pub(crate) fn end(&self, session: SessionId) {
+        if session.replica == self.replica {
+            self.end_here(session.n);
+        } else if let Some(outbox) = &self.outbox {
+            outbox.end_session(session);
+        }
+    }
+
+    /// Sends an order down a stream of this replica.
+    pub(crate) fn deliver_here(&self, n: u64, order: Order) {
+        if let Some(stream) = self.local.lock().expect("not poisoned").get(&n) {
+            let _ = stream.send(order);
+        }
+    }
+
+    /// Ends a stream of this replica.
+    pub(crate) fn end_here(&self, n: u64) {
+        self.local.lock().expect("not poisoned").remove(&n);
+    }
+
+    /// Tells the other replicas to drop their cached agent tokens.
+    pub(crate) fn broadcast_forget_tokens(&self) {
+        if let Some(outbox) = &self.outbox {
+            outbox.broadcast_forget_tokens();
+        }
+    }
+}
+
+/// The orders for one agent connection, after its [`Welcome`].
+pub struct Session {
+    /// What the agent is told on connecting.
+    pub welcome: Welcome,
+    /// Orders as the scheduler issues them; ends when a newer connection of the LZ replaces this
+    /// one, the LZ's lease runs out or the LZ is removed.
+    pub orders: mpsc::UnboundedReceiver<Order>,
+    /// Identifies this connection in [`Scheduler::disconnected`].
+    pub session_id: SessionId,
+}
+
+/// How long a replica waits for the leader's answer before giving up with a 503.
+const REMOTE_ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Handle to the scheduler; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Scheduler {
+    route: Route,
+    sessions: Arc<Sessions>,
+}
+
+#[derive(Clone, Debug)]
+enum Route {
+    /// One process: the scheduler task is always here.
+    Single(mpsc::UnboundedSender<Event>),
+    /// One replica of several: the task runs wherever the leader is.
+    Replica(Arc<Cluster>),
+}
+
+impl Scheduler {
+    /// Starts the scheduler: in one process, its task at once (its state rebuilt from the store);
+    /// on a shared PostgreSQL store, this replica's part in the cluster, whose leader runs it.
+    pub async fn start(
+        store: Store,
+        logs: Arc<JobLogs>,
+        tokens: Arc<AgentTokens>,
+        lease: Duration,
+    ) -> Result<Self, StoreError> {
+        if let Some(db) = store.cluster() {
+            let cluster = Cluster::join(db, store, logs, tokens, lease).await?;
+            return Ok(Self { sessions: cluster.sessions(), route: Route::Replica(cluster) });
+        }
+        let sessions = Arc::new(Sessions::new(Uuid::nil(), None));
+        let (events, rx) = mpsc::unbounded_channel();
+        let state = state::State::rebuilt(store, logs, tokens, lease, sessions.clone()).await?;
+        tokio::spawn(state.run(rx));
+        Ok(Self { route: Route::Single(events), sessions })
+    }
+
+    async fn ask(&self, call: Call) -> ApiResult<Outcome> {
+        let stopped = || ApiError::unavailable("the scheduler has stopped");
+        let events = match &self.route {
+            Route::Single(events) => events.clone(),
+            Route::Replica(cluster) => match cluster.leading() {
+                Some(events) => events,
+                None => {
+                    return tokio::time::timeout(REMOTE_ANSWER_TIMEOUT, cluster.request(call)).await.unwrap_or_else(
+                        |_| Err(ApiError::unavailable("the scheduler's leader did not answer; try again")),
+                    );
+                }
+            },
+        };
+        let (reply, answer) = oneshot::channel();
+        events.send(Event { call, reply: Responder::Local(reply) }).map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+
+    fn tell(&self, call: Call) {
+        match &self.route {
+            Route::Single(events) => drop(events.send(Event { call, reply: Responder::Nobody })),
+            Route::Replica(cluster) => match cluster.leading() {
+                Some(events) => drop(events.send(Event { call, reply: Responder::Nobody })),
+                None => cluster.tell(call),
+            },
+        }
+    }
+
+    /// Queues a job (already checked and resolved by the route) and places it if it fits; a job
+    /// no LZ of its station could ever hold is refused with a 400.
+    pub async fn submit(&self, job: Job) -> ApiResult<Job> {
+        match self.ask(Call::Submit { job: Box::new(job) }).await? {
+            Outcome::Job { job } => Ok(*job),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Stops a job: dequeues it, or has its LZ kill it.
+    pub async fn stop(&self, job_id: Uuid, by: String) -> ApiResult<()> {
+        self.ask(Call::Stop { job_id, by }).await.map(drop)
+    }
+
+    /// An agent connects: its resources are recorded and its orders start.
+    pub async fn connect(&self, lz: LzIdentity, hello: Hello) -> ApiResult<Session> {
+        let (session_id, orders) = self.sessions.open();
+        let outcome = self.ask(Call::Connect { lz, hello: Box::new(hello), session: session_id }).await;
+        match outcome {
+            Ok(Outcome::Welcome { welcome }) => Ok(Session { welcome: *welcome, orders, session_id }),
+            other => {
+                self.sessions.end_here(session_id.n);
+                Err(other.err().unwrap_or_else(|| ApiError::internal("the scheduler answered a connect oddly")))
+            }
+        }
+    }
+
+    /// An agent's order stream ended.
+    pub fn disconnected(&self, lz_id: Uuid, session: SessionId) {
+        self.sessions.end_here(session.n);
+        self.tell(Call::Disconnected { lz_id, session });
+    }
+
+    /// An agent renews its lease; a 409 tells it to connect again.
+    pub async fn heartbeat(&self, lz_id: Uuid) -> ApiResult<()> {
+        self.ask(Call::Heartbeat { lz_id }).await.map(drop)
+    }
+
+    /// An agent reports its jobs' moves.
+    pub async fn reports(&self, lz: LzIdentity, reports: Vec<Report>) -> ApiResult<()> {
+        self.ask(Call::Reports { lz, reports }).await.map(drop)
+    }
+
+    /// A landing zone was registered, or got a new token: jobs may now name it.
+    pub fn registered(&self, lz: LzIdentity) {
+        self.tell(Call::Registered { lz });
+    }
+
+    /// Removes a landing zone of a station (or, with `lz_id` `None`, the station with all of them)
+    /// from the store and from placement; a 409 while jobs that have not ended are queued for it
+    /// or placed on it. Answers false when there was nothing to remove.
+    pub async fn remove(&self, station_id: Uuid, lz_id: Option<Uuid>) -> ApiResult<bool> {
+        match self.ask(Call::Remove { station_id, lz_id }).await? {
+            Outcome::Removed { removed } => Ok(removed),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+fn unexpected(outcome: Outcome) -> ApiError {
+    ApiError::internal(format!("the scheduler answered {outcome:?}"))
+}
+
+/// A problem carried back from another replica, as this replica's error.
+pub(crate) fn from_remote(result: Result<Outcome, Problem>) -> ApiResult<Outcome> {
+    result.map_err(ApiError::from_problem)
+}

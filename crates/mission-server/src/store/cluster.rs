@@ -1,0 +1,135 @@
+//! What server replicas on one PostgreSQL database share besides the data, as SQL: the lock and
+//! epoch of the scheduler's leader, the mail between replicas, and notifications. The replicas'
+//! protocol on top of it is `crate::cluster`.
+
+use sqlx::Connection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool};
+use uuid::Uuid;
+
+use super::{Backend, Store, StoreError, now, to_micros};
+
+/// The advisory lock whose holder leads the scheduler.
+const LEADER_LOCK: i64 = 0x6d69_7373_696f_6e01;
+
+/// Mail older than this is swept away: its recipient is gone (a replica that stopped).
+const MAIL_KEEP_MICROS: i64 = 10 * 60 * 1_000_000;
+
+/// The cluster's view of a PostgreSQL store. Its `Debug` leaves the connect options (and so the
+/// password) out.
+#[derive(Clone)]
+pub struct ClusterDb {
+    pool: PgPool,
+    options: PgConnectOptions,
+}
+
+/// This replica leads the scheduler for as long as this lives (its connection holds the lock; the
+/// database drops the lock when the connection closes, however the process ends).
+pub struct Leadership {
+    connection: PgConnection,
+    /// The epoch this replica leads in; its job writes are fenced with it.
+    pub epoch: i64,
+}
+
+impl Store {
+    /// The cluster tables of a PostgreSQL store; `None` on SQLite (one process).
+    pub fn cluster(&self) -> Option<ClusterDb> {
+        match &self.backend {
+            Backend::Sqlite(_) => None,
+            Backend::Postgres(db) => Some(ClusterDb { pool: db.pool().clone(), options: db.options().clone() }),
+        }
+    }
+}
+
+impl ClusterDb {
+    /// Waits until this replica leads the scheduler, then starts a new epoch.
+    pub async fn lead(&self, replica: Uuid) -> Result<Leadership, StoreError> {
+        let mut connection = PgConnection::connect_with(&self.options).await?;
+        sqlx::query("SELECT pg_advisory_lock($1)").bind(LEADER_LOCK).execute(&mut connection).await?;
+        let epoch: i64 = sqlx::query_scalar(
+            "UPDATE scheduler_leader SET epoch = epoch + 1, replica_id = $1, since = $2 RETURNING epoch",
+        )
+        .bind(replica.to_string())
+        .bind(to_micros(now()))
+        .fetch_one(&mut connection)
+        .await?;
+        Ok(Leadership { connection, epoch })
+    }
+
+    /// Sends mail: `(recipient, body)` pairs, stored in order, each recipient woken once.
+    pub async fn send_mail(&self, mail: &[(String, String)]) -> Result<(), StoreError> {
+        let (recipients, bodies): (Vec<String>, Vec<String>) = mail.iter().cloned().unzip();
+        sqlx::query(
+            "WITH sent AS (\
+                INSERT INTO replica_mail (recipient, body, sent_at) \
+                SELECT recipient, body, $3 FROM UNNEST($1::text[], $2::text[]) WITH ORDINALITY AS m (recipient, body, k) \
+                ORDER BY k RETURNING recipient) \
+             SELECT pg_notify($4 || recipient, '') FROM (SELECT DISTINCT recipient FROM sent) AS woken",
+        )
+        .bind(recipients)
+        .bind(bodies)
+        .bind(to_micros(now()))
+        .bind(MAIL_CHANNEL)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Takes (removes and answers) the mail waiting for `recipient`, oldest first.
+    pub async fn take_mail(&self, recipient: &str) -> Result<Vec<String>, StoreError> {
+        let mut rows: Vec<(i64, String)> = sqlx::query_as(
+            "DELETE FROM replica_mail WHERE seq IN \
+             (SELECT seq FROM replica_mail WHERE recipient = $1 ORDER BY seq LIMIT 1000 FOR UPDATE SKIP LOCKED) \
+             RETURNING seq, body",
+        )
+        .bind(recipient)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.sort_unstable_by_key(|(seq, _)| *seq);
+        Ok(rows.into_iter().map(|(_, body)| body).collect())
+    }
+
+    /// Drops mail that waited too long: its recipient stopped.
+    pub async fn sweep_mail(&self) -> Result<u64, StoreError> {
+        let done = sqlx::query("DELETE FROM replica_mail WHERE sent_at < $1")
+            .bind(to_micros(now()) - MAIL_KEEP_MICROS)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Sends `payload` to every replica listening on `channel`.
+    pub async fn notify(&self, channel: &str, payload: &str) -> Result<(), StoreError> {
+        sqlx::query("SELECT pg_notify($1, $2)").bind(channel).bind(payload).execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// A listener on `channels` (on a connection of its own, reconnecting by itself).
+    pub async fn listen(&self, channels: &[&str]) -> Result<PgListener, StoreError> {
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        listener.listen_all(channels.iter().copied()).await?;
+        Ok(listener)
+    }
+}
+
+/// The channel that wakes `recipient` for its mail is this prefix and the recipient.
+pub const MAIL_CHANNEL: &str = "mission_mail_";
+
+impl Leadership {
+    /// Checks that the lock's connection is alive, so the lead is still this replica's.
+    pub async fn check(&mut self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&mut self.connection).await?;
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for ClusterDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterDb").finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leadership").field("epoch", &self.epoch).finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,176 @@
+//! Two replicas on one PostgreSQL database, sharing their keys and default storage: any replica
+//! answers any request, and the scheduler's leader places jobs whichever replica they came to and
+//! whichever replica their agent is connected to.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use mission_api::lz::{Hello, Order, Report, Welcome};
+use mission_api::{JobStatus, Resources};
+use mission_client::{Client, CreateMission, JobResources, RegisterLandingZone, Uuid};
+use mission_testkit::{PostgresDatabase, TestServer};
+
+use crate::{http, token_for};
+
+const SHELL: &str = "99e803ea-1829-42ba-be3d-294fb6a5e640";
+const LOCAL_STATION: Uuid = Uuid::from_u128(0x6d697373_696f_4e00_8000_000000000002);
+
+/// Two replicas of one service on a new database, and the folder of what they share. The
+/// service's public URL (the issuer of its tokens) is A's, as it would be a load balancer's.
+async fn two_replicas() -> Option<(TestServer, TestServer, tempfile::TempDir)> {
+    let database = PostgresDatabase::create().await?;
+    let shared = tempfile::tempdir().unwrap();
+    let (keys, storage) = (shared.path().join("keys"), shared.path().join("storage"));
+    let replica = |public_url: Option<url::Url>| {
+        let (url, keys, storage) = (database.url.clone(), keys.clone(), storage.clone());
+        move |c: &mut mission_server::ServerConfig| {
+            c.database_url = Some(url);
+            c.key_dir = Some(keys);
+            c.storage = Some(storage);
+            c.public_url = public_url;
+        }
+    };
+    let a = TestServer::spawn_with(replica(None)).await;
+    let b = TestServer::spawn_with(replica(Some(a.url.parse().unwrap()))).await;
+    Some((a, b, shared))
+}
+
+/// Polls `check` until it holds (10 s at most).
+async fn eventually<F: std::future::Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn any_replica_answers_any_request() {
+    let Some((a, b, _shared)) = two_replicas().await else { return };
+
+    // A token signed by A works on B.
+    let token = token_for(&a, "alice").await;
+    let on_b = Client::with_access_token(&b.url, &token).unwrap();
+    assert_eq!(on_b.whoami().await.unwrap().username, "alice");
+
+    // A mission created through A is listed by B; a file uploaded to B downloads from A.
+    let mission = a
+        .client
+        .create_mission(&CreateMission {
+            name: "across".into(),
+            mission_type_id: Some(Uuid::parse_str(SHELL).unwrap()),
+            settings: Some(BTreeMap::from([("filename".to_owned(), "run.sh".to_owned())])),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let listed = on_b.list_missions(&Default::default()).await.unwrap();
+    assert!(listed.iter().any(|m| m.mission_id == mission.mission_id));
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(src.path().join("run.sh"), "echo hi\n").unwrap();
+    assert!(on_b.upload(mission.mission_id, src.path(), None, false).await.unwrap());
+    let out = tempfile::tempdir().unwrap();
+    a.client.download(mission.mission_id, out.path()).await.unwrap();
+    assert_eq!(std::fs::read_to_string(out.path().join("run.sh")).unwrap(), "echo hi\n");
+
+    // An agent connected to A gets the job submitted through B and one connected to B the job
+    // submitted through A, whichever replica leads; their heartbeats and reports may go to the
+    // other replica.
+    a.add_user("root", true).await;
+    let root = a.sign_in("root").await;
+    for (agent_on, submit_to, report_to, name) in [(&a, &on_b, &b, "node-a"), (&b, &a.client, &a, "node-b")] {
+        let lz = root.register_landing_zone(LOCAL_STATION, &RegisterLandingZone { name: name.into() }).await.unwrap();
+        let mut agent = FakeAgent::connect(agent_on, &lz.token).await;
+        assert_eq!(agent.welcome.name, name);
+        let job = submit_to
+            .run_job_on_lz(mission.mission_id, LOCAL_STATION, agent.welcome.lz_id, JobResources::default())
+            .await
+            .unwrap();
+        let Order::Run(assignment) = agent.next_order().await else { panic!("expected a run order") };
+        assert_eq!((assignment.job_id, assignment.files.len()), (job.job_id, 1));
+
+        let heartbeat =
+            http().post(format!("{}/api/v1/lz/heartbeat", report_to.url)).bearer_auth(&lz.token).send().await.unwrap();
+        assert_eq!(heartbeat.status(), 204);
+        let now = chrono::Utc::now();
+        let report =
+            |status| Report { job_id: job.job_id, status, at: now, exit_code: None, reason: None, limits: None };
+        let reports = vec![
+            report(JobStatus::Staging),
+            report(JobStatus::Running),
+            Report { exit_code: Some(0), ..report(JobStatus::Completed) },
+        ];
+        let sent = http()
+            .post(format!("{}/api/v1/lz/reports", report_to.url))
+            .bearer_auth(&lz.token)
+            .json(&reports)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(sent.status(), 204, "{}", sent.text().await.unwrap());
+        for client in [&a.client, &on_b] {
+            eventually("the job shows completed", || async {
+                client.get_job(job.job_id).await.unwrap().status == JobStatus::Completed
+            })
+            .await;
+        }
+    }
+}
+
+/// An agent speaking the LZ protocol by hand.
+struct FakeAgent {
+    welcome: Welcome,
+    lines: std::pin::Pin<Box<dyn futures_util::Stream<Item = String> + Send>>,
+}
+
+impl FakeAgent {
+    /// Connects to `server` with `token`, offering 4 CPUs and 4 GB.
+    async fn connect(server: &TestServer, token: &str) -> Self {
+        let hello = Hello {
+            resources: Resources { cpu_count: 4, memory_amount: 4096, gpu_count: 0 },
+            gpus: Vec::new(),
+            running: Vec::new(),
+            version: "test".into(),
+        };
+        let connected = http()
+            .post(format!("{}/api/v1/lz/connect", server.url))
+            .bearer_auth(token)
+            .json(&hello)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(connected.status(), 200);
+        let mut lines = ndjson(connected);
+        let welcome = serde_json::from_str(&lines.next().await.unwrap()).unwrap();
+        Self { welcome, lines }
+    }
+
+    /// The next order other than a ping (10 s at most).
+    async fn next_order(&mut self) -> Order {
+        let wait = async {
+            loop {
+                let line = self.lines.next().await.expect("the order stream stays open");
+                match serde_json::from_str::<Order>(&line).unwrap() {
+                    Order::Ping => continue,
+                    order => return order,
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), wait).await.expect("an order within 10 s")
+    }
+}
+
+/// The lines of a streamed NDJSON answer.
+fn ndjson(response: reqwest::Response) -> std::pin::Pin<Box<dyn futures_util::Stream<Item = String> + Send>> {
+    let mut buffer = Vec::new();
+    Box::pin(response.bytes_stream().flat_map(move |chunk| {
+        buffer.extend_from_slice(&chunk.unwrap());
+        let mut lines = Vec::new();
+        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buffer.drain(..=end).collect();
+            lines.push(String::from_utf8(line).unwrap().trim_end().to_owned());
+        }
+        futures_util::stream::iter(lines)
+    }))
+}

@@ -24,8 +24,9 @@ use crate::workdirs::WorkDirs;
 /// How the agent is run.
 #[derive(Clone)]
 pub struct AgentConfig {
-    /// Base URL of the server.
-    pub server: String,
+    /// Base URLs of the server: one, or several replicas of one service, tried in turn when a
+    /// connection breaks.
+    pub servers: Vec<String>,
     /// The landing zone's token.
     pub token: String,
     /// Where the input cache (`cache/`) lives; no job ever sees it.
@@ -42,7 +43,7 @@ pub struct AgentConfig {
 impl std::fmt::Debug for AgentConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AgentConfig")
-            .field("server", &self.server)
+            .field("servers", &self.servers)
             .field("token", &"[redacted]")
             .field("data_dir", &self.data_dir)
             .field("overrides", &self.overrides)
@@ -99,7 +100,9 @@ pub enum AgentError {
 /// What the agent's tasks share.
 pub(crate) struct Shared {
     pub http: reqwest::Client,
-    base: String,
+    /// The server's base URLs; requests go to the one `current` names.
+    servers: Vec<String>,
+    current: std::sync::atomic::AtomicUsize,
     token: String,
     pub data_dir: PathBuf,
     pub cgroups: Cgroups,
@@ -114,9 +117,16 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// A request to `path` under `/api/v1/lz`, with the token.
+    /// A request to `path` under `/api/v1/lz` of the current server, with the token.
     pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        self.http.request(method, format!("{}{}/lz{path}", self.base, mission_api::API_PREFIX)).bearer_auth(&self.token)
+        let base = &self.servers[self.current.load(std::sync::atomic::Ordering::Relaxed) % self.servers.len()];
+        self.http.request(method, format!("{base}{}/lz{path}", mission_api::API_PREFIX)).bearer_auth(&self.token)
+    }
+
+    /// Moves on to the next of the server's URLs (after a broken connection); answers it.
+    fn next_server(&self) -> &str {
+        let next = self.current.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        &self.servers[next % self.servers.len()]
     }
 
     /// Queues a report of a job's move; it is delivered in order, retried until the server
@@ -187,7 +197,8 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Res
     let (reports, queue) = mpsc::unbounded_channel();
     let shared = Arc::new(Shared {
         http,
-        base: config.server.trim_end_matches('/').to_owned(),
+        servers: config.servers.iter().map(|url| url.trim_end_matches('/').to_owned()).collect(),
+        current: std::sync::atomic::AtomicUsize::new(0),
         token: config.token.clone(),
         data_dir: config.data_dir.clone(),
         cgroups,
@@ -222,7 +233,12 @@ async fn connect_loop(shared: &Arc<Shared>, resources: Resources, gpus: Vec<Gpu>
             }
             Err(SessionEnd::Refused(why)) => return Err(AgentError::TokenRefused(why)),
             Err(SessionEnd::Broken(why)) => {
-                tracing::warn!("connection to the server lost: {why}; reconnecting in {backoff:?}");
+                if shared.servers.len() > 1 {
+                    let next = shared.next_server();
+                    tracing::warn!("connection to the server lost: {why}; trying {next} in {backoff:?}");
+                } else {
+                    tracing::warn!("connection to the server lost: {why}; reconnecting in {backoff:?}");
+                }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
@@ -255,11 +271,18 @@ async fn session(shared: &Arc<Shared>, hello: &Hello) -> Result<(), SessionEnd> 
         stop_job(shared, *job_id);
     }
     let lease = Duration::from_secs(welcome.lease_seconds.max(3));
-    let heartbeat = tokio::spawn(heartbeats(shared.clone(), lease / 3));
+    let (forgotten, mut reconnect) = watch::channel(false);
+    let heartbeat = tokio::spawn(heartbeats(shared.clone(), lease / 3, forgotten));
     // Orders (or pings) come at least every third of the lease; silence for a whole lease means
     // the connection is dead even if TCP has not noticed.
     let result = loop {
-        let line = match lines.next(&mut response, Some(lease)).await {
+        let next = tokio::select! {
+            next = lines.next(&mut response, Some(lease)) => next,
+            _ = reconnect.wait_for(|r| *r) => {
+                break Err(SessionEnd::Broken("the server no longer knows this connection".into()));
+            }
+        };
+        let line = match next {
             Ok(Some(line)) => line,
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
@@ -285,11 +308,18 @@ fn stop_job(shared: &Shared, job_id: Uuid) {
     }
 }
 
-async fn heartbeats(shared: Arc<Shared>, every: Duration) {
+/// Renews the lease every `every`; sets `forgotten` when the server answers that it does not
+/// know this connection (a 409: it restarted, or another replica took over its scheduler), so
+/// the agent connects again and tells it which jobs it runs.
+async fn heartbeats(shared: Arc<Shared>, every: Duration, forgotten: watch::Sender<bool>) {
     loop {
         tokio::time::sleep(every).await;
         match shared.request(reqwest::Method::POST, "/heartbeat").send().await {
             Ok(r) if r.status().is_success() => {}
+            Ok(r) if r.status() == StatusCode::CONFLICT => {
+                let _ = forgotten.send(true);
+                return;
+            }
             Ok(r) => tracing::warn!("heartbeat answered {}", r.status()),
             Err(e) => tracing::warn!("heartbeat failed: {e}"),
         }

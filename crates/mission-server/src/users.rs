@@ -89,7 +89,12 @@ pub async fn bootstrap_admin(
     if store.count_users().await? > 0 {
         return Ok(None);
     }
-    let account = add_user(store, BOOTSTRAP_ADMIN, None, true).await?;
+    let account = match add_user(store, BOOTSTRAP_ADMIN, None, true).await {
+        Ok(account) => account,
+        // Another replica starting at the same moment made it.
+        Err(AccountError::Store(StoreError::Conflict(_))) => return Ok(None),
+        Err(e) => return Err(e),
+    };
     let password = account.generated_password.expect("generated");
     let password_file = data_dir.join(BOOTSTRAP_PASSWORD_FILE);
     write_private_file(&password_file, format!("{password}\n").as_bytes())

@@ -18,6 +18,22 @@ use tempfile::TempDir;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
+/// Signs `username` in on the server at `url` through the device flow, approving the code via
+/// `POST /activate` with `password`: for servers that are not a [`TestServer`] (processes).
+pub async fn device_sign_in(url: &str, username: &str, password: &str) -> (mission_client::Tokens, DeviceAuth) {
+    let auth = DeviceAuth::new(url, "mission-api").token_file("").prompt(Prompt::Print);
+    let pending = auth.start().await.expect("device code");
+    let form = [
+        ("user_code", pending.authorization().user_code.as_str()),
+        ("username", username),
+        ("password", password),
+        ("action", "approve"),
+    ];
+    let page = reqwest::Client::new().post(format!("{url}/activate")).form(&form).send().await.expect("POST /activate");
+    assert_eq!(page.status(), 200, "approval failed");
+    (auth.finish(pending).await.expect("tokens"), auth)
+}
+
 /// The repository's root, where `scripts/` lives.
 fn workspace_root() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")

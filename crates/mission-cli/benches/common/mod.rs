@@ -8,8 +8,6 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use mission_client::Tokens;
-use mission_client::auth::{DeviceAuth, Prompt};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// The binary under test.
@@ -46,20 +44,7 @@ pub async fn spawn_server_with(data_dir: &Path, extra: &[&str]) -> (tokio::proce
     (server, url)
 }
 
-/// Signs `username` in through the device flow, approving the code via `POST /activate`.
-pub async fn sign_in(url: &str, username: &str, password: &str) -> (Tokens, DeviceAuth) {
-    let auth = DeviceAuth::new(url, "mission-api").token_file("").prompt(Prompt::Print);
-    let pending = auth.start().await.unwrap();
-    let form = [
-        ("user_code", pending.authorization().user_code.as_str()),
-        ("username", username),
-        ("password", password),
-        ("action", "approve"),
-    ];
-    let page = reqwest::Client::new().post(format!("{url}/activate")).form(&form).send().await.unwrap();
-    assert_eq!(page.status(), 200);
-    (auth.finish(pending).await.unwrap(), auth)
-}
+pub use mission_testkit::device_sign_in as sign_in;
 
 /// A `kB` field of `/proc/PID/status` (`VmRSS:`, `VmHWM:`), in KiB.
 fn status_kib(pid: u32, field: &str) -> Option<u64> {

@@ -16,6 +16,8 @@ pub const EMBEDDED_LZ_NAME: &str = "local";
 ///   MISSION_LZ_TOKEN=TOKEN mission lz --server URL
 /// The agent connects out to the server (the host needs no inbound port), offers the host's CPUs,
 /// memory and GPUs (found with nvidia-smi), and reconnects by itself when the server restarts.
+/// Where the service runs as several replicas, name them all (--server URL1,URL2,…): the agent
+/// moves to the next when its connection breaks. A load balancer's one URL works as well.
 ///
 /// Jobs are untrusted code. Run the agent as root: then each job runs as a uid of its own (see
 /// --lz-job-uids), in PID and mount namespaces of its own, under cgroup memory and CPU limits,
@@ -102,7 +104,8 @@ impl LzCommand {
     pub async fn run(self, server: Option<&str>) -> anyhow::Result<()> {
         let server = server.context("name the server with --server URL (or MISSION_SERVER)")?;
         let config = mission_lz::AgentConfig {
-            server: server.to_owned(),
+            // Replicas of one service: --server URL1,URL2,… (tried in turn when a connection breaks).
+            servers: server.split(',').map(str::trim).filter(|url| !url.is_empty()).map(str::to_owned).collect(),
             token: self.token,
             data_dir: self.data_dir,
             overrides: self.resources.overrides(),

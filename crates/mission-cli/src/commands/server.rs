@@ -28,6 +28,11 @@ enum ServerAction {
     AddUser(AddUserArgs),
 }
 
+/// The embedded defaults, which the flags' defaults show: the configuration holds them, once.
+fn defaults() -> ServerConfig {
+    ServerConfig::new("")
+}
+
 /// Where the server keeps its state.
 #[derive(Debug, Args)]
 struct StoreArgs {
@@ -38,6 +43,10 @@ struct StoreArgs {
     /// postgres://USER:PASSWORD@HOST:PORT/DATABASE for a database several servers share.
     #[arg(long, env = "MISSION_DATABASE_URL", hide_env_values = true)]
     database_url: Option<mission_server::store::DatabaseUrl>,
+    /// Folder of the identity provider's signing key and the cargo-bay sealing key (created on
+    /// first start); defaults to DATA_DIR. Replicas of one service share it.
+    #[arg(long, env = "MISSION_KEY_DIR")]
+    key_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -60,21 +69,34 @@ struct RunArgs {
     /// Client id advertised to clients in /api/v1/auth-config.
     #[arg(long, env = "MISSION_CLIENT_ID")]
     client_id: Option<String>,
+    /// Folder of the default storage: mission files, job results and job logs (defaults to
+    /// DATA_DIR). Replicas of one service share it.
+    #[arg(long, env = "MISSION_STORAGE")]
+    storage: Option<PathBuf>,
     /// Seconds device clients are asked to wait between token polls.
-    #[arg(long, env = "MISSION_DEVICE_POLL_INTERVAL", default_value_t = 5)]
+    #[arg(long, env = "MISSION_DEVICE_POLL_INTERVAL", default_value_t = defaults().device_poll_interval)]
     device_poll_interval: u64,
     /// Lifetime of access tokens signed by the built-in provider, in seconds.
-    #[arg(long, env = "MISSION_ACCESS_TOKEN_TTL", default_value_t = 3600)]
+    #[arg(long, env = "MISSION_ACCESS_TOKEN_TTL", default_value_t = defaults().access_token_ttl.as_secs())]
     access_token_ttl: u64,
     /// Largest single mission file (bytes, or with a K/M/G/T suffix, powers of 1024).
-    #[arg(long, env = "MISSION_MAX_FILE_SIZE", default_value = "100G", value_parser = parse_size)]
-    max_file_size: u64,
+    #[arg(long, env = "MISSION_MAX_FILE_SIZE", default_value_t = Size(defaults().file_limits.max_file_bytes))]
+    max_file_size: Size,
     /// Most files one mission may hold.
-    #[arg(long, env = "MISSION_MAX_FILES_PER_MISSION", default_value_t = 100_000)]
+    #[arg(long, env = "MISSION_MAX_FILES_PER_MISSION", default_value_t = defaults().file_limits.max_files_per_mission)]
     max_files_per_mission: u64,
     /// Most bytes all files of one user's missions may hold (K/M/G/T suffixes allowed).
-    #[arg(long, env = "MISSION_MAX_USER_BYTES", default_value = "1T", value_parser = parse_size)]
-    max_user_bytes: u64,
+    #[arg(long, env = "MISSION_MAX_USER_BYTES", default_value_t = Size(defaults().file_limits.max_user_bytes))]
+    max_user_bytes: Size,
+    /// Seconds a landing zone counts as online after its agent was last heard from; a silent
+    /// LZ's jobs are lost after it, and a new leader replica waits this long for agents to
+    /// come back before giving up their jobs.
+    #[arg(long, env = "MISSION_LZ_LEASE", default_value_t = defaults().lz_lease.as_secs())]
+    lz_lease: u64,
+    /// Do not create an `admin` account (with a generated password saved in the data dir) on
+    /// the first start; create accounts with `mission server add-user` instead.
+    #[arg(long, env = "MISSION_NO_BOOTSTRAP_ADMIN")]
+    no_bootstrap_admin: bool,
     /// An S3 endpoint URL users other than admins may name in their cargo bays (repeat the flag,
     /// or separate with commas). AWS needs none; admins may name any endpoint.
     #[arg(long = "s3-endpoint", env = "MISSION_S3_ENDPOINTS", value_delimiter = ',')]
@@ -85,20 +107,50 @@ struct RunArgs {
     max_connections: Option<usize>,
     /// Seconds a connection may take to send a request's headers, counted from when it is ready
     /// for one (so also how long an idle keep-alive connection stays open).
-    #[arg(long, env = "MISSION_HEADER_TIMEOUT", default_value_t = 30)]
+    #[arg(long, env = "MISSION_HEADER_TIMEOUT", default_value_t = defaults().connection_limits.header_timeout.as_secs())]
     header_timeout: u64,
     /// Seconds a request body may send nothing before the request fails and its connection
     /// closes.
-    #[arg(long, env = "MISSION_BODY_IDLE_TIMEOUT", default_value_t = 60)]
+    #[arg(long, env = "MISSION_BODY_IDLE_TIMEOUT", default_value_t = defaults().connection_limits.body_idle_timeout.as_secs())]
     body_idle_timeout: u64,
-    /// Do not run the embedded landing zone `local` on the default station (jobs then need a
+    /// Do not run the embedded landing zone on the default station (jobs then need a
     /// `mission lz` agent).
-    #[arg(long, env = "MISSION_NO_LOCAL_LZ")]
+    #[arg(long, env = "MISSION_NO_LOCAL_LZ", conflicts_with = "local_lz_name")]
     no_local_lz: bool,
+    /// Name of the embedded landing zone. With SQLite it is `local` unless named here. With a
+    /// postgres:// database several replicas serve one service, so none runs an embedded LZ
+    /// unless given a name here, one per host (a second replica naming the same LZ takes it over).
+    #[arg(long, env = "MISSION_LOCAL_LZ_NAME")]
+    local_lz_name: Option<String>,
     #[command(flatten)]
     local_lz: super::lz::ResourceArgs,
     #[command(flatten)]
     local_lz_sandbox: super::lz::SandboxArgs,
+}
+
+/// A size in bytes, written `123`, `64K`, `10M`, `100G` or `1T` (powers of 1024).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Size(u64);
+
+impl std::str::FromStr for Size {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<Self, String> {
+        parse_size(raw).map(Size)
+    }
+}
+
+impl std::fmt::Display for Size {
+    /// The largest unit that writes the size exactly.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (mut n, mut units) = (self.0, ["", "K", "M", "G", "T"].iter());
+        let mut unit = units.next().expect("units");
+        while n != 0 && n % 1024 == 0 && units.len() > 0 {
+            n /= 1024;
+            unit = units.next().expect("checked");
+        }
+        write!(f, "{n}{unit}")
+    }
 }
 
 /// Parses `123`, `64K`, `10M`, `100G`, `1T` (powers of 1024).
@@ -134,6 +186,7 @@ impl StoreArgs {
     fn config(&self) -> ServerConfig {
         let mut config = ServerConfig::new(&self.data_dir);
         config.database_url = self.database_url.clone();
+        config.key_dir = self.key_dir.clone();
         config
     }
 }
@@ -177,10 +230,14 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     config.device_poll_interval = args.device_poll_interval;
     config.access_token_ttl = Duration::from_secs(args.access_token_ttl);
     config.file_limits = mission_server::FileLimits {
-        max_file_bytes: args.max_file_size,
+        max_file_bytes: args.max_file_size.0,
         max_files_per_mission: args.max_files_per_mission,
-        max_user_bytes: args.max_user_bytes,
+        max_user_bytes: args.max_user_bytes.0,
     };
+    config.storage = args.storage;
+    config.lz_lease = Duration::from_secs(args.lz_lease.max(1));
+    config.bootstrap_admin = !args.no_bootstrap_admin;
+    let shared_database = config.effective_database_url().is_postgres();
     config.s3_endpoints = args.s3_endpoints;
     let connections_allowed = raise_open_file_limit();
     config.connection_limits = mission_server::serve::ConnectionLimits {
@@ -208,12 +265,19 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let agent = if args.no_local_lz {
-        None
-    } else {
-        let token = server.embedded_lz_token(super::lz::EMBEDDED_LZ_NAME).await?;
+    let local_lz = match (args.no_local_lz, args.local_lz_name) {
+        (true, _) => None,
+        (false, Some(name)) => Some(name),
+        (false, None) if shared_database => {
+            println!("No embedded landing zone (the database is shared by replicas; give --local-lz-name to run one).");
+            None
+        }
+        (false, None) => Some(super::lz::EMBEDDED_LZ_NAME.to_owned()),
+    };
+    let agent = if let Some(local_lz) = local_lz {
+        let token = server.embedded_lz_token(&local_lz).await?;
         let config = mission_lz::AgentConfig {
-            server: server.local_url(),
+            servers: vec![server.local_url()],
             token,
             data_dir: data_dir.join("lz"),
             overrides: args.local_lz.overrides(),
@@ -221,12 +285,10 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
             // Jobs must not see the server's data dir (database, keys) either.
             sandbox: args.local_lz_sandbox.config(vec![data_dir.clone()]),
         };
-        println!(
-            "Embedded landing zone {:?} on station {:?}.",
-            super::lz::EMBEDDED_LZ_NAME,
-            mission_api::DEFAULT_STATION_NAME
-        );
+        println!("Embedded landing zone {local_lz:?} on station {:?}.", mission_api::DEFAULT_STATION_NAME);
         Some(tokio::spawn(mission_lz::run(config, wait(stopping.clone()))))
+    } else {
+        None
     };
     tokio::spawn(async move {
         shutdown_signal().await;
@@ -277,6 +339,16 @@ async fn add_user(args: AddUserArgs) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sizes_show_in_their_largest_exact_unit() {
+        use super::Size;
+        assert_eq!(Size(100 << 30).to_string(), "100G");
+        assert_eq!(Size(1 << 40).to_string(), "1T");
+        assert_eq!(Size(1536).to_string(), "1536");
+        assert_eq!(Size(0).to_string(), "0");
+        assert_eq!("64K".parse::<Size>(), Ok(Size(64 << 10)));
+    }
+
     #[test]
     fn sizes_parse_with_binary_suffixes() {
         assert_eq!(super::parse_size("512"), Ok(512));

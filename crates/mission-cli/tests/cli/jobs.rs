@@ -15,12 +15,12 @@ use tokio::process::{Child, Command};
 
 use super::BIN;
 
-const SHELL: &str = "99e803ea-1829-42ba-be3d-294fb6a5e640";
+pub(super) const SHELL: &str = "99e803ea-1829-42ba-be3d-294fb6a5e640";
 const PYTHON: &str = "c407e534-62e7-472b-8830-3d2ebe1bffbd";
 /// The default station every first start creates (open to all users).
 const LOCAL_STATION: &str = "6d697373-696f-4e00-8000-000000000002";
 
-fn local_station() -> Uuid {
+pub(super) fn local_station() -> Uuid {
     Uuid::parse_str(LOCAL_STATION).unwrap()
 }
 
@@ -122,7 +122,7 @@ impl Agent {
 }
 
 /// Polls `check` every 50 ms until it holds; fails after 60 s.
-async fn wait_until<F, Fut>(what: &str, mut check: F)
+pub(super) async fn wait_until<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
@@ -156,7 +156,7 @@ async fn cluster(adjust: impl FnOnce(&mut mission_server::ServerConfig)) -> (Tes
 }
 
 /// A mission of `mission_type` with `files` (name, content), the entry `filename` and `args`.
-async fn mission(client: &Client, mission_type: &str, files: &[(&str, &str)], args: &[&str]) -> Mission {
+pub(super) async fn mission(client: &Client, mission_type: &str, files: &[(&str, &str)], args: &[&str]) -> Mission {
     let dir = tempfile::tempdir().unwrap();
     for (name, content) in files {
         let path = dir.path().join(name);

@@ -9,6 +9,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 mod jobs;
+mod replicas;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mission");
 

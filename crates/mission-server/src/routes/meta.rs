@@ -23,7 +23,13 @@ pub async fn readyz(State(app): State<AppState>) -> ApiResult<&'static str> {
 
 /// Prometheus metrics.
 pub async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], app.metrics.render())
+    let mut body = app.metrics.render();
+    body.push_str(
+        "# HELP mission_scheduler_leader Whether this replica runs the scheduler (1) or sends it its calls (0).\n",
+    );
+    body.push_str("# TYPE mission_scheduler_leader gauge\n");
+    body.push_str(&format!("mission_scheduler_leader {}\n", u8::from(app.scheduler.leads())));
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }
 
 /// The OpenAPI 3 description of the API.

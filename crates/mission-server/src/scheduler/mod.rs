@@ -279,6 +279,15 @@ impl Scheduler {
         answer.await.map_err(|_| stopped())?
     }
 
+    /// Whether this process runs the scheduler's task (always, in one process; while it leads,
+    /// among replicas).
+    pub fn leads(&self) -> bool {
+        match &self.route {
+            Route::Single(_) => true,
+            Route::Replica(cluster) => cluster.leading().is_some(),
+        }
+    }
+
     fn tell(&self, call: Call) {
         match &self.route {
             Route::Single(events) => drop(events.send(Event { call, reply: Responder::Nobody })),

@@ -26,6 +26,11 @@ impl DatabaseUrl {
         &self.0
     }
 
+    /// Whether the URL names a PostgreSQL database (which several replicas may share).
+    pub fn is_postgres(&self) -> bool {
+        self.engine() == Engine::Postgres
+    }
+
     pub(crate) fn engine(&self) -> Engine {
         if self.0.starts_with("sqlite:") { Engine::Sqlite } else { Engine::Postgres }
     }

@@ -10,7 +10,8 @@
 //!   server + agent), and the idle RSS of a separate `mission lz` agent.
 //!
 //! Run: `cargo bench -p mission-cli --bench jobs` (`BENCH_LATENCY_JOBS`, `BENCH_THROUGHPUT_JOBS`
-//! change the counts).
+//! change the counts; `BENCH_DATABASE=postgres` or `postgres2` runs the service on PostgreSQL with
+//! one or two replicas, submissions spread over both, the embedded LZ on the first).
 
 mod common;
 
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use mission_client::{Client, CreateMission, JobResources, JobStatus, ListJobs, RegisterLandingZone, RunJob, Uuid};
 
-use common::{bin, cpu_time, percentile, rss_kib};
+use common::{Deployment, Service, bin, percentile, rss_kib};
 
 const SHELL_TYPE: &str = "99e803ea-1829-42ba-be3d-294fb6a5e640";
 const SCRIPT: &str = "read line < input.txt\n";
@@ -48,15 +49,19 @@ async fn main() {
     let latency_jobs = env_or("BENCH_LATENCY_JOBS", 200);
     let throughput_jobs = env_or("BENCH_THROUGHPUT_JOBS", 1000);
     let home = tempfile::tempdir().unwrap();
-    let data_dir = home.path().join("data");
     let mut flags = vec!["--lz-cpus", "2"];
     if std::env::var_os("BENCH_NO_LIMITS").is_some() {
         flags.push("--lz-no-limits");
     }
-    let (server, url) = common::spawn_server_with(&data_dir, &flags).await;
-    let server_pid = server.id().unwrap();
-    let password = std::fs::read_to_string(data_dir.join("initial-admin-password")).unwrap();
+    let deployment = Deployment::from_env();
+    let database = deployment.database(home.path()).await;
+    let service = Service::start(deployment, home.path(), &database, &flags).await;
+    let url = service.urls()[0].clone();
+    let password = std::fs::read_to_string(service.data_dir.join("initial-admin-password")).unwrap();
     let (tokens, auth) = common::sign_in(&url, "admin", password.trim()).await;
+    // One client per replica, all with the same token; requests alternate over them.
+    let clients: Vec<Client> =
+        service.urls().iter().map(|u| Client::with_access_token(u, &tokens.access_token).unwrap()).collect();
     let client = Client::with_tokens(&url, tokens, auth).unwrap();
     let station = client.list_stations().await.unwrap().into_iter().find(|s| s.name == "local").unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -91,9 +96,9 @@ async fn main() {
     // Dispatch latency, one job at a time on an idle LZ (the first warms the input cache).
     client.wait_for_job(client.run_job(mission.mission_id, &run).await.unwrap().job_id).await.unwrap();
     let mut latencies = Vec::with_capacity(latency_jobs);
-    for _ in 0..latency_jobs {
+    for i in 0..latency_jobs {
         let asked = Utc::now();
-        let job = client.run_job(mission.mission_id, &run).await.unwrap();
+        let job = clients[i % clients.len()].run_job(mission.mission_id, &run).await.unwrap();
         let done = client.wait_for_job(job.job_id).await.unwrap();
         assert_eq!(done.status, JobStatus::Completed, "{done:?}");
         let running = done.history.iter().find(|t| t.status == JobStatus::Running).unwrap().at;
@@ -103,13 +108,13 @@ async fn main() {
 
     // Throughput: submit everything (8 submitters), wait for the last completion.
     let floor = xargs_floor(&src, throughput_jobs);
-    let cpu_before = cpu_time(server_pid).unwrap();
+    let cpu_before = service.cpu_time();
     let started = Instant::now();
     let first_submit = Utc::now();
     let per_submitter = throughput_jobs.div_ceil(8);
     let mut submitters = Vec::new();
     for s in 0..8 {
-        let (client, run) = (client.clone(), run.clone());
+        let (client, run) = (clients[s % clients.len()].clone(), run.clone());
         let n = per_submitter.min(throughput_jobs.saturating_sub(s * per_submitter));
         submitters.push(tokio::spawn(async move {
             let mut last = None;
@@ -143,7 +148,7 @@ async fn main() {
         assert!(started.elapsed() < Duration::from_secs(600), "jobs did not finish: {} of {expected}", page.total);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let cpu_after = cpu_time(server_pid).unwrap();
+    let cpu_after = service.cpu_time();
     let failed = ListJobs {
         mission_ids: vec![mission.mission_id],
         statuses: vec![JobStatus::Failed],
@@ -219,7 +224,7 @@ async fn main() {
     let agent_rss = rss_kib(agent.id().unwrap());
 
     let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
-    println!("| measure | value | target |");
+    println!("| measure ({}) | value | target |", deployment.label());
     println!("|---|---|---|");
     println!("| dispatch latency p50 ({latency_jobs} jobs) | {} | < 20 ms |", ms(percentile(&latencies, 0.5)));
     println!("| dispatch latency p99 | {} | < 100 ms |", ms(percentile(&latencies, 0.99)));
@@ -234,12 +239,12 @@ async fn main() {
         floor.as_secs_f64()
     );
     println!("| jobs/s as a share of the floor | {:.0}% | ≥ 25% |", 100.0 * rate / floor_rate);
-    println!("| server CPU per job (incl. embedded LZ) | {} | |", ms(cpu_per_job));
+    println!("| server CPU per job (all replicas, incl. embedded LZ) | {} | |", ms(cpu_per_job));
     println!("| the jobs' limits | {limits} | |");
     println!("| `mission lz` idle RSS | {:.1} MB | < 15 MB |", agent_rss as f64 / 1024.0);
     println!("| mean slot hand-over: a job ends → the next is assigned | {} | |", ms(handover));
     for ((from, to), (total, n)) in phases {
         println!("| mean {from} → {to} (newest 100 jobs) | {} | |", ms(total / n));
     }
-    drop(server);
+    drop(service);
 }

@@ -18,17 +18,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use mission_api::Problem;
 use mission_api::lz::Order;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::agent_tokens::AgentTokens;
-use crate::error::{ApiError, ApiResult};
 use crate::job_logs::JobLogs;
 use crate::scheduler::state::State;
-use crate::scheduler::{Call, Event, Outcome, Responder, SessionId, Sessions, from_remote};
+use crate::scheduler::{Call, Event, Outcome, Responder, SchedulerError, SchedulerResult, SessionId, Sessions};
 use crate::store::{ClusterDb, Store, StoreError};
 
 /// The mail recipient of whichever replica leads.
@@ -53,7 +53,7 @@ enum Mail {
     /// To the leader: a scheduler call; `request` 0 wants no answer.
     Call { from: Uuid, request: u64, call: Call },
     /// To a caller: the answer to its request.
-    Answer { request: u64, result: Result<Outcome, Problem> },
+    Answer { request: u64, result: SchedulerResult<Outcome> },
     /// To an agent's replica: an order for one of its streams.
     Order { session: u64, order: Order },
     /// To an agent's replica: end a stream (the agent connects again).
@@ -81,7 +81,7 @@ impl Outbox {
     }
 
     /// Answers request `request` of replica `to`.
-    pub(crate) fn reply(&self, to: Uuid, request: u64, result: Result<Outcome, Problem>) {
+    pub(crate) fn reply(&self, to: Uuid, request: u64, result: SchedulerResult<Outcome>) {
         self.send(recipient(to), Mail::Answer { request, result });
     }
 
@@ -117,7 +117,7 @@ pub struct Cluster {
     db: ClusterDb,
     outbox: Outbox,
     sessions: Arc<Sessions>,
-    pending: Mutex<HashMap<u64, oneshot::Sender<Result<Outcome, Problem>>>>,
+    pending: Mutex<HashMap<u64, oneshot::Sender<SchedulerResult<Outcome>>>>,
     next_request: AtomicU64,
     /// The scheduler task's queue while this replica leads.
     leading: RwLock<Option<mpsc::UnboundedSender<Event>>>,
@@ -128,12 +128,16 @@ pub struct Cluster {
 impl Cluster {
     /// Joins the cluster: starts the tasks that send and take this replica's mail, and the one
     /// that waits for the lead and then runs the scheduler.
+    /// Its tasks run on `tasks` and end when `shutdown` is cancelled (the lead, if held, goes
+    /// with them).
     pub(crate) async fn join(
         db: ClusterDb,
         store: Store,
         logs: Arc<JobLogs>,
         tokens: Arc<AgentTokens>,
         lease: Duration,
+        tasks: &TaskTracker,
+        shutdown: CancellationToken,
     ) -> Result<Arc<Self>, StoreError> {
         let replica = Uuid::new_v4();
         let (queue, outgoing) = mpsc::unbounded_channel();
@@ -150,10 +154,10 @@ impl Cluster {
             wake: Notify::new(),
         });
         tracing::info!(%replica, "joined the cluster of replicas on the database");
-        tokio::spawn(write_mail(db, outgoing));
+        tasks.spawn(write_mail(db, outgoing, shutdown.clone()));
         let listener = cluster.listener().await?;
-        tokio::spawn(cluster.clone().take_mail(listener, tokens.clone()));
-        tokio::spawn(cluster.clone().lead_when_possible(store, logs, tokens, lease));
+        tasks.spawn(cluster.clone().take_mail(listener, tokens.clone(), shutdown.clone()));
+        tasks.spawn(cluster.clone().lead_when_possible(store, logs, tokens, lease, shutdown));
         Ok(cluster)
     }
 
@@ -168,7 +172,7 @@ impl Cluster {
     }
 
     /// Sends a call to the leader and waits for the answer.
-    pub(crate) async fn request(&self, call: Call) -> ApiResult<Outcome> {
+    pub(crate) async fn request(&self, call: Call) -> SchedulerResult<Outcome> {
         let request = self.next_request.fetch_add(1, Ordering::Relaxed) + 1;
         let (answer, answered) = oneshot::channel();
         self.pending.lock().expect("not poisoned").insert(request, answer);
@@ -181,10 +185,9 @@ impl Cluster {
         }
         let _forget = Forget(self, request);
         self.outbox.call(request, call);
-        match answered.await {
-            Ok(result) => from_remote(result),
-            Err(_) => Err(ApiError::unavailable("this replica stopped waiting for the scheduler")),
-        }
+        answered.await.unwrap_or_else(|_| {
+            Err(SchedulerError::Unavailable("this replica stopped waiting for the scheduler".into()))
+        })
     }
 
     /// Sends a call to the leader, wanting no answer.
@@ -200,7 +203,12 @@ impl Cluster {
     }
 
     /// Takes this replica's mail (and the leader's, while it leads) whenever woken, forever.
-    async fn take_mail(self: Arc<Self>, mut listener: sqlx::postgres::PgListener, tokens: Arc<AgentTokens>) {
+    async fn take_mail(
+        self: Arc<Self>,
+        mut listener: sqlx::postgres::PgListener,
+        tokens: Arc<AgentTokens>,
+        shutdown: CancellationToken,
+    ) {
         let own = recipient(self.replica);
         let own_channel = format!("{}{own}", crate::store::MAIL_CHANNEL);
         let leader_channel = format!("{}{LEADER}", crate::store::MAIL_CHANNEL);
@@ -230,6 +238,7 @@ impl Cluster {
                 },
                 () = self.wake.notified() => (true, true),
                 _ = poll.tick() => (true, true),
+                () = shutdown.cancelled() => return,
             };
             if mine {
                 self.take(&own).await;
@@ -263,7 +272,9 @@ impl Cluster {
                 };
                 match self.leading() {
                     Some(events) => drop(events.send(Event { call, reply })),
-                    None => reply.send(Err(ApiError::unavailable("the replica that took this call no longer leads"))),
+                    None => reply.send(Err(SchedulerError::Unavailable(
+                        "the replica that took this call no longer leads; try again".into(),
+                    ))),
                 }
             }
             Mail::Answer { request, result } => {
@@ -283,9 +294,14 @@ impl Cluster {
         logs: Arc<JobLogs>,
         tokens: Arc<AgentTokens>,
         lease: Duration,
+        shutdown: CancellationToken,
     ) {
         loop {
-            let mut leadership = match self.db.lead(self.replica).await {
+            let lead = tokio::select! {
+                lead = self.db.lead(self.replica) => lead,
+                () = shutdown.cancelled() => return,
+            };
+            let mut leadership = match lead {
                 Ok(leadership) => leadership,
                 Err(e) => {
                     tracing::warn!("waiting for the scheduler's lead: {e}");
@@ -307,12 +323,13 @@ impl Cluster {
             let (events, queue) = mpsc::unbounded_channel();
             *self.leading.write().expect("not poisoned") = Some(events);
             self.wake.notify_one();
-            let mut task = tokio::spawn(state.run(queue));
+            let mut task = tokio::spawn(state.run(queue, shutdown.clone()));
             let mut check = tokio::time::interval(LEAD_CHECK);
             let mut sweeps = 0u32;
             loop {
                 tokio::select! {
                     _ = &mut task => break,
+                    () = shutdown.cancelled() => break,
                     _ = check.tick() => {
                         if let Err(e) = leadership.check().await {
                             tracing::error!("lost the connection that holds the scheduler's lead: {e}");
@@ -327,15 +344,27 @@ impl Cluster {
             }
             *self.leading.write().expect("not poisoned") = None;
             task.abort();
+            let _ = task.await;
             drop(leadership);
+            if shutdown.is_cancelled() {
+                tracing::info!(epoch, "this replica stops, and with it its lead of the scheduler");
+                return;
+            }
             tracing::warn!(epoch, "this replica no longer leads the scheduler");
         }
     }
 }
 
 /// Writes the outbox's mail in order, in batches, retrying while the database is away.
-async fn write_mail(db: ClusterDb, mut outgoing: mpsc::UnboundedReceiver<Outgoing>) {
-    while let Some(first) = outgoing.recv().await {
+async fn write_mail(db: ClusterDb, mut outgoing: mpsc::UnboundedReceiver<Outgoing>, shutdown: CancellationToken) {
+    loop {
+        let first = tokio::select! {
+            next = outgoing.recv() => match next {
+                Some(first) => first,
+                None => return,
+            },
+            () = shutdown.cancelled() => return,
+        };
         let mut batch = vec![first];
         while batch.len() < 512
             && let Ok(next) = outgoing.try_recv()

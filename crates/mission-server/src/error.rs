@@ -3,8 +3,6 @@
 //! Handlers return `Result<_, ApiError>` and build errors with the constructors here, so each kind
 //! of failure has one stable `type` URN and one status code.
 
-use std::borrow::Cow;
-
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use mission_api::{PROBLEM_CONTENT_TYPE, Problem};
@@ -15,27 +13,15 @@ use crate::store::StoreError;
 #[derive(Debug, Clone)]
 pub struct ApiError {
     status: StatusCode,
-    kind: Cow<'static, str>,
-    title: Cow<'static, str>,
+    kind: &'static str,
+    title: &'static str,
     detail: String,
     field: Option<String>,
 }
 
 impl ApiError {
     fn new(status: StatusCode, kind: &'static str, title: &'static str, detail: impl Into<String>) -> Self {
-        Self { status, kind: Cow::Borrowed(kind), title: Cow::Borrowed(title), detail: detail.into(), field: None }
-    }
-
-    /// The error a problem document describes: how another replica's error crosses to the replica
-    /// that answers the request.
-    pub fn from_problem(problem: Problem) -> Self {
-        Self {
-            status: StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            kind: Cow::Owned(problem.kind),
-            title: Cow::Owned(problem.title),
-            detail: problem.detail,
-            field: problem.field,
-        }
+        Self { status, kind, title, detail: detail.into(), field: None }
     }
 
     /// Names the request field at fault.
@@ -176,8 +162,8 @@ impl ApiError {
     /// The body this error renders.
     pub fn problem(&self) -> Problem {
         Problem {
-            kind: self.kind.to_string(),
-            title: self.title.to_string(),
+            kind: self.kind.to_owned(),
+            title: self.title.to_owned(),
             status: self.status.as_u16(),
             detail: self.detail.clone(),
             field: self.field.clone(),

@@ -72,6 +72,11 @@ pub struct App {
     pub logs: Arc<job_logs::JobLogs>,
     /// Turns true when the server stops, ending long-lived responses (agent orders, log follows).
     pub closing: tokio::sync::watch::Sender<bool>,
+    /// What the server spawned besides the connections (the scheduler, copies of logs): waited
+    /// for before [`Server::run`] returns.
+    pub(crate) tasks: tokio_util::task::TaskTracker,
+    /// Cancelled once the connections are done: the spawned tasks end.
+    shutdown: tokio_util::sync::CancellationToken,
     /// Serialises the commit of concurrent changes to one file.
     path_locks: locks::PathLocks,
     metrics: Metrics,
@@ -196,8 +201,17 @@ impl Server {
                 .map_err(|source| StartError::DataDir { path: logs_root, source })?,
         );
         let agent_tokens = Arc::new(agent_tokens::AgentTokens::new(store.clone()));
-        let scheduler =
-            scheduler::Scheduler::start(store.clone(), logs.clone(), agent_tokens.clone(), config.lz_lease).await?;
+        let (tasks, shutdown) = (tokio_util::task::TaskTracker::new(), tokio_util::sync::CancellationToken::new());
+        let scheduler = scheduler::Scheduler::start(
+            store.clone(),
+            logs.clone(),
+            agent_tokens.clone(),
+            config.lz_lease,
+            &tasks,
+            shutdown.clone(),
+        )
+        .await?;
+        let cluster = store.cluster();
         let app = Arc::new(App {
             store,
             config,
@@ -210,7 +224,9 @@ impl Server {
             agent_tokens,
             logs,
             closing: tokio::sync::watch::channel(false).0,
-            path_locks: locks::PathLocks::default(),
+            tasks,
+            shutdown,
+            path_locks: locks::PathLocks::new(cluster),
             metrics: Metrics::default(),
         });
         Ok(Self { app, data_dir_lock, listener, bootstrap, local })
@@ -251,7 +267,8 @@ impl Server {
         self.app.clone()
     }
 
-    /// Serves until `shutdown` completes, then finishes in-flight requests.
+    /// Serves until `shutdown` completes, then finishes in-flight requests, then stops and waits
+    /// for what the server spawned (the scheduler, with a replica's lead; copies of logs).
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let _data_dir_lock = self.data_dir_lock;
         let router = routes::router(self.app.clone());
@@ -260,6 +277,10 @@ impl Server {
             shutdown.await;
             app.closing.send_replace(true);
         };
-        serve::serve(self.listener, router, self.app.config.connection_limits, shutdown).await
+        let served = serve::serve(self.listener, router, self.app.config.connection_limits, shutdown).await;
+        self.app.shutdown.cancel();
+        self.app.tasks.close();
+        self.app.tasks.wait().await;
+        served
     }
 }

@@ -24,10 +24,20 @@ pub async fn spawn_server(data_dir: &Path) -> (tokio::process::Child, String) {
 
 /// [`spawn_server`] with `extra` flags.
 pub async fn spawn_server_with(data_dir: &Path, extra: &[&str]) -> (tokio::process::Child, String) {
+    spawn_server_env(data_dir, extra, &[]).await
+}
+
+/// [`spawn_server_with`] with `env` set for the server.
+pub async fn spawn_server_env(
+    data_dir: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (tokio::process::Child, String) {
     let mut server = tokio::process::Command::new(bin())
         .args(["server", "--listen", "127.0.0.1:0", "--device-poll-interval", "0", "--data-dir"])
         .arg(data_dir)
         .args(extra)
+        .envs(env.iter().copied())
         .env("MISSION_LOG", "warn")
         .stdout(Stdio::piped())
         .kill_on_drop(true)
@@ -45,6 +55,101 @@ pub async fn spawn_server_with(data_dir: &Path, extra: &[&str]) -> (tokio::proce
 }
 
 pub use mission_testkit::device_sign_in as sign_in;
+
+/// Where the benchmark's service keeps its store, from `BENCH_DATABASE`: `sqlite` (the default:
+/// one process, SQLite in its data dir), `postgres` (one replica on the PostgreSQL test server),
+/// `postgres2` (two replicas on it, requests spread over both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deployment {
+    /// One process on SQLite.
+    Sqlite,
+    /// `replicas` processes on one PostgreSQL database.
+    Postgres { replicas: usize },
+}
+
+impl Deployment {
+    /// The deployment `BENCH_DATABASE` names.
+    pub fn from_env() -> Self {
+        match std::env::var("BENCH_DATABASE").as_deref() {
+            Err(_) | Ok("sqlite") => Self::Sqlite,
+            Ok("postgres") => Self::Postgres { replicas: 1 },
+            Ok("postgres2") => Self::Postgres { replicas: 2 },
+            Ok(other) => panic!("BENCH_DATABASE={other:?}: expected sqlite, postgres or postgres2"),
+        }
+    }
+
+    /// A name for the tables.
+    pub fn label(self) -> String {
+        match self {
+            Self::Sqlite => "SQLite, 1 process".into(),
+            Self::Postgres { replicas } => format!("PostgreSQL, {replicas} replica(s)"),
+        }
+    }
+
+    /// The service's database for a benchmark under `home`: created empty (PostgreSQL) or
+    /// where the first replica's data dir will hold it (SQLite).
+    pub async fn database(self, home: &Path) -> mission_server::store::DatabaseUrl {
+        match self {
+            Self::Sqlite => mission_server::store::DatabaseUrl::sqlite(&home.join("data/mission.db")),
+            Self::Postgres { .. } => {
+                mission_testkit::PostgresDatabase::create().await.expect("PostgreSQL for the benchmark").url
+            }
+        }
+    }
+}
+
+/// The service under test: its replicas (the first runs the embedded landing zone) and the
+/// first one's data dir.
+pub struct Service {
+    /// Each replica's process and URL.
+    pub replicas: Vec<(tokio::process::Child, String)>,
+    /// The first replica's data dir (the first admin's password is there).
+    pub data_dir: std::path::PathBuf,
+}
+
+impl Service {
+    /// Starts the deployment's replicas under `home` on `database`, with `extra` flags.
+    pub async fn start(
+        deployment: Deployment,
+        home: &Path,
+        database: &mission_server::store::DatabaseUrl,
+        extra: &[&str],
+    ) -> Self {
+        let data_dir = home.join("data");
+        let Deployment::Postgres { replicas } = deployment else {
+            return Self { replicas: vec![spawn_server_with(&data_dir, extra).await], data_dir };
+        };
+        let (keys, storage) = (home.join("keys").display().to_string(), home.join("storage").display().to_string());
+        let mut started: Vec<(tokio::process::Child, String)> = Vec::new();
+        for i in 0..replicas {
+            let mut flags: Vec<String> = extra.iter().map(|f| (*f).to_owned()).collect();
+            flags.extend(["--key-dir".to_owned(), keys.clone(), "--storage".to_owned(), storage.clone()]);
+            match started.first() {
+                // The first replica runs the embedded LZ (the single process's `local`), if any.
+                None if !extra.contains(&"--no-local-lz") => {
+                    flags.extend(["--local-lz-name".to_owned(), "local".to_owned()]);
+                }
+                None => {}
+                Some((_, first)) => flags.extend(["--public-url".to_owned(), first.clone()]),
+            }
+            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+            let dir = if i == 0 { data_dir.clone() } else { home.join(format!("data{i}")) };
+            // The URL with its password goes by the environment, not the command line.
+            started.push(spawn_server_env(&dir, &flags, &[("MISSION_DATABASE_URL", database.expose())]).await);
+        }
+        Self { replicas: started, data_dir }
+    }
+
+    /// The replicas' URLs.
+    pub fn urls(&self) -> Vec<String> {
+        self.replicas.iter().map(|(_, url)| url.clone()).collect()
+    }
+
+    /// CPU time all replicas have used so far.
+    pub fn cpu_time(&self) -> Duration {
+        self.replicas.iter().filter_map(|(child, _)| child.id().and_then(cpu_time)).sum()
+    }
+}
 
 /// A `kB` field of `/proc/PID/status` (`VmRSS:`, `VmHWM:`), in KiB.
 fn status_kib(pid: u32, field: &str) -> Option<u64> {

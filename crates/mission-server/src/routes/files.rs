@@ -104,7 +104,7 @@ pub async fn upload(
     }
     // Swap the object in and commit its row under the path's lock: the last upload to complete
     // is the one the row describes.
-    let _guard = app.path_locks.lock(mission.mission_id, path.as_str()).await;
+    let _guard = app.path_locks.lock(mission.mission_id, path.as_str()).await?;
     let written = match received.complete().await {
         Ok(w) => w,
         Err(e) => {
@@ -290,7 +290,7 @@ pub async fn delete(
         return Err(ApiError::not_found("file", format!("{path} in mission {}", mission.mission_id)));
     }
     let place = app.bays.source(&app.store, &mission).await?;
-    let _guard = app.path_locks.lock(mission.mission_id, path.as_str()).await;
+    let _guard = app.path_locks.lock(mission.mission_id, path.as_str()).await?;
     let intent = Intent::new(IntentKind::Delete, mission.mission_id, path.as_str());
     app.store.begin_intent(&intent).await?;
     // Row first, object second: a crash in between leaves an intent, never a row without content.

@@ -107,7 +107,7 @@ pub async fn reports(
         (lz.lz_id, reports.iter().filter(|r| r.status.is_final()).map(|r| r.job_id).collect());
     app.scheduler.reports(lz, reports).await?;
     for job_id in ended {
-        tokio::spawn(archive_logs(app.clone(), lz_id, job_id));
+        app.tasks.spawn(archive_logs(app.clone(), lz_id, job_id));
     }
     Ok(StatusCode::NO_CONTENT)
 }

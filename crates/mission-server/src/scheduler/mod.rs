@@ -9,16 +9,20 @@
 //! to whichever replica holds its connection ([`Sessions`]).
 
 pub(crate) mod state;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use mission_api::Job;
 use mission_api::lz::{Hello, Order, Report, Welcome};
-use mission_api::{Job, Problem};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::agent_tokens::AgentTokens;
@@ -108,6 +112,59 @@ pub enum Outcome {
     Done,
 }
 
+/// Why the scheduler refused or failed a call. It crosses between replicas as it is; routes
+/// render it as an [`ApiError`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "error", rename_all = "snake_case")]
+pub enum SchedulerError {
+    /// The call asks for what cannot be (a 400), naming the request field at fault if one is.
+    #[error("{detail}")]
+    Invalid {
+        /// The field.
+        field: Option<String>,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The call clashes with the state of the jobs or landing zones (a 409).
+    #[error("{0}")]
+    Conflict(String),
+    /// The scheduler cannot answer now: it stopped, or its leader changed (a 503).
+    #[error("{0}")]
+    Unavailable(String),
+    /// The store failed (a 500); the cause, also logged where it happened.
+    #[error("the store failed: {0}")]
+    Store(String),
+}
+
+impl SchedulerError {
+    /// A 400 naming `field`.
+    pub fn invalid_field(field: &str, detail: impl Into<String>) -> Self {
+        Self::Invalid { field: Some(field.to_owned()), detail: format!("{field}: {}", detail.into()) }
+    }
+}
+
+impl From<StoreError> for SchedulerError {
+    fn from(e: StoreError) -> Self {
+        tracing::error!(cause = %e, "the scheduler's store failed");
+        Self::Store(e.to_string())
+    }
+}
+
+impl From<SchedulerError> for ApiError {
+    fn from(e: SchedulerError) -> Self {
+        match e {
+            SchedulerError::Invalid { field: Some(field), detail } => ApiError::invalid(detail).with_field(field),
+            SchedulerError::Invalid { field: None, detail } => ApiError::invalid(detail),
+            SchedulerError::Conflict(detail) => ApiError::conflict(detail),
+            SchedulerError::Unavailable(detail) => ApiError::unavailable(detail),
+            SchedulerError::Store(cause) => ApiError::internal(cause),
+        }
+    }
+}
+
+/// What a call comes to.
+pub type SchedulerResult<T> = Result<T, SchedulerError>;
+
 /// An agent's order stream: the replica holding its connection, and the stream's number there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SessionId {
@@ -126,7 +183,7 @@ pub(crate) struct Event {
 /// Where a call's answer goes.
 pub(crate) enum Responder {
     /// A caller in this process.
-    Local(oneshot::Sender<ApiResult<Outcome>>),
+    Local(oneshot::Sender<SchedulerResult<Outcome>>),
     /// A caller on another replica, through the database.
     Remote {
         /// The replica.
@@ -142,10 +199,10 @@ pub(crate) enum Responder {
 
 impl Responder {
     /// Answers the call.
-    pub fn send(self, result: ApiResult<Outcome>) {
+    pub fn send(self, result: SchedulerResult<Outcome>) {
         match self {
             Self::Local(reply) => drop(reply.send(result)),
-            Self::Remote { to, request, outbox } => outbox.reply(to, request, result.map_err(|e| e.problem())),
+            Self::Remote { to, request, outbox } => outbox.reply(to, request, result),
             Self::Nobody => {}
         }
     }
@@ -244,32 +301,40 @@ enum Route {
 impl Scheduler {
     /// Starts the scheduler: in one process, its task at once (its state rebuilt from the store);
     /// on a shared PostgreSQL store, this replica's part in the cluster, whose leader runs it.
+    ///
+    /// Its tasks run on `tasks` and end when `shutdown` is cancelled.
     pub async fn start(
         store: Store,
         logs: Arc<JobLogs>,
         tokens: Arc<AgentTokens>,
         lease: Duration,
+        tasks: &TaskTracker,
+        shutdown: CancellationToken,
     ) -> Result<Self, StoreError> {
         if let Some(db) = store.cluster() {
-            let cluster = Cluster::join(db, store, logs, tokens, lease).await?;
+            let cluster = Cluster::join(db, store, logs, tokens, lease, tasks, shutdown).await?;
             return Ok(Self { sessions: cluster.sessions(), route: Route::Replica(cluster) });
         }
         let sessions = Arc::new(Sessions::new(Uuid::nil(), None));
         let (events, rx) = mpsc::unbounded_channel();
         let state = state::State::rebuilt(store, logs, tokens, lease, sessions.clone()).await?;
-        tokio::spawn(state.run(rx));
+        tasks.spawn(state.run(rx, shutdown));
         Ok(Self { route: Route::Single(events), sessions })
     }
 
     async fn ask(&self, call: Call) -> ApiResult<Outcome> {
-        let stopped = || ApiError::unavailable("the scheduler has stopped");
+        self.call(call).await.map_err(ApiError::from)
+    }
+
+    async fn call(&self, call: Call) -> SchedulerResult<Outcome> {
+        let stopped = || SchedulerError::Unavailable("the scheduler has stopped".into());
         let events = match &self.route {
             Route::Single(events) => events.clone(),
             Route::Replica(cluster) => match cluster.leading() {
                 Some(events) => events,
                 None => {
                     return tokio::time::timeout(REMOTE_ANSWER_TIMEOUT, cluster.request(call)).await.unwrap_or_else(
-                        |_| Err(ApiError::unavailable("the scheduler's leader did not answer; try again")),
+                        |_| Err(SchedulerError::Unavailable("the scheduler's leader did not answer; try again".into())),
                     );
                 }
             },
@@ -359,9 +424,4 @@ impl Scheduler {
 
 fn unexpected(outcome: Outcome) -> ApiError {
     ApiError::internal(format!("the scheduler answered {outcome:?}"))
-}
-
-/// A problem carried back from another replica, as this replica's error.
-pub(crate) fn from_remote(result: Result<Outcome, Problem>) -> ApiResult<Outcome> {
-    result.map_err(ApiError::from_problem)
 }

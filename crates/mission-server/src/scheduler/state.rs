@@ -30,11 +30,11 @@ use mission_api::lz::{Assignment, Hello, InputFile, Order, Report, Welcome};
 use mission_api::{Job, JobStatus, Resources};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{Call, Event, Outcome, Responder, SessionId, Sessions};
+use super::{Call, Event, Outcome, Responder, SchedulerError, SchedulerResult, SessionId, Sessions};
 use crate::agent_tokens::AgentTokens;
-use crate::error::{ApiError, ApiResult};
 use crate::job_logs::JobLogs;
 use crate::store::{self, JobUpdate, LzIdentity, Store, StoreError};
 
@@ -137,7 +137,7 @@ struct Answer {
 
 impl Answer {
     /// Answers with the batch's outcome: `failure` when its write failed.
-    fn send(self, failure: Option<&ApiError>) {
+    fn send(self, failure: Option<&SchedulerError>) {
         self.reply.send(failure.map_or(Ok(self.outcome), |e| Err(e.clone())));
     }
 }
@@ -284,8 +284,9 @@ impl State {
         self.batch.place = true;
     }
 
-    /// Takes events until their senders are gone or another replica leads.
-    pub(crate) async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>) {
+    /// Takes events until their senders are gone, the server shuts down or another replica
+    /// leads.
+    pub(crate) async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>, shutdown: CancellationToken) {
         loop {
             let deadline = self.lzs.values().filter_map(|lz| lz.lease_until).min();
             tokio::select! {
@@ -300,6 +301,7 @@ impl State {
                     None => return,
                 },
                 () = sleep_until(deadline) => self.expire_leases(),
+                () = shutdown.cancelled() => return,
             }
             if std::mem::take(&mut self.batch.place) {
                 self.place();
@@ -324,7 +326,7 @@ impl State {
         let mut runs = match saved.and(runs) {
             Ok(runs) => runs,
             Err(StoreError::NotLeader) => {
-                let failure = ApiError::unavailable("the scheduler's leader changed; try again");
+                let failure = SchedulerError::Unavailable("the scheduler's leader changed; try again".into());
                 for answer in batch.answers {
                     answer.send(Some(&failure));
                 }
@@ -332,7 +334,7 @@ impl State {
             }
             Err(e) => {
                 tracing::error!("writing jobs: {e}");
-                let failure = ApiError::from(e);
+                let failure = SchedulerError::from(e);
                 for answer in batch.answers {
                     answer.send(Some(&failure));
                 }
@@ -425,9 +427,9 @@ impl State {
                 let result = match self.lzs.get_mut(&lz_id) {
                     Some(lz) if lz.connection.is_some() => {
                         lz.lease_until = Some(Instant::now() + self.lease);
-                        self.store.lz_seen(lz_id, store::now()).await.map_err(ApiError::from)
+                        self.store.lz_seen(lz_id, store::now()).await.map_err(SchedulerError::from)
                     }
-                    _ => Err(ApiError::conflict("this landing zone is not connected; connect again")),
+                    _ => Err(SchedulerError::Conflict("this landing zone is not connected; connect again".into())),
                 };
                 return reply.send(result.map(|()| Outcome::Done));
             }
@@ -453,16 +455,16 @@ impl State {
         self.sessions.broadcast_forget_tokens();
     }
 
-    fn submit(&mut self, job: Job) -> ApiResult<Job> {
+    fn submit(&mut self, job: Job) -> SchedulerResult<Job> {
         let candidates: Vec<&LzState> = match job.requested_lz_id {
             Some(id) => self.lzs.get(&id).filter(|lz| lz.station_id == job.station_id).into_iter().collect(),
             None => self.lzs.values().filter(|lz| lz.station_id == job.station_id).collect(),
         };
         if let (Some(lz_id), true) = (job.requested_lz_id, candidates.is_empty()) {
-            return Err(ApiError::invalid_field("lz_id", format!("the station has no landing zone {lz_id}")));
+            return Err(SchedulerError::invalid_field("lz_id", format!("the station has no landing zone {lz_id}")));
         }
         if candidates.is_empty() {
-            return Err(ApiError::invalid_field("station_id", "the station has no landing zones to run jobs on"));
+            return Err(SchedulerError::invalid_field("station_id", "the station has no landing zones to run jobs on"));
         }
         // An LZ that never connected may be any size: only known sizes can rule a job out.
         let unknown = candidates.iter().any(|lz| lz.capacity.is_none());
@@ -480,10 +482,13 @@ impl State {
                 .unwrap_or_default();
             let whom =
                 if job.requested_lz_id.is_some() { "the landing zone" } else { "no landing zone of the station" };
-            return Err(ApiError::invalid(format!(
-                "{whom} could ever hold this job (cpu_count {}, memory_amount {} MB, gpu_count {}): {largest}",
-                job.cpu_count, job.memory_amount, job.gpu_count
-            )));
+            return Err(SchedulerError::Invalid {
+                field: None,
+                detail: format!(
+                    "{whom} could ever hold this job (cpu_count {}, memory_amount {} MB, gpu_count {}): {largest}",
+                    job.cpu_count, job.memory_amount, job.gpu_count
+                ),
+            });
         }
         let seq = self.bump();
         self.queue.insert(seq, job.clone());
@@ -492,14 +497,14 @@ impl State {
         Ok(job)
     }
 
-    fn stop(&mut self, job_id: Uuid, by: String) -> ApiResult<()> {
+    fn stop(&mut self, job_id: Uuid, by: String) -> SchedulerResult<()> {
         if let Some(seq) = self.queue.iter().find(|(_, j)| j.job_id == job_id).map(|(s, _)| *s) {
             self.queue.remove(&seq);
             self.end(job_id, JobStatus::Stopped, format!("stopped by {by} while queued"));
             return Ok(());
         }
         let Some((&lz_id, lz)) = self.lzs.iter_mut().find(|(_, lz)| lz.jobs.contains_key(&job_id)) else {
-            return Err(ApiError::conflict("the job has ended already"));
+            return Err(SchedulerError::Conflict("the job has ended already".into()));
         };
         lz.jobs.get_mut(&job_id).expect("found above").stop_requested = true;
         if lz.connection.is_some() {
@@ -514,7 +519,7 @@ impl State {
         Ok(())
     }
 
-    async fn connect(&mut self, who: LzIdentity, hello: Hello, session: SessionId) -> ApiResult<Welcome> {
+    async fn connect(&mut self, who: LzIdentity, hello: Hello, session: SessionId) -> SchedulerResult<Welcome> {
         self.store.lz_connected(who.lz_id, hello.resources, store::now()).await?;
         let mut gpus: Vec<u32> = hello.gpus.iter().map(|g| g.index).collect();
         if gpus.len() != hello.resources.gpu_count as usize {
@@ -575,10 +580,10 @@ impl State {
         })
     }
 
-    fn reports(&mut self, who: LzIdentity, reports: Vec<Report>) -> ApiResult<()> {
+    fn reports(&mut self, who: LzIdentity, reports: Vec<Report>) -> SchedulerResult<()> {
         let Some(lz) = self.lzs.get_mut(&who.lz_id).filter(|lz| lz.connection.is_some() || lz.lease_until.is_some())
         else {
-            return Err(ApiError::conflict("this landing zone is not connected; connect again"));
+            return Err(SchedulerError::Conflict("this landing zone is not connected; connect again".into()));
         };
         lz.lease_until = Some(Instant::now() + self.lease);
         let mut finished = Vec::new();
@@ -613,7 +618,7 @@ impl State {
         Ok(())
     }
 
-    async fn remove(&mut self, station_id: Uuid, lz_id: Option<Uuid>) -> ApiResult<bool> {
+    async fn remove(&mut self, station_id: Uuid, lz_id: Option<Uuid>) -> SchedulerResult<bool> {
         let concerned = |lz: Option<Uuid>| lz_id.is_none() || (lz.is_some() && lz == lz_id);
         let queued = self.queue.values().filter(|j| j.station_id == station_id && concerned(j.requested_lz_id)).count();
         let placed: usize = self
@@ -624,7 +629,7 @@ impl State {
             .sum();
         if queued + placed > 0 {
             let what = if lz_id.is_some() { "landing zone" } else { "station" };
-            return Err(ApiError::conflict(format!(
+            return Err(SchedulerError::Conflict(format!(
                 "the {what} has {} jobs that have not ended; stop them first",
                 queued + placed
             )));

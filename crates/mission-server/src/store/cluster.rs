@@ -4,6 +4,7 @@
 
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool};
+use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
 use super::{Backend, Store, StoreError, now, to_micros};
@@ -19,7 +20,7 @@ const MAIL_KEEP_MICROS: i64 = 10 * 60 * 1_000_000;
 #[derive(Clone)]
 pub struct ClusterDb {
     pool: PgPool,
-    options: PgConnectOptions,
+    options: std::sync::Arc<PgConnectOptions>,
 }
 
 /// This replica leads the scheduler for as long as this lives (its connection holds the lock; the
@@ -108,6 +109,24 @@ impl ClusterDb {
         let mut listener = PgListener::connect_with(&self.pool).await?;
         listener.listen_all(channels.iter().copied()).await?;
         Ok(listener)
+    }
+}
+
+/// A mission file's lock in the database: an advisory lock scoped to a transaction that lives as
+/// long as this (dropping it rolls the transaction back, which releases the lock).
+#[derive(Debug)]
+pub struct PathLock {
+    _transaction: Transaction<'static, Postgres>,
+}
+
+impl ClusterDb {
+    /// Waits for and takes the lock of `path` in `mission_id`, shared by every replica.
+    pub async fn lock_path(&self, mission_id: Uuid, path: &str) -> Result<PathLock, StoreError> {
+        let digest = ring::digest::digest(&ring::digest::SHA256, format!("{mission_id}/{path}").as_bytes());
+        let key = i64::from_be_bytes(digest.as_ref()[..8].try_into().expect("8 bytes"));
+        let mut transaction = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(key).execute(&mut *transaction).await?;
+        Ok(PathLock { _transaction: transaction })
     }
 }
 

@@ -29,7 +29,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use sqlx::QueryBuilder;
 use uuid::Uuid;
 
-pub use self::cluster::{ClusterDb, Leadership, MAIL_CHANNEL};
+pub use self::cluster::{ClusterDb, Leadership, MAIL_CHANNEL, PathLock};
 pub use self::url::DatabaseUrl;
 
 /// Handle to the database; cheap to clone.

@@ -55,7 +55,7 @@ impl Postgres {
     }
 
     /// How to open connections of its own (the leader's lock, listeners).
-    pub(super) fn options(&self) -> &PgConnectOptions {
+    pub(super) fn options(&self) -> &std::sync::Arc<PgConnectOptions> {
         &self.options
     }
 

@@ -118,6 +118,31 @@ async fn any_replica_answers_any_request() {
     }
 }
 
+#[tokio::test]
+async fn concurrent_uploads_of_one_path_through_both_replicas_never_mix() {
+    let Some((a, b, _shared)) = two_replicas().await else { return };
+    let token = token_for(&a, "alice").await;
+    let mission = a.client.create_mission(&CreateMission { name: "race".into(), ..Default::default() }).await.unwrap();
+    let bodies: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i; 4 << 20]).collect();
+    let uploads = bodies.iter().enumerate().map(|(i, body)| {
+        let server = if i % 2 == 0 { &a } else { &b };
+        let url = format!("{}/api/v1/missions/{}/files/race.bin", server.url, mission.mission_id);
+        http().put(url).bearer_auth(&token).body(body.clone()).send()
+    });
+    for response in futures_util::future::join_all(uploads).await {
+        assert!(response.unwrap().status().is_success());
+    }
+    for server in [&a, &b] {
+        let url = format!("{}/api/v1/missions/{}/files/race.bin", server.url, mission.mission_id);
+        let got = http().get(url).bearer_auth(&token).send().await.unwrap().bytes().await.unwrap();
+        let winner = bodies.iter().position(|body| body.as_slice() == got.as_ref()).expect("the file mixes uploads");
+        let listed = server.client.get_mission_files(mission.mission_id).await.unwrap();
+        let digest = ring::digest::digest(&ring::digest::SHA256, &bodies[winner]);
+        let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(listed[0].sha256, hex, "the row describes the object");
+    }
+}
+
 /// An agent speaking the LZ protocol by hand.
 struct FakeAgent {
     welcome: Welcome,

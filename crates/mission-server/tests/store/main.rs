@@ -121,3 +121,33 @@ async fn a_database_password_shows_in_no_error() {
     let message = format!("{err} {err:?}");
     assert!(!message.contains("wrong-password-123") && !message.contains(&password), "{message}");
 }
+
+/// Only the replica that leads may write jobs: a store fenced with an epoch that another replica
+/// has since taken over refuses the write, and writes nothing.
+#[tokio::test]
+async fn postgres_a_deposed_leader_writes_no_job() {
+    let Some(database) = mission_testkit::PostgresDatabase::create().await else { return };
+    let store = Store::open(&database.url).await.unwrap();
+    let cluster = store.cluster().expect("a PostgreSQL store has cluster tables");
+    let (mission, _) = story::mission_with_lz(&store).await;
+    let first = cluster.lead(uuid::Uuid::new_v4()).await.unwrap();
+    let first_epoch = first.epoch;
+    let old = store.fenced(first_epoch);
+    let job = story::job(&mission, story::LOCAL_STATION);
+    old.save_jobs(std::slice::from_ref(&job), &[]).await.unwrap();
+    drop(first);
+    let second = cluster.lead(uuid::Uuid::new_v4()).await.unwrap();
+    assert_eq!(second.epoch, first_epoch + 1, "a new lead is a new epoch");
+    let late = story::job(&mission, story::LOCAL_STATION);
+    assert!(matches!(old.save_jobs(std::slice::from_ref(&late), &[]).await, Err(StoreError::NotLeader)));
+    assert!(store.job(late.job_id).await.unwrap().is_none());
+    store.fenced(second.epoch).save_jobs(std::slice::from_ref(&late), &[]).await.unwrap();
+    assert!(store.job(late.job_id).await.unwrap().is_some());
+}
+
+/// SQLite serves one process: no cluster.
+#[tokio::test]
+async fn sqlite_has_no_cluster() {
+    let (store, _dir) = sqlite().await;
+    assert!(store.cluster().is_none());
+}

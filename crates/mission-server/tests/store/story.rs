@@ -14,7 +14,7 @@ use mission_server::store::{
 use uuid::Uuid;
 
 /// The `local` station every store starts with.
-const LOCAL_STATION: Uuid = Uuid::from_u128(0x6d697373_696f_4e00_8000_000000000002);
+pub(crate) const LOCAL_STATION: Uuid = Uuid::from_u128(0x6d697373_696f_4e00_8000_000000000002);
 
 fn seconds(n: i64) -> chrono::Duration {
     chrono::Duration::seconds(n)
@@ -81,7 +81,7 @@ async fn upload(store: &Store, record: &FileRecord) {
     store.commit_file(intent.intent_id, record).await.unwrap();
 }
 
-fn job(mission: &Mission, station_id: Uuid) -> Job {
+pub(crate) fn job(mission: &Mission, station_id: Uuid) -> Job {
     Job {
         job_id: Uuid::new_v4(),
         mission_id: mission.mission_id,
@@ -118,7 +118,7 @@ fn landing_zone(station_id: Uuid, name: &str) -> LandingZone {
 }
 
 /// A user with a mission and a landing zone on the `local` station.
-async fn mission_with_lz(store: &Store) -> (Mission, Uuid) {
+pub(crate) async fn mission_with_lz(store: &Store) -> (Mission, Uuid) {
     let ada = user(store, "ada").await;
     let m = mission(ada.user_id, "m", now());
     store.insert_mission(&m).await.unwrap();

@@ -1,0 +1,320 @@
+//! The scheduler on its own: its task over a real store (SQLite in a temporary dir), driven by
+//! calls, with agents played by order streams, and time moved by hand. A task that keeps
+//! yielding holds the runtime busy, so the paused clock moves only when a test advances it (not
+//! whenever the runtime waits for the store's thread).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mission_api::lz::{Hello, Order, Report, Welcome};
+use mission_api::{Job, JobStatus, JobTransition, Mission, Resources};
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use super::SchedulerResult;
+use super::state::State;
+use super::{Call, Event, Outcome, Responder, SchedulerError, Sessions};
+use crate::DEFAULT_STATION_ID;
+use crate::agent_tokens::AgentTokens;
+use crate::job_logs::JobLogs;
+use crate::store::{self, DatabaseUrl, LzIdentity, Store, UserRecord};
+
+const LEASE: Duration = Duration::from_secs(30);
+
+/// The scheduler's task over a fresh store, and what a test needs to drive it.
+struct Harness {
+    store: Store,
+    logs: Arc<JobLogs>,
+    tokens: Arc<AgentTokens>,
+    sessions: Arc<Sessions>,
+    events: mpsc::UnboundedSender<Event>,
+    task: tokio::task::JoinHandle<()>,
+    mission: Mission,
+    _dir: tempfile::TempDir,
+}
+
+/// An agent: its LZ and its order stream.
+struct FakeAgent {
+    lz: LzIdentity,
+    orders: mpsc::UnboundedReceiver<Order>,
+}
+
+impl Harness {
+    async fn new() -> Self {
+        // Keep the runtime busy: the clock moves only by `tokio::time::advance`.
+        tokio::spawn(async {
+            loop {
+                tokio::task::yield_now().await;
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&DatabaseUrl::sqlite(&dir.path().join("mission.db"))).await.unwrap();
+        let user = UserRecord {
+            user_id: Uuid::new_v4(),
+            username: "ada".into(),
+            password_hash: None,
+            external_sub: None,
+            admin: false,
+            created_at: store::now(),
+        };
+        store.insert_user(&user).await.unwrap();
+        let mission = Mission {
+            mission_id: Uuid::new_v4(),
+            name: "m".into(),
+            description: String::new(),
+            mission_type_id: None,
+            source_storage_id: None,
+            destination_storage_id: None,
+            source_path: None,
+            destination_path: None,
+            settings: Default::default(),
+            public: false,
+            archived: false,
+            args: Vec::new(),
+            user_id: user.user_id,
+            created_at: store::now(),
+            updated_at: store::now(),
+        };
+        store.insert_mission(&mission).await.unwrap();
+        let logs = Arc::new(JobLogs::new(dir.path().join("logs")).unwrap());
+        let tokens = Arc::new(AgentTokens::new(store.clone()));
+        let sessions = Arc::new(Sessions::new(Uuid::nil(), None));
+        let (events, task) = Self::spawn(&store, &logs, &tokens, &sessions).await;
+        Self { store, logs, tokens, sessions, events, task, mission, _dir: dir }
+    }
+
+    async fn spawn(
+        store: &Store,
+        logs: &Arc<JobLogs>,
+        tokens: &Arc<AgentTokens>,
+        sessions: &Arc<Sessions>,
+    ) -> (mpsc::UnboundedSender<Event>, tokio::task::JoinHandle<()>) {
+        let state = State::rebuilt(store.clone(), logs.clone(), tokens.clone(), LEASE, sessions.clone()).await.unwrap();
+        let (events, queue) = mpsc::unbounded_channel();
+        (events, tokio::spawn(state.run(queue, tokio_util::sync::CancellationToken::new())))
+    }
+
+    /// Replaces the task by a new one rebuilt from the store: a restart, or another replica
+    /// taking over as leader. The agents' streams end with the old task.
+    async fn hand_over(&mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
+        let (events, task) = Self::spawn(&self.store, &self.logs, &self.tokens, &self.sessions).await;
+        (self.events, self.task) = (events, task);
+    }
+
+    async fn ask(&self, call: Call) -> SchedulerResult<Outcome> {
+        let (reply, answer) = oneshot::channel();
+        self.events.send(Event { call, reply: Responder::Local(reply) }).unwrap();
+        answer.await.unwrap()
+    }
+
+    /// Registers an LZ named `name` on the default station.
+    async fn register(&self, name: &str) -> LzIdentity {
+        let lz_id = self
+            .store
+            .rotate_lz_token(DEFAULT_STATION_ID, name, &format!("hash of {name}"), store::now())
+            .await
+            .unwrap();
+        let lz = LzIdentity { lz_id, station_id: DEFAULT_STATION_ID, name: name.into() };
+        self.ask(Call::Registered { lz: lz.clone() }).await.unwrap();
+        lz
+    }
+
+    /// Connects an agent offering `cpus` CPUs, saying it still runs `running`.
+    async fn connect(&self, lz: &LzIdentity, cpus: u32, running: Vec<Uuid>) -> (FakeAgent, Welcome) {
+        let (session, orders) = self.sessions.open();
+        let hello = Hello {
+            resources: Resources { cpu_count: cpus, memory_amount: 8192, gpu_count: 0 },
+            gpus: Vec::new(),
+            running,
+            version: "test".into(),
+        };
+        let outcome = self.ask(Call::Connect { lz: lz.clone(), hello: Box::new(hello), session }).await.unwrap();
+        let Outcome::Welcome { welcome } = outcome else { panic!("{outcome:?}") };
+        (FakeAgent { lz: lz.clone(), orders }, *welcome)
+    }
+
+    async fn submit(&self, cpus: u32) -> Job {
+        let job = Job {
+            job_id: Uuid::new_v4(),
+            mission_id: self.mission.mission_id,
+            user_id: self.mission.user_id,
+            station_id: DEFAULT_STATION_ID,
+            requested_lz_id: None,
+            lz_id: None,
+            status: JobStatus::Queued,
+            cpu_count: cpus,
+            memory_amount: 256,
+            gpu_count: 0,
+            gpu_indices: Vec::new(),
+            command: vec!["true".into()],
+            exit_code: None,
+            reason: None,
+            limits: None,
+            history: vec![JobTransition { status: JobStatus::Queued, at: store::now(), detail: None }],
+            created_at: store::now(),
+            started_at: None,
+            finished_at: None,
+        };
+        match self.ask(Call::Submit { job: Box::new(job) }).await.unwrap() {
+            Outcome::Job { job } => *job,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    async fn report(&self, agent: &FakeAgent, job_id: Uuid, status: JobStatus) {
+        let report = Report { job_id, status, at: store::now(), exit_code: None, reason: None, limits: None };
+        self.ask(Call::Reports { lz: agent.lz.clone(), reports: vec![report] }).await.unwrap();
+    }
+
+    async fn status(&self, job_id: Uuid) -> JobStatus {
+        self.store.job_row(job_id).await.unwrap().unwrap().status
+    }
+
+    /// Waits until the job is `status` (the scheduler acts on a timer in its own turn), for 5 s
+    /// of real time at most.
+    async fn until(&self, job_id: Uuid, status: JobStatus) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while self.status(job_id).await != status {
+            assert!(std::time::Instant::now() < deadline, "job {job_id} did not become {status}");
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+impl FakeAgent {
+    /// The run orders waiting on the stream, by job (pings skipped).
+    fn runs(&mut self) -> Vec<Uuid> {
+        let mut runs = Vec::new();
+        while let Ok(order) = self.orders.try_recv() {
+            if let Order::Run(assignment) = order {
+                runs.push(assignment.job_id);
+            }
+        }
+        runs
+    }
+
+    /// Whether the stream was ended by the scheduler.
+    fn ended(&mut self) -> bool {
+        matches!(self.orders.try_recv(), Err(mpsc::error::TryRecvError::Disconnected))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn jobs_go_to_the_best_fit_and_a_large_job_reserves_its_lz_while_small_ones_backfill() {
+    let h = Harness::new().await;
+    let (small_lz, big_lz) = (h.register("small").await, h.register("big").await);
+    let (mut small, _) = h.connect(&small_lz, 2, Vec::new()).await;
+    let (mut big, _) = h.connect(&big_lz, 4, Vec::new()).await;
+
+    // Best fit: a one-CPU job goes where the fewest CPUs are left after it.
+    let first = h.submit(1).await;
+    assert_eq!((small.runs(), big.runs()), (vec![first.job_id], vec![]));
+    // Four CPUs fit only the big LZ, and it is free.
+    let wide = h.submit(4).await;
+    assert_eq!(big.runs(), [wide.job_id]);
+    // Another four-CPU job waits and reserves the big LZ; a one-CPU job behind it still starts on
+    // the small LZ, never on the reserved one.
+    let waiting = h.submit(4).await;
+    let filler = h.submit(1).await;
+    assert_eq!((small.runs(), big.runs()), (vec![filler.job_id], vec![]));
+    assert_eq!(h.status(waiting.job_id).await, JobStatus::Queued);
+    // The wide job ends: the waiting one takes the big LZ.
+    h.report(&big, wide.job_id, JobStatus::Running).await;
+    h.report(&big, wide.job_id, JobStatus::Completed).await;
+    assert_eq!(big.runs(), [waiting.job_id]);
+    assert_eq!(h.status(wide.job_id).await, JobStatus::Completed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_lz_loses_its_running_jobs_and_requeues_those_not_started() {
+    let h = Harness::new().await;
+    let lz = h.register("node").await;
+    let (mut agent, welcome) = h.connect(&lz, 2, Vec::new()).await;
+    assert_eq!(welcome.lease_seconds, LEASE.as_secs());
+    let running = h.submit(1).await;
+    let assigned = h.submit(1).await;
+    assert_eq!(agent.runs().len(), 2);
+    h.report(&agent, running.job_id, JobStatus::Running).await;
+
+    // Heartbeats keep it: two thirds of a lease, twice, with a heartbeat between.
+    tokio::time::advance(LEASE * 2 / 3).await;
+    h.ask(Call::Heartbeat { lz_id: lz.lz_id }).await.unwrap();
+    tokio::time::advance(LEASE * 2 / 3).await;
+    tokio::task::yield_now().await;
+    assert_eq!(h.status(running.job_id).await, JobStatus::Running);
+
+    // Silence for a whole lease: the running job is lost, the other goes back to the queue, and
+    // the agent's stream ends.
+    tokio::time::advance(LEASE).await;
+    h.until(running.job_id, JobStatus::Lost).await;
+    let heartbeat = h.ask(Call::Heartbeat { lz_id: lz.lz_id }).await;
+    assert!(matches!(heartbeat, Err(SchedulerError::Conflict(_))), "a forgotten agent is told to connect again");
+    assert_eq!(h.status(running.job_id).await, JobStatus::Lost);
+    assert_eq!(h.status(assigned.job_id).await, JobStatus::Queued);
+    assert!(agent.ended());
+    // It comes back: the queued job is placed again.
+    let (mut again, _) = h.connect(&lz, 2, Vec::new()).await;
+    assert_eq!(again.runs(), [assigned.job_id]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reconnecting_agent_keeps_what_it_runs_and_is_told_to_drop_the_rest() {
+    let h = Harness::new().await;
+    let lz = h.register("node").await;
+    let (mut agent, _) = h.connect(&lz, 4, Vec::new()).await;
+    let (kept, vanished, unstarted) = (h.submit(1).await, h.submit(1).await, h.submit(1).await);
+    assert_eq!(agent.runs().len(), 3);
+    h.report(&agent, kept.job_id, JobStatus::Running).await;
+    h.report(&agent, vanished.job_id, JobStatus::Running).await;
+    let stopped = h.submit(1).await;
+    agent.runs();
+    h.report(&agent, stopped.job_id, JobStatus::Running).await;
+
+    // The agent restarted: it runs `kept` and a job the server never gave it.
+    let stranger = Uuid::new_v4();
+    let (mut back, welcome) = h.connect(&lz, 4, vec![kept.job_id, stranger]).await;
+    assert!(agent.ended(), "the old stream ends when the LZ connects again");
+    assert_eq!(welcome.drop, [stranger]);
+    assert_eq!(h.status(kept.job_id).await, JobStatus::Running);
+    assert_eq!(h.status(vanished.job_id).await, JobStatus::Lost);
+    assert_eq!(h.status(stopped.job_id).await, JobStatus::Lost);
+    // A job assigned but never started is sent again.
+    assert_eq!(back.runs(), [unstarted.job_id]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_leader_rebuilds_from_the_store_and_waits_a_lease_for_the_agents() {
+    let mut h = Harness::new().await;
+    let (one, two) = (h.register("one").await, h.register("two").await);
+    let (mut a, _) = h.connect(&one, 1, Vec::new()).await;
+    let (mut b, _) = h.connect(&two, 1, Vec::new()).await;
+    let (_, _, queued) = (h.submit(1).await, h.submit(1).await, h.submit(1).await);
+    let (on_a, on_b) = (a.runs()[0], b.runs()[0]);
+    h.report(&a, on_a, JobStatus::Running).await;
+    h.report(&b, on_b, JobStatus::Running).await;
+
+    // The leader goes; the next one knows the queue and what each LZ runs, but no connection.
+    h.hand_over().await;
+    assert!(a.ended() && b.ended());
+    let heartbeat = h.ask(Call::Heartbeat { lz_id: one.lz_id }).await;
+    assert!(matches!(heartbeat, Err(SchedulerError::Conflict(_))));
+    // Agent one comes back within the lease, still running its job: it keeps it, and the queued
+    // job waits, the LZ being full.
+    let (mut a, welcome) = h.connect(&one, 1, vec![on_a]).await;
+    assert!(welcome.drop.is_empty());
+    assert!(a.runs().is_empty());
+    assert_eq!(h.status(queued.job_id).await, JobStatus::Queued);
+    // Agent two never comes back: after the lease its job is lost, and nothing was placed twice.
+    tokio::time::advance(LEASE * 2 / 3).await;
+    h.ask(Call::Heartbeat { lz_id: one.lz_id }).await.unwrap();
+    tokio::time::advance(LEASE / 2).await;
+    h.until(on_b, JobStatus::Lost).await;
+    h.ask(Call::Heartbeat { lz_id: one.lz_id }).await.unwrap();
+    assert_eq!(h.status(on_a).await, JobStatus::Running);
+    h.report(&a, on_a, JobStatus::Completed).await;
+    assert_eq!(a.runs(), [queued.job_id]);
+    let history = h.store.job_history(on_a).await.unwrap();
+    assert_eq!(history.iter().filter(|t| t.status == JobStatus::Assigned).count(), 1);
+}

@@ -34,7 +34,9 @@ use output::Output;
 #[derive(Debug, Parser)]
 #[command(name = "mission", version, propagate_version = true)]
 struct Cli {
-    /// Server URL (default: the one remembered by `mission login`).
+    /// Server URL (default: the one remembered by `mission login`). A service run as several
+    /// replicas may be named by all their URLs, comma-separated: requests that cannot connect to
+    /// one go to the next.
     #[arg(long, global = true, env = "MISSION_SERVER")]
     server: Option<String>,
     /// Print JSON instead of tables, for scripts.

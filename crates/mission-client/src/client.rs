@@ -1,7 +1,9 @@
-//! [`Client`]: an authenticated handle to one Mission Compute server.
+//! [`Client`]: an authenticated handle to one Mission Compute service.
 //!
 //! It attaches `Authorization: Bearer <access token>` to every API request and renews the access
-//! token by itself: shortly before it expires, and once more if the server answers 401.
+//! token by itself: shortly before it expires, and once more if the server answers 401. A service
+//! run as several replicas may be named by all their URLs, comma-separated: a request that cannot
+//! connect to one goes to the next.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -61,8 +63,25 @@ struct Session {
 
 struct Inner {
     http: reqwest::Client,
-    base_url: String,
+    /// The service's URLs (several replicas); requests go to the one `current` names.
+    base_urls: Vec<String>,
+    current: std::sync::atomic::AtomicUsize,
     session: tokio::sync::Mutex<Session>,
+}
+
+impl Inner {
+    fn base_url(&self) -> &str {
+        &self.base_urls[self.current.load(std::sync::atomic::Ordering::Relaxed) % self.base_urls.len()]
+    }
+
+    /// Moves on from `failed` to the next URL (unless another request did already).
+    fn next_after(&self, failed: &str) {
+        use std::sync::atomic::Ordering;
+        let now = self.current.load(Ordering::Relaxed);
+        if self.base_urls[now % self.base_urls.len()] == failed {
+            let _ = self.current.compare_exchange(now, now + 1, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
 }
 
 /// A signed-in connection to a server. Cheap to clone; clones share the session.
@@ -81,7 +100,7 @@ pub struct Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client").field("base_url", &self.inner.base_url).finish_non_exhaustive()
+        f.debug_struct("Client").field("base_urls", &self.inner.base_urls).finish_non_exhaustive()
     }
 }
 
@@ -93,6 +112,16 @@ fn normalise_base(base_url: &str) -> Result<String, Error> {
     Ok(base_url.trim_end_matches('/').to_owned())
 }
 
+/// The URLs of `base_urls`: one, or several replicas' comma-separated.
+fn normalise_bases(base_urls: &str) -> Result<Vec<String>, Error> {
+    let urls: Vec<String> =
+        base_urls.split(',').map(str::trim).filter(|u| !u.is_empty()).map(normalise_base).collect::<Result<_, _>>()?;
+    if urls.is_empty() {
+        return Err(Error::InvalidUrl(base_urls.to_owned()));
+    }
+    Ok(urls)
+}
+
 impl Client {
     /// A client that sends a fixed access token and never renews it.
     ///
@@ -102,7 +131,7 @@ impl Client {
     /// ```
     pub fn with_access_token(base_url: &str, access_token: &str) -> Result<Self, Error> {
         Ok(Self::from_session(
-            normalise_base(base_url)?,
+            normalise_bases(base_url)?,
             Session { access_token: access_token.to_owned(), expires_at: None, renew: None },
         ))
     }
@@ -110,7 +139,7 @@ impl Client {
     /// A client with `tokens` that renews them with `auth` (writing its token file, if any).
     pub fn with_tokens(base_url: &str, tokens: Tokens, auth: DeviceAuth) -> Result<Self, Error> {
         Ok(Self::from_session(
-            normalise_base(base_url)?,
+            normalise_bases(base_url)?,
             Session {
                 access_token: tokens.access_token,
                 expires_at: Some(tokens.expires_at),
@@ -119,15 +148,26 @@ impl Client {
         ))
     }
 
-    fn from_session(base_url: String, session: Session) -> Self {
-        Self { inner: Arc::new(Inner { http: http_client(), base_url, session: tokio::sync::Mutex::new(session) }) }
+    fn from_session(base_urls: Vec<String>, session: Session) -> Self {
+        let current = std::sync::atomic::AtomicUsize::new(0);
+        let session = tokio::sync::Mutex::new(session);
+        Self { inner: Arc::new(Inner { http: http_client(), base_urls, current, session }) }
     }
 
-    /// Asks the server where clients sign in (`GET /api/v1/auth-config`, no token needed).
+    /// Asks the server where clients sign in (`GET /api/v1/auth-config`, no token needed); of
+    /// several replicas' URLs, the first that answers.
     pub async fn auth_config(base_url: &str) -> Result<AuthConfig, Error> {
-        let base = normalise_base(base_url)?;
-        let response = http_client().get(format!("{base}{API_PREFIX}/auth-config")).send().await?;
-        read_json(response).await
+        let bases = normalise_bases(base_url)?;
+        let http = http_client();
+        let mut last = None;
+        for base in &bases {
+            match http.get(format!("{base}{API_PREFIX}/auth-config")).send().await {
+                Ok(response) => return read_json(response).await,
+                Err(e) if e.is_connect() => last = Some(e),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(last.expect("at least one URL was tried").into())
     }
 
     /// The device-flow client for the server at `base_url`: its identity provider, audience and
@@ -152,9 +192,14 @@ impl Client {
         Self::with_tokens(base_url, tokens, auth)
     }
 
-    /// The server's base URL.
+    /// The base URL requests go to now (of several replicas', the one that last answered).
     pub fn base_url(&self) -> &str {
-        &self.inner.base_url
+        self.inner.base_url()
+    }
+
+    /// Every URL of the service, comma-separated as given.
+    pub fn base_urls(&self) -> String {
+        self.inner.base_urls.join(",")
     }
 
     /// The current tokens, when the session can renew (for callers that persist them).
@@ -210,20 +255,33 @@ impl Client {
     }
 
     /// Sends an API request built by `build` (given the HTTP client and the full URL), with the
-    /// bearer token; on a 401 renews the token once and retries.
+    /// bearer token; on a 401 renews the token once and retries. A request that cannot connect
+    /// (so was never sent) goes to the service's next URL, each tried once.
     pub(crate) async fn send(
         &self,
         path: &str,
         build: impl Fn(&reqwest::Client, String) -> RequestBuilder,
     ) -> Result<Response, Error> {
-        let url = format!("{}{API_PREFIX}{path}", self.inner.base_url);
-        let token = self.access_token(false).await?;
-        let response = build(&self.inner.http, url.clone()).bearer_auth(token).send().await?;
-        if response.status() == StatusCode::UNAUTHORIZED && self.can_renew().await {
-            let token = self.access_token(true).await?;
-            return Ok(build(&self.inner.http, url).bearer_auth(token).send().await?);
+        let mut tries = self.inner.base_urls.len();
+        loop {
+            let base = self.inner.base_url().to_owned();
+            let url = format!("{base}{API_PREFIX}{path}");
+            let token = self.access_token(false).await?;
+            let response = match build(&self.inner.http, url.clone()).bearer_auth(token).send().await {
+                Ok(response) => response,
+                Err(e) if e.is_connect() && tries > 1 => {
+                    tries -= 1;
+                    self.inner.next_after(&base);
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if response.status() == StatusCode::UNAUTHORIZED && self.can_renew().await {
+                let token = self.access_token(true).await?;
+                return Ok(build(&self.inner.http, url).bearer_auth(token).send().await?);
+            }
+            return Ok(response);
         }
-        Ok(response)
     }
 
     /// Sends a request whose body can be sent only once (a file stream): no retry on 401; the
@@ -233,7 +291,7 @@ impl Client {
         path: &str,
         build: impl FnOnce(&reqwest::Client, String) -> RequestBuilder,
     ) -> Result<Response, Error> {
-        let url = format!("{}{API_PREFIX}{path}", self.inner.base_url);
+        let url = format!("{}{API_PREFIX}{path}", self.inner.base_url());
         let token = self.access_token(false).await?;
         Ok(build(&self.inner.http, url).bearer_auth(token).send().await?)
     }

@@ -40,6 +40,12 @@ const BROADCAST: &str = "mission_broadcast";
 /// A broadcast: drop cached agent tokens.
 const FORGET_TOKENS: &str = "forget_tokens";
 
+/// A broadcast, followed by a job id: bytes of the job's logs arrived.
+const LOG_WRITTEN: &str = "log_written:";
+
+/// A broadcast, followed by a job id: the job ended (its logs are complete).
+const JOB_ENDED: &str = "job_ended:";
+
 /// How often a replica takes its mail even without a notification.
 const MAIL_POLL: Duration = Duration::from_secs(2);
 
@@ -64,7 +70,7 @@ enum Mail {
 #[derive(Debug)]
 enum Outgoing {
     Mail { to: String, mail: Mail },
-    Broadcast(&'static str),
+    Broadcast(String),
 }
 
 /// Sends mail from this replica; cheap to clone. Sending never waits: one task writes the mail in
@@ -97,7 +103,17 @@ impl Outbox {
 
     /// Tells every replica to drop its cached agent tokens.
     pub(crate) fn broadcast_forget_tokens(&self) {
-        let _ = self.queue.send(Outgoing::Broadcast(FORGET_TOKENS));
+        let _ = self.queue.send(Outgoing::Broadcast(FORGET_TOKENS.to_owned()));
+    }
+
+    /// Tells every replica that bytes of a job's logs arrived, to wake who follows them there.
+    pub(crate) fn broadcast_log_written(&self, job_id: Uuid) {
+        let _ = self.queue.send(Outgoing::Broadcast(format!("{LOG_WRITTEN}{job_id}")));
+    }
+
+    /// Tells every replica that a job ended, so who follows its logs there sees the end.
+    pub(crate) fn broadcast_job_ended(&self, job_id: Uuid) {
+        let _ = self.queue.send(Outgoing::Broadcast(format!("{JOB_ENDED}{job_id}")));
     }
 
     fn call(&self, request: u64, call: Call) {
@@ -156,7 +172,7 @@ impl Cluster {
         tracing::info!(%replica, "joined the cluster of replicas on the database");
         tasks.spawn(write_mail(db, outgoing, shutdown.clone()));
         let listener = cluster.listener().await?;
-        tasks.spawn(cluster.clone().take_mail(listener, tokens.clone(), shutdown.clone()));
+        tasks.spawn(cluster.clone().take_mail(listener, tokens.clone(), logs.clone(), shutdown.clone()));
         tasks.spawn(cluster.clone().lead_when_possible(store, logs, tokens, lease, shutdown));
         Ok(cluster)
     }
@@ -207,6 +223,7 @@ impl Cluster {
         self: Arc<Self>,
         mut listener: sqlx::postgres::PgListener,
         tokens: Arc<AgentTokens>,
+        logs: Arc<JobLogs>,
         shutdown: CancellationToken,
     ) {
         let own = recipient(self.replica);
@@ -219,8 +236,8 @@ impl Cluster {
                     Ok(Some(note)) if note.channel() == own_channel => (true, false),
                     Ok(Some(note)) if note.channel() == leader_channel => (false, true),
                     Ok(Some(note)) => {
-                        if note.channel() == BROADCAST && note.payload() == FORGET_TOKENS {
-                            tokens.forget();
+                        if note.channel() == BROADCAST {
+                            heard(note.payload(), &tokens, &logs);
                         }
                         continue;
                     }
@@ -355,6 +372,18 @@ impl Cluster {
     }
 }
 
+/// Acts on a broadcast.
+fn heard(payload: &str, tokens: &AgentTokens, logs: &JobLogs) {
+    let job = |prefix: &str| payload.strip_prefix(prefix).and_then(|id| Uuid::parse_str(id).ok());
+    if payload == FORGET_TOKENS {
+        tokens.forget();
+    } else if let Some(job_id) = job(LOG_WRITTEN) {
+        logs.written(job_id);
+    } else if let Some(job_id) = job(JOB_ENDED) {
+        logs.finish(job_id);
+    }
+}
+
 /// Writes the outbox's mail in order, in batches, retrying while the database is away.
 async fn write_mail(db: ClusterDb, mut outgoing: mpsc::UnboundedReceiver<Outgoing>, shutdown: CancellationToken) {
     loop {
@@ -392,8 +421,9 @@ async fn write_mail(db: ClusterDb, mut outgoing: mpsc::UnboundedReceiver<Outgoin
                 }
             }
         }
+        broadcasts.dedup();
         for what in broadcasts {
-            if let Err(e) = db.notify(BROADCAST, what).await {
+            if let Err(e) = db.notify(BROADCAST, &what).await {
                 tracing::warn!("broadcasting {what}: {e}");
             }
         }

@@ -170,10 +170,15 @@ impl JobLogs {
         }
         file.flush().await?;
         let size = file.metadata().await?.len();
+        self.written(job_id);
+        Ok(size)
+    }
+
+    /// Wakes the followers of a job's logs: bytes arrived (here, or through another replica).
+    pub fn written(&self, job_id: Uuid) {
         if let Some(sender) = self.watchers.lock().expect("not poisoned").get(&job_id) {
             sender.send_modify(|p| p.writes += 1);
         }
-        Ok(size)
     }
 
     /// Watches a job's logs. Check the job's status after subscribing: a job that had ended

@@ -196,7 +196,7 @@ impl StationsCommand {
                     registered.landing_zone.lz_id,
                     registered.token,
                     registered.token,
-                    client.base_url()
+                    client.base_urls()
                 );
                 out.done(&registered, &message);
             }

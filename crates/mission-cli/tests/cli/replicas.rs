@@ -135,6 +135,10 @@ async fn the_leader_is_killed_and_every_job_completes_once() {
     }
     a.child.start_kill().unwrap();
     a.child.wait().await.unwrap();
+    // A client naming both replicas carries on with the one that answers.
+    let both = Client::with_access_token(&format!("{},{}", a.url, b.url), &token).unwrap();
+    assert_eq!(both.whoami().await.unwrap().username, "admin");
+    assert_eq!(both.base_url(), b.url);
     for i in 0..25 {
         let (first, second) = if i % 2 == 0 { (&on_a, &on_b) } else { (&on_b, &on_a) };
         jobs.push(submit(first, second, sleeper.mission_id).await);

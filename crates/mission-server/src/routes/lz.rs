@@ -160,6 +160,7 @@ pub async fn append_log(
             ApiError::internal(e)
         }
     })?;
+    app.scheduler.log_written(job.job_id);
     Ok(Json(serde_json::json!({ "size": size })))
 }
 

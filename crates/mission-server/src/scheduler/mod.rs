@@ -2,10 +2,10 @@
 //!
 //! Everything that changes a job after submission is a [`Call`] (a submission, a stop, an agent
 //! connecting, heartbeating or reporting, an LZ registered or removed), answered with an
-//! [`Outcome`]. One task owns the placement state and takes the calls in order ([`state`]); in one
+//! [`Outcome`]. One task owns the placement state and takes the calls in order (`state.rs`); in one
 //! process (SQLite) every call goes straight to it. With several replicas on PostgreSQL exactly one
 //! replica, the leader, runs that task; the others send it their calls as mail through the
-//! database and get their answers back the same way ([`crate::cluster`]). Orders for an agent go
+//! database and get their answers back the same way (`cluster.rs`). Orders for an agent go
 //! to whichever replica holds its connection ([`Sessions`]).
 
 pub(crate) mod state;
@@ -267,6 +267,13 @@ impl Sessions {
             outbox.broadcast_forget_tokens();
         }
     }
+
+    /// Tells the other replicas that a job ended (who follows its logs there sees the end).
+    pub(crate) fn broadcast_job_ended(&self, job_id: Uuid) {
+        if let Some(outbox) = &self.outbox {
+            outbox.broadcast_job_ended(job_id);
+        }
+    }
 }
 
 /// The orders for one agent connection, after its [`Welcome`].
@@ -342,6 +349,13 @@ impl Scheduler {
         let (reply, answer) = oneshot::channel();
         events.send(Event { call, reply: Responder::Local(reply) }).map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
+    }
+
+    /// Bytes of a job's logs arrived at this replica: wakes who follows them on the others.
+    pub fn log_written(&self, job_id: Uuid) {
+        if let Some(outbox) = &self.sessions.outbox {
+            outbox.broadcast_log_written(job_id);
+        }
     }
 
     /// Whether this process runs the scheduler's task (always, in one process; while it leads,

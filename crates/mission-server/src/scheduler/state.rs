@@ -344,6 +344,7 @@ impl State {
         };
         for update in batch.updates.iter().filter(|u| u.status.is_final()) {
             self.logs.finish(update.job_id);
+            self.sessions.broadcast_job_ended(update.job_id);
         }
         for (lz_id, order) in batch.orders {
             let order = match order {

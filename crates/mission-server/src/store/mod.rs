@@ -2,13 +2,13 @@
 //! mission files, cargo bays, stations, landing zones and jobs.
 //!
 //! [`Store`] is the one way the rest of the server touches the database. It runs on one of two
-//! backends: SQLite (the embedded default, one file under the data dir, [`sqlite`]) or PostgreSQL
-//! (shared by several server replicas, [`postgres`]). Each operation is written once, in the
+//! backends: SQLite (the embedded default, one file under the data dir, `sqlite.rs`) or PostgreSQL
+//! (shared by several server replicas, `postgres.rs`). Each operation is written once, in the
 //! module of its records (`users`, `missions`, `files`, `cargo_bays`, `stations`, `jobs`), and
-//! compiled for both backends by [`with_conn!`]; where the dialects differ the operation says so
+//! compiled for both backends by `with_conn!`; where the dialects differ the operation says so
 //! with a `match` on the backend. Queries are checked at run time (`sqlx::query`), never by the
 //! compile-time macros, so one crate holds both dialects without a live database at build; rows
-//! are read by column name through [`row::Columns`]. The conformance suite in
+//! are read by column name through `row::Columns`. The conformance suite in
 //! `tests/store` runs one story through every operation on both backends.
 
 mod cargo_bays;

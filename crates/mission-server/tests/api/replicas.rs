@@ -90,6 +90,35 @@ async fn any_replica_answers_any_request() {
         let Order::Run(assignment) = agent.next_order().await else { panic!("expected a run order") };
         assert_eq!((assignment.job_id, assignment.files.len()), (job.job_id, 1));
 
+        // Its log, written through the agent's replica, is followed live through the other.
+        let follower_on = if std::ptr::eq(agent_on, &a) { &b } else { &a };
+        let following = http()
+            .get(format!("{}/api/v1/jobs/{}/logs?follow=true", follower_on.url, job.job_id))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        let mut events = ndjson(following);
+        let written = http()
+            .post(format!("{}/api/v1/lz/jobs/{}/logs/stdout?offset=0", agent_on.url, job.job_id))
+            .bearer_auth(&lz.token)
+            .body("hello from the agent\n")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(written.status(), 200);
+        let line = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let event = events.next().await.expect("the follow stream stays open");
+                if event.starts_with("data:") {
+                    return event;
+                }
+            }
+        })
+        .await
+        .expect("the follower on the other replica sees the output within 5 s");
+        assert!(line.contains("hello from the agent"), "{line}");
+
         let heartbeat =
             http().post(format!("{}/api/v1/lz/heartbeat", report_to.url)).bearer_auth(&lz.token).send().await.unwrap();
         assert_eq!(heartbeat.status(), 204);
@@ -115,6 +144,15 @@ async fn any_replica_answers_any_request() {
             })
             .await;
         }
+        let end = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let event = events.next().await.expect("the follow stream ends with an end event");
+                if event.starts_with("event: end") {
+                    return event;
+                }
+            }
+        });
+        end.await.expect("the follower on the other replica sees the job end within 5 s");
     }
 }
 

@@ -39,7 +39,7 @@ use tokio::net::TcpListener;
 
 pub use config::{AuthMode, FileLimits, ServerConfig, SignInLimits};
 pub use fsutil::create_private_dir;
-pub use routes::ApiDoc;
+pub use routes::{ApiDoc, RecoveryError};
 pub use store::Store;
 pub use users::BootstrapAdmin;
 
@@ -122,8 +122,8 @@ pub enum StartError {
     #[error(transparent)]
     Store(#[from] store::StoreError),
     /// Unfinished file changes could not be settled.
-    #[error("recovering file storage: {0}")]
-    Recovery(String),
+    #[error("settling the file changes a stopped server left: {0}")]
+    Recovery(#[from] routes::RecoveryError),
     /// The first admin account could not be created.
     #[error(transparent)]
     Account(#[from] users::AccountError),
@@ -193,7 +193,7 @@ impl Server {
         // With several replicas another one may be mid-upload right now: what a stopped replica
         // left is not this start's to settle.
         if store.cluster().is_none() {
-            routes::recover_files(&store, &bays).await.map_err(|e| StartError::Recovery(e.problem().detail))?;
+            routes::recover_files(&store, &bays).await?;
         }
         let logs_root = config.storage().join("job-logs");
         let logs = Arc::new(

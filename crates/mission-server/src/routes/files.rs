@@ -305,13 +305,13 @@ pub async fn delete(
 /// uploads in local cargo bays), and the folders of deleted missions. Runs at start-up,
 /// before the server accepts requests. An intent whose cargo bay does not answer is kept for the
 /// next start.
-pub async fn recover(store: &store::Store, bays: &CargoBays) -> Result<(), ApiError> {
+pub async fn recover(store: &store::Store, bays: &CargoBays) -> Result<(), RecoveryError> {
     let default = bays.default_store();
-    let staging = default.remove_staging_files().await.map_err(ApiError::internal)?;
+    let staging = default.remove_staging_files().await?;
     let intents = store.pending_intents().await?;
     let mut settled = 0;
     for intent in &intents {
-        let path = parse_path(&intent.path)?;
+        let path = parse_path(&intent.path).map_err(|e| RecoveryError::Stored(e.problem().detail))?;
         let mission = store.mission(intent.mission_id).await?;
         let place = match &mission {
             Some(mission) => match bays.source(store, mission).await {
@@ -332,11 +332,11 @@ pub async fn recover(store: &store::Store, bays: &CargoBays) -> Result<(), ApiEr
         }
     }
     let mut orphans = 0;
-    for folder in default.mission_folders().await.map_err(ApiError::internal)? {
+    for folder in default.mission_folders().await? {
         if let Ok(id) = Uuid::parse_str(&folder)
             && !store.mission_exists(id).await?
         {
-            default.delete_mission(id).await.map_err(ApiError::internal)?;
+            default.delete_mission(id).await?;
             orphans += 1;
         }
     }
@@ -344,6 +344,23 @@ pub async fn recover(store: &store::Store, bays: &CargoBays) -> Result<(), ApiEr
         tracing::info!(staging, intents = settled, orphan_missions = orphans, "recovered file storage");
     }
     Ok(())
+}
+
+/// Why the file changes a stopped server left could not be settled; the cause is kept.
+#[derive(Debug, thiserror::Error)]
+pub enum RecoveryError {
+    /// The database failed.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    /// The default storage failed.
+    #[error("the default storage: {0}")]
+    Storage(#[from] object_store::Error),
+    /// The default storage's folder could not be cleaned.
+    #[error("the default storage's folder: {0}")]
+    Folder(#[from] std::io::Error),
+    /// A stored intent holds what this version cannot read.
+    #[error("an unfinished file change in the database: {0}")]
+    Stored(String),
 }
 
 /// Brings one file's row and object into agreement after an interrupted change.

@@ -23,7 +23,7 @@ use crate::AppState;
 use crate::error::ApiError;
 
 pub use extract::MAX_JSON_BODY_BYTES;
-pub use files::recover as recover_files;
+pub use files::{RecoveryError, recover as recover_files};
 
 /// The OpenAPI document, generated from the handlers' annotations.
 #[derive(OpenApi)]

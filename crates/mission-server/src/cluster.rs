@@ -155,7 +155,7 @@ impl Cluster {
         tasks: &TaskTracker,
         shutdown: CancellationToken,
     ) -> Result<Arc<Self>, StoreError> {
-        let replica = Uuid::new_v4();
+        let replica = store.replica().unwrap_or_else(Uuid::new_v4);
         let (queue, outgoing) = mpsc::unbounded_channel();
         let outbox = Outbox { replica, queue };
         let sessions = Arc::new(Sessions::new(replica, Some(outbox.clone())));
@@ -254,7 +254,12 @@ impl Cluster {
                     }
                 },
                 () = self.wake.notified() => (true, true),
-                _ = poll.tick() => (true, true),
+                _ = poll.tick() => {
+                    if let Err(e) = self.db.replica_seen(self.replica).await {
+                        tracing::warn!("recording that this replica is alive: {e}");
+                    }
+                    (true, true)
+                }
                 () = shutdown.cancelled() => return,
             };
             if mine {

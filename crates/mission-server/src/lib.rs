@@ -152,6 +152,8 @@ impl Server {
             fsutil::LockError::Io(source) => StartError::DataDir { path: config.data_dir.clone(), source },
         })?;
         let store = Store::open(&config.effective_database_url()).await?;
+        // On a shared database, this process is one replica: its unfinished file changes say so.
+        let store = if store.cluster().is_some() { store.for_replica(uuid::Uuid::new_v4()) } else { store };
         let public_url = match &config.public_url {
             Some(url) => url.as_str().trim_end_matches('/').to_owned(),
             None => format!("http://{local}"),
@@ -229,6 +231,9 @@ impl Server {
             path_locks: locks::PathLocks::new(cluster),
             metrics: Metrics::default(),
         });
+        if app.store.cluster().is_some() {
+            app.tasks.spawn(routes::settle_stopped_replicas(app.clone(), app.shutdown.clone()));
+        }
         Ok(Self { app, data_dir_lock, listener, bootstrap, local })
     }
 

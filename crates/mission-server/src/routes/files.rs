@@ -311,21 +311,7 @@ pub async fn recover(store: &store::Store, bays: &CargoBays) -> Result<(), Recov
     let intents = store.pending_intents().await?;
     let mut settled = 0;
     for intent in &intents {
-        let path = parse_path(&intent.path).map_err(|e| RecoveryError::Stored(e.problem().detail))?;
-        let mission = store.mission(intent.mission_id).await?;
-        let place = match &mission {
-            Some(mission) => match bays.source(store, mission).await {
-                Ok(place) => place,
-                Err(e) => {
-                    tracing::warn!(mission = %intent.mission_id, path = %intent.path, error = %e.problem().detail,
-                        "cannot settle an unfinished file change now; will retry on the next start");
-                    continue;
-                }
-            },
-            // The mission is gone with its rows; its default-storage folder goes below.
-            None => default.default_location(intent.mission_id),
-        };
-        match settle(store, &place, intent, &path, mission.as_ref()).await {
+        match settle_intent(store, bays, intent).await {
             Ok(()) => settled += 1,
             Err(e) => tracing::warn!(mission = %intent.mission_id, path = %intent.path, error = %e.problem().detail,
                 "cannot settle an unfinished file change now; will retry on the next start"),
@@ -346,6 +332,61 @@ pub async fn recover(store: &store::Store, bays: &CargoBays) -> Result<(), Recov
     Ok(())
 }
 
+/// How long a replica may go unseen before the leader settles the file changes it began.
+const REPLICA_STOPPED_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How often the leader looks for them.
+const SETTLE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// While this replica leads, settles the unfinished file changes of replicas that stopped (a
+/// kill -9 mid-upload), each under its file's lock, every few seconds until `shutdown`. (At
+/// start-up a replica cannot settle anything: others may be mid-change.)
+pub async fn settle_stopped_replicas(app: AppState, shutdown: tokio_util::sync::CancellationToken) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(SETTLE_EVERY) => {}
+            () = shutdown.cancelled() => return,
+        }
+        if !app.scheduler.leads() {
+            continue;
+        }
+        let intents = match app.store.intents_of_stopped_replicas(REPLICA_STOPPED_AFTER).await {
+            Ok(intents) => intents,
+            Err(e) => {
+                tracing::warn!("finding the file changes of stopped replicas: {e}");
+                continue;
+            }
+        };
+        for intent in intents {
+            let settled = match app.path_locks.lock(intent.mission_id, &intent.path).await {
+                Ok(_guard) => settle_intent(&app.store, &app.bays, &intent).await,
+                Err(e) => Err(e.into()),
+            };
+            match settled {
+                Ok(()) => tracing::info!(mission = %intent.mission_id, path = %intent.path,
+                    "settled a file change a stopped replica left"),
+                Err(e) => {
+                    tracing::warn!(mission = %intent.mission_id, path = %intent.path, error = %e.problem().detail,
+                    "cannot settle a file change a stopped replica left now; will retry")
+                }
+            }
+        }
+    }
+}
+
+/// Settles one unfinished file change: finds where its file lives and brings row and object
+/// into agreement.
+async fn settle_intent(store: &store::Store, bays: &CargoBays, intent: &Intent) -> ApiResult<()> {
+    let path = parse_path(&intent.path)?;
+    let mission = store.mission(intent.mission_id).await?;
+    let place = match &mission {
+        Some(mission) => bays.source(store, mission).await?,
+        // The mission is gone with its rows; its default-storage folder goes too.
+        None => bays.default_store().default_location(intent.mission_id),
+    };
+    settle(store, &place, intent, &path, mission.as_ref()).await
+}
+
 /// Why the file changes a stopped server left could not be settled; the cause is kept.
 #[derive(Debug, thiserror::Error)]
 pub enum RecoveryError {
@@ -358,9 +399,6 @@ pub enum RecoveryError {
     /// The default storage's folder could not be cleaned.
     #[error("the default storage's folder: {0}")]
     Folder(#[from] std::io::Error),
-    /// A stored intent holds what this version cannot read.
-    #[error("an unfinished file change in the database: {0}")]
-    Stored(String),
 }
 
 /// Brings one file's row and object into agreement after an interrupted change.

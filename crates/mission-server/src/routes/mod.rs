@@ -23,7 +23,7 @@ use crate::AppState;
 use crate::error::ApiError;
 
 pub use extract::MAX_JSON_BODY_BYTES;
-pub use files::{RecoveryError, recover as recover_files};
+pub use files::{RecoveryError, recover as recover_files, settle_stopped_replicas};
 
 /// The OpenAPI document, generated from the handlers' annotations.
 #[derive(OpenApi)]

@@ -89,6 +89,19 @@ impl ClusterDb {
         Ok(rows.into_iter().map(|(_, body)| body).collect())
     }
 
+    /// Records that `replica` is alive now.
+    pub async fn replica_seen(&self, replica: Uuid) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO replicas (replica_id, started_at, seen_at) VALUES ($1, $2, $2) \
+             ON CONFLICT (replica_id) DO UPDATE SET seen_at = excluded.seen_at",
+        )
+        .bind(replica.to_string())
+        .bind(to_micros(now()))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     /// Drops mail that waited too long: its recipient stopped.
     pub async fn sweep_mail(&self) -> Result<u64, StoreError> {
         let done = sqlx::query("DELETE FROM replica_mail WHERE sent_at < $1")

@@ -25,7 +25,8 @@ impl Store {
     pub async fn begin_intent(&self, intent: &Intent) -> Result<(), StoreError> {
         with_conn!(self, writer, |conn| {
             sqlx::query(
-                "INSERT INTO file_intents (intent_id, kind, mission_id, path, created_at) VALUES ($1, $2, $3, $4, $5)",
+                "INSERT INTO file_intents (intent_id, kind, mission_id, path, created_at, replica_id) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
             )
             .bind(intent.intent_id.to_string())
             .bind(match intent.kind {
@@ -35,6 +36,7 @@ impl Store {
             .bind(intent.mission_id.to_string())
             .bind(&intent.path)
             .bind(to_micros(super::now()))
+            .bind(self.replica.map(|r| r.to_string()))
             .execute(conn)
             .await?;
         });
@@ -54,12 +56,26 @@ impl Store {
 
     /// Intents left by a server that stopped mid-change.
     pub async fn pending_intents(&self) -> Result<Vec<Intent>, StoreError> {
+        self.intents_where("", None).await
+    }
+
+    /// Intents begun by replicas not seen for `silence` (or by no replica): those of replicas
+    /// that stopped mid-change, which the leader settles. PostgreSQL only (replicas).
+    pub async fn intents_of_stopped_replicas(&self, silence: std::time::Duration) -> Result<Vec<Intent>, StoreError> {
+        let seen_since = to_micros(super::now()) - i64::try_from(silence.as_micros()).unwrap_or(i64::MAX);
+        let condition =
+            " WHERE replica_id IS NULL OR replica_id NOT IN (SELECT replica_id FROM replicas WHERE seen_at > $1)";
+        self.intents_where(condition, Some(seen_since)).await
+    }
+
+    async fn intents_where(&self, condition: &str, parameter: Option<i64>) -> Result<Vec<Intent>, StoreError> {
+        let sql = format!("SELECT intent_id, kind, mission_id, path FROM file_intents{condition} ORDER BY created_at");
         with_conn!(self, reader, |conn| {
-            let rows = {
-                sqlx::query("SELECT intent_id, kind, mission_id, path FROM file_intents ORDER BY created_at")
-                    .fetch_all(conn)
-                    .await?
-            };
+            let mut query = sqlx::query(&sql);
+            if let Some(value) = parameter {
+                query = query.bind(value);
+            }
+            let rows = query.fetch_all(conn).await?;
             rows.iter()
                 .map(|r| {
                     Ok(Intent {

@@ -38,6 +38,9 @@ pub struct Store {
     backend: Backend,
     /// The leader epoch this handle's job writes must still hold ([`Store::fenced`]).
     fence: Option<i64>,
+    /// The replica this handle works for, recorded with its unfinished file changes
+    /// ([`Store::for_replica`]).
+    replica: Option<Uuid>,
 }
 
 /// The database a [`Store`] runs on.
@@ -84,13 +87,24 @@ impl Store {
             url::Engine::Sqlite => Backend::Sqlite(sqlite::Sqlite::open(url).await?),
             url::Engine::Postgres => Backend::Postgres(postgres::Postgres::open(url).await?),
         };
-        Ok(Self { backend, fence: None })
+        Ok(Self { backend, fence: None, replica: None })
+    }
+
+    /// The replica this handle works for, if any.
+    pub fn replica(&self) -> Option<Uuid> {
+        self.replica
+    }
+
+    /// This store, working for replica `replica`: the unfinished file changes it begins name the
+    /// replica, so that they are settled only once it stopped.
+    pub fn for_replica(&self, replica: Uuid) -> Self {
+        Self { replica: Some(replica), ..self.clone() }
     }
 
     /// This store, with every write of jobs ([`Store::save_jobs`]) refused with
     /// [`StoreError::NotLeader`] once the scheduler's leader epoch is no longer `epoch`.
     pub fn fenced(&self, epoch: i64) -> Self {
-        Self { backend: self.backend.clone(), fence: Some(epoch) }
+        Self { fence: Some(epoch), ..self.clone() }
     }
 
     /// Which engine the store runs on.

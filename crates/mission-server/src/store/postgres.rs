@@ -18,6 +18,7 @@ const MIGRATIONS: &Migrations = &[
     (5, "jobs", include_str!("../../migrations/postgres/0005_jobs.sql")),
     (6, "upload_reservations", include_str!("../../migrations/postgres/0006_upload_reservations.sql")),
     (7, "cluster", include_str!("../../migrations/postgres/0007_cluster.sql")),
+    (8, "replica_liveness", include_str!("../../migrations/postgres/0008_replica_liveness.sql")),
 ];
 
 /// Connections a replica holds at most.

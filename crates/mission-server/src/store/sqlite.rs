@@ -20,6 +20,7 @@ const MIGRATIONS: &Migrations = &[
     (5, "jobs", include_str!("../../migrations/sqlite/0005_jobs.sql")),
     (6, "upload_reservations", include_str!("../../migrations/sqlite/0006_upload_reservations.sql")),
     (7, "cluster", include_str!("../../migrations/sqlite/0007_cluster.sql")),
+    (8, "replica_liveness", include_str!("../../migrations/sqlite/0008_replica_liveness.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

@@ -36,9 +36,9 @@ async fn two_replicas() -> Option<(TestServer, TestServer, tempfile::TempDir)> {
     Some((a, b, shared))
 }
 
-/// Polls `check` until it holds (10 s at most).
+/// Polls `check` until it holds (20 s at most).
 async fn eventually<F: std::future::Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while !check().await {
         assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -179,6 +179,34 @@ async fn concurrent_uploads_of_one_path_through_both_replicas_never_mix() {
         let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(listed[0].sha256, hex, "the row describes the object");
     }
+}
+
+#[tokio::test]
+async fn the_leader_settles_the_file_changes_of_a_stopped_replica_only() {
+    use mission_api::paths::MissionPath;
+    use mission_server::store::{Intent, IntentKind};
+
+    let Some((a, _b, _shared)) = two_replicas().await else { return };
+    let mission = a.client.create_mission(&CreateMission { name: "crash".into(), ..Default::default() }).await.unwrap();
+    let place = a.app.bays.default_store().default_location(mission.mission_id);
+    // A replica killed mid-upload (it is never seen alive again) left its change and a complete
+    // object without its row; a replica at work (A) has a change in flight.
+    let stopped = a.app.store.for_replica(Uuid::new_v4());
+    let left = Intent::new(IntentKind::Upload, mission.mission_id, "left.txt");
+    stopped.begin_intent(&left).await.unwrap();
+    let body = futures_util::stream::iter([Ok::<_, std::io::Error>(axum::body::Bytes::from_static(b"complete"))]);
+    place.files.write(&place.key(&MissionPath::parse("left.txt").unwrap()), body, 100).await.unwrap();
+    let in_flight = Intent::new(IntentKind::Upload, mission.mission_id, "busy.txt");
+    a.app.store.begin_intent(&in_flight).await.unwrap();
+
+    eventually("the leader settles the stopped replica's change", || async {
+        a.app.store.pending_intents().await.unwrap().iter().all(|i| i.intent_id != left.intent_id)
+    })
+    .await;
+    let files = a.client.get_mission_files(mission.mission_id).await.unwrap();
+    assert_eq!(files.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(), ["left.txt"], "the complete upload is kept");
+    let pending = a.app.store.pending_intents().await.unwrap();
+    assert!(pending.iter().any(|i| i.intent_id == in_flight.intent_id), "a live replica's change is left alone");
 }
 
 /// An agent speaking the LZ protocol by hand.

@@ -42,7 +42,10 @@ pub enum PathGuard<'a> {
         guard: Option<tokio::sync::OwnedMutexGuard<()>>,
     },
     /// A lock in the database, held while this lives.
-    Database(#[allow(dead_code)] PathLock),
+    Database {
+        /// The lock.
+        _lock: PathLock,
+    },
 }
 
 impl PathLocks {
@@ -64,7 +67,7 @@ impl PathLocks {
                 let guard = mutex.lock_owned().await;
                 Ok(PathGuard::Process { locks: self, key, guard: Some(guard) })
             }
-            Scope::Database(db) => Ok(PathGuard::Database(db.lock_path(mission_id, path).await?)),
+            Scope::Database(db) => Ok(PathGuard::Database { _lock: db.lock_path(mission_id, path).await? }),
         }
     }
 }

@@ -122,6 +122,20 @@ async fn any_replica_answers_any_request() {
         let heartbeat =
             http().post(format!("{}/api/v1/lz/heartbeat", report_to.url)).bearer_auth(&lz.token).send().await.unwrap();
         assert_eq!(heartbeat.status(), 204);
+        // A result the agent sends through one replica downloads from the other.
+        let result = http()
+            .put(format!("{}/api/v1/lz/jobs/{}/results/out/answer.txt", report_to.url, job.job_id))
+            .bearer_auth(&lz.token)
+            .body("42\n")
+            .send()
+            .await
+            .unwrap();
+        assert!(result.status().is_success(), "{}", result.status());
+        let fetched = tempfile::tempdir().unwrap();
+        let other = Client::with_access_token(&follower_on.url, &token).unwrap();
+        other.download_job_results(job.job_id, fetched.path()).await.unwrap();
+        assert_eq!(std::fs::read_to_string(fetched.path().join("out/answer.txt")).unwrap(), "42\n");
+
         let now = chrono::Utc::now();
         let report =
             |status| Report { job_id: job.job_id, status, at: now, exit_code: None, reason: None, limits: None };

@@ -143,9 +143,8 @@ pub struct Cluster {
 
 impl Cluster {
     /// Joins the cluster: starts the tasks that send and take this replica's mail, and the one
-    /// that waits for the lead and then runs the scheduler.
-    /// Its tasks run on `tasks` and end when `shutdown` is cancelled (the lead, if held, goes
-    /// with them).
+    /// that waits for the lead and then runs the scheduler. The tasks run on `tasks` and end when
+    /// `shutdown` is cancelled (the lead, if held, goes with them).
     pub(crate) async fn join(
         db: ClusterDb,
         store: Store,

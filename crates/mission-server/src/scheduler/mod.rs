@@ -308,7 +308,6 @@ enum Route {
 impl Scheduler {
     /// Starts the scheduler: in one process, its task at once (its state rebuilt from the store);
     /// on a shared PostgreSQL store, this replica's part in the cluster, whose leader runs it.
-    ///
     /// Its tasks run on `tasks` and end when `shutdown` is cancelled.
     pub async fn start(
         store: Store,

@@ -198,10 +198,12 @@ impl Server {
             routes::recover_files(&store, &bays).await?;
         }
         let logs_root = config.storage().join("job-logs");
-        let logs = Arc::new(
-            job_logs::JobLogs::new(logs_root.clone())
+        let logs = Arc::new(match store.cluster() {
+            // Replicas keep logs in the database they share.
+            Some(db) => job_logs::JobLogs::in_database(db),
+            None => job_logs::JobLogs::new(logs_root.clone())
                 .map_err(|source| StartError::DataDir { path: logs_root, source })?,
-        );
+        });
         let agent_tokens = Arc::new(agent_tokens::AgentTokens::new(store.clone()));
         let (tasks, shutdown) = (tokio_util::task::TaskTracker::new(), tokio_util::sync::CancellationToken::new());
         let scheduler = scheduler::Scheduler::start(

@@ -14,7 +14,6 @@ use axum::response::Response;
 use futures_util::StreamExt;
 use mission_api::paths::MissionPath;
 use mission_api::{FileListing, Job, JobPage, JobStatus, JobTransition, RunJob};
-use tokio::io::AsyncReadExt;
 use uuid::Uuid;
 
 use super::async_stream;
@@ -192,14 +191,9 @@ pub async fn logs(
             other => return Err(ApiError::invalid(format!("unknown query parameter {other:?}; use stream, follow"))),
         }
     }
-    let path = app.logs.path(job.mission_id, job.job_id, stream);
     if !follow {
-        let body = match tokio::fs::File::open(&path).await {
-            Ok(file) => Body::from_stream(tokio_util::io::ReaderStream::new(file)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Body::empty(),
-            Err(e) => return Err(ApiError::internal(e)),
-        };
-        let mut response = Response::new(body);
+        let bytes = app.logs.read(job.mission_id, job.job_id, stream, 0).await.map_err(ApiError::internal)?;
+        let mut response = Response::new(Body::from(bytes));
         response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
         return Ok(response);
     }
@@ -207,23 +201,16 @@ pub async fn logs(
     let mut closing = app.closing.subscribe();
     let app = app.clone();
     let events = async_stream(move |tx| async move {
-        let mut file = None;
+        let mut sent = 0u64; // bytes of the stream read so far
         let mut pending = Vec::new(); // bytes of a UTF-8 character cut by a chunk boundary
-        let mut buf = vec![0u8; 64 * 1024];
         loop {
             // Ended? Read once more after seeing it, so nothing written before the end is missed.
             let ended = progress.borrow_and_update().done
                 || app.store.job_row(job.job_id).await.ok().flatten().is_none_or(|j| j.status.is_final());
-            loop {
-                if file.is_none() {
-                    file = tokio::fs::File::open(&path).await.ok();
-                }
-                let Some(f) = file.as_mut() else { break };
-                let n = match f.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => n,
-                };
-                pending.extend_from_slice(&buf[..n]);
+            let fresh = app.logs.read(job.mission_id, job.job_id, stream, sent).await.unwrap_or_default();
+            sent += fresh.len() as u64;
+            for chunk in fresh.chunks(64 * 1024) {
+                pending.extend_from_slice(chunk);
                 let valid = match std::str::from_utf8(&pending) {
                     Ok(s) => s.len(),
                     Err(e) if e.error_len().is_none() => e.valid_up_to(),
@@ -299,7 +286,18 @@ pub async fn result(
     if let Some(stream) = log_of(&path) {
         let record = app.logs.record(&job, stream).await.map_err(ApiError::internal)?.ok_or_else(not_found)?;
         let name = MissionPath::parse(stream.file_name()).expect("a valid file name");
-        return serve(&app.logs.location(job.mission_id, job.job_id), &name, &record, &headers).await;
+        return match app.logs.location(job.mission_id, job.job_id) {
+            Some(place) => serve(&place, &name, &record, &headers).await,
+            // Kept in the database: the whole log (a `Range` is not honoured).
+            None => {
+                let bytes = app.logs.read(job.mission_id, job.job_id, stream, 0).await.map_err(ApiError::internal)?;
+                let mut response = Response::new(Body::from(bytes));
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+                Ok(response)
+            }
+        };
     }
     let record = app.store.job_result(&job, path.as_str()).await?.ok_or_else(not_found)?;
     let mission = app.store.mission(job.mission_id).await?.ok_or_else(not_found)?;

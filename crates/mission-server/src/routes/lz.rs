@@ -24,8 +24,8 @@ use crate::auth::bearer_token;
 use crate::blobs::WriteError;
 use crate::cargo_bays::storage_error;
 use crate::error::{ApiError, ApiResult};
-use crate::job_logs::LogStream;
-use crate::store::{self, FileRecord, LzIdentity};
+use crate::job_logs::{LogError, LogStream};
+use crate::store::{self, FileRecord, LzIdentity, StoreError};
 
 /// The landing zone whose agent sent the request, from `Authorization: Bearer <LZ token>`.
 pub struct Agent(pub LzIdentity);
@@ -153,12 +153,10 @@ pub async fn append_log(
     let job = placed_job(&app, &lz, &id).await?;
     let stream = LogStream::parse(&stream)
         .ok_or_else(|| ApiError::invalid_field("stream", format!("expected stdout or stderr, got {stream:?}")))?;
-    let size = app.logs.append(job.mission_id, job.job_id, stream, offset, &body).await.map_err(|e| {
-        if e.kind() == std::io::ErrorKind::InvalidInput {
-            ApiError::invalid_field("offset", e.to_string())
-        } else {
-            ApiError::internal(e)
-        }
+    let size = app.logs.append(job.mission_id, job.job_id, stream, offset, &body).await.map_err(|e| match e {
+        LogError::Gap { .. } => ApiError::invalid_field("offset", e.to_string()),
+        LogError::Store(StoreError::Conflict(detail)) => ApiError::conflict(detail),
+        e => ApiError::internal(e),
     })?;
     app.scheduler.log_written(job.job_id);
     Ok(Json(serde_json::json!({ "size": size })))

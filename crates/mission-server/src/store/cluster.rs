@@ -165,3 +165,53 @@ impl std::fmt::Debug for Leadership {
         f.debug_struct("Leadership").field("epoch", &self.epoch).finish_non_exhaustive()
     }
 }
+
+/// Jobs' output kept in a shared database, chunk by chunk as agents send it.
+impl ClusterDb {
+    /// The size of a job's stream and when it was last written, if anything was.
+    pub async fn log_size(&self, job_id: Uuid, stream: &str) -> Result<Option<(u64, i64)>, StoreError> {
+        let row: (Option<i64>, Option<i64>) = sqlx::query_as(
+            "SELECT MAX(start + length(data)), MAX(written_at) FROM job_log_chunks WHERE job_id = $1 AND stream = $2",
+        )
+        .bind(job_id.to_string())
+        .bind(stream)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row.0.zip(row.1).map(|(size, at)| (size as u64, at)))
+    }
+
+    /// Adds `data` at `start` of a job's stream (where it ends now; a concurrent writer of the
+    /// same place makes this a [`StoreError::Conflict`]).
+    pub async fn append_log(&self, job_id: Uuid, stream: &str, start: u64, data: &[u8]) -> Result<(), StoreError> {
+        let result = sqlx::query(
+            "INSERT INTO job_log_chunks (job_id, stream, start, data, written_at) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(job_id.to_string())
+        .bind(stream)
+        .bind(start as i64)
+        .bind(data)
+        .bind(to_micros(now()))
+        .execute(&self.pool)
+        .await;
+        super::conflict_on_duplicate(result, || "another write of this log came first; send it again".into())
+    }
+
+    /// The bytes of a job's stream from `from` to its end.
+    pub async fn read_log(&self, job_id: Uuid, stream: &str, from: u64) -> Result<Vec<u8>, StoreError> {
+        let chunks: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+            "SELECT start, data FROM job_log_chunks WHERE job_id = $1 AND stream = $2 \
+             AND start + length(data) > $3 ORDER BY start",
+        )
+        .bind(job_id.to_string())
+        .bind(stream)
+        .bind(from as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut bytes = Vec::new();
+        for (start, data) in chunks {
+            let skip = (from.saturating_sub(start as u64) as usize).min(data.len());
+            bytes.extend_from_slice(&data[skip..]);
+        }
+        Ok(bytes)
+    }
+}

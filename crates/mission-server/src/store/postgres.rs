@@ -19,6 +19,7 @@ const MIGRATIONS: &Migrations = &[
     (6, "upload_reservations", include_str!("../../migrations/postgres/0006_upload_reservations.sql")),
     (7, "cluster", include_str!("../../migrations/postgres/0007_cluster.sql")),
     (8, "replica_liveness", include_str!("../../migrations/postgres/0008_replica_liveness.sql")),
+    (9, "job_log_chunks", include_str!("../../migrations/postgres/0009_job_log_chunks.sql")),
 ];
 
 /// Connections a replica holds at most.

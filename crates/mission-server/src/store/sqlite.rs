@@ -21,6 +21,7 @@ const MIGRATIONS: &Migrations = &[
     (6, "upload_reservations", include_str!("../../migrations/sqlite/0006_upload_reservations.sql")),
     (7, "cluster", include_str!("../../migrations/sqlite/0007_cluster.sql")),
     (8, "replica_liveness", include_str!("../../migrations/sqlite/0008_replica_liveness.sql")),
+    (9, "job_log_chunks", include_str!("../../migrations/sqlite/0009_job_log_chunks.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

@@ -151,3 +151,26 @@ async fn sqlite_has_no_cluster() {
     let (store, _dir) = sqlite().await;
     assert!(store.cluster().is_none());
 }
+
+/// Replicas keep jobs' output in the database, chunk by chunk.
+#[tokio::test]
+async fn postgres_keeps_job_logs_in_chunks() {
+    let Some(database) = mission_testkit::PostgresDatabase::create().await else { return };
+    let store = Store::open(&database.url).await.unwrap();
+    let db = store.cluster().unwrap();
+    let (mission, _) = story::mission_with_lz(&store).await;
+    let job = story::job(&mission, story::LOCAL_STATION);
+    store.save_jobs(std::slice::from_ref(&job), &[]).await.unwrap();
+    assert_eq!(db.log_size(job.job_id, "stdout").await.unwrap(), None);
+    db.append_log(job.job_id, "stdout", 0, b"hello ").await.unwrap();
+    db.append_log(job.job_id, "stdout", 6, b"world\n").await.unwrap();
+    db.append_log(job.job_id, "stderr", 0, b"oops\n").await.unwrap();
+    assert!(matches!(db.append_log(job.job_id, "stdout", 6, b"again").await, Err(StoreError::Conflict(_))));
+    assert_eq!(db.log_size(job.job_id, "stdout").await.unwrap().map(|(size, _)| size), Some(12));
+    assert_eq!(db.read_log(job.job_id, "stdout", 0).await.unwrap(), b"hello world\n");
+    assert_eq!(db.read_log(job.job_id, "stdout", 8).await.unwrap(), b"rld\n");
+    assert_eq!(db.read_log(job.job_id, "stderr", 0).await.unwrap(), b"oops\n");
+    // The chunks go with the job.
+    store.delete_mission(mission.mission_id).await.unwrap();
+    assert_eq!(db.log_size(job.job_id, "stdout").await.unwrap(), None);
+}

@@ -19,6 +19,53 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, PutPayload, WriteMultipart};
 use uuid::Uuid;
 
+/// How to reach an S3 bucket (a cargo bay's, or the default storage's).
+pub struct S3Access<'a> {
+    /// The bucket.
+    pub bucket: &'a str,
+    /// The region to sign for.
+    pub region: &'a str,
+    /// An S3-compatible server's URL; AWS when absent.
+    pub endpoint: Option<&'a str>,
+    /// Access key id, secret and session token; none: unsigned requests, never the server
+    /// host's own AWS identity (instance metadata).
+    pub credentials: Option<(String, String, Option<String>)>,
+}
+
+impl S3Access<'_> {
+    /// The bucket's store. It fails fast: storage that does not answer must not hold a request
+    /// for minutes.
+    pub fn open(self) -> Result<object_store::aws::AmazonS3, object_store::Error> {
+        use std::time::Duration;
+
+        use object_store::{BackoffConfig, ClientOptions, RetryConfig};
+
+        let retry =
+            RetryConfig { backoff: BackoffConfig::default(), max_retries: 2, retry_timeout: Duration::from_secs(15) };
+        let client =
+            ClientOptions::new().with_connect_timeout(Duration::from_secs(5)).with_timeout(Duration::from_secs(300));
+        let mut builder = object_store::aws::AmazonS3Builder::new()
+            .with_bucket_name(self.bucket)
+            .with_region(self.region)
+            .with_retry(retry)
+            .with_client_options(client);
+        if let Some(endpoint) = self.endpoint {
+            builder = builder.with_endpoint(endpoint).with_allow_http(endpoint.starts_with("http://"));
+        }
+        builder = match self.credentials {
+            Some((id, secret, token)) => {
+                let builder = builder.with_access_key_id(id).with_secret_access_key(secret);
+                match token {
+                    Some(token) => builder.with_token(token),
+                    None => builder,
+                }
+            }
+            None => builder.with_skip_signature(true),
+        };
+        builder.build()
+    }
+}
+
 /// Bodies up to this size are written with one `put`; larger ones as multipart uploads.
 const SINGLE_PUT_BYTES: usize = 8 * 1024 * 1024;
 
@@ -132,6 +179,25 @@ impl FileStore {
     /// Storage behind any object store (an S3 bucket).
     pub fn remote(store: Arc<dyn ObjectStore>) -> Self {
         Self { store, local_root: None }
+    }
+
+    /// The default storage in an S3 bucket, under its prefix.
+    pub fn s3(storage: &crate::config::S3Storage) -> Result<Self, object_store::Error> {
+        let credentials =
+            storage.access_key_id.clone().zip(storage.secret_access_key.clone()).map(|(id, s)| (id, s, None));
+        let access = S3Access {
+            bucket: &storage.bucket,
+            region: &storage.region,
+            endpoint: storage.endpoint.as_deref(),
+            credentials,
+        };
+        let bucket = access.open()?;
+        Ok(if storage.prefix.is_empty() {
+            Self::remote(Arc::new(bucket))
+        } else {
+            let prefix = ObjectPath::from(storage.prefix.as_str());
+            Self::remote(Arc::new(object_store::prefix::PrefixStore::new(bucket, prefix)))
+        })
     }
 
     /// Where the files of `mission_id` live in the default storage.

@@ -13,18 +13,15 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use mission_api::paths::MissionPath;
 use mission_api::{CargoBay, CargoBayKind, DEFAULT_CARGO_BAY_ID, Mission};
-use object_store::aws::AmazonS3Builder;
-use object_store::{BackoffConfig, ClientOptions, RetryConfig};
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use ring::rand::{SecureRandom, SystemRandom};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::blobs::{FileStore, Location};
+use crate::blobs::{FileStore, Location, S3Access};
 use crate::error::{ApiError, ApiResult};
 use crate::fsutil::read_or_create_secret;
 use crate::store::{CargoBayRecord, Store};
@@ -222,36 +219,13 @@ fn open_store(bay: &CargoBay, credentials: Option<Credentials>) -> ApiResult<Fil
         }
         CargoBayKind::S3 => {
             let bucket = bay.bucket.as_deref().ok_or_else(|| ApiError::internal("s3 bay without a bucket"))?;
-            // Fail fast: a bay that does not answer must not hold a request for minutes.
-            let retry = RetryConfig {
-                backoff: BackoffConfig::default(),
-                max_retries: 2,
-                retry_timeout: Duration::from_secs(15),
+            let access = S3Access {
+                bucket,
+                region: bay.region.as_deref().unwrap_or(DEFAULT_REGION),
+                endpoint: bay.endpoint.as_deref(),
+                credentials: credentials.map(|c| (c.access_key_id, c.secret_access_key, c.session_token)),
             };
-            let client = ClientOptions::new()
-                .with_connect_timeout(Duration::from_secs(5))
-                .with_timeout(Duration::from_secs(300));
-            let mut builder = AmazonS3Builder::new()
-                .with_bucket_name(bucket)
-                .with_region(bay.region.as_deref().unwrap_or(DEFAULT_REGION))
-                .with_retry(retry)
-                .with_client_options(client);
-            if let Some(endpoint) = &bay.endpoint {
-                builder = builder.with_endpoint(endpoint).with_allow_http(endpoint.starts_with("http://"));
-            }
-            builder = match credentials {
-                Some(c) => {
-                    let builder =
-                        builder.with_access_key_id(c.access_key_id).with_secret_access_key(c.secret_access_key);
-                    match c.session_token {
-                        Some(token) => builder.with_token(token),
-                        None => builder,
-                    }
-                }
-                // Never fall back to the server host's own AWS identity (instance metadata).
-                None => builder.with_skip_signature(true),
-            };
-            let store = builder.build().map_err(|e| ApiError::invalid(format!("the S3 settings do not work: {e}")))?;
+            let store = access.open().map_err(|e| ApiError::invalid(format!("the S3 settings do not work: {e}")))?;
             Ok(FileStore::remote(Arc::new(store)))
         }
     }

@@ -29,9 +29,9 @@ pub struct ServerConfig {
     /// Holds the built-in identity provider's signing key and the cargo-bay sealing key; the data
     /// dir when absent. Replicas of one service share it (the same keys on each).
     pub key_dir: Option<PathBuf>,
-    /// The default storage of mission files, job results and job logs: a folder; the data dir
-    /// when absent. Replicas of one service share it.
-    pub storage: Option<PathBuf>,
+    /// The default storage of mission files and job results (and, in one process, job logs): a
+    /// folder or an S3 bucket; the data dir when absent. Replicas of one service share it.
+    pub storage: Option<Storage>,
     /// URL clients and token issuers use to reach this server; `http://{listen address}` when
     /// absent. Also the `iss` of tokens the built-in provider signs.
     pub public_url: Option<Url>,
@@ -99,9 +99,9 @@ impl ServerConfig {
         self.key_dir.clone().unwrap_or_else(|| self.data_dir.clone())
     }
 
-    /// The folder of the default storage.
-    pub fn storage(&self) -> PathBuf {
-        self.storage.clone().unwrap_or_else(|| self.data_dir.clone())
+    /// The default storage in effect.
+    pub fn storage(&self) -> Storage {
+        self.storage.clone().unwrap_or_else(|| Storage::Folder(self.data_dir.clone()))
     }
 
     /// The database URL in effect.
@@ -145,5 +145,91 @@ pub struct FileLimits {
 impl Default for FileLimits {
     fn default() -> Self {
         Self { max_file_bytes: 100 << 30, max_files_per_mission: 100_000, max_user_bytes: 1 << 40 }
+    }
+}
+
+/// Where the default storage is.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Storage {
+    /// A folder (`files/` and `job-logs/` in it).
+    Folder(PathBuf),
+    /// An S3 bucket (or an S3-compatible server's), under a key prefix.
+    S3(S3Storage),
+}
+
+/// An S3 default storage: `s3://BUCKET/PREFIX`, with where and how to reach it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct S3Storage {
+    /// The bucket.
+    pub bucket: String,
+    /// The key prefix every object lives under (no leading or trailing `/`; may be empty).
+    pub prefix: String,
+    /// An S3-compatible server's URL; AWS when absent.
+    pub endpoint: Option<String>,
+    /// The region to sign for.
+    pub region: String,
+    /// The access key id; with `secret_access_key`, the credentials.
+    pub access_key_id: Option<String>,
+    /// The secret access key (never shown).
+    pub secret_access_key: Option<String>,
+}
+
+impl std::str::FromStr for Storage {
+    type Err = String;
+
+    /// `s3://BUCKET/PREFIX` (endpoint, region and credentials set afterwards), or a folder.
+    fn from_str(raw: &str) -> Result<Self, String> {
+        let Some(rest) = raw.strip_prefix("s3://") else {
+            if raw.contains("://") {
+                return Err(format!("{raw:?}: give a folder or s3://BUCKET/PREFIX"));
+            }
+            return Ok(Self::Folder(PathBuf::from(raw)));
+        };
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(format!("{raw:?} names no bucket: give s3://BUCKET/PREFIX"));
+        }
+        Ok(Self::S3(S3Storage {
+            bucket: bucket.to_owned(),
+            prefix: prefix.trim_matches('/').to_owned(),
+            endpoint: None,
+            region: "us-east-1".to_owned(),
+            access_key_id: None,
+            secret_access_key: None,
+        }))
+    }
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Folder(path) => f.debug_tuple("Folder").field(path).finish(),
+            Self::S3(s3) => f
+                .debug_struct("S3")
+                .field("bucket", &s3.bucket)
+                .field("prefix", &s3.prefix)
+                .field("endpoint", &s3.endpoint)
+                .field("region", &s3.region)
+                .field("access_key_id", &s3.access_key_id)
+                .field("secret_access_key", &s3.secret_access_key.as_ref().map(|_| "[redacted]"))
+                .finish(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Storage;
+
+    #[test]
+    fn storage_is_a_folder_or_an_s3_bucket_and_hides_its_secret() {
+        assert_eq!("/srv/mission".parse::<Storage>(), Ok(Storage::Folder("/srv/mission".into())));
+        let Ok(Storage::S3(mut s3)) = "s3://lab-data/mission/service/".parse::<Storage>() else { panic!("an S3 URL") };
+        assert_eq!((s3.bucket.as_str(), s3.prefix.as_str()), ("lab-data", "mission/service"));
+        assert!("s3://".parse::<Storage>().is_err());
+        assert!("gs://bucket/x".parse::<Storage>().unwrap_err().contains("s3://BUCKET/PREFIX"));
+        s3.secret_access_key = Some("s3cret-key".into());
+        let shown = format!("{:?}", Storage::S3(s3));
+        assert!(!shown.contains("s3cret-key") && shown.contains("redacted"), "{shown}");
     }
 }

@@ -37,7 +37,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-pub use config::{AuthMode, FileLimits, ServerConfig, SignInLimits};
+pub use config::{AuthMode, FileLimits, S3Storage, ServerConfig, SignInLimits, Storage};
 pub use fsutil::create_private_dir;
 pub use routes::{ApiDoc, RecoveryError};
 pub use store::Store;
@@ -121,6 +121,9 @@ pub enum StartError {
     /// The database could not be opened.
     #[error(transparent)]
     Store(#[from] store::StoreError),
+    /// The default storage cannot be used.
+    #[error("the default storage: {0}")]
+    Storage(object_store::Error),
     /// Unfinished file changes could not be settled.
     #[error("settling the file changes a stopped server left: {0}")]
     Recovery(#[from] routes::RecoveryError),
@@ -187,9 +190,19 @@ impl Server {
                 (None, auth, auth_url.as_str().trim_end_matches('/').to_owned(), None)
             }
         };
-        let files_root = config.storage().join("files");
-        let files = blobs::FileStore::local(&files_root)
-            .map_err(|source| StartError::DataDir { path: files_root.clone(), source })?;
+        let (files, logs_folder) = match config.storage() {
+            config::Storage::Folder(root) => {
+                let files_root = root.join("files");
+                let files = blobs::FileStore::local(&files_root)
+                    .map_err(|source| StartError::DataDir { path: files_root.clone(), source })?;
+                (files, root)
+            }
+            config::Storage::S3(s3) => {
+                let files = blobs::FileStore::s3(&s3).map_err(StartError::Storage)?;
+                files.probe(&[]).await.map_err(StartError::Storage)?;
+                (files, config.data_dir.clone())
+            }
+        };
         let bays = cargo_bays::CargoBays::new(&key_dir, files)
             .map_err(|source| StartError::DataDir { path: key_dir.clone(), source })?;
         // With several replicas another one may be mid-upload right now: what a stopped replica
@@ -197,7 +210,7 @@ impl Server {
         if store.cluster().is_none() {
             routes::recover_files(&store, &bays).await?;
         }
-        let logs_root = config.storage().join("job-logs");
+        let logs_root = logs_folder.join("job-logs");
         let logs = Arc::new(match store.cluster() {
             // Replicas keep logs in the database they share.
             Some(db) => job_logs::JobLogs::in_database(db),

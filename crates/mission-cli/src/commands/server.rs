@@ -69,10 +69,25 @@ struct RunArgs {
     /// Client id advertised to clients in /api/v1/auth-config.
     #[arg(long, env = "MISSION_CLIENT_ID")]
     client_id: Option<String>,
-    /// Folder of the default storage: mission files, job results and job logs (defaults to
-    /// DATA_DIR). Replicas of one service share it.
+    /// The default storage of mission files and job results: a folder (job logs go there too),
+    /// or s3://BUCKET/PREFIX (see --storage-endpoint, --storage-region and the
+    /// MISSION_STORAGE_ACCESS_KEY_ID / MISSION_STORAGE_SECRET_ACCESS_KEY variables). Defaults to
+    /// DATA_DIR. Replicas of one service share it.
     #[arg(long, env = "MISSION_STORAGE")]
-    storage: Option<PathBuf>,
+    storage: Option<mission_server::Storage>,
+    /// With --storage s3://…: the URL of an S3-compatible server (AWS when absent).
+    #[arg(long, env = "MISSION_STORAGE_ENDPOINT")]
+    storage_endpoint: Option<String>,
+    /// With --storage s3://…: the region to sign for.
+    #[arg(long, env = "MISSION_STORAGE_REGION", default_value = "us-east-1")]
+    storage_region: String,
+    /// With --storage s3://…: the access key id (prefer the environment variable).
+    #[arg(long, env = "MISSION_STORAGE_ACCESS_KEY_ID", hide_env_values = true)]
+    storage_access_key_id: Option<String>,
+    /// With --storage s3://…: the secret access key (prefer the environment variable: arguments
+    /// are visible to other users of the host).
+    #[arg(long, env = "MISSION_STORAGE_SECRET_ACCESS_KEY", hide_env_values = true)]
+    storage_secret_access_key: Option<Secret>,
     /// Seconds device clients are asked to wait between token polls.
     #[arg(long, env = "MISSION_DEVICE_POLL_INTERVAL", default_value_t = defaults().device_poll_interval)]
     device_poll_interval: u64,
@@ -126,6 +141,24 @@ struct RunArgs {
     local_lz: super::lz::ResourceArgs,
     #[command(flatten)]
     local_lz_sandbox: super::lz::SandboxArgs,
+}
+
+/// A secret flag's value, which `Debug` does not show.
+#[derive(Clone)]
+struct Secret(String);
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+
+    fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        Ok(Self(raw.to_owned()))
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
 }
 
 /// A size in bytes, written `123`, `64K`, `10M`, `100G` or `1T` (powers of 1024).
@@ -234,7 +267,16 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         max_files_per_mission: args.max_files_per_mission,
         max_user_bytes: args.max_user_bytes.0,
     };
-    config.storage = args.storage;
+    config.storage = args.storage.map(|storage| match storage {
+        mission_server::Storage::S3(s3) => mission_server::Storage::S3(mission_server::S3Storage {
+            endpoint: args.storage_endpoint,
+            region: args.storage_region,
+            access_key_id: args.storage_access_key_id,
+            secret_access_key: args.storage_secret_access_key.map(|secret| secret.0),
+            ..s3
+        }),
+        folder => folder,
+    });
     config.lz_lease = Duration::from_secs(args.lz_lease.max(1));
     config.bootstrap_admin = !args.no_bootstrap_admin;
     let shared_database = config.effective_database_url().is_postgres();

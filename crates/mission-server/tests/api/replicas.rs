@@ -16,12 +16,16 @@ use crate::{http, token_for};
 const SHELL: &str = "99e803ea-1829-42ba-be3d-294fb6a5e640";
 const LOCAL_STATION: Uuid = Uuid::from_u128(0x6d697373_696f_4e00_8000_000000000002);
 
-/// Two replicas of one service on a new database, and the folder of what they share. The
-/// service's public URL (the issuer of its tokens) is A's, as it would be a load balancer's.
-async fn two_replicas() -> Option<(TestServer, TestServer, tempfile::TempDir)> {
+/// Two replicas of one service on a new database sharing their keys and default storage (a
+/// folder, or `storage`), and the folder of what they share. The service's public URL (the
+/// issuer of its tokens) is A's, as it would be a load balancer's.
+async fn two_replicas_on(
+    storage: Option<mission_server::Storage>,
+) -> Option<(TestServer, TestServer, tempfile::TempDir)> {
     let database = PostgresDatabase::create().await?;
     let shared = tempfile::tempdir().unwrap();
-    let (keys, storage) = (shared.path().join("keys"), shared.path().join("storage"));
+    let keys = shared.path().join("keys");
+    let storage = storage.unwrap_or_else(|| mission_server::Storage::Folder(shared.path().join("storage")));
     let replica = |public_url: Option<url::Url>| {
         let (url, keys, storage) = (database.url.clone(), keys.clone(), storage.clone());
         move |c: &mut mission_server::ServerConfig| {
@@ -36,6 +40,11 @@ async fn two_replicas() -> Option<(TestServer, TestServer, tempfile::TempDir)> {
     Some((a, b, shared))
 }
 
+/// [`two_replicas_on`] a shared folder.
+async fn two_replicas() -> Option<(TestServer, TestServer, tempfile::TempDir)> {
+    two_replicas_on(None).await
+}
+
 /// Polls `check` until it holds (20 s at most).
 async fn eventually<F: std::future::Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -48,7 +57,27 @@ async fn eventually<F: std::future::Future<Output = bool>>(what: &str, mut check
 #[tokio::test]
 async fn any_replica_answers_any_request() {
     let Some((a, b, _shared)) = two_replicas().await else { return };
+    any_replica_answers(a, b).await;
+}
 
+/// The same on the S3 test server as the default storage (job logs in the database).
+#[tokio::test]
+async fn any_replica_answers_any_request_with_s3_storage() {
+    let Some(s3) = mission_testkit::S3Server::start().await else { return };
+    let storage = mission_server::Storage::S3(mission_server::S3Storage {
+        bucket: s3.bucket.clone(),
+        prefix: "service".into(),
+        endpoint: Some(s3.endpoint.clone()),
+        region: s3.region.clone(),
+        access_key_id: Some(s3.access_key_id.clone()),
+        secret_access_key: Some(s3.secret_access_key.clone()),
+    });
+    let Some((a, b, _shared)) = two_replicas_on(Some(storage)).await else { return };
+    any_replica_answers(a, b).await;
+}
+
+/// Every cross-replica case, through `a` and `b`.
+async fn any_replica_answers(a: TestServer, b: TestServer) {
     // A token signed by A works on B.
     let token = token_for(&a, "alice").await;
     let on_b = Client::with_access_token(&b.url, &token).unwrap();

@@ -1,13 +1,14 @@
-//! Two `mission server` processes on one PostgreSQL database serve one service: the leader is
-//! killed with SIGKILL while jobs run and arrive, the other takes over, every job completes
-//! exactly once, and the killed replica restarts and rejoins.
+//! Two `mission server` processes on one PostgreSQL database, with the S3 test server as their
+//! shared default storage, serve one service: the leader is killed with SIGKILL while jobs run
+//! and arrive, the other takes over, every job completes exactly once, and the killed replica
+//! restarts and rejoins.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use mission_client::{Client, Error, Job, JobResources, JobStatus, ListJobs, RegisterLandingZone};
-use mission_testkit::PostgresDatabase;
+use mission_client::{Client, Error, Job, JobResources, JobStatus, ListJobs, LogStream, RegisterLandingZone};
+use mission_testkit::{PostgresDatabase, S3Server};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -24,9 +25,17 @@ struct Replica {
 }
 
 impl Replica {
-    /// Starts a replica listening on `listen`, sharing `shared` (keys, storage) with the others,
-    /// its data dir `data`; `issuer` is the service's public URL when it is not this replica's.
-    async fn start(database: &str, shared: &Path, data: &Path, listen: &str, issuer: Option<&str>) -> Self {
+    /// Starts a replica listening on `listen`, sharing `shared` (keys) and `s3` (storage) with
+    /// the others, its data dir `data`; `issuer` is the service's public URL when it is not this
+    /// replica's.
+    async fn start(
+        database: &str,
+        s3: &S3Server,
+        shared: &Path,
+        data: &Path,
+        listen: &str,
+        issuer: Option<&str>,
+    ) -> Self {
         let mut command = Command::new(BIN);
         command
             .args(["server", "--listen", listen, "--device-poll-interval", "0", "--lz-lease", LEASE])
@@ -34,8 +43,10 @@ impl Replica {
             .arg(data)
             .arg("--key-dir")
             .arg(shared.join("keys"))
-            .arg("--storage")
-            .arg(shared.join("storage"))
+            .args(["--storage", &format!("s3://{}/service", s3.bucket), "--storage-endpoint", &s3.endpoint])
+            .args(["--storage-region", &s3.region])
+            .env("MISSION_STORAGE_ACCESS_KEY_ID", &s3.access_key_id)
+            .env("MISSION_STORAGE_SECRET_ACCESS_KEY", &s3.secret_access_key)
             .env("MISSION_DATABASE_URL", database)
             .env_remove("MISSION_SERVER")
             .stdout(Stdio::piped())
@@ -100,12 +111,13 @@ async fn submit(first: &Client, second: &Client, mission: mission_client::Uuid) 
 #[tokio::test]
 async fn the_leader_is_killed_and_every_job_completes_once() {
     let Some(database) = PostgresDatabase::create().await else { return };
+    let Some(s3) = S3Server::start().await else { return };
     let database = database.url.expose().to_owned();
     let dir = tempfile::tempdir().unwrap();
     let (a_address, b_address) = (free_address(), free_address());
     // A starts first, so it leads; its URL is the service's public URL.
-    let mut a = Replica::start(&database, dir.path(), &dir.path().join("a"), &a_address, None).await;
-    let b = Replica::start(&database, dir.path(), &dir.path().join("b"), &b_address, Some(&a.url)).await;
+    let mut a = Replica::start(&database, &s3, dir.path(), &dir.path().join("a"), &a_address, None).await;
+    let b = Replica::start(&database, &s3, dir.path(), &dir.path().join("b"), &b_address, Some(&a.url)).await;
     let password = std::fs::read_to_string(dir.path().join("a/initial-admin-password")).unwrap();
     let token = mission_testkit::device_sign_in(&a.url, "admin", password.trim()).await.0.access_token;
     let on_a = Client::with_access_token(&a.url, &token).unwrap();
@@ -163,10 +175,14 @@ async fn the_leader_is_killed_and_every_job_completes_once() {
     let everything = ListJobs { page: 1, items: 100, ..Default::default() };
     let listed = on_b.list_jobs(&everything).await.unwrap();
     assert_eq!(listed.len(), jobs.len(), "the survivor reports every job, and no other");
+    // Their output, sent to either replica, reads from the survivor: before the kill and after.
+    for job in [&jobs[0], &jobs[49]] {
+        assert_eq!(on_b.job_logs(job.job_id, LogStream::Stdout).await.unwrap(), "ran\n");
+    }
     assert!(jobs.iter().all(|j| listed.iter().any(|l| l.job_id == j.job_id && l.status == JobStatus::Completed)));
 
     // A restarts on its address and rejoins: it answers, and the old token still works there.
-    let a = Replica::start(&database, dir.path(), &dir.path().join("a"), &a_address, None).await;
+    let a = Replica::start(&database, &s3, dir.path(), &dir.path().join("a"), &a_address, None).await;
     assert!(!leads(&a.url).await, "B keeps the lead");
     let job = on_a.get_job(jobs[0].job_id).await.unwrap();
     assert_eq!(job.status, JobStatus::Completed);

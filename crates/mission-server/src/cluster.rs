@@ -357,8 +357,13 @@ impl Cluster {
                             break;
                         }
                         sweeps += 1;
-                        if sweeps.is_multiple_of(60) && let Err(e) = self.db.sweep_mail().await {
-                            tracing::warn!("sweeping old mail: {e}");
+                        if sweeps.is_multiple_of(60) {
+                            if let Err(e) = self.db.sweep_mail().await {
+                                tracing::warn!("sweeping old mail: {e}");
+                            }
+                            if let Err(e) = self.db.sweep_brakes().await {
+                                tracing::warn!("sweeping stale sign-in brakes: {e}");
+                            }
                         }
                     }
                 }

@@ -171,6 +171,7 @@ impl Server {
                     config.audience.clone(),
                     config.access_token_ttl,
                     config.sign_in_limits,
+                    store.cluster(),
                 )
                 .map_err(|source| StartError::DataDir { path: key_dir.clone(), source })?;
                 let auth = Authenticator::builtin(

@@ -39,10 +39,8 @@ pub struct BuiltinIdp {
     issuer: String,
     audience: String,
     access_token_ttl: Duration,
-    /// Failed `/activate` attempts, per client address, user code and account.
-    pub guesses: throttle::Backoff,
-    /// New device codes per client address.
-    pub new_codes: throttle::RateLimit,
+    /// The brakes on guessing at sign-in.
+    pub brakes: throttle::Brakes,
 }
 
 impl std::fmt::Debug for BuiltinIdp {
@@ -63,13 +61,15 @@ struct AccessClaims<'a> {
 }
 
 impl BuiltinIdp {
-    /// Loads the signing key from `key_dir`, creating it on first start.
+    /// Loads the signing key from `key_dir`, creating it on first start; the sign-in brakes are
+    /// kept in `shared` where replicas share a database.
     pub fn load_or_create(
         key_dir: &Path,
         issuer: String,
         audience: String,
         access_token_ttl: Duration,
         limits: crate::SignInLimits,
+        shared: Option<crate::store::ClusterDb>,
     ) -> std::io::Result<Self> {
         let path = key_dir.join(KEY_FILE);
         let pkcs8 = read_or_create_secret(&path, || {
@@ -97,8 +97,7 @@ impl BuiltinIdp {
             issuer,
             audience,
             access_token_ttl,
-            guesses: throttle::Backoff::new(limits.free_failures, Duration::from_secs(1), Duration::from_secs(15 * 60)),
-            new_codes: throttle::RateLimit::new(limits.device_codes_per_minute, Duration::from_secs(60)),
+            brakes: throttle::Brakes::new(limits, shared),
         })
     }
 
@@ -188,10 +187,10 @@ mod tests {
     fn key_is_created_once_and_reloaded() {
         let dir = tempfile::tempdir().unwrap();
         let ttl = Duration::from_secs(60);
-        let a =
-            BuiltinIdp::load_or_create(dir.path(), "http://x".into(), "aud".into(), ttl, Default::default()).unwrap();
-        let b =
-            BuiltinIdp::load_or_create(dir.path(), "http://x".into(), "aud".into(), ttl, Default::default()).unwrap();
+        let a = BuiltinIdp::load_or_create(dir.path(), "http://x".into(), "aud".into(), ttl, Default::default(), None)
+            .unwrap();
+        let b = BuiltinIdp::load_or_create(dir.path(), "http://x".into(), "aud".into(), ttl, Default::default(), None)
+            .unwrap();
         assert_eq!(a.kid(), b.kid());
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(dir.path().join(KEY_FILE)).unwrap().permissions().mode();

@@ -4,7 +4,6 @@
 use axum::Router;
 use axum::body::Bytes;
 use std::net::SocketAddr;
-use std::time::Instant;
 
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{StatusCode, header};
@@ -122,7 +121,7 @@ async fn device_code(
         return Err(OAuthFailure::new("invalid_scope", format!("the scope is longer than {MAX_SCOPE_BYTES} bytes")));
     }
     let idp = app.idp.as_ref().expect("these routes exist only with the built-in provider");
-    if let Err(wait) = idp.new_codes.allow(&peer.ip().to_string(), Instant::now()) {
+    if let Err(wait) = idp.brakes.new_code(&peer.ip().to_string()).await {
         return Err(OAuthFailure::too_many(throttle::seconds(wait)));
     }
     if let Some(audience) = form.audience.as_deref().filter(|a| !a.is_empty())
@@ -356,7 +355,7 @@ async fn activate_submit(
     // is refused before anything is checked, so a right password does not get through either.
     let account = format!("user:{username}");
     let keys = [format!("addr:{}", peer.ip()), format!("code:{user_code}"), account.clone()];
-    if let Err(wait) = idp.guesses.check(&keys, Instant::now()) {
+    if let Err(wait) = idp.brakes.check_guesses(&keys).await {
         let message = format!("Too many failed attempts. Wait {} seconds, then try again.", throttle::seconds(wait));
         let mut page = ActivatePage::error_with(StatusCode::TOO_MANY_REQUESTS, &user_code, username, &message);
         page.headers_mut().insert(header::RETRY_AFTER, throttle::seconds(wait).into());
@@ -372,7 +371,7 @@ async fn activate_submit(
     };
     let live = code.is_some_and(|c| c.status == DeviceCodeStatus::Pending && c.expires_at > now);
     if !live {
-        idp.guesses.failed(&keys, Instant::now());
+        idp.brakes.guess_failed(&keys).await;
         return ActivatePage::error(
             &user_code,
             username,
@@ -405,10 +404,10 @@ async fn activate_submit(
     .await
     .unwrap_or(false);
     let Some(user) = user.filter(|_| verified) else {
-        idp.guesses.failed(&keys, Instant::now());
+        idp.brakes.guess_failed(&keys).await;
         return ActivatePage::error(&user_code, username, "Wrong username or password.");
     };
-    idp.guesses.succeeded(&account);
+    idp.brakes.guess_succeeded(&account).await;
     let (decision, outcome) = if approve { (Some(user.user_id), Outcome::Approved) } else { (None, Outcome::Denied) };
     match app.store.decide_device_code(&user_code, decision, now).await {
         Ok(true) => ActivatePage { user_code: &user_code, username, outcome }.into_response(),

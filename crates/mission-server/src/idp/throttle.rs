@@ -1,13 +1,125 @@
 //! Brakes on guessing at the sign-in endpoints: a growing wait after failures (`/activate`
 //! passwords and user codes) and a rate per client address (`/oauth/device/code`).
 //!
-//! Both are kept in memory, per server process, with a bounded number of keys: an attacker who
-//! floods them with new keys (addresses, usernames) makes the oldest be forgotten, not the server
-//! grow.
+//! One process keeps both in memory, with a bounded number of keys: an attacker who floods them
+//! with new keys (addresses, usernames) makes the oldest be forgotten, not the server grow.
+//! Replicas keep them in the database they share ([`Brakes::Shared`]), so a guesser gets no more
+//! attempts for there being several replicas; the leader sweeps the stale ones.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use crate::config::SignInLimits;
+use crate::store::ClusterDb;
+
+/// The first wait after the free failures; then it doubles.
+const FIRST_WAIT: Duration = Duration::from_secs(1);
+
+/// The longest wait.
+const LONGEST_WAIT: Duration = Duration::from_secs(15 * 60);
+
+/// The window new device codes are counted in.
+const CODE_WINDOW: Duration = Duration::from_secs(60);
+
+/// The sign-in brakes: in this process's memory, or in the database replicas share.
+#[derive(Debug)]
+pub enum Brakes {
+    /// One process.
+    Process {
+        /// Failed `/activate` attempts, per client address, user code and account.
+        guesses: Backoff,
+        /// New device codes per client address.
+        new_codes: RateLimit,
+    },
+    /// Replicas.
+    Shared {
+        /// Their database.
+        db: ClusterDb,
+        /// The limits.
+        limits: SignInLimits,
+    },
+}
+
+impl Brakes {
+    /// The brakes for `limits`, shared through `shared` when replicas share a database.
+    pub fn new(limits: SignInLimits, shared: Option<ClusterDb>) -> Self {
+        match shared {
+            Some(db) => Self::Shared { db, limits },
+            None => Self::Process {
+                guesses: Backoff::new(limits.free_failures, FIRST_WAIT, LONGEST_WAIT),
+                new_codes: RateLimit::new(limits.device_codes_per_minute, CODE_WINDOW),
+            },
+        }
+    }
+
+    /// `Err(how long to wait)` while any of `keys` is made to wait. (A database that fails
+    /// holds nobody back: sign-in needs it anyway, and its failure is logged.)
+    pub async fn check_guesses(&self, keys: &[String]) -> Result<(), Duration> {
+        match self {
+            Self::Process { guesses, .. } => guesses.check(keys, Instant::now()),
+            Self::Shared { db, .. } => match db.brake_wait(keys).await {
+                Ok(Some(wait)) => Err(wait),
+                Ok(None) => Ok(()),
+                Err(e) => {
+                    tracing::error!("reading the sign-in brakes: {e}");
+                    Ok(())
+                }
+            },
+        }
+    }
+
+    /// Counts a failed attempt against each of `keys`.
+    pub async fn guess_failed(&self, keys: &[String]) {
+        match self {
+            Self::Process { guesses, .. } => guesses.failed(keys, Instant::now()),
+            Self::Shared { db, limits } => {
+                for key in keys {
+                    let wait = |count| wait_after(count, limits.free_failures, FIRST_WAIT, LONGEST_WAIT);
+                    if let Err(e) = db.brake_failed(key, wait).await {
+                        tracing::error!("counting a failed sign-in: {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Clears `key` (a right password for the account).
+    pub async fn guess_succeeded(&self, key: &str) {
+        match self {
+            Self::Process { guesses, .. } => guesses.succeeded(key),
+            Self::Shared { db, .. } => {
+                if let Err(e) = db.brake_clear(key).await {
+                    tracing::error!("clearing a sign-in brake: {e}");
+                }
+            }
+        }
+    }
+
+    /// Counts a new device code for `key`; `Err(how long until the next)` past the rate.
+    pub async fn new_code(&self, key: &str) -> Result<(), Duration> {
+        match self {
+            Self::Process { new_codes, .. } => new_codes.allow(key, Instant::now()),
+            Self::Shared { db, limits } => {
+                let key = format!("codes:{key}");
+                match db.brake_rate(&key, limits.device_codes_per_minute, CODE_WINDOW).await {
+                    Ok(allowed) => allowed,
+                    Err(e) => {
+                        tracing::error!("counting a new device code: {e}");
+                        Ok(())
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How long a key waits after its `count`th failure, the first `free` being free: `first`,
+/// doubling, up to `longest`.
+fn wait_after(count: u64, free: u32, first: Duration, longest: Duration) -> Option<Duration> {
+    let past = count.checked_sub(u64::from(free))?.checked_sub(1)?;
+    Some((first * 2u32.pow(past.min(20) as u32)).min(longest))
+}
 
 /// Most keys one table holds.
 const MAX_KEYS: usize = 100_000;
@@ -59,9 +171,8 @@ impl Backoff {
             let entry = entries.entry(key.clone()).or_insert(Failures { count: 0, until: now, last: now });
             entry.count = entry.count.saturating_add(1);
             entry.last = now;
-            if entry.count > self.free {
-                let doublings = (entry.count - self.free - 1).min(20);
-                entry.until = now + (self.first * 2u32.pow(doublings)).min(self.longest);
+            if let Some(wait) = wait_after(u64::from(entry.count), self.free, self.first, self.longest) {
+                entry.until = now + wait;
             }
         }
     }

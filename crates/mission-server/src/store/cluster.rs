@@ -215,3 +215,87 @@ impl ClusterDb {
         Ok(bytes)
     }
 }
+
+/// The sign-in brakes replicas share (the rules are `crate::idp::throttle`'s).
+impl ClusterDb {
+    /// How long until none of `keys` is made to wait, if any is.
+    pub async fn brake_wait(&self, keys: &[String]) -> Result<Option<std::time::Duration>, StoreError> {
+        let until: Option<i64> = sqlx::query_scalar("SELECT MAX(until) FROM sign_in_brakes WHERE key = ANY($1)")
+            .bind(keys)
+            .fetch_one(&self.pool)
+            .await?;
+        let left = until.unwrap_or(0) - to_micros(now());
+        Ok((left > 0).then(|| std::time::Duration::from_micros(left as u64)))
+    }
+
+    /// Counts a failure against `key`; answers how many it has now. `wait` says, from that
+    /// count, how long the key must then wait.
+    pub async fn brake_failed(
+        &self,
+        key: &str,
+        wait: impl FnOnce(u64) -> Option<std::time::Duration>,
+    ) -> Result<(), StoreError> {
+        let at = to_micros(now());
+        let count: i64 = sqlx::query_scalar(
+            "INSERT INTO sign_in_brakes (key, count, window_start, until) VALUES ($1, 1, $2, 0) \
+             ON CONFLICT (key) DO UPDATE SET count = sign_in_brakes.count + 1, window_start = $2 RETURNING count",
+        )
+        .bind(key)
+        .bind(at)
+        .fetch_one(&self.pool)
+        .await?;
+        if let Some(wait) = wait(count as u64) {
+            sqlx::query("UPDATE sign_in_brakes SET until = $2 WHERE key = $1")
+                .bind(key)
+                .bind(at + i64::try_from(wait.as_micros()).unwrap_or(i64::MAX / 2))
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Clears `key`.
+    pub async fn brake_clear(&self, key: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM sign_in_brakes WHERE key = $1").bind(key).execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Counts an event for `key` in windows of `window`; `Err(how long until the next is
+    /// allowed)` once more than `max` fell in the current one.
+    pub async fn brake_rate(
+        &self,
+        key: &str,
+        max: u32,
+        window: std::time::Duration,
+    ) -> Result<Result<(), std::time::Duration>, StoreError> {
+        let at = to_micros(now());
+        let window = i64::try_from(window.as_micros()).unwrap_or(i64::MAX / 2);
+        let (count, start): (i64, i64) = sqlx::query_as(
+            "INSERT INTO sign_in_brakes (key, count, window_start, until) VALUES ($1, 1, $2, 0) \
+             ON CONFLICT (key) DO UPDATE SET \
+               count = CASE WHEN sign_in_brakes.window_start <= $2 - $3 THEN 1 ELSE sign_in_brakes.count + 1 END, \
+               window_start = CASE WHEN sign_in_brakes.window_start <= $2 - $3 THEN $2 \
+                              ELSE sign_in_brakes.window_start END \
+             RETURNING count, window_start",
+        )
+        .bind(key)
+        .bind(at)
+        .bind(window)
+        .fetch_one(&self.pool)
+        .await?;
+        if count > i64::from(max) {
+            return Ok(Err(std::time::Duration::from_micros((start + window - at).max(0) as u64)));
+        }
+        Ok(Ok(()))
+    }
+
+    /// Drops brakes that hold nothing back any more (a day after their last event).
+    pub async fn sweep_brakes(&self) -> Result<u64, StoreError> {
+        let day_ago = to_micros(now()) - 24 * 3600 * 1_000_000;
+        let done = sqlx::query("DELETE FROM sign_in_brakes WHERE window_start < $1 AND until < $1")
+            .bind(day_ago)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+}

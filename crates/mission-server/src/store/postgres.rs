@@ -20,6 +20,7 @@ const MIGRATIONS: &Migrations = &[
     (7, "cluster", include_str!("../../migrations/postgres/0007_cluster.sql")),
     (8, "replica_liveness", include_str!("../../migrations/postgres/0008_replica_liveness.sql")),
     (9, "job_log_chunks", include_str!("../../migrations/postgres/0009_job_log_chunks.sql")),
+    (10, "sign_in_brakes", include_str!("../../migrations/postgres/0010_sign_in_brakes.sql")),
 ];
 
 /// Connections a replica holds at most.

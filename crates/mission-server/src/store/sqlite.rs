@@ -22,6 +22,7 @@ const MIGRATIONS: &Migrations = &[
     (7, "cluster", include_str!("../../migrations/sqlite/0007_cluster.sql")),
     (8, "replica_liveness", include_str!("../../migrations/sqlite/0008_replica_liveness.sql")),
     (9, "job_log_chunks", include_str!("../../migrations/sqlite/0009_job_log_chunks.sql")),
+    (10, "sign_in_brakes", include_str!("../../migrations/sqlite/0010_sign_in_brakes.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

@@ -252,6 +252,21 @@ async fn the_leader_settles_the_file_changes_of_a_stopped_replica_only() {
     assert!(pending.iter().any(|i| i.intent_id == in_flight.intent_id), "a live replica's change is left alone");
 }
 
+#[tokio::test]
+async fn failed_sign_ins_count_on_every_replica() {
+    let Some((a, b, _shared)) = two_replicas().await else { return };
+    // Five failures are free wherever they happen; the sixth makes the account wait, on both.
+    for i in 0..6 {
+        let replica = if i % 2 == 0 { &a } else { &b };
+        let (status, _) = replica.activate("ABCD-EFGH", "alice", "not the password", "approve").await;
+        assert_ne!(status, 429, "attempt {i} is not held back yet");
+    }
+    for replica in [&a, &b] {
+        let (status, page) = replica.activate("WXYZ-WXYZ", "alice", "still not it", "approve").await;
+        assert_eq!(status, 429, "{page}");
+    }
+}
+
 /// An agent speaking the LZ protocol by hand.
 struct FakeAgent {
     welcome: Welcome,

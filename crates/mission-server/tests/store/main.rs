@@ -174,3 +174,33 @@ async fn postgres_keeps_job_logs_in_chunks() {
     store.delete_mission(mission.mission_id).await.unwrap();
     assert_eq!(db.log_size(job.job_id, "stdout").await.unwrap(), None);
 }
+
+/// Replicas share the sign-in brakes: failures and a rate per key.
+#[tokio::test]
+async fn postgres_shares_the_sign_in_brakes() {
+    let Some(database) = mission_testkit::PostgresDatabase::create().await else { return };
+    let store = Store::open(&database.url).await.unwrap();
+    let db = store.cluster().unwrap();
+    let keys = ["user:alice".to_owned(), "addr:10.0.0.1".to_owned()];
+    assert_eq!(db.brake_wait(&keys).await.unwrap(), None);
+    let wait = |count: u64| (count > 2).then_some(std::time::Duration::from_secs(60));
+    for _ in 0..2 {
+        db.brake_failed("user:alice", wait).await.unwrap();
+    }
+    assert_eq!(db.brake_wait(&keys).await.unwrap(), None, "the free failures");
+    db.brake_failed("user:alice", wait).await.unwrap();
+    let held = db.brake_wait(&keys).await.unwrap().expect("held back");
+    assert!(held > std::time::Duration::from_secs(55), "{held:?}");
+    assert_eq!(db.brake_wait(&["user:bob".to_owned()]).await.unwrap(), None);
+    db.brake_clear("user:alice").await.unwrap();
+    assert_eq!(db.brake_wait(&keys).await.unwrap(), None);
+
+    let window = std::time::Duration::from_secs(60);
+    for _ in 0..3 {
+        assert_eq!(db.brake_rate("codes:10.0.0.1", 3, window).await.unwrap(), Ok(()));
+    }
+    let refused = db.brake_rate("codes:10.0.0.1", 3, window).await.unwrap().unwrap_err();
+    assert!(refused <= window && refused > std::time::Duration::from_secs(55), "{refused:?}");
+    assert_eq!(db.brake_rate("codes:10.0.0.2", 3, window).await.unwrap(), Ok(()));
+    assert_eq!(db.sweep_brakes().await.unwrap(), 0, "nothing is a day old");
+}

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# A one-node Slurm cluster on this machine, for the Slurm runner's tests and benchmarks, from
+# Debian's `slurm-wlm` and `munge` packages (scripts/install-test-deps.sh installs them).
+#
+#   scripts/slurm-test-cluster.sh start [DIR]    start it (writing its configuration if needed) and
+#                                                print the SLURM_CONF to export; if it runs, just print
+#   scripts/slurm-test-cluster.sh stop [DIR]     stop it (its state stays in DIR)
+#
+# DIR defaults to $MISSION_TEST_SLURM_DIR, else ${TMPDIR:-/tmp}/mission-test-slurm-UID. Everything
+# lives there: munge's key and socket, slurm.conf, the controller's state and the node's spool.
+# slurmctld and slurmd run as root without systemd, on 127.0.0.1 and free ports. The node offers
+# this machine's CPUs and memory (less 512 MB); no GPUs yet. Needs root (slurmd starts jobs as
+# their users). There is no accounting database (slurmdbd): finished jobs stay visible to squeue
+# and scontrol for MinJobAge (300 s), and sacct has nothing to read.
+set -euo pipefail
+
+action="${1:-start}"
+dir="${2:-${MISSION_TEST_SLURM_DIR:-${TMPDIR:-/tmp}/mission-test-slurm-$(id -u)}}"
+
+for program in munged slurmctld slurmd sinfo; do
+  if ! command -v "$program" >/dev/null 2>&1; then
+    echo "Slurm is not installed ($program is missing): run scripts/install-test-deps.sh" >&2
+    exit 3
+  fi
+done
+if [ "$(id -u)" -ne 0 ]; then
+  echo "a test Slurm cluster needs root (slurmd starts jobs as their users)" >&2
+  exit 3
+fi
+
+conf="$dir/slurm.conf"
+export SLURM_CONF="$conf"
+
+running() {
+  [ -f "$conf" ] && timeout 5 sinfo -h -o %T >/dev/null 2>&1
+}
+
+stop_pid() {
+  local file="$1"
+  if [ -f "$file" ]; then
+    kill "$(cat "$file")" 2>/dev/null || true
+    rm -f "$file"
+  fi
+}
+
+case "$action" in
+  start)
+    mkdir -p "$dir/state" "$dir/spool" "$dir/log" "$dir/munge"
+    chmod 755 "$dir"
+    exec 9>"$dir/.lock"
+    flock -w 120 9
+    if running; then
+      echo "$conf"
+      exit 0
+    fi
+    # munge: a key of this cluster's own, a socket in DIR.
+    if [ ! -f "$dir/munge/munge.key" ]; then
+      head -c 1024 /dev/urandom >"$dir/munge/munge.key"
+    fi
+    chown -R munge:munge "$dir/munge"
+    chmod 755 "$dir/munge"
+    chmod 400 "$dir/munge/munge.key"
+    stop_pid "$dir/munge/munged.pid"
+    runuser -u munge -- munged --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.socket" \
+      --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" --seed-file="$dir/munge/munged.seed" 9>&-
+    if [ ! -f "$conf" ]; then
+      ports="$(python3 -c 'import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])')"
+      read -r ctld_port slurmd_port <<<"$ports"
+      cpus="$(nproc)"
+      memory="$(( $(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo) - 512 ))"
+      host="$(hostname -s)"
+      cat >"$conf" <<EOF
+ClusterName=mission-test
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
+AuthType=auth/munge
+AuthInfo=socket=$dir/munge/munge.socket
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+ReturnToService=2
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=1,bf_interval=1
+MinJobAge=300
+JobAcctGatherType=jobacct_gather/linux
+AccountingStorageType=accounting_storage/none
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory State=UNKNOWN
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
+EOF
+    fi
+    slurmctld -f "$conf" >/dev/null 2>&1 9>&- || { tail -n 20 "$dir/log/slurmctld.log" >&2; exit 1; }
+    slurmd -f "$conf" >/dev/null 2>&1 9>&- || { tail -n 20 "$dir/log/slurmd.log" >&2; exit 1; }
+    for _ in $(seq 1 60); do
+      if [ "$(sinfo -h -o %T 2>/dev/null | head -n1)" = "idle" ]; then
+        echo "$conf"
+        exit 0
+      fi
+      sleep 1
+    done
+    echo "the test Slurm node did not become idle within 60 s" >&2
+    tail -n 20 "$dir/log/slurmctld.log" "$dir/log/slurmd.log" >&2
+    exit 1
+    ;;
+  stop)
+    stop_pid "$dir/slurmd.pid"
+    stop_pid "$dir/slurmctld.pid"
+    stop_pid "$dir/munge/munged.pid"
+    ;;
+  *)
+    echo "usage: $0 start|stop [DIR]" >&2
+    exit 2
+    ;;
+esac

@@ -8,13 +8,15 @@
 //! - [`cgroups`]: memory and CPU limits through cgroup v1 or v2;
 //! - [`sandbox`]: who a job runs as, what it sees, and that nothing of it outlives it;
 //! - `workdirs`: the dirs jobs run in, reused from job to job;
-//! - [`detect`]: CPUs, memory and NVIDIA GPUs of the host.
+//! - [`detect`]: CPUs, memory and NVIDIA GPUs of the host;
+//! - [`slurm`]: what the agent reads from a Slurm cluster (nodes, jobs), for the Slurm runner.
 
 pub mod agent;
 pub mod cgroups;
 pub mod detect;
 mod runner;
 pub mod sandbox;
+pub mod slurm;
 mod workdirs;
 
 pub use agent::{AgentConfig, AgentError, default_work_root, run};

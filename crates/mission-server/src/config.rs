@@ -193,7 +193,7 @@ impl std::str::FromStr for Storage {
             bucket: bucket.to_owned(),
             prefix: prefix.trim_matches('/').to_owned(),
             endpoint: None,
-            region: "us-east-1".to_owned(),
+            region: crate::cargo_bays::DEFAULT_REGION.to_owned(),
             access_key_id: None,
             secret_access_key: None,
         }))

@@ -133,10 +133,9 @@ impl JobLogs {
                 (written.size, written.sha256, written.e_tag, modified)
             }
             Keeping::Database(db) => {
-                let Some((size, written_at)) = db.log_size(job.job_id, stream.name()).await? else { return Ok(None) };
-                let bytes = db.read_log(job.job_id, stream.name(), 0).await?;
-                let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
-                let sha256 = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+                let Some((size, sha256, written_at)) = db.log_summary(job.job_id, stream.name()).await? else {
+                    return Ok(None);
+                };
                 (size, sha256, None, store::from_micros(written_at)?)
             }
         };

@@ -10,7 +10,10 @@
 //! - [`blobs`]: object storage for files; [`cargo_bays`]: storage locations users add;
 //! - [`serve`]: connections, with their timeouts and bound;
 //! - [`scheduler`]: places jobs on landing zones and tracks them; [`job_logs`]: their output;
-//! - [`store`]: the database; [`catalogue`]: the built-in mission types; [`users`]: accounts.
+//!   `cluster`: several replicas on one PostgreSQL database (the scheduler's leader, mail
+//!   between replicas, broadcasts); `locks`: per-file locks, in the database across replicas;
+//! - [`store`]: the database (SQLite or PostgreSQL); [`catalogue`]: the built-in mission types;
+//!   [`users`]: accounts.
 
 pub mod agent_tokens;
 pub mod auth;

@@ -180,6 +180,23 @@ impl ClusterDb {
         Ok(row.0.zip(row.1).map(|(size, at)| (size as u64, at)))
     }
 
+    /// The size, SHA-256 (hex) and last write of a job's stream, if anything was written: hashed
+    /// in the database, so listing a job's results does not carry its logs here.
+    pub async fn log_summary(&self, job_id: Uuid, stream: &str) -> Result<Option<(u64, String, i64)>, StoreError> {
+        let row: (Option<i64>, Option<String>, Option<i64>) = sqlx::query_as(
+            "SELECT MAX(start + length(data)), encode(sha256(string_agg(data, ''::bytea ORDER BY start)), 'hex'), \
+             MAX(written_at) FROM job_log_chunks WHERE job_id = $1 AND stream = $2",
+        )
+        .bind(job_id.to_string())
+        .bind(stream)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(match row {
+            (Some(size), Some(sha256), Some(at)) => Some((size as u64, sha256, at)),
+            _ => None,
+        })
+    }
+
     /// Adds `data` at `start` of a job's stream (where it ends now; a concurrent writer of the
     /// same place makes this a [`StoreError::Conflict`]).
     pub async fn append_log(&self, job_id: Uuid, stream: &str, start: u64, data: &[u8]) -> Result<(), StoreError> {

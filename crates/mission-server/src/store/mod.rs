@@ -107,14 +107,6 @@ impl Store {
         Self { fence: Some(epoch), ..self.clone() }
     }
 
-    /// Which engine the store runs on.
-    pub fn engine(&self) -> &'static str {
-        match self.backend {
-            Backend::Sqlite(_) => "sqlite",
-            Backend::Postgres(_) => "postgres",
-        }
-    }
-
     /// ` FOR UPDATE` on PostgreSQL, where a transaction that reads rows and then changes them
     /// must lock them against concurrent transactions; nothing on SQLite, whose one writing
     /// connection runs one transaction at a time.
@@ -170,9 +162,6 @@ pub enum StoreError {
     /// A row held a value this version cannot read.
     #[error("corrupt row: {0}")]
     Corrupt(String),
-    /// The `--database-url` is not one this build can open.
-    #[error("unsupported database URL {0}: use sqlite://PATH or postgres://USER:PASSWORD@HOST:PORT/DATABASE")]
-    UnsupportedUrl(DatabaseUrl),
     /// A write of the scheduler's leader after another replica took over.
     #[error("another replica leads the scheduler now")]
     NotLeader,

@@ -170,6 +170,9 @@ async fn postgres_keeps_job_logs_in_chunks() {
     assert_eq!(db.read_log(job.job_id, "stdout", 0).await.unwrap(), b"hello world\n");
     assert_eq!(db.read_log(job.job_id, "stdout", 8).await.unwrap(), b"rld\n");
     assert_eq!(db.read_log(job.job_id, "stderr", 0).await.unwrap(), b"oops\n");
+    let (size, sha256, _) = db.log_summary(job.job_id, "stdout").await.unwrap().unwrap();
+    let digest = ring::digest::digest(&ring::digest::SHA256, b"hello world\n");
+    assert_eq!((size, sha256), (12, digest.as_ref().iter().map(|b| format!("{b:02x}")).collect::<String>()));
     // The chunks go with the job.
     store.delete_mission(mission.mission_id).await.unwrap();
     assert_eq!(db.log_size(job.job_id, "stdout").await.unwrap(), None);

@@ -1,25 +1,26 @@
-//! The agent's connection to the server: connect with a hello, read orders, heartbeat, report.
+//! The agent's connection to the server, whatever runs its jobs: connect with a hello, read
+//! orders, heartbeat, report, and hand each job to the [`Runner`].
 //!
 //! Jobs outlive connections: when the server goes away (a restart), the agent keeps its jobs
 //! running, reconnects with backoff, names them in its next hello, and delivers the reports and
-//! output it could not send meanwhile (reports wait in order; output waits in the job's pipes).
+//! output it could not send meanwhile (reports wait in order; output waits in the job's pipes or
+//! files). A runner whose jobs outlive the agent itself (Slurm) resumes them when it starts.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use mission_api::lz::{Gpu, Hello, Order, Report, Welcome};
-use mission_api::{JobStatus, Resources};
-use reqwest::StatusCode;
+use mission_api::JobStatus;
+use mission_api::lz::{Hello, Order, Report};
 use tokio::sync::{mpsc, watch};
 use uuid::Uuid;
 
-use crate::cgroups::Cgroups;
-use crate::detect::{Overrides, detect};
-use crate::runner;
-use crate::sandbox::{Launcher, Sandbox, SandboxConfig, SandboxError};
-use crate::workdirs::WorkDirs;
+use crate::cache::InputCache;
+use crate::client::{Heartbeat, LzClient, SessionEnd, Timings};
+use crate::detect::Overrides;
+use crate::runner::Runner;
+use crate::runner::process::ProcessRunner;
+use crate::sandbox::{SandboxConfig, SandboxError};
 
 /// How the agent is run.
 #[derive(Clone)]
@@ -38,6 +39,15 @@ pub struct AgentConfig {
     /// Who jobs run as and what they may see. Its `private_dirs` need not name `data_dir`,
     /// which is always private; an empty `work_root` means the default, [`default_work_root`].
     pub sandbox: SandboxConfig,
+    /// What runs the jobs.
+    pub runner: RunnerKind,
+}
+
+/// What runs a landing zone's jobs.
+#[derive(Debug, Clone)]
+pub enum RunnerKind {
+    /// Child processes of the agent on its own host, under cgroup limits in a sandbox.
+    Process,
 }
 
 impl std::fmt::Debug for AgentConfig {
@@ -49,6 +59,7 @@ impl std::fmt::Debug for AgentConfig {
             .field("overrides", &self.overrides)
             .field("no_limits", &self.no_limits)
             .field("sandbox", &self.sandbox)
+            .field("runner", &self.runner)
             .finish()
     }
 }
@@ -67,7 +78,7 @@ pub fn default_work_root(data_dir: &std::path::Path) -> PathBuf {
 /// Makes `path` (and missing parents) a directory with `mode`, owned by the agent's user, and
 /// sets that mode on it if it existed already; a path that is a link or another user's is
 /// refused.
-fn private_dir(path: &std::path::Path, mode: u32) -> std::io::Result<()> {
+pub(crate) fn private_dir(path: &std::path::Path, mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     std::fs::DirBuilder::new().recursive(true).mode(mode).create(path)?;
     let meta = std::fs::symlink_metadata(path)?;
@@ -95,40 +106,23 @@ pub enum AgentError {
     /// The HTTP client could not be built.
     #[error("http client: {0}")]
     Http(#[from] reqwest::Error),
+    /// The batch system cannot be used.
+    #[error("{0}")]
+    BatchSystem(String),
 }
 
-/// What the agent's tasks share.
-pub(crate) struct Shared {
-    pub http: reqwest::Client,
-    /// The server's base URLs; requests go to the one `current` names.
-    servers: Vec<String>,
-    current: std::sync::atomic::AtomicUsize,
-    token: String,
-    pub data_dir: PathBuf,
-    pub cgroups: Cgroups,
-    pub work_dirs: WorkDirs,
-    pub sandbox: Sandbox,
-    pub launcher: Launcher,
-    /// What every job's environment starts from (see [`runner::base_env`]).
-    pub job_env: Vec<(&'static str, std::ffi::OsString)>,
+/// What the agent's tasks share, whatever runs the jobs.
+pub(crate) struct Agent {
+    /// The way to the server.
+    pub client: LzClient,
+    /// Inputs, by content.
+    pub cache: InputCache,
     /// Stop switches of the jobs this agent runs.
     pub jobs: Mutex<HashMap<Uuid, watch::Sender<bool>>>,
     reports: mpsc::UnboundedSender<Report>,
 }
 
-impl Shared {
-    /// A request to `path` under `/api/v1/lz` of the current server, with the token.
-    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let base = &self.servers[self.current.load(std::sync::atomic::Ordering::Relaxed) % self.servers.len()];
-        self.http.request(method, format!("{base}{}/lz{path}", mission_api::API_PREFIX)).bearer_auth(&self.token)
-    }
-
-    /// Moves on to the next of the server's URLs (after a broken connection); answers it.
-    fn next_server(&self) -> &str {
-        let next = self.current.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        &self.servers[next % self.servers.len()]
-    }
-
+impl Agent {
     /// Queues a report of a job's move; it is delivered in order, retried until the server
     /// takes it.
     pub fn report(
@@ -142,199 +136,147 @@ impl Shared {
         let report = Report { job_id, status, at: chrono::Utc::now(), exit_code, reason, limits };
         let _ = self.reports.send(report);
     }
+
+    /// Sets the stop switch of a job this agent runs.
+    fn stop_job(&self, job_id: Uuid) {
+        if let Some(stop) = self.jobs.lock().expect("not poisoned").get(&job_id) {
+            let _ = stop.send(true);
+        }
+    }
+
+    /// Runs `job` (of the given id) with a stop switch, and forgets the switch when it ends.
+    fn spawn_job<F: Future<Output = ()> + Send + 'static>(
+        self: &Arc<Self>,
+        job_id: Uuid,
+        job: impl FnOnce(watch::Receiver<bool>) -> F,
+    ) {
+        let (stop, stopped) = watch::channel(false);
+        self.jobs.lock().expect("not poisoned").insert(job_id, stop);
+        let (agent, running) = (self.clone(), job(stopped));
+        tokio::spawn(async move {
+            running.await;
+            agent.jobs.lock().expect("not poisoned").remove(&job_id);
+        });
+    }
 }
 
-/// Runs the agent until `shutdown` completes (jobs still running are killed then) or the server
-/// refuses its token.
+/// Runs the agent until `shutdown` completes (jobs still running are killed then, except where
+/// they run in a batch system) or the server refuses its token.
 pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
     for path in [config.data_dir.clone(), config.data_dir.join("cache")] {
         private_dir(&path, 0o700).map_err(|e| AgentError::DataDir(path.clone(), e))?;
     }
-    // Work dirs of agents before version 0.2 lay in the data dir.
-    let _ = std::fs::remove_dir_all(config.data_dir.join("jobs"));
-    let mut isolation = config.sandbox.clone();
-    if isolation.work_root.as_os_str().is_empty() {
-        isolation.work_root = default_work_root(&config.data_dir);
+    match &config.runner {
+        RunnerKind::Process => serve(&config, ProcessRunner::start(&config).await?, shutdown).await,
     }
-    let work_root = isolation.work_root.clone();
-    // Job users must pass through the work root (0711: they cannot list it) to their own dirs.
-    let root = rustix::process::geteuid().is_root();
-    for dir in work_root.ancestors().take(2).collect::<Vec<_>>().into_iter().rev() {
-        private_dir(dir, if root { 0o711 } else { 0o700 }).map_err(|e| AgentError::DataDir(dir.to_path_buf(), e))?;
-    }
-    // Work dirs of a previous run of this agent hold nothing anyone will collect.
-    if let Ok(entries) = std::fs::read_dir(&work_root) {
-        for entry in entries.flatten() {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-    isolation.private_dirs.insert(0, config.data_dir.clone());
-    let launcher = Launcher::start().map_err(|e| AgentError::DataDir(work_root.clone(), e))?;
-    let (sandbox, launcher) = tokio::task::spawn_blocking(move || {
-        let sandbox = Sandbox::detect(&isolation, &launcher)?;
-        // Before anything runs: what jobs of agents that died left running goes.
-        sandbox.sweep();
-        Ok::<_, SandboxError>((sandbox, launcher))
-    })
-    .await
-    .expect("sandbox detection does not panic")?;
-    let (resources, gpus) = detect(config.overrides).await;
-    let cgroups = if config.no_limits {
-        Cgroups::unavailable("switched off on this landing zone (--lz-no-limits)")
-    } else {
-        tokio::task::spawn_blocking(Cgroups::detect).await.unwrap_or_else(|e| Cgroups::unavailable(e.to_string()))
-    };
-    tracing::info!(
-        cpus = resources.cpu_count,
-        memory_mb = resources.memory_amount,
-        gpus = resources.gpu_count,
-        limits = %cgroups.describe(),
-        jobs = %sandbox.describe(),
-        work_root = %work_root.display(),
-        "landing zone agent starting"
-    );
-    let http = reqwest::Client::builder().tcp_nodelay(true).connect_timeout(Duration::from_secs(5)).build()?;
+}
+
+async fn serve<R: Runner>(
+    config: &AgentConfig,
+    runner: Arc<R>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), AgentError> {
     let (reports, queue) = mpsc::unbounded_channel();
-    let shared = Arc::new(Shared {
-        http,
-        servers: config.servers.iter().map(|url| url.trim_end_matches('/').to_owned()).collect(),
-        current: std::sync::atomic::AtomicUsize::new(0),
-        token: config.token.clone(),
-        data_dir: config.data_dir.clone(),
-        cgroups,
-        work_dirs: WorkDirs::new(work_root),
-        sandbox,
-        launcher,
-        job_env: runner::base_env(),
+    let agent = Arc::new(Agent {
+        client: LzClient::new(&config.servers, &config.token, Timings::default())?,
+        cache: InputCache::new(config.data_dir.join("cache")),
         jobs: Mutex::new(HashMap::new()),
         reports,
     });
-    let reporter = tokio::spawn(deliver_reports(shared.clone(), queue));
+    for job_id in runner.recovered() {
+        let (runner, agent2) = (runner.clone(), agent.clone());
+        agent.spawn_job(job_id, move |stop| runner.resume(agent2, job_id, stop));
+    }
+    let reporter = tokio::spawn(deliver_reports(agent.clone(), queue));
     let result = tokio::select! {
-        result = connect_loop(&shared, resources, gpus) => result,
+        result = connect_loop(&agent, &runner) => result,
         () = shutdown => Ok(()),
     };
-    for stop in shared.jobs.lock().expect("not poisoned").values() {
-        let _ = stop.send(true);
-    }
+    runner.shut_down(&agent);
     reporter.abort();
     result
 }
 
-async fn connect_loop(shared: &Arc<Shared>, resources: Resources, gpus: Vec<Gpu>) -> Result<(), AgentError> {
-    let mut backoff = Duration::from_millis(100);
+async fn connect_loop<R: Runner>(agent: &Arc<Agent>, runner: &Arc<R>) -> Result<(), AgentError> {
+    let mut delays = agent.client.timings().reconnect.delays();
     loop {
-        let running: Vec<Uuid> = shared.jobs.lock().expect("not poisoned").keys().copied().collect();
-        let hello = Hello { resources, gpus: gpus.clone(), running, version: env!("CARGO_PKG_VERSION").to_owned() };
-        match session(shared, &hello).await {
+        let running: Vec<Uuid> = agent.jobs.lock().expect("not poisoned").keys().copied().collect();
+        let (resources, gpus) = runner.offer().await;
+        let hello = Hello { resources, gpus, running, version: env!("CARGO_PKG_VERSION").to_owned() };
+        match session(agent, runner, &hello).await {
             Ok(()) => {
-                backoff = Duration::from_millis(100);
-                tokio::time::sleep(backoff).await;
+                delays = agent.client.timings().reconnect.delays();
+                tokio::time::sleep(agent.client.timings().reconnect.first).await;
             }
             Err(SessionEnd::Refused(why)) => return Err(AgentError::TokenRefused(why)),
             Err(SessionEnd::Broken(why)) => {
-                if shared.servers.len() > 1 {
-                    let next = shared.next_server();
-                    tracing::warn!("connection to the server lost: {why}; trying {next} in {backoff:?}");
+                let delay = delays.next().expect("endless");
+                let (now, next) = (agent.client.server().to_owned(), agent.client.next_server());
+                if now == next {
+                    tracing::warn!("connection to the server lost: {why}; reconnecting in {delay:?}");
                 } else {
-                    tracing::warn!("connection to the server lost: {why}; reconnecting in {backoff:?}");
+                    tracing::warn!("connection to the server lost: {why}; trying {next} in {delay:?}");
                 }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                tokio::time::sleep(delay).await;
             }
         }
     }
 }
 
-enum SessionEnd {
-    Refused(String),
-    Broken(String),
-}
-
 /// One connection: hello, then orders until the stream ends.
-async fn session(shared: &Arc<Shared>, hello: &Hello) -> Result<(), SessionEnd> {
-    let broken = |e: reqwest::Error| SessionEnd::Broken(e.to_string());
-    let mut response = shared.request(reqwest::Method::POST, "/connect").json(hello).send().await.map_err(broken)?;
-    if response.status() == StatusCode::UNAUTHORIZED {
-        return Err(SessionEnd::Refused(response.text().await.unwrap_or_default()));
-    }
-    if !response.status().is_success() {
-        let status = response.status();
-        return Err(SessionEnd::Broken(format!("{status}: {}", response.text().await.unwrap_or_default())));
-    }
-    let mut lines = LineReader::default();
-    let first = lines.next(&mut response, None).await?.ok_or_else(|| SessionEnd::Broken("no welcome".into()))?;
-    let welcome: Welcome =
-        serde_json::from_slice(&first).map_err(|e| SessionEnd::Broken(format!("bad welcome: {e}")))?;
+async fn session<R: Runner>(agent: &Arc<Agent>, runner: &Arc<R>, hello: &Hello) -> Result<(), SessionEnd> {
+    let (welcome, mut orders) = agent.client.connect(hello).await?;
     tracing::info!(lz = %welcome.name, lz_id = %welcome.lz_id, "connected");
     for job_id in &welcome.drop {
-        stop_job(shared, *job_id);
+        agent.stop_job(*job_id);
     }
-    let lease = Duration::from_secs(welcome.lease_seconds.max(3));
+    let lease = std::time::Duration::from_secs(welcome.lease_seconds.max(3));
     let (forgotten, mut reconnect) = watch::channel(false);
-    let heartbeat = tokio::spawn(heartbeats(shared.clone(), lease / 3, forgotten));
+    let heartbeat = tokio::spawn(heartbeats(agent.clone(), lease / 3, forgotten));
     // Orders (or pings) come at least every third of the lease; silence for a whole lease means
     // the connection is dead even if TCP has not noticed.
     let result = loop {
         let next = tokio::select! {
-            next = lines.next(&mut response, Some(lease)) => next,
+            next = orders.next(lease) => next,
             _ = reconnect.wait_for(|r| *r) => {
                 break Err(SessionEnd::Broken("the server no longer knows this connection".into()));
             }
         };
-        let line = match next {
-            Ok(Some(line)) => line,
+        match next {
+            Ok(Some(Order::Run(job))) => {
+                let (runner, agent2) = (runner.clone(), agent.clone());
+                agent.spawn_job(job.job_id, move |stop| runner.run(agent2, job, stop));
+            }
+            Ok(Some(Order::Stop { job_id })) => agent.stop_job(job_id),
+            Ok(Some(Order::Ping)) => {}
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
-        };
-        match serde_json::from_slice::<Order>(&line) {
-            Ok(Order::Run(assignment)) => {
-                let (stop, stopped) = watch::channel(false);
-                shared.jobs.lock().expect("not poisoned").insert(assignment.job_id, stop);
-                tokio::spawn(runner::run_job(shared.clone(), assignment, stopped));
-            }
-            Ok(Order::Stop { job_id }) => stop_job(shared, job_id),
-            Ok(Order::Ping) => {}
-            Err(e) => tracing::warn!("ignoring an order this agent does not understand: {e}"),
         }
     };
     heartbeat.abort();
     result
 }
 
-fn stop_job(shared: &Shared, job_id: Uuid) {
-    if let Some(stop) = shared.jobs.lock().expect("not poisoned").get(&job_id) {
-        let _ = stop.send(true);
-    }
-}
-
 /// Renews the lease every `every`; sets `forgotten` when the server answers that it does not
-/// know this connection (a 409: it restarted, or another replica took over its scheduler), so
-/// the agent connects again and tells it which jobs it runs.
-async fn heartbeats(shared: Arc<Shared>, every: Duration, forgotten: watch::Sender<bool>) {
+/// know this connection, so the agent connects again and tells it which jobs it runs.
+async fn heartbeats(agent: Arc<Agent>, every: std::time::Duration, forgotten: watch::Sender<bool>) {
     loop {
         tokio::time::sleep(every).await;
-        match shared.request(reqwest::Method::POST, "/heartbeat").send().await {
-            Ok(r) if r.status().is_success() => {}
-            Ok(r) if r.status() == StatusCode::CONFLICT => {
+        match agent.client.heartbeat().await {
+            Ok(Heartbeat::Renewed) => {}
+            Ok(Heartbeat::Forgotten) => {
                 let _ = forgotten.send(true);
                 return;
             }
-            Ok(r) => tracing::warn!("heartbeat answered {}", r.status()),
             Err(e) => tracing::warn!("heartbeat failed: {e}"),
         }
     }
 }
 
-/// How long a report that frees nothing (a job staging, running or uploading) may wait for the
-/// next one, so that a short job's moves travel together; a job's final report goes at once,
-/// since the server needs it to hand the job's resources to the next.
-const REPORT_GATHER: Duration = Duration::from_millis(5);
-
 /// Sends queued reports in batches, in order, retrying each batch until the server takes it.
-async fn deliver_reports(shared: Arc<Shared>, mut queue: mpsc::UnboundedReceiver<Report>) {
+async fn deliver_reports(agent: Arc<Agent>, mut queue: mpsc::UnboundedReceiver<Report>) {
     let mut batch = Vec::new();
-    let mut backoff = Duration::from_millis(50);
+    let gather = agent.client.timings().report_gather;
     loop {
         if batch.is_empty() {
             match queue.recv().await {
@@ -342,7 +284,7 @@ async fn deliver_reports(shared: Arc<Shared>, mut queue: mpsc::UnboundedReceiver
                 None => return,
             }
         }
-        let deadline = tokio::time::Instant::now() + REPORT_GATHER;
+        let deadline = tokio::time::Instant::now() + gather;
         loop {
             while let Ok(report) = queue.try_recv() {
                 batch.push(report);
@@ -355,53 +297,10 @@ async fn deliver_reports(shared: Arc<Shared>, mut queue: mpsc::UnboundedReceiver
                 Ok(None) | Err(_) => break,
             }
         }
-        match shared.request(reqwest::Method::POST, "/reports").json(&batch).send().await {
-            Ok(r) if r.status().is_success() => {
-                batch.clear();
-                backoff = Duration::from_millis(50);
-                continue;
-            }
-            Ok(r) if r.status().is_client_error() && r.status() != StatusCode::CONFLICT => {
-                // The server will never take these (its answer says why): do not block the rest.
-                tracing::error!("reports refused ({}): {}", r.status(), r.text().await.unwrap_or_default());
-                batch.clear();
-                continue;
-            }
-            Ok(r) => tracing::warn!("reports not taken yet ({}); retrying", r.status()),
-            Err(e) => tracing::warn!("reports not delivered yet ({e}); retrying"),
+        if let Err(e) = agent.client.delivered(|| agent.client.reports(&batch)).await {
+            // The server will never take these (its answer says why): do not block the rest.
+            tracing::error!("reports refused: {e}");
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(2));
-    }
-}
-
-/// Splits a streamed body into lines.
-#[derive(Default)]
-struct LineReader {
-    buf: Vec<u8>,
-}
-
-impl LineReader {
-    async fn next(
-        &mut self,
-        response: &mut reqwest::Response,
-        silence: Option<Duration>,
-    ) -> Result<Option<Vec<u8>>, SessionEnd> {
-        loop {
-            if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = self.buf.drain(..=i).collect();
-                return Ok(Some(line[..line.len() - 1].to_vec()));
-            }
-            let chunk = match silence {
-                Some(limit) => tokio::time::timeout(limit, response.chunk())
-                    .await
-                    .map_err(|_| SessionEnd::Broken(format!("no word from the server for {limit:?}")))?,
-                None => response.chunk().await,
-            };
-            match chunk.map_err(|e| SessionEnd::Broken(e.to_string()))? {
-                Some(bytes) => self.buf.extend_from_slice(&bytes),
-                None => return Ok(None),
-            }
-        }
+        batch.clear();
     }
 }

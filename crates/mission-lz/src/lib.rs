@@ -2,9 +2,11 @@
 //!
 //! An agent runs on a compute host, connects *out* to the server with its landing zone's token
 //! (the host needs no inbound port), advertises what the host offers, and runs the jobs the
-//! server places on it. Layout:
+//! server places on it, on the host itself or, from a cluster's login node, in Slurm. Layout:
 //! - [`agent`]: the connection — hello, the order stream, heartbeats, reports, reconnects;
-//! - `runner`: one job from staging through running under limits to its results;
+//! - [`client`]: the agent's side of the LZ protocol, its paths and its one retry policy;
+//! - `runner`: what runs jobs — the seam, and its `process` and `slurm` runners;
+//! - `cache`: the content cache of input files; `output`: logs and results, for every runner;
 //! - [`cgroups`]: memory and CPU limits through cgroup v1 or v2;
 //! - [`sandbox`]: who a job runs as, what it sees, and that nothing of it outlives it;
 //! - `workdirs`: the dirs jobs run in, reused from job to job;
@@ -12,13 +14,16 @@
 //! - [`slurm`]: what the agent reads from a Slurm cluster (nodes, jobs), for the Slurm runner.
 
 pub mod agent;
+mod cache;
 pub mod cgroups;
+pub mod client;
 pub mod detect;
+mod output;
 mod runner;
 pub mod sandbox;
 pub mod slurm;
 mod workdirs;
 
-pub use agent::{AgentConfig, AgentError, default_work_root, run};
+pub use agent::{AgentConfig, AgentError, RunnerKind, default_work_root, run};
 pub use detect::Overrides;
 pub use sandbox::SandboxConfig;

@@ -309,7 +309,7 @@ impl Sandbox {
     /// Starts `true` in a sandbox as a job would be.
     fn probe(&self, launcher: &Launcher) -> Result<(), String> {
         let user = self.job_user()?;
-        let plan = self.plan(&["true".into()], crate::runner::base_env(), Path::new("/"), &user, &[]);
+        let plan = self.plan(&["true".into()], crate::runner::process::base_env(), Path::new("/"), &user, &[]);
         let ended = launcher.start_job(&plan).and_then(|mut process| {
             let mut stderr = String::new();
             io::Read::read_to_string(&mut File::from(process.stderr.take().expect("piped")), &mut stderr)?;

@@ -111,6 +111,7 @@ impl LzCommand {
             overrides: self.resources.overrides(),
             no_limits: self.resources.no_limits,
             sandbox: self.sandbox.config(Vec::new()),
+            runner: mission_lz::RunnerKind::Process,
         };
         mission_lz::run(config, super::server::shutdown_signal()).await?;
         Ok(())

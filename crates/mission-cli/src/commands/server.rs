@@ -326,6 +326,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
             no_limits: args.local_lz.no_limits,
             // Jobs must not see the server's data dir (database, keys) either.
             sandbox: args.local_lz_sandbox.config(vec![data_dir.clone()]),
+            runner: mission_lz::RunnerKind::Process,
         };
         println!("Embedded landing zone {local_lz:?} on station {:?}.", mission_api::DEFAULT_STATION_NAME);
         Some(tokio::spawn(mission_lz::run(config, wait(stopping.clone()))))

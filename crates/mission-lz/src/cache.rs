@@ -1,0 +1,95 @@
+//! The content cache of input files (`DATA_DIR/cache/{sha256}`), shared by every runner: an
+//! input is downloaded once per content, checked against its SHA-256, and copied from here into
+//! each job's work dir. No job ever sees the cache.
+
+use std::path::PathBuf;
+
+use futures_util::StreamExt;
+use mission_api::lz::InputFile;
+use mission_api::paths::MissionPath;
+use tokio::io::AsyncWriteExt;
+use uuid::Uuid;
+
+use crate::client::LzClient;
+
+/// Why a job's inputs cannot be taken from the cache.
+#[derive(Debug)]
+pub(crate) enum Lookup {
+    /// These inputs (indices into the assignment's files) are not in the cache yet.
+    Missing(Vec<usize>),
+    /// The assignment is not usable; why.
+    Invalid(String),
+}
+
+/// The cache in one agent's data dir.
+pub(crate) struct InputCache {
+    dir: PathBuf,
+}
+
+impl InputCache {
+    /// The cache in `dir` (which exists, private to the agent).
+    pub fn new(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+
+    /// The cached copy of each of `files`, with its path in the work dir. Blocking (a `stat` per
+    /// file).
+    pub fn lookup(&self, files: &[InputFile]) -> Result<Vec<(PathBuf, PathBuf)>, Lookup> {
+        let mut inputs = Vec::with_capacity(files.len());
+        let mut missing = Vec::new();
+        for (i, file) in files.iter().enumerate() {
+            let path = MissionPath::parse(&file.path).map_err(|e| Lookup::Invalid(format!("{:?}: {e}", file.path)))?;
+            if file.sha256.len() != 64 || !file.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(Lookup::Invalid(format!("{path}: the server sent no valid sha256")));
+            }
+            let entry = self.dir.join(&file.sha256);
+            if !std::fs::metadata(&entry).is_ok_and(|m| m.len() == file.size) {
+                missing.push(i);
+            }
+            inputs.push((path.segments().collect(), entry));
+        }
+        if missing.is_empty() { Ok(inputs) } else { Err(Lookup::Missing(missing)) }
+    }
+
+    /// Downloads `files` (inputs of job `job_id`) into the cache, each checked against its
+    /// SHA-256 (whose form [`Self::lookup`] checked).
+    pub async fn download(&self, client: &LzClient, job_id: Uuid, files: &[&InputFile]) -> Result<(), String> {
+        for file in files {
+            self.download_one(client, job_id, file).await?;
+        }
+        Ok(())
+    }
+
+    async fn download_one(&self, client: &LzClient, job_id: Uuid, file: &InputFile) -> Result<(), String> {
+        let path = MissionPath::parse(&file.path).map_err(|e| format!("{:?}: {e}", file.path))?;
+        let entry = self.dir.join(&file.sha256);
+        let mut body = client.input(job_id, &path).await.map_err(|e| format!("{path}: {e}"))?;
+        let partial = self.dir.join(format!("{}.{}.partial", file.sha256, Uuid::new_v4()));
+        let mut out = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&partial)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut hasher = ring::digest::Context::new(&ring::digest::SHA256);
+        let result = async {
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.map_err(|e| format!("{path}: {e}"))?;
+                hasher.update(&chunk);
+                out.write_all(&chunk).await.map_err(|e| e.to_string())?;
+            }
+            out.flush().await.map_err(|e| e.to_string())?;
+            let digest: String = hasher.finish().as_ref().iter().map(|b| format!("{b:02x}")).collect();
+            if digest != file.sha256 {
+                return Err(format!("{path}: the download does not match its sha256"));
+            }
+            tokio::fs::rename(&partial, &entry).await.map_err(|e| e.to_string())
+        }
+        .await;
+        if result.is_err() {
+            let _ = tokio::fs::remove_file(&partial).await;
+        }
+        result
+    }
+}

@@ -1,0 +1,54 @@
+//! What runs a landing zone's jobs: the seam between the agent's connection (the same for every
+//! runner) and the place jobs run. Two runners implement it:
+//! - [`process`]: child processes of the agent on its own host, under cgroup limits in a sandbox;
+//! - [`slurm`]: jobs of a Slurm cluster, submitted from its login node.
+//!
+//! A runner stages a job's inputs through the agent's content cache, runs it, streams its output
+//! and uploads its results with the shared pieces in `output`, and reports each move through the
+//! agent (the final one included).
+
+pub mod process;
+// pub mod slurm;
+
+use std::sync::Arc;
+
+use mission_api::Resources;
+use mission_api::lz::{Assignment, Gpu};
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::agent::Agent;
+
+/// Runs the jobs of one landing zone.
+pub(crate) trait Runner: Send + Sync + 'static {
+    /// What the landing zone offers now (asked at every connection: a cluster's nodes change).
+    fn offer(&self) -> impl Future<Output = (Resources, Vec<Gpu>)> + Send;
+
+    /// Runs `job` to its end, reporting every move; a stop switched on in `stop` ends it.
+    fn run(
+        self: Arc<Self>,
+        agent: Arc<Agent>,
+        job: Assignment,
+        stop: watch::Receiver<bool>,
+    ) -> impl Future<Output = ()> + Send + 'static;
+
+    /// Jobs a previous run of the agent left running that this one can follow to their ends.
+    fn recovered(&self) -> Vec<Uuid> {
+        Vec::new()
+    }
+
+    /// Follows a job of [`Runner::recovered`] to its end, as [`Runner::run`] would have (never
+    /// called where nothing is recovered).
+    fn resume(
+        self: Arc<Self>,
+        agent: Arc<Agent>,
+        job_id: Uuid,
+        stop: watch::Receiver<bool>,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let _ = (agent, job_id, stop);
+        std::future::ready(())
+    }
+
+    /// The agent is stopping: what must not outlive it ends.
+    fn shut_down(&self, agent: &Agent);
+}

@@ -1,0 +1,344 @@
+//! The process runner: jobs as child processes of the agent on its own host, each from
+//! assignment to results.
+//!
+//! 1. staging: inputs not in the content cache (`DATA_DIR/cache/{sha256}`) are downloaded and
+//!    checked against their SHA-256; then one blocking step takes the job's user, copies the
+//!    inputs into a work dir of that user, takes the job's cgroup and starts the program in its
+//!    sandbox (few thread hand-offs: a trivial job's whole life is a few milliseconds);
+//! 2. running: the command runs in the work dir in its own process group, sandbox (see
+//!    `sandbox`) and cgroup (where the host has them), with nothing of the agent's environment
+//!    but `PATH` and the locale: `HOME` (the work dir), `MISSION_ID`, `JOB_ID`,
+//!    `OMP_NUM_THREADS` and `CUDA_VISIBLE_DEVICES`; stdout and stderr stream to the server as
+//!    they are written;
+//! 3. uploading: every new or changed regular file of the work dir goes to the server;
+//! 4. the final report; the work dir is emptied of all but its input copies, for the user's next
+//!    job (see `workdirs`), and the job's user is handed back.
+//!
+//! A stop order kills the whole process tree (group and cgroup) at once.
+
+use std::ffi::OsStr;
+use std::sync::Arc;
+
+use mission_api::lz::{Assignment, Gpu};
+use mission_api::{JobStatus, Resources};
+use tokio::sync::watch;
+
+use super::Runner;
+use crate::agent::{Agent, AgentConfig, AgentError, default_work_root, private_dir};
+use crate::cache::Lookup;
+use crate::cgroups::{Cgroups, JobCgroup};
+use crate::detect::detect;
+use crate::output::{changed_files, forward_pipe, upload_results};
+use crate::sandbox::{JobProcess, JobUser, Launcher, Sandbox, SandboxError};
+use crate::workdirs::{WorkDir, WorkDirs};
+
+/// The process runner of one agent.
+pub(crate) struct ProcessRunner {
+    cgroups: Cgroups,
+    work_dirs: WorkDirs,
+    sandbox: Sandbox,
+    launcher: Launcher,
+    /// What every job's environment starts from (see [`base_env`]).
+    job_env: Vec<(&'static str, std::ffi::OsString)>,
+    resources: Resources,
+    gpus: Vec<Gpu>,
+}
+
+impl ProcessRunner {
+    /// Makes the work root, finds how jobs can be confined and what the host offers, and sweeps
+    /// away what an earlier run of the agent left.
+    pub async fn start(config: &AgentConfig) -> Result<Arc<Self>, AgentError> {
+        // Work dirs of agents before version 0.2 lay in the data dir.
+        let _ = std::fs::remove_dir_all(config.data_dir.join("jobs"));
+        let mut isolation = config.sandbox.clone();
+        if isolation.work_root.as_os_str().is_empty() {
+            isolation.work_root = default_work_root(&config.data_dir);
+        }
+        let work_root = isolation.work_root.clone();
+        // Job users must pass through the work root (0711: they cannot list it) to their own dirs.
+        let root = rustix::process::geteuid().is_root();
+        for dir in work_root.ancestors().take(2).collect::<Vec<_>>().into_iter().rev() {
+            private_dir(dir, if root { 0o711 } else { 0o700 })
+                .map_err(|e| AgentError::DataDir(dir.to_path_buf(), e))?;
+        }
+        // Work dirs of a previous run of this agent hold nothing anyone will collect.
+        if let Ok(entries) = std::fs::read_dir(&work_root) {
+            for entry in entries.flatten() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+        isolation.private_dirs.insert(0, config.data_dir.clone());
+        let launcher = Launcher::start().map_err(|e| AgentError::DataDir(work_root.clone(), e))?;
+        let (sandbox, launcher) = tokio::task::spawn_blocking(move || {
+            let sandbox = Sandbox::detect(&isolation, &launcher)?;
+            // Before anything runs: what jobs of agents that died left running goes.
+            sandbox.sweep();
+            Ok::<_, SandboxError>((sandbox, launcher))
+        })
+        .await
+        .expect("sandbox detection does not panic")?;
+        let (resources, gpus) = detect(config.overrides).await;
+        let cgroups = if config.no_limits {
+            Cgroups::unavailable("switched off on this landing zone (--lz-no-limits)")
+        } else {
+            tokio::task::spawn_blocking(Cgroups::detect).await.unwrap_or_else(|e| Cgroups::unavailable(e.to_string()))
+        };
+        tracing::info!(
+            cpus = resources.cpu_count,
+            memory_mb = resources.memory_amount,
+            gpus = resources.gpu_count,
+            limits = %cgroups.describe(),
+            jobs = %sandbox.describe(),
+            work_root = %work_root.display(),
+            "landing zone agent starting"
+        );
+        Ok(Arc::new(Self {
+            cgroups,
+            work_dirs: WorkDirs::new(work_root),
+            sandbox,
+            launcher,
+            job_env: base_env(),
+            resources,
+            gpus,
+        }))
+    }
+}
+
+impl Runner for ProcessRunner {
+    async fn offer(&self) -> (Resources, Vec<Gpu>) {
+        (self.resources, self.gpus.clone())
+    }
+
+    fn run(
+        self: Arc<Self>,
+        agent: Arc<Agent>,
+        job: Assignment,
+        stop: watch::Receiver<bool>,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        run_job(self, agent, job, stop)
+    }
+
+    fn shut_down(&self, agent: &Agent) {
+        for stop in agent.jobs.lock().expect("not poisoned").values() {
+            let _ = stop.send(true);
+        }
+    }
+}
+
+/// Runs one job to its end and reports every move.
+async fn run_job(runner: Arc<ProcessRunner>, agent: Arc<Agent>, job: Assignment, stop: watch::Receiver<bool>) {
+    let job_id = job.job_id;
+    let mut work = None;
+    let (status, exit_code, reason) = match run(&runner, &agent, &job, &mut work, stop).await {
+        Ok(outcome) => outcome,
+        Err(reason) => (JobStatus::Failed, None, Some(reason)),
+    };
+    agent.report(job_id, status, exit_code, reason, None);
+    if let Some((dir, user)) = work {
+        // The dir is the agent's again before its user may go to another job.
+        let _ = tokio::task::spawn_blocking(move || {
+            runner.work_dirs.give_back(dir);
+            runner.sandbox.release(user);
+        })
+        .await;
+    }
+}
+
+/// A job's final status, exit code and reason.
+pub(crate) type Outcome = (JobStatus, Option<i32>, Option<String>);
+
+/// Stages, runs and settles the job; the work dir it ran in and its user are left in `work`.
+async fn run(
+    runner: &Arc<ProcessRunner>,
+    agent: &Arc<Agent>,
+    job: &Assignment,
+    work: &mut Option<(WorkDir, JobUser)>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<Outcome, String> {
+    if let Some(refusal) = runner.sandbox.refusal(job) {
+        return Err(refusal);
+    }
+    agent.report(job.job_id, JobStatus::Staging, None, None, None);
+    let mut downloaded = false;
+    let Launched { mut child, group, limits, dir, user } = loop {
+        let launched = {
+            let (runner, agent, job) = (runner.clone(), agent.clone(), job.clone());
+            tokio::task::spawn_blocking(move || launch(&runner, &agent, &job)).await.map_err(|e| e.to_string())?
+        };
+        match launched {
+            Ok(launched) => break launched,
+            Err(LaunchError::Failed(reason)) => return Err(reason),
+            Err(LaunchError::NotCached(_)) if downloaded => {
+                return Err("staging the mission's files failed: the input cache changed meanwhile".into());
+            }
+            Err(LaunchError::NotCached(missing)) => {
+                let missing: Vec<_> = missing.into_iter().map(|i| &job.files[i]).collect();
+                let fetch = agent.cache.download(&agent.client, job.job_id, &missing);
+                tokio::select! {
+                    fetched = fetch => fetched.map_err(|e| format!("staging the mission's files failed: {e}"))?,
+                    () = stop_ordered(&mut stop) => {
+                        return Ok((JobStatus::Stopped, None, Some("stopped before it started".into())));
+                    }
+                }
+                downloaded = true;
+            }
+        }
+    };
+    let (root, staged) = (dir.path().to_path_buf(), dir.inputs().clone());
+    let uid = user.ids().map(|(uid, _)| uid);
+    *work = Some((dir, user));
+    let pid = rustix::process::Pid::from_raw(child.pid as i32);
+    agent.report(job.job_id, JobStatus::Running, None, None, Some(limits));
+    let forwarders = [("stdout", child.stdout.take()), ("stderr", child.stderr.take())].map(|(stream, fd)| {
+        let (agent, job_id) = (agent.clone(), job.job_id);
+        tokio::spawn(async move { forward_pipe(&agent.client, job_id, stream, output_pipe(fd)).await })
+    });
+
+    let kill_group = || {
+        if let Some(pid) = pid {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    };
+    // A stop ordered while the job was being launched takes effect here, at once.
+    let (exit, stopped) = tokio::select! {
+        exit = child.wait() => (exit, false),
+        () = stop_ordered(&mut stop) => {
+            kill_group();
+            if let Some(g) = &group {
+                g.kill_all();
+            }
+            (child.wait().await, true)
+        }
+    };
+    // Whatever the program left running in the background ends with it (and lets go of the
+    // output pipes, so the forwarders finish); then the group is handed back (which kills what is
+    // left in it) and the work dir is searched for results, in one blocking step.
+    kill_group();
+    let settling = runner.clone();
+    let (oom, results) = tokio::task::spawn_blocking(move || {
+        let oom = group.is_some_and(|g| {
+            let oom = g.oom_killed();
+            settling.cgroups.give_back(g);
+            oom
+        });
+        settling.sandbox.end(uid);
+        (oom, changed_files(&root, &staged))
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    for forwarder in forwarders {
+        let _ = forwarder.await;
+    }
+    let exit = exit.map_err(|e| format!("waiting for the program: {e}"))?;
+    if stopped {
+        return Ok((JobStatus::Stopped, exit.code(), Some("stopped".into())));
+    }
+    agent.report(job.job_id, JobStatus::Uploading, None, None, None);
+    upload_results(&agent.client, job.job_id, results).await.map_err(|e| format!("uploading results failed: {e}"))?;
+    use std::os::unix::process::ExitStatusExt;
+    Ok(match (exit.code(), exit.signal()) {
+        _ if oom => (JobStatus::Failed, exit.code(), Some("out of memory".into())),
+        (Some(0), _) => (JobStatus::Completed, Some(0), None),
+        (Some(code), _) => (JobStatus::Failed, Some(code), Some(format!("exit status {code}"))),
+        (None, Some(signal)) => (JobStatus::Failed, None, Some(format!("killed by signal {signal}"))),
+        (None, None) => (JobStatus::Failed, None, Some("ended without an exit status".into())),
+    })
+}
+
+/// A job's program, started.
+struct Launched {
+    child: JobProcess,
+    group: Option<JobCgroup>,
+    /// How its limits are enforced, or why they are not.
+    limits: String,
+    /// Where it runs.
+    dir: WorkDir,
+    /// Whom it runs as.
+    user: JobUser,
+}
+
+enum LaunchError {
+    /// These inputs (indices into the assignment's files) are not in the cache yet.
+    NotCached(Vec<usize>),
+    /// The job cannot start; the reason.
+    Failed(String),
+}
+
+/// Stages the job and starts its program, in one blocking step: a work dir gets the mission's
+/// files from the content cache, the job gets its cgroup, and the program starts in the work dir
+/// in its own process group with `MISSION_ID`, `JOB_ID`, `OMP_NUM_THREADS` and
+/// `CUDA_VISIBLE_DEVICES`. Nothing is made when an input is not cached yet.
+fn launch(runner: &ProcessRunner, agent: &Agent, job: &Assignment) -> Result<Launched, LaunchError> {
+    let staging_failed = |e: String| LaunchError::Failed(format!("staging the mission's files failed: {e}"));
+    let program = job.command.first().ok_or_else(|| LaunchError::Failed("the job's command is empty".into()))?;
+    let inputs = agent.cache.lookup(&job.files).map_err(|e| match e {
+        Lookup::Missing(missing) => LaunchError::NotCached(missing),
+        Lookup::Invalid(why) => staging_failed(why),
+    })?;
+    let user = runner.sandbox.job_user().map_err(LaunchError::Failed)?;
+    // Copies, not links: the job may change its inputs, and the cache must not change.
+    let dir = match runner.work_dirs.stage(job.user_id, user.ids(), &inputs) {
+        Ok(dir) => dir,
+        Err(e) => {
+            runner.sandbox.release(user);
+            return Err(staging_failed(e.to_string()));
+        }
+    };
+
+    let group = runner.cgroups.take(job.cpu_count, job.memory_amount);
+    let limits = match &group {
+        Ok(_) => runner.cgroups.describe(),
+        Err(why) => format!("limits not enforced: {why}"),
+    };
+    let limits = format!("{limits}; {}", runner.sandbox.describe_job(&user));
+    let group = group.ok();
+    let gpus: Vec<String> = job.gpu_indices.iter().map(u32::to_string).collect();
+    let procs = group.as_ref().map(JobCgroup::procs_files).unwrap_or_default();
+    let (mission_id, job_id) = (job.mission_id.to_string(), job.job_id.to_string());
+    let (threads, gpus) = (job.cpu_count.to_string(), gpus.join(","));
+    let own: [(&str, &OsStr); 5] = [
+        ("HOME", dir.path().as_os_str()),
+        ("MISSION_ID", mission_id.as_ref()),
+        ("JOB_ID", job_id.as_ref()),
+        ("OMP_NUM_THREADS", threads.as_ref()),
+        ("CUDA_VISIBLE_DEVICES", gpus.as_ref()),
+    ];
+    let env = runner.job_env.iter().map(|(name, value)| (*name, value.as_os_str())).chain(own);
+    let plan = runner.sandbox.plan(&job.command, env, dir.path(), &user, &procs);
+    let spawned = runner.launcher.start_job(&plan);
+    match spawned {
+        Ok(child) => Ok(Launched { child, group, limits, dir, user }),
+        Err(e) => {
+            if let Some(g) = group {
+                runner.cgroups.give_back(g);
+            }
+            runner.work_dirs.give_back(dir);
+            runner.sandbox.release(user);
+            Err(LaunchError::Failed(format!("could not start {program}: {e}")))
+        }
+    }
+}
+
+/// The part of every job's environment that comes from the agent's: `PATH` (a standard one if
+/// the agent has none) and the locale; nothing else of it (its token, the server's settings)
+/// passes. Read once, when the agent starts.
+pub(crate) fn base_env() -> Vec<(&'static str, std::ffi::OsString)> {
+    let mut env: Vec<_> =
+        ["PATH", "LANG", "LC_ALL", "TZ"].into_iter().filter_map(|name| Some((name, std::env::var_os(name)?))).collect();
+    if !env.iter().any(|(name, _)| *name == "PATH") {
+        env.push(("PATH", "/usr/local/bin:/usr/bin:/bin".into()));
+    }
+    env
+}
+
+/// The read end of a job's stdout or stderr, for [`forward_pipe`] (nothing to read where it is gone).
+fn output_pipe(fd: Option<std::os::fd::OwnedFd>) -> Option<tokio::net::unix::pipe::Receiver> {
+    tokio::net::unix::pipe::Receiver::from_owned_fd(fd?).ok()
+}
+
+/// Resolves once a stop is ordered (never, if the switch is gone).
+pub(crate) async fn stop_ordered(stop: &mut watch::Receiver<bool>) {
+    if stop.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}

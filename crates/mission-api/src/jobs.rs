@@ -126,6 +126,9 @@ pub struct Job {
     pub memory_amount: u64,
     /// GPUs it holds.
     pub gpu_count: u32,
+    /// Minutes it may run before it is ended (`failed`, reason "time limit"); none: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit: Option<u32>,
     /// Indices of the GPUs on its landing zone (`CUDA_VISIBLE_DEVICES`); empty without GPUs.
     pub gpu_indices: Vec<u32>,
     /// The program and arguments it runs, in the mission's folder.
@@ -166,6 +169,10 @@ pub struct RunJob {
     /// GPUs.
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole_number")]
     pub gpu_count: Option<u32>,
+    /// Minutes the job may run before it is ended (`failed`, reason "time limit"), 1 to
+    /// 525,600 (a year); absent: the mission type's default, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole_number")]
+    pub time_limit: Option<u32>,
 }
 
 /// An optional whole number that may be written with a fraction of zero (`4.0`), as JSON
@@ -221,6 +228,9 @@ pub struct JobPage {
     /// Jobs matching the filters, on all pages.
     pub total: u64,
 }
+
+/// The longest time limit a job may have, in minutes (a year).
+pub const MAX_TIME_LIMIT: u32 = 525_600;
 
 /// Folder of a job's results holding its two logs (`stdout.log`, `stderr.log`). The landing zone
 /// does not upload a top-level folder of this name from the work dir.

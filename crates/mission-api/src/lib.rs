@@ -28,7 +28,7 @@ pub mod users;
 pub use auth::{AuthConfig, DeviceAuthorization, OAuthError, TokenResponse};
 pub use cargo_bays::{CargoBay, CargoBayKind, CreateCargoBay, DEFAULT_CARGO_BAY_ID};
 pub use files::FileListing;
-pub use jobs::{JOB_LOGS_FOLDER, Job, JobPage, JobStatus, JobTransition, RunJob};
+pub use jobs::{JOB_LOGS_FOLDER, Job, JobPage, JobStatus, JobTransition, MAX_TIME_LIMIT, RunJob};
 pub use mission_types::{MissionType, MissionTypeSummary, ResourceDefaults};
 pub use missions::{CreateMission, MAX_ITEMS_PER_PAGE, Mission, MissionPage, UpdateMission, UpdateMissionArgs};
 pub use problem::{PROBLEM_CONTENT_TYPE, Problem};

@@ -1,11 +1,13 @@
 //! The landing-zone protocol under `/api/v1/lz`: what an agent and the server say to each other.
 //!
 //! The agent connects out (the LZ host needs no inbound port), authenticated by its token:
-//! 1. `POST /lz/connect` with a [`Hello`] (resources, GPUs, the jobs it still runs) →
-//!    [`Welcome`] (its identity, the lease, the jobs it must drop);
-//! 2. `GET /lz/orders`: a long-lived response streaming [`Order`]s as JSON lines (new jobs, stops,
-//!    keep-alive pings);
-//! 3. `POST /lz/heartbeat` within every lease, `POST /lz/reports` with [`Report`]s as jobs move,
+//! 1. `POST /lz/connect` with a [`Hello`] (resources, GPUs, the jobs it still runs): the answer
+//!    is a long-lived stream of JSON lines (`application/x-ndjson`), first a [`Welcome`] (its
+//!    identity, the lease, the jobs it must drop), then [`Order`]s as they come (new jobs, stops,
+//!    and a ping whenever nothing else was sent for a third of the lease). The connection is the
+//!    agent's session: when it breaks, the agent connects again, naming the jobs it still runs;
+//! 2. `POST /lz/heartbeat` within every lease (a 409 answers that the server does not know this
+//!    session: connect again), `POST /lz/reports` with [`Report`]s as jobs move,
 //!    `POST /lz/jobs/{id}/logs/{stdout|stderr}` with output as it is written, `GET
 //!    /lz/jobs/{id}/files/{path}` for inputs and `PUT /lz/jobs/{id}/results/{path}` for results.
 
@@ -40,6 +42,12 @@ pub struct Hello {
     /// Jobs the agent still runs (after a reconnect).
     #[serde(default)]
     pub running: Vec<Uuid>,
+    /// Set by a gateway into a batch system (Slurm): it takes up to this many jobs at once,
+    /// each within `resources` (the largest node), and the batch system queues them; the
+    /// server then counts jobs instead of free CPUs, memory and GPUs, and hands out no GPU
+    /// indices (the batch system chooses the devices).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_jobs: Option<u32>,
     /// Agent version.
     pub version: String,
 }
@@ -82,6 +90,9 @@ pub struct Assignment {
     pub memory_amount: u64,
     /// GPU indices on this LZ.
     pub gpu_indices: Vec<u32>,
+    /// Minutes the job may run; the agent ends it after (`failed`, reason "time limit").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit: Option<u32>,
     /// The mission's input files to stage.
     pub files: Vec<InputFile>,
 }

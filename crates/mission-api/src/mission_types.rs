@@ -29,6 +29,9 @@ pub struct ResourceDefaults {
     pub memory_amount: u64,
     /// GPUs.
     pub gpu_count: u32,
+    /// Minutes a job may run; none: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit: Option<u32>,
 }
 
 /// A mission type in detail, as `GET /api/v1/mission-types/{id}` returns it.

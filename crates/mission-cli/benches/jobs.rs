@@ -84,13 +84,14 @@ async fn main() {
         ..Default::default()
     };
     let mission = client.create_and_upload_mission(&request, &src).await.unwrap();
-    let one_cpu = JobResources { cpu_count: Some(1), memory_amount: Some(256), gpu_count: Some(0) };
+    let one_cpu = JobResources { cpu_count: Some(1), memory_amount: Some(256), gpu_count: Some(0), time_limit: None };
     let run = RunJob {
         station_id: station.station_id,
         lz_id: None,
         cpu_count: one_cpu.cpu_count,
         memory_amount: one_cpu.memory_amount,
         gpu_count: one_cpu.gpu_count,
+        time_limit: None,
     };
 
     // Dispatch latency, one job at a time on an idle LZ (the first warms the input cache).

@@ -21,6 +21,8 @@ pub struct JobResources {
     pub memory_amount: Option<u64>,
     /// GPUs.
     pub gpu_count: Option<u32>,
+    /// Minutes the job may run before it is ended (`failed`, reason "time limit").
+    pub time_limit: Option<u32>,
 }
 
 /// Filters and paging of [`Client::list_jobs`]; the default is the first 25 of all the caller's
@@ -249,5 +251,6 @@ fn run_request(station_id: Uuid, lz_id: Option<Uuid>, resources: JobResources) -
         cpu_count: resources.cpu_count,
         memory_amount: resources.memory_amount,
         gpu_count: resources.gpu_count,
+        time_limit: resources.time_limit,
     }
 }

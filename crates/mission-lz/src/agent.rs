@@ -201,8 +201,14 @@ async fn connect_loop<R: Runner>(agent: &Arc<Agent>, runner: &Arc<R>) -> Result<
     let mut delays = agent.client.timings().reconnect.delays();
     loop {
         let running: Vec<Uuid> = agent.jobs.lock().expect("not poisoned").keys().copied().collect();
-        let (resources, gpus) = runner.offer().await;
-        let hello = Hello { resources, gpus, running, version: env!("CARGO_PKG_VERSION").to_owned() };
+        let offer = runner.offer().await;
+        let hello = Hello {
+            resources: offer.resources,
+            gpus: offer.gpus,
+            running,
+            max_jobs: offer.max_jobs,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        };
         match session(agent, runner, &hello).await {
             Ok(()) => {
                 delays = agent.client.timings().reconnect.delays();

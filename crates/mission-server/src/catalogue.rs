@@ -94,7 +94,8 @@ pub struct MissionTypeDef {
     resources: ResourceDefaults,
 }
 
-const DEFAULT_RESOURCES: ResourceDefaults = ResourceDefaults { cpu_count: 1, memory_amount: 1024, gpu_count: 0 };
+const DEFAULT_RESOURCES: ResourceDefaults =
+    ResourceDefaults { cpu_count: 1, memory_amount: 1024, gpu_count: 0, time_limit: None };
 
 const FILENAME: SettingDef = SettingDef {
     name: "filename",

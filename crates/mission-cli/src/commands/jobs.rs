@@ -39,6 +39,11 @@ pub struct RunCommand {
     /// GPUs.
     #[arg(long)]
     gpus: Option<u32>,
+    /// Time limit: minutes (90), or a number of minutes, hours or days (90m, 2h, 1d). The job
+    /// is ended when it runs longer, and fails with the reason "time limit". Default: the
+    /// mission type's, if it has one.
+    #[arg(long, value_name = "DURATION", value_parser = parse_time_limit)]
+    time: Option<u32>,
     /// Wait until the job ends, showing its status; exit non-zero unless it completed.
     #[arg(long)]
     wait: bool,
@@ -121,6 +126,9 @@ fn show(out: Output, job: &Job) {
         let indices: Vec<String> = job.gpu_indices.iter().map(u32::to_string).collect();
         fields.push(("gpus", indices.join(",")));
     }
+    if let Some(minutes) = job.time_limit {
+        fields.push(("time limit", format!("{minutes} min")));
+    }
     if let Some(code) = job.exit_code {
         fields.push(("exit code", code.to_string()));
     }
@@ -172,6 +180,25 @@ async fn follow(client: &Client, job_id: Uuid) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A time limit in minutes from `90`, `90m`, `2h` or `1d`.
+fn parse_time_limit(text: &str) -> Result<u32, String> {
+    let (number, minutes_per) = match text.trim().char_indices().last() {
+        Some((i, 'm')) => (&text[..i], 1),
+        Some((i, 'h')) => (&text[..i], 60),
+        Some((i, 'd')) => (&text[..i], 24 * 60),
+        _ => (text.trim(), 1),
+    };
+    let minutes = number
+        .parse::<u32>()
+        .ok()
+        .and_then(|n| n.checked_mul(minutes_per))
+        .ok_or_else(|| format!("expected minutes (90), or 90m, 2h, 1d; got {text:?}"))?;
+    if !(1..=mission_api::MAX_TIME_LIMIT).contains(&minutes) {
+        return Err(format!("a time limit is 1 minute to {} days", mission_api::MAX_TIME_LIMIT / (24 * 60)));
+    }
+    Ok(minutes)
+}
+
 /// Exit with an error unless the job completed.
 fn check_completed(job: &Job) -> anyhow::Result<()> {
     match job.status {
@@ -191,8 +218,14 @@ impl RunCommand {
             Some(lz) => Some(resolve_lz(&client, station_id, lz).await?),
             None => None,
         };
-        let request =
-            RunJob { station_id, lz_id, cpu_count: self.cpus, memory_amount: self.memory, gpu_count: self.gpus };
+        let request = RunJob {
+            station_id,
+            lz_id,
+            cpu_count: self.cpus,
+            memory_amount: self.memory,
+            gpu_count: self.gpus,
+            time_limit: self.time,
+        };
         let job = client.run_job(self.mission, &request).await?;
         if !self.wait && !self.follow {
             out.done(&job, &format!("started job {} ({})", job.job_id, job.status));
@@ -271,5 +304,21 @@ impl JobsCommand {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_time_limit;
+
+    #[test]
+    fn time_limits_are_read_in_minutes_hours_or_days() {
+        assert_eq!(parse_time_limit("90"), Ok(90));
+        assert_eq!(parse_time_limit("90m"), Ok(90));
+        assert_eq!(parse_time_limit("2h"), Ok(120));
+        assert_eq!(parse_time_limit("1d"), Ok(1440));
+        for bad in ["0", "", "h", "1.5h", "-3", "366d", "99999999999d"] {
+            assert!(parse_time_limit(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -68,6 +68,9 @@ impl TypesCommand {
                         ),
                     ),
                 ];
+                if let Some(minutes) = t.resources.time_limit {
+                    fields.push(("time limit", format!("{minutes} min")));
+                }
                 fields.extend(t.settings.iter().map(|(k, v)| ("setting", format!("{k}: {v}"))));
                 out.record(&t, fields);
             }

@@ -610,6 +610,27 @@ async fn memory_limit_ends_a_job_out_of_memory() {
 }
 
 #[tokio::test]
+async fn a_job_past_its_time_limit_fails_with_that_reason_and_returns_its_results() {
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let alice = &server.client;
+    let m = mission(alice, SHELL, &[("run.sh", "echo started\necho partial > part.txt\nexec sleep 600\n")], &[]).await;
+    let too_long = JobResources { time_limit: Some(0), ..Default::default() };
+    let refused = alice.run_job_on_station(m.mission_id, local_station(), too_long).await.unwrap_err();
+    assert!(refused.to_string().contains("time_limit"), "{refused}");
+    let one_minute = JobResources { time_limit: Some(1), ..Default::default() };
+    let job = alice.run_job_on_station(m.mission_id, local_station(), one_minute).await.unwrap();
+    assert_eq!(job.time_limit, Some(1));
+    let done = alice.wait_for_job(job.job_id).await.unwrap();
+    assert_eq!((done.status, done.reason.as_deref()), (JobStatus::Failed, Some("time limit")), "{done:?}");
+    let ran = done.finished_at.unwrap() - done.started_at.unwrap();
+    assert!((60..90).contains(&ran.num_seconds()), "ended after {ran}");
+    assert_eq!(alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap(), "started\n");
+    let results = alice.list_job_results(job.job_id).await.unwrap();
+    assert!(results.iter().any(|f| f.relative_path() == "part.txt"), "{results:?}");
+}
+
+#[tokio::test]
 async fn gpus_are_detected_and_handed_out_by_index() {
     let (server, admin) = cluster(|_| {}).await;
     let agent = Agent::start(&server, &admin, local_station(), "gpu", Offer { fake_gpus: 2, ..TWO_CPUS }).await;

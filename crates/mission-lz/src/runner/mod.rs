@@ -19,10 +19,21 @@ use uuid::Uuid;
 
 use crate::agent::Agent;
 
+/// What a landing zone offers, as its hello says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Offer {
+    /// Resources: those of the host, or a cluster's largest node.
+    pub resources: Resources,
+    /// The GPUs behind `resources.gpu_count`, where the agent hands them out itself.
+    pub gpus: Vec<Gpu>,
+    /// How many jobs a batch-system gateway takes at once (see [`mission_api::lz::Hello`]).
+    pub max_jobs: Option<u32>,
+}
+
 /// Runs the jobs of one landing zone.
 pub(crate) trait Runner: Send + Sync + 'static {
     /// What the landing zone offers now (asked at every connection: a cluster's nodes change).
-    fn offer(&self) -> impl Future<Output = (Resources, Vec<Gpu>)> + Send;
+    fn offer(&self) -> impl Future<Output = Offer> + Send;
 
     /// Runs `job` to its end, reporting every move; a stop switched on in `stop` ends it.
     fn run(

@@ -14,7 +14,8 @@
 //! 4. the final report; the work dir is emptied of all but its input copies, for the user's next
 //!    job (see `workdirs`), and the job's user is handed back.
 //!
-//! A stop order kills the whole process tree (group and cgroup) at once.
+//! A stop order kills the whole process tree (group and cgroup) at once, and so does the job's
+//! time limit (the job fails with the reason "time limit", its results uploaded).
 
 use std::ffi::OsStr;
 use std::sync::Arc;
@@ -23,7 +24,7 @@ use mission_api::lz::{Assignment, Gpu};
 use mission_api::{JobStatus, Resources};
 use tokio::sync::watch;
 
-use super::Runner;
+use super::{Offer, Runner};
 use crate::agent::{Agent, AgentConfig, AgentError, default_work_root, private_dir};
 use crate::cache::Lookup;
 use crate::cgroups::{Cgroups, JobCgroup};
@@ -105,8 +106,8 @@ impl ProcessRunner {
 }
 
 impl Runner for ProcessRunner {
-    async fn offer(&self) -> (Resources, Vec<Gpu>) {
-        (self.resources, self.gpus.clone())
+    async fn offer(&self) -> Offer {
+        Offer { resources: self.resources, gpus: self.gpus.clone(), max_jobs: None }
     }
 
     fn run(
@@ -199,15 +200,22 @@ async fn run(
             let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
         }
     };
+    let kill_all = || {
+        kill_group();
+        if let Some(g) = &group {
+            g.kill_all();
+        }
+    };
     // A stop ordered while the job was being launched takes effect here, at once.
-    let (exit, stopped) = tokio::select! {
-        exit = child.wait() => (exit, false),
+    let (exit, ended) = tokio::select! {
+        exit = child.wait() => (exit, None),
         () = stop_ordered(&mut stop) => {
-            kill_group();
-            if let Some(g) = &group {
-                g.kill_all();
-            }
-            (child.wait().await, true)
+            kill_all();
+            (child.wait().await, Some(Ended::Stopped))
+        }
+        () = time_limit(job.time_limit) => {
+            kill_all();
+            (child.wait().await, Some(Ended::TimeLimit))
         }
     };
     // Whatever the program left running in the background ends with it (and lets go of the
@@ -230,19 +238,38 @@ async fn run(
         let _ = forwarder.await;
     }
     let exit = exit.map_err(|e| format!("waiting for the program: {e}"))?;
-    if stopped {
+    if ended == Some(Ended::Stopped) {
         return Ok((JobStatus::Stopped, exit.code(), Some("stopped".into())));
     }
     agent.report(job.job_id, JobStatus::Uploading, None, None, None);
     upload_results(&agent.client, job.job_id, results).await.map_err(|e| format!("uploading results failed: {e}"))?;
     use std::os::unix::process::ExitStatusExt;
     Ok(match (exit.code(), exit.signal()) {
+        _ if ended == Some(Ended::TimeLimit) => (JobStatus::Failed, None, Some(TIME_LIMIT_REASON.into())),
         _ if oom => (JobStatus::Failed, exit.code(), Some("out of memory".into())),
         (Some(0), _) => (JobStatus::Completed, Some(0), None),
         (Some(code), _) => (JobStatus::Failed, Some(code), Some(format!("exit status {code}"))),
         (None, Some(signal)) => (JobStatus::Failed, None, Some(format!("killed by signal {signal}"))),
         (None, None) => (JobStatus::Failed, None, Some("ended without an exit status".into())),
     })
+}
+
+/// Why a job's program was ended before it exited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Stopped,
+    TimeLimit,
+}
+
+/// The reason a job that ran past its time limit fails with, whatever ran it.
+pub(crate) const TIME_LIMIT_REASON: &str = "time limit";
+
+/// Resolves when a job that started now has run for `minutes` (never, without a limit).
+async fn time_limit(minutes: Option<u32>) {
+    match minutes {
+        Some(minutes) => tokio::time::sleep(std::time::Duration::from_secs(u64::from(minutes) * 60)).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// A job's program, started.

@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use futures_util::StreamExt;
 use mission_api::paths::MissionPath;
-use mission_api::{FileListing, Job, JobPage, JobStatus, JobTransition, RunJob};
+use mission_api::{FileListing, Job, JobPage, JobStatus, JobTransition, MAX_TIME_LIMIT, RunJob};
 use uuid::Uuid;
 
 use super::async_stream;
@@ -66,6 +66,10 @@ pub async fn run(
     if memory_amount == 0 || memory_amount > i64::MAX as u64 / (1024 * 1024) {
         return Err(ApiError::invalid_field("memory_amount", "expected megabytes, at least 1"));
     }
+    let time_limit = req.time_limit.or(defaults.time_limit);
+    if time_limit.is_some_and(|minutes| !(1..=MAX_TIME_LIMIT).contains(&minutes)) {
+        return Err(ApiError::invalid_field("time_limit", format!("expected minutes, 1 to {MAX_TIME_LIMIT}")));
+    }
     // Fail now, not after the run, when the results could not be stored.
     app.bays.results(&app.store, &mission, Uuid::nil()).await?;
     let now = store::now();
@@ -80,6 +84,7 @@ pub async fn run(
         cpu_count,
         memory_amount,
         gpu_count,
+        time_limit,
         gpu_indices: Vec::new(),
         command,
         exit_code: None,

@@ -79,6 +79,9 @@ struct LzState {
     /// When the lease runs out; `None` once it did (until the agent connects again).
     lease_until: Option<Instant>,
     jobs: HashMap<Uuid, Placed>,
+    /// A gateway into a batch system takes this many jobs at once, each within `capacity`,
+    /// whatever else it holds (its batch system queues them).
+    max_jobs: Option<u32>,
 }
 
 impl LzState {
@@ -95,10 +98,14 @@ impl LzState {
             connection: None,
             lease_until: None,
             jobs: HashMap::new(),
+            max_jobs: None,
         }
     }
 
     fn fits_now(&self, job: &Job) -> bool {
+        if let Some(max) = self.max_jobs {
+            return self.jobs.len() < max as usize && self.could_hold(job);
+        }
         self.free_cpu >= i64::from(job.cpu_count)
             && self.free_memory >= job.memory_amount as i64
             && self.free_gpus.len() >= job.gpu_count as usize
@@ -112,6 +119,10 @@ impl LzState {
 
     /// Counts a placed job (with its `gpu_indices`) against the free resources.
     fn hold(&mut self, placed: Placed) {
+        if self.max_jobs.is_some() {
+            self.jobs.insert(placed.job.job_id, placed);
+            return;
+        }
         self.free_cpu -= i64::from(placed.job.cpu_count);
         self.free_memory -= placed.job.memory_amount as i64;
         for g in &placed.job.gpu_indices {
@@ -122,6 +133,9 @@ impl LzState {
 
     fn release(&mut self, job_id: Uuid) -> Option<Placed> {
         let placed = self.jobs.remove(&job_id)?;
+        if self.max_jobs.is_some() {
+            return Some(placed);
+        }
         self.free_cpu += i64::from(placed.job.cpu_count);
         self.free_memory += placed.job.memory_amount as i64;
         self.free_gpus.extend(placed.job.gpu_indices.iter().filter(|g| self.gpus.contains(g)));
@@ -398,6 +412,7 @@ impl State {
                     cpu_count: job.cpu_count,
                     memory_amount: job.memory_amount,
                     gpu_indices: job.gpu_indices.clone(),
+                    time_limit: job.time_limit,
                     files: files[&job.mission_id].clone(),
                 },
             );
@@ -529,6 +544,7 @@ impl State {
         // New capacity, the same jobs: recount what is free.
         let held = self.lzs.remove(&who.lz_id).map(|lz| lz.jobs).unwrap_or_default();
         let mut lz = LzState::new(who.station_id, who.name.clone(), Some(hello.resources), gpus);
+        lz.max_jobs = hello.max_jobs;
         for (_, placed) in held {
             lz.hold(placed);
         }
@@ -590,8 +606,13 @@ impl State {
         let mut finished = Vec::new();
         for report in reports {
             let Some(placed) = lz.jobs.get_mut(&report.job_id) else { continue };
-            // Moves only go forward; a repeated or late report changes nothing.
-            if report.status <= placed.job.status || report.status == JobStatus::Queued {
+            // Moves only go forward; a repeated or late report changes nothing, but a new reason
+            // for the same step (why a job still waits in a batch system's queue) is recorded.
+            let new_reason = report.status == placed.job.status
+                && !report.status.is_final()
+                && report.reason.is_some()
+                && report.reason != placed.job.reason;
+            if (report.status <= placed.job.status && !new_reason) || report.status == JobStatus::Queued {
                 continue;
             }
             let mut status = report.status;
@@ -605,6 +626,9 @@ impl State {
             update.detail = report.reason;
             update.limits = report.limits;
             placed.job.status = status;
+            if update.reason.is_some() || status == JobStatus::Running {
+                placed.job.reason.clone_from(&update.reason);
+            }
             if status.is_final() {
                 finished.push(report.job_id);
             }
@@ -707,7 +731,9 @@ impl State {
                     let mut job = job.clone();
                     job.status = JobStatus::Assigned;
                     job.lz_id = Some(lz_id);
-                    job.gpu_indices = lz.free_gpus.iter().take(job.gpu_count as usize).copied().collect();
+                    if lz.max_jobs.is_none() {
+                        job.gpu_indices = lz.free_gpus.iter().take(job.gpu_count as usize).copied().collect();
+                    }
                     let mut update = JobUpdate::new(job.job_id, JobStatus::Assigned);
                     update.lz_id = Some(Some(lz_id));
                     update.gpu_indices = Some(job.gpu_indices.clone());

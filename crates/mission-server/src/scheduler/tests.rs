@@ -123,13 +123,18 @@ impl Harness {
 
     /// Connects an agent offering `cpus` CPUs, saying it still runs `running`.
     async fn connect(&self, lz: &LzIdentity, cpus: u32, running: Vec<Uuid>) -> (FakeAgent, Welcome) {
-        let (session, orders) = self.sessions.open();
         let hello = Hello {
             resources: Resources { cpu_count: cpus, memory_amount: 8192, gpu_count: 0 },
             gpus: Vec::new(),
             running,
+            max_jobs: None,
             version: "test".into(),
         };
+        self.connect_with(lz, hello).await
+    }
+
+    async fn connect_with(&self, lz: &LzIdentity, hello: Hello) -> (FakeAgent, Welcome) {
+        let (session, orders) = self.sessions.open();
         let outcome = self.ask(Call::Connect { lz: lz.clone(), hello: Box::new(hello), session }).await.unwrap();
         let Outcome::Welcome { welcome } = outcome else { panic!("{outcome:?}") };
         (FakeAgent { lz: lz.clone(), orders }, *welcome)
@@ -147,6 +152,7 @@ impl Harness {
             cpu_count: cpus,
             memory_amount: 256,
             gpu_count: 0,
+            time_limit: None,
             gpu_indices: Vec::new(),
             command: vec!["true".into()],
             exit_code: None,
@@ -164,7 +170,12 @@ impl Harness {
     }
 
     async fn report(&self, agent: &FakeAgent, job_id: Uuid, status: JobStatus) {
-        let report = Report { job_id, status, at: store::now(), exit_code: None, reason: None, limits: None };
+        self.report_why(agent, job_id, status, None).await;
+    }
+
+    async fn report_why(&self, agent: &FakeAgent, job_id: Uuid, status: JobStatus, reason: Option<&str>) {
+        let reason = reason.map(str::to_owned);
+        let report = Report { job_id, status, at: store::now(), exit_code: None, reason, limits: None };
         self.ask(Call::Reports { lz: agent.lz.clone(), reports: vec![report] }).await.unwrap();
     }
 
@@ -225,6 +236,50 @@ async fn jobs_go_to_the_best_fit_and_a_large_job_reserves_its_lz_while_small_one
     h.report(&big, wide.job_id, JobStatus::Completed).await;
     assert_eq!(big.runs(), [waiting.job_id]);
     assert_eq!(h.status(wide.job_id).await, JobStatus::Completed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_gateway_takes_jobs_by_count_and_says_why_they_wait() {
+    let h = Harness::new().await;
+    let lz = h.register("slurm").await;
+    // The largest node has 2 CPUs; the gateway keeps up to 3 jobs in its batch system.
+    let hello = Hello {
+        resources: Resources { cpu_count: 2, memory_amount: 8192, gpu_count: 2 },
+        gpus: Vec::new(),
+        running: Vec::new(),
+        max_jobs: Some(3),
+        version: "test".into(),
+    };
+    let (mut gateway, _) = h.connect_with(&lz, hello).await;
+    let jobs = [h.submit(2).await, h.submit(2).await, h.submit(2).await, h.submit(2).await];
+    let ids: Vec<Uuid> = jobs.iter().map(|j| j.job_id).collect();
+    assert_eq!(gateway.runs(), ids[..3], "three whole-node jobs at once: the batch system queues them");
+    assert_eq!(h.status(ids[3]).await, JobStatus::Queued);
+    assert!(h.store.job_row(ids[0]).await.unwrap().unwrap().gpu_indices.is_empty());
+
+    // A job waiting in the batch system's queue says why, each time the reason changes.
+    h.report(&gateway, ids[1], JobStatus::Staging).await;
+    h.report_why(&gateway, ids[1], JobStatus::Staging, Some("waiting in Slurm's queue: Priority")).await;
+    h.report_why(&gateway, ids[1], JobStatus::Staging, Some("waiting in Slurm's queue: Priority")).await;
+    h.report_why(&gateway, ids[1], JobStatus::Staging, Some("waiting in Slurm's queue: Resources")).await;
+    let waiting = h.store.job(ids[1]).await.unwrap().unwrap();
+    assert_eq!(waiting.reason.as_deref(), Some("waiting in Slurm's queue: Resources"));
+    let details: Vec<_> = waiting.history.iter().map(|t| (t.status, t.detail.as_deref())).collect();
+    assert_eq!(
+        details[details.len() - 3..],
+        [
+            (JobStatus::Staging, None),
+            (JobStatus::Staging, Some("waiting in Slurm's queue: Priority")),
+            (JobStatus::Staging, Some("waiting in Slurm's queue: Resources")),
+        ]
+    );
+    // Once it runs, it no longer waits for anything.
+    h.report(&gateway, ids[1], JobStatus::Running).await;
+    assert_eq!(h.store.job_row(ids[1]).await.unwrap().unwrap().reason, None);
+
+    // One ends: the fourth takes its place.
+    h.report(&gateway, ids[0], JobStatus::Completed).await;
+    assert_eq!(gateway.runs(), [ids[3]]);
 }
 
 #[tokio::test(start_paused = true)]

@@ -11,7 +11,8 @@ use super::row::Columns;
 use super::{FileRecord, JobFilter, JobUpdate, LzIdentity, Store, StoreError, push_any_of, to_micros, with_conn};
 
 const JOB_COLUMNS: &str = "job_id, mission_id, user_id, station_id, requested_lz_id, lz_id, status, cpu_count, \
-    memory_amount, gpu_count, gpu_indices, command, exit_code, reason, limits, created_at, started_at, finished_at";
+    memory_amount, gpu_count, time_limit, gpu_indices, command, exit_code, reason, limits, created_at, started_at, \
+    finished_at";
 
 /// The statuses a job ends in, as an SQL list.
 const FINAL_STATUSES: &str = "('completed', 'failed', 'stopped', 'lost')";
@@ -339,10 +340,11 @@ impl Store {
 /// writes, so the count is that of the rows stored before the statement.)
 const SQLITE_SAVE_JOBS: &str = "BEGIN IMMEDIATE;
 INSERT INTO jobs (seq, job_id, mission_id, user_id, station_id, requested_lz_id, lz_id, status, cpu_count, \
-    memory_amount, gpu_count, gpu_indices, command, exit_code, reason, limits, created_at, started_at, finished_at) \
+    memory_amount, gpu_count, time_limit, gpu_indices, command, exit_code, reason, limits, created_at, started_at, finished_at) \
 SELECT last.seq + j.key + 1, j.value ->> 'job_id', j.value ->> 'mission_id', j.value ->> 'user_id', \
     j.value ->> 'station_id', j.value ->> 'requested_lz_id', j.value ->> 'lz_id', j.value ->> 'status', \
-    j.value ->> 'cpu_count', j.value ->> 'memory_amount', j.value ->> 'gpu_count', j.value ->> 'gpu_indices', \
+    j.value ->> 'cpu_count', j.value ->> 'memory_amount', j.value ->> 'gpu_count', j.value ->> 'time_limit', \
+    j.value ->> 'gpu_indices', \
     j.value ->> 'command', j.value ->> 'exit_code', j.value ->> 'reason', j.value ->> 'limits', \
     j.value ->> 'created_at', j.value ->> 'started_at', j.value ->> 'finished_at' \
 FROM json_each(?) AS j, (SELECT COALESCE(MAX(seq), 0) AS seq FROM jobs) AS last;
@@ -350,7 +352,7 @@ UPDATE jobs SET status = c.value ->> 'status', \
     lz_id = IIF(json_type(c.value, '$.lz_id') IS NULL, jobs.lz_id, c.value ->> 'lz_id'), \
     gpu_indices = COALESCE(c.value ->> 'gpu_indices', jobs.gpu_indices), \
     exit_code = COALESCE(c.value ->> 'exit_code', jobs.exit_code), \
-    reason = COALESCE(c.value ->> 'reason', jobs.reason), \
+    reason = IIF(json_type(c.value, '$.reason') IS NULL, jobs.reason, c.value ->> 'reason'), \
     limits = COALESCE(c.value ->> 'limits', jobs.limits), \
     started_at = IIF(json_type(c.value, '$.started_at') IS NULL, jobs.started_at, c.value ->> 'started_at'), \
     finished_at = COALESCE(c.value ->> 'finished_at', jobs.finished_at) \
@@ -368,11 +370,11 @@ COMMIT;";
 /// stored before the statement (which is what a statement's snapshot holds), `k` being its place
 /// among the batch's rows of that job.
 const POSTGRES_INSERT_JOBS: &str = "INSERT INTO jobs (job_id, mission_id, user_id, station_id, requested_lz_id, \
-    lz_id, status, cpu_count, memory_amount, gpu_count, gpu_indices, command, exit_code, reason, limits, created_at, \
+    lz_id, status, cpu_count, memory_amount, gpu_count, time_limit, gpu_indices, command, exit_code, reason, limits, created_at, \
     started_at, finished_at) \
 SELECT j ->> 'job_id', j ->> 'mission_id', j ->> 'user_id', j ->> 'station_id', j ->> 'requested_lz_id', \
     j ->> 'lz_id', j ->> 'status', (j ->> 'cpu_count')::bigint, (j ->> 'memory_amount')::bigint, \
-    (j ->> 'gpu_count')::bigint, j ->> 'gpu_indices', j ->> 'command', (j ->> 'exit_code')::bigint, j ->> 'reason', \
+    (j ->> 'gpu_count')::bigint, (j ->> 'time_limit')::bigint, j ->> 'gpu_indices', j ->> 'command', (j ->> 'exit_code')::bigint, j ->> 'reason', \
     j ->> 'limits', (j ->> 'created_at')::bigint, (j ->> 'started_at')::bigint, (j ->> 'finished_at')::bigint \
 FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS batch (j, k) ORDER BY k";
 
@@ -381,7 +383,7 @@ const POSTGRES_CHANGE_JOBS: &str = "UPDATE jobs SET status = c ->> 'status', \
     lz_id = CASE WHEN c ? 'lz_id' THEN c ->> 'lz_id' ELSE jobs.lz_id END, \
     gpu_indices = COALESCE(c ->> 'gpu_indices', jobs.gpu_indices), \
     exit_code = COALESCE((c ->> 'exit_code')::bigint, jobs.exit_code), \
-    reason = COALESCE(c ->> 'reason', jobs.reason), \
+    reason = CASE WHEN c ? 'reason' THEN c ->> 'reason' ELSE jobs.reason END, \
     limits = COALESCE(c ->> 'limits', jobs.limits), \
     started_at = CASE WHEN c ? 'started_at' THEN (c ->> 'started_at')::bigint ELSE jobs.started_at END, \
     finished_at = COALESCE((c ->> 'finished_at')::bigint, jobs.finished_at) \
@@ -414,7 +416,7 @@ struct JobChange {
     #[serde(skip_serializing_if = "Option::is_none")]
     exit_code: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<String>,
+    reason: Option<Option<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     limits: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -451,6 +453,7 @@ impl JobBatch {
                 "cpu_count": job.cpu_count,
                 "memory_amount": job.memory_amount,
                 "gpu_count": job.gpu_count,
+                "time_limit": job.time_limit,
                 "gpu_indices": join_indices(&job.gpu_indices),
                 "command": serde_json::to_string(&job.command).expect("strings serialise"),
                 "exit_code": job.exit_code,
@@ -492,7 +495,12 @@ impl JobBatch {
                 change.gpu_indices = Some(join_indices(gpus));
             }
             change.exit_code = u.exit_code.or(change.exit_code);
-            change.reason = u.reason.clone().or(change.reason.take());
+            // A reason says why a job is where it is: one that starts running has none left.
+            if let Some(reason) = &u.reason {
+                change.reason = Some(Some(reason.clone()));
+            } else if u.status == JobStatus::Running {
+                change.reason = Some(None);
+            }
             change.limits = u.limits.clone().or(change.limits.take());
             match u.status {
                 JobStatus::Running => change.started_at = Some(Some(at)),
@@ -547,6 +555,7 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
         cpu_count: r.int("cpu_count")? as u32,
         memory_amount: r.count("memory_amount")?,
         gpu_count: r.int("gpu_count")? as u32,
+        time_limit: r.opt_int("time_limit")?.map(|minutes| minutes as u32),
         gpu_indices,
         command: r.json("command")?,
         exit_code,

@@ -496,7 +496,7 @@ pub struct JobUpdate {
     pub gpu_indices: Option<Vec<u32>>,
     /// The program's exit status.
     pub exit_code: Option<i32>,
-    /// Why it ended so.
+    /// Why it ended so, or why it waits; a job that starts running without one has none left.
     pub reason: Option<String>,
     /// How limits were enforced.
     pub limits: Option<String>,

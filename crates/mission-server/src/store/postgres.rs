@@ -21,6 +21,7 @@ const MIGRATIONS: &Migrations = &[
     (8, "replica_liveness", include_str!("../../migrations/postgres/0008_replica_liveness.sql")),
     (9, "job_log_chunks", include_str!("../../migrations/postgres/0009_job_log_chunks.sql")),
     (10, "sign_in_brakes", include_str!("../../migrations/postgres/0010_sign_in_brakes.sql")),
+    (11, "job_time_limit", include_str!("../../migrations/postgres/0011_job_time_limit.sql")),
 ];
 
 /// Connections a replica holds at most.

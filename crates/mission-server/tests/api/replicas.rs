@@ -280,6 +280,7 @@ impl FakeAgent {
             resources: Resources { cpu_count: 4, memory_amount: 4096, gpu_count: 0 },
             gpus: Vec::new(),
             running: Vec::new(),
+            max_jobs: None,
             version: "test".into(),
         };
         let connected = http()

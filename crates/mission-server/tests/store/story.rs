@@ -93,6 +93,7 @@ pub(crate) fn job(mission: &Mission, station_id: Uuid) -> Job {
         cpu_count: 1,
         memory_amount: 256,
         gpu_count: 0,
+        time_limit: Some(90),
         gpu_indices: Vec::new(),
         command: vec!["sh".into(), "run.sh".into()],
         exit_code: None,

@@ -9,9 +9,11 @@
 # DIR defaults to $MISSION_TEST_SLURM_DIR, else ${TMPDIR:-/tmp}/mission-test-slurm-UID. Everything
 # lives there: munge's key and socket, slurm.conf, the controller's state and the node's spool.
 # slurmctld and slurmd run as root without systemd, on 127.0.0.1 and free ports. The node offers
-# this machine's CPUs and memory (less 512 MB); no GPUs yet. Needs root (slurmd starts jobs as
-# their users). There is no accounting database (slurmdbd): finished jobs stay visible to squeue
-# and scontrol for MinJobAge (300 s), and sacct has nothing to read.
+# this machine's CPUs and memory (less 512 MB), and two fake GPUs (gres on device nodes that are
+# copies of /dev/null); jobs are held to their CPUs and memory by cgroups (Slurm detects v1 or
+# v2), so a job past its --mem ends OUT_OF_MEMORY. Needs root (slurmd starts jobs as their
+# users). There is no accounting database (slurmdbd): finished jobs stay visible to squeue and
+# scontrol for MinJobAge (300 s), and sacct has nothing to read.
 set -euo pipefail
 
 action="${1:-start}"
@@ -45,7 +47,7 @@ stop_pid() {
 
 case "$action" in
   start)
-    mkdir -p "$dir/state" "$dir/spool" "$dir/log" "$dir/munge"
+    mkdir -p "$dir/state" "$dir/spool" "$dir/log" "$dir/munge" "$dir/dev"
     chmod 755 "$dir"
     exec 9>"$dir/.lock"
     flock -w 120 9
@@ -69,11 +71,24 @@ s = [socket.socket() for _ in range(2)]
 for x in s: x.bind(("127.0.0.1", 0))
 print(*[x.getsockname()[1] for x in s])')"
       read -r ctld_port slurmd_port <<<"$ports"
+      for i in 0 1; do
+        [ -e "$dir/dev/nvidia$i" ] || mknod "$dir/dev/nvidia$i" c 1 3
+      done
+      echo "Name=gpu File=$dir/dev/nvidia[0-1]" >"$dir/gres.conf"
+      cat >"$dir/cgroup.conf" <<EOF
+CgroupPlugin=autodetect
+CgroupMountpoint=/sys/fs/cgroup
+ConstrainCores=yes
+ConstrainRAMSpace=yes
+ConstrainSwapSpace=yes
+AllowedSwapSpace=0
+EOF
       cpus="$(nproc)"
       memory="$(( $(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo) - 512 ))"
       host="$(hostname -s)"
       cat >"$conf" <<EOF
 ClusterName=mission-test
+GresTypes=gpu
 SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
@@ -88,8 +103,8 @@ SlurmctldPidFile=$dir/slurmctld.pid
 SlurmdPidFile=$dir/slurmd.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
 SlurmdLogFile=$dir/log/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+ProctrackType=proctrack/cgroup
+TaskPlugin=task/cgroup
 SwitchType=switch/none
 MpiDefault=none
 SelectType=select/cons_tres
@@ -100,7 +115,7 @@ SchedulerParameters=sched_interval=1,bf_interval=1
 MinJobAge=300
 JobAcctGatherType=jobacct_gather/linux
 AccountingStorageType=accounting_storage/none
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory Gres=gpu:2 State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF
     fi

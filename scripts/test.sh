@@ -28,9 +28,20 @@ export MISSION_REQUIRE_SCHEMATHESIS=1
 # own on it), in a directory of this run's own, stopped and removed when the run ends.
 export MISSION_REQUIRE_POSTGRES=1
 postgres_dir="$(mktemp -d "${TMPDIR:-/tmp}/mission-test-postgres.XXXXXX")"
-trap 'bash scripts/postgres-test-server.sh stop "$postgres_dir"; rm -rf "$postgres_dir"' EXIT
+# The Slurm runner's tests run against a one-node Slurm of this run's own (slurmctld and slurmd
+# on loopback), stopped and removed when the run ends.
+export MISSION_REQUIRE_SLURM=1
+slurm_dir="$(mktemp -d "${TMPDIR:-/tmp}/mission-test-slurm.XXXXXX")"
+cleanup() {
+  bash scripts/postgres-test-server.sh stop "$postgres_dir" || true
+  bash scripts/slurm-test-cluster.sh stop "$slurm_dir" || true
+  rm -rf "$postgres_dir" "$slurm_dir"
+}
+trap cleanup EXIT
 MISSION_TEST_POSTGRES_URL="$(bash scripts/postgres-test-server.sh start "$postgres_dir")"
 export MISSION_TEST_POSTGRES_URL
+MISSION_TEST_SLURM_CONF="$(bash scripts/slurm-test-cluster.sh start "$slurm_dir")"
+export MISSION_TEST_SLURM_CONF
 
 cargo nextest run --workspace --no-fail-fast
 cargo test --doc --workspace

@@ -88,7 +88,10 @@ pub struct Assignment {
     pub cpu_count: u32,
     /// Memory in megabytes.
     pub memory_amount: u64,
-    /// GPU indices on this LZ.
+    /// GPUs.
+    #[serde(default)]
+    pub gpu_count: u32,
+    /// GPU indices on this LZ (none on a batch-system gateway: the batch system chooses).
     pub gpu_indices: Vec<u32>,
     /// Minutes the job may run; the agent ends it after (`failed`, reason "time limit").
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -20,6 +20,7 @@ use crate::client::{Heartbeat, LzClient, SessionEnd, Timings};
 use crate::detect::Overrides;
 use crate::runner::Runner;
 use crate::runner::process::ProcessRunner;
+use crate::runner::slurm::{SlurmConfig, SlurmRunner};
 use crate::sandbox::{SandboxConfig, SandboxError};
 
 /// How the agent is run.
@@ -48,6 +49,8 @@ pub struct AgentConfig {
 pub enum RunnerKind {
     /// Child processes of the agent on its own host, under cgroup limits in a sandbox.
     Process,
+    /// Jobs of a Slurm cluster, submitted from its login node.
+    Slurm(SlurmConfig),
 }
 
 impl std::fmt::Debug for AgentConfig {
@@ -168,6 +171,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Res
     }
     match &config.runner {
         RunnerKind::Process => serve(&config, ProcessRunner::start(&config).await?, shutdown).await,
+        RunnerKind::Slurm(slurm) => serve(&config, SlurmRunner::start(&config, slurm).await?, shutdown).await,
     }
 }
 

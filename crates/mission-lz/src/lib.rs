@@ -25,5 +25,8 @@ pub mod slurm;
 mod workdirs;
 
 pub use agent::{AgentConfig, AgentError, RunnerKind, default_work_root, run};
+pub use client::Backoff;
 pub use detect::Overrides;
+pub use runner::slurm::SlurmConfig;
 pub use sandbox::SandboxConfig;
+pub use slurm::SiteOptions;

@@ -1,17 +1,26 @@
-//! What the agent reads from Slurm, as plain functions over its commands' output: the nodes
-//! (`sinfo`), from which a Slurm landing zone advertises its capacity, and the jobs (`squeue`),
-//! with their states and pending reasons. The output formats are the ones these functions are
-//! written for ([`SINFO_FORMAT`], [`SQUEUE_FORMAT`]); the tests read output captured from a real
-//! Slurm (`fixtures/slurm-22.05`).
+//! What the agent says to and reads from Slurm, as plain functions: the batch script and the
+//! `sbatch` arguments of a job, and the nodes (`sinfo`), from which a Slurm landing zone
+//! advertises its capacity, and the jobs (`squeue`, `sacct`), with their states, exit statuses
+//! and pending reasons. The output formats are the ones these functions are written for
+//! ([`SINFO_FORMAT`], [`SQUEUE_FORMAT`], [`SACCT_FORMAT`]); the tests read output captured from a
+//! real Slurm (`fixtures/slurm-22.05`).
 
-use mission_api::Resources;
+use std::path::{Path, PathBuf};
+
+use mission_api::lz::Assignment;
+use mission_api::{JobStatus, Resources};
 use uuid::Uuid;
 
 /// `sinfo -h -N -o` with this: node, CPUs, memory (MB), generic resources, state.
 pub const SINFO_FORMAT: &str = "%N|%c|%m|%G|%T";
 
-/// `squeue -h -o` with this: Slurm's job id, job name, state, reason.
-pub const SQUEUE_FORMAT: &str = "%i|%j|%T|%r";
+/// `squeue --me -h -t all -O` with this: Slurm's job id, state, exit status (as `wait` gives
+/// it), reason, job name (last: only names may hold the separator).
+pub const SQUEUE_FORMAT: &str = "JobID:|,State:|,exit_code:|,Reason:|,Name:|";
+
+/// `sacct -n -P -X -o` with this (for jobs `squeue` no longer lists): Slurm's job id, state
+/// (`CANCELLED by 0`), exit code (`code:signal`).
+pub const SACCT_FORMAT: &str = "JobID,State,ExitCode";
 
 /// The prefix of the Slurm job name of each mission job (`mission-{job id}`), by which a
 /// restarted agent finds its jobs again.
@@ -111,13 +120,16 @@ pub enum SlurmState {
     OutOfMemory,
     /// Its node failed.
     NodeFail,
-    /// A state this agent does not act on (`SUSPENDED`, `PREEMPTED`, …).
+    /// Ended otherwise (`BOOT_FAIL`, `DEADLINE`, `PREEMPTED`, …).
+    EndedOtherwise(String),
+    /// A state this agent does not act on (`SUSPENDED`, `REQUEUED`, …).
     Other(String),
 }
 
 impl SlurmState {
     fn parse(state: &str) -> Self {
-        match state {
+        // sacct writes `CANCELLED by 0`.
+        match state.split(' ').next().unwrap_or(state) {
             "PENDING" => Self::Pending,
             "RUNNING" => Self::Running,
             "COMPLETING" => Self::Completing,
@@ -127,6 +139,9 @@ impl SlurmState {
             "TIMEOUT" => Self::Timeout,
             "OUT_OF_MEMORY" => Self::OutOfMemory,
             "NODE_FAIL" => Self::NodeFail,
+            ended @ ("BOOT_FAIL" | "DEADLINE" | "PREEMPTED" | "REVOKED" | "SPECIAL_EXIT") => {
+                Self::EndedOtherwise(ended.to_owned())
+            }
             other => Self::Other(other.to_owned()),
         }
     }
@@ -135,43 +150,254 @@ impl SlurmState {
     pub fn is_final(&self) -> bool {
         matches!(
             self,
-            Self::Completed | Self::Failed | Self::Cancelled | Self::Timeout | Self::OutOfMemory | Self::NodeFail
+            Self::Completed
+                | Self::Failed
+                | Self::Cancelled
+                | Self::Timeout
+                | Self::OutOfMemory
+                | Self::NodeFail
+                | Self::EndedOtherwise(_)
         )
     }
 }
 
-/// A job in `squeue -h -o "%i|%j|%T|%r"` output.
+/// How a job's program ended, as Slurm records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitStatus {
+    /// Its exit code.
+    pub code: i32,
+    /// The signal that killed it (0: none).
+    pub signal: i32,
+}
+
+impl ExitStatus {
+    /// From a `wait` status (squeue's `exit_code`).
+    fn from_wait_status(status: i32) -> Self {
+        if status & 0x7f == 0 {
+            Self { code: (status >> 8) & 0xff, signal: 0 }
+        } else {
+            Self { code: 0, signal: status & 0x7f }
+        }
+    }
+
+    /// From sacct's `code:signal`.
+    fn from_sacct(field: &str) -> Option<Self> {
+        let (code, signal) = field.split_once(':')?;
+        Some(Self { code: code.parse().ok()?, signal: signal.parse().ok()? })
+    }
+}
+
+/// A job as `squeue` or `sacct` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueuedJob {
+pub struct SlurmJob {
     /// Slurm's id.
     pub slurm_id: String,
     /// The mission job it runs, when its name is ours.
     pub job_id: Option<Uuid>,
     /// Its state.
     pub state: SlurmState,
+    /// How its program ended (meaningful once it ended).
+    pub exit: ExitStatus,
     /// Why it waits (`Resources`, `Priority`, `QOSMaxJobsPerUserLimit`, …), or why it ended
     /// (`NonZeroExitCode`); `None` for Slurm's `None`.
     pub reason: Option<String>,
 }
 
-/// The jobs in `squeue -h -o "%i|%j|%T|%r"` output.
-pub fn parse_queue(output: &str) -> Result<Vec<QueuedJob>, ParseError> {
+impl SlurmJob {
+    /// Why the job has not started, for its status: Slurm's pending reason.
+    pub fn pending_reason(&self) -> Option<String> {
+        (self.state == SlurmState::Pending).then(|| match &self.reason {
+            Some(reason) => format!("waiting in Slurm's queue: {reason}"),
+            None => "waiting in Slurm's queue".to_owned(),
+        })
+    }
+
+    /// The job's final status, exit code and reason, once it ended; `stop_requested`: whether
+    /// the agent cancelled it (a stop), and not someone else.
+    pub fn outcome(&self, stop_requested: bool) -> Option<(JobStatus, Option<i32>, Option<String>)> {
+        let failed = |why: &str| (JobStatus::Failed, None, Some(why.to_owned()));
+        Some(match &self.state {
+            SlurmState::Completed => (JobStatus::Completed, Some(0), None),
+            SlurmState::Failed if self.exit.signal != 0 => {
+                (JobStatus::Failed, None, Some(format!("killed by signal {}", self.exit.signal)))
+            }
+            SlurmState::Failed => {
+                (JobStatus::Failed, Some(self.exit.code), Some(format!("exit status {}", self.exit.code)))
+            }
+            SlurmState::Cancelled if stop_requested => (JobStatus::Stopped, None, Some("stopped".to_owned())),
+            SlurmState::Cancelled => failed("cancelled in Slurm (by scancel, or by an administrator)"),
+            SlurmState::Timeout => failed("time limit"),
+            SlurmState::OutOfMemory => failed("out of memory"),
+            SlurmState::NodeFail => failed("its Slurm node failed"),
+            SlurmState::EndedOtherwise(state) => (JobStatus::Failed, None, Some(format!("Slurm ended it: {state}"))),
+            SlurmState::Pending | SlurmState::Running | SlurmState::Completing | SlurmState::Other(_) => return None,
+        })
+    }
+}
+
+fn mission_job(name: &str) -> Option<Uuid> {
+    name.strip_prefix(JOB_NAME_PREFIX).and_then(|id| Uuid::parse_str(id).ok())
+}
+
+/// The jobs in `squeue -h -O` output with [`SQUEUE_FORMAT`].
+pub fn parse_queue(output: &str) -> Result<Vec<SlurmJob>, ParseError> {
     output
         .lines()
         .filter(|l| !l.trim().is_empty())
         .map(|line| {
-            let fields: Vec<&str> = line.trim().splitn(4, '|').collect();
-            let [slurm_id, name, state, reason] = fields[..] else {
-                return Err(ParseError { line: line.to_owned(), why: "expected 4 fields" });
-            };
-            Ok(QueuedJob {
+            let fail = |why| ParseError { line: line.to_owned(), why };
+            let fields: Vec<&str> = line.trim_end().splitn(5, '|').collect();
+            let [slurm_id, state, exit, reason, name] = fields[..] else { return Err(fail("expected 5 fields")) };
+            Ok(SlurmJob {
                 slurm_id: slurm_id.to_owned(),
-                job_id: name.strip_prefix(JOB_NAME_PREFIX).and_then(|id| Uuid::parse_str(id).ok()),
+                job_id: mission_job(name.strip_suffix('|').unwrap_or(name)),
                 state: SlurmState::parse(state),
+                exit: ExitStatus::from_wait_status(exit.parse().map_err(|_| fail("the exit status is not a number"))?),
                 reason: (reason != "None").then(|| reason.to_owned()),
             })
         })
         .collect()
+}
+
+/// The jobs in `sacct -n -P -X -o` output with [`SACCT_FORMAT`] (no names, no reasons).
+pub fn parse_accounting(output: &str) -> Result<Vec<SlurmJob>, ParseError> {
+    output
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let fail = |why| ParseError { line: line.to_owned(), why };
+            let fields: Vec<&str> = line.trim().split('|').collect();
+            let [slurm_id, state, exit] = fields[..] else { return Err(fail("expected 3 fields")) };
+            Ok(SlurmJob {
+                slurm_id: slurm_id.to_owned(),
+                job_id: None,
+                state: SlurmState::parse(state),
+                exit: ExitStatus::from_sacct(exit).ok_or_else(|| fail("the exit code is not code:signal"))?,
+                reason: None,
+            })
+        })
+        .collect()
+}
+
+/// Where a Slurm job of the agent lives on the cluster's shared filesystem: a dir of its own
+/// (`WORK_ROOT/{job id}`, 0700) holding the batch script, the program's stdout and stderr, the
+/// file its exit code goes to, and `work/`, where it runs (its inputs and results).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobDir {
+    root: PathBuf,
+}
+
+impl JobDir {
+    /// The dir of job `job_id` under `work_root`.
+    pub fn new(work_root: &Path, job_id: Uuid) -> Self {
+        Self { root: work_root.join(job_id.to_string()) }
+    }
+
+    /// The job's own dir.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where the program runs: its `HOME`, its inputs and its results.
+    pub fn work(&self) -> PathBuf {
+        self.root.join("work")
+    }
+
+    /// The batch script.
+    pub fn script(&self) -> PathBuf {
+        self.root.join("job.sh")
+    }
+
+    /// The program's stdout (`stdout`) or stderr (`stderr`).
+    pub fn log(&self, stream: &str) -> PathBuf {
+        self.root.join(stream)
+    }
+
+    /// Where the script writes the program's exit code when it exits.
+    pub fn exit_code(&self) -> PathBuf {
+        self.root.join("exit-code")
+    }
+}
+
+/// Site choices of a Slurm landing zone that every job's submission carries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SiteOptions {
+    /// `--partition`.
+    pub partition: Option<String>,
+    /// `--account`.
+    pub account: Option<String>,
+    /// `--qos`.
+    pub qos: Option<String>,
+    /// Extra `sbatch` arguments, as given.
+    pub extra: Vec<String>,
+}
+
+/// The `sbatch` arguments that submit `job`, staged in `dir`: its resources, time limit, name
+/// and output files, the site's options, and no environment of the agent's (`--export=NONE`:
+/// the script sets the job's own). The script's path goes last.
+pub fn sbatch_args(job: &Assignment, dir: &JobDir, site: &SiteOptions) -> Vec<String> {
+    let path = |p: PathBuf| p.to_string_lossy().into_owned();
+    let mut args = vec![
+        "--parsable".to_owned(),
+        format!("--job-name={JOB_NAME_PREFIX}{}", job.job_id),
+        "--nodes=1".to_owned(),
+        "--ntasks=1".to_owned(),
+        format!("--cpus-per-task={}", job.cpu_count),
+        format!("--mem={}M", job.memory_amount),
+        format!("--chdir={}", path(dir.work())),
+        format!("--output={}", path(dir.log("stdout"))),
+        format!("--error={}", path(dir.log("stderr"))),
+        "--export=NONE".to_owned(),
+    ];
+    if job.gpu_count > 0 {
+        args.push(format!("--gres=gpu:{}", job.gpu_count));
+    }
+    if let Some(minutes) = job.time_limit {
+        args.push(format!("--time={minutes}"));
+    }
+    for (flag, value) in [("partition", &site.partition), ("account", &site.account), ("qos", &site.qos)] {
+        if let Some(value) = value {
+            args.push(format!("--{flag}={value}"));
+        }
+    }
+    args.extend(site.extra.iter().cloned());
+    args.push(path(dir.script()));
+    args
+}
+
+/// The batch script of `job`, staged in `dir`: it sets the job's environment (nothing of the
+/// agent's but `path`, the `PATH` jobs get), runs the command in the work dir, and writes its
+/// exit code to [`JobDir::exit_code`] (which tells how it ended where Slurm has forgotten the job
+/// and keeps no accounting).
+pub fn batch_script(job: &Assignment, dir: &JobDir, path: &str) -> String {
+    let work = dir.work();
+    let exit_code = dir.exit_code();
+    let vars = [
+        ("HOME", work.to_string_lossy().into_owned()),
+        ("PATH", path.to_owned()),
+        ("MISSION_ID", job.mission_id.to_string()),
+        ("JOB_ID", job.job_id.to_string()),
+        ("OMP_NUM_THREADS", job.cpu_count.to_string()),
+    ];
+    let mut script =
+        format!("#!/bin/sh\n# Mission Compute job {} of mission {}\numask 077\n", job.job_id, job.mission_id);
+    for (name, value) in vars {
+        script.push_str(&format!("export {name}={}\n", quote(&value)));
+    }
+    script.push_str("cd \"$HOME\" || exit 1\n");
+    let command: Vec<String> = job.command.iter().map(|arg| quote(arg)).collect();
+    script.push_str(&command.join(" "));
+    script.push_str("\ncode=$?\n");
+    let exit_code = quote(&exit_code.to_string_lossy());
+    script.push_str(&format!(
+        "echo \"$code\" > {exit_code}.partial && mv {exit_code}.partial {exit_code}\nexit \"$code\"\n"
+    ));
+    script
+}
+
+/// `text` as one word of a POSIX shell command line.
+fn quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
 }
 
 #[cfg(test)]
@@ -203,41 +429,125 @@ mod tests {
     }
 
     #[test]
-    fn pending_reasons_and_final_states_are_read_from_squeue() {
-        let pending = parse_queue(&fixture("squeue-pending.txt")).unwrap();
-        let read: Vec<_> =
-            pending.iter().map(|j| (j.slurm_id.as_str(), j.state.clone(), j.reason.as_deref())).collect();
+    fn pending_reasons_states_and_exit_statuses_are_read_from_squeue() {
+        let running = parse_queue(&fixture("squeue-mission-running.txt")).unwrap();
+        let ours: Vec<_> = running.iter().filter(|j| j.job_id.is_some()).collect();
+        let read: Vec<_> = ours.iter().map(|j| (j.slurm_id.as_str(), j.pending_reason())).collect();
         assert_eq!(
-            read,
+            read[4..],
             [
-                ("3", SlurmState::Pending, Some("Resources")),
-                ("4", SlurmState::Pending, Some("Priority")),
-                ("2", SlurmState::Running, None),
+                ("12", Some("waiting in Slurm's queue: Resources".to_owned())),
+                ("13", Some("waiting in Slurm's queue: Priority".to_owned())),
+                ("14", Some("waiting in Slurm's queue: Priority".to_owned())),
+                ("11", None),
             ]
         );
-        let all = parse_queue(&fixture("squeue-all.txt")).unwrap();
-        let states: Vec<_> = all.iter().map(|j| (j.slurm_id.as_str(), j.state.clone())).collect();
+        assert_eq!(running[0].job_id, None, "a job of another name is not ours");
+        let ended = parse_queue(&fixture("squeue-mission-ended.txt")).unwrap();
+        let outcome = |slurm_id: &str, stopped| ended.iter().find(|j| j.slurm_id == slurm_id).unwrap().outcome(stopped);
+        let failed = |why: &str| Some((JobStatus::Failed, None, Some(why.to_owned())));
+        assert_eq!(outcome("8", false), Some((JobStatus::Completed, Some(0), None)));
+        assert_eq!(outcome("9", false), Some((JobStatus::Failed, Some(3), Some("exit status 3".into()))));
+        assert_eq!(outcome("10", false), failed("out of memory"));
+        assert_eq!(outcome("12", true), Some((JobStatus::Stopped, None, Some("stopped".into()))));
+        assert_eq!(outcome("12", false), failed("cancelled in Slurm (by scancel, or by an administrator)"));
+        assert_eq!(outcome("13", false), None, "pending");
+        let timed_out = ended.iter().find(|j| j.state == SlurmState::Timeout).unwrap();
+        assert_eq!(timed_out.outcome(false), failed("time limit"));
         assert_eq!(
-            states,
-            [
-                ("2", SlurmState::Cancelled),
-                ("4", SlurmState::Cancelled),
-                ("1", SlurmState::Completed),
-                ("3", SlurmState::Completed),
-                ("5", SlurmState::Failed),
-            ]
+            ended.iter().find(|j| j.slurm_id == "8").unwrap().job_id,
+            Some(Uuid::parse_str("11111111-1111-4111-8111-111111111111").unwrap())
         );
-        assert!(all.iter().all(|j| j.state.is_final()));
-        assert_eq!(all[4].reason.as_deref(), Some("NonZeroExitCode"));
+        assert!(parse_queue("17|RUNNING|x|None|name|").is_err());
+        assert!(parse_queue("17|RUNNING|0|None").is_err());
     }
 
     #[test]
+    fn accounting_reads_states_with_their_actors_and_exit_codes() {
+        // sacct's documented `-P` form (the test cluster keeps no accounting to capture it from).
+        let jobs =
+            parse_accounting("41|COMPLETED|0:0\n42|CANCELLED by 1000|0:15\n43|FAILED|2:0\n44|NODE_FAIL|0:0\n").unwrap();
+        let outcomes: Vec<_> = jobs.iter().map(|j| j.outcome(false).unwrap().0).collect();
+        assert_eq!(outcomes, [JobStatus::Completed, JobStatus::Failed, JobStatus::Failed, JobStatus::Failed]);
+        assert_eq!(jobs[2].outcome(false).unwrap().1, Some(2));
+        assert_eq!(jobs[3].outcome(false).unwrap().2.as_deref(), Some("its Slurm node failed"));
+        assert!(parse_accounting("41|COMPLETED|0").is_err());
+    }
+
+    fn assignment() -> Assignment {
+        Assignment {
+            job_id: Uuid::parse_str("0b8e2e1c-6f43-4c1e-9d3f-6a1f0c1d2e3f").unwrap(),
+            mission_id: Uuid::nil(),
+            user_id: Uuid::nil(),
+            user_is_operator: false,
+            command: vec!["sh".into(), "-c".into(), "echo \"$0 it's $HOME\" > out.txt; exit 4".into(), "x".into()],
+            cpu_count: 2,
+            memory_amount: 512,
+            gpu_count: 1,
+            gpu_indices: Vec::new(),
+            time_limit: Some(30),
+            files: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_submission_carries_the_jobs_resources_names_and_the_sites_options() {
+        let dir = JobDir::new(Path::new("/shared/work"), assignment().job_id);
+        let site = SiteOptions {
+            partition: Some("gpu".into()),
+            account: None,
+            qos: Some("short".into()),
+            extra: vec!["--constraint=a100".into()],
+        };
+        let args = sbatch_args(&assignment(), &dir, &site);
+        let root = "/shared/work/0b8e2e1c-6f43-4c1e-9d3f-6a1f0c1d2e3f";
+        assert_eq!(
+            args,
+            [
+                "--parsable".to_owned(),
+                "--job-name=mission-0b8e2e1c-6f43-4c1e-9d3f-6a1f0c1d2e3f".into(),
+                "--nodes=1".into(),
+                "--ntasks=1".into(),
+                "--cpus-per-task=2".into(),
+                "--mem=512M".into(),
+                format!("--chdir={root}/work"),
+                format!("--output={root}/stdout"),
+                format!("--error={root}/stderr"),
+                "--export=NONE".into(),
+                "--gres=gpu:1".into(),
+                "--time=30".into(),
+                "--partition=gpu".into(),
+                "--qos=short".into(),
+                "--constraint=a100".into(),
+                format!("{root}/job.sh"),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_batch_script_runs_the_command_in_its_work_dir_and_keeps_its_exit_code() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = JobDir::new(tmp.path(), assignment().job_id);
+        std::fs::create_dir_all(dir.work()).unwrap();
+        std::fs::write(dir.script(), batch_script(&assignment(), &dir, "/usr/bin:/bin")).unwrap();
+        let status = std::process::Command::new("sh")
+            .arg(dir.script())
+            .env_clear()
+            .env("SECRET", "agent's")
+            .current_dir("/")
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(4));
+        let out = std::fs::read_to_string(dir.work().join("out.txt")).unwrap();
+        assert_eq!(out, format!("x it's {}\n", dir.work().display()));
+        assert_eq!(std::fs::read_to_string(dir.exit_code()).unwrap(), "4\n");
+    }
+    #[test]
     fn our_jobs_are_known_by_their_names() {
         let id = Uuid::new_v4();
-        let output = format!("17|{JOB_NAME_PREFIX}{id}|RUNNING|None\n18|someone-else|PENDING|QOSMaxJobsPerUserLimit\n");
+        let output = format!("17|RUNNING|0|None|{JOB_NAME_PREFIX}{id}|\n18|PENDING|0|QOSMaxJobsPerUserLimit|a|b|\n");
         let jobs = parse_queue(&output).unwrap();
         assert_eq!(jobs[0].job_id, Some(id));
         assert_eq!((jobs[1].job_id, jobs[1].reason.as_deref()), (None, Some("QOSMaxJobsPerUserLimit")));
-        assert!(parse_queue("17|only three|RUNNING").is_err());
     }
 }

@@ -115,6 +115,16 @@ impl Drop for WorkDirs {
 }
 
 impl WorkDir {
+    /// A new dir at `path` (mode 0700; its parent exists) holding copies of `inputs` (path
+    /// relative to the dir, file to copy), for a runner whose dirs are named by their jobs and
+    /// outlive the agent (on a cluster's shared filesystem); answers what it staged. Blocking.
+    pub fn create_at(path: PathBuf, inputs: &[(PathBuf, PathBuf)]) -> std::io::Result<Staged> {
+        let mut dir = WorkDir { path, inputs: Staged::new(), user: Uuid::nil() };
+        std::fs::DirBuilder::new().mode(0o700).create(&dir.path)?;
+        dir.restage(inputs)?;
+        Ok(dir.inputs)
+    }
+
     /// Where the job runs.
     pub fn path(&self) -> &Path {
         &self.path

@@ -24,6 +24,17 @@ pub const EMBEDDED_LZ_NAME: &str = "local";
 /// and cannot read, write or signal anything but its own work dir and processes. An agent that is
 /// not root runs jobs as its own user, and so only the jobs of admins and of the station's owner
 /// (see --lz-allow-unisolated).
+///
+/// On a Slurm cluster, run the agent on a login node with --runner slurm: every job of the
+/// landing zone becomes a Slurm job of the account the agent runs under, staged into its own
+/// dir (0700) under --work-root on the cluster's shared filesystem:
+///   MISSION_LZ_TOKEN=TOKEN mission lz --server URL --runner slurm --work-root /scratch/$USER/mission \
+///       --partition batch --account proj42 --max-jobs 200
+/// Every job of that landing zone runs as that account and can read what it can: register it on a
+/// station whose members may share the account. The agent offers the largest node of the cluster
+/// (sinfo), asks Slurm about all its jobs in one squeue call per turn (every second after a change,
+/// backing off to --poll-max while nothing changes), shows Slurm's pending reason while a job
+/// waits, and, restarted, finds its jobs again by name.
 #[derive(Debug, Args)]
 pub struct LzCommand {
     /// The landing zone's token (prefer the environment variable: arguments are visible to
@@ -37,6 +48,70 @@ pub struct LzCommand {
     resources: ResourceArgs,
     #[command(flatten)]
     sandbox: SandboxArgs,
+    /// What runs the jobs: child processes on this host, or Slurm.
+    #[arg(long, env = "MISSION_LZ_RUNNER", value_enum, default_value_t = RunnerChoice::Process)]
+    runner: RunnerChoice,
+    #[command(flatten)]
+    slurm: SlurmArgs,
+}
+
+/// What runs a landing zone's jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum RunnerChoice {
+    /// Child processes of the agent, on this host.
+    Process,
+    /// Slurm jobs, submitted from this host (a cluster's login node).
+    Slurm,
+}
+
+/// How a Slurm landing zone submits its jobs (with --runner slurm).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Slurm (--runner slurm)")]
+struct SlurmArgs {
+    /// Folder on the cluster's shared filesystem where job dirs are made (required with
+    /// --runner slurm); outside the data dir, which keeps the agent's state.
+    #[arg(id = "slurm_work_root", long = "work-root", env = "MISSION_LZ_SLURM_WORK_ROOT", value_name = "DIR")]
+    work_root: Option<PathBuf>,
+    /// Partition jobs go to (default: the cluster's default).
+    #[arg(long, env = "MISSION_LZ_PARTITION")]
+    partition: Option<String>,
+    /// Account jobs are charged to.
+    #[arg(long, env = "MISSION_LZ_ACCOUNT")]
+    account: Option<String>,
+    /// Quality of service of the jobs.
+    #[arg(long, env = "MISSION_LZ_QOS")]
+    qos: Option<String>,
+    /// Most jobs the agent keeps in Slurm at once (queued or running).
+    #[arg(long, env = "MISSION_LZ_MAX_JOBS", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    max_jobs: u32,
+    /// An extra sbatch argument for every job (repeat it for several), e.g. --sbatch-arg=--constraint=a100.
+    #[arg(long = "sbatch-arg", value_name = "ARG", allow_hyphen_values = true)]
+    sbatch_args: Vec<String>,
+    /// Longest wait, in seconds, between two questions to Slurm while nothing changes.
+    #[arg(long, env = "MISSION_LZ_POLL_MAX", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    poll_max: u64,
+}
+
+impl SlurmArgs {
+    fn config(&self) -> anyhow::Result<mission_lz::SlurmConfig> {
+        let work_root = self
+            .work_root
+            .clone()
+            .context("--runner slurm needs --work-root DIR, on the cluster's shared filesystem")?;
+        let mut poll = mission_lz::SlurmConfig::DEFAULT_POLL;
+        poll.max = std::time::Duration::from_secs(self.poll_max).max(poll.first);
+        Ok(mission_lz::SlurmConfig {
+            site: mission_lz::SiteOptions {
+                partition: self.partition.clone(),
+                account: self.account.clone(),
+                qos: self.qos.clone(),
+                extra: self.sbatch_args.clone(),
+            },
+            work_root,
+            max_jobs: self.max_jobs,
+            poll,
+        })
+    }
 }
 
 /// Who a landing zone's jobs run as, and where.
@@ -103,6 +178,10 @@ impl LzCommand {
     /// Runs the agent until Ctrl-C or SIGTERM.
     pub async fn run(self, server: Option<&str>) -> anyhow::Result<()> {
         let server = server.context("name the server with --server URL (or MISSION_SERVER)")?;
+        let runner = match self.runner {
+            RunnerChoice::Process => mission_lz::RunnerKind::Process,
+            RunnerChoice::Slurm => mission_lz::RunnerKind::Slurm(self.slurm.config()?),
+        };
         let config = mission_lz::AgentConfig {
             // Replicas of one service: --server URL1,URL2,… (tried in turn when a connection breaks).
             servers: server.split(',').map(str::trim).filter(|url| !url.is_empty()).map(str::to_owned).collect(),
@@ -111,7 +190,7 @@ impl LzCommand {
             overrides: self.resources.overrides(),
             no_limits: self.resources.no_limits,
             sandbox: self.sandbox.config(Vec::new()),
-            runner: mission_lz::RunnerKind::Process,
+            runner,
         };
         mission_lz::run(config, super::server::shutdown_signal()).await?;
         Ok(())

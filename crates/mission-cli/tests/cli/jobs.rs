@@ -16,7 +16,7 @@ use tokio::process::{Child, Command};
 use super::BIN;
 
 pub(super) const SHELL: &str = "99e803ea-1829-42ba-be3d-294fb6a5e640";
-const PYTHON: &str = "c407e534-62e7-472b-8830-3d2ebe1bffbd";
+pub(super) const PYTHON: &str = "c407e534-62e7-472b-8830-3d2ebe1bffbd";
 /// The default station every first start creates (open to all users).
 const LOCAL_STATION: &str = "6d697373-696f-4e00-8000-000000000002";
 
@@ -148,7 +148,7 @@ async fn wait_status(client: &Client, job_id: Uuid, status: JobStatus) -> Job {
 }
 
 /// The test server with an admin signed in.
-async fn cluster(adjust: impl FnOnce(&mut mission_server::ServerConfig)) -> (TestServer, Client) {
+pub(super) async fn cluster(adjust: impl FnOnce(&mut mission_server::ServerConfig)) -> (TestServer, Client) {
     let server = TestServer::spawn_with(adjust).await;
     server.add_user("root", true).await;
     let admin = server.sign_in("root").await;

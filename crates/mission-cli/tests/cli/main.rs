@@ -10,6 +10,7 @@ use tokio::process::{Child, Command};
 
 mod jobs;
 mod replicas;
+mod slurm;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mission");
 

@@ -8,7 +8,7 @@
 //! agent (the final one included).
 
 pub mod process;
-// pub mod slurm;
+pub mod slurm;
 
 use std::sync::Arc;
 

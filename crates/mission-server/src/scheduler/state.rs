@@ -411,6 +411,7 @@ impl State {
                     command: job.command.clone(),
                     cpu_count: job.cpu_count,
                     memory_amount: job.memory_amount,
+                    gpu_count: job.gpu_count,
                     gpu_indices: job.gpu_indices.clone(),
                     time_limit: job.time_limit,
                     files: files[&job.mission_id].clone(),

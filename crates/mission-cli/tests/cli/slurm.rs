@@ -1,0 +1,279 @@
+//! The Slurm runner against a real Slurm: `scripts/slurm-test-cluster.sh` runs a one-node cluster
+//! on this machine (two CPUs, two fake GPUs, cgroup limits), and `scripts/test.sh` names it in
+//! `MISSION_TEST_SLURM_CONF`. Every test runs its own server and `mission lz --runner slurm`
+//! agent; they share the one node, so a job may wait in Slurm's queue behind another test's.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use mission_client::{Client, Job, JobResources, JobStatus, LogStream, RegisterLandingZone};
+use mission_testkit::TestServer;
+use tokio::process::{Child, Command};
+use uuid::Uuid;
+
+use super::BIN;
+use super::jobs::{PYTHON, SHELL, cluster, local_station, mission, wait_until};
+
+/// The test cluster's `slurm.conf`, or `None` (the test is skipped) where there is none and
+/// none is required.
+fn slurm_conf(test: &str) -> Option<String> {
+    match std::env::var("MISSION_TEST_SLURM_CONF") {
+        Ok(conf) => Some(conf),
+        Err(_) if std::env::var_os("MISSION_REQUIRE_SLURM").is_some() => {
+            panic!("MISSION_REQUIRE_SLURM is set, but MISSION_TEST_SLURM_CONF names no cluster")
+        }
+        Err(_) => {
+            eprintln!("SKIPPED {test}: no test Slurm cluster (run scripts/slurm-test-cluster.sh start)");
+            None
+        }
+    }
+}
+
+/// A Slurm landing zone's agent, with its dirs.
+struct SlurmAgent {
+    child: Child,
+    lz_id: Uuid,
+    token: String,
+    conf: String,
+    server_url: String,
+    /// `data/` (the agent's state) and `work/` (the work root; the cluster's shared filesystem).
+    dir: tempfile::TempDir,
+}
+
+impl SlurmAgent {
+    /// Registers the LZ `name` on the local station and starts its agent; waits until it is
+    /// online.
+    async fn start(server: &TestServer, admin: &Client, name: &str, conf: &str) -> Self {
+        let registered =
+            admin.register_landing_zone(local_station(), &RegisterLandingZone { name: name.into() }).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut agent = Self {
+            child: Command::new("true").spawn().unwrap(),
+            lz_id: registered.landing_zone.lz_id,
+            token: registered.token,
+            conf: conf.to_owned(),
+            server_url: server.url.clone(),
+            dir,
+        };
+        agent.spawn();
+        agent.until_online(admin).await;
+        agent
+    }
+
+    fn spawn(&mut self) {
+        self.child = Command::new(BIN)
+            .args(["lz", "--server", &self.server_url, "--runner", "slurm", "--work-root"])
+            .arg(self.work_root())
+            .arg("--data-dir")
+            .arg(self.dir.path().join("data"))
+            .args(["--max-jobs", "20", "--poll-max", "2"])
+            .env("MISSION_LZ_TOKEN", &self.token)
+            .env("SLURM_CONF", &self.conf)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.path().join("agent.log")).unwrap())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+    }
+
+    async fn until_online(&self, admin: &Client) {
+        wait_until("the Slurm agent is online", || async {
+            let lzs = admin.list_landing_zones(local_station()).await.unwrap();
+            lzs.iter().any(|lz| lz.lz_id == self.lz_id && lz.online && lz.resources.is_some())
+        })
+        .await;
+    }
+
+    fn work_root(&self) -> PathBuf {
+        self.dir.path().join("work")
+    }
+
+    /// The dir a job runs in.
+    fn work_dir(&self, job_id: Uuid) -> PathBuf {
+        self.work_root().join(job_id.to_string()).join("work")
+    }
+}
+
+/// The Slurm job id a running job's limits name.
+fn slurm_id(job: &Job) -> String {
+    let limits = job.limits.as_deref().unwrap_or_default();
+    let id = limits.strip_prefix("Slurm job ").and_then(|rest| rest.split(':').next());
+    id.unwrap_or_else(|| panic!("no Slurm job in the limits: {job:?}")).to_owned()
+}
+
+/// `scontrol show job -d ID`, as `Key=Value` words.
+async fn scontrol(conf: &str, slurm_id: &str) -> String {
+    let out = Command::new("scontrol").args(["show", "job", "-d", slurm_id]).env("SLURM_CONF", conf).output().await;
+    String::from_utf8_lossy(&out.unwrap().stdout).into_owned()
+}
+
+/// Waits until the job runs (in Slurm), for as long as other tests' jobs may hold the node.
+async fn until_running(client: &Client, job_id: Uuid) -> Job {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    loop {
+        let job = client.get_job(job_id).await.unwrap();
+        if job.status == JobStatus::Running || job.status.is_final() {
+            return job;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "job {job_id} did not start: {job:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until the job ends, for as long as Slurm may take.
+async fn until_ended(client: &Client, job_id: Uuid) -> Job {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(400);
+    loop {
+        let job = client.get_job(job_id).await.unwrap();
+        if job.status.is_final() {
+            return job;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "job {job_id} did not end: {job:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn released(path: &Path) {
+    std::fs::write(path, "").unwrap();
+}
+
+#[tokio::test]
+async fn shell_and_python_missions_run_through_slurm_with_their_resources() {
+    let Some(conf) = slurm_conf("shell_and_python_missions_run_through_slurm_with_their_resources") else { return };
+    let (server, admin) = cluster(|_| {}).await;
+    let agent = SlurmAgent::start(&server, &admin, "cluster", &conf).await;
+    let lz = admin.list_landing_zones(local_station()).await.unwrap().into_iter().find(|l| l.lz_id == agent.lz_id);
+    let offered = lz.unwrap().resources.unwrap();
+    assert_eq!((offered.cpu_count, offered.gpu_count), (2, 2), "the node's CPUs and fake GPUs, from sinfo");
+    let alice = &server.client;
+
+    let script = "echo \"out $1 $MISSION_ID\"\necho err >&2\necho \"gpus=$CUDA_VISIBLE_DEVICES\"\n\
+                  while [ ! -e go ]; do sleep 0.1; done\nrm go\necho done > result.txt\nmkdir -p sub && echo n > sub/n.txt\n";
+    let shell = mission(alice, SHELL, &[("run.sh", script), ("data/in.txt", "input")], &["arg1"]).await;
+    let asked = JobResources { cpu_count: Some(2), memory_amount: Some(300), gpu_count: Some(1), time_limit: Some(5) };
+    let job = alice.run_job_on_station(shell.mission_id, local_station(), asked).await.unwrap();
+    let running = until_running(alice, job.job_id).await;
+    assert_eq!(running.status, JobStatus::Running, "{running:?}");
+    let shown = scontrol(&conf, &slurm_id(&running)).await;
+    for expected in [
+        format!("JobName=mission-{}", job.job_id),
+        "NumCPUs=2".into(),
+        "mem=300M".into(),
+        "TimeLimit=00:05:00".into(),
+        "gres:gpu:1".into(),
+        format!("WorkDir={}", agent.work_dir(job.job_id).display()),
+    ] {
+        assert!(shown.contains(&expected), "{expected} not in:\n{shown}");
+    }
+    // Output streams while the job runs.
+    wait_until("stdout arrives while the job runs", || async {
+        alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap().starts_with("out arg1")
+    })
+    .await;
+    released(&agent.work_dir(job.job_id).join("go"));
+    let done = until_ended(alice, job.job_id).await;
+    assert_eq!((done.status, done.exit_code), (JobStatus::Completed, Some(0)), "{done:?}");
+    let stdout = alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap();
+    assert_eq!(stdout, format!("out arg1 {}\ngpus=0\n", shell.mission_id));
+    assert_eq!(alice.job_logs(job.job_id, LogStream::Stderr).await.unwrap(), "err\n");
+    let mut results: Vec<String> =
+        alice.list_job_results(job.job_id).await.unwrap().iter().map(|f| f.relative_path().to_owned()).collect();
+    results.sort();
+    assert_eq!(results, ["mission-logs/stderr.log", "mission-logs/stdout.log", "result.txt", "sub/n.txt"]);
+    assert!(!agent.work_root().join(job.job_id.to_string()).exists(), "the job's dir is removed");
+
+    let py = "import sys\nprint('py', sys.argv[1:])\nopen('out.txt', 'w').write('x')\nsys.exit(3)\n";
+    let python = mission(alice, PYTHON, &[("main.py", py)], &["a"]).await;
+    let job = alice.run_job_on_station(python.mission_id, local_station(), JobResources::default()).await.unwrap();
+    let done = until_ended(alice, job.job_id).await;
+    assert_eq!(
+        (done.status, done.exit_code, done.reason.as_deref()),
+        (JobStatus::Failed, Some(3), Some("exit status 3"))
+    );
+    assert_eq!(alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap(), "py ['a']\n");
+    let results = alice.list_job_results(job.job_id).await.unwrap();
+    assert!(results.iter().any(|f| f.relative_path() == "out.txt"), "{results:?}");
+}
+
+#[tokio::test]
+async fn a_stop_cancels_the_slurm_job_and_a_waiting_job_shows_slurms_reason() {
+    let Some(conf) = slurm_conf("a_stop_cancels_the_slurm_job_and_a_waiting_job_shows_slurms_reason") else { return };
+    let (server, admin) = cluster(|_| {}).await;
+    let agent = SlurmAgent::start(&server, &admin, "cluster", &conf).await;
+    let alice = &server.client;
+    let m = mission(alice, SHELL, &[("run.sh", "echo started\nexec sleep 600\n")], &[]).await;
+    let whole_node = JobResources { cpu_count: Some(2), memory_amount: Some(100), ..Default::default() };
+    let first = alice.run_job_on_station(m.mission_id, local_station(), whole_node).await.unwrap();
+    let running = until_running(alice, first.job_id).await;
+    let first_slurm_id = slurm_id(&running);
+    // The second needs the node the first holds: it waits in Slurm's queue, and says why.
+    let second = alice.run_job_on_station(m.mission_id, local_station(), whole_node).await.unwrap();
+    wait_until("the waiting job shows Slurm's pending reason", || async {
+        let job = alice.get_job(second.job_id).await.unwrap();
+        job.status == JobStatus::Staging
+            && job.reason.as_deref().is_some_and(|r| r.starts_with("waiting in Slurm's queue: "))
+    })
+    .await;
+    let waiting = alice.get_job(second.job_id).await.unwrap();
+    let reason = waiting.reason.unwrap();
+    assert!(["Resources", "Priority"].iter().any(|r| reason.ends_with(r)), "{reason}");
+    alice.stop_job(second.job_id).await.unwrap();
+    alice.stop_job(first.job_id).await.unwrap();
+    for job_id in [first.job_id, second.job_id] {
+        let stopped = until_ended(alice, job_id).await;
+        assert_eq!(stopped.status, JobStatus::Stopped, "{stopped:?}");
+    }
+    let shown = scontrol(&conf, &first_slurm_id).await;
+    assert!(shown.contains("JobState=CANCELLED"), "{shown}");
+    wait_until("the agent removed the stopped jobs' dirs", || async {
+        std::fs::read_dir(agent.work_root()).unwrap().next().is_none()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn out_of_memory_and_time_limit_end_slurm_jobs_with_their_reasons() {
+    let Some(conf) = slurm_conf("out_of_memory_and_time_limit_end_slurm_jobs_with_their_reasons") else { return };
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = SlurmAgent::start(&server, &admin, "cluster", &conf).await;
+    let alice = &server.client;
+    let py = "x = bytearray(400 * 1024 * 1024)\nfor i in range(0, len(x), 4096): x[i] = 1\nprint('survived')\n";
+    let eater = mission(alice, PYTHON, &[("eat.py", py)], &[]).await;
+    let small = JobResources { memory_amount: Some(64), ..Default::default() };
+    let oom = alice.run_job_on_station(eater.mission_id, local_station(), small).await.unwrap();
+    let sleeper = mission(alice, SHELL, &[("run.sh", "echo partial > part.txt\nexec sleep 600\n")], &[]).await;
+    let one_minute = JobResources { memory_amount: Some(64), time_limit: Some(1), ..Default::default() };
+    let late = alice.run_job_on_station(sleeper.mission_id, local_station(), one_minute).await.unwrap();
+
+    let oom = until_ended(alice, oom.job_id).await;
+    assert_eq!((oom.status, oom.reason.as_deref()), (JobStatus::Failed, Some("out of memory")), "{oom:?}");
+    let late = until_ended(alice, late.job_id).await;
+    assert_eq!((late.status, late.reason.as_deref()), (JobStatus::Failed, Some("time limit")), "{late:?}");
+    let results = alice.list_job_results(late.job_id).await.unwrap();
+    assert!(results.iter().any(|f| f.relative_path() == "part.txt"), "{results:?}");
+}
+
+#[tokio::test]
+async fn an_agent_killed_mid_job_finds_its_slurm_job_again_when_it_restarts() {
+    let Some(conf) = slurm_conf("an_agent_killed_mid_job_finds_its_slurm_job_again_when_it_restarts") else { return };
+    let (server, admin) = cluster(|_| {}).await;
+    let mut agent = SlurmAgent::start(&server, &admin, "cluster", &conf).await;
+    let alice = &server.client;
+    let script = "echo before\nwhile [ ! -e go ]; do sleep 0.1; done\nrm go\necho after\necho r > out.txt\n";
+    let m = mission(alice, SHELL, &[("run.sh", script)], &[]).await;
+    let small = JobResources { memory_amount: Some(64), ..Default::default() };
+    let job = alice.run_job_on_station(m.mission_id, local_station(), small).await.unwrap();
+    until_running(alice, job.job_id).await;
+    agent.child.kill().await.unwrap();
+    // While the agent is away the job finishes in Slurm; the agent comes back within the lease.
+    released(&agent.work_dir(job.job_id).join("go"));
+    agent.spawn();
+    agent.until_online(&admin).await;
+    let done = until_ended(alice, job.job_id).await;
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+    assert_eq!(alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap(), "before\nafter\n");
+    let results = alice.list_job_results(job.job_id).await.unwrap();
+    assert!(results.iter().any(|f| f.relative_path() == "out.txt"), "{results:?}");
+}

@@ -1,0 +1,584 @@
+//! The Slurm runner: the agent on a cluster's login node makes every job of its landing zone a
+//! Slurm job.
+//!
+//! 1. staging: the inputs come through the content cache into the job's own dir on the shared
+//!    filesystem (`WORK_ROOT/{job id}`, 0700; see [`JobDir`]) with a batch script, and a record
+//!    of the job goes into the agent's data dir (outside the work root), so that a restarted
+//!    agent can follow it;
+//! 2. `sbatch --parsable` with the job's CPUs, memory, GPUs, time limit and name
+//!    (`mission-{job id}`), the site's partition, account, QoS and extra arguments, and none of
+//!    the agent's environment. While Slurm keeps it waiting, the job's reason says why (Slurm's
+//!    pending reason); when Slurm starts it, it is `running`, and the output files stream to the
+//!    server as they grow;
+//! 3. its end, read from Slurm, becomes the job's status and reason (exit status, `time limit`,
+//!    `out of memory`, a cancellation, a failed node); the new or changed files of its work dir are
+//!    uploaded, and its dir and record removed. A stop cancels it (`scancel`).
+//!
+//! One [`Monitor`] asks Slurm about all the agent's jobs at once (`squeue`, and `sacct` for jobs
+//! `squeue` has forgotten), never once per job, and asks less often while nothing changes:
+//! sites ban tools whose polling hangs `slurmctld`.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime};
+
+use mission_api::lz::{Assignment, InputFile};
+use mission_api::{JobStatus, Resources};
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::process::{Outcome, stop_ordered};
+use super::{Offer, Runner};
+use crate::agent::{Agent, AgentConfig, AgentError, private_dir};
+use crate::cache::Lookup;
+use crate::client::Backoff;
+use crate::output::{changed_files, forward_file, upload_results};
+use crate::slurm::{
+    self, JobDir, SACCT_FORMAT, SINFO_FORMAT, SQUEUE_FORMAT, SiteOptions, SlurmJob, batch_script, sbatch_args,
+};
+use crate::workdirs::{Staged, WorkDir};
+
+/// How a Slurm landing zone submits its jobs.
+#[derive(Debug, Clone)]
+pub struct SlurmConfig {
+    /// Partition, account, QoS and extra `sbatch` arguments of every job.
+    pub site: SiteOptions,
+    /// Where job dirs are made: a directory on the cluster's shared filesystem, outside the
+    /// agent's data dir.
+    pub work_root: PathBuf,
+    /// Most jobs the agent keeps in Slurm at once.
+    pub max_jobs: u32,
+    /// How often Slurm is asked about the jobs: `first` after a change, backing off to `max`
+    /// while nothing changes.
+    pub poll: Backoff,
+}
+
+impl SlurmConfig {
+    /// The default polling: every second after a change, at most every 20 s.
+    pub const DEFAULT_POLL: Backoff = Backoff { first: Duration::from_secs(1), max: Duration::from_secs(20) };
+}
+
+/// How long one Slurm command may take before the agent gives up on it.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often a running job's dir is looked at for its exit code, which tells the monitor to ask
+/// Slurm at once instead of at its next turn.
+const EXIT_CHECK: Duration = Duration::from_millis(200);
+
+/// What the agent keeps of a job it submitted (`DATA_DIR/slurm-jobs/{job id}.json`), to follow
+/// it after a restart.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Record {
+    job_id: Uuid,
+    /// Slurm's id, once `sbatch` answered.
+    slurm_id: Option<String>,
+    /// The input copies as staged (path, size, modification time), to tell the results.
+    staged: Vec<(PathBuf, u64, SystemTime)>,
+}
+
+/// The Slurm runner of one agent.
+pub(crate) struct SlurmRunner {
+    config: SlurmConfig,
+    /// Where [`Record`]s are kept.
+    records: PathBuf,
+    /// The environment of the Slurm commands the agent runs: nothing of its own but `PATH`,
+    /// the user's identity, the locale and `SLURM_*` (never its token).
+    command_env: Vec<(OsString, OsString)>,
+    /// The `PATH` jobs get.
+    job_path: String,
+    monitor: Arc<Monitor>,
+    /// What `sinfo` last said.
+    offer: Mutex<Resources>,
+    /// Jobs of an earlier run of the agent, until they are resumed.
+    recovered: Mutex<HashMap<Uuid, Record>>,
+}
+
+impl SlurmRunner {
+    /// Checks the work root and Slurm, reads the cluster's nodes, and finds the jobs an earlier
+    /// run of the agent left in Slurm (by their names).
+    pub async fn start(config: &AgentConfig, slurm: &SlurmConfig) -> Result<Arc<Self>, AgentError> {
+        let work_root = absolute(&slurm.work_root);
+        let data_dir = absolute(&config.data_dir);
+        if work_root.starts_with(&data_dir) || data_dir.starts_with(&work_root) {
+            return Err(AgentError::BatchSystem(format!(
+                "the work root {} and the data dir {} must lie apart: jobs may read the work root, and the data \
+                 dir holds the landing zone's state",
+                work_root.display(),
+                data_dir.display()
+            )));
+        }
+        private_dir(&work_root, 0o700).map_err(|e| AgentError::DataDir(work_root.clone(), e))?;
+        let records = data_dir.join("slurm-jobs");
+        private_dir(&records, 0o700).map_err(|e| AgentError::DataDir(records.clone(), e))?;
+        let command_env = std::env::vars_os()
+            .filter(|(name, _)| {
+                let name = name.to_string_lossy();
+                ["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ"].contains(&name.as_ref())
+                    || name.starts_with("SLURM_")
+            })
+            .collect();
+        let job_path = super::process::base_env()
+            .into_iter()
+            .find(|(name, _)| *name == "PATH")
+            .map(|(_, path)| path.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut config = slurm.clone();
+        config.work_root = work_root;
+        let runner = Arc::new(Self {
+            config,
+            records,
+            command_env,
+            job_path,
+            monitor: Arc::new(Monitor::default()),
+            offer: Mutex::new(Resources { cpu_count: 0, memory_amount: 0, gpu_count: 0 }),
+            recovered: Mutex::new(HashMap::new()),
+        });
+        let capacity = runner.capacity().await.map_err(AgentError::BatchSystem)?;
+        *runner.offer.lock().expect("not poisoned") = capacity;
+        runner.recover().await.map_err(AgentError::BatchSystem)?;
+        tokio::spawn(Monitor::run(Arc::downgrade(&runner), runner.config.poll));
+        tracing::info!(
+            cpus = capacity.cpu_count,
+            memory_mb = capacity.memory_amount,
+            gpus = capacity.gpu_count,
+            max_jobs = runner.config.max_jobs,
+            work_root = %runner.config.work_root.display(),
+            resumed = runner.recovered.lock().expect("not poisoned").len(),
+            "Slurm landing zone agent starting"
+        );
+        Ok(runner)
+    }
+
+    /// Runs a Slurm command; answers its stdout, or why it failed.
+    async fn command(&self, program: &str, args: &[String]) -> Result<String, String> {
+        let mut command = tokio::process::Command::new(program);
+        command.args(args).env_clear().envs(self.command_env.iter().cloned()).kill_on_drop(true);
+        command.stdin(std::process::Stdio::null());
+        let output = tokio::time::timeout(COMMAND_TIMEOUT, command.output())
+            .await
+            .map_err(|_| format!("{program} did not answer within {COMMAND_TIMEOUT:?}"))?
+            .map_err(|e| format!("cannot run {program}: {e}"))?;
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            return Err(format!("{program} failed ({}): {}", output.status, stderr.trim()));
+        }
+        String::from_utf8(output.stdout).map_err(|_| format!("{program} wrote something that is not UTF-8"))
+    }
+
+    /// The largest node that takes jobs, from `sinfo`.
+    async fn capacity(&self) -> Result<Resources, String> {
+        let mut args = vec!["-h".to_owned(), "-N".to_owned(), "-o".to_owned(), SINFO_FORMAT.to_owned()];
+        if let Some(partition) = &self.config.site.partition {
+            args.push(format!("--partition={partition}"));
+        }
+        let nodes = slurm::parse_nodes(&self.command("sinfo", &args).await?).map_err(|e| e.to_string())?;
+        slurm::capacity(&nodes).ok_or_else(|| "Slurm lists no node that takes jobs".to_owned())
+    }
+
+    /// All the agent's jobs Slurm still lists (one `squeue`).
+    async fn queue(&self) -> Result<Vec<SlurmJob>, String> {
+        let args = ["--me", "-h", "-t", "all", "-O", SQUEUE_FORMAT].map(str::to_owned);
+        let jobs = slurm::parse_queue(&self.command("squeue", &args).await?).map_err(|e| e.to_string())?;
+        Ok(jobs.into_iter().filter(|j| j.job_id.is_some()).collect())
+    }
+
+    /// What accounting knows of these jobs (one `sacct`); empty where the cluster keeps none.
+    async fn accounting(&self, slurm_ids: &[String]) -> Vec<SlurmJob> {
+        let args = ["-n", "-P", "-X", "-o", SACCT_FORMAT, "-j", &slurm_ids.join(",")].map(str::to_owned);
+        match self
+            .command("sacct", &args)
+            .await
+            .and_then(|out| slurm::parse_accounting(&out).map_err(|e| e.to_string()))
+        {
+            Ok(jobs) => jobs,
+            Err(why) => {
+                tracing::debug!("no accounting for jobs Slurm no longer lists: {why}");
+                Vec::new()
+            }
+        }
+    }
+
+    fn record_path(&self, job_id: Uuid) -> PathBuf {
+        self.records.join(format!("{job_id}.json"))
+    }
+
+    /// Writes a job's record (whole, or not at all). Blocking.
+    fn save(&self, record: &Record) -> std::io::Result<()> {
+        let path = self.record_path(record.job_id);
+        let partial = path.with_extension("partial");
+        std::fs::write(&partial, serde_json::to_vec(record).expect("records serialise"))?;
+        std::fs::rename(&partial, &path)
+    }
+
+    /// Removes what a job left: its dir and its record. Blocking.
+    fn forget(&self, job_id: Uuid) {
+        let _ = std::fs::remove_dir_all(JobDir::new(&self.config.work_root, job_id).root());
+        let _ = std::fs::remove_file(self.record_path(job_id));
+    }
+
+    /// Finds the jobs an earlier run of the agent submitted: each record whose job Slurm still
+    /// lists by name, or that has Slurm's id. A record of a job never submitted is dropped (the
+    /// server puts the job back in its queue when the agent does not name it).
+    async fn recover(&self) -> Result<(), String> {
+        let mut records = Vec::new();
+        for entry in std::fs::read_dir(&self.records).map_err(|e| e.to_string())?.flatten() {
+            let path = entry.path();
+            let read = std::fs::read(&path).ok().and_then(|bytes| serde_json::from_slice::<Record>(&bytes).ok());
+            match read {
+                Some(record) if path.extension().is_some_and(|e| e == "json") => records.push(record),
+                _ => {
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
+        if records.is_empty() {
+            return Ok(());
+        }
+        let listed = self.queue().await?;
+        let mut recovered = self.recovered.lock().expect("not poisoned");
+        for mut record in records {
+            if let Some(listed) = listed.iter().find(|j| j.job_id == Some(record.job_id)) {
+                record.slurm_id = Some(listed.slurm_id.clone());
+            }
+            if record.slurm_id.is_some() {
+                recovered.insert(record.job_id, record);
+            } else {
+                self.forget(record.job_id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stages the job, submits it, and follows it to its end.
+    async fn submit(
+        self: &Arc<Self>,
+        agent: &Arc<Agent>,
+        job: &Assignment,
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<Outcome, String> {
+        agent.report(job.job_id, JobStatus::Staging, None, None, None);
+        let stopped = || Ok((JobStatus::Stopped, None, Some("stopped before it started".to_owned())));
+        let mut downloaded = false;
+        let inputs = loop {
+            match agent.cache.lookup(&job.files) {
+                Ok(inputs) => break inputs,
+                Err(Lookup::Invalid(why)) => return Err(format!("staging the mission's files failed: {why}")),
+                Err(Lookup::Missing(_)) if downloaded => {
+                    return Err("staging the mission's files failed: the input cache changed meanwhile".into());
+                }
+                Err(Lookup::Missing(missing)) => {
+                    let missing: Vec<&InputFile> = missing.into_iter().map(|i| &job.files[i]).collect();
+                    tokio::select! {
+                        fetched = agent.cache.download(&agent.client, job.job_id, &missing) => {
+                            fetched.map_err(|e| format!("staging the mission's files failed: {e}"))?;
+                        }
+                        () = stop_ordered(&mut stop) => return stopped(),
+                    }
+                    downloaded = true;
+                }
+            }
+        };
+        let dir = JobDir::new(&self.config.work_root, job.job_id);
+        let staging = {
+            let (runner, dir, job) = (self.clone(), dir.clone(), job.clone());
+            tokio::task::spawn_blocking(move || runner.stage(&job, &dir, &inputs))
+        };
+        let record = staging.await.map_err(|e| e.to_string())?.map_err(|e| {
+            self.forget(job.job_id);
+            format!("staging the mission's files failed: {e}")
+        })?;
+        if *stop.borrow() {
+            self.forget(job.job_id);
+            return stopped();
+        }
+        let args = sbatch_args(job, &dir, &self.config.site);
+        let answer = self.command("sbatch", &args).await.inspect_err(|_| self.forget(job.job_id))?;
+        // `--parsable` answers `id` or `id;cluster`.
+        let slurm_id = answer.trim().split(';').next().unwrap_or_default().to_owned();
+        if slurm_id.is_empty() {
+            self.forget(job.job_id);
+            return Err(format!("sbatch answered no job id: {answer:?}"));
+        }
+        tracing::info!(job_id = %job.job_id, %slurm_id, "submitted to Slurm");
+        let record = Record { slurm_id: Some(slurm_id), ..record };
+        if let Err(e) = self.save(&record) {
+            tracing::warn!(job_id = %job.job_id, "cannot record Slurm's id of the job: {e}");
+        }
+        self.follow(agent, record, stop).await
+    }
+
+    /// Makes the job's dir with its inputs and batch script, and records the job. Blocking.
+    fn stage(&self, job: &Assignment, dir: &JobDir, inputs: &[(PathBuf, PathBuf)]) -> std::io::Result<Record> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        // A dir left by an earlier attempt of this job holds nothing anyone will collect.
+        let _ = std::fs::remove_dir_all(dir.root());
+        std::fs::DirBuilder::new().mode(0o700).create(dir.root())?;
+        let staged = WorkDir::create_at(dir.work(), inputs)?;
+        let script = batch_script(job, dir, &self.job_path);
+        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o700).open(dir.script())?;
+        std::io::Write::write_all(&mut file, script.as_bytes())?;
+        let record = Record {
+            job_id: job.job_id,
+            slurm_id: None,
+            staged: staged.into_iter().map(|(path, (size, modified))| (path, size, modified)).collect(),
+        };
+        self.save(&record)?;
+        Ok(record)
+    }
+
+    /// Follows a submitted job to its end: reports why it waits and when it runs, streams its
+    /// output, cancels it on a stop, and uploads its results.
+    async fn follow(
+        &self,
+        agent: &Arc<Agent>,
+        record: Record,
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<Outcome, String> {
+        let job_id = record.job_id;
+        let slurm_id = record.slurm_id.clone().ok_or("the job was never submitted to Slurm")?;
+        let dir = JobDir::new(&self.config.work_root, job_id);
+        let mut sightings = self.monitor.watch(job_id, &slurm_id);
+        let (ended, ended_rx) = watch::channel(false);
+        let forwarders = ["stdout", "stderr"].map(|stream| {
+            let (agent, path, ended) = (agent.clone(), dir.log(stream), ended_rx.clone());
+            tokio::spawn(async move { forward_file(&agent.client, job_id, stream, path, ended).await })
+        });
+        let (mut running, mut reason, mut stop_requested, mut exited) = (false, None, false, false);
+        let last = loop {
+            let sighting = sightings.borrow_and_update().clone();
+            match sighting {
+                Some(Sighting::Seen(job)) if job.state.is_final() => break Some(job),
+                Some(Sighting::Gone) => break None,
+                Some(Sighting::Seen(job)) => {
+                    if let Some(waiting) = job.pending_reason() {
+                        if reason.as_ref() != Some(&waiting) {
+                            agent.report(job_id, JobStatus::Staging, None, Some(waiting.clone()), None);
+                            reason = Some(waiting);
+                        }
+                    } else if !running && job.state != slurm::SlurmState::Pending {
+                        running = true;
+                        let limits = format!("Slurm job {slurm_id}: its limits are Slurm's");
+                        agent.report(job_id, JobStatus::Running, None, None, Some(limits));
+                    }
+                }
+                None => {}
+            }
+            tokio::select! {
+                changed = sightings.changed() => if changed.is_err() { break None },
+                () = stop_ordered(&mut stop), if !stop_requested => {
+                    stop_requested = true;
+                    if let Err(why) = self.command("scancel", std::slice::from_ref(&slurm_id)).await {
+                        tracing::warn!(%job_id, "cancelling the Slurm job failed: {why}");
+                    }
+                    self.monitor.nudge.notify_one();
+                }
+                () = tokio::time::sleep(EXIT_CHECK), if !exited => {
+                    if tokio::fs::try_exists(dir.exit_code()).await.unwrap_or(false) {
+                        exited = true;
+                        self.monitor.nudge.notify_one();
+                    }
+                }
+            }
+        };
+        self.monitor.unwatch(job_id);
+        let _ = ended.send(true);
+        for forwarder in forwarders {
+            let _ = forwarder.await;
+        }
+        let outcome = match last.and_then(|job| job.outcome(stop_requested)) {
+            Some(outcome) => outcome,
+            None => self.outcome_without_slurm(&dir, stop_requested),
+        };
+        if outcome.0 == JobStatus::Stopped {
+            return Ok(outcome);
+        }
+        agent.report(job_id, JobStatus::Uploading, None, None, None);
+        let (work, staged): (PathBuf, Staged) =
+            (dir.work(), record.staged.into_iter().map(|(path, size, modified)| (path, (size, modified))).collect());
+        let results =
+            tokio::task::spawn_blocking(move || changed_files(&work, &staged)).await.map_err(|e| e.to_string())?;
+        upload_results(&agent.client, job_id, results).await.map_err(|e| format!("uploading results failed: {e}"))?;
+        Ok(outcome)
+    }
+
+    /// How a job Slurm no longer knows (and keeps no accounting of) ended: by the exit code
+    /// its script wrote, if it wrote one.
+    fn outcome_without_slurm(&self, dir: &JobDir, stop_requested: bool) -> Outcome {
+        let code = std::fs::read_to_string(dir.exit_code()).ok().and_then(|code| code.trim().parse::<i32>().ok());
+        match code {
+            Some(0) => (JobStatus::Completed, Some(0), None),
+            Some(code) => (JobStatus::Failed, Some(code), Some(format!("exit status {code}"))),
+            None if stop_requested => (JobStatus::Stopped, None, Some("stopped".into())),
+            None => (
+                JobStatus::Failed,
+                None,
+                Some("Slurm no longer knows the job, keeps no accounting of it, and it left no exit status".into()),
+            ),
+        }
+    }
+
+    /// Reports the job's end and removes what it left.
+    async fn settle(self: Arc<Self>, agent: &Agent, job_id: Uuid, outcome: Result<Outcome, String>) {
+        let (status, exit_code, reason) = outcome.unwrap_or_else(|why| (JobStatus::Failed, None, Some(why)));
+        agent.report(job_id, status, exit_code, reason, None);
+        let _ = tokio::task::spawn_blocking(move || self.forget(job_id)).await;
+    }
+}
+
+impl Runner for SlurmRunner {
+    async fn offer(&self) -> Offer {
+        match self.capacity().await {
+            Ok(capacity) => *self.offer.lock().expect("not poisoned") = capacity,
+            Err(why) => tracing::warn!("reading the cluster's nodes failed ({why}); offering what sinfo said last"),
+        }
+        Offer {
+            resources: *self.offer.lock().expect("not poisoned"),
+            gpus: Vec::new(),
+            max_jobs: Some(self.config.max_jobs),
+        }
+    }
+
+    async fn run(self: Arc<Self>, agent: Arc<Agent>, job: Assignment, stop: watch::Receiver<bool>) {
+        let outcome = self.submit(&agent, &job, stop).await;
+        self.settle(&agent, job.job_id, outcome).await;
+    }
+
+    fn recovered(&self) -> Vec<Uuid> {
+        self.recovered.lock().expect("not poisoned").keys().copied().collect()
+    }
+
+    async fn resume(self: Arc<Self>, agent: Arc<Agent>, job_id: Uuid, stop: watch::Receiver<bool>) {
+        let record = self.recovered.lock().expect("not poisoned").remove(&job_id);
+        let outcome = match record {
+            Some(record) => {
+                tracing::info!(%job_id, slurm_id = ?record.slurm_id, "resuming a Slurm job");
+                self.follow(&agent, record, stop).await
+            }
+            None => Err("the agent lost its record of the job".to_owned()),
+        };
+        self.settle(&agent, job_id, outcome).await;
+    }
+
+    fn shut_down(&self, _agent: &Agent) {
+        // Slurm's jobs outlive the agent: a restarted agent finds them by name.
+    }
+}
+
+/// What the monitor last learnt of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Sighting {
+    /// Slurm lists it so.
+    Seen(SlurmJob),
+    /// Neither `squeue` nor `sacct` knows it.
+    Gone,
+}
+
+/// A job the monitor follows.
+struct Watched {
+    slurm_id: String,
+    /// When following began: a job submitted after a `squeue` began may be missing from it.
+    since: Instant,
+    sightings: watch::Sender<Option<Sighting>>,
+}
+
+/// Asks Slurm about all the agent's jobs in one call per turn, and tells each job's task what
+/// changed.
+#[derive(Default)]
+struct Monitor {
+    watched: Mutex<HashMap<Uuid, Watched>>,
+    /// Asks for a turn now (a job was submitted, cancelled, or its program exited).
+    nudge: Notify,
+}
+
+impl Monitor {
+    fn watch(&self, job_id: Uuid, slurm_id: &str) -> watch::Receiver<Option<Sighting>> {
+        let (sightings, receiver) = watch::channel(None);
+        let watched = Watched { slurm_id: slurm_id.to_owned(), since: Instant::now(), sightings };
+        self.watched.lock().expect("not poisoned").insert(job_id, watched);
+        self.nudge.notify_one();
+        receiver
+    }
+
+    fn unwatch(&self, job_id: Uuid) {
+        self.watched.lock().expect("not poisoned").remove(&job_id);
+    }
+
+    /// Turns until the runner is gone: after `poll.first` when the last turn saw a change,
+    /// twice as long as the last wait (up to `poll.max`) when it saw none, at once when nudged.
+    async fn run(runner: Weak<SlurmRunner>, poll: Backoff) {
+        let mut wait = poll.first;
+        loop {
+            let Some(monitor) = runner.upgrade().map(|r| r.monitor.clone()) else { return };
+            let idle = monitor.watched.lock().expect("not poisoned").is_empty();
+            if idle {
+                wait = poll.first;
+                monitor.nudge.notified().await;
+            } else {
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = monitor.nudge.notified() => wait = poll.first,
+                }
+            }
+            let Some(runner) = runner.upgrade() else { return };
+            let changed = match monitor.turn(&runner).await {
+                Ok(changed) => changed,
+                Err(why) => {
+                    tracing::warn!("asking Slurm about the jobs failed: {why}");
+                    false
+                }
+            };
+            wait = if changed { poll.first } else { (wait * 2).min(poll.max) };
+        }
+    }
+
+    /// One `squeue` for every job (and one `sacct` for those it no longer lists); answers whether
+    /// anything changed.
+    async fn turn(&self, runner: &SlurmRunner) -> Result<bool, String> {
+        let began = Instant::now();
+        let listed = runner.queue().await?;
+        let mut changed = false;
+        let mut missing = Vec::new();
+        {
+            let watched = self.watched.lock().expect("not poisoned");
+            for (job_id, watch) in watched.iter() {
+                match listed.iter().find(|j| j.slurm_id == watch.slurm_id) {
+                    Some(job) => changed |= tell(&watch.sightings, Sighting::Seen(job.clone())),
+                    None if watch.since < began => missing.push((*job_id, watch.slurm_id.clone())),
+                    None => {}
+                }
+            }
+        }
+        if !missing.is_empty() {
+            let ids: Vec<String> = missing.iter().map(|(_, slurm_id)| slurm_id.clone()).collect();
+            let accounted = runner.accounting(&ids).await;
+            let watched = self.watched.lock().expect("not poisoned");
+            for (job_id, slurm_id) in missing {
+                let Some(watch) = watched.get(&job_id) else { continue };
+                let sighting = match accounted.iter().find(|j| j.slurm_id == slurm_id) {
+                    Some(job) => Sighting::Seen(SlurmJob { job_id: Some(job_id), ..job.clone() }),
+                    None => Sighting::Gone,
+                };
+                changed |= tell(&watch.sightings, sighting);
+            }
+        }
+        Ok(changed)
+    }
+}
+
+/// Tells a job's task what the monitor saw, if it is news; answers whether it was.
+fn tell(sightings: &watch::Sender<Option<Sighting>>, sighting: Sighting) -> bool {
+    sightings.send_if_modified(|last| {
+        if last.as_ref() == Some(&sighting) {
+            return false;
+        }
+        *last = Some(sighting);
+        true
+    })
+}
+
+/// `path` made absolute (without resolving links), to compare where dirs lie.
+fn absolute(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()))
+}

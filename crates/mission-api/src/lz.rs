@@ -48,6 +48,10 @@ pub struct Hello {
     /// indices (the batch system chooses the devices).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_jobs: Option<u32>,
+    /// The cluster account a gateway runs as and submits its jobs as; it must be the one the
+    /// landing zone was registered with (see `RegisterLandingZone::cluster_account`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_account: Option<String>,
     /// Agent version.
     pub version: String,
 }
@@ -77,6 +81,10 @@ pub struct Assignment {
     /// The user who started it.
     #[serde(default)]
     pub user_id: Uuid,
+    /// That user's name (a gateway that runs each user's jobs as a cluster account of their
+    /// own maps it to one).
+    #[serde(default)]
+    pub username: String,
     /// Whether that user is an admin or owns the landing zone's station: someone its operator
     /// trusts with the host. An agent that cannot run jobs as users of their own runs only these
     /// users' jobs, unless its operator allows everyone's.

@@ -90,6 +90,10 @@ pub struct LandingZone {
     pub resources: Option<Resources>,
     /// When its agent was last heard from.
     pub last_seen_at: Option<DateTime<Utc>>,
+    /// The cluster account a batch-system gateway (a Slurm landing zone) submits its jobs as:
+    /// every job of this landing zone runs as that account and can read what it can.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_account: Option<String>,
     /// When it was registered.
     pub created_at: DateTime<Utc>,
 }
@@ -101,6 +105,12 @@ pub struct LandingZone {
 pub struct RegisterLandingZone {
     /// Name, unique within the station.
     pub name: String,
+    /// For a gateway into a Slurm cluster: the cluster account its agent runs as (and submits
+    /// every job as). Its agent must run as that account, and an agent of a landing zone
+    /// registered without one must not be a gateway. Only the station's members' jobs go
+    /// there: the station's owner decides who shares the account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_account: Option<String>,
 }
 
 /// Answer of `POST /api/v1/stations/{id}/lzs`: the new LZ and the token its agent signs in with.

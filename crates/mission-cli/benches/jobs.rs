@@ -207,8 +207,10 @@ async fn main() {
         .create_station(&mission_client::CreateStation { name: "rss".into(), ..Default::default() })
         .await
         .unwrap();
-    let registered =
-        client.register_landing_zone(lab.station_id, &RegisterLandingZone { name: "idle".into() }).await.unwrap();
+    let registered = client
+        .register_landing_zone(lab.station_id, &RegisterLandingZone { name: "idle".into(), cluster_account: None })
+        .await
+        .unwrap();
     let agent = tokio::process::Command::new(bin())
         .args(["lz", "--server", &url, "--data-dir"])
         .arg(home.path().join("lz"))

@@ -66,7 +66,7 @@ impl Client {
     /// ```no_run
     /// # async fn demo(client: mission_client::Client, station: uuid::Uuid) -> Result<(), mission_client::Error> {
     /// use mission_client::RegisterLandingZone;
-    /// let lz = client.register_landing_zone(station, &RegisterLandingZone { name: "gpu-01".into() }).await?;
+    /// let lz = client.register_landing_zone(station, &RegisterLandingZone { name: "gpu-01".into(), cluster_account: None }).await?;
     /// println!("mission lz --server URL --token {}", lz.token);
     /// # Ok(()) }
     /// ```

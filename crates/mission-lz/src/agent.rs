@@ -97,8 +97,9 @@ pub(crate) fn private_dir(path: &std::path::Path, mode: u32) -> std::io::Result<
 /// Why the agent stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    /// The server does not know the token.
-    #[error("the server refused the landing-zone token: {0}")]
+    /// The server refused the agent: it does not know the token, or the agent is not what its
+    /// landing zone was registered as.
+    #[error("the server refused this landing zone's agent: {0}")]
     TokenRefused(String),
     /// The data dir or the work root cannot be used.
     #[error("{0}: {1}")]
@@ -211,6 +212,7 @@ async fn connect_loop<R: Runner>(agent: &Arc<Agent>, runner: &Arc<R>) -> Result<
             gpus: offer.gpus,
             running,
             max_jobs: offer.max_jobs,
+            cluster_account: offer.cluster_account,
             version: env!("CARGO_PKG_VERSION").to_owned(),
         };
         match session(agent, runner, &hello).await {

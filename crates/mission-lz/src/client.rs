@@ -177,8 +177,11 @@ impl LzClient {
     pub async fn connect(&self, hello: &Hello) -> Result<(Welcome, Orders), SessionEnd> {
         let response = self.request(Method::POST, "/connect").json(hello).send().await;
         let response = response.map_err(|e| SessionEnd::Broken(e.to_string()))?;
-        if response.status() == StatusCode::UNAUTHORIZED {
-            return Err(SessionEnd::Refused(response.text().await.unwrap_or_default()));
+        if [StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN].contains(&response.status()) {
+            let body = response.text().await.unwrap_or_default();
+            // The server's problem document says why; show its detail, not the JSON.
+            let detail = serde_json::from_str::<mission_api::Problem>(&body).map(|p| p.detail).unwrap_or(body);
+            return Err(SessionEnd::Refused(detail));
         }
         if !response.status().is_success() {
             let status = response.status();

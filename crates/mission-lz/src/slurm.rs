@@ -319,6 +319,26 @@ impl JobDir {
     }
 }
 
+/// A user map (`--user-map`): which cluster account runs each mission user's jobs, one
+/// `MISSION_USER CLUSTER_ACCOUNT` pair per line; `#` starts a comment.
+pub fn parse_user_map(text: &str) -> Result<std::collections::HashMap<String, String>, String> {
+    let mut map = std::collections::HashMap::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or_default().trim();
+        if line.is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [user, account] = fields[..] else {
+            return Err(format!("line {}: expected MISSION_USER CLUSTER_ACCOUNT, got {line:?}", n + 1));
+        };
+        if map.insert(user.to_owned(), account.to_owned()).is_some() {
+            return Err(format!("line {}: {user:?} is mapped twice", n + 1));
+        }
+    }
+    Ok(map)
+}
+
 /// Site choices of a Slurm landing zone that every job's submission carries.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SiteOptions {
@@ -332,10 +352,14 @@ pub struct SiteOptions {
     pub extra: Vec<String>,
 }
 
+/// The POSIX account (uid, gid) a job is submitted to run as (`sbatch --uid --gid`, as root),
+/// where not the agent's own.
+pub type RunAs = Option<(u32, u32)>;
+
 /// The `sbatch` arguments that submit `job`, staged in `dir`: its resources, time limit, name
 /// and output files, the site's options, and no environment of the agent's (`--export=NONE`:
 /// the script sets the job's own). The script's path goes last.
-pub fn sbatch_args(job: &Assignment, dir: &JobDir, site: &SiteOptions) -> Vec<String> {
+pub fn sbatch_args(job: &Assignment, dir: &JobDir, site: &SiteOptions, run_as: RunAs) -> Vec<String> {
     let path = |p: PathBuf| p.to_string_lossy().into_owned();
     let mut args = vec![
         "--parsable".to_owned(),
@@ -354,6 +378,10 @@ pub fn sbatch_args(job: &Assignment, dir: &JobDir, site: &SiteOptions) -> Vec<St
     }
     if let Some(minutes) = job.time_limit {
         args.push(format!("--time={minutes}"));
+    }
+    if let Some((uid, gid)) = run_as {
+        args.push(format!("--uid={uid}"));
+        args.push(format!("--gid={gid}"));
     }
     for (flag, value) in [("partition", &site.partition), ("account", &site.account), ("qos", &site.qos)] {
         if let Some(value) = value {
@@ -479,6 +507,7 @@ mod tests {
             job_id: Uuid::parse_str("0b8e2e1c-6f43-4c1e-9d3f-6a1f0c1d2e3f").unwrap(),
             mission_id: Uuid::nil(),
             user_id: Uuid::nil(),
+            username: "ada".into(),
             user_is_operator: false,
             command: vec!["sh".into(), "-c".into(), "echo \"$0 it's $HOME\" > out.txt; exit 4".into(), "x".into()],
             cpu_count: 2,
@@ -499,7 +528,7 @@ mod tests {
             qos: Some("short".into()),
             extra: vec!["--constraint=a100".into()],
         };
-        let args = sbatch_args(&assignment(), &dir, &site);
+        let args = sbatch_args(&assignment(), &dir, &site, Some((1000, 100)));
         let root = "/shared/work/0b8e2e1c-6f43-4c1e-9d3f-6a1f0c1d2e3f";
         assert_eq!(
             args,
@@ -516,6 +545,8 @@ mod tests {
                 "--export=NONE".into(),
                 "--gres=gpu:1".into(),
                 "--time=30".into(),
+                "--uid=1000".into(),
+                "--gid=100".into(),
                 "--partition=gpu".into(),
                 "--qos=short".into(),
                 "--constraint=a100".into(),
@@ -542,6 +573,15 @@ mod tests {
         assert_eq!(out, format!("x it's {}\n", dir.work().display()));
         assert_eq!(std::fs::read_to_string(dir.exit_code()).unwrap(), "4\n");
     }
+    #[test]
+    fn a_user_map_pairs_mission_users_with_cluster_accounts() {
+        let map = parse_user_map("# who runs as whom\nada  ada.lovelace\n\nalan turing # since 2024\n").unwrap();
+        assert_eq!(map.len(), 2);
+        assert_eq!((map["ada"].as_str(), map["alan"].as_str()), ("ada.lovelace", "turing"));
+        assert!(parse_user_map("ada").unwrap_err().starts_with("line 1:"));
+        assert!(parse_user_map("ada a\nada b\n").unwrap_err().contains("mapped twice"));
+    }
+
     #[test]
     fn our_jobs_are_known_by_their_names() {
         let id = Uuid::new_v4();

@@ -272,7 +272,12 @@ impl Server {
         let token = idp::random_secret();
         let lz_id =
             self.app.store.rotate_lz_token(DEFAULT_STATION_ID, name, &idp::hash_secret(&token), store::now()).await?;
-        self.app.scheduler.registered(store::LzIdentity { lz_id, station_id: DEFAULT_STATION_ID, name: name.into() });
+        self.app.scheduler.registered(store::LzIdentity {
+            lz_id,
+            station_id: DEFAULT_STATION_ID,
+            name: name.into(),
+            cluster_account: None,
+        });
         Ok(token)
     }
 

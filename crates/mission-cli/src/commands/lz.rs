@@ -87,6 +87,12 @@ struct SlurmArgs {
     /// An extra sbatch argument for every job (repeat it for several), e.g. --sbatch-arg=--constraint=a100.
     #[arg(long = "sbatch-arg", value_name = "ARG", allow_hyphen_values = true)]
     sbatch_args: Vec<String>,
+    /// As root: run each mission user's jobs as a cluster account of their own, named in this
+    /// file (lines of MISSION_USER CLUSTER_ACCOUNT; # starts a comment), with sbatch --uid/--gid.
+    /// Jobs of users it does not name are refused. Register the landing zone with the account
+    /// root (mission stations add-lz STATION NAME --slurm-account root).
+    #[arg(long, env = "MISSION_LZ_USER_MAP", value_name = "FILE")]
+    user_map: Option<PathBuf>,
     /// Longest wait, in seconds, between two questions to Slurm while nothing changes.
     #[arg(long, env = "MISSION_LZ_POLL_MAX", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=3600))]
     poll_max: u64,
@@ -110,6 +116,7 @@ impl SlurmArgs {
             work_root,
             max_jobs: self.max_jobs,
             poll,
+            user_map: self.user_map.clone(),
         })
     }
 }

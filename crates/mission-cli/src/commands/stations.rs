@@ -65,6 +65,11 @@ pub enum StationsCommand {
         station: String,
         /// A name for the landing zone, unique in the station.
         name: String,
+        /// Make it a gateway into a Slurm cluster whose agent runs as (and submits every job as)
+        /// this cluster account. Every job of the station's members that lands there runs as
+        /// that account and can read what it can: add only members who may share it.
+        #[arg(long, value_name = "ACCOUNT")]
+        slurm_account: Option<String>,
     },
     /// Remove a landing zone (its agent's token stops working).
     RemoveLz {
@@ -112,7 +117,12 @@ fn lz_rows(lzs: &[LandingZone]) -> Vec<Vec<String>> {
                 || "(never connected)".to_owned(),
                 |r| format!("{} CPU, {} MB, {} GPU", r.cpu_count, r.memory_amount, r.gpu_count),
             );
-            vec![lz.name.clone(), lz.lz_id.to_string(), if lz.online { "online" } else { "offline" }.to_owned(), offers]
+            let runs = match &lz.cluster_account {
+                Some(account) => format!("Slurm, as {account}"),
+                None => "on the host".to_owned(),
+            };
+            let state = if lz.online { "online" } else { "offline" }.to_owned();
+            vec![lz.name.clone(), lz.lz_id.to_string(), state, offers, runs]
         })
         .collect()
 }
@@ -154,7 +164,7 @@ impl StationsCommand {
                     ],
                 );
                 println!();
-                out.table(&lzs, &["LANDING ZONE", "ID", "STATE", "OFFERS"], lz_rows(&lzs));
+                out.table(&lzs, &["LANDING ZONE", "ID", "STATE", "OFFERS", "JOBS RUN"], lz_rows(&lzs));
             }
             StationsCommand::Create { name, description, open, owner } => {
                 let request = CreateStation { name, description, open: Some(open), owner_id: owner };
@@ -186,12 +196,20 @@ impl StationsCommand {
                 }
                 out.done(&serde_json::json!({ "removed": user }), &format!("removed {user} from {station}"));
             }
-            StationsCommand::AddLz { station, name } => {
+            StationsCommand::AddLz { station, name, slurm_account } => {
                 let id = resolve_station(&client, &station).await?;
-                let registered = client.register_landing_zone(id, &RegisterLandingZone { name }).await?;
+                let request = RegisterLandingZone { name, cluster_account: slurm_account };
+                let registered = client.register_landing_zone(id, &request).await?;
+                let (host, runner) = match &registered.landing_zone.cluster_account {
+                    Some(account) => (
+                        format!("a login node of the cluster, as {account}"),
+                        " --runner slurm --work-root DIR-ON-THE-SHARED-FILESYSTEM",
+                    ),
+                    None => ("the compute host".to_owned(), ""),
+                };
                 let message = format!(
-                    "registered landing zone {} ({}).\nIts token (shown once): {}\nOn the compute host run:\n  \
-                     MISSION_LZ_TOKEN={} mission lz --server {}",
+                    "registered landing zone {} ({}).\nIts token (shown once): {}\nOn {host} run:\n  \
+                     MISSION_LZ_TOKEN={} mission lz --server {}{runner}",
                     registered.landing_zone.name,
                     registered.landing_zone.lz_id,
                     registered.token,

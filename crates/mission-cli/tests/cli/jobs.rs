@@ -77,8 +77,10 @@ impl Agent {
         offer: Offer,
         extra: &[&str],
     ) -> Self {
-        let registered =
-            admin.register_landing_zone(station, &RegisterLandingZone { name: name.into() }).await.unwrap();
+        let registered = admin
+            .register_landing_zone(station, &RegisterLandingZone { name: name.into(), cluster_account: None })
+            .await
+            .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let bin = dir.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();

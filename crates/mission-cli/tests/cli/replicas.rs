@@ -127,7 +127,10 @@ async fn the_leader_is_killed_and_every_job_completes_once() {
     let servers = format!("{},{}", a.url, b.url);
     let mut agents = Vec::new();
     for name in ["node-1", "node-2"] {
-        let lz = on_b.register_landing_zone(local_station(), &RegisterLandingZone { name: name.into() }).await.unwrap();
+        let lz = on_b
+            .register_landing_zone(local_station(), &RegisterLandingZone { name: name.into(), cluster_account: None })
+            .await
+            .unwrap();
         agents.push(agent(&servers, &lz.token, dir.path().join(name)));
     }
     wait_until("both agents are online", || async {

@@ -39,14 +39,23 @@ struct SlurmAgent {
     server_url: String,
     /// `data/` (the agent's state) and `work/` (the work root; the cluster's shared filesystem).
     dir: tempfile::TempDir,
+    /// More flags for `mission lz`.
+    extra: Vec<String>,
 }
 
 impl SlurmAgent {
-    /// Registers the LZ `name` on the local station and starts its agent; waits until it is
-    /// online.
+    /// Registers the LZ `name` on the local station as a gateway for the test's account, and
+    /// starts its agent; waits until it is online.
     async fn start(server: &TestServer, admin: &Client, name: &str, conf: &str) -> Self {
-        let registered =
-            admin.register_landing_zone(local_station(), &RegisterLandingZone { name: name.into() }).await.unwrap();
+        let agent = Self::spawned(server, admin, name, conf, &whoami()).await;
+        agent.until_online(admin).await;
+        agent
+    }
+
+    /// Registers the LZ `name` as a gateway for `account`, and starts its agent.
+    async fn spawned(server: &TestServer, admin: &Client, name: &str, conf: &str, account: &str) -> Self {
+        let request = RegisterLandingZone { name: name.into(), cluster_account: Some(account.into()) };
+        let registered = admin.register_landing_zone(local_station(), &request).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
         let mut agent = Self {
             child: Command::new("true").spawn().unwrap(),
@@ -55,9 +64,9 @@ impl SlurmAgent {
             conf: conf.to_owned(),
             server_url: server.url.clone(),
             dir,
+            extra: Vec::new(),
         };
         agent.spawn();
-        agent.until_online(admin).await;
         agent
     }
 
@@ -68,6 +77,7 @@ impl SlurmAgent {
             .arg("--data-dir")
             .arg(self.dir.path().join("data"))
             .args(["--max-jobs", "20", "--poll-max", "2"])
+            .args(&self.extra)
             .env("MISSION_LZ_TOKEN", &self.token)
             .env("SLURM_CONF", &self.conf)
             .env("RUST_LOG", "info")
@@ -94,6 +104,12 @@ impl SlurmAgent {
     fn work_dir(&self, job_id: Uuid) -> PathBuf {
         self.work_root().join(job_id.to_string()).join("work")
     }
+}
+
+/// The account the tests run as.
+fn whoami() -> String {
+    let out = std::process::Command::new("id").arg("-un").output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
 /// The Slurm job id a running job's limits name.
@@ -276,4 +292,76 @@ async fn an_agent_killed_mid_job_finds_its_slurm_job_again_when_it_restarts() {
     assert_eq!(alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap(), "before\nafter\n");
     let results = alice.list_job_results(job.job_id).await.unwrap();
     assert!(results.iter().any(|f| f.relative_path() == "out.txt"), "{results:?}");
+}
+
+#[tokio::test]
+async fn a_gateway_runs_only_as_the_cluster_account_its_landing_zone_was_registered_with() {
+    let Some(conf) = slurm_conf("a_gateway_runs_only_as_the_cluster_account_its_landing_zone_was_registered_with")
+    else {
+        return;
+    };
+    let (server, admin) = cluster(|_| {}).await;
+    let mut agent = SlurmAgent::spawned(&server, &admin, "elsewhere", &conf, "someone-else").await;
+    let status = tokio::time::timeout(Duration::from_secs(60), agent.child.wait()).await.unwrap().unwrap();
+    assert!(!status.success());
+    let log = std::fs::read_to_string(agent.dir.path().join("agent.log")).unwrap();
+    let expected = format!("registered for cluster account \"someone-else\", but its agent runs as \"{}\"", whoami());
+    assert!(log.contains(&expected), "{log}");
+    // A landing zone registered without a cluster account takes no gateway either.
+    let plain = RegisterLandingZone { name: "plain".into(), cluster_account: None };
+    let registered = admin.register_landing_zone(local_station(), &plain).await.unwrap();
+    agent.token = registered.token;
+    agent.spawn();
+    let status = tokio::time::timeout(Duration::from_secs(60), agent.child.wait()).await.unwrap().unwrap();
+    assert!(!status.success());
+    let log = std::fs::read_to_string(agent.dir.path().join("agent.log")).unwrap();
+    assert!(log.contains("registered without one"), "{log}");
+    let bad = RegisterLandingZone { name: "bad".into(), cluster_account: Some("-rf /".into()) };
+    let refused = admin.register_landing_zone(local_station(), &bad).await.unwrap_err();
+    assert!(refused.to_string().contains("cluster_account"), "{refused}");
+}
+
+#[tokio::test]
+async fn a_root_gateway_runs_each_users_jobs_as_their_mapped_account_and_refuses_the_unmapped() {
+    let Some(conf) = slurm_conf("a_root_gateway_runs_each_users_jobs_as_their_mapped_account_and_refuses_the_unmapped")
+    else {
+        return;
+    };
+    if whoami() != "root" {
+        assert!(std::env::var_os("MISSION_REQUIRE_SANDBOX").is_none(), "the suite must run as root");
+        eprintln!("SKIPPED: mapping users to cluster accounts needs root");
+        return;
+    }
+    let (server, admin) = cluster(|_| {}).await;
+    let mut agent = SlurmAgent::spawned(&server, &admin, "site", &conf, "root").await;
+    // The mapped account must pass through to its job dirs.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(agent.dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let map = agent.dir.path().join("users.map");
+    std::fs::write(&map, "# mission user -> cluster account\nalice nobody\n").unwrap();
+    agent.extra = vec!["--user-map".into(), map.display().to_string()];
+    agent.child.kill().await.unwrap();
+    agent.spawn();
+    agent.until_online(&admin).await;
+
+    let alice = &server.client;
+    let script = "id -u\nid -u > me.txt\n";
+    let m = mission(alice, SHELL, &[("run.sh", script)], &[]).await;
+    let small = JobResources { memory_amount: Some(64), ..Default::default() };
+    let job = alice.run_job_on_station(m.mission_id, local_station(), small).await.unwrap();
+    let done = until_ended(alice, job.job_id).await;
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+    assert_eq!(alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap(), "65534\n");
+    let results = alice.list_job_results(job.job_id).await.unwrap();
+    assert!(results.iter().any(|f| f.relative_path() == "me.txt"), "{results:?}");
+
+    // root, a mission user of its own, is not in the map.
+    let theirs = mission(&admin, SHELL, &[("run.sh", script)], &[]).await;
+    let job = admin.run_job_on_station(theirs.mission_id, local_station(), small).await.unwrap();
+    let refused = until_ended(&admin, job.job_id).await;
+    assert_eq!(refused.status, JobStatus::Failed);
+    assert_eq!(
+        refused.reason.as_deref(),
+        Some("refused by the landing zone: mission user \"root\" has no cluster account in its user map")
+    );
 }

@@ -28,6 +28,8 @@ pub(crate) struct Offer {
     pub gpus: Vec<Gpu>,
     /// How many jobs a batch-system gateway takes at once (see [`mission_api::lz::Hello`]).
     pub max_jobs: Option<u32>,
+    /// The cluster account a batch-system gateway submits its jobs as.
+    pub cluster_account: Option<String>,
 }
 
 /// Runs the jobs of one landing zone.

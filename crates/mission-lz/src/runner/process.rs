@@ -107,7 +107,7 @@ impl ProcessRunner {
 
 impl Runner for ProcessRunner {
     async fn offer(&self) -> Offer {
-        Offer { resources: self.resources, gpus: self.gpus.clone(), max_jobs: None }
+        Offer { resources: self.resources, gpus: self.gpus.clone(), max_jobs: None, cluster_account: None }
     }
 
     fn run(

@@ -54,6 +54,9 @@ pub struct SlurmConfig {
     /// How often Slurm is asked about the jobs: `first` after a change, backing off to `max`
     /// while nothing changes.
     pub poll: Backoff,
+    /// Where the agent runs as root: a file mapping mission users to the cluster accounts their
+    /// jobs run as (see [`slurm::parse_user_map`]); jobs of users it does not name are refused.
+    pub user_map: Option<PathBuf>,
 }
 
 impl SlurmConfig {
@@ -93,6 +96,11 @@ pub(crate) struct SlurmRunner {
     offer: Mutex<Resources>,
     /// Jobs of an earlier run of the agent, until they are resumed.
     recovered: Mutex<HashMap<Uuid, Record>>,
+    /// The cluster account the agent runs as, which submits every job.
+    account: String,
+    /// Mission user → the cluster account (name, uid, gid) their jobs run as, where the agent
+    /// maps users.
+    user_map: Option<HashMap<String, (String, u32, u32)>>,
 }
 
 impl SlurmRunner {
@@ -109,7 +117,13 @@ impl SlurmRunner {
                 data_dir.display()
             )));
         }
-        private_dir(&work_root, 0o700).map_err(|e| AgentError::DataDir(work_root.clone(), e))?;
+        let user_map = match &slurm.user_map {
+            Some(path) => Some(read_user_map(path).map_err(AgentError::BatchSystem)?),
+            None => None,
+        };
+        // Mapped users must pass through the work root (0711: they cannot list it) to their dirs.
+        let mode = if user_map.is_some() { 0o711 } else { 0o700 };
+        private_dir(&work_root, mode).map_err(|e| AgentError::DataDir(work_root.clone(), e))?;
         let records = data_dir.join("slurm-jobs");
         private_dir(&records, 0o700).map_err(|e| AgentError::DataDir(records.clone(), e))?;
         let command_env = std::env::vars_os()
@@ -134,6 +148,8 @@ impl SlurmRunner {
             monitor: Arc::new(Monitor::default()),
             offer: Mutex::new(Resources { cpu_count: 0, memory_amount: 0, gpu_count: 0 }),
             recovered: Mutex::new(HashMap::new()),
+            account: account_name().map_err(AgentError::BatchSystem)?,
+            user_map,
         });
         let capacity = runner.capacity().await.map_err(AgentError::BatchSystem)?;
         *runner.offer.lock().expect("not poisoned") = capacity;
@@ -179,7 +195,18 @@ impl SlurmRunner {
 
     /// All the agent's jobs Slurm still lists (one `squeue`).
     async fn queue(&self) -> Result<Vec<SlurmJob>, String> {
-        let args = ["--me", "-h", "-t", "all", "-O", SQUEUE_FORMAT].map(str::to_owned);
+        let mut args = ["-h", "-t", "all", "-O", SQUEUE_FORMAT].map(str::to_owned).to_vec();
+        match &self.user_map {
+            // The jobs run as the mapped accounts.
+            Some(map) => {
+                let mut users: Vec<&str> = map.values().map(|(name, _, _)| name.as_str()).collect();
+                users.push(&self.account);
+                users.sort_unstable();
+                users.dedup();
+                args.push(format!("--users={}", users.join(",")));
+            }
+            None => args.push("--me".to_owned()),
+        }
         let jobs = slurm::parse_queue(&self.command("squeue", &args).await?).map_err(|e| e.to_string())?;
         Ok(jobs.into_iter().filter(|j| j.job_id.is_some()).collect())
     }
@@ -258,6 +285,18 @@ impl SlurmRunner {
         job: &Assignment,
         mut stop: watch::Receiver<bool>,
     ) -> Result<Outcome, String> {
+        let run_as = match &self.user_map {
+            Some(map) => match map.get(&job.username) {
+                Some((_, uid, gid)) => Some((*uid, *gid)),
+                None => {
+                    return Err(format!(
+                        "refused by the landing zone: mission user {:?} has no cluster account in its user map",
+                        job.username
+                    ));
+                }
+            },
+            None => None,
+        };
         agent.report(job.job_id, JobStatus::Staging, None, None, None);
         let stopped = || Ok((JobStatus::Stopped, None, Some("stopped before it started".to_owned())));
         let mut downloaded = false;
@@ -283,7 +322,7 @@ impl SlurmRunner {
         let dir = JobDir::new(&self.config.work_root, job.job_id);
         let staging = {
             let (runner, dir, job) = (self.clone(), dir.clone(), job.clone());
-            tokio::task::spawn_blocking(move || runner.stage(&job, &dir, &inputs))
+            tokio::task::spawn_blocking(move || runner.stage(&job, &dir, &inputs, run_as))
         };
         let record = staging.await.map_err(|e| e.to_string())?.map_err(|e| {
             self.forget(job.job_id);
@@ -293,7 +332,7 @@ impl SlurmRunner {
             self.forget(job.job_id);
             return stopped();
         }
-        let args = sbatch_args(job, &dir, &self.config.site);
+        let args = sbatch_args(job, &dir, &self.config.site, run_as);
         let answer = self.command("sbatch", &args).await.inspect_err(|_| self.forget(job.job_id))?;
         // `--parsable` answers `id` or `id;cluster`.
         let slurm_id = answer.trim().split(';').next().unwrap_or_default().to_owned();
@@ -309,8 +348,15 @@ impl SlurmRunner {
         self.follow(agent, record, stop).await
     }
 
-    /// Makes the job's dir with its inputs and batch script, and records the job. Blocking.
-    fn stage(&self, job: &Assignment, dir: &JobDir, inputs: &[(PathBuf, PathBuf)]) -> std::io::Result<Record> {
+    /// Makes the job's dir with its inputs and batch script (all the mapped account's, where
+    /// the job runs as one), and records the job. Blocking.
+    fn stage(
+        &self,
+        job: &Assignment,
+        dir: &JobDir,
+        inputs: &[(PathBuf, PathBuf)],
+        run_as: slurm::RunAs,
+    ) -> std::io::Result<Record> {
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         // A dir left by an earlier attempt of this job holds nothing anyone will collect.
         let _ = std::fs::remove_dir_all(dir.root());
@@ -319,6 +365,9 @@ impl SlurmRunner {
         let script = batch_script(job, dir, &self.job_path);
         let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o700).open(dir.script())?;
         std::io::Write::write_all(&mut file, script.as_bytes())?;
+        if let Some((uid, gid)) = run_as {
+            hand_over(dir.root(), uid, gid)?;
+        }
         let record = Record {
             job_id: job.job_id,
             slurm_id: None,
@@ -437,6 +486,7 @@ impl Runner for SlurmRunner {
             resources: *self.offer.lock().expect("not poisoned"),
             gpus: Vec::new(),
             max_jobs: Some(self.config.max_jobs),
+            cluster_account: Some(self.account.clone()),
         }
     }
 
@@ -576,6 +626,56 @@ fn tell(sightings: &watch::Sender<Option<Sighting>>, sighting: Sighting) -> bool
         *last = Some(sighting);
         true
     })
+}
+
+/// Reads a user map and finds each account's uid and gid (with `id`, which asks NSS); an
+/// account that does not exist stops the agent. Needs root (`sbatch --uid`).
+fn read_user_map(path: &Path) -> Result<HashMap<String, (String, u32, u32)>, String> {
+    if !rustix::process::geteuid().is_root() {
+        return Err("--user-map needs the agent to run as root: it submits each user's jobs with sbatch --uid".into());
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let map = slurm::parse_user_map(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let id = |flag: &str, account: &str| -> Result<u32, String> {
+        let out = std::process::Command::new("id").args([flag, "--", account]).output().map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.trim().parse().map_err(|_| format!("{}: no cluster account {account:?} (id {flag})", path.display()))
+    };
+    map.into_iter()
+        .map(|(user, account)| {
+            let (uid, gid) = (id("-u", &account)?, id("-g", &account)?);
+            if uid == 0 {
+                return Err(format!("{}: {user:?} maps to root; jobs never run as root", path.display()));
+            }
+            Ok((user, (account, uid, gid)))
+        })
+        .collect()
+}
+
+/// Makes everything under `root` (and it) belong to `uid`:`gid`, following no link. Blocking.
+fn hand_over(root: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    let mut paths = vec![root.to_path_buf()];
+    while let Some(path) = paths.pop() {
+        std::os::unix::fs::lchown(&path, Some(uid), Some(gid))?;
+        if std::fs::symlink_metadata(&path)?.is_dir() {
+            paths.extend(std::fs::read_dir(&path)?.map(|e| e.map(|e| e.path())).collect::<Result<Vec<_>, _>>()?);
+        }
+    }
+    Ok(())
+}
+
+/// The name of the account the agent runs as, from `id -un` (which asks NSS: cluster accounts
+/// are often in LDAP, not `/etc/passwd`).
+fn account_name() -> Result<String, String> {
+    let out = std::process::Command::new("id").arg("-un").output().map_err(|e| format!("cannot run id: {e}"))?;
+    let name = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    if !out.status.success() || name.is_empty() {
+        return Err(format!(
+            "the agent's account has no name (id -un: {})",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(name)
 }
 
 /// `path` made absolute (without resolving links), to compare where dirs lie.

@@ -206,6 +206,7 @@ pub async fn register_landing_zone(
         resources: None,
         last_seen_at: None,
         created_at: store::now(),
+        cluster_account: req.cluster_account.as_deref().map(check_cluster_account).transpose()?,
     };
     let token = random_secret();
     app.store.insert_landing_zone(&landing_zone, &hash_secret(&token)).await?;
@@ -213,6 +214,7 @@ pub async fn register_landing_zone(
         lz_id: landing_zone.lz_id,
         station_id: landing_zone.station_id,
         name: landing_zone.name.clone(),
+        cluster_account: landing_zone.cluster_account.clone(),
     });
     Ok((StatusCode::CREATED, Json(RegisteredLandingZone { landing_zone, token })))
 }
@@ -233,4 +235,19 @@ pub async fn remove_landing_zone(
     } else {
         Err(ApiError::not_found("landing zone", lz_id))
     }
+}
+
+/// A POSIX account name as a cluster account: 1 to 32 of `a-z`, `A-Z`, `0-9`, `_`, `.` and
+/// `-`, not starting with `-`.
+fn check_cluster_account(account: &str) -> ApiResult<String> {
+    let valid = (1..=32).contains(&account.len())
+        && !account.starts_with('-')
+        && account.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+    if !valid {
+        return Err(ApiError::invalid_field(
+            "cluster_account",
+            format!("expected a POSIX account name (1 to 32 of a-z, 0-9, _ . -), got {account:?}"),
+        ));
+    }
+    Ok(account.to_owned())
 }

@@ -128,6 +128,9 @@ pub enum SchedulerError {
     /// The call clashes with the state of the jobs or landing zones (a 409).
     #[error("{0}")]
     Conflict(String),
+    /// The caller may not do this (a 403).
+    #[error("{0}")]
+    Refused(String),
     /// The scheduler cannot answer now: it stopped, or its leader changed (a 503).
     #[error("{0}")]
     Unavailable(String),
@@ -156,6 +159,7 @@ impl From<SchedulerError> for ApiError {
             SchedulerError::Invalid { field: Some(field), detail } => ApiError::invalid(detail).with_field(field),
             SchedulerError::Invalid { field: None, detail } => ApiError::invalid(detail),
             SchedulerError::Conflict(detail) => ApiError::conflict(detail),
+            SchedulerError::Refused(detail) => ApiError::forbidden(detail),
             SchedulerError::Unavailable(detail) => ApiError::unavailable(detail),
             SchedulerError::Store(cause) => ApiError::internal(cause),
         }

@@ -381,7 +381,8 @@ impl State {
     /// The assignments of the batch's run orders (the mission's files read once per mission).
     async fn assignments(&self, orders: &[(Uuid, Pending)]) -> Result<HashMap<Uuid, Assignment>, StoreError> {
         let mut files: HashMap<Uuid, Vec<InputFile>> = HashMap::new();
-        let mut operators: HashMap<(Uuid, Uuid), bool> = HashMap::new();
+        // Per (user, station): the user's name, and whether they operate the station.
+        let mut operators: HashMap<(Uuid, Uuid), (String, bool)> = HashMap::new();
         let mut runs = HashMap::new();
         for (lz_id, order) in orders {
             let Pending::Run(job_id) = order else { continue };
@@ -390,10 +391,11 @@ impl State {
             let job = &placed.job;
             let operator = (job.user_id, lz.station_id);
             if let std::collections::hash_map::Entry::Vacant(entry) = operators.entry(operator) {
-                let admin = self.store.user_by_id(job.user_id).await?.is_some_and(|u| u.admin);
+                let user = self.store.user_by_id(job.user_id).await?;
+                let admin = user.as_ref().is_some_and(|u| u.admin);
                 let owner =
                     admin || self.store.station(lz.station_id).await?.is_some_and(|s| s.owner_id == Some(job.user_id));
-                entry.insert(owner);
+                entry.insert((user.map(|u| u.username).unwrap_or_default(), owner));
             }
             if let std::collections::hash_map::Entry::Vacant(entry) = files.entry(job.mission_id) {
                 let listed = self.store.mission_files(job.mission_id).await?;
@@ -407,7 +409,8 @@ impl State {
                     job_id: *job_id,
                     mission_id: job.mission_id,
                     user_id: job.user_id,
-                    user_is_operator: operators[&operator],
+                    username: operators[&operator].0.clone(),
+                    user_is_operator: operators[&operator].1,
                     command: job.command.clone(),
                     cpu_count: job.cpu_count,
                     memory_amount: job.memory_amount,
@@ -537,6 +540,9 @@ impl State {
     }
 
     async fn connect(&mut self, who: LzIdentity, hello: Hello, session: SessionId) -> SchedulerResult<Welcome> {
+        if let Some(why) = account_mismatch(who.cluster_account.as_deref(), hello.cluster_account.as_deref()) {
+            return Err(SchedulerError::Refused(why));
+        }
         self.store.lz_connected(who.lz_id, hello.resources, store::now()).await?;
         let mut gpus: Vec<u32> = hello.gpus.iter().map(|g| g.index).collect();
         if gpus.len() != hello.resources.gpu_count as usize {
@@ -760,6 +766,28 @@ impl State {
             self.queue.remove(&seq);
         }
     }
+}
+
+/// Why an agent may not connect: it is a gateway for another cluster account than the one its
+/// landing zone was registered with, or a gateway of one registered without (or the reverse).
+fn account_mismatch(registered: Option<&str>, agent: Option<&str>) -> Option<String> {
+    Some(match (registered, agent) {
+        (None, None) => return None,
+        (Some(registered), Some(agent)) if registered == agent => return None,
+        (None, Some(agent)) => format!(
+            "this agent is a gateway submitting jobs as cluster account {agent:?}, but its landing zone was \
+             registered without one: register a landing zone for it with that cluster account"
+        ),
+        (Some(registered), None) => format!(
+            "this landing zone was registered as a gateway for cluster account {registered:?}; run its agent with \
+             --runner slurm as that account"
+        ),
+        (Some(registered), Some(agent)) => {
+            format!(
+                "this landing zone was registered for cluster account {registered:?}, but its agent runs as {agent:?}"
+            )
+        }
+    })
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

@@ -116,7 +116,7 @@ impl Harness {
             .rotate_lz_token(DEFAULT_STATION_ID, name, &format!("hash of {name}"), store::now())
             .await
             .unwrap();
-        let lz = LzIdentity { lz_id, station_id: DEFAULT_STATION_ID, name: name.into() };
+        let lz = LzIdentity { lz_id, station_id: DEFAULT_STATION_ID, name: name.into(), cluster_account: None };
         self.ask(Call::Registered { lz: lz.clone() }).await.unwrap();
         lz
     }
@@ -128,6 +128,7 @@ impl Harness {
             gpus: Vec::new(),
             running,
             max_jobs: None,
+            cluster_account: None,
             version: "test".into(),
         };
         self.connect_with(lz, hello).await
@@ -241,13 +242,15 @@ async fn jobs_go_to_the_best_fit_and_a_large_job_reserves_its_lz_while_small_one
 #[tokio::test(start_paused = true)]
 async fn a_batch_gateway_takes_jobs_by_count_and_says_why_they_wait() {
     let h = Harness::new().await;
-    let lz = h.register("slurm").await;
+    let mut lz = h.register("slurm").await;
+    lz.cluster_account = Some("alice".into());
     // The largest node has 2 CPUs; the gateway keeps up to 3 jobs in its batch system.
     let hello = Hello {
         resources: Resources { cpu_count: 2, memory_amount: 8192, gpu_count: 2 },
         gpus: Vec::new(),
         running: Vec::new(),
         max_jobs: Some(3),
+        cluster_account: Some("alice".into()),
         version: "test".into(),
     };
     let (mut gateway, _) = h.connect_with(&lz, hello).await;

@@ -263,13 +263,18 @@ impl Store {
     pub async fn lz_by_token_hash(&self, token_hash: &str) -> Result<Option<LzIdentity>, StoreError> {
         with_conn!(self, reader, |conn| {
             let row = {
-                sqlx::query("SELECT lz_id, station_id, name FROM landing_zones WHERE token_hash = $1")
+                sqlx::query("SELECT lz_id, station_id, name, cluster_account FROM landing_zones WHERE token_hash = $1")
                     .bind(token_hash)
                     .fetch_optional(conn)
                     .await?
             };
             row.map(|r| {
-                Ok(LzIdentity { lz_id: r.uuid("lz_id")?, station_id: r.uuid("station_id")?, name: r.text("name")? })
+                Ok(LzIdentity {
+                    lz_id: r.uuid("lz_id")?,
+                    station_id: r.uuid("station_id")?,
+                    name: r.text("name")?,
+                    cluster_account: r.opt_text("cluster_account")?,
+                })
             })
             .transpose()
         })

@@ -546,4 +546,6 @@ pub struct LzIdentity {
     pub station_id: Uuid,
     /// Its name.
     pub name: String,
+    /// The cluster account it was registered with, for a batch-system gateway.
+    pub cluster_account: Option<String>,
 }

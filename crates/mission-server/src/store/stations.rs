@@ -8,7 +8,8 @@ use super::row::Columns;
 use super::{Store, StoreError, conflict_on_duplicate, to_micros, with_conn};
 
 const STATION_COLUMNS: &str = "station_id, name, description, owner_id, open, created_at";
-const LZ_COLUMNS: &str = "lz_id, station_id, name, cpu_count, memory_amount, gpu_count, last_seen_at, created_at";
+const LZ_COLUMNS: &str =
+    "lz_id, station_id, name, cpu_count, memory_amount, gpu_count, last_seen_at, created_at, cluster_account";
 
 impl Store {
     /// Adds a station; a taken name is a [`StoreError::Conflict`].
@@ -146,14 +147,15 @@ impl Store {
     pub async fn insert_landing_zone(&self, lz: &LandingZone, token_hash: &str) -> Result<(), StoreError> {
         let result = with_conn!(self, writer, |conn| {
             sqlx::query(
-                "INSERT INTO landing_zones (lz_id, station_id, name, token_hash, created_at) \
-                 VALUES ($1, $2, $3, $4, $5)",
+                "INSERT INTO landing_zones (lz_id, station_id, name, token_hash, created_at, cluster_account) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
             )
             .bind(lz.lz_id.to_string())
             .bind(lz.station_id.to_string())
             .bind(&lz.name)
             .bind(token_hash)
             .bind(to_micros(lz.created_at))
+            .bind(&lz.cluster_account)
             .execute(conn)
             .await
             .map(drop)
@@ -227,5 +229,6 @@ fn lz_from_row(r: &impl Columns, lease: std::time::Duration, now: DateTime<Utc>)
         resources,
         last_seen_at,
         created_at: r.time("created_at")?,
+        cluster_account: r.opt_text("cluster_account")?,
     })
 }

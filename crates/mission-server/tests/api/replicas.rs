@@ -109,7 +109,10 @@ async fn any_replica_answers(a: TestServer, b: TestServer) {
     a.add_user("root", true).await;
     let root = a.sign_in("root").await;
     for (agent_on, submit_to, report_to, name) in [(&a, &on_b, &b, "node-a"), (&b, &a.client, &a, "node-b")] {
-        let lz = root.register_landing_zone(LOCAL_STATION, &RegisterLandingZone { name: name.into() }).await.unwrap();
+        let lz = root
+            .register_landing_zone(LOCAL_STATION, &RegisterLandingZone { name: name.into(), cluster_account: None })
+            .await
+            .unwrap();
         let mut agent = FakeAgent::connect(agent_on, &lz.token).await;
         assert_eq!(agent.welcome.name, name);
         let job = submit_to
@@ -281,6 +284,7 @@ impl FakeAgent {
             gpus: Vec::new(),
             running: Vec::new(),
             max_jobs: None,
+            cluster_account: None,
             version: "test".into(),
         };
         let connected = http()

@@ -28,7 +28,15 @@ async fn stations_members_and_landing_zones() {
     let local = &stations[0];
     assert_eq!((local.name.as_str(), local.open, local.owner_id), (DEFAULT_STATION_NAME, true, None));
     assert_eq!(
-        status(alice.register_landing_zone(local.station_id, &RegisterLandingZone { name: "x".into() }).await).0,
+        status(
+            alice
+                .register_landing_zone(
+                    local.station_id,
+                    &RegisterLandingZone { name: "x".into(), cluster_account: None }
+                )
+                .await
+        )
+        .0,
         403
     );
 
@@ -58,11 +66,15 @@ async fn stations_members_and_landing_zones() {
     assert!(matches!(bob.station_members(gpu.station_id).await, Err(Error::NotFound(_))));
 
     // Landing zones: the token is answered once and stored only hashed.
-    let registered =
-        olga.register_landing_zone(gpu.station_id, &RegisterLandingZone { name: "node-1".into() }).await.unwrap();
+    let registered = olga
+        .register_landing_zone(gpu.station_id, &RegisterLandingZone { name: "node-1".into(), cluster_account: None })
+        .await
+        .unwrap();
     assert!(registered.token.len() >= 40);
     assert!(!registered.landing_zone.online && registered.landing_zone.resources.is_none());
-    let again = olga.register_landing_zone(gpu.station_id, &RegisterLandingZone { name: "node-1".into() }).await;
+    let again = olga
+        .register_landing_zone(gpu.station_id, &RegisterLandingZone { name: "node-1".into(), cluster_account: None })
+        .await;
     assert_eq!(status(again).0, 409);
     let lzs = alice.list_landing_zones(gpu.station_id).await.unwrap();
     assert_eq!(lzs, std::slice::from_ref(&registered.landing_zone));

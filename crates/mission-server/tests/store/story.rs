@@ -115,6 +115,7 @@ fn landing_zone(station_id: Uuid, name: &str) -> LandingZone {
         resources: None,
         last_seen_at: None,
         created_at: now(),
+        cluster_account: None,
     }
 }
 

@@ -9,7 +9,16 @@
 //! 2. `POST /lz/heartbeat` within every lease (a 409 answers that the server does not know this
 //!    session: connect again), `POST /lz/reports` with [`Report`]s as jobs move,
 //!    `POST /lz/jobs/{id}/logs/{stdout|stderr}` with output as it is written, `GET
-//!    /lz/jobs/{id}/files/{path}` for inputs and `PUT /lz/jobs/{id}/results/{path}` for results.
+//!    /lz/jobs/{id}/files/{path}` for inputs and `PUT /lz/jobs/{id}/results/{path}` for results
+//!    (`?offset=` says where a log chunk starts; a chunk the server has already is taken again
+//!    harmlessly).
+//!
+//! A gateway into a batch system (its landing zone registered with a cluster account) may run
+//! *pilots* instead of one batch job per mission job: `GET /lz/demand` tells it the [`Demand`] of
+//! its station, `POST /lz/pilots` registers a pilot (an ephemeral landing zone of the same
+//! station, answered as `RegisteredLandingZone` with its token), which connects as any agent
+//! does, and `DELETE /lz/pilots/{id}` removes one when its allocation ended, putting the jobs it
+//! had not finished back in the queue.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -156,3 +165,14 @@ pub struct Report {
 
 /// Names of the two output streams in `POST /api/v1/lz/jobs/{id}/logs/{stream}`.
 pub const LOG_STREAMS: [&str; 2] = ["stdout", "stderr"];
+
+/// Answer of `GET /api/v1/lz/demand` to a gateway running pilots: the work its station has
+/// queued that no connected landing zone takes now and that a pilot (a job the size of the
+/// gateway's `resources`) could run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Demand {
+    /// Queued jobs.
+    pub queued_jobs: u32,
+    /// Their CPUs, in all.
+    pub queued_cpus: u64,
+}

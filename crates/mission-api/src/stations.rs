@@ -94,6 +94,9 @@ pub struct LandingZone {
     /// every job of this landing zone runs as that account and can read what it can.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_account: Option<String>,
+    /// For a pilot (an ephemeral landing zone a gateway started inside a batch job): the gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pilot_of: Option<Uuid>,
     /// When it was registered.
     pub created_at: DateTime<Utc>,
 }

@@ -42,6 +42,8 @@ pub struct AgentConfig {
     pub sandbox: SandboxConfig,
     /// What runs the jobs.
     pub runner: RunnerKind,
+    /// Stop when no job has run for this long (a pilot inside a batch job leaves so).
+    pub idle_exit: Option<std::time::Duration>,
 }
 
 /// What runs a landing zone's jobs.
@@ -50,7 +52,7 @@ pub enum RunnerKind {
     /// Child processes of the agent on its own host, under cgroup limits in a sandbox.
     Process,
     /// Jobs of a Slurm cluster, submitted from its login node.
-    Slurm(SlurmConfig),
+    Slurm(Box<SlurmConfig>),
 }
 
 impl std::fmt::Debug for AgentConfig {
@@ -63,6 +65,7 @@ impl std::fmt::Debug for AgentConfig {
             .field("no_limits", &self.no_limits)
             .field("sandbox", &self.sandbox)
             .field("runner", &self.runner)
+            .field("idle_exit", &self.idle_exit)
             .finish()
     }
 }
@@ -193,13 +196,34 @@ async fn serve<R: Runner>(
         agent.spawn_job(job_id, move |stop| runner.resume(agent2, job_id, stop));
     }
     let reporter = tokio::spawn(deliver_reports(agent.clone(), queue));
+    runner.attach(&agent);
     let result = tokio::select! {
         result = connect_loop(&agent, &runner) => result,
         () = shutdown => Ok(()),
+        () = idle(&agent, config.idle_exit) => {
+            tracing::info!("no job ran for {:?}: leaving", config.idle_exit.unwrap_or_default());
+            Ok(())
+        }
     };
+
     runner.shut_down(&agent);
     reporter.abort();
     result
+}
+
+/// Resolves once no job has run for `limit` (never, without one). The last job's reports went
+/// long before.
+async fn idle(agent: &Agent, limit: Option<std::time::Duration>) {
+    let Some(limit) = limit else { return std::future::pending().await };
+    let mut idle_since = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(250).min(limit)).await;
+        if !agent.jobs.lock().expect("not poisoned").is_empty() {
+            idle_since = tokio::time::Instant::now();
+        } else if idle_since.elapsed() >= limit {
+            return;
+        }
+    }
 }
 
 async fn connect_loop<R: Runner>(agent: &Arc<Agent>, runner: &Arc<R>) -> Result<(), AgentError> {

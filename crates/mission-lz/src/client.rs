@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
-use mission_api::lz::{Hello, Order, Report, Welcome};
+use mission_api::RegisteredLandingZone;
+use mission_api::lz::{Demand, Hello, Order, Report, Welcome};
 use mission_api::paths::MissionPath;
 use reqwest::{Method, RequestBuilder, StatusCode};
 use uuid::Uuid;
@@ -245,6 +246,24 @@ impl LzClient {
             attempt += 1;
             tokio::time::sleep(delays.next().expect("endless")).await;
         }
+    }
+
+    /// `GET /lz/demand`: what the gateway's station has queued that its pilots could run.
+    pub async fn demand(&self) -> Result<Demand, Failure> {
+        let response = self.send(self.request(Method::GET, "/demand")).await?;
+        response.json().await.map_err(|e| Failure::Retry(format!("cannot read the demand: {e}")))
+    }
+
+    /// `POST /lz/pilots`: registers a pilot of this gateway; answers its landing zone and token.
+    pub async fn register_pilot(&self) -> Result<RegisteredLandingZone, Failure> {
+        let response = self.send(self.request(Method::POST, "/pilots")).await?;
+        response.json().await.map_err(|e| Failure::Retry(format!("cannot read the pilot's registration: {e}")))
+    }
+
+    /// `DELETE /lz/pilots/{id}`: removes a pilot whose batch job ended (its unfinished jobs go
+    /// back in the queue).
+    pub async fn remove_pilot(&self, lz_id: Uuid) -> Result<(), Failure> {
+        self.send(self.request(Method::DELETE, &format!("/pilots/{lz_id}"))).await.map(drop)
     }
 
     /// Runs `attempt` until it succeeds or is refused for good, waiting [`Timings::deliver`]

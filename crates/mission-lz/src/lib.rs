@@ -27,6 +27,6 @@ mod workdirs;
 pub use agent::{AgentConfig, AgentError, RunnerKind, default_work_root, run};
 pub use client::Backoff;
 pub use detect::Overrides;
-pub use runner::slurm::SlurmConfig;
+pub use runner::slurm::{Pilots, SlurmConfig};
 pub use sandbox::SandboxConfig;
 pub use slurm::SiteOptions;

@@ -319,6 +319,119 @@ impl JobDir {
     }
 }
 
+/// Where a pilot of the agent lives on the shared filesystem: `WORK_ROOT/pilot-{lz id}`, holding
+/// its batch script, its token until it starts, its log, and its agent's data dir.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PilotDir {
+    root: PathBuf,
+}
+
+impl PilotDir {
+    /// The dir of the pilot whose landing zone is `lz_id`, under `work_root`.
+    pub fn new(work_root: &Path, lz_id: Uuid) -> Self {
+        Self { root: work_root.join(format!("pilot-{lz_id}")) }
+    }
+
+    /// The pilot's own dir.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Its batch script.
+    pub fn script(&self) -> PathBuf {
+        self.root.join("pilot.sh")
+    }
+
+    /// Its landing zone's token, which the script reads and removes.
+    pub fn token(&self) -> PathBuf {
+        self.root.join("token")
+    }
+
+    /// Its agent's output.
+    pub fn log(&self) -> PathBuf {
+        self.root.join("pilot.log")
+    }
+
+    /// Its agent's data dir.
+    pub fn data(&self) -> PathBuf {
+        self.root.join("data")
+    }
+}
+
+/// How the pilots of a gateway are started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pilot {
+    /// What each pilot's allocation holds (and its agent offers).
+    pub size: Resources,
+    /// Its walltime, in minutes.
+    pub time_limit: u32,
+    /// How long its agent stays without a job before it leaves.
+    pub idle_seconds: u64,
+}
+
+/// The prefix of a pilot's Slurm job name (`mission-pilot-{lz id}`).
+pub const PILOT_NAME_PREFIX: &str = "mission-pilot-";
+
+/// The `sbatch` arguments that start the pilot of landing zone `lz_id` in `dir`.
+pub fn pilot_sbatch_args(lz_id: Uuid, dir: &PilotDir, pilot: &Pilot, site: &SiteOptions) -> Vec<String> {
+    let path = |p: PathBuf| p.to_string_lossy().into_owned();
+    let mut args = vec![
+        "--parsable".to_owned(),
+        format!("--job-name={PILOT_NAME_PREFIX}{lz_id}"),
+        "--nodes=1".to_owned(),
+        "--ntasks=1".to_owned(),
+        format!("--cpus-per-task={}", pilot.size.cpu_count),
+        format!("--mem={}M", pilot.size.memory_amount),
+        format!("--time={}", pilot.time_limit),
+        format!("--chdir={}", path(dir.root().to_path_buf())),
+        format!("--output={}", path(dir.log())),
+        "--export=NONE".to_owned(),
+    ];
+    if pilot.size.gpu_count > 0 {
+        args.push(format!("--gres=gpu:{}", pilot.size.gpu_count));
+    }
+    for (flag, value) in [("partition", &site.partition), ("account", &site.account), ("qos", &site.qos)] {
+        if let Some(value) = value {
+            args.push(format!("--{flag}={value}"));
+        }
+    }
+    args.extend(site.extra.iter().cloned());
+    args.push(path(dir.script()));
+    args
+}
+
+/// The batch script of a pilot: it reads its landing zone's token (and removes the file), then
+/// becomes `program lz` (the agent, with the process runner) connecting to `servers`, offering
+/// the pilot's size, running the jobs as the gateway's account (whose members share it), and
+/// leaving when idle.
+pub fn pilot_script(dir: &PilotDir, pilot: &Pilot, program: &Path, servers: &str, path: &str) -> String {
+    let token = quote(&dir.token().to_string_lossy());
+    let args = [
+        program.to_string_lossy().into_owned(),
+        "lz".into(),
+        "--server".into(),
+        servers.to_owned(),
+        "--data-dir".into(),
+        dir.data().to_string_lossy().into_owned(),
+        "--lz-cpus".into(),
+        pilot.size.cpu_count.to_string(),
+        "--lz-memory".into(),
+        pilot.size.memory_amount.to_string(),
+        "--lz-gpus".into(),
+        pilot.size.gpu_count.to_string(),
+        "--lz-allow-unisolated".into(),
+        "--idle-exit".into(),
+        pilot.idle_seconds.to_string(),
+    ];
+    let command: Vec<String> = args.iter().map(|a| quote(a)).collect();
+    format!(
+        "#!/bin/sh\n# A Mission Compute pilot\numask 077\nexport PATH={}\n\
+         MISSION_LZ_TOKEN=$(cat {token}) || exit 1\nrm -f {token}\nexport MISSION_LZ_TOKEN\nexec {}\n",
+        quote(path),
+        command.join(" ")
+    )
+}
+
 /// A user map (`--user-map`): which cluster account runs each mission user's jobs, one
 /// `MISSION_USER CLUSTER_ACCOUNT` pair per line; `#` starts a comment.
 pub fn parse_user_map(text: &str) -> Result<std::collections::HashMap<String, String>, String> {

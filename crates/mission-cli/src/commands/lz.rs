@@ -48,6 +48,9 @@ pub struct LzCommand {
     resources: ResourceArgs,
     #[command(flatten)]
     sandbox: SandboxArgs,
+    /// Stop when no job has run for this many seconds (a pilot inside a batch job leaves so).
+    #[arg(long, env = "MISSION_LZ_IDLE_EXIT", value_name = "SECONDS")]
+    idle_exit: Option<u64>,
     /// What runs the jobs: child processes on this host, or Slurm.
     #[arg(long, env = "MISSION_LZ_RUNNER", value_enum, default_value_t = RunnerChoice::Process)]
     runner: RunnerChoice,
@@ -93,6 +96,32 @@ struct SlurmArgs {
     /// root (mission stations add-lz STATION NAME --slurm-account root).
     #[arg(long, env = "MISSION_LZ_USER_MAP", value_name = "FILE")]
     user_map: Option<PathBuf>,
+    /// Run pilots instead of one Slurm job per mission job: Slurm jobs that each start an agent
+    /// inside their allocation, which connects as a landing zone of the station and takes small
+    /// jobs with the service's own dispatch (thousands of short jobs, on a cluster that caps a
+    /// user at a few hundred Slurm jobs). Pilots start while the station has queued work no
+    /// connected landing zone takes, and leave when idle. This program must lie on the shared
+    /// filesystem, where the compute nodes find it.
+    #[arg(long)]
+    pilots: bool,
+    /// Most pilots at once.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    max_pilots: u32,
+    /// CPUs of each pilot.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pilot_cpus: u32,
+    /// Memory of each pilot, in MB.
+    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..))]
+    pilot_memory: u64,
+    /// GPUs of each pilot.
+    #[arg(long, default_value_t = 0)]
+    pilot_gpus: u32,
+    /// Walltime of each pilot, in minutes (a job cut off by its pilot's end goes back in the queue).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..=525_600))]
+    pilot_time: u32,
+    /// Seconds a pilot stays without a job before it leaves.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pilot_idle: u64,
     /// Longest wait, in seconds, between two questions to Slurm while nothing changes.
     #[arg(long, env = "MISSION_LZ_POLL_MAX", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=3600))]
     poll_max: u64,
@@ -117,6 +146,18 @@ impl SlurmArgs {
             max_jobs: self.max_jobs,
             poll,
             user_map: self.user_map.clone(),
+            pilots: self.pilots.then_some(mission_lz::Pilots {
+                pilot: mission_lz::slurm::Pilot {
+                    size: mission_api::Resources {
+                        cpu_count: self.pilot_cpus,
+                        memory_amount: self.pilot_memory,
+                        gpu_count: self.pilot_gpus,
+                    },
+                    time_limit: self.pilot_time,
+                    idle_seconds: self.pilot_idle,
+                },
+                max_pilots: self.max_pilots,
+            }),
         })
     }
 }
@@ -187,7 +228,7 @@ impl LzCommand {
         let server = server.context("name the server with --server URL (or MISSION_SERVER)")?;
         let runner = match self.runner {
             RunnerChoice::Process => mission_lz::RunnerKind::Process,
-            RunnerChoice::Slurm => mission_lz::RunnerKind::Slurm(self.slurm.config()?),
+            RunnerChoice::Slurm => mission_lz::RunnerKind::Slurm(Box::new(self.slurm.config()?)),
         };
         let config = mission_lz::AgentConfig {
             // Replicas of one service: --server URL1,URL2,… (tried in turn when a connection breaks).
@@ -198,6 +239,7 @@ impl LzCommand {
             no_limits: self.resources.no_limits,
             sandbox: self.sandbox.config(Vec::new()),
             runner,
+            idle_exit: self.idle_exit.map(std::time::Duration::from_secs),
         };
         mission_lz::run(config, super::server::shutdown_signal()).await?;
         Ok(())

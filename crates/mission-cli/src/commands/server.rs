@@ -327,6 +327,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
             // Jobs must not see the server's data dir (database, keys) either.
             sandbox: args.local_lz_sandbox.config(vec![data_dir.clone()]),
             runner: mission_lz::RunnerKind::Process,
+            idle_exit: None,
         };
         println!("Embedded landing zone {local_lz:?} on station {:?}.", mission_api::DEFAULT_STATION_NAME);
         Some(tokio::spawn(mission_lz::run(config, wait(stopping.clone()))))

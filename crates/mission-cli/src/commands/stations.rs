@@ -117,9 +117,10 @@ fn lz_rows(lzs: &[LandingZone]) -> Vec<Vec<String>> {
                 || "(never connected)".to_owned(),
                 |r| format!("{} CPU, {} MB, {} GPU", r.cpu_count, r.memory_amount, r.gpu_count),
             );
-            let runs = match &lz.cluster_account {
-                Some(account) => format!("Slurm, as {account}"),
-                None => "on the host".to_owned(),
+            let runs = match (&lz.cluster_account, lz.pilot_of) {
+                (Some(account), _) => format!("Slurm, as {account}"),
+                (None, Some(gateway)) => format!("pilot of {gateway}"),
+                (None, None) => "on the host".to_owned(),
             };
             let state = if lz.online { "online" } else { "offline" }.to_owned();
             vec![lz.name.clone(), lz.lz_id.to_string(), state, offers, runs]

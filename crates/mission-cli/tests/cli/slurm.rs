@@ -365,3 +365,51 @@ async fn a_root_gateway_runs_each_users_jobs_as_their_mapped_account_and_refuses
         Some("refused by the landing zone: mission user \"root\" has no cluster account in its user map")
     );
 }
+
+#[tokio::test]
+async fn pilots_run_many_short_jobs_with_our_dispatch_and_leave_when_idle() {
+    let Some(conf) = slurm_conf("pilots_run_many_short_jobs_with_our_dispatch_and_leave_when_idle") else { return };
+    let (server, admin) = cluster(|_| {}).await;
+    let mut gateway = SlurmAgent::spawned(&server, &admin, "gateway", &conf, &whoami()).await;
+    gateway.extra = ["--pilots", "--max-pilots", "2", "--pilot-cpus", "1", "--pilot-memory", "1024"]
+        .into_iter()
+        .chain(["--pilot-idle", "3", "--pilot-time", "10"])
+        .map(str::to_owned)
+        .collect();
+    gateway.child.kill().await.unwrap();
+    gateway.spawn();
+    gateway.until_online(&admin).await;
+
+    let alice = &server.client;
+    let m = mission(alice, SHELL, &[("run.sh", "echo \"$JOB_ID\"\n")], &[]).await;
+    // Larger than a pilot: refused at submission, as by any landing zone too small for it.
+    let too_big = JobResources { cpu_count: Some(2), ..Default::default() };
+    let refused = alice.run_job_on_station(m.mission_id, local_station(), too_big).await.unwrap_err();
+    assert!(refused.to_string().contains("cpu_count"), "{refused}");
+    let small = JobResources { cpu_count: Some(1), memory_amount: Some(64), ..Default::default() };
+    let mut jobs = Vec::new();
+    for _ in 0..200 {
+        jobs.push(alice.run_job_on_station(m.mission_id, local_station(), small).await.unwrap().job_id);
+    }
+    let lzs = admin.list_landing_zones(local_station()).await.unwrap();
+    let mut pilots = std::collections::HashSet::new();
+    for job_id in &jobs {
+        let done = until_ended(alice, *job_id).await;
+        assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+        pilots.insert(done.lz_id.unwrap());
+    }
+    assert_eq!(alice.job_logs(jobs[199], LogStream::Stdout).await.unwrap(), format!("{}\n", jobs[199]));
+    let lzs_after = admin.list_landing_zones(local_station()).await.unwrap();
+    for pilot in &pilots {
+        let lz = lzs.iter().chain(&lzs_after).find(|lz| lz.lz_id == *pilot);
+        assert!(lz.is_none_or(|lz| lz.pilot_of == Some(gateway.lz_id)), "{lz:?} is not the gateway's pilot");
+        assert_ne!(*pilot, gateway.lz_id, "the gateway runs no job itself");
+    }
+    assert!((1..=2).contains(&pilots.len()), "{} pilots", pilots.len());
+    // Idle, the pilots leave, and the gateway removes their landing zones.
+    wait_until("the idle pilots are gone", || async {
+        let lzs = admin.list_landing_zones(local_station()).await.unwrap();
+        !lzs.iter().any(|lz| lz.pilot_of.is_some())
+    })
+    .await;
+}

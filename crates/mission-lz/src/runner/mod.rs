@@ -62,6 +62,11 @@ pub(crate) trait Runner: Send + Sync + 'static {
         std::future::ready(())
     }
 
+    /// The agent is up (its client made, its jobs resumed): start what works beside the jobs.
+    fn attach(self: &Arc<Self>, agent: &Arc<Agent>) {
+        let _ = agent;
+    }
+
     /// The agent is stopping: what must not outlive it ends.
     fn shut_down(&self, agent: &Agent);
 }

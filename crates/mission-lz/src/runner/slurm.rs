@@ -14,7 +14,13 @@
 //!    `out of memory`, a cancellation, a failed node); the new or changed files of its work dir are
 //!    uploaded, and its dir and record removed. A stop cancels it (`scancel`).
 //!
-//! One [`Monitor`] asks Slurm about all the agent's jobs at once (`squeue`, and `sacct` for jobs
+//! With pilots (`--pilots`), the gateway takes no job itself: while its station has queued work
+//! that no connected landing zone takes, it starts pilot jobs (up to `--max-pilots`), each an agent
+//! inside a Slurm allocation that connects as an ephemeral landing zone of the station and runs
+//! jobs with the service's own dispatch; a pilot leaves when idle, and when its allocation ends
+//! the gateway removes it (its unfinished jobs go back in the queue).
+//!
+//! One [`Monitor`] asks Slurm about all the agent's jobs (and pilots) at once (`squeue`, and `sacct` for jobs
 //! `squeue` has forgotten), never once per job, and asks less often while nothing changes:
 //! sites ban tools whose polling hangs `slurmctld`.
 
@@ -54,9 +60,20 @@ pub struct SlurmConfig {
     /// How often Slurm is asked about the jobs: `first` after a change, backing off to `max`
     /// while nothing changes.
     pub poll: Backoff,
+    /// Start pilots instead of one Slurm job per mission job.
+    pub pilots: Option<Pilots>,
     /// Where the agent runs as root: a file mapping mission users to the cluster accounts their
     /// jobs run as (see [`slurm::parse_user_map`]); jobs of users it does not name are refused.
     pub user_map: Option<PathBuf>,
+}
+
+/// How a gateway runs pilots.
+#[derive(Debug, Clone)]
+pub struct Pilots {
+    /// Each pilot's size, walltime and idle time.
+    pub pilot: slurm::Pilot,
+    /// Most pilots at once.
+    pub max_pilots: u32,
 }
 
 impl SlurmConfig {
@@ -101,6 +118,10 @@ pub(crate) struct SlurmRunner {
     /// Mission user → the cluster account (name, uid, gid) their jobs run as, where the agent
     /// maps users.
     user_map: Option<HashMap<String, (String, u32, u32)>>,
+    /// The server's URLs, for pilots (comma-separated).
+    servers: String,
+    /// This program, which pilots run (from the shared filesystem).
+    program: PathBuf,
 }
 
 impl SlurmRunner {
@@ -121,6 +142,11 @@ impl SlurmRunner {
             Some(path) => Some(read_user_map(path).map_err(AgentError::BatchSystem)?),
             None => None,
         };
+        if user_map.is_some() && slurm.pilots.is_some() {
+            return Err(AgentError::BatchSystem(
+                "pilots run jobs as the gateway's own account: they do not go with --user-map".into(),
+            ));
+        }
         // Mapped users must pass through the work root (0711: they cannot list it) to their dirs.
         let mode = if user_map.is_some() { 0o711 } else { 0o700 };
         private_dir(&work_root, mode).map_err(|e| AgentError::DataDir(work_root.clone(), e))?;
@@ -138,6 +164,7 @@ impl SlurmRunner {
             .find(|(name, _)| *name == "PATH")
             .map(|(_, path)| path.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let servers = config.servers.join(",");
         let mut config = slurm.clone();
         config.work_root = work_root;
         let runner = Arc::new(Self {
@@ -150,6 +177,9 @@ impl SlurmRunner {
             recovered: Mutex::new(HashMap::new()),
             account: account_name().map_err(AgentError::BatchSystem)?,
             user_map,
+            servers,
+            program: std::env::current_exe()
+                .map_err(|e| AgentError::BatchSystem(format!("this program's path: {e}")))?,
         });
         let capacity = runner.capacity().await.map_err(AgentError::BatchSystem)?;
         *runner.offer.lock().expect("not poisoned") = capacity;
@@ -193,7 +223,7 @@ impl SlurmRunner {
         slurm::capacity(&nodes).ok_or_else(|| "Slurm lists no node that takes jobs".to_owned())
     }
 
-    /// All the agent's jobs Slurm still lists (one `squeue`).
+    /// All the jobs of the agent's account(s) Slurm still lists (one `squeue`).
     async fn queue(&self) -> Result<Vec<SlurmJob>, String> {
         let mut args = ["-h", "-t", "all", "-O", SQUEUE_FORMAT].map(str::to_owned).to_vec();
         match &self.user_map {
@@ -207,8 +237,7 @@ impl SlurmRunner {
             }
             None => args.push("--me".to_owned()),
         }
-        let jobs = slurm::parse_queue(&self.command("squeue", &args).await?).map_err(|e| e.to_string())?;
-        Ok(jobs.into_iter().filter(|j| j.job_id.is_some()).collect())
+        slurm::parse_queue(&self.command("squeue", &args).await?).map_err(|e| e.to_string())
     }
 
     /// What accounting knows of these jobs (one `sacct`); empty where the cluster keeps none.
@@ -482,11 +511,18 @@ impl Runner for SlurmRunner {
             Ok(capacity) => *self.offer.lock().expect("not poisoned") = capacity,
             Err(why) => tracing::warn!("reading the cluster's nodes failed ({why}); offering what sinfo said last"),
         }
-        Offer {
-            resources: *self.offer.lock().expect("not poisoned"),
-            gpus: Vec::new(),
-            max_jobs: Some(self.config.max_jobs),
-            cluster_account: Some(self.account.clone()),
+        let (resources, max_jobs) = match &self.config.pilots {
+            // Jobs go to the pilots: the gateway takes none, but its size tells which jobs a pilot
+            // could run (and refuses the others at submission).
+            Some(pilots) => (pilots.pilot.size, 0),
+            None => (*self.offer.lock().expect("not poisoned"), self.config.max_jobs),
+        };
+        Offer { resources, gpus: Vec::new(), max_jobs: Some(max_jobs), cluster_account: Some(self.account.clone()) }
+    }
+
+    fn attach(self: &Arc<Self>, agent: &Arc<Agent>) {
+        if self.config.pilots.is_some() {
+            tokio::spawn(fly_pilots(Arc::downgrade(self), agent.clone()));
         }
     }
 
@@ -513,6 +549,111 @@ impl Runner for SlurmRunner {
 
     fn shut_down(&self, _agent: &Agent) {
         // Slurm's jobs outlive the agent: a restarted agent finds them by name.
+    }
+}
+
+/// How often a gateway with pilots asks the server for its station's demand.
+const DEMAND_EVERY: Duration = Duration::from_millis(500);
+/// How long a pilot counts as starting after Slurm started it (its agent connecting).
+const PILOT_WARM_UP: Duration = Duration::from_secs(3);
+
+/// A pilot the gateway started.
+struct Flying {
+    slurm_id: String,
+    sightings: watch::Receiver<Option<Sighting>>,
+    /// When Slurm was seen running it.
+    running_since: Option<Instant>,
+}
+
+/// Starts pilots while the station has work no connected landing zone takes, and removes those
+/// whose Slurm job ended, until the runner is gone.
+async fn fly_pilots(runner: Weak<SlurmRunner>, agent: Arc<Agent>) {
+    let mut flying: HashMap<Uuid, Flying> = HashMap::new();
+    loop {
+        tokio::time::sleep(DEMAND_EVERY).await;
+        let Some(runner) = runner.upgrade() else { return };
+        let Some(pilots) = runner.config.pilots.clone() else { return };
+        // Pilots whose Slurm job ended are removed; their unfinished jobs go back in the queue.
+        let mut landed = Vec::new();
+        for (lz_id, pilot) in &mut flying {
+            match pilot.sightings.borrow_and_update().clone() {
+                Some(Sighting::Seen(job)) if job.state.is_final() => landed.push(*lz_id),
+                Some(Sighting::Gone) => landed.push(*lz_id),
+                Some(Sighting::Seen(job)) if job.state == slurm::SlurmState::Running => {
+                    pilot.running_since.get_or_insert_with(Instant::now);
+                }
+                _ => {}
+            }
+        }
+        for lz_id in landed {
+            let pilot = flying.remove(&lz_id).expect("listed above");
+            runner.monitor.unwatch(lz_id);
+            tracing::info!(%lz_id, slurm_id = %pilot.slurm_id, "pilot ended");
+            if let Err(e) = agent.client.delivered(|| agent.client.remove_pilot(lz_id)).await {
+                tracing::warn!(%lz_id, "removing the pilot failed: {e}");
+            }
+            let _ = std::fs::remove_dir_all(slurm::PilotDir::new(&runner.config.work_root, lz_id).root());
+        }
+        let demand = match agent.client.demand().await {
+            Ok(demand) => demand,
+            Err(e) => {
+                tracing::debug!("asking for the station's demand failed: {e}");
+                continue;
+            }
+        };
+        let starting =
+            flying.values().filter(|p| p.running_since.is_none_or(|since| since.elapsed() < PILOT_WARM_UP)).count();
+        let per_pilot = u64::from(pilots.pilot.size.cpu_count.max(1));
+        let wanted = demand.queued_cpus.div_ceil(per_pilot) as usize;
+        let room = (pilots.max_pilots as usize).saturating_sub(flying.len());
+        for _ in 0..wanted.saturating_sub(starting).min(room) {
+            match runner.launch_pilot(&agent, &pilots.pilot).await {
+                Ok((lz_id, slurm_id)) => {
+                    let sightings = runner.monitor.watch(lz_id, &slurm_id);
+                    flying.insert(lz_id, Flying { slurm_id, sightings, running_since: None });
+                }
+                Err(why) => {
+                    tracing::warn!("starting a pilot failed: {why}");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+impl SlurmRunner {
+    /// Registers a pilot and submits its Slurm job; answers its landing zone and Slurm's id.
+    async fn launch_pilot(&self, agent: &Agent, pilot: &slurm::Pilot) -> Result<(Uuid, String), String> {
+        let registered = agent.client.register_pilot().await.map_err(|e| e.to_string())?;
+        let lz_id = registered.landing_zone.lz_id;
+        let dir = slurm::PilotDir::new(&self.config.work_root, lz_id);
+        let script = slurm::pilot_script(&dir, pilot, &self.program, &self.servers, &self.job_path);
+        let written = (|| {
+            use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+            std::fs::DirBuilder::new().mode(0o700).create(dir.root())?;
+            let create = |path: PathBuf, mode: u32, content: &str| {
+                let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(path)?;
+                std::io::Write::write_all(&mut file, content.as_bytes())
+            };
+            create(dir.token(), 0o600, &registered.token)?;
+            create(dir.script(), 0o700, &script)
+        })();
+        let submitted = match written {
+            Ok(()) => self.command("sbatch", &slurm::pilot_sbatch_args(lz_id, &dir, pilot, &self.config.site)).await,
+            Err(e) => Err(format!("{}: {e}", dir.root().display())),
+        };
+        match submitted {
+            Ok(answer) => {
+                let slurm_id = answer.trim().split(';').next().unwrap_or_default().to_owned();
+                tracing::info!(%lz_id, %slurm_id, "pilot submitted");
+                Ok((lz_id, slurm_id))
+            }
+            Err(why) => {
+                let _ = std::fs::remove_dir_all(dir.root());
+                let _ = agent.client.remove_pilot(lz_id).await;
+                Err(why)
+            }
+        }
     }
 }
 

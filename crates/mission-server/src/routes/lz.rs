@@ -12,8 +12,8 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use futures_util::StreamExt;
-use mission_api::lz::{Hello, Order, Report};
-use mission_api::{DEFAULT_CARGO_BAY_ID, FileListing, JOB_LOGS_FOLDER, Job};
+use mission_api::lz::{Demand, Hello, Order, Report};
+use mission_api::{DEFAULT_CARGO_BAY_ID, FileListing, JOB_LOGS_FOLDER, Job, LandingZone, RegisteredLandingZone};
 use serde::Deserialize;
 
 use super::async_stream;
@@ -208,4 +208,58 @@ pub async fn upload_result(
     };
     app.store.insert_job_result(job.job_id, &record).await?;
     Ok((StatusCode::CREATED, Json(FileListing::from(record))))
+}
+
+/// The agent's LZ, when it is a gateway into a batch system (registered with a cluster account).
+fn gateway(agent: &LzIdentity) -> ApiResult<&LzIdentity> {
+    match agent.cluster_account {
+        Some(_) => Ok(agent),
+        None => Err(ApiError::forbidden(
+            "only a gateway into a batch system (a landing zone registered with a cluster account) runs pilots",
+        )),
+    }
+}
+
+/// What the gateway's station has queued that its pilots could run.
+pub async fn demand(State(app): State<AppState>, Agent(lz): Agent) -> ApiResult<Json<Demand>> {
+    Ok(Json(app.scheduler.demand(gateway(&lz)?.lz_id).await?))
+}
+
+/// Registers a pilot of the gateway: an ephemeral landing zone of its station, with a token of
+/// its own, which the pilot's agent connects with from inside its batch job.
+pub async fn register_pilot(
+    State(app): State<AppState>,
+    Agent(lz): Agent,
+) -> ApiResult<(StatusCode, Json<RegisteredLandingZone>)> {
+    let gateway = gateway(&lz)?;
+    let lz_id = uuid::Uuid::new_v4();
+    let landing_zone = LandingZone {
+        lz_id,
+        station_id: gateway.station_id,
+        name: format!("{}.pilot-{}", gateway.name, &lz_id.simple().to_string()[..8]),
+        online: false,
+        resources: None,
+        last_seen_at: None,
+        cluster_account: None,
+        pilot_of: Some(gateway.lz_id),
+        created_at: store::now(),
+    };
+    Ok((StatusCode::CREATED, Json(super::stations::register(&app, landing_zone).await?)))
+}
+
+/// Removes a pilot of the gateway whose batch job ended; the jobs it had not finished go back in
+/// the queue.
+pub async fn remove_pilot(
+    State(app): State<AppState>,
+    Agent(lz): Agent,
+    Path(raw_id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let gateway = gateway(&lz)?;
+    let pilot_id = parse_id("lz_id", &raw_id)?;
+    let lzs = app.store.landing_zones(Some(gateway.station_id), app.config.lz_lease, store::now()).await?;
+    if !lzs.iter().any(|p| p.lz_id == pilot_id && p.pilot_of == Some(gateway.lz_id)) {
+        return Err(ApiError::not_found("pilot of this gateway", pilot_id));
+    }
+    app.scheduler.remove_pilot(gateway.station_id, pilot_id).await?;
+    Ok(StatusCode::NO_CONTENT)
 }

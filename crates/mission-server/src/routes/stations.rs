@@ -207,7 +207,13 @@ pub async fn register_landing_zone(
         last_seen_at: None,
         created_at: store::now(),
         cluster_account: req.cluster_account.as_deref().map(check_cluster_account).transpose()?,
+        pilot_of: None,
     };
+    Ok((StatusCode::CREATED, Json(register(&app, landing_zone).await?)))
+}
+
+/// Stores a new landing zone with a token of its own, and tells the scheduler jobs may name it.
+pub(super) async fn register(app: &AppState, landing_zone: LandingZone) -> ApiResult<RegisteredLandingZone> {
     let token = random_secret();
     app.store.insert_landing_zone(&landing_zone, &hash_secret(&token)).await?;
     app.scheduler.registered(LzIdentity {
@@ -216,7 +222,7 @@ pub async fn register_landing_zone(
         name: landing_zone.name.clone(),
         cluster_account: landing_zone.cluster_account.clone(),
     });
-    Ok((StatusCode::CREATED, Json(RegisteredLandingZone { landing_zone, token })))
+    Ok(RegisteredLandingZone { landing_zone, token })
 }
 
 /// Removes a landing zone; its token stops working at once.

@@ -80,6 +80,18 @@ pub enum Call {
         /// The LZ.
         lz: LzIdentity,
     },
+    /// What a gateway's station has queued that its pilots could run; answered with a demand.
+    Demand {
+        /// The gateway's LZ.
+        lz_id: Uuid,
+    },
+    /// Remove a pilot whose allocation ended, putting its unfinished jobs back in the queue.
+    RemovePilot {
+        /// Its station.
+        station_id: Uuid,
+        /// The pilot's LZ.
+        lz_id: Uuid,
+    },
     /// Remove a landing zone of a station, or with `lz_id` `None` the whole station.
     Remove {
         /// The station.
@@ -102,6 +114,11 @@ pub enum Outcome {
     Welcome {
         /// The welcome.
         welcome: Box<Welcome>,
+    },
+    /// A gateway's station's demand.
+    Demand {
+        /// The demand.
+        demand: mission_api::lz::Demand,
     },
     /// Whether something was removed.
     Removed {
@@ -426,6 +443,22 @@ impl Scheduler {
     /// A landing zone was registered, or got a new token: jobs may now name it.
     pub fn registered(&self, lz: LzIdentity) {
         self.tell(Call::Registered { lz });
+    }
+
+    /// What a gateway's station has queued that its pilots could run.
+    pub async fn demand(&self, lz_id: Uuid) -> ApiResult<mission_api::lz::Demand> {
+        match self.ask(Call::Demand { lz_id }).await? {
+            Outcome::Demand { demand } => Ok(demand),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Removes a pilot whose allocation ended; its unfinished jobs go back in the queue.
+    pub async fn remove_pilot(&self, station_id: Uuid, lz_id: Uuid) -> ApiResult<bool> {
+        match self.ask(Call::RemovePilot { station_id, lz_id }).await? {
+            Outcome::Removed { removed } => Ok(removed),
+            other => Err(unexpected(other)),
+        }
     }
 
     /// Removes a landing zone of a station (or, with `lz_id` `None`, the station with all of them)

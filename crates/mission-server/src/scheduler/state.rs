@@ -458,6 +458,11 @@ impl State {
                 self.forget_tokens();
                 return reply.send(Ok(Outcome::Done));
             }
+            Call::Demand { lz_id } => return reply.send(Ok(Outcome::Demand { demand: self.demand(lz_id) })),
+            Call::RemovePilot { station_id, lz_id } => {
+                let removed = self.remove_pilot(station_id, lz_id).await;
+                return reply.send(removed.map(|removed| Outcome::Removed { removed }));
+            }
             Call::Remove { station_id, lz_id } => {
                 let removed = self.remove(station_id, lz_id).await;
                 return reply.send(removed.map(|removed| Outcome::Removed { removed }));
@@ -648,6 +653,37 @@ impl State {
             self.batch.place = true;
         }
         Ok(())
+    }
+
+    /// The queued jobs of the gateway's station that name no landing zone and that a pilot (as
+    /// large as the gateway offers) could hold.
+    fn demand(&self, gateway: Uuid) -> mission_api::lz::Demand {
+        let Some(lz) = self.lzs.get(&gateway) else { return mission_api::lz::Demand::default() };
+        let wanted = self
+            .queue
+            .values()
+            .filter(|j| j.station_id == lz.station_id && j.requested_lz_id.is_none() && lz.could_hold(j));
+        let (jobs, cpus) = wanted.fold((0, 0), |(n, c), j| (n + 1, c + u64::from(j.cpu_count)));
+        mission_api::lz::Demand { queued_jobs: jobs, queued_cpus: cpus }
+    }
+
+    /// Removes a pilot's landing zone; the jobs it had not finished go back in the queue (its
+    /// allocation ended: that is no fault of theirs).
+    async fn remove_pilot(&mut self, station_id: Uuid, lz_id: Uuid) -> SchedulerResult<bool> {
+        let removed = self.store.delete_landing_zone(station_id, lz_id).await?;
+        if let Some(mut lz) = self.lzs.remove(&lz_id) {
+            let ids: Vec<Uuid> = lz.jobs.keys().copied().collect();
+            for id in ids {
+                let placed = lz.release(id).expect("listed above");
+                if placed.stop_requested {
+                    self.end(id, JobStatus::Stopped, "stopped; its pilot ended".into());
+                } else {
+                    self.requeue(placed, "its pilot's allocation ended before the job did");
+                }
+            }
+        }
+        self.forget_tokens();
+        Ok(removed)
     }
 
     async fn remove(&mut self, station_id: Uuid, lz_id: Option<Uuid>) -> SchedulerResult<bool> {

@@ -9,7 +9,7 @@ use super::{Store, StoreError, conflict_on_duplicate, to_micros, with_conn};
 
 const STATION_COLUMNS: &str = "station_id, name, description, owner_id, open, created_at";
 const LZ_COLUMNS: &str =
-    "lz_id, station_id, name, cpu_count, memory_amount, gpu_count, last_seen_at, created_at, cluster_account";
+    "lz_id, station_id, name, cpu_count, memory_amount, gpu_count, last_seen_at, created_at, cluster_account, pilot_of";
 
 impl Store {
     /// Adds a station; a taken name is a [`StoreError::Conflict`].
@@ -147,8 +147,8 @@ impl Store {
     pub async fn insert_landing_zone(&self, lz: &LandingZone, token_hash: &str) -> Result<(), StoreError> {
         let result = with_conn!(self, writer, |conn| {
             sqlx::query(
-                "INSERT INTO landing_zones (lz_id, station_id, name, token_hash, created_at, cluster_account) \
-                 VALUES ($1, $2, $3, $4, $5, $6)",
+                "INSERT INTO landing_zones (lz_id, station_id, name, token_hash, created_at, cluster_account, \
+                 pilot_of) VALUES ($1, $2, $3, $4, $5, $6, $7)",
             )
             .bind(lz.lz_id.to_string())
             .bind(lz.station_id.to_string())
@@ -156,6 +156,7 @@ impl Store {
             .bind(token_hash)
             .bind(to_micros(lz.created_at))
             .bind(&lz.cluster_account)
+            .bind(lz.pilot_of.map(|id| id.to_string()))
             .execute(conn)
             .await
             .map(drop)
@@ -230,5 +231,6 @@ fn lz_from_row(r: &impl Columns, lease: std::time::Duration, now: DateTime<Utc>)
         last_seen_at,
         created_at: r.time("created_at")?,
         cluster_account: r.opt_text("cluster_account")?,
+        pilot_of: r.opt_uuid("pilot_of")?,
     })
 }

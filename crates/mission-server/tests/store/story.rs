@@ -116,6 +116,7 @@ fn landing_zone(station_id: Uuid, name: &str) -> LandingZone {
         last_seen_at: None,
         created_at: now(),
         cluster_account: None,
+        pilot_of: None,
     }
 }
 

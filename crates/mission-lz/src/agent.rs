@@ -144,6 +144,14 @@ impl Agent {
         let _ = self.reports.send(report);
     }
 
+    /// Queues the report that a job's program started at `at` (seen after the fact, as in a
+    /// batch system), with how its limits are enforced.
+    pub fn report_started(&self, job_id: Uuid, at: chrono::DateTime<chrono::Utc>, limits: String) {
+        let report =
+            Report { job_id, status: JobStatus::Running, at, exit_code: None, reason: None, limits: Some(limits) };
+        let _ = self.reports.send(report);
+    }
+
     /// Sets the stop switch of a job this agent runs.
     fn stop_job(&self, job_id: Uuid) {
         if let Some(stop) = self.jobs.lock().expect("not poisoned").get(&job_id) {

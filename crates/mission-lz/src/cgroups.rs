@@ -471,9 +471,10 @@ mod tests {
         let group = cgroups.take(1, 64).unwrap();
         let parent = group.dirs[0].parent().unwrap().to_path_buf();
         cgroups.give_back(group);
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let gone = child.id();
-        child.wait().unwrap();
+        // A pid no process can have (a just-ended child's pid may be taken again meanwhile by a
+        // busy host).
+        let pid_max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap().trim().parse().unwrap();
+        let gone = pid_max + 1;
         let stale = parent.join(format!("{GROUP_PREFIX}{gone}-test"));
         let live = parent.join(format!("{GROUP_PREFIX}{}-test", std::process::id()));
         let foreign = parent.join(format!("other-{gone}"));

@@ -6,8 +6,8 @@
 //!    of the job goes into the agent's data dir (outside the work root), so that a restarted
 //!    agent can follow it;
 //! 2. `sbatch --parsable` with the job's CPUs, memory, GPUs, time limit and name
-//!    (`mission-{job id}`), the site's partition, account, QoS and extra arguments, and none of
-//!    the agent's environment. While Slurm keeps it waiting, the job's reason says why (Slurm's
+//!    (`mission-{job id}`), the site's partition, account, QoS and extra arguments, from an
+//!    environment that holds nothing of the agent's but `PATH`, identity, locale and `SLURM_*`. While Slurm keeps it waiting, the job's reason says why (Slurm's
 //!    pending reason); when Slurm starts it, it is `running`, and the output files stream to the
 //!    server as they grow;
 //! 3. its end, read from Slurm, becomes the job's status and reason (exit status, `time limit`,
@@ -424,6 +424,7 @@ impl SlurmRunner {
             tokio::spawn(async move { forward_file(&agent.client, job_id, stream, path, ended).await })
         });
         let (mut running, mut reason, mut stop_requested, mut exited) = (false, None, false, false);
+        let limits = || format!("Slurm job {slurm_id}: its limits are Slurm's");
         let last = loop {
             let sighting = sightings.borrow_and_update().clone();
             match sighting {
@@ -437,8 +438,7 @@ impl SlurmRunner {
                         }
                     } else if !running && job.state != slurm::SlurmState::Pending {
                         running = true;
-                        let limits = format!("Slurm job {slurm_id}: its limits are Slurm's");
-                        agent.report(job_id, JobStatus::Running, None, None, Some(limits));
+                        agent.report_started(job_id, started_at(&dir).await, limits());
                     }
                 }
                 None => {}
@@ -453,6 +453,11 @@ impl SlurmRunner {
                     self.monitor.nudge.notify_one();
                 }
                 () = tokio::time::sleep(EXIT_CHECK), if !exited => {
+                    // The script says when it starts and ends, sooner than Slurm would be asked.
+                    if !running && tokio::fs::try_exists(dir.started()).await.unwrap_or(false) {
+                        running = true;
+                        agent.report_started(job_id, started_at(&dir).await, limits());
+                    }
                     if tokio::fs::try_exists(dir.exit_code()).await.unwrap_or(false) {
                         exited = true;
                         self.monitor.nudge.notify_one();
@@ -464,6 +469,10 @@ impl SlurmRunner {
         let _ = ended.send(true);
         for forwarder in forwarders {
             let _ = forwarder.await;
+        }
+        if !running && tokio::fs::try_exists(dir.started()).await.unwrap_or(false) {
+            // It ran between two looks.
+            agent.report_started(job_id, started_at(&dir).await, limits());
         }
         let outcome = match last.and_then(|job| job.outcome(stop_requested)) {
             Some(outcome) => outcome,
@@ -550,6 +559,12 @@ impl Runner for SlurmRunner {
     fn shut_down(&self, _agent: &Agent) {
         // Slurm's jobs outlive the agent: a restarted agent finds them by name.
     }
+}
+
+/// When the job's script started, as it wrote; now where it wrote nothing readable.
+async fn started_at(dir: &JobDir) -> chrono::DateTime<chrono::Utc> {
+    let written = tokio::fs::read_to_string(dir.started()).await.unwrap_or_default();
+    slurm::started_at(&written).unwrap_or_else(chrono::Utc::now)
 }
 
 /// How often a gateway with pilots asks the server for its station's demand.
@@ -697,10 +712,13 @@ impl Monitor {
     }
 
     /// Turns until the runner is gone: after `poll.first` when the last turn saw a change,
-    /// twice as long as the last wait (up to `poll.max`) when it saw none, at once when nudged.
+    /// twice as long as the last wait (up to `poll.max`) when it saw none, and when nudged at
+    /// once, but never sooner than half of `poll.first` after the last turn (a stream of jobs
+    /// starting and ending nudges all the time).
     async fn run(runner: Weak<SlurmRunner>, poll: Backoff) {
         let mut wait = poll.first;
         loop {
+            tokio::time::sleep(poll.first / 2).await;
             let Some(monitor) = runner.upgrade().map(|r| r.monitor.clone()) else { return };
             let idle = monitor.watched.lock().expect("not poisoned").is_empty();
             if idle {
@@ -708,7 +726,7 @@ impl Monitor {
                 monitor.nudge.notified().await;
             } else {
                 tokio::select! {
-                    () = tokio::time::sleep(wait) => {}
+                    () = tokio::time::sleep(wait.saturating_sub(poll.first / 2)) => {}
                     () = monitor.nudge.notified() => wait = poll.first,
                 }
             }

@@ -1,5 +1,5 @@
 //! The agent's connection to the server, whatever runs its jobs: connect with a hello, read
-//! orders, heartbeat, report, and hand each job to the [`Runner`].
+//! orders, heartbeat, report, and hand each job to the runner (`runner::Runner`).
 //!
 //! Jobs outlive connections: when the server goes away (a restart), the agent keeps its jobs
 //! running, reconnects with backoff, names them in its next hello, and delivers the reports and

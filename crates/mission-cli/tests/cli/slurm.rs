@@ -413,3 +413,42 @@ async fn pilots_run_many_short_jobs_with_our_dispatch_and_leave_when_idle() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_job_cut_off_by_its_pilots_allocation_goes_back_in_the_queue() {
+    let Some(conf) = slurm_conf("a_job_cut_off_by_its_pilots_allocation_goes_back_in_the_queue") else { return };
+    let (server, admin) = cluster(|_| {}).await;
+    let mut gateway = SlurmAgent::spawned(&server, &admin, "gateway", &conf, &whoami()).await;
+    gateway.extra = ["--pilots", "--max-pilots", "1", "--pilot-memory", "512", "--pilot-time", "1"]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    gateway.child.kill().await.unwrap();
+    gateway.spawn();
+    gateway.until_online(&admin).await;
+    let alice = &server.client;
+    let m = mission(alice, SHELL, &[("run.sh", "echo started\nexec sleep 600\n")], &[]).await;
+    let small = JobResources { cpu_count: Some(1), memory_amount: Some(64), ..Default::default() };
+    let job = alice.run_job_on_station(m.mission_id, local_station(), small).await.unwrap();
+    let running = until_running(alice, job.job_id).await;
+    assert_eq!(running.status, JobStatus::Running, "{running:?}");
+    let first_pilot = running.lz_id.unwrap();
+    // The pilot's one-minute allocation ends under the job: not the job's fault, so it queues
+    // again (and a new pilot takes it).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    let requeued = loop {
+        let job = alice.get_job(job.job_id).await.unwrap();
+        let cut = "its pilot's allocation ended before the job did";
+        if job.history.iter().any(|t| t.status == JobStatus::Queued && t.detail.as_deref() == Some(cut)) {
+            break job;
+        }
+        assert!(!job.status.is_final(), "{job:?}");
+        assert!(tokio::time::Instant::now() < deadline, "the job was not put back in the queue: {job:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let lzs = admin.list_landing_zones(local_station()).await.unwrap();
+    assert!(!lzs.iter().any(|lz| lz.lz_id == first_pilot), "the ended pilot is removed");
+    alice.stop_job(requeued.job_id).await.unwrap();
+    let stopped = until_ended(alice, requeued.job_id).await;
+    assert_eq!(stopped.status, JobStatus::Stopped, "{stopped:?}");
+}

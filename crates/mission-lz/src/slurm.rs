@@ -194,6 +194,8 @@ pub struct SlurmJob {
     pub slurm_id: String,
     /// The mission job it runs, when its name is ours.
     pub job_id: Option<Uuid>,
+    /// The pilot's landing zone, when it is a pilot of the agent's (`mission-pilot-{lz id}`).
+    pub pilot: Option<Uuid>,
     /// Its state.
     pub state: SlurmState,
     /// How its program ended (meaningful once it ended).
@@ -251,6 +253,11 @@ pub fn parse_queue(output: &str) -> Result<Vec<SlurmJob>, ParseError> {
             Ok(SlurmJob {
                 slurm_id: slurm_id.to_owned(),
                 job_id: mission_job(name.strip_suffix('|').unwrap_or(name)),
+                pilot: name
+                    .strip_suffix('|')
+                    .unwrap_or(name)
+                    .strip_prefix(PILOT_NAME_PREFIX)
+                    .and_then(|id| Uuid::parse_str(id).ok()),
                 state: SlurmState::parse(state),
                 exit: ExitStatus::from_wait_status(exit.parse().map_err(|_| fail("the exit status is not a number"))?),
                 reason: (reason != "None").then(|| reason.to_owned()),
@@ -271,6 +278,7 @@ pub fn parse_accounting(output: &str) -> Result<Vec<SlurmJob>, ParseError> {
             Ok(SlurmJob {
                 slurm_id: slurm_id.to_owned(),
                 job_id: None,
+                pilot: None,
                 state: SlurmState::parse(state),
                 exit: ExitStatus::from_sacct(exit).ok_or_else(|| fail("the exit code is not code:signal"))?,
                 reason: None,
@@ -720,8 +728,9 @@ mod tests {
     fn our_jobs_are_known_by_their_names() {
         let id = Uuid::new_v4();
         let output = format!("17|RUNNING|0|None|{JOB_NAME_PREFIX}{id}|\n18|PENDING|0|QOSMaxJobsPerUserLimit|a|b|\n");
-        let jobs = parse_queue(&output).unwrap();
-        assert_eq!(jobs[0].job_id, Some(id));
+        let jobs = parse_queue(&format!("{output}19|RUNNING|0|None|{PILOT_NAME_PREFIX}{id}|\n")).unwrap();
+        assert_eq!((jobs[0].job_id, jobs[0].pilot), (Some(id), None));
+        assert_eq!((jobs[2].job_id, jobs[2].pilot), (None, Some(id)));
         assert_eq!((jobs[1].job_id, jobs[1].reason.as_deref()), (None, Some("QOSMaxJobsPerUserLimit")));
     }
 }

@@ -406,6 +406,10 @@ async fn pilots_run_many_short_jobs_with_our_dispatch_and_leave_when_idle() {
         assert_ne!(*pilot, gateway.lz_id, "the gateway runs no job itself");
     }
     assert!((1..=2).contains(&pilots.len()), "{} pilots", pilots.len());
+    // The gateway restarts: it finds its pilots again by their names.
+    gateway.child.kill().await.unwrap();
+    gateway.spawn();
+    gateway.until_online(&admin).await;
     // Idle, the pilots leave, and the gateway removes their landing zones.
     wait_until("the idle pilots are gone", || async {
         let lzs = admin.list_landing_zones(local_station()).await.unwrap();

@@ -584,6 +584,25 @@ struct Flying {
 /// whose Slurm job ended, until the runner is gone.
 async fn fly_pilots(runner: Weak<SlurmRunner>, agent: Arc<Agent>) {
     let mut flying: HashMap<Uuid, Flying> = HashMap::new();
+    // Pilots an earlier run of this gateway started (found by their names, and their dirs in its
+    // work root: another gateway of the account has its own) are followed on, so that they are
+    // removed when they end.
+    if let Some(runner) = runner.upgrade() {
+        match runner.queue().await {
+            Ok(listed) => {
+                for job in listed {
+                    let Some(lz_id) = job.pilot else { continue };
+                    if !slurm::PilotDir::new(&runner.config.work_root, lz_id).root().is_dir() {
+                        continue;
+                    }
+                    let sightings = runner.monitor.watch(lz_id, &job.slurm_id);
+                    tracing::info!(%lz_id, slurm_id = %job.slurm_id, "following a pilot of an earlier run");
+                    flying.insert(lz_id, Flying { slurm_id: job.slurm_id, sightings, running_since: None });
+                }
+            }
+            Err(why) => tracing::warn!("looking for pilots of an earlier run failed: {why}"),
+        }
+    }
     loop {
         tokio::time::sleep(DEMAND_EVERY).await;
         let Some(runner) = runner.upgrade() else { return };

@@ -12,6 +12,7 @@ fi
 
 # Formatting first: it fails in a second instead of after the build.
 cargo fmt --all -- --check
+cargo fmt --manifest-path python/Cargo.toml -- --check
 
 bash scripts/install-test-deps.sh
 # The browser test must run here, not skip.
@@ -44,5 +45,10 @@ MISSION_TEST_SLURM_CONF="$(bash scripts/slurm-test-cluster.sh start "$slurm_dir"
 export MISSION_TEST_SLURM_CONF
 
 cargo nextest run --workspace --no-fail-fast
+# The Python package: its wheel, installed into the test virtualenv, against a real server (the
+# `mission` binary the tests above built).
+wheel="$(bash scripts/build-python.sh)"
+target/test-venv/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel"
+MISSION_BIN="$PWD/target/debug/mission" target/test-venv/bin/pytest -q -p no:cacheprovider python/tests
 cargo test --doc --workspace
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet

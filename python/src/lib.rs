@@ -1,0 +1,137 @@
+//! `mission._native`: the Rust SDK (`mission-client`) as a Python extension module. The Python
+//! package `mission` wraps it: results cross as JSON and become Python objects there, errors
+//! become the package's exceptions here.
+//!
+//! Every call runs on one Tokio runtime with the GIL released, and wakes every 50 ms to let
+//! Python handle signals, so Ctrl-C interrupts a long call promptly.
+
+use std::future::Future;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use mission_client::{Client, Error, Uuid};
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+
+create_exception!(mission, MissionError, PyException, "Any error of the Mission Compute SDK.");
+create_exception!(mission, NotFound, MissionError, "The resource does not exist, or is not visible to you (404).");
+create_exception!(mission, Unauthorized, MissionError, "Not signed in, or the session ended (401).");
+create_exception!(mission, Forbidden, MissionError, "You may see the resource but not do this (403).");
+create_exception!(mission, Invalid, MissionError, "The request is not valid (400); its detail says why.");
+create_exception!(mission, Conflict, MissionError, "The request clashes with the resource's state (409).");
+create_exception!(mission, ServerError, MissionError, "The service failed (5xx).");
+create_exception!(mission, TransportError, MissionError, "The service could not be reached, or answered nonsense.");
+
+/// How often a waiting call lets Python look at its signals.
+const SIGNAL_CHECK: Duration = Duration::from_millis(50);
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name("mission-sdk")
+            .build()
+            .expect("a Tokio runtime")
+    })
+}
+
+/// The SDK's error as the package's exception (the problem's detail as its message).
+fn to_py(error: Error) -> PyErr {
+    let detail = error.problem().map(|p| p.detail.clone()).unwrap_or_else(|| error.to_string());
+    match error {
+        Error::NotFound(_) => NotFound::new_err(detail),
+        Error::Unauthorized(_) => Unauthorized::new_err(detail),
+        Error::Forbidden(_) => Forbidden::new_err(detail),
+        Error::Api(p) if p.status == 400 || p.status == 413 || p.status == 422 => Invalid::new_err(detail),
+        Error::Api(p) if p.status == 409 => Conflict::new_err(detail),
+        Error::Api(p) if p.status >= 500 => ServerError::new_err(detail),
+        Error::Http(_) | Error::Protocol(_) => TransportError::new_err(detail),
+        _ => MissionError::new_err(detail),
+    }
+}
+
+/// Runs `call` to its end with the GIL released; a signal Python raises for (Ctrl-C) ends the
+/// wait, and the call is dropped.
+fn block_on<T: Send>(py: Python<'_>, call: impl Future<Output = Result<T, Error>> + Send) -> PyResult<T> {
+    let mut call = std::pin::pin!(call);
+    loop {
+        let step =
+            py.detach(|| runtime().block_on(async { tokio::time::timeout(SIGNAL_CHECK, call.as_mut()).await.ok() }));
+        match step {
+            Some(done) => return done.map_err(to_py),
+            None => py.check_signals()?,
+        }
+    }
+}
+
+/// A JSON string of `value`, for the Python side to read.
+fn json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).expect("SDK results serialise")
+}
+
+fn parse_id(field: &str, id: &str) -> PyResult<Uuid> {
+    Uuid::parse_str(id).map_err(|_| Invalid::new_err(format!("{field}: expected a UUID, got {id:?}")))
+}
+
+/// A signed-in connection to a server, as the Rust SDK's [`Client`].
+#[pyclass(module = "mission._native", frozen)]
+struct NativeClient {
+    client: Client,
+}
+
+#[pymethods]
+impl NativeClient {
+    /// A client of the service at `server_url` (several replicas: comma-separated) with an
+    /// access token.
+    #[new]
+    fn new(server_url: &str, access_token: &str) -> PyResult<Self> {
+        let _guard = runtime().enter();
+        Ok(Self { client: Client::with_access_token(server_url, access_token).map_err(to_py)? })
+    }
+
+    /// The server's URLs.
+    fn base_urls(&self) -> String {
+        self.client.base_urls()
+    }
+
+    fn get_mission_by_id(&self, py: Python<'_>, mission_id: &str) -> PyResult<String> {
+        let id = parse_id("mission_id", mission_id)?;
+        block_on(py, self.client.get_mission_by_id(id)).map(|m| json(&m))
+    }
+
+    fn list_mission_types(&self, py: Python<'_>) -> PyResult<String> {
+        block_on(py, self.client.list_mission_types()).map(|t| json(&t))
+    }
+
+    fn get_mission_type(&self, py: Python<'_>, mission_type_id: &str) -> PyResult<String> {
+        let id = parse_id("mission_type_id", mission_type_id)?;
+        block_on(py, self.client.get_mission_type(id)).map(|t| json(&t))
+    }
+
+    fn get_mission_type_settings_info(&self, py: Python<'_>, mission_type_id: &str) -> PyResult<String> {
+        let id = parse_id("mission_type_id", mission_type_id)?;
+        block_on(py, self.client.get_mission_type_settings_info(id)).map(|t| json(&t))
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<NativeClient>()?;
+    for (name, exception) in [
+        ("MissionError", py.get_type::<MissionError>()),
+        ("NotFound", py.get_type::<NotFound>()),
+        ("Unauthorized", py.get_type::<Unauthorized>()),
+        ("Forbidden", py.get_type::<Forbidden>()),
+        ("Invalid", py.get_type::<Invalid>()),
+        ("Conflict", py.get_type::<Conflict>()),
+        ("ServerError", py.get_type::<ServerError>()),
+        ("TransportError", py.get_type::<TransportError>()),
+    ] {
+        m.add(name, exception)?;
+    }
+    Ok(())
+}

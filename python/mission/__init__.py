@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import itertools
 import json
+import os
 import uuid
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, Iterable, List, Optional, Union
 
 from ._native import (
     Conflict,
@@ -34,6 +36,7 @@ from ._native import (
 
 __all__ = [
     "Client",
+    "FileListing",
     "Mission",
     "MissionType",
     "MissionTypeSummary",
@@ -55,6 +58,14 @@ def _id(value: Id) -> str:
     return str(value)
 
 
+def _ids(values: Optional[Iterable[Id]]) -> List[str]:
+    return [str(v) for v in values or []]
+
+
+def _drop_none(fields: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: (str(v) if isinstance(v, uuid.UUID) else v) for k, v in fields.items() if v is not None}
+
+
 def _time(value: Optional[str]) -> Optional[datetime.datetime]:
     if value is None:
         return None
@@ -62,7 +73,7 @@ def _time(value: Optional[str]) -> Optional[datetime.datetime]:
     text = value.replace("Z", "+00:00")
     head, sep, tail = text.partition(".")
     if sep:
-        digits = "".join(c for c in tail if c.isdigit())
+        digits = "".join(itertools.takewhile(str.isdigit, tail))
         text = f"{head}.{digits[:6]}{tail[len(digits):]}"
     return datetime.datetime.fromisoformat(text)
 
@@ -99,6 +110,23 @@ class Mission:
     user_id: str
     created_at: datetime.datetime
     updated_at: datetime.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class FileListing:
+    """One file of a mission: ``path`` is its folder (``""`` at the top), ``name`` its name."""
+
+    filename: str
+    name: str
+    path: str
+    file_size: int
+    modified_at: datetime.datetime
+    sha256: str
+
+    @property
+    def relative_path(self) -> str:
+        """Its path relative to the mission root."""
+        return f"{self.path}/{self.name}" if self.path else self.name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,9 +177,124 @@ class Client:
         """The server's URL(s)."""
         return self._native.base_urls()
 
+    # Missions
+
+    def list_missions(
+        self,
+        mission_ids: Optional[List[Id]] = None,
+        names: Optional[List[str]] = None,
+        user_ids: Optional[List[Id]] = None,
+        page: int = 1,
+        items: int = 25,
+        mission_type_ids: Optional[List[Id]] = None,
+        archived: Optional[bool] = None,
+    ) -> List[Mission]:
+        """The missions you may read (your own and public ones), newest first, one page."""
+        query = {
+            "mission_ids": _ids(mission_ids),
+            "names": list(names or []),
+            "user_ids": _ids(user_ids),
+            "page": page,
+            "items": items,
+            "mission_type_ids": _ids(mission_type_ids),
+            "archived": archived,
+        }
+        return [_build(Mission, m) for m in json.loads(self._native.list_missions(json.dumps(query)))]
+
     def get_mission_by_id(self, mission_id: Id) -> Mission:
         """The mission ``mission_id``; :class:`NotFound` when it does not exist or is not yours."""
         return _build(Mission, json.loads(self._native.get_mission_by_id(_id(mission_id))))
+
+    def create_mission(
+        self,
+        name: str,
+        description: str = "",
+        source_storage_id: Optional[Id] = None,
+        destination_storage_id: Optional[Id] = None,
+        source_path: Optional[str] = None,
+        destination_path: Optional[str] = None,
+        mission_type_id: Optional[Id] = None,
+        settings: Optional[Dict[str, str]] = None,
+        public: bool = False,
+    ) -> Mission:
+        """A new mission of yours."""
+        request = _drop_none({
+            "name": name, "description": description, "source_storage_id": source_storage_id,
+            "destination_storage_id": destination_storage_id, "source_path": source_path,
+            "destination_path": destination_path, "mission_type_id": mission_type_id,
+            "settings": settings, "public": public,
+        })
+        return _build(Mission, json.loads(self._native.create_mission(json.dumps(request))))
+
+    def update_mission(
+        self,
+        mission_id: Id,
+        name: Optional[str] = None,
+        description: Optional[str] = None,
+        source_storage_id: Optional[Id] = None,
+        destination_storage_id: Optional[Id] = None,
+        source_path: Optional[str] = None,
+        destination_path: Optional[str] = None,
+        settings: Optional[Dict[str, str]] = None,
+    ) -> bool:
+        """Changes the fields given; ``False`` when the mission does not exist."""
+        changes = _drop_none({
+            "name": name, "description": description, "source_storage_id": source_storage_id,
+            "destination_storage_id": destination_storage_id, "source_path": source_path,
+            "destination_path": destination_path, "settings": settings,
+        })
+        return self._native.update_mission(_id(mission_id), json.dumps(changes))
+
+    def update_mission_args(self, mission_id: Id, arg: List[str]) -> Mission:
+        """Sets the mission's arguments (what jobs get after the type's command)."""
+        return _build(Mission, json.loads(self._native.update_mission_args(_id(mission_id), list(arg))))
+
+    def delete_mission_by_id(self, mission_id: Id) -> None:
+        """Deletes the mission and its files."""
+        self._native.delete_mission_by_id(_id(mission_id))
+
+    # Files
+
+    def upload(
+        self, mission_id: Id, payload: Union[str, "os.PathLike[str]"], rename: Optional[str] = None, verbose: bool = False
+    ) -> bool:
+        """Uploads a file (to the top of the mission, or to ``rename``) or a folder's contents
+        (its first level at the top, subfolders as subfolders); files already there with the same
+        content are skipped. ``False`` when the mission does not exist."""
+        return self._native.upload(_id(mission_id), os.fspath(payload), rename, verbose)
+
+    def get_mission_files(self, mission_id: Id) -> List[FileListing]:
+        """The mission's files."""
+        return [_build(FileListing, f) for f in json.loads(self._native.get_mission_files(_id(mission_id)))]
+
+    def delete_file(self, mission_id: Id, file_path: str) -> bool:
+        """Deletes a file by its path relative to the mission root; ``False`` when there was none."""
+        return self._native.delete_file(_id(mission_id), file_path)
+
+    def create_and_upload_mission(
+        self,
+        name: str,
+        directory: Union[str, "os.PathLike[str]"],
+        description: str = "",
+        source_storage_id: Optional[Id] = None,
+        destination_storage_id: Optional[Id] = None,
+        source_path: Optional[str] = None,
+        destination_path: Optional[str] = None,
+        mission_type_id: Optional[Id] = None,
+        settings: Optional[Dict[str, str]] = None,
+        public: bool = False,
+    ) -> Mission:
+        """Creates a mission and uploads the contents of ``directory`` to it, in one call."""
+        request = _drop_none({
+            "name": name, "description": description, "source_storage_id": source_storage_id,
+            "destination_storage_id": destination_storage_id, "source_path": source_path,
+            "destination_path": destination_path, "mission_type_id": mission_type_id,
+            "settings": settings, "public": public,
+        })
+        created = self._native.create_and_upload_mission(json.dumps(request), os.fspath(directory))
+        return _build(Mission, json.loads(created))
+
+    # Mission types
 
     def list_mission_types(self) -> List[MissionTypeSummary]:
         """The mission types of the catalogue."""

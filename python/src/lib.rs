@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use mission_client::{Client, Error, Uuid};
+use mission_client::{Client, CreateMission, Error, ListMissions, UpdateMission, Uuid};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -49,6 +49,7 @@ fn to_py(error: Error) -> PyErr {
         Error::Api(p) if p.status == 409 => Conflict::new_err(detail),
         Error::Api(p) if p.status >= 500 => ServerError::new_err(detail),
         Error::Http(_) | Error::Protocol(_) => TransportError::new_err(detail),
+        Error::InvalidPath(_) | Error::InvalidUrl(_) => Invalid::new_err(detail),
         _ => MissionError::new_err(detail),
     }
 }
@@ -70,6 +71,23 @@ fn block_on<T: Send>(py: Python<'_>, call: impl Future<Output = Result<T, Error>
 /// A JSON string of `value`, for the Python side to read.
 fn json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).expect("SDK results serialise")
+}
+
+/// A request the Python side wrote as JSON, as the SDK's type.
+fn request<T: serde::de::DeserializeOwned>(what: &str, json: &str) -> PyResult<T> {
+    serde_json::from_str(json).map_err(|e| Invalid::new_err(format!("{what}: {e}")))
+}
+
+/// The filters and paging of `list_missions`, as the Python side sends them.
+#[derive(serde::Deserialize)]
+struct MissionQuery {
+    mission_ids: Vec<Uuid>,
+    names: Vec<String>,
+    user_ids: Vec<Uuid>,
+    page: u32,
+    items: u32,
+    mission_type_ids: Vec<Uuid>,
+    archived: Option<bool>,
 }
 
 fn parse_id(field: &str, id: &str) -> PyResult<Uuid> {
@@ -100,6 +118,74 @@ impl NativeClient {
     fn get_mission_by_id(&self, py: Python<'_>, mission_id: &str) -> PyResult<String> {
         let id = parse_id("mission_id", mission_id)?;
         block_on(py, self.client.get_mission_by_id(id)).map(|m| json(&m))
+    }
+
+    fn list_missions(&self, py: Python<'_>, query: &str) -> PyResult<String> {
+        let q: MissionQuery = request("list_missions", query)?;
+        let options = ListMissions {
+            mission_ids: q.mission_ids,
+            names: q.names,
+            user_ids: q.user_ids,
+            page: q.page,
+            items: q.items,
+            mission_type_ids: q.mission_type_ids,
+            archived: q.archived,
+        };
+        block_on(py, self.client.list_missions(&options)).map(|m| json(&m))
+    }
+
+    fn create_mission(&self, py: Python<'_>, mission: &str) -> PyResult<String> {
+        let mission: CreateMission = request("create_mission", mission)?;
+        block_on(py, self.client.create_mission(&mission)).map(|m| json(&m))
+    }
+
+    fn update_mission(&self, py: Python<'_>, mission_id: &str, changes: &str) -> PyResult<bool> {
+        let (id, changes): (_, UpdateMission) =
+            (parse_id("mission_id", mission_id)?, request("update_mission", changes)?);
+        block_on(py, self.client.update_mission(id, &changes))
+    }
+
+    fn update_mission_args(&self, py: Python<'_>, mission_id: &str, args: Vec<String>) -> PyResult<String> {
+        let id = parse_id("mission_id", mission_id)?;
+        block_on(py, self.client.update_mission_args(id, &args)).map(|m| json(&m))
+    }
+
+    fn delete_mission_by_id(&self, py: Python<'_>, mission_id: &str) -> PyResult<()> {
+        let id = parse_id("mission_id", mission_id)?;
+        block_on(py, self.client.delete_mission_by_id(id))
+    }
+
+    #[pyo3(signature = (mission_id, payload, rename, verbose))]
+    fn upload(
+        &self,
+        py: Python<'_>,
+        mission_id: &str,
+        payload: std::path::PathBuf,
+        rename: Option<String>,
+        verbose: bool,
+    ) -> PyResult<bool> {
+        let id = parse_id("mission_id", mission_id)?;
+        block_on(py, self.client.upload(id, &payload, rename.as_deref(), verbose))
+    }
+
+    fn get_mission_files(&self, py: Python<'_>, mission_id: &str) -> PyResult<String> {
+        let id = parse_id("mission_id", mission_id)?;
+        block_on(py, self.client.get_mission_files(id)).map(|f| json(&f))
+    }
+
+    fn delete_file(&self, py: Python<'_>, mission_id: &str, file_path: &str) -> PyResult<bool> {
+        let id = parse_id("mission_id", mission_id)?;
+        block_on(py, self.client.delete_file(id, file_path))
+    }
+
+    fn create_and_upload_mission(
+        &self,
+        py: Python<'_>,
+        mission: &str,
+        directory: std::path::PathBuf,
+    ) -> PyResult<String> {
+        let mission: CreateMission = request("create_and_upload_mission", mission)?;
+        block_on(py, self.client.create_and_upload_mission(&mission, &directory)).map(|m| json(&m))
     }
 
     fn list_mission_types(&self, py: Python<'_>) -> PyResult<String> {

@@ -37,6 +37,8 @@ from ._native import (
 __all__ = [
     "Client",
     "FileListing",
+    "Job",
+    "JobTransition",
     "Mission",
     "MissionType",
     "MissionTypeSummary",
@@ -85,8 +87,12 @@ def _build(cls: Any, data: Dict[str, Any]) -> Any:
         value = data.get(field.name)
         if field.name.endswith("_at"):
             value = _time(value)
+        elif field.name == "at":
+            value = _time(value)
         elif dataclasses.is_dataclass(field.metadata.get("of")) and value is not None:
             value = _build(field.metadata["of"], value)
+        elif dataclasses.is_dataclass(field.metadata.get("each")) and value is not None:
+            value = [_build(field.metadata["each"], v) for v in value]
         values[field.name] = value
     return cls(**values)
 
@@ -127,6 +133,42 @@ class FileListing:
     def relative_path(self) -> str:
         """Its path relative to the mission root."""
         return f"{self.path}/{self.name}" if self.path else self.name
+
+
+@dataclasses.dataclass(frozen=True)
+class JobTransition:
+    """One step of a job's history."""
+
+    status: str
+    at: datetime.datetime
+    detail: Optional[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """A run of a mission on a station: ``status`` is one of queued, assigned, staging, running,
+    uploading, completed, failed, stopped, lost."""
+
+    job_id: str
+    mission_id: str
+    user_id: str
+    station_id: str
+    requested_lz_id: Optional[str]
+    lz_id: Optional[str]
+    status: str
+    cpu_count: int
+    memory_amount: int
+    gpu_count: int
+    gpu_indices: List[int]
+    command: List[str]
+    exit_code: Optional[int]
+    reason: Optional[str]
+    limits: Optional[str]
+    history: List[JobTransition] = dataclasses.field(metadata={"each": JobTransition})
+    created_at: Optional[datetime.datetime] = None
+    started_at: Optional[datetime.datetime] = None
+    finished_at: Optional[datetime.datetime] = None
+    time_limit: Optional[int] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,6 +335,101 @@ class Client:
         })
         created = self._native.create_and_upload_mission(json.dumps(request), os.fspath(directory))
         return _build(Mission, json.loads(created))
+
+    # Jobs
+
+    def run_job_on_station(
+        self,
+        mission_id: Id,
+        station_id: Id,
+        cpu_count: Optional[int] = None,
+        memory_amount: Optional[int] = None,
+        gpu_count: Optional[int] = None,
+        time_limit: Optional[int] = None,
+    ) -> Job:
+        """Starts a job of the mission on a station; absent resources come from the mission
+        type's defaults (memory in megabytes, the time limit in minutes)."""
+        return self._run(mission_id, station_id, None, cpu_count, memory_amount, gpu_count, time_limit)
+
+    def run_job_on_lz(
+        self,
+        mission_id: Id,
+        station_id: Id,
+        lz_id: Id,
+        cpu_count: Optional[int] = None,
+        memory_amount: Optional[int] = None,
+        gpu_count: Optional[int] = None,
+        time_limit: Optional[int] = None,
+    ) -> Job:
+        """Starts a job of the mission on one landing zone of a station."""
+        return self._run(mission_id, station_id, lz_id, cpu_count, memory_amount, gpu_count, time_limit)
+
+    def _run(self, mission_id: Id, station_id: Id, lz_id: Optional[Id], cpu_count: Optional[int],
+             memory_amount: Optional[int], gpu_count: Optional[int], time_limit: Optional[int]) -> Job:
+        run = _drop_none({"station_id": station_id, "lz_id": lz_id, "cpu_count": cpu_count,
+                          "memory_amount": memory_amount, "gpu_count": gpu_count, "time_limit": time_limit})
+        return _build(Job, json.loads(self._native.run_job(_id(mission_id), json.dumps(run))))
+
+    def create_mission_and_run_job(
+        self,
+        name: str,
+        directory: Union[str, "os.PathLike[str]"],
+        station_id: Id,
+        lz_id: Optional[Id] = None,
+        description: str = "",
+        source_storage_id: Optional[Id] = None,
+        destination_storage_id: Optional[Id] = None,
+        source_path: Optional[str] = None,
+        destination_path: Optional[str] = None,
+        mission_type_id: Optional[Id] = None,
+        settings: Optional[Dict[str, str]] = None,
+        public: bool = False,
+    ) -> Job:
+        """Creates a mission, uploads ``directory`` to it and starts a job on the station (or on
+        the landing zone ``lz_id``)."""
+        request = _drop_none({
+            "name": name, "description": description, "source_storage_id": source_storage_id,
+            "destination_storage_id": destination_storage_id, "source_path": source_path,
+            "destination_path": destination_path, "mission_type_id": mission_type_id,
+            "settings": settings, "public": public,
+        })
+        started = self._native.create_mission_and_run_job(
+            json.dumps(request), os.fspath(directory), _id(station_id), None if lz_id is None else _id(lz_id))
+        return _build(Job, json.loads(started))
+
+    def get_job(self, job_id: Id) -> Job:
+        """A job, with its history."""
+        return _build(Job, json.loads(self._native.get_job(_id(job_id))))
+
+    def list_jobs(
+        self,
+        mission_ids: Optional[List[Id]] = None,
+        station_ids: Optional[List[Id]] = None,
+        statuses: Optional[List[str]] = None,
+        page: int = 1,
+        items: int = 25,
+    ) -> List[Job]:
+        """Your jobs, newest first, one page."""
+        query = {"mission_ids": _ids(mission_ids), "station_ids": _ids(station_ids),
+                 "statuses": list(statuses or []), "page": page, "items": items}
+        return [_build(Job, j) for j in json.loads(self._native.list_jobs(json.dumps(query)))]
+
+    def stop_job(self, job_id: Id) -> Job:
+        """Stops a job: dequeued, or its processes killed."""
+        return _build(Job, json.loads(self._native.stop_job(_id(job_id))))
+
+    def wait_for_job(self, job_id: Id, timeout: Optional[float] = None) -> Job:
+        """Waits until the job ends and answers it; ``TimeoutError`` after ``timeout`` seconds."""
+        return _build(Job, json.loads(self._native.wait_for_job(_id(job_id), timeout)))
+
+    def job_logs(self, job_id: Id, stream: str = "stdout") -> str:
+        """What the job wrote to ``stream`` (``"stdout"`` or ``"stderr"``) so far."""
+        return self._native.job_logs(_id(job_id), stream)
+
+    def download_job_results(self, job_id: Id, dest_dir: Union[str, "os.PathLike[str]"]) -> int:
+        """Downloads the job's results (its new or changed files and its logs) into ``dest_dir``;
+        answers how many files it holds."""
+        return self._native.download_job_results(_id(job_id), os.fspath(dest_dir))
 
     # Mission types
 

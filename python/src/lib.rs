@@ -9,9 +9,11 @@ use std::future::Future;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use mission_client::{Client, CreateMission, Error, ListMissions, UpdateMission, Uuid};
+use mission_client::{
+    Client, CreateMission, Error, JobStatus, ListJobs, ListMissions, LogStream, RunJob, UpdateMission, Uuid,
+};
 use pyo3::create_exception;
-use pyo3::exceptions::PyException;
+use pyo3::exceptions::{PyException, PyTimeoutError};
 use pyo3::prelude::*;
 
 create_exception!(mission, MissionError, PyException, "Any error of the Mission Compute SDK.");
@@ -88,6 +90,16 @@ struct MissionQuery {
     items: u32,
     mission_type_ids: Vec<Uuid>,
     archived: Option<bool>,
+}
+
+/// The filters and paging of `list_jobs`, as the Python side sends them.
+#[derive(serde::Deserialize)]
+struct JobQuery {
+    mission_ids: Vec<Uuid>,
+    station_ids: Vec<Uuid>,
+    statuses: Vec<JobStatus>,
+    page: u32,
+    items: u32,
 }
 
 fn parse_id(field: &str, id: &str) -> PyResult<Uuid> {
@@ -186,6 +198,89 @@ impl NativeClient {
     ) -> PyResult<String> {
         let mission: CreateMission = request("create_and_upload_mission", mission)?;
         block_on(py, self.client.create_and_upload_mission(&mission, &directory)).map(|m| json(&m))
+    }
+
+    fn run_job(&self, py: Python<'_>, mission_id: &str, run: &str) -> PyResult<String> {
+        let (id, run): (_, RunJob) = (parse_id("mission_id", mission_id)?, request("run", run)?);
+        block_on(py, self.client.run_job(id, &run)).map(|j| json(&j))
+    }
+
+    #[pyo3(signature = (mission, directory, station_id, lz_id))]
+    fn create_mission_and_run_job(
+        &self,
+        py: Python<'_>,
+        mission: &str,
+        directory: std::path::PathBuf,
+        station_id: &str,
+        lz_id: Option<&str>,
+    ) -> PyResult<String> {
+        let mission: CreateMission = request("create_mission_and_run_job", mission)?;
+        let station = parse_id("station_id", station_id)?;
+        let lz = lz_id.map(|id| parse_id("lz_id", id)).transpose()?;
+        block_on(py, self.client.create_mission_and_run_job(&mission, &directory, station, lz)).map(|j| json(&j))
+    }
+
+    fn get_job(&self, py: Python<'_>, job_id: &str) -> PyResult<String> {
+        let id = parse_id("job_id", job_id)?;
+        block_on(py, self.client.get_job(id)).map(|j| json(&j))
+    }
+
+    fn list_jobs(&self, py: Python<'_>, query: &str) -> PyResult<String> {
+        let q: JobQuery = request("list_jobs", query)?;
+        let options = ListJobs {
+            mission_ids: q.mission_ids,
+            station_ids: q.station_ids,
+            statuses: q.statuses,
+            page: q.page,
+            items: q.items,
+        };
+        block_on(py, self.client.list_jobs(&options)).map(|j| json(&j))
+    }
+
+    fn stop_job(&self, py: Python<'_>, job_id: &str) -> PyResult<String> {
+        let id = parse_id("job_id", job_id)?;
+        block_on(py, self.client.stop_job(id)).map(|j| json(&j))
+    }
+
+    /// Waits until the job ends (following its log, not polling); a `TimeoutError` after
+    /// `timeout` seconds.
+    #[pyo3(signature = (job_id, timeout))]
+    fn wait_for_job(&self, py: Python<'_>, job_id: &str, timeout: Option<f64>) -> PyResult<String> {
+        let id = parse_id("job_id", job_id)?;
+        let limit = timeout
+            .map(Duration::try_from_secs_f64)
+            .transpose()
+            .map_err(|e| Invalid::new_err(format!("timeout: {e}")))?;
+        let wait = async {
+            match limit {
+                None => self.client.wait_for_job(id).await.map(Some),
+                Some(limit) => match tokio::time::timeout(limit, self.client.wait_for_job(id)).await {
+                    Ok(done) => done.map(Some),
+                    Err(_) => Ok(None),
+                },
+            }
+        };
+        match block_on(py, wait)? {
+            Some(job) => Ok(json(&job)),
+            None => {
+                Err(PyTimeoutError::new_err(format!("job {id} did not end within {} s", timeout.unwrap_or_default())))
+            }
+        }
+    }
+
+    fn job_logs(&self, py: Python<'_>, job_id: &str, stream: &str) -> PyResult<String> {
+        let id = parse_id("job_id", job_id)?;
+        let stream = match stream {
+            "stdout" => LogStream::Stdout,
+            "stderr" => LogStream::Stderr,
+            other => return Err(Invalid::new_err(format!("stream: expected stdout or stderr, got {other:?}"))),
+        };
+        block_on(py, self.client.job_logs(id, stream))
+    }
+
+    fn download_job_results(&self, py: Python<'_>, job_id: &str, dest_dir: std::path::PathBuf) -> PyResult<u64> {
+        let id = parse_id("job_id", job_id)?;
+        block_on(py, self.client.download_job_results(id, &dest_dir)).map(|s| s.transferred + s.skipped)
     }
 
     fn list_mission_types(&self, py: Python<'_>) -> PyResult<String> {

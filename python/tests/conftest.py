@@ -35,7 +35,7 @@ def server():
         data = pathlib.Path(home) / "data"
         process = subprocess.Popen(
             [binary, "server", "--listen", "127.0.0.1:0", "--device-poll-interval", "0",
-             "--no-local-lz", "--data-dir", str(data)],
+             "--lz-cpus", "2", "--data-dir", str(data)],
             stdout=subprocess.PIPE, text=True, env={**os.environ, "MISSION_LOG": "warn"},
         )
         try:

@@ -81,6 +81,9 @@ pub enum Failure {
     /// It may work later: the server could not be reached or answered 5xx.
     #[error("{0}")]
     Retry(String),
+    /// What the agent was to send could not be read on its side.
+    #[error("{0}")]
+    Local(String),
 }
 
 impl Failure {
@@ -232,10 +235,8 @@ impl LzClient {
         let mut delays = self.timings.upload.delays();
         let mut attempt = 1;
         loop {
-            let opened = tokio::fs::File::open(file).await.map_err(|e| Failure::Refused {
-                status: StatusCode::NOT_FOUND,
-                detail: format!("{}: {e}", file.display()),
-            })?;
+            let opened =
+                tokio::fs::File::open(file).await.map_err(|e| Failure::Local(format!("{}: {e}", file.display())))?;
             let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::new(opened));
             match self.send(self.request(Method::PUT, &url_path).body(body)).await {
                 Err(Failure::Retry(why) | Failure::Conflict(why)) if attempt < self.timings.upload_attempts => {

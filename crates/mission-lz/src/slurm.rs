@@ -394,30 +394,17 @@ pub const PILOT_NAME_PREFIX: &str = "mission-pilot-";
 
 /// The `sbatch` arguments that start the pilot of landing zone `lz_id` in `dir`.
 pub fn pilot_sbatch_args(lz_id: Uuid, dir: &PilotDir, pilot: &Pilot, site: &SiteOptions) -> Vec<String> {
-    let path = |p: PathBuf| p.to_string_lossy().into_owned();
-    let mut args = vec![
-        "--parsable".to_owned(),
-        format!("--job-name={PILOT_NAME_PREFIX}{lz_id}"),
-        "--nodes=1".to_owned(),
-        "--ntasks=1".to_owned(),
-        format!("--cpus-per-task={}", pilot.size.cpu_count),
-        format!("--mem={}M", pilot.size.memory_amount),
+    let mut args = one_task(format!("{PILOT_NAME_PREFIX}{lz_id}"), pilot.size.cpu_count, pilot.size.memory_amount);
+    args.extend([
         format!("--time={}", pilot.time_limit),
-        format!("--chdir={}", path(dir.root().to_path_buf())),
-        format!("--output={}", path(dir.log())),
+        format!("--chdir={}", dir.root().display()),
+        format!("--output={}", dir.log().display()),
         "--export=ALL".to_owned(),
-    ];
+    ]);
     if pilot.size.gpu_count > 0 {
         args.push(format!("--gres=gpu:{}", pilot.size.gpu_count));
     }
-    for (flag, value) in [("partition", &site.partition), ("account", &site.account), ("qos", &site.qos)] {
-        if let Some(value) = value {
-            args.push(format!("--{flag}={value}"));
-        }
-    }
-    args.extend(site.extra.iter().cloned());
-    args.push(path(dir.script()));
-    args
+    site.finish(args, &dir.script())
 }
 
 /// The batch script of a pilot: it reads its landing zone's token (and removes the file), then
@@ -485,6 +472,33 @@ pub struct SiteOptions {
     pub extra: Vec<String>,
 }
 
+impl SiteOptions {
+    /// `args` with the site's options and extra arguments, and the batch script last.
+    fn finish(&self, mut args: Vec<String>, script: &Path) -> Vec<String> {
+        for (flag, value) in [("partition", &self.partition), ("account", &self.account), ("qos", &self.qos)] {
+            if let Some(value) = value {
+                args.push(format!("--{flag}={value}"));
+            }
+        }
+        args.extend(self.extra.iter().cloned());
+        args.push(script.display().to_string());
+        args
+    }
+}
+
+/// The first `sbatch` arguments of every submission: one task on one node, with `cpus` CPUs and
+/// `memory_mb` megabytes, named `name`, its id answered alone (`--parsable`).
+fn one_task(name: String, cpus: u32, memory_mb: u64) -> Vec<String> {
+    vec![
+        "--parsable".to_owned(),
+        format!("--job-name={name}"),
+        "--nodes=1".to_owned(),
+        "--ntasks=1".to_owned(),
+        format!("--cpus-per-task={cpus}"),
+        format!("--mem={memory_mb}M"),
+    ]
+}
+
 /// The POSIX account (uid, gid) a job is submitted to run as (`sbatch --uid --gid`, as root),
 /// where not the agent's own.
 pub type RunAs = Option<(u32, u32)>;
@@ -496,19 +510,13 @@ pub type RunAs = Option<(u32, u32)>;
 /// Slurm 22.05 build each job a login environment (`--get-user-env`), which more than doubled
 /// the time a stream of short jobs took on the test cluster.
 pub fn sbatch_args(job: &Assignment, dir: &JobDir, site: &SiteOptions, run_as: RunAs) -> Vec<String> {
-    let path = |p: PathBuf| p.to_string_lossy().into_owned();
-    let mut args = vec![
-        "--parsable".to_owned(),
-        format!("--job-name={JOB_NAME_PREFIX}{}", job.job_id),
-        "--nodes=1".to_owned(),
-        "--ntasks=1".to_owned(),
-        format!("--cpus-per-task={}", job.cpu_count),
-        format!("--mem={}M", job.memory_amount),
-        format!("--chdir={}", path(dir.work())),
-        format!("--output={}", path(dir.log("stdout"))),
-        format!("--error={}", path(dir.log("stderr"))),
+    let mut args = one_task(format!("{JOB_NAME_PREFIX}{}", job.job_id), job.cpu_count, job.memory_amount);
+    args.extend([
+        format!("--chdir={}", dir.work().display()),
+        format!("--output={}", dir.log("stdout").display()),
+        format!("--error={}", dir.log("stderr").display()),
         "--export=ALL".to_owned(),
-    ];
+    ]);
     if job.gpu_count > 0 {
         args.push(format!("--gres=gpu:{}", job.gpu_count));
     }
@@ -519,14 +527,7 @@ pub fn sbatch_args(job: &Assignment, dir: &JobDir, site: &SiteOptions, run_as: R
         args.push(format!("--uid={uid}"));
         args.push(format!("--gid={gid}"));
     }
-    for (flag, value) in [("partition", &site.partition), ("account", &site.account), ("qos", &site.qos)] {
-        if let Some(value) = value {
-            args.push(format!("--{flag}={value}"));
-        }
-    }
-    args.extend(site.extra.iter().cloned());
-    args.push(path(dir.script()));
-    args
+    site.finish(args, &dir.script())
 }
 
 /// The batch script of `job`, staged in `dir`: it sets the job's environment (nothing of the

@@ -418,30 +418,43 @@ impl SlurmRunner {
         let slurm_id = record.slurm_id.clone().ok_or("the job was never submitted to Slurm")?;
         let dir = JobDir::new(&self.config.work_root, job_id);
         let mut sightings = self.monitor.watch(job_id, &slurm_id);
+        // The output files are tailed (and the script's files looked at) only once the job left
+        // Slurm's queue: a thousand queued jobs must not cost the shared filesystem a lookup
+        // each, several times a second.
         let (ended, ended_rx) = watch::channel(false);
-        let forwarders = ["stdout", "stderr"].map(|stream| {
-            let (agent, path, ended) = (agent.clone(), dir.log(stream), ended_rx.clone());
-            tokio::spawn(async move { forward_file(&agent.client, job_id, stream, path, ended).await })
-        });
-        let (mut running, mut reason, mut stop_requested, mut exited) = (false, None, false, false);
-        let limits = || format!("Slurm job {slurm_id}: its limits are Slurm's");
+        let mut forwarders = Vec::new();
+        let start_forwarding = || {
+            ["stdout", "stderr"].map(|stream| {
+                let (agent, path, ended) = (agent.clone(), dir.log(stream), ended_rx.clone());
+                tokio::spawn(async move { forward_file(&agent.client, job_id, stream, path, ended).await })
+            })
+        };
+        let (mut running, mut queued, mut reason, mut stop_requested, mut exited) = (false, false, None, false, false);
+        let started = async |running: &mut bool| {
+            *running = true;
+            let limits = format!("Slurm job {slurm_id}: its limits are Slurm's");
+            agent.report_started(job_id, started_at(&dir).await, limits);
+        };
         let last = loop {
             let sighting = sightings.borrow_and_update().clone();
             match sighting {
                 Some(Sighting::Seen(job)) if job.state.is_final() => break Some(job),
                 Some(Sighting::Gone) => break None,
                 Some(Sighting::Seen(job)) => {
+                    queued = job.state == slurm::SlurmState::Pending;
                     if let Some(waiting) = job.pending_reason() {
                         if reason.as_ref() != Some(&waiting) {
                             agent.report(job_id, JobStatus::Staging, None, Some(waiting.clone()), None);
                             reason = Some(waiting);
                         }
-                    } else if !running && job.state != slurm::SlurmState::Pending {
-                        running = true;
-                        agent.report_started(job_id, started_at(&dir).await, limits());
+                    } else if !running {
+                        started(&mut running).await;
                     }
                 }
                 None => {}
+            }
+            if !queued && forwarders.is_empty() {
+                forwarders.extend(start_forwarding());
             }
             tokio::select! {
                 changed = sightings.changed() => if changed.is_err() { break None },
@@ -452,11 +465,10 @@ impl SlurmRunner {
                     }
                     self.monitor.nudge.notify_one();
                 }
-                () = tokio::time::sleep(EXIT_CHECK), if !exited => {
+                () = tokio::time::sleep(EXIT_CHECK), if !exited && !queued => {
                     // The script says when it starts and ends, sooner than Slurm would be asked.
                     if !running && tokio::fs::try_exists(dir.started()).await.unwrap_or(false) {
-                        running = true;
-                        agent.report_started(job_id, started_at(&dir).await, limits());
+                        started(&mut running).await;
                     }
                     if tokio::fs::try_exists(dir.exit_code()).await.unwrap_or(false) {
                         exited = true;
@@ -466,13 +478,17 @@ impl SlurmRunner {
             }
         };
         self.monitor.unwatch(job_id);
-        let _ = ended.send(true);
-        for forwarder in forwarders {
-            let _ = forwarder.await;
-        }
         if !running && tokio::fs::try_exists(dir.started()).await.unwrap_or(false) {
             // It ran between two looks.
-            agent.report_started(job_id, started_at(&dir).await, limits());
+            started(&mut running).await;
+        }
+        let _ = ended.send(true);
+        if forwarders.is_empty() {
+            // What it wrote between two looks is sent now, in one read.
+            forwarders.extend(start_forwarding());
+        }
+        for forwarder in forwarders {
+            let _ = forwarder.await;
         }
         let outcome = match last.and_then(|job| job.outcome(stop_requested)) {
             Some(outcome) => outcome,

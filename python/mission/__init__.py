@@ -68,6 +68,26 @@ def _drop_none(fields: Dict[str, Any]) -> Dict[str, Any]:
     return {k: (str(v) if isinstance(v, uuid.UUID) else v) for k, v in fields.items() if v is not None}
 
 
+def _mission_json(
+    name: Optional[str] = None,
+    description: Optional[str] = None,
+    source_storage_id: Optional[Id] = None,
+    destination_storage_id: Optional[Id] = None,
+    source_path: Optional[str] = None,
+    destination_path: Optional[str] = None,
+    mission_type_id: Optional[Id] = None,
+    settings: Optional[Dict[str, str]] = None,
+    public: Optional[bool] = None,
+) -> str:
+    """A mission's create or update request as JSON, without the fields not given."""
+    return json.dumps(_drop_none({
+        "name": name, "description": description, "source_storage_id": source_storage_id,
+        "destination_storage_id": destination_storage_id, "source_path": source_path,
+        "destination_path": destination_path, "mission_type_id": mission_type_id,
+        "settings": settings, "public": public,
+    }))
+
+
 def _time(value: Optional[str]) -> Optional[datetime.datetime]:
     if value is None:
         return None
@@ -260,13 +280,9 @@ class Client:
         public: bool = False,
     ) -> Mission:
         """A new mission of yours."""
-        request = _drop_none({
-            "name": name, "description": description, "source_storage_id": source_storage_id,
-            "destination_storage_id": destination_storage_id, "source_path": source_path,
-            "destination_path": destination_path, "mission_type_id": mission_type_id,
-            "settings": settings, "public": public,
-        })
-        return _build(Mission, json.loads(self._native.create_mission(json.dumps(request))))
+        request = _mission_json(name, description, source_storage_id, destination_storage_id, source_path,
+                                destination_path, mission_type_id, settings, public)
+        return _build(Mission, json.loads(self._native.create_mission(request)))
 
     def update_mission(
         self,
@@ -280,12 +296,9 @@ class Client:
         settings: Optional[Dict[str, str]] = None,
     ) -> bool:
         """Changes the fields given; ``False`` when the mission does not exist."""
-        changes = _drop_none({
-            "name": name, "description": description, "source_storage_id": source_storage_id,
-            "destination_storage_id": destination_storage_id, "source_path": source_path,
-            "destination_path": destination_path, "settings": settings,
-        })
-        return self._native.update_mission(_id(mission_id), json.dumps(changes))
+        changes = _mission_json(name, description, source_storage_id, destination_storage_id, source_path,
+                                destination_path, settings=settings)
+        return self._native.update_mission(_id(mission_id), changes)
 
     def update_mission_args(self, mission_id: Id, arg: List[str]) -> Mission:
         """Sets the mission's arguments (what jobs get after the type's command)."""
@@ -327,13 +340,9 @@ class Client:
         public: bool = False,
     ) -> Mission:
         """Creates a mission and uploads the contents of ``directory`` to it, in one call."""
-        request = _drop_none({
-            "name": name, "description": description, "source_storage_id": source_storage_id,
-            "destination_storage_id": destination_storage_id, "source_path": source_path,
-            "destination_path": destination_path, "mission_type_id": mission_type_id,
-            "settings": settings, "public": public,
-        })
-        created = self._native.create_and_upload_mission(json.dumps(request), os.fspath(directory))
+        request = _mission_json(name, description, source_storage_id, destination_storage_id, source_path,
+                                destination_path, mission_type_id, settings, public)
+        created = self._native.create_and_upload_mission(request, os.fspath(directory))
         return _build(Mission, json.loads(created))
 
     # Jobs
@@ -387,14 +396,10 @@ class Client:
     ) -> Job:
         """Creates a mission, uploads ``directory`` to it and starts a job on the station (or on
         the landing zone ``lz_id``)."""
-        request = _drop_none({
-            "name": name, "description": description, "source_storage_id": source_storage_id,
-            "destination_storage_id": destination_storage_id, "source_path": source_path,
-            "destination_path": destination_path, "mission_type_id": mission_type_id,
-            "settings": settings, "public": public,
-        })
+        request = _mission_json(name, description, source_storage_id, destination_storage_id, source_path,
+                                destination_path, mission_type_id, settings, public)
         started = self._native.create_mission_and_run_job(
-            json.dumps(request), os.fspath(directory), _id(station_id), None if lz_id is None else _id(lz_id))
+            request, os.fspath(directory), _id(station_id), None if lz_id is None else _id(lz_id))
         return _build(Job, json.loads(started))
 
     def get_job(self, job_id: Id) -> Job:

@@ -9,9 +9,7 @@ use std::future::Future;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use mission_client::{
-    Client, CreateMission, Error, JobStatus, ListJobs, ListMissions, LogStream, RunJob, UpdateMission, Uuid,
-};
+use mission_client::{Client, CreateMission, Error, ListJobs, ListMissions, LogStream, RunJob, UpdateMission, Uuid};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyTimeoutError};
 use pyo3::prelude::*;
@@ -80,28 +78,6 @@ fn request<T: serde::de::DeserializeOwned>(what: &str, json: &str) -> PyResult<T
     serde_json::from_str(json).map_err(|e| Invalid::new_err(format!("{what}: {e}")))
 }
 
-/// The filters and paging of `list_missions`, as the Python side sends them.
-#[derive(serde::Deserialize)]
-struct MissionQuery {
-    mission_ids: Vec<Uuid>,
-    names: Vec<String>,
-    user_ids: Vec<Uuid>,
-    page: u32,
-    items: u32,
-    mission_type_ids: Vec<Uuid>,
-    archived: Option<bool>,
-}
-
-/// The filters and paging of `list_jobs`, as the Python side sends them.
-#[derive(serde::Deserialize)]
-struct JobQuery {
-    mission_ids: Vec<Uuid>,
-    station_ids: Vec<Uuid>,
-    statuses: Vec<JobStatus>,
-    page: u32,
-    items: u32,
-}
-
 fn parse_id(field: &str, id: &str) -> PyResult<Uuid> {
     Uuid::parse_str(id).map_err(|_| Invalid::new_err(format!("{field}: expected a UUID, got {id:?}")))
 }
@@ -133,16 +109,7 @@ impl NativeClient {
     }
 
     fn list_missions(&self, py: Python<'_>, query: &str) -> PyResult<String> {
-        let q: MissionQuery = request("list_missions", query)?;
-        let options = ListMissions {
-            mission_ids: q.mission_ids,
-            names: q.names,
-            user_ids: q.user_ids,
-            page: q.page,
-            items: q.items,
-            mission_type_ids: q.mission_type_ids,
-            archived: q.archived,
-        };
+        let options: ListMissions = request("list_missions", query)?;
         block_on(py, self.client.list_missions(&options)).map(|m| json(&m))
     }
 
@@ -226,14 +193,7 @@ impl NativeClient {
     }
 
     fn list_jobs(&self, py: Python<'_>, query: &str) -> PyResult<String> {
-        let q: JobQuery = request("list_jobs", query)?;
-        let options = ListJobs {
-            mission_ids: q.mission_ids,
-            station_ids: q.station_ids,
-            statuses: q.statuses,
-            page: q.page,
-            items: q.items,
-        };
+        let options: ListJobs = request("list_jobs", query)?;
         block_on(py, self.client.list_jobs(&options)).map(|j| json(&j))
     }
 

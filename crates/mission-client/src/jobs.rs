@@ -26,8 +26,10 @@ pub struct JobResources {
 }
 
 /// Filters and paging of [`Client::list_jobs`]; the default is the first 25 of all the caller's
-/// jobs, newest first.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// jobs, newest first. Readable from JSON, fields left out taking their defaults (for the
+/// Python package).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ListJobs {
     /// Only these missions' jobs.
     pub mission_ids: Vec<Uuid>,

@@ -14,7 +14,8 @@ use crate::{Client, Error};
 /// let options = mission_client::ListMissions { names: vec!["nightly".into()], ..Default::default() };
 /// assert_eq!((options.page, options.items), (1, 25));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ListMissions {
     /// Only these missions.
     pub mission_ids: Vec<Uuid>,

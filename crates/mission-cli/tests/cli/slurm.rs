@@ -47,13 +47,26 @@ impl SlurmAgent {
     /// Registers the LZ `name` on the local station as a gateway for the test's account, and
     /// starts its agent; waits until it is online.
     async fn start(server: &TestServer, admin: &Client, name: &str, conf: &str) -> Self {
-        let agent = Self::spawned(server, admin, name, conf, &whoami()).await;
+        Self::start_with(server, admin, name, conf, &[]).await
+    }
+
+    /// Like [`SlurmAgent::start`], with `extra` flags for `mission lz`.
+    async fn start_with(server: &TestServer, admin: &Client, name: &str, conf: &str, extra: &[&str]) -> Self {
+        let agent = Self::spawned(server, admin, name, conf, &whoami(), extra).await;
         agent.until_online(admin).await;
         agent
     }
 
-    /// Registers the LZ `name` as a gateway for `account`, and starts its agent.
-    async fn spawned(server: &TestServer, admin: &Client, name: &str, conf: &str, account: &str) -> Self {
+    /// Registers the LZ `name` as a gateway for `account`, and starts its agent with `extra`
+    /// flags.
+    async fn spawned(
+        server: &TestServer,
+        admin: &Client,
+        name: &str,
+        conf: &str,
+        account: &str,
+        extra: &[&str],
+    ) -> Self {
         let request = RegisterLandingZone { name: name.into(), cluster_account: Some(account.into()) };
         let registered = admin.register_landing_zone(local_station(), &request).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -64,10 +77,17 @@ impl SlurmAgent {
             conf: conf.to_owned(),
             server_url: server.url.clone(),
             dir,
-            extra: Vec::new(),
+            extra: extra.iter().map(|flag| (*flag).to_owned()).collect(),
         };
         agent.spawn();
         agent
+    }
+
+    /// Kills the agent and starts it again; waits until it is online.
+    async fn restart(&mut self, admin: &Client) {
+        self.child.kill().await.unwrap();
+        self.spawn();
+        self.until_online(admin).await;
     }
 
     fn spawn(&mut self) {
@@ -301,7 +321,7 @@ async fn a_gateway_runs_only_as_the_cluster_account_its_landing_zone_was_registe
         return;
     };
     let (server, admin) = cluster(|_| {}).await;
-    let mut agent = SlurmAgent::spawned(&server, &admin, "elsewhere", &conf, "someone-else").await;
+    let mut agent = SlurmAgent::spawned(&server, &admin, "elsewhere", &conf, "someone-else", &[]).await;
     let status = tokio::time::timeout(Duration::from_secs(60), agent.child.wait()).await.unwrap().unwrap();
     assert!(!status.success());
     let log = std::fs::read_to_string(agent.dir.path().join("agent.log")).unwrap();
@@ -333,15 +353,14 @@ async fn a_root_gateway_runs_each_users_jobs_as_their_mapped_account_and_refuses
         return;
     }
     let (server, admin) = cluster(|_| {}).await;
-    let mut agent = SlurmAgent::spawned(&server, &admin, "site", &conf, "root").await;
+    let maps = tempfile::tempdir().unwrap();
+    let map = maps.path().join("users.map");
+    std::fs::write(&map, "# mission user -> cluster account\nalice nobody\n").unwrap();
+    let map = map.display().to_string();
+    let agent = SlurmAgent::spawned(&server, &admin, "site", &conf, "root", &["--user-map", &map]).await;
     // The mapped account must pass through to its job dirs.
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(agent.dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
-    let map = agent.dir.path().join("users.map");
-    std::fs::write(&map, "# mission user -> cluster account\nalice nobody\n").unwrap();
-    agent.extra = vec!["--user-map".into(), map.display().to_string()];
-    agent.child.kill().await.unwrap();
-    agent.spawn();
     agent.until_online(&admin).await;
 
     let alice = &server.client;
@@ -370,15 +389,20 @@ async fn a_root_gateway_runs_each_users_jobs_as_their_mapped_account_and_refuses
 async fn pilots_run_many_short_jobs_with_our_dispatch_and_leave_when_idle() {
     let Some(conf) = slurm_conf("pilots_run_many_short_jobs_with_our_dispatch_and_leave_when_idle") else { return };
     let (server, admin) = cluster(|_| {}).await;
-    let mut gateway = SlurmAgent::spawned(&server, &admin, "gateway", &conf, &whoami()).await;
-    gateway.extra = ["--pilots", "--max-pilots", "2", "--pilot-cpus", "1", "--pilot-memory", "1024"]
-        .into_iter()
-        .chain(["--pilot-idle", "3", "--pilot-time", "10"])
-        .map(str::to_owned)
-        .collect();
-    gateway.child.kill().await.unwrap();
-    gateway.spawn();
-    gateway.until_online(&admin).await;
+    let pilots = [
+        "--pilots",
+        "--max-pilots",
+        "2",
+        "--pilot-cpus",
+        "1",
+        "--pilot-memory",
+        "1024",
+        "--pilot-idle",
+        "3",
+        "--pilot-time",
+        "10",
+    ];
+    let mut gateway = SlurmAgent::start_with(&server, &admin, "gateway", &conf, &pilots).await;
 
     let alice = &server.client;
     let m = mission(alice, SHELL, &[("run.sh", "echo \"$JOB_ID\"\n")], &[]).await;
@@ -407,9 +431,7 @@ async fn pilots_run_many_short_jobs_with_our_dispatch_and_leave_when_idle() {
     }
     assert!((1..=2).contains(&pilots.len()), "{} pilots", pilots.len());
     // The gateway restarts: it finds its pilots again by their names.
-    gateway.child.kill().await.unwrap();
-    gateway.spawn();
-    gateway.until_online(&admin).await;
+    gateway.restart(&admin).await;
     // Idle, the pilots leave, and the gateway removes their landing zones.
     wait_until("the idle pilots are gone", || async {
         let lzs = admin.list_landing_zones(local_station()).await.unwrap();
@@ -422,14 +444,8 @@ async fn pilots_run_many_short_jobs_with_our_dispatch_and_leave_when_idle() {
 async fn a_job_cut_off_by_its_pilots_allocation_goes_back_in_the_queue() {
     let Some(conf) = slurm_conf("a_job_cut_off_by_its_pilots_allocation_goes_back_in_the_queue") else { return };
     let (server, admin) = cluster(|_| {}).await;
-    let mut gateway = SlurmAgent::spawned(&server, &admin, "gateway", &conf, &whoami()).await;
-    gateway.extra = ["--pilots", "--max-pilots", "1", "--pilot-memory", "512", "--pilot-time", "1"]
-        .into_iter()
-        .map(str::to_owned)
-        .collect();
-    gateway.child.kill().await.unwrap();
-    gateway.spawn();
-    gateway.until_online(&admin).await;
+    let pilots = ["--pilots", "--max-pilots", "1", "--pilot-memory", "512", "--pilot-time", "1"];
+    let _gateway = SlurmAgent::start_with(&server, &admin, "gateway", &conf, &pilots).await;
     let alice = &server.client;
     let m = mission(alice, SHELL, &[("run.sh", "echo started\nexec sleep 600\n")], &[]).await;
     let small = JobResources { cpu_count: Some(1), memory_amount: Some(64), ..Default::default() };

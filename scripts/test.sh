@@ -50,5 +50,7 @@ cargo nextest run --workspace --no-fail-fast
 wheel="$(bash scripts/build-python.sh)"
 target/test-venv/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel"
 MISSION_BIN="$PWD/target/debug/mission" target/test-venv/bin/pytest -q -p no:cacheprovider python/tests
+# Its types, as a user's type checker sees them: the annotations and the native module's stubs.
+(cd python && ../target/test-venv/bin/mypy --strict --no-incremental mission)
 cargo test --doc --workspace
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet

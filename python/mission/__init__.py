@@ -1,57 +1,95 @@
 """Mission Compute Service for Python: the client interface of the service over its Rust SDK.
 
     import mission
-    client = mission.Client("http://127.0.0.1:8080", access_token="…")
+    client = mission.Client()            # the session `mission login` saved
+    client = mission.Client.login("https://mission.example.org")   # or sign in here
     for t in client.list_mission_types():
         print(t.name, t.version)
 
 Results are Python objects with attributes that compare by value and turn into plain dicts
-(``dataclasses.asdict``); ids are strings, and any id argument takes a ``str`` or a
-``uuid.UUID``; datetimes are ``datetime`` objects. Errors are :class:`MissionError` and its
-subclasses, never a bare ``RuntimeError``. Blocking calls release the GIL while they wait, and
-Ctrl-C interrupts them promptly.
+(``to_dict()``); ids are strings, and any id argument takes a ``str`` or a ``uuid.UUID``;
+datetimes are ``datetime`` objects. Errors are :class:`MissionError` and its subclasses, never a
+bare ``RuntimeError``. Blocking calls release the GIL while they wait, and Ctrl-C interrupts
+them promptly.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
-import itertools
 import json
 import os
 import uuid
-from typing import Any, Dict, Iterable, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, TypeVar, Union
 
+from . import _progress
+from ._auth import AuthSdk, Prompt
 from ._native import (
     Conflict,
     Forbidden,
     Invalid,
+    LogFollower,
     MissionError,
     NativeClient,
     NotFound,
     ServerError,
+    SignInError,
     TransportError,
     Unauthorized,
 )
+from ._types import (
+    CargoBay,
+    DeviceCode,
+    FileListing,
+    Job,
+    JobTransition,
+    LandingZone,
+    Mission,
+    MissionType,
+    MissionTypeSummary,
+    RegisteredLandingZone,
+    ResourceDefaults,
+    Resources,
+    Station,
+    StationMember,
+    Tokens,
+    TransferSummary,
+    User,
+    _build,
+)
 
 __all__ = [
+    "AuthSdk",
     "Client",
+    "LogFollow",
+    "CargoBay",
+    "DeviceCode",
     "FileListing",
     "Job",
     "JobTransition",
+    "LandingZone",
     "Mission",
     "MissionType",
     "MissionTypeSummary",
+    "RegisteredLandingZone",
     "ResourceDefaults",
+    "Resources",
+    "Station",
+    "StationMember",
+    "Tokens",
+    "TransferSummary",
+    "User",
     "MissionError",
     "NotFound",
     "Unauthorized",
+    "SignInError",
     "Forbidden",
     "Invalid",
     "Conflict",
     "ServerError",
     "TransportError",
 ]
+
+PathLike = Union[str, "os.PathLike[str]"]
+T = TypeVar("T")
 
 Id = Union[str, uuid.UUID]
 
@@ -88,156 +126,100 @@ def _mission_json(
     }))
 
 
-def _time(value: Optional[str]) -> Optional[datetime.datetime]:
-    if value is None:
-        return None
-    # Python 3.9's fromisoformat takes neither "Z" nor more than six fraction digits.
-    text = value.replace("Z", "+00:00")
-    head, sep, tail = text.partition(".")
-    if sep:
-        digits = "".join(itertools.takewhile(str.isdigit, tail))
-        text = f"{head}.{digits[:6]}{tail[len(digits):]}"
-    return datetime.datetime.fromisoformat(text)
+class LogFollow:
+    """A job's output as it is written: iterate for the pieces; when the job ends, the iteration
+    stops and ``status`` holds its final status.
 
+        follow = client.follow_job_logs(job.job_id)
+        for text in follow:
+            print(text, end="")
+        print("ended", follow.status)
+    """
 
-def _build(cls: Any, data: Dict[str, Any]) -> Any:
-    """An instance of the dataclass ``cls`` from the service's JSON object."""
-    values = {}
-    for field in dataclasses.fields(cls):
-        value = data.get(field.name)
-        if field.name.endswith("_at"):
-            value = _time(value)
-        elif field.name == "at":
-            value = _time(value)
-        elif dataclasses.is_dataclass(field.metadata.get("of")) and value is not None:
-            value = _build(field.metadata["of"], value)
-        elif dataclasses.is_dataclass(field.metadata.get("each")) and value is not None:
-            value = [_build(field.metadata["each"], v) for v in value]
-        values[field.name] = value
-    return cls(**values)
+    def __init__(self, native: LogFollower) -> None:
+        self._native = native
 
+    def __iter__(self) -> Iterator[str]:
+        return self
 
-@dataclasses.dataclass(frozen=True)
-class Mission:
-    """A mission: input files, settings and arguments that jobs run from."""
-
-    mission_id: str
-    name: str
-    description: str
-    mission_type_id: Optional[str]
-    source_storage_id: Optional[str]
-    destination_storage_id: Optional[str]
-    source_path: Optional[str]
-    destination_path: Optional[str]
-    settings: Dict[str, str]
-    public: bool
-    archived: bool
-    args: List[str]
-    user_id: str
-    created_at: datetime.datetime
-    updated_at: datetime.datetime
-
-
-@dataclasses.dataclass(frozen=True)
-class FileListing:
-    """One file of a mission: ``path`` is its folder (``""`` at the top), ``name`` its name."""
-
-    filename: str
-    name: str
-    path: str
-    file_size: int
-    modified_at: datetime.datetime
-    sha256: str
+    def __next__(self) -> str:
+        return next(self._native)
 
     @property
-    def relative_path(self) -> str:
-        """Its path relative to the mission root."""
-        return f"{self.path}/{self.name}" if self.path else self.name
+    def status(self) -> Optional[str]:
+        """The job's final status once the output has ended, else ``None``."""
+        return self._native.status
 
 
-@dataclasses.dataclass(frozen=True)
-class JobTransition:
-    """One step of a job's history."""
-
-    status: str
-    at: datetime.datetime
-    detail: Optional[str]
+def _transfer(summary: str) -> TransferSummary:
+    return _build(TransferSummary, json.loads(summary))
 
 
-@dataclasses.dataclass(frozen=True)
-class Job:
-    """A run of a mission on a station: ``status`` is one of queued, assigned, staging, running,
-    uploading, completed, failed, stopped, lost."""
-
-    job_id: str
-    mission_id: str
-    user_id: str
-    station_id: str
-    requested_lz_id: Optional[str]
-    lz_id: Optional[str]
-    status: str
-    cpu_count: int
-    memory_amount: int
-    gpu_count: int
-    gpu_indices: List[int]
-    command: List[str]
-    exit_code: Optional[int]
-    reason: Optional[str]
-    limits: Optional[str]
-    history: List[JobTransition] = dataclasses.field(metadata={"each": JobTransition})
-    created_at: Optional[datetime.datetime] = None
-    started_at: Optional[datetime.datetime] = None
-    finished_at: Optional[datetime.datetime] = None
-    time_limit: Optional[int] = None
-
-
-@dataclasses.dataclass(frozen=True)
-class MissionTypeSummary:
-    """A mission type, as ``list_mission_types`` lists it."""
-
-    id: str
-    name: str
-    version: str
-    description: str
-
-
-@dataclasses.dataclass(frozen=True)
-class ResourceDefaults:
-    """Resources a job of a mission type gets when its request leaves them out."""
-
-    cpu_count: int
-    memory_amount: int
-    gpu_count: int
-    time_limit: Optional[int] = None
-
-
-@dataclasses.dataclass(frozen=True)
-class MissionType:
-    """A mission type in detail: its settings and the command its jobs run."""
-
-    id: str
-    name: str
-    version: str
-    description: str
-    settings: Dict[str, str]
-    command: List[str]
-    resources: ResourceDefaults = dataclasses.field(metadata={"of": ResourceDefaults})
+def _with_progress(progress: Any, title: str, call: Callable[[Any], T]) -> T:
+    """Runs ``call(reporter)`` with a progress reporter, closing a bar afterwards."""
+    reporter = _progress.reporter(progress, title)
+    try:
+        return call(reporter)
+    finally:
+        if isinstance(reporter, _progress.ProgressBar):
+            reporter.close()
 
 
 class Client:
     """A signed-in connection to a Mission Compute server.
 
-    ``server_url`` names the server (several replicas of one service: comma-separated);
-    ``access_token`` is a bearer token for it.
+    ``Client()`` uses the session ``mission login`` saved (its server and token file) and keeps
+    it fresh; ``Client(server_url)`` the same session on another URL of that server;
+    ``Client(server_url, access_token=...)`` a token you got elsewhere (it is not renewed).
+    :meth:`Client.login` signs in. ``server_url`` may name several replicas of one service,
+    comma-separated.
     """
 
-    def __init__(self, server_url: str, access_token: str) -> None:
-        self._native = NativeClient(server_url, access_token)
+    def __init__(self, server_url: Optional[str] = None, access_token: Optional[str] = None) -> None:
+        if access_token is None:
+            self._native = NativeClient.from_saved_session(server_url)
+        else:
+            self._native = NativeClient(server_url, access_token)
+
+    @classmethod
+    def login(
+        cls,
+        server_url: Optional[str] = None,
+        client_id: Optional[str] = None,
+        audience: Optional[str] = None,
+        token_file: Optional[PathLike] = None,
+        prompt: Prompt = None,
+    ) -> "Client":
+        """Signs in to ``server_url`` (see :class:`AuthSdk` for the parameters): refreshes with the
+        token file's refresh token when there is one, runs the device flow otherwise. With the
+        default token file the server is remembered too, so ``Client()`` works afterwards as
+        after ``mission login``. The client renews its access token by itself."""
+        auth = AuthSdk(server_url, client_id, audience, token_file, prompt)
+        client = cls.__new__(cls)
+        client._native = NativeClient.login(auth._native)
+        if token_file is None:
+            auth._native.remember_server()
+        return client
 
     @property
     def server_url(self) -> str:
         """The server's URL(s)."""
         return self._native.base_urls()
+
+    @property
+    def tokens(self) -> Optional[Tokens]:
+        """The session's current tokens when it renews them (after :meth:`login` or from a saved
+        session), else ``None``."""
+        text = self._native.tokens()
+        return None if text is None else _build(Tokens, json.loads(text))
+
+    def logout(self) -> None:
+        """Ends the session: revokes its refresh token and removes its token file."""
+        self._native.logout()
+
+    def whoami(self) -> User:
+        """The signed-in user."""
+        return _build(User, json.loads(self._native.whoami()))
 
     # Missions
 
@@ -311,12 +293,21 @@ class Client:
     # Files
 
     def upload(
-        self, mission_id: Id, payload: Union[str, "os.PathLike[str]"], rename: Optional[str] = None, verbose: bool = False
+        self,
+        mission_id: Id,
+        payload: PathLike,
+        rename: Optional[str] = None,
+        verbose: bool = False,
+        progress: Any = None,
     ) -> bool:
         """Uploads a file (to the top of the mission, or to ``rename``) or a folder's contents
         (its first level at the top, subfolders as subfolders); files already there with the same
-        content are skipped. ``False`` when the mission does not exist."""
-        return self._native.upload(_id(mission_id), os.fspath(payload), rename, verbose)
+        content are skipped. ``False`` when the mission does not exist. ``verbose`` prints one
+        line per file; ``progress`` shows a bar (by default when attached to a terminal or a
+        notebook; ``False`` for none, or an object with ``update(files_done, files, bytes_done,
+        bytes)``)."""
+        return _with_progress(progress, "uploading", lambda reporter: self._native.upload(
+            _id(mission_id), os.fspath(payload), rename, verbose, reporter))
 
     def get_mission_files(self, mission_id: Id) -> List[FileListing]:
         """The mission's files."""
@@ -431,10 +422,39 @@ class Client:
         """What the job wrote to ``stream`` (``"stdout"`` or ``"stderr"``) so far."""
         return self._native.job_logs(_id(job_id), stream)
 
-    def download_job_results(self, job_id: Id, dest_dir: Union[str, "os.PathLike[str]"]) -> int:
-        """Downloads the job's results (its new or changed files and its logs) into ``dest_dir``;
-        answers how many files it holds."""
-        return self._native.download_job_results(_id(job_id), os.fspath(dest_dir))
+    def follow_job_logs(self, job_id: Id, stream: str = "stdout") -> LogFollow:
+        """The job's output on ``stream`` from its start, piece by piece as it is written, until
+        the job ends (see :class:`LogFollow`)."""
+        return LogFollow(self._native.follow_job_logs(_id(job_id), stream))
+
+    def list_job_results(self, job_id: Id) -> List[FileListing]:
+        """The job's results: its new or changed files and its logs under ``mission-logs/``."""
+        return [_build(FileListing, f) for f in json.loads(self._native.list_job_results(_id(job_id)))]
+
+    def download_job_results(
+        self, job_id: Id, dest_dir: PathLike, verbose: bool = False, progress: Any = None
+    ) -> TransferSummary:
+        """Downloads the job's results into ``dest_dir`` (created if needed), each file checked by
+        its SHA-256; files already there with the same content are skipped."""
+        return _transfer(_with_progress(progress, "downloading", lambda reporter: self._native.download_job_results(
+            _id(job_id), os.fspath(dest_dir), verbose, reporter)))
+
+    def download(
+        self,
+        mission_id: Id,
+        dest_dir: PathLike,
+        path: Optional[str] = None,
+        verbose: bool = False,
+        progress: Any = None,
+    ) -> TransferSummary:
+        """Mirrors the mission's files (or those under ``path``, a file or a folder) into
+        ``dest_dir``, skipping files already there with the same content."""
+        return _transfer(_with_progress(progress, "downloading", lambda reporter: self._native.download(
+            _id(mission_id), os.fspath(dest_dir), path, verbose, reporter)))
+
+    def download_file(self, mission_id: Id, file_path: str, dest: PathLike) -> int:
+        """Downloads one file of the mission to ``dest`` (never left half-written); answers its size."""
+        return self._native.download_file(_id(mission_id), file_path, os.fspath(dest))
 
     # Mission types
 
@@ -448,4 +468,95 @@ class Client:
 
     def get_mission_type_settings_info(self, mission_type_id: Id) -> Dict[str, str]:
         """Setting name → the expected type or options, for missions of that type."""
-        return json.loads(self._native.get_mission_type_settings_info(_id(mission_type_id)))
+        info: Dict[str, str] = json.loads(self._native.get_mission_type_settings_info(_id(mission_type_id)))
+        return info
+
+    # Stations and landing zones
+
+    def list_stations(self) -> List[Station]:
+        """The stations you may run jobs on (every station, for an admin)."""
+        return [_build(Station, x) for x in json.loads(self._native.list_stations())]
+
+    def get_station(self, station_id: Id) -> Station:
+        """One station; :class:`NotFound` when it does not exist or you may not use it."""
+        return _build(Station, json.loads(self._native.get_station(_id(station_id))))
+
+    def create_station(
+        self, name: str, description: Optional[str] = None, open: Optional[bool] = None, owner_id: Optional[Id] = None
+    ) -> Station:
+        """Creates a station (admins only); an ``open`` station takes every user's jobs."""
+        request = _drop_none({"name": name, "description": description, "open": open, "owner_id": owner_id})
+        return _build(Station, json.loads(self._native.create_station(json.dumps(request))))
+
+    def delete_station(self, station_id: Id) -> bool:
+        """Deletes a station with its members and landing zones (admins only); ``False`` when
+        there was none."""
+        return self._native.delete_station(_id(station_id))
+
+    def station_members(self, station_id: Id) -> List[StationMember]:
+        """The members of a station (its owner and admins may ask)."""
+        return [_build(StationMember, x) for x in json.loads(self._native.station_members(_id(station_id)))]
+
+    def add_station_member(self, station_id: Id, user: str) -> None:
+        """Adds a member by user id or username."""
+        self._native.add_station_member(_id(station_id), str(user))
+
+    def remove_station_member(self, station_id: Id, user: str) -> bool:
+        """Removes a member; ``False`` when they were not one."""
+        return self._native.remove_station_member(_id(station_id), str(user))
+
+    def list_landing_zones(self, station_id: Id) -> List[LandingZone]:
+        """The landing zones of a station, with whether they are online and what they offer."""
+        return [_build(LandingZone, x) for x in json.loads(self._native.list_landing_zones(_id(station_id)))]
+
+    def register_landing_zone(
+        self, station_id: Id, name: str, cluster_account: Optional[str] = None
+    ) -> RegisteredLandingZone:
+        """Registers a landing zone; the answer holds the agent token for ``mission lz``, shown
+        this once. ``cluster_account`` is the Slurm account of a gateway."""
+        request = _drop_none({"name": name, "cluster_account": cluster_account})
+        registered = self._native.register_landing_zone(_id(station_id), json.dumps(request))
+        return _build(RegisteredLandingZone, json.loads(registered))
+
+    def remove_landing_zone(self, station_id: Id, lz_id: Id) -> bool:
+        """Removes a landing zone; ``False`` when the station has none by that id."""
+        return self._native.remove_landing_zone(_id(station_id), _id(lz_id))
+
+    # Cargo bays
+
+    def list_cargo_bays(self) -> List[CargoBay]:
+        """The server's default bay and yours (every bay, for an admin)."""
+        return [_build(CargoBay, x) for x in json.loads(self._native.list_cargo_bays())]
+
+    def get_cargo_bay(self, storage_id: Id) -> CargoBay:
+        """One bay; :class:`NotFound` when it does not exist or is not yours."""
+        return _build(CargoBay, json.loads(self._native.get_cargo_bay(_id(storage_id))))
+
+    def create_cargo_bay(
+        self,
+        name: str,
+        kind: str = "s3",
+        bucket: Optional[str] = None,
+        prefix: Optional[str] = None,
+        endpoint: Optional[str] = None,
+        region: Optional[str] = None,
+        access_key_id: Optional[str] = None,
+        secret_access_key: Optional[str] = None,
+        session_token: Optional[str] = None,
+        path: Optional[str] = None,
+        user_id: Optional[Id] = None,
+    ) -> CargoBay:
+        """Adds a bay: ``kind="s3"`` with a ``bucket`` (and credentials, else read anonymously), or
+        ``kind="local"`` with a server ``path`` (admins only). The server checks it can list it
+        first. Secrets are stored encrypted and never returned."""
+        request = _drop_none({
+            "name": name, "kind": kind, "bucket": bucket, "prefix": prefix, "endpoint": endpoint, "region": region,
+            "access_key_id": access_key_id, "secret_access_key": secret_access_key,
+            "session_token": session_token, "path": path, "user_id": user_id,
+        })
+        return _build(CargoBay, json.loads(self._native.create_cargo_bay(json.dumps(request))))
+
+    def delete_cargo_bay(self, storage_id: Id) -> bool:
+        """Deletes a bay (not its objects); ``False`` when there was none of yours; :class:`Conflict`
+        while missions still name it."""
+        return self._native.delete_cargo_bay(_id(storage_id))

@@ -27,9 +27,20 @@ def _post(url, fields):
         return answer.status, answer.read()
 
 
+def approve(url, password, username="admin", action="approve"):
+    """A device-flow prompt that decides the code at `url`'s /activate as `username`."""
+
+    def prompt(code):
+        status, _ = _post(f"{url}/activate", {"user_code": code.user_code, "username": username,
+                                              "password": password, "action": action})
+        assert status == 200
+
+    return prompt
+
+
 @pytest.fixture(scope="session")
-def server():
-    """(url, admin access token) of a server for the whole session."""
+def service():
+    """(url, admin access token, admin password) of a server for the whole session."""
     binary = os.environ.get("MISSION_BIN", str(ROOT / "target" / "debug" / "mission"))
     with tempfile.TemporaryDirectory() as home:
         data = pathlib.Path(home) / "data"
@@ -58,10 +69,17 @@ def server():
             _, body = _post(f"{url}/oauth/token", {
                 "grant_type": "urn:ietf:params:oauth:grant-type:device_code",
                 "device_code": code["device_code"], "client_id": "mission-cli"})
-            yield url, json.loads(body)["access_token"]
+            yield url, json.loads(body)["access_token"], password
         finally:
             process.kill()
             process.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def server(service):
+    """(url, admin access token) of the session's server."""
+    url, token, _ = service
+    return url, token
 
 
 @pytest.fixture

@@ -8,19 +8,29 @@ SHELL = "99e803ea-1829-42ba-be3d-294fb6a5e640"
 LOCAL_STATION = "6d697373-696f-4e00-8000-000000000002"
 
 
-def test_a_mission_runs_and_returns_its_logs_and_results(client, tmp_path):
+def script_folder(tmp_path, script):
+    """A mission folder holding `run.sh` with `script`."""
     src = tmp_path / "src"
     src.mkdir()
-    (src / "run.sh").write_text('echo "hello $1"\necho oops >&2\necho out > result.txt\n')
-    job = client.create_mission_and_run_job("py-job", src, LOCAL_STATION, mission_type_id=SHELL,
-                                            settings={"filename": "run.sh"})
+    (src / "run.sh").write_text(script)
+    return src
+
+
+def run_script(client, tmp_path, name, script):
+    """A job of a new shell mission `name` running `script`, on the embedded landing zone."""
+    return client.create_mission_and_run_job(name, script_folder(tmp_path, script), LOCAL_STATION,
+                                             mission_type_id=SHELL, settings={"filename": "run.sh"})
+
+
+def test_a_mission_runs_and_returns_its_logs_and_results(client, tmp_path):
+    job = run_script(client, tmp_path, "py-job", 'echo "hello $1"\necho oops >&2\necho out > result.txt\n')
     assert job.status == "queued"
     done = client.wait_for_job(job.job_id, timeout=120)
     assert (done.status, done.exit_code) == ("completed", 0), done
     assert [t.status for t in done.history][0] == "queued"
     assert client.job_logs(job.job_id) == "hello \n"
     assert client.job_logs(job.job_id, stream="stderr") == "oops\n"
-    assert client.download_job_results(job.job_id, tmp_path / "results") >= 1
+    assert client.download_job_results(job.job_id, tmp_path / "results").transferred >= 1
     assert (tmp_path / "results" / "result.txt").read_text() == "out\n"
     assert job.job_id in [j.job_id for j in client.list_jobs(mission_ids=[job.mission_id])]
     with pytest.raises(mission.Invalid):
@@ -28,9 +38,7 @@ def test_a_mission_runs_and_returns_its_logs_and_results(client, tmp_path):
 
 
 def test_a_wait_times_out_and_a_stop_ends_the_job(client, tmp_path):
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "run.sh").write_text("exec sleep 600\n")
+    src = script_folder(tmp_path, "exec sleep 600\n")
     m = client.create_and_upload_mission("py-sleep", src, mission_type_id=SHELL, settings={"filename": "run.sh"})
     job = client.run_job_on_station(m.mission_id, LOCAL_STATION, cpu_count=1, memory_amount=64, time_limit=5)
     assert (job.cpu_count, job.memory_amount, job.time_limit) == (1, 64, 5)
@@ -41,3 +49,56 @@ def test_a_wait_times_out_and_a_stop_ends_the_job(client, tmp_path):
     with pytest.raises(mission.Invalid) as invalid:
         client.run_job_on_station(m.mission_id, LOCAL_STATION, cpu_count=0)
     assert "cpu_count" in str(invalid.value)
+
+
+def test_a_follow_yields_output_as_it_is_written_and_ends_with_the_job(client, tmp_path):
+    job = run_script(client, tmp_path, "py-follow", "for i in 1 2 3; do echo line $i; sleep 0.3; done\necho err >&2\nexit 3\n")
+    follow = client.follow_job_logs(job.job_id)
+    assert follow.status is None
+    assert "".join(follow) == "line 1\nline 2\nline 3\n"
+    assert follow.status == "failed"
+    assert list(follow) == [], "an ended follow stays ended"
+    assert "".join(client.follow_job_logs(job.job_id, stream="stderr")) == "err\n"
+    assert client.get_job(job.job_id).exit_code == 3
+    names = sorted(f.relative_path for f in client.list_job_results(job.job_id))
+    assert names == ["mission-logs/stderr.log", "mission-logs/stdout.log"]
+
+
+CHILD = """
+import os, sys, time
+import mission
+client = mission.Client(os.environ["URL"], access_token=os.environ["TOKEN"])
+print("waiting", flush=True)
+started = time.monotonic()
+try:
+    client.wait_for_job(os.environ["JOB"])
+except KeyboardInterrupt:
+    print(f"interrupted after {time.monotonic() - started:.2f}", flush=True)
+    sys.exit(0)
+print("the wait ended by itself", flush=True)
+sys.exit(1)
+"""
+
+
+def test_ctrl_c_interrupts_a_wait_promptly(client, server, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    job = run_script(client, tmp_path, "py-ctrl-c", "exec sleep 600\n")
+    url, token = server
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "URL": url, "TOKEN": token, "JOB": job.job_id})
+    try:
+        assert child.stdout.readline() == "waiting\n"
+        time.sleep(1)
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=10) == 0
+        said = child.stdout.read()
+        assert said.startswith("interrupted after "), said
+    finally:
+        child.kill()
+        child.stdout.close()
+        client.stop_job(job.job_id)

@@ -54,7 +54,7 @@ impl TransferObserver for TransferBar {
         self.bar.inc(n);
     }
 
-    fn file_done(&self, _path: &str, _skipped: bool) {
+    fn file_done(&self, _path: &str, _size: u64, _skipped: bool) {
         let done = self.files_done.fetch_add(1, Ordering::Relaxed) + 1;
         let total = self.files_total.load(Ordering::Relaxed);
         self.bar.set_message(format!("{done}/{total} files"));

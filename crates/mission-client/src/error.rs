@@ -31,6 +31,9 @@ pub enum Error {
     /// Any other error answer of the service, with its problem document.
     #[error("{0}")]
     Api(Problem),
+    /// There is no session to use: no server named or remembered, or no saved token.
+    #[error("not signed in: {0}")]
+    NotSignedIn(String),
     /// Signing in failed.
     #[error("sign-in failed: {0}")]
     SignIn(#[from] SignInError),

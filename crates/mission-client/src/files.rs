@@ -32,10 +32,21 @@ pub trait TransferObserver: Send + Sync {
     fn bytes(&self, n: u64) {
         let _ = n;
     }
-    /// One file is done; `skipped` when it was already there with the same content.
-    fn file_done(&self, path: &str, skipped: bool) {
-        let _ = (path, skipped);
+    /// One file of `size` bytes is done; `skipped` when it was already there with the same
+    /// content.
+    fn file_done(&self, path: &str, size: u64, skipped: bool) {
+        let _ = (path, size, skipped);
     }
+}
+
+/// The line a verbose transfer prints for one file: `uploaded a/b.txt (12 bytes)`, or
+/// `unchanged a/b.txt (12 bytes)` when it was skipped. `moved` says what happened to the others.
+///
+/// ```
+/// assert_eq!(mission_client::file_line("uploaded", "a/b.txt", 12, false), "uploaded a/b.txt (12 bytes)");
+/// ```
+pub fn file_line(moved: &str, path: &str, size: u64, skipped: bool) -> String {
+    format!("{} {path} ({size} bytes)", if skipped { "unchanged" } else { moved })
 }
 
 /// Options of [`Client::upload_with`] and [`Client::download_with`].
@@ -231,11 +242,10 @@ impl Client {
                     o.bytes(file.size);
                 }
                 if let Some(o) = &options.observer {
-                    o.file_done(&file.remote, same);
+                    o.file_done(&file.remote, file.size, same);
                 }
                 if options.verbose {
-                    let what = if same { "unchanged" } else { "uploaded" };
-                    eprintln!("{what} {} ({} bytes)", file.remote, file.size);
+                    eprintln!("{}", file_line("uploaded", &file.remote, file.size, same));
                 }
                 Ok::<_, Error>((same, file.size))
             })
@@ -440,14 +450,10 @@ impl Client {
                     self.download_one(&place(&checked), &relative, &dest, options.observer.as_ref()).await?;
                 }
                 if let Some(o) = &options.observer {
-                    o.file_done(&relative, same);
+                    o.file_done(&relative, file.file_size, same);
                 }
                 if options.verbose {
-                    eprintln!(
-                        "{} {relative} ({} bytes)",
-                        if same { "unchanged" } else { "downloaded" },
-                        file.file_size
-                    );
+                    eprintln!("{}", file_line("downloaded", &relative, file.file_size, same));
                 }
                 Ok::<_, Error>((same, file.file_size))
             })

@@ -67,6 +67,83 @@ impl LogStream {
     }
 }
 
+/// What following a job's log yields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogEvent {
+    /// Output, as it was written.
+    Output(String),
+    /// The job ended with this status; nothing follows.
+    End(JobStatus),
+}
+
+type ByteStream = std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
+
+/// An open follow of a job's log ([`Client::open_job_logs`]): server-sent events, read as they
+/// arrive.
+pub struct LogFollow {
+    body: ByteStream,
+    buf: Vec<u8>,
+    ended: Option<JobStatus>,
+}
+
+impl std::fmt::Debug for LogFollow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogFollow").field("ended", &self.ended).finish_non_exhaustive()
+    }
+}
+
+impl LogFollow {
+    /// The next piece of output, or the end (again on every call after it).
+    pub async fn next(&mut self) -> Result<LogEvent, Error> {
+        loop {
+            if let Some(status) = self.ended {
+                return Ok(LogEvent::End(status));
+            }
+            while let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
+                let event: Vec<u8> = self.buf.drain(..end + 2).collect();
+                if let Some(event) = parse_log_event(&String::from_utf8_lossy(&event))? {
+                    if let LogEvent::End(status) = event {
+                        self.ended = Some(status);
+                    }
+                    return Ok(event);
+                }
+            }
+            match self.body.next().await {
+                Some(chunk) => self.buf.extend_from_slice(&chunk?),
+                None => return Err(Error::Protocol("the log stream ended before the job did".into())),
+            }
+        }
+    }
+}
+
+/// One server-sent event of a log follow; `None` for one without data (a keep-alive).
+fn parse_log_event(event: &str) -> Result<Option<LogEvent>, Error> {
+    let mut end = false;
+    let mut data = String::new();
+    for line in event.lines() {
+        if let Some(v) = line.strip_prefix("event:") {
+            end = v.trim() == "end";
+        } else if let Some(v) = line.strip_prefix("data:") {
+            data.push_str(v.trim_start());
+        }
+    }
+    if end {
+        #[derive(serde::Deserialize)]
+        struct End {
+            status: JobStatus,
+        }
+        let end: End =
+            serde_json::from_str(&data).map_err(|e| Error::Protocol(format!("cannot read the end of the log: {e}")))?;
+        return Ok(Some(LogEvent::End(end.status)));
+    }
+    if data.is_empty() {
+        return Ok(None);
+    }
+    let text: String =
+        serde_json::from_str(&data).map_err(|e| Error::Protocol(format!("cannot read a log event: {e}")))?;
+    Ok(Some(LogEvent::Output(text)))
+}
+
 impl Client {
     /// Starts a job from a mission on a station (spec `run_job_on_station`); it is placed on
     /// whichever landing zone has room.
@@ -159,42 +236,32 @@ impl Client {
         stream: LogStream,
         mut on_output: impl FnMut(&str),
     ) -> Result<JobStatus, Error> {
+        let mut follow = self.open_job_logs(job_id, stream).await?;
+        loop {
+            match follow.next().await? {
+                LogEvent::Output(text) => on_output(&text),
+                LogEvent::End(status) => return Ok(status),
+            }
+        }
+    }
+
+    /// Opens a follow of a job's output, to be read piece by piece with [`LogFollow::next`]
+    /// (reading slowly holds the server back instead of piling output up in memory).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mission_client::Client, job: uuid::Uuid) -> Result<(), mission_client::Error> {
+    /// use mission_client::{LogEvent, LogStream};
+    /// let mut follow = client.open_job_logs(job, LogStream::Stdout).await?;
+    /// while let LogEvent::Output(text) = follow.next().await? {
+    ///     print!("{text}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn open_job_logs(&self, job_id: Uuid, stream: LogStream) -> Result<LogFollow, Error> {
         let query = [("stream", stream.as_str()), ("follow", "true")];
         let response =
             check(self.send(&format!("/jobs/{job_id}/logs"), |http, url| http.get(url).query(&query)).await?).await?;
-        let mut body = response.bytes_stream();
-        let mut buf = Vec::new();
-        while let Some(chunk) = body.next().await {
-            buf.extend_from_slice(&chunk?);
-            while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
-                let event: Vec<u8> = buf.drain(..end + 2).collect();
-                let event = String::from_utf8_lossy(&event);
-                let mut name = "message";
-                let mut data = String::new();
-                for line in event.lines() {
-                    if let Some(v) = line.strip_prefix("event:") {
-                        name = if v.trim() == "end" { "end" } else { "message" };
-                    } else if let Some(v) = line.strip_prefix("data:") {
-                        data.push_str(v.trim_start());
-                    }
-                }
-                if name == "end" {
-                    #[derive(serde::Deserialize)]
-                    struct End {
-                        status: JobStatus,
-                    }
-                    let end: End = serde_json::from_str(&data)
-                        .map_err(|e| Error::Protocol(format!("cannot read the end of the log: {e}")))?;
-                    return Ok(end.status);
-                }
-                if !data.is_empty() {
-                    let text: String = serde_json::from_str(&data)
-                        .map_err(|e| Error::Protocol(format!("cannot read a log event: {e}")))?;
-                    on_output(&text);
-                }
-            }
-        }
-        Err(Error::Protocol("the log stream ended before the job did".into()))
+        Ok(LogFollow { body: Box::pin(response.bytes_stream()), buf: Vec::new(), ended: None })
     }
 
     /// Waits until a job ends (following its log, not polling) and answers it.

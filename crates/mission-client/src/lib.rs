@@ -13,7 +13,7 @@
 //! ```
 //!
 //! Layout: [`client`] (the session, token renewal, request plumbing), [`auth`] (device flow,
-//! refresh, token file), `missions`, `mission_types`, `files`, `jobs`, `stations` and `cargo_bays`
+//! refresh, token file), [`saved`] (the session `mission login` leaves), `missions`, `mission_types`, `files`, `jobs`, `stations` and `cargo_bays`
 //! (the operations, as methods of [`Client`]), [`error`].
 
 pub mod auth;
@@ -24,13 +24,14 @@ mod files;
 mod jobs;
 mod mission_types;
 mod missions;
+pub mod saved;
 mod stations;
 
 pub use auth::{DeviceAuth, Prompt, Tokens};
 pub use client::{Client, LoginOptions};
 pub use error::{Error, SignInError};
-pub use files::{DEFAULT_CONCURRENCY, TransferObserver, TransferOptions, TransferSummary};
-pub use jobs::{JobResources, ListJobs, LogStream};
+pub use files::{DEFAULT_CONCURRENCY, TransferObserver, TransferOptions, TransferSummary, file_line};
+pub use jobs::{JobResources, ListJobs, LogEvent, LogFollow, LogStream};
 pub use missions::ListMissions;
 
 pub use mission_api::{

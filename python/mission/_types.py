@@ -1,0 +1,285 @@
+"""The results of the SDK as Python objects: frozen dataclasses that compare by value, turn into
+plain dicts with ``to_dict()`` (or ``dataclasses.asdict``), and are built from the service's JSON
+by :func:`_build`. Ids are strings, times ``datetime`` objects."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import datetime
+import itertools
+from typing import Any, Dict, List, Optional, Type, TypeVar
+
+T = TypeVar("T")
+
+
+def _time(value: Optional[str]) -> Optional[datetime.datetime]:
+    if value is None:
+        return None
+    # Python 3.9's fromisoformat takes neither "Z" nor more than six fraction digits.
+    text = value.replace("Z", "+00:00")
+    head, sep, tail = text.partition(".")
+    if sep:
+        digits = "".join(itertools.takewhile(str.isdigit, tail))
+        text = f"{head}.{digits[:6]}{tail[len(digits):]}"
+    return datetime.datetime.fromisoformat(text)
+
+
+def _build(cls: Type[T], data: Dict[str, Any]) -> T:
+    """An instance of the dataclass ``cls`` from the service's JSON object."""
+    values = {}
+    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+        value = data.get(field.name)
+        if field.name.endswith("_at") or field.name == "at":
+            value = _time(value)
+        elif dataclasses.is_dataclass(field.metadata.get("of")) and value is not None:
+            value = _build(field.metadata["of"], value)
+        elif dataclasses.is_dataclass(field.metadata.get("each")) and value is not None:
+            value = [_build(field.metadata["each"], v) for v in value]
+        values[field.name] = value
+    return cls(**values)
+
+
+class _Record:
+    """What every result can do."""
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The result as plain dicts and lists (times stay ``datetime`` objects)."""
+        fields: Dict[str, Any] = dataclasses.asdict(self)  # type: ignore[call-overload]
+        return fields
+
+
+@dataclasses.dataclass(frozen=True)
+class Mission(_Record):
+    """A mission: input files, settings and arguments that jobs run from."""
+
+    mission_id: str
+    name: str
+    description: str
+    mission_type_id: Optional[str]
+    source_storage_id: Optional[str]
+    destination_storage_id: Optional[str]
+    source_path: Optional[str]
+    destination_path: Optional[str]
+    settings: Dict[str, str]
+    public: bool
+    archived: bool
+    args: List[str]
+    user_id: str
+    created_at: datetime.datetime
+    updated_at: datetime.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class FileListing(_Record):
+    """One file of a mission: ``path`` is its folder (``""`` at the top), ``name`` its name."""
+
+    filename: str
+    name: str
+    path: str
+    file_size: int
+    modified_at: datetime.datetime
+    sha256: str
+
+    @property
+    def relative_path(self) -> str:
+        """Its path relative to the mission root."""
+        return f"{self.path}/{self.name}" if self.path else self.name
+
+
+@dataclasses.dataclass(frozen=True)
+class JobTransition(_Record):
+    """One step of a job's history."""
+
+    status: str
+    at: datetime.datetime
+    detail: Optional[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Job(_Record):
+    """A run of a mission on a station: ``status`` is one of queued, assigned, staging, running,
+    uploading, completed, failed, stopped, lost."""
+
+    job_id: str
+    mission_id: str
+    user_id: str
+    station_id: str
+    requested_lz_id: Optional[str]
+    lz_id: Optional[str]
+    status: str
+    cpu_count: int
+    memory_amount: int
+    gpu_count: int
+    gpu_indices: List[int]
+    command: List[str]
+    exit_code: Optional[int]
+    reason: Optional[str]
+    limits: Optional[str]
+    history: List[JobTransition] = dataclasses.field(metadata={"each": JobTransition})
+    created_at: Optional[datetime.datetime] = None
+    started_at: Optional[datetime.datetime] = None
+    finished_at: Optional[datetime.datetime] = None
+    time_limit: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class MissionTypeSummary(_Record):
+    """A mission type, as ``list_mission_types`` lists it."""
+
+    id: str
+    name: str
+    version: str
+    description: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ResourceDefaults(_Record):
+    """Resources a job of a mission type gets when its request leaves them out."""
+
+    cpu_count: int
+    memory_amount: int
+    gpu_count: int
+    time_limit: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class MissionType(_Record):
+    """A mission type in detail: its settings and the command its jobs run."""
+
+    id: str
+    name: str
+    version: str
+    description: str
+    settings: Dict[str, str]
+    command: List[str]
+    resources: ResourceDefaults = dataclasses.field(metadata={"of": ResourceDefaults})
+
+
+@dataclasses.dataclass(frozen=True)
+class User(_Record):
+    """A user of the service."""
+
+    user_id: str
+    username: str
+    admin: bool
+    created_at: datetime.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class TransferSummary(_Record):
+    """What a download did: files moved, files left alone (same content already there), bytes moved."""
+
+    transferred: int
+    skipped: int
+    bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Station(_Record):
+    """A station: a group of landing zones that jobs run on. ``open`` stations take every user's jobs."""
+
+    station_id: str
+    name: str
+    description: str
+    owner_id: Optional[str]
+    open: bool
+    created_at: datetime.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class StationMember(_Record):
+    """A user who may run jobs on a station."""
+
+    user_id: str
+    username: str
+    added_at: datetime.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources(_Record):
+    """CPUs, memory (megabytes) and GPUs."""
+
+    cpu_count: int
+    memory_amount: int
+    gpu_count: int
+
+
+@dataclasses.dataclass(frozen=True)
+class LandingZone(_Record):
+    """A compute host (or cluster gateway) of a station; ``resources`` is what it offers when online."""
+
+    lz_id: str
+    station_id: str
+    name: str
+    online: bool
+    resources: Optional[Resources] = dataclasses.field(metadata={"of": Resources})
+    last_seen_at: Optional[datetime.datetime]
+    created_at: datetime.datetime
+    cluster_account: Optional[str] = None
+    pilot_of: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RegisteredLandingZone(_Record):
+    """A landing zone just registered, with the agent token that is shown this once."""
+
+    landing_zone: LandingZone = dataclasses.field(metadata={"of": LandingZone})
+    token: str
+
+    def __repr__(self) -> str:
+        return f"RegisteredLandingZone(landing_zone={self.landing_zone!r}, token=<hidden>)"
+
+
+@dataclasses.dataclass(frozen=True)
+class CargoBay(_Record):
+    """A storage location missions read from and write to: the server's ``default`` bay, an ``s3``
+    bucket or a ``local`` directory. Secrets are never returned; ``has_credentials`` says whether
+    there are any."""
+
+    storage_id: str
+    name: str
+    kind: str
+    user_id: Optional[str]
+    has_credentials: bool
+    created_at: Optional[datetime.datetime]
+    bucket: Optional[str] = None
+    prefix: Optional[str] = None
+    endpoint: Optional[str] = None
+    region: Optional[str] = None
+    path: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Tokens(_Record):
+    """A signed-in session's tokens; the access token expires at ``expires_at``."""
+
+    access_token: str
+    refresh_token: str
+    expires_at: datetime.datetime
+
+    def __repr__(self) -> str:
+        return f"Tokens(access_token=<hidden>, refresh_token=<hidden>, expires_at={self.expires_at!r})"
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceCode(_Record):
+    """What the device flow asks the user to do: open ``verification_uri`` and enter ``user_code``
+    (or open ``verification_uri_complete``, which has it filled in). Shows as a link and the code
+    in a notebook."""
+
+    verification_uri: str
+    user_code: str
+    verification_uri_complete: Optional[str] = None
+    expires_in: Optional[int] = None
+
+    def __str__(self) -> str:
+        return f"To sign in, open {self.verification_uri} and enter the code {self.user_code}"
+
+    def _repr_html_(self) -> str:
+        link = html.escape(self.verification_uri_complete or self.verification_uri, quote=True)
+        code = html.escape(self.user_code)
+        minutes = f" within {self.expires_in // 60} minutes" if self.expires_in else ""
+        return (f'<div class="mission-sign-in"><p>To sign in, open <a href="{link}" target="_blank" '
+                f'rel="noopener">{html.escape(self.verification_uri)}</a> and confirm the code{minutes}:</p>'
+                f'<p style="font-size:1.6em;font-family:monospace;letter-spacing:0.1em">{code}</p></div>')

@@ -8,7 +8,10 @@
 # - a Python virtual environment at target/test-venv with, from PyPI, moto[server] (the
 #   S3-compatible server the cargo-bay tests start, scripts/s3-test-server.py), schemathesis
 #   (the API fuzzer of crates/mission-server/tests/api/fuzz.rs), and maturin, pytest and mypy
-#   (the Python package's build, tests and type check).
+#   (the Python package's build, tests and type check);
+# - a second virtualenv at target/galileo-venv with the unmodified galileo-sdk 1.0.1 from PyPI,
+#   which python/tests/test_galileo.py drives against the server (it pins old packages that
+#   cannot share the first one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,4 +48,12 @@ if ! "$venv/bin/python" -c "import moto.server, boto3, schemathesis, pytest, myp
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check 'moto[server]>=5.1,<6' 'schemathesis>=4.32,<5' \
     'maturin>=1.7,<2' 'pytest>=8,<9' 'mypy>=1.10,<2'
+fi
+
+galileo=target/galileo-venv
+if ! "$galileo/bin/python" -c "import galileo_sdk" >/dev/null 2>&1; then
+  echo "installing galileo-sdk 1.0.1 into $galileo (pip)" >&2
+  rm -rf "$galileo"
+  python3 -m venv "$galileo"
+  "$galileo/bin/pip" install --quiet --disable-pip-version-check 'galileo-sdk==1.0.1'
 fi

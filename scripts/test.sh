@@ -25,6 +25,8 @@ export MISSION_REQUIRE_CGROUPS=1
 export MISSION_REQUIRE_SANDBOX=1
 # And schemathesis fuzzes the API from its OpenAPI document (the script installs it).
 export MISSION_REQUIRE_SCHEMATHESIS=1
+# And the unmodified galileo-sdk drives the server from its own virtualenv (the script makes it).
+export MISSION_REQUIRE_GALILEO=1
 # The PostgreSQL tests run on one server for the whole suite (each test makes a database of its
 # own on it), in a directory of this run's own, stopped and removed when the run ends.
 export MISSION_REQUIRE_POSTGRES=1

@@ -212,6 +212,34 @@ impl MissionTypeDef {
         self.settings.iter().map(|s| (s.name.to_owned(), s.info())).collect()
     }
 
+    /// The settings as a `galileo-sdk` "wizard spec": one page whose fields each have a `key`
+    /// and a `type` (`text`, `number`, or `single-select` with `options`), which that client
+    /// turns into its settings info.
+    pub fn wizard_spec(&self) -> serde_json::Value {
+        let fields: Vec<serde_json::Value> = self
+            .settings
+            .iter()
+            .map(|s| {
+                let mut field = serde_json::json!({"key": s.name, "label": s.description, "default": s.default});
+                match s.kind {
+                    SettingKind::Integer { min, max } => {
+                        field["type"] = "number".into();
+                        field["min"] = min.into();
+                        field["max"] = max.into();
+                    }
+                    SettingKind::Choice(options) => {
+                        field["type"] = "single-select".into();
+                        field["options"] =
+                            options.iter().map(|o| serde_json::json!({"value": o, "label": o})).collect();
+                    }
+                    SettingKind::Path | SettingKind::Text | SettingKind::CommandLine => field["type"] = "text".into(),
+                }
+                field
+            })
+            .collect();
+        serde_json::json!([{"title": self.name, "fields": fields}])
+    }
+
     /// The full description.
     pub fn detail(&self) -> MissionType {
         MissionType {

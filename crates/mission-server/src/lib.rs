@@ -16,6 +16,7 @@
 //!   [`users`]: accounts.
 
 pub mod agent_tokens;
+pub mod archive;
 pub mod auth;
 pub mod blobs;
 pub mod cargo_bays;

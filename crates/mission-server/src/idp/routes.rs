@@ -10,13 +10,13 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use chrono::{Duration as ChronoDuration, Utc};
-use mission_api::{DEVICE_CODE_GRANT, DeviceAuthorization, OAuthError, TokenResponse};
+use mission_api::{DEVICE_CODE_GRANT, DEVICE_FLOW_SCOPE, DeviceAuthorization, OAuthError, TokenResponse};
 use serde::Deserialize;
 
 use super::page::{ActivatePage, Outcome};
 use super::{hash_secret, new_user_code, normalise_user_code, password, random_secret, throttle};
 use crate::AppState;
-use crate::store::{DeviceCodeRecord, DeviceCodeStatus, RefreshTokenRecord, StoreError};
+use crate::store::{DeviceCodeRecord, DeviceCodeStatus, RefreshTokenRecord, StoreError, UserRecord};
 
 /// Routes of the built-in provider, mounted at the server root.
 pub fn router() -> Router<AppState> {
@@ -27,6 +27,7 @@ pub fn router() -> Router<AppState> {
         .route("/.well-known/openid-configuration", get(openid_configuration))
         .route("/.well-known/jwks.json", get(jwks))
         .route("/activate", get(activate_form).post(activate_submit))
+        .route("/galileo/landing_zone/v1/oauth/token", post(galileo_password_grant))
 }
 
 /// An OAuth error response (RFC 6749 §5.2).
@@ -226,32 +227,124 @@ async fn device_code_grant(app: &AppState, client_id: &str, device_code: &str) -
             if !app.store.consume_device_code(&hash).await? {
                 return Err(OAuthFailure::new("invalid_grant", "the device code was already exchanged for tokens"));
             }
-            let idp = app.idp.as_ref().expect("routes are mounted only with the built-in provider");
-            let (access_token, expires_in) = idp.issue_access_token(user_id, &code.scope, client_id, now);
-            let refresh_token = if code.scope.split(' ').any(|s| s == "offline_access") {
-                let secret = random_secret();
-                let record = RefreshTokenRecord {
-                    user_id,
-                    client_id: client_id.to_owned(),
-                    scope: code.scope.clone(),
-                    expires_at: now + ChronoDuration::from_std(app.config.refresh_token_ttl).expect("ttl fits"),
-                    revoked_at: None,
-                };
-                app.store.insert_refresh_token(&hash_secret(&secret), &record, now).await?;
-                Some(secret)
-            } else {
-                None
-            };
-            Ok(TokenResponse {
-                access_token,
-                refresh_token,
-                expires_in,
-                token_type: "Bearer".into(),
-                scope: Some(code.scope),
-            })
+            Ok(issue_tokens(app, user_id, &code.scope, client_id, now).await?)
         }
         DeviceCodeStatus::Consumed => unreachable!("handled above"),
     }
+}
+
+/// An access token for `user_id`, and a refresh token when `scope` has `offline_access`.
+async fn issue_tokens(
+    app: &AppState,
+    user_id: uuid::Uuid,
+    scope: &str,
+    client_id: &str,
+    now: chrono::DateTime<Utc>,
+) -> Result<TokenResponse, StoreError> {
+    let idp = app.idp.as_ref().expect("routes are mounted only with the built-in provider");
+    let (access_token, expires_in) = idp.issue_access_token(user_id, scope, client_id, now);
+    let refresh_token = if scope.split(' ').any(|s| s == "offline_access") {
+        let secret = random_secret();
+        let record = RefreshTokenRecord {
+            user_id,
+            client_id: client_id.to_owned(),
+            scope: scope.to_owned(),
+            expires_at: now + ChronoDuration::from_std(app.config.refresh_token_ttl).expect("ttl fits"),
+            revoked_at: None,
+        };
+        app.store.insert_refresh_token(&hash_secret(&secret), &record, now).await?;
+        Some(secret)
+    } else {
+        None
+    };
+    Ok(TokenResponse {
+        access_token,
+        refresh_token,
+        expires_in,
+        token_type: "Bearer".into(),
+        scope: Some(scope.to_owned()),
+    })
+}
+
+/// Why a password was not accepted.
+enum PasswordRefused {
+    /// Too many failures lately: wait this long before trying again.
+    Throttled(std::time::Duration),
+    /// No such account, or the wrong password (the two look the same, in time too).
+    Wrong,
+    /// The store failed.
+    Store(StoreError),
+}
+
+/// Checks `username`'s `password` under the brakes: every failure counts against `keys` (and
+/// the account); past a few, each makes the next attempt wait longer, and a waiting attempt is
+/// refused before anything is checked, so a right password does not get through either.
+async fn check_password(
+    app: &AppState,
+    mut keys: Vec<String>,
+    username: &str,
+    password: String,
+) -> Result<UserRecord, PasswordRefused> {
+    let idp = app.idp.as_ref().expect("routes are mounted only with the built-in provider");
+    let account = format!("user:{username}");
+    keys.push(account.clone());
+    idp.brakes.check_guesses(&keys).await.map_err(PasswordRefused::Throttled)?;
+    let user = app.store.user_by_username(username).await.map_err(PasswordRefused::Store)?;
+    // PBKDF2 takes a good fraction of a second by design: keep it off the async workers.
+    let hash = user.as_ref().and_then(|u| u.password_hash.clone());
+    let verified = tokio::task::spawn_blocking(move || match hash {
+        Some(hash) => password::verify(&password, &hash),
+        None => {
+            password::burn_verification_time(&password);
+            false
+        }
+    })
+    .await
+    .unwrap_or(false);
+    match user.filter(|_| verified) {
+        Some(user) => {
+            idp.brakes.guess_succeeded(&account).await;
+            Ok(user)
+        }
+        None => {
+            idp.brakes.guess_failed(&keys).await;
+            Err(PasswordRefused::Wrong)
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct PasswordGrant {
+    username: Option<String>,
+    password: Option<String>,
+    grant_type: Option<String>,
+}
+
+/// `POST /galileo/landing_zone/v1/oauth/token`: the password sign-in of the `galileo-sdk` client
+/// (`GalileoSdk(username=, password=)`), for built-in accounts. A JSON body `{username, password,
+/// grant_type: "password"}`; exactly 200 with an access and a refresh token, or an OAuth error.
+/// Failures count against the address and the account, as on `/activate`.
+async fn galileo_password_grant(
+    State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    body: Bytes,
+) -> Result<Response, OAuthFailure> {
+    let grant: PasswordGrant = serde_json::from_slice(&body)
+        .map_err(|e| OAuthFailure::new("invalid_request", format!("expected a JSON object: {e}")))?;
+    if grant.grant_type.as_deref().is_some_and(|g| g != "password") {
+        return Err(OAuthFailure::new("unsupported_grant_type", "only grant_type \"password\" is served here"));
+    }
+    let username = required(&grant.username, "username")?.trim().to_owned();
+    let password = required(&grant.password, "password")?.to_owned();
+    let keys = vec![format!("addr:{}", peer.ip())];
+    let user = match check_password(&app, keys, &username, password).await {
+        Ok(user) => user,
+        Err(PasswordRefused::Throttled(wait)) => return Err(OAuthFailure::too_many(throttle::seconds(wait))),
+        Err(PasswordRefused::Wrong) => return Err(OAuthFailure::new("invalid_grant", "wrong username or password")),
+        Err(PasswordRefused::Store(e)) => return Err(e.into()),
+    };
+    let tokens = issue_tokens(&app, user.user_id, DEVICE_FLOW_SCOPE, GALILEO_CLIENT_ID, Utc::now()).await?;
+    Ok(([(header::CACHE_CONTROL, "no-store")], axum::Json(tokens)).into_response())
 }
 
 async fn refresh_grant(app: &AppState, client_id: &str, refresh_token: &str) -> Result<TokenResponse, OAuthFailure> {
@@ -338,6 +431,14 @@ struct ActivateForm {
     action: Option<String>,
 }
 
+/// The `/activate` page refusing an attempt until the brakes let go.
+fn too_many_attempts(user_code: &str, username: &str, wait: std::time::Duration) -> Response {
+    let message = format!("Too many failed attempts. Wait {} seconds, then try again.", throttle::seconds(wait));
+    let mut page = ActivatePage::error_with(StatusCode::TOO_MANY_REQUESTS, user_code, username, &message);
+    page.headers_mut().insert(header::RETRY_AFTER, throttle::seconds(wait).into());
+    page
+}
+
 async fn activate_submit(
     State(app): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -353,13 +454,9 @@ async fn activate_submit(
     // Every failure (an unknown code, a wrong password) counts against the address, the code
     // and the account; past a few, each makes the next attempt wait longer. A waiting attempt
     // is refused before anything is checked, so a right password does not get through either.
-    let account = format!("user:{username}");
-    let keys = [format!("addr:{}", peer.ip()), format!("code:{user_code}"), account.clone()];
+    let keys = vec![format!("addr:{}", peer.ip()), format!("code:{user_code}")];
     if let Err(wait) = idp.brakes.check_guesses(&keys).await {
-        let message = format!("Too many failed attempts. Wait {} seconds, then try again.", throttle::seconds(wait));
-        let mut page = ActivatePage::error_with(StatusCode::TOO_MANY_REQUESTS, &user_code, username, &message);
-        page.headers_mut().insert(header::RETRY_AFTER, throttle::seconds(wait).into());
-        return page;
+        return too_many_attempts(&user_code, username, wait);
     }
     let now = Utc::now();
     let code = match app.store.device_code_by_user_code(&user_code).await {
@@ -384,30 +481,15 @@ async fn activate_submit(
         _ => return ActivatePage::error(&user_code, username, "Choose Approve or Deny."),
     };
     // Approving and denying both need the account's password.
-    let user = match app.store.user_by_username(username).await {
-        Ok(u) => u,
-        Err(e) => {
+    let user = match check_password(&app, keys, username, form.password.unwrap_or_default()).await {
+        Ok(user) => user,
+        Err(PasswordRefused::Throttled(wait)) => return too_many_attempts(&user_code, username, wait),
+        Err(PasswordRefused::Wrong) => return ActivatePage::error(&user_code, username, "Wrong username or password."),
+        Err(PasswordRefused::Store(e)) => {
             tracing::error!(error = %e, "activate: store failure");
             return ActivatePage::error(&user_code, username, "The server could not check the account.");
         }
     };
-    // PBKDF2 takes a good fraction of a second by design: keep it off the async workers.
-    let hash = user.as_ref().and_then(|u| u.password_hash.clone());
-    let password = form.password.unwrap_or_default();
-    let verified = tokio::task::spawn_blocking(move || match hash {
-        Some(hash) => password::verify(&password, &hash),
-        None => {
-            password::burn_verification_time(&password);
-            false
-        }
-    })
-    .await
-    .unwrap_or(false);
-    let Some(user) = user.filter(|_| verified) else {
-        idp.brakes.guess_failed(&keys).await;
-        return ActivatePage::error(&user_code, username, "Wrong username or password.");
-    };
-    idp.brakes.guess_succeeded(&account).await;
     let (decision, outcome) = if approve { (Some(user.user_id), Outcome::Approved) } else { (None, Outcome::Denied) };
     match app.store.decide_device_code(&user_code, decision, now).await {
         Ok(true) => ActivatePage { user_code: &user_code, username, outcome }.into_response(),

@@ -4,6 +4,7 @@
 mod cargo_bays;
 mod extract;
 mod files;
+mod galileo;
 mod jobs;
 mod lz;
 mod meta;
@@ -240,6 +241,7 @@ pub fn router(app: AppState) -> Router {
         .route("/openapi.json", get(meta::openapi));
     let mut root = Router::new()
         .nest(mission_api::API_PREFIX, api)
+        .nest(galileo::PREFIX, galileo::router())
         .route("/healthz", get(meta::healthz))
         .route("/readyz", get(meta::readyz))
         .route("/metrics", get(meta::metrics));
@@ -271,12 +273,17 @@ where
 }
 
 /// Answers 413 at once when a request announces (`Content-Length`) a body over the route's
-/// limit, instead of reading it first. File uploads (`PUT …/{*path}`) have the file-size limit,
+/// limit, instead of reading it first. File uploads (`PUT …/{*path}`, and the galileo client's
+/// `POST …/projects/{id}/files`) have the file-size limit,
 /// which their handlers check the same way; every other body is at most
 /// [`MAX_JSON_BODY_BYTES`].
 async fn refuse_announced_oversize(request: Request, next: axum::middleware::Next) -> axum::response::Response {
-    let upload = request.method() == axum::http::Method::PUT
-        && request.extensions().get::<axum::extract::MatchedPath>().is_some_and(|p| p.as_str().ends_with("/{*path}"));
+    let matched = request.extensions().get::<axum::extract::MatchedPath>().map(|p| p.as_str());
+    let upload = match *request.method() {
+        axum::http::Method::PUT => matched.is_some_and(|p| p.ends_with("/{*path}")),
+        axum::http::Method::POST => matched.is_some_and(|p| p == galileo::UPLOAD_ROUTE),
+        _ => false,
+    };
     let announced =
         request.headers().get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     match announced {

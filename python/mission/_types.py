@@ -8,7 +8,7 @@ import dataclasses
 import html
 import datetime
 import itertools
-from typing import Any, Dict, List, Optional, Type, TypeVar
+from typing import Any, Dict, List, Optional, Tuple, Type, TypeVar
 
 T = TypeVar("T")
 
@@ -16,27 +16,54 @@ T = TypeVar("T")
 def _time(value: Optional[str]) -> Optional[datetime.datetime]:
     if value is None:
         return None
-    # Python 3.9's fromisoformat takes neither "Z" nor more than six fraction digits.
-    text = value.replace("Z", "+00:00")
-    head, sep, tail = text.partition(".")
-    if sep:
-        digits = "".join(itertools.takewhile(str.isdigit, tail))
-        text = f"{head}.{digits[:6]}{tail[len(digits):]}"
-    return datetime.datetime.fromisoformat(text)
+    try:
+        return datetime.datetime.fromisoformat(value)
+    except ValueError:
+        # Before Python 3.11 fromisoformat takes neither "Z" nor more than six fraction digits.
+        text = value.replace("Z", "+00:00")
+        head, sep, tail = text.partition(".")
+        if sep:
+            digits = "".join(itertools.takewhile(str.isdigit, tail))
+            text = f"{head}.{digits[:6]}{tail[len(digits):]}"
+        return datetime.datetime.fromisoformat(text)
+
+
+_PLAIN, _TIME, _ONE, _EACH = range(4)
+_plans: Dict[type, List[Tuple[str, int, Any]]] = {}
+
+
+def _plan(cls: type) -> List[Tuple[str, int, Any]]:
+    """How to read each field of the dataclass ``cls``: as it is, as a time, as one nested
+    result (``metadata={"of": cls}``) or a list of them (``{"each": cls}``); worked out once."""
+    plan = _plans.get(cls)
+    if plan is None:
+        plan = []
+        for field in dataclasses.fields(cls):
+            if field.name.endswith("_at") or field.name == "at":
+                plan.append((field.name, _TIME, None))
+            elif "of" in field.metadata:
+                plan.append((field.name, _ONE, field.metadata["of"]))
+            elif "each" in field.metadata:
+                plan.append((field.name, _EACH, field.metadata["each"]))
+            else:
+                plan.append((field.name, _PLAIN, None))
+        _plans[cls] = plan
+    return plan
 
 
 def _build(cls: Type[T], data: Dict[str, Any]) -> T:
     """An instance of the dataclass ``cls`` from the service's JSON object."""
     values = {}
-    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
-        value = data.get(field.name)
-        if field.name.endswith("_at") or field.name == "at":
-            value = _time(value)
-        elif dataclasses.is_dataclass(field.metadata.get("of")) and value is not None:
-            value = _build(field.metadata["of"], value)
-        elif dataclasses.is_dataclass(field.metadata.get("each")) and value is not None:
-            value = [_build(field.metadata["each"], v) for v in value]
-        values[field.name] = value
+    for name, kind, nested in _plan(cls):
+        value = data.get(name)
+        if value is not None and kind != _PLAIN:
+            if kind == _TIME:
+                value = _time(value)
+            elif kind == _ONE:
+                value = _build(nested, value)
+            else:
+                value = [_build(nested, v) for v in value]
+        values[name] = value
     return cls(**values)
 
 

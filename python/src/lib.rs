@@ -6,8 +6,11 @@
 //! `client` the signed-in client, `auth` sign-in, `transfer` progress of uploads and
 //! downloads, `follow` the log-follow iterator.
 //!
-//! Every call runs on one Tokio runtime with the GIL released, and wakes every 50 ms to let
-//! Python handle signals, so Ctrl-C interrupts a long call promptly.
+//! Every call runs with the GIL released on one current-thread Tokio runtime, driven by the
+//! calling thread itself: handing the I/O to worker threads cost a quarter of a loopback round
+//! trip in wake-ups (`cargo bench -p mission-cli --bench python_sdk`). Calls from several Python
+//! threads share it: whichever thread is in a call drives the I/O of all of them. A call wakes
+//! every 50 ms to let Python handle signals, so Ctrl-C interrupts a long call promptly.
 
 mod auth;
 mod client;
@@ -44,8 +47,7 @@ const TICK: Duration = Duration::from_millis(50);
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+        tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .thread_name("mission-sdk")
             .build()

@@ -102,3 +102,22 @@ def test_ctrl_c_interrupts_a_wait_promptly(client, server, tmp_path):
         child.kill()
         child.stdout.close()
         client.stop_job(job.job_id)
+
+
+def test_calls_from_other_threads_go_on_while_one_waits(client, tmp_path):
+    import threading
+    import time
+
+    job = run_script(client, tmp_path, "py-threads", "sleep 5\n")
+    waited = {}
+    waiter = threading.Thread(target=lambda: waited.update(job=client.wait_for_job(job.job_id, timeout=60)))
+    waiter.start()
+    time.sleep(0.2)
+    calls = 0
+    while waiter.is_alive() and calls < 20:
+        client.get_job(job.job_id)
+        calls += 1
+    still_waiting = waiter.is_alive()
+    waiter.join(timeout=60)
+    assert calls == 20 and still_waiting, f"only {calls} calls went through while another thread waited"
+    assert waited["job"].status == "completed"

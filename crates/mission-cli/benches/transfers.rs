@@ -15,9 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use mission_client::auth::token_file::{self, StoredToken};
-
-use common::{bin, cpu_time, vm_hwm_kib};
+use common::{SignedIn, bin, cpu_time, vm_hwm_kib};
 const PASSWORD: &str = "benchmark password";
 
 /// What one CLI run took.
@@ -68,29 +66,8 @@ async fn main() {
     let base = std::env::var_os("BENCH_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
     let dir = tempfile::tempdir_in(base).unwrap();
     let root = dir.path();
-    let home = root.join("home");
-    std::fs::create_dir_all(&home).unwrap();
-
-    // Server with one account, signed in for the CLI.
-    let data_dir = root.join("data");
-    let out = std::process::Command::new(bin())
-        .args(["server", "add-user", "bench", "--password-stdin", "--data-dir"])
-        .arg(&data_dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin.take().unwrap().write_all(PASSWORD.as_bytes())?;
-            c.wait()
-        })
-        .unwrap();
-    assert!(out.success());
-    let (mut server, url) = common::spawn_server(&data_dir).await;
-    let (tokens, auth) = common::sign_in(&url, "bench", PASSWORD).await;
-    token_file::write(&home.join("tokens"), &StoredToken::new(&tokens.refresh_token, tokens.expires_at)).unwrap();
-    std::fs::write(home.join("config.json"), serde_json::json!({ "server": url }).to_string()).unwrap();
-    let client = mission_client::Client::with_tokens(&url, tokens, auth).unwrap();
+    let session = SignedIn::start(root, "bench", PASSWORD).await;
+    let (mut server, home, client) = (session.server, session.home, session.client);
     let new_mission = |name: &'static str| {
         let client = client.clone();
         async move {
@@ -101,21 +78,7 @@ async fn main() {
 
     // One 1 GiB file of incompressible bytes.
     let big = root.join("big.bin");
-    {
-        use std::io::Write;
-        let mut file = std::io::BufWriter::new(std::fs::File::create(&big).unwrap());
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut block = vec![0u8; 1 << 20];
-        for _ in 0..1024 {
-            for chunk in block.chunks_mut(8) {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                chunk.copy_from_slice(&state.to_le_bytes());
-            }
-            file.write_all(&block).unwrap();
-        }
-    }
+    common::write_incompressible(&big, 1024);
     let big_s = big.to_str().unwrap();
     // Three alternating rounds (each upload into a fresh mission, so nothing is skipped); the
     // medians are compared, as this machine is shared and noisy.
@@ -138,13 +101,7 @@ async fn main() {
 
     // 10,000 files of 4 KiB in 100 folders.
     let tree = root.join("tree");
-    for folder in 0..100 {
-        let dir = tree.join(format!("d{folder:03}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        for file in 0..100 {
-            std::fs::write(dir.join(format!("f{file:03}.dat")), vec![(folder * 100 + file) as u8; 4096]).unwrap();
-        }
-    }
+    common::write_small_file_tree(&tree);
     let tree_s = tree.to_str().unwrap();
     let cp_tree = timed("cp", &["-r", tree_s, root.join("tree.copy").to_str().unwrap()]);
     let many = new_mission("tree").await;

@@ -180,3 +180,83 @@ pub fn cpu_time(pid: u32) -> Option<Duration> {
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
+
+/// Writes `mib` MiB of incompressible bytes (xorshift) to `path`.
+pub fn write_incompressible(path: &Path, mib: usize) {
+    use std::io::Write;
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut block = vec![0u8; 1 << 20];
+    for _ in 0..mib {
+        for chunk in block.chunks_mut(8) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            chunk.copy_from_slice(&state.to_le_bytes());
+        }
+        file.write_all(&block).unwrap();
+    }
+}
+
+/// Writes 10,000 files of 4 KiB into 100 folders under `root`.
+pub fn write_small_file_tree(root: &Path) {
+    for folder in 0..100 {
+        let dir = root.join(format!("d{folder:03}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for file in 0..100 {
+            std::fs::write(dir.join(format!("f{file:03}.dat")), vec![(folder * 100 + file) as u8; 4096]).unwrap();
+        }
+    }
+}
+
+/// A server over `root/data` with one account, signed in for the SDK and, through `root/home`'s
+/// token and config files, for the CLI.
+pub struct SignedIn {
+    pub server: tokio::process::Child,
+    pub url: String,
+    /// The CLI's home: run it with [`SignedIn::cli_env`].
+    pub home: std::path::PathBuf,
+    pub client: mission_client::Client,
+    pub access_token: String,
+}
+
+impl SignedIn {
+    pub async fn start(root: &Path, username: &str, password: &str) -> Self {
+        use mission_client::auth::token_file::{self, StoredToken};
+        let home = root.join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        let data_dir = root.join("data");
+        let mut add = std::process::Command::new(bin())
+            .args(["server", "add-user", username, "--password-stdin", "--data-dir"])
+            .arg(&data_dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut add.stdin.take().unwrap(), password.as_bytes()).unwrap();
+        drop(add.stdin.take());
+        assert!(add.wait().unwrap().success());
+        let (server, url) = spawn_server(&data_dir).await;
+        let (tokens, auth) = sign_in(&url, username, password).await;
+        token_file::write(&home.join("tokens"), &StoredToken::new(&tokens.refresh_token, tokens.expires_at)).unwrap();
+        std::fs::write(home.join("config.json"), serde_json::json!({ "server": url }).to_string()).unwrap();
+        let access_token = tokens.access_token.clone();
+        let client = mission_client::Client::with_tokens(&url, tokens, auth).unwrap();
+        Self { server, url, home, client, access_token }
+    }
+
+    /// The environment the CLI finds this sign-in in.
+    pub fn cli_env(&self) -> [(&'static str, std::path::PathBuf); 3] {
+        [
+            ("HOME", self.home.clone()),
+            ("MISSION_CONFIG", self.home.join("config.json")),
+            ("MISSION_TOKEN_FILE", self.home.join("tokens")),
+        ]
+    }
+
+    /// A new empty mission; its id.
+    pub async fn new_mission(&self, name: &str) -> uuid::Uuid {
+        let request = mission_client::CreateMission { name: name.into(), ..Default::default() };
+        self.client.create_mission(&request).await.unwrap().mission_id
+    }
+}

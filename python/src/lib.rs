@@ -55,21 +55,30 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-/// The SDK's error as the package's exception (the problem's detail as its message).
+/// The SDK's error as the package's exception: its message the problem's detail, which it also
+/// carries as `detail`, with the HTTP `status` (`None` when the service did not answer).
 fn to_py(error: Error) -> PyErr {
     let detail = error.problem().map(|p| p.detail.clone()).unwrap_or_else(|| error.to_string());
-    match error {
-        Error::NotFound(_) => NotFound::new_err(detail),
-        Error::Unauthorized(_) | Error::NotSignedIn(_) => Unauthorized::new_err(detail),
-        Error::SignIn(_) => SignInError::new_err(detail),
-        Error::Forbidden(_) => Forbidden::new_err(detail),
-        Error::Api(p) if p.status == 400 || p.status == 413 || p.status == 422 => Invalid::new_err(detail),
-        Error::Api(p) if p.status == 409 => Conflict::new_err(detail),
-        Error::Api(p) if p.status >= 500 => ServerError::new_err(detail),
-        Error::Http(_) | Error::Protocol(_) => TransportError::new_err(detail),
-        Error::InvalidPath(_) | Error::InvalidUrl(_) => Invalid::new_err(detail),
-        _ => MissionError::new_err(detail),
-    }
+    let status = error.status();
+    let raised = match error {
+        Error::NotFound(_) => NotFound::new_err(detail.clone()),
+        Error::Unauthorized(_) | Error::NotSignedIn(_) => Unauthorized::new_err(detail.clone()),
+        Error::SignIn(_) => SignInError::new_err(detail.clone()),
+        Error::Forbidden(_) => Forbidden::new_err(detail.clone()),
+        Error::Api(p) if p.status == 400 || p.status == 413 || p.status == 422 => Invalid::new_err(detail.clone()),
+        Error::Api(p) if p.status == 409 => Conflict::new_err(detail.clone()),
+        Error::Api(p) if p.status >= 500 => ServerError::new_err(detail.clone()),
+        Error::Http(_) | Error::Protocol(_) => TransportError::new_err(detail.clone()),
+        Error::InvalidPath(_) | Error::InvalidUrl(_) => Invalid::new_err(detail.clone()),
+        _ => MissionError::new_err(detail.clone()),
+    };
+    Python::attach(|py| {
+        let value = raised.value(py);
+        // Setting attributes on a fresh exception object cannot fail.
+        let _ = value.setattr("detail", detail);
+        let _ = value.setattr("status", status);
+    });
+    raised
 }
 
 /// Runs `call` to its end with the GIL released; a signal Python raises for (Ctrl-C) ends the

@@ -28,6 +28,7 @@ def test_missions_are_created_listed_changed_and_deleted(client):
     with pytest.raises(mission.Invalid) as invalid:
         client.create_mission("")
     assert "name" in str(invalid.value)
+    assert (invalid.value.status, invalid.value.detail) == (400, str(invalid.value))
     client.delete_mission_by_id(created.mission_id)
     with pytest.raises(mission.NotFound):
         client.get_mission_by_id(created.mission_id)

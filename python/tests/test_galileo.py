@@ -116,7 +116,10 @@ def test_the_galileo_routes_refuse_bad_input_clearly(server):
     status, problem = _call(url, token, "POST", f"/projects/{project}/files", b"data", {"filename": "../escape"})
     assert status == 400, problem
     assert _call(url, token, "POST", f"/projects/{project}/files", b"data", {"filename": "dir\\win.txt"})[0] == 200
-    assert _call(url, token, "GET", f"/projects/{project}/files")[1]["files"][0]["path"] == "dir"
+    large = os.urandom(3 << 20)  # over the JSON body limit: the whole file is one body
+    assert _call(url, token, "POST", f"/projects/{project}/files", large, {"filename": "large.bin"})[0] == 200
+    listed = {f["filename"]: f for f in _call(url, token, "GET", f"/projects/{project}/files")[1]["files"]}
+    assert listed["win.txt"]["path"] == "dir" and listed["large.bin"]["file_size"] == 3 << 20
     assert _call(url, token, "DELETE", f"/projects/{project}/files?filename=missing.txt")[0] == 404
     assert _call(url, token, "PUT", f"/projects/{project}", {"id": None, "name": None, "settings": {"x": [1]}})[0] == 400
     assert _call(url, token, "GET", "/projects?ids=00000000-0000-4000-8000-000000000000")[1] == {"projects": []}

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, TypeVar, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, TypeVar, Union
 
 from . import _progress
 from ._auth import AuthSdk, Prompt
@@ -26,7 +26,7 @@ from ._native import (
     Conflict,
     Forbidden,
     Invalid,
-    LogFollower,
+    LogFollower as LogFollow,
     MissionError,
     NativeClient,
     NotFound,
@@ -53,7 +53,8 @@ from ._types import (
     Tokens,
     TransferSummary,
     User,
-    _build,
+    _many,
+    _one,
 )
 
 __all__ = [
@@ -126,35 +127,6 @@ def _mission_json(
     }))
 
 
-class LogFollow:
-    """A job's output as it is written: iterate for the pieces; when the job ends, the iteration
-    stops and ``status`` holds its final status.
-
-        follow = client.follow_job_logs(job.job_id)
-        for text in follow:
-            print(text, end="")
-        print("ended", follow.status)
-    """
-
-    def __init__(self, native: LogFollower) -> None:
-        self._native = native
-
-    def __iter__(self) -> Iterator[str]:
-        return self
-
-    def __next__(self) -> str:
-        return next(self._native)
-
-    @property
-    def status(self) -> Optional[str]:
-        """The job's final status once the output has ended, else ``None``."""
-        return self._native.status
-
-
-def _transfer(summary: str) -> TransferSummary:
-    return _build(TransferSummary, json.loads(summary))
-
-
 def _with_progress(progress: Any, title: str, call: Callable[[Any], T]) -> T:
     """Runs ``call(reporter)`` with a progress reporter, closing a bar afterwards."""
     reporter = _progress.reporter(progress, title)
@@ -211,7 +183,7 @@ class Client:
         """The session's current tokens when it renews them (after :meth:`login` or from a saved
         session), else ``None``."""
         text = self._native.tokens()
-        return None if text is None else _build(Tokens, json.loads(text))
+        return None if text is None else _one(Tokens, text)
 
     def logout(self) -> None:
         """Ends the session: revokes its refresh token and removes its token file."""
@@ -219,7 +191,7 @@ class Client:
 
     def whoami(self) -> User:
         """The signed-in user."""
-        return _build(User, json.loads(self._native.whoami()))
+        return _one(User, self._native.whoami())
 
     # Missions
 
@@ -243,11 +215,11 @@ class Client:
             "mission_type_ids": _ids(mission_type_ids),
             "archived": archived,
         }
-        return [_build(Mission, m) for m in json.loads(self._native.list_missions(json.dumps(query)))]
+        return _many(Mission, self._native.list_missions(json.dumps(query)))
 
     def get_mission_by_id(self, mission_id: Id) -> Mission:
         """The mission ``mission_id``; :class:`NotFound` when it does not exist or is not yours."""
-        return _build(Mission, json.loads(self._native.get_mission_by_id(_id(mission_id))))
+        return _one(Mission, self._native.get_mission_by_id(_id(mission_id)))
 
     def create_mission(
         self,
@@ -264,7 +236,7 @@ class Client:
         """A new mission of yours."""
         request = _mission_json(name, description, source_storage_id, destination_storage_id, source_path,
                                 destination_path, mission_type_id, settings, public)
-        return _build(Mission, json.loads(self._native.create_mission(request)))
+        return _one(Mission, self._native.create_mission(request))
 
     def update_mission(
         self,
@@ -284,7 +256,7 @@ class Client:
 
     def update_mission_args(self, mission_id: Id, arg: List[str]) -> Mission:
         """Sets the mission's arguments (what jobs get after the type's command)."""
-        return _build(Mission, json.loads(self._native.update_mission_args(_id(mission_id), list(arg))))
+        return _one(Mission, self._native.update_mission_args(_id(mission_id), list(arg)))
 
     def delete_mission_by_id(self, mission_id: Id) -> None:
         """Deletes the mission and its files."""
@@ -311,7 +283,7 @@ class Client:
 
     def get_mission_files(self, mission_id: Id) -> List[FileListing]:
         """The mission's files."""
-        return [_build(FileListing, f) for f in json.loads(self._native.get_mission_files(_id(mission_id)))]
+        return _many(FileListing, self._native.get_mission_files(_id(mission_id)))
 
     def delete_file(self, mission_id: Id, file_path: str) -> bool:
         """Deletes a file by its path relative to the mission root; ``False`` when there was none."""
@@ -334,7 +306,7 @@ class Client:
         request = _mission_json(name, description, source_storage_id, destination_storage_id, source_path,
                                 destination_path, mission_type_id, settings, public)
         created = self._native.create_and_upload_mission(request, os.fspath(directory))
-        return _build(Mission, json.loads(created))
+        return _one(Mission, created)
 
     # Jobs
 
@@ -368,7 +340,7 @@ class Client:
              memory_amount: Optional[int], gpu_count: Optional[int], time_limit: Optional[int]) -> Job:
         run = _drop_none({"station_id": station_id, "lz_id": lz_id, "cpu_count": cpu_count,
                           "memory_amount": memory_amount, "gpu_count": gpu_count, "time_limit": time_limit})
-        return _build(Job, json.loads(self._native.run_job(_id(mission_id), json.dumps(run))))
+        return _one(Job, self._native.run_job(_id(mission_id), json.dumps(run)))
 
     def create_mission_and_run_job(
         self,
@@ -391,11 +363,11 @@ class Client:
                                 destination_path, mission_type_id, settings, public)
         started = self._native.create_mission_and_run_job(
             request, os.fspath(directory), _id(station_id), None if lz_id is None else _id(lz_id))
-        return _build(Job, json.loads(started))
+        return _one(Job, started)
 
     def get_job(self, job_id: Id) -> Job:
         """A job, with its history."""
-        return _build(Job, json.loads(self._native.get_job(_id(job_id))))
+        return _one(Job, self._native.get_job(_id(job_id)))
 
     def list_jobs(
         self,
@@ -408,15 +380,15 @@ class Client:
         """Your jobs, newest first, one page."""
         query = {"mission_ids": _ids(mission_ids), "station_ids": _ids(station_ids),
                  "statuses": list(statuses or []), "page": page, "items": items}
-        return [_build(Job, j) for j in json.loads(self._native.list_jobs(json.dumps(query)))]
+        return _many(Job, self._native.list_jobs(json.dumps(query)))
 
     def stop_job(self, job_id: Id) -> Job:
         """Stops a job: dequeued, or its processes killed."""
-        return _build(Job, json.loads(self._native.stop_job(_id(job_id))))
+        return _one(Job, self._native.stop_job(_id(job_id)))
 
     def wait_for_job(self, job_id: Id, timeout: Optional[float] = None) -> Job:
         """Waits until the job ends and answers it; ``TimeoutError`` after ``timeout`` seconds."""
-        return _build(Job, json.loads(self._native.wait_for_job(_id(job_id), timeout)))
+        return _one(Job, self._native.wait_for_job(_id(job_id), timeout))
 
     def job_logs(self, job_id: Id, stream: str = "stdout") -> str:
         """What the job wrote to ``stream`` (``"stdout"`` or ``"stderr"``) so far."""
@@ -424,19 +396,26 @@ class Client:
 
     def follow_job_logs(self, job_id: Id, stream: str = "stdout") -> LogFollow:
         """The job's output on ``stream`` from its start, piece by piece as it is written, until
-        the job ends (see :class:`LogFollow`)."""
-        return LogFollow(self._native.follow_job_logs(_id(job_id), stream))
+        the job ends; then the iteration stops and the follow's ``status`` holds the job's final
+        status.
+
+            follow = client.follow_job_logs(job.job_id)
+            for text in follow:
+                print(text, end="")
+            print("ended", follow.status)
+        """
+        return self._native.follow_job_logs(_id(job_id), stream)
 
     def list_job_results(self, job_id: Id) -> List[FileListing]:
         """The job's results: its new or changed files and its logs under ``mission-logs/``."""
-        return [_build(FileListing, f) for f in json.loads(self._native.list_job_results(_id(job_id)))]
+        return _many(FileListing, self._native.list_job_results(_id(job_id)))
 
     def download_job_results(
         self, job_id: Id, dest_dir: PathLike, verbose: bool = False, progress: Any = None
     ) -> TransferSummary:
         """Downloads the job's results into ``dest_dir`` (created if needed), each file checked by
         its SHA-256; files already there with the same content are skipped."""
-        return _transfer(_with_progress(progress, "downloading", lambda reporter: self._native.download_job_results(
+        return _one(TransferSummary, _with_progress(progress, "downloading", lambda reporter: self._native.download_job_results(
             _id(job_id), os.fspath(dest_dir), verbose, reporter)))
 
     def download(
@@ -449,7 +428,7 @@ class Client:
     ) -> TransferSummary:
         """Mirrors the mission's files (or those under ``path``, a file or a folder) into
         ``dest_dir``, skipping files already there with the same content."""
-        return _transfer(_with_progress(progress, "downloading", lambda reporter: self._native.download(
+        return _one(TransferSummary, _with_progress(progress, "downloading", lambda reporter: self._native.download(
             _id(mission_id), os.fspath(dest_dir), path, verbose, reporter)))
 
     def download_file(self, mission_id: Id, file_path: str, dest: PathLike) -> int:
@@ -460,11 +439,11 @@ class Client:
 
     def list_mission_types(self) -> List[MissionTypeSummary]:
         """The mission types of the catalogue."""
-        return [_build(MissionTypeSummary, t) for t in json.loads(self._native.list_mission_types())]
+        return _many(MissionTypeSummary, self._native.list_mission_types())
 
     def get_mission_type(self, mission_type_id: Id) -> MissionType:
         """A mission type in detail."""
-        return _build(MissionType, json.loads(self._native.get_mission_type(_id(mission_type_id))))
+        return _one(MissionType, self._native.get_mission_type(_id(mission_type_id)))
 
     def get_mission_type_settings_info(self, mission_type_id: Id) -> Dict[str, str]:
         """Setting name → the expected type or options, for missions of that type."""
@@ -475,18 +454,18 @@ class Client:
 
     def list_stations(self) -> List[Station]:
         """The stations you may run jobs on (every station, for an admin)."""
-        return [_build(Station, x) for x in json.loads(self._native.list_stations())]
+        return _many(Station, self._native.list_stations())
 
     def get_station(self, station_id: Id) -> Station:
         """One station; :class:`NotFound` when it does not exist or you may not use it."""
-        return _build(Station, json.loads(self._native.get_station(_id(station_id))))
+        return _one(Station, self._native.get_station(_id(station_id)))
 
     def create_station(
         self, name: str, description: Optional[str] = None, open: Optional[bool] = None, owner_id: Optional[Id] = None
     ) -> Station:
         """Creates a station (admins only); an ``open`` station takes every user's jobs."""
         request = _drop_none({"name": name, "description": description, "open": open, "owner_id": owner_id})
-        return _build(Station, json.loads(self._native.create_station(json.dumps(request))))
+        return _one(Station, self._native.create_station(json.dumps(request)))
 
     def delete_station(self, station_id: Id) -> bool:
         """Deletes a station with its members and landing zones (admins only); ``False`` when
@@ -495,7 +474,7 @@ class Client:
 
     def station_members(self, station_id: Id) -> List[StationMember]:
         """The members of a station (its owner and admins may ask)."""
-        return [_build(StationMember, x) for x in json.loads(self._native.station_members(_id(station_id)))]
+        return _many(StationMember, self._native.station_members(_id(station_id)))
 
     def add_station_member(self, station_id: Id, user: str) -> None:
         """Adds a member by user id or username."""
@@ -507,7 +486,7 @@ class Client:
 
     def list_landing_zones(self, station_id: Id) -> List[LandingZone]:
         """The landing zones of a station, with whether they are online and what they offer."""
-        return [_build(LandingZone, x) for x in json.loads(self._native.list_landing_zones(_id(station_id)))]
+        return _many(LandingZone, self._native.list_landing_zones(_id(station_id)))
 
     def register_landing_zone(
         self, station_id: Id, name: str, cluster_account: Optional[str] = None
@@ -516,7 +495,7 @@ class Client:
         this once. ``cluster_account`` is the Slurm account of a gateway."""
         request = _drop_none({"name": name, "cluster_account": cluster_account})
         registered = self._native.register_landing_zone(_id(station_id), json.dumps(request))
-        return _build(RegisteredLandingZone, json.loads(registered))
+        return _one(RegisteredLandingZone, registered)
 
     def remove_landing_zone(self, station_id: Id, lz_id: Id) -> bool:
         """Removes a landing zone; ``False`` when the station has none by that id."""
@@ -526,11 +505,11 @@ class Client:
 
     def list_cargo_bays(self) -> List[CargoBay]:
         """The server's default bay and yours (every bay, for an admin)."""
-        return [_build(CargoBay, x) for x in json.loads(self._native.list_cargo_bays())]
+        return _many(CargoBay, self._native.list_cargo_bays())
 
     def get_cargo_bay(self, storage_id: Id) -> CargoBay:
         """One bay; :class:`NotFound` when it does not exist or is not yours."""
-        return _build(CargoBay, json.loads(self._native.get_cargo_bay(_id(storage_id))))
+        return _one(CargoBay, self._native.get_cargo_bay(_id(storage_id)))
 
     def create_cargo_bay(
         self,
@@ -554,7 +533,7 @@ class Client:
             "access_key_id": access_key_id, "secret_access_key": secret_access_key,
             "session_token": session_token, "path": path, "user_id": user_id,
         })
-        return _build(CargoBay, json.loads(self._native.create_cargo_bay(json.dumps(request))))
+        return _one(CargoBay, self._native.create_cargo_bay(json.dumps(request)))
 
     def delete_cargo_bay(self, storage_id: Id) -> bool:
         """Deletes a bay (not its objects); ``False`` when there was none of yours; :class:`Conflict`

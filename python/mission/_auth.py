@@ -9,13 +9,12 @@ denies or the code expires, and a provider that rotates refresh tokens is follow
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Callable, Optional, Union
 
 from ._native import NativeAuth
 from ._progress import in_notebook
-from ._types import DeviceCode, Tokens, _build
+from ._types import DeviceCode, Tokens, _one
 
 Prompt = Union[str, Callable[[DeviceCode], Any], None]
 
@@ -35,11 +34,7 @@ def _native_prompt(prompt: Prompt) -> Any:
     if not callable(prompt):
         raise TypeError('prompt: expected "browser", "print" or a function of a DeviceCode')
     show = prompt
-    return lambda shown: show(_build(DeviceCode, json.loads(shown)))
-
-
-def _tokens(text: str) -> Tokens:
-    return _build(Tokens, json.loads(text))
+    return lambda shown: show(_one(DeviceCode, shown))
 
 
 class AuthSdk:
@@ -87,16 +82,16 @@ class AuthSdk:
     def initialize(self) -> Tokens:
         """Refreshes with the token file's refresh token when the file exists, signs in with the
         device flow otherwise; stores the refresh token and its expiry."""
-        return _tokens(self._native.initialize())
+        return _one(Tokens, self._native.initialize())
 
     def device_flow(self) -> Tokens:
         """Signs in with the device flow, whatever the token file holds."""
-        return _tokens(self._native.device_flow())
+        return _one(Tokens, self._native.device_flow())
 
     def refresh(self, refresh_token: str) -> Tokens:
         """A new access token for ``refresh_token`` (which stays the same unless the provider
         rotates it); stored in the token file, if there is one."""
-        return _tokens(self._native.refresh(refresh_token))
+        return _one(Tokens, self._native.refresh(refresh_token))
 
     def revoke(self, refresh_token: str) -> None:
         """Revokes ``refresh_token`` at the provider and removes the token file."""

@@ -5,9 +5,10 @@ by :func:`_build`. Ids are strings, times ``datetime`` objects."""
 from __future__ import annotations
 
 import dataclasses
-import html
 import datetime
+import html
 import itertools
+import json
 from typing import Any, Dict, List, Optional, Tuple, Type, TypeVar
 
 T = TypeVar("T")
@@ -65,6 +66,16 @@ def _build(cls: Type[T], data: Dict[str, Any]) -> T:
                 value = [_build(nested, v) for v in value]
         values[name] = value
     return cls(**values)
+
+
+def _one(cls: Type[T], text: str) -> T:
+    """The result ``cls`` from the native module's JSON."""
+    return _build(cls, json.loads(text))
+
+
+def _many(cls: Type[T], text: str) -> List[T]:
+    """A list of results ``cls`` from the native module's JSON."""
+    return [_build(cls, item) for item in json.loads(text)]
 
 
 class _Record:

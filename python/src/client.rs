@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use mission_client::{
     Client, CreateCargoBay, CreateMission, CreateStation, ListJobs, ListMissions, LogStream, RegisterLandingZone,
-    RunJob, TransferSummary, UpdateMission,
+    RunJob, UpdateMission,
 };
 use pyo3::exceptions::PyTimeoutError;
 use pyo3::prelude::*;
@@ -15,11 +15,6 @@ use crate::auth::{NativeAuth, tokens_json};
 use crate::follow::LogFollower;
 use crate::transfer::Shown;
 use crate::{Invalid, block_on, block_on_ticking, json, parse_id, request, to_py};
-
-fn summary_json(summary: &TransferSummary) -> String {
-    serde_json::json!({"transferred": summary.transferred, "skipped": summary.skipped, "bytes": summary.bytes})
-        .to_string()
-}
 
 fn log_stream(stream: &str) -> PyResult<LogStream> {
     match stream {
@@ -235,7 +230,7 @@ impl NativeClient {
         let shown = Shown::new("downloaded", verbose, reporter);
         let options = shown.options();
         let download = self.client.download_job_results_with(id, &dest_dir, &options);
-        block_on_ticking(py, download, |py| shown.show(py)).map(|s| summary_json(&s))
+        block_on_ticking(py, download, |py| shown.show(py)).map(|s| json(&s))
     }
 
     /// Downloads the mission's files (or those under `path`, a file or folder) into `dest_dir`.
@@ -253,7 +248,7 @@ impl NativeClient {
         let shown = Shown::new("downloaded", verbose, reporter);
         let options = shown.options();
         let download = self.client.download_with(id, path, &dest_dir, &options);
-        block_on_ticking(py, download, |py| shown.show(py)).map(|s| summary_json(&s))
+        block_on_ticking(py, download, |py| shown.show(py)).map(|s| json(&s))
     }
 
     fn download_file(&self, py: Python<'_>, mission_id: &str, file_path: &str, dest: PathBuf) -> PyResult<u64> {

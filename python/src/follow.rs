@@ -8,7 +8,8 @@ use pyo3::prelude::*;
 
 use crate::block_on;
 
-/// Output of a job as it is written; ends when the job does, with its final status in `status`.
+/// A job's output as it is written (`mission.LogFollow`): iterate for the pieces; when the job
+/// ends the iteration stops, and `status` holds its final status.
 #[pyclass(module = "mission._native", frozen)]
 pub struct LogFollower {
     follow: tokio::sync::Mutex<LogFollow>,

@@ -81,7 +81,7 @@ impl std::fmt::Debug for TransferOptions {
 }
 
 /// What a transfer did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct TransferSummary {
     /// Files moved.
     pub transferred: u64,

@@ -13,8 +13,9 @@
 //! ```
 //!
 //! Layout: [`client`] (the session, token renewal, request plumbing), [`auth`] (device flow,
-//! refresh, token file), [`saved`] (the session `mission login` leaves), `missions`, `mission_types`, `files`, `jobs`, `stations` and `cargo_bays`
-//! (the operations, as methods of [`Client`]), [`error`].
+//! refresh, token file), [`saved`] (the session `mission login` leaves), `missions`,
+//! `mission_types`, `files`, `jobs`, `stations` and `cargo_bays` (the operations, as methods of
+//! [`Client`]), [`error`].
 
 pub mod auth;
 mod cargo_bays;

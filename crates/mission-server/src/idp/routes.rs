@@ -268,27 +268,27 @@ async fn issue_tokens(
 
 /// Why a password was not accepted.
 enum PasswordRefused {
-    /// Too many failures lately: wait this long before trying again.
-    Throttled(std::time::Duration),
     /// No such account, or the wrong password (the two look the same, in time too).
     Wrong,
     /// The store failed.
     Store(StoreError),
 }
 
-/// Checks `username`'s `password` under the brakes: every failure counts against `keys` (and
-/// the account); past a few, each makes the next attempt wait longer, and a waiting attempt is
-/// refused before anything is checked, so a right password does not get through either.
+/// The brakes' key of an account.
+fn account_key(username: &str) -> String {
+    format!("user:{username}")
+}
+
+/// Checks `username`'s `password`, for a caller that has checked the brakes on `keys` (which
+/// hold the account's [`account_key`]): a wrong password counts against all of them, a right one
+/// clears the account's count.
 async fn check_password(
     app: &AppState,
-    mut keys: Vec<String>,
+    keys: &[String],
     username: &str,
     password: String,
 ) -> Result<UserRecord, PasswordRefused> {
     let idp = app.idp.as_ref().expect("routes are mounted only with the built-in provider");
-    let account = format!("user:{username}");
-    keys.push(account.clone());
-    idp.brakes.check_guesses(&keys).await.map_err(PasswordRefused::Throttled)?;
     let user = app.store.user_by_username(username).await.map_err(PasswordRefused::Store)?;
     // PBKDF2 takes a good fraction of a second by design: keep it off the async workers.
     let hash = user.as_ref().and_then(|u| u.password_hash.clone());
@@ -303,11 +303,11 @@ async fn check_password(
     .unwrap_or(false);
     match user.filter(|_| verified) {
         Some(user) => {
-            idp.brakes.guess_succeeded(&account).await;
+            idp.brakes.guess_succeeded(&account_key(username)).await;
             Ok(user)
         }
         None => {
-            idp.brakes.guess_failed(&keys).await;
+            idp.brakes.guess_failed(keys).await;
             Err(PasswordRefused::Wrong)
         }
     }
@@ -336,10 +336,14 @@ async fn galileo_password_grant(
     }
     let username = required(&grant.username, "username")?.trim().to_owned();
     let password = required(&grant.password, "password")?.to_owned();
-    let keys = vec![format!("addr:{}", peer.ip())];
-    let user = match check_password(&app, keys, &username, password).await {
+    let idp = app.idp.as_ref().expect("routes are mounted only with the built-in provider");
+    // Failures count against the address and the account, as on /activate.
+    let keys = [format!("addr:{}", peer.ip()), account_key(&username)];
+    if let Err(wait) = idp.brakes.check_guesses(&keys).await {
+        return Err(OAuthFailure::too_many(throttle::seconds(wait)));
+    }
+    let user = match check_password(&app, &keys, &username, password).await {
         Ok(user) => user,
-        Err(PasswordRefused::Throttled(wait)) => return Err(OAuthFailure::too_many(throttle::seconds(wait))),
         Err(PasswordRefused::Wrong) => return Err(OAuthFailure::new("invalid_grant", "wrong username or password")),
         Err(PasswordRefused::Store(e)) => return Err(e.into()),
     };
@@ -454,7 +458,7 @@ async fn activate_submit(
     // Every failure (an unknown code, a wrong password) counts against the address, the code
     // and the account; past a few, each makes the next attempt wait longer. A waiting attempt
     // is refused before anything is checked, so a right password does not get through either.
-    let keys = vec![format!("addr:{}", peer.ip()), format!("code:{user_code}")];
+    let keys = [format!("addr:{}", peer.ip()), format!("code:{user_code}"), account_key(username)];
     if let Err(wait) = idp.brakes.check_guesses(&keys).await {
         return too_many_attempts(&user_code, username, wait);
     }
@@ -481,9 +485,8 @@ async fn activate_submit(
         _ => return ActivatePage::error(&user_code, username, "Choose Approve or Deny."),
     };
     // Approving and denying both need the account's password.
-    let user = match check_password(&app, keys, username, form.password.unwrap_or_default()).await {
+    let user = match check_password(&app, &keys, username, form.password.unwrap_or_default()).await {
         Ok(user) => user,
-        Err(PasswordRefused::Throttled(wait)) => return too_many_attempts(&user_code, username, wait),
         Err(PasswordRefused::Wrong) => return ActivatePage::error(&user_code, username, "Wrong username or password."),
         Err(PasswordRefused::Store(e)) => {
             tracing::error!(error = %e, "activate: store failure");

@@ -29,7 +29,7 @@ use crate::job_logs::LogStream;
 use crate::store::{self, JobFilter};
 
 /// Loads a job the caller may see (without its history), as a 404 otherwise.
-async fn own_job(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Job> {
+pub(super) async fn own_job(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Job> {
     let id = parse_id("job_id", raw_id)?;
     match app.store.job_row(id).await? {
         Some(job) if who.admin || job.user_id == who.user_id => Ok(job),
@@ -265,13 +265,18 @@ pub async fn results(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Vec<FileListing>>> {
     let job = own_job(&app, who, &id).await?;
-    let mut listing: Vec<FileListing> = app.store.job_results(&job).await?.into_iter().map(FileListing::from).collect();
+    Ok(Json(result_listing(&app, &job).await?))
+}
+
+/// A job's results: its result files, then its logs.
+pub(super) async fn result_listing(app: &AppState, job: &Job) -> ApiResult<Vec<FileListing>> {
+    let mut listing: Vec<FileListing> = app.store.job_results(job).await?.into_iter().map(FileListing::from).collect();
     for stream in LogStream::ALL {
-        if let Some(record) = app.logs.record(&job, stream).await.map_err(ApiError::internal)? {
+        if let Some(record) = app.logs.record(job, stream).await.map_err(ApiError::internal)? {
             listing.push(FileListing::from(record));
         }
     }
-    Ok(Json(listing))
+    Ok(listing)
 }
 
 /// Downloads one result file (honours a single `Range`).

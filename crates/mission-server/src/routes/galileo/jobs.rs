@@ -192,7 +192,7 @@ pub async fn list(State(app): State<AppState>, who: Principal, QueryPairs(query)
 /// `GET /jobs/{id}/logs`: what the job wrote so far, its standard output then its standard
 /// error.
 pub async fn logs(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Response> {
-    let job = jobs::get(State(app.clone()), who, Path(id)).await?.0;
+    let job = jobs::own_job(&app, who, &id).await?;
     let mut text = Vec::new();
     for stream in crate::job_logs::LogStream::ALL {
         text.extend(app.logs.read(job.mission_id, job.job_id, stream, 0).await.map_err(ApiError::internal)?);
@@ -220,8 +220,8 @@ pub async fn results(
     Path(id): Path<String>,
     QueryPairs(query): QueryPairs,
 ) -> ApiResult<Response> {
-    let job = jobs::get(State(app.clone()), who, Path(id.clone())).await?.0;
-    let listing = jobs::results(State(app.clone()), who, Path(id.clone())).await?.0;
+    let job = jobs::own_job(&app, who, &id).await?;
+    let listing = jobs::result_listing(&app, &job).await?;
     let modified = listing.iter().map(|f| f.modified_at).max().unwrap_or(job.created_at);
     let entries = listing
         .iter()

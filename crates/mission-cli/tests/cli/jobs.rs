@@ -124,14 +124,23 @@ impl Agent {
 }
 
 /// Polls `check` every 50 ms until it holds; fails after 60 s.
-pub(super) async fn wait_until<F, Fut>(what: &str, mut check: F)
+pub(super) async fn wait_until<F, Fut>(what: &str, check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    wait_until_explained(what, check, String::new).await
+}
+
+/// [`wait_until`] that adds `explain()` (say, a log) to the failure.
+pub(super) async fn wait_until_explained<F, Fut>(what: &str, mut check: F, explain: impl Fn() -> String)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}\n{}", explain());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

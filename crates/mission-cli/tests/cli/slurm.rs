@@ -13,7 +13,7 @@ use tokio::process::{Child, Command};
 use uuid::Uuid;
 
 use super::BIN;
-use super::jobs::{PYTHON, SHELL, cluster, local_station, mission, wait_until};
+use super::jobs::{PYTHON, SHELL, cluster, local_station, mission, wait_until, wait_until_explained};
 
 /// The test cluster's `slurm.conf`, or `None` (the test is skipped) where there is none and
 /// none is required.
@@ -109,11 +109,17 @@ impl SlurmAgent {
     }
 
     async fn until_online(&self, admin: &Client) {
-        wait_until("the Slurm agent is online", || async {
+        let online = || async {
             let lzs = admin.list_landing_zones(local_station()).await.unwrap();
             lzs.iter().any(|lz| lz.lz_id == self.lz_id && lz.online && lz.resources.is_some())
-        })
-        .await;
+        };
+        wait_until_explained("the Slurm agent is online", online, || self.log()).await;
+    }
+
+    /// What the agent logged.
+    fn log(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default();
+        format!("agent log:\n{log}")
     }
 
     fn work_root(&self) -> PathBuf {

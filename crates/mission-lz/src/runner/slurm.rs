@@ -87,6 +87,35 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 /// Slurm at once instead of at its next turn.
 const EXIT_CHECK: Duration = Duration::from_millis(200);
 
+/// How long the agent keeps asking a Slurm that does not answer at start-up (a controller that
+/// is restarting, nodes that have not registered yet) before it gives up.
+const STARTUP_PATIENCE: Duration = Duration::from_secs(120);
+const STARTUP_RETRY: Backoff = Backoff { first: Duration::from_millis(500), max: Duration::from_secs(10) };
+
+/// Runs a start-up step until it succeeds, retrying with backoff for [`STARTUP_PATIENCE`]; a
+/// cluster that is briefly busy or still coming up must not leave the landing zone offline.
+async fn patiently<T, F, Fut>(what: &str, mut step: F) -> Result<T, AgentError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + STARTUP_PATIENCE;
+    let mut delays = STARTUP_RETRY.delays();
+    loop {
+        match step().await {
+            Ok(value) => return Ok(value),
+            Err(why) => {
+                let delay = delays.next().expect("endless");
+                if tokio::time::Instant::now() + delay > deadline {
+                    return Err(AgentError::BatchSystem(format!("{what}: {why}")));
+                }
+                tracing::warn!("{what} failed ({why}); trying again in {delay:?}");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
 /// What the agent keeps of a job it submitted (`DATA_DIR/slurm-jobs/{job id}.json`), to follow
 /// it after a restart.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -181,9 +210,9 @@ impl SlurmRunner {
             program: std::env::current_exe()
                 .map_err(|e| AgentError::BatchSystem(format!("this program's path: {e}")))?,
         });
-        let capacity = runner.capacity().await.map_err(AgentError::BatchSystem)?;
+        let capacity = patiently("reading the cluster's nodes", || runner.capacity()).await?;
         *runner.offer.lock().expect("not poisoned") = capacity;
-        runner.recover().await.map_err(AgentError::BatchSystem)?;
+        patiently("finding the jobs Slurm still runs", || runner.recover()).await?;
         tokio::spawn(Monitor::run(Arc::downgrade(&runner), runner.config.poll));
         tracing::info!(
             cpus = capacity.cpu_count,
@@ -875,4 +904,35 @@ fn account_name() -> Result<String, String> {
 /// `path` made absolute (without resolving links), to compare where dirs lie.
 fn absolute(path: &Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_start_up_step_is_retried_until_slurm_answers() {
+        let tries = AtomicU32::new(0);
+        let answer = patiently("asking", || async {
+            match tries.fetch_add(1, Ordering::SeqCst) {
+                0..3 => Err("slurmctld is busy".to_owned()),
+                n => Ok(n),
+            }
+        })
+        .await;
+        assert_eq!(answer.expect("answered on the fourth try"), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slurm_that_never_answers_fails_the_start_naming_the_step() {
+        let started = tokio::time::Instant::now();
+        let answer: Result<(), _> =
+            patiently("reading the cluster's nodes", || async { Err("no controller".to_owned()) }).await;
+        let why = answer.expect_err("gave up").to_string();
+        assert!(why.contains("reading the cluster's nodes: no controller"), "{why}");
+        assert!(started.elapsed() <= STARTUP_PATIENCE, "gave up within its patience");
+        assert!(started.elapsed() >= STARTUP_PATIENCE - STARTUP_RETRY.max, "kept trying for most of it");
+    }
 }

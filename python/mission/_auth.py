@@ -13,16 +13,16 @@ import os
 from typing import Any, Callable, Optional, Union
 
 from ._native import NativeAuth
-from ._progress import in_notebook
+from ._progress import in_notebook, notebook_display
 from ._types import DeviceCode, Tokens, _one
 
 Prompt = Union[str, Callable[[DeviceCode], Any], None]
 
 
 def _show_in_notebook(code: DeviceCode) -> None:
-    from IPython.display import display  # type: ignore[import-not-found,unused-ignore]  # only in a notebook
-
-    display(code)
+    # The link and the code as HTML, and the same instruction in words for front ends that show
+    # only text (a dataclass repr would hide what to do).
+    notebook_display().display({"text/html": code._repr_html_(), "text/plain": str(code)}, raw=True)
 
 
 def _native_prompt(prompt: Prompt) -> Any:

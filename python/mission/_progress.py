@@ -7,6 +7,7 @@ half a second, so quick transfers stay quiet.
 
 from __future__ import annotations
 
+import importlib
 import sys
 import time
 from typing import Any, Optional, TextIO
@@ -21,6 +22,12 @@ def in_notebook() -> bool:
         return False
     shell = sys.modules["IPython"].get_ipython()
     return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
+def notebook_display() -> Any:
+    """IPython's ``IPython.display`` module, which exists only where :func:`in_notebook` holds
+    (imported by name so the package neither needs IPython nor its types)."""
+    return importlib.import_module("IPython.display")
 
 
 def _size(n: float) -> str:
@@ -54,15 +61,14 @@ class ProgressBar:
         self.shown = True
         text = self.line(files_done, files, bytes_done, total)
         if self.notebook:
-            from IPython.display import HTML, display  # type: ignore[import-not-found,unused-ignore]  # only in a notebook
-
+            ipython = notebook_display()
             value = bytes_done if total else files_done
             maximum = total or files or 1
             html = f'<progress value="{value}" max="{maximum}" style="width:20em"></progress> <code>{text}</code>'
             if self._handle is None:
-                self._handle = display(HTML(html), display_id=True)
+                self._handle = ipython.display(ipython.HTML(html), display_id=True)
             else:
-                self._handle.update(HTML(html))
+                self._handle.update(ipython.HTML(html))
         else:
             self.stream.write("\r" + text)
             self.stream.flush()

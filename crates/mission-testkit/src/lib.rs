@@ -183,3 +183,23 @@ impl Drop for TestServer {
         }
     }
 }
+
+/// The files of a zip archive (name, content) in its order, read by Python's `zipfile`, a reader
+/// independent of the server's writer that checks every CRC and size.
+pub fn unzip(archive: &[u8]) -> Vec<(String, Vec<u8>)> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("archive.zip");
+    std::fs::write(&path, archive).expect("write the archive");
+    let read = "import base64, json, sys, zipfile\n\
+                z = zipfile.ZipFile(sys.argv[1])\n\
+                assert z.testzip() is None, 'a CRC does not match'\n\
+                print(json.dumps([[i.filename, base64.b64encode(z.read(i)).decode()] for i in z.infolist()]))";
+    let out = std::process::Command::new("python3").args(["-c", read]).arg(&path).output().expect("run python3");
+    assert!(out.status.success(), "not a valid zip archive: {}", String::from_utf8_lossy(&out.stderr));
+    let files: Vec<(String, String)> = serde_json::from_slice(&out.stdout).expect("python's listing");
+    use base64::Engine as _;
+    files
+        .into_iter()
+        .map(|(name, data)| (name, base64::engine::general_purpose::STANDARD.decode(data).expect("base64")))
+        .collect()
+}

@@ -232,6 +232,25 @@ async fn shell_and_python_missions_run_and_return_results() {
     assert_eq!(std::fs::read_to_string(dest.path().join("out/upper.txt")).unwrap(), "HELLO\n");
     assert_eq!(std::fs::read_to_string(dest.path().join("data/in.txt")).unwrap(), "changed\n");
     assert!(std::fs::read_to_string(dest.path().join("mission-logs/stdout.log")).unwrap().contains("args: one"));
+    // The same results as one archive.
+    let token = mission_testkit::device_sign_in(&server.url, "alice", mission_testkit::PASSWORD).await.0.access_token;
+    let archive = reqwest::Client::new()
+        .get(format!("{}/api/v1/jobs/{}/archive", server.url, job.job_id))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        archive.headers()["content-disposition"],
+        format!("attachment; filename=\"job-{}-results.zip\"", job.job_id)
+    );
+    let archived = mission_testkit::unzip(&archive.bytes().await.unwrap());
+    let mut names: Vec<&str> = archived.iter().map(|(name, _)| name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, results, "the archive holds what the listing lists");
+    for (name, content) in &archived {
+        assert_eq!(content, &std::fs::read(dest.path().join(name)).unwrap(), "{name}");
+    }
 
     let py = "import sys, os\nprint('py args', sys.argv[1:])\nopen('result.txt', 'w').write(os.environ['JOB_ID'])\nsys.exit(3)\n";
     let python = mission(alice, PYTHON, &[("main.py", py)], &["--n", "5"]).await;

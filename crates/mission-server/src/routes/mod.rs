@@ -1,6 +1,7 @@
 //! The HTTP surface: the versioned API under `/api/v1`, service endpoints, and the built-in
 //! identity provider at the root when it is enabled.
 
+mod archives;
 mod cargo_bays;
 mod extract;
 mod files;
@@ -32,8 +33,8 @@ pub use files::{RecoveryError, recover as recover_files, settle_stopped_replicas
     info(title = "Mission Compute Service API", description = "Missions, their files, jobs, cargo bays, stations, mission types and sign-in configuration."),
     paths(
         missions::create, missions::list, missions::get, missions::update, missions::set_args, missions::delete,
-        files::list, files::upload, files::download, files::delete,
-        jobs::run, jobs::list, jobs::get, jobs::stop, jobs::logs, jobs::results, jobs::result,
+        files::list, files::upload, files::download, files::delete, archives::mission,
+        jobs::run, jobs::list, jobs::get, jobs::stop, jobs::logs, jobs::results, jobs::result, archives::results,
         cargo_bays::list, cargo_bays::create, cargo_bays::get, cargo_bays::delete,
         stations::list, stations::create, stations::get, stations::delete, stations::members,
         stations::add_member, stations::remove_member, stations::landing_zones,
@@ -209,12 +210,14 @@ pub fn router(app: AppState) -> Router {
             "/missions/{id}/files/{*path}",
             get(files::download).put(files::upload).delete(files::delete).layer(DefaultBodyLimit::disable()),
         )
+        .route("/missions/{id}/archive", get(archives::mission))
         .route("/missions/{id}/jobs", post(jobs::run))
         .route("/jobs", get(jobs::list))
         .route("/jobs/{id}", get(jobs::get))
         .route("/jobs/{id}/stop", post(jobs::stop))
         .route("/jobs/{id}/logs", get(jobs::logs))
         .route("/jobs/{id}/results", get(jobs::results))
+        .route("/jobs/{id}/archive", get(archives::results))
         .route("/jobs/{id}/results/{*path}", get(jobs::result))
         .route("/lz/connect", post(lz::connect))
         .route("/lz/heartbeat", post(lz::heartbeat))

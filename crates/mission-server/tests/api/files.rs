@@ -470,3 +470,48 @@ async fn a_file_and_a_folder_of_one_name_conflict() {
     assert_eq!(server.client.get_mission_files(id).await.unwrap().len(), 2);
     assert!(server.app.store.pending_intents().await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_mission_downloads_as_one_zip_archive() {
+    let server = TestServer::spawn().await;
+    let client = &server.client;
+    let id = client
+        .create_mission(&CreateMission { name: "sweep 2026/ä".into(), ..Default::default() })
+        .await
+        .unwrap()
+        .mission_id;
+    let src = tempfile::tempdir().unwrap();
+    write(src.path(), "run.sh", b"echo hi\n");
+    write(src.path(), "data/raw/ü n i c o d e.csv", b"a,b\n1,2\n");
+    write(src.path(), "empty.dat", b"");
+    write(src.path(), "big.bin", &(0..300_000u32).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+    assert!(client.upload(id, src.path(), None, false).await.unwrap());
+
+    let token = token_for(&server, "alice").await;
+    let url = format!("{}/api/v1/missions/{id}/archive", server.url);
+    let response = http().get(&url).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let header = |name: &str| response.headers()[name].to_str().unwrap().to_owned();
+    assert_eq!(header("content-type"), "application/zip");
+    assert_eq!(header("content-disposition"), "attachment; filename=\"sweep_2026__.zip\"");
+    let announced: usize = header("content-length").parse().unwrap();
+    let bytes = response.bytes().await.unwrap();
+    assert_eq!(bytes.len(), announced, "the announced size is the archive's");
+    let mut files = mission_testkit::unzip(&bytes);
+    files.sort();
+    let names: Vec<&str> = files.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, ["big.bin", "data/raw/ü n i c o d e.csv", "empty.dat", "run.sh"]);
+    for (name, content) in &files {
+        assert_eq!(content, &std::fs::read(src.path().join(name)).unwrap(), "{name}");
+    }
+
+    // An empty mission is an empty archive; someone else's private mission is not there at all.
+    let empty = mission(client, "empty", false).await;
+    let response =
+        http().get(format!("{}/api/v1/missions/{empty}/archive", server.url)).bearer_auth(&token).send().await.unwrap();
+    assert!(mission_testkit::unzip(&response.bytes().await.unwrap()).is_empty());
+    server.add_user("bob", false).await;
+    let bob = token_for(&server, "bob").await;
+    let (status, problem) = problem(http().get(&url).bearer_auth(&bob).send().await.unwrap()).await;
+    assert_eq!(status, 404, "{problem:?}");
+}

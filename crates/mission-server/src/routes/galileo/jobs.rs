@@ -12,21 +12,17 @@
 
 use std::collections::HashMap;
 
-use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
-use futures_util::StreamExt;
 use mission_api::{Job, JobStatus, LandingZone, RunJob, Station};
 use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
 
 use super::super::extract::{ApiJson, QueryPairs, page_number, page_size, parse_id};
-use super::super::{async_stream, jobs, meta, stations};
+use super::super::{archives, jobs, meta, stations};
 use super::{epoch, flag, ok};
 use crate::AppState;
-use crate::archive::{ZipEntry, ZipPlan};
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 
@@ -206,14 +202,8 @@ pub async fn stop(State(app): State<AppState>, who: Principal, Path(id): Path<St
     Ok(ok(serde_json::json!({ "job": galileo_jobs(&app, vec![job]).await?.remove(0) })))
 }
 
-/// The zip archive a job's results are served as.
-fn archive_name(job_id: Uuid) -> String {
-    format!("job-{job_id}-results.zip")
-}
-
 /// `GET /jobs/{id}/results`: lists the job's results as one zip archive; with `?filename=` (and
-/// the `path`, `nonce` the client adds) sends that archive: every result file and the two logs,
-/// as `GET /api/v1/jobs/{id}/results` lists them.
+/// the `path`, `nonce` the client adds) sends that archive, `GET /api/v1/jobs/{id}/archive`.
 pub async fn results(
     State(app): State<AppState>,
     who: Principal,
@@ -222,19 +212,15 @@ pub async fn results(
 ) -> ApiResult<Response> {
     let job = jobs::own_job(&app, who, &id).await?;
     let listing = jobs::result_listing(&app, &job).await?;
-    let modified = listing.iter().map(|f| f.modified_at).max().unwrap_or(job.created_at);
-    let entries = listing
-        .iter()
-        .map(|f| ZipEntry { name: f.relative_path(), size: f.file_size, modified: f.modified_at })
-        .collect();
-    let plan = ZipPlan::new(entries).map_err(|e| ApiError::conflict(e.to_string()))?;
-    let name = archive_name(job.job_id);
+    let name = archives::results_name(job.job_id);
     let wanted = query.iter().find_map(|(key, value)| (key == "filename").then_some(value));
     let Some(wanted) = wanted else {
         let files = if listing.is_empty() {
             Vec::new()
         } else {
-            vec![serde_json::json!({"filename": name, "path": "/", "file_size": plan.archive_size(),
+            let size = archives::plan(&listing)?.archive_size();
+            let modified = listing.iter().map(|f| f.modified_at).max().unwrap_or(job.created_at);
+            vec![serde_json::json!({"filename": name, "path": "/", "file_size": size,
                                     "modification_date": modified, "creation_date": modified, "nonce": null})]
         };
         return Ok(ok(serde_json::json!({ "files": files })));
@@ -242,47 +228,7 @@ pub async fn results(
     if *wanted != name || listing.is_empty() {
         return Err(ApiError::not_found("result", format!("{wanted} of job {}", job.job_id)));
     }
-    let size = plan.archive_size();
-    let mut writer = plan.writer();
-    let body = async_stream(move |tx| async move {
-        while let Some((header, entry)) = writer.start_entry() {
-            if tx.send(header).await.is_err() {
-                return;
-            }
-            let path = Path((id.clone(), entry.name.clone()));
-            let file = match jobs::result(State(app.clone()), who, path, HeaderMap::new()).await {
-                Ok(file) => file,
-                Err(e) => {
-                    tracing::error!(job = %id, file = %entry.name, error = ?e, "galileo results archive: a result is gone");
-                    return;
-                }
-            };
-            let mut data = file.into_body().into_data_stream();
-            while let Some(chunk) = data.next().await {
-                let Ok(chunk) = chunk else { return };
-                writer.data(&chunk);
-                if tx.send(chunk).await.is_err() {
-                    return;
-                }
-            }
-            let descriptor = match writer.end_entry() {
-                Ok(descriptor) => descriptor,
-                Err(e) => {
-                    tracing::error!(job = %id, error = %e, "galileo results archive: a result changed");
-                    return;
-                }
-            };
-            if tx.send(descriptor).await.is_err() {
-                return;
-            }
-        }
-        let _ = tx.send(writer.finish()).await;
-    });
-    let mut response = Response::new(Body::from_stream(body.map(Ok::<_, std::convert::Infallible>)));
-    let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/zip"));
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(size));
-    Ok(response)
+    archives::results(State(app), who, Path(id)).await
 }
 
 /// `GET /users/self`: the caller, with the landing zones it owns (`mids`: none, here).

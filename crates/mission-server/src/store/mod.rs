@@ -1,5 +1,5 @@
-//! Persistent state: users, the identity provider's device codes and refresh tokens, missions,
-//! mission files, cargo bays, stations, landing zones and jobs.
+//! Persistent state: users, the identity provider's device codes and refresh tokens, the web
+//! console's sessions, missions, mission files, cargo bays, stations, landing zones and jobs.
 //!
 //! [`Store`] is the one way the rest of the server touches the database. It runs on one of two
 //! backends: SQLite (the embedded default, one file under the data dir, `sqlite.rs`) or PostgreSQL
@@ -18,6 +18,7 @@ mod jobs;
 mod missions;
 mod postgres;
 mod row;
+mod sessions;
 mod sqlite;
 mod stations;
 mod url;
@@ -260,6 +261,21 @@ pub struct RefreshTokenRecord {
     pub expires_at: DateTime<Utc>,
     /// Set when revoked.
     pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// A signed-in browser of the web console.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleSessionRecord {
+    /// sha256 of the secret in the browser's cookie.
+    pub session_hash: String,
+    /// Who signed in.
+    pub user_id: Uuid,
+    /// The token every state-changing request of the session must carry.
+    pub csrf_token: String,
+    /// When the user signed in.
+    pub created_at: DateTime<Utc>,
+    /// When the session ends by itself.
+    pub expires_at: DateTime<Utc>,
 }
 
 /// Filters of a mission listing; each given list narrows the result to rows matching one of its

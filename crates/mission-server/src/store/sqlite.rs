@@ -25,6 +25,7 @@ const MIGRATIONS: &Migrations = &[
     (10, "sign_in_brakes", include_str!("../../migrations/sqlite/0010_sign_in_brakes.sql")),
     (11, "job_time_limit", include_str!("../../migrations/sqlite/0011_job_time_limit.sql")),
     (12, "lz_cluster_account", include_str!("../../migrations/sqlite/0012_lz_cluster_account.sql")),
+    (13, "console_sessions", include_str!("../../migrations/sqlite/0013_console_sessions.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

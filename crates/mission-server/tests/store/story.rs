@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use mission_api::{CargoBay, CargoBayKind, Job, JobStatus, JobTransition, LandingZone, Mission, Resources, Station};
 use mission_server::Store;
 use mission_server::store::{
-    CargoBayRecord, DeviceCodeRecord, DeviceCodeStatus, FileRecord, Intent, IntentKind, JobFilter, JobUpdate,
+    CargoBayRecord, ConsoleSessionRecord, DeviceCodeRecord, DeviceCodeStatus, FileRecord, Intent, IntentKind, JobFilter, JobUpdate,
     MissionChanges, MissionFilter, RefreshTokenRecord, StoreError, UploadUsage, UserRecord, now,
 };
 use uuid::Uuid;
@@ -152,7 +152,7 @@ pub async fn users_and_sign_in(store: &Store) {
     assert_eq!(store.count_users().await.unwrap(), 2);
     assert_eq!(store.user_by_id(ada.user_id).await.unwrap(), Some(ada.clone()));
     assert_eq!(store.user_by_username("ada").await.unwrap(), Some(ada.clone()));
-    assert_eq!(store.user_by_external_sub("auth0|42").await.unwrap(), Some(external));
+    assert_eq!(store.user_by_external_sub("auth0|42").await.unwrap().as_ref(), Some(&external));
     assert_eq!(store.user_by_username("nobody").await.unwrap(), None);
     store.update_user_credentials(ada.user_id, "new hash", true).await.unwrap();
     let changed = store.user_by_id(ada.user_id).await.unwrap().unwrap();
@@ -220,6 +220,30 @@ pub async fn users_and_sign_in(store: &Store) {
     assert!(!store.revoke_refresh_token("refresh-hash", t0 + seconds(2)).await.unwrap());
     assert_eq!(store.refresh_token("refresh-hash").await.unwrap().unwrap().revoked_at, Some(t0 + seconds(1)));
     assert!(store.refresh_token("unknown").await.unwrap().is_none());
+
+    // Console sessions: found by hash until they expire or end; a new one sweeps the expired.
+    let session = |hash: &str, user_id: Uuid, expires_at| ConsoleSessionRecord {
+        session_hash: hash.into(),
+        user_id,
+        csrf_token: format!("csrf-{hash}"),
+        created_at: t0,
+        expires_at,
+    };
+    let short = session("short", ada.user_id, t0 + seconds(10));
+    store.insert_console_session(&short, t0).await.unwrap();
+    assert_eq!(store.console_session("short", t0).await.unwrap(), Some(short.clone()));
+    assert!(store.console_session("short", t0 + seconds(10)).await.unwrap().is_none(), "expired");
+    let long = session("long", ada.user_id, t0 + seconds(3600));
+    store.insert_console_session(&long, t0 + seconds(20)).await.unwrap();
+    assert!(store.console_session("short", t0).await.unwrap().is_none(), "swept when the next one came");
+    let other = session("other", external.user_id, t0 + seconds(3600));
+    store.insert_console_session(&other, t0).await.unwrap();
+    assert!(store.delete_console_session("long").await.unwrap());
+    assert!(!store.delete_console_session("long").await.unwrap(), "ended once");
+    assert!(store.console_session("long", t0).await.unwrap().is_none());
+    store.insert_console_session(&long, t0).await.unwrap();
+    assert_eq!(store.delete_console_sessions_of(ada.user_id).await.unwrap(), 1);
+    assert_eq!(store.console_session("other", t0).await.unwrap(), Some(other), "other users' sessions stay");
 }
 
 pub async fn missions_with_every_filter(store: &Store) {

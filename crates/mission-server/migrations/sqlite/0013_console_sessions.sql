@@ -1,0 +1,10 @@
+-- The web console's sign-in sessions: a browser's session cookie holds a secret whose sha256
+-- names one row. Signing out deletes the row, so the cookie is worthless from then on.
+CREATE TABLE console_sessions (
+    session_hash TEXT PRIMARY KEY,
+    user_id      TEXT NOT NULL REFERENCES users(user_id) ON DELETE CASCADE,
+    csrf_token   TEXT NOT NULL,  -- every state-changing request of the session carries it
+    created_at   INTEGER NOT NULL,
+    expires_at   INTEGER NOT NULL
+);
+CREATE INDEX console_sessions_expiry ON console_sessions (expires_at);

@@ -326,7 +326,14 @@ pub fn bearer_token(parts: &Parts) -> Result<&str, ApiError> {
 impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
+    /// A bearer token, or else the web console's session cookie (see
+    /// [`crate::console::session::api_principal`]).
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Self::Rejection> {
+        if !parts.headers.contains_key(header::AUTHORIZATION)
+            && let Some(principal) = crate::console::session::api_principal(parts, app).await?
+        {
+            return Ok(principal);
+        }
         app.auth.authenticate(bearer_token(parts)?).await
     }
 }

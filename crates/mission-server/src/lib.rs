@@ -23,6 +23,7 @@ pub mod cargo_bays;
 pub mod catalogue;
 mod cluster;
 pub mod config;
+pub mod console;
 pub mod error;
 mod fsutil;
 pub mod idp;

@@ -1,11 +1,13 @@
 //! Test helpers (unpublished): [`TestServer`] runs the real server on 127.0.0.1 with a free port
 //! and a temporary data dir, and signs users in through the real device flow; [`S3Server`] runs an
 //! S3-compatible server for cargo-bay tests; [`PostgresDatabase`] makes a fresh database on the
-//! PostgreSQL test server.
+//! PostgreSQL test server; [`Browser`] drives headless Chromium over WebDriver.
 
+mod browser;
 mod postgres;
 mod s3;
 
+pub use browser::Browser;
 pub use postgres::PostgresDatabase;
 pub use s3::S3Server;
 

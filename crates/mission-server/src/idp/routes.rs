@@ -267,7 +267,9 @@ async fn issue_tokens(
 }
 
 /// Why a password was not accepted.
-enum PasswordRefused {
+pub(crate) enum PasswordRefused {
+    /// Too many failures from this address or for this account: try again in so many seconds.
+    TooMany(u64),
     /// No such account, or the wrong password (the two look the same, in time too).
     Wrong,
     /// The store failed.
@@ -313,6 +315,22 @@ async fn check_password(
     }
 }
 
+/// Signs `username` in with `password` (the galileo client's password grant, the console's
+/// sign-in form): failures count against the caller's address and the account, as on /activate.
+pub(crate) async fn password_sign_in(
+    app: &AppState,
+    peer: std::net::IpAddr,
+    username: &str,
+    password: String,
+) -> Result<UserRecord, PasswordRefused> {
+    let idp = app.idp.as_ref().expect("password sign-in is served only with the built-in provider");
+    let keys = [format!("addr:{peer}"), account_key(username)];
+    if let Err(wait) = idp.brakes.check_guesses(&keys).await {
+        return Err(PasswordRefused::TooMany(throttle::seconds(wait)));
+    }
+    check_password(app, &keys, username, password).await
+}
+
 #[derive(Deserialize)]
 struct PasswordGrant {
     username: Option<String>,
@@ -336,14 +354,9 @@ async fn galileo_password_grant(
     }
     let username = required(&grant.username, "username")?.trim().to_owned();
     let password = required(&grant.password, "password")?.to_owned();
-    let idp = app.idp.as_ref().expect("routes are mounted only with the built-in provider");
-    // Failures count against the address and the account, as on /activate.
-    let keys = [format!("addr:{}", peer.ip()), account_key(&username)];
-    if let Err(wait) = idp.brakes.check_guesses(&keys).await {
-        return Err(OAuthFailure::too_many(throttle::seconds(wait)));
-    }
-    let user = match check_password(&app, &keys, &username, password).await {
+    let user = match password_sign_in(&app, peer.ip(), &username, password).await {
         Ok(user) => user,
+        Err(PasswordRefused::TooMany(seconds)) => return Err(OAuthFailure::too_many(seconds)),
         Err(PasswordRefused::Wrong) => return Err(OAuthFailure::new("invalid_grant", "wrong username or password")),
         Err(PasswordRefused::Store(e)) => return Err(e.into()),
     };
@@ -488,6 +501,9 @@ async fn activate_submit(
     let user = match check_password(&app, &keys, username, form.password.unwrap_or_default()).await {
         Ok(user) => user,
         Err(PasswordRefused::Wrong) => return ActivatePage::error(&user_code, username, "Wrong username or password."),
+        Err(PasswordRefused::TooMany(seconds)) => {
+            return too_many_attempts(&user_code, username, std::time::Duration::from_secs(seconds));
+        }
         Err(PasswordRefused::Store(e)) => {
             tracing::error!(error = %e, "activate: store failure");
             return ActivatePage::error(&user_code, username, "The server could not check the account.");

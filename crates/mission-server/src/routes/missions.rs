@@ -178,6 +178,7 @@ pub async fn create(
         ("user_ids" = Option<Vec<uuid::Uuid>>, Query, description = "owners (repeat the key)"),
         ("mission_type_ids" = Option<Vec<uuid::Uuid>>, Query, description = "mission types (repeat the key)"),
         ("archived" = Option<bool>, Query, description = "archived or not; both when absent"),
+        ("search" = Option<String>, Query, max_length = 256, description = "names containing this text, ignoring case"),
         ("page" = Option<u32>, Query, minimum = 1, maximum = 1000000, description = "page number, 1 to 1,000,000 (default 1)"),
         ("items" = Option<u32>, Query, minimum = 1, maximum = 200, description = "missions per page, 1 to 200 (default 25)"),
     ),
@@ -200,11 +201,18 @@ pub async fn list(
                     ApiError::invalid_field("archived", format!("expected true or false, got {value:?}"))
                 })?)
             }
+            "search" => {
+                if value.chars().count() > MAX_NAME_CHARS || value.chars().any(char::is_control) {
+                    let rule = format!("at most {MAX_NAME_CHARS} characters, none of them control characters");
+                    return Err(ApiError::invalid_field("search", rule));
+                }
+                filter.name_contains = Some(value.trim().to_owned()).filter(|v| !v.is_empty());
+            }
             "page" => filter.page = page_number(value)?,
             "items" => filter.items = page_size(value)?,
             other => {
                 return Err(ApiError::invalid(format!(
-                    "unknown query parameter {other:?}; filters are ids, names, user_ids, mission_type_ids, archived, page, items"
+                    "unknown query parameter {other:?}; filters are ids, names, user_ids, mission_type_ids, archived, search, page, items"
                 )));
             }
         }

@@ -3,14 +3,14 @@
 
 mod archives;
 mod cargo_bays;
-mod extract;
-mod files;
+pub(crate) mod extract;
+pub(crate) mod files;
 mod galileo;
 mod jobs;
 mod lz;
 mod meta;
 mod mission_types;
-mod missions;
+pub(crate) mod missions;
 mod stations;
 
 use axum::Router;
@@ -247,7 +247,8 @@ pub fn router(app: AppState) -> Router {
         .nest(galileo::PREFIX, galileo::router())
         .route("/healthz", get(meta::healthz))
         .route("/readyz", get(meta::readyz))
-        .route("/metrics", get(meta::metrics));
+        .route("/metrics", get(meta::metrics))
+        .merge(crate::console::router());
     if app.idp.is_some() {
         root = root.merge(crate::idp::routes::router());
     }

@@ -177,6 +177,14 @@ where
     if let Some(archived) = filter.archived {
         q.push(" AND archived = ").push_bind(archived);
     }
+    if let Some(text) = &filter.name_contains {
+        let escaped: String = text
+            .to_lowercase()
+            .chars()
+            .flat_map(|c| if matches!(c, '%' | '_' | '\\') { vec!['\\', c] } else { vec![c] })
+            .collect();
+        q.push(" AND LOWER(name) LIKE ").push_bind(format!("%{escaped}%")).push(" ESCAPE '\\'");
+    }
 }
 
 fn mission_from_row(r: &impl Columns) -> Result<Mission, StoreError> {

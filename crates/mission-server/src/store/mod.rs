@@ -295,6 +295,8 @@ pub struct MissionFilter {
     pub mission_type_ids: Vec<Uuid>,
     /// Archived or not; both when absent.
     pub archived: Option<bool>,
+    /// Names containing this text, ignoring case (of ASCII letters only, on SQLite).
+    pub name_contains: Option<String>,
     /// Page number from 1.
     pub page: u32,
     /// Page size.

@@ -2,6 +2,7 @@
 
 mod browser;
 mod cargo_bays;
+mod console;
 mod device_flow;
 mod external;
 mod files;

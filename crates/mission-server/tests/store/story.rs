@@ -8,8 +8,8 @@ use chrono::{DateTime, Utc};
 use mission_api::{CargoBay, CargoBayKind, Job, JobStatus, JobTransition, LandingZone, Mission, Resources, Station};
 use mission_server::Store;
 use mission_server::store::{
-    CargoBayRecord, ConsoleSessionRecord, DeviceCodeRecord, DeviceCodeStatus, FileRecord, Intent, IntentKind, JobFilter, JobUpdate,
-    MissionChanges, MissionFilter, RefreshTokenRecord, StoreError, UploadUsage, UserRecord, now,
+    CargoBayRecord, ConsoleSessionRecord, DeviceCodeRecord, DeviceCodeStatus, FileRecord, Intent, IntentKind,
+    JobFilter, JobUpdate, MissionChanges, MissionFilter, RefreshTokenRecord, StoreError, UploadUsage, UserRecord, now,
 };
 use uuid::Uuid;
 

@@ -1,0 +1,146 @@
+//! The web console at `/`: pages rendered by the server from templates compiled into the binary
+//! (askama, which escapes every value it writes into HTML), one stylesheet and one script served
+//! from the binary under names that change with their content ([`assets`]), and cookie sessions
+//! ([`session`]).
+//!
+//! Pages call the same handlers as `/api/v1`, with the viewer as the caller, so they follow the
+//! API's ownership rules and limits; the script calls `/api/v1` itself (uploads, live logs),
+//! authenticated by the session cookie and its CSRF token. Every page is sent with a strict
+//! Content-Security-Policy (scripts and styles only from this server, no inline script, no
+//! framing).
+
+mod assets;
+mod missions;
+pub mod session;
+mod sign_in;
+
+use askama::Template;
+use axum::Router;
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+
+use crate::AppState;
+use crate::error::ApiError;
+use session::Viewer;
+
+/// The console's pages and assets.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/", get(home))
+        .route("/sign-in", get(sign_in::form).post(sign_in::submit))
+        .route("/sign-out", post(sign_in::sign_out))
+        .route("/missions", get(missions::list))
+        .route("/missions/{id}", get(missions::show))
+        .route("/assets/{name}", get(assets::serve))
+        .layer(axum::middleware::from_fn(protect))
+}
+
+/// The home page: the viewer's missions.
+async fn home(viewer: Result<Viewer, Response>) -> Response {
+    match viewer {
+        Ok(_) => Redirect::to("/missions").into_response(),
+        Err(sign_in_first) => sign_in_first,
+    }
+}
+
+/// What every console response carries: the Content-Security-Policy (with `frame-ancestors
+/// 'none'`, so no other site can frame a page to trick clicks), no MIME sniffing, no referrer
+/// beyond this server, and no caching of pages (which hold a user's data).
+async fn protect(request: Request, next: axum::middleware::Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; \
+             form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
+    headers.entry(header::CACHE_CONTROL).or_insert(HeaderValue::from_static("no-store"));
+    response
+}
+
+/// What the base template shows around every signed-in page.
+pub struct Frame {
+    /// The signed-in user's name.
+    pub username: String,
+    /// Whether the nav shows the admin pages.
+    pub admin: bool,
+    /// The session's CSRF token, for the sign-out form and the script's requests.
+    pub csrf: String,
+    /// Which nav entry is the current page's.
+    pub section: &'static str,
+    /// The stylesheet's address.
+    pub css: &'static str,
+    /// The script's address.
+    pub js: &'static str,
+}
+
+impl Frame {
+    /// The frame of a page of `section` for `viewer`.
+    pub fn new(viewer: &Viewer, section: &'static str) -> Self {
+        Self {
+            username: viewer.user.username.clone(),
+            admin: viewer.user.admin,
+            csrf: viewer.csrf.clone(),
+            section,
+            css: assets::CSS.address(),
+            js: assets::JS.address(),
+        }
+    }
+}
+
+/// A rendered page as a response with `status`.
+pub fn page(status: StatusCode, template: &impl Template) -> Response {
+    match template.render() {
+        Ok(html) => (status, Html(html)).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "rendering a console page failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, "the page could not be rendered").into_response()
+        }
+    }
+}
+
+/// An API error shown as a page: the status and the problem's detail, in words.
+pub struct PageError(ApiError);
+
+impl From<ApiError> for PageError {
+    fn from(e: ApiError) -> Self {
+        Self(e)
+    }
+}
+
+#[derive(Template)]
+#[template(path = "console/error.html")]
+struct ErrorPage<'a> {
+    title: &'a str,
+    detail: &'a str,
+    css: &'static str,
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        let status = self.0.status();
+        let detail = self.0.problem().detail;
+        let title = match status {
+            StatusCode::NOT_FOUND => "Not found",
+            StatusCode::FORBIDDEN => "Not allowed",
+            s if s.is_client_error() => "That did not work",
+            _ => "Something went wrong on the server",
+        };
+        page(status, &ErrorPage { title, detail: &detail, css: assets::CSS.address() })
+    }
+}
+
+/// What console handlers answer.
+pub type PageResult = Result<Response, PageError>;
+
+/// `value` encoded for a URL's query.
+pub fn query_value(value: &str) -> String {
+    url::form_urlencoded::byte_serialize(value.as_bytes()).collect()
+}

@@ -1,0 +1,180 @@
+//! Headless Chromium driven over W3C WebDriver (chromedriver on a free port of 127.0.0.1), for
+//! tests of the pages a person uses: `/activate` and the web console.
+//!
+//! Where chromedriver is not installed [`Browser::start`] answers `None` and the test skips,
+//! saying so, unless `MISSION_REQUIRE_BROWSER=1` (set by `scripts/test.sh`, which installs it)
+//! makes that a failure. Screenshots go to `MISSION_SCREENSHOT_DIR` when it is set.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+/// The W3C WebDriver key under which an element reference comes back.
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+/// How long a wait for an element or a text may take.
+const PATIENCE: Duration = Duration::from_secs(15);
+
+/// One browser session; the browser and its driver end when it is dropped.
+pub struct Browser {
+    http: reqwest::Client,
+    session: String,
+    _driver: tokio::process::Child,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    /// Starts chromedriver and a headless Chromium session (`None` where none is installed and
+    /// none is required).
+    pub async fn start() -> Option<Self> {
+        let driver_path = ["/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists());
+        let Some(driver_path) = driver_path else {
+            assert!(
+                std::env::var("MISSION_REQUIRE_BROWSER").as_deref() != Ok("1"),
+                "chromedriver is required (MISSION_REQUIRE_BROWSER=1) but not installed"
+            );
+            eprintln!("skipped: chromedriver is not installed (scripts/test.sh installs it)");
+            return None;
+        };
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let driver = tokio::process::Command::new(driver_path)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start chromedriver");
+        let http = reqwest::Client::new();
+        let base = format!("http://127.0.0.1:{port}");
+        tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                if let Ok(r) = http.get(format!("{base}/status")).send().await
+                    && r.status().is_success()
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await
+        .expect("chromedriver ready");
+        let profile = tempfile::tempdir().unwrap();
+        let capabilities = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": "/usr/bin/chromium",
+                "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+                    "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    "--window-size=1280,900", format!("--user-data-dir={}", profile.path().display())],
+                "prefs": {"download.default_directory": profile.path().join("downloads").display().to_string()},
+            }
+        }}});
+        let created: Value =
+            http.post(format!("{base}/session")).json(&capabilities).send().await.unwrap().json().await.unwrap();
+        let session = format!("{base}/session/{}", created["value"]["sessionId"].as_str().expect("session id"));
+        Some(Self { http, session, _driver: driver, _profile: profile })
+    }
+
+    /// A WebDriver command of this session; answers its `value`.
+    pub async fn call(&self, method: Method, path: &str, body: Value) -> Value {
+        let request = self.http.request(method, format!("{}{path}", self.session));
+        let request = if body.is_null() { request } else { request.json(&body) };
+        let response: Value = request.send().await.unwrap().json().await.unwrap();
+        response["value"].clone()
+    }
+
+    /// Opens `url` and waits for its page to load.
+    pub async fn goto(&self, url: &str) {
+        self.call(Method::POST, "/url", json!({ "url": url })).await;
+    }
+
+    /// The page's title.
+    pub async fn title(&self) -> String {
+        self.call(Method::GET, "/title", Value::Null).await.as_str().unwrap_or_default().to_owned()
+    }
+
+    /// The address the browser shows.
+    pub async fn current_url(&self) -> String {
+        self.call(Method::GET, "/url", Value::Null).await.as_str().unwrap_or_default().to_owned()
+    }
+
+    /// The element `css` selects, waiting for it: after a click the next page may still be
+    /// loading when the test asks.
+    pub async fn element(&self, css: &str) -> String {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let found = self.call(Method::POST, "/element", json!({"using": "css selector", "value": css})).await;
+            if let Some(id) = found[ELEMENT].as_str() {
+                return id.to_owned();
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no element {css}: {found}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// How many elements `css` selects now.
+    pub async fn count(&self, css: &str) -> usize {
+        let found = self.call(Method::POST, "/elements", json!({"using": "css selector", "value": css})).await;
+        found.as_array().map_or(0, Vec::len)
+    }
+
+    /// Types `text` into the field `css` selects.
+    pub async fn type_into(&self, css: &str, text: &str) {
+        let field = self.element(css).await;
+        self.call(Method::POST, &format!("/element/{field}/value"), json!({ "text": text })).await;
+    }
+
+    /// Clicks what `css` selects.
+    pub async fn click(&self, css: &str) {
+        let target = self.element(css).await;
+        self.call(Method::POST, &format!("/element/{target}/click"), json!({})).await;
+    }
+
+    /// The visible text of what `css` selects.
+    pub async fn text(&self, css: &str) -> String {
+        let element = self.element(css).await;
+        self.call(Method::GET, &format!("/element/{element}/text"), Value::Null).await.as_str().unwrap_or("").to_owned()
+    }
+
+    /// A property (`value`, `href`, …) of what `css` selects.
+    pub async fn property(&self, css: &str, name: &str) -> Value {
+        let element = self.element(css).await;
+        self.call(Method::GET, &format!("/element/{element}/property/{name}"), Value::Null).await
+    }
+
+    /// Waits until the text of what `css` selects contains `needle`; answers that text.
+    pub async fn wait_for_text(&self, css: &str, needle: &str) -> String {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let text = self.text(css).await;
+            if text.contains(needle) {
+                return text;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{css} never showed {needle:?}; it shows {text:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Runs `script` (a function body; `arguments` holds `args`) in the page; answers its result.
+    pub async fn execute(&self, script: &str, args: Value) -> Value {
+        self.call(Method::POST, "/execute/sync", json!({ "script": script, "args": args })).await
+    }
+
+    /// Saves a screenshot as `{name}.png` in `MISSION_SCREENSHOT_DIR`, when that is set.
+    pub async fn screenshot(&self, name: &str) {
+        let Ok(dir) = std::env::var("MISSION_SCREENSHOT_DIR") else { return };
+        use base64::Engine as _;
+        let png = self.call(Method::GET, "/screenshot", Value::Null).await;
+        let bytes = base64::engine::general_purpose::STANDARD.decode(png.as_str().unwrap()).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(std::path::Path::new(&dir).join(format!("{name}.png")), bytes).unwrap();
+    }
+
+    /// Ends the session (the browser closes).
+    pub async fn close(&self) {
+        self.call(Method::DELETE, "", Value::Null).await;
+    }
+}

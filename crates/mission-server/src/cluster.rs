@@ -46,6 +46,12 @@ const LOG_WRITTEN: &str = "log_written:";
 /// A broadcast, followed by a job id: the job ended (its logs are complete).
 const JOB_ENDED: &str = "job_ended:";
 
+/// A broadcast, followed by comma-separated job ids: those jobs changed.
+const JOBS_CHANGED: &str = "jobs_changed:";
+
+/// Most job ids in one broadcast (a notification's payload is under 8000 bytes).
+const JOBS_PER_BROADCAST: usize = 150;
+
 /// How often a replica takes its mail even without a notification.
 const MAIL_POLL: Duration = Duration::from_secs(2);
 
@@ -114,6 +120,14 @@ impl Outbox {
     /// Tells every replica that a job ended, so who follows its logs there sees the end.
     pub(crate) fn broadcast_job_ended(&self, job_id: Uuid) {
         let _ = self.queue.send(Outgoing::Broadcast(format!("{JOB_ENDED}{job_id}")));
+    }
+
+    /// Tells every replica that jobs changed, so who watches them there sees it.
+    pub(crate) fn broadcast_jobs_changed(&self, ids: &[Uuid]) {
+        for chunk in ids.chunks(JOBS_PER_BROADCAST) {
+            let list: Vec<String> = chunk.iter().map(Uuid::to_string).collect();
+            let _ = self.queue.send(Outgoing::Broadcast(format!("{JOBS_CHANGED}{}", list.join(","))));
+        }
     }
 
     fn call(&self, request: u64, call: Call) {
@@ -236,7 +250,7 @@ impl Cluster {
                     Ok(Some(note)) if note.channel() == leader_channel => (false, true),
                     Ok(Some(note)) => {
                         if note.channel() == BROADCAST {
-                            heard(note.payload(), &tokens, &logs);
+                            heard(note.payload(), &tokens, &logs, &self.sessions);
                         }
                         continue;
                     }
@@ -382,7 +396,7 @@ impl Cluster {
 }
 
 /// Acts on a broadcast.
-fn heard(payload: &str, tokens: &AgentTokens, logs: &JobLogs) {
+fn heard(payload: &str, tokens: &AgentTokens, logs: &JobLogs, sessions: &Sessions) {
     let job = |prefix: &str| payload.strip_prefix(prefix).and_then(|id| Uuid::parse_str(id).ok());
     if payload == FORGET_TOKENS {
         tokens.forget();
@@ -390,6 +404,9 @@ fn heard(payload: &str, tokens: &AgentTokens, logs: &JobLogs) {
         logs.written(job_id);
     } else if let Some(job_id) = job(JOB_ENDED) {
         logs.finish(job_id);
+    } else if let Some(list) = payload.strip_prefix(JOBS_CHANGED) {
+        let ids: Vec<Uuid> = list.split(',').filter_map(|id| Uuid::parse_str(id).ok()).collect();
+        sessions.jobs_changed_here(ids.into());
     }
 }
 

@@ -163,6 +163,34 @@ impl Browser {
         self.call(Method::POST, "/execute/sync", json!({ "script": script, "args": args })).await
     }
 
+    /// The browser's cookie `name` for the current page's site (`value`, `httpOnly`, `sameSite`, …).
+    pub async fn cookie(&self, name: &str) -> Value {
+        self.call(Method::GET, &format!("/cookie/{name}"), Value::Null).await
+    }
+
+    /// Signs in to the web console at `url` as `username` with `password`, through its form.
+    pub async fn sign_in_to_console(&self, url: &str, username: &str, password: &str) {
+        self.goto(&format!("{url}/sign-in")).await;
+        self.type_into("#username", username).await;
+        self.type_into("#password", password).await;
+        self.click("button[type=submit]").await;
+        self.wait_for_text("h1", "Missions").await;
+    }
+
+    /// Accepts the page's `confirm()` dialog, waiting for it to open.
+    pub async fn accept_dialog(&self) {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let text = self.call(Method::GET, "/alert/text", Value::Null).await;
+            if text.is_string() {
+                self.call(Method::POST, "/alert/accept", json!({})).await;
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no dialog opened: {text}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Saves a screenshot as `{name}.png` in `MISSION_SCREENSHOT_DIR`, when that is set.
     pub async fn screenshot(&self, name: &str) {
         let Ok(dir) = std::env::var("MISSION_SCREENSHOT_DIR") else { return };

@@ -695,3 +695,60 @@ async fn gpus_are_detected_and_handed_out_by_index() {
     seen.sort();
     assert_eq!(seen, ["gpus=0\n", "gpus=1\n"]);
 }
+
+#[tokio::test]
+async fn the_console_shows_a_job_live_and_stops_another() {
+    let Some(browser) = mission_testkit::Browser::start().await else { return };
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let alice = &server.client;
+    let script =
+        "for i in 1 2 3 4 5 6; do echo \"line $i\"; sleep 0.4; done\necho 'oops <b>' >&2\necho done > out.txt\n";
+    let shell = mission(alice, SHELL, &[("run.sh", script)], &[]).await;
+    browser.sign_in_to_console(&server.url, "alice", mission_testkit::PASSWORD).await;
+
+    // The jobs list changes as the job does, without reloading.
+    browser.goto(&format!("{}/jobs?mission={}", server.url, shell.mission_id)).await;
+    browser.wait_for_text("#live-state", "live").await;
+    browser.execute("window.stillThisPage = true", serde_json::json!([])).await;
+    let job = alice.run_job_on_station(shell.mission_id, local_station(), JobResources::default()).await.unwrap();
+    let row = format!("tr[data-job='{}'] .state", job.job_id);
+    browser.wait_for_text(&row, "running").await;
+    browser.wait_for_text(&format!("tr[data-job='{}']", job.job_id), "test run.sh").await;
+    browser.screenshot("console-jobs").await;
+    assert_eq!(browser.execute("return window.stillThisPage === true", serde_json::json!([])).await, true);
+
+    // Its page shows output as it is written, then the job's end, its results and their archive.
+    browser.click(&format!("tr[data-job='{}'] a", job.job_id)).await;
+    let early = browser.wait_for_text("#stdout", "line 2").await;
+    assert!(!early.contains("line 6"), "seen while the job still runs: {early}");
+    browser.screenshot("console-job-running").await;
+    browser.wait_for_text("#job-status", "completed").await;
+    browser.wait_for_text("#results", "out.txt").await;
+    assert_eq!(browser.text("#stderr").await, "oops <b>", "output is text, not markup");
+    let stdout = browser.text("#stdout").await;
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), ["line 1", "line 2", "line 3", "line 4", "line 5", "line 6"]);
+    browser.screenshot("console-job-done").await;
+    let cookie = format!("mission_session={}", browser.cookie("mission_session").await["value"].as_str().unwrap());
+    let href = browser.property("#results a[href$='out.txt']", "href").await;
+    let http = reqwest::Client::new();
+    let out = http.get(href.as_str().unwrap()).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(out.bytes().await.unwrap().as_ref(), b"done\n");
+    let href = browser.property("#download-results", "href").await;
+    let archive = http.get(href.as_str().unwrap()).header("cookie", &cookie).send().await.unwrap();
+    let mut names: Vec<String> =
+        mission_testkit::unzip(&archive.bytes().await.unwrap()).into_iter().map(|(name, _)| name).collect();
+    names.sort();
+    assert_eq!(names, ["mission-logs/stderr.log", "mission-logs/stdout.log", "out.txt"]);
+
+    // A second job, stopped from its page.
+    let sleeper = mission(alice, SHELL, &[("sleep.sh", "echo started\nsleep 120\n")], &[]).await;
+    let long = alice.run_job_on_station(sleeper.mission_id, local_station(), JobResources::default()).await.unwrap();
+    browser.goto(&format!("{}/jobs/{}", server.url, long.job_id)).await;
+    browser.wait_for_text("#stdout", "started").await;
+    browser.click("#stop").await;
+    browser.accept_dialog().await;
+    browser.wait_for_text("#job-status", "stopped").await;
+    assert_eq!(alice.get_job(long.job_id).await.unwrap().status, JobStatus::Stopped);
+    browser.close().await;
+}

@@ -134,7 +134,7 @@ fn tree(mission_id: uuid::Uuid, listing: &[FileListing]) -> Vec<TreeLine> {
 }
 
 /// A path segment percent-encoded for a URL.
-fn path_segment(segment: &str) -> String {
+pub(super) fn path_segment(segment: &str) -> String {
     const KEEP: &percent_encoding::AsciiSet =
         &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_');
     percent_encoding::utf8_percent_encode(segment, KEEP).to_string()

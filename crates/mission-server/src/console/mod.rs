@@ -10,6 +10,7 @@
 //! framing).
 
 mod assets;
+mod jobs;
 mod missions;
 pub mod session;
 mod sign_in;
@@ -33,6 +34,9 @@ pub fn router() -> Router<AppState> {
         .route("/sign-out", post(sign_in::sign_out))
         .route("/missions", get(missions::list))
         .route("/missions/{id}", get(missions::show))
+        .route("/jobs", get(jobs::list))
+        .route("/jobs/{id}", get(jobs::show))
+        .route("/jobs/{id}/stop", post(jobs::stop))
         .route("/assets/{name}", get(assets::serve))
         .layer(axum::middleware::from_fn(protect))
 }
@@ -112,6 +116,12 @@ pub struct PageError(ApiError);
 impl From<ApiError> for PageError {
     fn from(e: ApiError) -> Self {
         Self(e)
+    }
+}
+
+impl From<crate::store::StoreError> for PageError {
+    fn from(e: crate::store::StoreError) -> Self {
+        Self(e.into())
     }
 }
 

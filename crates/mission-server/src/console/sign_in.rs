@@ -121,25 +121,27 @@ pub async fn submit(
             response.headers_mut().insert(header::RETRY_AFTER, seconds.into());
             return Ok(response);
         }
-        Err(PasswordRefused::Store(e)) => return Err(crate::error::ApiError::from(e).into()),
+        Err(PasswordRefused::Store(e)) => return Err(e.into()),
     };
-    let cookie = session::start(&app, &user).await.map_err(crate::error::ApiError::from)?;
+    let cookie = session::start(&app, &user).await?;
     let mut response = Redirect::to(next).into_response();
     response.headers_mut().append(header::SET_COOKIE, cookie);
     response.headers_mut().append(header::SET_COOKIE, session::set_cookie(&app, FORM_COOKIE, "", "/sign-in", 0));
     Ok(response)
 }
 
+/// A form that carries nothing but the session's CSRF token (sign out, stop a job).
 #[derive(Deserialize)]
 pub struct CsrfForm {
+    /// The session's token.
     #[serde(default)]
-    csrf: String,
+    pub csrf: String,
 }
 
 /// `POST /sign-out`: ends the session on the server, then clears the cookie.
 pub async fn sign_out(State(app): State<AppState>, viewer: Viewer, Form(form): Form<CsrfForm>) -> PageResult {
     viewer.check_csrf(&form.csrf)?;
-    let cookie = session::end(&app, &viewer).await.map_err(crate::error::ApiError::from)?;
+    let cookie = session::end(&app, &viewer).await?;
     let mut response = Redirect::to("/sign-in").into_response();
     response.headers_mut().append(header::SET_COOKIE, cookie);
     Ok(response)

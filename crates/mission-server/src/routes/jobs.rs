@@ -135,6 +135,81 @@ pub async fn list(
     Ok(Json(JobPage { jobs, page: filter.page, items: filter.items, total }))
 }
 
+/// The caller's jobs (everyone's, for admins) as they change: a `text/event-stream` whose `job`
+/// events each carry a job as `GET /jobs/{id}` answers it without its history, sent when the job
+/// is created, moves or ends. Filters as in `GET /jobs`: `mission_ids`, `station_ids`. A `resync`
+/// event says changes were missed (the watcher fell far behind): read the list afresh. Changes
+/// are not kept: a watcher that reconnects reads the list first.
+#[utoipa::path(get, path = "/api/v1/jobs/events", tag = "jobs",
+    params(("mission_ids" = Option<Vec<uuid::Uuid>>, Query, description = "only these missions' jobs"),
+        ("station_ids" = Option<Vec<uuid::Uuid>>, Query, description = "only jobs on these stations")),
+    responses((status = 200, description = "job events (server-sent events)", content_type = "text/event-stream"),
+        (status = 400, body = mission_api::Problem)))]
+pub async fn events(State(app): State<AppState>, who: Principal, QueryPairs(query): QueryPairs) -> ApiResult<Response> {
+    let (mut missions, mut stations) = (Vec::new(), Vec::new());
+    for (key, value) in &query {
+        match key.as_str() {
+            "mission_ids" => missions.push(parse_id(key, value)?),
+            "station_ids" => stations.push(parse_id(key, value)?),
+            other => {
+                return Err(ApiError::invalid(format!(
+                    "unknown query parameter {other:?}; filters are mission_ids, station_ids"
+                )));
+            }
+        }
+    }
+    if missions.len() + stations.len() > 500 {
+        return Err(ApiError::invalid("at most 500 filter values per request"));
+    }
+    let mut changes = app.scheduler.watch_jobs();
+    let mut closing = app.closing.subscribe();
+    let events = async_stream(move |tx| async move {
+        // The stream's first bytes, so the client sees it open before any job changes.
+        if tx.send(Bytes::from_static(b": watching\n\n")).await.is_err() {
+            return;
+        }
+        loop {
+            let ids = tokio::select! {
+                changed = changes.recv() => match changed {
+                    Ok(ids) => ids,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        if tx.send(Bytes::from_static(b"event: resync\ndata: {}\n\n")).await.is_err() { return; }
+                        continue;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                },
+                () = tokio::time::sleep(KEEP_ALIVE) => {
+                    if tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() { return; }
+                    continue;
+                }
+                _ = closing.changed() => return,
+            };
+            for id in ids.iter() {
+                let Ok(Some(job)) = app.store.job_row(*id).await else { continue };
+                let visible = who.admin || job.user_id == who.user_id;
+                let wanted = (missions.is_empty() || missions.contains(&job.mission_id))
+                    && (stations.is_empty() || stations.contains(&job.station_id));
+                if visible && wanted {
+                    let data = serde_json::to_string(&job).expect("jobs serialise");
+                    if tx.send(Bytes::from(format!("event: job\ndata: {data}\n\n"))).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    Ok(event_stream(events))
+}
+
+/// A response streaming server-sent `events`, uncached.
+fn event_stream(events: impl futures_util::Stream<Item = Bytes> + Send + 'static) -> Response {
+    let mut response = Response::new(Body::from_stream(events.map(Ok::<_, std::convert::Infallible>)));
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
 /// One job, with its history.
 #[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs", params(("id" = uuid::Uuid, Path, description = "job id")),
     responses((status = 200, body = Job), (status = 404, body = mission_api::Problem)))]
@@ -243,11 +318,7 @@ pub async fn logs(
             }
         }
     });
-    let mut response = Response::new(Body::from_stream(events.map(Ok::<_, std::convert::Infallible>)));
-    let h = response.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    Ok(response)
+    Ok(event_stream(events))
 }
 
 /// A result path of a job's logs (`mission-logs/stdout.log`), if `path` names one.

@@ -20,7 +20,7 @@ async fn create(client: &mission_client::Client, name: &str) -> Uuid {
 
 /// The browser's session cookie, as a `Cookie` header value.
 async fn session_cookie(browser: &Browser) -> String {
-    let cookie = browser.call(reqwest::Method::GET, "/cookie/mission_session", serde_json::Value::Null).await;
+    let cookie = browser.cookie("mission_session").await;
     assert_eq!(cookie["httpOnly"], true, "scripts cannot read the session cookie: {cookie}");
     assert_eq!(cookie["sameSite"], "Lax", "{cookie}");
     format!("mission_session={}", cookie["value"].as_str().expect("a session cookie"))

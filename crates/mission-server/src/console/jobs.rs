@@ -1,0 +1,160 @@
+//! The jobs pages: the list (kept current by the script through `GET /api/v1/jobs/events`) and
+//! one job with its timeline, resources, live logs, stop button and results.
+
+use std::collections::HashMap;
+
+use askama::Template;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect};
+use axum::{Form, Json};
+use mission_api::{FileListing, Job, JobPage, JobStatus};
+use serde::Deserialize;
+use uuid::Uuid;
+
+use super::missions::human_size;
+use super::session::Viewer;
+use super::sign_in::CsrfForm;
+use super::{Frame, PageResult, page, query_value};
+use crate::AppState;
+use crate::job_logs::LogStream;
+use crate::routes::extract::{QueryPairs, parse_id};
+use crate::routes::jobs;
+
+/// Jobs per page of the list.
+const PAGE_SIZE: u32 = 25;
+/// Most bytes of a finished job's log shown on its page (its end); the whole log is a result.
+const LOG_TAIL_BYTES: usize = 256 * 1024;
+
+/// A job as a row of the list.
+struct Row {
+    job: Job,
+    mission_name: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/jobs.html")]
+struct JobsPage {
+    frame: Frame,
+    rows: Vec<Row>,
+    mission: Option<(Uuid, String)>,
+    status: String,
+    statuses: Vec<&'static str>,
+    page: u32,
+    previous: Option<String>,
+    next: Option<String>,
+    /// What the script watches: `GET /api/v1/jobs/events` with the list's filters.
+    events: String,
+}
+
+#[derive(Deserialize)]
+pub struct ListQuery {
+    mission: Option<String>,
+    #[serde(default)]
+    status: String,
+    page: Option<u32>,
+}
+
+/// `GET /jobs`: the viewer's jobs, newest first, optionally of one mission or in one state.
+pub async fn list(State(app): State<AppState>, viewer: Viewer, Query(query): Query<ListQuery>) -> PageResult {
+    let page_number = query.page.unwrap_or(1).max(1);
+    let mut pairs = vec![("page".to_owned(), page_number.to_string()), ("items".to_owned(), PAGE_SIZE.to_string())];
+    let mut events = "/api/v1/jobs/events".to_owned();
+    let mut mission = None;
+    if let Some(raw) = query.mission.as_deref().filter(|m| !m.is_empty()) {
+        let id = parse_id("mission", raw)?;
+        let Json(found) =
+            crate::routes::missions::get(State(app.clone()), viewer.principal(), Path(raw.to_owned())).await?;
+        pairs.push(("mission_ids".into(), id.to_string()));
+        events.push_str(&format!("?mission_ids={id}"));
+        mission = Some((id, found.name));
+    }
+    let statuses: Vec<&'static str> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();
+    let status = if statuses.contains(&query.status.as_str()) { query.status.clone() } else { String::new() };
+    if !status.is_empty() {
+        pairs.push(("statuses".into(), status.clone()));
+    }
+    let Json(JobPage { jobs, total, .. }) =
+        jobs::list(State(app.clone()), viewer.principal(), QueryPairs(pairs)).await?;
+    let mut names: HashMap<Uuid, String> = HashMap::new();
+    let mut rows = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let mission_name = match names.get(&job.mission_id) {
+            Some(name) => name.clone(),
+            None => {
+                let name = app.store.mission(job.mission_id).await?.map_or_else(|| "(deleted)".to_owned(), |m| m.name);
+                names.insert(job.mission_id, name.clone());
+                name
+            }
+        };
+        rows.push(Row { mission_name, job });
+    }
+    let mission_param = mission.as_ref().map_or_else(String::new, |(id, _)| id.to_string());
+    let link = |n: u32| format!("/jobs?mission={mission_param}&status={}&page={n}", query_value(&status));
+    let template = JobsPage {
+        frame: Frame::new(&viewer, "jobs"),
+        rows,
+        previous: (page_number > 1).then(|| link(page_number - 1)),
+        next: (u64::from(page_number) * u64::from(PAGE_SIZE) < total).then(|| link(page_number + 1)),
+        mission,
+        status,
+        statuses,
+        page: page_number,
+        events,
+    };
+    Ok(page(StatusCode::OK, &template))
+}
+
+#[derive(Template)]
+#[template(path = "console/job.html")]
+struct JobPageView {
+    frame: Frame,
+    job: Job,
+    mission_name: String,
+    finished: bool,
+    stdout: String,
+    stderr: String,
+    results: Vec<(FileListing, String, String)>,
+}
+
+/// `GET /jobs/{id}`: one job.
+pub async fn show(State(app): State<AppState>, viewer: Viewer, Path(id): Path<String>) -> PageResult {
+    let Json(job) = jobs::get(State(app.clone()), viewer.principal(), Path(id.clone())).await?;
+    let mission_name = app.store.mission(job.mission_id).await?.map_or_else(|| "(deleted)".to_owned(), |m| m.name);
+    let finished = job.status.is_final();
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    let mut results = Vec::new();
+    if finished {
+        for (stream, text) in [(LogStream::Stdout, &mut stdout), (LogStream::Stderr, &mut stderr)] {
+            let bytes =
+                app.logs.read(job.mission_id, job.job_id, stream, 0).await.map_err(crate::error::ApiError::internal)?;
+            let tail = &bytes[bytes.len().saturating_sub(LOG_TAIL_BYTES)..];
+            *text = String::from_utf8_lossy(tail).into_owned();
+        }
+        let Json(listing) = jobs::results(State(app), viewer.principal(), Path(id)).await?;
+        results = listing
+            .into_iter()
+            .map(|f| {
+                let encoded: Vec<String> = f.relative_path().split('/').map(super::missions::path_segment).collect();
+                let href = format!("/api/v1/jobs/{}/results/{}", job.job_id, encoded.join("/"));
+                let size = human_size(f.file_size);
+                (f, href, size)
+            })
+            .collect();
+    }
+    let template =
+        JobPageView { frame: Frame::new(&viewer, "jobs"), job, mission_name, finished, stdout, stderr, results };
+    Ok(page(StatusCode::OK, &template))
+}
+
+/// `POST /jobs/{id}/stop`: stops the job, then shows it.
+pub async fn stop(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Path(id): Path<String>,
+    Form(form): Form<CsrfForm>,
+) -> PageResult {
+    viewer.check_csrf(&form.csrf)?;
+    let Json(job) = jobs::stop(State(app), viewer.principal(), Path(id)).await?;
+    Ok(Redirect::to(&format!("/jobs/{}", job.job_id)).into_response())
+}

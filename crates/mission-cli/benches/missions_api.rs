@@ -14,13 +14,11 @@ mod common;
 
 use common::{Deployment, Service, percentile, rss_kib};
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, Utc};
-use mission_api::Mission;
 use mission_server::Store;
 use uuid::Uuid;
 
@@ -46,23 +44,7 @@ async fn fill(database: &mission_server::store::DatabaseUrl, total: usize) -> Ve
     let mut batch = Vec::with_capacity(5000);
     for i in 0..total {
         let at = start + TimeDelta::milliseconds(i as i64 * 10);
-        let mission = Mission {
-            mission_id: Uuid::new_v4(),
-            name: format!("mission {:05}", i % 10_000),
-            description: "benchmark mission with a description of ordinary length".into(),
-            mission_type_id: None,
-            source_storage_id: None,
-            destination_storage_id: None,
-            source_path: None,
-            destination_path: None,
-            settings: BTreeMap::new(),
-            public: i % 100 == 0,
-            archived: false,
-            args: vec!["--steps".into(), "100".into()],
-            user_id: users[i % USERS],
-            created_at: at,
-            updated_at: at,
-        };
+        let mission = common::bench_mission(i, users[i % USERS], at);
         if i % USERS == 0 {
             own.push(mission.mission_id);
         }

@@ -260,3 +260,25 @@ impl SignedIn {
         self.client.create_mission(&request).await.unwrap().mission_id
     }
 }
+
+/// Mission number `i` of a benchmark's store: owned by `user_id`, created `at`, named so that
+/// names repeat every 10,000, one in a hundred public.
+pub fn bench_mission(i: usize, user_id: uuid::Uuid, at: chrono::DateTime<chrono::Utc>) -> mission_api::Mission {
+    mission_api::Mission {
+        mission_id: uuid::Uuid::new_v4(),
+        name: format!("mission {:05}", i % 10_000),
+        description: "benchmark mission with a description of ordinary length".into(),
+        mission_type_id: None,
+        source_storage_id: None,
+        destination_storage_id: None,
+        source_path: None,
+        destination_path: None,
+        settings: std::collections::BTreeMap::new(),
+        public: i % 100 == 0,
+        archived: false,
+        args: vec!["--steps".into(), "100".into()],
+        user_id,
+        created_at: at,
+        updated_at: at,
+    }
+}

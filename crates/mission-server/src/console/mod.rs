@@ -1,6 +1,6 @@
 //! The web console at `/`: pages rendered by the server from templates compiled into the binary
 //! (askama, which escapes every value it writes into HTML), one stylesheet and one script served
-//! from the binary under names that change with their content ([`assets`]), and cookie sessions
+//! from the binary under names that change with their content (`assets`), and cookie sessions
 //! ([`session`]).
 //!
 //! Pages call the same handlers as `/api/v1`, with the viewer as the caller, so they follow the

@@ -374,8 +374,8 @@ impl Scheduler {
         Ok(Self { route: Route::Single(events), sessions })
     }
 
-    /// Job changes as they are written, in batches of ids. A receiver that falls more than
-    /// [`JOB_CHANGES_BACKLOG`] batches behind gets `Lagged` and should read afresh.
+    /// Job changes as they are written, in batches of ids. A receiver that falls far behind
+    /// (more batches than the feed keeps) gets `Lagged` and should read afresh.
     pub fn watch_jobs(&self) -> broadcast::Receiver<JobsChanged> {
         self.sessions.job_changes.subscribe()
     }

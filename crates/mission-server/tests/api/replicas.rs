@@ -328,3 +328,68 @@ fn ndjson(response: reqwest::Response) -> std::pin::Pin<Box<dyn futures_util::St
         futures_util::stream::iter(lines)
     }))
 }
+
+/// Reads job events of a server-sent event stream until one shows job `job_id` in `status`
+/// (20 s at most).
+async fn until_job_event(lines: &mut (impl futures_util::Stream<Item = String> + Unpin), job_id: Uuid, status: &str) {
+    let wait = async {
+        let mut job_event = false;
+        loop {
+            let line = lines.next().await.expect("the event stream stays open");
+            if let Some(data) = line.strip_prefix("data: ").filter(|_| job_event) {
+                let job: serde_json::Value = serde_json::from_str(data).unwrap();
+                if job["job_id"] == job_id.to_string() && job["status"] == status {
+                    return;
+                }
+            }
+            job_event = line == "event: job";
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), wait)
+        .await
+        .unwrap_or_else(|_| panic!("no event of the job {status}"));
+}
+
+#[tokio::test]
+async fn a_watcher_on_one_replica_sees_job_changes_made_through_the_other() {
+    let Some((a, b, _shared)) = two_replicas().await else { return };
+    let token = token_for(&a, "alice").await;
+    a.add_user("root", true).await;
+    let root = a.sign_in("root").await;
+    let lz = root
+        .register_landing_zone(LOCAL_STATION, &RegisterLandingZone { name: "node".into(), cluster_account: None })
+        .await
+        .unwrap();
+    let mut agent = FakeAgent::connect(&a, &lz.token).await;
+    let on_a = Client::with_access_token(&a.url, &token).unwrap();
+    let shell = CreateMission {
+        name: "watched".into(),
+        mission_type_id: Some(SHELL.parse().unwrap()),
+        settings: Some(BTreeMap::from([("filename".to_owned(), "run.sh".to_owned())])),
+        ..Default::default()
+    };
+    let mission = on_a.create_mission(&shell).await.unwrap();
+    let watching = http()
+        .get(format!("{}/api/v1/jobs/events?mission_ids={}", b.url, mission.mission_id))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(watching.headers()["content-type"], "text/event-stream");
+    let mut lines = ndjson(watching);
+    assert_eq!(lines.next().await.unwrap(), ": watching", "the stream is open before anything happens");
+
+    let job = on_a
+        .run_job_on_lz(mission.mission_id, LOCAL_STATION, agent.welcome.lz_id, JobResources::default())
+        .await
+        .unwrap();
+    assert!(matches!(agent.next_order().await, Order::Run(_)));
+    until_job_event(&mut lines, job.job_id, "assigned").await;
+    let now = chrono::Utc::now();
+    let report = |status| Report { job_id: job.job_id, status, at: now, exit_code: None, reason: None, limits: None };
+    let reports = [report(JobStatus::Running), Report { exit_code: Some(0), ..report(JobStatus::Completed) }];
+    let sent =
+        http().post(format!("{}/api/v1/lz/reports", a.url)).bearer_auth(&lz.token).json(&reports).send().await.unwrap();
+    assert_eq!(sent.status(), 204);
+    until_job_event(&mut lines, job.job_id, "completed").await;
+}

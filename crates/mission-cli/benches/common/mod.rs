@@ -274,7 +274,7 @@ pub fn bench_mission(i: usize, user_id: uuid::Uuid, at: chrono::DateTime<chrono:
         source_path: None,
         destination_path: None,
         settings: std::collections::BTreeMap::new(),
-        public: i % 100 == 0,
+        public: i.is_multiple_of(100),
         archived: false,
         args: vec!["--steps".into(), "100".into()],
         user_id,

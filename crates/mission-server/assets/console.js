@@ -99,6 +99,8 @@ function liveJob(header) {
   for (const pre of document.querySelectorAll("pre.log[data-follow]")) {
     open += 1;
     const stream = new EventSource(pre.dataset.follow);
+    // Each connection sends the log from its start: after a reconnection, start over.
+    stream.addEventListener("open", () => { pre.textContent = ""; });
     stream.addEventListener("message", (event) => {
       const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
       pre.append(JSON.parse(event.data));

@@ -15,10 +15,10 @@ use uuid::Uuid;
 use super::missions::human_size;
 use super::session::Viewer;
 use super::sign_in::CsrfForm;
-use super::{Frame, PageResult, page, query_value};
+use super::{Frame, PageResult, file_href, page, query_value};
 use crate::AppState;
 use crate::job_logs::LogStream;
-use crate::routes::extract::{QueryPairs, parse_id};
+use crate::routes::extract::QueryPairs;
 use crate::routes::jobs;
 
 /// Jobs per page of the list.
@@ -62,12 +62,11 @@ pub async fn list(State(app): State<AppState>, viewer: Viewer, Query(query): Que
     let mut events = "/api/v1/jobs/events".to_owned();
     let mut mission = None;
     if let Some(raw) = query.mission.as_deref().filter(|m| !m.is_empty()) {
-        let id = parse_id("mission", raw)?;
         let Json(found) =
             crate::routes::missions::get(State(app.clone()), viewer.principal(), Path(raw.to_owned())).await?;
-        pairs.push(("mission_ids".into(), id.to_string()));
-        events.push_str(&format!("?mission_ids={id}"));
-        mission = Some((id, found.name));
+        pairs.push(("mission_ids".into(), found.mission_id.to_string()));
+        events.push_str(&format!("?mission_ids={}", found.mission_id));
+        mission = Some((found.mission_id, found.name));
     }
     let statuses: Vec<&'static str> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();
     let status = if statuses.contains(&query.status.as_str()) { query.status.clone() } else { String::new() };
@@ -135,8 +134,7 @@ pub async fn show(State(app): State<AppState>, viewer: Viewer, Path(id): Path<St
         results = listing
             .into_iter()
             .map(|f| {
-                let encoded: Vec<String> = f.relative_path().split('/').map(super::missions::path_segment).collect();
-                let href = format!("/api/v1/jobs/{}/results/{}", job.job_id, encoded.join("/"));
+                let href = file_href(&format!("/api/v1/jobs/{}/results", job.job_id), &f.relative_path());
                 let size = human_size(f.file_size);
                 (f, href, size)
             })

@@ -9,7 +9,7 @@ use mission_api::{FileListing, Mission, MissionPage};
 use serde::Deserialize;
 
 use super::session::Viewer;
-use super::{Frame, PageResult, page, query_value};
+use super::{Frame, PageResult, file_href, page, query_value};
 use crate::AppState;
 use crate::catalogue;
 use crate::routes::extract::QueryPairs;
@@ -121,23 +121,15 @@ fn tree(mission_id: uuid::Uuid, listing: &[FileListing]) -> Vec<TreeLine> {
             lines.push(TreeLine::Open { name: (*folder).to_owned() });
             open.push(folder);
         }
-        let encoded: Vec<String> = file.relative_path().split('/').map(path_segment).collect();
         lines.push(TreeLine::File {
             name: file.filename.clone(),
             size: human_size(file.file_size),
             modified: file.modified_at,
-            href: format!("/api/v1/missions/{mission_id}/files/{}", encoded.join("/")),
+            href: file_href(&format!("/api/v1/missions/{mission_id}/files"), &file.relative_path()),
         });
     }
     lines.extend(open.iter().map(|_| TreeLine::Close));
     lines
-}
-
-/// A path segment percent-encoded for a URL.
-pub(super) fn path_segment(segment: &str) -> String {
-    const KEEP: &percent_encoding::AsciiSet =
-        &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_');
-    percent_encoding::utf8_percent_encode(segment, KEEP).to_string()
 }
 
 /// Bytes for people: `812 B`, `1.4 MB`.

@@ -150,6 +150,16 @@ impl IntoResponse for PageError {
 /// What console handlers answer.
 pub type PageResult = Result<Response, PageError>;
 
+/// The address under `base` (an API path ending in `/files` or `/results`) of the file at
+/// `relative_path`, each segment percent-encoded.
+pub fn file_href(base: &str, relative_path: &str) -> String {
+    const KEEP: &percent_encoding::AsciiSet =
+        &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_');
+    let segments: Vec<String> =
+        relative_path.split('/').map(|s| percent_encoding::utf8_percent_encode(s, KEEP).to_string()).collect();
+    format!("{base}/{}", segments.join("/"))
+}
+
 /// `value` encoded for a URL's query.
 pub fn query_value(value: &str) -> String {
     url::form_urlencoded::byte_serialize(value.as_bytes()).collect()

@@ -9,8 +9,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
 use futures_util::StreamExt;
-use mission_api::FileListing;
 use mission_api::paths::MissionPath;
+use mission_api::{FileListing, Job};
 
 use super::{async_stream, files, jobs, missions};
 use crate::AppState;
@@ -29,12 +29,9 @@ pub async fn mission(State(app): State<AppState>, who: Principal, Path(id): Path
     let listing: Vec<FileListing> =
         app.store.mission_files(mission.mission_id).await?.into_iter().map(FileListing::from).collect();
     let name = format!("{}.zip", download_name(&mission.name));
-    zip_response(&name, plan(&listing)?, move |entry| {
+    zip_response(&name, plan(&listing)?, move |path| {
         let (app, mission) = (app.clone(), mission.clone());
-        async move {
-            let path = MissionPath::parse(&entry.name).map_err(|e| ApiError::internal(e.to_string()))?;
-            files::serve_mission_file(&app, &mission, &path, &HeaderMap::new()).await
-        }
+        async move { files::serve_mission_file(&app, &mission, &path, &HeaderMap::new()).await }
     })
 }
 
@@ -48,9 +45,14 @@ pub async fn mission(State(app): State<AppState>, who: Principal, Path(id): Path
 pub async fn results(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Response> {
     let job = jobs::own_job(&app, who, &id).await?;
     let listing = jobs::result_listing(&app, &job).await?;
-    zip_response(&results_name(job.job_id), plan(&listing)?, move |entry| {
-        let path = Path((job.job_id.to_string(), entry.name));
-        jobs::result(State(app.clone()), who, path, HeaderMap::new())
+    results_archive(app, job, &listing)
+}
+
+/// The archive of `job`'s results as `listing` lists them, for a caller who may read them.
+pub(super) fn results_archive(app: AppState, job: Job, listing: &[FileListing]) -> ApiResult<Response> {
+    zip_response(&results_name(job.job_id), plan(listing)?, move |path| {
+        let (app, job) = (app.clone(), job.clone());
+        async move { jobs::serve_result(&app, &job, &path, &HeaderMap::new()).await }
     })
 }
 
@@ -68,12 +70,12 @@ pub(super) fn plan(listing: &[FileListing]) -> ApiResult<ZipPlan> {
     ZipPlan::new(entries).map_err(|e| ApiError::conflict(e.to_string()))
 }
 
-/// The archive `plan` describes as a response named `file_name`: `open` answers each entry's
-/// content. A file that changes or goes while the archive is sent ends the response early, so
+/// The archive `plan` describes as a response named `file_name`: `open` answers the content of
+/// each entry, by its path. A file that changes or goes while the archive is sent ends the response early, so
 /// the client sees a short body (against the announced length), never a wrong archive.
 fn zip_response<F, Fut>(file_name: &str, plan: ZipPlan, open: F) -> ApiResult<Response>
 where
-    F: Fn(ZipEntry) -> Fut + Send + 'static,
+    F: Fn(MissionPath) -> Fut + Send + 'static,
     Fut: Future<Output = ApiResult<Response>> + Send,
 {
     let size = plan.archive_size();
@@ -84,8 +86,12 @@ where
             if tx.send(header).await.is_err() {
                 return;
             }
-            let name = entry.name.clone();
-            let file = match open(entry).await {
+            let name = entry.name;
+            let file = match MissionPath::parse(&name) {
+                Ok(path) => open(path).await,
+                Err(e) => Err(ApiError::internal(e.to_string())),
+            };
+            let file = match file {
                 Ok(file) => file,
                 Err(e) => {
                     tracing::warn!(%archive, file = %name, error = ?e, "archive cut short: a file is gone");

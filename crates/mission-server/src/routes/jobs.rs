@@ -362,13 +362,22 @@ pub async fn result(
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     let job = own_job(&app, who, &id).await?;
-    let path = parse_path(&raw_path)?;
+    serve_result(&app, &job, &parse_path(&raw_path)?, &headers).await
+}
+
+/// Answers one result of `job` (a file, or one of its logs) for a caller who may read it.
+pub(super) async fn serve_result(
+    app: &AppState,
+    job: &Job,
+    path: &MissionPath,
+    headers: &HeaderMap,
+) -> ApiResult<Response> {
     let not_found = || ApiError::not_found("result", format!("{path} of job {}", job.job_id));
-    if let Some(stream) = log_of(&path) {
-        let record = app.logs.record(&job, stream).await.map_err(ApiError::internal)?.ok_or_else(not_found)?;
+    if let Some(stream) = log_of(path) {
+        let record = app.logs.record(job, stream).await.map_err(ApiError::internal)?.ok_or_else(not_found)?;
         let name = MissionPath::parse(stream.file_name()).expect("a valid file name");
         return match app.logs.location(job.mission_id, job.job_id) {
-            Some(place) => serve(&place, &name, &record, &headers).await,
+            Some(place) => serve(&place, &name, &record, headers).await,
             // Kept in the database: the whole log (a `Range` is not honoured).
             None => {
                 let bytes = app.logs.read(job.mission_id, job.job_id, stream, 0).await.map_err(ApiError::internal)?;
@@ -380,8 +389,8 @@ pub async fn result(
             }
         };
     }
-    let record = app.store.job_result(&job, path.as_str()).await?.ok_or_else(not_found)?;
+    let record = app.store.job_result(job, path.as_str()).await?.ok_or_else(not_found)?;
     let mission = app.store.mission(job.mission_id).await?.ok_or_else(not_found)?;
     let place = app.bays.results(&app.store, &mission, job.job_id).await?;
-    serve(&place, &path, &record, &headers).await
+    serve(&place, path, &record, headers).await
 }

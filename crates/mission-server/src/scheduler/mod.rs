@@ -253,8 +253,15 @@ impl Sessions {
         Self { replica, next: AtomicU64::new(0), local: Mutex::new(HashMap::new()), outbox, job_changes }
     }
 
-    /// Tells the watchers here, and through the other replicas theirs, that jobs changed.
-    pub(crate) fn jobs_changed(&self, ids: Vec<Uuid>) {
+    /// Tells the watchers here, and through the other replicas theirs, that jobs changed. A
+    /// single process with nobody watching does nothing (this runs on every scheduler flush).
+    pub(crate) fn jobs_changed(&self, ids: impl Iterator<Item = Uuid>) {
+        if self.outbox.is_none() && self.job_changes.receiver_count() == 0 {
+            return;
+        }
+        let mut ids: Vec<Uuid> = ids.collect();
+        ids.sort_unstable();
+        ids.dedup();
         if ids.is_empty() {
             return;
         }

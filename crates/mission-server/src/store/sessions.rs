@@ -1,7 +1,6 @@
 //! The web console's sign-in sessions (see `crate::console::session`).
 
 use chrono::{DateTime, Utc};
-use uuid::Uuid;
 
 use super::row::Columns;
 use super::{ConsoleSessionRecord, Store, StoreError, to_micros, with_conn};
@@ -71,16 +70,5 @@ impl Store {
                 .rows_affected()
         });
         Ok(deleted > 0)
-    }
-
-    /// Ends every session of a user (after a password change); answers how many there were.
-    pub async fn delete_console_sessions_of(&self, user_id: Uuid) -> Result<u64, StoreError> {
-        Ok(with_conn!(self, writer, |conn| {
-            sqlx::query("DELETE FROM console_sessions WHERE user_id = $1")
-                .bind(user_id.to_string())
-                .execute(conn)
-                .await?
-                .rows_affected()
-        }))
     }
 }

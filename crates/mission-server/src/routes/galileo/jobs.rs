@@ -228,7 +228,7 @@ pub async fn results(
     if *wanted != name || listing.is_empty() {
         return Err(ApiError::not_found("result", format!("{wanted} of job {}", job.job_id)));
     }
-    archives::results(State(app), who, Path(id)).await
+    archives::results_archive(app, job, &listing)
 }
 
 /// `GET /users/self`: the caller, with the landing zones it owns (`mids`: none, here).

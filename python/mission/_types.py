@@ -245,7 +245,8 @@ class Resources(_Record):
 
 @dataclasses.dataclass(frozen=True)
 class LandingZone(_Record):
-    """A compute host (or cluster gateway) of a station; ``resources`` is what it offers when online."""
+    """A compute host (or cluster gateway) of a station; ``resources`` is what it offers when online,
+    ``in_use`` what its unfinished jobs hold."""
 
     lz_id: str
     station_id: str
@@ -256,6 +257,7 @@ class LandingZone(_Record):
     created_at: datetime.datetime
     cluster_account: Optional[str] = None
     pilot_of: Optional[str] = None
+    in_use: Optional[Resources] = dataclasses.field(default=None, metadata={"of": Resources})
 
 
 @dataclasses.dataclass(frozen=True)

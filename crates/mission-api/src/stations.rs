@@ -88,6 +88,9 @@ pub struct LandingZone {
     pub online: bool,
     /// What its agent last advertised; absent before it first connected.
     pub resources: Option<Resources>,
+    /// What the jobs placed on it and not yet ended hold (zero when none).
+    #[serde(default)]
+    pub in_use: Resources,
     /// When its agent was last heard from.
     pub last_seen_at: Option<DateTime<Utc>>,
     /// The cluster account a batch-system gateway (a Slurm landing zone) submits its jobs as:

@@ -120,9 +120,217 @@ function liveJob(header) {
   });
 }
 
+// A form marked data-autosubmit (the mission-type choice) goes as soon as a choice is made; its
+// button is there for readers without script.
+function autosubmit(root) {
+  for (const form of root.querySelectorAll("form[data-autosubmit]")) {
+    form.addEventListener("change", () => form.submit());
+  }
+}
+
+// The session's CSRF token, which every state-changing API request of the console carries.
+function csrfToken() {
+  return document.querySelector('meta[name="csrf-token"]').content;
+}
+
+// A mission path as a URL path: each segment encoded.
+function encodePath(path) {
+  return path.split("/").map(encodeURIComponent).join("/");
+}
+
+// Uploads to a mission: files or whole folders, chosen or dropped, three at a time, each streamed
+// as the body of PUT /api/v1/missions/{id}/files/{path}, with a bar for each file and one for all.
+// When every file has gone the page is read again to show the new tree; failures stay listed.
+function uploads(section) {
+  const mission = section.dataset.mission;
+  const parallel = 3;
+  const queue = [];
+  let running = 0;
+  let failed = 0;
+  let totalBytes = 0;
+  let doneBytes = 0;
+  const progress = document.getElementById("upload-progress");
+  const total = document.getElementById("upload-total");
+  const summary = document.getElementById("upload-summary");
+  const list = document.getElementById("upload-files");
+  const into = document.getElementById("upload-into");
+
+  function inFolder(path) {
+    const folder = into.value.trim().replace(/^\/+|\/+$/g, "");
+    return folder ? `${folder}/${path}` : path;
+  }
+
+  function show() {
+    total.max = Math.max(totalBytes, 1);
+    total.value = doneBytes;
+    const left = queue.length + running;
+    summary.textContent = left > 0
+      ? `Uploading ${left} file${left === 1 ? "" : "s"}… ${Math.floor((100 * doneBytes) / Math.max(totalBytes, 1))}%`
+      : failed > 0 ? `${failed} file${failed === 1 ? "" : "s"} failed.` : "All files uploaded.";
+  }
+
+  function add(file, path) {
+    const item = document.createElement("li");
+    const name = document.createElement("span");
+    name.textContent = path;
+    const bar = document.createElement("progress");
+    bar.max = Math.max(file.size, 1);
+    bar.value = 0;
+    bar.setAttribute("aria-label", path);
+    const note = document.createElement("span");
+    note.className = "muted";
+    item.append(name, " ", bar, " ", note);
+    list.append(item);
+    queue.push({ file, path, bar, note, sent: 0 });
+    totalBytes += file.size;
+    progress.hidden = false;
+  }
+
+  function next() {
+    while (running < parallel && queue.length > 0) send(queue.shift());
+    show();
+    if (running === 0 && queue.length === 0 && failed === 0) window.location.reload();
+  }
+
+  function send(job) {
+    running += 1;
+    const request = new XMLHttpRequest();
+    request.open("PUT", `/api/v1/missions/${mission}/files/${encodePath(job.path)}`);
+    request.setRequestHeader("X-CSRF-Token", csrfToken());
+    request.setRequestHeader("Content-Type", "application/octet-stream");
+    request.upload.addEventListener("progress", (event) => {
+      doneBytes += event.loaded - job.sent;
+      job.sent = event.loaded;
+      job.bar.value = event.loaded;
+      show();
+    });
+    const finish = (error) => {
+      running -= 1;
+      doneBytes += job.file.size - job.sent;
+      job.bar.value = job.bar.max;
+      if (error) {
+        failed += 1;
+        job.note.textContent = error;
+        job.note.className = "error";
+      } else {
+        job.note.textContent = "done";
+      }
+      next();
+    };
+    request.addEventListener("load", () => {
+      if (request.status === 401) {
+        checkSession();
+        return;
+      }
+      if (request.status >= 200 && request.status < 300) {
+        finish(null);
+        return;
+      }
+      let detail = `HTTP ${request.status}`;
+      try { detail = JSON.parse(request.responseText).detail || detail; } catch (_) { /* not a problem document */ }
+      finish(detail);
+    });
+    request.addEventListener("error", () => finish("the connection failed"));
+    request.send(job.file);
+  }
+
+  // A dropped folder is walked: every file in it, at any depth, keeps its path under the folder.
+  async function walk(entry) {
+    if (entry.isFile) {
+      const file = await new Promise((resolve, reject) => entry.file(resolve, reject));
+      add(file, inFolder(entry.fullPath.replace(/^\//, "")));
+      return;
+    }
+    const reader = entry.createReader();
+    for (;;) {
+      const batch = await new Promise((resolve, reject) => reader.readEntries(resolve, reject));
+      if (batch.length === 0) break;
+      for (const child of batch) await walk(child);
+    }
+  }
+
+  for (const id of ["pick-files", "pick-folder"]) {
+    const input = document.getElementById(id);
+    input.addEventListener("change", () => {
+      for (const file of input.files) add(file, inFolder(file.webkitRelativePath || file.name));
+      input.value = "";
+      next();
+    });
+  }
+  const zone = document.getElementById("dropzone");
+  section.addEventListener("dragover", (event) => { event.preventDefault(); zone.classList.add("over"); });
+  section.addEventListener("dragleave", () => zone.classList.remove("over"));
+  section.addEventListener("drop", async (event) => {
+    event.preventDefault();
+    zone.classList.remove("over");
+    const entries = [...event.dataTransfer.items].map((item) => item.webkitGetAsEntry()).filter(Boolean);
+    for (const entry of entries) await walk(entry);
+    next();
+  });
+}
+
+// The run dialog: the number fields' limits follow what the chosen landing zone (or the largest
+// of the chosen station's) offers, the landing-zone choice shows only the station's, and a request
+// no landing zone could ever hold is refused by the browser before it is sent.
+function runDialog(form) {
+  const station = form.querySelector("#station");
+  const lz = form.querySelector("#lz");
+  const fields = { cpus: form.querySelector("#cpu_count"), memory: form.querySelector("#memory_amount"), gpus: form.querySelector("#gpu_count") };
+  const capacity = document.getElementById("capacity");
+  const zones = [...document.querySelectorAll("#zones tr[data-lz]")];
+  const size = (row, key) => Number(row.dataset[key]);
+
+  function candidates() {
+    return zones.filter((row) => row.dataset.station === station.value && (!lz.value || row.dataset.lz === lz.value));
+  }
+
+  function check() {
+    for (const option of lz.options) {
+      if (option.dataset.station) option.hidden = option.dataset.station !== station.value;
+    }
+    if (lz.selectedOptions[0] && lz.selectedOptions[0].hidden) lz.value = "";
+    for (const input of Object.values(fields)) { input.setCustomValidity(""); input.removeAttribute("max"); }
+    const rows = candidates();
+    if (rows.length === 0) {
+      capacity.textContent = "This station has no landing zones yet.";
+      fields.cpus.setCustomValidity("The station has no landing zone to run on.");
+      return;
+    }
+    // A landing zone that never connected may be any size: only known sizes limit the request.
+    if (rows.some((row) => row.dataset.cpus === undefined)) {
+      capacity.textContent = "A landing zone of this choice has not said what it offers yet.";
+      return;
+    }
+    for (const [key, input] of Object.entries(fields)) {
+      input.max = String(Math.max(...rows.map((row) => size(row, key))));
+    }
+    const want = Object.fromEntries(Object.entries(fields).map(([key, input]) => [key, Number(input.value)]));
+    const fits = rows.filter((row) => Object.keys(fields).every((key) => size(row, key) >= want[key]));
+    const largest = rows.map((row) => `${row.dataset.name}: ${row.dataset.cpus} CPUs, ${row.dataset.memory} MB, ${row.dataset.gpus} GPUs`).join("; ");
+    if (fits.length === 0) {
+      const message = `No landing zone of this choice could ever hold that. ${largest}.`;
+      fields.cpus.setCustomValidity(message);
+      capacity.textContent = message;
+    } else {
+      capacity.textContent = `Fits on ${fits.map((row) => row.dataset.name).join(", ")}.`;
+    }
+  }
+
+  form.addEventListener("input", check);
+  form.addEventListener("change", check);
+  check();
+}
+
+document.documentElement.classList.add("js");
+
 document.addEventListener("DOMContentLoaded", () => {
   localTimes(document);
   confirmations(document);
+  autosubmit(document);
+  const upload = document.getElementById("upload");
+  if (upload) uploads(upload);
+  const run = document.getElementById("run-form");
+  if (run) runDialog(run);
   const jobs = document.querySelector("table#jobs[data-events]");
   if (jobs) liveJobs(jobs);
   const job = document.querySelector('#job[data-finished="false"]');

@@ -82,6 +82,37 @@ impl SettingDef {
     }
 }
 
+/// How a form asks for a setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldInput {
+    /// A line of text.
+    Text,
+    /// A whole number from `min` to `max`.
+    Number {
+        /// The least value.
+        min: i64,
+        /// The greatest value.
+        max: i64,
+    },
+    /// One of these.
+    Choice(&'static [&'static str]),
+}
+
+/// One setting of a mission type, as a form field.
+#[derive(Debug, Clone)]
+pub struct SettingField {
+    /// The setting's name.
+    pub name: &'static str,
+    /// What it is for.
+    pub label: &'static str,
+    /// Its value when a mission leaves it out; `None`: a job needs it set.
+    pub default: Option<&'static str>,
+    /// The input that asks for it.
+    pub input: FieldInput,
+    /// The settings-info line (`GET /mission-types/{id}/settings`).
+    pub info: String,
+}
+
 /// A mission type of the catalogue.
 #[derive(Debug)]
 pub struct MissionTypeDef {
@@ -212,27 +243,46 @@ impl MissionTypeDef {
         self.settings.iter().map(|s| (s.name.to_owned(), s.info())).collect()
     }
 
+    /// The settings as form fields, in the type's order: what the console's mission form and
+    /// the galileo wizard spec are drawn from.
+    pub fn form_fields(&self) -> Vec<SettingField> {
+        self.settings
+            .iter()
+            .map(|s| SettingField {
+                name: s.name,
+                label: s.description,
+                default: s.default,
+                input: match s.kind {
+                    SettingKind::Integer { min, max } => FieldInput::Number { min, max },
+                    SettingKind::Choice(options) => FieldInput::Choice(options),
+                    SettingKind::Path | SettingKind::Text | SettingKind::CommandLine => FieldInput::Text,
+                },
+                info: s.info(),
+            })
+            .collect()
+    }
+
     /// The settings as a `galileo-sdk` "wizard spec": one page whose fields each have a `key`
     /// and a `type` (`text`, `number`, or `single-select` with `options`), which that client
     /// turns into its settings info.
     pub fn wizard_spec(&self) -> serde_json::Value {
         let fields: Vec<serde_json::Value> = self
-            .settings
-            .iter()
-            .map(|s| {
-                let mut field = serde_json::json!({"key": s.name, "label": s.description, "default": s.default});
-                match s.kind {
-                    SettingKind::Integer { min, max } => {
+            .form_fields()
+            .into_iter()
+            .map(|f| {
+                let mut field = serde_json::json!({"key": f.name, "label": f.label, "default": f.default});
+                match f.input {
+                    FieldInput::Number { min, max } => {
                         field["type"] = "number".into();
                         field["min"] = min.into();
                         field["max"] = max.into();
                     }
-                    SettingKind::Choice(options) => {
+                    FieldInput::Choice(options) => {
                         field["type"] = "single-select".into();
                         field["options"] =
                             options.iter().map(|o| serde_json::json!({"value": o, "label": o})).collect();
                     }
-                    SettingKind::Path | SettingKind::Text | SettingKind::CommandLine => field["type"] = "text".into(),
+                    FieldInput::Text => field["type"] = "text".into(),
                 }
                 field
             })

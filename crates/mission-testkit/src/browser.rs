@@ -127,6 +127,12 @@ impl Browser {
         self.call(Method::POST, &format!("/element/{field}/value"), json!({ "text": text })).await;
     }
 
+    /// Empties the field `css` selects.
+    pub async fn clear(&self, css: &str) {
+        let field = self.element(css).await;
+        self.call(Method::POST, &format!("/element/{field}/clear"), json!({})).await;
+    }
+
     /// Clicks what `css` selects.
     pub async fn click(&self, css: &str) {
         let target = self.element(css).await;

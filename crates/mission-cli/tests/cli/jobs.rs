@@ -752,3 +752,115 @@ async fn the_console_shows_a_job_live_and_stops_another() {
     assert_eq!(alice.get_job(long.job_id).await.unwrap().status, JobStatus::Stopped);
     browser.close().await;
 }
+
+#[tokio::test]
+async fn the_console_creates_a_mission_uploads_a_folder_and_runs_it() {
+    let Some(browser) = mission_testkit::Browser::start().await else { return };
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let alice = &server.client;
+    browser.sign_in_to_console(&server.url, "alice", mission_testkit::PASSWORD).await;
+
+    // A mission of a type, its form drawn from the type's settings; a setting the API refuses
+    // comes back marked, with what was typed kept.
+    browser.goto(&format!("{}/missions", server.url)).await;
+    browser.click("#new-mission").await;
+    browser.click(&format!("input[name='type'][value='{SHELL}']")).await;
+    browser.type_into("#name", "Folder run").await;
+    browser.type_into("input[name='settings.filename']", "../outside.sh").await;
+    browser.click("select[name='settings.shell'] option[value='sh']").await;
+    browser.type_into("#args", "first\ntwo words").await;
+    browser.screenshot("console-new-mission").await;
+    browser.click("#save").await;
+    browser.wait_for_text("#form-error", "filename").await;
+    assert_eq!(browser.property("input[name='settings.filename']", "ariaInvalid").await, "true");
+    assert_eq!(browser.property("#name", "value").await, "Folder run");
+    browser.clear("input[name='settings.filename']").await;
+    browser.type_into("input[name='settings.filename']", "project/run.sh").await;
+    browser.click("#save").await;
+    browser.wait_for_text("#mission-name", "Folder run").await;
+    let mission_id: Uuid = browser.current_url().await.rsplit('/').next().unwrap().parse().unwrap();
+    let mission = alice.get_mission_by_id(mission_id).await.unwrap();
+    assert_eq!(mission.settings.get("shell").map(String::as_str), Some("sh"));
+    assert_eq!(mission.args, ["first", "two words"]);
+
+    // A whole folder, with a nested file, uploaded from the folder picker; then the tree.
+    let folder = tempfile::tempdir().unwrap();
+    let project = folder.path().join("project");
+    std::fs::create_dir_all(project.join("data/nested")).unwrap();
+    std::fs::write(project.join("run.sh"), "cat project/data/nested/input.txt\necho \"args: $*\"\nsleep 1\n").unwrap();
+    std::fs::write(project.join("data/nested/input.txt"), "nested input\n").unwrap();
+    browser.type_into("#pick-folder", project.to_str().unwrap()).await;
+    browser.wait_for_text("#file-tree", "input.txt").await;
+    let tree = browser.text("#file-tree").await;
+    for part in ["project/", "data/", "nested/", "input.txt", "run.sh"] {
+        assert!(tree.contains(part), "{part} missing from the tree: {tree}");
+    }
+    let mut stored: Vec<String> =
+        alice.get_mission_files(mission_id).await.unwrap().iter().map(|f| f.relative_path()).collect();
+    stored.sort();
+    assert_eq!(stored, ["project/data/nested/input.txt", "project/run.sh"]);
+    browser.screenshot("console-mission-tree").await;
+
+    // The run dialog knows the landing zone's size: more CPUs than it has are refused before
+    // anything is sent; a request that fits starts the job, whose page shows its output.
+    browser.click("#run-mission").await;
+    browser.wait_for_text("#zones", "lz1").await;
+    browser.clear("#cpu_count").await;
+    browser.type_into("#cpu_count", "64").await;
+    browser.wait_for_text("#capacity", "could ever hold").await;
+    browser.screenshot("console-run-dialog").await;
+    browser.click("#run").await;
+    let refused =
+        browser.execute("return document.querySelector('#cpu_count').validationMessage", serde_json::json!([])).await;
+    assert!(refused.as_str().unwrap().contains("could ever hold"), "{refused}");
+    assert!(browser.current_url().await.ends_with("/run"));
+    browser.clear("#cpu_count").await;
+    browser.type_into("#cpu_count", "1").await;
+    browser.wait_for_text("#capacity", "Fits on").await;
+    browser.click("#run").await;
+    browser.wait_for_text("#job-status", "completed").await;
+    assert_eq!(browser.text("#stdout").await, "nested input\nargs: first two words");
+    let jobs = alice.list_jobs(&Default::default()).await.unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!((jobs[0].cpu_count, jobs[0].mission_id), (1, mission_id));
+
+    // Without the script the server refuses the same impossible request, naming the sizes.
+    let cookie = format!("mission_session={}", browser.cookie("mission_session").await["value"].as_str().unwrap());
+    let csrf = browser.property("meta[name='csrf-token']", "content").await;
+    let form = [
+        ("csrf", csrf.as_str().unwrap()),
+        ("station", LOCAL_STATION),
+        ("cpu_count", "64"),
+        ("memory_amount", "100"),
+        ("gpu_count", "0"),
+    ];
+    let refused = reqwest::Client::new()
+        .post(format!("{}/missions/{mission_id}/run", server.url))
+        .header("cookie", &cookie)
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400);
+    let body = refused.text().await.unwrap();
+    assert!(body.contains("could ever hold this job") && body.contains("lz1 offers cpu_count 2"), "{body}");
+
+    // Edit, archive and delete, each from the mission's page.
+    browser.goto(&format!("{}/missions/{mission_id}", server.url)).await;
+    browser.click("#edit-mission").await;
+    browser.clear("#name").await;
+    browser.type_into("#name", "Folder run, edited").await;
+    browser.clear("#args").await;
+    browser.click("#save").await;
+    browser.wait_for_text("#mission-name", "Folder run, edited").await;
+    assert!(alice.get_mission_by_id(mission_id).await.unwrap().args.is_empty());
+    browser.click("#archive-mission").await;
+    browser.wait_for_text(".heading .badge", "archived").await;
+    assert!(alice.get_mission_by_id(mission_id).await.unwrap().archived);
+    browser.click("#delete-mission").await;
+    browser.accept_dialog().await;
+    browser.wait_for_text("h1", "Missions").await;
+    assert!(matches!(alice.get_mission_by_id(mission_id).await, Err(Error::NotFound(_))));
+    browser.close().await;
+}

@@ -100,7 +100,7 @@ pub async fn list(State(app): State<AppState>, viewer: Viewer, Query(query): Que
 /// One line of a mission's file tree: a folder opening, a file, or a folder closing.
 enum TreeLine {
     Open { name: String },
-    File { name: String, size: String, modified: DateTime<Utc>, href: String },
+    File { name: String, path: String, size: String, modified: DateTime<Utc>, href: String },
     Close,
 }
 
@@ -123,6 +123,7 @@ fn tree(mission_id: uuid::Uuid, listing: &[FileListing]) -> Vec<TreeLine> {
         }
         lines.push(TreeLine::File {
             name: file.filename.clone(),
+            path: file.relative_path(),
             size: human_size(file.file_size),
             modified: file.modified_at,
             href: file_href(&format!("/api/v1/missions/{mission_id}/files"), &file.relative_path()),

@@ -11,7 +11,9 @@
 
 mod assets;
 mod jobs;
+mod mission_forms;
 mod missions;
+mod run;
 pub mod session;
 mod sign_in;
 
@@ -33,7 +35,13 @@ pub fn router() -> Router<AppState> {
         .route("/sign-in", get(sign_in::form).post(sign_in::submit))
         .route("/sign-out", post(sign_in::sign_out))
         .route("/missions", get(missions::list))
+        .route("/missions/new", get(mission_forms::new_form).post(mission_forms::create))
         .route("/missions/{id}", get(missions::show))
+        .route("/missions/{id}/edit", get(mission_forms::edit_form).post(mission_forms::update))
+        .route("/missions/{id}/archive", post(mission_forms::archive))
+        .route("/missions/{id}/delete", post(mission_forms::delete))
+        .route("/missions/{id}/files/delete", post(mission_forms::delete_file))
+        .route("/missions/{id}/run", get(run::form).post(run::submit))
         .route("/jobs", get(jobs::list))
         .route("/jobs/{id}", get(jobs::show))
         .route("/jobs/{id}/stop", post(jobs::stop))

@@ -239,6 +239,7 @@ pub async fn register_pilot(
         name: format!("{}.pilot-{}", gateway.name, &lz_id.simple().to_string()[..8]),
         online: false,
         resources: None,
+        in_use: Default::default(),
         last_seen_at: None,
         cluster_account: None,
         pilot_of: Some(gateway.lz_id),

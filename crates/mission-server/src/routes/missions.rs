@@ -90,7 +90,7 @@ fn check_settings(mission_type_id: Option<Uuid>, settings: &BTreeMap<String, Str
     }
 }
 
-fn check_args(args: &[String]) -> ApiResult<()> {
+pub(crate) fn check_args(args: &[String]) -> ApiResult<()> {
     if args.len() > MAX_ARGS {
         return Err(ApiError::invalid_field("args", format!("at most {MAX_ARGS} arguments")));
     }

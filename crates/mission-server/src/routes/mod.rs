@@ -11,7 +11,7 @@ mod lz;
 mod meta;
 mod mission_types;
 pub(crate) mod missions;
-mod stations;
+pub(crate) mod stations;
 
 use axum::Router;
 use axum::body::Bytes;

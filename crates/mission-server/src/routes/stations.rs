@@ -204,6 +204,7 @@ pub async fn register_landing_zone(
         name: check_name(&req.name)?,
         online: false,
         resources: None,
+        in_use: Default::default(),
         last_seen_at: None,
         created_at: store::now(),
         cluster_account: req.cluster_account.as_deref().map(check_cluster_account).transpose()?,

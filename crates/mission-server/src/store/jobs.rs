@@ -15,7 +15,7 @@ const JOB_COLUMNS: &str = "job_id, mission_id, user_id, station_id, requested_lz
     finished_at";
 
 /// The statuses a job ends in, as an SQL list.
-const FINAL_STATUSES: &str = "('completed', 'failed', 'stopped', 'lost')";
+pub(super) const FINAL_STATUSES: &str = "('completed', 'failed', 'stopped', 'lost')";
 
 impl Store {
     /// Writes new jobs (each with its history so far) and then job moves, in order, in one

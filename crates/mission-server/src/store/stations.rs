@@ -1,9 +1,12 @@
 //! Stations, their members and their landing zones.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use mission_api::{LandingZone, Resources, Station, StationMember};
 use uuid::Uuid;
 
+use super::jobs::FINAL_STATUSES;
 use super::row::Columns;
 use super::{Store, StoreError, conflict_on_duplicate, to_micros, with_conn};
 
@@ -172,7 +175,7 @@ impl Store {
         lease: std::time::Duration,
         now: DateTime<Utc>,
     ) -> Result<Vec<LandingZone>, StoreError> {
-        with_conn!(self, reader, |conn| {
+        let zones = with_conn!(self, reader, |conn| {
             let rows = {
                 sqlx::query(&format!(
                     "SELECT {LZ_COLUMNS} FROM landing_zones WHERE CAST($1 AS TEXT) IS NULL OR station_id = $1 \
@@ -182,7 +185,40 @@ impl Store {
                 .fetch_all(conn)
                 .await?
             };
-            rows.iter().map(|r| lz_from_row(r, lease, now)).collect()
+            rows.iter().map(|r| lz_from_row(r, lease, now)).collect::<Result<Vec<_>, _>>()
+        })?;
+        let usage = self.landing_zone_usage(station_id).await?;
+        Ok(zones
+            .into_iter()
+            .map(|lz| LandingZone { in_use: usage.get(&lz.lz_id).copied().unwrap_or_default(), ..lz })
+            .collect())
+    }
+
+    /// What the unfinished jobs placed on each landing zone of a station (of all stations when
+    /// `None`) hold; landing zones without such jobs are left out.
+    async fn landing_zone_usage(&self, station_id: Option<Uuid>) -> Result<HashMap<Uuid, Resources>, StoreError> {
+        with_conn!(self, reader, |conn| {
+            let rows = {
+                sqlx::query(&format!(
+                    "SELECT lz_id, CAST(SUM(cpu_count) AS BIGINT) AS cpu_count, \
+                     CAST(SUM(memory_amount) AS BIGINT) AS memory_amount, CAST(SUM(gpu_count) AS BIGINT) AS gpu_count \
+                     FROM jobs WHERE lz_id IS NOT NULL AND status NOT IN {FINAL_STATUSES} \
+                     AND (CAST($1 AS TEXT) IS NULL OR station_id = $1) GROUP BY lz_id"
+                ))
+                .bind(station_id.map(|id| id.to_string()))
+                .fetch_all(conn)
+                .await?
+            };
+            rows.iter()
+                .map(|r| {
+                    let held = Resources {
+                        cpu_count: u32::try_from(r.count("cpu_count")?).unwrap_or(u32::MAX),
+                        memory_amount: r.count("memory_amount")?,
+                        gpu_count: u32::try_from(r.count("gpu_count")?).unwrap_or(u32::MAX),
+                    };
+                    Ok((r.uuid("lz_id")?, held))
+                })
+                .collect()
         })
     }
 
@@ -228,6 +264,7 @@ fn lz_from_row(r: &impl Columns, lease: std::time::Duration, now: DateTime<Utc>)
         name: r.text("name")?,
         online: last_seen_at.is_some_and(|seen| now - seen < lease),
         resources,
+        in_use: Resources::default(),
         last_seen_at,
         created_at: r.time("created_at")?,
         cluster_account: r.opt_text("cluster_account")?,

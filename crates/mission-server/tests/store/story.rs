@@ -113,6 +113,7 @@ fn landing_zone(station_id: Uuid, name: &str) -> LandingZone {
         name: name.into(),
         online: false,
         resources: None,
+        in_use: Default::default(),
         last_seen_at: None,
         created_at: now(),
         cluster_account: None,
@@ -640,6 +641,14 @@ pub async fn job_batches_and_history(store: &Store) {
     assert_eq!(total, 2);
     assert_eq!(listed[0].job_id, second.job_id, "newest first: submission order is kept");
     assert!(listed[0].history.is_empty(), "listings leave history out");
+    // What the placed job holds counts against its landing zone; the queued one counts nowhere.
+    let in_use = |zones: Vec<LandingZone>| zones.into_iter().find(|z| z.lz_id == lz).unwrap().in_use;
+    let lease = std::time::Duration::from_secs(30);
+    let held = in_use(store.landing_zones(Some(LOCAL_STATION), lease, first.created_at).await.unwrap());
+    assert_eq!(
+        held,
+        Resources { cpu_count: first.cpu_count, memory_amount: first.memory_amount, gpu_count: first.gpu_count }
+    );
 
     // Several moves of a stored job in one batch: the row ends in the last state, every move is
     // in the history, in order.
@@ -663,6 +672,8 @@ pub async fn job_batches_and_history(store: &Store) {
     assert!(stored.started_at.is_some());
     assert_eq!(stored.finished_at, Some(done.at));
     assert_eq!(store.job_history(first.job_id).await.unwrap(), stored.history);
+    let held = in_use(store.landing_zones(None, lease, first.created_at).await.unwrap());
+    assert_eq!(held, Resources::default(), "an ended job holds nothing");
     let row = store.job_row(first.job_id).await.unwrap().unwrap();
     assert_eq!(row, Job { history: Vec::new(), ..stored });
 

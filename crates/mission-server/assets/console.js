@@ -321,6 +321,18 @@ function runDialog(form) {
   check();
 }
 
+// A form with a kind choice (the cargo-bay form) shows only the chosen kind's fields.
+function kindFields(select) {
+  const show = () => {
+    for (const set of select.form.querySelectorAll("fieldset[data-kind]")) {
+      set.hidden = set.dataset.kind !== select.value;
+      set.disabled = set.hidden;
+    }
+  };
+  select.addEventListener("change", show);
+  show();
+}
+
 document.documentElement.classList.add("js");
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -329,6 +341,8 @@ document.addEventListener("DOMContentLoaded", () => {
   autosubmit(document);
   const upload = document.getElementById("upload");
   if (upload) uploads(upload);
+  const kind = document.getElementById("bay-kind");
+  if (kind) kindFields(kind);
   const run = document.getElementById("run-form");
   if (run) runDialog(run);
   const jobs = document.querySelector("table#jobs[data-events]");

@@ -197,6 +197,31 @@ impl Browser {
         }
     }
 
+    /// The form controls of the page that a screen reader could not name: no `<label>`, no
+    /// `aria-label` or `aria-labelledby`, and (for buttons) no text. Answered as their ids or
+    /// names, for an assertion that the list is empty.
+    pub async fn unlabelled_controls(&self) -> Vec<String> {
+        let script = "return [...document.querySelectorAll('input:not([type=hidden]), select, textarea, button')]\
+            .filter(c => !(c.labels && c.labels.length) && !c.getAttribute('aria-label') \
+                && !c.getAttribute('aria-labelledby') && !(c.tagName === 'BUTTON' && c.textContent.trim()))\
+            .map(c => c.id || c.name || c.outerHTML.slice(0, 80))";
+        let found = self.execute(script, json!([])).await;
+        found.as_array().into_iter().flatten().map(|v| v.as_str().unwrap_or_default().to_owned()).collect()
+    }
+
+    /// Shows pages as on a phone (a 390×844 window) or a desktop (1280×800), in the dark or the
+    /// light colour scheme (Chrome's media emulation, through ChromeDriver's DevTools bridge).
+    pub async fn emulate(&self, phone: bool, dark: bool) {
+        let (width, height) = if phone { (390, 844) } else { (1280, 800) };
+        self.call(Method::POST, "/window/rect", json!({ "width": width, "height": height })).await;
+        let scheme = if dark { "dark" } else { "light" };
+        let features = json!([{ "name": "prefers-color-scheme", "value": scheme }]);
+        let command = json!({ "cmd": "Emulation.setEmulatedMedia", "params": { "features": features } });
+        self.call(Method::POST, "/goog/cdp/execute", command).await;
+        let matches = self.execute("return matchMedia('(prefers-color-scheme: dark)').matches", json!([])).await;
+        assert_eq!(matches, dark, "the colour scheme was not emulated");
+    }
+
     /// Saves a screenshot as `{name}.png` in `MISSION_SCREENSHOT_DIR`, when that is set.
     pub async fn screenshot(&self, name: &str) {
         let Ok(dir) = std::env::var("MISSION_SCREENSHOT_DIR") else { return };

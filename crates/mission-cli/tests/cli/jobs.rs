@@ -771,6 +771,7 @@ async fn the_console_creates_a_mission_uploads_a_folder_and_runs_it() {
     browser.click("select[name='settings.shell'] option[value='sh']").await;
     browser.type_into("#args", "first\ntwo words").await;
     browser.screenshot("console-new-mission").await;
+    assert_eq!(browser.unlabelled_controls().await, Vec::<String>::new());
     browser.click("#save").await;
     browser.wait_for_text("#form-error", "filename").await;
     assert_eq!(browser.property("input[name='settings.filename']", "ariaInvalid").await, "true");
@@ -801,6 +802,7 @@ async fn the_console_creates_a_mission_uploads_a_folder_and_runs_it() {
     stored.sort();
     assert_eq!(stored, ["project/data/nested/input.txt", "project/run.sh"]);
     browser.screenshot("console-mission-tree").await;
+    assert_eq!(browser.unlabelled_controls().await, Vec::<String>::new());
 
     // The run dialog knows the landing zone's size: more CPUs than it has are refused before
     // anything is sent; a request that fits starts the job, whose page shows its output.
@@ -810,6 +812,7 @@ async fn the_console_creates_a_mission_uploads_a_folder_and_runs_it() {
     browser.type_into("#cpu_count", "64").await;
     browser.wait_for_text("#capacity", "could ever hold").await;
     browser.screenshot("console-run-dialog").await;
+    assert_eq!(browser.unlabelled_controls().await, Vec::<String>::new());
     browser.click("#run").await;
     let refused =
         browser.execute("return document.querySelector('#cpu_count').validationMessage", serde_json::json!([])).await;
@@ -821,6 +824,13 @@ async fn the_console_creates_a_mission_uploads_a_folder_and_runs_it() {
     browser.click("#run").await;
     browser.wait_for_text("#job-status", "completed").await;
     assert_eq!(browser.text("#stdout").await, "nested input\nargs: first two words");
+    browser.emulate(true, true).await;
+    browser.screenshot("console-job-phone-dark").await;
+    browser.goto(&format!("{}/missions/{mission_id}", server.url)).await;
+    browser.screenshot("console-mission-phone-dark").await;
+    browser.emulate(false, true).await;
+    browser.screenshot("console-mission-dark").await;
+    browser.emulate(false, false).await;
     let jobs = alice.list_jobs(&Default::default()).await.unwrap();
     assert_eq!(jobs.len(), 1);
     assert_eq!((jobs[0].cpu_count, jobs[0].mission_id), (1, mission_id));

@@ -10,12 +10,15 @@
 //! framing).
 
 mod assets;
+mod cargo_bays;
 mod jobs;
 mod mission_forms;
 mod missions;
 mod run;
 pub mod session;
 mod sign_in;
+mod stations;
+mod users;
 
 use askama::Template;
 use axum::Router;
@@ -45,6 +48,16 @@ pub fn router() -> Router<AppState> {
         .route("/jobs", get(jobs::list))
         .route("/jobs/{id}", get(jobs::show))
         .route("/jobs/{id}/stop", post(jobs::stop))
+        .route("/stations", get(stations::list))
+        .route("/stations/{id}", get(stations::show))
+        .route("/stations/{id}/lzs", post(stations::register))
+        .route("/stations/{id}/lzs/{lz}/remove", post(stations::remove_lz))
+        .route("/stations/{id}/members", post(stations::add_member))
+        .route("/stations/{id}/members/remove", post(stations::remove_member))
+        .route("/cargo-bays", get(cargo_bays::list).post(cargo_bays::create))
+        .route("/cargo-bays/{id}/delete", post(cargo_bays::delete))
+        .route("/admin/users", get(users::list).post(users::add))
+        .route("/admin/users/{id}/admin", post(users::set_admin))
         .route("/assets/{name}", get(assets::serve))
         .layer(axum::middleware::from_fn(protect))
 }
@@ -79,6 +92,8 @@ async fn protect(request: Request, next: axum::middleware::Next) -> Response {
 
 /// What the base template shows around every signed-in page.
 pub struct Frame {
+    /// The signed-in user.
+    pub user_id: uuid::Uuid,
     /// The signed-in user's name.
     pub username: String,
     /// Whether the nav shows the admin pages.
@@ -97,6 +112,7 @@ impl Frame {
     /// The frame of a page of `section` for `viewer`.
     pub fn new(viewer: &Viewer, section: &'static str) -> Self {
         Self {
+            user_id: viewer.user.user_id,
             username: viewer.user.username.clone(),
             admin: viewer.user.admin,
             csrf: viewer.csrf.clone(),

@@ -2,7 +2,7 @@
 //! identity provider at the root when it is enabled.
 
 mod archives;
-mod cargo_bays;
+pub(crate) mod cargo_bays;
 pub(crate) mod extract;
 pub(crate) mod files;
 mod galileo;

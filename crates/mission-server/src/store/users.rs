@@ -72,6 +72,37 @@ impl Store {
         self.user_where("external_sub", sub).await
     }
 
+    /// A page of users by username (page from 1), and whether more follow.
+    pub async fn users(&self, page: u32, items: u32) -> Result<(Vec<UserRecord>, bool), StoreError> {
+        let offset = i64::from(page.saturating_sub(1)) * i64::from(items);
+        let mut users = with_conn!(self, reader, |conn| {
+            let rows = {
+                sqlx::query(&format!("SELECT {USER_COLUMNS} FROM users ORDER BY username LIMIT $1 OFFSET $2"))
+                    .bind(i64::from(items) + 1)
+                    .bind(offset)
+                    .fetch_all(conn)
+                    .await?
+            };
+            rows.iter().map(user_from_row).collect::<Result<Vec<_>, _>>()
+        })?;
+        let more = users.len() > items as usize;
+        users.truncate(items as usize);
+        Ok((users, more))
+    }
+
+    /// Makes a user an admin or not; false when there is no such user.
+    pub async fn set_user_admin(&self, user_id: Uuid, admin: bool) -> Result<bool, StoreError> {
+        let changed = with_conn!(self, writer, |conn| {
+            sqlx::query("UPDATE users SET admin = $1 WHERE user_id = $2")
+                .bind(admin)
+                .bind(user_id.to_string())
+                .execute(conn)
+                .await?
+                .rows_affected()
+        });
+        Ok(changed == 1)
+    }
+
     async fn user_where(&self, column: &str, value: &str) -> Result<Option<UserRecord>, StoreError> {
         let sql = format!("SELECT {USER_COLUMNS} FROM users WHERE {column} = $1");
         with_conn!(self, reader, |conn| {

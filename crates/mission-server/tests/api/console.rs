@@ -64,6 +64,7 @@ async fn a_person_signs_in_finds_a_mission_sees_its_files_and_signs_out() {
     assert_eq!(browser.count("#missions img, #missions b").await, 0, "no markup from the name");
     assert_eq!(browser.title().await, "Missions · Mission Compute", "no script from the name ran");
     browser.screenshot("console-missions").await;
+    assert_eq!(browser.unlabelled_controls().await, Vec::<String>::new());
 
     // A mission's page: its files as a tree, each downloadable, and all of them as one archive.
     browser.click("#missions a[href$='{alpha}']".replace("{alpha}", &alpha.to_string()).as_str()).await;
@@ -125,6 +126,127 @@ async fn a_person_signs_in_finds_a_mission_sees_its_files_and_signs_out() {
     assert_eq!(browser.title().await, "Sign in · Mission Compute");
     let me = http().get(format!("{}/api/v1/me", server.url)).header(header::COOKIE, &cookie).send().await.unwrap();
     assert_eq!(me.status(), 401);
+    browser.close().await;
+}
+
+/// The station every first start creates, open to all.
+const LOCAL_STATION: &str = "6d697373-696f-4e00-8000-000000000002";
+
+#[tokio::test]
+async fn an_admin_manages_a_station_cargo_bays_and_users_and_others_may_not() {
+    let Some(browser) = Browser::start().await else { return };
+    let server = TestServer::spawn().await;
+    server.add_user("root", true).await;
+    server.add_user("bob", false).await;
+    browser.sign_in_to_console(&server.url, "root", PASSWORD).await;
+
+    // A station: its landing zones, and registering one shows its token and command once.
+    browser.click("nav a[href='/stations']").await;
+    browser.click(&format!("#stations a[href$='{LOCAL_STATION}']")).await;
+    browser.wait_for_text("#station-name", "local").await;
+    browser.type_into("#lz-name", "gpu-box").await;
+    browser.click("#register").await;
+    let command = browser.wait_for_text("#agent-command", "MISSION_LZ_TOKEN=").await;
+    assert!(command.ends_with(&format!("mission lz --server {}", server.url)), "{command}");
+    let token = command.split_whitespace().next().unwrap().trim_start_matches("MISSION_LZ_TOKEN=").to_owned();
+    assert!(token.len() >= 32, "{token}");
+    browser.screenshot("console-station-registered").await;
+    assert_eq!(browser.unlabelled_controls().await, Vec::<String>::new());
+    let lz_id = browser.property("#zones tr[data-lz]", "dataset").await["lz"].as_str().unwrap().to_owned();
+    browser.goto(&format!("{}/stations/{LOCAL_STATION}", server.url)).await;
+    browser.wait_for_text("#zones", "never connected").await;
+    assert_eq!(browser.count("#registered").await, 0, "the token is shown once");
+    let source = browser.execute("return document.documentElement.outerHTML", serde_json::json!([])).await;
+    assert!(!source.as_str().unwrap().contains(&token));
+    let connect = http()
+        .post(format!("{}/api/v1/lz/connect", server.url))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({"resources": {"cpu_count": 1, "memory_amount": 512, "gpu_count": 0}, "version": "test"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(connect.status(), 200, "the token shown signs its agent in");
+    browser.goto(&format!("{}/stations/{LOCAL_STATION}", server.url)).await;
+    let row = browser.wait_for_text(&format!("#zones tr[data-lz='{lz_id}']"), "online").await;
+    assert!(row.contains("lease until") && row.contains("0 / 1") && row.contains("0 / 512 MB"), "{row}");
+    drop(connect);
+
+    // Members: added by name, a name nobody has is refused, removed after a question.
+    browser.type_into("#member-name", "nobody").await;
+    browser.click("#add").await;
+    browser.wait_for_text("#form-error", "nobody").await;
+    browser.type_into("#member-name", "bob").await;
+    browser.click("#add").await;
+    browser.wait_for_text("#member-list", "bob").await;
+    browser.click("#member-list button").await;
+    browser.accept_dialog().await;
+    browser.wait_for_text("#no-members", "No members").await;
+    browser.click(&format!("#zones tr[data-lz='{lz_id}'] button")).await;
+    browser.accept_dialog().await;
+    browser.wait_for_text("p.empty", "No landing zones").await;
+
+    // Cargo bays: a refused form keeps what was typed except the secret; a folder bay is added
+    // and deleted.
+    browser.click("nav a[href='/cargo-bays']").await;
+    browser.type_into("#bay-name", "unreachable").await;
+    browser.type_into("#bay-bucket", "data").await;
+    browser.type_into("#bay-endpoint", "http://127.0.0.1:9").await;
+    browser.type_into("#bay-key", "AKIAEXAMPLE").await;
+    browser.type_into("#bay-secret", "s3cr3t-never-shown").await;
+    browser.click("#add-bay-submit").await;
+    browser.wait_for_text("#form-error", "").await;
+    assert_eq!(browser.property("#bay-key", "value").await, "AKIAEXAMPLE");
+    assert_eq!(browser.property("#bay-secret", "value").await, "");
+    let source = browser.execute("return document.documentElement.outerHTML", serde_json::json!([])).await;
+    assert!(!source.as_str().unwrap().contains("s3cr3t-never-shown"), "a secret is never sent back");
+    let folder = tempfile::tempdir().unwrap();
+    browser.clear("#bay-name").await;
+    browser.type_into("#bay-name", "scratch").await;
+    browser.click("#bay-kind option[value='local']").await;
+    browser.type_into("#bay-path", folder.path().to_str().unwrap()).await;
+    browser.click("#add-bay-submit").await;
+    browser.wait_for_text("#bays", "scratch").await;
+    browser.screenshot("console-cargo-bays").await;
+    assert_eq!(browser.unlabelled_controls().await, Vec::<String>::new());
+    browser.click("#bays tr:last-child button").await;
+    browser.accept_dialog().await;
+    browser.wait_for_text("h1", "Cargo bays").await;
+    assert!(!browser.text("#bays").await.contains("scratch"));
+
+    // Users: one added with a generated password, shown once, that signs in; then made admin.
+    browser.click("nav a[href='/admin/users']").await;
+    browser.type_into("#new-username", "carol").await;
+    browser.click("#add-user-submit").await;
+    let password = browser.wait_for_text("#generated-password", "").await;
+    let pending = server.device_auth().start().await.unwrap();
+    let (status, page) = server.activate(&pending.authorization().user_code, "carol", password.trim(), "approve").await;
+    assert_eq!(status, 200, "the generated password signs carol in: {page}");
+    browser.type_into("#new-username", "carol").await;
+    browser.click("#add-user-submit").await;
+    browser.wait_for_text("#form-error", "carol").await;
+    browser.click("tr[data-user='carol'] button").await;
+    browser.wait_for_text("tr[data-user='carol']", "admin").await;
+    assert_eq!(browser.count("tr[data-user='root'] button").await, 0, "no admin takes their own rights");
+    browser.screenshot("console-users").await;
+    assert_eq!(browser.unlabelled_controls().await, Vec::<String>::new());
+
+    // Bob may use the station but not manage it, and has no users page.
+    browser.click("form.who button").await;
+    browser.sign_in_to_console(&server.url, "bob", PASSWORD).await;
+    assert_eq!(browser.count("nav a[href='/admin/users']").await, 0);
+    browser.goto(&format!("{}/stations/{LOCAL_STATION}", server.url)).await;
+    browser.wait_for_text("#station-name", "local").await;
+    assert_eq!(browser.count("#register-lz, #add-member").await, 0);
+    browser.goto(&format!("{}/admin/users", server.url)).await;
+    assert_eq!(browser.text("h1").await, "Not allowed");
+    // The label check itself finds a field nobody named.
+    browser
+        .execute(
+            "const i = document.createElement('input'); i.id = 'stray'; document.body.append(i)",
+            serde_json::json!([]),
+        )
+        .await;
+    assert_eq!(browser.unlabelled_controls().await, ["stray"]);
     browser.close().await;
 }
 

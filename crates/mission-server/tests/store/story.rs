@@ -158,6 +158,14 @@ pub async fn users_and_sign_in(store: &Store) {
     store.update_user_credentials(ada.user_id, "new hash", true).await.unwrap();
     let changed = store.user_by_id(ada.user_id).await.unwrap().unwrap();
     assert_eq!((changed.password_hash.as_deref(), changed.admin), (Some("new hash"), true));
+    assert!(store.set_user_admin(ada.user_id, false).await.unwrap());
+    assert!(!store.user_by_id(ada.user_id).await.unwrap().unwrap().admin);
+    assert!(!store.set_user_admin(Uuid::new_v4(), true).await.unwrap(), "no such user");
+    // Users page by username.
+    let (first, more) = store.users(1, 1).await.unwrap();
+    assert_eq!((first[0].username.as_str(), more), ("ada", true));
+    let (second, more) = store.users(2, 1).await.unwrap();
+    assert_eq!((second[0].username.as_str(), more), ("auth0|42", false));
 
     // Device codes: issued, polled, slowed down, decided, consumed once.
     let t0 = now();

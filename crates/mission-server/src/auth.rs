@@ -261,21 +261,8 @@ impl ExternalKeys {
     /// Fetches the JWKS: `jwks_uri` from the discovery document, else `/.well-known/jwks.json`.
     async fn fetch(&self) -> Result<(), ApiError> {
         let base = self.auth_url.as_str().trim_end_matches('/');
-        let discovered = async {
-            let doc: serde_json::Value = self
-                .http
-                .get(format!("{base}/.well-known/openid-configuration"))
-                .send()
-                .await
-                .ok()?
-                .error_for_status()
-                .ok()?
-                .json()
-                .await
-                .ok()?;
-            doc.get("jwks_uri")?.as_str().map(str::to_owned)
-        }
-        .await;
+        let discovered =
+            discovery_document(&self.http, base).await.and_then(|doc| doc.get("jwks_uri")?.as_str().map(str::to_owned));
         let jwks_uri = discovered.unwrap_or_else(|| format!("{base}/.well-known/jwks.json"));
         let jwks: serde_json::Value =
             async { self.http.get(&jwks_uri).send().await?.error_for_status()?.json().await }.await.map_err(|e| {
@@ -305,6 +292,13 @@ impl ExternalKeys {
         *self.anonymous.write().expect("keys lock") = anonymous;
         Ok(())
     }
+}
+
+/// The OIDC discovery document of the provider at `base` (`/.well-known/openid-configuration`),
+/// if it publishes one.
+pub(crate) async fn discovery_document(http: &reqwest::Client, base: &str) -> Option<serde_json::Value> {
+    let response = http.get(format!("{base}/.well-known/openid-configuration")).send().await.ok()?;
+    response.error_for_status().ok()?.json().await.ok()
 }
 
 /// The token of an `Authorization: Bearer <token>` header (a user's JWT, or a landing zone's

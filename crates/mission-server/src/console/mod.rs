@@ -14,6 +14,7 @@ mod cargo_bays;
 mod jobs;
 mod mission_forms;
 mod missions;
+mod oauth;
 mod run;
 pub mod session;
 mod sign_in;
@@ -36,6 +37,8 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/", get(home))
         .route("/sign-in", get(sign_in::form).post(sign_in::submit))
+        .route("/sign-in/start", get(oauth::start))
+        .route("/sign-in/callback", get(oauth::callback))
         .route("/sign-out", post(sign_in::sign_out))
         .route("/missions", get(missions::list))
         .route("/missions/new", get(mission_forms::new_form).post(mission_forms::create))

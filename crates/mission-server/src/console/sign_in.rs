@@ -40,11 +40,11 @@ struct SignInPage<'a> {
 
 #[derive(Deserialize)]
 pub struct Next {
-    next: Option<String>,
+    pub next: Option<String>,
 }
 
 /// Where to go after signing in: a path on this server, or the missions page.
-fn local_path(next: Option<&str>) -> &str {
+pub(super) fn local_path(next: Option<&str>) -> &str {
     match next {
         Some(path) if path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') => path,
         _ => "/missions",
@@ -52,7 +52,7 @@ fn local_path(next: Option<&str>) -> &str {
 }
 
 /// The sign-in page, with a fresh form.
-fn form_page(app: &AppState, status: StatusCode, username: &str, next: &str, error: &str) -> Response {
+pub(super) fn form_page(app: &AppState, status: StatusCode, username: &str, next: &str, error: &str) -> Response {
     if app.idp.is_none() {
         let external = Some(app.auth_url.as_str());
         let page = SignInPage { css: assets::CSS.address(), csrf: "", username, next, error, external };

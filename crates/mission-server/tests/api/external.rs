@@ -45,16 +45,69 @@ async fn spawn_provider(discovery: bool, keys: &[&str]) -> Provider {
             .route(
                 "/.well-known/openid-configuration",
                 get(move || async move {
-                    axum::Json(serde_json::json!({ "issuer": base, "jwks_uri": format!("{base}keys") }))
+                    axum::Json(serde_json::json!({
+                        "issuer": base,
+                        "jwks_uri": format!("{base}keys"),
+                        "authorization_endpoint": format!("{base}authorize"),
+                        "token_endpoint": format!("{base}oauth/token"),
+                    }))
                 }),
             )
-            .route("/keys", get(serve_jwks));
+            .route("/keys", get(serve_jwks))
+            .merge(authorization_code_grant(&url));
     } else {
         app = app.route("/.well-known/jwks.json", get(serve_jwks));
     }
     let app = app.with_state(jwks.clone());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     Provider { url, jwks }
+}
+
+/// The provider's side of the authorization-code flow with PKCE, approving at once: `/authorize`
+/// remembers the challenge and sends the browser back with a code; `/oauth/token` gives an
+/// access token for that code only to the verifier of that challenge, from the same client and
+/// redirect address.
+fn authorization_code_grant(issuer: &str) -> Router<Arc<Mutex<serde_json::Value>>> {
+    type Asked = Arc<Mutex<Option<std::collections::HashMap<String, String>>>>;
+    let asked: Asked = Arc::default();
+    let remember = asked.clone();
+    let issuer = issuer.to_owned();
+    Router::new()
+        .route(
+            "/authorize",
+            get(move |axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>| {
+                let back = format!("{}?code=the-code&state={}", q["redirect_uri"], q["state"]);
+                *remember.lock().unwrap() = Some(q);
+                async move { axum::response::Redirect::to(&back) }
+            }),
+        )
+        .route(
+            "/oauth/token",
+            axum::routing::post(move |axum::Form(f): axum::Form<std::collections::HashMap<String, String>>| {
+                use base64::Engine as _;
+                let asked = asked.lock().unwrap().clone().unwrap_or_default();
+                let digest = ring::digest::digest(&ring::digest::SHA256, f["code_verifier"].as_bytes());
+                let challenge = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest);
+                let good = f["grant_type"] == "authorization_code"
+                    && f["code"] == "the-code"
+                    && asked.get("code_challenge_method").map(String::as_str) == Some("S256")
+                    && asked.get("code_challenge") == Some(&challenge)
+                    && asked.get("client_id") == f.get("client_id")
+                    && asked.get("redirect_uri") == f.get("redirect_uri")
+                    && asked.get("audience").map(String::as_str) == Some(AUDIENCE);
+                let answer = if good {
+                    let token =
+                        sign(Algorithm::RS256, "rsa-1", "JWT", claims(&issuer, AUDIENCE.into(), "auth0|console", 600));
+                    (
+                        axum::http::StatusCode::OK,
+                        axum::Json(serde_json::json!({ "access_token": token, "token_type": "Bearer" })),
+                    )
+                } else {
+                    (axum::http::StatusCode::BAD_REQUEST, axum::Json(serde_json::json!({ "error": "invalid_grant" })))
+                };
+                async move { answer }
+            }),
+        )
 }
 
 async fn spawn_server(provider: &Provider) -> TestServer {
@@ -213,4 +266,50 @@ async fn a_rotated_key_is_fetched_on_first_sight() {
     let all: serde_json::Value = serde_json::from_str(JWKS).unwrap();
     provider.jwks.lock().unwrap()["keys"].as_array_mut().unwrap().push(all["keys"][2].clone());
     assert_eq!(me(&server, &rsa).await.status(), 200);
+}
+
+#[tokio::test]
+async fn the_console_signs_in_through_the_provider_with_pkce() {
+    let provider = spawn_provider(true, &["rsa-1"]).await;
+    let server = spawn_server(&provider).await;
+
+    // The flow's guards, over raw HTTP: the provider is asked for S256 PKCE, and the way back is
+    // taken only with the state this browser was given.
+    let no_redirects = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let started = no_redirects.get(format!("{}/sign-in/start?next=/jobs", server.url)).send().await.unwrap();
+    assert_eq!(started.status(), 303);
+    let location = url::Url::parse(started.headers()[reqwest::header::LOCATION].to_str().unwrap()).unwrap();
+    assert!(location.as_str().starts_with(&format!("{}authorize?", provider.url)), "{location}");
+    let asked: std::collections::HashMap<_, _> = location.query_pairs().into_owned().collect();
+    assert_eq!(asked["code_challenge_method"], "S256");
+    assert_eq!(asked["redirect_uri"], format!("{}/sign-in/callback", server.url));
+    assert_eq!(asked["client_id"], "auth0-client-id");
+    let flow = started.headers()[reqwest::header::SET_COOKIE].to_str().unwrap();
+    assert!(flow.contains("HttpOnly") && flow.contains("Path=/sign-in"), "{flow}");
+    let flow = flow.split(';').next().unwrap().to_owned();
+    let back = |query: String, cookie: Option<&str>| {
+        let request = no_redirects.get(format!("{}/sign-in/callback?{query}", server.url));
+        match cookie {
+            Some(c) => request.header(reqwest::header::COOKIE, c.to_owned()),
+            None => request,
+        }
+    };
+    let state = &asked["state"];
+    assert_eq!(back(format!("code=the-code&state={state}"), None).send().await.unwrap().status(), 403, "no cookie");
+    assert_eq!(back("code=the-code&state=forged".into(), Some(&flow)).send().await.unwrap().status(), 403);
+    let denied = back(format!("error=access_denied&error_description=nope&state={state}"), Some(&flow));
+    let denied = denied.send().await.unwrap();
+    assert_eq!(denied.status(), 401);
+    assert!(denied.text().await.unwrap().contains("did not sign you in: nope"));
+    let stolen = back(format!("code=the-code&state={state}"), Some(&flow)).send().await.unwrap();
+    assert_eq!(stolen.status(), 401, "the provider saw no /authorize with this verifier's challenge");
+
+    // A person in a browser: the sign-in page, the provider, and back where they started.
+    let Some(browser) = mission_testkit::Browser::start().await else { return };
+    browser.goto(&format!("{}/jobs?status=running", server.url)).await;
+    browser.click("#sign-in-external").await;
+    browser.wait_for_text("h1", "Jobs").await;
+    assert!(browser.current_url().await.ends_with("/jobs?status=running"));
+    assert!(browser.text("form.who").await.contains("auth0|console"));
+    browser.close().await;
 }

@@ -189,7 +189,8 @@ function uploads(section) {
   function next() {
     while (running < parallel && queue.length > 0) send(queue.shift());
     show();
-    if (running === 0 && queue.length === 0 && failed === 0) window.location.reload();
+    // Every file of this page's uploads has gone: read the page again to show them in the tree.
+    if (running === 0 && queue.length === 0 && failed === 0 && list.children.length > 0) window.location.reload();
   }
 
   function send(job) {

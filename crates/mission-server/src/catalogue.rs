@@ -109,8 +109,6 @@ pub struct SettingField {
     pub default: Option<&'static str>,
     /// The input that asks for it.
     pub input: FieldInput,
-    /// The settings-info line (`GET /mission-types/{id}/settings`).
-    pub info: String,
 }
 
 /// A mission type of the catalogue.
@@ -257,7 +255,6 @@ impl MissionTypeDef {
                     SettingKind::Choice(options) => FieldInput::Choice(options),
                     SettingKind::Path | SettingKind::Text | SettingKind::CommandLine => FieldInput::Text,
                 },
-                info: s.info(),
             })
             .collect()
     }

@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use super::session::Viewer;
 use super::sign_in::CsrfForm;
-use super::{Frame, PageResult, page};
+use super::{Frame, PageResult, page, refusal};
 use crate::AppState;
 use crate::routes::cargo_bays;
 use crate::routes::extract::ApiJson;
@@ -103,11 +103,10 @@ pub async fn create(State(app): State<AppState>, viewer: Viewer, Form(sent): For
     viewer.check_csrf(&sent.csrf)?;
     match cargo_bays::create(State(app.clone()), viewer.principal(), ApiJson(sent.request())).await {
         Ok(_) => Ok(Redirect::to("/cargo-bays").into_response()),
-        Err(e) if e.status().is_client_error() => {
-            let status = e.status();
-            Ok(page(status, &bays_page(&app, &viewer, sent.without_secrets(), e.problem().detail).await?))
+        Err(e) => {
+            let e = refusal(e)?;
+            Ok(page(e.status(), &bays_page(&app, &viewer, sent.without_secrets(), e.problem().detail).await?))
         }
-        Err(e) => Err(e.into()),
     }
 }
 

@@ -12,13 +12,13 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::{Form, Json};
-use mission_api::{CreateMission, Mission, UpdateMission, UpdateMissionArgs};
+use mission_api::{CreateMission, UpdateMission, UpdateMissionArgs};
 use serde::Deserialize;
 use uuid::Uuid;
 
 use super::session::Viewer;
 use super::sign_in::CsrfForm;
-use super::{Frame, PageError, PageResult, page};
+use super::{Frame, PageResult, page, refusal};
 use crate::AppState;
 use crate::catalogue::{self, FieldInput, MissionTypeDef};
 use crate::error::{ApiError, ApiResult};
@@ -204,8 +204,7 @@ pub async fn create(
     };
     let mission = match missions::create(State(app.clone()), viewer.principal(), ApiJson(request)).await {
         Ok((_, Json(mission))) => mission,
-        Err(e) if e.status().is_client_error() => return Ok(form.refused(&sent, &e)),
-        Err(e) => return Err(e.into()),
+        Err(e) => return Ok(form.refused(&sent, &refusal(e)?)),
     };
     if !args.is_empty() {
         let id = mission.mission_id.to_string();
@@ -215,19 +214,9 @@ pub async fn create(
     Ok(Redirect::to(&format!("/missions/{}", mission.mission_id)).into_response())
 }
 
-/// The mission of an edit, as a 404 page when the viewer cannot see it and a 403 when they may
-/// only read it.
-async fn editable(app: &AppState, viewer: &Viewer, id: &str) -> Result<Mission, PageError> {
-    let Json(mission) = missions::get(State(app.clone()), viewer.principal(), Path(id.to_owned())).await?;
-    if !viewer.user.admin && mission.user_id != viewer.user.user_id {
-        return Err(ApiError::forbidden("this mission belongs to another user and is read-only to you").into());
-    }
-    Ok(mission)
-}
-
 /// `GET /missions/{id}/edit`: the mission's name, description, settings and arguments as a form.
 pub async fn edit_form(State(app): State<AppState>, viewer: Viewer, Path(id): Path<String>) -> PageResult {
-    let mission = editable(&app, &viewer, &id).await?;
+    let mission = missions::writable(&app, viewer.principal(), &id).await?;
     let mission_type = mission.mission_type_id.and_then(catalogue::find);
     let mut form = MissionFormPage::new(&viewer, Some(mission.mission_id), mission_type);
     form.fields = mission_type.map(|t| fields(t, &mission.settings)).unwrap_or_default();
@@ -247,10 +236,9 @@ pub async fn update(
 ) -> PageResult {
     let sent = SentForm::parse(pairs);
     viewer.check_csrf(&sent.csrf)?;
-    let mission = editable(&app, &viewer, &id).await?;
+    let mission = missions::writable(&app, viewer.principal(), &id).await?;
     let mission_type = mission.mission_type_id.and_then(catalogue::find);
-    let mut form = MissionFormPage::new(&viewer, Some(mission.mission_id), mission_type);
-    form.public = mission.public;
+    let form = MissionFormPage::new(&viewer, Some(mission.mission_id), mission_type);
     let sent = SentForm { public: mission.public, ..sent };
     let args = sent.args();
     if let Err(e) = missions::check_args(&args) {
@@ -263,10 +251,8 @@ pub async fn update(
         ..Default::default()
     };
     let principal = viewer.principal();
-    match missions::update(State(app.clone()), principal, Path(id.clone()), ApiJson(request)).await {
-        Ok(_) => {}
-        Err(e) if e.status().is_client_error() => return Ok(form.refused(&sent, &e)),
-        Err(e) => return Err(e.into()),
+    if let Err(e) = missions::update(State(app.clone()), principal, Path(id.clone()), ApiJson(request)).await {
+        return Ok(form.refused(&sent, &refusal(e)?));
     }
     if args != mission.args {
         let _with_args =

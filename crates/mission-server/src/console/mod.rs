@@ -174,6 +174,12 @@ impl IntoResponse for PageError {
     }
 }
 
+/// An API error a form shows on itself (a 4xx: what was sent was refused), or, for a fault of
+/// the server, the error page.
+pub fn refusal(error: ApiError) -> Result<ApiError, PageError> {
+    if error.status().is_client_error() { Ok(error) } else { Err(error.into()) }
+}
+
 /// What console handlers answer.
 pub type PageResult = Result<Response, PageError>;
 

@@ -41,9 +41,9 @@ fn http() -> reqwest::Client {
 }
 
 /// The provider's endpoints, from its discovery document or Auth0's fixed paths.
-async fn endpoints(app: &AppState) -> Endpoints {
+async fn endpoints(app: &AppState, http: &reqwest::Client) -> Endpoints {
     let base = app.auth_url.trim_end_matches('/');
-    let doc = crate::auth::discovery_document(&http(), base).await;
+    let doc = crate::auth::discovery_document(http, base).await;
     let field = |name: &str| doc.as_ref()?.get(name)?.as_str().map(str::to_owned);
     let discovered = field("authorization_endpoint").zip(field("token_endpoint"));
     discovered.map_or_else(
@@ -69,7 +69,7 @@ pub async fn start(State(app): State<AppState>, Query(query): Query<Next>) -> Re
     }
     let next = local_path(query.next.as_deref());
     let (state, verifier) = (random_secret(), random_secret());
-    let endpoints = endpoints(&app).await;
+    let endpoints = endpoints(&app, &http()).await;
     let mut target = match url::Url::parse(&endpoints.authorization) {
         Ok(url) => url,
         Err(e) => {
@@ -143,7 +143,8 @@ pub async fn callback(State(app): State<AppState>, headers: HeaderMap, Query(ans
 
 /// Trades `code` for an access token and answers the user it names, checked like any API token.
 async fn signed_in_user(app: &AppState, code: &str, verifier: &str) -> Result<crate::store::UserRecord, ApiError> {
-    let endpoints = endpoints(app).await;
+    let http = http();
+    let endpoints = endpoints(app, &http).await;
     let redirect = redirect_uri(app);
     let form = [
         ("grant_type", "authorization_code"),
@@ -153,7 +154,7 @@ async fn signed_in_user(app: &AppState, code: &str, verifier: &str) -> Result<cr
         ("code_verifier", verifier),
     ];
     let response =
-        http().post(&endpoints.token).form(&form).send().await.map_err(|e| {
+        http.post(&endpoints.token).form(&form).send().await.map_err(|e| {
             ApiError::unavailable(format!("the identity provider's token endpoint did not answer: {e}"))
         })?;
     let status = response.status();

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use super::session::Viewer;
-use super::{Frame, PageError, PageResult, page};
+use super::{Frame, PageError, PageResult, page, refusal};
 use crate::AppState;
 use crate::catalogue;
 use crate::error::ApiError;
@@ -95,22 +95,23 @@ impl RunForm {
 /// The mission to run (the viewer must be able to change it, as the API asks) and the page.
 async fn dialog(app: &AppState, viewer: &Viewer, id: &str, sent: Option<RunForm>) -> Result<RunPage, PageError> {
     let principal = viewer.principal();
-    let Json(mission) = missions::get(State(app.clone()), principal, Path(id.to_owned())).await?;
-    if !viewer.user.admin && mission.user_id != viewer.user.user_id {
-        return Err(ApiError::forbidden("only the mission's owner may run it").into());
-    }
+    let mission = missions::writable(app, principal, id).await?;
     let Some(mission_type) = mission.mission_type_id.and_then(catalogue::find) else {
         return Err(
             ApiError::invalid_field("mission_type_id", "the mission has no mission type to say how to run it").into()
         );
     };
     let Json(list) = stations::list(State(app.clone()), principal).await?;
-    let mut choices = Vec::with_capacity(list.len());
-    for station in list {
-        let Json(zones) =
-            stations::landing_zones(State(app.clone()), principal, Path(station.station_id.to_string())).await?;
-        choices.push(StationChoice { station, zones });
-    }
+    // Every landing zone in one read; the list above holds only stations the viewer may use.
+    let mut zones = app.store.landing_zones(None, app.config.lz_lease, crate::store::now()).await?;
+    let choices = list
+        .into_iter()
+        .map(|station| {
+            let (own, others) = zones.drain(..).partition(|z| z.station_id == station.station_id);
+            zones = others;
+            StationChoice { station, zones: own }
+        })
+        .collect();
     Ok(RunPage {
         frame: Frame::new(viewer, "missions"),
         sent: sent.unwrap_or_else(|| RunForm::from_defaults(mission_type.resources())),
@@ -141,8 +142,10 @@ pub async fn submit(
     };
     match started {
         Ok((_, Json(job))) => Ok(Redirect::to(&format!("/jobs/{}", job.job_id)).into_response()),
-        Err(e) if e.status().is_client_error() => Ok(refused(dialog(&app, &viewer, &id, Some(sent)).await?, &e)),
-        Err(e) => Err(e.into()),
+        Err(e) => {
+            let e = refusal(e)?;
+            Ok(refused(dialog(&app, &viewer, &id, Some(sent)).await?, &e))
+        }
     }
 }
 

@@ -86,14 +86,11 @@ async fn station_page(
     error: String,
 ) -> Result<StationPage, PageError> {
     let principal = viewer.principal();
+    // One visibility check; what follows reads the station's rows directly.
     let Json(station) = stations::get(State(app.clone()), principal, Path(id.to_owned())).await?;
-    let Json(zones) = stations::landing_zones(State(app.clone()), principal, Path(id.to_owned())).await?;
+    let zones = app.store.landing_zones(Some(station.station_id), app.config.lz_lease, crate::store::now()).await?;
     let manages = viewer.user.admin || station.owner_id == Some(viewer.user.user_id);
-    let members = if manages {
-        stations::members(State(app.clone()), principal, Path(id.to_owned())).await?.0
-    } else {
-        Vec::new()
-    };
+    let members = if manages { app.store.station_members(station.station_id).await? } else { Vec::new() };
     let lease = chrono::Duration::from_std(app.config.lz_lease).unwrap_or(chrono::Duration::MAX);
     let agent_command = registered.as_ref().map_or_else(String::new, |r| {
         let runner = if r.landing_zone.cluster_account.is_some() {
@@ -125,9 +122,7 @@ pub async fn show(State(app): State<AppState>, viewer: Viewer, Path(id): Path<St
 
 /// The station page again with a form's refusal above it, when the API refused with a 4xx.
 async fn refused(app: &AppState, viewer: &Viewer, id: &str, error: ApiError) -> PageResult {
-    if !error.status().is_client_error() {
-        return Err(error.into());
-    }
+    let error = super::refusal(error)?;
     let status = error.status();
     Ok(page(status, &station_page(app, viewer, id, None, error.problem().detail).await?))
 }

@@ -115,7 +115,7 @@ pub(super) async fn readable(app: &AppState, who: Principal, raw_id: &str) -> Ap
 }
 
 /// Loads a mission the caller may change: 404 if they cannot see it, 403 if they only may read it.
-pub(super) async fn writable(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Mission> {
+pub(crate) async fn writable(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Mission> {
     let mission = readable(app, who, raw_id).await?;
     if who.admin || mission.user_id == who.user_id {
         Ok(mission)

@@ -3,6 +3,8 @@
 # - Debian's chromium and chromium-driver, for the browser test of the /activate page;
 # - Debian's postgresql, for the PostgreSQL store and replica tests (scripts/postgres-test-server.sh
 #   runs its own cluster; the package's own cluster is not used);
+# - Debian's unzip, Info-ZIP's reader, which checks the server's zip archives (ZIP64 included)
+#   beside Python's zipfile;
 # - Debian's slurm-wlm and munge, for the Slurm landing zone (scripts/slurm-test-cluster.sh runs a
 #   one-node cluster of its own);
 # - a Python virtual environment at target/test-venv with, from PyPI, moto[server] (the
@@ -35,6 +37,12 @@ if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1
   echo "installing slurm-wlm and munge (apt-get)" >&2
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq slurm-wlm munge >/dev/null
+fi
+
+if ! command -v unzip >/dev/null 2>&1; then
+  echo "installing unzip (apt-get)" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq unzip >/dev/null
 fi
 
 venv=target/test-venv

@@ -22,8 +22,7 @@ use crate::error::{ApiError, ApiResult};
 #[utoipa::path(get, path = "/api/v1/missions/{id}/archive", tag = "files",
     params(("id" = uuid::Uuid, Path, description = "mission id")),
     responses((status = 200, description = "a zip archive of every file of the mission", content_type = "application/zip"),
-        (status = 404, body = mission_api::Problem),
-        (status = 409, body = mission_api::Problem, description = "the archive would need ZIP64 (4 GiB or more, or over 65,535 files)")))]
+        (status = 404, body = mission_api::Problem)))]
 pub async fn mission(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Response> {
     let mission = missions::readable(&app, who, &id).await?;
     let listing: Vec<FileListing> =
@@ -40,8 +39,7 @@ pub async fn mission(State(app): State<AppState>, who: Principal, Path(id): Path
 #[utoipa::path(get, path = "/api/v1/jobs/{id}/archive", tag = "jobs",
     params(("id" = uuid::Uuid, Path, description = "job id")),
     responses((status = 200, description = "a zip archive of the job's results and logs", content_type = "application/zip"),
-        (status = 404, body = mission_api::Problem),
-        (status = 409, body = mission_api::Problem, description = "the archive would need ZIP64 (4 GiB or more, or over 65,535 files)")))]
+        (status = 404, body = mission_api::Problem)))]
 pub async fn results(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Response> {
     let job = jobs::own_job(&app, who, &id).await?;
     let listing = jobs::result_listing(&app, &job).await?;
@@ -61,13 +59,13 @@ pub(super) fn results_name(job_id: uuid::Uuid) -> String {
     format!("job-{job_id}-results.zip")
 }
 
-/// The archive of the files `listing` names, under their paths (409 when it would need ZIP64).
+/// The archive of the files `listing` names, under their paths.
 pub(super) fn plan(listing: &[FileListing]) -> ApiResult<ZipPlan> {
-    let entries = listing
-        .iter()
-        .map(|f| ZipEntry { name: f.relative_path(), size: f.file_size, modified: f.modified_at })
-        .collect();
-    ZipPlan::new(entries).map_err(|e| ApiError::conflict(e.to_string()))
+    let entry = |f: &FileListing| {
+        let path = MissionPath::parse(&f.relative_path()).map_err(|e| ApiError::internal(e.to_string()))?;
+        Ok(ZipEntry { path, size: f.file_size, modified: f.modified_at })
+    };
+    Ok(ZipPlan::new(listing.iter().map(entry).collect::<ApiResult<_>>()?))
 }
 
 /// The archive `plan` describes as a response named `file_name`: `open` answers the content of
@@ -86,15 +84,10 @@ where
             if tx.send(header).await.is_err() {
                 return;
             }
-            let name = entry.name;
-            let file = match MissionPath::parse(&name) {
-                Ok(path) => open(path).await,
-                Err(e) => Err(ApiError::internal(e.to_string())),
-            };
-            let file = match file {
+            let file = match open(entry.path.clone()).await {
                 Ok(file) => file,
                 Err(e) => {
-                    tracing::warn!(%archive, file = %name, error = ?e, "archive cut short: a file is gone");
+                    tracing::warn!(%archive, file = %entry.path, error = ?e, "archive cut short: a file is gone");
                     return;
                 }
             };

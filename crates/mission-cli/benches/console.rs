@@ -108,7 +108,7 @@ async fn main() {
     let mission = client
         .create_mission(&mission_client::CreateMission {
             name: "console bench".into(),
-            mission_type_id: Some("99e803ea-1829-42ba-be3d-294fb6a5e640".parse().unwrap()),
+            mission_type_id: Some(mission_server::catalogue::SHELL),
             settings: Some([("filename".to_owned(), "run.sh".to_owned())].into()),
             ..Default::default()
         })

@@ -20,11 +20,10 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use mission_client::{Client, CreateMission, JobResources, JobStatus, ListJobs, RegisterLandingZone, RunJob, Uuid};
+use mission_client::{Client, CreateMission, JobResources, JobStatus, ListJobs, RegisterLandingZone, RunJob};
 
 use common::{Deployment, Service, bin, percentile, rss_kib};
 
-const SHELL_TYPE: &str = "99e803ea-1829-42ba-be3d-294fb6a5e640";
 const SCRIPT: &str = "read line < input.txt\n";
 
 fn env_or(name: &str, default: usize) -> usize {
@@ -76,7 +75,7 @@ async fn main() {
     std::fs::write(src.join("input.txt"), "a small input file\n").unwrap();
     let request = CreateMission {
         name: "bench".into(),
-        mission_type_id: Some(Uuid::parse_str(SHELL_TYPE).unwrap()),
+        mission_type_id: Some(mission_server::catalogue::SHELL),
         settings: Some(BTreeMap::from([
             ("filename".to_owned(), "run.sh".to_owned()),
             ("shell".to_owned(), "sh".to_owned()),

@@ -26,8 +26,6 @@ use mission_client::{Client, CreateMission, JobResources, RegisterLandingZone, U
 
 use common::{bin, percentile, spawn_server_with};
 
-const SHELL_TYPE: &str = "99e803ea-1829-42ba-be3d-294fb6a5e640";
-
 /// One way of running the jobs, measured.
 struct Measured {
     name: &'static str,
@@ -238,7 +236,7 @@ async fn main() {
     std::fs::write(src.join("run.sh"), "true\n").unwrap();
     let request = CreateMission {
         name: "bench".into(),
-        mission_type_id: Some(Uuid::parse_str(SHELL_TYPE).unwrap()),
+        mission_type_id: Some(mission_server::catalogue::SHELL),
         settings: Some(BTreeMap::from([("filename".to_owned(), "run.sh".to_owned())])),
         ..Default::default()
     };

@@ -133,9 +133,12 @@ const FILENAME: SettingDef = SettingDef {
     description: "entry script, relative to the mission root",
 };
 
+/// The id of the `shell` mission type, which runs a script from the mission's files.
+pub const SHELL: Uuid = uuid!("99e803ea-1829-42ba-be3d-294fb6a5e640");
+
 static CATALOGUE: &[MissionTypeDef] = &[
     MissionTypeDef {
-        id: uuid!("99e803ea-1829-42ba-be3d-294fb6a5e640"),
+        id: SHELL,
         name: "shell",
         version: "1",
         description: "Runs a shell script from the mission's files.",

@@ -16,6 +16,11 @@ const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 /// How long a wait for an element or a text may take.
 const PATIENCE: Duration = Duration::from_secs(15);
 
+/// The WebDriver code of the Tab key, for [`Browser::press`].
+pub const TAB: &str = "\u{E004}";
+/// The WebDriver code of the Enter key, for [`Browser::press`].
+pub const ENTER: &str = "\u{E007}";
+
 /// One browser session; the browser and its driver end when it is dropped.
 pub struct Browser {
     http: reqwest::Client,
@@ -181,6 +186,38 @@ impl Browser {
         self.type_into("#password", password).await;
         self.click("button[type=submit]").await;
         self.wait_for_text("h1", "Missions").await;
+    }
+
+    /// Presses the keys of `keys` one after another (letters, or [`TAB`] and [`ENTER`]), as
+    /// a keyboard does: to whatever has the focus, through the browser's own input handling.
+    pub async fn press(&self, keys: &str) {
+        let strokes: Vec<Value> = keys
+            .chars()
+            .flat_map(|key| [json!({"type": "keyDown", "value": key}), json!({"type": "keyUp", "value": key})])
+            .collect();
+        let actions = json!({"actions": [{"type": "key", "id": "keyboard", "actions": strokes}]});
+        self.call(Method::POST, "/actions", actions).await;
+    }
+
+    /// Presses Tab until the focus is on what `css` selects, at most `limit` times; answers what
+    /// the focus passed on the way (tag, then id, text or name). Fails on a focused element that
+    /// draws no focus ring, or that comes before the one focused last in the page's reading
+    /// order: the keyboard must go through a page the way it reads.
+    pub async fn tab_to(&self, css: &str, limit: usize) -> Vec<String> {
+        let step = "const [css, first] = arguments; const el = document.activeElement;             const style = getComputedStyle(el);             const ring = style.outlineStyle !== 'none' && parseFloat(style.outlineWidth) > 0;             const last = first ? null : window.__lastFocus;             const forward = !last || !!(last.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_FOLLOWING);             window.__lastFocus = el;             const name = el.id || (el.textContent || '').trim().slice(0, 40) || el.name || '';             return { here: el.matches(css), ring, forward, name: el.tagName.toLowerCase() + ' ' + name }";
+        let mut passed = Vec::new();
+        for n in 0..limit {
+            self.press(TAB).await;
+            let focus = self.execute(step, json!([css, n == 0])).await;
+            let name = focus["name"].as_str().unwrap_or_default().to_owned();
+            assert_eq!(focus["ring"], true, "{name} has the focus but shows no ring (after {passed:?})");
+            assert_eq!(focus["forward"], true, "Tab went back to {name} (after {passed:?})");
+            if focus["here"] == true {
+                return passed;
+            }
+            passed.push(name);
+        }
+        panic!("{limit} presses of Tab never reached {css}; the focus passed {passed:?}");
     }
 
     /// Accepts the page's `confirm()` dialog, waiting for it to open.

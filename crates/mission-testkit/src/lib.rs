@@ -7,7 +7,7 @@ mod browser;
 mod postgres;
 mod s3;
 
-pub use browser::Browser;
+pub use browser::{Browser, ENTER, TAB};
 pub use postgres::PostgresDatabase;
 pub use s3::S3Server;
 

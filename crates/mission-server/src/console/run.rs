@@ -161,4 +161,9 @@ impl RunPage {
     fn chosen(&self, sent: &str, id: &Uuid) -> bool {
         sent.trim() == id.to_string()
     }
+
+    /// Whether no station offered has a landing zone.
+    fn no_zones(&self) -> bool {
+        self.stations.iter().all(|choice| choice.zones.is_empty())
+    }
 }

@@ -2,8 +2,8 @@
 //! server: signing in, the missions list, a mission's files, escaping, other users' missions,
 //! CSRF, and signing out. The sign-in form's own guards are checked over raw HTTP.
 
-use mission_client::{CreateMission, Uuid};
-use mission_testkit::{Browser, PASSWORD, TestServer};
+use mission_client::{CreateMission, RegisterLandingZone, Uuid};
+use mission_testkit::{Browser, ENTER, PASSWORD, TAB, TestServer};
 use reqwest::header;
 
 use crate::http;
@@ -126,6 +126,95 @@ async fn a_person_signs_in_finds_a_mission_sees_its_files_and_signs_out() {
     assert_eq!(browser.title().await, "Sign in · Mission Compute");
     let me = http().get(format!("{}/api/v1/me", server.url)).header(header::COOKIE, &cookie).send().await.unwrap();
     assert_eq!(me.status(), 401);
+    browser.close().await;
+}
+
+/// Everything a person needs is reachable with the keyboard alone, in reading order, with a
+/// visible focus ring at every stop: signing in, skipping the navigation, opening a mission,
+/// its run dialog and running it.
+#[tokio::test]
+async fn a_keyboard_alone_signs_in_opens_a_mission_and_runs_it() {
+    let Some(browser) = Browser::start().await else { return };
+    let server = TestServer::spawn().await;
+    let shell = CreateMission {
+        name: "alpha".into(),
+        mission_type_id: Some(mission_server::catalogue::SHELL),
+        settings: Some([("filename".to_owned(), "run.sh".to_owned())].into()),
+        ..Default::default()
+    };
+    let alpha = server.client.create_mission(&shell).await.unwrap().mission_id;
+    create(&server.client, "beta").await;
+
+    // The username field has the focus as the page opens; Tab goes on to the password.
+    browser.goto(&format!("{}/sign-in", server.url)).await;
+    browser.press(&format!("alice{TAB}{PASSWORD}{ENTER}")).await;
+    browser.wait_for_text("h1", "Missions").await;
+
+    // The first Tab shows the skip link on screen; following it, the next Tab is in the page's
+    // own content, past the navigation and the account menu.
+    let passed = browser.tab_to("a.skip", 1).await;
+    assert!(passed.is_empty());
+    let left =
+        browser.execute("return document.activeElement.getBoundingClientRect().left", serde_json::json!([])).await;
+    assert!(left.as_f64().unwrap() >= 0.0, "the focused skip link is on screen: {left}");
+    browser.screenshot("console-keyboard-skip").await;
+    browser.press(ENTER).await;
+    let alpha_link = format!("#missions a[href$='{alpha}']");
+    let passed = browser.tab_to(&alpha_link, 10).await;
+    let in_main = browser.execute("return !!document.activeElement.closest('main')", serde_json::json!([])).await;
+    assert_eq!(in_main, true);
+    assert!(passed.iter().all(|name| !name.contains("Jobs") && !name.contains("Sign out")), "{passed:?}");
+    assert!(passed.iter().any(|name| name.starts_with("input q")), "the search field comes first: {passed:?}");
+
+    // Enter follows the link; on the mission's page the run dialog is one Tab stop after the
+    // breadcrumbs, and Enter on its Run button starts the job.
+    browser.press(ENTER).await;
+    browser.wait_for_text("#mission-name", "alpha").await;
+    browser.tab_to("#run-mission", 10).await;
+    browser.press(ENTER).await;
+    browser.wait_for_text("h1", "Run alpha").await;
+    let passed = browser.tab_to("#run", 20).await;
+    for field in ["select station", "select lz", "input cpu_count", "input memory_amount", "input time_limit"] {
+        assert!(passed.iter().any(|name| name.starts_with(field)), "{field} before Run: {passed:?}");
+    }
+    browser.screenshot("console-keyboard-run").await;
+
+    // With no landing zone to run on, Enter is refused before any request, and the focus goes
+    // to the field that says why.
+    browser.press(ENTER).await;
+    let refused = "const el = document.activeElement; return [el.id, el.validationMessage]";
+    let refused = browser.execute(refused, serde_json::json!([])).await;
+    assert_eq!(refused, serde_json::json!(["cpu_count", "The station has no landing zone to run on."]));
+    assert_eq!(browser.text("h1").await, "Run alpha");
+    assert!(browser.text("main").await.contains("None of these stations has a landing zone yet"));
+
+    // Once the station has one, the same keys run the job.
+    server.add_user("root", true).await;
+    let node = RegisterLandingZone { name: "node".into(), cluster_account: None };
+    server.sign_in("root").await.register_landing_zone(LOCAL_STATION.parse().unwrap(), &node).await.unwrap();
+    browser.goto(&format!("{}/missions/{alpha}/run", server.url)).await;
+    browser.tab_to("#run", 20).await;
+    browser.press(ENTER).await;
+    browser.wait_for_text("h1", "Job ").await;
+    let jobs = server.client.list_jobs(&Default::default()).await.unwrap();
+    assert_eq!(jobs.len(), 1, "one job, started from the keyboard");
+    assert_eq!(jobs[0].mission_id, alpha);
+
+    // The walk fails a page whose focus draws no ring, or jumps out of reading order.
+    use futures_util::FutureExt as _;
+    let walk_fails = async |setup: &str| {
+        browser.goto(&format!("{}/missions", server.url)).await;
+        browser.execute(setup, serde_json::json!([])).await;
+        let walk = std::panic::AssertUnwindSafe(browser.tab_to(&alpha_link, 30)).catch_unwind().await;
+        walk.is_err()
+    };
+    assert!(!walk_fails("").await, "the page as served passes");
+    assert!(walk_fails("document.querySelector('#q').style.outline = 'none'").await, "a missing ring is caught");
+    assert!(
+        walk_fails("[...document.querySelectorAll('#missions a')].find(a => a.textContent === 'beta').tabIndex = 1")
+            .await,
+        "a positive tabindex is caught"
+    );
     browser.close().await;
 }
 

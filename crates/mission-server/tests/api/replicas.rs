@@ -9,11 +9,11 @@ use futures_util::StreamExt;
 use mission_api::lz::{Hello, Order, Report, Welcome};
 use mission_api::{JobStatus, Resources};
 use mission_client::{Client, CreateMission, JobResources, RegisterLandingZone, Uuid};
+use mission_server::catalogue::SHELL;
 use mission_testkit::{PostgresDatabase, TestServer};
 
 use crate::{http, token_for};
 
-const SHELL: &str = "99e803ea-1829-42ba-be3d-294fb6a5e640";
 const LOCAL_STATION: Uuid = Uuid::from_u128(0x6d697373_696f_4e00_8000_000000000002);
 
 /// Two replicas of one service on a new database sharing their keys and default storage (a
@@ -88,7 +88,7 @@ async fn any_replica_answers(a: TestServer, b: TestServer) {
         .client
         .create_mission(&CreateMission {
             name: "across".into(),
-            mission_type_id: Some(Uuid::parse_str(SHELL).unwrap()),
+            mission_type_id: Some(SHELL),
             settings: Some(BTreeMap::from([("filename".to_owned(), "run.sh".to_owned())])),
             ..Default::default()
         })
@@ -364,7 +364,7 @@ async fn a_watcher_on_one_replica_sees_job_changes_made_through_the_other() {
     let on_a = Client::with_access_token(&a.url, &token).unwrap();
     let shell = CreateMission {
         name: "watched".into(),
-        mission_type_id: Some(SHELL.parse().unwrap()),
+        mission_type_id: Some(SHELL),
         settings: Some(BTreeMap::from([("filename".to_owned(), "run.sh".to_owned())])),
         ..Default::default()
     };

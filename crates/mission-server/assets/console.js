@@ -78,6 +78,9 @@ function jobRow(job) {
   const mission = link(`/missions/${job.mission_id}`, "mission");
   cell(mission);
   api(`/api/v1/missions/${job.mission_id}`).then((found) => { if (found) mission.textContent = found.name; });
+  // The station filter lists every station the viewer may use, by name.
+  const station = document.querySelector(`#station option[value="${job.station_id}"]`);
+  cell(link(`/stations/${job.station_id}`, station ? station.textContent : job.station_id.slice(0, 8)));
   const badge = document.createElement("span");
   setState(badge, job.status);
   cell(badge).className = "status";

@@ -7,8 +7,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use mission_client::{
-    CargoBayKind, Client, CreateCargoBay, CreateMission, Error, Job, JobResources, JobStatus, LogStream, Mission,
-    RegisterLandingZone, Uuid,
+    CargoBayKind, Client, CreateCargoBay, CreateMission, CreateStation, Error, Job, JobResources, JobStatus, LogStream,
+    Mission, RegisterLandingZone, Uuid,
 };
 use mission_testkit::TestServer;
 use tokio::process::{Child, Command};
@@ -714,7 +714,8 @@ async fn the_console_shows_a_job_live_and_stops_another() {
     let job = alice.run_job_on_station(shell.mission_id, local_station(), JobResources::default()).await.unwrap();
     let row = format!("tr[data-job='{}'] .state", job.job_id);
     browser.wait_for_text(&row, "running").await;
-    browser.wait_for_text(&format!("tr[data-job='{}']", job.job_id), "test run.sh").await;
+    let live_row = browser.wait_for_text(&format!("tr[data-job='{}']", job.job_id), "test run.sh").await;
+    assert!(live_row.contains("local"), "the new row names its station: {live_row}");
     browser.screenshot("console-jobs").await;
     assert_eq!(browser.execute("return window.stillThisPage === true", serde_json::json!([])).await, true);
 
@@ -750,6 +751,28 @@ async fn the_console_shows_a_job_live_and_stops_another() {
     browser.accept_dialog().await;
     browser.wait_for_text("#job-status", "stopped").await;
     assert_eq!(alice.get_job(long.job_id).await.unwrap().status, JobStatus::Stopped);
+
+    // The list filters by station and state together, from its own form.
+    let open = CreateStation { name: "quiet".into(), open: Some(true), ..Default::default() };
+    let quiet = admin.create_station(&open).await.unwrap();
+    browser.goto(&format!("{}/jobs", server.url)).await;
+    assert_eq!(browser.count("#jobs tbody tr").await, 2);
+    browser.execute(
+        "document.querySelector('#station').value = arguments[0]; document.querySelector('#status').value = 'stopped'",
+        serde_json::json!([local_station()]),
+    )
+    .await;
+    browser.click(".filters button").await;
+    browser.wait_for_text("h1", "Jobs").await;
+    let rows = browser.execute(
+        "return [...document.querySelectorAll('#jobs tbody tr')].map(r => r.dataset.job)",
+        serde_json::json!([]),
+    );
+    assert_eq!(rows.await, serde_json::json!([long.job_id]));
+    let live = browser.property("#jobs", "dataset").await;
+    assert_eq!(live["events"], format!("/api/v1/jobs/events?station_ids={}", local_station()));
+    browser.goto(&format!("{}/jobs?station={}", server.url, quiet.station_id)).await;
+    browser.wait_for_text("#no-jobs", "No jobs yet").await;
     browser.close().await;
 }
 

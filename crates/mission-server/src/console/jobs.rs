@@ -8,7 +8,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
 use axum::{Form, Json};
-use mission_api::{FileListing, Job, JobPage, JobStatus};
+use mission_api::{FileListing, Job, JobPage, JobStatus, Station};
 use serde::Deserialize;
 use uuid::Uuid;
 
@@ -30,6 +30,7 @@ const LOG_TAIL_BYTES: usize = 256 * 1024;
 struct Row {
     job: Job,
     mission_name: String,
+    station_name: String,
 }
 
 #[derive(Template)]
@@ -38,6 +39,9 @@ struct JobsPage {
     frame: Frame,
     rows: Vec<Row>,
     mission: Option<(Uuid, String)>,
+    /// The stations the viewer may use, for the filter; the one chosen.
+    stations: Vec<Station>,
+    station: Option<Uuid>,
     status: String,
     statuses: Vec<&'static str>,
     page: u32,
@@ -50,24 +54,37 @@ struct JobsPage {
 #[derive(Deserialize)]
 pub struct ListQuery {
     mission: Option<String>,
+    station: Option<String>,
     #[serde(default)]
     status: String,
     page: Option<u32>,
 }
 
-/// `GET /jobs`: the viewer's jobs, newest first, optionally of one mission or in one state.
+/// `GET /jobs`: the viewer's jobs, newest first, optionally of one mission, on one station or
+/// in one state.
 pub async fn list(State(app): State<AppState>, viewer: Viewer, Query(query): Query<ListQuery>) -> PageResult {
     let page_number = query.page.unwrap_or(1).max(1);
     let mut pairs = vec![("page".to_owned(), page_number.to_string()), ("items".to_owned(), PAGE_SIZE.to_string())];
-    let mut events = "/api/v1/jobs/events".to_owned();
+    // The live feed watches what the list shows: the same mission and station filters.
+    let mut watched: Vec<(String, String)> = Vec::new();
     let mut mission = None;
     if let Some(raw) = query.mission.as_deref().filter(|m| !m.is_empty()) {
         let Json(found) =
             crate::routes::missions::get(State(app.clone()), viewer.principal(), Path(raw.to_owned())).await?;
-        pairs.push(("mission_ids".into(), found.mission_id.to_string()));
-        events.push_str(&format!("?mission_ids={}", found.mission_id));
+        watched.push(("mission_ids".into(), found.mission_id.to_string()));
         mission = Some((found.mission_id, found.name));
     }
+    let Json(stations) = crate::routes::stations::list(State(app.clone()), viewer.principal()).await?;
+    let mut station = None;
+    if let Some(raw) = query.station.as_deref().filter(|s| !s.is_empty()) {
+        let Json(found) =
+            crate::routes::stations::get(State(app.clone()), viewer.principal(), Path(raw.to_owned())).await?;
+        watched.push(("station_ids".into(), found.station_id.to_string()));
+        station = Some(found.station_id);
+    }
+    let events = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(&watched).finish();
+    let events = format!("/api/v1/jobs/events?{events}");
+    pairs.extend(watched);
     let statuses: Vec<&'static str> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();
     let status = if statuses.contains(&query.status.as_str()) { query.status.clone() } else { String::new() };
     if !status.is_empty() {
@@ -86,16 +103,25 @@ pub async fn list(State(app): State<AppState>, viewer: Viewer, Query(query): Que
                 name
             }
         };
-        rows.push(Row { mission_name, job });
+        let station_name = stations
+            .iter()
+            .find(|s| s.station_id == job.station_id)
+            .map_or_else(|| job.station_id.to_string()[..8].to_owned(), |s| s.name.clone());
+        rows.push(Row { mission_name, station_name, job });
     }
     let mission_param = mission.as_ref().map_or_else(String::new, |(id, _)| id.to_string());
-    let link = |n: u32| format!("/jobs?mission={mission_param}&status={}&page={n}", query_value(&status));
+    let station_param = station.map_or_else(String::new, |id| id.to_string());
+    let link = |n: u32| {
+        format!("/jobs?mission={mission_param}&station={station_param}&status={}&page={n}", query_value(&status))
+    };
     let template = JobsPage {
         frame: Frame::new(&viewer, "jobs"),
         rows,
         previous: (page_number > 1).then(|| link(page_number - 1)),
         next: (u64::from(page_number) * u64::from(PAGE_SIZE) < total).then(|| link(page_number + 1)),
         mission,
+        stations,
+        station,
         status,
         statuses,
         page: page_number,

@@ -259,6 +259,22 @@ impl Browser {
         assert_eq!(matches, dark, "the colour scheme was not emulated");
     }
 
+    /// Drags the files and folders at `paths` (on this machine) from outside the browser and
+    /// drops them on the middle of what `css` selects, as a person dragging from a file manager
+    /// does (Chrome's input emulation, through ChromeDriver's DevTools bridge).
+    pub async fn drop_files(&self, css: &str, paths: &[&std::path::Path]) {
+        let middle = "const r = document.querySelector(arguments[0]).getBoundingClientRect(); \
+            return [r.left + r.width / 2, r.top + r.height / 2]";
+        let at = self.execute(middle, json!([css])).await;
+        let files: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        let data = json!({ "items": [], "files": files, "dragOperationsMask": 1 });
+        for kind in ["dragEnter", "dragOver", "drop"] {
+            let params = json!({ "type": kind, "x": at[0], "y": at[1], "data": data });
+            let command = json!({ "cmd": "Input.dispatchDragEvent", "params": params });
+            self.call(Method::POST, "/goog/cdp/execute", command).await;
+        }
+    }
+
     /// Saves a screenshot as `{name}.png` in `MISSION_SCREENSHOT_DIR`, when that is set.
     pub async fn screenshot(&self, name: &str) {
         let Ok(dir) = std::env::var("MISSION_SCREENSHOT_DIR") else { return };

@@ -824,6 +824,20 @@ async fn the_console_creates_a_mission_uploads_a_folder_and_runs_it() {
         alice.get_mission_files(mission_id).await.unwrap().iter().map(|f| f.relative_path()).collect();
     stored.sort();
     assert_eq!(stored, ["project/data/nested/input.txt", "project/run.sh"]);
+
+    // A folder and a file dragged from outside the browser and dropped on the upload area: the
+    // folder is walked, its nested file keeps its path.
+    let dragged = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dragged.path().join("extra/deep")).unwrap();
+    std::fs::write(dragged.path().join("extra/deep/more.txt"), "more\n").unwrap();
+    std::fs::write(dragged.path().join("notes.txt"), "notes\n").unwrap();
+    browser.drop_files("#dropzone", &[&dragged.path().join("extra"), &dragged.path().join("notes.txt")]).await;
+    browser.wait_for_text("#file-tree", "more.txt").await;
+    browser.wait_for_text("#file-tree", "notes.txt").await;
+    let mut stored: Vec<String> =
+        alice.get_mission_files(mission_id).await.unwrap().iter().map(|f| f.relative_path()).collect();
+    stored.sort();
+    assert_eq!(stored, ["extra/deep/more.txt", "notes.txt", "project/data/nested/input.txt", "project/run.sh"]);
     browser.screenshot("console-mission-tree").await;
     assert_eq!(browser.unlabelled_controls().await, Vec::<String>::new());
 

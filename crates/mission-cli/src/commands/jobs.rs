@@ -79,9 +79,13 @@ pub enum JobsCommand {
     Download {
         /// Job id.
         job: Uuid,
-        /// Destination directory (created if needed).
-        #[arg(default_value = ".")]
-        dest: PathBuf,
+        /// Directory to write into (created if needed; default: the current one), as
+        /// `mission files download -o` takes it.
+        #[arg(long, short = 'o', value_name = "DIR", conflicts_with = "dest")]
+        output: Option<PathBuf>,
+        /// The directory, given without `-o` (the older form, still accepted).
+        #[arg(value_name = "DIR")]
+        dest: Option<PathBuf>,
         #[command(flatten)]
         transfer: TransferArgs,
     },
@@ -298,7 +302,8 @@ impl JobsCommand {
                     files.iter().map(|f| vec![f.relative_path(), f.file_size.to_string(), f.sha256.clone()]).collect();
                 out.table(&files, &["PATH", "SIZE", "SHA256"], rows);
             }
-            JobsCommand::Download { job, dest, transfer } => {
+            JobsCommand::Download { job, output, dest, transfer } => {
+                let dest = output.or(dest).unwrap_or_else(|| PathBuf::from("."));
                 let summary = client.download_job_results_with(job, &dest, &transfer.options("download")).await?;
                 report_download(out, &summary, &dest);
             }

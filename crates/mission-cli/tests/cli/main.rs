@@ -500,6 +500,12 @@ async fn run_and_jobs_commands_on_the_embedded_landing_zone() {
     let got = fx.ok("admin", &["jobs", "download", &job, dest.to_str().unwrap()]).await;
     assert!(got.contains("Downloaded 3 file(s)"), "{got}");
     assert_eq!(std::fs::read_to_string(dest.join("made.txt")).unwrap(), "made\n");
+    let dest = fx.home.path().join("results-o");
+    let got = fx.ok("admin", &["jobs", "download", &job, "-o", dest.to_str().unwrap()]).await;
+    assert!(got.contains("Downloaded 3 file(s)"), "{got}");
+    assert_eq!(std::fs::read_to_string(dest.join("made.txt")).unwrap(), "made\n");
+    let both = fx.run("admin", &["jobs", "download", &job, "-o", "a", "b"]).await;
+    assert!(String::from_utf8_lossy(&both.stderr).contains("cannot be used with"), "one directory, not two");
 
     // A failing job makes `run --wait` fail, naming the reason; an impossible one is refused.
     std::fs::write(src.join("run.sh"), "exit 7\n").unwrap();

@@ -21,11 +21,12 @@ pub const TAB: &str = "\u{E004}";
 /// The WebDriver code of the Enter key, for [`Browser::press`].
 pub const ENTER: &str = "\u{E007}";
 
-/// One browser session; the browser and its driver end when it is dropped.
+/// One browser session; the browser and its driver end when it is dropped, even when a failed
+/// test never closed the session.
 pub struct Browser {
     http: reqwest::Client,
     session: String,
-    _driver: tokio::process::Child,
+    driver: tokio::process::Child,
     _profile: tempfile::TempDir,
 }
 
@@ -47,6 +48,8 @@ impl Browser {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let driver = tokio::process::Command::new(driver_path)
             .arg(format!("--port={port}"))
+            // Its own process group, which the browsers it starts join: see `Drop`.
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
@@ -80,7 +83,7 @@ impl Browser {
         let created: Value =
             http.post(format!("{base}/session")).json(&capabilities).send().await.unwrap().json().await.unwrap();
         let session = format!("{base}/session/{}", created["value"]["sessionId"].as_str().expect("session id"));
-        Some(Self { http, session, _driver: driver, _profile: profile })
+        Some(Self { http, session, driver, _profile: profile })
     }
 
     /// A WebDriver command of this session; answers its `value`.
@@ -288,5 +291,15 @@ impl Browser {
     /// Ends the session (the browser closes).
     pub async fn close(&self) {
         self.call(Method::DELETE, "", Value::Null).await;
+    }
+}
+
+impl Drop for Browser {
+    /// Kills the driver's whole process group: killing the driver alone would leave its
+    /// Chromium processes running, orphaned, after every test that failed before `close`.
+    fn drop(&mut self) {
+        if let Some(pid) = self.driver.id() {
+            let _ = std::process::Command::new("kill").args(["-KILL", "--", &format!("-{pid}")]).status();
+        }
     }
 }

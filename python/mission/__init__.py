@@ -318,10 +318,12 @@ class Client:
         memory_amount: Optional[int] = None,
         gpu_count: Optional[int] = None,
         time_limit: Optional[int] = None,
+        labels: Optional[Dict[str, str]] = None,
     ) -> Job:
         """Starts a job of the mission on a station; absent resources come from the mission
-        type's defaults (memory in megabytes, the time limit in minutes)."""
-        return self._run(mission_id, station_id, None, cpu_count, memory_amount, gpu_count, time_limit)
+        type's defaults (memory in megabytes, the time limit in minutes). ``labels`` (``key`` to
+        ``value``) find the job again with ``list_jobs(labels=…)``."""
+        return self._run(mission_id, station_id, None, cpu_count, memory_amount, gpu_count, time_limit, labels)
 
     def run_job_on_lz(
         self,
@@ -332,14 +334,17 @@ class Client:
         memory_amount: Optional[int] = None,
         gpu_count: Optional[int] = None,
         time_limit: Optional[int] = None,
+        labels: Optional[Dict[str, str]] = None,
     ) -> Job:
         """Starts a job of the mission on one landing zone of a station."""
-        return self._run(mission_id, station_id, lz_id, cpu_count, memory_amount, gpu_count, time_limit)
+        return self._run(mission_id, station_id, lz_id, cpu_count, memory_amount, gpu_count, time_limit, labels)
 
     def _run(self, mission_id: Id, station_id: Id, lz_id: Optional[Id], cpu_count: Optional[int],
-             memory_amount: Optional[int], gpu_count: Optional[int], time_limit: Optional[int]) -> Job:
+             memory_amount: Optional[int], gpu_count: Optional[int], time_limit: Optional[int],
+             labels: Optional[Dict[str, str]]) -> Job:
         run = _drop_none({"station_id": station_id, "lz_id": lz_id, "cpu_count": cpu_count,
-                          "memory_amount": memory_amount, "gpu_count": gpu_count, "time_limit": time_limit})
+                          "memory_amount": memory_amount, "gpu_count": gpu_count, "time_limit": time_limit,
+                          "labels": labels})
         return _one(Job, self._native.run_job(_id(mission_id), json.dumps(run)))
 
     def create_mission_and_run_job(
@@ -376,11 +381,17 @@ class Client:
         statuses: Optional[List[str]] = None,
         page: int = 1,
         items: int = 25,
+        labels: Optional[Dict[str, str]] = None,
     ) -> List[Job]:
-        """Your jobs, newest first, one page."""
+        """Your jobs, newest first, one page; with ``labels``, only jobs with every one of them."""
         query = {"mission_ids": _ids(mission_ids), "station_ids": _ids(station_ids),
-                 "statuses": list(statuses or []), "page": page, "items": items}
+                 "statuses": list(statuses or []), "labels": sorted((labels or {}).items()),
+                 "page": page, "items": items}
         return _many(Job, self._native.list_jobs(json.dumps(query)))
+
+    def set_job_labels(self, job_id: Id, labels: Dict[str, str]) -> Job:
+        """Replaces a job's labels (all of them) and answers the job."""
+        return _one(Job, self._native.set_job_labels(_id(job_id), json.dumps(labels)))
 
     def stop_job(self, job_id: Id) -> Job:
         """Stops a job: dequeued, or its processes killed."""

@@ -159,6 +159,7 @@ class Job(_Record):
     started_at: Optional[datetime.datetime] = None
     finished_at: Optional[datetime.datetime] = None
     time_limit: Optional[int] = None
+    labels: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -170,6 +170,12 @@ impl NativeClient {
         block_on(py, self.client.list_jobs(&options)).map(|j| json(&j))
     }
 
+    fn set_job_labels(&self, py: Python<'_>, job_id: &str, labels: &str) -> PyResult<String> {
+        let id = parse_id("job_id", job_id)?;
+        let labels: mission_client::Labels = request("set_job_labels", labels)?;
+        block_on(py, self.client.set_job_labels(id, &labels)).map(|j| json(&j))
+    }
+
     fn stop_job(&self, py: Python<'_>, job_id: &str) -> PyResult<String> {
         let id = parse_id("job_id", job_id)?;
         block_on(py, self.client.stop_job(id)).map(|j| json(&j))

@@ -37,6 +37,21 @@ def test_a_mission_runs_and_returns_its_logs_and_results(client, tmp_path):
         client.job_logs(job.job_id, stream="stdin")
 
 
+def test_labels_find_a_job_and_change(client, tmp_path):
+    first = run_script(client, tmp_path, "py-labels", "echo ran\n")
+    labelled = client.run_job_on_station(first.mission_id, LOCAL_STATION, labels={"sweep": "lr", "seed": "3"})
+    assert labelled.labels == {"sweep": "lr", "seed": "3"}
+    assert first.labels == {}
+    found = client.list_jobs(labels={"sweep": "lr", "seed": "3"})
+    assert [j.job_id for j in found] == [labelled.job_id]
+    assert client.list_jobs(labels={"sweep": "other"}) == []
+    changed = client.set_job_labels(labelled.job_id, {"best": "yes"})
+    assert changed.labels == {"best": "yes"}
+    assert [j.job_id for j in client.list_jobs(labels={"best": "yes"})] == [labelled.job_id]
+    with pytest.raises(mission.Invalid, match="labels.bad key"):
+        client.set_job_labels(labelled.job_id, {"bad key": "x"})
+
+
 def test_a_wait_times_out_and_a_stop_ends_the_job(client, tmp_path):
     src = script_folder(tmp_path, "exec sleep 600\n")
     m = client.create_and_upload_mission("py-sleep", src, mission_type_id=SHELL, settings={"filename": "run.sh"})

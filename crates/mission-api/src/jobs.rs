@@ -133,6 +133,9 @@ pub struct Job {
     pub gpu_indices: Vec<u32>,
     /// The program and arguments it runs, in the mission's folder.
     pub command: Vec<String>,
+    /// Its labels, as given at run or changed since (`PATCH /jobs/{id}`).
+    #[serde(default)]
+    pub labels: crate::Labels,
     /// The program's exit status, once it exited.
     pub exit_code: Option<i32>,
     /// Why it failed, was stopped or was lost (`"out of memory"`, `"exit status 3"`, …).
@@ -173,6 +176,19 @@ pub struct RunJob {
     /// 525,600 (a year); absent: the mission type's default, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole_number")]
     pub time_limit: Option<u32>,
+    /// Labels to find the job by (`GET /jobs?label=key=value`): see [`crate::labels`].
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: crate::Labels,
+}
+
+/// Body of `PATCH /api/v1/jobs/{id}`: only the fields given change.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct UpdateJob {
+    /// New labels; replaces the whole map.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<crate::Labels>,
 }
 
 /// An optional whole number that may be written with a fraction of zero (`4.0`), as JSON

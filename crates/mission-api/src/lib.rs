@@ -9,7 +9,8 @@
 //! - [`cargo_bays`]: storage locations for input files and results;
 //! - [`files`]: the listing entry of a mission file; [`paths`]: the one rule for file paths;
 //! - [`stations`]: stations, their members and landing zones;
-//! - [`jobs`]: jobs, their states, history and run requests; [`lz`]: the landing-zone protocol;
+//! - [`jobs`]: jobs, their states, history and run requests; [`labels`]: the `key=value` labels
+//!   jobs carry; [`lz`]: the landing-zone protocol;
 //! - [`problem`]: the `application/problem+json` error body every endpoint returns on failure;
 //! - [`users`]: the signed-in user as `GET /api/v1/me` reports it.
 
@@ -17,6 +18,7 @@ pub mod auth;
 pub mod cargo_bays;
 pub mod files;
 pub mod jobs;
+pub mod labels;
 pub mod lz;
 pub mod mission_types;
 pub mod missions;
@@ -28,7 +30,8 @@ pub mod users;
 pub use auth::{AuthConfig, DeviceAuthorization, OAuthError, TokenResponse};
 pub use cargo_bays::{CargoBay, CargoBayKind, CreateCargoBay, DEFAULT_CARGO_BAY_ID};
 pub use files::FileListing;
-pub use jobs::{JOB_LOGS_FOLDER, Job, JobPage, JobStatus, JobTransition, MAX_TIME_LIMIT, RunJob};
+pub use jobs::{JOB_LOGS_FOLDER, Job, JobPage, JobStatus, JobTransition, MAX_TIME_LIMIT, RunJob, UpdateJob};
+pub use labels::Labels;
 pub use mission_types::{MissionType, MissionTypeSummary, ResourceDefaults};
 pub use missions::{CreateMission, MAX_ITEMS_PER_PAGE, Mission, MissionPage, UpdateMission, UpdateMissionArgs};
 pub use problem::{PROBLEM_CONTENT_TYPE, Problem};

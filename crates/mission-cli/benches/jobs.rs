@@ -91,6 +91,7 @@ async fn main() {
         memory_amount: one_cpu.memory_amount,
         gpu_count: one_cpu.gpu_count,
         time_limit: None,
+        labels: Default::default(),
     };
 
     // Dispatch latency, one job at a time on an idle LZ (the first warms the input cache).

@@ -37,6 +37,8 @@ pub struct ListJobs {
     pub station_ids: Vec<Uuid>,
     /// Only jobs in these states.
     pub statuses: Vec<JobStatus>,
+    /// Only jobs with every one of these labels (`key`, `value`).
+    pub labels: Vec<(String, String)>,
     /// Page number, from 1.
     pub page: u32,
     /// Jobs per page, 1 to [`mission_api::MAX_ITEMS_PER_PAGE`].
@@ -45,7 +47,14 @@ pub struct ListJobs {
 
 impl Default for ListJobs {
     fn default() -> Self {
-        Self { mission_ids: Vec::new(), station_ids: Vec::new(), statuses: Vec::new(), page: 1, items: 25 }
+        Self {
+            mission_ids: Vec::new(),
+            station_ids: Vec::new(),
+            statuses: Vec::new(),
+            labels: Vec::new(),
+            page: 1,
+            items: 25,
+        }
     }
 }
 
@@ -211,7 +220,14 @@ impl Client {
         query.extend(options.mission_ids.iter().map(|id| ("mission_ids", id.to_string())));
         query.extend(options.station_ids.iter().map(|id| ("station_ids", id.to_string())));
         query.extend(options.statuses.iter().map(|s| ("statuses", s.as_str().to_owned())));
+        query.extend(options.labels.iter().map(|(key, value)| ("label", format!("{key}={value}"))));
         self.get_json("/jobs", &query).await
+    }
+
+    /// Replaces a job's labels; answers the job.
+    pub async fn set_job_labels(&self, job_id: Uuid, labels: &crate::Labels) -> Result<Job, Error> {
+        let update = mission_api::UpdateJob { labels: Some(labels.clone()) };
+        self.send_json(Method::PATCH, &format!("/jobs/{job_id}"), &update).await
     }
 
     /// Stops a job: a queued one is dequeued, a running one's process tree is killed. Answers the
@@ -321,5 +337,6 @@ fn run_request(station_id: Uuid, lz_id: Option<Uuid>, resources: JobResources) -
         memory_amount: resources.memory_amount,
         gpu_count: resources.gpu_count,
         time_limit: resources.time_limit,
+        labels: Default::default(),
     }
 }

@@ -35,10 +35,12 @@ pub use files::{DEFAULT_CONCURRENCY, TransferObserver, TransferOptions, Transfer
 pub use jobs::{JobResources, ListJobs, LogEvent, LogFollow, LogStream};
 pub use missions::ListMissions;
 
+/// The one rule for job labels, to check them before sending.
+pub use mission_api::labels;
 pub use mission_api::{
     AuthConfig, CargoBay, CargoBayKind, CreateCargoBay, CreateMission, CreateStation, DEFAULT_CARGO_BAY_ID,
-    DEFAULT_STATION_NAME, DeviceAuthorization, FileListing, Job, JobPage, JobStatus, JobTransition, LandingZone,
-    Mission, MissionPage, MissionType, MissionTypeSummary, Problem, RegisterLandingZone, RegisteredLandingZone,
-    Resources, RunJob, Station, StationMember, UpdateMission, User,
+    DEFAULT_STATION_NAME, DeviceAuthorization, FileListing, Job, JobPage, JobStatus, JobTransition, Labels,
+    LandingZone, Mission, MissionPage, MissionType, MissionTypeSummary, Problem, RegisterLandingZone,
+    RegisteredLandingZone, Resources, RunJob, Station, StationMember, UpdateJob, UpdateMission, User,
 };
 pub use uuid::Uuid;

@@ -44,6 +44,9 @@ pub struct RunCommand {
     /// mission type's, if it has one.
     #[arg(long, value_name = "DURATION", value_parser = parse_time_limit)]
     time: Option<u32>,
+    /// A label to find the job by later (`jobs list --label`), as key=value; repeat for several.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label_arg)]
+    labels: Vec<(String, String)>,
     /// Wait until the job ends, showing its status; exit non-zero unless it completed.
     #[arg(long)]
     wait: bool,
@@ -69,6 +72,15 @@ pub enum JobsCommand {
         /// Keep printing new output until the job ends.
         #[arg(long, short)]
         follow: bool,
+    },
+    /// Set a job's labels: `jobs label JOB sweep=lr-0.1 seed=3`. Each key=value sets that label;
+    /// `key-` removes it; other labels stay.
+    Label {
+        /// Job id.
+        job: Uuid,
+        /// Labels to set (key=value) or remove (key-).
+        #[arg(required = true, value_name = "KEY=VALUE|KEY-")]
+        changes: Vec<String>,
     },
     /// Stop a job: dequeue it, or kill its processes.
     Stop {
@@ -108,12 +120,25 @@ pub struct ListArgs {
     /// failed, stopped, lost (repeat for several).
     #[arg(long = "status")]
     statuses: Vec<JobStatus>,
+    /// Only jobs with this label, as key=value (repeat: jobs with all of them).
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label_arg)]
+    labels: Vec<(String, String)>,
     /// Page, from 1.
     #[arg(long, default_value_t = 1)]
     page: u32,
     /// Jobs per page.
     #[arg(long, default_value_t = 25)]
     items: u32,
+}
+
+/// A `key=value` label as `--label` takes it, checked as the server checks it.
+fn parse_label_arg(pair: &str) -> Result<(String, String), String> {
+    mission_client::labels::parse_label(pair).map_err(|e| e.problem)
+}
+
+/// Labels as `key=value`, comma-separated.
+fn labels_text(labels: &mission_client::Labels) -> String {
+    labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ")
 }
 
 fn show(out: Output, job: &Job) {
@@ -126,6 +151,9 @@ fn show(out: Output, job: &Job) {
         ("resources", format!("{} CPU, {} MB, {} GPU", job.cpu_count, job.memory_amount, job.gpu_count)),
         ("command", job.command.join(" ")),
     ];
+    if !job.labels.is_empty() {
+        fields.push(("labels", labels_text(&job.labels)));
+    }
     if !job.gpu_indices.is_empty() {
         let indices: Vec<String> = job.gpu_indices.iter().map(u32::to_string).collect();
         fields.push(("gpus", indices.join(",")));
@@ -229,6 +257,7 @@ impl RunCommand {
             memory_amount: self.memory,
             gpu_count: self.gpus,
             time_limit: self.time,
+            labels: self.labels.into_iter().collect(),
         };
         let job = client.run_job(self.mission, &request).await?;
         if !self.wait && !self.follow {
@@ -263,6 +292,7 @@ impl JobsCommand {
                     mission_ids: args.missions,
                     station_ids,
                     statuses: args.statuses,
+                    labels: args.labels,
                     page: args.page,
                     items: args.items,
                 };
@@ -276,17 +306,34 @@ impl JobsCommand {
                             j.status.to_string(),
                             j.mission_id.to_string(),
                             j.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                            labels_text(&j.labels),
                             j.reason.clone().unwrap_or_default(),
                         ]
                     })
                     .collect();
-                out.table(&page, &["JOB", "STATUS", "MISSION", "CREATED", "REASON"], rows);
+                out.table(&page, &["JOB", "STATUS", "MISSION", "CREATED", "LABELS", "REASON"], rows);
             }
             JobsCommand::Get { job } => show(out, &client.get_job(job).await?),
             JobsCommand::Logs { job, follow: true } => follow(&client, job).await?,
             JobsCommand::Logs { job, follow: false } => {
                 print!("{}", client.job_logs(job, LogStream::Stdout).await?);
                 eprint!("{}", client.job_logs(job, LogStream::Stderr).await?);
+            }
+            JobsCommand::Label { job, changes } => {
+                let mut labels = client.get_job(job).await?.labels;
+                for change in changes {
+                    match change.strip_suffix('-').filter(|key| !key.contains('=')) {
+                        Some(key) => {
+                            labels.remove(key);
+                        }
+                        None => {
+                            let (key, value) = parse_label_arg(&change).map_err(anyhow::Error::msg)?;
+                            labels.insert(key, value);
+                        }
+                    }
+                }
+                let job = client.set_job_labels(job, &labels).await?;
+                out.done(&job, &format!("job {} labels: {}", job.job_id, labels_text(&job.labels)));
             }
             JobsCommand::Stop { job } => {
                 let job = client.stop_job(job).await?;

@@ -7,8 +7,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use mission_client::{
-    CargoBayKind, Client, CreateCargoBay, CreateMission, CreateStation, Error, Job, JobResources, JobStatus, LogStream,
-    Mission, RegisterLandingZone, Uuid,
+    CargoBayKind, Client, CreateCargoBay, CreateMission, CreateStation, Error, Job, JobResources, JobStatus, ListJobs,
+    LogStream, Mission, RegisterLandingZone, RunJob, Uuid,
 };
 use mission_testkit::TestServer;
 use tokio::process::{Child, Command};
@@ -910,4 +910,53 @@ async fn the_console_creates_a_mission_uploads_a_folder_and_runs_it() {
     browser.wait_for_text("h1", "Missions").await;
     assert!(matches!(alice.get_mission_by_id(mission_id).await, Err(Error::NotFound(_))));
     browser.close().await;
+}
+
+#[tokio::test]
+async fn labels_find_jobs_again_and_change() {
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let alice = &server.client;
+    let m = mission(alice, SHELL, &[("run.sh", "echo ran\n")], &[]).await;
+    let labelled = |pairs: &[(&str, &str)]| -> mission_client::Labels {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    };
+    let run = |labels: mission_client::Labels| RunJob { station_id: local_station(), labels, ..Default::default() };
+    let a = alice.run_job(m.mission_id, &run(labelled(&[("sweep", "lr"), ("seed", "1")]))).await.unwrap();
+    let b = alice.run_job(m.mission_id, &run(labelled(&[("sweep", "lr"), ("seed", "2")]))).await.unwrap();
+    let plain = alice.run_job(m.mission_id, &run(labelled(&[]))).await.unwrap();
+    assert_eq!(a.labels, labelled(&[("seed", "1"), ("sweep", "lr")]), "the run answers its labels");
+
+    // Filters take every label given; a job's labels come back on it and in listings.
+    let with = |pairs: &[(&str, &str)]| ListJobs {
+        labels: pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+        ..Default::default()
+    };
+    let ids = |jobs: Vec<Job>| jobs.into_iter().map(|j| j.job_id).collect::<Vec<_>>();
+    assert_eq!(ids(alice.list_jobs(&with(&[("sweep", "lr")])).await.unwrap()), [b.job_id, a.job_id]);
+    assert_eq!(ids(alice.list_jobs(&with(&[("sweep", "lr"), ("seed", "2")])).await.unwrap()), [b.job_id]);
+    assert_eq!(alice.list_jobs(&with(&[("seed", "2")])).await.unwrap()[0].labels, b.labels);
+    assert_eq!(ids(alice.list_jobs(&with(&[])).await.unwrap()), [plain.job_id, b.job_id, a.job_id]);
+
+    // Labels change after the run, the whole map at once, even once the job has ended.
+    assert_eq!(alice.wait_for_job(a.job_id).await.unwrap().status, JobStatus::Completed);
+    let changed = alice.set_job_labels(a.job_id, &labelled(&[("sweep", "lr"), ("keep", "yes")])).await.unwrap();
+    assert_eq!(changed.labels, labelled(&[("keep", "yes"), ("sweep", "lr")]));
+    assert_eq!(ids(alice.list_jobs(&with(&[("keep", "yes")])).await.unwrap()), [a.job_id]);
+    assert_eq!(alice.get_job(a.job_id).await.unwrap().labels, changed.labels);
+
+    // A bad label is a 400 naming it, and nothing is started; another user's job is a 404.
+    let bad = alice.run_job(m.mission_id, &run(labelled(&[("bad key", "x")]))).await.unwrap_err();
+    let problem = bad.problem().expect("a problem");
+    assert_eq!((problem.status, problem.field.as_deref()), (400, Some("labels.bad key")), "{problem:?}");
+    let long = "v".repeat(300);
+    let bad = alice.set_job_labels(a.job_id, &labelled(&[("note", &long)])).await.unwrap_err();
+    assert_eq!(bad.problem().unwrap().field.as_deref(), Some("labels.note"));
+    let bad = alice.list_jobs(&with(&[("-x", "1")])).await.unwrap_err();
+    assert_eq!(bad.problem().unwrap().field.as_deref(), Some("label"));
+    assert_eq!(alice.list_jobs(&ListJobs::default()).await.unwrap().len(), 3, "the refused run started nothing");
+    server.add_user("bob", false).await;
+    let bob = server.sign_in("bob").await;
+    assert!(matches!(bob.set_job_labels(a.job_id, &labelled(&[])).await, Err(Error::NotFound(_))));
+    assert_eq!(alice.get_job(a.job_id).await.unwrap().labels, changed.labels);
 }

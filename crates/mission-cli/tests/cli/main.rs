@@ -507,6 +507,23 @@ async fn run_and_jobs_commands_on_the_embedded_landing_zone() {
     let both = fx.run("admin", &["jobs", "download", &job, "-o", "a", "b"]).await;
     assert!(String::from_utf8_lossy(&both.stderr).contains("cannot be used with"), "one directory, not two");
 
+    // Labels: given at run, found by `jobs list --label`, changed by `jobs label`.
+    let labelled = fx.json("admin", &["run", &id, "--label", "sweep=lr", "--label", "seed=7", "--wait"]).await;
+    let labelled_id = labelled["job_id"].as_str().unwrap().to_owned();
+    assert_eq!(labelled["labels"], serde_json::json!({"seed": "7", "sweep": "lr"}));
+    let found = fx.json("admin", &["jobs", "list", "--label", "sweep=lr"]).await;
+    assert_eq!(found["jobs"].as_array().unwrap().len(), 1);
+    assert_eq!(found["jobs"][0]["job_id"], labelled_id.as_str());
+    let table = fx.ok("admin", &["jobs", "list", "--label", "seed=7"]).await;
+    assert!(table.contains("LABELS") && table.contains("seed=7, sweep=lr"), "{table}");
+    let relabelled = fx.ok("admin", &["jobs", "label", &labelled_id, "seed-", "best=yes"]).await;
+    assert!(relabelled.contains("best=yes, sweep=lr"), "{relabelled}");
+    assert!(fx.ok("admin", &["jobs", "get", &labelled_id]).await.contains("labels:"));
+    let none = fx.json("admin", &["jobs", "list", "--label", "seed=7"]).await;
+    assert_eq!(none["jobs"].as_array().unwrap().len(), 0, "the removed label no longer finds it");
+    let bad = fx.run("admin", &["run", &id, "--label", "no value"]).await;
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("key=value"), "{}", String::from_utf8_lossy(&bad.stderr));
+
     // A failing job makes `run --wait` fail, naming the reason; an impossible one is refused.
     std::fs::write(src.join("run.sh"), "exit 7\n").unwrap();
     fx.ok("admin", &["files", "upload", &id, src.join("run.sh").to_str().unwrap()]).await;

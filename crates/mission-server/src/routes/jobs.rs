@@ -12,8 +12,9 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use futures_util::StreamExt;
+use mission_api::labels::{LabelError, check_labels, parse_label};
 use mission_api::paths::MissionPath;
-use mission_api::{FileListing, Job, JobPage, JobStatus, JobTransition, MAX_TIME_LIMIT, RunJob};
+use mission_api::{FileListing, Job, JobPage, JobStatus, JobTransition, Labels, MAX_TIME_LIMIT, RunJob, UpdateJob};
 use uuid::Uuid;
 
 use super::async_stream;
@@ -35,6 +36,18 @@ pub(super) async fn own_job(app: &AppState, who: Principal, raw_id: &str) -> Api
         Some(job) if who.admin || job.user_id == who.user_id => Ok(job),
         _ => Err(ApiError::not_found("job", id)),
     }
+}
+
+/// A refusal of labels, naming the label at fault (`labels.{key}`) as the problem's field.
+fn refuse_labels(e: LabelError) -> ApiError {
+    let field = if e.key.is_empty() { "labels".to_owned() } else { format!("labels.{}", e.key) };
+    ApiError::invalid_field(&field, e.problem)
+}
+
+/// Checks labels sent in a request body.
+fn checked(labels: Labels) -> ApiResult<Labels> {
+    check_labels(&labels).map_err(refuse_labels)?;
+    Ok(labels)
 }
 
 /// Starts a job from a mission on a station, or on one landing zone of it.
@@ -66,6 +79,7 @@ pub async fn run(
     if memory_amount == 0 || memory_amount > i64::MAX as u64 / (1024 * 1024) {
         return Err(ApiError::invalid_field("memory_amount", "expected megabytes, at least 1"));
     }
+    let labels = checked(req.labels)?;
     let time_limit = req.time_limit.or(defaults.time_limit);
     if time_limit.is_some_and(|minutes| !(1..=MAX_TIME_LIMIT).contains(&minutes)) {
         return Err(ApiError::invalid_field("time_limit", format!("expected minutes, 1 to {MAX_TIME_LIMIT}")));
@@ -87,6 +101,7 @@ pub async fn run(
         time_limit,
         gpu_indices: Vec::new(),
         command,
+        labels,
         exit_code: None,
         reason: None,
         limits: None,
@@ -100,11 +115,13 @@ pub async fn run(
 }
 
 /// Lists the caller's jobs (everyone's, for admins), newest first. Filters repeat:
-/// `mission_ids`, `station_ids`, `statuses`; paging by `page` (from 1) and `items` (1 to 200).
+/// `mission_ids`, `station_ids`, `statuses` (any of the values given), `label` (`key=value`,
+/// every one given); paging by `page` (from 1) and `items` (1 to 200).
 #[utoipa::path(get, path = "/api/v1/jobs", tag = "jobs",
     params(("mission_ids" = Option<Vec<uuid::Uuid>>, Query, description = "only these missions' jobs"),
         ("station_ids" = Option<Vec<uuid::Uuid>>, Query, description = "only jobs on these stations"),
         ("statuses" = Option<Vec<mission_api::JobStatus>>, Query, description = "only jobs in these states"),
+        ("label" = Option<Vec<String>>, Query, description = "only jobs with this label, as key=value (repeat: all of them)"),
         ("page" = Option<u32>, Query, minimum = 1, maximum = 1000000, description = "page number, 1 to 1,000,000 (default 1)"),
         ("items" = Option<u32>, Query, minimum = 1, maximum = 200, description = "jobs per page, 1 to 200 (default 25)")),
     responses((status = 200, body = JobPage), (status = 400, body = mission_api::Problem)))]
@@ -119,14 +136,19 @@ pub async fn list(
             "mission_ids" => filter.mission_ids.push(parse_id(key, value)?),
             "station_ids" => filter.station_ids.push(parse_id(key, value)?),
             "statuses" => filter.statuses.push(value.parse().map_err(|e: String| ApiError::invalid_field(key, e))?),
+            "label" => filter.labels.push(parse_label(value).map_err(|e| ApiError::invalid_field("label", e.problem))?),
             "page" => filter.page = page_number(value)?,
             "items" => filter.items = page_size(value)?,
             other => {
                 return Err(ApiError::invalid(format!(
-                    "unknown query parameter {other:?}; filters are mission_ids, station_ids, statuses, page, items"
+                    "unknown query parameter {other:?}; filters are mission_ids, station_ids, statuses, label, page, \
+                     items"
                 )));
             }
         }
+    }
+    if filter.labels.len() > mission_api::labels::MAX_LABELS {
+        return Err(ApiError::invalid_field("label", format!("at most {} labels", mission_api::labels::MAX_LABELS)));
     }
     if filter.mission_ids.len() + filter.station_ids.len() > 500 {
         return Err(ApiError::invalid("at most 500 filter values per request"));
@@ -217,6 +239,24 @@ pub async fn get(State(app): State<AppState>, who: Principal, Path(id): Path<Str
     let mut job = own_job(&app, who, &id).await?;
     job.history = app.store.job_history(job.job_id).await?;
     Ok(Json(job))
+}
+
+/// Changes a job: its labels (the whole map is replaced). Answers the job as it stands.
+#[utoipa::path(patch, path = "/api/v1/jobs/{id}", tag = "jobs", request_body = UpdateJob,
+    params(("id" = uuid::Uuid, Path, description = "job id")),
+    responses((status = 200, body = Job), (status = 400, body = mission_api::Problem),
+        (status = 404, body = mission_api::Problem)))]
+pub async fn update(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<UpdateJob>,
+) -> ApiResult<Json<Job>> {
+    let job = own_job(&app, who, &id).await?;
+    if let Some(labels) = req.labels {
+        app.store.set_job_labels(job.job_id, &checked(labels)?).await?;
+    }
+    Ok(Json(app.store.job(job.job_id).await?.ok_or_else(|| ApiError::not_found("job", job.job_id))?))
 }
 
 /// Stops a job: a queued one leaves the queue, a placed one has its process tree killed by its

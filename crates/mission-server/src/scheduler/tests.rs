@@ -156,6 +156,7 @@ impl Harness {
             time_limit: None,
             gpu_indices: Vec::new(),
             command: vec!["true".into()],
+            labels: Default::default(),
             exit_code: None,
             reason: None,
             limits: None,

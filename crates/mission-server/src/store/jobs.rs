@@ -8,11 +8,13 @@ use sqlx::{Connection, QueryBuilder};
 use uuid::Uuid;
 
 use super::row::Columns;
-use super::{FileRecord, JobFilter, JobUpdate, LzIdentity, Store, StoreError, push_any_of, to_micros, with_conn};
+use super::{
+    FileRecord, JobFilter, JobUpdate, LzIdentity, Store, StoreError, push_any_of, push_labels, to_micros, with_conn,
+};
 
 const JOB_COLUMNS: &str = "job_id, mission_id, user_id, station_id, requested_lz_id, lz_id, status, cpu_count, \
-    memory_amount, gpu_count, time_limit, gpu_indices, command, exit_code, reason, limits, created_at, started_at, \
-    finished_at";
+    memory_amount, gpu_count, time_limit, gpu_indices, command, labels, exit_code, reason, limits, created_at, \
+    started_at, finished_at";
 
 /// The statuses a job ends in, as an SQL list.
 pub(super) const FINAL_STATUSES: &str = "('completed', 'failed', 'stopped', 'lost')";
@@ -131,6 +133,7 @@ impl Store {
             push_any_of(q, "mission_id", f.mission_ids.iter().map(Uuid::to_string));
             push_any_of(q, "station_id", f.station_ids.iter().map(Uuid::to_string));
             push_any_of(q, "status", f.statuses.iter().map(|s| s.as_str().to_owned()));
+            push_labels(q, &f.labels);
         }
         with_conn!(self, reader, |conn: Db| {
             let (total, rows) = {
@@ -147,6 +150,16 @@ impl Store {
             };
             let jobs = rows.iter().map(job_from_row).collect::<Result<_, _>>()?;
             Ok((jobs, total as u64))
+        })
+    }
+
+    /// Replaces a job's labels (checked by the caller); false when there is no such job.
+    pub async fn set_job_labels(&self, job_id: Uuid, labels: &mission_api::Labels) -> Result<bool, StoreError> {
+        let labels = serde_json::to_string(labels).expect("strings serialise");
+        with_conn!(self, writer, |conn: Db| {
+            let mut q: QueryBuilder<Db> = QueryBuilder::new("UPDATE jobs SET labels = ");
+            q.push_bind(labels).push(" WHERE job_id = ").push_bind(job_id.to_string());
+            Ok(q.build().execute(conn).await?.rows_affected() == 1)
         })
     }
 
@@ -345,12 +358,12 @@ impl Store {
 /// writes, so the count is that of the rows stored before the statement.)
 const SQLITE_SAVE_JOBS: &str = "BEGIN IMMEDIATE;
 INSERT INTO jobs (seq, job_id, mission_id, user_id, station_id, requested_lz_id, lz_id, status, cpu_count, \
-    memory_amount, gpu_count, time_limit, gpu_indices, command, exit_code, reason, limits, created_at, started_at, finished_at) \
+    memory_amount, gpu_count, time_limit, gpu_indices, command, labels, exit_code, reason, limits, created_at, started_at, finished_at) \
 SELECT last.seq + j.key + 1, j.value ->> 'job_id', j.value ->> 'mission_id', j.value ->> 'user_id', \
     j.value ->> 'station_id', j.value ->> 'requested_lz_id', j.value ->> 'lz_id', j.value ->> 'status', \
     j.value ->> 'cpu_count', j.value ->> 'memory_amount', j.value ->> 'gpu_count', j.value ->> 'time_limit', \
     j.value ->> 'gpu_indices', \
-    j.value ->> 'command', j.value ->> 'exit_code', j.value ->> 'reason', j.value ->> 'limits', \
+    j.value ->> 'command', j.value ->> 'labels', j.value ->> 'exit_code', j.value ->> 'reason', j.value ->> 'limits', \
     j.value ->> 'created_at', j.value ->> 'started_at', j.value ->> 'finished_at' \
 FROM json_each(?) AS j, (SELECT COALESCE(MAX(seq), 0) AS seq FROM jobs) AS last;
 UPDATE jobs SET status = c.value ->> 'status', \
@@ -375,11 +388,11 @@ COMMIT;";
 /// stored before the statement (which is what a statement's snapshot holds), `k` being its place
 /// among the batch's rows of that job.
 const POSTGRES_INSERT_JOBS: &str = "INSERT INTO jobs (job_id, mission_id, user_id, station_id, requested_lz_id, \
-    lz_id, status, cpu_count, memory_amount, gpu_count, time_limit, gpu_indices, command, exit_code, reason, limits, created_at, \
-    started_at, finished_at) \
+    lz_id, status, cpu_count, memory_amount, gpu_count, time_limit, gpu_indices, command, labels, exit_code, reason, limits, \
+    created_at, started_at, finished_at) \
 SELECT j ->> 'job_id', j ->> 'mission_id', j ->> 'user_id', j ->> 'station_id', j ->> 'requested_lz_id', \
     j ->> 'lz_id', j ->> 'status', (j ->> 'cpu_count')::bigint, (j ->> 'memory_amount')::bigint, \
-    (j ->> 'gpu_count')::bigint, (j ->> 'time_limit')::bigint, j ->> 'gpu_indices', j ->> 'command', (j ->> 'exit_code')::bigint, j ->> 'reason', \
+    (j ->> 'gpu_count')::bigint, (j ->> 'time_limit')::bigint, j ->> 'gpu_indices', j ->> 'command', j ->> 'labels', (j ->> 'exit_code')::bigint, j ->> 'reason', \
     j ->> 'limits', (j ->> 'created_at')::bigint, (j ->> 'started_at')::bigint, (j ->> 'finished_at')::bigint \
 FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS batch (j, k) ORDER BY k";
 
@@ -461,6 +474,7 @@ impl JobBatch {
                 "time_limit": job.time_limit,
                 "gpu_indices": join_indices(&job.gpu_indices),
                 "command": serde_json::to_string(&job.command).expect("strings serialise"),
+                "labels": serde_json::to_string(&job.labels).expect("strings serialise"),
                 "exit_code": job.exit_code,
                 "reason": job.reason,
                 "limits": job.limits,
@@ -563,6 +577,7 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
         time_limit: r.opt_int("time_limit")?.map(|minutes| minutes as u32),
         gpu_indices,
         command: r.json("command")?,
+        labels: r.json("labels")?,
         exit_code,
         reason: r.opt_text("reason")?,
         limits: r.opt_text("limits")?,

@@ -464,6 +464,24 @@ fn to_json<T: serde::Serialize>(value: &T) -> String {
 }
 
 /// Appends ` AND {column} IN (…)` for `values`, or nothing when there are none.
+/// ` AND` one condition per label: the row's `labels` (a JSON object, as text) has `key` set to
+/// `value`. Keys are checked label keys: no quotes, so one in a JSON path stays a single key.
+fn push_labels<'q, DB>(q: &mut QueryBuilder<'q, DB>, labels: &[(String, String)])
+where
+    DB: sqlx::Database,
+    String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    let postgres = DB::NAME == <sqlx::Postgres as sqlx::Database>::NAME;
+    for (key, value) in labels {
+        if postgres {
+            q.push(" AND (labels::jsonb ->> ").push_bind(key.clone());
+        } else {
+            q.push(" AND (labels ->> ").push_bind(format!("$.\"{key}\""));
+        }
+        q.push(") = ").push_bind(value.clone());
+    }
+}
+
 fn push_any_of<'q, DB>(q: &mut QueryBuilder<'q, DB>, column: &str, values: impl ExactSizeIterator<Item = String>)
 where
     DB: sqlx::Database,
@@ -549,6 +567,9 @@ pub struct JobFilter {
     pub station_ids: Vec<Uuid>,
     /// Statuses.
     pub statuses: Vec<mission_api::JobStatus>,
+    /// Labels the job has, every one (`key`, `value`; keys checked by
+    /// [`mission_api::labels::check_label_key`]).
+    pub labels: Vec<(String, String)>,
     /// Page number from 1.
     pub page: u32,
     /// Page size.

@@ -26,6 +26,7 @@ const MIGRATIONS: &Migrations = &[
     (11, "job_time_limit", include_str!("../../migrations/sqlite/0011_job_time_limit.sql")),
     (12, "lz_cluster_account", include_str!("../../migrations/sqlite/0012_lz_cluster_account.sql")),
     (13, "console_sessions", include_str!("../../migrations/sqlite/0013_console_sessions.sql")),
+    (14, "job_labels", include_str!("../../migrations/sqlite/0014_job_labels.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

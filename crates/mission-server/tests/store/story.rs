@@ -96,6 +96,7 @@ pub(crate) fn job(mission: &Mission, station_id: Uuid) -> Job {
         time_limit: Some(90),
         gpu_indices: Vec::new(),
         command: vec!["sh".into(), "run.sh".into()],
+        labels: Default::default(),
         exit_code: None,
         reason: None,
         limits: None,
@@ -728,13 +729,18 @@ pub async fn job_listings_results_and_agents(store: &Store) {
         created_at: now(),
     };
     store.insert_station(&lab).await.unwrap();
-    let jobs: Vec<Job> = (0..6)
+    let mut jobs: Vec<Job> = (0..6)
         .map(|i| match i % 3 {
             0 => job(&m, LOCAL_STATION),
             1 => job(&m, lab.station_id),
             _ => job(&bobs, LOCAL_STATION),
         })
         .collect();
+    // A key with '.' and '/' is one key, not a path into the object.
+    let label = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    jobs[0].labels = label(&[("sweep", "a"), ("team/x.y", "say \"hi\"")]);
+    jobs[3].labels = label(&[("sweep", "a")]);
+    jobs[4].labels = label(&[("sweep", "b")]);
     store.save_jobs(&jobs, &[]).await.unwrap();
     let placed = JobUpdate { lz_id: Some(Some(lz)), ..moved(jobs[0].job_id, JobStatus::Running) };
     store.save_jobs(&[], &[placed, moved(jobs[1].job_id, JobStatus::Failed)]).await.unwrap();
@@ -755,6 +761,21 @@ pub async fn job_listings_results_and_agents(store: &Store) {
     let (listed, _) =
         store.jobs(&JobFilter { statuses: vec![JobStatus::Running, JobStatus::Failed], ..all.clone() }).await.unwrap();
     assert_eq!(ids(listed), [jobs[1].job_id, jobs[0].job_id]);
+    let by_labels = |pairs: &[(&str, &str)]| JobFilter {
+        labels: pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+        ..all.clone()
+    };
+    let (listed, total) = store.jobs(&by_labels(&[("sweep", "a")])).await.unwrap();
+    assert_eq!((ids(listed), total), (vec![jobs[3].job_id, jobs[0].job_id], 2));
+    let (listed, _) = store.jobs(&by_labels(&[("sweep", "a"), ("team/x.y", "say \"hi\"")])).await.unwrap();
+    assert_eq!(ids(listed), [jobs[0].job_id], "every label given");
+    let (listed, _) = store.jobs(&by_labels(&[("team", "say \"hi\"")])).await.unwrap();
+    assert_eq!(ids(listed), Vec::<Uuid>::new());
+    assert_eq!(store.job_row(jobs[0].job_id).await.unwrap().unwrap().labels, jobs[0].labels);
+    assert!(store.set_job_labels(jobs[4].job_id, &label(&[("sweep", "a")])).await.unwrap());
+    assert!(!store.set_job_labels(Uuid::new_v4(), &label(&[])).await.unwrap(), "no such job");
+    let (listed, _) = store.jobs(&by_labels(&[("sweep", "a")])).await.unwrap();
+    assert_eq!(ids(listed), [jobs[4].job_id, jobs[3].job_id, jobs[0].job_id], "labels changed");
 
     assert_eq!(
         ids(store.unfinished_jobs().await.unwrap()),

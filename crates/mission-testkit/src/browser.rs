@@ -207,7 +207,14 @@ impl Browser {
     /// draws no focus ring, or that comes before the one focused last in the page's reading
     /// order: the keyboard must go through a page the way it reads.
     pub async fn tab_to(&self, css: &str, limit: usize) -> Vec<String> {
-        let step = "const [css, first] = arguments; const el = document.activeElement;             const style = getComputedStyle(el);             const ring = style.outlineStyle !== 'none' && parseFloat(style.outlineWidth) > 0;             const last = first ? null : window.__lastFocus;             const forward = !last || !!(last.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_FOLLOWING);             window.__lastFocus = el;             const name = el.id || (el.textContent || '').trim().slice(0, 40) || el.name || '';             return { here: el.matches(css), ring, forward, name: el.tagName.toLowerCase() + ' ' + name }";
+        let step = "const [css, first] = arguments; const el = document.activeElement; \
+            const style = getComputedStyle(el); \
+            const ring = style.outlineStyle !== 'none' && parseFloat(style.outlineWidth) > 0; \
+            const last = first ? null : window.__lastFocus; \
+            const forward = !last || !!(last.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_FOLLOWING); \
+            window.__lastFocus = el; \
+            const name = el.id || (el.textContent || '').trim().slice(0, 40) || el.name || ''; \
+            return { here: el.matches(css), ring, forward, name: el.tagName.toLowerCase() + ' ' + name }";
         let mut passed = Vec::new();
         for n in 0..limit {
             self.press(TAB).await;

@@ -75,12 +75,15 @@ pub async fn list(State(app): State<AppState>, viewer: Viewer, Query(query): Que
         mission = Some((found.mission_id, found.name));
     }
     let Json(stations) = crate::routes::stations::list(State(app.clone()), viewer.principal()).await?;
+    // The list holds every station the viewer may see: the chosen one is looked up there.
     let mut station = None;
     if let Some(raw) = query.station.as_deref().filter(|s| !s.is_empty()) {
-        let Json(found) =
-            crate::routes::stations::get(State(app.clone()), viewer.principal(), Path(raw.to_owned())).await?;
-        watched.push(("station_ids".into(), found.station_id.to_string()));
-        station = Some(found.station_id);
+        let id = crate::routes::extract::parse_id("station_id", raw)?;
+        if !stations.iter().any(|s| s.station_id == id) {
+            return Err(crate::error::ApiError::not_found("station", id).into());
+        }
+        watched.push(("station_ids".into(), id.to_string()));
+        station = Some(id);
     }
     let events = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(&watched).finish();
     let events = format!("/api/v1/jobs/events?{events}");

@@ -463,7 +463,6 @@ fn to_json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).expect("maps and lists of strings always serialise")
 }
 
-/// Appends ` AND {column} IN (…)` for `values`, or nothing when there are none.
 /// ` AND` one condition per label: the row's `labels` (a JSON object, as text) has `key` set to
 /// `value`. Keys are checked label keys: no quotes, so one in a JSON path stays a single key.
 fn push_labels<'q, DB>(q: &mut QueryBuilder<'q, DB>, labels: &[(String, String)])
@@ -482,6 +481,7 @@ where
     }
 }
 
+/// Appends ` AND {column} IN (…)` for `values`, or nothing when there are none.
 fn push_any_of<'q, DB>(q: &mut QueryBuilder<'q, DB>, column: &str, values: impl ExactSizeIterator<Item = String>)
 where
     DB: sqlx::Database,

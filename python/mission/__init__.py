@@ -117,13 +117,14 @@ def _mission_json(
     mission_type_id: Optional[Id] = None,
     settings: Optional[Dict[str, str]] = None,
     public: Optional[bool] = None,
+    labels: Optional[Dict[str, str]] = None,
 ) -> str:
     """A mission's create or update request as JSON, without the fields not given."""
     return json.dumps(_drop_none({
         "name": name, "description": description, "source_storage_id": source_storage_id,
         "destination_storage_id": destination_storage_id, "source_path": source_path,
         "destination_path": destination_path, "mission_type_id": mission_type_id,
-        "settings": settings, "public": public,
+        "settings": settings, "public": public, "labels": labels,
     }))
 
 
@@ -204,8 +205,10 @@ class Client:
         items: int = 25,
         mission_type_ids: Optional[List[Id]] = None,
         archived: Optional[bool] = None,
+        labels: Optional[Dict[str, str]] = None,
     ) -> List[Mission]:
-        """The missions you may read (your own and public ones), newest first, one page."""
+        """The missions you may read (your own and public ones), newest first, one page; with
+        ``labels``, only missions with every one of them."""
         query = {
             "mission_ids": _ids(mission_ids),
             "names": list(names or []),
@@ -214,6 +217,7 @@ class Client:
             "items": items,
             "mission_type_ids": _ids(mission_type_ids),
             "archived": archived,
+            "labels": sorted((labels or {}).items()),
         }
         return _many(Mission, self._native.list_missions(json.dumps(query)))
 
@@ -232,10 +236,12 @@ class Client:
         mission_type_id: Optional[Id] = None,
         settings: Optional[Dict[str, str]] = None,
         public: bool = False,
+        labels: Optional[Dict[str, str]] = None,
     ) -> Mission:
-        """A new mission of yours."""
+        """A new mission of yours; ``labels`` (``key`` to ``value``) find it again with
+        ``list_missions(labels=…)``."""
         request = _mission_json(name, description, source_storage_id, destination_storage_id, source_path,
-                                destination_path, mission_type_id, settings, public)
+                                destination_path, mission_type_id, settings, public, labels)
         return _one(Mission, self._native.create_mission(request))
 
     def update_mission(
@@ -248,10 +254,12 @@ class Client:
         source_path: Optional[str] = None,
         destination_path: Optional[str] = None,
         settings: Optional[Dict[str, str]] = None,
+        labels: Optional[Dict[str, str]] = None,
     ) -> bool:
-        """Changes the fields given; ``False`` when the mission does not exist."""
+        """Changes the fields given (``labels`` replaces them all); ``False`` when the mission
+        does not exist."""
         changes = _mission_json(name, description, source_storage_id, destination_storage_id, source_path,
-                                destination_path, settings=settings)
+                                destination_path, settings=settings, labels=labels)
         return self._native.update_mission(_id(mission_id), changes)
 
     def update_mission_args(self, mission_id: Id, arg: List[str]) -> Mission:

@@ -106,6 +106,7 @@ class Mission(_Record):
     user_id: str
     created_at: datetime.datetime
     updated_at: datetime.datetime
+    labels: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

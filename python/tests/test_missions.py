@@ -34,6 +34,21 @@ def test_missions_are_created_listed_changed_and_deleted(client):
         client.get_mission_by_id(created.mission_id)
 
 
+def test_labels_find_a_mission_and_change(client):
+    labelled = client.create_mission("py-labelled", labels={"project": "climate", "stage": "draft"})
+    plain = client.create_mission("py-unlabelled")
+    assert (labelled.labels, plain.labels) == ({"project": "climate", "stage": "draft"}, {})
+    found = client.list_missions(labels={"project": "climate", "stage": "draft"})
+    assert [m.mission_id for m in found] == [labelled.mission_id]
+    assert client.list_missions(labels={"project": "ocean"}) == []
+    assert client.update_mission(labelled.mission_id, labels={"project": "ocean"}) is True
+    assert client.get_mission_by_id(labelled.mission_id).labels == {"project": "ocean"}
+    assert [m.mission_id for m in client.list_missions(labels={"project": "ocean"})] == [labelled.mission_id]
+    with pytest.raises(mission.Invalid, match="labels.bad key"):
+        client.create_mission("py-bad-label", labels={"bad key": "x"})
+    assert client.list_missions(names=["py-bad-label"]) == []
+
+
 def test_upload_places_files_and_folders_as_the_rules_say(client, tmp_path):
     folder = tmp_path / "inputs"
     (folder / "sub" / "deeper").mkdir(parents=True)

@@ -37,6 +37,9 @@ pub struct Mission {
     pub archived: bool,
     /// Arguments passed to the mission's program, set with `PUT /missions/{id}/args`.
     pub args: Vec<String>,
+    /// Its labels, set at create or with `PATCH /missions/{id}` (see [`crate::labels`]).
+    #[serde(default)]
+    pub labels: crate::Labels,
     /// Owner of the mission.
     pub user_id: Uuid,
     /// When the mission was created.
@@ -76,6 +79,9 @@ pub struct CreateMission {
     /// List the mission as public; private when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public: Option<bool>,
+    /// Labels to find the mission by (`GET /missions?label=key=value`): see [`crate::labels`].
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: crate::Labels,
 }
 
 /// Body of `PATCH /api/v1/missions/{id}`: only the fields given change.
@@ -110,6 +116,9 @@ pub struct UpdateMission {
     /// Archive (`true`) or restore (`false`) the mission.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub archived: Option<bool>,
+    /// New labels; replaces the whole map.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<crate::Labels>,
 }
 
 /// Body of `PUT /api/v1/missions/{id}/args`.

@@ -31,6 +31,8 @@ pub struct ListMissions {
     pub mission_type_ids: Vec<Uuid>,
     /// Only archived (`Some(true)`) or unarchived (`Some(false)`) missions.
     pub archived: Option<bool>,
+    /// Only missions with every one of these labels (`key`, `value`).
+    pub labels: Vec<(String, String)>,
 }
 
 impl Default for ListMissions {
@@ -43,6 +45,7 @@ impl Default for ListMissions {
             items: 25,
             mission_type_ids: Vec::new(),
             archived: None,
+            labels: Vec::new(),
         }
     }
 }
@@ -57,6 +60,7 @@ impl ListMissions {
         if let Some(archived) = self.archived {
             q.push(("archived", archived.to_string()));
         }
+        q.extend(self.labels.iter().map(|(key, value)| ("label", format!("{key}={value}"))));
         q.push(("page", self.page.to_string()));
         q.push(("items", self.items.to_string()));
         q
@@ -127,6 +131,12 @@ impl Client {
             Err(Error::NotFound(_)) => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// Replaces a mission's labels; answers the mission.
+    pub async fn set_mission_labels(&self, mission_id: Uuid, labels: &crate::Labels) -> Result<Mission, Error> {
+        let update = UpdateMission { labels: Some(labels.clone()), ..Default::default() };
+        self.send_json(Method::PATCH, &format!("/missions/{mission_id}"), &update).await
     }
 
     /// Replaces the mission's arguments and returns the mission as stored.

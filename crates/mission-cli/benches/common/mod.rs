@@ -277,6 +277,7 @@ pub fn bench_mission(i: usize, user_id: uuid::Uuid, at: chrono::DateTime<chrono:
         public: i.is_multiple_of(100),
         archived: false,
         args: vec!["--steps".into(), "100".into()],
+        labels: Default::default(),
         user_id,
         created_at: at,
         updated_at: at,

@@ -10,6 +10,7 @@ use clap::{Args, Subcommand};
 use mission_client::{Client, Job, JobStatus, ListJobs, LogStream, RunJob, Uuid};
 
 use super::files::{TransferArgs, report_download};
+use super::labels::{apply_label_changes, labels_text, parse_label_arg};
 use super::stations::{resolve_lz, resolve_station};
 use crate::output::Output;
 use crate::session;
@@ -129,16 +130,6 @@ pub struct ListArgs {
     /// Jobs per page.
     #[arg(long, default_value_t = 25)]
     items: u32,
-}
-
-/// A `key=value` label as `--label` takes it, checked as the server checks it.
-fn parse_label_arg(pair: &str) -> Result<(String, String), String> {
-    mission_client::labels::parse_label(pair).map_err(|e| e.problem)
-}
-
-/// Labels as `key=value`, comma-separated.
-fn labels_text(labels: &mission_client::Labels) -> String {
-    labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ")
 }
 
 fn show(out: Output, job: &Job) {
@@ -321,17 +312,7 @@ impl JobsCommand {
             }
             JobsCommand::Label { job, changes } => {
                 let mut labels = client.get_job(job).await?.labels;
-                for change in changes {
-                    match change.strip_suffix('-').filter(|key| !key.contains('=')) {
-                        Some(key) => {
-                            labels.remove(key);
-                        }
-                        None => {
-                            let (key, value) = parse_label_arg(&change).map_err(anyhow::Error::msg)?;
-                            labels.insert(key, value);
-                        }
-                    }
-                }
+                apply_label_changes(&mut labels, changes)?;
                 let job = client.set_job_labels(job, &labels).await?;
                 out.done(&job, &format!("job {} labels: {}", job.job_id, labels_text(&job.labels)));
             }

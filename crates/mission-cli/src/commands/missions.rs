@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 use mission_client::{Client, CreateMission, ListMissions, Mission, UpdateMission, Uuid};
 
 use super::cargo_bays::resolve_bay;
+use super::labels::{apply_label_changes, labels_text, parse_label_arg};
 use super::types::resolve_type;
 use crate::output::Output;
 use crate::session;
@@ -25,6 +26,15 @@ pub enum MissionsCommand {
     Create(CreateArgs),
     /// Change a mission's fields (only those given change).
     Update(UpdateArgs),
+    /// Set a mission's labels: `missions label ID project=climate stage=draft`. Each key=value sets
+    /// that label; `key-` removes it; other labels stay.
+    Label {
+        /// Mission id.
+        mission: Uuid,
+        /// Labels to set (key=value) or remove (key-).
+        #[arg(required = true, value_name = "KEY=VALUE|KEY-")]
+        changes: Vec<String>,
+    },
     /// Replace a mission's arguments: `mission missions args ID -- --steps 100`.
     Args {
         /// Mission id.
@@ -57,6 +67,9 @@ pub struct ListArgs {
     /// Only archived (true) or unarchived (false) missions.
     #[arg(long)]
     archived: Option<bool>,
+    /// Only missions with this label, as key=value (repeat: missions with all of them).
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label_arg)]
+    labels: Vec<(String, String)>,
     /// Page number, from 1.
     #[arg(long, default_value_t = 1)]
     page: u32,
@@ -82,6 +95,9 @@ pub struct CreateArgs {
     /// List the mission as public (readable by every user).
     #[arg(long)]
     public: bool,
+    /// A label to find the mission by later (`missions list --label`), as key=value; repeatable.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label_arg)]
+    labels: Vec<(String, String)>,
     #[command(flatten)]
     storage: StorageArgs,
     /// Upload this directory's contents to the new mission.
@@ -169,6 +185,7 @@ fn show(out: Output, m: &Mission) {
             ("args", m.args.join(" ")),
             ("public", m.public.to_string()),
             ("archived", m.archived.to_string()),
+            ("labels", labels_text(&m.labels)),
             ("owner", m.user_id.to_string()),
             ("created", m.created_at.to_rfc3339()),
             ("updated", m.updated_at.to_rfc3339()),
@@ -194,6 +211,7 @@ impl MissionsCommand {
                     items: args.items,
                     mission_type_ids,
                     archived: args.archived,
+                    labels: args.labels,
                 };
                 let page = client.list_missions_page(&options).await?;
                 let rows = page
@@ -211,11 +229,12 @@ impl MissionsCommand {
                             m.mission_id.to_string(),
                             m.name.clone(),
                             flags.join(","),
+                            labels_text(&m.labels),
                             m.created_at.format("%Y-%m-%d %H:%M").to_string(),
                         ]
                     })
                     .collect();
-                out.table(&page.missions, &["ID", "NAME", "FLAGS", "CREATED"], rows);
+                out.table(&page.missions, &["ID", "NAME", "FLAGS", "LABELS", "CREATED"], rows);
                 if page.has_more && !out.json {
                     eprintln!("(more on page {}: --page {})", page.page + 1, page.page + 1);
                 }
@@ -236,6 +255,7 @@ impl MissionsCommand {
                     mission_type_id,
                     settings: settings_map(args.settings),
                     public: Some(args.public),
+                    labels: args.labels.into_iter().collect(),
                 };
                 if let Some(dir) = &args.upload
                     && !dir.is_dir()
@@ -267,6 +287,7 @@ impl MissionsCommand {
                     } else {
                         None
                     },
+                    labels: None,
                 };
                 if changes == UpdateMission::default() {
                     bail!("nothing to change: give at least one of --name, --description, --setting, --archive, …");
@@ -276,6 +297,12 @@ impl MissionsCommand {
                 }
                 let mission = client.get_mission_by_id(args.mission).await?;
                 out.done(&mission, &format!("Updated mission {}.", mission.mission_id));
+            }
+            MissionsCommand::Label { mission, changes } => {
+                let mut labels = client.get_mission_by_id(mission).await?.labels;
+                apply_label_changes(&mut labels, changes)?;
+                let mission = client.set_mission_labels(mission, &labels).await?;
+                out.done(&mission, &format!("mission {} labels: {}", mission.mission_id, labels_text(&mission.labels)));
             }
             MissionsCommand::Args { mission, args } => {
                 let updated = client.update_mission_args(mission, &args).await?;

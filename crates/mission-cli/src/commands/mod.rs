@@ -4,6 +4,7 @@ pub mod auth;
 pub mod cargo_bays;
 pub mod files;
 pub mod jobs;
+pub mod labels;
 pub mod lz;
 pub mod missions;
 pub mod server;

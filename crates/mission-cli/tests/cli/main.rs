@@ -226,6 +226,8 @@ async fn first_start_login_and_mission_commands() {
                 "--setting",
                 "filename=main.py",
                 "--public",
+                "--label",
+                "project=climate",
             ],
         )
         .await;
@@ -243,6 +245,14 @@ async fn first_start_login_and_mission_commands() {
     assert_eq!(with_args["args"], serde_json::json!(["--steps", "10", "a b"]));
     let shown = fx.ok("admin", &["missions", "get", &id]).await;
     assert!(shown.contains("args:") && shown.contains("--steps 10 a b"), "{shown}");
+    assert!(shown.contains("project=climate"), "{shown}");
+    let relabelled = fx.ok("admin", &["missions", "label", &id, "project-", "stage=final"]).await;
+    assert!(relabelled.contains("labels: stage=final"), "{relabelled}");
+    let found = fx.json("admin", &["missions", "list", "--label", "stage=final"]).await;
+    assert_eq!(found[0]["mission_id"], id.as_str());
+    assert!(fx.json("admin", &["missions", "list", "--label", "project=climate"]).await.as_array().unwrap().is_empty());
+    let table = fx.ok("admin", &["missions", "list", "--label", "stage=final"]).await;
+    assert!(table.contains("LABELS") && table.contains("stage=final"), "{table}");
 
     // Errors name the problem.
     let out =

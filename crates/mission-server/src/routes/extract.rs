@@ -81,3 +81,22 @@ pub fn page_size(value: &str) -> Result<u32, ApiError> {
         ApiError::invalid_field("items", format!("expected an integer from 1 to {MAX_ITEMS_PER_PAGE}, got {value:?}"))
     })
 }
+
+/// Labels sent in a request body, checked; a refusal names the label at fault (`labels.{key}`).
+pub fn checked_labels(labels: mission_api::Labels) -> Result<mission_api::Labels, ApiError> {
+    mission_api::labels::check_labels(&labels).map_err(|e| {
+        let field = if e.key.is_empty() { "labels".to_owned() } else { format!("labels.{}", e.key) };
+        ApiError::invalid_field(&field, e.problem)
+    })?;
+    Ok(labels)
+}
+
+/// Adds one `label=key=value` list filter to `filters`, refusing a bad label or too many.
+pub fn push_label_filter(filters: &mut Vec<(String, String)>, value: &str) -> Result<(), ApiError> {
+    use mission_api::labels::{MAX_LABELS, parse_label};
+    if filters.len() == MAX_LABELS {
+        return Err(ApiError::invalid_field("label", format!("at most {MAX_LABELS} labels")));
+    }
+    filters.push(parse_label(value).map_err(|e| ApiError::invalid_field("label", e.problem))?);
+    Ok(())
+}

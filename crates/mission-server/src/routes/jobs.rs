@@ -12,13 +12,12 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use futures_util::StreamExt;
-use mission_api::labels::{LabelError, check_labels, parse_label};
 use mission_api::paths::MissionPath;
-use mission_api::{FileListing, Job, JobPage, JobStatus, JobTransition, Labels, MAX_TIME_LIMIT, RunJob, UpdateJob};
+use mission_api::{FileListing, Job, JobPage, JobStatus, JobTransition, MAX_TIME_LIMIT, RunJob, UpdateJob};
 use uuid::Uuid;
 
 use super::async_stream;
-use super::extract::{ApiJson, QueryPairs, page_number, page_size, parse_id};
+use super::extract::{ApiJson, QueryPairs, checked_labels, page_number, page_size, parse_id, push_label_filter};
 use super::files::{parse_path, serve};
 use super::missions::writable;
 use super::stations::visible;
@@ -36,18 +35,6 @@ pub(super) async fn own_job(app: &AppState, who: Principal, raw_id: &str) -> Api
         Some(job) if who.admin || job.user_id == who.user_id => Ok(job),
         _ => Err(ApiError::not_found("job", id)),
     }
-}
-
-/// A refusal of labels, naming the label at fault (`labels.{key}`) as the problem's field.
-fn refuse_labels(e: LabelError) -> ApiError {
-    let field = if e.key.is_empty() { "labels".to_owned() } else { format!("labels.{}", e.key) };
-    ApiError::invalid_field(&field, e.problem)
-}
-
-/// Checks labels sent in a request body.
-fn checked(labels: Labels) -> ApiResult<Labels> {
-    check_labels(&labels).map_err(refuse_labels)?;
-    Ok(labels)
 }
 
 /// Starts a job from a mission on a station, or on one landing zone of it.
@@ -79,7 +66,7 @@ pub async fn run(
     if memory_amount == 0 || memory_amount > i64::MAX as u64 / (1024 * 1024) {
         return Err(ApiError::invalid_field("memory_amount", "expected megabytes, at least 1"));
     }
-    let labels = checked(req.labels)?;
+    let labels = checked_labels(req.labels)?;
     let time_limit = req.time_limit.or(defaults.time_limit);
     if time_limit.is_some_and(|minutes| !(1..=MAX_TIME_LIMIT).contains(&minutes)) {
         return Err(ApiError::invalid_field("time_limit", format!("expected minutes, 1 to {MAX_TIME_LIMIT}")));
@@ -136,7 +123,7 @@ pub async fn list(
             "mission_ids" => filter.mission_ids.push(parse_id(key, value)?),
             "station_ids" => filter.station_ids.push(parse_id(key, value)?),
             "statuses" => filter.statuses.push(value.parse().map_err(|e: String| ApiError::invalid_field(key, e))?),
-            "label" => filter.labels.push(parse_label(value).map_err(|e| ApiError::invalid_field("label", e.problem))?),
+            "label" => push_label_filter(&mut filter.labels, value)?,
             "page" => filter.page = page_number(value)?,
             "items" => filter.items = page_size(value)?,
             other => {
@@ -146,9 +133,6 @@ pub async fn list(
                 )));
             }
         }
-    }
-    if filter.labels.len() > mission_api::labels::MAX_LABELS {
-        return Err(ApiError::invalid_field("label", format!("at most {} labels", mission_api::labels::MAX_LABELS)));
     }
     if filter.mission_ids.len() + filter.station_ids.len() > 500 {
         return Err(ApiError::invalid("at most 500 filter values per request"));
@@ -254,7 +238,7 @@ pub async fn update(
 ) -> ApiResult<Json<Job>> {
     let job = own_job(&app, who, &id).await?;
     if let Some(labels) = req.labels {
-        app.store.set_job_labels(job.job_id, &checked(labels)?).await?;
+        app.store.set_job_labels(job.job_id, &checked_labels(labels)?).await?;
     }
     Ok(Json(app.store.job(job.job_id).await?.ok_or_else(|| ApiError::not_found("job", job.job_id))?))
 }

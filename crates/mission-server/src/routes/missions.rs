@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use mission_api::{CreateMission, DEFAULT_CARGO_BAY_ID, Mission, MissionPage, UpdateMission, UpdateMissionArgs};
 use uuid::Uuid;
 
-use super::extract::{ApiJson, QueryPairs, page_number, page_size, parse_id};
+use super::extract::{ApiJson, QueryPairs, checked_labels, page_number, page_size, parse_id, push_label_filter};
 use crate::AppState;
 use crate::auth::Principal;
 use crate::cargo_bays::storage_segments;
@@ -142,6 +142,7 @@ pub async fn create(
     check_storage_path("destination_path", &req.destination_path)?;
     let settings = req.settings.unwrap_or_default();
     check_settings(req.mission_type_id, &settings)?;
+    let labels = checked_labels(req.labels)?;
     check_storage(&app, who.user_id, "source_storage_id", req.source_storage_id).await?;
     check_storage(&app, who.user_id, "destination_storage_id", req.destination_storage_id).await?;
     let now = store::now();
@@ -158,6 +159,7 @@ pub async fn create(
         public: req.public.unwrap_or(false),
         archived: false,
         args: Vec::new(),
+        labels,
         user_id: who.user_id,
         created_at: now,
         updated_at: now,
@@ -169,7 +171,8 @@ pub async fn create(
 /// Lists the missions the caller may read, newest first.
 ///
 /// Query: `ids`, `names`, `user_ids`, `mission_type_ids` (each may repeat; a row matches one of
-/// the values), `archived` (`true`/`false`), `page` (from 1, default 1), `items` (1 to 200,
+/// the values), `archived` (`true`/`false`), `label` (`key=value`, repeats: every one given),
+/// `page` (from 1, default 1), `items` (1 to 200,
 /// default 25).
 #[utoipa::path(get, path = "/api/v1/missions", tag = "missions",
     params(
@@ -179,6 +182,7 @@ pub async fn create(
         ("mission_type_ids" = Option<Vec<uuid::Uuid>>, Query, description = "mission types (repeat the key)"),
         ("archived" = Option<bool>, Query, description = "archived or not; both when absent"),
         ("search" = Option<String>, Query, max_length = 256, description = "names containing this text, ignoring case"),
+        ("label" = Option<Vec<String>>, Query, description = "only missions with this label, as key=value (repeat: all of them)"),
         ("page" = Option<u32>, Query, minimum = 1, maximum = 1000000, description = "page number, 1 to 1,000,000 (default 1)"),
         ("items" = Option<u32>, Query, minimum = 1, maximum = 200, description = "missions per page, 1 to 200 (default 25)"),
     ),
@@ -208,11 +212,13 @@ pub async fn list(
                 }
                 filter.name_contains = Some(value.trim().to_owned()).filter(|v| !v.is_empty());
             }
+            "label" => push_label_filter(&mut filter.labels, value)?,
             "page" => filter.page = page_number(value)?,
             "items" => filter.items = page_size(value)?,
             other => {
                 return Err(ApiError::invalid(format!(
-                    "unknown query parameter {other:?}; filters are ids, names, user_ids, mission_type_ids, archived, search, page, items"
+                    "unknown query parameter {other:?}; filters are ids, names, user_ids, mission_type_ids, archived, \
+                     search, label, page, items"
                 )));
             }
         }
@@ -256,6 +262,7 @@ pub async fn update(
     if let Some(settings) = &req.settings {
         check_settings(mission.mission_type_id, settings)?;
     }
+    let labels = req.labels.map(checked_labels).transpose()?;
     check_storage(&app, mission.user_id, "source_storage_id", req.source_storage_id).await?;
     check_storage(&app, mission.user_id, "destination_storage_id", req.destination_storage_id).await?;
     let moves_source =
@@ -280,6 +287,7 @@ pub async fn update(
         settings: req.settings,
         archived: req.archived,
         args: None,
+        labels,
     };
     let updated = app.store.update_mission(mission.mission_id, &changes, store::now()).await?;
     updated.map(Json).ok_or_else(|| ApiError::not_found("mission", mission.mission_id))

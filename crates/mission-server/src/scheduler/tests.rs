@@ -71,6 +71,7 @@ impl Harness {
             public: false,
             archived: false,
             args: Vec::new(),
+            labels: Default::default(),
             user_id: user.user_id,
             created_at: store::now(),
             updated_at: store::now(),

@@ -6,12 +6,14 @@ use sqlx::{Connection, QueryBuilder};
 use uuid::Uuid;
 
 use super::row::Columns;
-use super::{MissionChanges, MissionFilter, Store, StoreError, push_any_of, to_json, to_micros, with_conn};
+use super::{
+    MissionChanges, MissionFilter, Store, StoreError, push_any_of, push_labels, to_json, to_micros, with_conn,
+};
 
 /// Columns of `missions`, as [`mission_from_row`] reads them.
 const MISSION_COLUMNS: &str = "mission_id, user_id, name, description, mission_type_id, \
     source_storage_id, destination_storage_id, source_path, destination_path, settings, args, \
-    public, archived, created_at, updated_at";
+    labels, public, archived, created_at, updated_at";
 
 impl Store {
     /// Stores a new mission.
@@ -107,6 +109,7 @@ impl Store {
             set("destination_path", changes.destination_path.clone());
             set("settings", changes.settings.as_ref().map(to_json));
             set("args", changes.args.as_ref().map(to_json));
+            set("labels", changes.labels.as_ref().map(to_json));
             if let Some(archived) = changes.archived {
                 q.push(", archived = ").push_bind(archived);
             }
@@ -133,7 +136,7 @@ impl Store {
     pub async fn insert_missions(&self, missions: &[Mission]) -> Result<(), StoreError> {
         let sql = format!(
             "INSERT INTO missions ({MISSION_COLUMNS}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
         );
         with_conn!(self, writer, |conn| {
             let mut tx = conn.begin().await?;
@@ -150,6 +153,7 @@ impl Store {
                     .bind(&m.destination_path)
                     .bind(to_json(&m.settings))
                     .bind(to_json(&m.args))
+                    .bind(to_json(&m.labels))
                     .bind(m.public)
                     .bind(m.archived)
                     .bind(to_micros(m.created_at))
@@ -174,6 +178,7 @@ where
     push_any_of(q, "name", filter.names.iter().cloned());
     push_any_of(q, "user_id", filter.user_ids.iter().map(Uuid::to_string));
     push_any_of(q, "mission_type_id", filter.mission_type_ids.iter().map(Uuid::to_string));
+    push_labels(q, &filter.labels);
     if let Some(archived) = filter.archived {
         q.push(" AND archived = ").push_bind(archived);
     }
@@ -200,6 +205,7 @@ fn mission_from_row(r: &impl Columns) -> Result<Mission, StoreError> {
         destination_path: r.opt_text("destination_path")?,
         settings: r.json("settings")?,
         args: r.json("args")?,
+        labels: r.json("labels")?,
         public: r.flag("public")?,
         archived: r.flag("archived")?,
         created_at: r.time("created_at")?,

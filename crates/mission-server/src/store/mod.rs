@@ -297,6 +297,8 @@ pub struct MissionFilter {
     pub archived: Option<bool>,
     /// Names containing this text, ignoring case (of ASCII letters only, on SQLite).
     pub name_contains: Option<String>,
+    /// Labels the mission has, every one (as [`JobFilter::labels`]).
+    pub labels: Vec<(String, String)>,
     /// Page number from 1.
     pub page: u32,
     /// Page size.
@@ -324,6 +326,8 @@ pub struct MissionChanges {
     pub archived: Option<bool>,
     /// New arguments.
     pub args: Option<Vec<String>>,
+    /// New labels (whole map, checked by the caller).
+    pub labels: Option<mission_api::Labels>,
 }
 
 /// A committed mission file.

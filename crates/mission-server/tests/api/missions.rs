@@ -139,6 +139,61 @@ async fn paging_and_filters() {
 }
 
 #[tokio::test]
+async fn labels_find_missions_again_and_change() {
+    let server = TestServer::spawn().await;
+    server.add_user("bob", false).await;
+    let alice = &server.client;
+    let bob = server.sign_in("bob").await;
+    let labelled = |pairs: &[(&str, &str)]| -> mission_client::Labels {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    };
+    let with = |pairs: &[(&str, &str)]| ListMissions {
+        labels: pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+        ..Default::default()
+    };
+    let ids = |missions: Vec<mission_client::Mission>| missions.into_iter().map(|m| m.mission_id).collect::<Vec<_>>();
+    let create = |name: &str, public: bool, pairs: &[(&str, &str)]| CreateMission {
+        public: Some(public),
+        labels: labelled(pairs),
+        ..named(name)
+    };
+    let a = alice.create_mission(&create("a", false, &[("project", "climate"), ("stage", "draft")])).await.unwrap();
+    let b = alice.create_mission(&create("b", true, &[("project", "climate")])).await.unwrap();
+    let c = alice.create_mission(&create("c", false, &[])).await.unwrap();
+    assert_eq!(a.labels, labelled(&[("project", "climate"), ("stage", "draft")]), "create answers the labels");
+    assert!(c.labels.is_empty());
+
+    // Filters take every label given, and keep to what the caller may see.
+    assert_eq!(ids(alice.list_missions(&with(&[("project", "climate")])).await.unwrap()), [b.mission_id, a.mission_id]);
+    assert_eq!(
+        ids(alice.list_missions(&with(&[("project", "climate"), ("stage", "draft")])).await.unwrap()),
+        [a.mission_id]
+    );
+    assert_eq!(ids(bob.list_missions(&with(&[("project", "climate")])).await.unwrap()), [b.mission_id]);
+
+    // Labels change with an update (the whole map), and other fields stay.
+    let changed = alice.set_mission_labels(a.mission_id, &labelled(&[("project", "ocean")])).await.unwrap();
+    assert_eq!((changed.labels, changed.name.as_str()), (labelled(&[("project", "ocean")]), "a"));
+    assert_eq!(ids(alice.list_missions(&with(&[("project", "climate")])).await.unwrap()), [b.mission_id]);
+    let rename = UpdateMission { name: Some("a2".into()), ..Default::default() };
+    assert!(alice.update_mission(a.mission_id, &rename).await.unwrap());
+    assert_eq!(alice.get_mission_by_id(a.mission_id).await.unwrap().labels, labelled(&[("project", "ocean")]));
+
+    // Bad labels are a 400 naming the label, and nothing is created or changed.
+    let bad = alice.create_mission(&create("bad", false, &[("bad key", "x")])).await.unwrap_err();
+    let problem = bad.problem().expect("a problem");
+    assert_eq!((problem.status, problem.field.as_deref()), (400, Some("labels.bad key")), "{problem:?}");
+    let control = alice.set_mission_labels(b.mission_id, &labelled(&[("note", "a\nb")])).await.unwrap_err();
+    assert_eq!(control.problem().unwrap().field.as_deref(), Some("labels.note"));
+    let bad = alice.list_missions(&with(&[("", "x")])).await.unwrap_err();
+    assert_eq!(bad.problem().unwrap().field.as_deref(), Some("label"));
+    assert_eq!(alice.list_missions(&Default::default()).await.unwrap().len(), 3, "the refused create made nothing");
+    assert_eq!(alice.get_mission_by_id(b.mission_id).await.unwrap().labels, labelled(&[("project", "climate")]));
+    // Another user's public mission is read-only: its labels too.
+    assert!(matches!(bob.set_mission_labels(b.mission_id, &labelled(&[])).await, Err(Error::Forbidden(_))));
+}
+
+#[tokio::test]
 async fn users_are_isolated_and_public_missions_are_read_only() {
     let server = TestServer::spawn().await;
     server.add_user("bob", false).await;

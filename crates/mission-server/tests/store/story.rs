@@ -47,6 +47,7 @@ fn mission(owner: Uuid, name: &str, at: DateTime<Utc>) -> Mission {
         public: false,
         archived: false,
         args: Vec::new(),
+        labels: Default::default(),
         user_id: owner,
         created_at: at,
         updated_at: at,
@@ -344,6 +345,7 @@ pub async fn missions_with_every_filter(store: &Store) {
         settings: Some(BTreeMap::from([("k".to_owned(), "v".to_owned())])),
         archived: Some(true),
         args: Some(vec!["a".into(), "b".into()]),
+        labels: Some(mission_api::Labels::from([("team/x.y".to_owned(), "say \"hi\"".to_owned())])),
     };
     let later = t0 + seconds(500);
     let updated = store.update_mission(bob_private.mission_id, &changes, later).await.unwrap().unwrap();
@@ -359,6 +361,7 @@ pub async fn missions_with_every_filter(store: &Store) {
             settings: BTreeMap::from([("k".to_owned(), "v".to_owned())]),
             archived: true,
             args: vec!["a".into(), "b".into()],
+            labels: changes.labels.clone().unwrap(),
             updated_at: later,
             ..bob_private.clone()
         }
@@ -370,6 +373,20 @@ pub async fn missions_with_every_filter(store: &Store) {
             .await,
         ["bob-public"]
     );
+    // Labels filter every view: the admin's, and a user's (own or public, each arm filtered).
+    let labelled = |viewer: Option<Uuid>, pairs: &[(&str, &str)]| {
+        page(MissionFilter {
+            visible_to: viewer,
+            labels: pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            ..Default::default()
+        })
+    };
+    assert_eq!(names(store, labelled(None, &[("team/x.y", "say \"hi\"")])).await, ["renamed"]);
+    assert_eq!(names(store, labelled(Some(bob.user_id), &[("team/x.y", "say \"hi\"")])).await, ["renamed"]);
+    assert_eq!(names(store, labelled(Some(ada.user_id), &[("team/x.y", "say \"hi\"")])).await, Vec::<String>::new());
+    assert_eq!(names(store, labelled(None, &[("team/x.y", "say")])).await, Vec::<String>::new());
+    assert_eq!(names(store, labelled(None, &[("team/x.y", "say \"hi\""), ("other", "")])).await, Vec::<String>::new());
+
     let untouched =
         store.update_mission(bob_public.mission_id, &MissionChanges::default(), later).await.unwrap().unwrap();
     assert_eq!(untouched, Mission { updated_at: later, ..bob_public.clone() });

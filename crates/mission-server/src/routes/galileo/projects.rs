@@ -134,6 +134,7 @@ pub async fn create(
         destination_path: text(&mut body, "destination_path")?,
         settings: None,
         public,
+        labels: Default::default(),
     };
     let nested = match body.remove("settings") {
         Some(Value::Object(nested)) => nested,
@@ -187,6 +188,7 @@ pub async fn update(
         destination_path: text(&mut body, "destination_path")?,
         settings,
         archived: None,
+        labels: None,
     };
     let mut mission = missions::update(State(app.clone()), who, Path(raw_id), ApiJson(changes)).await?.0;
     if let Some(args) = args {

@@ -7,6 +7,7 @@
 //! - [`mission_types`]: the mission-type catalogue as the API returns it;
 //! - [`auth`]: the OAuth 2.0 device-flow messages and the server's auth configuration;
 //! - [`cargo_bays`]: storage locations for input files and results;
+//! - [`events`]: what happened to missions and jobs, as the event stream and webhooks send it;
 //! - [`files`]: the listing entry of a mission file; [`paths`]: the one rule for file paths;
 //! - [`stations`]: stations, their members and landing zones;
 //! - [`jobs`]: jobs, their states, history and run requests; [`labels`]: the `key=value` labels
@@ -16,6 +17,7 @@
 
 pub mod auth;
 pub mod cargo_bays;
+pub mod events;
 pub mod files;
 pub mod jobs;
 pub mod labels;
@@ -29,6 +31,7 @@ pub mod users;
 
 pub use auth::{AuthConfig, DeviceAuthorization, OAuthError, TokenResponse};
 pub use cargo_bays::{CargoBay, CargoBayKind, CreateCargoBay, DEFAULT_CARGO_BAY_ID};
+pub use events::Event;
 pub use files::FileListing;
 pub use jobs::{JOB_LOGS_FOLDER, Job, JobPage, JobStatus, JobTransition, MAX_TIME_LIMIT, RunJob, UpdateJob};
 pub use labels::Labels;

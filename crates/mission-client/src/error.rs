@@ -65,6 +65,15 @@ pub enum Error {
     /// The service answered something the SDK does not understand.
     #[error("unexpected response: {0}")]
     Protocol(String),
+    /// An event stream resumed after event `after`, but the events from there to `oldest` are
+    /// gone (past the server's retention window).
+    #[error("events {} to {} are no longer kept by the service", after + 1, oldest.saturating_sub(1))]
+    EventsMissed {
+        /// The last event seen.
+        after: u64,
+        /// The oldest event the service still keeps.
+        oldest: u64,
+    },
 }
 
 impl Error {

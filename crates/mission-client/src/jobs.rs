@@ -85,7 +85,7 @@ pub enum LogEvent {
     End(JobStatus),
 }
 
-type ByteStream = std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
+pub(crate) type ByteStream = std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
 
 /// An open follow of a job's log ([`Client::open_job_logs`]): server-sent events, read as they
 /// arrive.
@@ -127,16 +127,8 @@ impl LogFollow {
 
 /// One server-sent event of a log follow; `None` for one without data (a keep-alive).
 fn parse_log_event(event: &str) -> Result<Option<LogEvent>, Error> {
-    let mut end = false;
-    let mut data = String::new();
-    for line in event.lines() {
-        if let Some(v) = line.strip_prefix("event:") {
-            end = v.trim() == "end";
-        } else if let Some(v) = line.strip_prefix("data:") {
-            data.push_str(v.trim_start());
-        }
-    }
-    if end {
+    let crate::events::Sse { event, data } = crate::events::Sse::parse(event);
+    if event.as_deref() == Some("end") {
         #[derive(serde::Deserialize)]
         struct End {
             status: JobStatus,
@@ -280,14 +272,36 @@ impl Client {
         Ok(LogFollow { body: Box::pin(response.bytes_stream()), buf: Vec::new(), ended: None })
     }
 
-    /// Waits until a job ends (following its log, not polling) and answers it.
+    /// Waits until a job ends (following the event stream, not polling) and answers it.
     pub async fn wait_for_job(&self, job_id: Uuid) -> Result<Job, Error> {
+        self.wait_for_job_with(job_id, |_| {}).await
+    }
+
+    /// [`Client::wait_for_job`], telling `on_status` each status the job moves to.
+    pub async fn wait_for_job_with(&self, job_id: Uuid, mut on_status: impl FnMut(JobStatus)) -> Result<Job, Error> {
+        // Every event of the job still kept, from its first: none can be missed between the
+        // job's state read here and the stream's start.
+        let watch = crate::WatchEvents {
+            job_ids: vec![job_id],
+            kinds: vec!["job".into()],
+            after: Some(0),
+            ..Default::default()
+        };
+        let (job, events) = tokio::join!(self.get_job(job_id), self.watch_events(&watch));
+        let job = job?;
+        if job.status.is_final() {
+            return Ok(job);
+        }
+        let mut events = events?;
         loop {
-            match self.follow_job_logs(job_id, LogStream::Stdout, |_| {}).await {
-                Ok(_) => return self.get_job(job_id).await,
-                // The server restarted mid-wait: look again.
-                Err(Error::Protocol(_) | Error::Http(_)) => {
-                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            match events.next().await {
+                Ok(event) => match event.job_status() {
+                    Some(status) if status.is_final() => return self.get_job(job_id).await,
+                    Some(status) => on_status(status),
+                    None => {}
+                },
+                // Some of the job's events are gone: its state says whether it has ended.
+                Err(Error::EventsMissed { .. }) => {
                     let job = self.get_job(job_id).await?;
                     if job.status.is_final() {
                         return Ok(job);

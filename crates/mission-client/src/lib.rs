@@ -21,6 +21,7 @@ pub mod auth;
 mod cargo_bays;
 pub mod client;
 pub mod error;
+mod events;
 mod files;
 mod jobs;
 mod mission_types;
@@ -31,15 +32,18 @@ mod stations;
 pub use auth::{DeviceAuth, Prompt, Tokens};
 pub use client::{Client, LoginOptions};
 pub use error::{Error, SignInError};
+pub use events::{EventStream, WatchEvents};
 pub use files::{DEFAULT_CONCURRENCY, TransferObserver, TransferOptions, TransferSummary, file_line};
 pub use jobs::{JobResources, ListJobs, LogEvent, LogFollow, LogStream};
 pub use missions::ListMissions;
 
+/// Event kinds and how a kind filter matches.
+pub use mission_api::events as event_kinds;
 /// The one rule for job labels, to check them before sending.
 pub use mission_api::labels;
 pub use mission_api::{
     AuthConfig, CargoBay, CargoBayKind, CreateCargoBay, CreateMission, CreateStation, DEFAULT_CARGO_BAY_ID,
-    DEFAULT_STATION_NAME, DeviceAuthorization, FileListing, Job, JobPage, JobStatus, JobTransition, Labels,
+    DEFAULT_STATION_NAME, DeviceAuthorization, Event, FileListing, Job, JobPage, JobStatus, JobTransition, Labels,
     LandingZone, Mission, MissionPage, MissionType, MissionTypeSummary, Problem, RegisterLandingZone,
     RegisteredLandingZone, Resources, RunJob, Station, StationMember, UpdateJob, UpdateMission, User,
 };

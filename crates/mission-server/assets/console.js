@@ -43,13 +43,12 @@ function checkSession() {
 
 // The jobs list stays current: GET /api/v1/jobs/events sends each job of the list's filters as
 // it changes. A known row gets its new state; a new job joins the top of page 1 (when it passes
-// the status filter); a "resync" (changes were missed) reloads the page.
+// the status filter).
 function liveJobs(table) {
   const state = document.getElementById("live-state");
   const events = new EventSource(table.dataset.events);
   events.addEventListener("open", () => { state.textContent = "live"; });
   events.addEventListener("error", () => { state.textContent = "reconnecting…"; checkSession(); });
-  events.addEventListener("resync", () => window.location.reload());
   events.addEventListener("job", (event) => {
     const job = JSON.parse(event.data);
     const row = table.querySelector(`tr[data-job="${job.job_id}"]`);

@@ -46,11 +46,9 @@ const LOG_WRITTEN: &str = "log_written:";
 /// A broadcast, followed by a job id: the job ended (its logs are complete).
 const JOB_ENDED: &str = "job_ended:";
 
-/// A broadcast, followed by comma-separated job ids: those jobs changed.
-const JOBS_CHANGED: &str = "jobs_changed:";
-
-/// Most job ids in one broadcast (a notification's payload is under 8000 bytes).
-const JOBS_PER_BROADCAST: usize = 150;
+/// A broadcast: events were appended to the log (sent by the appending transaction itself, see
+/// `store/events.rs`).
+const EVENTS_APPENDED: &str = "events_appended";
 
 /// How often a replica takes its mail even without a notification.
 const MAIL_POLL: Duration = Duration::from_secs(2);
@@ -122,14 +120,6 @@ impl Outbox {
         let _ = self.queue.send(Outgoing::Broadcast(format!("{JOB_ENDED}{job_id}")));
     }
 
-    /// Tells every replica that jobs changed, so who watches them there sees it.
-    pub(crate) fn broadcast_jobs_changed(&self, ids: &[Uuid]) {
-        for chunk in ids.chunks(JOBS_PER_BROADCAST) {
-            let list: Vec<String> = chunk.iter().map(Uuid::to_string).collect();
-            let _ = self.queue.send(Outgoing::Broadcast(format!("{JOBS_CHANGED}{}", list.join(","))));
-        }
-    }
-
     fn call(&self, request: u64, call: Call) {
         self.send(LEADER.to_owned(), Mail::Call { from: self.replica, request, call });
     }
@@ -185,7 +175,7 @@ impl Cluster {
         tracing::info!(%replica, "joined the cluster of replicas on the database");
         tasks.spawn(write_mail(db, outgoing, shutdown.clone()));
         let listener = cluster.listener().await?;
-        tasks.spawn(cluster.clone().take_mail(listener, tokens.clone(), logs.clone(), shutdown.clone()));
+        tasks.spawn(cluster.clone().take_mail(listener, store.clone(), tokens.clone(), logs.clone(), shutdown.clone()));
         tasks.spawn(cluster.clone().lead_when_possible(store, logs, tokens, lease, shutdown));
         Ok(cluster)
     }
@@ -235,6 +225,7 @@ impl Cluster {
     async fn take_mail(
         self: Arc<Self>,
         mut listener: sqlx::postgres::PgListener,
+        store: Store,
         tokens: Arc<AgentTokens>,
         logs: Arc<JobLogs>,
         shutdown: CancellationToken,
@@ -250,7 +241,7 @@ impl Cluster {
                     Ok(Some(note)) if note.channel() == leader_channel => (false, true),
                     Ok(Some(note)) => {
                         if note.channel() == BROADCAST {
-                            heard(note.payload(), &tokens, &logs, &self.sessions);
+                            heard(note.payload(), &store, &tokens, &logs);
                         }
                         continue;
                     }
@@ -396,7 +387,7 @@ impl Cluster {
 }
 
 /// Acts on a broadcast.
-fn heard(payload: &str, tokens: &AgentTokens, logs: &JobLogs, sessions: &Sessions) {
+fn heard(payload: &str, store: &Store, tokens: &AgentTokens, logs: &JobLogs) {
     let job = |prefix: &str| payload.strip_prefix(prefix).and_then(|id| Uuid::parse_str(id).ok());
     if payload == FORGET_TOKENS {
         tokens.forget();
@@ -404,9 +395,8 @@ fn heard(payload: &str, tokens: &AgentTokens, logs: &JobLogs, sessions: &Session
         logs.written(job_id);
     } else if let Some(job_id) = job(JOB_ENDED) {
         logs.finish(job_id);
-    } else if let Some(list) = payload.strip_prefix(JOBS_CHANGED) {
-        let ids: Vec<Uuid> = list.split(',').filter_map(|id| Uuid::parse_str(id).ok()).collect();
-        sessions.jobs_changed_here(ids.into());
+    } else if payload == EVENTS_APPENDED {
+        store.events_appended();
     }
 }
 

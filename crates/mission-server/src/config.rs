@@ -64,6 +64,9 @@ pub struct ServerConfig {
     pub s3_endpoints: Vec<Url>,
     /// How long a landing zone counts as online after its agent was last heard from.
     pub lz_lease: Duration,
+    /// How long events are kept: a client that reconnects to `GET /api/v1/events` within it
+    /// misses nothing.
+    pub event_retention: Duration,
     /// Create an `admin` account with a generated password when the store has no users.
     pub bootstrap_admin: bool,
 }
@@ -90,6 +93,7 @@ impl ServerConfig {
             connection_limits: crate::serve::ConnectionLimits::default(),
             s3_endpoints: Vec::new(),
             lz_lease: Duration::from_secs(30),
+            event_retention: Duration::from_secs(7 * 24 * 3600),
             bootstrap_admin: true,
         }
     }

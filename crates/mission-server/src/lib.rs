@@ -12,6 +12,7 @@
 //! - [`scheduler`]: places jobs on landing zones and tracks them; [`job_logs`]: their output;
 //!   `cluster`: several replicas on one PostgreSQL database (the scheduler's leader, mail
 //!   between replicas, broadcasts); `locks`: per-file locks, in the database across replicas;
+//! - [`events`]: the feed of new events behind the event streams (the log itself is the store's);
 //! - [`store`]: the database (SQLite or PostgreSQL); [`catalogue`]: the built-in mission types;
 //!   [`users`]: accounts.
 
@@ -25,6 +26,7 @@ mod cluster;
 pub mod config;
 pub mod console;
 pub mod error;
+pub mod events;
 mod fsutil;
 pub mod idp;
 pub mod job_logs;
@@ -75,6 +77,8 @@ pub struct App {
     pub agent_tokens: Arc<agent_tokens::AgentTokens>,
     /// Jobs' output as it streams in.
     pub logs: Arc<job_logs::JobLogs>,
+    /// New events, for the event streams open here.
+    pub events: Arc<events::EventHub>,
     /// Turns true when the server stops, ending long-lived responses (agent orders, log follows).
     pub closing: tokio::sync::watch::Sender<bool>,
     /// What the server spawned besides the connections (the scheduler, copies of logs): waited
@@ -235,6 +239,8 @@ impl Server {
         )
         .await?;
         let cluster = store.cluster();
+        let events = events::EventHub::new(store.clone());
+        tasks.spawn(events.clone().run(config.event_retention, shutdown.clone()));
         let app = Arc::new(App {
             store,
             config,
@@ -246,6 +252,7 @@ impl Server {
             scheduler,
             agent_tokens,
             logs,
+            events,
             closing: tokio::sync::watch::channel(false).0,
             tasks,
             shutdown,

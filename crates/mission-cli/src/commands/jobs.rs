@@ -3,7 +3,6 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::bail;
 use clap::{Args, Subcommand};
@@ -168,23 +167,21 @@ fn show(out: Output, job: &Job) {
     out.record(job, fields);
 }
 
-/// Waits for a job to end with a live status line on a terminal; answers the final job.
+/// Waits for a job to end (on the event stream) with a live status line on a terminal; answers
+/// the final job.
 async fn wait(client: &Client, job_id: Uuid) -> anyhow::Result<Job> {
     let bar = crate::progress::status_line();
-    let started = std::time::Instant::now();
-    loop {
-        let job = client.get_job(job_id).await?;
-        if job.status.is_final() {
-            if let Some(bar) = bar {
-                bar.finish_and_clear();
+    let job = client
+        .wait_for_job_with(job_id, |status| {
+            if let Some(bar) = &bar {
+                bar.set_message(format!("job {job_id}: {status}"));
             }
-            return Ok(job);
-        }
-        if let Some(bar) = &bar {
-            bar.set_message(format!("job {job_id}: {} ({} s)", job.status, started.elapsed().as_secs()));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        })
+        .await?;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
     }
+    Ok(job)
 }
 
 /// Prints a job's stdout and stderr to ours as they are written, until it ends.

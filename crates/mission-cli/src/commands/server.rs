@@ -108,6 +108,10 @@ struct RunArgs {
     /// come back before giving up their jobs.
     #[arg(long, env = "MISSION_LZ_LEASE", default_value_t = defaults().lz_lease.as_secs())]
     lz_lease: u64,
+    /// Hours events are kept: a client of the event stream that reconnects within them (with
+    /// the last event id it saw) misses nothing.
+    #[arg(long, env = "MISSION_EVENT_RETENTION_HOURS", default_value_t = defaults().event_retention.as_secs() / 3600)]
+    event_retention_hours: u64,
     /// Do not create an `admin` account (with a generated password saved in the data dir) on
     /// the first start; create accounts with `mission server add-user` instead.
     #[arg(long, env = "MISSION_NO_BOOTSTRAP_ADMIN")]
@@ -278,6 +282,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         folder => folder,
     });
     config.lz_lease = Duration::from_secs(args.lz_lease.max(1));
+    config.event_retention = Duration::from_secs(args.event_retention_hours.max(1).saturating_mul(3600));
     config.bootstrap_admin = !args.no_bootstrap_admin;
     let shared_database = config.effective_database_url().is_postgres();
     config.s3_endpoints = args.s3_endpoints;

@@ -960,3 +960,121 @@ async fn labels_find_jobs_again_and_change() {
     assert!(matches!(bob.set_job_labels(a.job_id, &labelled(&[])).await, Err(Error::NotFound(_))));
     assert_eq!(alice.get_job(a.job_id).await.unwrap().labels, changed.labels);
 }
+
+/// Reads the stream's events until `until` says stop (at most 10 s).
+async fn events_until(
+    events: &mut mission_client::EventStream,
+    mut until: impl FnMut(&mission_client::Event) -> bool,
+) -> Vec<mission_client::Event> {
+    let mut seen = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let event = events.next().await.unwrap();
+            let done = until(&event);
+            seen.push(event);
+            if done {
+                return;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the events stopped short: {seen:?}"));
+    seen
+}
+
+#[tokio::test]
+async fn the_event_stream_sees_every_transition_in_order_and_resumes() {
+    use mission_client::WatchEvents;
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let alice = &server.client;
+    server.add_user("bob", false).await;
+    let bob = server.sign_in("bob").await;
+    let mut everything = alice.watch_events(&WatchEvents::default()).await.unwrap();
+    let mut bobs = bob.watch_events(&WatchEvents::default()).await.unwrap();
+
+    // A mission, a file, its arguments, a job: each change is an event, in the order it happened.
+    let m = mission(alice, SHELL, &[("run.sh", "echo ran\n")], &[]).await;
+    let job = alice.run_job(m.mission_id, &RunJob { station_id: local_station(), ..Default::default() }).await.unwrap();
+    let seen = events_until(&mut everything, |e| e.kind == "job.completed").await;
+    let kinds: Vec<&str> = seen.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "mission.created",
+            "files.changed",
+            "mission.updated",
+            "job.queued",
+            "job.assigned",
+            "job.staging",
+            "job.running",
+            "job.uploading",
+            "job.completed"
+        ],
+        "{seen:#?}"
+    );
+    assert!(seen.windows(2).all(|w| w[0].seq < w[1].seq), "numbers grow");
+    assert_eq!(seen[1].data["path"], "run.sh");
+    let completed = seen.last().unwrap();
+    assert_eq!((completed.job_id, completed.mission_id), (Some(job.job_id), Some(m.mission_id)));
+    assert_eq!(completed.data["exit_code"], 0);
+    assert_eq!(completed.job_status(), Some(JobStatus::Completed));
+    assert!(seen.iter().all(|e| e.user_id == m.user_id));
+
+    // A client that reconnects after an event gets every later one, the same and in order: with
+    // the SDK's `after`, and with the Last-Event-ID header of a browser's EventSource.
+    let after = WatchEvents { after: Some(seen[3].seq), ..Default::default() };
+    let mut resumed = alice.watch_events(&after).await.unwrap();
+    assert_eq!(events_until(&mut resumed, |e| e.kind == "job.completed").await, seen[4..]);
+    let token = alice.tokens().await.unwrap().access_token;
+    let mut raw = reqwest::Client::new()
+        .get(format!("{}/api/v1/events", server.url))
+        .bearer_auth(token)
+        .header("Last-Event-ID", seen[7].seq.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.headers()["content-type"], "text/event-stream");
+    let mut text = String::new();
+    while !text.contains("job.completed\ndata:") {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), raw.chunk()).await.unwrap().unwrap().unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(text.contains(&format!("id: {}\nevent: job.completed\n", seen[8].seq)), "{text}");
+    assert!(!text.contains("event: job.uploading"), "nothing before the resumed event: {text}");
+
+    // Filters: one job, one kind (a prefix before a dot), a mission.
+    let filtered = WatchEvents {
+        job_ids: vec![job.job_id],
+        kinds: vec!["job.completed".into()],
+        after: Some(0),
+        ..Default::default()
+    };
+    let mut only = alice.watch_events(&filtered).await.unwrap();
+    assert_eq!(events_until(&mut only, |_| true).await[0], *completed);
+    let missions = WatchEvents {
+        mission_ids: vec![m.mission_id],
+        kinds: vec!["mission".into()],
+        after: Some(0),
+        ..Default::default()
+    };
+    let mut only = alice.watch_events(&missions).await.unwrap();
+    assert_eq!(events_until(&mut only, |_| true).await[0].kind, "mission.created");
+
+    // Nobody sees another user's events; an admin may ask for everyone's; a bad filter is a 400.
+    bob.create_mission(&CreateMission { name: "bob's".into(), ..Default::default() }).await.unwrap();
+    let bob_seen = events_until(&mut bobs, |_| true).await;
+    assert_eq!((bob_seen[0].kind.as_str(), bob_seen[0].data["name"].as_str()), ("mission.created", Some("bob's")));
+    let everyone = WatchEvents { all: true, after: Some(0), ..Default::default() };
+    let mut all = admin.watch_events(&everyone).await.unwrap();
+    let all_seen = events_until(&mut all, |e| e.data["name"] == "bob's").await;
+    assert_eq!(all_seen.len(), seen.len() + 1);
+    let refused = bob.watch_events(&everyone).await.unwrap_err();
+    assert!(matches!(refused, Error::Forbidden(_)), "{refused:?}");
+    let bad = WatchEvents { kinds: vec!["Job!".into()], ..Default::default() };
+    let refused = alice.watch_events(&bad).await.unwrap_err();
+    assert_eq!(refused.problem().unwrap().field.as_deref(), Some("kinds"));
+
+    // Waiting for a job follows the same stream: a job that ended long ago answers at once.
+    assert_eq!(alice.wait_for_job(job.job_id).await.unwrap().status, JobStatus::Completed);
+}

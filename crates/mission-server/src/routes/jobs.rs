@@ -17,6 +17,7 @@ use mission_api::{FileListing, Job, JobPage, JobStatus, JobTransition, MAX_TIME_
 use uuid::Uuid;
 
 use super::async_stream;
+use super::events::{Render, Watch, follow_log};
 use super::extract::{ApiJson, QueryPairs, checked_labels, page_number, page_size, parse_id, push_label_filter};
 use super::files::{parse_path, serve};
 use super::missions::writable;
@@ -143,9 +144,8 @@ pub async fn list(
 
 /// The caller's jobs (everyone's, for admins) as they change: a `text/event-stream` whose `job`
 /// events each carry a job as `GET /jobs/{id}` answers it without its history, sent when the job
-/// is created, moves or ends. Filters as in `GET /jobs`: `mission_ids`, `station_ids`. A `resync`
-/// event says changes were missed (the watcher fell far behind): read the list afresh. Changes
-/// are not kept: a watcher that reconnects reads the list first.
+/// is created, moves or ends. Filters as in `GET /jobs`: `mission_ids`, `station_ids`. It starts
+/// now: a watcher that reconnects reads the list first (or follows `GET /events`, which resumes).
 #[utoipa::path(get, path = "/api/v1/jobs/events", tag = "jobs",
     params(("mission_ids" = Option<Vec<uuid::Uuid>>, Query, description = "only these missions' jobs"),
         ("station_ids" = Option<Vec<uuid::Uuid>>, Query, description = "only jobs on these stations")),
@@ -167,48 +167,19 @@ pub async fn events(State(app): State<AppState>, who: Principal, QueryPairs(quer
     if missions.len() + stations.len() > 500 {
         return Err(ApiError::invalid("at most 500 filter values per request"));
     }
-    let mut changes = app.scheduler.watch_jobs();
-    let mut closing = app.closing.subscribe();
-    let events = async_stream(move |tx| async move {
-        // The stream's first bytes, so the client sees it open before any job changes.
-        if tx.send(Bytes::from_static(b": watching\n\n")).await.is_err() {
-            return;
-        }
-        loop {
-            let ids = tokio::select! {
-                changed = changes.recv() => match changed {
-                    Ok(ids) => ids,
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                        if tx.send(Bytes::from_static(b"event: resync\ndata: {}\n\n")).await.is_err() { return; }
-                        continue;
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                },
-                () = tokio::time::sleep(KEEP_ALIVE) => {
-                    if tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() { return; }
-                    continue;
-                }
-                _ = closing.changed() => return,
-            };
-            for id in ids.iter() {
-                let Ok(Some(job)) = app.store.job_row(*id).await else { continue };
-                let visible = who.admin || job.user_id == who.user_id;
-                let wanted = (missions.is_empty() || missions.contains(&job.mission_id))
-                    && (stations.is_empty() || stations.contains(&job.station_id));
-                if visible && wanted {
-                    let data = serde_json::to_string(&job).expect("jobs serialise");
-                    if tx.send(Bytes::from(format!("event: job\ndata: {data}\n\n"))).await.is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-    });
+    let watch = Watch {
+        user_id: (!who.admin).then_some(who.user_id),
+        mission_ids: missions,
+        kinds: vec!["job".into()],
+        ..Default::default()
+    };
+    let render = Render::Jobs { station_ids: stations };
+    let events = async_stream(move |tx| follow_log(app, watch, None, tx, render));
     Ok(event_stream(events))
 }
 
 /// A response streaming server-sent `events`, uncached.
-fn event_stream(events: impl futures_util::Stream<Item = Bytes> + Send + 'static) -> Response {
+pub(super) fn event_stream(events: impl futures_util::Stream<Item = Bytes> + Send + 'static) -> Response {
     let mut response = Response::new(Body::from_stream(events.map(Ok::<_, std::convert::Infallible>)));
     let h = response.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -259,8 +230,8 @@ pub async fn stop(State(app): State<AppState>, who: Principal, Path(id): Path<St
     Ok(Json(app.store.job(job.job_id).await?.ok_or_else(|| ApiError::not_found("job", job.job_id))?))
 }
 
-/// How long a log follower waits in silence before sending a keep-alive comment.
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// How long a log follower or event stream waits in silence before sending a keep-alive comment.
+pub(super) const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// A job's `stdout` (default) or `stderr`, as text; with `follow=true` a `text/event-stream`
 /// whose `data` events carry chunks as JSON strings and whose last event, `end`, carries the

@@ -3,6 +3,7 @@
 
 mod archives;
 pub(crate) mod cargo_bays;
+mod events;
 pub(crate) mod extract;
 pub(crate) mod files;
 mod galileo;
@@ -34,7 +35,7 @@ pub use files::{RecoveryError, recover as recover_files, settle_stopped_replicas
     paths(
         missions::create, missions::list, missions::get, missions::update, missions::set_args, missions::delete,
         files::list, files::upload, files::download, files::delete, archives::mission,
-        jobs::run, jobs::list, jobs::events, jobs::get, jobs::update, jobs::stop, jobs::logs, jobs::results, jobs::result, archives::results,
+        events::stream, jobs::run, jobs::list, jobs::events, jobs::get, jobs::update, jobs::stop, jobs::logs, jobs::results, jobs::result, archives::results,
         cargo_bays::list, cargo_bays::create, cargo_bays::get, cargo_bays::delete,
         stations::list, stations::create, stations::get, stations::delete, stations::members,
         stations::add_member, stations::remove_member, stations::landing_zones,
@@ -214,6 +215,7 @@ pub fn router(app: AppState) -> Router {
         .route("/missions/{id}/jobs", post(jobs::run))
         .route("/jobs", get(jobs::list))
         .route("/jobs/events", get(jobs::events))
+        .route("/events", get(events::stream))
         .route("/jobs/{id}", get(jobs::get).patch(jobs::update))
         .route("/jobs/{id}/stop", post(jobs::stop))
         .route("/jobs/{id}/logs", get(jobs::logs))

@@ -20,7 +20,7 @@ use std::time::Duration;
 use mission_api::Job;
 use mission_api::lz::{Hello, Order, Report, Welcome};
 use serde::{Deserialize, Serialize};
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
@@ -229,51 +229,19 @@ impl Responder {
     }
 }
 
-/// The order streams of the agents connected to this replica, and the way to the others'; and
-/// the feed of job changes that watchers on this replica follow ([`Scheduler::watch_jobs`]).
+/// The order streams of the agents connected to this replica, and the way to the others'.
 #[derive(Debug)]
 pub struct Sessions {
     replica: Uuid,
     next: AtomicU64,
     local: Mutex<HashMap<u64, mpsc::UnboundedSender<Order>>>,
     outbox: Option<Outbox>,
-    job_changes: broadcast::Sender<JobsChanged>,
 }
-
-/// The ids of jobs whose rows just changed (created, moved, ended).
-pub type JobsChanged = Arc<[Uuid]>;
-
-/// Batches of job changes a slow watcher may fall behind by before it is told to start over.
-const JOB_CHANGES_BACKLOG: usize = 1024;
 
 impl Sessions {
     /// The sessions of replica `replica`, reaching other replicas' through `outbox`.
     pub(crate) fn new(replica: Uuid, outbox: Option<Outbox>) -> Self {
-        let job_changes = broadcast::channel(JOB_CHANGES_BACKLOG).0;
-        Self { replica, next: AtomicU64::new(0), local: Mutex::new(HashMap::new()), outbox, job_changes }
-    }
-
-    /// Tells the watchers here, and through the other replicas theirs, that jobs changed. A
-    /// single process with nobody watching does nothing (this runs on every scheduler flush).
-    pub(crate) fn jobs_changed(&self, ids: impl Iterator<Item = Uuid>) {
-        if self.outbox.is_none() && self.job_changes.receiver_count() == 0 {
-            return;
-        }
-        let mut ids: Vec<Uuid> = ids.collect();
-        ids.sort_unstable();
-        ids.dedup();
-        if ids.is_empty() {
-            return;
-        }
-        if let Some(outbox) = &self.outbox {
-            outbox.broadcast_jobs_changed(&ids);
-        }
-        self.jobs_changed_here(ids.into());
-    }
-
-    /// Tells the watchers on this replica that jobs changed.
-    pub(crate) fn jobs_changed_here(&self, ids: JobsChanged) {
-        let _ = self.job_changes.send(ids); // nobody watching is fine
+        Self { replica, next: AtomicU64::new(0), local: Mutex::new(HashMap::new()), outbox }
     }
 
     /// Opens an order stream on this replica.
@@ -379,12 +347,6 @@ impl Scheduler {
         let state = state::State::rebuilt(store, logs, tokens, lease, sessions.clone()).await?;
         tasks.spawn(state.run(rx, shutdown));
         Ok(Self { route: Route::Single(events), sessions })
-    }
-
-    /// Job changes as they are written, in batches of ids. A receiver that falls far behind
-    /// (more batches than the feed keeps) gets `Lagged` and should read afresh.
-    pub fn watch_jobs(&self) -> broadcast::Receiver<JobsChanged> {
-        self.sessions.job_changes.subscribe()
     }
 
     async fn ask(&self, call: Call) -> ApiResult<Outcome> {

@@ -360,8 +360,6 @@ impl State {
             self.logs.finish(update.job_id);
             self.sessions.broadcast_job_ended(update.job_id);
         }
-        self.sessions
-            .jobs_changed(batch.inserts.iter().map(|j| j.job_id).chain(batch.updates.iter().map(|u| u.job_id)));
         for (lz_id, order) in batch.orders {
             let order = match order {
                 Pending::Run(job_id) => match runs.remove(&job_id) {

@@ -4,6 +4,7 @@
 use sqlx::Connection;
 use uuid::Uuid;
 
+use super::events::{NewEvent, append_events, events_json, sqlite_append_events};
 use super::row::Columns;
 use super::{FileRecord, Intent, IntentKind, Store, StoreError, UploadUsage, to_micros, with_conn};
 
@@ -89,42 +90,78 @@ impl Store {
         })
     }
 
-    /// Commits an uploaded file (insert or replace) and ends its intent in one statement sent
-    /// once: on SQLite a script of two (one turn of the single writer), on PostgreSQL the
-    /// intent's deletion as a data-modifying `WITH`. Should the intent's deletion not happen, the
-    /// intent's row already matches its object and recovery just drops it.
+    /// Commits an uploaded file (insert or replace), ends its intent and records the
+    /// `files.changed` event in one transaction: on SQLite one script (one turn of the single
+    /// writer), on PostgreSQL the intent's deletion as a data-modifying `WITH`, then the event.
+    /// Should the intent's deletion not happen, the intent's row already matches its object and
+    /// recovery just drops it.
     pub async fn commit_file(&self, intent_id: Uuid, file: &FileRecord) -> Result<(), StoreError> {
-        let sql = self.dialect(
-            concat!(upsert_file!(), "; DELETE FROM file_intents WHERE intent_id = $8"),
-            concat!("WITH ended AS (DELETE FROM file_intents WHERE intent_id = $8) ", upsert_file!()),
+        const SQLITE: &str = concat!(
+            "BEGIN IMMEDIATE; ",
+            upsert_file!(),
+            "; DELETE FROM file_intents WHERE intent_id = $8; ",
+            sqlite_append_events!("$9"),
+            "; COMMIT"
         );
-        with_conn!(self, writer, |conn| {
-            sqlx::query(sql)
-                .bind(file.mission_id.to_string())
-                .bind(&file.path)
-                .bind(file.user_id.to_string())
-                .bind(file.size as i64)
-                .bind(&file.sha256)
-                .bind(&file.e_tag)
-                .bind(to_micros(file.modified_at))
-                .bind(intent_id.to_string())
-                .execute(conn)
-                .await?;
-        });
+        const POSTGRES: &str =
+            concat!("WITH ended AS (DELETE FROM file_intents WHERE intent_id = $8) ", upsert_file!());
+        let event = events_json(&[NewEvent::files_changed(file.mission_id, &file.path, "uploaded", file.modified_at)]);
+        // A macro, not a closure: the query's type differs by backend.
+        macro_rules! query {
+            ($sql:expr) => {
+                sqlx::query($sql)
+                    .bind(file.mission_id.to_string())
+                    .bind(&file.path)
+                    .bind(file.user_id.to_string())
+                    .bind(file.size as i64)
+                    .bind(&file.sha256)
+                    .bind(&file.e_tag)
+                    .bind(to_micros(file.modified_at))
+                    .bind(intent_id.to_string())
+            };
+        }
+        match &self.backend {
+            super::Backend::Sqlite(db) => {
+                let mut conn = db.writer().await;
+                let written = query!(SQLITE).bind(event).execute(&mut *conn).await;
+                if written.is_err() {
+                    // The script stopped at the failing statement, inside its transaction.
+                    let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+                }
+                written?;
+            }
+            super::Backend::Postgres(db) => {
+                let mut conn = db.connection().await?;
+                let mut tx = conn.begin().await?;
+                query!(POSTGRES).execute(&mut *tx).await?;
+                append_events!(self, tx, event);
+                tx.commit().await?;
+            }
+        }
+        self.events_appended();
         Ok(())
     }
 
-    /// Removes a file's row; true when there was one.
+    /// Removes a file's row, recording the `files.changed` event; true when there was one.
     pub async fn delete_file_row(&self, mission_id: Uuid, path: &str) -> Result<bool, StoreError> {
-        let done = with_conn!(self, writer, |conn| {
-            sqlx::query("DELETE FROM mission_files WHERE mission_id = $1 AND path = $2")
+        let event = events_json(&[NewEvent::files_changed(mission_id, path, "deleted", super::now())]);
+        with_conn!(self, writer, |conn| {
+            let mut tx = conn.begin().await?;
+            let deleted = sqlx::query("DELETE FROM mission_files WHERE mission_id = $1 AND path = $2")
                 .bind(mission_id.to_string())
                 .bind(path)
-                .execute(conn)
+                .execute(&mut *tx)
                 .await?
-                .rows_affected()
-        });
-        Ok(done == 1)
+                .rows_affected();
+            if deleted == 1 {
+                append_events!(self, tx, event);
+            }
+            tx.commit().await?;
+            if deleted == 1 {
+                self.events_appended();
+            }
+            Ok(deleted == 1)
+        })
     }
 
     /// One file of a mission.

@@ -39,6 +39,7 @@ impl Store {
                 let written = sqlx::query(SQLITE_SAVE_JOBS)
                     .bind(batch.jobs)
                     .bind(batch.changes)
+                    .bind(batch.history.clone())
                     .bind(batch.history)
                     .execute(&mut *conn)
                     .await;
@@ -62,6 +63,7 @@ impl Store {
                         return Err(StoreError::NotLeader);
                     }
                 }
+                let events = batch.history.clone();
                 for (statement, parameter) in [
                     (POSTGRES_INSERT_JOBS, batch.jobs),
                     (POSTGRES_CHANGE_JOBS, batch.changes),
@@ -71,9 +73,15 @@ impl Store {
                         sqlx::query(statement).bind(parameter).execute(&mut *tx).await?;
                     }
                 }
+                if events != "[]" {
+                    sqlx::query(super::events::POSTGRES_EVENTS_LOCK).execute(&mut *tx).await?;
+                    sqlx::query(super::events::POSTGRES_EVENTS_NOTIFY).execute(&mut *tx).await?;
+                    sqlx::query(POSTGRES_JOB_EVENTS).bind(events).execute(&mut *tx).await?;
+                }
                 tx.commit().await?;
             }
         }
+        self.events_appended();
         Ok(())
     }
 
@@ -355,7 +363,8 @@ impl Store {
 /// together), and the history rows to append. A history row's `n` is given where the batch knows
 /// it (new jobs); otherwise it follows the job's rows already stored, `k` being its place among
 /// the batch's rows of that job. (SQLite reads a table an `INSERT … SELECT` writes into before it
-/// writes, so the count is that of the rows stored before the statement.)
+/// writes, so the count is that of the rows stored before the statement.) The history rows, given
+/// again, become the `job.*` events, as [`POSTGRES_JOB_EVENTS`] says.
 const SQLITE_SAVE_JOBS: &str = "BEGIN IMMEDIATE;
 INSERT INTO jobs (seq, job_id, mission_id, user_id, station_id, requested_lz_id, lz_id, status, cpu_count, \
     memory_amount, gpu_count, time_limit, gpu_indices, command, labels, exit_code, reason, limits, created_at, started_at, finished_at) \
@@ -380,7 +389,26 @@ SELECT h.value ->> 'job_id', \
     COALESCE(h.value ->> 'n', (SELECT COUNT(*) FROM job_history WHERE job_id = h.value ->> 'job_id') + (h.value ->> 'k')), \
     h.value ->> 'status', h.value ->> 'at', h.value ->> 'detail' \
 FROM json_each(?) AS h;
+INSERT INTO events (at, kind, user_id, mission_id, job_id, data) \
+SELECT h.value ->> 'at', 'job.' || (h.value ->> 'status'), jobs.user_id, jobs.mission_id, jobs.job_id, \
+    json_object('status', h.value ->> 'status', 'detail', h.value ->> 'detail', 'station_id', jobs.station_id, \
+        'lz_id', jobs.lz_id, \
+        'exit_code', IIF(h.value ->> 'status' IN ('completed', 'failed', 'stopped', 'lost'), jobs.exit_code, NULL), \
+        'reason', IIF(h.value ->> 'status' IN ('completed', 'failed', 'stopped', 'lost'), jobs.reason, NULL)) \
+FROM json_each(?) AS h JOIN jobs ON jobs.job_id = h.value ->> 'job_id' ORDER BY h.key;
 COMMIT;";
+
+/// The `job.*` events of a batch's history rows (the fourth statement of its transaction, after
+/// [`super::events::POSTGRES_EVENTS_LOCK`]): one per transition, in the batch's order, with the
+/// job's exit code and reason once it has ended.
+const POSTGRES_JOB_EVENTS: &str = "INSERT INTO events (at, kind, user_id, mission_id, job_id, data) \
+SELECT (h ->> 'at')::bigint, 'job.' || (h ->> 'status'), jobs.user_id, jobs.mission_id, jobs.job_id, \
+    jsonb_build_object('status', h ->> 'status', 'detail', h ->> 'detail', 'station_id', jobs.station_id, \
+        'lz_id', jobs.lz_id, \
+        'exit_code', CASE WHEN h ->> 'status' IN ('completed', 'failed', 'stopped', 'lost') THEN jobs.exit_code END, \
+        'reason', CASE WHEN h ->> 'status' IN ('completed', 'failed', 'stopped', 'lost') THEN jobs.reason END)::text \
+FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS history (h, k) JOIN jobs ON jobs.job_id = h ->> 'job_id' \
+ORDER BY k";
 
 /// [`Store::save_jobs`] on PostgreSQL, one statement per JSON parameter of [`JobBatch`] in one
 /// transaction: new job rows (in submission order, which their `seq` keeps), changes of job rows,

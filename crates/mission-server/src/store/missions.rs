@@ -5,6 +5,7 @@ use mission_api::Mission;
 use sqlx::{Connection, QueryBuilder};
 use uuid::Uuid;
 
+use super::events::{NewEvent, append_events, events_json};
 use super::row::Columns;
 use super::{
     MissionChanges, MissionFilter, Store, StoreError, push_any_of, push_labels, to_json, to_micros, with_conn,
@@ -115,21 +116,31 @@ impl Store {
             }
             q.push(" WHERE mission_id = ").push_bind(mission_id.to_string());
             q.push(format!(" RETURNING {MISSION_COLUMNS}"));
-            let row = q.build().fetch_optional(conn).await?;
-            row.as_ref().map(mission_from_row).transpose()
+            let mut tx = conn.begin().await?;
+            let Some(row) = q.build().fetch_optional(&mut *tx).await? else { return Ok(None) };
+            let mission = mission_from_row(&row)?;
+            append_events!(self, tx, events_json(&[NewEvent::mission("mission.updated", &mission, now)]));
+            tx.commit().await?;
+            self.events_appended();
+            Ok(Some(mission))
         })
     }
 
     /// Deletes a mission; true when it existed.
     pub async fn delete_mission(&self, mission_id: Uuid) -> Result<bool, StoreError> {
-        let done = with_conn!(self, writer, |conn| {
-            sqlx::query("DELETE FROM missions WHERE mission_id = $1")
+        with_conn!(self, writer, |conn| {
+            let mut tx = conn.begin().await?;
+            let deleted = sqlx::query("DELETE FROM missions WHERE mission_id = $1 RETURNING user_id")
                 .bind(mission_id.to_string())
-                .execute(conn)
-                .await?
-                .rows_affected()
-        });
-        Ok(done == 1)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let Some(row) = deleted else { return Ok(false) };
+            let owner = row.uuid("user_id")?;
+            append_events!(self, tx, events_json(&[NewEvent::mission_deleted(mission_id, owner, super::now())]));
+            tx.commit().await?;
+            self.events_appended();
+            Ok(true)
+        })
     }
 
     /// Inserts many missions in one transaction (benchmarks and imports).
@@ -161,8 +172,12 @@ impl Store {
                     .execute(&mut *tx)
                     .await?;
             }
+            let created: Vec<NewEvent> =
+                missions.iter().map(|m| NewEvent::mission("mission.created", m, m.created_at)).collect();
+            append_events!(self, tx, events_json(&created));
             tx.commit().await?;
         });
+        self.events_appended();
         Ok(())
     }
 }

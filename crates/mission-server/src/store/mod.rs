@@ -1,10 +1,12 @@
 //! Persistent state: users, the identity provider's device codes and refresh tokens, the web
-//! console's sessions, missions, mission files, cargo bays, stations, landing zones and jobs.
+//! console's sessions, missions, mission files, cargo bays, stations, landing zones, jobs and the
+//! event log.
 //!
 //! [`Store`] is the one way the rest of the server touches the database. It runs on one of two
 //! backends: SQLite (the embedded default, one file under the data dir, `sqlite.rs`) or PostgreSQL
 //! (shared by several server replicas, `postgres.rs`). Each operation is written once, in the
-//! module of its records (`users`, `missions`, `files`, `cargo_bays`, `stations`, `jobs`), and
+//! module of its records (`users`, `missions`, `files`, `cargo_bays`, `stations`, `jobs`,
+//! `events`), and
 //! compiled for both backends by `with_conn!`; where the dialects differ the operation says so
 //! with a `match` on the backend. Queries are checked at run time (`sqlx::query`), never by the
 //! compile-time macros, so one crate holds both dialects without a live database at build; rows
@@ -13,6 +15,7 @@
 
 mod cargo_bays;
 mod cluster;
+pub(crate) mod events;
 mod files;
 mod jobs;
 mod missions;
@@ -31,6 +34,7 @@ use sqlx::QueryBuilder;
 use uuid::Uuid;
 
 pub use self::cluster::{ClusterDb, Leadership, MAIL_CHANNEL, PathLock};
+pub use self::events::{EventFilter, NewEvent};
 pub use self::url::DatabaseUrl;
 
 /// Handle to the database; cheap to clone.
@@ -42,6 +46,8 @@ pub struct Store {
     /// The replica this handle works for, recorded with its unfinished file changes
     /// ([`Store::for_replica`]).
     replica: Option<Uuid>,
+    /// Woken after every commit that appended events ([`Store::events_appended`]).
+    appended: std::sync::Arc<tokio::sync::Notify>,
 }
 
 /// The database a [`Store`] runs on.
@@ -88,7 +94,7 @@ impl Store {
             url::Engine::Sqlite => Backend::Sqlite(sqlite::Sqlite::open(url).await?),
             url::Engine::Postgres => Backend::Postgres(postgres::Postgres::open(url).await?),
         };
-        Ok(Self { backend, fence: None, replica: None })
+        Ok(Self { backend, fence: None, replica: None, appended: Default::default() })
     }
 
     /// The replica this handle works for, if any.

@@ -28,6 +28,7 @@ const MIGRATIONS: &Migrations = &[
     (13, "console_sessions", include_str!("../../migrations/sqlite/0013_console_sessions.sql")),
     (14, "job_labels", include_str!("../../migrations/sqlite/0014_job_labels.sql")),
     (15, "mission_labels", include_str!("../../migrations/sqlite/0015_mission_labels.sql")),
+    (16, "events", include_str!("../../migrations/sqlite/0016_events.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

@@ -1,9 +1,9 @@
 //! Schemathesis (PyPI, in `target/test-venv`) fuzzes the real server from its own OpenAPI
 //! document with a valid token, every check on, for a bounded number of examples per
 //! operation: any 5xx, response that contradicts the document or undocumented status code
-//! fails the test. `GET /jobs/events` is left out: a stream that ends only when the client
-//! goes cannot be answered within a request timeout; `jobs_events_refuse_bad_filters` and the
-//! console's tests cover it.
+//! fails the test. `GET /jobs/events` and `GET /events` are left out: a stream that ends only
+//! when the client goes cannot be answered within a request timeout;
+//! `event_streams_refuse_bad_filters`, the console's tests and the CLI's event test cover them.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -37,7 +37,7 @@ async fn schemathesis_finds_nothing() {
         .args(["run", &format!("{}/api/v1/openapi.json", server.url), "--checks", "all"])
         .args(["--max-examples", &examples, "--seed", &seed, "--no-color", "--suppress-health-check", "all"])
         .args(["--header", &format!("Authorization: Bearer {token}")])
-        .args(["--request-timeout", "10", "--exclude-path", "/api/v1/jobs/events"])
+        .args(["--request-timeout", "10", "--exclude-path", "/api/v1/jobs/events", "--exclude-path", "/api/v1/events"])
         .env("SCHEMATHESIS_HOOKS", "")
         .kill_on_drop(true)
         .output();
@@ -48,20 +48,30 @@ async fn schemathesis_finds_nothing() {
 }
 
 #[tokio::test]
-async fn jobs_events_refuse_bad_filters() {
+async fn event_streams_refuse_bad_filters() {
     let server = TestServer::spawn().await;
     let token = token_for(&server, "alice").await;
-    for (query, field) in [("mission_ids=nope", "mission_ids"), ("colour=blue", "colour")] {
-        let response = crate::http()
-            .get(format!("{}/api/v1/jobs/events?{query}", server.url))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap();
-        let (status, problem) = crate::problem(response).await;
-        assert_eq!(status, 400);
-        assert!(problem.detail.contains(field), "{problem:?}");
+    let refusals = [
+        ("jobs/events?mission_ids=nope", None, 400, "mission_ids"),
+        ("jobs/events?colour=blue", None, 400, "colour"),
+        ("events?job_ids=nope", None, 400, "job_ids"),
+        ("events?kinds=JOB", None, 400, "kinds"),
+        ("events?after=-1", None, 400, "after"),
+        ("events?all=yes", None, 400, "all"),
+        ("events?all=true", None, 403, "admins"),
+        ("events", Some("twelve"), 400, "Last-Event-ID"),
+    ];
+    for (path, resume, expected, field) in refusals {
+        let mut request = crate::http().get(format!("{}/api/v1/{path}", server.url)).bearer_auth(&token);
+        if let Some(resume) = resume {
+            request = request.header("Last-Event-ID", resume);
+        }
+        let (status, problem) = crate::problem(request.send().await.unwrap()).await;
+        assert_eq!(status, expected, "{path}: {problem:?}");
+        assert!(problem.detail.contains(field), "{path}: {problem:?}");
     }
-    let unsigned = crate::http().get(format!("{}/api/v1/jobs/events", server.url)).send().await.unwrap();
-    assert_eq!(unsigned.status(), 401);
+    for path in ["jobs/events", "events"] {
+        let unsigned = crate::http().get(format!("{}/api/v1/{path}", server.url)).send().await.unwrap();
+        assert_eq!(unsigned.status(), 401);
+    }
 }

@@ -54,6 +54,7 @@ chapters!(
     job_batches_and_history,
     a_failing_batch_leaves_nothing_written,
     job_listings_results_and_agents,
+    the_event_log_in_commit_order,
 );
 
 /// Makes the database at `url` look migrated by a newer version (a migration this one does not

@@ -8,8 +8,9 @@ use chrono::{DateTime, Utc};
 use mission_api::{CargoBay, CargoBayKind, Job, JobStatus, JobTransition, LandingZone, Mission, Resources, Station};
 use mission_server::Store;
 use mission_server::store::{
-    CargoBayRecord, ConsoleSessionRecord, DeviceCodeRecord, DeviceCodeStatus, FileRecord, Intent, IntentKind,
-    JobFilter, JobUpdate, MissionChanges, MissionFilter, RefreshTokenRecord, StoreError, UploadUsage, UserRecord, now,
+    CargoBayRecord, ConsoleSessionRecord, DeviceCodeRecord, DeviceCodeStatus, EventFilter, FileRecord, Intent,
+    IntentKind, JobFilter, JobUpdate, MissionChanges, MissionFilter, RefreshTokenRecord, StoreError, UploadUsage,
+    UserRecord, now,
 };
 use uuid::Uuid;
 
@@ -827,4 +828,49 @@ pub async fn job_listings_results_and_agents(store: &Store) {
     assert!(store.delete_mission(m.mission_id).await.unwrap());
     assert!(store.job(jobs[0].job_id).await.unwrap().is_none());
     assert_eq!(store.jobs(&all).await.unwrap().1, 2);
+}
+
+pub async fn the_event_log_in_commit_order(store: &Store) {
+    let ada = user(store, "ada").await;
+    let t0 = now();
+    assert_eq!(store.event_bounds().await.unwrap(), (0, 0), "a new store has no events");
+
+    // Writers at once: each event is kept once, numbered without holes in commit order.
+    let mut writers = tokio::task::JoinSet::new();
+    for i in 0..20 {
+        let (store, m) = (store.clone(), mission(ada.user_id, &format!("m{i:02}"), t0));
+        writers.spawn(async move { store.insert_mission(&m).await.map(|()| m.mission_id) });
+    }
+    let mut created: Vec<Uuid> = writers.join_all().await.into_iter().map(Result::unwrap).collect();
+    let renamed = MissionChanges { name: Some("renamed".into()), ..Default::default() };
+    store.update_mission(created[0], &renamed, t0).await.unwrap().unwrap();
+    assert!(store.delete_mission(created[1]).await.unwrap());
+    assert!(!store.delete_mission(created[1]).await.unwrap(), "no event for what did not happen");
+
+    let all = EventFilter { limit: 100, ..Default::default() };
+    let events = store.events(&all).await.unwrap();
+    let numbers: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(numbers, (1..=22).collect::<Vec<u64>>());
+    let mut told: Vec<Uuid> = events[..20].iter().map(|e| e.mission_id.unwrap()).collect();
+    (told.sort(), created.sort());
+    assert_eq!(told, created);
+    assert!(events[..20].iter().all(|e| e.kind == "mission.created" && e.user_id == ada.user_id));
+    assert_eq!((events[20].kind.as_str(), events[20].data["name"].as_str()), ("mission.updated", Some("renamed")));
+    assert_eq!(events[21].kind, "mission.deleted");
+    assert_eq!(store.event_bounds().await.unwrap(), (1, 22));
+
+    // Reading from a number, for one mission, for one user, a page at a time.
+    let later = store.events(&EventFilter { after: 20, ..all.clone() }).await.unwrap();
+    assert_eq!(later, events[20..]);
+    let one = EventFilter { mission_ids: vec![events[20].mission_id.unwrap()], ..all.clone() };
+    assert_eq!(store.events(&one).await.unwrap().len(), 2);
+    assert!(store.events(&EventFilter { user_id: Some(Uuid::new_v4()), ..all.clone() }).await.unwrap().is_empty());
+    assert_eq!(store.events(&EventFilter { limit: 5, ..all.clone() }).await.unwrap(), events[..5]);
+
+    // Past the retention window they go; the numbers go on from where they were.
+    assert_eq!(store.prune_events(t0 - chrono::Duration::seconds(60)).await.unwrap(), 0);
+    assert_eq!(store.prune_events(now() + chrono::Duration::seconds(60)).await.unwrap(), 22);
+    assert_eq!(store.event_bounds().await.unwrap(), (0, 0));
+    store.insert_mission(&mission(ada.user_id, "after", t0)).await.unwrap();
+    assert_eq!(store.events(&all).await.unwrap()[0].seq, 23);
 }

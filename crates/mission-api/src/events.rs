@@ -1,0 +1,67 @@
+//! Events: what happened to a user's missions and jobs, as `GET /api/v1/events` streams them
+//! and webhooks deliver them.
+//!
+//! Each event has a number, `seq`, that orders it among every event of the service (across
+//! replicas too); a client that reconnects with the last number it saw (`Last-Event-ID`) gets
+//! every later event still inside the server's retention window.
+//!
+//! Kinds:
+//! - `job.{status}` (`job.queued`, `job.running`, `job.completed`, …): a job moved; `data` has
+//!   `status`, `detail`, `station_id`, `lz_id`, and for a final status `exit_code` and `reason`;
+//! - `mission.created`, `mission.updated` (`data`: the mission), `mission.deleted`;
+//! - `files.changed`: `data` has `path` and `change` (`uploaded` or `deleted`).
+//!
+//! A kind filter matches a kind exactly or as its prefix before a dot (`job` matches every
+//! `job.*`).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// One event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Event {
+    /// Its number: later events have larger ones. It is also the stream's event id.
+    pub seq: u64,
+    /// When it happened.
+    pub at: DateTime<Utc>,
+    /// What happened: see the module's list.
+    pub kind: String,
+    /// The user whose mission or job it tells of.
+    pub user_id: Uuid,
+    /// The mission it concerns.
+    pub mission_id: Option<Uuid>,
+    /// The job it concerns, for `job.*`.
+    pub job_id: Option<Uuid>,
+    /// What the kind carries.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub data: serde_json::Value,
+}
+
+impl Event {
+    /// The job status a `job.*` event moved to.
+    pub fn job_status(&self) -> Option<crate::JobStatus> {
+        self.kind.strip_prefix("job.")?.parse().ok()
+    }
+}
+
+/// Whether `kind` is matched by the filter `wanted`: the same kind, or a prefix of it that ends
+/// before a dot.
+pub fn kind_matches(wanted: &str, kind: &str) -> bool {
+    kind.strip_prefix(wanted).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_match_exactly_or_by_prefix() {
+        assert!(kind_matches("job", "job.running"));
+        assert!(kind_matches("job.running", "job.running"));
+        assert!(!kind_matches("job.run", "job.running"));
+        assert!(!kind_matches("jo", "job.running"));
+        assert!(!kind_matches("mission", "job.running"));
+    }
+}

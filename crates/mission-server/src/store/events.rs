@@ -1,0 +1,217 @@
+//! The event log: events are appended inside the transactions that make the changes they tell
+//! of (so an event is never lost nor told of a change that did not happen), and read back in
+//! `seq` order, which is their commit order on both backends (see migration 16).
+
+use chrono::{DateTime, Utc};
+use mission_api::{Event, Mission};
+use sqlx::QueryBuilder;
+use uuid::Uuid;
+
+use super::row::Columns;
+use super::{Store, StoreError, push_any_of, to_micros, with_conn};
+
+/// An event to append: an [`Event`] without its number.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct NewEvent {
+    at: i64,
+    kind: String,
+    /// `None`: the owner of `mission_id`, looked up as the event is written.
+    user_id: Option<String>,
+    mission_id: Option<String>,
+    job_id: Option<String>,
+    /// The event's data as JSON text.
+    data: String,
+}
+
+impl NewEvent {
+    /// `mission.created` or `mission.updated`, carrying the mission.
+    pub fn mission(kind: &str, mission: &Mission, at: DateTime<Utc>) -> Self {
+        Self {
+            at: to_micros(at),
+            kind: kind.to_owned(),
+            user_id: Some(mission.user_id.to_string()),
+            mission_id: Some(mission.mission_id.to_string()),
+            job_id: None,
+            data: serde_json::to_string(mission).expect("missions serialise"),
+        }
+    }
+
+    /// `mission.deleted`.
+    pub fn mission_deleted(mission_id: Uuid, owner: Uuid, at: DateTime<Utc>) -> Self {
+        Self {
+            at: to_micros(at),
+            kind: "mission.deleted".into(),
+            user_id: Some(owner.to_string()),
+            mission_id: Some(mission_id.to_string()),
+            job_id: None,
+            data: "{}".into(),
+        }
+    }
+
+    /// `files.changed`: `path` of the mission was `change`d (`uploaded`, `deleted`).
+    pub fn files_changed(mission_id: Uuid, path: &str, change: &str, at: DateTime<Utc>) -> Self {
+        Self {
+            at: to_micros(at),
+            kind: "files.changed".into(),
+            user_id: None,
+            mission_id: Some(mission_id.to_string()),
+            job_id: None,
+            data: serde_json::json!({ "path": path, "change": change }).to_string(),
+        }
+    }
+}
+
+/// The JSON parameter of the statements that append events.
+pub(super) fn events_json(events: &[NewEvent]) -> String {
+    serde_json::to_string(events).expect("events serialise")
+}
+
+/// Taken by every transaction that appends events, right before it does (after its other
+/// changes, so that it holds no row lock another writer of events waits for) and until its
+/// commit: events commit in the order of their `seq`.
+pub(super) const POSTGRES_EVENTS_LOCK: &str = "SELECT pg_advisory_xact_lock(7400)";
+
+/// Appends the events of a JSON array of [`NewEvent`], in its order, from the parameter named
+/// (a literal such as `"$1"`), so that scripts of several statements can end with it.
+macro_rules! sqlite_append_events {
+    ($parameter:literal) => {
+        concat!(
+            "INSERT INTO events (at, kind, user_id, mission_id, job_id, data) \
+SELECT e.value ->> 'at', e.value ->> 'kind', \
+    COALESCE(e.value ->> 'user_id', (SELECT user_id FROM missions WHERE mission_id = e.value ->> 'mission_id')), \
+    e.value ->> 'mission_id', e.value ->> 'job_id', e.value ->> 'data' \
+FROM json_each(",
+            $parameter,
+            ") AS e ORDER BY e.key"
+        )
+    };
+}
+pub(super) use sqlite_append_events;
+
+/// [`sqlite_append_events`] from the first parameter.
+pub(super) const SQLITE_APPEND_EVENTS: &str = sqlite_append_events!("$1");
+
+/// [`SQLITE_APPEND_EVENTS`] on PostgreSQL.
+pub(super) const POSTGRES_APPEND_EVENTS: &str = "INSERT INTO events (at, kind, user_id, mission_id, job_id, data) \
+SELECT (e ->> 'at')::bigint, e ->> 'kind', \
+    COALESCE(e ->> 'user_id', (SELECT user_id FROM missions WHERE mission_id = e ->> 'mission_id')), \
+    e ->> 'mission_id', e ->> 'job_id', e ->> 'data' \
+FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS batch (e, k) ORDER BY k";
+
+/// Sent with the events of a transaction, so that every replica hears of them as it commits
+/// (on the channel of `cluster.rs`'s broadcasts, which hands the word `events_appended` to
+/// [`Store::events_appended`]).
+pub(super) const POSTGRES_EVENTS_NOTIFY: &str = "SELECT pg_notify('mission_broadcast', 'events_appended')";
+
+/// Appends the JSON array `$events` of [`NewEvent`]s on `$tx`, a transaction of `$store` that
+/// has made its other changes and commits next; the caller calls [`Store::events_appended`]
+/// once it has.
+macro_rules! append_events {
+    ($store:expr, $tx:expr, $events:expr) => {{
+        use $crate::store::events as e;
+        if $store.cluster().is_some() {
+            sqlx::query(e::POSTGRES_EVENTS_LOCK).execute(&mut *$tx).await?;
+            sqlx::query(e::POSTGRES_EVENTS_NOTIFY).execute(&mut *$tx).await?;
+        }
+        sqlx::query($store.dialect(e::SQLITE_APPEND_EVENTS, e::POSTGRES_APPEND_EVENTS))
+            .bind($events)
+            .execute(&mut *$tx)
+            .await?;
+    }};
+}
+pub(super) use append_events;
+
+/// Which events to read.
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    /// Only events after this number.
+    pub after: u64,
+    /// Only this user's events; everyone's when `None`.
+    pub user_id: Option<Uuid>,
+    /// Only these missions' events (any of them; all when empty).
+    pub mission_ids: Vec<Uuid>,
+    /// Only these jobs' events (any of them; all when empty).
+    pub job_ids: Vec<Uuid>,
+    /// At most this many.
+    pub limit: u32,
+}
+
+const EVENT_COLUMNS: &str = "seq, at, kind, user_id, mission_id, job_id, data";
+
+impl Store {
+    /// Wakes who waits in [`Store::appended_events`]: events were committed (by this process,
+    /// or by another replica, as its notification says).
+    pub fn events_appended(&self) {
+        self.appended.notify_one();
+    }
+
+    /// Returns once events were appended since the last call (or since the store opened).
+    pub async fn appended_events(&self) {
+        self.appended.notified().await;
+    }
+
+    /// Events matching `filter`, in order.
+    pub async fn events(&self, filter: &EventFilter) -> Result<Vec<Event>, StoreError> {
+        with_conn!(self, reader, |conn: Db| {
+            let rows = {
+                let mut q: QueryBuilder<Db> =
+                    QueryBuilder::new(format!("SELECT {EVENT_COLUMNS} FROM events WHERE seq > "));
+                q.push_bind(filter.after as i64);
+                if let Some(user) = filter.user_id {
+                    q.push(" AND user_id = ").push_bind(user.to_string());
+                }
+                push_any_of(&mut q, "mission_id", filter.mission_ids.iter().map(Uuid::to_string));
+                push_any_of(&mut q, "job_id", filter.job_ids.iter().map(Uuid::to_string));
+                q.push(" ORDER BY seq LIMIT ").push_bind(i64::from(filter.limit));
+                q.build().fetch_all(conn).await?
+            };
+            rows.iter().map(event_from_row).collect()
+        })
+    }
+
+    /// The number of the oldest event kept and of the newest (0 and 0 when there are none).
+    pub async fn event_bounds(&self) -> Result<(u64, u64), StoreError> {
+        with_conn!(self, reader, |conn| {
+            let row =
+                sqlx::query("SELECT COALESCE(MIN(seq), 0) AS oldest, COALESCE(MAX(seq), 0) AS newest FROM events")
+                    .fetch_one(conn)
+                    .await?;
+            Ok((row.count("oldest")?, row.count("newest")?))
+        })
+    }
+
+    /// Removes the events that happened before `before`; answers how many.
+    pub async fn prune_events(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        with_conn!(self, writer, |conn| {
+            Ok(sqlx::query("DELETE FROM events WHERE at < $1")
+                .bind(to_micros(before))
+                .execute(conn)
+                .await?
+                .rows_affected())
+        })
+    }
+
+    /// Appends events on their own (what they tell of is already stored).
+    pub async fn append_events(&self, events: &[NewEvent]) -> Result<(), StoreError> {
+        let events = events_json(events);
+        with_conn!(self, writer, |conn| {
+            let mut tx = sqlx::Connection::begin(conn).await?;
+            append_events!(self, tx, events);
+            tx.commit().await?;
+        });
+        self.events_appended();
+        Ok(())
+    }
+}
+
+fn event_from_row(r: &impl Columns) -> Result<Event, StoreError> {
+    Ok(Event {
+        seq: r.count("seq")?,
+        at: r.time("at")?,
+        kind: r.text("kind")?,
+        user_id: r.uuid("user_id")?,
+        mission_id: r.opt_uuid("mission_id")?,
+        job_id: r.opt_uuid("job_id")?,
+        data: r.json("data")?,
+    })
+}

@@ -852,7 +852,8 @@ pub async fn the_event_log_in_commit_order(store: &Store) {
     let numbers: Vec<u64> = events.iter().map(|e| e.seq).collect();
     assert_eq!(numbers, (1..=22).collect::<Vec<u64>>());
     let mut told: Vec<Uuid> = events[..20].iter().map(|e| e.mission_id.unwrap()).collect();
-    (told.sort(), created.sort());
+    told.sort();
+    created.sort();
     assert_eq!(told, created);
     assert!(events[..20].iter().all(|e| e.kind == "mission.created" && e.user_id == ada.user_id));
     assert_eq!((events[20].kind.as_str(), events[20].data["name"].as_str()), ("mission.updated", Some("renamed")));

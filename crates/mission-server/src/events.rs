@@ -4,7 +4,7 @@
 //! from an earlier event, reads the log itself until it has caught up.
 //!
 //! The reader wakes when this process commits events, when another replica's notification says
-//! it did, and every [`POLL`] in case a notification was lost. It also removes events older
+//! it did, and every two seconds in case a notification was lost. It also removes events older
 //! than the retention window.
 
 use std::sync::Arc;

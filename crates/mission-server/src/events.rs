@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Bytes;
 use mission_api::Event;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -25,11 +26,26 @@ pub const PAGE: u32 = 500;
 /// Events a stream may fall behind by before it reads the log itself.
 const BACKLOG: usize = 4096;
 
+/// A new event, with its server-sent form made once for every stream that sends it whole.
+#[derive(Debug)]
+pub struct LiveEvent {
+    /// The event.
+    pub event: Event,
+    /// It as a server-sent event ([`sse`]).
+    pub sse: Bytes,
+}
+
+/// An event as a server-sent event: its number as the id, its kind as the event type.
+pub fn sse(event: &Event) -> Bytes {
+    let data = serde_json::to_string(event).expect("events serialise");
+    Bytes::from(format!("id: {}\nevent: {}\ndata: {data}\n\n", event.seq, event.kind))
+}
+
 /// The feed of new events in this process.
 #[derive(Debug)]
 pub struct EventHub {
     store: Store,
-    live: broadcast::Sender<Arc<Event>>,
+    live: broadcast::Sender<Arc<LiveEvent>>,
 }
 
 impl EventHub {
@@ -40,7 +56,7 @@ impl EventHub {
 
     /// New events as the reader finds them. Subscribe before reading the log for earlier ones,
     /// and skip what was already read: nothing falls between.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<LiveEvent>> {
         self.live.subscribe()
     }
 
@@ -79,7 +95,9 @@ impl EventHub {
                 let full = page.len() == PAGE as usize;
                 for event in page {
                     last = event.seq;
-                    let _ = self.live.send(Arc::new(event)); // nobody listening is fine
+                    if self.live.receiver_count() > 0 {
+                        let _ = self.live.send(Arc::new(LiveEvent { sse: sse(&event), event }));
+                    }
                 }
                 if !full {
                     break;

@@ -21,7 +21,7 @@ use super::jobs::{KEEP_ALIVE, event_stream};
 use crate::AppState;
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
-use crate::events::PAGE;
+use crate::events::{LiveEvent, PAGE, sse};
 use crate::store::EventFilter;
 
 /// Which events a stream wants.
@@ -70,10 +70,11 @@ pub(super) enum Render {
 }
 
 impl Render {
-    /// The bytes to send for `event`; `None` to send nothing.
-    async fn render(&self, app: &AppState, event: &Event) -> Option<Bytes> {
+    /// The bytes to send for `event`; `None` to send nothing. `live` has its server-sent form
+    /// made already.
+    async fn render(&self, app: &AppState, event: &Event, live: Option<&LiveEvent>) -> Option<Bytes> {
         match self {
-            Render::Events => Some(sse(event)),
+            Render::Events => Some(live.map_or_else(|| sse(event), |live| live.sse.clone())),
             Render::Jobs { station_ids } => {
                 let on_station = |id: &str| station_ids.iter().any(|s| s.to_string() == id);
                 if !station_ids.is_empty() && !event.data["station_id"].as_str().is_some_and(on_station) {
@@ -124,7 +125,7 @@ pub(super) async fn follow_log(
             for event in &page {
                 last = event.seq;
                 if watch.wants(event)
-                    && let Some(bytes) = render.render(&app, event).await
+                    && let Some(bytes) = render.render(&app, event, None).await
                     && tx.send(bytes).await.is_err()
                 {
                     return;
@@ -134,11 +135,11 @@ pub(super) async fn follow_log(
         }
         tokio::select! {
             got = live.recv() => match got {
-                Ok(event) if event.seq <= last => {}
-                Ok(event) => {
-                    last = event.seq;
-                    if watch.wants(&event)
-                        && let Some(bytes) = render.render(&app, &event).await
+                Ok(live) if live.event.seq <= last => {}
+                Ok(live) => {
+                    last = live.event.seq;
+                    if watch.wants(&live.event)
+                        && let Some(bytes) = render.render(&app, &live.event, Some(&live)).await
                         && tx.send(bytes).await.is_err()
                     {
                         return;
@@ -156,12 +157,6 @@ pub(super) async fn follow_log(
             _ = closing.changed() => return,
         }
     }
-}
-
-/// An event as a server-sent event: its number as the id, its kind as the event type.
-fn sse(event: &Event) -> Bytes {
-    let data = serde_json::to_string(event).expect("events serialise");
-    Bytes::from(format!("id: {}\nevent: {}\ndata: {data}\n\n", event.seq, event.kind))
 }
 
 /// Longest kind filter, in bytes.

@@ -76,8 +76,8 @@ impl Render {
         match self {
             Render::Events => Some(live.map_or_else(|| sse(event), |live| live.sse.clone())),
             Render::Jobs { station_ids } => {
-                let on_station = |id: &str| station_ids.iter().any(|s| s.to_string() == id);
-                if !station_ids.is_empty() && !event.data["station_id"].as_str().is_some_and(on_station) {
+                let station = event.data["station_id"].as_str().and_then(|id| Uuid::parse_str(id).ok());
+                if !station_ids.is_empty() && !station.is_some_and(|id| station_ids.contains(&id)) {
                     return None;
                 }
                 let job = app.store.job_row(event.job_id?).await.ok()??;

@@ -109,7 +109,7 @@ pub(super) const POSTGRES_EVENTS_NOTIFY: &str = "SELECT pg_notify('mission_broad
 macro_rules! append_events {
     ($store:expr, $tx:expr, $events:expr) => {{
         use $crate::store::events as e;
-        if $store.cluster().is_some() {
+        if $store.on_postgres() {
             sqlx::query(e::POSTGRES_EVENTS_LOCK).execute(&mut *$tx).await?;
             sqlx::query(e::POSTGRES_EVENTS_NOTIFY).execute(&mut *$tx).await?;
         }
@@ -189,18 +189,6 @@ impl Store {
                 .await?
                 .rows_affected())
         })
-    }
-
-    /// Appends events on their own (what they tell of is already stored).
-    pub async fn append_events(&self, events: &[NewEvent]) -> Result<(), StoreError> {
-        let events = events_json(events);
-        with_conn!(self, writer, |conn| {
-            let mut tx = sqlx::Connection::begin(conn).await?;
-            append_events!(self, tx, events);
-            tx.commit().await?;
-        });
-        self.events_appended();
-        Ok(())
     }
 }
 

@@ -122,13 +122,7 @@ impl Store {
         }
         match &self.backend {
             super::Backend::Sqlite(db) => {
-                let mut conn = db.writer().await;
-                let written = query!(SQLITE).bind(event).execute(&mut *conn).await;
-                if written.is_err() {
-                    // The script stopped at the failing statement, inside its transaction.
-                    let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-                }
-                written?;
+                super::sqlite::run_script(&mut *db.writer().await, query!(SQLITE).bind(event)).await?;
             }
             super::Backend::Postgres(db) => {
                 let mut conn = db.connection().await?;

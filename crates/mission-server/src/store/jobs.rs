@@ -17,7 +17,12 @@ const JOB_COLUMNS: &str = "job_id, mission_id, user_id, station_id, requested_lz
     started_at, finished_at";
 
 /// The statuses a job ends in, as an SQL list.
-pub(super) const FINAL_STATUSES: &str = "('completed', 'failed', 'stopped', 'lost')";
+macro_rules! final_statuses {
+    () => {
+        "('completed', 'failed', 'stopped', 'lost')"
+    };
+}
+pub(super) const FINAL_STATUSES: &str = final_statuses!();
 
 impl Store {
     /// Writes new jobs (each with its history so far) and then job moves, in order, in one
@@ -35,19 +40,12 @@ impl Store {
             super::Backend::Sqlite(db) => {
                 // One script: one trip to SQLite's worker thread (those thread hand-offs were most
                 // of what the scheduler waited for).
-                let mut conn = db.writer().await;
-                let written = sqlx::query(SQLITE_SAVE_JOBS)
-                    .bind(batch.jobs)
-                    .bind(batch.changes)
-                    .bind(batch.history.clone())
-                    .bind(batch.history)
-                    .execute(&mut *conn)
-                    .await;
-                if written.is_err() {
-                    // The script stopped at the failing statement, inside its transaction.
-                    let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-                }
-                written?;
+                let script = sqlx::query(SQLITE_SAVE_JOBS)
+                    .bind(batch.jobs.as_str())
+                    .bind(batch.changes.as_str())
+                    .bind(batch.history.as_str())
+                    .bind(batch.history.as_str());
+                super::sqlite::run_script(&mut *db.writer().await, script).await?;
             }
             super::Backend::Postgres(db) => {
                 let mut conn = db.connection().await?;
@@ -63,20 +61,19 @@ impl Store {
                         return Err(StoreError::NotLeader);
                     }
                 }
-                let events = batch.history.clone();
                 for (statement, parameter) in [
-                    (POSTGRES_INSERT_JOBS, batch.jobs),
-                    (POSTGRES_CHANGE_JOBS, batch.changes),
-                    (POSTGRES_APPEND_HISTORY, batch.history),
+                    (POSTGRES_INSERT_JOBS, &batch.jobs),
+                    (POSTGRES_CHANGE_JOBS, &batch.changes),
+                    (POSTGRES_APPEND_HISTORY, &batch.history),
                 ] {
                     if parameter != "[]" {
-                        sqlx::query(statement).bind(parameter).execute(&mut *tx).await?;
+                        sqlx::query(statement).bind(parameter.as_str()).execute(&mut *tx).await?;
                     }
                 }
-                if events != "[]" {
+                if batch.history != "[]" {
                     sqlx::query(super::events::POSTGRES_EVENTS_LOCK).execute(&mut *tx).await?;
                     sqlx::query(super::events::POSTGRES_EVENTS_NOTIFY).execute(&mut *tx).await?;
-                    sqlx::query(POSTGRES_JOB_EVENTS).bind(events).execute(&mut *tx).await?;
+                    sqlx::query(POSTGRES_JOB_EVENTS).bind(batch.history.as_str()).execute(&mut *tx).await?;
                 }
                 tx.commit().await?;
             }
@@ -365,7 +362,8 @@ impl Store {
 /// the batch's rows of that job. (SQLite reads a table an `INSERT … SELECT` writes into before it
 /// writes, so the count is that of the rows stored before the statement.) The history rows, given
 /// again, become the `job.*` events, as [`POSTGRES_JOB_EVENTS`] says.
-const SQLITE_SAVE_JOBS: &str = "BEGIN IMMEDIATE;
+const SQLITE_SAVE_JOBS: &str = concat!(
+    "BEGIN IMMEDIATE;
 INSERT INTO jobs (seq, job_id, mission_id, user_id, station_id, requested_lz_id, lz_id, status, cpu_count, \
     memory_amount, gpu_count, time_limit, gpu_indices, command, labels, exit_code, reason, limits, created_at, started_at, finished_at) \
 SELECT last.seq + j.key + 1, j.value ->> 'job_id', j.value ->> 'mission_id', j.value ->> 'user_id', \
@@ -393,22 +391,29 @@ INSERT INTO events (at, kind, user_id, mission_id, job_id, data) \
 SELECT h.value ->> 'at', 'job.' || (h.value ->> 'status'), jobs.user_id, jobs.mission_id, jobs.job_id, \
     json_object('status', h.value ->> 'status', 'detail', h.value ->> 'detail', 'station_id', jobs.station_id, \
         'lz_id', jobs.lz_id, \
-        'exit_code', IIF(h.value ->> 'status' IN ('completed', 'failed', 'stopped', 'lost'), jobs.exit_code, NULL), \
-        'reason', IIF(h.value ->> 'status' IN ('completed', 'failed', 'stopped', 'lost'), jobs.reason, NULL)) \
+        'exit_code', IIF(h.value ->> 'status' IN ", final_statuses!(), ", jobs.exit_code, NULL), \
+        'reason', IIF(h.value ->> 'status' IN ", final_statuses!(), ", jobs.reason, NULL)) \
 FROM json_each(?) AS h JOIN jobs ON jobs.job_id = h.value ->> 'job_id' ORDER BY h.key;
-COMMIT;";
+COMMIT;"
+);
 
 /// The `job.*` events of a batch's history rows (the fourth statement of its transaction, after
 /// [`super::events::POSTGRES_EVENTS_LOCK`]): one per transition, in the batch's order, with the
 /// job's exit code and reason once it has ended.
-const POSTGRES_JOB_EVENTS: &str = "INSERT INTO events (at, kind, user_id, mission_id, job_id, data) \
+const POSTGRES_JOB_EVENTS: &str = concat!(
+    "INSERT INTO events (at, kind, user_id, mission_id, job_id, data) \
 SELECT (h ->> 'at')::bigint, 'job.' || (h ->> 'status'), jobs.user_id, jobs.mission_id, jobs.job_id, \
     jsonb_build_object('status', h ->> 'status', 'detail', h ->> 'detail', 'station_id', jobs.station_id, \
         'lz_id', jobs.lz_id, \
-        'exit_code', CASE WHEN h ->> 'status' IN ('completed', 'failed', 'stopped', 'lost') THEN jobs.exit_code END, \
-        'reason', CASE WHEN h ->> 'status' IN ('completed', 'failed', 'stopped', 'lost') THEN jobs.reason END)::text \
+        'exit_code', CASE WHEN h ->> 'status' IN ",
+    final_statuses!(),
+    " THEN jobs.exit_code END, \
+        'reason', CASE WHEN h ->> 'status' IN ",
+    final_statuses!(),
+    " THEN jobs.reason END)::text \
 FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS history (h, k) JOIN jobs ON jobs.job_id = h ->> 'job_id' \
-ORDER BY k";
+ORDER BY k"
+);
 
 /// [`Store::save_jobs`] on PostgreSQL, one statement per JSON parameter of [`JobBatch`] in one
 /// transaction: new job rows (in submission order, which their `seq` keeps), changes of job rows,

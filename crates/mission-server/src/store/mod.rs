@@ -121,6 +121,11 @@ impl Store {
         self.dialect("", " FOR UPDATE")
     }
 
+    /// Whether the store is on PostgreSQL.
+    fn on_postgres(&self) -> bool {
+        matches!(self.backend, Backend::Postgres(_))
+    }
+
     /// The statement of this store's dialect, where the two differ.
     fn dialect<'a>(&self, sqlite: &'a str, postgres: &'a str) -> &'a str {
         match self.backend {

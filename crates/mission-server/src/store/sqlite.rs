@@ -105,3 +105,18 @@ impl Sqlite {
         self.writer.lock().await
     }
 }
+
+/// Runs `script`, statements that begin and commit their own transaction, in one turn of the
+/// writer `conn`; should a statement fail, the script stops inside its transaction, which is
+/// rolled back here so the writer is left clean.
+pub(super) async fn run_script<'q>(
+    conn: &mut SqliteConnection,
+    script: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+) -> Result<(), StoreError> {
+    let written = script.execute(&mut *conn).await;
+    if written.is_err() {
+        let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+    }
+    written?;
+    Ok(())
+}

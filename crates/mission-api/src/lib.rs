@@ -13,7 +13,8 @@
 //! - [`jobs`]: jobs, their states, history and run requests; [`labels`]: the `key=value` labels
 //!   jobs carry; [`lz`]: the landing-zone protocol;
 //! - [`problem`]: the `application/problem+json` error body every endpoint returns on failure;
-//! - [`users`]: the signed-in user as `GET /api/v1/me` reports it.
+//! - [`users`]: the signed-in user as `GET /api/v1/me` reports it;
+//! - [`webhooks`]: URLs that events are POSTed to, signed, and their deliveries.
 
 pub mod auth;
 pub mod cargo_bays;
@@ -28,6 +29,7 @@ pub mod paths;
 pub mod problem;
 pub mod stations;
 pub mod users;
+pub mod webhooks;
 
 pub use auth::{AuthConfig, DeviceAuthorization, OAuthError, TokenResponse};
 pub use cargo_bays::{CargoBay, CargoBayKind, CreateCargoBay, DEFAULT_CARGO_BAY_ID};
@@ -43,6 +45,7 @@ pub use stations::{
     StationMember,
 };
 pub use users::User;
+pub use webhooks::{CreateWebhook, DeliveryStatus, Webhook, WebhookDelivery};
 
 /// Path prefix of the versioned mission API.
 pub const API_PREFIX: &str = "/api/v1";

@@ -23,6 +23,7 @@ use commands::missions::MissionsCommand;
 use commands::server::ServerCommand;
 use commands::stations::StationsCommand;
 use commands::types::TypesCommand;
+use commands::webhooks::WebhooksCommand;
 use output::Output;
 
 /// Mission Compute Service: put input files and settings into missions and run them as jobs.
@@ -76,6 +77,18 @@ enum Command {
     /// Browse mission types.
     #[command(subcommand)]
     Types(TypesCommand),
+    /// Have your events POSTed to a URL as they happen, signed.
+    ///
+    /// Each delivery is an event (a job's transition, a mission or its files changed) as JSON,
+    /// with the headers `Mission-Webhook-Id` (the same on every attempt: drop repeats by it),
+    /// `Mission-Webhook-Timestamp` and `Mission-Webhook-Signature: v1=HEX`, the HMAC-SHA256
+    /// under the webhook's secret of `TIMESTAMP.BODY`. A receiver answers 2xx; anything else is
+    /// tried again later, each wait twice the last, until the server's attempts run out.
+    ///
+    ///   mission webhooks create https://hooks.example.org/jobs --kind job.completed --kind job.failed
+    ///   mission webhooks deliveries WEBHOOK --status failed
+    #[command(subcommand, verbatim_doc_comment)]
+    Webhooks(WebhooksCommand),
 }
 
 fn init_logging(server: bool) {
@@ -122,6 +135,7 @@ async fn run() -> ExitCode {
         Command::Jobs(cmd) => cmd.run(server, out).await,
         Command::Stations(cmd) => cmd.run(server, out).await,
         Command::Types(cmd) => cmd.run(server, out).await,
+        Command::Webhooks(cmd) => cmd.run(server, out).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -14,7 +14,7 @@
 //!
 //! Layout: [`client`] (the session, token renewal, request plumbing), [`auth`] (device flow,
 //! refresh, token file), [`saved`] (the session `mission login` leaves), `missions`,
-//! `mission_types`, `files`, `jobs`, `stations` and `cargo_bays` (the operations, as methods of
+//! `mission_types`, `files`, `jobs`, `events`, `webhooks`, `stations` and `cargo_bays` (the operations, as methods of
 //! [`Client`]), [`error`].
 
 pub mod auth;
@@ -28,6 +28,7 @@ mod mission_types;
 mod missions;
 pub mod saved;
 mod stations;
+mod webhooks;
 
 pub use auth::{DeviceAuth, Prompt, Tokens};
 pub use client::{Client, LoginOptions};
@@ -36,15 +37,19 @@ pub use events::{EventStream, WatchEvents};
 pub use files::{DEFAULT_CONCURRENCY, TransferObserver, TransferOptions, TransferSummary, file_line};
 pub use jobs::{JobResources, ListJobs, LogEvent, LogFollow, LogStream};
 pub use missions::ListMissions;
+pub use webhooks::ListDeliveries;
 
 /// Event kinds and how a kind filter matches.
 pub use mission_api::events as event_kinds;
 /// The one rule for job labels, to check them before sending.
 pub use mission_api::labels;
+/// What a webhook receiver gets: the headers and the signed content.
+pub use mission_api::webhooks as webhook_signing;
 pub use mission_api::{
-    AuthConfig, CargoBay, CargoBayKind, CreateCargoBay, CreateMission, CreateStation, DEFAULT_CARGO_BAY_ID,
-    DEFAULT_STATION_NAME, DeviceAuthorization, Event, FileListing, Job, JobPage, JobStatus, JobTransition, Labels,
-    LandingZone, Mission, MissionPage, MissionType, MissionTypeSummary, Problem, RegisterLandingZone,
-    RegisteredLandingZone, Resources, RunJob, Station, StationMember, UpdateJob, UpdateMission, User,
+    AuthConfig, CargoBay, CargoBayKind, CreateCargoBay, CreateMission, CreateStation, CreateWebhook,
+    DEFAULT_CARGO_BAY_ID, DEFAULT_STATION_NAME, DeliveryStatus, DeviceAuthorization, Event, FileListing, Job, JobPage,
+    JobStatus, JobTransition, Labels, LandingZone, Mission, MissionPage, MissionType, MissionTypeSummary, Problem,
+    RegisterLandingZone, RegisteredLandingZone, Resources, RunJob, Station, StationMember, UpdateJob, UpdateMission,
+    User, Webhook, WebhookDelivery,
 };
 pub use uuid::Uuid;

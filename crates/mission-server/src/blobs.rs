@@ -158,7 +158,8 @@ pub struct FileStore {
     local_root: Option<std::path::PathBuf>,
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// `bytes` as lowercase hex.
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -1,9 +1,8 @@
 //! Cargo bays on the server side: sealing their credentials, opening their object stores, and
 //! deciding where a mission's files live.
 //!
-//! Credentials are sealed with AES-256-GCM under a key kept in the data dir
-//! (`cargo-bay-key`, mode 0600, created on first start) and bound to the bay's id, so the database
-//! alone (a backup, a dump) reveals no secret. Opened stores are cached per bay.
+//! Credentials are sealed ([`crate::sealing`]) bound to the bay's id, so the database alone (a
+//! backup, a dump) reveals no secret. Opened stores are cached per bay.
 //!
 //! A mission whose `source_storage_id` names a bay keeps its files under
 //! `{bay prefix}/{source_path}/` there (`{bay prefix}/missions/{mission_id}/` without a
@@ -16,18 +15,13 @@ use std::sync::{Arc, Mutex};
 
 use mission_api::paths::MissionPath;
 use mission_api::{CargoBay, CargoBayKind, DEFAULT_CARGO_BAY_ID, Mission};
-use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
-use ring::rand::{SecureRandom, SystemRandom};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::blobs::{FileStore, Location, S3Access};
 use crate::error::{ApiError, ApiResult};
-use crate::fsutil::read_or_create_secret;
+use crate::sealing::SealingKey;
 use crate::store::{CargoBayRecord, Store};
-
-/// File in the data dir holding the key that seals cargo-bay credentials.
-const KEY_FILE: &str = "cargo-bay-key";
 
 /// Region of S3 bays that name none.
 pub const DEFAULT_REGION: &str = "us-east-1";
@@ -52,7 +46,7 @@ impl std::fmt::Debug for Credentials {
 /// The default storage, the cargo bays' opened stores, and the sealing key.
 pub struct CargoBays {
     default: FileStore,
-    key: LessSafeKey,
+    key: Arc<SealingKey>,
     opened: Mutex<HashMap<Uuid, FileStore>>,
 }
 
@@ -63,17 +57,9 @@ impl std::fmt::Debug for CargoBays {
 }
 
 impl CargoBays {
-    /// Loads the sealing key from `key_dir` (creating it on first start).
-    pub fn new(key_dir: &Path, default: FileStore) -> std::io::Result<Self> {
-        let path = key_dir.join(KEY_FILE);
-        let bytes = read_or_create_secret(&path, || {
-            let mut bytes = vec![0u8; 32];
-            SystemRandom::new().fill(&mut bytes).map_err(|_| std::io::Error::other("no randomness"))?;
-            Ok(bytes)
-        })?;
-        let key = UnboundKey::new(&AES_256_GCM, &bytes)
-            .map_err(|_| std::io::Error::other(format!("{} does not hold a 256-bit key", path.display())))?;
-        Ok(Self { default, key: LessSafeKey::new(key), opened: Mutex::default() })
+    /// The bays over `default`, sealing credentials with `key`.
+    pub fn new(key: Arc<SealingKey>, default: FileStore) -> Self {
+        Self { default, key, opened: Mutex::default() }
     }
 
     /// The server's default storage.
@@ -110,31 +96,16 @@ impl CargoBays {
         }
     }
 
-    /// Seals `credentials` for the bay `storage_id`: nonce followed by ciphertext and tag.
+    /// Seals `credentials` for the bay `storage_id`.
     pub fn seal(&self, storage_id: Uuid, credentials: &Credentials) -> Vec<u8> {
-        let mut nonce = [0u8; NONCE_LEN];
-        SystemRandom::new().fill(&mut nonce).expect("the system has randomness");
-        let mut sealed = serde_json::to_vec(credentials).expect("strings serialise");
-        self.key
-            .seal_in_place_append_tag(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(storage_id.as_bytes()),
-                &mut sealed,
-            )
-            .expect("credentials are far below AES-GCM's size limit");
-        [nonce.as_slice(), &sealed].concat()
+        self.key.seal(storage_id, &serde_json::to_vec(credentials).expect("strings serialise"))
     }
 
     fn unseal(&self, storage_id: Uuid, sealed: &[u8]) -> ApiResult<Credentials> {
-        let fail = || ApiError::internal(format!("the credentials of cargo bay {storage_id} cannot be unsealed"));
-        if sealed.len() < NONCE_LEN {
-            return Err(fail());
-        }
-        let (nonce, ciphertext) = sealed.split_at(NONCE_LEN);
-        let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| fail())?;
-        let mut buffer = ciphertext.to_vec();
-        let plain = self.key.open_in_place(nonce, Aad::from(storage_id.as_bytes()), &mut buffer).map_err(|_| fail())?;
-        serde_json::from_slice(plain).map_err(|_| fail())
+        let plain = self.key.unseal(storage_id, sealed);
+        plain
+            .and_then(|plain| serde_json::from_slice(&plain).ok())
+            .ok_or_else(|| ApiError::internal(format!("the credentials of cargo bay {storage_id} cannot be unsealed")))
     }
 
     /// The object store behind a bay (opened once, then cached).

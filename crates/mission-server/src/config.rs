@@ -62,6 +62,11 @@ pub struct ServerConfig {
     /// AWS itself. Admins may name any: an endpoint is a place the server sends requests to, so
     /// letting anyone choose it would let them probe the server's network.
     pub s3_endpoints: Vec<Url>,
+    /// URL prefixes users other than admins may register webhooks under (for the reason of
+    /// `s3_endpoints`: the server POSTs to them). Admins may name any http(s) URL.
+    pub webhook_targets: Vec<Url>,
+    /// How webhook deliveries are tried.
+    pub webhook_attempts: WebhookAttempts,
     /// How long a landing zone counts as online after its agent was last heard from.
     pub lz_lease: Duration,
     /// How long events are kept: a client that reconnects to `GET /api/v1/events` within it
@@ -92,6 +97,8 @@ impl ServerConfig {
             sign_in_limits: SignInLimits::default(),
             connection_limits: crate::serve::ConnectionLimits::default(),
             s3_endpoints: Vec::new(),
+            webhook_targets: Vec::new(),
+            webhook_attempts: WebhookAttempts::default(),
             lz_lease: Duration::from_secs(30),
             event_retention: Duration::from_secs(7 * 24 * 3600),
             bootstrap_admin: true,
@@ -118,6 +125,25 @@ impl ServerConfig {
 
 /// Audience of the API when none is configured.
 pub const DEFAULT_AUDIENCE: &str = "mission-api";
+
+/// How webhook deliveries are tried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WebhookAttempts {
+    /// Attempts at one delivery before it counts as failed.
+    pub max_attempts: u32,
+    /// The wait after the first failed attempt; each further wait is twice the one before, up
+    /// to an hour.
+    pub first_retry: Duration,
+    /// How long a receiver has to answer an attempt.
+    pub timeout: Duration,
+}
+
+impl Default for WebhookAttempts {
+    /// 12 attempts over about two and a half hours (5 s, 10 s, 20 s … after each failure).
+    fn default() -> Self {
+        Self { max_attempts: 12, first_retry: Duration::from_secs(5), timeout: Duration::from_secs(10) }
+    }
+}
 
 /// Brakes on guessing at the built-in provider's sign-in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -34,9 +34,11 @@ mod locks;
 mod metrics;
 mod routes;
 pub mod scheduler;
+pub mod sealing;
 pub mod serve;
 pub mod store;
 pub mod users;
+pub mod webhooks;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -44,7 +46,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-pub use config::{AuthMode, FileLimits, S3Storage, ServerConfig, SignInLimits, Storage};
+pub use config::{AuthMode, FileLimits, S3Storage, ServerConfig, SignInLimits, Storage, WebhookAttempts};
 pub use fsutil::create_private_dir;
 pub use routes::{ApiDoc, RecoveryError};
 pub use store::Store;
@@ -79,6 +81,8 @@ pub struct App {
     pub logs: Arc<job_logs::JobLogs>,
     /// New events, for the event streams open here.
     pub events: Arc<events::EventHub>,
+    /// Seals the secrets the server must read back (cargo-bay credentials, webhook secrets).
+    pub sealing: Arc<sealing::SealingKey>,
     /// Turns true when the server stops, ending long-lived responses (agent orders, log follows).
     pub closing: tokio::sync::watch::Sender<bool>,
     /// What the server spawned besides the connections (the scheduler, copies of logs): waited
@@ -213,8 +217,11 @@ impl Server {
                 (files, config.data_dir.clone())
             }
         };
-        let bays = cargo_bays::CargoBays::new(&key_dir, files)
-            .map_err(|source| StartError::DataDir { path: key_dir.clone(), source })?;
+        let sealing = Arc::new(
+            sealing::SealingKey::load(&key_dir)
+                .map_err(|source| StartError::DataDir { path: key_dir.clone(), source })?,
+        );
+        let bays = cargo_bays::CargoBays::new(sealing.clone(), files);
         // With several replicas another one may be mid-upload right now: what a stopped replica
         // left is not this start's to settle.
         if store.cluster().is_none() {
@@ -241,6 +248,8 @@ impl Server {
         let cluster = store.cluster();
         let events = events::EventHub::new(store.clone());
         tasks.spawn(events.clone().run(config.event_retention, shutdown.clone()));
+        let webhooks = webhooks::Webhooks::new(store.clone(), sealing.clone(), config.webhook_attempts);
+        tasks.spawn(webhooks.run(events.clone(), shutdown.clone()));
         let app = Arc::new(App {
             store,
             config,
@@ -253,6 +262,7 @@ impl Server {
             agent_tokens,
             logs,
             events,
+            sealing,
             closing: tokio::sync::watch::channel(false).0,
             tasks,
             shutdown,

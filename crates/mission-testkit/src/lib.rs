@@ -1,15 +1,18 @@
 //! Test helpers (unpublished): [`TestServer`] runs the real server on 127.0.0.1 with a free port
 //! and a temporary data dir, and signs users in through the real device flow; [`S3Server`] runs an
 //! S3-compatible server for cargo-bay tests; [`PostgresDatabase`] makes a fresh database on the
-//! PostgreSQL test server; [`Browser`] drives headless Chromium over WebDriver.
+//! PostgreSQL test server; [`Browser`] drives headless Chromium over WebDriver; [`Receiver`] takes
+//! webhook deliveries.
 
 mod browser;
 mod postgres;
 mod s3;
+mod webhooks;
 
 pub use browser::{Browser, ENTER, TAB};
 pub use postgres::PostgresDatabase;
 pub use s3::S3Server;
+pub use webhooks::{Received, Receiver};
 
 use std::sync::Arc;
 

@@ -222,6 +222,11 @@ pub struct SignedIn {
 
 impl SignedIn {
     pub async fn start(root: &Path, username: &str, password: &str) -> Self {
+        Self::start_with(root, username, password, &[]).await
+    }
+
+    /// [`SignedIn::start`] with `extra` flags for the server.
+    pub async fn start_with(root: &Path, username: &str, password: &str, extra: &[&str]) -> Self {
         use mission_client::auth::token_file::{self, StoredToken};
         let home = root.join("home");
         std::fs::create_dir_all(&home).unwrap();
@@ -236,7 +241,7 @@ impl SignedIn {
         std::io::Write::write_all(&mut add.stdin.take().unwrap(), password.as_bytes()).unwrap();
         drop(add.stdin.take());
         assert!(add.wait().unwrap().success());
-        let (server, url) = spawn_server(&data_dir).await;
+        let (server, url) = spawn_server_with(&data_dir, extra).await;
         let (tokens, auth) = sign_in(&url, username, password).await;
         token_file::write(&home.join("tokens"), &StoredToken::new(&tokens.refresh_token, tokens.expires_at)).unwrap();
         std::fs::write(home.join("config.json"), serde_json::json!({ "server": url }).to_string()).unwrap();

@@ -1,8 +1,6 @@
 //! `mission cargo-bays`: the storage locations missions take input files from and send results to.
 
-use std::io::Read;
-
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::{Args, Subcommand, ValueEnum};
 use mission_client::{CargoBay, CargoBayKind, Client, CreateCargoBay, DEFAULT_CARGO_BAY_ID, Uuid};
 
@@ -111,13 +109,8 @@ fn describe(bay: &CargoBay) -> String {
 
 fn secret_from(stdin: bool) -> anyhow::Result<Option<String>> {
     if stdin {
-        let mut input = String::new();
-        std::io::stdin().read_to_string(&mut input).context("reading the secret access key from stdin")?;
-        let line = input.lines().next().unwrap_or("").trim().to_owned();
-        if line.is_empty() {
-            bail!("--secret-access-key-stdin: standard input held no secret");
-        }
-        return Ok(Some(line));
+        let line = super::stdin_line("--secret-access-key-stdin", "secret access key")?;
+        return Ok(Some(line.trim().to_owned()));
     }
     Ok(std::env::var("MISSION_S3_SECRET_ACCESS_KEY").ok().filter(|s| !s.is_empty()))
 }

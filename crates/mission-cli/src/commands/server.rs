@@ -1,10 +1,9 @@
 //! `mission server`: run the service, or manage its built-in accounts.
 
-use std::io::Read;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Args, Subcommand};
 use mission_server::{AuthMode, Server, ServerConfig, Store};
 
@@ -120,6 +119,21 @@ struct RunArgs {
     /// or separate with commas). AWS needs none; admins may name any endpoint.
     #[arg(long = "s3-endpoint", env = "MISSION_S3_ENDPOINTS", value_delimiter = ',')]
     s3_endpoints: Vec<url::Url>,
+    /// A URL prefix users other than admins may register webhooks under, such as
+    /// `https://hooks.example.org/` (repeat the flag, or separate with commas). The server POSTs
+    /// events there, so it is a door into its network: allow only receivers you mean. Admins may
+    /// register any http(s) URL.
+    #[arg(long = "webhook-target", env = "MISSION_WEBHOOK_TARGETS", value_delimiter = ',')]
+    webhook_targets: Vec<url::Url>,
+    /// Attempts at one webhook delivery before it counts as failed; the waits between them
+    /// double from 5 s, up to an hour.
+    #[arg(long, env = "MISSION_WEBHOOK_ATTEMPTS", default_value_t = defaults().webhook_attempts.max_attempts,
+        value_parser = clap::value_parser!(u32).range(1..=100))]
+    webhook_attempts: u32,
+    /// Seconds a webhook receiver has to answer an attempt.
+    #[arg(long, env = "MISSION_WEBHOOK_TIMEOUT", default_value_t = defaults().webhook_attempts.timeout.as_secs(),
+        value_parser = clap::value_parser!(u64).range(1..=300))]
+    webhook_timeout: u64,
     /// Most connections served at once; more are answered 503 and closed. Default: 4096, or
     /// what the process's open-file limit leaves room for (raised to its hard limit at start).
     #[arg(long, env = "MISSION_MAX_CONNECTIONS")]
@@ -286,6 +300,9 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     config.bootstrap_admin = !args.no_bootstrap_admin;
     let shared_database = config.effective_database_url().is_postgres();
     config.s3_endpoints = args.s3_endpoints;
+    config.webhook_targets = args.webhook_targets;
+    config.webhook_attempts.max_attempts = args.webhook_attempts;
+    config.webhook_attempts.timeout = Duration::from_secs(args.webhook_timeout);
     let connections_allowed = raise_open_file_limit();
     config.connection_limits = mission_server::serve::ConnectionLimits {
         max_connections: args.max_connections.unwrap_or(connections_allowed),
@@ -362,17 +379,7 @@ pub async fn shutdown_signal() {
 }
 
 async fn add_user(args: AddUserArgs) -> anyhow::Result<()> {
-    let password = if args.password_stdin {
-        let mut input = String::new();
-        std::io::stdin().read_to_string(&mut input).context("reading the password from stdin")?;
-        let line = input.lines().next().unwrap_or("").to_owned();
-        if line.is_empty() {
-            bail!("--password-stdin: standard input held no password");
-        }
-        Some(line)
-    } else {
-        None
-    };
+    let password = if args.password_stdin { Some(super::stdin_line("--password-stdin", "password")?) } else { None };
     let config = args.store.config();
     mission_server::create_private_dir(&config.data_dir)
         .with_context(|| format!("creating {}", config.data_dir.display()))?;

@@ -25,7 +25,7 @@ pub(super) fn local_station() -> Uuid {
 }
 
 /// A `mission lz` agent process; killed when dropped.
-struct Agent {
+pub(super) struct Agent {
     child: Child,
     lz_id: Uuid,
     /// Holds the agent's data dir, `data/`.
@@ -34,7 +34,7 @@ struct Agent {
 
 /// What an agent offers.
 #[derive(Clone, Copy)]
-struct Offer {
+pub(super) struct Offer {
     cpus: u32,
     memory_mb: u64,
     /// GPUs a fake `nvidia-smi` on the agent's PATH reports.
@@ -43,7 +43,7 @@ struct Offer {
     run_as: Option<u32>,
 }
 
-const TWO_CPUS: Offer = Offer { cpus: 2, memory_mb: 4096, fake_gpus: 0, run_as: None };
+pub(super) const TWO_CPUS: Offer = Offer { cpus: 2, memory_mb: 4096, fake_gpus: 0, run_as: None };
 
 /// A fake `nvidia-smi` printing `count` GPUs like the H100 captured in ../shared/fixtures.
 fn fake_nvidia_smi(dir: &Path, count: u32) {
@@ -64,7 +64,7 @@ fn fake_nvidia_smi(dir: &Path, count: u32) {
 
 impl Agent {
     /// Registers the LZ `name` on `station` and starts its agent; waits until it is online.
-    async fn start(server: &TestServer, admin: &Client, station: Uuid, name: &str, offer: Offer) -> Self {
+    pub(super) async fn start(server: &TestServer, admin: &Client, station: Uuid, name: &str, offer: Offer) -> Self {
         Self::start_with(server, admin, station, name, offer, &[]).await
     }
 

@@ -11,6 +11,7 @@ use tokio::process::{Child, Command};
 mod jobs;
 mod replicas;
 mod slurm;
+mod webhooks;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mission");
 

@@ -151,7 +151,7 @@ pub fn random_secret() -> String {
 /// SHA-256 of a secret, hex, as secrets are stored.
 pub fn hash_secret(secret: &str) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, secret.as_bytes());
-    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    crate::blobs::hex(digest.as_ref())
 }
 
 /// Letters of user codes: no vowels (no words), no look-alikes (RFC 8628 §6.1).

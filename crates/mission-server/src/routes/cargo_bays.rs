@@ -9,10 +9,9 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use mission_api::{CargoBay, CargoBayKind, CreateCargoBay, DEFAULT_CARGO_BAY_ID};
-use url::Url;
 use uuid::Uuid;
 
-use super::extract::{ApiJson, parse_id};
+use super::extract::{ApiJson, outbound_url, parse_id};
 use super::missions::check_name;
 use crate::AppState;
 use crate::auth::Principal;
@@ -220,13 +219,10 @@ fn check_region(region: &str) -> ApiResult<String> {
 /// An endpoint is an http(s) URL without credentials, query or fragment; users other than
 /// admins may name only the ones the server allows.
 fn check_endpoint(app: &AppState, who: Principal, endpoint: &str) -> ApiResult<String> {
+    let url = outbound_url("endpoint", endpoint)?;
     let bad = |why: &str| ApiError::invalid_field("endpoint", format!("{endpoint:?}: {why}"));
-    let url = Url::parse(endpoint).map_err(|e| bad(&e.to_string()))?;
-    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
-        return Err(bad("must be an http:// or https:// URL"));
-    }
-    if !url.username().is_empty() || url.password().is_some() || url.query().is_some() || url.fragment().is_some() {
-        return Err(bad("must not carry credentials, a query or a fragment"));
+    if url.query().is_some() {
+        return Err(bad("must not carry a query"));
     }
     let normalised = url.as_str().trim_end_matches('/').to_owned();
     let allowed = app.config.s3_endpoints.iter().any(|a| a.as_str().trim_end_matches('/') == normalised);

@@ -9,9 +9,6 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use mission_api::Event;
-use mission_api::events::kind_matches;
-use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
@@ -21,40 +18,7 @@ use super::jobs::{KEEP_ALIVE, event_stream};
 use crate::AppState;
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
-use crate::events::{LiveEvent, PAGE, sse};
-use crate::store::EventFilter;
-
-/// Which events a stream wants.
-#[derive(Debug, Default)]
-pub(super) struct Watch {
-    /// Only this user's; everyone's when `None` (an admin's `all=true`).
-    pub user_id: Option<Uuid>,
-    /// Only these missions' (any; all when empty).
-    pub mission_ids: Vec<Uuid>,
-    /// Only these jobs' (any; all when empty).
-    pub job_ids: Vec<Uuid>,
-    /// Only these kinds, each exact or a prefix before a dot (any; all when empty).
-    pub kinds: Vec<String>,
-}
-
-impl Watch {
-    fn wants(&self, e: &Event) -> bool {
-        self.user_id.is_none_or(|user| e.user_id == user)
-            && (self.mission_ids.is_empty() || e.mission_id.is_some_and(|m| self.mission_ids.contains(&m)))
-            && (self.job_ids.is_empty() || e.job_id.is_some_and(|j| self.job_ids.contains(&j)))
-            && (self.kinds.is_empty() || self.kinds.iter().any(|k| kind_matches(k, &e.kind)))
-    }
-
-    fn log_filter(&self, after: u64) -> EventFilter {
-        EventFilter {
-            after,
-            user_id: self.user_id,
-            mission_ids: self.mission_ids.clone(),
-            job_ids: self.job_ids.clone(),
-            limit: PAGE,
-        }
-    }
-}
+use crate::events::{Followed, LiveEvent, Watch, check_kind};
 
 /// How a stream sends the events it wants.
 #[derive(Debug)]
@@ -70,11 +34,11 @@ pub(super) enum Render {
 }
 
 impl Render {
-    /// The bytes to send for `event`; `None` to send nothing. `live` has its server-sent form
-    /// made already.
-    async fn render(&self, app: &AppState, event: &Event, live: Option<&LiveEvent>) -> Option<Bytes> {
+    /// The bytes to send for `live`; `None` to send nothing.
+    async fn render(&self, app: &AppState, live: &LiveEvent) -> Option<Bytes> {
+        let event = &live.event;
         match self {
-            Render::Events => Some(live.map_or_else(|| sse(event), |live| live.sse.clone())),
+            Render::Events => Some(live.sse.clone()),
             Render::Jobs { station_ids } => {
                 let station = event.data["station_id"].as_str().and_then(|id| Uuid::parse_str(id).ok());
                 if !station_ids.is_empty() && !station.is_some_and(|id| station_ids.contains(&id)) {
@@ -97,70 +61,44 @@ pub(super) async fn follow_log(
     tx: mpsc::Sender<Bytes>,
     render: Render,
 ) {
-    let mut live = app.events.subscribe();
-    let mut closing = app.closing.subscribe();
-    let Ok((oldest, newest)) = app.store.event_bounds().await else { return };
-    let mut last = match after {
-        Some(after) => {
-            if oldest > after.saturating_add(1) {
-                // Events the client has not seen are gone (past the retention window).
-                let gap = format!("event: gap\ndata: {{\"after\":{after},\"oldest\":{oldest}}}\n\n");
-                if tx.send(Bytes::from(gap)).await.is_err() {
-                    return;
-                }
-            }
-            after
+    let Ok((mut follower, gap)) = app.events.follow(watch, after).await else { return };
+    if let Some(oldest) = gap {
+        // Events the client has not seen are gone (past the retention window).
+        let after = after.unwrap_or_default();
+        let gap = format!("event: gap\ndata: {{\"after\":{after},\"oldest\":{oldest}}}\n\n");
+        if tx.send(Bytes::from(gap)).await.is_err() {
+            return;
         }
-        None => newest,
-    };
+    }
     // The stream's first bytes, so the client sees it open before any event.
     if tx.send(Bytes::from_static(b": watching\n\n")).await.is_err() {
         return;
     }
-    let mut catching_up = after.is_some();
+    let mut closing = app.closing.subscribe();
     loop {
-        if catching_up {
-            let Ok(page) = app.store.events(&watch.log_filter(last)).await else { return };
-            catching_up = page.len() == PAGE as usize;
-            for event in &page {
-                last = event.seq;
-                if watch.wants(event)
-                    && let Some(bytes) = render.render(&app, event, None).await
-                    && tx.send(bytes).await.is_err()
-                {
-                    return;
-                }
-            }
-            continue;
-        }
-        tokio::select! {
-            got = live.recv() => match got {
-                Ok(live) if live.event.seq <= last => {}
-                Ok(live) => {
-                    last = live.event.seq;
-                    if watch.wants(&live.event)
-                        && let Some(bytes) = render.render(&app, &live.event, Some(&live)).await
+        let next = tokio::select! {
+            next = follower.next(KEEP_ALIVE) => next,
+            _ = closing.changed() => return,
+        };
+        match next {
+            Some(Followed::Events(batch)) => {
+                for live in &batch {
+                    if let Some(bytes) = render.render(&app, live).await
                         && tx.send(bytes).await.is_err()
                     {
                         return;
                     }
                 }
-                // Fell behind the hub: read the log from the last event seen.
-                Err(RecvError::Lagged(_)) => catching_up = true,
-                Err(RecvError::Closed) => return,
-            },
-            () = tokio::time::sleep(KEEP_ALIVE) => {
+            }
+            Some(Followed::Idle) => {
                 if tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() {
                     return;
                 }
             }
-            _ = closing.changed() => return,
+            None => return,
         }
     }
 }
-
-/// Longest kind filter, in bytes.
-const MAX_KIND_BYTES: usize = 64;
 
 /// The caller's events as they happen (server-sent events). Each has `id` (its number, `seq`),
 /// `event` (its kind) and `data` (the [`Event`] as JSON). With `Last-Event-ID` (or `after`), the
@@ -195,21 +133,7 @@ pub async fn stream(
         match key.as_str() {
             "mission_ids" => watch.mission_ids.push(parse_id(key, value)?),
             "job_ids" => watch.job_ids.push(parse_id(key, value)?),
-            "kinds" => {
-                let valid = !value.is_empty()
-                    && value.len() <= MAX_KIND_BYTES
-                    && value.bytes().all(|b| b.is_ascii_lowercase() || b == b'.' || b == b'_');
-                if !valid {
-                    return Err(ApiError::invalid_field(
-                        "kinds",
-                        format!(
-                            "expected a kind such as job, job.completed or mission.created (lowercase letters, dots, \
-                         underscores; at most {MAX_KIND_BYTES} bytes), got {value:?}"
-                        ),
-                    ));
-                }
-                watch.kinds.push(value.clone());
-            }
+            "kinds" => watch.kinds.push(check_kind(key, value)?),
             "after" => after = Some(number("after", value)?),
             "all" => match value.as_str() {
                 "true" if who.admin => watch.user_id = None,

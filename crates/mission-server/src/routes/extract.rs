@@ -100,3 +100,17 @@ pub fn push_label_filter(filters: &mut Vec<(String, String)>, value: &str) -> Re
     filters.push(parse_label(value).map_err(|e| ApiError::invalid_field("label", e.problem))?);
     Ok(())
 }
+
+/// An http(s) URL with a host and without credentials or a fragment, given as `field`: a place
+/// the server itself sends requests to (an S3 endpoint, a webhook).
+pub fn outbound_url(field: &str, raw: &str) -> Result<url::Url, ApiError> {
+    let bad = |why: &str| ApiError::invalid_field(field, format!("{raw:?}: {why}"));
+    let url = url::Url::parse(raw).map_err(|e| bad(&e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err(bad("must be an http:// or https:// URL"));
+    }
+    if !url.username().is_empty() || url.password().is_some() || url.fragment().is_some() {
+        return Err(bad("must not carry credentials or a fragment"));
+    }
+    Ok(url)
+}

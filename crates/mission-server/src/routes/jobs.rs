@@ -17,7 +17,7 @@ use mission_api::{FileListing, Job, JobPage, JobStatus, JobTransition, MAX_TIME_
 use uuid::Uuid;
 
 use super::async_stream;
-use super::events::{Render, Watch, follow_log};
+use super::events::{Render, follow_log};
 use super::extract::{ApiJson, QueryPairs, checked_labels, page_number, page_size, parse_id, push_label_filter};
 use super::files::{parse_path, serve};
 use super::missions::writable;
@@ -26,6 +26,7 @@ use crate::AppState;
 use crate::auth::Principal;
 use crate::catalogue;
 use crate::error::{ApiError, ApiResult};
+use crate::events::Watch;
 use crate::job_logs::LogStream;
 use crate::store::{self, JobFilter};
 

@@ -13,6 +13,7 @@ mod meta;
 mod mission_types;
 pub(crate) mod missions;
 pub(crate) mod stations;
+mod webhooks;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -31,12 +32,13 @@ pub use files::{RecoveryError, recover as recover_files, settle_stopped_replicas
 /// The OpenAPI document, generated from the handlers' annotations.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Mission Compute Service API", description = "Missions, their files, jobs, cargo bays, stations, mission types and sign-in configuration."),
+    info(title = "Mission Compute Service API", description = "Missions, their files, jobs, events and webhooks, cargo bays, stations, mission types and sign-in configuration."),
     paths(
         missions::create, missions::list, missions::get, missions::update, missions::set_args, missions::delete,
         files::list, files::upload, files::download, files::delete, archives::mission,
         events::stream, jobs::run, jobs::list, jobs::events, jobs::get, jobs::update, jobs::stop, jobs::logs, jobs::results, jobs::result, archives::results,
         cargo_bays::list, cargo_bays::create, cargo_bays::get, cargo_bays::delete,
+        webhooks::create, webhooks::list, webhooks::get, webhooks::delete, webhooks::deliveries,
         stations::list, stations::create, stations::get, stations::delete, stations::members,
         stations::add_member, stations::remove_member, stations::landing_zones,
         stations::register_landing_zone, stations::remove_landing_zone,
@@ -233,6 +235,9 @@ pub fn router(app: AppState) -> Router {
         .route("/lz/jobs/{id}/results/{*path}", put(lz::upload_result).layer(DefaultBodyLimit::disable()))
         .route("/cargo-bays", get(cargo_bays::list).post(cargo_bays::create))
         .route("/cargo-bays/{id}", get(cargo_bays::get).delete(cargo_bays::delete))
+        .route("/webhooks", get(webhooks::list).post(webhooks::create))
+        .route("/webhooks/{id}", get(webhooks::get).delete(webhooks::delete))
+        .route("/webhooks/{id}/deliveries", get(webhooks::deliveries))
         .route("/stations", get(stations::list).post(stations::create))
         .route("/stations/{id}", get(stations::get).delete(stations::delete))
         .route("/stations/{id}/members", get(stations::members))

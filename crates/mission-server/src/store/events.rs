@@ -3,7 +3,7 @@
 //! `seq` order, which is their commit order on both backends (see migration 16).
 
 use chrono::{DateTime, Utc};
-use mission_api::{Event, Mission};
+use mission_api::{Event, Mission, Webhook};
 use sqlx::QueryBuilder;
 use uuid::Uuid;
 
@@ -45,6 +45,25 @@ impl NewEvent {
             mission_id: Some(mission_id.to_string()),
             job_id: None,
             data: "{}".into(),
+        }
+    }
+
+    /// `webhook.created` or `webhook.deleted`, carrying the webhook (without a secret).
+    pub fn webhook(kind: &str, webhook: &Webhook, at: DateTime<Utc>) -> Self {
+        Self {
+            at: to_micros(at),
+            kind: kind.to_owned(),
+            user_id: Some(webhook.user_id.to_string()),
+            mission_id: None,
+            job_id: None,
+            data: serde_json::json!({
+                "webhook_id": webhook.webhook_id,
+                "url": webhook.url,
+                "mission_ids": webhook.mission_ids,
+                "kinds": webhook.kinds,
+                "all": webhook.all,
+            })
+            .to_string(),
         }
     }
 
@@ -180,9 +199,14 @@ impl Store {
         })
     }
 
-    /// Removes the events that happened before `before`; answers how many.
+    /// Removes the events that happened before `before`, and the webhook deliveries made of
+    /// events before it; answers how many events.
     pub async fn prune_events(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
         with_conn!(self, writer, |conn| {
+            sqlx::query("DELETE FROM webhook_deliveries WHERE created_at < $1")
+                .bind(to_micros(before))
+                .execute(&mut *conn)
+                .await?;
             Ok(sqlx::query("DELETE FROM events WHERE at < $1")
                 .bind(to_micros(before))
                 .execute(conn)

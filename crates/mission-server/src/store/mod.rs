@@ -26,6 +26,7 @@ mod sqlite;
 mod stations;
 mod url;
 mod users;
+mod webhooks;
 
 use std::collections::BTreeMap;
 
@@ -36,6 +37,7 @@ use uuid::Uuid;
 pub use self::cluster::{ClusterDb, Leadership, MAIL_CHANNEL, PathLock};
 pub use self::events::{EventFilter, NewEvent};
 pub use self::url::DatabaseUrl;
+pub use self::webhooks::{AttemptOutcome, DueDelivery, NewDelivery, WebhookRecord};
 
 /// Handle to the database; cheap to clone.
 #[derive(Clone, Debug)]

@@ -27,6 +27,7 @@ const MIGRATIONS: &Migrations = &[
     (14, "job_labels", include_str!("../../migrations/postgres/0014_job_labels.sql")),
     (15, "mission_labels", include_str!("../../migrations/postgres/0015_mission_labels.sql")),
     (16, "events", include_str!("../../migrations/postgres/0016_events.sql")),
+    (17, "webhooks", include_str!("../../migrations/postgres/0017_webhooks.sql")),
 ];
 
 /// Connections a replica holds at most.

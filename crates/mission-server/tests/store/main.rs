@@ -55,6 +55,7 @@ chapters!(
     a_failing_batch_leaves_nothing_written,
     job_listings_results_and_agents,
     the_event_log_in_commit_order,
+    webhooks_route_claim_and_deliver,
 );
 
 /// Makes the database at `url` look migrated by a newer version (a migration this one does not

@@ -875,3 +875,119 @@ pub async fn the_event_log_in_commit_order(store: &Store) {
     store.insert_mission(&mission(ada.user_id, "after", t0)).await.unwrap();
     assert_eq!(store.events(&all).await.unwrap()[0].seq, 23);
 }
+
+fn webhook(owner: Uuid, kinds: &[&str]) -> mission_api::Webhook {
+    mission_api::Webhook {
+        webhook_id: Uuid::new_v4(),
+        user_id: owner,
+        url: "http://127.0.0.1:9/hook".into(),
+        mission_ids: Vec::new(),
+        kinds: kinds.iter().map(|k| (*k).to_owned()).collect(),
+        all: false,
+        created_at: now(),
+        secret: None,
+    }
+}
+
+pub async fn webhooks_route_claim_and_deliver(store: &Store) {
+    use mission_api::DeliveryStatus::{Delivered, Failed, Pending};
+    use mission_server::store::{AttemptOutcome, NewDelivery};
+    let ada = user(store, "ada").await;
+    store.insert_mission(&mission(ada.user_id, "before", now())).await.unwrap();
+    assert_eq!(store.webhook_cursor().await.unwrap(), 0, "the cursor starts where the log was");
+
+    // A webhook begins at its own event, which tells of it without its secret.
+    let hook = webhook(ada.user_id, &["job"]);
+    let record = store.insert_webhook(&hook, b"sealed", 2).await.unwrap();
+    let all = EventFilter { limit: 100, ..Default::default() };
+    let created = store.events(&all).await.unwrap().pop().unwrap();
+    assert_eq!((created.kind.as_str(), record.since_seq), ("webhook.created", created.seq));
+    assert_eq!(created.data["webhook_id"], hook.webhook_id.to_string());
+    assert!(!created.data.to_string().contains("sealed"));
+    assert_eq!(store.webhook(hook.webhook_id).await.unwrap(), Some(record.clone()));
+    let other = webhook(ada.user_id, &[]);
+    store.insert_webhook(&other, b"sealed too", 2).await.unwrap();
+    match store.insert_webhook(&webhook(ada.user_id, &[]), b"x", 2).await {
+        Err(StoreError::Conflict(why)) => assert!(why.contains("you have 2 webhooks"), "{why}"),
+        other => panic!("a third webhook past the limit of 2: {other:?}"),
+    }
+    assert_eq!(store.webhooks(Some(ada.user_id)).await.unwrap().len(), 2);
+    assert!(store.webhooks(Some(Uuid::new_v4())).await.unwrap().is_empty());
+
+    // Routing is idempotent and moves the cursor forward only; a deleted webhook gets nothing.
+    let delivery = |webhook_id, seq| NewDelivery {
+        webhook_id,
+        event_seq: seq,
+        event_kind: "job.queued".into(),
+        body: format!("{{\"seq\":{seq}}}"),
+    };
+    let t0 = now();
+    let routed = [delivery(hook.webhook_id, 10), delivery(hook.webhook_id, 11), delivery(Uuid::new_v4(), 11)];
+    store.add_deliveries(&routed, 11, t0).await.unwrap();
+    store.add_deliveries(&routed[..1], 10, t0).await.unwrap();
+    assert_eq!(store.webhook_cursor().await.unwrap(), 11);
+    let listed = store.deliveries(hook.webhook_id, None, None, 10).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|d| (d.event_seq, d.status, d.attempts)).collect::<Vec<_>>(),
+        [(11, Pending, 0), (10, Pending, 0)]
+    );
+    assert_eq!(store.next_delivery_due().await.unwrap().map(|t| t.timestamp_micros()), Some(t0.timestamp_micros()));
+
+    // Claims: two senders at once never take the same delivery; a claim holds it until it ends.
+    let until = t0 + seconds(30);
+    let (a, b) = tokio::join!(store.claim_deliveries(t0, until, 1), store.claim_deliveries(t0, until, 5));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.len() + b.len(), 2);
+    let mut claimed: Vec<_> = a.into_iter().chain(b).collect();
+    claimed.sort_by_key(|d| d.body.clone());
+    assert_ne!(claimed[0].delivery_id, claimed[1].delivery_id);
+    assert_eq!(
+        (claimed[0].url.as_str(), claimed[0].sealed_secret.as_slice()),
+        ("http://127.0.0.1:9/hook", &b"sealed"[..])
+    );
+    assert_eq!((claimed[0].body.as_str(), claimed[0].attempts), ("{\"seq\":10}", 0));
+    assert!(store.claim_deliveries(t0, until, 5).await.unwrap().is_empty());
+    assert_eq!(store.next_delivery_due().await.unwrap().map(|t| t.timestamp_micros()), Some(until.timestamp_micros()));
+    // A claim that ran out (its sender stopped) is taken again.
+    assert_eq!(store.claim_deliveries(until, until + seconds(30), 5).await.unwrap().len(), 2);
+
+    // Attempts end delivered, failed, or pending until their next one.
+    let failed_once = AttemptOutcome {
+        status: Pending,
+        response_status: Some(500),
+        error: Some("HTTP 500".into()),
+        next_attempt_at: Some(t0 + seconds(5)),
+    };
+    store.finish_delivery_attempt(claimed[0].delivery_id, &failed_once, t0).await.unwrap();
+    let delivered =
+        AttemptOutcome { status: Delivered, response_status: Some(204), error: None, next_attempt_at: None };
+    store.finish_delivery_attempt(claimed[1].delivery_id, &delivered, t0).await.unwrap();
+    assert!(store.claim_deliveries(t0 + seconds(4), t0 + seconds(60), 5).await.unwrap().is_empty(), "not due yet");
+    let again = store.claim_deliveries(t0 + seconds(5), t0 + seconds(60), 5).await.unwrap();
+    assert_eq!((again.len(), again[0].attempts), (1, 1));
+    let gave_up =
+        AttemptOutcome { status: Failed, response_status: None, error: Some("refused".into()), next_attempt_at: None };
+    store.finish_delivery_attempt(again[0].delivery_id, &gave_up, t0).await.unwrap();
+    assert_eq!(store.next_delivery_due().await.unwrap(), None);
+    let listed = store.deliveries(hook.webhook_id, None, None, 10).await.unwrap();
+    let shown: Vec<_> = listed
+        .iter()
+        .map(|d| (d.event_seq, d.status, d.attempts, d.response_status, d.last_error.as_deref()))
+        .collect();
+    assert_eq!(shown, [(11, Delivered, 1, Some(204), None), (10, Failed, 2, None, Some("refused"))]);
+    assert!(listed.iter().all(|d| d.finished_at.is_some() && d.next_attempt_at.is_none()));
+    assert_eq!(store.deliveries(hook.webhook_id, Some(Failed), None, 10).await.unwrap().len(), 1);
+    assert_eq!(store.deliveries(hook.webhook_id, None, Some(11), 10).await.unwrap()[0].event_seq, 10);
+    assert_eq!(store.deliveries(hook.webhook_id, None, None, 1).await.unwrap()[0].event_seq, 11);
+
+    // Deleting a webhook tells of it and takes its deliveries along; old deliveries are pruned
+    // with the events.
+    store.add_deliveries(&[delivery(other.webhook_id, 12)], 12, t0).await.unwrap();
+    assert!(store.delete_webhook(hook.webhook_id).await.unwrap());
+    assert!(!store.delete_webhook(hook.webhook_id).await.unwrap());
+    assert_eq!(store.events(&all).await.unwrap().pop().unwrap().kind, "webhook.deleted");
+    assert!(store.deliveries(hook.webhook_id, None, None, 10).await.unwrap().is_empty());
+    assert_eq!(store.deliveries(other.webhook_id, None, None, 10).await.unwrap().len(), 1);
+    store.prune_events(t0 + seconds(1)).await.unwrap();
+    assert!(store.deliveries(other.webhook_id, None, None, 10).await.unwrap().is_empty());
+}

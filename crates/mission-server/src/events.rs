@@ -8,13 +8,15 @@
 //! it did, and every two seconds in case a notification was lost. It also removes events older
 //! than the retention window.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Bytes;
 use mission_api::Event;
 use mission_api::events::kind_matches;
-use tokio::sync::broadcast;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -27,7 +29,7 @@ const POLL: Duration = Duration::from_secs(2);
 const PRUNE_EVERY: Duration = Duration::from_secs(600);
 /// Events one read of the log takes at most.
 pub const PAGE: u32 = 500;
-/// Events a stream may fall behind by before it reads the log itself.
+/// Events a follower may fall behind by before it reads the log itself.
 const BACKLOG: usize = 4096;
 
 /// An event as the hub hands it out, with its JSON made once for every stream and webhook.
@@ -115,16 +117,26 @@ pub enum Followed {
 }
 
 /// One reader of the events after a point: first those in the log, then the new ones as the
-/// hub hands them out ([`EventHub::follow`]).
+/// hub hands them out ([`EventHub::follow`]). Stops following when dropped.
 #[derive(Debug)]
 pub struct Follower<'h> {
     hub: &'h EventHub,
-    live: broadcast::Receiver<Arc<LiveEvent>>,
-    watch: Watch,
+    /// Its entry in the hub's index.
+    id: u64,
+    live: mpsc::Receiver<Arc<LiveEvent>>,
+    /// Set by the hub when an event did not fit in `live`.
+    lagged: Arc<AtomicBool>,
+    watch: Arc<Watch>,
     /// The number of the last event read.
     last: u64,
     /// Whether the log holds events it has not read.
     catching_up: bool,
+}
+
+impl Drop for Follower<'_> {
+    fn drop(&mut self) {
+        self.hub.followers.lock().expect("not poisoned").remove(self.id, &self.watch);
+    }
 }
 
 impl Follower<'_> {
@@ -134,6 +146,11 @@ impl Follower<'_> {
     pub async fn next(&mut self, idle: Duration) -> Option<Followed> {
         loop {
             let mut batch = Vec::new();
+            // Events that did not fit are read from the log once those that did are read: the
+            // hub sends a lagging follower nothing until then.
+            if self.live.is_empty() && self.lagged.swap(false, Ordering::AcqRel) {
+                self.catching_up = true;
+            }
             if self.catching_up {
                 let filter = EventFilter { after: self.last, ..self.watch.log_filter() };
                 let page = self.hub.store.events(&filter).await.ok()?;
@@ -144,32 +161,18 @@ impl Follower<'_> {
                 batch.extend(page.into_iter().filter(|e| self.watch.wants(e)).map(|e| Arc::new(LiveEvent::new(e))));
             } else {
                 let first = tokio::select! {
-                    got = self.live.recv() => got,
+                    got = self.live.recv() => got?,
                     () = tokio::time::sleep(idle) => return Some(Followed::Idle),
                 };
                 let mut got = Some(first);
                 // Whatever else is waiting goes in the same batch.
-                while let Some(next) = got.take() {
-                    match next {
-                        Ok(live) if live.event.seq <= self.last => {}
-                        Ok(live) => {
-                            self.last = live.event.seq;
-                            if self.watch.wants(&live.event) {
-                                batch.push(live);
-                            }
-                        }
-                        // Fell behind the hub: read the log from the last event seen.
-                        Err(broadcast::error::RecvError::Lagged(_)) => self.catching_up = true,
-                        Err(broadcast::error::RecvError::Closed) => return None,
+                while let Some(live) = got.take() {
+                    if live.event.seq > self.last {
+                        self.last = live.event.seq;
+                        batch.push(live);
                     }
-                    if batch.len() < PAGE as usize && !self.catching_up {
-                        got = match self.live.try_recv() {
-                            Ok(live) => Some(Ok(live)),
-                            Err(broadcast::error::TryRecvError::Lagged(n)) => {
-                                Some(Err(broadcast::error::RecvError::Lagged(n)))
-                            }
-                            Err(_) => None,
-                        };
+                    if batch.len() < PAGE as usize {
+                        got = self.live.try_recv().ok();
                     }
                 }
             }
@@ -180,28 +183,123 @@ impl Follower<'_> {
     }
 }
 
+/// Where the hub looks a follower up: by the narrowest part of its watch, so that an event is
+/// offered only to followers that may want it (a thousand streams each watching their own
+/// mission cost an event one lookup, not a thousand wake-ups).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Key {
+    Mission(Uuid),
+    Job(Uuid),
+    User(Uuid),
+    Everyone,
+}
+
+impl Key {
+    /// The keys a follower with `watch` is filed under.
+    fn of_watch(watch: &Watch) -> Vec<Key> {
+        if !watch.mission_ids.is_empty() {
+            watch.mission_ids.iter().copied().map(Key::Mission).collect()
+        } else if !watch.job_ids.is_empty() {
+            watch.job_ids.iter().copied().map(Key::Job).collect()
+        } else {
+            vec![watch.user_id.map_or(Key::Everyone, Key::User)]
+        }
+    }
+
+    /// The keys under which followers that may want `event` are filed.
+    fn of_event(event: &Event) -> impl Iterator<Item = Key> {
+        [
+            event.mission_id.map(Key::Mission),
+            event.job_id.map(Key::Job),
+            Some(Key::User(event.user_id)),
+            Some(Key::Everyone),
+        ]
+        .into_iter()
+        .flatten()
+    }
+}
+
+/// A follower as the hub's index holds it.
+#[derive(Debug)]
+struct Entry {
+    id: u64,
+    watch: Arc<Watch>,
+    live: mpsc::Sender<Arc<LiveEvent>>,
+    lagged: Arc<AtomicBool>,
+}
+
+/// The followers of one process, filed by [`Key`].
+#[derive(Debug, Default)]
+struct Followers {
+    next_id: u64,
+    by_key: HashMap<Key, Vec<Entry>>,
+}
+
+impl Followers {
+    fn remove(&mut self, id: u64, watch: &Watch) {
+        for key in Key::of_watch(watch) {
+            if let Some(entries) = self.by_key.get_mut(&key) {
+                entries.retain(|e| e.id != id);
+                if entries.is_empty() {
+                    self.by_key.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Offers `event` to every follower that wants it (rendering it only then).
+    fn offer(&self, event: Event) {
+        let mut live: Option<Arc<LiveEvent>> = None;
+        for key in Key::of_event(&event) {
+            for entry in self.by_key.get(&key).into_iter().flatten() {
+                // A lagging follower is sent nothing more until it has read the log: what it
+                // gets after that is then all later than what it missed.
+                if entry.lagged.load(Ordering::Acquire) || !entry.watch.wants(&event) {
+                    continue;
+                }
+                let live = live.get_or_insert_with(|| Arc::new(LiveEvent::new(event.clone())));
+                if let Err(mpsc::error::TrySendError::Full(_)) = entry.live.try_send(live.clone()) {
+                    entry.lagged.store(true, Ordering::Release);
+                }
+            }
+        }
+    }
+}
+
 /// The feed of new events in this process.
 #[derive(Debug)]
 pub struct EventHub {
     store: Store,
-    live: broadcast::Sender<Arc<LiveEvent>>,
+    followers: Mutex<Followers>,
 }
 
 impl EventHub {
     /// A hub over `store`'s log; [`EventHub::run`] feeds it.
     pub fn new(store: Store) -> Arc<Self> {
-        Arc::new(Self { store, live: broadcast::channel(BACKLOG).0 })
+        Arc::new(Self { store, followers: Mutex::default() })
     }
 
     /// Follows the events `watch` wants after `after` (reading the log from there first), or
     /// from now when `None`. Also answers, when events after `after` are gone (past the
     /// retention window), the number of the oldest one kept.
     pub async fn follow(&self, watch: Watch, after: Option<u64>) -> Result<(Follower<'_>, Option<u64>), StoreError> {
-        // Subscribed before the log is read, and skipping what was read: nothing falls between.
-        let live = self.live.subscribe();
+        // Filed before the log is read, and skipping what was read: nothing falls between.
+        let (tx, live) = mpsc::channel(BACKLOG);
+        let (watch, lagged) = (Arc::new(watch), Arc::new(AtomicBool::new(false)));
+        let id = {
+            let mut followers = self.followers.lock().expect("not poisoned");
+            followers.next_id += 1;
+            let id = followers.next_id;
+            for key in Key::of_watch(&watch) {
+                let entry = Entry { id, watch: watch.clone(), live: tx.clone(), lagged: lagged.clone() };
+                followers.by_key.entry(key).or_default().push(entry);
+            }
+            id
+        };
+        let mut follower = Follower { hub: self, id, live, lagged, watch, last: 0, catching_up: after.is_some() };
         let (oldest, newest) = self.store.event_bounds().await?;
         let gap = after.filter(|after| oldest > after.saturating_add(1)).map(|_| oldest);
-        let follower = Follower { hub: self, live, watch, last: after.unwrap_or(newest), catching_up: after.is_some() };
+        follower.last = after.unwrap_or(newest);
         Ok((follower, gap))
     }
 
@@ -238,11 +336,10 @@ impl EventHub {
                         }
                     };
                 let full = page.len() == PAGE as usize;
+                let followers = self.followers.lock().expect("not poisoned");
                 for event in page {
                     last = event.seq;
-                    if self.live.receiver_count() > 0 {
-                        let _ = self.live.send(Arc::new(LiveEvent::new(event)));
-                    }
+                    followers.offer(event);
                 }
                 if !full {
                     break;
@@ -258,5 +355,80 @@ impl EventHub {
             Ok(n) => tracing::info!("removed {n} events older than the retention window"),
             Err(e) => tracing::warn!("removing old events: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{DatabaseUrl, UserRecord};
+
+    fn mission(user_id: Uuid, i: usize) -> mission_api::Mission {
+        let at = now();
+        mission_api::Mission {
+            mission_id: Uuid::new_v4(),
+            name: format!("m{i}"),
+            description: String::new(),
+            mission_type_id: None,
+            source_storage_id: None,
+            destination_storage_id: None,
+            source_path: None,
+            destination_path: None,
+            settings: Default::default(),
+            public: false,
+            archived: false,
+            args: Vec::new(),
+            labels: Default::default(),
+            user_id,
+            created_at: at,
+            updated_at: at,
+        }
+    }
+
+    /// More events than a follower's backlog arrive while it reads none: it still gets every
+    /// one, in order, the later ones from the log; a follower filed under another mission is
+    /// offered none.
+    #[tokio::test]
+    async fn a_follower_that_falls_behind_misses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&DatabaseUrl::sqlite(&dir.path().join("mission.db"))).await.unwrap();
+        let user = UserRecord {
+            user_id: Uuid::new_v4(),
+            username: "ada".into(),
+            password_hash: None,
+            external_sub: None,
+            admin: false,
+            created_at: now(),
+        };
+        store.insert_user(&user).await.unwrap();
+        let hub = EventHub::new(store.clone());
+        let shutdown = CancellationToken::new();
+        let reader = tokio::spawn(hub.clone().run(Duration::from_secs(3600), shutdown.clone()));
+        let (mut behind, _) = hub.follow(Watch::default(), None).await.unwrap();
+        let elsewhere = Watch { mission_ids: vec![Uuid::new_v4()], ..Default::default() };
+        let (mut other, _) = hub.follow(elsewhere, None).await.unwrap();
+        let total = BACKLOG + 904;
+        for chunk in (0..total).collect::<Vec<_>>().chunks(PAGE as usize) {
+            let missions: Vec<_> = chunk.iter().map(|&i| mission(user.user_id, i)).collect();
+            store.insert_missions(&missions).await.unwrap();
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !behind.lagged.load(Ordering::Acquire) {
+            assert!(tokio::time::Instant::now() < deadline, "the hub never found the follower behind");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut seen = Vec::new();
+        while seen.len() < total {
+            match behind.next(Duration::from_secs(10)).await {
+                Some(Followed::Events(batch)) => seen.extend(batch.iter().map(|live| live.event.seq)),
+                other => panic!("after {} events: {other:?}", seen.len()),
+            }
+        }
+        assert_eq!(seen, (1..=total as u64).collect::<Vec<_>>());
+        assert!(matches!(other.next(Duration::from_millis(50)).await, Some(Followed::Idle)));
+        drop((behind, other));
+        assert!(hub.followers.lock().unwrap().by_key.is_empty(), "dropped followers leave the index");
+        shutdown.cancel();
+        reader.await.unwrap();
     }
 }

@@ -117,8 +117,7 @@ async fn webhooks_deliver_signed_events_and_try_failures_again() {
     assert_eq!(ids.len(), 6, "one delivery per event");
     // A body changed on the way no longer matches its signature.
     let mut forged = delivered[5].clone();
-    forged.body =
-        forged.body.iter().copied().map(|b| if b == b'0' { b'1' } else { b }).collect::<Vec<u8>>().into();
+    forged.body = forged.body.iter().copied().map(|b| if b == b'0' { b'1' } else { b }).collect::<Vec<u8>>().into();
     assert!(!forged.signed_with(SECRET));
 
     // The flaky receiver gets the same delivery three times, and the third is delivered.

@@ -15,10 +15,13 @@ them promptly.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
+import time
 import uuid
-from typing import Any, Callable, Dict, Iterable, List, Optional, TypeVar, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, TypeVar, Union
 
 from . import _progress
 from ._auth import AuthSdk, Prompt
@@ -53,6 +56,8 @@ from ._types import (
     Tokens,
     TransferSummary,
     User,
+    Webhook,
+    WebhookDelivery,
     _many,
     _one,
 )
@@ -78,6 +83,9 @@ __all__ = [
     "Tokens",
     "TransferSummary",
     "User",
+    "Webhook",
+    "WebhookDelivery",
+    "verify_webhook",
     "MissionError",
     "NotFound",
     "Unauthorized",
@@ -97,6 +105,22 @@ Id = Union[str, uuid.UUID]
 
 def _id(value: Id) -> str:
     return str(value)
+
+
+def verify_webhook(secret: str, timestamp: str, body: bytes, signature: str, tolerance: float = 300) -> bool:
+    """Whether a webhook delivery is genuine: ``signature`` (the ``Mission-Webhook-Signature``
+    header, ``v1=HEX``) is the HMAC-SHA256 under ``secret`` of ``timestamp`` (the
+    ``Mission-Webhook-Timestamp`` header), a dot and ``body`` as it arrived, and the timestamp is
+    within ``tolerance`` seconds of this machine's clock (so a captured delivery cannot be
+    replayed later)."""
+    try:
+        sent = int(timestamp)
+    except ValueError:
+        return False
+    if abs(time.time() - sent) > tolerance or not signature.startswith("v1="):
+        return False
+    expected = hmac.new(secret.encode(), f"{sent}.".encode() + body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, signature[3:])
 
 
 def _ids(values: Optional[Iterable[Id]]) -> List[str]:
@@ -558,3 +582,50 @@ class Client:
         """Deletes a bay (not its objects); ``False`` when there was none of yours; :class:`Conflict`
         while missions still name it."""
         return self._native.delete_cargo_bay(_id(storage_id))
+
+    # Webhooks
+
+    def create_webhook(
+        self,
+        url: str,
+        secret: Optional[str] = None,
+        mission_ids: Sequence[Id] = (),
+        kinds: Sequence[str] = (),
+        all: bool = False,
+    ) -> Webhook:
+        """Registers a URL the server POSTs your events to from now on, signed with ``secret`` (16
+        to 256 printable characters; without one the server makes one, returned in
+        :attr:`Webhook.secret` this once). ``mission_ids`` and ``kinds`` (``"job"`` is every job
+        transition) narrow the events; ``all`` (admins) is everyone's. Unless you are an admin, the
+        URL must be under a target the server allows. Check deliveries with
+        :func:`verify_webhook`."""
+        request = _drop_none({
+            "url": url, "secret": secret, "mission_ids": [_id(m) for m in mission_ids], "kinds": list(kinds),
+            "all": all,
+        })
+        return _one(Webhook, self._native.create_webhook(json.dumps(request)))
+
+    def list_webhooks(self) -> List[Webhook]:
+        """Your webhooks (everyone's, for an admin), oldest first."""
+        return _many(Webhook, self._native.list_webhooks())
+
+    def get_webhook(self, webhook_id: Id) -> Webhook:
+        """One webhook; :class:`NotFound` when it does not exist or is not yours."""
+        return _one(Webhook, self._native.get_webhook(_id(webhook_id)))
+
+    def delete_webhook(self, webhook_id: Id) -> bool:
+        """Deletes a webhook: nothing more is sent to it. ``False`` when there was none of yours."""
+        return self._native.delete_webhook(_id(webhook_id))
+
+    def webhook_deliveries(
+        self,
+        webhook_id: Id,
+        status: Optional[str] = None,
+        before: Optional[int] = None,
+        limit: Optional[int] = None,
+    ) -> List[WebhookDelivery]:
+        """A webhook's deliveries, newest event first: only those ``"pending"``, ``"delivered"`` or
+        ``"failed"`` with ``status``; only events numbered below ``before``; at most ``limit``
+        (100 by default, 1000 at most)."""
+        query = _drop_none({"status": status, "before": before, "limit": limit})
+        return _many(WebhookDelivery, self._native.webhook_deliveries(_id(webhook_id), json.dumps(query)))

@@ -293,6 +293,43 @@ class CargoBay(_Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class Webhook(_Record):
+    """A URL the server POSTs your events to, signed. ``secret`` is set only in the answer to a
+    registration that asked the server to make one."""
+
+    webhook_id: str
+    user_id: str
+    url: str
+    mission_ids: List[str]
+    kinds: List[str]
+    all: bool
+    created_at: datetime.datetime
+    secret: Optional[str] = None
+
+    def __repr__(self) -> str:
+        secret = "<hidden>" if self.secret else "None"
+        return f"Webhook(webhook_id={self.webhook_id!r}, url={self.url!r}, kinds={self.kinds!r}, secret={secret})"
+
+
+@dataclasses.dataclass(frozen=True)
+class WebhookDelivery(_Record):
+    """One event on its way to one webhook: ``pending`` (tried again at ``next_attempt_at``),
+    ``delivered`` or ``failed``, with the last answer."""
+
+    delivery_id: str
+    webhook_id: str
+    event_seq: int
+    event_kind: str
+    status: str
+    attempts: int
+    created_at: datetime.datetime
+    response_status: Optional[int] = None
+    last_error: Optional[str] = None
+    next_attempt_at: Optional[datetime.datetime] = None
+    finished_at: Optional[datetime.datetime] = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Tokens(_Record):
     """A signed-in session's tokens; the access token expires at ``expires_at``."""
 

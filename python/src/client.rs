@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use mission_client::{
-    Client, CreateCargoBay, CreateMission, CreateStation, ListJobs, ListMissions, LogStream, RegisterLandingZone,
-    RunJob, UpdateMission,
+    Client, CreateCargoBay, CreateMission, CreateStation, CreateWebhook, ListDeliveries, ListJobs, ListMissions,
+    LogStream, RegisterLandingZone, RunJob, UpdateMission,
 };
 use pyo3::exceptions::PyTimeoutError;
 use pyo3::prelude::*;
@@ -347,5 +347,30 @@ impl NativeClient {
     fn delete_cargo_bay(&self, py: Python<'_>, storage_id: &str) -> PyResult<bool> {
         let id = parse_id("storage_id", storage_id)?;
         block_on(py, self.client.delete_cargo_bay(id))
+    }
+
+    fn create_webhook(&self, py: Python<'_>, webhook: &str) -> PyResult<String> {
+        let webhook: CreateWebhook = request("create_webhook", webhook)?;
+        block_on(py, self.client.create_webhook(&webhook)).map(|w| json(&w))
+    }
+
+    fn list_webhooks(&self, py: Python<'_>) -> PyResult<String> {
+        block_on(py, self.client.list_webhooks()).map(|w| json(&w))
+    }
+
+    fn get_webhook(&self, py: Python<'_>, webhook_id: &str) -> PyResult<String> {
+        let id = parse_id("webhook_id", webhook_id)?;
+        block_on(py, self.client.get_webhook(id)).map(|w| json(&w))
+    }
+
+    fn delete_webhook(&self, py: Python<'_>, webhook_id: &str) -> PyResult<bool> {
+        let id = parse_id("webhook_id", webhook_id)?;
+        block_on(py, self.client.delete_webhook(id))
+    }
+
+    fn webhook_deliveries(&self, py: Python<'_>, webhook_id: &str, query: &str) -> PyResult<String> {
+        let id = parse_id("webhook_id", webhook_id)?;
+        let which: ListDeliveries = request("webhook_deliveries", query)?;
+        block_on(py, self.client.webhook_deliveries(id, &which)).map(|d| json(&d))
     }
 }

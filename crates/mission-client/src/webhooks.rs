@@ -8,8 +8,10 @@ use uuid::Uuid;
 
 use crate::{Client, Error};
 
-/// Which deliveries of a webhook to list ([`Client::webhook_deliveries`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Which deliveries of a webhook to list ([`Client::webhook_deliveries`]). Readable from JSON,
+/// fields left out taking their defaults (for the Python package).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ListDeliveries {
     /// Only those with this status.
     pub status: Option<DeliveryStatus>,

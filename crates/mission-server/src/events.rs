@@ -361,29 +361,7 @@ impl EventHub {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{DatabaseUrl, UserRecord};
-
-    fn mission(user_id: Uuid, i: usize) -> mission_api::Mission {
-        let at = now();
-        mission_api::Mission {
-            mission_id: Uuid::new_v4(),
-            name: format!("m{i}"),
-            description: String::new(),
-            mission_type_id: None,
-            source_storage_id: None,
-            destination_storage_id: None,
-            source_path: None,
-            destination_path: None,
-            settings: Default::default(),
-            public: false,
-            archived: false,
-            args: Vec::new(),
-            labels: Default::default(),
-            user_id,
-            created_at: at,
-            updated_at: at,
-        }
-    }
+    use crate::store::test_support::{mission, store_with_user};
 
     /// More events than a follower's backlog arrive while it reads none: it still gets every
     /// one, in order, the later ones from the log; a follower filed under another mission is
@@ -391,16 +369,7 @@ mod tests {
     #[tokio::test]
     async fn a_follower_that_falls_behind_misses_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&DatabaseUrl::sqlite(&dir.path().join("mission.db"))).await.unwrap();
-        let user = UserRecord {
-            user_id: Uuid::new_v4(),
-            username: "ada".into(),
-            password_hash: None,
-            external_sub: None,
-            admin: false,
-            created_at: now(),
-        };
-        store.insert_user(&user).await.unwrap();
+        let (store, user) = store_with_user(dir.path()).await;
         let hub = EventHub::new(store.clone());
         let shutdown = CancellationToken::new();
         let reader = tokio::spawn(hub.clone().run(Duration::from_secs(3600), shutdown.clone()));
@@ -409,7 +378,7 @@ mod tests {
         let (mut other, _) = hub.follow(elsewhere, None).await.unwrap();
         let total = BACKLOG + 904;
         for chunk in (0..total).collect::<Vec<_>>().chunks(PAGE as usize) {
-            let missions: Vec<_> = chunk.iter().map(|&i| mission(user.user_id, i)).collect();
+            let missions: Vec<_> = chunk.iter().map(|i| mission(user.user_id, &format!("m{i}"))).collect();
             store.insert_missions(&missions).await.unwrap();
         }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

@@ -12,7 +12,8 @@
 //! - [`scheduler`]: places jobs on landing zones and tracks them; [`job_logs`]: their output;
 //!   `cluster`: several replicas on one PostgreSQL database (the scheduler's leader, mail
 //!   between replicas, broadcasts); `locks`: per-file locks, in the database across replicas;
-//! - [`events`]: the feed of new events behind the event streams (the log itself is the store's);
+//! - [`events`]: the feed of new events behind the event streams and [`webhooks`] (the log itself
+//!   is the store's);
 //! - [`store`]: the database (SQLite or PostgreSQL); [`catalogue`]: the built-in mission types;
 //!   [`users`]: accounts.
 

@@ -17,7 +17,7 @@ use super::{Call, Event, Outcome, Responder, SchedulerError, Sessions};
 use crate::DEFAULT_STATION_ID;
 use crate::agent_tokens::AgentTokens;
 use crate::job_logs::JobLogs;
-use crate::store::{self, DatabaseUrl, LzIdentity, Store, UserRecord};
+use crate::store::{self, LzIdentity, Store};
 
 const LEASE: Duration = Duration::from_secs(30);
 
@@ -48,34 +48,8 @@ impl Harness {
             }
         });
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&DatabaseUrl::sqlite(&dir.path().join("mission.db"))).await.unwrap();
-        let user = UserRecord {
-            user_id: Uuid::new_v4(),
-            username: "ada".into(),
-            password_hash: None,
-            external_sub: None,
-            admin: false,
-            created_at: store::now(),
-        };
-        store.insert_user(&user).await.unwrap();
-        let mission = Mission {
-            mission_id: Uuid::new_v4(),
-            name: "m".into(),
-            description: String::new(),
-            mission_type_id: None,
-            source_storage_id: None,
-            destination_storage_id: None,
-            source_path: None,
-            destination_path: None,
-            settings: Default::default(),
-            public: false,
-            archived: false,
-            args: Vec::new(),
-            labels: Default::default(),
-            user_id: user.user_id,
-            created_at: store::now(),
-            updated_at: store::now(),
-        };
+        let (store, user) = store::test_support::store_with_user(dir.path()).await;
+        let mission = store::test_support::mission(user.user_id, "m");
         store.insert_mission(&mission).await.unwrap();
         let logs = Arc::new(JobLogs::new(dir.path().join("logs")).unwrap());
         let tokens = Arc::new(AgentTokens::new(store.clone()));

@@ -48,22 +48,16 @@ impl NewEvent {
         }
     }
 
-    /// `webhook.created` or `webhook.deleted`, carrying the webhook (without a secret).
+    /// `webhook.created` or `webhook.deleted`, carrying the webhook (never its secret).
     pub fn webhook(kind: &str, webhook: &Webhook, at: DateTime<Utc>) -> Self {
+        let webhook = Webhook { secret: None, ..webhook.clone() };
         Self {
             at: to_micros(at),
             kind: kind.to_owned(),
             user_id: Some(webhook.user_id.to_string()),
             mission_id: None,
             job_id: None,
-            data: serde_json::json!({
-                "webhook_id": webhook.webhook_id,
-                "url": webhook.url,
-                "mission_ids": webhook.mission_ids,
-                "kinds": webhook.kinds,
-                "all": webhook.all,
-            })
-            .to_string(),
+            data: serde_json::to_string(&webhook).expect("webhooks serialise"),
         }
     }
 
@@ -124,7 +118,7 @@ pub(super) const POSTGRES_EVENTS_NOTIFY: &str = "SELECT pg_notify('mission_broad
 
 /// Appends the JSON array `$events` of [`NewEvent`]s on `$tx`, a transaction of `$store` that
 /// has made its other changes and commits next; the caller calls [`Store::events_appended`]
-/// once it has.
+/// once it has. [`commit_with_events`] does all three.
 macro_rules! append_events {
     ($store:expr, $tx:expr, $events:expr) => {{
         use $crate::store::events as e;
@@ -139,6 +133,17 @@ macro_rules! append_events {
     }};
 }
 pub(super) use append_events;
+
+/// Appends `$events` ([`append_events`]), commits `$tx` and wakes the event readers
+/// ([`Store::events_appended`]): how a change and the events that tell of it are written.
+macro_rules! commit_with_events {
+    ($store:expr, $tx:expr, $events:expr) => {{
+        $crate::store::events::append_events!($store, $tx, $events);
+        $tx.commit().await?;
+        $store.events_appended();
+    }};
+}
+pub(super) use commit_with_events;
 
 /// Which events to read.
 #[derive(Debug, Clone, Default)]

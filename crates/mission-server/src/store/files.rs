@@ -4,7 +4,7 @@
 use sqlx::Connection;
 use uuid::Uuid;
 
-use super::events::{NewEvent, append_events, events_json, sqlite_append_events};
+use super::events::{NewEvent, commit_with_events, events_json, sqlite_append_events};
 use super::row::Columns;
 use super::{FileRecord, Intent, IntentKind, Store, StoreError, UploadUsage, to_micros, with_conn};
 
@@ -123,16 +123,15 @@ impl Store {
         match &self.backend {
             super::Backend::Sqlite(db) => {
                 super::sqlite::run_script(&mut *db.writer().await, query!(SQLITE).bind(event)).await?;
+                self.events_appended();
             }
             super::Backend::Postgres(db) => {
                 let mut conn = db.connection().await?;
                 let mut tx = conn.begin().await?;
                 query!(POSTGRES).execute(&mut *tx).await?;
-                append_events!(self, tx, event);
-                tx.commit().await?;
+                commit_with_events!(self, tx, event);
             }
         }
-        self.events_appended();
         Ok(())
     }
 
@@ -147,14 +146,11 @@ impl Store {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
-            if deleted == 1 {
-                append_events!(self, tx, event);
+            if deleted == 0 {
+                return Ok(false);
             }
-            tx.commit().await?;
-            if deleted == 1 {
-                self.events_appended();
-            }
-            Ok(deleted == 1)
+            commit_with_events!(self, tx, event);
+            Ok(true)
         })
     }
 

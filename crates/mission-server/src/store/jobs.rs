@@ -78,7 +78,9 @@ impl Store {
                 tx.commit().await?;
             }
         }
-        self.events_appended();
+        if batch.history != "[]" {
+            self.events_appended();
+        }
         Ok(())
     }
 
@@ -160,11 +162,13 @@ impl Store {
 
     /// Replaces a job's labels (checked by the caller); false when there is no such job.
     pub async fn set_job_labels(&self, job_id: Uuid, labels: &mission_api::Labels) -> Result<bool, StoreError> {
-        let labels = serde_json::to_string(labels).expect("strings serialise");
-        with_conn!(self, writer, |conn: Db| {
-            let mut q: QueryBuilder<Db> = QueryBuilder::new("UPDATE jobs SET labels = ");
-            q.push_bind(labels).push(" WHERE job_id = ").push_bind(job_id.to_string());
-            Ok(q.build().execute(conn).await?.rows_affected() == 1)
+        with_conn!(self, writer, |conn| {
+            let updated = sqlx::query("UPDATE jobs SET labels = $1 WHERE job_id = $2")
+                .bind(super::to_json(labels))
+                .bind(job_id.to_string())
+                .execute(conn)
+                .await?;
+            Ok(updated.rows_affected() == 1)
         })
     }
 

@@ -5,7 +5,7 @@ use mission_api::Mission;
 use sqlx::{Connection, QueryBuilder};
 use uuid::Uuid;
 
-use super::events::{NewEvent, append_events, events_json};
+use super::events::{NewEvent, commit_with_events, events_json};
 use super::row::Columns;
 use super::{
     MissionChanges, MissionFilter, Store, StoreError, push_any_of, push_labels, to_json, to_micros, with_conn,
@@ -119,9 +119,7 @@ impl Store {
             let mut tx = conn.begin().await?;
             let Some(row) = q.build().fetch_optional(&mut *tx).await? else { return Ok(None) };
             let mission = mission_from_row(&row)?;
-            append_events!(self, tx, events_json(&[NewEvent::mission("mission.updated", &mission, now)]));
-            tx.commit().await?;
-            self.events_appended();
+            commit_with_events!(self, tx, events_json(&[NewEvent::mission("mission.updated", &mission, now)]));
             Ok(Some(mission))
         })
     }
@@ -136,9 +134,7 @@ impl Store {
                 .await?;
             let Some(row) = deleted else { return Ok(false) };
             let owner = row.uuid("user_id")?;
-            append_events!(self, tx, events_json(&[NewEvent::mission_deleted(mission_id, owner, super::now())]));
-            tx.commit().await?;
-            self.events_appended();
+            commit_with_events!(self, tx, events_json(&[NewEvent::mission_deleted(mission_id, owner, super::now())]));
             Ok(true)
         })
     }
@@ -174,10 +170,8 @@ impl Store {
             }
             let created: Vec<NewEvent> =
                 missions.iter().map(|m| NewEvent::mission("mission.created", m, m.created_at)).collect();
-            append_events!(self, tx, events_json(&created));
-            tx.commit().await?;
+            commit_with_events!(self, tx, events_json(&created));
         });
-        self.events_appended();
         Ok(())
     }
 }

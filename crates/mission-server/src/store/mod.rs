@@ -605,3 +605,48 @@ pub struct LzIdentity {
     /// The cluster account it was registered with, for a batch-system gateway.
     pub cluster_account: Option<String>,
 }
+
+/// What the server's unit tests build stores from.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::{DatabaseUrl, Store, UserRecord, now};
+    use uuid::Uuid;
+
+    /// A store on a new SQLite database in `dir`, with one user, `ada`.
+    pub async fn store_with_user(dir: &std::path::Path) -> (Store, UserRecord) {
+        let store = Store::open(&DatabaseUrl::sqlite(&dir.join("mission.db"))).await.unwrap();
+        let user = UserRecord {
+            user_id: Uuid::new_v4(),
+            username: "ada".into(),
+            password_hash: None,
+            external_sub: None,
+            admin: false,
+            created_at: now(),
+        };
+        store.insert_user(&user).await.unwrap();
+        (store, user)
+    }
+
+    /// A mission of `user_id` named `name` with nothing else set, created now.
+    pub fn mission(user_id: Uuid, name: &str) -> mission_api::Mission {
+        let at = now();
+        mission_api::Mission {
+            mission_id: Uuid::new_v4(),
+            name: name.into(),
+            description: String::new(),
+            mission_type_id: None,
+            source_storage_id: None,
+            destination_storage_id: None,
+            source_path: None,
+            destination_path: None,
+            settings: Default::default(),
+            public: false,
+            archived: false,
+            args: Vec::new(),
+            labels: Default::default(),
+            user_id,
+            created_at: at,
+            updated_at: at,
+        }
+    }
+}

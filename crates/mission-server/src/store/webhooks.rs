@@ -12,7 +12,7 @@ use mission_api::{DeliveryStatus, Webhook, WebhookDelivery};
 use sqlx::{Connection, QueryBuilder};
 use uuid::Uuid;
 
-use super::events::{NewEvent, append_events, events_json};
+use super::events::{NewEvent, append_events, commit_with_events, events_json};
 use super::row::Columns;
 use super::{Store, StoreError, from_micros, to_json, to_micros, with_conn};
 
@@ -130,6 +130,7 @@ impl Store {
             .bind(to_micros(webhook.created_at))
             .execute(&mut *tx)
             .await?;
+            // Not `commit_with_events!`: the webhook learns its event's number before the commit.
             append_events!(self, tx, events_json(&[event]));
             // The event just appended is the newest: one writer at a time appends events.
             let since_seq: i64 = sqlx::query_scalar(
@@ -188,13 +189,11 @@ impl Store {
                     .await?;
             let Some(row) = deleted else { return Ok(false) };
             let record = webhook_from_row(&row)?;
-            append_events!(
+            commit_with_events!(
                 self,
                 tx,
                 events_json(&[NewEvent::webhook("webhook.deleted", &record.webhook, super::now())])
             );
-            tx.commit().await?;
-            self.events_appended();
             Ok(true)
         })
     }

@@ -351,11 +351,16 @@ class Client:
         gpu_count: Optional[int] = None,
         time_limit: Optional[int] = None,
         labels: Optional[Dict[str, str]] = None,
+        log_cap: Optional[int] = None,
     ) -> Job:
         """Starts a job of the mission on a station; absent resources come from the mission
         type's defaults (memory in megabytes, the time limit in minutes). ``labels`` (``key`` to
-        ``value``) find the job again with ``list_jobs(labels=…)``."""
-        return self._run(mission_id, station_id, None, cpu_count, memory_amount, gpu_count, time_limit, labels)
+        ``value``) find the job again with ``list_jobs(labels=…)``. ``log_cap`` is the most bytes
+        of each output stream kept (at least 1024, at most the server's cap, the default): past
+        it, only the last quarter-cap bytes are kept, after a marker line, and the job says
+        ``log_truncated``."""
+        return self._run(mission_id, station_id, None, cpu_count=cpu_count, memory_amount=memory_amount,
+                         gpu_count=gpu_count, time_limit=time_limit, labels=labels, log_cap=log_cap)
 
     def run_job_on_lz(
         self,
@@ -367,16 +372,15 @@ class Client:
         gpu_count: Optional[int] = None,
         time_limit: Optional[int] = None,
         labels: Optional[Dict[str, str]] = None,
+        log_cap: Optional[int] = None,
     ) -> Job:
-        """Starts a job of the mission on one landing zone of a station."""
-        return self._run(mission_id, station_id, lz_id, cpu_count, memory_amount, gpu_count, time_limit, labels)
+        """Starts a job of the mission on one landing zone of a station (the options are
+        ``run_job_on_station``'s)."""
+        return self._run(mission_id, station_id, lz_id, cpu_count=cpu_count, memory_amount=memory_amount,
+                         gpu_count=gpu_count, time_limit=time_limit, labels=labels, log_cap=log_cap)
 
-    def _run(self, mission_id: Id, station_id: Id, lz_id: Optional[Id], cpu_count: Optional[int],
-             memory_amount: Optional[int], gpu_count: Optional[int], time_limit: Optional[int],
-             labels: Optional[Dict[str, str]]) -> Job:
-        run = _drop_none({"station_id": station_id, "lz_id": lz_id, "cpu_count": cpu_count,
-                          "memory_amount": memory_amount, "gpu_count": gpu_count, "time_limit": time_limit,
-                          "labels": labels})
+    def _run(self, mission_id: Id, station_id: Id, lz_id: Optional[Id], **options: object) -> Job:
+        run = _drop_none({"station_id": station_id, "lz_id": lz_id, **options})
         return _one(Job, self._native.run_job(_id(mission_id), json.dumps(run)))
 
     def create_mission_and_run_job(

@@ -161,6 +161,8 @@ class Job(_Record):
     finished_at: Optional[datetime.datetime] = None
     time_limit: Optional[int] = None
     labels: Dict[str, str] = dataclasses.field(default_factory=dict)
+    log_cap: Optional[int] = None
+    log_truncated: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -52,6 +52,20 @@ def test_labels_find_a_job_and_change(client, tmp_path):
         client.set_job_labels(labelled.job_id, {"bad key": "x"})
 
 
+def test_a_log_cap_keeps_the_head_and_the_tail(client, tmp_path):
+    first = run_script(client, tmp_path, "py-log-cap", "seq 1 5000\n")
+    job = client.run_job_on_station(first.mission_id, LOCAL_STATION, log_cap=2048)
+    assert (job.log_cap, job.log_truncated) == (2048, False)
+    done = client.wait_for_job(job.job_id, timeout=120)
+    assert done.log_truncated, done
+    output = "".join(f"{i}\n" for i in range(1, 5001))
+    head, marker, tail = client.job_logs(job.job_id).partition("[mission: the log reached its cap of 2048 bytes")
+    assert (head, tail[-512:]) == (output[:2048] + "\n", output[-512:])
+    assert marker and not client.get_job(first.job_id).log_truncated
+    with pytest.raises(mission.Invalid, match="log_cap"):
+        client.run_job_on_station(first.mission_id, LOCAL_STATION, log_cap=10)
+
+
 def test_a_wait_times_out_and_a_stop_ends_the_job(client, tmp_path):
     src = script_folder(tmp_path, "exec sleep 600\n")
     m = client.create_and_upload_mission("py-sleep", src, mission_type_id=SHELL, settings={"filename": "run.sh"})

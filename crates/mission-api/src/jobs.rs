@@ -136,6 +136,14 @@ pub struct Job {
     /// Its labels, as given at run or changed since (`PATCH /jobs/{id}`).
     #[serde(default)]
     pub labels: crate::Labels,
+    /// The most bytes of each of its output streams kept, as asked at run; absent: the server's
+    /// `--job-log-cap`. See [`RunJob::log_cap`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_cap: Option<u64>,
+    /// Its output passed the log cap: the log keeps the head and the tail, with a marker line
+    /// where the rest was dropped.
+    #[serde(default)]
+    pub log_truncated: bool,
     /// The program's exit status, once it exited.
     pub exit_code: Option<i32>,
     /// Why it failed, was stopped or was lost (`"out of memory"`, `"exit status 3"`, …).
@@ -179,7 +187,15 @@ pub struct RunJob {
     /// Labels to find the job by (`GET /jobs?label=key=value`): see [`crate::labels`].
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub labels: crate::Labels,
+    /// The most bytes of each output stream (stdout, stderr) to keep, from
+    /// [`MIN_LOG_CAP`] up to the server's `--job-log-cap` (the default). Past the cap, output is
+    /// dropped except its last quarter-cap bytes, which follow one marker line once the job ends.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole_number")]
+    pub log_cap: Option<u64>,
 }
+
+/// The smallest log cap a job may ask for, in bytes.
+pub const MIN_LOG_CAP: u64 = 1024;
 
 /// Body of `PATCH /api/v1/jobs/{id}`: only the fields given change.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -35,7 +35,9 @@ pub use auth::{AuthConfig, DeviceAuthorization, OAuthError, TokenResponse};
 pub use cargo_bays::{CargoBay, CargoBayKind, CreateCargoBay, DEFAULT_CARGO_BAY_ID};
 pub use events::Event;
 pub use files::FileListing;
-pub use jobs::{JOB_LOGS_FOLDER, Job, JobPage, JobStatus, JobTransition, MAX_TIME_LIMIT, RunJob, UpdateJob};
+pub use jobs::{
+    JOB_LOGS_FOLDER, Job, JobPage, JobStatus, JobTransition, MAX_TIME_LIMIT, MIN_LOG_CAP, RunJob, UpdateJob,
+};
 pub use labels::Labels;
 pub use mission_types::{MissionType, MissionTypeSummary, ResourceDefaults};
 pub use missions::{CreateMission, MAX_ITEMS_PER_PAGE, Mission, MissionPage, UpdateMission, UpdateMissionArgs};

@@ -90,8 +90,7 @@ async fn main() {
         cpu_count: one_cpu.cpu_count,
         memory_amount: one_cpu.memory_amount,
         gpu_count: one_cpu.gpu_count,
-        time_limit: None,
-        labels: Default::default(),
+        ..Default::default()
     };
 
     // Dispatch latency, one job at a time on an idle LZ (the first warms the input cache).

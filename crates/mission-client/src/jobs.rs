@@ -351,6 +351,6 @@ fn run_request(station_id: Uuid, lz_id: Option<Uuid>, resources: JobResources) -
         memory_amount: resources.memory_amount,
         gpu_count: resources.gpu_count,
         time_limit: resources.time_limit,
-        labels: Default::default(),
+        ..Default::default()
     }
 }

@@ -72,6 +72,9 @@ pub struct ServerConfig {
     /// How long events are kept: a client that reconnects to `GET /api/v1/events` within it
     /// misses nothing.
     pub event_retention: Duration,
+    /// The most bytes kept of each output stream of a job (jobs may ask for less): past it,
+    /// output is dropped except its last quarter-cap bytes. See [`crate::job_logs`].
+    pub job_log_cap: u64,
     /// Create an `admin` account with a generated password when the store has no users.
     pub bootstrap_admin: bool,
 }
@@ -101,6 +104,7 @@ impl ServerConfig {
             webhook_attempts: WebhookAttempts::default(),
             lz_lease: Duration::from_secs(30),
             event_retention: Duration::from_secs(7 * 24 * 3600),
+            job_log_cap: crate::job_logs::DEFAULT_LOG_CAP,
             bootstrap_admin: true,
         }
     }

@@ -5,9 +5,20 @@
 //! on a shared database keep the chunks in the database instead (`job_log_chunks`): object
 //! storage cannot append, and no replica's folder is the others'.
 //!
-//! Agents send each chunk with the offset it starts at, so a chunk retried after a lost answer is
-//! not written twice. A stream is capped at [`MAX_LOG_BYTES`]; what comes after is dropped with a
-//! note in the log.
+//! Agents send each chunk with the offset it starts at in all the stream's output, so a chunk
+//! retried after a lost answer is not written twice.
+//!
+//! # The log cap
+//! A stream keeps its first `cap` bytes (the job's [`Job::log_cap`], else the server's
+//! `--job-log-cap`). Past them the log shows one marker line ([`truncation_marker`]) and the job
+//! is flagged [`Job::log_truncated`]; of the output after the cap only the last quarter-cap bytes
+//! are kept, aside as the *tail*, oldest dropped first. When the job ends ([`JobLogs::seal`]) the
+//! tail is appended after the marker. So a log takes at most 1.25 × cap plus the marker, and
+//! readers only ever see it grow: the head live, then the marker, then the tail at the end.
+//!
+//! As files, the tail is `{stream}.tail` beside the log: a header (the head's size, then where in
+//! the output its first byte is) and the bytes, rewritten with only the last quarter-cap once it
+//! holds twice that. In the database it is rows of `job_log_tails`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -22,8 +33,22 @@ use uuid::Uuid;
 use crate::blobs::{FileStore, Location, WriteError};
 use crate::store::{self, ClusterDb, FileRecord, StoreError};
 
-/// Most bytes kept of one stream of one job.
-pub const MAX_LOG_BYTES: u64 = 64 * 1024 * 1024;
+/// The server's log cap unless configured: bytes kept of the head of each stream of a job.
+pub const DEFAULT_LOG_CAP: u64 = 64 * 1024 * 1024;
+
+/// Bytes of output past the cap that are kept: the last quarter-cap.
+fn tail_keep(cap: u64) -> u64 {
+    cap / 4
+}
+
+/// The line between the head of a log that reached its cap `cap` and its tail.
+pub fn truncation_marker(cap: u64) -> String {
+    format!(
+        "\n[mission: the log reached its cap of {cap} bytes here; of the output after it, only the last {} bytes \
+         are kept, and they follow this line once the job has ended]\n",
+        tail_keep(cap)
+    )
+}
 
 /// Which output of a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,9 +187,9 @@ impl JobLogs {
                     };
                     place.files.write(&key, tokio_util::io::ReaderStream::new(log), u64::MAX).await?;
                 }
-                Keeping::Database(db) => {
-                    let bytes = db
-                        .read_log(job_id, stream.name(), 0)
+                Keeping::Database(_) => {
+                    let bytes = self
+                        .read(mission_id, job_id, stream, 0)
                         .await
                         .map_err(|e| WriteError::Body(format!("reading the log: {e}")))?;
                     if !bytes.is_empty() {
@@ -179,7 +204,7 @@ impl JobLogs {
     }
 
     /// The bytes of one stream of a job from `from` to its end (nothing when it was never
-    /// written).
+    /// written): the head, the marker once it passed its cap, and the tail once it was sealed.
     pub async fn read(
         &self,
         mission_id: Uuid,
@@ -190,22 +215,34 @@ impl JobLogs {
         match &self.keeping {
             Keeping::Files { root, .. } => {
                 use tokio::io::{AsyncReadExt, AsyncSeekExt};
-                let mut file = match tokio::fs::File::open(file_of(root, mission_id, job_id, stream)).await {
+                let path = file_of(root, mission_id, job_id, stream);
+                // The log is opened before the tail is looked at: sealing replaces the log and
+                // then removes the tail, so a log of exactly the head's size with a tail beside
+                // it is one not sealed yet.
+                let mut file = match tokio::fs::File::open(&path).await {
                     Ok(file) => file,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
                     Err(e) => return Err(e.into()),
                 };
+                let size = file.metadata().await?.len();
+                let unsealed = TailFile::open(&tail_of(&path)).await?.is_some_and(|tail| tail.head == size);
                 file.seek(std::io::SeekFrom::Start(from)).await?;
                 let mut bytes = Vec::new();
                 file.read_to_end(&mut bytes).await?;
-                Ok(bytes)
+                Ok(with_marker(bytes, from, size, unsealed))
             }
-            Keeping::Database(db) => Ok(db.read_log(job_id, stream.name(), from).await?),
+            Keeping::Database(db) => {
+                let (bytes, unsealed_head) = db.read_log(job_id, stream.name(), from).await?;
+                Ok(match unsealed_head {
+                    Some(size) => with_marker(bytes, from, size, true),
+                    None => bytes,
+                })
+            }
         }
     }
 
-    /// Appends `bytes`, which start at `offset` of the stream; answers the stream's size after.
-    /// Bytes before the current size were written already and are skipped.
+    /// Appends `bytes`, which start at `offset` of the stream's output, under the log cap `cap`.
+    /// Bytes before what was received are skipped; past the cap they go to the tail.
     pub async fn append(
         &self,
         mission_id: Uuid,
@@ -213,15 +250,24 @@ impl JobLogs {
         stream: LogStream,
         offset: u64,
         bytes: &[u8],
-    ) -> Result<u64, LogError> {
+        cap: u64,
+    ) -> Result<Appended, LogError> {
         let root = match &self.keeping {
             Keeping::Files { root, .. } => root,
             Keeping::Database(db) => {
-                let size = db.log_size(job_id, stream.name()).await?.map_or(0, |(size, _)| size);
-                let Some(kept) = kept_of(size, offset, bytes)? else { return Ok(size) };
-                db.append_log(job_id, stream.name(), size, &kept).await?;
+                let (size, tail_end) = db.log_state(job_id, stream.name()).await?;
+                let cap = if tail_end.is_some() { size } else { cap };
+                let Some(plan) = Plan::of(size, tail_end, offset, bytes, cap)? else {
+                    return Ok(Appended { received: tail_end.unwrap_or(size), truncated: tail_end.is_some() });
+                };
+                if !plan.head.is_empty() {
+                    db.append_log(job_id, stream.name(), size, plan.head).await?;
+                }
+                if !plan.tail.is_empty() {
+                    db.append_log_tail(job_id, stream.name(), plan.tail_start, plan.tail, tail_keep(cap)).await?;
+                }
                 self.written(job_id);
-                return Ok(size + kept.len() as u64);
+                return Ok(plan.appended());
             }
         };
         let path = file_of(root, mission_id, job_id, stream);
@@ -230,12 +276,71 @@ impl JobLogs {
         }
         let mut file = tokio::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&path).await?;
         let size = file.metadata().await?.len();
-        let Some(kept) = kept_of(size, offset, bytes)? else { return Ok(size) };
-        file.write_all(&kept).await?;
-        file.flush().await?;
-        let size = file.metadata().await?.len();
+        let tail_path = tail_of(&path);
+        let mut tail = match TailFile::open(&tail_path).await? {
+            // Sealed, but the tail was left behind: the log is complete.
+            Some(tail) if tail.head != size => {
+                remove_if_there(&tail_path).await?;
+                None
+            }
+            tail => tail,
+        };
+        let tail_end = tail.as_ref().map(TailFile::end);
+        let cap = tail.as_ref().map_or(cap, |tail| tail.head);
+        let Some(plan) = Plan::of(size, tail_end, offset, bytes, cap)? else {
+            return Ok(Appended { received: tail_end.unwrap_or(size), truncated: tail_end.is_some() });
+        };
+        if !plan.head.is_empty() {
+            file.write_all(plan.head).await?;
+            file.flush().await?;
+        }
+        if !plan.tail.is_empty() {
+            match tail.as_mut() {
+                Some(tail) if tail.end() == plan.tail_start => tail.append(plan.tail, tail_keep(cap)).await?,
+                // A new tail, or one the chunk's last quarter-cap replaces whole.
+                _ => TailFile::create(&tail_path, cap, plan.tail_start, plan.tail).await?,
+            }
+        }
         self.written(job_id);
-        Ok(size)
+        Ok(plan.appended())
+    }
+
+    /// Ends the logs of a job that passed its cap: each tail goes after the marker. Idempotent,
+    /// and safe to repeat after a crash part-way.
+    pub async fn seal(&self, mission_id: Uuid, job_id: Uuid) -> Result<(), LogError> {
+        for stream in LogStream::ALL {
+            match &self.keeping {
+                Keeping::Files { root, .. } => {
+                    let path = file_of(root, mission_id, job_id, stream);
+                    let tail_path = tail_of(&path);
+                    let Some(tail) = TailFile::open(&tail_path).await? else { continue };
+                    let size = tokio::fs::metadata(&path).await?.len();
+                    if size == tail.head {
+                        // The sealed log is written aside and moved over the log, so a reader
+                        // sees the old one or the whole new one.
+                        let sealing = path.with_extension("sealing");
+                        tokio::fs::copy(&path, &sealing).await?;
+                        let mut sealed = tokio::fs::OpenOptions::new().append(true).open(&sealing).await?;
+                        sealed.write_all(truncation_marker(tail.head).as_bytes()).await?;
+                        sealed.write_all(&tail.last(tail_keep(tail.head)).await?).await?;
+                        sealed.flush().await?;
+                        tokio::fs::rename(&sealing, &path).await?;
+                    }
+                    remove_if_there(&tail_path).await?;
+                }
+                Keeping::Database(db) => {
+                    db.seal_log(job_id, stream.name(), |head, tail| {
+                        let keep = tail_keep(head) as usize;
+                        let mut sealed = truncation_marker(head).into_bytes();
+                        sealed.extend_from_slice(&tail[tail.len().saturating_sub(keep)..]);
+                        sealed
+                    })
+                    .await?
+                }
+            }
+        }
+        self.written(job_id);
+        Ok(())
     }
 
     /// Wakes the followers of a job's logs: bytes arrived (here, or through another replica).
@@ -274,26 +379,158 @@ fn file_of(root: &Path, mission_id: Uuid, job_id: Uuid, stream: LogStream) -> Pa
     root.join(mission_id.to_string()).join(job_id.to_string()).join(stream.file_name())
 }
 
-/// What of `bytes`, starting at `offset` of a stream now `size` long, is new and fits under
-/// [`MAX_LOG_BYTES`] (with a note where the stream is cut); `None` when nothing is. An offset past
-/// the end is refused.
-fn kept_of(size: u64, offset: u64, bytes: &[u8]) -> Result<Option<Vec<u8>>, LogError> {
-    if offset > size {
-        return Err(LogError::Gap { offset, size });
+/// The tail file of the log at `path`.
+fn tail_of(path: &Path) -> PathBuf {
+    path.with_extension("tail")
+}
+
+async fn remove_if_there(path: &Path) -> std::io::Result<()> {
+    match tokio::fs::remove_file(path).await {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
-    let new = &bytes[((size - offset) as usize).min(bytes.len())..];
-    let room = MAX_LOG_BYTES.saturating_sub(size);
-    if new.is_empty() || room == 0 {
-        return Ok(None);
+}
+
+/// `bytes`, read from `from` of a log `size` long, with what `from` reaches of the marker
+/// after it when the log passed its cap and is not sealed yet.
+fn with_marker(mut bytes: Vec<u8>, from: u64, size: u64, unsealed: bool) -> Vec<u8> {
+    if unsealed {
+        let marker = truncation_marker(size);
+        let skip = (from.saturating_sub(size) as usize).min(marker.len());
+        bytes.extend_from_slice(&marker.as_bytes()[skip..]);
     }
-    if (new.len() as u64) <= room {
-        return Ok(Some(new.to_vec()));
+    bytes
+}
+
+/// What [`JobLogs::append`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    /// Bytes of the stream's output received so far, kept or not.
+    pub received: u64,
+    /// The stream has passed its cap.
+    pub truncated: bool,
+}
+
+/// Where the new bytes of a chunk go.
+#[derive(Debug, PartialEq, Eq)]
+struct Plan<'a> {
+    /// Onto the log, up to the cap.
+    head: &'a [u8],
+    /// Onto the tail: at most the last quarter-cap of what is past the cap.
+    tail: &'a [u8],
+    /// Where in the output the tail's bytes start.
+    tail_start: u64,
+    /// The stream is past its cap.
+    past_cap: bool,
+}
+
+impl<'a> Plan<'a> {
+    /// Places `bytes`, starting at `offset` of the output, on a log `size` long whose tail
+    /// (once it passed the cap) ends at `tail_end`. `None`: nothing is new, or the log is sealed.
+    /// An offset past what was received is refused.
+    fn of(size: u64, tail_end: Option<u64>, offset: u64, bytes: &'a [u8], cap: u64) -> Result<Option<Self>, LogError> {
+        if tail_end.is_none() && size > cap {
+            return Ok(None);
+        }
+        let received = tail_end.unwrap_or(size);
+        if offset > received {
+            return Err(LogError::Gap { offset, size: received });
+        }
+        let new = &bytes[((received - offset) as usize).min(bytes.len())..];
+        if new.is_empty() {
+            return Ok(None);
+        }
+        let room = if tail_end.is_some() { 0 } else { cap - size };
+        let (head, past) = new.split_at((room as usize).min(new.len()));
+        let drop = past.len().saturating_sub(tail_keep(cap) as usize);
+        Ok(Some(Self {
+            head,
+            tail: &past[drop..],
+            tail_start: received + head.len() as u64 + drop as u64,
+            past_cap: tail_end.is_some() || !past.is_empty(),
+        }))
     }
-    let note = format!("\n[mission: log truncated at {MAX_LOG_BYTES} bytes]\n");
-    let keep = (room as usize).saturating_sub(note.len());
-    let mut kept = new[..keep].to_vec();
-    kept.extend_from_slice(&note.as_bytes()[..(room as usize - keep).min(note.len())]);
-    Ok(Some(kept))
+
+    /// What the stream stands at once the plan is written.
+    fn appended(&self) -> Appended {
+        Appended { received: self.tail_start + self.tail.len() as u64, truncated: self.past_cap }
+    }
+}
+
+/// A tail file: a 16-byte header (the head's size and where in the output the first kept byte
+/// is, little-endian) and the kept bytes.
+#[derive(Debug)]
+struct TailFile {
+    path: PathBuf,
+    /// The size of the log's head: its cap.
+    head: u64,
+    /// Where the first byte kept is in the output.
+    start: u64,
+    /// Bytes kept.
+    len: u64,
+}
+
+const TAIL_HEADER: u64 = 16;
+
+impl TailFile {
+    /// The tail at `path`, if there is one.
+    async fn open(path: &Path) -> std::io::Result<Option<Self>> {
+        use tokio::io::AsyncReadExt;
+        let mut file = match tokio::fs::File::open(path).await {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut header = [0u8; TAIL_HEADER as usize];
+        file.read_exact(&mut header).await?;
+        let len = file.metadata().await?.len() - TAIL_HEADER;
+        let number = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().expect("8 bytes"));
+        Ok(Some(Self { path: path.to_owned(), head: number(0), start: number(8), len }))
+    }
+
+    /// Writes a new tail (aside, then moved into place, so it is never seen half-written).
+    async fn create(path: &Path, head: u64, start: u64, bytes: &[u8]) -> std::io::Result<()> {
+        let mut content = Vec::with_capacity(TAIL_HEADER as usize + bytes.len());
+        content.extend_from_slice(&head.to_le_bytes());
+        content.extend_from_slice(&start.to_le_bytes());
+        content.extend_from_slice(bytes);
+        let aside = path.with_extension("tail-new");
+        let mut file =
+            tokio::fs::OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&aside).await?;
+        file.write_all(&content).await?;
+        file.flush().await?;
+        tokio::fs::rename(&aside, path).await
+    }
+
+    /// Where the output received so far ends.
+    fn end(&self) -> u64 {
+        self.start + self.len
+    }
+
+    /// Adds bytes; once it holds more than twice `keep`, it is rewritten with the last `keep`.
+    async fn append(&mut self, bytes: &[u8], keep: u64) -> std::io::Result<()> {
+        let mut file = tokio::fs::OpenOptions::new().append(true).open(&self.path).await?;
+        file.write_all(bytes).await?;
+        file.flush().await?;
+        self.len += bytes.len() as u64;
+        if self.len > 2 * keep {
+            let kept = self.last(keep).await?;
+            let start = self.end() - kept.len() as u64;
+            Self::create(&self.path, self.head, start, &kept).await?;
+            (self.start, self.len) = (start, kept.len() as u64);
+        }
+        Ok(())
+    }
+
+    /// The last `n` bytes kept.
+    async fn last(&self, n: u64) -> std::io::Result<Vec<u8>> {
+        use tokio::io::{AsyncReadExt, AsyncSeekExt};
+        let mut file = tokio::fs::File::open(&self.path).await?;
+        file.seek(std::io::SeekFrom::Start(TAIL_HEADER + self.len.saturating_sub(n))).await?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).await?;
+        Ok(bytes)
+    }
 }
 
 /// Why a log could not be read or written.
@@ -320,20 +557,95 @@ pub enum LogError {
 
 #[cfg(test)]
 mod tests {
-    use super::{LogError, MAX_LOG_BYTES, kept_of};
+    use uuid::Uuid;
+
+    use super::{Appended, JobLogs, LogError, LogStream, Plan, TAIL_HEADER, tail_of, truncation_marker};
 
     #[test]
-    fn a_chunk_keeps_only_what_is_new_and_fits() {
-        assert_eq!(kept_of(0, 0, b"hello").unwrap(), Some(b"hello".to_vec()));
+    fn a_chunk_goes_to_the_head_up_to_the_cap_and_then_to_the_tail() {
+        let plan =
+            |size, tail_end, offset, bytes: &'static [u8], cap| Plan::of(size, tail_end, offset, bytes, cap).unwrap();
+        let place = |head: &'static [u8], tail: &'static [u8], tail_start, past_cap| {
+            Some(Plan { head, tail, tail_start, past_cap })
+        };
+        assert_eq!(plan(0, None, 0, b"hello", 1024), place(b"hello", b"", 5, false));
         // A retried chunk: what arrived already is skipped.
-        assert_eq!(kept_of(5, 0, b"hello world").unwrap(), Some(b" world".to_vec()));
-        assert_eq!(kept_of(11, 0, b"hello world").unwrap(), None);
-        // A chunk past the end leaves a gap: refused.
-        assert!(matches!(kept_of(5, 6, b"x"), Err(LogError::Gap { offset: 6, size: 5 })));
-        // At the cap, the stream ends with a note and takes nothing more.
-        let near = MAX_LOG_BYTES - 10;
-        let kept = kept_of(near, near, &[b'a'; 100]).unwrap().unwrap();
-        assert_eq!(kept.len(), 10);
-        assert_eq!(kept_of(MAX_LOG_BYTES, MAX_LOG_BYTES, b"more").unwrap(), None);
+        assert_eq!(plan(5, None, 0, b"hello world", 1024), place(b" world", b"", 11, false));
+        assert_eq!(plan(11, None, 0, b"hello world", 1024), None);
+        // A chunk past what was received leaves a gap: refused.
+        assert!(matches!(Plan::of(5, None, 6, b"x", 1024), Err(LogError::Gap { offset: 6, size: 5 })));
+        // Across the cap: the head fills, the rest starts the tail.
+        assert_eq!(plan(1020, None, 1020, b"abcdefgh", 1024), place(b"abcd", b"efgh", 1024, true));
+        // Past it, everything goes to the tail, offsets counting all the output.
+        assert_eq!(plan(1024, Some(1030), 1028, b"0123456789", 1024), place(b"", b"23456789", 1030, true));
+        // A chunk longer than the tail keeps only its last quarter-cap.
+        let long: &'static [u8] = Box::leak(vec![b'x'; 1000].into_boxed_slice());
+        let placed = plan(1024, Some(1024), 1024, long, 1024).unwrap();
+        assert_eq!((placed.tail.len(), placed.tail_start), (256, 1024 + 744));
+        assert_eq!(placed.appended(), Appended { received: 2024, truncated: true });
+        // A sealed log (longer than its cap, no tail) takes nothing more.
+        assert_eq!(plan(1400, None, 2000, b"late", 1024), None);
+    }
+
+    /// Feeds `output` to a log with cap 1024 in chunks of `chunk` bytes, sending each chunk
+    /// twice as an agent retrying after a lost answer would.
+    async fn feed(logs: &JobLogs, ids: (Uuid, Uuid), output: &[u8], chunk: usize) -> Appended {
+        let mut last = None;
+        for (i, piece) in output.chunks(chunk).enumerate() {
+            let offset = (i * chunk) as u64;
+            for _ in 0..2 {
+                last = Some(logs.append(ids.0, ids.1, LogStream::Stdout, offset, piece, 1024).await.unwrap());
+            }
+        }
+        last.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_log_past_its_cap_keeps_its_head_a_marker_and_its_tail() {
+        // Chunks longer than the tail replace it; shorter ones add to it until it is rewritten.
+        for chunk in [300, 70] {
+            past_the_cap_in_chunks_of(chunk).await;
+        }
+    }
+
+    async fn past_the_cap_in_chunks_of(chunk: usize) {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = JobLogs::new(dir.path().to_owned()).unwrap();
+        let ids = (Uuid::new_v4(), Uuid::new_v4());
+        let output: Vec<u8> = (0..10_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        let read = |from| logs.read(ids.0, ids.1, LogStream::Stdout, from);
+
+        // Under the cap, the log is the output.
+        assert_eq!(feed(&logs, ids, &output[..1000], chunk).await, Appended { received: 1000, truncated: false });
+        assert_eq!(read(0).await.unwrap(), &output[..1000]);
+
+        // Past it, readers see the head and the marker while the job runs; the tail stays small.
+        let marker = truncation_marker(1024);
+        assert_eq!(feed(&logs, ids, &output, chunk).await, Appended { received: 10_000, truncated: true });
+        let running = read(0).await.unwrap();
+        assert_eq!(running, [&output[..1024], marker.as_bytes()].concat());
+        let tail_path = tail_of(&dir.path().join(ids.0.to_string()).join(ids.1.to_string()).join("stdout.log"));
+        assert!(std::fs::metadata(&tail_path).unwrap().len() <= TAIL_HEADER + 2 * 256);
+        // A follower part-way through the marker reads the rest of it.
+        assert_eq!(read(1030).await.unwrap(), &marker.as_bytes()[6..]);
+
+        // Sealed: the last quarter-cap follows the marker, and a follower that read up to the
+        // marker reads on from there.
+        logs.seal(ids.0, ids.1).await.unwrap();
+        let sealed = read(0).await.unwrap();
+        assert_eq!(sealed, [&output[..1024], marker.as_bytes(), &output[10_000 - 256..]].concat());
+        assert_eq!(read(running.len() as u64).await.unwrap(), &output[10_000 - 256..]);
+        assert!(!tail_path.exists());
+
+        // Sealing again, and output arriving late, change nothing.
+        logs.seal(ids.0, ids.1).await.unwrap();
+        logs.append(ids.0, ids.1, LogStream::Stdout, 10_000, b"late", 1024).await.unwrap();
+        assert_eq!(read(0).await.unwrap(), sealed);
+
+        // A tail left behind by a crash after the sealed log was moved in is only removed.
+        std::fs::write(&tail_path, [1024u64.to_le_bytes(), 9000u64.to_le_bytes()].concat()).unwrap();
+        assert_eq!(read(0).await.unwrap(), sealed);
+        logs.seal(ids.0, ids.1).await.unwrap();
+        assert_eq!((read(0).await.unwrap(), tail_path.exists()), (sealed, false));
     }
 }

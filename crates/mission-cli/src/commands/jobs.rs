@@ -10,6 +10,7 @@ use mission_client::{Client, Job, JobStatus, ListJobs, LogStream, RunJob, Uuid};
 
 use super::files::{TransferArgs, report_download};
 use super::labels::{apply_label_changes, labels_text, parse_label_arg};
+use super::sizes::{Size, log_cap};
 use super::stations::{resolve_lz, resolve_station};
 use crate::output::Output;
 use crate::session;
@@ -47,6 +48,11 @@ pub struct RunCommand {
     /// A label to find the job by later (`jobs list --label`), as key=value; repeat for several.
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label_arg)]
     labels: Vec<(String, String)>,
+    /// The most bytes of each output stream to keep (K/M/G suffixes), up to the server's cap
+    /// (the default). Past it, output is dropped except its last quarter-cap bytes, which
+    /// follow a marker line once the job ends.
+    #[arg(long, value_name = "SIZE", value_parser = log_cap)]
+    log_cap: Option<Size>,
     /// Wait until the job ends, showing its status; exit non-zero unless it completed.
     #[arg(long)]
     wait: bool,
@@ -151,6 +157,13 @@ fn show(out: Output, job: &Job) {
     if let Some(minutes) = job.time_limit {
         fields.push(("time limit", format!("{minutes} min")));
     }
+    match (job.log_truncated, job.log_cap) {
+        (true, _) => {
+            fields.push(("logs", "truncated: past the log cap, only the last quarter-cap bytes were kept".into()))
+        }
+        (false, Some(cap)) => fields.push(("log cap", Size(cap).to_string())),
+        (false, None) => {}
+    }
     if let Some(code) = job.exit_code {
         fields.push(("exit code", code.to_string()));
     }
@@ -246,6 +259,7 @@ impl RunCommand {
             gpu_count: self.gpus,
             time_limit: self.time,
             labels: self.labels.into_iter().collect(),
+            log_cap: self.log_cap.map(|size| size.0),
         };
         let job = client.run_job(self.mission, &request).await?;
         if !self.wait && !self.follow {

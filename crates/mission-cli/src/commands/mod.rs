@@ -8,6 +8,7 @@ pub mod labels;
 pub mod lz;
 pub mod missions;
 pub mod server;
+pub mod sizes;
 pub mod stations;
 pub mod types;
 pub mod webhooks;

@@ -7,6 +7,8 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use mission_server::{AuthMode, Server, ServerConfig, Store};
 
+use super::sizes::{Size, log_cap};
+
 /// Run the Mission Compute service (HTTP API, identity provider, store).
 ///
 /// With no flags it runs on embedded defaults: it listens on 127.0.0.1:8080, keeps its SQLite
@@ -111,6 +113,12 @@ struct RunArgs {
     /// the last event id it saw) misses nothing.
     #[arg(long, env = "MISSION_EVENT_RETENTION_HOURS", default_value_t = defaults().event_retention.as_secs() / 3600)]
     event_retention_hours: u64,
+    /// The most bytes kept of each output stream (stdout, stderr) of a job, K/M/G suffixes
+    /// allowed; a job may ask for less (`mission run --log-cap`). Past it, output is dropped
+    /// except its last quarter-cap bytes, which follow a marker line once the job ends, and the
+    /// job says `log_truncated`. At least 1K.
+    #[arg(long, env = "MISSION_JOB_LOG_CAP", default_value_t = Size(defaults().job_log_cap), value_parser = log_cap)]
+    job_log_cap: Size,
     /// Do not create an `admin` account (with a generated password saved in the data dir) on
     /// the first start; create accounts with `mission server add-user` instead.
     #[arg(long, env = "MISSION_NO_BOOTSTRAP_ADMIN")]
@@ -177,46 +185,6 @@ impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("[redacted]")
     }
-}
-
-/// A size in bytes, written `123`, `64K`, `10M`, `100G` or `1T` (powers of 1024).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Size(u64);
-
-impl std::str::FromStr for Size {
-    type Err = String;
-
-    fn from_str(raw: &str) -> Result<Self, String> {
-        parse_size(raw).map(Size)
-    }
-}
-
-impl std::fmt::Display for Size {
-    /// The largest unit that writes the size exactly.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (mut n, mut units) = (self.0, ["", "K", "M", "G", "T"].iter());
-        let mut unit = units.next().expect("units");
-        while n != 0 && n % 1024 == 0 && units.len() > 0 {
-            n /= 1024;
-            unit = units.next().expect("checked");
-        }
-        write!(f, "{n}{unit}")
-    }
-}
-
-/// Parses `123`, `64K`, `10M`, `100G`, `1T` (powers of 1024).
-fn parse_size(raw: &str) -> Result<u64, String> {
-    let raw = raw.trim();
-    let (digits, shift) = match raw.char_indices().last() {
-        Some((i, 'K' | 'k')) => (&raw[..i], 10),
-        Some((i, 'M' | 'm')) => (&raw[..i], 20),
-        Some((i, 'G' | 'g')) => (&raw[..i], 30),
-        Some((i, 'T' | 't')) => (&raw[..i], 40),
-        _ => (raw, 0),
-    };
-    let n: u64 =
-        digits.trim().parse().map_err(|_| format!("expected a size like 512, 64K, 10M, 100G or 1T, got {raw:?}"))?;
-    n.checked_mul(1u64 << shift).ok_or_else(|| format!("{raw:?} is too large"))
 }
 
 #[derive(Debug, Args)]
@@ -297,6 +265,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     });
     config.lz_lease = Duration::from_secs(args.lz_lease.max(1));
     config.event_retention = Duration::from_secs(args.event_retention_hours.max(1).saturating_mul(3600));
+    config.job_log_cap = args.job_log_cap.0;
     config.bootstrap_admin = !args.no_bootstrap_admin;
     let shared_database = config.effective_database_url().is_postgres();
     config.s3_endpoints = args.s3_endpoints;
@@ -391,27 +360,4 @@ async fn add_user(args: AddUserArgs) -> anyhow::Result<()> {
         println!("Password: {generated}");
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn sizes_show_in_their_largest_exact_unit() {
-        use super::Size;
-        assert_eq!(Size(100 << 30).to_string(), "100G");
-        assert_eq!(Size(1 << 40).to_string(), "1T");
-        assert_eq!(Size(1536).to_string(), "1536");
-        assert_eq!(Size(0).to_string(), "0");
-        assert_eq!("64K".parse::<Size>(), Ok(Size(64 << 10)));
-    }
-
-    #[test]
-    fn sizes_parse_with_binary_suffixes() {
-        assert_eq!(super::parse_size("512"), Ok(512));
-        assert_eq!(super::parse_size("64K"), Ok(64 << 10));
-        assert_eq!(super::parse_size("100G"), Ok(100 << 30));
-        assert_eq!(super::parse_size("1t"), Ok(1 << 40));
-        assert!(super::parse_size("ten").is_err());
-        assert!(super::parse_size("99999999T").is_err());
-    }
 }

@@ -1078,3 +1078,47 @@ async fn the_event_stream_sees_every_transition_in_order_and_resumes() {
     // Waiting for a job follows the same stream: a job that ended long ago answers at once.
     assert_eq!(alice.wait_for_job(job.job_id).await.unwrap().status, JobStatus::Completed);
 }
+
+#[tokio::test]
+async fn a_log_past_its_cap_keeps_its_head_and_tail_around_one_marker() {
+    let (server, admin) = cluster(|config| config.job_log_cap = 64 * 1024).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let alice = &server.client;
+    // 3,000 numbered lines (about 30 KB) with a pause, so a follower joins while it runs.
+    let script = "i=0; while [ $i -lt 3000 ]; do echo \"line $i\"; i=$((i+1)); \
+                  [ $i = 10 ] && sleep 1; done; echo done >&2\n";
+    let m = mission(alice, SHELL, &[("run.sh", script)], &[]).await;
+    let expected: String = (0..3000).map(|i| format!("line {i}\n")).collect();
+    let run = |log_cap| RunJob { station_id: local_station(), log_cap, ..Default::default() };
+
+    // A cap under the least, or over the server's, is refused naming the field.
+    for cap in [100, 64 * 1024 + 1] {
+        let refused = alice.run_job(m.mission_id, &run(Some(cap))).await.unwrap_err();
+        assert_eq!(refused.problem().and_then(|p| p.field.as_deref()), Some("log_cap"), "{refused}");
+    }
+
+    let job = alice.run_job(m.mission_id, &run(Some(4096))).await.unwrap();
+    assert_eq!((job.log_cap, job.log_truncated), (Some(4096), false));
+    let mut followed = String::new();
+    alice.follow_job_logs(job.job_id, LogStream::Stdout, |s| followed.push_str(s)).await.unwrap();
+    let done = alice.wait_for_job(job.job_id).await.unwrap();
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+    assert!(done.log_truncated, "{done:?}");
+
+    // The head, one marker, the last quarter-cap; a follower saw exactly that, in order.
+    let marker = mission_server::job_logs::truncation_marker(4096);
+    let kept = format!("{}{marker}{}", &expected[..4096], &expected[expected.len() - 1024..]);
+    let log = alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap();
+    assert_eq!(log, kept);
+    assert_eq!(followed, kept);
+    assert_eq!(alice.job_logs(job.job_id, LogStream::Stderr).await.unwrap(), "done\n");
+    // The log among the job's results is the same.
+    let results = tempfile::tempdir().unwrap();
+    alice.download_job_results(job.job_id, results.path()).await.unwrap();
+    assert_eq!(std::fs::read_to_string(results.path().join("mission-logs/stdout.log")).unwrap(), kept);
+
+    // Without a cap of its own, a job gets the server's, and its 30 KB fit.
+    let plain = alice.wait_for_job(alice.run_job(m.mission_id, &run(None)).await.unwrap().job_id).await.unwrap();
+    assert!(!plain.log_truncated);
+    assert_eq!(alice.job_logs(plain.job_id, LogStream::Stdout).await.unwrap(), expected);
+}

@@ -88,7 +88,7 @@ impl RunForm {
             memory_amount: number("memory_amount", &self.memory_amount)?,
             gpu_count: number("gpu_count", &self.gpu_count)?,
             time_limit: number("time_limit", &self.time_limit)?,
-            labels: Default::default(),
+            ..Default::default()
         })
     }
 }

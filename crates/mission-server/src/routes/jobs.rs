@@ -73,6 +73,14 @@ pub async fn run(
     if time_limit.is_some_and(|minutes| !(1..=MAX_TIME_LIMIT).contains(&minutes)) {
         return Err(ApiError::invalid_field("time_limit", format!("expected minutes, 1 to {MAX_TIME_LIMIT}")));
     }
+    let log_cap = req.log_cap;
+    let server_cap = app.config.job_log_cap;
+    if log_cap.is_some_and(|cap| !(mission_api::MIN_LOG_CAP..=server_cap).contains(&cap)) {
+        return Err(ApiError::invalid_field(
+            "log_cap",
+            format!("expected bytes, {} to {server_cap} (the server's --job-log-cap)", mission_api::MIN_LOG_CAP),
+        ));
+    }
     // Fail now, not after the run, when the results could not be stored.
     app.bays.results(&app.store, &mission, Uuid::nil()).await?;
     let now = store::now();
@@ -91,6 +99,8 @@ pub async fn run(
         gpu_indices: Vec::new(),
         command,
         labels,
+        log_cap,
+        log_truncated: false,
         exit_code: None,
         reason: None,
         limits: None,

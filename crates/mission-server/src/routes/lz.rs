@@ -95,9 +95,10 @@ pub async fn heartbeat(State(app): State<AppState>, Agent(lz): Agent) -> ApiResu
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Records the moves of the agent's jobs. As a job ends, its logs are copied to its mission's
-/// destination cargo bay beside its other results (in the background: the next job waits for
-/// this answer).
+/// Records the moves of the agent's jobs. As a job ends, the logs that passed their cap are
+/// sealed (before the end is recorded, so a follower that sees it has read the whole log), and
+/// its logs are copied to its mission's destination cargo bay beside its other results (in the
+/// background: the next job waits for this answer).
 pub async fn reports(
     State(app): State<AppState>,
     Agent(lz): Agent,
@@ -105,6 +106,9 @@ pub async fn reports(
 ) -> ApiResult<StatusCode> {
     let (lz_id, ended): (_, Vec<_>) =
         (lz.lz_id, reports.iter().filter(|r| r.status.is_final()).map(|r| r.job_id).collect());
+    for (mission_id, job_id) in app.store.truncated_logs(&ended).await? {
+        app.logs.seal(mission_id, job_id).await.map_err(ApiError::internal)?;
+    }
     app.scheduler.reports(lz, reports).await?;
     for job_id in ended {
         app.tasks.spawn(archive_logs(app.clone(), lz_id, job_id));
@@ -142,7 +146,8 @@ pub struct LogOffset {
     offset: u64,
 }
 
-/// Appends output of a job to its log; answers the log's size, so an agent knows what arrived.
+/// Appends output of a job to its log, under the job's log cap; answers how much of the output
+/// arrived (`size`, kept or not), so an agent knows, and whether it passed the cap.
 pub async fn append_log(
     State(app): State<AppState>,
     Agent(lz): Agent,
@@ -153,13 +158,18 @@ pub async fn append_log(
     let job = placed_job(&app, &lz, &id).await?;
     let stream = LogStream::parse(&stream)
         .ok_or_else(|| ApiError::invalid_field("stream", format!("expected stdout or stderr, got {stream:?}")))?;
-    let size = app.logs.append(job.mission_id, job.job_id, stream, offset, &body).await.map_err(|e| match e {
-        LogError::Gap { .. } => ApiError::invalid_field("offset", e.to_string()),
-        LogError::Store(StoreError::Conflict(detail)) => ApiError::conflict(detail),
-        e => ApiError::internal(e),
-    })?;
+    let cap = job.log_cap.map_or(app.config.job_log_cap, |cap| cap.min(app.config.job_log_cap));
+    let appended =
+        app.logs.append(job.mission_id, job.job_id, stream, offset, &body, cap).await.map_err(|e| match e {
+            LogError::Gap { .. } => ApiError::invalid_field("offset", e.to_string()),
+            LogError::Store(StoreError::Conflict(detail)) => ApiError::conflict(detail),
+            e => ApiError::internal(e),
+        })?;
+    if appended.truncated && !job.log_truncated {
+        app.store.mark_log_truncated(job.job_id).await?;
+    }
     app.scheduler.log_written(job.job_id);
-    Ok(Json(serde_json::json!({ "size": size })))
+    Ok(Json(serde_json::json!({ "size": appended.received, "truncated": appended.truncated })))
 }
 
 /// Downloads an input file of a job placed on the agent's LZ.

@@ -132,6 +132,8 @@ impl Harness {
             gpu_indices: Vec::new(),
             command: vec!["true".into()],
             labels: Default::default(),
+            log_cap: None,
+            log_truncated: false,
             exit_code: None,
             reason: None,
             limits: None,

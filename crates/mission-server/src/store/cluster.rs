@@ -168,16 +168,18 @@ impl std::fmt::Debug for Leadership {
 
 /// Jobs' output kept in a shared database, chunk by chunk as agents send it.
 impl ClusterDb {
-    /// The size of a job's stream and when it was last written, if anything was.
-    pub async fn log_size(&self, job_id: Uuid, stream: &str) -> Result<Option<(u64, i64)>, StoreError> {
+    /// The size of a job's stream, and where its output received so far ends when it passed
+    /// its cap (and is not sealed yet): see [`crate::job_logs`].
+    pub async fn log_state(&self, job_id: Uuid, stream: &str) -> Result<(u64, Option<u64>), StoreError> {
         let row: (Option<i64>, Option<i64>) = sqlx::query_as(
-            "SELECT MAX(start + length(data)), MAX(written_at) FROM job_log_chunks WHERE job_id = $1 AND stream = $2",
+            "SELECT (SELECT MAX(start + length(data)) FROM job_log_chunks WHERE job_id = $1 AND stream = $2), \
+             (SELECT MAX(start + length(data)) FROM job_log_tails WHERE job_id = $1 AND stream = $2)",
         )
         .bind(job_id.to_string())
         .bind(stream)
         .fetch_one(&self.pool)
         .await?;
-        Ok(row.0.zip(row.1).map(|(size, at)| (size as u64, at)))
+        Ok((row.0.unwrap_or(0) as u64, row.1.map(|end| end as u64)))
     }
 
     /// The size, SHA-256 (hex) and last write of a job's stream, if anything was written: hashed
@@ -213,11 +215,90 @@ impl ClusterDb {
         super::conflict_on_duplicate(result, || "another write of this log came first; send it again".into())
     }
 
-    /// The bytes of a job's stream from `from` to its end.
-    pub async fn read_log(&self, job_id: Uuid, stream: &str, from: u64) -> Result<Vec<u8>, StoreError> {
-        let chunks: Vec<(i64, Vec<u8>)> = sqlx::query_as(
-            "SELECT start, data FROM job_log_chunks WHERE job_id = $1 AND stream = $2 \
-             AND start + length(data) > $3 ORDER BY start",
+    /// Adds `data` at `start` of the output past a stream's cap, and drops the oldest chunks
+    /// that end before its last `keep` bytes.
+    pub async fn append_log_tail(
+        &self,
+        job_id: Uuid,
+        stream: &str,
+        start: u64,
+        data: &[u8],
+        keep: u64,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let result = sqlx::query("INSERT INTO job_log_tails (job_id, stream, start, data) VALUES ($1, $2, $3, $4)")
+            .bind(job_id.to_string())
+            .bind(stream)
+            .bind(start as i64)
+            .bind(data)
+            .execute(&mut *tx)
+            .await;
+        super::conflict_on_duplicate(result, || "another write of this log came first; send it again".into())?;
+        sqlx::query("DELETE FROM job_log_tails WHERE job_id = $1 AND stream = $2 AND start + length(data) <= $3")
+            .bind(job_id.to_string())
+            .bind(stream)
+            .bind((start + data.len() as u64).saturating_sub(keep) as i64)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Moves a stream's tail into its log as one chunk, `sealed(head size, tail bytes)`, in one
+    /// transaction; nothing when it has no tail (never passed its cap, or sealed already).
+    pub async fn seal_log(
+        &self,
+        job_id: Uuid,
+        stream: &str,
+        sealed: impl FnOnce(u64, Vec<u8>) -> Vec<u8>,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let chunks: Vec<Vec<u8>> = sqlx::query_scalar(
+            "SELECT data FROM job_log_tails WHERE job_id = $1 AND stream = $2 ORDER BY start FOR UPDATE",
+        )
+        .bind(job_id.to_string())
+        .bind(stream)
+        .fetch_all(&mut *tx)
+        .await?;
+        if chunks.is_empty() {
+            return Ok(());
+        }
+        let head: Option<i64> = sqlx::query_scalar(
+            "SELECT MAX(start + length(data)) FROM job_log_chunks WHERE job_id = $1 AND stream = $2",
+        )
+        .bind(job_id.to_string())
+        .bind(stream)
+        .fetch_one(&mut *tx)
+        .await?;
+        let head = head.unwrap_or(0) as u64;
+        sqlx::query("INSERT INTO job_log_chunks (job_id, stream, start, data, written_at) VALUES ($1, $2, $3, $4, $5)")
+            .bind(job_id.to_string())
+            .bind(stream)
+            .bind(head as i64)
+            .bind(sealed(head, chunks.concat()))
+            .bind(to_micros(now()))
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM job_log_tails WHERE job_id = $1 AND stream = $2")
+            .bind(job_id.to_string())
+            .bind(stream)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The bytes of a job's stream from `from` to its end, and its size when it passed its cap
+    /// and is not sealed yet (then the marker follows; see [`crate::job_logs`]). One statement,
+    /// so one snapshot: the log and its tail as one seal left them.
+    pub async fn read_log(&self, job_id: Uuid, stream: &str, from: u64) -> Result<(Vec<u8>, Option<u64>), StoreError> {
+        let rows: Vec<(i64, Vec<u8>, bool)> = sqlx::query_as(
+            "SELECT start, data, FALSE FROM job_log_chunks WHERE job_id = $1 AND stream = $2 \
+             AND start + length(data) > $3 \
+             UNION ALL SELECT (SELECT COALESCE(MAX(start + length(data)), 0) FROM job_log_chunks \
+                 WHERE job_id = $1 AND stream = $2), ''::bytea, TRUE \
+             WHERE EXISTS (SELECT 1 FROM job_log_tails WHERE job_id = $1 AND stream = $2) \
+             ORDER BY 3, 1",
         )
         .bind(job_id.to_string())
         .bind(stream)
@@ -225,11 +306,16 @@ impl ClusterDb {
         .fetch_all(&self.pool)
         .await?;
         let mut bytes = Vec::new();
-        for (start, data) in chunks {
+        let mut unsealed = None;
+        for (start, data, past_cap) in rows {
+            if past_cap {
+                unsealed = Some(start as u64);
+                continue;
+            }
             let skip = (from.saturating_sub(start as u64) as usize).min(data.len());
             bytes.extend_from_slice(&data[skip..]);
         }
-        Ok(bytes)
+        Ok((bytes, unsealed))
     }
 }
 

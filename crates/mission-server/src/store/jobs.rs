@@ -13,8 +13,8 @@ use super::{
 };
 
 const JOB_COLUMNS: &str = "job_id, mission_id, user_id, station_id, requested_lz_id, lz_id, status, cpu_count, \
-    memory_amount, gpu_count, time_limit, gpu_indices, command, labels, exit_code, reason, limits, created_at, \
-    started_at, finished_at";
+    memory_amount, gpu_count, time_limit, gpu_indices, command, labels, log_cap, log_truncated, exit_code, reason, \
+    limits, created_at, started_at, finished_at";
 
 /// The statuses a job ends in, as an SQL list.
 macro_rules! final_statuses {
@@ -169,6 +169,30 @@ impl Store {
                 .execute(conn)
                 .await?;
             Ok(updated.rows_affected() == 1)
+        })
+    }
+
+    /// Records that a job's output passed its log cap ([`Job::log_truncated`]).
+    pub async fn mark_log_truncated(&self, job_id: Uuid) -> Result<(), StoreError> {
+        with_conn!(self, writer, |conn| {
+            sqlx::query("UPDATE jobs SET log_truncated = TRUE WHERE job_id = $1")
+                .bind(job_id.to_string())
+                .execute(conn)
+                .await?;
+            Ok(())
+        })
+    }
+
+    /// Of `job_ids`, the jobs whose output passed its log cap, as (mission, job).
+    pub async fn truncated_logs(&self, job_ids: &[Uuid]) -> Result<Vec<(Uuid, Uuid)>, StoreError> {
+        if job_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        with_conn!(self, reader, |conn| {
+            let mut q = QueryBuilder::new("SELECT mission_id, job_id FROM jobs WHERE log_truncated");
+            push_any_of(&mut q, "job_id", job_ids.iter().map(Uuid::to_string));
+            let rows = { q.build().fetch_all(conn).await? };
+            rows.iter().map(|r| Ok((r.uuid("mission_id")?, r.uuid("job_id")?))).collect()
         })
     }
 
@@ -369,12 +393,13 @@ impl Store {
 const SQLITE_SAVE_JOBS: &str = concat!(
     "BEGIN IMMEDIATE;
 INSERT INTO jobs (seq, job_id, mission_id, user_id, station_id, requested_lz_id, lz_id, status, cpu_count, \
-    memory_amount, gpu_count, time_limit, gpu_indices, command, labels, exit_code, reason, limits, created_at, started_at, finished_at) \
+    memory_amount, gpu_count, time_limit, gpu_indices, command, labels, log_cap, exit_code, reason, limits, created_at, started_at, \
+    finished_at) \
 SELECT last.seq + j.key + 1, j.value ->> 'job_id', j.value ->> 'mission_id', j.value ->> 'user_id', \
     j.value ->> 'station_id', j.value ->> 'requested_lz_id', j.value ->> 'lz_id', j.value ->> 'status', \
     j.value ->> 'cpu_count', j.value ->> 'memory_amount', j.value ->> 'gpu_count', j.value ->> 'time_limit', \
     j.value ->> 'gpu_indices', \
-    j.value ->> 'command', j.value ->> 'labels', j.value ->> 'exit_code', j.value ->> 'reason', j.value ->> 'limits', \
+    j.value ->> 'command', j.value ->> 'labels', j.value ->> 'log_cap', j.value ->> 'exit_code', j.value ->> 'reason', j.value ->> 'limits', \
     j.value ->> 'created_at', j.value ->> 'started_at', j.value ->> 'finished_at' \
 FROM json_each(?) AS j, (SELECT COALESCE(MAX(seq), 0) AS seq FROM jobs) AS last;
 UPDATE jobs SET status = c.value ->> 'status', \
@@ -425,11 +450,12 @@ ORDER BY k"
 /// stored before the statement (which is what a statement's snapshot holds), `k` being its place
 /// among the batch's rows of that job.
 const POSTGRES_INSERT_JOBS: &str = "INSERT INTO jobs (job_id, mission_id, user_id, station_id, requested_lz_id, \
-    lz_id, status, cpu_count, memory_amount, gpu_count, time_limit, gpu_indices, command, labels, exit_code, reason, limits, \
-    created_at, started_at, finished_at) \
+    lz_id, status, cpu_count, memory_amount, gpu_count, time_limit, gpu_indices, command, labels, log_cap, exit_code, reason, \
+    limits, created_at, started_at, finished_at) \
 SELECT j ->> 'job_id', j ->> 'mission_id', j ->> 'user_id', j ->> 'station_id', j ->> 'requested_lz_id', \
     j ->> 'lz_id', j ->> 'status', (j ->> 'cpu_count')::bigint, (j ->> 'memory_amount')::bigint, \
-    (j ->> 'gpu_count')::bigint, (j ->> 'time_limit')::bigint, j ->> 'gpu_indices', j ->> 'command', j ->> 'labels', (j ->> 'exit_code')::bigint, j ->> 'reason', \
+    (j ->> 'gpu_count')::bigint, (j ->> 'time_limit')::bigint, j ->> 'gpu_indices', j ->> 'command', j ->> 'labels', \
+    (j ->> 'log_cap')::bigint, (j ->> 'exit_code')::bigint, j ->> 'reason', \
     j ->> 'limits', (j ->> 'created_at')::bigint, (j ->> 'started_at')::bigint, (j ->> 'finished_at')::bigint \
 FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS batch (j, k) ORDER BY k";
 
@@ -512,6 +538,7 @@ impl JobBatch {
                 "gpu_indices": join_indices(&job.gpu_indices),
                 "command": serde_json::to_string(&job.command).expect("strings serialise"),
                 "labels": serde_json::to_string(&job.labels).expect("strings serialise"),
+                "log_cap": job.log_cap,
                 "exit_code": job.exit_code,
                 "reason": job.reason,
                 "limits": job.limits,
@@ -615,6 +642,8 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
         gpu_indices,
         command: r.json("command")?,
         labels: r.json("labels")?,
+        log_cap: r.opt_int("log_cap")?.map(|cap| cap as u64),
+        log_truncated: r.flag("log_truncated")?,
         exit_code,
         reason: r.opt_text("reason")?,
         limits: r.opt_text("limits")?,

@@ -30,6 +30,7 @@ const MIGRATIONS: &Migrations = &[
     (15, "mission_labels", include_str!("../../migrations/sqlite/0015_mission_labels.sql")),
     (16, "events", include_str!("../../migrations/sqlite/0016_events.sql")),
     (17, "webhooks", include_str!("../../migrations/sqlite/0017_webhooks.sql")),
+    (18, "job_log_cap", include_str!("../../migrations/sqlite/0018_job_log_cap.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

@@ -163,21 +163,58 @@ async fn postgres_keeps_job_logs_in_chunks() {
     let (mission, _) = story::mission_with_lz(&store).await;
     let job = story::job(&mission, story::LOCAL_STATION);
     store.save_jobs(std::slice::from_ref(&job), &[]).await.unwrap();
-    assert_eq!(db.log_size(job.job_id, "stdout").await.unwrap(), None);
+    assert_eq!(db.log_state(job.job_id, "stdout").await.unwrap(), (0, None));
     db.append_log(job.job_id, "stdout", 0, b"hello ").await.unwrap();
     db.append_log(job.job_id, "stdout", 6, b"world\n").await.unwrap();
     db.append_log(job.job_id, "stderr", 0, b"oops\n").await.unwrap();
     assert!(matches!(db.append_log(job.job_id, "stdout", 6, b"again").await, Err(StoreError::Conflict(_))));
-    assert_eq!(db.log_size(job.job_id, "stdout").await.unwrap().map(|(size, _)| size), Some(12));
-    assert_eq!(db.read_log(job.job_id, "stdout", 0).await.unwrap(), b"hello world\n");
-    assert_eq!(db.read_log(job.job_id, "stdout", 8).await.unwrap(), b"rld\n");
-    assert_eq!(db.read_log(job.job_id, "stderr", 0).await.unwrap(), b"oops\n");
+    assert_eq!(db.log_state(job.job_id, "stdout").await.unwrap(), (12, None));
+    assert_eq!(db.read_log(job.job_id, "stdout", 0).await.unwrap(), (b"hello world\n".to_vec(), None));
+    assert_eq!(db.read_log(job.job_id, "stdout", 8).await.unwrap(), (b"rld\n".to_vec(), None));
+    assert_eq!(db.read_log(job.job_id, "stderr", 0).await.unwrap(), (b"oops\n".to_vec(), None));
     let (size, sha256, _) = db.log_summary(job.job_id, "stdout").await.unwrap().unwrap();
     let digest = ring::digest::digest(&ring::digest::SHA256, b"hello world\n");
     assert_eq!((size, sha256), (12, digest.as_ref().iter().map(|b| format!("{b:02x}")).collect::<String>()));
     // The chunks go with the job.
     store.delete_mission(mission.mission_id).await.unwrap();
-    assert_eq!(db.log_size(job.job_id, "stdout").await.unwrap(), None);
+    assert_eq!(db.log_state(job.job_id, "stdout").await.unwrap(), (0, None));
+}
+
+/// Replicas keep the tail of a log past its cap in the database too, and seal it there.
+#[tokio::test]
+async fn postgres_keeps_the_head_and_tail_of_a_log_past_its_cap() {
+    use mission_server::job_logs::{JobLogs, LogStream, truncation_marker};
+    let Some(database) = mission_testkit::PostgresDatabase::create().await else { return };
+    let store = Store::open(&database.url).await.unwrap();
+    let logs = JobLogs::in_database(store.cluster().unwrap());
+    let (mission, _) = story::mission_with_lz(&store).await;
+    let job = story::job(&mission, story::LOCAL_STATION);
+    store.save_jobs(std::slice::from_ref(&job), &[]).await.unwrap();
+    let ids = (mission.mission_id, job.job_id);
+    let output: Vec<u8> = (0..10_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    // Chunks shorter than the tail, each sent twice as a retrying agent would.
+    for (i, piece) in output.chunks(70).enumerate() {
+        for _ in 0..2 {
+            logs.append(ids.0, ids.1, LogStream::Stdout, (i * 70) as u64, piece, 1024).await.unwrap();
+        }
+    }
+    let marker = truncation_marker(1024);
+    let read = |from| logs.read(ids.0, ids.1, LogStream::Stdout, from);
+    let running = read(0).await.unwrap();
+    assert_eq!(running, [&output[..1024], marker.as_bytes()].concat());
+    assert_eq!(read(1030).await.unwrap(), &marker.as_bytes()[6..]);
+    // The head stays at the cap, while the output received counts everything.
+    let db = store.cluster().unwrap();
+    assert_eq!(db.log_state(ids.1, "stdout").await.unwrap(), (1024, Some(10_000)));
+    logs.seal(ids.0, ids.1).await.unwrap();
+    let sealed = read(0).await.unwrap();
+    assert_eq!(sealed, [&output[..1024], marker.as_bytes(), &output[10_000 - 256..]].concat());
+    assert_eq!(read(running.len() as u64).await.unwrap(), &output[10_000 - 256..]);
+    // Sealing again, and late output, change nothing.
+    logs.seal(ids.0, ids.1).await.unwrap();
+    logs.append(ids.0, ids.1, LogStream::Stdout, 10_000, b"late", 1024).await.unwrap();
+    assert_eq!(read(0).await.unwrap(), sealed);
+    assert_eq!(db.log_state(ids.1, "stdout").await.unwrap(), (sealed.len() as u64, None));
 }
 
 /// Replicas share the sign-in brakes: failures and a rate per key.

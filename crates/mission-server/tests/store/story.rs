@@ -99,6 +99,8 @@ pub(crate) fn job(mission: &Mission, station_id: Uuid) -> Job {
         gpu_indices: Vec::new(),
         command: vec!["sh".into(), "run.sh".into()],
         labels: Default::default(),
+        log_cap: None,
+        log_truncated: false,
         exit_code: None,
         reason: None,
         limits: None,
@@ -759,7 +761,15 @@ pub async fn job_listings_results_and_agents(store: &Store) {
     jobs[0].labels = label(&[("sweep", "a"), ("team/x.y", "say \"hi\"")]);
     jobs[3].labels = label(&[("sweep", "a")]);
     jobs[4].labels = label(&[("sweep", "b")]);
+    jobs[1].log_cap = Some(4096);
     store.save_jobs(&jobs, &[]).await.unwrap();
+    // A log cap asked for is kept; a job whose output passed it is found among others.
+    assert_eq!(store.job_row(jobs[1].job_id).await.unwrap().unwrap().log_cap, Some(4096));
+    store.mark_log_truncated(jobs[1].job_id).await.unwrap();
+    assert!(store.job_row(jobs[1].job_id).await.unwrap().unwrap().log_truncated);
+    let ended = [jobs[0].job_id, jobs[1].job_id, jobs[2].job_id];
+    assert_eq!(store.truncated_logs(&ended).await.unwrap(), [(m.mission_id, jobs[1].job_id)]);
+    assert_eq!(store.truncated_logs(&[]).await.unwrap(), []);
     let placed = JobUpdate { lz_id: Some(Some(lz)), ..moved(jobs[0].job_id, JobStatus::Running) };
     store.save_jobs(&[], &[placed, moved(jobs[1].job_id, JobStatus::Failed)]).await.unwrap();
 

@@ -129,8 +129,7 @@ pub async fn run(
         cpu_count: req.cpu_count,
         memory_amount: req.memory_amount,
         gpu_count: req.gpu_count,
-        time_limit: None,
-        labels: Default::default(),
+        ..Default::default()
     };
     let (_, job) = jobs::run(State(app.clone()), who, Path(id), ApiJson(run)).await?;
     Ok(ok(serde_json::json!({ "job": galileo_jobs(&app, vec![job.0]).await?.remove(0) })))

@@ -15,6 +15,7 @@ them promptly.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import hmac
 import json
@@ -44,6 +45,7 @@ from ._types import (
     FileListing,
     Job,
     JobTransition,
+    JobUsage,
     LandingZone,
     Mission,
     MissionType,
@@ -55,6 +57,7 @@ from ._types import (
     StationMember,
     Tokens,
     TransferSummary,
+    UsageSummary,
     User,
     Webhook,
     WebhookDelivery,
@@ -71,6 +74,7 @@ __all__ = [
     "FileListing",
     "Job",
     "JobTransition",
+    "JobUsage",
     "LandingZone",
     "Mission",
     "MissionType",
@@ -82,6 +86,7 @@ __all__ = [
     "StationMember",
     "Tokens",
     "TransferSummary",
+    "UsageSummary",
     "User",
     "Webhook",
     "WebhookDelivery",
@@ -424,6 +429,16 @@ class Client:
                  "statuses": list(statuses or []), "labels": sorted((labels or {}).items()),
                  "page": page, "items": items}
         return _many(Job, self._native.list_jobs(json.dumps(query)))
+
+    def job_usage(self, mission_ids: Optional[List[Id]] = None,
+                  since: Optional[datetime.datetime] = None) -> UsageSummary:
+        """What your ended jobs used, summed: count, wall and CPU hours, CPU-hours held, mean CPU
+        efficiency, and how many asked for more than twice the memory they used at their peak.
+        ``since`` (a time; naive ones are UTC) counts only jobs that ended at or after it."""
+        if since is not None and since.tzinfo is None:
+            since = since.replace(tzinfo=datetime.timezone.utc)
+        query = _drop_none({"mission_ids": _ids(mission_ids), "since": since.isoformat() if since else None})
+        return _one(UsageSummary, self._native.job_usage(json.dumps(query)))
 
     def set_job_labels(self, job_id: Id, labels: Dict[str, str]) -> Job:
         """Replaces a job's labels (all of them) and answers the job."""

@@ -136,6 +136,29 @@ class JobTransition(_Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class JobUsage(_Record):
+    """What a job used, as its landing zone measured it: seconds of wall and CPU time, CPU time
+    over the CPUs it held times its wall time, and its peak memory in megabytes."""
+
+    wall_time: float
+    cpu_time: Optional[float] = None
+    cpu_efficiency: Optional[float] = None
+    peak_memory: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class UsageSummary(_Record):
+    """What your ended jobs used, summed (``Client.job_usage``)."""
+
+    jobs: int
+    wall_hours: float
+    cpu_hours: float
+    cpu_hours_held: float
+    mean_cpu_efficiency: Optional[float]
+    over_requested_memory: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Job(_Record):
     """A run of a mission on a station: ``status`` is one of queued, assigned, staging, running,
     uploading, completed, failed, stopped, lost."""
@@ -163,6 +186,7 @@ class Job(_Record):
     labels: Dict[str, str] = dataclasses.field(default_factory=dict)
     log_cap: Optional[int] = None
     log_truncated: bool = False
+    usage: Optional[JobUsage] = dataclasses.field(default=None, metadata={"of": JobUsage})
 
 
 @dataclasses.dataclass(frozen=True)

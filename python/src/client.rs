@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use mission_client::{
     Client, CreateCargoBay, CreateMission, CreateStation, CreateWebhook, ListDeliveries, ListJobs, ListMissions,
-    LogStream, RegisterLandingZone, RunJob, UpdateMission,
+    LogStream, RegisterLandingZone, RunJob, UpdateMission, UsageQuery,
 };
 use pyo3::exceptions::PyTimeoutError;
 use pyo3::prelude::*;
@@ -168,6 +168,11 @@ impl NativeClient {
     fn list_jobs(&self, py: Python<'_>, query: &str) -> PyResult<String> {
         let options: ListJobs = request("list_jobs", query)?;
         block_on(py, self.client.list_jobs(&options)).map(|j| json(&j))
+    }
+
+    fn job_usage(&self, py: Python<'_>, query: &str) -> PyResult<String> {
+        let which: UsageQuery = request("job_usage", query)?;
+        block_on(py, self.client.job_usage(&which)).map(|u| json(&u))
     }
 
     fn set_job_labels(&self, py: Python<'_>, job_id: &str, labels: &str) -> PyResult<String> {

@@ -1,5 +1,7 @@
 """Jobs, on the server's embedded landing zone, through the package."""
 
+import datetime
+
 import pytest
 
 import mission
@@ -150,3 +152,17 @@ def test_calls_from_other_threads_go_on_while_one_waits(client, tmp_path):
     waiter.join(timeout=60)
     assert calls == 20 and still_waiting, f"only {calls} calls went through while another thread waited"
     assert waited["job"].status == "completed"
+
+
+def test_a_finished_job_says_what_it_used_and_the_summary_counts_it(client, tmp_path):
+    before = datetime.datetime.now(datetime.timezone.utc)
+    job = run_script(client, tmp_path, "py-usage", "echo used\n")
+    done = client.wait_for_job(job.job_id, timeout=120)
+    assert isinstance(done.usage, mission.JobUsage), done
+    assert done.usage.wall_time >= 0
+    summary = client.job_usage(mission_ids=[job.mission_id], since=before)
+    assert isinstance(summary, mission.UsageSummary)
+    assert summary.jobs == 1
+    assert client.job_usage(since=datetime.datetime.now() + datetime.timedelta(days=1)).jobs == 0
+    with pytest.raises(mission.Invalid, match="UUID"):
+        client.job_usage(mission_ids=["not-an-id"])

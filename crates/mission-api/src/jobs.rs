@@ -144,6 +144,9 @@ pub struct Job {
     /// where the rest was dropped.
     #[serde(default)]
     pub log_truncated: bool,
+    /// What it used, once it ended (where its landing zone measured it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<JobUsage>,
     /// The program's exit status, once it exited.
     pub exit_code: Option<i32>,
     /// Why it failed, was stopped or was lost (`"out of memory"`, `"exit status 3"`, …).
@@ -193,6 +196,61 @@ pub struct RunJob {
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole_number")]
     pub log_cap: Option<u64>,
 }
+
+/// What a job used, as its landing zone measured it: from the job's cgroup on a host, from
+/// `sacct` on a Slurm cluster.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobUsage {
+    /// Seconds its program ran.
+    pub wall_time: f64,
+    /// CPU seconds its processes used (user and system), where measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_time: Option<f64>,
+    /// CPU time over the CPUs it held times its wall time: 1 when it kept every CPU it asked
+    /// for busy. Computed by the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_efficiency: Option<f64>,
+    /// The most memory it held at once, in megabytes (rounded up), where measured; compare with
+    /// `memory_amount`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_memory: Option<u64>,
+}
+
+/// Its figures are never NaN (none is a quotient by zero), so equality is an equivalence.
+impl Eq for JobUsage {}
+
+impl JobUsage {
+    /// Fills in [`JobUsage::cpu_efficiency`] for a job that held `cpus`.
+    pub fn with_efficiency(mut self, cpus: u32) -> Self {
+        self.cpu_efficiency = self
+            .cpu_time
+            .filter(|_| self.wall_time > 0.0 && cpus > 0)
+            .map(|cpu| cpu / (f64::from(cpus) * self.wall_time));
+        self
+    }
+}
+
+/// Answer of `GET /api/v1/jobs/usage`: what the caller's ended jobs used, summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct UsageSummary {
+    /// Jobs that ended and reported what they used.
+    pub jobs: u64,
+    /// Hours of wall time they ran, together.
+    pub wall_hours: f64,
+    /// CPU-hours they used (CPU time).
+    pub cpu_hours: f64,
+    /// CPU-hours they held: the CPUs each asked for times its wall time.
+    pub cpu_hours_held: f64,
+    /// The mean of their CPU efficiencies, where measured.
+    pub mean_cpu_efficiency: Option<f64>,
+    /// Jobs whose peak memory was less than half the memory they asked for.
+    pub over_requested_memory: u64,
+}
+
+/// Its sums are never NaN, so equality is an equivalence.
+impl Eq for UsageSummary {}
 
 /// The smallest log cap a job may ask for, in bytes.
 pub const MIN_LOG_CAP: u64 = 1024;

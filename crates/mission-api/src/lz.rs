@@ -161,6 +161,9 @@ pub struct Report {
     /// How limits were enforced (with `running`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<String>,
+    /// What the job used (with a final status, where measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::JobUsage>,
 }
 
 /// Names of the two output streams in `POST /api/v1/lz/jobs/{id}/logs/{stream}`.

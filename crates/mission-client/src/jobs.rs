@@ -58,6 +58,17 @@ impl Default for ListJobs {
     }
 }
 
+/// Which jobs [`Client::job_usage`] sums: the default is all the caller's ended jobs. Readable
+/// from JSON, fields left out taking their defaults (for the Python package).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UsageQuery {
+    /// Only these missions' jobs.
+    pub mission_ids: Vec<Uuid>,
+    /// Only jobs that ended at or after this time.
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+}
+
 /// Which output of a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogStream {
@@ -214,6 +225,16 @@ impl Client {
         query.extend(options.statuses.iter().map(|s| ("statuses", s.as_str().to_owned())));
         query.extend(options.labels.iter().map(|(key, value)| ("label", format!("{key}={value}"))));
         self.get_json("/jobs", &query).await
+    }
+
+    /// What the caller's ended jobs used, summed (`GET /jobs/usage`): count, wall and CPU
+    /// hours, mean CPU efficiency, and the jobs that asked for more than twice the memory they
+    /// used.
+    pub async fn job_usage(&self, query: &UsageQuery) -> Result<mission_api::UsageSummary, Error> {
+        let mut pairs: Vec<(&str, String)> =
+            query.mission_ids.iter().map(|id| ("mission_ids", id.to_string())).collect();
+        pairs.extend(query.since.map(|t| ("since", t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))));
+        self.get_json("/jobs/usage", &pairs).await
     }
 
     /// Replaces a job's labels; answers the job.

@@ -35,7 +35,7 @@ pub use client::{Client, LoginOptions};
 pub use error::{Error, SignInError};
 pub use events::{EventStream, WatchEvents};
 pub use files::{DEFAULT_CONCURRENCY, TransferObserver, TransferOptions, TransferSummary, file_line};
-pub use jobs::{JobResources, ListJobs, LogEvent, LogFollow, LogStream};
+pub use jobs::{JobResources, ListJobs, LogEvent, LogFollow, LogStream, UsageQuery};
 pub use missions::ListMissions;
 pub use webhooks::ListDeliveries;
 
@@ -48,8 +48,8 @@ pub use mission_api::webhooks as webhook_signing;
 pub use mission_api::{
     AuthConfig, CargoBay, CargoBayKind, CreateCargoBay, CreateMission, CreateStation, CreateWebhook,
     DEFAULT_CARGO_BAY_ID, DEFAULT_STATION_NAME, DeliveryStatus, DeviceAuthorization, Event, FileListing, Job, JobPage,
-    JobStatus, JobTransition, Labels, LandingZone, Mission, MissionPage, MissionType, MissionTypeSummary, Problem,
-    RegisterLandingZone, RegisteredLandingZone, Resources, RunJob, Station, StationMember, UpdateJob, UpdateMission,
-    User, Webhook, WebhookDelivery,
+    JobStatus, JobTransition, JobUsage, Labels, LandingZone, Mission, MissionPage, MissionType, MissionTypeSummary,
+    Problem, RegisterLandingZone, RegisteredLandingZone, Resources, RunJob, Station, StationMember, UpdateJob,
+    UpdateMission, UsageSummary, User, Webhook, WebhookDelivery,
 };
 pub use uuid::Uuid;

@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use mission_api::JobStatus;
 use mission_api::lz::{Hello, Order, Report};
+use mission_api::{JobStatus, JobUsage};
 use tokio::sync::{mpsc, watch};
 use uuid::Uuid;
 
@@ -19,7 +19,7 @@ use crate::cache::InputCache;
 use crate::client::{Heartbeat, LzClient, SessionEnd, Timings};
 use crate::detect::Overrides;
 use crate::runner::Runner;
-use crate::runner::process::ProcessRunner;
+use crate::runner::process::{Outcome, ProcessRunner};
 use crate::runner::slurm::{SlurmConfig, SlurmRunner};
 use crate::sandbox::{SandboxConfig, SandboxError};
 
@@ -140,15 +140,29 @@ impl Agent {
         reason: Option<String>,
         limits: Option<String>,
     ) {
-        let report = Report { job_id, status, at: chrono::Utc::now(), exit_code, reason, limits };
+        let report = Report { job_id, status, at: chrono::Utc::now(), exit_code, reason, limits, usage: None };
+        let _ = self.reports.send(report);
+    }
+
+    /// Queues the report of a job's end: its final status, exit code and reason, and what it
+    /// used where that was measured.
+    pub fn report_end(&self, job_id: Uuid, (status, exit_code, reason): Outcome, usage: Option<JobUsage>) {
+        let report = Report { job_id, status, at: chrono::Utc::now(), exit_code, reason, limits: None, usage };
         let _ = self.reports.send(report);
     }
 
     /// Queues the report that a job's program started at `at` (seen after the fact, as in a
     /// batch system), with how its limits are enforced.
     pub fn report_started(&self, job_id: Uuid, at: chrono::DateTime<chrono::Utc>, limits: String) {
-        let report =
-            Report { job_id, status: JobStatus::Running, at, exit_code: None, reason: None, limits: Some(limits) };
+        let report = Report {
+            job_id,
+            status: JobStatus::Running,
+            at,
+            exit_code: None,
+            reason: None,
+            limits: Some(limits),
+            usage: None,
+        };
         let _ = self.reports.send(report);
     }
 

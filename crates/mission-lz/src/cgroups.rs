@@ -46,6 +46,9 @@ enum Host {
         memory: PathBuf,
         /// Parent of the job groups in the cpu hierarchy.
         cpu: PathBuf,
+        /// Parent of the job groups in the cpuacct hierarchy, where it is not the cpu one's
+        /// (then the job's CPU time is counted there); `None` when they are mounted together.
+        cpuacct: Option<PathBuf>,
         /// Whether swap is accounted (`memory.memsw.*` exists).
         memsw: bool,
     },
@@ -74,6 +77,21 @@ pub struct JobCgroup {
     /// The group's OOM-kill count when its current job started; `None` where the kernel does
     /// not count them (then `memory.failcnt` is reset at the start instead).
     oom_base: Option<u64>,
+    /// The group's CPU time, in nanoseconds, when its current job started.
+    cpu_base: Option<u64>,
+    /// v2: `memory.peak`, opened and reset as the current job started (kernels since 6.12 keep
+    /// a peak per open file); `None` where it cannot be reset, and then the group is not reused,
+    /// so that the peak a new group shows is its one job's.
+    peak: Option<std::fs::File>,
+}
+
+/// What a job's group measured of it: CPU seconds and the most bytes of memory it held.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Measured {
+    /// CPU time of all its processes, in seconds.
+    pub cpu_seconds: Option<f64>,
+    /// Its peak memory (as the limit counts it: the page cache it caused included), in bytes.
+    pub peak_memory: Option<u64>,
 }
 
 fn write(path: &Path, value: &str) -> std::io::Result<()> {
@@ -108,7 +126,7 @@ fn remove_stale_groups(parent: &Path) {
             continue;
         };
         if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
-            let group = JobCgroup { dirs: vec![entry.path()], v2: false, limits: None, oom_base: None };
+            let group = JobCgroup::at(vec![entry.path()], false);
             if !group.kill_all() {
                 tracing::warn!("could not empty the stale job group {}", entry.path().display());
             }
@@ -182,7 +200,11 @@ impl Cgroups {
     /// Takes back a group whose job has ended, killing whatever the job left running in it:
     /// kept for the next job when it is then empty and holds little memory, removed otherwise.
     pub fn give_back(&self, group: JobCgroup) {
-        if group.kill_all() && group.charged_memory().is_some_and(|bytes| bytes <= REUSE_MAX_CHARGED) {
+        let measurable_again = !group.v2 || group.peak.is_some();
+        if measurable_again
+            && group.kill_all()
+            && group.charged_memory().is_some_and(|bytes| bytes <= REUSE_MAX_CHARGED)
+        {
             let mut idle = self.idle.lock().expect("not poisoned");
             if idle.len() < MAX_IDLE {
                 idle.push(group);
@@ -198,10 +220,12 @@ impl Cgroups {
         let fail = |what: &Path, e: std::io::Error| format!("{}: {e}", what.display());
         let group = match &self.host {
             Host::Unavailable(why) => return Err(why.clone()),
-            Host::V1 { memory, cpu, .. } => {
-                JobCgroup { dirs: vec![memory.join(&name), cpu.join(&name)], v2: false, limits: None, oom_base: None }
+            Host::V1 { memory, cpu, cpuacct, .. } => {
+                let mut dirs = vec![memory.join(&name), cpu.join(&name)];
+                dirs.extend(cpuacct.as_ref().map(|parent| parent.join(&name)));
+                JobCgroup::at(dirs, false)
             }
-            Host::V2 { parent } => JobCgroup { dirs: vec![parent.join(&name)], v2: true, limits: None, oom_base: None },
+            Host::V2 { parent } => JobCgroup::at(vec![parent.join(&name)], true),
         };
         for (i, dir) in group.dirs.iter().enumerate() {
             if let Err(e) = std::fs::create_dir(dir) {
@@ -237,7 +261,10 @@ impl Host {
         match (parent("memory", "memory"), parent("cpu", "cpu")) {
             (Ok(memory), Ok(cpu)) => {
                 let memsw = memory.join("memory.memsw.limit_in_bytes").exists();
-                Self::V1 { memory, cpu, memsw }
+                // Without cpuacct, a job's CPU time is not measured; its limits still hold.
+                let separate = !cpu.join("cpuacct.usage").exists() && Path::new(ROOT).join("cpuacct").is_dir();
+                let cpuacct = separate.then(|| parent("cpuacct", "cpuacct").ok()).flatten();
+                Self::V1 { memory, cpu, cpuacct, memsw }
             }
             (Err(e), _) | (_, Err(e)) => Self::Unavailable(format!("cgroup v1: {e}")),
         }
@@ -334,7 +361,61 @@ impl JobCgroup {
         if self.oom_base.is_none() {
             let _ = write(&self.dirs[0].join("memory.failcnt"), "0");
         }
+        self.cpu_base = self.cpu_nanos();
+        if self.v2 {
+            self.peak = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(self.dirs[0].join("memory.peak"))
+                .and_then(|mut peak| std::io::Write::write_all(&mut peak, b"reset\n").map(|()| peak))
+                .ok();
+        } else {
+            // Writing 0 starts the high-water mark again from what is charged now.
+            let _ = write(&self.dirs[0].join("memory.max_usage_in_bytes"), "0");
+        }
         Ok(())
+    }
+
+    /// A group at `dirs` with no job yet.
+    fn at(dirs: Vec<PathBuf>, v2: bool) -> Self {
+        Self { dirs, v2, limits: None, oom_base: None, cpu_base: None, peak: None }
+    }
+
+    /// The CPU time the group's processes used so far, in nanoseconds.
+    fn cpu_nanos(&self) -> Option<u64> {
+        if self.v2 {
+            let stat = std::fs::read_to_string(self.dirs[0].join("cpu.stat")).ok()?;
+            let micros: u64 = stat.lines().find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok())?;
+            return Some(micros * 1000);
+        }
+        self.dirs[1..]
+            .iter()
+            .find_map(|dir| std::fs::read_to_string(dir.join("cpuacct.usage")).ok()?.trim().parse().ok())
+    }
+
+    /// What the current job used, read as it ends (before the group is given back).
+    pub fn measure(&self) -> Measured {
+        let cpu_seconds = self.cpu_base.zip(self.cpu_nanos()).map(|(base, now)| now.saturating_sub(base) as f64 / 1e9);
+        let peak_memory = if self.v2 {
+            match &self.peak {
+                Some(file) => {
+                    use std::io::{Read, Seek};
+                    let mut text = String::new();
+                    let mut file = file;
+                    file.seek(std::io::SeekFrom::Start(0)).ok().and_then(|_| file.read_to_string(&mut text).ok());
+                    text.trim().parse().ok()
+                }
+                // Not reset: a group's first job, whose peak is the group's.
+                None => {
+                    std::fs::read_to_string(self.dirs[0].join("memory.peak")).ok().and_then(|t| t.trim().parse().ok())
+                }
+            }
+        } else {
+            std::fs::read_to_string(self.dirs[0].join("memory.max_usage_in_bytes"))
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+        };
+        Measured { cpu_seconds, peak_memory }
     }
 
     /// The kernel's count of OOM kills in the group, where it keeps one (v2, v1 since 4.13).

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::bail;
 use clap::{Args, Subcommand};
-use mission_client::{Client, Job, JobStatus, ListJobs, LogStream, RunJob, Uuid};
+use mission_client::{Client, Job, JobStatus, ListJobs, LogStream, RunJob, UsageQuery, Uuid};
 
 use super::files::{TransferArgs, report_download};
 use super::labels::{apply_label_changes, labels_text, parse_label_arg};
@@ -112,6 +112,20 @@ pub enum JobsCommand {
         /// Job id.
         job: Uuid,
     },
+    /// Sum what your ended jobs used: how many, wall and CPU hours, CPU-hours held (CPUs asked
+    /// for × wall time), mean CPU efficiency, and how many asked for more than twice the memory
+    /// they used at their peak. One job's own figures are in `jobs get`.
+    ///
+    ///   mission jobs usage --since 7d --mission 3f2a…
+    Usage {
+        /// Only this mission's jobs (repeat for several).
+        #[arg(long = "mission")]
+        missions: Vec<Uuid>,
+        /// Only jobs that ended since: a time (2026-11-01, 2026-11-01T09:00:00Z) or an age (90m,
+        /// 24h, 7d).
+        #[arg(long, value_name = "TIME", value_parser = parse_since)]
+        since: Option<chrono::DateTime<chrono::Utc>>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -164,6 +178,9 @@ fn show(out: Output, job: &Job) {
         (false, Some(cap)) => fields.push(("log cap", Size(cap).to_string())),
         (false, None) => {}
     }
+    if let Some(usage) = &job.usage {
+        fields.push(("usage", usage_text(usage, job.memory_amount)));
+    }
     if let Some(code) = job.exit_code {
         fields.push(("exit code", code.to_string()));
     }
@@ -211,6 +228,50 @@ async fn follow(client: &Client, job_id: Uuid) -> anyhow::Result<()> {
     out?;
     err?;
     Ok(())
+}
+
+/// A job's usage in one line: `wall 12.3 s, CPU 10.1 s (82% of 1 CPU), peak 230 MB of 1024 MB`.
+fn usage_text(usage: &mission_api::JobUsage, memory_mb: u64) -> String {
+    let mut text = format!("wall {:.1} s", usage.wall_time);
+    if let Some(cpu) = usage.cpu_time {
+        text.push_str(&format!(", CPU {cpu:.1} s"));
+        if let Some(efficiency) = usage.cpu_efficiency {
+            text.push_str(&format!(" ({:.0}% efficient)", efficiency * 100.0));
+        }
+    }
+    if let Some(peak) = usage.peak_memory {
+        text.push_str(&format!(", peak memory {peak} MB of {memory_mb} MB"));
+    }
+    text
+}
+
+/// A point in time from an RFC 3339 time, a date (midnight UTC), or an age before now (`90m`,
+/// `24h`, `7d`).
+fn parse_since(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    let text = text.trim();
+    if let Ok(time) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Ok(time.to_utc());
+    }
+    if let Ok(date) = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        return Ok(date.and_hms_opt(0, 0, 0).expect("midnight exists").and_utc());
+    }
+    let age = text
+        .char_indices()
+        .last()
+        .and_then(|(i, unit)| {
+            let minutes = match unit {
+                'm' => 1,
+                'h' => 60,
+                'd' => 24 * 60,
+                _ => return None,
+            };
+            text[..i].parse::<i64>().ok()?.checked_mul(minutes)
+        })
+        .and_then(chrono::Duration::try_minutes)
+        .ok_or_else(|| {
+            format!("expected a time (2026-11-01, 2026-11-01T09:00:00Z) or an age (90m, 24h, 7d), got {text:?}")
+        })?;
+    Ok(chrono::Utc::now() - age)
 }
 
 /// A time limit in minutes from `90`, `90m`, `2h` or `1d`.
@@ -335,6 +396,22 @@ impl JobsCommand {
                 };
                 out.done(&job, &message);
             }
+            JobsCommand::Usage { missions, since } => {
+                let summary = client.job_usage(&UsageQuery { mission_ids: missions, since }).await?;
+                let efficiency =
+                    summary.mean_cpu_efficiency.map_or_else(|| "-".to_owned(), |e| format!("{:.0}%", e * 100.0));
+                out.record(
+                    &summary,
+                    vec![
+                        ("jobs", summary.jobs.to_string()),
+                        ("wall hours", format!("{:.2}", summary.wall_hours)),
+                        ("CPU hours used", format!("{:.2}", summary.cpu_hours)),
+                        ("CPU hours held", format!("{:.2}", summary.cpu_hours_held)),
+                        ("mean CPU efficiency", efficiency),
+                        ("memory over-requested (>2x)", format!("{} jobs", summary.over_requested_memory)),
+                    ],
+                );
+            }
             JobsCommand::Results { job } => {
                 let files = client.list_job_results(job).await?;
                 let rows =
@@ -353,7 +430,20 @@ impl JobsCommand {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_time_limit;
+    use super::{parse_since, parse_time_limit};
+
+    #[test]
+    fn since_is_read_as_a_time_a_date_or_an_age() {
+        let at = |text| parse_since(text).unwrap();
+        assert_eq!(at("2026-11-01T09:00:00Z").to_rfc3339(), "2026-11-01T09:00:00+00:00");
+        assert_eq!(at("2026-11-01").to_rfc3339(), "2026-11-01T00:00:00+00:00");
+        let age = chrono::Utc::now() - at("7d");
+        assert!((age.num_minutes() - 7 * 24 * 60).abs() <= 1, "{age}");
+        assert!((chrono::Utc::now() - at("90m")).num_minutes() >= 89);
+        for bad in ["yesterday", "7w", "-", ""] {
+            assert!(parse_since(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn time_limits_are_read_in_minutes_hours_or_days() {

@@ -1122,3 +1122,50 @@ async fn a_log_past_its_cap_keeps_its_head_and_tail_around_one_marker() {
     assert!(!plain.log_truncated);
     assert_eq!(alice.job_logs(plain.job_id, LogStream::Stdout).await.unwrap(), expected);
 }
+
+#[tokio::test]
+async fn a_finished_job_reports_what_it_used() {
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let alice = &server.client;
+    // 200 MB held at once (each page touched), and about a second of one CPU busy.
+    let py = "import time\nx = bytearray(200 * 1024 * 1024)\nfor i in range(0, len(x), 4096): x[i] = 1\n\
+              end = time.process_time() + 1.0\nwhile time.process_time() < end: pass\nprint('done')\n";
+    let m = mission(alice, PYTHON, &[("use.py", py)], &[]).await;
+    let before = chrono::Utc::now();
+    let resources = JobResources { cpu_count: Some(2), memory_amount: Some(1024), ..Default::default() };
+    let job = alice.run_job_on_station(m.mission_id, local_station(), resources).await.unwrap();
+    assert_eq!(job.usage, None, "a queued job has used nothing yet");
+    let done = alice.wait_for_job(job.job_id).await.unwrap();
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+    let usage = done.usage.expect("a finished job says what it used");
+    let ran = (done.finished_at.unwrap() - done.started_at.unwrap()).as_seconds_f64();
+    assert!(usage.wall_time >= 1.0 && usage.wall_time <= ran + 0.5, "{usage:?}, ran {ran} s");
+    let limits = done.limits.clone().unwrap_or_default();
+    if limits.starts_with("limits not enforced") {
+        assert!(std::env::var_os("MISSION_REQUIRE_CGROUPS").is_none(), "CI must have cgroups: {limits}");
+        eprintln!("SKIPPED the measured figures of a_finished_job_reports_what_it_used: {limits}");
+        return;
+    }
+    let cpu = usage.cpu_time.expect("CPU time from the cgroup");
+    assert!((1.0..usage.wall_time + 0.1).contains(&cpu), "{usage:?}");
+    let efficiency = usage.cpu_efficiency.unwrap();
+    assert!((efficiency - cpu / (2.0 * usage.wall_time)).abs() < 1e-9 && efficiency < 0.55, "{usage:?}");
+    let peak = usage.peak_memory.expect("peak memory from the cgroup");
+    assert!((200..320).contains(&peak), "peak {peak} MB for 200 MB held");
+
+    // The summary: it asked for 1024 MB and used about 200, so it over-requested.
+    let summary = alice.job_usage(&mission_client::UsageQuery::default()).await.unwrap();
+    assert_eq!((summary.jobs, summary.over_requested_memory), (1, 1), "{summary:?}");
+    assert!((summary.cpu_hours * 3600.0 - cpu).abs() < 1e-6, "{summary:?}");
+    assert!((summary.cpu_hours_held * 3600.0 - 2.0 * usage.wall_time).abs() < 1e-6, "{summary:?}");
+    assert!((summary.mean_cpu_efficiency.unwrap() - efficiency).abs() < 1e-9, "{summary:?}");
+    let of = |mission_ids, since| mission_client::UsageQuery { mission_ids, since };
+    assert_eq!(alice.job_usage(&of(vec![m.mission_id], Some(before))).await.unwrap(), summary);
+    assert_eq!(alice.job_usage(&of(vec![], Some(chrono::Utc::now()))).await.unwrap().jobs, 0);
+    assert_eq!(alice.job_usage(&of(vec![Uuid::new_v4()], None)).await.unwrap().jobs, 0);
+    // Another user's summary does not count it.
+    server.add_user("bob", false).await;
+    let bob = server.sign_in("bob").await;
+    assert_eq!(bob.job_usage(&of(vec![], None)).await.unwrap().jobs, 0);
+}

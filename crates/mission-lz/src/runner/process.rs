@@ -21,7 +21,7 @@ use std::ffi::OsStr;
 use std::sync::Arc;
 
 use mission_api::lz::{Assignment, Gpu};
-use mission_api::{JobStatus, Resources};
+use mission_api::{JobStatus, JobUsage, Resources};
 use tokio::sync::watch;
 
 use super::{Offer, Runner};
@@ -129,12 +129,12 @@ impl Runner for ProcessRunner {
 /// Runs one job to its end and reports every move.
 async fn run_job(runner: Arc<ProcessRunner>, agent: Arc<Agent>, job: Assignment, stop: watch::Receiver<bool>) {
     let job_id = job.job_id;
-    let mut work = None;
-    let (status, exit_code, reason) = match run(&runner, &agent, &job, &mut work, stop).await {
+    let (mut work, mut usage) = (None, None);
+    let outcome = match run(&runner, &agent, &job, &mut work, &mut usage, stop).await {
         Ok(outcome) => outcome,
         Err(reason) => (JobStatus::Failed, None, Some(reason)),
     };
-    agent.report(job_id, status, exit_code, reason, None);
+    agent.report_end(job_id, outcome, usage);
     if let Some((dir, user)) = work {
         // The dir is the agent's again before its user may go to another job.
         let _ = tokio::task::spawn_blocking(move || {
@@ -148,12 +148,14 @@ async fn run_job(runner: Arc<ProcessRunner>, agent: Arc<Agent>, job: Assignment,
 /// A job's final status, exit code and reason.
 pub(crate) type Outcome = (JobStatus, Option<i32>, Option<String>);
 
-/// Stages, runs and settles the job; the work dir it ran in and its user are left in `work`.
+/// Stages, runs and settles the job; the work dir it ran in and its user are left in `work`,
+/// what its program used in `usage`.
 async fn run(
     runner: &Arc<ProcessRunner>,
     agent: &Arc<Agent>,
     job: &Assignment,
     work: &mut Option<(WorkDir, JobUser)>,
+    usage: &mut Option<JobUsage>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<Outcome, String> {
     if let Some(refusal) = runner.sandbox.refusal(job) {
@@ -190,6 +192,7 @@ async fn run(
     *work = Some((dir, user));
     let pid = rustix::process::Pid::from_raw(child.pid as i32);
     agent.report(job.job_id, JobStatus::Running, None, None, Some(limits));
+    let started = std::time::Instant::now();
     let forwarders = [("stdout", child.stdout.take()), ("stderr", child.stderr.take())].map(|(stream, fd)| {
         let (agent, job_id) = (agent.clone(), job.job_id);
         tokio::spawn(async move { forward_pipe(&agent.client, job_id, stream, output_pipe(fd)).await })
@@ -218,22 +221,29 @@ async fn run(
             (child.wait().await, Some(Ended::TimeLimit))
         }
     };
+    let wall_time = started.elapsed().as_secs_f64();
     // Whatever the program left running in the background ends with it (and lets go of the
-    // output pipes, so the forwarders finish); then the group is handed back (which kills what is
-    // left in it) and the work dir is searched for results, in one blocking step.
+    // output pipes, so the forwarders finish); then the group is measured and handed back (which
+    // kills what is left in it) and the work dir is searched for results, in one blocking step.
     kill_group();
     let settling = runner.clone();
-    let (oom, results) = tokio::task::spawn_blocking(move || {
-        let oom = group.is_some_and(|g| {
-            let oom = g.oom_killed();
+    let (oom, measured, results) = tokio::task::spawn_blocking(move || {
+        let (oom, measured) = group.map_or((false, None), |g| {
+            let (oom, measured) = (g.oom_killed(), g.measure());
             settling.cgroups.give_back(g);
-            oom
+            (oom, Some(measured))
         });
         settling.sandbox.end(uid);
-        (oom, changed_files(&root, &staged))
+        (oom, measured, changed_files(&root, &staged))
     })
     .await
     .map_err(|e| e.to_string())?;
+    *usage = Some(JobUsage {
+        wall_time,
+        cpu_time: measured.and_then(|m| m.cpu_seconds),
+        cpu_efficiency: None,
+        peak_memory: measured.and_then(|m| m.peak_memory).map(|bytes| bytes.div_ceil(1 << 20)),
+    });
     for forwarder in forwarders {
         let _ = forwarder.await;
     }

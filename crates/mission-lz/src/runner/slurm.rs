@@ -553,8 +553,8 @@ impl SlurmRunner {
 
     /// Reports the job's end and removes what it left.
     async fn settle(self: Arc<Self>, agent: &Agent, job_id: Uuid, outcome: Result<Outcome, String>) {
-        let (status, exit_code, reason) = outcome.unwrap_or_else(|why| (JobStatus::Failed, None, Some(why)));
-        agent.report(job_id, status, exit_code, reason, None);
+        let outcome = outcome.unwrap_or_else(|why| (JobStatus::Failed, None, Some(why)));
+        agent.report_end(job_id, outcome, None);
         let _ = tokio::task::spawn_blocking(move || self.forget(job_id)).await;
     }
 }

@@ -104,6 +104,7 @@ pub async fn run(
         exit_code: None,
         reason: None,
         limits: None,
+        usage: None,
         history: vec![JobTransition { status: JobStatus::Queued, at: now, detail: None }],
         created_at: now,
         started_at: None,
@@ -151,6 +152,42 @@ pub async fn list(
     }
     let (jobs, total) = app.store.jobs(&filter).await?;
     Ok(Json(JobPage { jobs, page: filter.page, items: filter.items, total }))
+}
+
+/// What the caller's ended jobs used, summed: count, wall and CPU hours, CPU-hours held, mean CPU
+/// efficiency, and how many asked for more than twice the memory they used at their peak.
+/// Filters: `mission_ids` (repeat for several), `since` (an RFC 3339 time the jobs ended at or
+/// after).
+#[utoipa::path(get, path = "/api/v1/jobs/usage", tag = "jobs",
+    params(("mission_ids" = Option<Vec<uuid::Uuid>>, Query, description = "only these missions' jobs"),
+        ("since" = Option<String>, Query, description = "only jobs that ended at or after this time (RFC 3339)")),
+    responses((status = 200, body = mission_api::UsageSummary), (status = 400, body = mission_api::Problem)))]
+pub async fn usage(
+    State(app): State<AppState>,
+    who: Principal,
+    QueryPairs(query): QueryPairs,
+) -> ApiResult<Json<mission_api::UsageSummary>> {
+    let (mut missions, mut since) = (Vec::new(), None);
+    for (key, value) in &query {
+        match key.as_str() {
+            "mission_ids" => missions.push(parse_id(key, value)?),
+            "since" => {
+                let time = chrono::DateTime::parse_from_rfc3339(value).map_err(|e| {
+                    ApiError::invalid_field("since", format!("expected a time like 2026-11-24T09:00:00Z: {e}"))
+                })?;
+                since = Some(time.to_utc());
+            }
+            other => {
+                return Err(ApiError::invalid(format!(
+                    "unknown query parameter {other:?}; filters are mission_ids, since"
+                )));
+            }
+        }
+    }
+    if missions.len() > 500 {
+        return Err(ApiError::invalid("at most 500 filter values per request"));
+    }
+    Ok(Json(app.store.usage_summary(who.user_id, &missions, since).await?))
 }
 
 /// The caller's jobs (everyone's, for admins) as they change: a `text/event-stream` whose `job`

@@ -637,6 +637,7 @@ impl State {
             update.reason = report.reason.clone();
             update.detail = report.reason;
             update.limits = report.limits;
+            update.usage = report.usage.filter(|_| status.is_final());
             placed.job.status = status;
             if update.reason.is_some() || status == JobStatus::Running {
                 placed.job.reason.clone_from(&update.reason);

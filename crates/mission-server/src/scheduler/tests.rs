@@ -137,6 +137,7 @@ impl Harness {
             exit_code: None,
             reason: None,
             limits: None,
+            usage: None,
             history: vec![JobTransition { status: JobStatus::Queued, at: store::now(), detail: None }],
             created_at: store::now(),
             started_at: None,
@@ -154,7 +155,7 @@ impl Harness {
 
     async fn report_why(&self, agent: &FakeAgent, job_id: Uuid, status: JobStatus, reason: Option<&str>) {
         let reason = reason.map(str::to_owned);
-        let report = Report { job_id, status, at: store::now(), exit_code: None, reason, limits: None };
+        let report = Report { job_id, status, at: store::now(), exit_code: None, reason, limits: None, usage: None };
         self.ask(Call::Reports { lz: agent.lz.clone(), reports: vec![report] }).await.unwrap();
     }
 

@@ -14,7 +14,14 @@ use super::{
 
 const JOB_COLUMNS: &str = "job_id, mission_id, user_id, station_id, requested_lz_id, lz_id, status, cpu_count, \
     memory_amount, gpu_count, time_limit, gpu_indices, command, labels, log_cap, log_truncated, exit_code, reason, \
-    limits, created_at, started_at, finished_at";
+    limits, wall_time, cpu_time, peak_memory, created_at, started_at, finished_at";
+
+/// [`Store::usage_summary`]'s sums, the user id bound next, other conditions pushed after.
+const USAGE_SUMMARY: &str = "SELECT COUNT(*) AS jobs, SUM(wall_time) AS wall, SUM(cpu_time) AS cpu, \
+    SUM(cpu_count * wall_time) AS held, \
+    AVG(CASE WHEN cpu_time IS NOT NULL AND wall_time > 0 THEN cpu_time / (cpu_count * wall_time) END) AS efficiency, \
+    COALESCE(SUM(CASE WHEN peak_memory * 2 < memory_amount THEN 1 ELSE 0 END), 0) AS over_requested \
+    FROM jobs WHERE wall_time IS NOT NULL AND user_id = ";
 
 /// The statuses a job ends in, as an SQL list.
 macro_rules! final_statuses {
@@ -193,6 +200,41 @@ impl Store {
             push_any_of(&mut q, "job_id", job_ids.iter().map(Uuid::to_string));
             let rows = { q.build().fetch_all(conn).await? };
             rows.iter().map(|r| Ok((r.uuid("mission_id")?, r.uuid("job_id")?))).collect()
+        })
+    }
+
+    /// What `user_id`'s jobs that ended (at or after `since`, of `mission_ids` when any are given)
+    /// used, summed over those that reported it.
+    pub async fn usage_summary(
+        &self,
+        user_id: Uuid,
+        mission_ids: &[Uuid],
+        since: Option<DateTime<Utc>>,
+    ) -> Result<mission_api::UsageSummary, StoreError> {
+        fn build<'q, DB>(user_id: Uuid, mission_ids: &[Uuid], since: Option<DateTime<Utc>>) -> QueryBuilder<'q, DB>
+        where
+            DB: sqlx::Database,
+            String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+            i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        {
+            let mut q = QueryBuilder::new(USAGE_SUMMARY);
+            q.push_bind(user_id.to_string());
+            if let Some(since) = since {
+                q.push(" AND finished_at >= ").push_bind(to_micros(since));
+            }
+            push_any_of(&mut q, "mission_id", mission_ids.iter().map(Uuid::to_string));
+            q
+        }
+        with_conn!(self, reader, |conn| {
+            let row = { build(user_id, mission_ids, since).build().fetch_one(conn).await? };
+            Ok(mission_api::UsageSummary {
+                jobs: row.count("jobs")?,
+                wall_hours: row.opt_real("wall")?.unwrap_or(0.0) / 3600.0,
+                cpu_hours: row.opt_real("cpu")?.unwrap_or(0.0) / 3600.0,
+                cpu_hours_held: row.opt_real("held")?.unwrap_or(0.0) / 3600.0,
+                mean_cpu_efficiency: row.opt_real("efficiency")?,
+                over_requested_memory: row.count("over_requested")?,
+            })
         })
     }
 
@@ -408,6 +450,9 @@ UPDATE jobs SET status = c.value ->> 'status', \
     exit_code = COALESCE(c.value ->> 'exit_code', jobs.exit_code), \
     reason = IIF(json_type(c.value, '$.reason') IS NULL, jobs.reason, c.value ->> 'reason'), \
     limits = COALESCE(c.value ->> 'limits', jobs.limits), \
+    wall_time = COALESCE(c.value ->> 'wall_time', jobs.wall_time), \
+    cpu_time = COALESCE(c.value ->> 'cpu_time', jobs.cpu_time), \
+    peak_memory = COALESCE(c.value ->> 'peak_memory', jobs.peak_memory), \
     started_at = IIF(json_type(c.value, '$.started_at') IS NULL, jobs.started_at, c.value ->> 'started_at'), \
     finished_at = COALESCE(c.value ->> 'finished_at', jobs.finished_at) \
 FROM json_each(?) AS c WHERE jobs.job_id = c.value ->> 'job_id';
@@ -466,6 +511,9 @@ const POSTGRES_CHANGE_JOBS: &str = "UPDATE jobs SET status = c ->> 'status', \
     exit_code = COALESCE((c ->> 'exit_code')::bigint, jobs.exit_code), \
     reason = CASE WHEN c ? 'reason' THEN c ->> 'reason' ELSE jobs.reason END, \
     limits = COALESCE(c ->> 'limits', jobs.limits), \
+    wall_time = COALESCE((c ->> 'wall_time')::double precision, jobs.wall_time), \
+    cpu_time = COALESCE((c ->> 'cpu_time')::double precision, jobs.cpu_time), \
+    peak_memory = COALESCE((c ->> 'peak_memory')::bigint, jobs.peak_memory), \
     started_at = CASE WHEN c ? 'started_at' THEN (c ->> 'started_at')::bigint ELSE jobs.started_at END, \
     finished_at = COALESCE((c ->> 'finished_at')::bigint, jobs.finished_at) \
 FROM jsonb_array_elements($1::jsonb) AS change (c) WHERE jobs.job_id = c ->> 'job_id'";
@@ -500,6 +548,12 @@ struct JobChange {
     reason: Option<Option<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     limits: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wall_time: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu_time: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peak_memory: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     started_at: Option<Option<i64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -563,6 +617,9 @@ impl JobBatch {
                     exit_code: None,
                     reason: None,
                     limits: None,
+                    wall_time: None,
+                    cpu_time: None,
+                    peak_memory: None,
                     started_at: None,
                     finished_at: None,
                 });
@@ -585,6 +642,11 @@ impl JobBatch {
                 change.reason = Some(None);
             }
             change.limits = u.limits.clone().or(change.limits.take());
+            if let Some(usage) = u.usage {
+                change.wall_time = Some(usage.wall_time);
+                change.cpu_time = usage.cpu_time;
+                change.peak_memory = usage.peak_memory;
+            }
             match u.status {
                 JobStatus::Running => change.started_at = Some(Some(at)),
                 JobStatus::Queued => change.started_at = Some(None),
@@ -627,6 +689,18 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
         .opt_int("exit_code")?
         .map(|code| i32::try_from(code).map_err(|_| StoreError::Corrupt(format!("exit code {code}"))))
         .transpose()?;
+    let cpu_count = r.int("cpu_count")? as u32;
+    let usage = r.opt_real("wall_time")?.map(|wall_time| {
+        Ok::<_, StoreError>(
+            mission_api::JobUsage {
+                wall_time,
+                cpu_time: r.opt_real("cpu_time")?,
+                cpu_efficiency: None,
+                peak_memory: r.opt_int("peak_memory")?.map(|mb| mb as u64),
+            }
+            .with_efficiency(cpu_count),
+        )
+    });
     Ok(Job {
         job_id: r.uuid("job_id")?,
         mission_id: r.uuid("mission_id")?,
@@ -635,7 +709,7 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
         requested_lz_id: r.opt_uuid("requested_lz_id")?,
         lz_id: r.opt_uuid("lz_id")?,
         status: parse_status(&r.text("status")?)?,
-        cpu_count: r.int("cpu_count")? as u32,
+        cpu_count,
         memory_amount: r.count("memory_amount")?,
         gpu_count: r.int("gpu_count")? as u32,
         time_limit: r.opt_int("time_limit")?.map(|minutes| minutes as u32),
@@ -647,6 +721,7 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
         exit_code,
         reason: r.opt_text("reason")?,
         limits: r.opt_text("limits")?,
+        usage: usage.transpose()?,
         history: Vec::new(),
         created_at: r.time("created_at")?,
         started_at: r.opt_time("started_at")?,

@@ -553,6 +553,8 @@ pub struct JobUpdate {
     pub reason: Option<String>,
     /// How limits were enforced.
     pub limits: Option<String>,
+    /// What it used (as it ends).
+    pub usage: Option<mission_api::JobUsage>,
 }
 
 impl JobUpdate {
@@ -568,6 +570,7 @@ impl JobUpdate {
             exit_code: None,
             reason: None,
             limits: None,
+            usage: None,
         }
     }
 }

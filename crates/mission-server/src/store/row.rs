@@ -20,6 +20,8 @@ pub(crate) trait Columns {
     fn int(&self, column: &str) -> Result<i64, StoreError>;
     /// An integer column that may be NULL.
     fn opt_int(&self, column: &str) -> Result<Option<i64>, StoreError>;
+    /// A floating-point column that may be NULL.
+    fn opt_real(&self, column: &str) -> Result<Option<f64>, StoreError>;
     /// A boolean column.
     fn flag(&self, column: &str) -> Result<bool, StoreError>;
     /// A binary column that may be NULL.
@@ -70,6 +72,9 @@ macro_rules! impl_columns {
                 Ok(self.try_get(column)?)
             }
             fn opt_int(&self, column: &str) -> Result<Option<i64>, StoreError> {
+                Ok(self.try_get(column)?)
+            }
+            fn opt_real(&self, column: &str) -> Result<Option<f64>, StoreError> {
                 Ok(self.try_get(column)?)
             }
             fn flag(&self, column: &str) -> Result<bool, StoreError> {

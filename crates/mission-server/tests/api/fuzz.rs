@@ -69,6 +69,9 @@ async fn event_streams_refuse_bad_filters() {
         ("webhooks/6d697373-696f-4e00-8000-00000000ffff/deliveries?limit=0", None, 400, "limit"),
         ("webhooks/6d697373-696f-4e00-8000-00000000ffff/deliveries?before=x", None, 400, "before"),
         ("webhooks/6d697373-696f-4e00-8000-00000000ffff/deliveries?colour=blue", None, 400, "colour"),
+        ("jobs/usage?since=yesterday", None, 400, "since"),
+        ("jobs/usage?mission_ids=nope", None, 400, "mission_ids"),
+        ("jobs/usage?colour=blue", None, 400, "colour"),
     ];
     for (path, resume, expected, field) in refusals {
         let mut request = crate::http().get(format!("{}/api/v1/{path}", server.url)).bearer_auth(&token);

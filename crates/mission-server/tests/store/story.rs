@@ -104,6 +104,7 @@ pub(crate) fn job(mission: &Mission, station_id: Uuid) -> Job {
         exit_code: None,
         reason: None,
         limits: None,
+        usage: None,
         history: vec![JobTransition { status: JobStatus::Queued, at: now(), detail: None }],
         created_at: now(),
         started_at: None,
@@ -771,7 +772,35 @@ pub async fn job_listings_results_and_agents(store: &Store) {
     assert_eq!(store.truncated_logs(&ended).await.unwrap(), [(m.mission_id, jobs[1].job_id)]);
     assert_eq!(store.truncated_logs(&[]).await.unwrap(), []);
     let placed = JobUpdate { lz_id: Some(Some(lz)), ..moved(jobs[0].job_id, JobStatus::Running) };
-    store.save_jobs(&[], &[placed, moved(jobs[1].job_id, JobStatus::Failed)]).await.unwrap();
+    // jobs[1] (1 CPU, 256 MB asked for) used half its CPU over 2 hours and 100 MB at its peak.
+    let used = mission_api::JobUsage {
+        wall_time: 7200.0,
+        cpu_time: Some(3600.0),
+        cpu_efficiency: None,
+        peak_memory: Some(100),
+    };
+    let failed = JobUpdate { usage: Some(used), ..moved(jobs[1].job_id, JobStatus::Failed) };
+    store.save_jobs(&[], &[placed, failed]).await.unwrap();
+    let got = store.job_row(jobs[1].job_id).await.unwrap().unwrap();
+    assert_eq!(got.usage, Some(mission_api::JobUsage { cpu_efficiency: Some(0.5), ..used }));
+    assert_eq!(store.job_row(jobs[0].job_id).await.unwrap().unwrap().usage, None);
+    let summary = store.usage_summary(m.user_id, &[], None).await.unwrap();
+    let expected = mission_api::UsageSummary {
+        jobs: 1,
+        wall_hours: 2.0,
+        cpu_hours: 1.0,
+        cpu_hours_held: 2.0,
+        mean_cpu_efficiency: Some(0.5),
+        over_requested_memory: 1,
+    };
+    assert_eq!(summary, expected);
+    assert_eq!(
+        store.usage_summary(m.user_id, &[m.mission_id], Some(got.finished_at.unwrap())).await.unwrap(),
+        expected
+    );
+    let later = got.finished_at.unwrap() + chrono::Duration::seconds(1);
+    assert_eq!(store.usage_summary(m.user_id, &[], Some(later)).await.unwrap().jobs, 0);
+    assert_eq!(store.usage_summary(bob.user_id, &[], None).await.unwrap().jobs, 0);
 
     let ids = |listed: Vec<Job>| listed.into_iter().map(|j| j.job_id).collect::<Vec<_>>();
     let all = JobFilter { items: 10, page: 1, ..Default::default() };

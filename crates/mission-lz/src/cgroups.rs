@@ -200,7 +200,8 @@ impl Cgroups {
     /// Takes back a group whose job has ended, killing whatever the job left running in it:
     /// kept for the next job when it is then empty and holds little memory, removed otherwise.
     pub fn give_back(&self, group: JobCgroup) {
-        let measurable_again = !group.v2 || group.peak.is_some();
+        // On v2, a group whose peak could not be reset would show the next job this one's.
+        let measurable_again = !group.v2 || group.peak.is_some() || !group.dirs[0].join("memory.peak").exists();
         if measurable_again
             && group.kill_all()
             && group.charged_memory().is_some_and(|bytes| bytes <= REUSE_MAX_CHARGED)

@@ -637,7 +637,10 @@ impl State {
             update.reason = report.reason.clone();
             update.detail = report.reason;
             update.limits = report.limits;
-            update.usage = report.usage.filter(|_| status.is_final());
+            // An agent's figures are taken as measured, but none may be negative.
+            update.usage = report
+                .usage
+                .filter(|u| status.is_final() && u.wall_time >= 0.0 && u.cpu_time.is_none_or(|cpu| cpu >= 0.0));
             placed.job.status = status;
             if update.reason.is_some() || status == JobStatus::Running {
                 placed.job.reason.clone_from(&update.reason);

@@ -166,6 +166,13 @@ pub struct Report {
     pub usage: Option<crate::JobUsage>,
 }
 
+impl Report {
+    /// A job's move to `status` at `at`, saying nothing more.
+    pub fn new(job_id: Uuid, status: JobStatus, at: DateTime<Utc>) -> Self {
+        Self { job_id, status, at, exit_code: None, reason: None, limits: None, usage: None }
+    }
+}
+
 /// Names of the two output streams in `POST /api/v1/lz/jobs/{id}/logs/{stream}`.
 pub const LOG_STREAMS: [&str; 2] = ["stdout", "stderr"];
 

@@ -140,29 +140,21 @@ impl Agent {
         reason: Option<String>,
         limits: Option<String>,
     ) {
-        let report = Report { job_id, status, at: chrono::Utc::now(), exit_code, reason, limits, usage: None };
+        let report = Report { exit_code, reason, limits, ..Report::new(job_id, status, chrono::Utc::now()) };
         let _ = self.reports.send(report);
     }
 
     /// Queues the report of a job's end: its final status, exit code and reason, and what it
     /// used where that was measured.
     pub fn report_end(&self, job_id: Uuid, (status, exit_code, reason): Outcome, usage: Option<JobUsage>) {
-        let report = Report { job_id, status, at: chrono::Utc::now(), exit_code, reason, limits: None, usage };
+        let report = Report { exit_code, reason, usage, ..Report::new(job_id, status, chrono::Utc::now()) };
         let _ = self.reports.send(report);
     }
 
     /// Queues the report that a job's program started at `at` (seen after the fact, as in a
     /// batch system), with how its limits are enforced.
     pub fn report_started(&self, job_id: Uuid, at: chrono::DateTime<chrono::Utc>, limits: String) {
-        let report = Report {
-            job_id,
-            status: JobStatus::Running,
-            at,
-            exit_code: None,
-            reason: None,
-            limits: Some(limits),
-            usage: None,
-        };
+        let report = Report { limits: Some(limits), ..Report::new(job_id, JobStatus::Running, at) };
         let _ = self.reports.send(report);
     }
 

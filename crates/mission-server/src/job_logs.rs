@@ -256,18 +256,14 @@ impl JobLogs {
             Keeping::Files { root, .. } => root,
             Keeping::Database(db) => {
                 let (size, tail_end) = db.log_state(job_id, stream.name()).await?;
-                let cap = if tail_end.is_some() { size } else { cap };
-                let Some(plan) = Plan::of(size, tail_end, offset, bytes, cap)? else {
-                    return Ok(Appended { received: tail_end.unwrap_or(size), truncated: tail_end.is_some() });
-                };
+                let plan = Plan::of(size, tail_end, offset, bytes, cap)?;
                 if !plan.head.is_empty() {
                     db.append_log(job_id, stream.name(), size, plan.head).await?;
                 }
                 if !plan.tail.is_empty() {
-                    db.append_log_tail(job_id, stream.name(), plan.tail_start, plan.tail, tail_keep(cap)).await?;
+                    db.append_log_tail(job_id, stream.name(), plan.tail_start, plan.tail, tail_keep(plan.cap)).await?;
                 }
-                self.written(job_id);
-                return Ok(plan.appended());
+                return Ok(self.appended(job_id, &plan));
             }
         };
         let path = file_of(root, mission_id, job_id, stream);
@@ -285,24 +281,28 @@ impl JobLogs {
             }
             tail => tail,
         };
-        let tail_end = tail.as_ref().map(TailFile::end);
-        let cap = tail.as_ref().map_or(cap, |tail| tail.head);
-        let Some(plan) = Plan::of(size, tail_end, offset, bytes, cap)? else {
-            return Ok(Appended { received: tail_end.unwrap_or(size), truncated: tail_end.is_some() });
-        };
+        let plan = Plan::of(size, tail.as_ref().map(TailFile::end), offset, bytes, cap)?;
         if !plan.head.is_empty() {
             file.write_all(plan.head).await?;
             file.flush().await?;
         }
         if !plan.tail.is_empty() {
             match tail.as_mut() {
-                Some(tail) if tail.end() == plan.tail_start => tail.append(plan.tail, tail_keep(cap)).await?,
+                Some(tail) if tail.end() == plan.tail_start => tail.append(plan.tail, tail_keep(plan.cap)).await?,
                 // A new tail, or one the chunk's last quarter-cap replaces whole.
-                _ => TailFile::create(&tail_path, cap, plan.tail_start, plan.tail).await?,
+                _ => TailFile::create(&tail_path, plan.cap, plan.tail_start, plan.tail).await?,
             }
         }
-        self.written(job_id);
-        Ok(plan.appended())
+        Ok(self.appended(job_id, &plan))
+    }
+
+    /// What [`JobLogs::append`] answers once `plan` is written, waking the log's followers when
+    /// it wrote anything.
+    fn appended(&self, job_id: Uuid, plan: &Plan<'_>) -> Appended {
+        if !plan.head.is_empty() || !plan.tail.is_empty() {
+            self.written(job_id);
+        }
+        Appended { received: plan.tail_start + plan.tail.len() as u64, truncated: plan.past_cap }
     }
 
     /// Ends the logs of a job that passed its cap: each tail goes after the marker. Idempotent,
@@ -321,21 +321,14 @@ impl JobLogs {
                         let sealing = path.with_extension("sealing");
                         tokio::fs::copy(&path, &sealing).await?;
                         let mut sealed = tokio::fs::OpenOptions::new().append(true).open(&sealing).await?;
-                        sealed.write_all(truncation_marker(tail.head).as_bytes()).await?;
-                        sealed.write_all(&tail.last(tail_keep(tail.head)).await?).await?;
+                        sealed.write_all(&marker_and_tail(tail.head, &tail.last(tail_keep(tail.head)).await?)).await?;
                         sealed.flush().await?;
                         tokio::fs::rename(&sealing, &path).await?;
                     }
                     remove_if_there(&tail_path).await?;
                 }
                 Keeping::Database(db) => {
-                    db.seal_log(job_id, stream.name(), |head, tail| {
-                        let keep = tail_keep(head) as usize;
-                        let mut sealed = truncation_marker(head).into_bytes();
-                        sealed.extend_from_slice(&tail[tail.len().saturating_sub(keep)..]);
-                        sealed
-                    })
-                    .await?
+                    db.seal_log(job_id, stream.name(), |head, tail| marker_and_tail(head, &tail)).await?
                 }
             }
         }
@@ -391,6 +384,14 @@ async fn remove_if_there(path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// What sealing appends to a head of `head` bytes: the marker, then the last quarter-cap of
+/// `tail`.
+fn marker_and_tail(head: u64, tail: &[u8]) -> Vec<u8> {
+    let mut sealed = truncation_marker(head).into_bytes();
+    sealed.extend_from_slice(&tail[tail.len().saturating_sub(tail_keep(head) as usize)..]);
+    sealed
+}
+
 /// `bytes`, read from `from` of a log `size` long, with what `from` reaches of the marker
 /// after it when the log passed its cap and is not sealed yet.
 fn with_marker(mut bytes: Vec<u8>, from: u64, size: u64, unsealed: bool) -> Vec<u8> {
@@ -411,9 +412,11 @@ pub struct Appended {
     pub truncated: bool,
 }
 
-/// Where the new bytes of a chunk go.
+/// Where the new bytes of a chunk go (nowhere when none is new, or the log is sealed).
 #[derive(Debug, PartialEq, Eq)]
 struct Plan<'a> {
+    /// The stream's cap: once past it, the head's size.
+    cap: u64,
     /// Onto the log, up to the cap.
     head: &'a [u8],
     /// Onto the tail: at most the last quarter-cap of what is past the cap.
@@ -425,35 +428,30 @@ struct Plan<'a> {
 }
 
 impl<'a> Plan<'a> {
-    /// Places `bytes`, starting at `offset` of the output, on a log `size` long whose tail
-    /// (once it passed the cap) ends at `tail_end`. `None`: nothing is new, or the log is sealed.
-    /// An offset past what was received is refused.
-    fn of(size: u64, tail_end: Option<u64>, offset: u64, bytes: &'a [u8], cap: u64) -> Result<Option<Self>, LogError> {
-        if tail_end.is_none() && size > cap {
-            return Ok(None);
-        }
+    /// Places `bytes`, starting at `offset` of the output, on a log `size` long under `cap`,
+    /// whose tail (once it passed the cap, which is then the log's size) ends at `tail_end`. An
+    /// offset past what was received is refused.
+    fn of(size: u64, tail_end: Option<u64>, offset: u64, bytes: &'a [u8], cap: u64) -> Result<Self, LogError> {
+        let cap = if tail_end.is_some() { size } else { cap };
         let received = tail_end.unwrap_or(size);
+        let nothing = Self { cap, head: &[], tail: &[], tail_start: received, past_cap: tail_end.is_some() };
+        if size > cap {
+            return Ok(nothing); // sealed
+        }
         if offset > received {
             return Err(LogError::Gap { offset, size: received });
         }
         let new = &bytes[((received - offset) as usize).min(bytes.len())..];
-        if new.is_empty() {
-            return Ok(None);
-        }
         let room = if tail_end.is_some() { 0 } else { cap - size };
         let (head, past) = new.split_at((room as usize).min(new.len()));
         let drop = past.len().saturating_sub(tail_keep(cap) as usize);
-        Ok(Some(Self {
+        Ok(Self {
             head,
             tail: &past[drop..],
             tail_start: received + head.len() as u64 + drop as u64,
-            past_cap: tail_end.is_some() || !past.is_empty(),
-        }))
-    }
-
-    /// What the stream stands at once the plan is written.
-    fn appended(&self) -> Appended {
-        Appended { received: self.tail_start + self.tail.len() as u64, truncated: self.past_cap }
+            past_cap: nothing.past_cap || !past.is_empty(),
+            ..nothing
+        })
     }
 }
 
@@ -565,13 +563,17 @@ mod tests {
     fn a_chunk_goes_to_the_head_up_to_the_cap_and_then_to_the_tail() {
         let plan =
             |size, tail_end, offset, bytes: &'static [u8], cap| Plan::of(size, tail_end, offset, bytes, cap).unwrap();
-        let place = |head: &'static [u8], tail: &'static [u8], tail_start, past_cap| {
-            Some(Plan { head, tail, tail_start, past_cap })
+        let place = |head: &'static [u8], tail: &'static [u8], tail_start, past_cap| Plan {
+            cap: 1024,
+            head,
+            tail,
+            tail_start,
+            past_cap,
         };
         assert_eq!(plan(0, None, 0, b"hello", 1024), place(b"hello", b"", 5, false));
         // A retried chunk: what arrived already is skipped.
         assert_eq!(plan(5, None, 0, b"hello world", 1024), place(b" world", b"", 11, false));
-        assert_eq!(plan(11, None, 0, b"hello world", 1024), None);
+        assert_eq!(plan(11, None, 0, b"hello world", 1024), place(b"", b"", 11, false), "nothing new");
         // A chunk past what was received leaves a gap: refused.
         assert!(matches!(Plan::of(5, None, 6, b"x", 1024), Err(LogError::Gap { offset: 6, size: 5 })));
         // Across the cap: the head fills, the rest starts the tail.
@@ -580,11 +582,13 @@ mod tests {
         assert_eq!(plan(1024, Some(1030), 1028, b"0123456789", 1024), place(b"", b"23456789", 1030, true));
         // A chunk longer than the tail keeps only its last quarter-cap.
         let long: &'static [u8] = Box::leak(vec![b'x'; 1000].into_boxed_slice());
-        let placed = plan(1024, Some(1024), 1024, long, 1024).unwrap();
-        assert_eq!((placed.tail.len(), placed.tail_start), (256, 1024 + 744));
-        assert_eq!(placed.appended(), Appended { received: 2024, truncated: true });
+        let placed = plan(1024, Some(1024), 1024, long, 1024);
+        assert_eq!((placed.tail.len(), placed.tail_start, placed.past_cap), (256, 1024 + 744, true));
+        assert_eq!(placed.tail_start + placed.tail.len() as u64, 2024, "all the output received");
+        // Past the cap, the cap is the head's size, whatever the job's is now.
+        assert_eq!(plan(1024, Some(1030), 1030, b"ab", 4096).cap, 1024);
         // A sealed log (longer than its cap, no tail) takes nothing more.
-        assert_eq!(plan(1400, None, 2000, b"late", 1024), None);
+        assert_eq!(plan(1400, None, 2000, b"late", 1024), place(b"", b"", 1400, false));
     }
 
     /// Feeds `output` to a log with cap 1024 in chunks of `chunk` bytes, sending each chunk

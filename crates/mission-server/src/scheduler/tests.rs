@@ -155,7 +155,7 @@ impl Harness {
 
     async fn report_why(&self, agent: &FakeAgent, job_id: Uuid, status: JobStatus, reason: Option<&str>) {
         let reason = reason.map(str::to_owned);
-        let report = Report { job_id, status, at: store::now(), exit_code: None, reason, limits: None, usage: None };
+        let report = Report { reason, ..Report::new(job_id, status, store::now()) };
         self.ask(Call::Reports { lz: agent.lz.clone(), reports: vec![report] }).await.unwrap();
     }
 

@@ -169,15 +169,7 @@ async fn any_replica_answers(a: TestServer, b: TestServer) {
         assert_eq!(std::fs::read_to_string(fetched.path().join("out/answer.txt")).unwrap(), "42\n");
 
         let now = chrono::Utc::now();
-        let report = |status| Report {
-            job_id: job.job_id,
-            status,
-            at: now,
-            exit_code: None,
-            reason: None,
-            limits: None,
-            usage: None,
-        };
+        let report = |status| Report::new(job.job_id, status, now);
         let reports = vec![
             report(JobStatus::Staging),
             report(JobStatus::Running),
@@ -393,15 +385,7 @@ async fn a_watcher_on_one_replica_sees_job_changes_made_through_the_other() {
     assert!(matches!(agent.next_order().await, Order::Run(_)));
     until_job_event(&mut lines, job.job_id, "assigned").await;
     let now = chrono::Utc::now();
-    let report = |status| Report {
-        job_id: job.job_id,
-        status,
-        at: now,
-        exit_code: None,
-        reason: None,
-        limits: None,
-        usage: None,
-    };
+    let report = |status| Report::new(job.job_id, status, now);
     let reports = [report(JobStatus::Running), Report { exit_code: Some(0), ..report(JobStatus::Completed) }];
     let sent =
         http().post(format!("{}/api/v1/lz/reports", a.url)).bearer_auth(&lz.token).json(&reports).send().await.unwrap();

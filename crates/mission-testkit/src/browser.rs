@@ -90,7 +90,8 @@ impl Browser {
     pub async fn call(&self, method: Method, path: &str, body: Value) -> Value {
         let request = self.http.request(method, format!("{}{path}", self.session));
         let request = if body.is_null() { request } else { request.json(&body) };
-        let response: Value = request.send().await.unwrap().json().await.unwrap();
+        let response = request.send().await.unwrap_or_else(|e| panic!("WebDriver {path}: {e}"));
+        let response: Value = response.json().await.unwrap_or_else(|e| panic!("WebDriver {path}: {e}"));
         response["value"].clone()
     }
 
@@ -296,8 +297,12 @@ impl Browser {
     }
 
     /// Ends the session (the browser closes).
+    ///
+    /// Best effort: the test's checks are over by then, and a session end that chromedriver
+    /// answers badly (CI once saw this call fail after every check had passed) must not fail it;
+    /// `Drop` kills whatever is left either way.
     pub async fn close(&self) {
-        self.call(Method::DELETE, "", Value::Null).await;
+        let _ = self.http.delete(&self.session).send().await;
     }
 }
 

@@ -46,6 +46,7 @@ from ._types import (
     Job,
     JobTransition,
     JobUsage,
+    PendingReason,
     LandingZone,
     Mission,
     MissionType,
@@ -76,6 +77,7 @@ __all__ = [
     "JobTransition",
     "JobUsage",
     "LandingZone",
+    "PendingReason",
     "Mission",
     "MissionType",
     "MissionTypeSummary",
@@ -357,15 +359,21 @@ class Client:
         time_limit: Optional[int] = None,
         labels: Optional[Dict[str, str]] = None,
         log_cap: Optional[int] = None,
+        after_ok: Optional[List[Id]] = None,
+        after_any: Optional[List[Id]] = None,
     ) -> Job:
         """Starts a job of the mission on a station; absent resources come from the mission
         type's defaults (memory in megabytes, the time limit in minutes). ``labels`` (``key`` to
         ``value``) find the job again with ``list_jobs(labels=…)``. ``log_cap`` is the most bytes
         of each output stream kept (at least 1024, at most the server's cap, the default): past
         it, only the last quarter-cap bytes are kept, after a marker line, and the job says
-        ``log_truncated``."""
+        ``log_truncated``. The job starts only once your jobs ``after_ok`` have completed and
+        your jobs ``after_any`` have ended; should one of ``after_ok`` end any other way, it
+        fails without running, its ``reason`` naming that job. While it waits, its
+        ``pending_reason`` says why."""
         return self._run(mission_id, station_id, None, cpu_count=cpu_count, memory_amount=memory_amount,
-                         gpu_count=gpu_count, time_limit=time_limit, labels=labels, log_cap=log_cap)
+                         gpu_count=gpu_count, time_limit=time_limit, labels=labels, log_cap=log_cap,
+                         after_ok=_ids(after_ok), after_any=_ids(after_any))
 
     def run_job_on_lz(
         self,
@@ -378,11 +386,14 @@ class Client:
         time_limit: Optional[int] = None,
         labels: Optional[Dict[str, str]] = None,
         log_cap: Optional[int] = None,
+        after_ok: Optional[List[Id]] = None,
+        after_any: Optional[List[Id]] = None,
     ) -> Job:
         """Starts a job of the mission on one landing zone of a station (the options are
         ``run_job_on_station``'s)."""
         return self._run(mission_id, station_id, lz_id, cpu_count=cpu_count, memory_amount=memory_amount,
-                         gpu_count=gpu_count, time_limit=time_limit, labels=labels, log_cap=log_cap)
+                         gpu_count=gpu_count, time_limit=time_limit, labels=labels, log_cap=log_cap,
+                         after_ok=_ids(after_ok), after_any=_ids(after_any))
 
     def _run(self, mission_id: Id, station_id: Id, lz_id: Optional[Id], **options: object) -> Job:
         run = _drop_none({"station_id": station_id, "lz_id": lz_id, **options})

@@ -147,6 +147,16 @@ class JobUsage(_Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class PendingReason(_Record):
+    """Why a job has not started yet: ``kind`` is one of no_landing_zone, resources, priority,
+    dependency, quota, batch_system; ``detail`` says it in words (which landing zone, which
+    resources, which job, how many jobs ahead)."""
+
+    kind: str
+    detail: str
+
+
+@dataclasses.dataclass(frozen=True)
 class UsageSummary(_Record):
     """What your ended jobs used, summed (``Client.job_usage``)."""
 
@@ -186,6 +196,9 @@ class Job(_Record):
     labels: Dict[str, str] = dataclasses.field(default_factory=dict)
     log_cap: Optional[int] = None
     log_truncated: bool = False
+    after_ok: List[str] = dataclasses.field(default_factory=list)
+    after_any: List[str] = dataclasses.field(default_factory=list)
+    pending_reason: Optional[PendingReason] = dataclasses.field(default=None, metadata={"of": PendingReason})
     usage: Optional[JobUsage] = dataclasses.field(default=None, metadata={"of": JobUsage})
 
 

@@ -1,6 +1,7 @@
 """Jobs, on the server's embedded landing zone, through the package."""
 
 import datetime
+import uuid
 
 import pytest
 
@@ -166,3 +167,21 @@ def test_a_finished_job_says_what_it_used_and_the_summary_counts_it(client, tmp_
     assert client.job_usage(since=datetime.datetime.now() + datetime.timedelta(days=1)).jobs == 0
     with pytest.raises(mission.Invalid, match="UUID"):
         client.job_usage(mission_ids=["not-an-id"])
+
+
+def test_a_job_waits_for_its_dependencies_and_says_why(client, tmp_path):
+    src = script_folder(tmp_path, "exec sleep 600\n")
+    m = client.create_and_upload_mission("py-deps", src, mission_type_id=SHELL, settings={"filename": "run.sh"})
+    first = client.run_job_on_station(m.mission_id, LOCAL_STATION, cpu_count=1, memory_amount=64)
+    waiting = client.run_job_on_station(m.mission_id, LOCAL_STATION, cpu_count=1, memory_amount=64,
+                                        after_ok=[first.job_id])
+    assert waiting.after_ok == [first.job_id] and waiting.after_any == []
+    reason = client.get_job(waiting.job_id).pending_reason
+    assert isinstance(reason, mission.PendingReason)
+    assert (reason.kind, reason.detail) == ("dependency", f"waiting for job {first.job_id} to complete")
+    client.stop_job(first.job_id)
+    failed = client.wait_for_job(waiting.job_id, timeout=60)
+    assert (failed.status, failed.pending_reason) == ("failed", None)
+    assert failed.reason == f"the job it waited for, {first.job_id}, ended stopped"
+    with pytest.raises(mission.Invalid, match="after_any"):
+        client.run_job_on_station(m.mission_id, LOCAL_STATION, after_any=[str(uuid.uuid4())])

@@ -144,6 +144,16 @@ pub struct Job {
     /// where the rest was dropped.
     #[serde(default)]
     pub log_truncated: bool,
+    /// Jobs that must complete before it may start ([`RunJob::after_ok`]).
+    #[serde(default)]
+    pub after_ok: Vec<Uuid>,
+    /// Jobs that must end, however, before it may start ([`RunJob::after_any`]).
+    #[serde(default)]
+    pub after_any: Vec<Uuid>,
+    /// Why it has not started yet, kept current while it waits: in the server's queue, or in a
+    /// batch system's queue once placed on a gateway. Absent once it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_reason: Option<PendingReason>,
     /// What it used, once it ended (where its landing zone measured it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<JobUsage>,
@@ -195,6 +205,71 @@ pub struct RunJob {
     /// dropped except its last quarter-cap bytes, which follow one marker line once the job ends.
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole_number")]
     pub log_cap: Option<u64>,
+    /// Jobs of the same user that must complete first (at most [`MAX_DEPENDENCIES`] with
+    /// `after_any`). Should one end any other way, this job ends `failed` without running,
+    /// its reason naming that job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after_ok: Vec<Uuid>,
+    /// Jobs of the same user that must end first, whatever their outcome.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after_any: Vec<Uuid>,
+}
+
+/// The most jobs one job may wait for, `after_ok` and `after_any` together.
+pub const MAX_DEPENDENCIES: usize = 1000;
+
+/// Why a job has not started yet ([`Job::pending_reason`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PendingReason {
+    /// The cause, for scripts.
+    pub kind: PendingKind,
+    /// The cause in words: which landing zone, which resources, which job, how many ahead.
+    pub detail: String,
+}
+
+/// The causes of [`PendingReason`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum PendingKind {
+    /// No landing zone that could run it is online.
+    NoLandingZone,
+    /// It waits for room on a landing zone (held for it: nothing later starts there first).
+    Resources,
+    /// Earlier jobs of its station are first in line for the room it needs.
+    Priority,
+    /// A job it waits for ([`RunJob::after_ok`], [`RunJob::after_any`]) has not ended yet.
+    Dependency,
+    /// Its user already runs as many jobs as the server allows one user at once.
+    Quota,
+    /// Placed on a gateway, it waits in the batch system's own queue, for the reason given.
+    BatchSystem,
+}
+
+impl PendingKind {
+    /// The wire name (`"no_landing_zone"`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NoLandingZone => "no_landing_zone",
+            Self::Resources => "resources",
+            Self::Priority => "priority",
+            Self::Dependency => "dependency",
+            Self::Quota => "quota",
+            Self::BatchSystem => "batch_system",
+        }
+    }
+}
+
+impl std::str::FromStr for PendingKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [Self::NoLandingZone, Self::Resources, Self::Priority, Self::Dependency, Self::Quota, Self::BatchSystem]
+            .into_iter()
+            .find(|kind| kind.as_str() == s)
+            .ok_or_else(|| format!("unknown pending reason {s:?}"))
+    }
 }
 
 /// What a job used, as its landing zone measured it: from the job's cgroup on a host, from

@@ -36,8 +36,8 @@ pub use cargo_bays::{CargoBay, CargoBayKind, CreateCargoBay, DEFAULT_CARGO_BAY_I
 pub use events::Event;
 pub use files::FileListing;
 pub use jobs::{
-    JOB_LOGS_FOLDER, Job, JobPage, JobStatus, JobTransition, JobUsage, MAX_TIME_LIMIT, MIN_LOG_CAP, RunJob, UpdateJob,
-    UsageSummary,
+    JOB_LOGS_FOLDER, Job, JobPage, JobStatus, JobTransition, JobUsage, MAX_DEPENDENCIES, MAX_TIME_LIMIT, MIN_LOG_CAP,
+    PendingKind, PendingReason, RunJob, UpdateJob, UsageSummary,
 };
 pub use labels::Labels;
 pub use mission_types::{MissionType, MissionTypeSummary, ResourceDefaults};

@@ -49,7 +49,7 @@ pub use mission_api::{
     AuthConfig, CargoBay, CargoBayKind, CreateCargoBay, CreateMission, CreateStation, CreateWebhook,
     DEFAULT_CARGO_BAY_ID, DEFAULT_STATION_NAME, DeliveryStatus, DeviceAuthorization, Event, FileListing, Job, JobPage,
     JobStatus, JobTransition, JobUsage, Labels, LandingZone, Mission, MissionPage, MissionType, MissionTypeSummary,
-    Problem, RegisterLandingZone, RegisteredLandingZone, Resources, RunJob, Station, StationMember, UpdateJob,
-    UpdateMission, UsageSummary, User, Webhook, WebhookDelivery,
+    PendingKind, PendingReason, Problem, RegisterLandingZone, RegisteredLandingZone, Resources, RunJob, Station,
+    StationMember, UpdateJob, UpdateMission, UsageSummary, User, Webhook, WebhookDelivery,
 };
 pub use uuid::Uuid;

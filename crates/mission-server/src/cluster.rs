@@ -28,7 +28,7 @@ use uuid::Uuid;
 use crate::agent_tokens::AgentTokens;
 use crate::job_logs::JobLogs;
 use crate::scheduler::state::State;
-use crate::scheduler::{Call, Event, Outcome, Responder, SchedulerError, SchedulerResult, SessionId, Sessions};
+use crate::scheduler::{Call, Event, Outcome, Policy, Responder, SchedulerError, SchedulerResult, SessionId, Sessions};
 use crate::store::{ClusterDb, Store, StoreError};
 
 /// The mail recipient of whichever replica leads.
@@ -154,7 +154,7 @@ impl Cluster {
         store: Store,
         logs: Arc<JobLogs>,
         tokens: Arc<AgentTokens>,
-        lease: Duration,
+        policy: Policy,
         tasks: &TaskTracker,
         shutdown: CancellationToken,
     ) -> Result<Arc<Self>, StoreError> {
@@ -176,7 +176,7 @@ impl Cluster {
         tasks.spawn(write_mail(db, outgoing, shutdown.clone()));
         let listener = cluster.listener().await?;
         tasks.spawn(cluster.clone().take_mail(listener, store.clone(), tokens.clone(), logs.clone(), shutdown.clone()));
-        tasks.spawn(cluster.clone().lead_when_possible(store, logs, tokens, lease, shutdown));
+        tasks.spawn(cluster.clone().lead_when_possible(store, logs, tokens, policy, shutdown));
         Ok(cluster)
     }
 
@@ -319,7 +319,7 @@ impl Cluster {
         store: Store,
         logs: Arc<JobLogs>,
         tokens: Arc<AgentTokens>,
-        lease: Duration,
+        policy: Policy,
         shutdown: CancellationToken,
     ) {
         loop {
@@ -336,7 +336,8 @@ impl Cluster {
                 }
             };
             let epoch = leadership.epoch;
-            let state = State::rebuilt(store.fenced(epoch), logs.clone(), tokens.clone(), lease, self.sessions.clone());
+            let state =
+                State::rebuilt(store.fenced(epoch), logs.clone(), tokens.clone(), policy, self.sessions.clone());
             let state = match state.await {
                 Ok(state) => state,
                 Err(e) => {

@@ -75,6 +75,9 @@ pub struct ServerConfig {
     /// The most bytes kept of each output stream of a job (jobs may ask for less): past it,
     /// output is dropped except its last quarter-cap bytes. See [`crate::job_logs`].
     pub job_log_cap: u64,
+    /// The most jobs one user may have on landing zones at once (placed, staging, running or
+    /// uploading); their further jobs wait in the queue. `None`: no limit.
+    pub max_running_jobs_per_user: Option<u32>,
     /// Create an `admin` account with a generated password when the store has no users.
     pub bootstrap_admin: bool,
 }
@@ -103,6 +106,7 @@ impl ServerConfig {
             webhook_targets: Vec::new(),
             webhook_attempts: WebhookAttempts::default(),
             lz_lease: Duration::from_secs(30),
+            max_running_jobs_per_user: None,
             event_retention: Duration::from_secs(7 * 24 * 3600),
             job_log_cap: crate::job_logs::DEFAULT_LOG_CAP,
             bootstrap_admin: true,

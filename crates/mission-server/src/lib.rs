@@ -241,7 +241,7 @@ impl Server {
             store.clone(),
             logs.clone(),
             agent_tokens.clone(),
-            config.lz_lease,
+            scheduler::Policy { lease: config.lz_lease, max_running_per_user: config.max_running_jobs_per_user },
             &tasks,
             shutdown.clone(),
         )

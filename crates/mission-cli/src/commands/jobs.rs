@@ -21,6 +21,9 @@ use crate::session;
 /// station could ever hold is refused at once; one that only has to wait is queued.
 ///
 ///   mission run 3f2a… --cpus 4 --memory 8000 --follow
+///   mission run 3f2a… --after-ok 9c1e…     (starts once job 9c1e… has completed)
+///
+/// While it waits, `mission jobs get JOB` says why (its pending reason).
 #[derive(Debug, Args)]
 pub struct RunCommand {
     /// Mission id.
@@ -53,6 +56,14 @@ pub struct RunCommand {
     /// follow a marker line once the job ends.
     #[arg(long, value_name = "SIZE", value_parser = log_cap)]
     log_cap: Option<Size>,
+    /// A job of yours that must complete before this one starts; repeat for several. Should it
+    /// end any other way, this job fails without running, saying which.
+    #[arg(long, value_name = "JOB")]
+    after_ok: Vec<Uuid>,
+    /// A job of yours that must end, however it ends, before this one starts; repeat for
+    /// several.
+    #[arg(long, value_name = "JOB")]
+    after_any: Vec<Uuid>,
     /// Wait until the job ends, showing its status; exit non-zero unless it completed.
     #[arg(long)]
     wait: bool,
@@ -177,6 +188,14 @@ fn show(out: Output, job: &Job) {
         }
         (false, Some(cap)) => fields.push(("log cap", Size(cap).to_string())),
         (false, None) => {}
+    }
+    for (name, jobs) in [("after ok", &job.after_ok), ("after any", &job.after_any)] {
+        if !jobs.is_empty() {
+            fields.push((name, jobs.iter().map(Uuid::to_string).collect::<Vec<_>>().join(", ")));
+        }
+    }
+    if let Some(pending) = &job.pending_reason {
+        fields.push(("waiting", format!("{} ({})", pending.detail, pending.kind.as_str())));
     }
     if let Some(usage) = &job.usage {
         fields.push(("usage", usage_text(usage, job.memory_amount)));
@@ -321,6 +340,8 @@ impl RunCommand {
             time_limit: self.time,
             labels: self.labels.into_iter().collect(),
             log_cap: self.log_cap.map(|size| size.0),
+            after_ok: self.after_ok,
+            after_any: self.after_any,
         };
         let job = client.run_job(self.mission, &request).await?;
         if !self.wait && !self.follow {
@@ -370,7 +391,11 @@ impl JobsCommand {
                             j.mission_id.to_string(),
                             j.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
                             labels_text(&j.labels),
-                            j.reason.clone().unwrap_or_default(),
+                            j.pending_reason
+                                .as_ref()
+                                .map(|p| p.detail.clone())
+                                .or_else(|| j.reason.clone())
+                                .unwrap_or_default(),
                         ]
                     })
                     .collect();

@@ -109,6 +109,10 @@ struct RunArgs {
     /// come back before giving up their jobs.
     #[arg(long, env = "MISSION_LZ_LEASE", default_value_t = defaults().lz_lease.as_secs())]
     lz_lease: u64,
+    /// The most jobs one user may have on landing zones at once; their further jobs wait in
+    /// the queue, saying so (pending reason `quota`). Default: no limit.
+    #[arg(long, env = "MISSION_MAX_RUNNING_JOBS_PER_USER", value_name = "JOBS", value_parser = clap::value_parser!(u32).range(1..))]
+    max_running_jobs_per_user: Option<u32>,
     /// Hours events are kept: a client of the event stream that reconnects within them (with
     /// the last event id it saw) misses nothing.
     #[arg(long, env = "MISSION_EVENT_RETENTION_HOURS", default_value_t = defaults().event_retention.as_secs() / 3600)]
@@ -266,6 +270,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     config.lz_lease = Duration::from_secs(args.lz_lease.max(1));
     config.event_retention = Duration::from_secs(args.event_retention_hours.max(1).saturating_mul(3600));
     config.job_log_cap = args.job_log_cap.0;
+    config.max_running_jobs_per_user = args.max_running_jobs_per_user;
     config.bootstrap_admin = !args.no_bootstrap_admin;
     let shared_database = config.effective_database_url().is_postgres();
     config.s3_endpoints = args.s3_endpoints;

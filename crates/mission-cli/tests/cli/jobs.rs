@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use mission_client::{
     CargoBayKind, Client, CreateCargoBay, CreateMission, CreateStation, Error, Job, JobResources, JobStatus, ListJobs,
-    LogStream, Mission, RegisterLandingZone, RunJob, Uuid,
+    LogStream, Mission, PendingKind, RegisterLandingZone, RunJob, Uuid,
 };
 use mission_testkit::TestServer;
 use tokio::process::{Child, Command};
@@ -1168,4 +1168,107 @@ async fn a_finished_job_reports_what_it_used() {
     server.add_user("bob", false).await;
     let bob = server.sign_in("bob").await;
     assert_eq!(bob.job_usage(&of(vec![], None)).await.unwrap().jobs, 0);
+}
+
+#[tokio::test]
+async fn queued_jobs_say_why_they_wait_and_dependencies_chain_or_fail() {
+    let (server, admin) = cluster(|config| config.max_running_jobs_per_user = Some(2)).await;
+    let alice = &server.client;
+    let sleeper = mission(alice, SHELL, &[("run.sh", "sleep 3\n")], &[]).await;
+    let failing = mission(alice, SHELL, &[("run.sh", "exit 3\n")], &[]).await;
+    let quick = mission(alice, SHELL, &[("run.sh", "echo done\n")], &[]).await;
+    let run = |mission: &Mission, cpus: u32, after_ok: Vec<Uuid>, after_any: Vec<Uuid>| {
+        let request =
+            RunJob { station_id: local_station(), cpu_count: Some(cpus), after_ok, after_any, ..Default::default() };
+        let mission_id = mission.mission_id;
+        async move { alice.run_job(mission_id, &request).await.unwrap() }
+    };
+    let reason = |job_id: Uuid| async move {
+        let job = alice.get_job(job_id).await.unwrap();
+        job.pending_reason.map(|p| (p.kind, p.detail))
+    };
+    let until_reason = |job_id: Uuid, kind: PendingKind| async move {
+        let last = std::sync::Mutex::new(None);
+        wait_until_explained(
+            &format!("job {job_id} waits for {kind:?}"),
+            || async {
+                let now = reason(job_id).await;
+                let there = now.as_ref().is_some_and(|(k, _)| *k == kind);
+                *last.lock().unwrap() = now;
+                there
+            },
+            || format!("it says {:?}", last.lock().unwrap()),
+        )
+        .await;
+        reason(job_id).await.unwrap().1
+    };
+
+    // No landing zone online: the station's only one was registered, never started.
+    admin
+        .register_landing_zone(local_station(), &RegisterLandingZone { name: "asleep".into(), cluster_account: None })
+        .await
+        .unwrap();
+    let first = run(&sleeper, 1, vec![], vec![]).await;
+    let detail = until_reason(first.job_id, PendingKind::NoLandingZone).await;
+    assert_eq!(detail, "no landing zone of its station is online");
+
+    // One 2-CPU LZ: the first runs; a 2-CPU job waits for room there, holding it; a 1-CPU job
+    // behind it is behind it; one that waits for the first says so.
+    let a = Agent::start(&server, &admin, local_station(), "a", TWO_CPUS).await;
+    wait_status(alice, first.job_id, JobStatus::Running).await;
+    assert_eq!(reason(first.job_id).await, None, "a running job waits for nothing");
+    let wide = run(&sleeper, 2, vec![], vec![]).await;
+    let detail = until_reason(wide.job_id, PendingKind::Resources).await;
+    assert!(detail.contains("2 CPUs") && detail.contains("landing zone a"), "{detail}");
+    let narrow = run(&sleeper, 1, vec![], vec![]).await;
+    let detail = until_reason(narrow.job_id, PendingKind::Priority).await;
+    assert!(detail.starts_with("behind 1 earlier queued job of its station"), "{detail}");
+    let after_first = run(&quick, 1, vec![first.job_id], vec![]).await;
+    let detail = until_reason(after_first.job_id, PendingKind::Dependency).await;
+    assert_eq!(detail, format!("waiting for job {} to complete", first.job_id));
+
+    // A second LZ with room: the wide job starts there, and alice is at her limit of two.
+    let _b = Agent::start(&server, &admin, local_station(), "b", Offer { cpus: 4, ..TWO_CPUS }).await;
+    wait_status(alice, wide.job_id, JobStatus::Running).await;
+    let detail = until_reason(narrow.job_id, PendingKind::Quota).await;
+    assert!(detail.contains("2 jobs on landing zones"), "{detail}");
+    // The listing shows the same reasons.
+    let listed = alice.list_jobs_page(&ListJobs { items: 10, ..Default::default() }).await.unwrap();
+    let shown = listed.jobs.iter().find(|j| j.job_id == narrow.job_id).unwrap();
+    assert_eq!(shown.pending_reason.as_ref().map(|p| p.kind), Some(PendingKind::Quota));
+
+    // The chain completes in order: the dependent starts only after the first completed.
+    let after_first = alice.wait_for_job(after_first.job_id).await.unwrap();
+    let first = alice.get_job(first.job_id).await.unwrap();
+    assert_eq!((first.status, after_first.status), (JobStatus::Completed, JobStatus::Completed));
+    assert!(after_first.started_at.unwrap() >= first.finished_at.unwrap(), "{after_first:?}");
+    assert_eq!(after_first.after_ok, [first.job_id]);
+    assert_eq!(alice.wait_for_job(narrow.job_id).await.unwrap().status, JobStatus::Completed);
+
+    // A failed dependency: who needed it to complete fails without running, naming it; who only
+    // needed it to end runs.
+    let broken = run(&failing, 1, vec![], vec![]).await;
+    let needs_ok = run(&quick, 1, vec![broken.job_id], vec![]).await;
+    let needs_end = run(&quick, 1, vec![], vec![broken.job_id]).await;
+    let needs_ok = alice.wait_for_job(needs_ok.job_id).await.unwrap();
+    assert_eq!(alice.get_job(broken.job_id).await.unwrap().status, JobStatus::Failed);
+    assert_eq!(needs_ok.status, JobStatus::Failed);
+    assert_eq!(needs_ok.reason, Some(format!("the job it waited for, {}, ended failed", broken.job_id)));
+    assert_eq!((needs_ok.started_at, needs_ok.lz_id), (None, None), "it never ran");
+    assert_eq!(alice.wait_for_job(needs_end.job_id).await.unwrap().status, JobStatus::Completed);
+    // Once failed, a new job that needs it to complete fails at once.
+    let doomed = run(&quick, 1, vec![broken.job_id], vec![]).await;
+    assert_eq!(doomed.status, JobStatus::Failed);
+
+    // Jobs that are not yours, or not jobs at all, are refused naming the field.
+    server.add_user("bob", false).await;
+    let bob = server.sign_in("bob").await;
+    let bobs = mission(&bob, SHELL, &[("run.sh", "true\n")], &[]).await;
+    let request = RunJob { station_id: local_station(), after_ok: vec![broken.job_id], ..Default::default() };
+    let err = bob.run_job(bobs.mission_id, &request).await.unwrap_err();
+    assert!(matches!(&err, Error::Api(p) if p.status == 400 && p.detail.contains("after_ok")), "{err:?}");
+    let both = RunJob { after_any: vec![broken.job_id], ..request };
+    let err = alice.run_job(quick.mission_id, &both).await.unwrap_err();
+    assert!(matches!(&err, Error::Api(p) if p.status == 400 && p.detail.contains("name it once")), "{err:?}");
+    drop(a);
 }

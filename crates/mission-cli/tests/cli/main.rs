@@ -548,6 +548,33 @@ async fn run_and_jobs_commands_on_the_embedded_landing_zone() {
     let out = fx.run("admin", &["run", &id, "--cpus", "100000"]).await;
     assert!(String::from_utf8_lossy(&out.stderr).contains("could ever hold"));
 
+    // Dependencies: a job after one that failed fails at once, saying which; one after a job
+    // still running waits, and `jobs get` says why.
+    let listed = fx.json("admin", &["jobs", "list", "--items", "1"]).await;
+    let failed = listed["jobs"][0]["job_id"].as_str().unwrap().to_owned();
+    let doomed = fx.json("admin", &["run", &id, "--after-ok", &failed]).await;
+    assert_eq!(doomed["status"], "failed");
+    assert_eq!(doomed["reason"].as_str().unwrap(), format!("the job it waited for, {failed}, ended failed"));
+    let shown = fx.ok("admin", &["jobs", "get", doomed["job_id"].as_str().unwrap()]).await;
+    assert!(shown.lines().any(|l| l.starts_with("after ok:") && l.ends_with(&failed)), "{shown}");
+    std::fs::write(src.join("run.sh"), "sleep 30\n").unwrap();
+    fx.ok("admin", &["files", "upload", &id, src.join("run.sh").to_str().unwrap()]).await;
+    let long = fx.json("admin", &["run", &id]).await;
+    let long = long["job_id"].as_str().unwrap().to_owned();
+    let next = fx.json("admin", &["run", &id, "--after-any", &long]).await;
+    let next = next["job_id"].as_str().unwrap().to_owned();
+    let shown = fx.ok("admin", &["jobs", "get", &next]).await;
+    let waiting = format!("waiting for job {long} to end (dependency)");
+    assert!(shown.lines().any(|l| l.starts_with("waiting:") && l.ends_with(&waiting)), "{shown}");
+    let table = fx.ok("admin", &["jobs", "list", "--items", "1"]).await;
+    assert!(table.contains(&format!("waiting for job {long} to end")), "{table}");
+    fx.ok("admin", &["jobs", "stop", &long]).await;
+    let out = fx.run("admin", &["--json", "run", &id, "--after-ok", &long, "--wait"]).await;
+    assert!(!out.status.success(), "a job that could not run fails `run --wait`");
+    let stopped_after: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stopped_after["reason"].as_str().unwrap(), format!("the job it waited for, {long}, ended stopped"));
+    fx.ok("admin", &["jobs", "stop", &next]).await;
+
     // Stations: create, register an LZ (token printed once), list, remove.
     fx.ok("admin", &["stations", "create", "lab", "--description", "the lab"]).await;
     let added = fx.ok("admin", &["stations", "add-lz", "lab", "node1"]).await;

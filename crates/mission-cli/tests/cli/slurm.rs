@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use mission_client::{Client, Job, JobResources, JobStatus, LogStream, RegisterLandingZone};
+use mission_client::{Client, Job, JobResources, JobStatus, LogStream, PendingKind, RegisterLandingZone};
 use mission_testkit::TestServer;
 use tokio::process::{Child, Command};
 use uuid::Uuid;
@@ -255,11 +255,14 @@ async fn a_stop_cancels_the_slurm_job_and_a_waiting_job_shows_slurms_reason() {
     wait_until("the waiting job shows Slurm's pending reason", || async {
         let job = alice.get_job(second.job_id).await.unwrap();
         job.status == JobStatus::Staging
-            && job.reason.as_deref().is_some_and(|r| r.starts_with("waiting in Slurm's queue: "))
+            && job.pending_reason.is_some_and(|p| {
+                p.kind == PendingKind::BatchSystem && p.detail.starts_with("waiting in Slurm's queue: ")
+            })
     })
     .await;
     let waiting = alice.get_job(second.job_id).await.unwrap();
-    let reason = waiting.reason.unwrap();
+    assert_eq!(waiting.reason, None, "a reason says why a job ended");
+    let reason = waiting.pending_reason.unwrap().detail;
     assert!(["Resources", "Priority"].iter().any(|r| reason.ends_with(r)), "{reason}");
     alice.stop_job(second.job_id).await.unwrap();
     alice.stop_job(first.job_id).await.unwrap();

@@ -81,6 +81,7 @@ pub async fn run(
             format!("expected bytes, {} to {server_cap} (the server's --job-log-cap)", mission_api::MIN_LOG_CAP),
         ));
     }
+    let (after_ok, after_any) = checked_dependencies(req.after_ok, req.after_any)?;
     // Fail now, not after the run, when the results could not be stored.
     app.bays.results(&app.store, &mission, Uuid::nil()).await?;
     let now = store::now();
@@ -101,6 +102,9 @@ pub async fn run(
         labels,
         log_cap,
         log_truncated: false,
+        after_ok,
+        after_any,
+        pending_reason: None,
         exit_code: None,
         reason: None,
         limits: None,
@@ -112,6 +116,25 @@ pub async fn run(
     };
     let job = app.scheduler.submit(job).await?;
     Ok((StatusCode::CREATED, Json(job)))
+}
+
+/// The jobs a new job waits for, each named once; whether they exist and are the caller's is
+/// the scheduler's to check, since only it knows which have ended, and how, at that moment.
+fn checked_dependencies(mut after_ok: Vec<Uuid>, mut after_any: Vec<Uuid>) -> ApiResult<(Vec<Uuid>, Vec<Uuid>)> {
+    for list in [&mut after_ok, &mut after_any] {
+        list.sort_unstable();
+        list.dedup();
+    }
+    if let Some(both) = after_ok.iter().find(|id| after_any.binary_search(id).is_ok()) {
+        return Err(ApiError::invalid_field("after_any", format!("job {both} is in after_ok too; name it once")));
+    }
+    if after_ok.len() + after_any.len() > mission_api::MAX_DEPENDENCIES {
+        return Err(ApiError::invalid_field(
+            "after_ok",
+            format!("a job may wait for at most {} jobs", mission_api::MAX_DEPENDENCIES),
+        ));
+    }
+    Ok((after_ok, after_any))
 }
 
 /// Lists the caller's jobs (everyone's, for admins), newest first. Filters repeat:

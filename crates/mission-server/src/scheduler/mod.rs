@@ -8,6 +8,7 @@
 //! database and get their answers back the same way (`cluster.rs`). Orders for an agent go
 //! to whichever replica holds its connection ([`Sessions`]).
 
+mod queue;
 pub(crate) mod state;
 #[cfg(test)]
 mod tests;
@@ -183,6 +184,16 @@ impl From<SchedulerError> for ApiError {
     }
 }
 
+/// The rules the scheduler keeps, from the server's configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy {
+    /// How long a landing zone's agent may stay silent before its jobs are lost.
+    pub lease: Duration,
+    /// The most jobs one user may have placed on landing zones at once; more wait in the queue,
+    /// their pending reason `quota`. `None`: no limit.
+    pub max_running_per_user: Option<u32>,
+}
+
 /// What a call comes to.
 pub type SchedulerResult<T> = Result<T, SchedulerError>;
 
@@ -334,17 +345,17 @@ impl Scheduler {
         store: Store,
         logs: Arc<JobLogs>,
         tokens: Arc<AgentTokens>,
-        lease: Duration,
+        policy: Policy,
         tasks: &TaskTracker,
         shutdown: CancellationToken,
     ) -> Result<Self, StoreError> {
         if let Some(db) = store.cluster() {
-            let cluster = Cluster::join(db, store, logs, tokens, lease, tasks, shutdown).await?;
+            let cluster = Cluster::join(db, store, logs, tokens, policy, tasks, shutdown).await?;
             return Ok(Self { sessions: cluster.sessions(), route: Route::Replica(cluster) });
         }
         let sessions = Arc::new(Sessions::new(Uuid::nil(), None));
         let (events, rx) = mpsc::unbounded_channel();
-        let state = state::State::rebuilt(store, logs, tokens, lease, sessions.clone()).await?;
+        let state = state::State::rebuilt(store, logs, tokens, policy, sessions.clone()).await?;
         tasks.spawn(state.run(rx, shutdown));
         Ok(Self { route: Route::Single(events), sessions })
     }

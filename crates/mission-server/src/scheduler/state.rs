@@ -15,6 +15,10 @@
 //! Order: FIFO per station with backfill. A job that does not fit yet reserves the connected LZ
 //! best able to hold it; later jobs may still start on the station's other LZs, never on a reserved
 //! one, so small jobs fill idle room without starving a large one.
+//! Jobs that wait for others (`after_ok`, `after_any`: see `queue.rs`) or whose user is at
+//! the per-user limit are passed over and reserve nothing. The pass also brings each queued job's
+//! pending reason up to date, writing only the reasons that changed; past the point where every
+//! connected LZ is reserved it only says so (`priority`), without searching the LZs for each job.
 //!
 //! The store is the source of truth: every move is written before the agent or the caller hears
 //! of it, [`State::rebuilt`] rebuilds queues and occupancy from the unfinished jobs after a
@@ -22,18 +26,19 @@
 //! reloaded from the store the same way. A write refused because this replica no longer leads
 //! ends the task.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use mission_api::lz::{Assignment, Hello, InputFile, Order, Report, Welcome};
-use mission_api::{Job, JobStatus, Resources};
+use mission_api::{Job, JobStatus, PendingKind, PendingReason, Resources};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{Call, Event, Outcome, Responder, SchedulerError, SchedulerResult, SessionId, Sessions};
+use super::queue::{Dependencies, Queue, Settled};
+use super::{Call, Event, Outcome, Policy, Responder, SchedulerError, SchedulerResult, SessionId, Sessions};
 use crate::agent_tokens::AgentTokens;
 use crate::job_logs::JobLogs;
 use crate::store::{self, JobUpdate, LzIdentity, Store, StoreError};
@@ -143,6 +148,16 @@ impl LzState {
     }
 }
 
+/// Where a new or reloaded job stands with the jobs it waits for.
+enum Standing {
+    /// It may be queued (it waits for those that have not ended, if any).
+    Waits,
+    /// One it had to wait for ended without completing: it fails, for this reason.
+    Fails(String),
+    /// The job of this request field is not one of its user's.
+    Unknown(&'static str, Uuid),
+}
+
 /// An answer waiting for the batch's write.
 struct Answer {
     reply: Responder,
@@ -168,14 +183,28 @@ enum Pending {
 struct Batch {
     inserts: Vec<Job>,
     updates: Vec<JobUpdate>,
+    /// New pending reasons of queued jobs.
+    pending: Vec<(Uuid, Option<PendingReason>)>,
     orders: Vec<(Uuid, Pending)>,
     answers: Vec<Answer>,
     place: bool,
+    /// How many of `updates` have had their bearing on dependent jobs settled.
+    settled: usize,
 }
 
 impl Batch {
     fn is_empty(&self) -> bool {
-        self.inserts.is_empty() && self.updates.is_empty() && self.orders.is_empty() && self.answers.is_empty()
+        self.inserts.is_empty()
+            && self.updates.is_empty()
+            && self.pending.is_empty()
+            && self.orders.is_empty()
+            && self.answers.is_empty()
+    }
+
+    /// The status a job ended in by this batch, if it did.
+    fn ended(&self, job_id: Uuid) -> Option<JobStatus> {
+        let updated = self.updates.iter().rev().find(|u| u.job_id == job_id).map(|u| u.status);
+        updated.or_else(|| self.inserts.iter().find(|j| j.job_id == job_id).map(|j| j.status)).filter(|s| s.is_final())
     }
 }
 
@@ -184,9 +213,11 @@ pub(crate) struct State {
     logs: Arc<JobLogs>,
     tokens: Arc<AgentTokens>,
     lease: Duration,
+    max_running_per_user: Option<u32>,
     lzs: HashMap<Uuid, LzState>,
-    /// Queued jobs by submission order.
-    queue: BTreeMap<u64, Job>,
+    queue: Queue,
+    /// What queued jobs wait for besides room.
+    dependencies: Dependencies,
     next_seq: u64,
     sessions: Arc<Sessions>,
     batch: Batch,
@@ -204,16 +235,18 @@ impl State {
         store: Store,
         logs: Arc<JobLogs>,
         tokens: Arc<AgentTokens>,
-        lease: Duration,
+        policy: Policy,
         sessions: Arc<Sessions>,
     ) -> Result<Self, StoreError> {
         let mut state = State {
             store,
             logs,
             tokens,
-            lease,
+            lease: policy.lease,
+            max_running_per_user: policy.max_running_per_user,
             lzs: HashMap::new(),
-            queue: BTreeMap::new(),
+            queue: Queue::default(),
+            dependencies: Dependencies::default(),
             next_seq: 0,
             sessions,
             batch: Batch::default(),
@@ -228,22 +261,38 @@ impl State {
             self.lzs.insert(lz.lz_id, LzState::new(lz.station_id, lz.name, lz.resources, gpus));
         }
         self.load_jobs().await?;
+        self.settle_dependencies();
         let batch = std::mem::take(&mut self.batch);
-        self.store.save_jobs(&batch.inserts, &batch.updates).await
+        self.store.save_jobs(&batch.inserts, &batch.updates, &batch.pending).await
     }
 
     /// Fills the queue and the LZs' occupancy from the store's unfinished jobs; jobs placed on an
     /// LZ that is gone are lost (in the batch).
     async fn load_jobs(&mut self) -> Result<(), StoreError> {
+        let mut waiting = Vec::new();
         for job in self.store.unfinished_jobs().await? {
             let seq = self.bump();
             if job.status == JobStatus::Queued {
+                if !job.after_ok.is_empty() || !job.after_any.is_empty() {
+                    waiting.push(job.job_id);
+                }
                 self.queue.insert(seq, job);
                 continue;
             }
             match job.lz_id.and_then(|id| self.lzs.get_mut(&id)) {
                 Some(lz) => lz.hold(Placed { job, seq, stop_requested: false }),
                 None => self.end(job.job_id, JobStatus::Lost, "its landing zone was removed".into()),
+            }
+        }
+        for job_id in waiting {
+            let job = self.queue.get(job_id).expect("queued above");
+            let (after_ok, after_any) = (job.after_ok.clone(), job.after_any.clone());
+            match self.wait_for(job_id, job.user_id, &after_ok, &after_any).await? {
+                Standing::Waits => {}
+                Standing::Fails(why) => self.fail_waiting(job_id, why),
+                Standing::Unknown(_, dep) => {
+                    self.fail_waiting(job_id, format!("the job it waited for, {dep}, no longer exists"));
+                }
             }
         }
         // Agents that had no server to report to (a restart) get a lease from now.
@@ -260,6 +309,7 @@ impl State {
     /// error and may ask again).
     async fn reload_jobs(&mut self) {
         self.queue.clear();
+        self.dependencies.clear();
         for lz in self.lzs.values_mut() {
             let ids: Vec<Uuid> = lz.jobs.keys().copied().collect();
             for id in ids {
@@ -294,6 +344,7 @@ impl State {
         placed.job.status = JobStatus::Queued;
         placed.job.lz_id = None;
         placed.job.gpu_indices.clear();
+        placed.job.pending_reason = None;
         self.queue.insert(placed.seq, placed.job);
         self.batch.place = true;
     }
@@ -317,6 +368,7 @@ impl State {
                 () = sleep_until(deadline) => self.expire_leases(),
                 () = shutdown.cancelled() => return,
             }
+            self.settle_dependencies();
             if std::mem::take(&mut self.batch.place) {
                 self.place();
             }
@@ -335,8 +387,10 @@ impl State {
         }
         let batch = std::mem::take(&mut self.batch);
         // The reads for the assignments go through the read pool, beside the write.
-        let (runs, saved) =
-            tokio::join!(self.assignments(&batch.orders), self.store.save_jobs(&batch.inserts, &batch.updates));
+        let (runs, saved) = tokio::join!(
+            self.assignments(&batch.orders),
+            self.store.save_jobs(&batch.inserts, &batch.updates, &batch.pending)
+        );
         let mut runs = match saved.and(runs) {
             Ok(runs) => runs,
             Err(StoreError::NotLeader) => {
@@ -429,7 +483,7 @@ impl State {
         // Calls answered after the batch is written carry their outcome into it; the others are
         // answered at once.
         let settled = match call {
-            Call::Submit { job } => self.submit(*job).map(|job| Outcome::Job { job: Box::new(job) }),
+            Call::Submit { job } => self.submit(*job).await.map(|job| Outcome::Job { job: Box::new(job) }),
             Call::Stop { job_id, by } => self.stop(job_id, by).map(|()| Outcome::Done),
             Call::Connect { lz, hello, session } => {
                 self.connect(lz, *hello, session).await.map(|welcome| Outcome::Welcome { welcome: Box::new(welcome) })
@@ -480,7 +534,7 @@ impl State {
         self.sessions.broadcast_forget_tokens();
     }
 
-    fn submit(&mut self, job: Job) -> SchedulerResult<Job> {
+    async fn submit(&mut self, mut job: Job) -> SchedulerResult<Job> {
         let candidates: Vec<&LzState> = match job.requested_lz_id {
             Some(id) => self.lzs.get(&id).filter(|lz| lz.station_id == job.station_id).into_iter().collect(),
             None => self.lzs.values().filter(|lz| lz.station_id == job.station_id).collect(),
@@ -515,6 +569,20 @@ impl State {
                 ),
             });
         }
+        let standing = self.wait_for(job.job_id, job.user_id, &job.after_ok, &job.after_any).await?;
+        if let Standing::Unknown(field, dep) = standing {
+            return Err(SchedulerError::invalid_field(field, format!("you have no job {dep}")));
+        }
+        if let Standing::Fails(why) = standing {
+            // Never to run: it ends as it is written, without a trip through the queue.
+            let now = store::now();
+            job.status = JobStatus::Failed;
+            job.reason = Some(why.clone());
+            job.finished_at = Some(now);
+            job.history.push(mission_api::JobTransition { status: JobStatus::Failed, at: now, detail: Some(why) });
+            self.batch.inserts.push(job.clone());
+            return Ok(job);
+        }
         let seq = self.bump();
         self.queue.insert(seq, job.clone());
         self.batch.inserts.push(job.clone());
@@ -522,9 +590,79 @@ impl State {
         Ok(job)
     }
 
+    /// Records what a queued job waits for: of `after_ok` and `after_any`, the jobs that have
+    /// not ended. Records nothing when one of them ended without completing or is not a job of
+    /// `user_id`'s.
+    async fn wait_for(
+        &mut self,
+        job_id: Uuid,
+        user_id: Uuid,
+        after_ok: &[Uuid],
+        after_any: &[Uuid],
+    ) -> Result<Standing, StoreError> {
+        let mut unfinished: HashMap<Uuid, Uuid> = HashMap::new();
+        let mut ended: HashMap<Uuid, JobStatus> = HashMap::new();
+        let mut unknown = Vec::new();
+        for &dep in after_ok.iter().chain(after_any) {
+            let held = self.lzs.values().find_map(|lz| lz.jobs.get(&dep)).map(|p| &p.job);
+            if let Some(job) = self.queue.get(dep).or(held) {
+                unfinished.insert(dep, job.user_id);
+            } else if let Some(status) = self.batch.ended(dep) {
+                ended.insert(dep, status);
+            } else {
+                unknown.push(dep);
+            }
+        }
+        // Jobs the scheduler does not hold have ended, or never were (or are someone else's).
+        let stored = self.store.job_owners_and_statuses(&unknown).await?;
+        for (dep, owner, status) in stored {
+            if owner == user_id && status.is_final() {
+                ended.insert(dep, status);
+            }
+        }
+        for (field, deps) in [("after_ok", after_ok), ("after_any", after_any)] {
+            let mine = |dep: &Uuid| unfinished.get(dep) == Some(&user_id) || ended.contains_key(dep);
+            if let Some(dep) = deps.iter().find(|dep| !mine(dep)) {
+                return Ok(Standing::Unknown(field, *dep));
+            }
+        }
+        if let Some((dep, status)) =
+            after_ok.iter().find_map(|dep| ended.get(dep).filter(|s| **s != JobStatus::Completed).map(|s| (dep, s)))
+        {
+            return Ok(Standing::Fails(format!("the job it waited for, {dep}, ended {status}")));
+        }
+        let open = |deps: &[Uuid]| deps.iter().filter(|d| unfinished.contains_key(d)).copied().collect();
+        self.dependencies.wait(job_id, open(after_ok), open(after_any));
+        Ok(Standing::Waits)
+    }
+
+    /// Ends a queued job that waited for another which did not complete.
+    fn fail_waiting(&mut self, job_id: Uuid, why: String) {
+        if self.queue.remove(job_id).is_some() {
+            self.end(job_id, JobStatus::Failed, why);
+        }
+    }
+
+    /// Settles, for every job the batch has ended so far (and those that ending them ends in
+    /// turn), the jobs that waited for it: they may be placed now, or they fail.
+    fn settle_dependencies(&mut self) {
+        while self.batch.settled < self.batch.updates.len() {
+            let update = &self.batch.updates[self.batch.settled];
+            self.batch.settled += 1;
+            if !update.status.is_final() {
+                continue;
+            }
+            for settled in self.dependencies.ended(update.job_id, update.status) {
+                match settled {
+                    Settled::Free => self.batch.place = true,
+                    Settled::Failed(job_id, why) => self.fail_waiting(job_id, why),
+                }
+            }
+        }
+    }
+
     fn stop(&mut self, job_id: Uuid, by: String) -> SchedulerResult<()> {
-        if let Some(seq) = self.queue.iter().find(|(_, j)| j.job_id == job_id).map(|(s, _)| *s) {
-            self.queue.remove(&seq);
+        if self.queue.remove(job_id).is_some() {
             self.end(job_id, JobStatus::Stopped, format!("stopped by {by} while queued"));
             return Ok(());
         }
@@ -620,10 +758,14 @@ impl State {
             let Some(placed) = lz.jobs.get_mut(&report.job_id) else { continue };
             // Moves only go forward; a repeated or late report changes nothing, but a new reason
             // for the same step (why a job still waits in a batch system's queue) is recorded.
+            let waits = report.status < JobStatus::Running;
+            let shown = |job: &Job| {
+                if waits { job.pending_reason.as_ref().map(|p| p.detail.clone()) } else { job.reason.clone() }
+            };
             let new_reason = report.status == placed.job.status
                 && !report.status.is_final()
                 && report.reason.is_some()
-                && report.reason != placed.job.reason;
+                && report.reason != shown(&placed.job);
             if (report.status <= placed.job.status && !new_reason) || report.status == JobStatus::Queued {
                 continue;
             }
@@ -634,8 +776,13 @@ impl State {
             let mut update = JobUpdate::new(report.job_id, status);
             update.at = report.at;
             update.exit_code = report.exit_code;
-            update.reason = report.reason.clone();
-            update.detail = report.reason;
+            update.detail.clone_from(&report.reason);
+            if waits {
+                update.pending = report.reason.map(|detail| PendingReason { kind: PendingKind::BatchSystem, detail });
+                placed.job.pending_reason.clone_from(&update.pending);
+            } else {
+                update.reason = report.reason;
+            }
             update.limits = report.limits;
             // An agent's figures are taken as measured, but none may be negative.
             update.usage = report
@@ -665,7 +812,8 @@ impl State {
         let Some(lz) = self.lzs.get(&gateway) else { return mission_api::lz::Demand::default() };
         let wanted = self
             .queue
-            .values()
+            .iter()
+            .map(|(_, j)| j)
             .filter(|j| j.station_id == lz.station_id && j.requested_lz_id.is_none() && lz.could_hold(j));
         let (jobs, cpus) = wanted.fold((0, 0), |(n, c), j| (n + 1, c + u64::from(j.cpu_count)));
         mission_api::lz::Demand { queued_jobs: jobs, queued_cpus: cpus }
@@ -692,7 +840,8 @@ impl State {
 
     async fn remove(&mut self, station_id: Uuid, lz_id: Option<Uuid>) -> SchedulerResult<bool> {
         let concerned = |lz: Option<Uuid>| lz_id.is_none() || (lz.is_some() && lz == lz_id);
-        let queued = self.queue.values().filter(|j| j.station_id == station_id && concerned(j.requested_lz_id)).count();
+        let queued =
+            self.queue.iter().filter(|(_, j)| j.station_id == station_id && concerned(j.requested_lz_id)).count();
         let placed: usize = self
             .lzs
             .iter()
@@ -747,37 +896,64 @@ impl State {
         }
     }
 
-    /// One placement pass over the queue (see the module docs for the order), in the batch.
+    /// One placement pass over the queue (see the module docs for the order), in the batch,
+    /// which also brings every queued job's pending reason up to date.
     fn place(&mut self) {
         let mut reserved: HashSet<Uuid> = HashSet::new();
-        let mut chosen: Vec<u64> = Vec::new();
+        let mut chosen: Vec<Uuid> = Vec::new();
+        let mut reasons: Vec<(Uuid, Option<PendingReason>)> = Vec::new();
         let connected = self.lzs.values().filter(|lz| lz.connection.is_some()).count();
-        for (&seq, job) in &self.queue {
-            // Once every connected LZ is held for an earlier job, nothing further can start: the
-            // pass ends here instead of walking a long queue on every event.
-            if reserved.len() >= connected {
-                break;
+        let online_stations: HashSet<Uuid> =
+            self.lzs.values().filter(|lz| lz.connection.is_some()).map(|lz| lz.station_id).collect();
+        let mut placed_per_user: HashMap<Uuid, u32> = HashMap::new();
+        if self.max_running_per_user.is_some() {
+            for placed in self.lzs.values().flat_map(|lz| lz.jobs.values()) {
+                *placed_per_user.entry(placed.job.user_id).or_default() += 1;
             }
-            let usable = |(id, lz): &(&Uuid, &LzState)| {
-                lz.station_id == job.station_id
-                    && lz.connection.is_some()
-                    && job.requested_lz_id.is_none_or(|r| r == **id)
-                    && !reserved.contains(*id)
-            };
-            // Best fit: the LZ left with the fewest free CPUs, then the least memory.
-            let best = self
-                .lzs
-                .iter()
-                .filter(usable)
-                .filter(|(_, lz)| lz.fits_now(job))
-                .min_by_key(|(id, lz)| (lz.free_cpu - i64::from(job.cpu_count), lz.free_memory, **id))
-                .map(|(id, _)| *id);
-            match best {
-                Some(lz_id) => {
+        }
+        for (seq, job) in self.queue.iter() {
+            let reason = if let Some((dep, must_complete, more)) = self.dependencies.waiting_for(job.job_id) {
+                let end = if must_complete { "complete" } else { "end" };
+                let more = if more > 0 { format!(" (and {more} more)") } else { String::new() };
+                pending(PendingKind::Dependency, format!("waiting for job {dep} to {end}{more}"))
+            } else if let Some(limit) = self
+                .max_running_per_user
+                .filter(|limit| placed_per_user.get(&job.user_id).copied().unwrap_or(0) >= *limit)
+            {
+                pending(
+                    PendingKind::Quota,
+                    format!("its user has {limit} jobs on landing zones, the most the server allows one user at once"),
+                )
+            } else if reserved.len() >= connected {
+                // Every connected LZ is held for an earlier job: nothing further can start, and
+                // the pass only says so, without a search of the LZs for each job of a long queue.
+                match job.requested_lz_id {
+                    Some(lz_id) if self.lzs.get(&lz_id).is_none_or(|lz| lz.connection.is_none()) => {
+                        offline(self.lzs.get(&lz_id))
+                    }
+                    None if !online_stations.contains(&job.station_id) => offline(None),
+                    _ => pending(PendingKind::Priority, "first in line for the room it needs".into()),
+                }
+            } else {
+                let usable = |(id, lz): &(&Uuid, &LzState)| {
+                    lz.station_id == job.station_id
+                        && lz.connection.is_some()
+                        && job.requested_lz_id.is_none_or(|r| r == **id)
+                };
+                // Best fit: the LZ left with the fewest free CPUs, then the least memory.
+                let best = self
+                    .lzs
+                    .iter()
+                    .filter(usable)
+                    .filter(|(id, lz)| !reserved.contains(*id) && lz.fits_now(job))
+                    .min_by_key(|(id, lz)| (lz.free_cpu - i64::from(job.cpu_count), lz.free_memory, **id))
+                    .map(|(id, _)| *id);
+                if let Some(lz_id) = best {
                     let lz = self.lzs.get_mut(&lz_id).expect("chosen from the map");
                     let mut job = job.clone();
                     job.status = JobStatus::Assigned;
                     job.lz_id = Some(lz_id);
+                    job.pending_reason = None;
                     if lz.max_jobs.is_none() {
                         job.gpu_indices = lz.free_gpus.iter().take(job.gpu_count as usize).copied().collect();
                     }
@@ -787,25 +963,72 @@ impl State {
                     update.detail = Some(format!("landing zone {}", lz.name));
                     self.batch.updates.push(update);
                     self.batch.orders.push((lz_id, Pending::Run(job.job_id)));
-                    chosen.push(seq);
+                    chosen.push(job.job_id);
+                    *placed_per_user.entry(job.user_id).or_default() += 1;
                     lz.hold(Placed { job, seq, stop_requested: false });
+                    continue;
                 }
-                None => {
-                    let holder = self
-                        .lzs
-                        .iter()
-                        .filter(usable)
-                        .filter(|(_, lz)| lz.could_hold(job))
-                        .max_by_key(|(id, lz)| (lz.free_cpu, lz.free_memory, **id))
-                        .map(|(id, _)| *id);
-                    reserved.extend(holder);
+                let could_hold: Vec<(&Uuid, &LzState)> =
+                    self.lzs.iter().filter(usable).filter(|(_, lz)| lz.could_hold(job)).collect();
+                let holder = could_hold
+                    .iter()
+                    .filter(|(id, _)| !reserved.contains(*id))
+                    .max_by_key(|(id, lz)| (lz.free_cpu, lz.free_memory, **id))
+                    .map(|(id, lz)| (**id, lz.name.clone()));
+                match holder {
+                    Some((lz_id, name)) => {
+                        reserved.insert(lz_id);
+                        let gpus = if job.gpu_count > 0 { format!(", {} GPUs", job.gpu_count) } else { String::new() };
+                        pending(
+                            PendingKind::Resources,
+                            format!(
+                                "waiting for {} CPUs, {} MB{gpus} to be free on landing zone {name}, held for it",
+                                job.cpu_count, job.memory_amount
+                            ),
+                        )
+                    }
+                    None if could_hold.is_empty() => match job.requested_lz_id {
+                        Some(lz_id) if self.lzs.get(&lz_id).is_none_or(|lz| lz.connection.is_none()) => {
+                            offline(self.lzs.get(&lz_id))
+                        }
+                        _ => pending(
+                            PendingKind::NoLandingZone,
+                            format!(
+                                "no landing zone online could hold it ({} CPUs, {} MB, {} GPUs)",
+                                job.cpu_count, job.memory_amount, job.gpu_count
+                            ),
+                        ),
+                    },
+                    None => pending(PendingKind::Priority, "first in line for the room it needs".into()),
                 }
+            };
+            if job.pending_reason.as_ref() != Some(&reason) {
+                reasons.push((job.job_id, Some(reason)));
             }
         }
-        for seq in chosen {
-            self.queue.remove(&seq);
+        for job_id in chosen {
+            self.queue.remove(job_id);
+        }
+        for (job_id, reason) in reasons {
+            self.queue.get_mut(job_id).expect("still queued").pending_reason.clone_from(&reason);
+            self.batch.pending.push((job_id, reason));
         }
     }
+}
+
+/// A pending reason.
+fn pending(kind: PendingKind, detail: String) -> PendingReason {
+    PendingReason { kind, detail }
+}
+
+/// The pending reason of a job whose landing zone (`None`: every one of its station) is not
+/// online.
+fn offline(lz: Option<&LzState>) -> PendingReason {
+    let detail = match lz {
+        Some(lz) => format!("its landing zone {} is not online", lz.name),
+        None => "no landing zone of its station is online".to_owned(),
+    };
+    pending(PendingKind::NoLandingZone, detail)
 }
 
 /// Why an agent may not connect: it is a gateway for another cluster account than the one its

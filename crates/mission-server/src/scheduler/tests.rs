@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mission_api::lz::{Hello, Order, Report, Welcome};
-use mission_api::{Job, JobStatus, JobTransition, Mission, Resources};
+use mission_api::{Job, JobStatus, JobTransition, Mission, PendingKind, Resources};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::SchedulerResult;
 use super::state::State;
-use super::{Call, Event, Outcome, Responder, SchedulerError, Sessions};
+use super::{Call, Event, Outcome, Policy, Responder, SchedulerError, Sessions};
 use crate::DEFAULT_STATION_ID;
 use crate::agent_tokens::AgentTokens;
 use crate::job_logs::JobLogs;
@@ -27,6 +27,7 @@ struct Harness {
     logs: Arc<JobLogs>,
     tokens: Arc<AgentTokens>,
     sessions: Arc<Sessions>,
+    policy: Policy,
     events: mpsc::UnboundedSender<Event>,
     task: tokio::task::JoinHandle<()>,
     mission: Mission,
@@ -41,6 +42,10 @@ struct FakeAgent {
 
 impl Harness {
     async fn new() -> Self {
+        Self::with(Policy { lease: LEASE, max_running_per_user: None }).await
+    }
+
+    async fn with(policy: Policy) -> Self {
         // Keep the runtime busy: the clock moves only by `tokio::time::advance`.
         tokio::spawn(async {
             loop {
@@ -54,8 +59,8 @@ impl Harness {
         let logs = Arc::new(JobLogs::new(dir.path().join("logs")).unwrap());
         let tokens = Arc::new(AgentTokens::new(store.clone()));
         let sessions = Arc::new(Sessions::new(Uuid::nil(), None));
-        let (events, task) = Self::spawn(&store, &logs, &tokens, &sessions).await;
-        Self { store, logs, tokens, sessions, events, task, mission, _dir: dir }
+        let (events, task) = Self::spawn(&store, &logs, &tokens, &sessions, policy).await;
+        Self { store, logs, tokens, sessions, policy, events, task, mission, _dir: dir }
     }
 
     async fn spawn(
@@ -63,8 +68,10 @@ impl Harness {
         logs: &Arc<JobLogs>,
         tokens: &Arc<AgentTokens>,
         sessions: &Arc<Sessions>,
+        policy: Policy,
     ) -> (mpsc::UnboundedSender<Event>, tokio::task::JoinHandle<()>) {
-        let state = State::rebuilt(store.clone(), logs.clone(), tokens.clone(), LEASE, sessions.clone()).await.unwrap();
+        let state =
+            State::rebuilt(store.clone(), logs.clone(), tokens.clone(), policy, sessions.clone()).await.unwrap();
         let (events, queue) = mpsc::unbounded_channel();
         (events, tokio::spawn(state.run(queue, tokio_util::sync::CancellationToken::new())))
     }
@@ -74,7 +81,7 @@ impl Harness {
     async fn hand_over(&mut self) {
         self.task.abort();
         let _ = (&mut self.task).await;
-        let (events, task) = Self::spawn(&self.store, &self.logs, &self.tokens, &self.sessions).await;
+        let (events, task) = Self::spawn(&self.store, &self.logs, &self.tokens, &self.sessions, self.policy).await;
         (self.events, self.task) = (events, task);
     }
 
@@ -117,7 +124,12 @@ impl Harness {
     }
 
     async fn submit(&self, cpus: u32) -> Job {
-        let job = Job {
+        self.submit_job(self.new_job(cpus)).await.unwrap()
+    }
+
+    /// A job of the harness's mission asking for `cpus`, to submit.
+    fn new_job(&self, cpus: u32) -> Job {
+        Job {
             job_id: Uuid::new_v4(),
             mission_id: self.mission.mission_id,
             user_id: self.mission.user_id,
@@ -134,6 +146,9 @@ impl Harness {
             labels: Default::default(),
             log_cap: None,
             log_truncated: false,
+            after_ok: Vec::new(),
+            after_any: Vec::new(),
+            pending_reason: None,
             exit_code: None,
             reason: None,
             limits: None,
@@ -142,11 +157,20 @@ impl Harness {
             created_at: store::now(),
             started_at: None,
             finished_at: None,
-        };
-        match self.ask(Call::Submit { job: Box::new(job) }).await.unwrap() {
-            Outcome::Job { job } => *job,
+        }
+    }
+
+    async fn submit_job(&self, job: Job) -> SchedulerResult<Job> {
+        match self.ask(Call::Submit { job: Box::new(job) }).await? {
+            Outcome::Job { job } => Ok(*job),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A job's pending reason as stored: its kind and words.
+    async fn pending(&self, job_id: Uuid) -> Option<(PendingKind, String)> {
+        let job = self.store.job_row(job_id).await.unwrap().unwrap();
+        job.pending_reason.map(|p| (p.kind, p.detail))
     }
 
     async fn report(&self, agent: &FakeAgent, job_id: Uuid, status: JobStatus) {
@@ -245,7 +269,9 @@ async fn a_batch_gateway_takes_jobs_by_count_and_says_why_they_wait() {
     h.report_why(&gateway, ids[1], JobStatus::Staging, Some("waiting in Slurm's queue: Priority")).await;
     h.report_why(&gateway, ids[1], JobStatus::Staging, Some("waiting in Slurm's queue: Resources")).await;
     let waiting = h.store.job(ids[1]).await.unwrap().unwrap();
-    assert_eq!(waiting.reason.as_deref(), Some("waiting in Slurm's queue: Resources"));
+    let reason = waiting.pending_reason.map(|p| (p.kind, p.detail));
+    assert_eq!(reason, Some((PendingKind::BatchSystem, "waiting in Slurm's queue: Resources".into())));
+    assert_eq!(waiting.reason, None, "a reason says why a job ended");
     let details: Vec<_> = waiting.history.iter().map(|t| (t.status, t.detail.as_deref())).collect();
     assert_eq!(
         details[details.len() - 3..],
@@ -257,7 +283,7 @@ async fn a_batch_gateway_takes_jobs_by_count_and_says_why_they_wait() {
     );
     // Once it runs, it no longer waits for anything.
     h.report(&gateway, ids[1], JobStatus::Running).await;
-    assert_eq!(h.store.job_row(ids[1]).await.unwrap().unwrap().reason, None);
+    assert_eq!(h.pending(ids[1]).await, None);
 
     // One ends: the fourth takes its place.
     h.report(&gateway, ids[0], JobStatus::Completed).await;
@@ -354,4 +380,108 @@ async fn a_new_leader_rebuilds_from_the_store_and_waits_a_lease_for_the_agents()
     assert_eq!(a.runs(), [queued.job_id]);
     let history = h.store.job_history(on_a).await.unwrap();
     assert_eq!(history.iter().filter(|t| t.status == JobStatus::Assigned).count(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_queued_job_says_why_it_waits() {
+    let h = Harness::with(Policy { lease: LEASE, max_running_per_user: Some(2) }).await;
+    let (lz, away) = (h.register("box").await, h.register("away").await);
+    let first = h.submit(2).await;
+    let offline = (PendingKind::NoLandingZone, "no landing zone of its station is online".to_owned());
+    assert_eq!(h.pending(first.job_id).await, Some(offline));
+
+    // The LZ connects: the first runs and waits no more; the next waits for room, holding the
+    // LZ, and those behind it are behind it.
+    let (mut agent, _) = h.connect(&lz, 2, Vec::new()).await;
+    assert_eq!(agent.runs(), [first.job_id]);
+    assert_eq!(h.pending(first.job_id).await, None);
+    let second = h.submit(2).await;
+    let (kind, detail) = h.pending(second.job_id).await.unwrap();
+    assert_eq!(kind, PendingKind::Resources);
+    assert_eq!(detail, "waiting for 2 CPUs, 256 MB to be free on landing zone box, held for it");
+    let third = h.submit(1).await;
+    let (kind, detail) = h.pending(third.job_id).await.unwrap();
+    assert_eq!(kind, PendingKind::Priority);
+    assert!(detail.starts_with("behind 1 earlier queued job of its station"), "{detail}");
+    let fourth = h.submit(1).await;
+    assert!(h.pending(fourth.job_id).await.unwrap().1.starts_with("behind 2 earlier queued jobs"));
+    let mut pinned = h.new_job(1);
+    pinned.requested_lz_id = Some(away.lz_id);
+    let pinned = h.submit_job(pinned).await.unwrap();
+    let away_offline = (PendingKind::NoLandingZone, "its landing zone away is not online".to_owned());
+    assert_eq!(h.pending(pinned.job_id).await, Some(away_offline));
+    let mut after = h.new_job(1);
+    after.after_ok = vec![second.job_id];
+    let after = h.submit_job(after).await.unwrap();
+    let waits = (PendingKind::Dependency, format!("waiting for job {} to complete", second.job_id));
+    assert_eq!(h.pending(after.job_id).await, Some(waits));
+
+    // The first ends: the second and third run, and the user is at the limit of two, so the
+    // fourth waits for the quota (and the others in line stay as they were).
+    h.report(&agent, first.job_id, JobStatus::Completed).await;
+    assert_eq!(agent.runs(), [second.job_id]);
+    let (kind, detail) = h.pending(third.job_id).await.unwrap();
+    assert_eq!(kind, PendingKind::Resources, "first in line now, it holds the LZ second fills: {detail}");
+    assert!(h.pending(fourth.job_id).await.unwrap().1.starts_with("behind 1 earlier queued job"));
+    let (mut big_agent, _) = h.connect(&away, 8, Vec::new()).await;
+    assert_eq!(big_agent.runs(), [third.job_id], "the two the user may run: second and third");
+    let (kind, detail) = h.pending(fourth.job_id).await.unwrap();
+    assert_eq!(kind, PendingKind::Quota);
+    assert!(detail.contains("2 jobs on landing zones"), "{detail}");
+    h.report(&big_agent, third.job_id, JobStatus::Completed).await;
+    assert_eq!(big_agent.runs(), [fourth.job_id]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_waits_for_its_dependencies_and_fails_with_one_that_failed() {
+    let mut h = Harness::new().await;
+    let lz = h.register("box").await;
+    let (mut agent, _) = h.connect(&lz, 1, Vec::new()).await;
+    let with = |h: &Harness, after_ok: Vec<Uuid>, after_any: Vec<Uuid>| {
+        let mut job = h.new_job(1);
+        (job.after_ok, job.after_any) = (after_ok, after_any);
+        job
+    };
+    let first = h.submit(1).await;
+    assert_eq!(agent.runs(), [first.job_id]);
+    // second needs first to complete; third needs second to complete; fourth needs second to
+    // end, however; fifth needs nothing but comes last.
+    let second = h.submit_job(with(&h, vec![first.job_id], vec![])).await.unwrap();
+    let third = h.submit_job(with(&h, vec![second.job_id], vec![])).await.unwrap();
+    let fourth = h.submit_job(with(&h, vec![], vec![second.job_id])).await.unwrap();
+    // Jobs that wait for others hold nothing: a later job with none starts first.
+    h.report(&agent, first.job_id, JobStatus::Running).await;
+    let fifth = h.submit(1).await;
+
+    // Across a restart the waits are rebuilt from the store.
+    h.hand_over().await;
+    let (mut agent, _) = h.connect(&lz, 1, vec![first.job_id]).await;
+    assert_eq!(agent.runs(), Vec::<Uuid>::new());
+    h.report(&agent, first.job_id, JobStatus::Completed).await;
+    assert_eq!(agent.runs(), [second.job_id], "second's dependency completed; it is first in line");
+    h.report(&agent, second.job_id, JobStatus::Failed).await;
+    // third fails with the reason; fourth may start now, and does (before fifth).
+    h.until(third.job_id, JobStatus::Failed).await;
+    let failed = h.store.job(third.job_id).await.unwrap().unwrap();
+    assert_eq!(failed.reason, Some(format!("the job it waited for, {}, ended failed", second.job_id)));
+    assert_eq!(failed.history.iter().map(|t| t.status).collect::<Vec<_>>(), [JobStatus::Queued, JobStatus::Failed]);
+    assert_eq!(agent.runs(), [fourth.job_id]);
+    h.report(&agent, fourth.job_id, JobStatus::Completed).await;
+    assert_eq!(agent.runs(), [fifth.job_id]);
+
+    // A dependency that already failed fails a new job at once; one that completed is no wait.
+    let doomed = h.submit_job(with(&h, vec![second.job_id], vec![])).await.unwrap();
+    assert_eq!((doomed.status, h.status(doomed.job_id).await), (JobStatus::Failed, JobStatus::Failed));
+    let fine = h.submit_job(with(&h, vec![fourth.job_id], vec![third.job_id])).await.unwrap();
+    h.report(&agent, fifth.job_id, JobStatus::Completed).await;
+    assert_eq!(agent.runs(), [fine.job_id]);
+
+    // A job that is not there, or not the user's, is refused, naming the field.
+    let refused = h.submit_job(with(&h, vec![], vec![Uuid::new_v4()])).await.unwrap_err();
+    assert!(matches!(&refused, SchedulerError::Invalid { field: Some(f), .. } if f == "after_any"), "{refused:?}");
+    let mut theirs = h.new_job(1);
+    theirs.user_id = Uuid::new_v4();
+    theirs.after_ok = vec![fine.job_id];
+    let refused = h.submit_job(theirs).await.unwrap_err();
+    assert!(matches!(&refused, SchedulerError::Invalid { field: Some(f), .. } if f == "after_ok"), "{refused:?}");
 }

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use mission_api::{Job, JobStatus, JobTransition, Resources};
+use mission_api::{Job, JobStatus, JobTransition, PendingKind, PendingReason, Resources};
 use sqlx::{Connection, QueryBuilder};
 use uuid::Uuid;
 
@@ -13,8 +13,16 @@ use super::{
 };
 
 const JOB_COLUMNS: &str = "job_id, mission_id, user_id, station_id, requested_lz_id, lz_id, status, cpu_count, \
-    memory_amount, gpu_count, time_limit, gpu_indices, command, labels, log_cap, log_truncated, exit_code, reason, \
-    limits, wall_time, cpu_time, peak_memory, created_at, started_at, finished_at";
+    memory_amount, gpu_count, time_limit, gpu_indices, command, labels, log_cap, log_truncated, after_ok, after_any, \
+    pending_kind, pending_detail, exit_code, reason, limits, wall_time, cpu_time, peak_memory, created_at, started_at, \
+    finished_at";
+
+/// The last column of a job row read for a caller, after [`JOB_COLUMNS`] (`FROM jobs`): for a
+/// job whose pending reason is `priority`, how many queued jobs of its station are ahead of it in
+/// line. Counted as it is read, so that the scheduler need not rewrite a whole queue's rows every
+/// time its head moves. The scheduler's own reads take `NULL AS ahead`.
+const JOBS_AHEAD: &str = "CASE WHEN pending_kind = 'priority' THEN (SELECT COUNT(*) FROM jobs AS earlier \
+    WHERE earlier.station_id = jobs.station_id AND earlier.status = 'queued' AND earlier.seq < jobs.seq) END AS ahead";
 
 /// [`Store::usage_summary`]'s sums, the user id bound next, other conditions pushed after.
 const USAGE_SUMMARY: &str = "SELECT COUNT(*) AS jobs, SUM(wall_time) AS wall, SUM(cpu_time) AS cpu, \
@@ -32,17 +40,24 @@ macro_rules! final_statuses {
 pub(super) const FINAL_STATUSES: &str = final_statuses!();
 
 impl Store {
-    /// Writes new jobs (each with its history so far) and then job moves, in order, in one
-    /// transaction: a move updates the row and appends its history entry. Entering `running`
-    /// sets `started_at`; a final status sets `finished_at`.
-    pub async fn save_jobs(&self, inserts: &[Job], updates: &[JobUpdate]) -> Result<(), StoreError> {
-        if inserts.is_empty() && updates.is_empty() {
+    /// Writes new jobs (each with its history so far), then job moves, in order, then the
+    /// pending reasons of queued jobs, in one transaction: a move updates the row and appends
+    /// its history entry. Entering `running` sets `started_at`; a final status sets
+    /// `finished_at`; leaving the queue clears the pending reason unless the move gives one. A
+    /// pending reason for a job no longer queued is dropped.
+    pub async fn save_jobs(
+        &self,
+        inserts: &[Job],
+        updates: &[JobUpdate],
+        pending: &[(Uuid, Option<PendingReason>)],
+    ) -> Result<(), StoreError> {
+        if inserts.is_empty() && updates.is_empty() && pending.is_empty() {
             return Ok(());
         }
         // The batch goes as three JSON parameters to statements that are the same whatever its
         // size and shape, so they are prepared once (parsing SQL built per batch was an eighth
         // of the server's CPU under load).
-        let batch = JobBatch::new(inserts, updates);
+        let batch = JobBatch::new(inserts, updates, pending);
         match &self.backend {
             super::Backend::Sqlite(db) => {
                 // One script: one trip to SQLite's worker thread (those thread hand-offs were most
@@ -50,6 +65,7 @@ impl Store {
                 let script = sqlx::query(SQLITE_SAVE_JOBS)
                     .bind(batch.jobs.as_str())
                     .bind(batch.changes.as_str())
+                    .bind(batch.pending.as_str())
                     .bind(batch.history.as_str())
                     .bind(batch.history.as_str());
                 super::sqlite::run_script(&mut *db.writer().await, script).await?;
@@ -71,6 +87,7 @@ impl Store {
                 for (statement, parameter) in [
                     (POSTGRES_INSERT_JOBS, &batch.jobs),
                     (POSTGRES_CHANGE_JOBS, &batch.changes),
+                    (POSTGRES_PENDING, &batch.pending),
                     (POSTGRES_APPEND_HISTORY, &batch.history),
                 ] {
                     if parameter != "[]" {
@@ -102,7 +119,7 @@ impl Store {
     pub async fn job_row(&self, job_id: Uuid) -> Result<Option<Job>, StoreError> {
         with_conn!(self, reader, |conn| {
             let row = {
-                sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1"))
+                sqlx::query(&format!("SELECT {JOB_COLUMNS}, {JOBS_AHEAD} FROM jobs WHERE job_id = $1"))
                     .bind(job_id.to_string())
                     .fetch_optional(conn)
                     .await?
@@ -154,7 +171,8 @@ impl Store {
                 let mut count: QueryBuilder<Db> = QueryBuilder::new("SELECT COUNT(*) FROM jobs");
                 conditions(&mut count, filter);
                 let total: i64 = count.build_query_scalar().fetch_one(&mut *conn).await?;
-                let mut q: QueryBuilder<Db> = QueryBuilder::new(format!("SELECT {JOB_COLUMNS} FROM jobs"));
+                let mut q: QueryBuilder<Db> =
+                    QueryBuilder::new(format!("SELECT {JOB_COLUMNS}, {JOBS_AHEAD} FROM jobs"));
                 conditions(&mut q, filter);
                 q.push(" ORDER BY seq DESC LIMIT ")
                     .push_bind(i64::from(filter.items))
@@ -238,12 +256,27 @@ impl Store {
         })
     }
 
+    /// Of `job_ids`, the jobs there are, each with its user and status.
+    pub async fn job_owners_and_statuses(&self, job_ids: &[Uuid]) -> Result<Vec<(Uuid, Uuid, JobStatus)>, StoreError> {
+        if job_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        with_conn!(self, reader, |conn| {
+            let mut q = QueryBuilder::new("SELECT job_id, user_id, status FROM jobs WHERE 1 = 1");
+            push_any_of(&mut q, "job_id", job_ids.iter().map(Uuid::to_string));
+            let rows = { q.build().fetch_all(conn).await? };
+            rows.iter()
+                .map(|r| Ok((r.uuid("job_id")?, r.uuid("user_id")?, parse_status(&r.text("status")?)?)))
+                .collect()
+        })
+    }
+
     /// Every job that has not ended, in submission order (what the scheduler rebuilds from).
     pub async fn unfinished_jobs(&self) -> Result<Vec<Job>, StoreError> {
         with_conn!(self, reader, |conn| {
             let rows = {
                 sqlx::query(&format!(
-                    "SELECT {JOB_COLUMNS} FROM jobs WHERE status NOT IN {FINAL_STATUSES} ORDER BY seq"
+                    "SELECT {JOB_COLUMNS}, CAST(NULL AS BIGINT) AS ahead FROM jobs WHERE status NOT IN {FINAL_STATUSES} ORDER BY seq"
                 ))
                 .fetch_all(conn)
                 .await?
@@ -425,9 +458,9 @@ impl Store {
     }
 }
 
-/// What [`Store::save_jobs`] runs on SQLite, with three JSON arrays for its parameters: new job rows (in
-/// submission order), the changes to job rows (one per job, the batch's moves of it folded
-/// together), and the history rows to append. A history row's `n` is given where the batch knows
+/// What [`Store::save_jobs`] runs on SQLite, with four JSON arrays for its parameters: new job
+/// rows (in submission order), the changes to job rows (one per job, the batch's moves of it
+/// folded together), the pending reasons of queued jobs, and the history rows to append. A history row's `n` is given where the batch knows
 /// it (new jobs); otherwise it follows the job's rows already stored, `k` being its place among
 /// the batch's rows of that job. (SQLite reads a table an `INSERT … SELECT` writes into before it
 /// writes, so the count is that of the rows stored before the statement.) The history rows, given
@@ -435,20 +468,24 @@ impl Store {
 const SQLITE_SAVE_JOBS: &str = concat!(
     "BEGIN IMMEDIATE;
 INSERT INTO jobs (seq, job_id, mission_id, user_id, station_id, requested_lz_id, lz_id, status, cpu_count, \
-    memory_amount, gpu_count, time_limit, gpu_indices, command, labels, log_cap, exit_code, reason, limits, created_at, started_at, \
-    finished_at) \
+    memory_amount, gpu_count, time_limit, gpu_indices, command, labels, log_cap, after_ok, after_any, pending_kind, \
+    pending_detail, exit_code, reason, limits, created_at, started_at, finished_at) \
 SELECT last.seq + j.key + 1, j.value ->> 'job_id', j.value ->> 'mission_id', j.value ->> 'user_id', \
     j.value ->> 'station_id', j.value ->> 'requested_lz_id', j.value ->> 'lz_id', j.value ->> 'status', \
     j.value ->> 'cpu_count', j.value ->> 'memory_amount', j.value ->> 'gpu_count', j.value ->> 'time_limit', \
     j.value ->> 'gpu_indices', \
-    j.value ->> 'command', j.value ->> 'labels', j.value ->> 'log_cap', j.value ->> 'exit_code', j.value ->> 'reason', j.value ->> 'limits', \
-    j.value ->> 'created_at', j.value ->> 'started_at', j.value ->> 'finished_at' \
+    j.value ->> 'command', j.value ->> 'labels', j.value ->> 'log_cap', j.value ->> 'after_ok', \
+    j.value ->> 'after_any', j.value ->> 'pending_kind', j.value ->> 'pending_detail', j.value ->> 'exit_code', \
+    j.value ->> 'reason', j.value ->> 'limits', j.value ->> 'created_at', j.value ->> 'started_at', j.value ->> 'finished_at' \
 FROM json_each(?) AS j, (SELECT COALESCE(MAX(seq), 0) AS seq FROM jobs) AS last;
 UPDATE jobs SET status = c.value ->> 'status', \
     lz_id = IIF(json_type(c.value, '$.lz_id') IS NULL, jobs.lz_id, c.value ->> 'lz_id'), \
     gpu_indices = COALESCE(c.value ->> 'gpu_indices', jobs.gpu_indices), \
     exit_code = COALESCE(c.value ->> 'exit_code', jobs.exit_code), \
     reason = IIF(json_type(c.value, '$.reason') IS NULL, jobs.reason, c.value ->> 'reason'), \
+    pending_kind = IIF(json_type(c.value, '$.pending_kind') IS NULL, jobs.pending_kind, c.value ->> 'pending_kind'), \
+    pending_detail = IIF(json_type(c.value, '$.pending_kind') IS NULL, jobs.pending_detail, \
+        c.value ->> 'pending_detail'), \
     limits = COALESCE(c.value ->> 'limits', jobs.limits), \
     wall_time = COALESCE(c.value ->> 'wall_time', jobs.wall_time), \
     cpu_time = COALESCE(c.value ->> 'cpu_time', jobs.cpu_time), \
@@ -456,6 +493,8 @@ UPDATE jobs SET status = c.value ->> 'status', \
     started_at = IIF(json_type(c.value, '$.started_at') IS NULL, jobs.started_at, c.value ->> 'started_at'), \
     finished_at = COALESCE(c.value ->> 'finished_at', jobs.finished_at) \
 FROM json_each(?) AS c WHERE jobs.job_id = c.value ->> 'job_id';
+UPDATE jobs SET pending_kind = p.value ->> 'kind', pending_detail = p.value ->> 'detail' \
+FROM json_each(?) AS p WHERE jobs.job_id = p.value ->> 'job_id' AND jobs.status = 'queued';
 INSERT INTO job_history (job_id, n, status, at, detail) \
 SELECT h.value ->> 'job_id', \
     COALESCE(h.value ->> 'n', (SELECT COUNT(*) FROM job_history WHERE job_id = h.value ->> 'job_id') + (h.value ->> 'k')), \
@@ -495,12 +534,13 @@ ORDER BY k"
 /// stored before the statement (which is what a statement's snapshot holds), `k` being its place
 /// among the batch's rows of that job.
 const POSTGRES_INSERT_JOBS: &str = "INSERT INTO jobs (job_id, mission_id, user_id, station_id, requested_lz_id, \
-    lz_id, status, cpu_count, memory_amount, gpu_count, time_limit, gpu_indices, command, labels, log_cap, exit_code, reason, \
-    limits, created_at, started_at, finished_at) \
+    lz_id, status, cpu_count, memory_amount, gpu_count, time_limit, gpu_indices, command, labels, log_cap, after_ok, \
+    after_any, pending_kind, pending_detail, exit_code, reason, limits, created_at, started_at, finished_at) \
 SELECT j ->> 'job_id', j ->> 'mission_id', j ->> 'user_id', j ->> 'station_id', j ->> 'requested_lz_id', \
     j ->> 'lz_id', j ->> 'status', (j ->> 'cpu_count')::bigint, (j ->> 'memory_amount')::bigint, \
     (j ->> 'gpu_count')::bigint, (j ->> 'time_limit')::bigint, j ->> 'gpu_indices', j ->> 'command', j ->> 'labels', \
-    (j ->> 'log_cap')::bigint, (j ->> 'exit_code')::bigint, j ->> 'reason', \
+    (j ->> 'log_cap')::bigint, j ->> 'after_ok', j ->> 'after_any', j ->> 'pending_kind', j ->> 'pending_detail', \
+    (j ->> 'exit_code')::bigint, j ->> 'reason', \
     j ->> 'limits', (j ->> 'created_at')::bigint, (j ->> 'started_at')::bigint, (j ->> 'finished_at')::bigint \
 FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS batch (j, k) ORDER BY k";
 
@@ -510,6 +550,8 @@ const POSTGRES_CHANGE_JOBS: &str = "UPDATE jobs SET status = c ->> 'status', \
     gpu_indices = COALESCE(c ->> 'gpu_indices', jobs.gpu_indices), \
     exit_code = COALESCE((c ->> 'exit_code')::bigint, jobs.exit_code), \
     reason = CASE WHEN c ? 'reason' THEN c ->> 'reason' ELSE jobs.reason END, \
+    pending_kind = CASE WHEN c ? 'pending_kind' THEN c ->> 'pending_kind' ELSE jobs.pending_kind END, \
+    pending_detail = CASE WHEN c ? 'pending_kind' THEN c ->> 'pending_detail' ELSE jobs.pending_detail END, \
     limits = COALESCE(c ->> 'limits', jobs.limits), \
     wall_time = COALESCE((c ->> 'wall_time')::double precision, jobs.wall_time), \
     cpu_time = COALESCE((c ->> 'cpu_time')::double precision, jobs.cpu_time), \
@@ -518,7 +560,12 @@ const POSTGRES_CHANGE_JOBS: &str = "UPDATE jobs SET status = c ->> 'status', \
     finished_at = COALESCE((c ->> 'finished_at')::bigint, jobs.finished_at) \
 FROM jsonb_array_elements($1::jsonb) AS change (c) WHERE jobs.job_id = c ->> 'job_id'";
 
-/// The third statement of [`POSTGRES_INSERT_JOBS`]'s transaction.
+/// The third statement of [`POSTGRES_INSERT_JOBS`]'s transaction: pending reasons of jobs still
+/// queued (a job placed by the same batch has left the queue, and its reason with it).
+const POSTGRES_PENDING: &str = "UPDATE jobs SET pending_kind = p ->> 'kind', pending_detail = p ->> 'detail' \
+FROM jsonb_array_elements($1::jsonb) AS pending (p) WHERE jobs.job_id = p ->> 'job_id' AND jobs.status = 'queued'";
+
+/// The fourth statement of [`POSTGRES_INSERT_JOBS`]'s transaction.
 const POSTGRES_APPEND_HISTORY: &str = "INSERT INTO job_history (job_id, n, status, at, detail) \
 SELECT h ->> 'job_id', \
     COALESCE((h ->> 'n')::bigint, \
@@ -530,6 +577,7 @@ FROM jsonb_array_elements($1::jsonb) AS history (h)";
 struct JobBatch {
     jobs: String,
     changes: String,
+    pending: String,
     history: String,
 }
 
@@ -546,6 +594,10 @@ struct JobChange {
     exit_code: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<Option<String>>,
+    /// Given (with the detail, which may be NULL), or left out to keep both.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pending_kind: Option<Option<&'static str>>,
+    pending_detail: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     limits: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -561,7 +613,7 @@ struct JobChange {
 }
 
 impl JobBatch {
-    fn new(inserts: &[Job], updates: &[JobUpdate]) -> Self {
+    fn new(inserts: &[Job], updates: &[JobUpdate], pending: &[(Uuid, Option<PendingReason>)]) -> Self {
         let mut jobs = Vec::with_capacity(inserts.len());
         let mut history = Vec::new();
         // Per job of the batch: the history rows it has (new jobs) or the batch added so far.
@@ -593,6 +645,10 @@ impl JobBatch {
                 "command": serde_json::to_string(&job.command).expect("strings serialise"),
                 "labels": serde_json::to_string(&job.labels).expect("strings serialise"),
                 "log_cap": job.log_cap,
+                "after_ok": serde_json::to_string(&job.after_ok).expect("ids serialise"),
+                "after_any": serde_json::to_string(&job.after_any).expect("ids serialise"),
+                "pending_kind": job.pending_reason.as_ref().map(|p| p.kind.as_str()),
+                "pending_detail": job.pending_reason.as_ref().map(|p| &p.detail),
                 "exit_code": job.exit_code,
                 "reason": job.reason,
                 "limits": job.limits,
@@ -616,6 +672,8 @@ impl JobBatch {
                     gpu_indices: None,
                     exit_code: None,
                     reason: None,
+                    pending_kind: None,
+                    pending_detail: None,
                     limits: None,
                     wall_time: None,
                     cpu_time: None,
@@ -641,6 +699,13 @@ impl JobBatch {
             } else if u.status == JobStatus::Running {
                 change.reason = Some(None);
             }
+            if let Some(reason) = &u.pending {
+                change.pending_kind = Some(Some(reason.kind.as_str()));
+                change.pending_detail = Some(reason.detail.clone());
+            } else if u.status != JobStatus::Queued {
+                change.pending_kind = Some(None);
+                change.pending_detail = None;
+            }
             change.limits = u.limits.clone().or(change.limits.take());
             if let Some(usage) = u.usage {
                 change.wall_time = Some(usage.wall_time);
@@ -662,9 +727,20 @@ impl JobBatch {
             });
             *rows += 1;
         }
+        let pending: Vec<_> = pending
+            .iter()
+            .map(|(job_id, reason)| {
+                serde_json::json!({
+                    "job_id": job_id.to_string(),
+                    "kind": reason.as_ref().map(|r| r.kind.as_str()),
+                    "detail": reason.as_ref().map(|r| &r.detail),
+                })
+            })
+            .collect();
         Self {
             jobs: serde_json::to_string(&jobs).expect("JSON values serialise"),
             changes: serde_json::to_string(&changes).expect("job changes serialise"),
+            pending: serde_json::to_string(&pending).expect("JSON values serialise"),
             history: serde_json::to_string(&history).expect("JSON values serialise"),
         }
     }
@@ -676,6 +752,19 @@ fn join_indices(indices: &[u32]) -> String {
 
 fn parse_status(s: &str) -> Result<JobStatus, StoreError> {
     s.parse().map_err(StoreError::Corrupt)
+}
+
+/// A job's pending reason, with the jobs ahead of it counted where the row has them
+/// ([`JOBS_AHEAD`]).
+fn pending_from_row(r: &impl Columns) -> Result<Option<PendingReason>, StoreError> {
+    let Some(kind) = r.opt_text("pending_kind")? else { return Ok(None) };
+    let kind: PendingKind = kind.parse().map_err(StoreError::Corrupt)?;
+    let mut detail = r.opt_text("pending_detail")?.unwrap_or_default();
+    if let Some(ahead) = r.opt_int("ahead")?.filter(|n| *n > 0) {
+        let jobs = if ahead == 1 { "job" } else { "jobs" };
+        detail = format!("behind {ahead} earlier queued {jobs} of its station; {detail}");
+    }
+    Ok(Some(PendingReason { kind, detail }))
 }
 
 fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
@@ -718,6 +807,9 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
         labels: r.json("labels")?,
         log_cap: r.opt_int("log_cap")?.map(|cap| cap as u64),
         log_truncated: r.flag("log_truncated")?,
+        after_ok: r.json("after_ok")?,
+        after_any: r.json("after_any")?,
+        pending_reason: pending_from_row(r)?,
         exit_code,
         reason: r.opt_text("reason")?,
         limits: r.opt_text("limits")?,

@@ -555,6 +555,9 @@ pub struct JobUpdate {
     pub limits: Option<String>,
     /// What it used (as it ends).
     pub usage: Option<mission_api::JobUsage>,
+    /// Why it still waits, as it moves to a status other than `queued` (a batch system's
+    /// queue); without one such a move clears the reason.
+    pub pending: Option<mission_api::PendingReason>,
 }
 
 impl JobUpdate {
@@ -571,6 +574,7 @@ impl JobUpdate {
             reason: None,
             limits: None,
             usage: None,
+            pending: None,
         }
     }
 }

@@ -30,6 +30,7 @@ const MIGRATIONS: &Migrations = &[
     (17, "webhooks", include_str!("../../migrations/postgres/0017_webhooks.sql")),
     (18, "job_log_cap", include_str!("../../migrations/postgres/0018_job_log_cap.sql")),
     (19, "job_usage", include_str!("../../migrations/postgres/0019_job_usage.sql")),
+    (20, "job_dependencies", include_str!("../../migrations/postgres/0020_job_dependencies.sql")),
 ];
 
 /// Connections a replica holds at most.

@@ -32,6 +32,7 @@ const MIGRATIONS: &Migrations = &[
     (17, "webhooks", include_str!("../../migrations/sqlite/0017_webhooks.sql")),
     (18, "job_log_cap", include_str!("../../migrations/sqlite/0018_job_log_cap.sql")),
     (19, "job_usage", include_str!("../../migrations/sqlite/0019_job_usage.sql")),
+    (20, "job_dependencies", include_str!("../../migrations/sqlite/0020_job_dependencies.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

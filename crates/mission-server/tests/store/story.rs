@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use mission_api::{CargoBay, CargoBayKind, Job, JobStatus, JobTransition, LandingZone, Mission, Resources, Station};
+use mission_api::{
+    CargoBay, CargoBayKind, Job, JobStatus, JobTransition, LandingZone, Mission, PendingKind, PendingReason, Resources,
+    Station,
+};
 use mission_server::Store;
 use mission_server::store::{
     CargoBayRecord, ConsoleSessionRecord, DeviceCodeRecord, DeviceCodeStatus, EventFilter, FileRecord, Intent,
@@ -101,6 +104,9 @@ pub(crate) fn job(mission: &Mission, station_id: Uuid) -> Job {
         labels: Default::default(),
         log_cap: None,
         log_truncated: false,
+        after_ok: Vec::new(),
+        after_any: Vec::new(),
+        pending_reason: None,
         exit_code: None,
         reason: None,
         limits: None,
@@ -659,7 +665,7 @@ pub async fn job_batches_and_history(store: &Store) {
         detail: Some("on lz".into()),
         ..moved(first.job_id, JobStatus::Assigned)
     };
-    store.save_jobs(&[first.clone(), second.clone()], &[assigned]).await.unwrap();
+    store.save_jobs(&[first.clone(), second.clone()], &[assigned], &[]).await.unwrap();
     let stored = store.job(first.job_id).await.unwrap().unwrap();
     assert_eq!((stored.status, stored.lz_id, stored.gpu_indices.clone()), (JobStatus::Assigned, Some(lz), vec![0, 1]));
     assert_eq!(stored.history.len(), 2);
@@ -686,7 +692,7 @@ pub async fn job_batches_and_history(store: &Store) {
     let done =
         JobUpdate { exit_code: Some(-9), reason: Some("killed".into()), ..moved(first.job_id, JobStatus::Completed) };
     let staging = moved(first.job_id, JobStatus::Staging);
-    store.save_jobs(&[], &[staging, limits, done.clone()]).await.unwrap();
+    store.save_jobs(&[], &[staging, limits, done.clone()], &[]).await.unwrap();
     let stored = store.job(first.job_id).await.unwrap().unwrap();
     let statuses: Vec<_> = stored.history.iter().map(|t| t.status).collect();
     assert_eq!(
@@ -711,15 +717,51 @@ pub async fn job_batches_and_history(store: &Store) {
     let placed = JobUpdate { lz_id: Some(Some(lz)), ..moved(second.job_id, JobStatus::Assigned) };
     let running = moved(second.job_id, JobStatus::Running);
     let requeued = JobUpdate { lz_id: Some(None), ..moved(second.job_id, JobStatus::Queued) };
-    store.save_jobs(&[], &[placed, running, requeued]).await.unwrap();
+    store.save_jobs(&[], &[placed, running, requeued], &[]).await.unwrap();
     let stored = store.job(second.job_id).await.unwrap().unwrap();
     assert_eq!((stored.status, stored.lz_id, stored.started_at), (JobStatus::Queued, None, None));
     assert_eq!(stored.history.len(), 4);
     // Moves across batches keep numbering the history.
-    store.save_jobs(&[], &[moved(second.job_id, JobStatus::Stopped)]).await.unwrap();
+    store.save_jobs(&[], &[moved(second.job_id, JobStatus::Stopped)], &[]).await.unwrap();
     assert_eq!(store.job(second.job_id).await.unwrap().unwrap().history.len(), 5);
     assert!(store.job(Uuid::new_v4()).await.unwrap().is_none());
-    store.save_jobs(&[], &[]).await.unwrap();
+    store.save_jobs(&[], &[], &[]).await.unwrap();
+
+    // What jobs wait for, and why: dependencies round-trip; a pending reason is kept while a
+    // job is queued, `priority` counts the queued jobs of the station ahead, a move out of the
+    // queue clears the reason unless it gives one (a batch system's), and a reason for a job no
+    // longer queued is dropped.
+    let waits = |kind, detail: &str| Some(PendingReason { kind, detail: detail.into() });
+    let ahead = Job { after_ok: vec![first.job_id], after_any: vec![second.job_id], ..job(&m, LOCAL_STATION) };
+    let behind = Job { pending_reason: waits(PendingKind::Priority, "first in line"), ..job(&m, LOCAL_STATION) };
+    let placed = job(&m, LOCAL_STATION);
+    store.save_jobs(&[ahead.clone(), behind.clone(), placed.clone()], &[], &[]).await.unwrap();
+    let assigned = JobUpdate { lz_id: Some(Some(lz)), ..moved(placed.job_id, JobStatus::Assigned) };
+    let resources = waits(PendingKind::Resources, "room on lz");
+    let reasons = [(ahead.job_id, resources.clone()), (placed.job_id, resources.clone())];
+    store.save_jobs(&[], &[assigned], &reasons).await.unwrap();
+    let stored = store.job_row(ahead.job_id).await.unwrap().unwrap();
+    assert_eq!((stored.after_ok, stored.after_any), (vec![first.job_id], vec![second.job_id]));
+    assert_eq!(stored.pending_reason, resources);
+    let stored = store.job_row(behind.job_id).await.unwrap().unwrap();
+    assert_eq!(
+        stored.pending_reason,
+        waits(PendingKind::Priority, "behind 1 earlier queued job of its station; first in line")
+    );
+    assert_eq!(store.job_row(placed.job_id).await.unwrap().unwrap().pending_reason, None, "placed in the same batch");
+    let (listed, _) = store.jobs(&JobFilter { items: 3, page: 1, ..Default::default() }).await.unwrap();
+    assert_eq!(listed[1].pending_reason, stored.pending_reason, "listings count the same way");
+    let slurm = waits(PendingKind::BatchSystem, "waiting in Slurm's queue: Priority");
+    let staging = JobUpdate { pending: slurm.clone(), ..moved(placed.job_id, JobStatus::Staging) };
+    let assigned = moved(ahead.job_id, JobStatus::Assigned);
+    store.save_jobs(&[], &[staging, assigned], &[]).await.unwrap();
+    assert_eq!(store.job_row(placed.job_id).await.unwrap().unwrap().pending_reason, slurm);
+    assert_eq!(store.job_row(ahead.job_id).await.unwrap().unwrap().pending_reason, None);
+    let stored = store.job_row(behind.job_id).await.unwrap().unwrap();
+    assert_eq!(stored.pending_reason.unwrap().detail, "first in line", "the one ahead left the queue");
+    let owners = store.job_owners_and_statuses(&[ahead.job_id, Uuid::new_v4(), first.job_id]).await.unwrap();
+    assert_eq!(owners.len(), 2);
+    assert!(owners.contains(&(first.job_id, m.user_id, JobStatus::Completed)));
 }
 
 pub async fn a_failing_batch_leaves_nothing_written(store: &Store) {
@@ -727,12 +769,12 @@ pub async fn a_failing_batch_leaves_nothing_written(store: &Store) {
     let job = job(&m, LOCAL_STATION);
     let other = Job { job_id: Uuid::new_v4(), ..job.clone() };
     // The third insert repeats the first's id: the whole batch is refused.
-    let err = store.save_jobs(&[job.clone(), other.clone(), job.clone()], &[]).await;
+    let err = store.save_jobs(&[job.clone(), other.clone(), job.clone()], &[], &[]).await;
     assert!(err.is_err());
     assert!(store.job(job.job_id).await.unwrap().is_none());
     assert!(store.job(other.job_id).await.unwrap().is_none());
     // And the store is usable afterwards.
-    store.save_jobs(std::slice::from_ref(&job), &[moved(job.job_id, JobStatus::Stopped)]).await.unwrap();
+    store.save_jobs(std::slice::from_ref(&job), &[moved(job.job_id, JobStatus::Stopped)], &[]).await.unwrap();
     assert_eq!(store.job(job.job_id).await.unwrap().unwrap().status, JobStatus::Stopped);
 }
 
@@ -763,7 +805,7 @@ pub async fn job_listings_results_and_agents(store: &Store) {
     jobs[3].labels = label(&[("sweep", "a")]);
     jobs[4].labels = label(&[("sweep", "b")]);
     jobs[1].log_cap = Some(4096);
-    store.save_jobs(&jobs, &[]).await.unwrap();
+    store.save_jobs(&jobs, &[], &[]).await.unwrap();
     // A log cap asked for is kept; a job whose output passed it is found among others.
     assert_eq!(store.job_row(jobs[1].job_id).await.unwrap().unwrap().log_cap, Some(4096));
     store.mark_log_truncated(jobs[1].job_id).await.unwrap();
@@ -780,7 +822,7 @@ pub async fn job_listings_results_and_agents(store: &Store) {
         peak_memory: Some(100),
     };
     let failed = JobUpdate { usage: Some(used), ..moved(jobs[1].job_id, JobStatus::Failed) };
-    store.save_jobs(&[], &[placed, failed]).await.unwrap();
+    store.save_jobs(&[], &[placed, failed], &[]).await.unwrap();
     let got = store.job_row(jobs[1].job_id).await.unwrap().unwrap();
     assert_eq!(got.usage, Some(mission_api::JobUsage { cpu_efficiency: Some(0.5), ..used }));
     assert_eq!(store.job_row(jobs[0].job_id).await.unwrap().unwrap().usage, None);

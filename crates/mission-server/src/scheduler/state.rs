@@ -184,7 +184,7 @@ struct Batch {
     inserts: Vec<Job>,
     updates: Vec<JobUpdate>,
     /// New pending reasons of queued jobs.
-    pending: Vec<(Uuid, Option<PendingReason>)>,
+    pending: Vec<(Uuid, PendingReason)>,
     orders: Vec<(Uuid, Pending)>,
     answers: Vec<Answer>,
     place: bool,
@@ -901,7 +901,7 @@ impl State {
     fn place(&mut self) {
         let mut reserved: HashSet<Uuid> = HashSet::new();
         let mut chosen: Vec<Uuid> = Vec::new();
-        let mut reasons: Vec<(Uuid, Option<PendingReason>)> = Vec::new();
+        let mut reasons: Vec<(Uuid, PendingReason)> = Vec::new();
         let connected = self.lzs.values().filter(|lz| lz.connection.is_some()).count();
         let online_stations: HashSet<Uuid> =
             self.lzs.values().filter(|lz| lz.connection.is_some()).map(|lz| lz.station_id).collect();
@@ -927,13 +927,7 @@ impl State {
             } else if reserved.len() >= connected {
                 // Every connected LZ is held for an earlier job: nothing further can start, and
                 // the pass only says so, without a search of the LZs for each job of a long queue.
-                match job.requested_lz_id {
-                    Some(lz_id) if self.lzs.get(&lz_id).is_none_or(|lz| lz.connection.is_none()) => {
-                        offline(self.lzs.get(&lz_id))
-                    }
-                    None if !online_stations.contains(&job.station_id) => offline(None),
-                    _ => pending(PendingKind::Priority, "first in line for the room it needs".into()),
-                }
+                self.offline(job, &online_stations).unwrap_or_else(behind)
             } else {
                 let usable = |(id, lz): &(&Uuid, &LzState)| {
                     lz.station_id == job.station_id
@@ -987,32 +981,44 @@ impl State {
                             ),
                         )
                     }
-                    None if could_hold.is_empty() => match job.requested_lz_id {
-                        Some(lz_id) if self.lzs.get(&lz_id).is_none_or(|lz| lz.connection.is_none()) => {
-                            offline(self.lzs.get(&lz_id))
-                        }
-                        _ => pending(
+                    None if could_hold.is_empty() => self.offline(job, &online_stations).unwrap_or_else(|| {
+                        pending(
                             PendingKind::NoLandingZone,
                             format!(
                                 "no landing zone online could hold it ({} CPUs, {} MB, {} GPUs)",
                                 job.cpu_count, job.memory_amount, job.gpu_count
                             ),
-                        ),
-                    },
-                    None => pending(PendingKind::Priority, "first in line for the room it needs".into()),
+                        )
+                    }),
+                    None => behind(),
                 }
             };
             if job.pending_reason.as_ref() != Some(&reason) {
-                reasons.push((job.job_id, Some(reason)));
+                reasons.push((job.job_id, reason));
             }
         }
         for job_id in chosen {
             self.queue.remove(job_id);
         }
         for (job_id, reason) in reasons {
-            self.queue.get_mut(job_id).expect("still queued").pending_reason.clone_from(&reason);
+            self.queue.get_mut(job_id).expect("still queued").pending_reason = Some(reason.clone());
             self.batch.pending.push((job_id, reason));
         }
+    }
+
+    /// Why a queued job waits when the landing zone it names, or every one of its station, is
+    /// not online; `None` when one is.
+    fn offline(&self, job: &Job, online_stations: &HashSet<Uuid>) -> Option<PendingReason> {
+        let detail = match job.requested_lz_id {
+            Some(lz_id) => match self.lzs.get(&lz_id) {
+                Some(lz) if lz.connection.is_some() => return None,
+                Some(lz) => format!("its landing zone {} is not online", lz.name),
+                None => format!("its landing zone {lz_id} is gone"),
+            },
+            None if online_stations.contains(&job.station_id) => return None,
+            None => "no landing zone of its station is online".to_owned(),
+        };
+        Some(pending(PendingKind::NoLandingZone, detail))
     }
 }
 
@@ -1021,14 +1027,9 @@ fn pending(kind: PendingKind, detail: String) -> PendingReason {
     PendingReason { kind, detail }
 }
 
-/// The pending reason of a job whose landing zone (`None`: every one of its station) is not
-/// online.
-fn offline(lz: Option<&LzState>) -> PendingReason {
-    let detail = match lz {
-        Some(lz) => format!("its landing zone {} is not online", lz.name),
-        None => "no landing zone of its station is online".to_owned(),
-    };
-    pending(PendingKind::NoLandingZone, detail)
+/// The pending reason of a job that earlier jobs come before (the store adds how many).
+fn behind() -> PendingReason {
+    pending(PendingKind::Priority, "first in line for the room it needs".into())
 }
 
 /// Why an agent may not connect: it is a gateway for another cluster account than the one its

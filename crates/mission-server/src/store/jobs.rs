@@ -49,12 +49,12 @@ impl Store {
         &self,
         inserts: &[Job],
         updates: &[JobUpdate],
-        pending: &[(Uuid, Option<PendingReason>)],
+        pending: &[(Uuid, PendingReason)],
     ) -> Result<(), StoreError> {
         if inserts.is_empty() && updates.is_empty() && pending.is_empty() {
             return Ok(());
         }
-        // The batch goes as three JSON parameters to statements that are the same whatever its
+        // The batch goes as four JSON parameters to statements that are the same whatever its
         // size and shape, so they are prepared once (parsing SQL built per batch was an eighth
         // of the server's CPU under load).
         let batch = JobBatch::new(inserts, updates, pending);
@@ -613,7 +613,7 @@ struct JobChange {
 }
 
 impl JobBatch {
-    fn new(inserts: &[Job], updates: &[JobUpdate], pending: &[(Uuid, Option<PendingReason>)]) -> Self {
+    fn new(inserts: &[Job], updates: &[JobUpdate], pending: &[(Uuid, PendingReason)]) -> Self {
         let mut jobs = Vec::with_capacity(inserts.len());
         let mut history = Vec::new();
         // Per job of the batch: the history rows it has (new jobs) or the batch added so far.
@@ -732,8 +732,8 @@ impl JobBatch {
             .map(|(job_id, reason)| {
                 serde_json::json!({
                     "job_id": job_id.to_string(),
-                    "kind": reason.as_ref().map(|r| r.kind.as_str()),
-                    "detail": reason.as_ref().map(|r| &r.detail),
+                    "kind": reason.kind.as_str(),
+                    "detail": reason.detail,
                 })
             })
             .collect();

@@ -738,7 +738,7 @@ pub async fn job_batches_and_history(store: &Store) {
     store.save_jobs(&[ahead.clone(), behind.clone(), placed.clone()], &[], &[]).await.unwrap();
     let assigned = JobUpdate { lz_id: Some(Some(lz)), ..moved(placed.job_id, JobStatus::Assigned) };
     let resources = waits(PendingKind::Resources, "room on lz");
-    let reasons = [(ahead.job_id, resources.clone()), (placed.job_id, resources.clone())];
+    let reasons = [(ahead.job_id, resources.clone().unwrap()), (placed.job_id, resources.clone().unwrap())];
     store.save_jobs(&[], &[assigned], &reasons).await.unwrap();
     let stored = store.job_row(ahead.job_id).await.unwrap().unwrap();
     assert_eq!((stored.after_ok, stored.after_any), (vec![first.job_id], vec![second.job_id]));

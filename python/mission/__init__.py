@@ -47,6 +47,8 @@ from ._types import (
     JobTransition,
     JobUsage,
     PendingReason,
+    JobArray,
+    RetryPolicy,
     LandingZone,
     Mission,
     MissionType,
@@ -78,6 +80,8 @@ __all__ = [
     "JobUsage",
     "LandingZone",
     "PendingReason",
+    "RetryPolicy",
+    "JobArray",
     "Mission",
     "MissionType",
     "MissionTypeSummary",
@@ -138,6 +142,13 @@ def _drop_none(fields: Dict[str, Any]) -> Dict[str, Any]:
     return {k: (str(v) if isinstance(v, uuid.UUID) else v) for k, v in fields.items() if v is not None}
 
 
+def _run_json(station_id: Id, lz_id: Optional[Id], retry: Optional[RetryPolicy],
+              options: Dict[str, Any]) -> Dict[str, Any]:
+    """A run request, without the options not given."""
+    return _drop_none({"station_id": station_id, "lz_id": lz_id, **options,
+                       "retry": retry._request() if retry is not None else None})
+
+
 def _mission_json(
     name: Optional[str] = None,
     description: Optional[str] = None,
@@ -149,6 +160,7 @@ def _mission_json(
     settings: Optional[Dict[str, str]] = None,
     public: Optional[bool] = None,
     labels: Optional[Dict[str, str]] = None,
+    retry: Optional[RetryPolicy] = None,
 ) -> str:
     """A mission's create or update request as JSON, without the fields not given."""
     return json.dumps(_drop_none({
@@ -156,6 +168,7 @@ def _mission_json(
         "destination_storage_id": destination_storage_id, "source_path": source_path,
         "destination_path": destination_path, "mission_type_id": mission_type_id,
         "settings": settings, "public": public, "labels": labels,
+        "retry": retry._request() if retry is not None else None,
     }))
 
 
@@ -268,11 +281,12 @@ class Client:
         settings: Optional[Dict[str, str]] = None,
         public: bool = False,
         labels: Optional[Dict[str, str]] = None,
+        retry: Optional[RetryPolicy] = None,
     ) -> Mission:
         """A new mission of yours; ``labels`` (``key`` to ``value``) find it again with
-        ``list_missions(labels=…)``."""
+        ``list_missions(labels=…)``; ``retry`` is the default policy of its jobs."""
         request = _mission_json(name, description, source_storage_id, destination_storage_id, source_path,
-                                destination_path, mission_type_id, settings, public, labels)
+                                destination_path, mission_type_id, settings, public, labels, retry)
         return _one(Mission, self._native.create_mission(request))
 
     def update_mission(
@@ -286,11 +300,12 @@ class Client:
         destination_path: Optional[str] = None,
         settings: Optional[Dict[str, str]] = None,
         labels: Optional[Dict[str, str]] = None,
+        retry: Optional[RetryPolicy] = None,
     ) -> bool:
-        """Changes the fields given (``labels`` replaces them all); ``False`` when the mission
-        does not exist."""
+        """Changes the fields given (``labels`` replaces them all; ``retry`` is the new default
+        policy of its jobs, ``RetryPolicy(1)`` none); ``False`` when the mission does not exist."""
         changes = _mission_json(name, description, source_storage_id, destination_storage_id, source_path,
-                                destination_path, settings=settings, labels=labels)
+                                destination_path, settings=settings, labels=labels, retry=retry)
         return self._native.update_mission(_id(mission_id), changes)
 
     def update_mission_args(self, mission_id: Id, arg: List[str]) -> Mission:
@@ -361,6 +376,7 @@ class Client:
         log_cap: Optional[int] = None,
         after_ok: Optional[List[Id]] = None,
         after_any: Optional[List[Id]] = None,
+        retry: Optional[RetryPolicy] = None,
     ) -> Job:
         """Starts a job of the mission on a station; absent resources come from the mission
         type's defaults (memory in megabytes, the time limit in minutes). ``labels`` (``key`` to
@@ -370,10 +386,11 @@ class Client:
         ``log_truncated``. The job starts only once your jobs ``after_ok`` have completed and
         your jobs ``after_any`` have ended; should one of ``after_ok`` end any other way, it
         fails without running, its ``reason`` naming that job. While it waits, its
-        ``pending_reason`` says why."""
+        ``pending_reason`` says why. ``retry`` (default: the mission's) tries it again after it
+        fails, as the same job, its ``attempt`` counting."""
         return self._run(mission_id, station_id, None, cpu_count=cpu_count, memory_amount=memory_amount,
                          gpu_count=gpu_count, time_limit=time_limit, labels=labels, log_cap=log_cap,
-                         after_ok=_ids(after_ok), after_any=_ids(after_any))
+                         after_ok=_ids(after_ok), after_any=_ids(after_any), retry=retry)
 
     def run_job_on_lz(
         self,
@@ -388,16 +405,44 @@ class Client:
         log_cap: Optional[int] = None,
         after_ok: Optional[List[Id]] = None,
         after_any: Optional[List[Id]] = None,
+        retry: Optional[RetryPolicy] = None,
     ) -> Job:
         """Starts a job of the mission on one landing zone of a station (the options are
         ``run_job_on_station``'s)."""
         return self._run(mission_id, station_id, lz_id, cpu_count=cpu_count, memory_amount=memory_amount,
                          gpu_count=gpu_count, time_limit=time_limit, labels=labels, log_cap=log_cap,
-                         after_ok=_ids(after_ok), after_any=_ids(after_any))
+                         after_ok=_ids(after_ok), after_any=_ids(after_any), retry=retry)
 
-    def _run(self, mission_id: Id, station_id: Id, lz_id: Optional[Id], **options: object) -> Job:
-        run = _drop_none({"station_id": station_id, "lz_id": lz_id, **options})
-        return _one(Job, self._native.run_job(_id(mission_id), json.dumps(run)))
+    def _run(self, mission_id: Id, station_id: Id, lz_id: Optional[Id], retry: Optional[RetryPolicy],
+             **options: object) -> Job:
+        return _one(Job, self._native.run_job(_id(mission_id), json.dumps(_run_json(station_id, lz_id, retry, options))))
+
+    def run_job_array(
+        self,
+        mission_id: Id,
+        station_id: Id,
+        range: Optional[str] = None,
+        arguments: Optional[List[str]] = None,
+        argument_sets: Optional[List[List[str]]] = None,
+        lz_id: Optional[Id] = None,
+        retry: Optional[RetryPolicy] = None,
+        **options: Any,
+    ) -> JobArray:
+        """Starts a job array: one job per index of ``range`` (``"1-100"``), its ``arguments``
+        with ``{}`` replaced by the index, or one per list of ``argument_sets`` (indices from 0);
+        each finds its index in ``MISSION_ARRAY_INDEX``. ``options`` are ``run_job_on_station``'s.
+        Answers the array; ``list_jobs(array_ids=[…])`` lists its jobs."""
+        request = {"run": _run_json(station_id, lz_id, retry, options), "range": range,
+                   "arguments": list(arguments or []), "argument_sets": [list(s) for s in argument_sets or []]}
+        return _one(JobArray, self._native.run_job_array(_id(mission_id), json.dumps(_drop_none(request))))
+
+    def get_job_array(self, array_id: Id) -> JobArray:
+        """How far a job array's elements got."""
+        return _one(JobArray, self._native.get_job_array(_id(array_id)))
+
+    def stop_job_array(self, array_id: Id) -> JobArray:
+        """Stops every element of a job array that has not ended; answers the array after."""
+        return _one(JobArray, self._native.stop_job_array(_id(array_id)))
 
     def create_mission_and_run_job(
         self,
@@ -434,9 +479,11 @@ class Client:
         page: int = 1,
         items: int = 25,
         labels: Optional[Dict[str, str]] = None,
+        array_ids: Optional[List[Id]] = None,
     ) -> List[Job]:
-        """Your jobs, newest first, one page; with ``labels``, only jobs with every one of them."""
-        query = {"mission_ids": _ids(mission_ids), "station_ids": _ids(station_ids),
+        """Your jobs, newest first, one page; with ``labels``, only jobs with every one of them;
+        with ``array_ids``, only elements of those job arrays."""
+        query = {"mission_ids": _ids(mission_ids), "station_ids": _ids(station_ids), "array_ids": _ids(array_ids),
                  "statuses": list(statuses or []), "labels": sorted((labels or {}).items()),
                  "page": page, "items": items}
         return _many(Job, self._native.list_jobs(json.dumps(query)))
@@ -458,6 +505,16 @@ class Client:
     def stop_job(self, job_id: Id) -> Job:
         """Stops a job: dequeued, or its processes killed."""
         return _one(Job, self._native.stop_job(_id(job_id)))
+
+    def rerun_job(self, job_id: Id) -> Job:
+        """Starts an ended job again as a new job (the same mission, command, resources, labels
+        and retry policy), whose ``rerun_of`` names this one."""
+        return _one(Job, self._native.rerun_job(_id(job_id)))
+
+    def rerun_failed_jobs(self, mission_id: Id) -> List[Job]:
+        """Starts again every job of the mission that failed or was lost and was not rerun yet,
+        leaving completed ones alone; answers the new jobs, oldest first."""
+        return _many(Job, self._native.rerun_failed_jobs(_id(mission_id)))
 
     def wait_for_job(self, job_id: Id, timeout: Optional[float] = None) -> Job:
         """Waits until the job ends and answers it; ``TimeoutError`` after ``timeout`` seconds."""

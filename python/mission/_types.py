@@ -88,6 +88,25 @@ class _Record:
 
 
 @dataclasses.dataclass(frozen=True)
+class RetryPolicy(_Record):
+    """How a job is tried again after it fails, as the same job: ``max_attempts`` in all (the
+    first included, at most 20); ``on`` the failures that retry (``exit_code``,
+    ``out_of_memory``, ``lost``, ``time_limit``; all by default); ``backoff`` seconds before
+    the second attempt, doubled before each one after; after running out of memory the next
+    attempt asks for ``memory_factor`` times the memory, up to ``max_memory`` megabytes."""
+
+    max_attempts: int
+    on: List[str] = dataclasses.field(default_factory=lambda: ["exit_code", "out_of_memory", "lost", "time_limit"])
+    backoff: int = 0
+    memory_factor: float = 1.5
+    max_memory: Optional[int] = None
+
+    def _request(self) -> Dict[str, Any]:
+        """The policy as a run or mission request carries it."""
+        return {name: value for name, value in dataclasses.asdict(self).items() if value is not None}
+
+
+@dataclasses.dataclass(frozen=True)
 class Mission(_Record):
     """A mission: input files, settings and arguments that jobs run from."""
 
@@ -107,6 +126,7 @@ class Mission(_Record):
     created_at: datetime.datetime
     updated_at: datetime.datetime
     labels: Dict[str, str] = dataclasses.field(default_factory=dict)
+    retry: Optional[RetryPolicy] = dataclasses.field(default=None, metadata={"of": RetryPolicy})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,11 +169,26 @@ class JobUsage(_Record):
 @dataclasses.dataclass(frozen=True)
 class PendingReason(_Record):
     """Why a job has not started yet: ``kind`` is one of no_landing_zone, resources, priority,
-    dependency, quota, batch_system; ``detail`` says it in words (which landing zone, which
+    dependency, quota, batch_system, backoff; ``detail`` says it in words (which landing zone, which
     resources, which job, how many jobs ahead)."""
 
     kind: str
     detail: str
+
+
+@dataclasses.dataclass(frozen=True)
+class JobArray(_Record):
+    """A job array and how far its elements got (``Client.get_job_array``); ``failed`` counts
+    lost ones too, ``running`` those placed and not ended."""
+
+    array_id: str
+    mission_id: str
+    size: int
+    queued: int
+    running: int
+    completed: int
+    failed: int
+    stopped: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,6 +235,11 @@ class Job(_Record):
     after_any: List[str] = dataclasses.field(default_factory=list)
     pending_reason: Optional[PendingReason] = dataclasses.field(default=None, metadata={"of": PendingReason})
     usage: Optional[JobUsage] = dataclasses.field(default=None, metadata={"of": JobUsage})
+    retry: Optional[RetryPolicy] = dataclasses.field(default=None, metadata={"of": RetryPolicy})
+    attempt: int = 1
+    rerun_of: Optional[str] = None
+    array_id: Optional[str] = None
+    array_index: Optional[int] = None
 
 
 @dataclasses.dataclass(frozen=True)

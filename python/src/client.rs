@@ -186,6 +186,32 @@ impl NativeClient {
         block_on(py, self.client.stop_job(id)).map(|j| json(&j))
     }
 
+    fn run_job_array(&self, py: Python<'_>, mission_id: &str, body: &str) -> PyResult<String> {
+        let id = parse_id("mission_id", mission_id)?;
+        let array: mission_client::RunJobArray = request("run_job_array", body)?;
+        block_on(py, self.client.run_job_array(id, &array)).map(|a| json(&a))
+    }
+
+    fn get_job_array(&self, py: Python<'_>, array_id: &str) -> PyResult<String> {
+        let id = parse_id("array_id", array_id)?;
+        block_on(py, self.client.get_job_array(id)).map(|a| json(&a))
+    }
+
+    fn stop_job_array(&self, py: Python<'_>, array_id: &str) -> PyResult<String> {
+        let id = parse_id("array_id", array_id)?;
+        block_on(py, self.client.stop_job_array(id)).map(|a| json(&a))
+    }
+
+    fn rerun_job(&self, py: Python<'_>, job_id: &str) -> PyResult<String> {
+        let id = parse_id("job_id", job_id)?;
+        block_on(py, self.client.rerun_job(id)).map(|j| json(&j))
+    }
+
+    fn rerun_failed_jobs(&self, py: Python<'_>, mission_id: &str) -> PyResult<String> {
+        let id = parse_id("mission_id", mission_id)?;
+        block_on(py, self.client.rerun_failed_jobs(id)).map(|jobs| json(&jobs))
+    }
+
     /// Waits until the job ends (following its log, not polling); a `TimeoutError` after
     /// `timeout` seconds.
     #[pyo3(signature = (job_id, timeout))]

@@ -185,3 +185,49 @@ def test_a_job_waits_for_its_dependencies_and_says_why(client, tmp_path):
     assert failed.reason == f"the job it waited for, {first.job_id}, ended stopped"
     with pytest.raises(mission.Invalid, match="after_any"):
         client.run_job_on_station(m.mission_id, LOCAL_STATION, after_any=[str(uuid.uuid4())])
+
+
+def test_a_failing_job_is_retried_and_failed_jobs_rerun(client, tmp_path):
+    src = script_folder(tmp_path, "echo attempt >&2\nexit 3\n")
+    default = mission.RetryPolicy(2, on=["exit_code"])
+    m = client.create_and_upload_mission("py-retry", src, mission_type_id=SHELL, settings={"filename": "run.sh"})
+    assert client.update_mission(m.mission_id, retry=default)
+    assert client.get_mission_by_id(m.mission_id).retry == default
+    job = client.run_job_on_station(m.mission_id, LOCAL_STATION, cpu_count=1, memory_amount=64)
+    assert (job.retry, job.attempt, job.rerun_of) == (default, 1, None)
+    done = client.wait_for_job(job.job_id, timeout=60)
+    assert (done.status, done.attempt, done.exit_code) == ("failed", 2, 3)
+    assert client.job_logs(job.job_id, "stderr") == "attempt\nattempt\n"
+    retried = [t.detail for t in done.history if t.status == "queued" and t.detail]
+    assert retried == ["attempt 1 of 2 failed (exit status 3); attempt 2"]
+    # The run's own policy replaces the mission's.
+    once = client.run_job_on_station(m.mission_id, LOCAL_STATION, cpu_count=1, memory_amount=64,
+                                     retry=mission.RetryPolicy(1))
+    assert client.wait_for_job(once.job_id, timeout=60).attempt == 1
+    reruns = client.rerun_failed_jobs(m.mission_id)
+    assert [j.rerun_of for j in reruns] == [job.job_id, once.job_id]
+    again = client.rerun_job(job.job_id)
+    assert again.rerun_of == job.job_id and again.status == "queued"
+    with pytest.raises(mission.Invalid, match="retry.memory_factor"):
+        client.run_job_on_station(m.mission_id, LOCAL_STATION, retry=mission.RetryPolicy(2, memory_factor=0.5))
+    for j in [*reruns, again]:
+        client.wait_for_job(j.job_id, timeout=60)
+
+
+def test_a_job_array_runs_one_job_per_index(client, tmp_path):
+    src = script_folder(tmp_path, 'echo "$MISSION_ARRAY_INDEX $*"\n')
+    m = client.create_and_upload_mission("py-array", src, mission_type_id=SHELL, settings={"filename": "run.sh"})
+    array = client.run_job_array(m.mission_id, LOCAL_STATION, range="1-10", arguments=["--seed", "{}"],
+                                 cpu_count=1, memory_amount=32)
+    assert isinstance(array, mission.JobArray) and array.size == 10
+    jobs = client.list_jobs(array_ids=[array.array_id], items=50)
+    assert sorted(j.array_index for j in jobs) == list(range(1, 11))
+    for job in jobs:
+        client.wait_for_job(job.job_id, timeout=60)
+    done = client.get_job_array(array.array_id)
+    assert (done.completed, done.queued, done.running) == (10, 0, 0)
+    assert client.job_logs(jobs[0].job_id) == f"{jobs[0].array_index} --seed {jobs[0].array_index}\n"
+    sets = client.run_job_array(m.mission_id, LOCAL_STATION, argument_sets=[["a"], ["b"]], cpu_count=1)
+    assert client.stop_job_array(sets.array_id).size == 2
+    with pytest.raises(mission.Invalid, match="range"):
+        client.run_job_array(m.mission_id, LOCAL_STATION, range="9-1")

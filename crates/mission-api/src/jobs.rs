@@ -150,6 +150,21 @@ pub struct Job {
     /// Jobs that must end, however, before it may start ([`RunJob::after_any`]).
     #[serde(default)]
     pub after_any: Vec<Uuid>,
+    /// How it is tried again after it fails: its run request's policy, or its mission's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
+    /// Which attempt it is on, from 1; each retry is a move back to `queued` in its history.
+    #[serde(default = "first_attempt")]
+    pub attempt: u32,
+    /// The job it was started again from (`POST /jobs/{id}/rerun`), if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun_of: Option<Uuid>,
+    /// The job array it is an element of ([`RunJobArray`]), if it is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_id: Option<Uuid>,
+    /// Its index in that array, which its program finds in `MISSION_ARRAY_INDEX`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_index: Option<u32>,
     /// Why it has not started yet, kept current while it waits: in the server's queue, or in a
     /// batch system's queue once placed on a gateway. Absent once it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -213,7 +228,158 @@ pub struct RunJob {
     /// Jobs of the same user that must end first, whatever their outcome.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after_any: Vec<Uuid>,
+    /// How to try the job again should it fail; absent: the mission's default, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
 }
+
+fn first_attempt() -> u32 {
+    1
+}
+
+/// What is wrong with a request: the field at fault (`retry.max_attempts`) and why.
+pub type FieldProblem = (&'static str, String);
+
+/// The most attempts a [`RetryPolicy`] may allow.
+pub const MAX_ATTEMPTS: u32 = 20;
+
+/// The longest [`RetryPolicy::backoff`], in seconds (a day).
+pub const MAX_BACKOFF: u32 = 86_400;
+
+/// How a job is tried again after it fails ([`RunJob::retry`], a mission's default
+/// [`crate::CreateMission::retry`]). A retry puts the job back in the queue, as the same job: its
+/// history shows each attempt's end, its final status is that of its last attempt, and its logs
+/// go on from where the last attempt's ended. Jobs that wait for it ([`RunJob::after_ok`]) wait
+/// for its last attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first one included: 1 (never again) to [`MAX_ATTEMPTS`].
+    pub max_attempts: u32,
+    /// The failures tried again; absent: all of them. A stopped job is never tried again.
+    #[serde(default = "RetryOn::all")]
+    pub on: Vec<RetryOn>,
+    /// Seconds to wait before the second attempt, doubled before each one after; 0 (the
+    /// default) to [`MAX_BACKOFF`].
+    #[serde(default)]
+    pub backoff: u32,
+    /// After an attempt ran out of memory, the next asks for this many times its memory: 1 (the
+    /// same) to 16; default 1.5.
+    #[serde(default = "default_memory_factor")]
+    pub memory_factor: f64,
+    /// The most memory, in megabytes, that escalation asks for; it never asks for more than the
+    /// largest landing zone the job may run on offers either.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole_number")]
+    pub max_memory: Option<u64>,
+}
+
+fn default_memory_factor() -> f64 {
+    1.5
+}
+
+/// Its factor is checked finite, so equality is an equivalence.
+impl Eq for RetryPolicy {}
+
+impl RetryPolicy {
+    /// What is wrong with the policy.
+    pub fn problem(&self) -> Option<FieldProblem> {
+        if !(1..=MAX_ATTEMPTS).contains(&self.max_attempts) {
+            return Some(("retry.max_attempts", format!("expected 1 to {MAX_ATTEMPTS} attempts")));
+        }
+        if self.on.is_empty() {
+            return Some(("retry.on", "name at least one failure to retry, or leave it out for all".into()));
+        }
+        if self.backoff > MAX_BACKOFF {
+            return Some(("retry.backoff", format!("expected seconds, 0 to {MAX_BACKOFF}")));
+        }
+        if !(1.0..=16.0).contains(&self.memory_factor) {
+            return Some(("retry.memory_factor", "expected a factor from 1 to 16".into()));
+        }
+        if self.max_memory == Some(0) {
+            return Some(("retry.max_memory", "expected megabytes, at least 1".into()));
+        }
+        None
+    }
+
+    /// Whether a job on its `attempt` that failed so is tried again.
+    pub fn retries(&self, attempt: u32, failure: RetryOn) -> bool {
+        attempt < self.max_attempts && self.on.contains(&failure)
+    }
+
+    /// The wait before attempt `next` (from 2): the backoff, doubled for each attempt after the
+    /// second.
+    pub fn delay_before(&self, next: u32) -> std::time::Duration {
+        let doublings = next.saturating_sub(2).min(16);
+        std::time::Duration::from_secs(u64::from(self.backoff) << doublings)
+    }
+}
+
+/// The failures a [`RetryPolicy`] may try again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum RetryOn {
+    /// The program exited non-zero or was killed by a signal.
+    ExitCode,
+    /// The program ran out of its memory.
+    OutOfMemory,
+    /// Its landing zone went silent or restarted while it ran.
+    Lost,
+    /// It ran past its time limit.
+    TimeLimit,
+}
+
+impl RetryOn {
+    /// Every failure.
+    pub fn all() -> Vec<RetryOn> {
+        vec![Self::ExitCode, Self::OutOfMemory, Self::Lost, Self::TimeLimit]
+    }
+
+    /// The wire name (`"exit_code"`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ExitCode => "exit_code",
+            Self::OutOfMemory => "out_of_memory",
+            Self::Lost => "lost",
+            Self::TimeLimit => "time_limit",
+        }
+    }
+
+    /// The failure a job's end was, if it is one a policy may retry: staging or uploading
+    /// failures, stops and completions are not.
+    pub fn of(status: JobStatus, exit_code: Option<i32>, reason: Option<&str>) -> Option<RetryOn> {
+        match status {
+            JobStatus::Lost => Some(Self::Lost),
+            JobStatus::Failed => match reason {
+                Some(OUT_OF_MEMORY_REASON) => Some(Self::OutOfMemory),
+                Some(TIME_LIMIT_REASON) => Some(Self::TimeLimit),
+                Some(reason) if exit_code.is_some_and(|c| c != 0) || reason.starts_with("killed by signal") => {
+                    Some(Self::ExitCode)
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+impl std::str::FromStr for RetryOn {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::all()
+            .into_iter()
+            .find(|on| on.as_str() == s)
+            .ok_or_else(|| format!("unknown failure {s:?}; expected exit_code, out_of_memory, lost or time_limit"))
+    }
+}
+
+/// The reason a job whose program ran out of memory fails with, whatever ran it.
+pub const OUT_OF_MEMORY_REASON: &str = "out of memory";
+
+/// The reason a job that ran past its time limit fails with, whatever ran it.
+pub const TIME_LIMIT_REASON: &str = "time limit";
 
 /// The most jobs one job may wait for, `after_ok` and `after_any` together.
 pub const MAX_DEPENDENCIES: usize = 1000;
@@ -245,6 +411,8 @@ pub enum PendingKind {
     Quota,
     /// Placed on a gateway, it waits in the batch system's own queue, for the reason given.
     BatchSystem,
+    /// An attempt failed, and its retry policy has the next wait a while first.
+    Backoff,
 }
 
 impl PendingKind {
@@ -257,6 +425,7 @@ impl PendingKind {
             Self::Dependency => "dependency",
             Self::Quota => "quota",
             Self::BatchSystem => "batch_system",
+            Self::Backoff => "backoff",
         }
     }
 }
@@ -265,10 +434,18 @@ impl std::str::FromStr for PendingKind {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [Self::NoLandingZone, Self::Resources, Self::Priority, Self::Dependency, Self::Quota, Self::BatchSystem]
-            .into_iter()
-            .find(|kind| kind.as_str() == s)
-            .ok_or_else(|| format!("unknown pending reason {s:?}"))
+        [
+            Self::NoLandingZone,
+            Self::Resources,
+            Self::Priority,
+            Self::Dependency,
+            Self::Quota,
+            Self::BatchSystem,
+            Self::Backoff,
+        ]
+        .into_iter()
+        .find(|kind| kind.as_str() == s)
+        .ok_or_else(|| format!("unknown pending reason {s:?}"))
     }
 }
 
@@ -393,6 +570,102 @@ pub struct JobPage {
     /// Jobs matching the filters, on all pages.
     pub total: u64,
 }
+
+/// Body of `POST /api/v1/missions/{id}/job-arrays`: one job per element, each the run request
+/// `run` with the element's index in `MISSION_ARRAY_INDEX` and its arguments after the mission's.
+/// Give either `range` (with `arguments`, in which `{}` stands for the index) or
+/// `argument_sets` (the indices are their places, from 0); at most [`MAX_ARRAY_SIZE`] elements.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RunJobArray {
+    /// What every element runs with.
+    pub run: RunJob,
+    /// The indices, `FIRST-LAST` (`1-100`) or one number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<String>,
+    /// With `range`: the arguments of each element, `{}` replaced by its index.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub arguments: Vec<String>,
+    /// The arguments of each element, one list per element.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub argument_sets: Vec<Vec<String>>,
+}
+
+/// The most elements one job array may have.
+pub const MAX_ARRAY_SIZE: u32 = 10_000;
+
+impl RunJobArray {
+    /// Each element's index and arguments; what is wrong otherwise.
+    pub fn elements(&self) -> Result<Vec<(u32, Vec<String>)>, FieldProblem> {
+        let elements: Vec<(u32, Vec<String>)> = match (&self.range, self.argument_sets.is_empty()) {
+            (Some(_), false) => return Err(("range", "give range or argument_sets, not both".into())),
+            (None, true) => return Err(("range", "give the indices (range) or the argument_sets".into())),
+            (None, false) => {
+                if !self.arguments.is_empty() {
+                    return Err(("arguments", "goes with range; argument_sets hold each element's".into()));
+                }
+                if self.argument_sets.len() > MAX_ARRAY_SIZE as usize {
+                    return Err(("argument_sets", format!("at most {MAX_ARRAY_SIZE} elements")));
+                }
+                (0..).zip(self.argument_sets.iter().cloned()).collect()
+            }
+            (Some(range), true) => {
+                let (first, last) = parse_range(range).ok_or_else(|| {
+                    ("range", format!("expected FIRST-LAST or one index, whole numbers, got {range:?}"))
+                })?;
+                if last - first >= MAX_ARRAY_SIZE {
+                    return Err(("range", format!("at most {MAX_ARRAY_SIZE} elements")));
+                }
+                (first..=last)
+                    .map(|i| (i, self.arguments.iter().map(|a| a.replace("{}", &i.to_string())).collect()))
+                    .collect()
+            }
+        };
+        Ok(elements)
+    }
+}
+
+/// `FIRST-LAST` or `N`, first at most last.
+fn parse_range(range: &str) -> Option<(u32, u32)> {
+    let (first, last) = range.split_once('-').unwrap_or((range, range));
+    let (first, last): (u32, u32) = (first.trim().parse().ok()?, last.trim().parse().ok()?);
+    (first <= last).then_some((first, last))
+}
+
+/// A job array and how far its elements got (`GET /api/v1/job-arrays/{id}`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobArray {
+    /// The array (`GET /jobs?array_id=` lists its elements).
+    pub array_id: Uuid,
+    /// The mission its elements run.
+    pub mission_id: Uuid,
+    /// Elements in all.
+    pub size: u64,
+    /// Elements waiting in the queue.
+    pub queued: u64,
+    /// Elements placed on a landing zone and not ended (assigned to uploading).
+    pub running: u64,
+    /// Elements that completed.
+    pub completed: u64,
+    /// Elements that failed or were lost.
+    pub failed: u64,
+    /// Elements that were stopped.
+    pub stopped: u64,
+}
+
+/// Answer of `POST /api/v1/missions/{id}/jobs/rerun-failed`: the jobs started again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RerunJobs {
+    /// The new jobs, in the order of the jobs they were started from (each names its own in
+    /// `rerun_of`); empty when nothing had failed.
+    pub jobs: Vec<Job>,
+}
+
+/// The most failed jobs one `rerun-failed` call starts again; a further call takes the rest.
+pub const MAX_RERUNS: u32 = 10_000;
 
 /// The longest time limit a job may have, in minutes (a year).
 pub const MAX_TIME_LIMIT: u32 = 525_600;

@@ -115,6 +115,39 @@ pub struct Assignment {
     pub time_limit: Option<u32>,
     /// The mission's input files to stage.
     pub files: Vec<InputFile>,
+    /// Its index in its job array, set as `MISSION_ARRAY_INDEX` for its program.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_index: Option<u32>,
+    /// Which attempt of the job this is, from 1 ([`crate::RetryPolicy`]); its reports say so.
+    #[serde(default = "first_attempt")]
+    pub attempt: u32,
+    /// Where this attempt's output starts in each of the job's logs (after the earlier
+    /// attempts'): the offsets its log chunks count from.
+    #[serde(default)]
+    pub log_offsets: LogOffsets,
+}
+
+fn first_attempt() -> u32 {
+    1
+}
+
+/// The environment variable a job array's element finds its index in.
+pub const ARRAY_INDEX_VARIABLE: &str = "MISSION_ARRAY_INDEX";
+
+/// Offsets into a job's two logs ([`Assignment::log_offsets`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogOffsets {
+    /// Into `stdout`.
+    pub stdout: u64,
+    /// Into `stderr`.
+    pub stderr: u64,
+}
+
+impl LogOffsets {
+    /// The offset into the stream named `stream` (one of [`LOG_STREAMS`]).
+    pub fn of(&self, stream: &str) -> u64 {
+        if stream == "stderr" { self.stderr } else { self.stdout }
+    }
 }
 
 /// One input file of an [`Assignment`].
@@ -164,12 +197,16 @@ pub struct Report {
     /// What the job used (with a final status, where measured).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::JobUsage>,
+    /// The attempt of the job it tells of ([`Assignment::attempt`]): the server takes reports of
+    /// the job's current attempt only.
+    #[serde(default = "first_attempt")]
+    pub attempt: u32,
 }
 
 impl Report {
     /// A job's move to `status` at `at`, saying nothing more.
     pub fn new(job_id: Uuid, status: JobStatus, at: DateTime<Utc>) -> Self {
-        Self { job_id, status, at, exit_code: None, reason: None, limits: None, usage: None }
+        Self { job_id, status, at, exit_code: None, reason: None, limits: None, usage: None, attempt: 1 }
     }
 }
 

@@ -40,6 +40,9 @@ pub struct Mission {
     /// Its labels, set at create or with `PATCH /missions/{id}` (see [`crate::labels`]).
     #[serde(default)]
     pub labels: crate::Labels,
+    /// How its jobs are tried again after they fail, unless their run request says otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<crate::RetryPolicy>,
     /// Owner of the mission.
     pub user_id: Uuid,
     /// When the mission was created.
@@ -82,6 +85,9 @@ pub struct CreateMission {
     /// Labels to find the mission by (`GET /missions?label=key=value`): see [`crate::labels`].
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub labels: crate::Labels,
+    /// How its jobs are tried again after they fail, unless their run request says otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<crate::RetryPolicy>,
 }
 
 /// Body of `PATCH /api/v1/missions/{id}`: only the fields given change.
@@ -119,6 +125,9 @@ pub struct UpdateMission {
     /// New labels; replaces the whole map.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<crate::Labels>,
+    /// A new default retry policy for its jobs (`{"max_attempts": 1}`: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<crate::RetryPolicy>,
 }
 
 /// Body of `PUT /api/v1/missions/{id}/args`.

@@ -35,6 +35,8 @@ pub struct ListJobs {
     pub mission_ids: Vec<Uuid>,
     /// Only jobs on these stations.
     pub station_ids: Vec<Uuid>,
+    /// Only elements of these job arrays.
+    pub array_ids: Vec<Uuid>,
     /// Only jobs in these states.
     pub statuses: Vec<JobStatus>,
     /// Only jobs with every one of these labels (`key`, `value`).
@@ -50,6 +52,7 @@ impl Default for ListJobs {
         Self {
             mission_ids: Vec::new(),
             station_ids: Vec::new(),
+            array_ids: Vec::new(),
             statuses: Vec::new(),
             labels: Vec::new(),
             page: 1,
@@ -222,6 +225,7 @@ impl Client {
             vec![("page", options.page.to_string()), ("items", options.items.to_string())];
         query.extend(options.mission_ids.iter().map(|id| ("mission_ids", id.to_string())));
         query.extend(options.station_ids.iter().map(|id| ("station_ids", id.to_string())));
+        query.extend(options.array_ids.iter().map(|id| ("array_ids", id.to_string())));
         query.extend(options.statuses.iter().map(|s| ("statuses", s.as_str().to_owned())));
         query.extend(options.labels.iter().map(|(key, value)| ("label", format!("{key}={value}"))));
         self.get_json("/jobs", &query).await
@@ -247,6 +251,43 @@ impl Client {
     /// job as it stands right after (`stopped` at once when it was queued).
     pub async fn stop_job(&self, job_id: Uuid) -> Result<Job, Error> {
         self.send_json(Method::POST, &format!("/jobs/{job_id}/stop"), &serde_json::json!({})).await
+    }
+
+    /// Starts a job array: one job per element of `request` (a range with arguments in which
+    /// `{}` stands for the index, or a list of argument sets), each with its index in
+    /// `MISSION_ARRAY_INDEX`; answers the array with its progress.
+    pub async fn run_job_array(
+        &self,
+        mission_id: Uuid,
+        request: &mission_api::RunJobArray,
+    ) -> Result<mission_api::JobArray, Error> {
+        self.send_json(Method::POST, &format!("/missions/{mission_id}/job-arrays"), request).await
+    }
+
+    /// How far a job array's elements got (`list_jobs` with `array_ids` lists them).
+    pub async fn get_job_array(&self, array_id: Uuid) -> Result<mission_api::JobArray, Error> {
+        self.get_json(&format!("/job-arrays/{array_id}"), &[]).await
+    }
+
+    /// Stops every element of a job array that has not ended; answers the array after.
+    pub async fn stop_job_array(&self, array_id: Uuid) -> Result<mission_api::JobArray, Error> {
+        self.send_json(Method::POST, &format!("/job-arrays/{array_id}/stop"), &serde_json::json!({})).await
+    }
+
+    /// Starts an ended job again as a new job: the same mission, command, resources (as its
+    /// last attempt asked for them), labels and retry policy; the new job's `rerun_of` names
+    /// this one. A job that has not ended is a conflict.
+    pub async fn rerun_job(&self, job_id: Uuid) -> Result<Job, Error> {
+        self.send_json(Method::POST, &format!("/jobs/{job_id}/rerun"), &serde_json::json!({})).await
+    }
+
+    /// Starts again every job of the mission that failed or was lost and was not started again
+    /// yet, as [`Client::rerun_job`] does each (completed and stopped ones are left alone);
+    /// answers the new jobs, oldest first. At most [`mission_api::MAX_RERUNS`] a call.
+    pub async fn rerun_failed_jobs(&self, mission_id: Uuid) -> Result<Vec<Job>, Error> {
+        let path = format!("/missions/{mission_id}/jobs/rerun-failed");
+        let rerun: mission_api::RerunJobs = self.send_json(Method::POST, &path, &serde_json::json!({})).await?;
+        Ok(rerun.jobs)
     }
 
     /// A job's output so far.

@@ -47,9 +47,10 @@ pub use mission_api::labels;
 pub use mission_api::webhooks as webhook_signing;
 pub use mission_api::{
     AuthConfig, CargoBay, CargoBayKind, CreateCargoBay, CreateMission, CreateStation, CreateWebhook,
-    DEFAULT_CARGO_BAY_ID, DEFAULT_STATION_NAME, DeliveryStatus, DeviceAuthorization, Event, FileListing, Job, JobPage,
-    JobStatus, JobTransition, JobUsage, Labels, LandingZone, Mission, MissionPage, MissionType, MissionTypeSummary,
-    PendingKind, PendingReason, Problem, RegisterLandingZone, RegisteredLandingZone, Resources, RunJob, Station,
-    StationMember, UpdateJob, UpdateMission, UsageSummary, User, Webhook, WebhookDelivery,
+    DEFAULT_CARGO_BAY_ID, DEFAULT_STATION_NAME, DeliveryStatus, DeviceAuthorization, Event, FileListing, Job, JobArray,
+    JobPage, JobStatus, JobTransition, JobUsage, Labels, LandingZone, Mission, MissionPage, MissionType,
+    MissionTypeSummary, PendingKind, PendingReason, Problem, RegisterLandingZone, RegisteredLandingZone, Resources,
+    RetryOn, RetryPolicy, RunJob, RunJobArray, Station, StationMember, UpdateJob, UpdateMission, UsageSummary, User,
+    Webhook, WebhookDelivery,
 };
 pub use uuid::Uuid;

@@ -124,12 +124,30 @@ pub(crate) struct Agent {
     pub client: LzClient,
     /// Inputs, by content.
     pub cache: InputCache,
-    /// Stop switches of the jobs this agent runs.
-    pub jobs: Mutex<HashMap<Uuid, watch::Sender<bool>>>,
+    /// The jobs this agent runs.
+    pub jobs: Mutex<HashMap<Uuid, RunningJob>>,
     reports: mpsc::UnboundedSender<Report>,
 }
 
+/// A job the agent runs.
+pub(crate) struct RunningJob {
+    /// Its stop switch.
+    pub stop: watch::Sender<bool>,
+    /// Which of its attempts this is; its reports say so.
+    pub attempt: u32,
+}
+
 impl Agent {
+    /// The attempt of the job that the agent runs (1 where it runs none: an old report).
+    fn attempt_of(&self, job_id: Uuid) -> u32 {
+        self.jobs.lock().expect("not poisoned").get(&job_id).map_or(1, |job| job.attempt)
+    }
+
+    /// A report of the move of a job this agent runs, to `status` at `at`.
+    fn report_of(&self, job_id: Uuid, status: JobStatus, at: chrono::DateTime<chrono::Utc>) -> Report {
+        Report { attempt: self.attempt_of(job_id), ..Report::new(job_id, status, at) }
+    }
+
     /// Queues a report of a job's move; it is delivered in order, retried until the server
     /// takes it.
     pub fn report(
@@ -140,43 +158,48 @@ impl Agent {
         reason: Option<String>,
         limits: Option<String>,
     ) {
-        let report = Report { exit_code, reason, limits, ..Report::new(job_id, status, chrono::Utc::now()) };
+        let report = Report { exit_code, reason, limits, ..self.report_of(job_id, status, chrono::Utc::now()) };
         let _ = self.reports.send(report);
     }
 
     /// Queues the report of a job's end: its final status, exit code and reason, and what it
     /// used where that was measured.
     pub fn report_end(&self, job_id: Uuid, (status, exit_code, reason): Outcome, usage: Option<JobUsage>) {
-        let report = Report { exit_code, reason, usage, ..Report::new(job_id, status, chrono::Utc::now()) };
+        let report = Report { exit_code, reason, usage, ..self.report_of(job_id, status, chrono::Utc::now()) };
         let _ = self.reports.send(report);
     }
 
     /// Queues the report that a job's program started at `at` (seen after the fact, as in a
     /// batch system), with how its limits are enforced.
     pub fn report_started(&self, job_id: Uuid, at: chrono::DateTime<chrono::Utc>, limits: String) {
-        let report = Report { limits: Some(limits), ..Report::new(job_id, JobStatus::Running, at) };
+        let report = Report { limits: Some(limits), ..self.report_of(job_id, JobStatus::Running, at) };
         let _ = self.reports.send(report);
     }
 
     /// Sets the stop switch of a job this agent runs.
     fn stop_job(&self, job_id: Uuid) {
-        if let Some(stop) = self.jobs.lock().expect("not poisoned").get(&job_id) {
-            let _ = stop.send(true);
+        if let Some(job) = self.jobs.lock().expect("not poisoned").get(&job_id) {
+            let _ = job.stop.send(true);
         }
     }
 
-    /// Runs `job` (of the given id) with a stop switch, and forgets the switch when it ends.
+    /// Runs `job` (attempt `attempt` of the given id) with a stop switch, and forgets the
+    /// switch when it ends, unless a later attempt of the job has started meanwhile.
     fn spawn_job<F: Future<Output = ()> + Send + 'static>(
         self: &Arc<Self>,
         job_id: Uuid,
+        attempt: u32,
         job: impl FnOnce(watch::Receiver<bool>) -> F,
     ) {
         let (stop, stopped) = watch::channel(false);
-        self.jobs.lock().expect("not poisoned").insert(job_id, stop);
+        self.jobs.lock().expect("not poisoned").insert(job_id, RunningJob { stop, attempt });
         let (agent, running) = (self.clone(), job(stopped));
         tokio::spawn(async move {
             running.await;
-            agent.jobs.lock().expect("not poisoned").remove(&job_id);
+            let mut jobs = agent.jobs.lock().expect("not poisoned");
+            if jobs.get(&job_id).is_some_and(|job| job.attempt == attempt) {
+                jobs.remove(&job_id);
+            }
         });
     }
 }
@@ -205,9 +228,9 @@ async fn serve<R: Runner>(
         jobs: Mutex::new(HashMap::new()),
         reports,
     });
-    for job_id in runner.recovered() {
+    for (job_id, attempt) in runner.recovered() {
         let (runner, agent2) = (runner.clone(), agent.clone());
-        agent.spawn_job(job_id, move |stop| runner.resume(agent2, job_id, stop));
+        agent.spawn_job(job_id, attempt, move |stop| runner.resume(agent2, job_id, stop));
     }
     let reporter = tokio::spawn(deliver_reports(agent.clone(), queue));
     runner.attach(&agent);
@@ -295,7 +318,7 @@ async fn session<R: Runner>(agent: &Arc<Agent>, runner: &Arc<R>, hello: &Hello) 
         match next {
             Ok(Some(Order::Run(job))) => {
                 let (runner, agent2) = (runner.clone(), agent.clone());
-                agent.spawn_job(job.job_id, move |stop| runner.run(agent2, job, stop));
+                agent.spawn_job(job.job_id, job.attempt, move |stop| runner.run(agent2, job, stop));
             }
             Ok(Some(Order::Stop { job_id })) => agent.stop_job(job_id),
             Ok(Some(Order::Ping)) => {}

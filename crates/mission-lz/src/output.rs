@@ -52,10 +52,11 @@ pub(crate) async fn forward_pipe(
     client: &LzClient,
     job_id: Uuid,
     stream: &'static str,
+    offset: u64,
     pipe: Option<impl AsyncRead + Unpin>,
 ) {
     let Some(mut pipe) = pipe else { return };
-    let mut sender = LogSender { client, job_id, stream, offset: 0, refused: false };
+    let mut sender = LogSender { client, job_id, stream, offset, refused: false };
     let max = client.timings().log_chunk;
     let mut buf = vec![0u8; max];
     loop {
@@ -83,10 +84,11 @@ pub(crate) async fn forward_file(
     client: &LzClient,
     job_id: Uuid,
     stream: &'static str,
+    offset: u64,
     path: PathBuf,
     mut ended: watch::Receiver<bool>,
 ) {
-    let mut sender = LogSender { client, job_id, stream, offset: 0, refused: false };
+    let mut sender = LogSender { client, job_id, stream, offset, refused: false };
     let mut buf = vec![0u8; client.timings().log_chunk];
     let mut file = None;
     loop {

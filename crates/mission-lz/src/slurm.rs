@@ -228,8 +228,8 @@ impl SlurmJob {
             }
             SlurmState::Cancelled if stop_requested => (JobStatus::Stopped, None, Some("stopped".to_owned())),
             SlurmState::Cancelled => failed("cancelled in Slurm (by scancel, or by an administrator)"),
-            SlurmState::Timeout => failed("time limit"),
-            SlurmState::OutOfMemory => failed("out of memory"),
+            SlurmState::Timeout => failed(mission_api::TIME_LIMIT_REASON),
+            SlurmState::OutOfMemory => failed(mission_api::OUT_OF_MEMORY_REASON),
             SlurmState::NodeFail => failed("its Slurm node failed"),
             SlurmState::EndedOtherwise(state) => (JobStatus::Failed, None, Some(format!("Slurm ended it: {state}"))),
             SlurmState::Pending | SlurmState::Running | SlurmState::Completing | SlurmState::Other(_) => return None,
@@ -537,13 +537,14 @@ pub fn sbatch_args(job: &Assignment, dir: &JobDir, site: &SiteOptions, run_as: R
 pub fn batch_script(job: &Assignment, dir: &JobDir, path: &str) -> String {
     let work = dir.work();
     let exit_code = dir.exit_code();
-    let vars = [
+    let mut vars = vec![
         ("HOME", work.to_string_lossy().into_owned()),
         ("PATH", path.to_owned()),
         ("MISSION_ID", job.mission_id.to_string()),
         ("JOB_ID", job.job_id.to_string()),
         ("OMP_NUM_THREADS", job.cpu_count.to_string()),
     ];
+    vars.extend(job.array_index.map(|index| (mission_api::lz::ARRAY_INDEX_VARIABLE, index.to_string())));
     let mut script =
         format!("#!/bin/sh\n# Mission Compute job {} of mission {}\numask 077\n", job.job_id, job.mission_id);
     for (name, value) in vars {
@@ -655,6 +656,9 @@ mod tests {
             gpu_indices: Vec::new(),
             time_limit: Some(30),
             files: Vec::new(),
+            attempt: 1,
+            log_offsets: Default::default(),
+            array_index: None,
         }
     }
 

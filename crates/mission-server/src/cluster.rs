@@ -73,7 +73,7 @@ enum Mail {
 /// Something to send, in the order given.
 #[derive(Debug)]
 enum Outgoing {
-    Mail { to: String, mail: Mail },
+    Mail { to: String, mail: Box<Mail> },
     Broadcast(String),
 }
 
@@ -87,7 +87,7 @@ pub struct Outbox {
 
 impl Outbox {
     fn send(&self, to: String, mail: Mail) {
-        let _ = self.queue.send(Outgoing::Mail { to, mail });
+        let _ = self.queue.send(Outgoing::Mail { to, mail: Box::new(mail) });
     }
 
     /// Answers request `request` of replica `to`.

@@ -241,6 +241,27 @@ impl JobLogs {
         }
     }
 
+    /// How many bytes of the stream's output were received, those dropped past the cap
+    /// included: where the next output starts (a retried job's next attempt goes on from there).
+    pub async fn received(&self, mission_id: Uuid, job_id: Uuid, stream: LogStream) -> Result<u64, LogError> {
+        match &self.keeping {
+            Keeping::Files { root, .. } => {
+                let path = file_of(root, mission_id, job_id, stream);
+                let size = match tokio::fs::metadata(&path).await {
+                    Ok(meta) => meta.len(),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+                    Err(e) => return Err(e.into()),
+                };
+                let tail = TailFile::open(&tail_of(&path)).await?;
+                Ok(tail.filter(|tail| tail.head == size).map_or(size, |tail| tail.end()))
+            }
+            Keeping::Database(db) => {
+                let (size, tail_end) = db.log_state(job_id, stream.name()).await?;
+                Ok(tail_end.unwrap_or(size))
+            }
+        }
+    }
+
     /// Appends `bytes`, which start at `offset` of the stream's output, under the log cap `cap`.
     /// Bytes before what was received are skipped; past the cap they go to the tail.
     pub async fn append(

@@ -283,6 +283,7 @@ pub fn bench_mission(i: usize, user_id: uuid::Uuid, at: chrono::DateTime<chrono:
         archived: false,
         args: vec!["--steps".into(), "100".into()],
         labels: Default::default(),
+        retry: None,
         user_id,
         created_at: at,
         updated_at: at,

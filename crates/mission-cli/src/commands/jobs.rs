@@ -6,10 +6,11 @@ use std::path::PathBuf;
 
 use anyhow::bail;
 use clap::{Args, Subcommand};
-use mission_client::{Client, Job, JobStatus, ListJobs, LogStream, RunJob, UsageQuery, Uuid};
+use mission_client::{Client, Job, JobArray, JobStatus, ListJobs, LogStream, RunJob, RunJobArray, UsageQuery, Uuid};
 
 use super::files::{TransferArgs, report_download};
 use super::labels::{apply_label_changes, labels_text, parse_label_arg};
+use super::retries::{RetryArgs, retry_text};
 use super::sizes::{Size, log_cap};
 use super::stations::{resolve_lz, resolve_station};
 use crate::output::Output;
@@ -22,6 +23,8 @@ use crate::session;
 ///
 ///   mission run 3f2a… --cpus 4 --memory 8000 --follow
 ///   mission run 3f2a… --after-ok 9c1e…     (starts once job 9c1e… has completed)
+///   mission run 3f2a… --retry 3 --retry-on out_of_memory --max-memory 16000
+///   mission run 3f2a… --array 1-100 -- --seed {}   (100 jobs; `mission jobs array ID` says how far)
 ///
 /// While it waits, `mission jobs get JOB` says why (its pending reason).
 #[derive(Debug, Args)]
@@ -64,12 +67,21 @@ pub struct RunCommand {
     /// several.
     #[arg(long, value_name = "JOB")]
     after_any: Vec<Uuid>,
+    #[command(flatten)]
+    retry: RetryArgs,
     /// Wait until the job ends, showing its status; exit non-zero unless it completed.
     #[arg(long)]
     wait: bool,
     /// Print the job's output as it runs (implies --wait).
-    #[arg(long, short)]
+    #[arg(long, short, conflicts_with = "array")]
     follow: bool,
+    /// Run a job array: one job per index of FIRST-LAST (or one index), each with its index in
+    /// MISSION_ARRAY_INDEX and the arguments after `--`, `{}` replaced by the index.
+    #[arg(long, value_name = "FIRST-LAST")]
+    array: Option<String>,
+    /// With --array: each element's arguments, after the mission's (`{}` is its index).
+    #[arg(last = true, requires = "array", value_name = "ARGS")]
+    arguments: Vec<String>,
 }
 
 /// Inspect and control jobs.
@@ -99,10 +111,37 @@ pub enum JobsCommand {
         #[arg(required = true, value_name = "KEY=VALUE|KEY-")]
         changes: Vec<String>,
     },
+    /// Show how far a job array got (`jobs list --array ID` lists its jobs); with --stop, stop
+    /// every element that has not ended.
+    Array {
+        /// Array id.
+        array: Uuid,
+        /// Stop its elements that have not ended.
+        #[arg(long)]
+        stop: bool,
+    },
     /// Stop a job: dequeue it, or kill its processes.
     Stop {
         /// Job id.
         job: Uuid,
+    },
+    /// Start an ended job again as a new job (same mission, command, resources, labels, retry
+    /// policy), or with `--failed --mission M` every job of the mission that failed or was lost
+    /// and was not rerun yet, leaving the completed ones alone.
+    ///
+    ///   mission jobs rerun 9c1e…
+    ///   mission jobs rerun --failed --mission 3f2a…
+    #[command(verbatim_doc_comment)]
+    Rerun {
+        /// Job id.
+        #[arg(required_unless_present = "failed", conflicts_with = "failed")]
+        job: Option<Uuid>,
+        /// Rerun the failed jobs of `--mission`.
+        #[arg(long, requires = "mission")]
+        failed: bool,
+        /// The mission whose failed jobs to rerun.
+        #[arg(long, requires = "failed")]
+        mission: Option<Uuid>,
     },
     /// Download a job's results (new or changed files and its logs) into a directory.
     Download {
@@ -147,6 +186,9 @@ pub struct ListArgs {
     /// Only jobs on this station, by name or id (repeat for several).
     #[arg(long = "station")]
     stations: Vec<String>,
+    /// Only elements of this job array (repeat for several).
+    #[arg(long = "array")]
+    arrays: Vec<Uuid>,
     /// Only jobs in this state: queued, assigned, staging, running, uploading, completed,
     /// failed, stopped, lost (repeat for several).
     #[arg(long = "status")]
@@ -193,6 +235,13 @@ fn show(out: Output, job: &Job) {
         if !jobs.is_empty() {
             fields.push((name, jobs.iter().map(Uuid::to_string).collect::<Vec<_>>().join(", ")));
         }
+    }
+    if let Some(policy) = &job.retry {
+        fields.push(("attempt", format!("{} of {}", job.attempt, policy.max_attempts)));
+        fields.push(("retry", retry_text(policy)));
+    }
+    if let Some(of) = job.rerun_of {
+        fields.push(("rerun of", of.to_string()));
     }
     if let Some(pending) = &job.pending_reason {
         fields.push(("waiting", format!("{} ({})", pending.detail, pending.kind.as_str())));
@@ -322,6 +371,30 @@ fn check_completed(job: &Job) -> anyhow::Result<()> {
     }
 }
 
+/// A job array's progress in words.
+fn progress_text(array: &JobArray) -> String {
+    format!(
+        "{} jobs: {} completed, {} failed, {} stopped, {} running, {} queued",
+        array.size, array.completed, array.failed, array.stopped, array.running, array.queued
+    )
+}
+
+/// Waits until every element of a job array has ended, showing its progress on stderr (unless
+/// the output is JSON); answers the array as it ended.
+async fn wait_for_array(client: &Client, mut array: JobArray, out: Output) -> anyhow::Result<JobArray> {
+    while array.queued + array.running > 0 {
+        if !out.json {
+            eprint!("\r{}", progress_text(&array));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        array = client.get_job_array(array.array_id).await?;
+    }
+    if !out.json {
+        eprintln!();
+    }
+    Ok(array)
+}
+
 impl RunCommand {
     /// Starts the job, and waits or follows if asked.
     pub async fn run(self, server: Option<&str>, out: Output) -> anyhow::Result<()> {
@@ -342,7 +415,28 @@ impl RunCommand {
             log_cap: self.log_cap.map(|size| size.0),
             after_ok: self.after_ok,
             after_any: self.after_any,
+            retry: self.retry.policy(),
         };
+        if let Some(range) = self.array {
+            let array =
+                RunJobArray { run: request, range: Some(range), arguments: self.arguments, argument_sets: Vec::new() };
+            let array = client.run_job_array(self.mission, &array).await?;
+            if !self.wait {
+                out.done(&array, &format!("started job array {} ({} jobs)", array.array_id, array.size));
+                return Ok(());
+            }
+            let array = wait_for_array(&client, array, out).await?;
+            out.done(&array, &progress_text(&array));
+            if array.completed < array.size {
+                bail!(
+                    "job array {}: {} of {} jobs did not complete",
+                    array.array_id,
+                    array.size - array.completed,
+                    array.size
+                );
+            }
+            return Ok(());
+        }
         let job = client.run_job(self.mission, &request).await?;
         if !self.wait && !self.follow {
             out.done(&job, &format!("started job {} ({})", job.job_id, job.status));
@@ -375,6 +469,7 @@ impl JobsCommand {
                 let options = ListJobs {
                     mission_ids: args.missions,
                     station_ids,
+                    array_ids: args.arrays,
                     statuses: args.statuses,
                     labels: args.labels,
                     page: args.page,
@@ -420,6 +515,43 @@ impl JobsCommand {
                     _ => format!("stopping job {} (its landing zone kills it now)", job.job_id),
                 };
                 out.done(&job, &message);
+            }
+            JobsCommand::Array { array, stop } => {
+                let array =
+                    if stop { client.stop_job_array(array).await? } else { client.get_job_array(array).await? };
+                out.record(
+                    &array,
+                    vec![
+                        ("array", array.array_id.to_string()),
+                        ("mission", array.mission_id.to_string()),
+                        ("progress", progress_text(&array)),
+                    ],
+                );
+            }
+            JobsCommand::Rerun { job: Some(job), .. } => {
+                let job = client.rerun_job(job).await?;
+                out.done(
+                    &job,
+                    &format!("started job {} again as job {}", job.rerun_of.unwrap_or_default(), job.job_id),
+                );
+            }
+            JobsCommand::Rerun { job: None, mission, .. } => {
+                let Some(mission) = mission else { bail!("--failed needs --mission M") };
+                let jobs = client.rerun_failed_jobs(mission).await?;
+                let rows = jobs
+                    .iter()
+                    .map(|j| {
+                        vec![
+                            j.rerun_of.map(|id| id.to_string()).unwrap_or_default(),
+                            j.job_id.to_string(),
+                            j.status.to_string(),
+                        ]
+                    })
+                    .collect();
+                if jobs.is_empty() && !out.json {
+                    eprintln!("no failed jobs of mission {mission} to rerun");
+                }
+                out.table(&jobs, &["FAILED JOB", "NEW JOB", "STATUS"], rows);
             }
             JobsCommand::Usage { missions, since } => {
                 let summary = client.job_usage(&UsageQuery { mission_ids: missions, since }).await?;

@@ -8,6 +8,7 @@ use mission_client::{Client, CreateMission, ListMissions, Mission, UpdateMission
 
 use super::cargo_bays::resolve_bay;
 use super::labels::{apply_label_changes, labels_text, parse_label_arg};
+use super::retries::{RetryArgs, retry_text};
 use super::types::resolve_type;
 use crate::output::Output;
 use crate::session;
@@ -100,6 +101,9 @@ pub struct CreateArgs {
     labels: Vec<(String, String)>,
     #[command(flatten)]
     storage: StorageArgs,
+    /// The default retry policy of the mission's jobs (a run's own flags replace it).
+    #[command(flatten)]
+    retry: RetryArgs,
     /// Upload this directory's contents to the new mission.
     #[arg(long, value_name = "DIR")]
     upload: Option<std::path::PathBuf>,
@@ -159,6 +163,9 @@ pub struct UpdateArgs {
     unarchive: bool,
     #[command(flatten)]
     storage: StorageArgs,
+    /// A new default retry policy of its jobs (`--retry 1`: none).
+    #[command(flatten)]
+    retry: RetryArgs,
 }
 
 fn parse_setting(raw: &str) -> Result<(String, String), String> {
@@ -186,6 +193,7 @@ fn show(out: Output, m: &Mission) {
             ("public", m.public.to_string()),
             ("archived", m.archived.to_string()),
             ("labels", labels_text(&m.labels)),
+            ("retry", m.retry.as_ref().map(retry_text).unwrap_or_else(|| "-".into())),
             ("owner", m.user_id.to_string()),
             ("created", m.created_at.to_rfc3339()),
             ("updated", m.updated_at.to_rfc3339()),
@@ -256,6 +264,7 @@ impl MissionsCommand {
                     settings: settings_map(args.settings),
                     public: Some(args.public),
                     labels: args.labels.into_iter().collect(),
+                    retry: args.retry.policy(),
                 };
                 if let Some(dir) = &args.upload
                     && !dir.is_dir()
@@ -288,9 +297,12 @@ impl MissionsCommand {
                         None
                     },
                     labels: None,
+                    retry: args.retry.policy(),
                 };
                 if changes == UpdateMission::default() {
-                    bail!("nothing to change: give at least one of --name, --description, --setting, --archive, …");
+                    bail!(
+                        "nothing to change: give at least one of --name, --description, --setting, --archive, --retry, …"
+                    );
                 }
                 if !client.update_mission(args.mission, &changes).await? {
                     bail!("no mission {}", args.mission);

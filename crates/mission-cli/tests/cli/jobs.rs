@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use mission_client::{
     CargoBayKind, Client, CreateCargoBay, CreateMission, CreateStation, Error, Job, JobResources, JobStatus, ListJobs,
-    LogStream, Mission, PendingKind, RegisterLandingZone, RunJob, Uuid,
+    LogStream, Mission, PendingKind, RegisterLandingZone, RetryOn, RetryPolicy, RunJob, Uuid,
 };
 use mission_testkit::TestServer;
 use tokio::process::{Child, Command};
@@ -183,6 +183,18 @@ pub(super) async fn mission(client: &Client, mission_type: &str, files: &[(&str,
     let mission = client.create_and_upload_mission(&request, dir.path()).await.unwrap();
     let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
     client.update_mission_args(mission.mission_id, &args).await.unwrap()
+}
+
+/// Whether `job` ran without its limits enforced (no cgroups on this host), which `what` of a
+/// test needs: CI must have them; elsewhere it says it skips.
+fn ran_without_limits(what: &str, job: &Job) -> bool {
+    let limits = job.limits.clone().unwrap_or_default();
+    if !limits.starts_with("limits not enforced") {
+        return false;
+    }
+    assert!(std::env::var_os("MISSION_REQUIRE_CGROUPS").is_none(), "CI must have cgroups: {limits}");
+    eprintln!("SKIPPED {what}: {limits}");
+    true
 }
 
 fn cpus(n: u32) -> JobResources {
@@ -629,10 +641,7 @@ async fn memory_limit_ends_a_job_out_of_memory() {
     let resources = JobResources { memory_amount: Some(64), ..Default::default() };
     let job = alice.run_job_on_station(m.mission_id, local_station(), resources).await.unwrap();
     let done = alice.wait_for_job(job.job_id).await.unwrap();
-    let limits = done.limits.clone().unwrap_or_default();
-    if limits.starts_with("limits not enforced") {
-        assert!(std::env::var_os("MISSION_REQUIRE_CGROUPS").is_none(), "CI must have cgroups: {limits}");
-        eprintln!("SKIPPED memory_limit_ends_a_job_out_of_memory: {limits}");
+    if ran_without_limits("memory_limit_ends_a_job_out_of_memory", &done) {
         return;
     }
     assert_eq!(done.status, JobStatus::Failed, "{done:?}");
@@ -1141,10 +1150,7 @@ async fn a_finished_job_reports_what_it_used() {
     let usage = done.usage.expect("a finished job says what it used");
     let ran = (done.finished_at.unwrap() - done.started_at.unwrap()).as_seconds_f64();
     assert!(usage.wall_time >= 1.0 && usage.wall_time <= ran + 0.5, "{usage:?}, ran {ran} s");
-    let limits = done.limits.clone().unwrap_or_default();
-    if limits.starts_with("limits not enforced") {
-        assert!(std::env::var_os("MISSION_REQUIRE_CGROUPS").is_none(), "CI must have cgroups: {limits}");
-        eprintln!("SKIPPED the measured figures of a_finished_job_reports_what_it_used: {limits}");
+    if ran_without_limits("the measured figures of a_finished_job_reports_what_it_used", &done) {
         return;
     }
     let cpu = usage.cpu_time.expect("CPU time from the cgroup");
@@ -1271,4 +1277,205 @@ async fn queued_jobs_say_why_they_wait_and_dependencies_chain_or_fail() {
     let err = alice.run_job(quick.mission_id, &both).await.unwrap_err();
     assert!(matches!(&err, Error::Api(p) if p.status == 400 && p.detail.contains("name it once")), "{err:?}");
     drop(a);
+}
+
+/// A retry policy of `max_attempts` on `on`, the rest its defaults but for the given fields.
+fn retry_policy(max_attempts: u32, on: &[RetryOn]) -> RetryPolicy {
+    RetryPolicy { max_attempts, on: on.to_vec(), backoff: 0, memory_factor: 1.5, max_memory: None }
+}
+
+#[tokio::test]
+async fn an_out_of_memory_job_is_retried_with_more_memory_until_it_fits() {
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let alice = &server.client;
+    // 150 MB held: too much for 64 MB and for 128 MB, not for 256 MB.
+    let py = "print('try', flush=True)\nx = bytearray(150 * 1024 * 1024)\n\
+              for i in range(0, len(x), 4096): x[i] = 1\nprint('survived')\n";
+    let m = mission(alice, PYTHON, &[("eat.py", py)], &[]).await;
+    let policy = RetryPolicy { memory_factor: 2.0, max_memory: Some(256), ..retry_policy(3, &[RetryOn::OutOfMemory]) };
+    let request = RunJob {
+        station_id: local_station(),
+        memory_amount: Some(64),
+        retry: Some(policy.clone()),
+        ..Default::default()
+    };
+    let job = alice.run_job(m.mission_id, &request).await.unwrap();
+    assert_eq!((job.attempt, job.retry.as_ref()), (1, Some(&policy)));
+    let done = alice.wait_for_job(job.job_id).await.unwrap();
+    if ran_without_limits("an_out_of_memory_job_is_retried_with_more_memory_until_it_fits", &done) {
+        return;
+    }
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+    assert_eq!((done.attempt, done.memory_amount), (3, 256), "{done:?}");
+    let retries: Vec<&str> =
+        done.history.iter().filter(|t| t.status == JobStatus::Queued).filter_map(|t| t.detail.as_deref()).collect();
+    assert_eq!(
+        retries,
+        [
+            "attempt 1 of 3 failed (out of memory); attempt 2 asks for 128 MB of memory",
+            "attempt 2 of 3 failed (out of memory); attempt 3 asks for 256 MB of memory",
+        ],
+        "{done:?}"
+    );
+    // Each attempt's output follows the last one's in the one log.
+    let stdout = alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap();
+    assert_eq!(stdout, "try\ntry\ntry\nsurvived\n");
+
+    // A failure the policy does not name ends the job; one it names waits out its backoff.
+    let failing = mission(alice, SHELL, &[("run.sh", "echo no >&2\nexit 3\n")], &[]).await;
+    let not_named = RunJob { retry: Some(retry_policy(3, &[RetryOn::OutOfMemory])), ..request.clone() };
+    let ended = alice.run_job(failing.mission_id, &not_named).await.unwrap();
+    let ended = alice.wait_for_job(ended.job_id).await.unwrap();
+    assert_eq!((ended.status, ended.attempt, ended.reason.as_deref()), (JobStatus::Failed, 1, Some("exit status 3")));
+    let backing_off = RetryPolicy { backoff: 2, ..retry_policy(2, &[RetryOn::ExitCode]) };
+    let request = RunJob { retry: Some(backing_off), ..request.clone() };
+    let job = alice.run_job(failing.mission_id, &request).await.unwrap();
+    wait_until("the retry waits out its backoff", || async {
+        let job = alice.get_job(job.job_id).await.unwrap();
+        job.attempt == 2 && job.pending_reason.is_some_and(|p| p.kind == PendingKind::Backoff)
+    })
+    .await;
+    let done = alice.wait_for_job(job.job_id).await.unwrap();
+    assert_eq!((done.status, done.attempt, done.exit_code), (JobStatus::Failed, 2, Some(3)), "{done:?}");
+    assert_eq!(alice.job_logs(job.job_id, LogStream::Stderr).await.unwrap(), "no\nno\n");
+    let retried = done.history.iter().find(|t| t.status == JobStatus::Queued && t.detail.is_some()).unwrap();
+    assert_eq!(retried.detail.as_deref(), Some("attempt 1 of 2 failed (exit status 3); attempt 2, after 2 s"));
+
+    // A mission's default policy applies to jobs that name none; a bad policy is refused.
+    let default = retry_policy(2, &[RetryOn::ExitCode]);
+    let update = mission_client::UpdateMission { retry: Some(default.clone()), ..Default::default() };
+    assert!(alice.update_mission(failing.mission_id, &update).await.unwrap());
+    let plain = RunJob { station_id: local_station(), ..Default::default() };
+    let job = alice.run_job(failing.mission_id, &plain).await.unwrap();
+    assert_eq!(job.retry, Some(default));
+    let bad = RunJob { retry: Some(retry_policy(0, &[RetryOn::Lost])), ..plain.clone() };
+    let refused = alice.run_job(failing.mission_id, &bad).await.unwrap_err().to_string();
+    assert!(refused.contains("retry.max_attempts: expected 1 to 20 attempts"), "{refused}");
+    assert_eq!(alice.wait_for_job(job.job_id).await.unwrap().attempt, 2);
+}
+
+#[tokio::test]
+async fn rerun_starts_failed_jobs_again_and_leaves_completed_ones_alone() {
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let alice = &server.client;
+    let m = mission(alice, SHELL, &[("run.sh", "if [ -e fail ]; then exit 3; fi\necho ok\n")], &[]).await;
+    let run = |after_ok: Vec<Uuid>| RunJob { station_id: local_station(), after_ok, ..Default::default() };
+    let completed = alice.run_job(m.mission_id, &run(vec![])).await.unwrap();
+    assert_eq!(alice.wait_for_job(completed.job_id).await.unwrap().status, JobStatus::Completed);
+    let marker = tempfile::tempdir().unwrap();
+    std::fs::write(marker.path().join("fail"), "").unwrap();
+    assert!(alice.upload(m.mission_id, marker.path().join("fail"), None, false).await.unwrap());
+    let failed = alice.run_job(m.mission_id, &run(vec![])).await.unwrap();
+    let dependent = alice.run_job(m.mission_id, &run(vec![failed.job_id])).await.unwrap();
+    assert_eq!(alice.wait_for_job(dependent.job_id).await.unwrap().status, JobStatus::Failed);
+    let running = alice.rerun_job(dependent.job_id).await;
+    assert!(running.is_ok(), "an ended job may be rerun, whatever its status: {running:?}");
+    let rerun_of_dependent = running.unwrap();
+    assert_eq!(alice.wait_for_job(rerun_of_dependent.job_id).await.unwrap().status, JobStatus::Failed);
+
+    // With the cause gone, the mission's failed jobs run again: the one that failed, and the
+    // dependent (once, though it was rerun by hand already: only its rerun has not been), which
+    // now waits for the rerun of what it waited for.
+    assert!(alice.delete_file(m.mission_id, "fail").await.unwrap());
+    let reruns = alice.rerun_failed_jobs(m.mission_id).await.unwrap();
+    let of: Vec<Option<Uuid>> = reruns.iter().map(|j| j.rerun_of).collect();
+    assert_eq!(of, [Some(failed.job_id), Some(rerun_of_dependent.job_id)], "{reruns:?}");
+    assert_eq!(reruns[1].after_ok, [reruns[0].job_id]);
+    for job in &reruns {
+        assert_eq!(alice.wait_for_job(job.job_id).await.unwrap().status, JobStatus::Completed);
+    }
+    assert!(alice.rerun_failed_jobs(m.mission_id).await.unwrap().is_empty(), "nothing failed is left");
+    let all = alice.list_jobs(&ListJobs { mission_ids: vec![m.mission_id], ..Default::default() }).await.unwrap();
+    assert_eq!(all.iter().filter(|j| j.rerun_of == Some(completed.job_id)).count(), 0);
+
+    // A job that has not ended cannot be rerun; another user's is not found.
+    let slow = mission(alice, SHELL, &[("run.sh", "sleep 30\n")], &[]).await;
+    let busy = alice.run_job(slow.mission_id, &run(vec![])).await.unwrap();
+    let refused = alice.rerun_job(busy.job_id).await.unwrap_err();
+    assert!(matches!(&refused, Error::Api(p) if p.status == 409), "{refused:?}");
+    alice.stop_job(busy.job_id).await.unwrap();
+    server.add_user("bob", false).await;
+    let bob = server.sign_in("bob").await;
+    assert!(matches!(bob.rerun_job(failed.job_id).await.unwrap_err(), Error::NotFound(_)));
+    let refused = bob.rerun_failed_jobs(m.mission_id).await.unwrap_err();
+    assert!(matches!(refused, Error::NotFound(_) | Error::Forbidden(_)), "{refused:?}");
+}
+
+#[tokio::test]
+async fn a_job_array_runs_each_element_with_its_index_and_is_followed_and_stopped_as_one() {
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let alice = &server.client;
+    let script = "echo \"$MISSION_ARRAY_INDEX $*\"\nif [ \"$MISSION_ARRAY_INDEX\" = 7 ]; then exit 1; fi\n";
+    let m = mission(alice, SHELL, &[("run.sh", script)], &["base"]).await;
+    let run = RunJob { station_id: local_station(), cpu_count: Some(1), memory_amount: Some(32), ..Default::default() };
+    let request = mission_client::RunJobArray {
+        run: run.clone(),
+        range: Some("1-100".into()),
+        arguments: vec!["--seed".into(), "{}".into()],
+        argument_sets: Vec::new(),
+    };
+    let array = alice.run_job_array(m.mission_id, &request).await.unwrap();
+    assert_eq!((array.size, array.mission_id), (100, m.mission_id));
+    assert_eq!(array.queued + array.running, 100, "{array:?}");
+    wait_until("every element ended", || async {
+        let a = alice.get_job_array(array.array_id).await.unwrap();
+        a.queued + a.running == 0
+    })
+    .await;
+    let done = alice.get_job_array(array.array_id).await.unwrap();
+    assert_eq!((done.completed, done.failed, done.stopped), (99, 1, 0), "{done:?}");
+    let of_array = |statuses: Vec<JobStatus>| ListJobs {
+        array_ids: vec![array.array_id],
+        statuses,
+        items: 200,
+        ..Default::default()
+    };
+    let failed = alice.list_jobs(&of_array(vec![JobStatus::Failed])).await.unwrap();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].array_index, Some(7));
+    assert_eq!(alice.job_logs(failed[0].job_id, LogStream::Stdout).await.unwrap(), "7 base --seed 7\n");
+    let all = alice.list_jobs(&of_array(vec![])).await.unwrap();
+    let mut indices: Vec<u32> = all.iter().filter_map(|j| j.array_index).collect();
+    indices.sort_unstable();
+    assert_eq!(indices, (1..=100).collect::<Vec<_>>());
+    assert!(all.iter().all(|j| j.array_id == Some(array.array_id)));
+    // Rerun of the failed elements keeps their index.
+    let reruns = alice.rerun_failed_jobs(m.mission_id).await.unwrap();
+    assert_eq!(reruns.iter().map(|j| j.array_index).collect::<Vec<_>>(), [Some(7)]);
+    alice.wait_for_job(reruns[0].job_id).await.unwrap();
+
+    // Argument sets, stopped as a group while they wait and run.
+    let slow = mission(alice, SHELL, &[("run.sh", "sleep 30\n")], &[]).await;
+    let sets = (0..5).map(|i| vec![format!("set-{i}")]).collect();
+    let request = mission_client::RunJobArray { run, range: None, arguments: Vec::new(), argument_sets: sets };
+    let array = alice.run_job_array(slow.mission_id, &request).await.unwrap();
+    assert_eq!(array.size, 5);
+    let stopped = alice.stop_job_array(array.array_id).await.unwrap();
+    assert_eq!(stopped.size, 5);
+    wait_until("the stopped array ended", || async { alice.get_job_array(array.array_id).await.unwrap().stopped == 5 })
+        .await;
+
+    // Bad arrays are refused, naming the field; another user's array is not found.
+    for (range, sets, field) in [
+        (Some("5-1"), vec![], "range"),
+        (Some("1-20000"), vec![], "range"),
+        (None, vec![], "range"),
+        (Some("1-2"), vec![vec!["x".to_owned()]], "range"),
+    ] {
+        let bad = mission_client::RunJobArray {
+            run: RunJob { station_id: local_station(), ..Default::default() },
+            range: range.map(str::to_owned),
+            arguments: Vec::new(),
+            argument_sets: sets,
+        };
+        let refused = alice.run_job_array(m.mission_id, &bad).await.unwrap_err();
+        assert!(matches!(&refused, Error::Api(p) if p.field.as_deref() == Some(field)), "{refused:?}");
+    }
+    server.add_user("bob", false).await;
+    let bob = server.sign_in("bob").await;
+    assert!(matches!(bob.get_job_array(array.array_id).await.unwrap_err(), Error::NotFound(_)));
+    assert!(matches!(bob.stop_job_array(array.array_id).await.unwrap_err(), Error::NotFound(_)));
 }

@@ -45,8 +45,9 @@ pub(crate) trait Runner: Send + Sync + 'static {
         stop: watch::Receiver<bool>,
     ) -> impl Future<Output = ()> + Send + 'static;
 
-    /// Jobs a previous run of the agent left running that this one can follow to their ends.
-    fn recovered(&self) -> Vec<Uuid> {
+    /// Jobs a previous run of the agent left running that this one can follow to their ends,
+    /// with the attempt of each.
+    fn recovered(&self) -> Vec<(Uuid, u32)> {
         Vec::new()
     }
 

@@ -21,7 +21,7 @@ use std::ffi::OsStr;
 use std::sync::Arc;
 
 use mission_api::lz::{Assignment, Gpu};
-use mission_api::{JobStatus, JobUsage, Resources};
+use mission_api::{JobStatus, JobUsage, OUT_OF_MEMORY_REASON, Resources, TIME_LIMIT_REASON};
 use tokio::sync::watch;
 
 use super::{Offer, Runner};
@@ -120,8 +120,8 @@ impl Runner for ProcessRunner {
     }
 
     fn shut_down(&self, agent: &Agent) {
-        for stop in agent.jobs.lock().expect("not poisoned").values() {
-            let _ = stop.send(true);
+        for job in agent.jobs.lock().expect("not poisoned").values() {
+            let _ = job.stop.send(true);
         }
     }
 }
@@ -193,9 +193,12 @@ async fn run(
     let pid = rustix::process::Pid::from_raw(child.pid as i32);
     agent.report(job.job_id, JobStatus::Running, None, None, Some(limits));
     let started = std::time::Instant::now();
+    let offsets = job.log_offsets;
     let forwarders = [("stdout", child.stdout.take()), ("stderr", child.stderr.take())].map(|(stream, fd)| {
         let (agent, job_id) = (agent.clone(), job.job_id);
-        tokio::spawn(async move { forward_pipe(&agent.client, job_id, stream, output_pipe(fd)).await })
+        tokio::spawn(
+            async move { forward_pipe(&agent.client, job_id, stream, offsets.of(stream), output_pipe(fd)).await },
+        )
     });
 
     let kill_group = || {
@@ -256,7 +259,7 @@ async fn run(
     use std::os::unix::process::ExitStatusExt;
     Ok(match (exit.code(), exit.signal()) {
         _ if ended == Some(Ended::TimeLimit) => (JobStatus::Failed, None, Some(TIME_LIMIT_REASON.into())),
-        _ if oom => (JobStatus::Failed, exit.code(), Some("out of memory".into())),
+        _ if oom => (JobStatus::Failed, exit.code(), Some(OUT_OF_MEMORY_REASON.into())),
         (Some(0), _) => (JobStatus::Completed, Some(0), None),
         (Some(code), _) => (JobStatus::Failed, Some(code), Some(format!("exit status {code}"))),
         (None, Some(signal)) => (JobStatus::Failed, None, Some(format!("killed by signal {signal}"))),
@@ -270,9 +273,6 @@ enum Ended {
     Stopped,
     TimeLimit,
 }
-
-/// The reason a job that ran past its time limit fails with, whatever ran it.
-pub(crate) const TIME_LIMIT_REASON: &str = "time limit";
 
 /// Resolves when a job that started now has run for `minutes` (never, without a limit).
 async fn time_limit(minutes: Option<u32>) {
@@ -333,13 +333,15 @@ fn launch(runner: &ProcessRunner, agent: &Agent, job: &Assignment) -> Result<Lau
     let procs = group.as_ref().map(JobCgroup::procs_files).unwrap_or_default();
     let (mission_id, job_id) = (job.mission_id.to_string(), job.job_id.to_string());
     let (threads, gpus) = (job.cpu_count.to_string(), gpus.join(","));
-    let own: [(&str, &OsStr); 5] = [
+    let index = job.array_index.map(|i| i.to_string());
+    let mut own: Vec<(&str, &OsStr)> = vec![
         ("HOME", dir.path().as_os_str()),
         ("MISSION_ID", mission_id.as_ref()),
         ("JOB_ID", job_id.as_ref()),
         ("OMP_NUM_THREADS", threads.as_ref()),
         ("CUDA_VISIBLE_DEVICES", gpus.as_ref()),
     ];
+    own.extend(index.as_deref().map(|i| (mission_api::lz::ARRAY_INDEX_VARIABLE, OsStr::new(i))));
     let env = runner.job_env.iter().map(|(name, value)| (*name, value.as_os_str())).chain(own);
     let plan = runner.sandbox.plan(&job.command, env, dir.path(), &user, &procs);
     let spawned = runner.launcher.start_job(&plan);

@@ -125,6 +125,16 @@ struct Record {
     slurm_id: Option<String>,
     /// The input copies as staged (path, size, modification time), to tell the results.
     staged: Vec<(PathBuf, u64, SystemTime)>,
+    /// Which attempt of the job it is.
+    #[serde(default = "first_attempt")]
+    attempt: u32,
+    /// Where its output starts in the job's logs.
+    #[serde(default)]
+    log_offsets: mission_api::lz::LogOffsets,
+}
+
+fn first_attempt() -> u32 {
+    1
 }
 
 /// The Slurm runner of one agent.
@@ -430,6 +440,8 @@ impl SlurmRunner {
             job_id: job.job_id,
             slurm_id: None,
             staged: staged.into_iter().map(|(path, (size, modified))| (path, size, modified)).collect(),
+            attempt: job.attempt,
+            log_offsets: job.log_offsets,
         };
         self.save(&record)?;
         Ok(record)
@@ -455,7 +467,8 @@ impl SlurmRunner {
         let start_forwarding = || {
             ["stdout", "stderr"].map(|stream| {
                 let (agent, path, ended) = (agent.clone(), dir.log(stream), ended_rx.clone());
-                tokio::spawn(async move { forward_file(&agent.client, job_id, stream, path, ended).await })
+                let offset = record.log_offsets.of(stream);
+                tokio::spawn(async move { forward_file(&agent.client, job_id, stream, offset, path, ended).await })
             })
         };
         let (mut running, mut queued, mut reason, mut stop_requested, mut exited) = (false, false, None, false, false);
@@ -551,11 +564,12 @@ impl SlurmRunner {
         }
     }
 
-    /// Reports the job's end and removes what it left.
+    /// Removes what the job left and reports its end (in that order: a retry of the job, which
+    /// the report may bring at once, stages into the same dir).
     async fn settle(self: Arc<Self>, agent: &Agent, job_id: Uuid, outcome: Result<Outcome, String>) {
         let outcome = outcome.unwrap_or_else(|why| (JobStatus::Failed, None, Some(why)));
-        agent.report_end(job_id, outcome, None);
         let _ = tokio::task::spawn_blocking(move || self.forget(job_id)).await;
+        agent.report_end(job_id, outcome, None);
     }
 }
 
@@ -585,8 +599,8 @@ impl Runner for SlurmRunner {
         self.settle(&agent, job.job_id, outcome).await;
     }
 
-    fn recovered(&self) -> Vec<Uuid> {
-        self.recovered.lock().expect("not poisoned").keys().copied().collect()
+    fn recovered(&self) -> Vec<(Uuid, u32)> {
+        self.recovered.lock().expect("not poisoned").values().map(|r| (r.job_id, r.attempt)).collect()
     }
 
     async fn resume(self: Arc<Self>, agent: Arc<Agent>, job_id: Uuid, stop: watch::Receiver<bool>) {

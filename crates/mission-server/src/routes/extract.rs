@@ -91,6 +91,14 @@ pub fn checked_labels(labels: mission_api::Labels) -> Result<mission_api::Labels
     Ok(labels)
 }
 
+/// A retry policy of a request, refused naming the field at fault when it cannot be.
+pub fn checked_retry(retry: Option<mission_api::RetryPolicy>) -> Result<Option<mission_api::RetryPolicy>, ApiError> {
+    if let Some((field, problem)) = retry.as_ref().and_then(mission_api::RetryPolicy::problem) {
+        return Err(ApiError::invalid_field(field, problem));
+    }
+    Ok(retry)
+}
+
 /// Adds one `label=key=value` list filter to `filters`, refusing a bad label or too many.
 pub fn push_label_filter(filters: &mut Vec<(String, String)>, value: &str) -> Result<(), ApiError> {
     use mission_api::labels::{MAX_LABELS, parse_label};

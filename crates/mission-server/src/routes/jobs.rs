@@ -18,7 +18,9 @@ use uuid::Uuid;
 
 use super::async_stream;
 use super::events::{Render, follow_log};
-use super::extract::{ApiJson, QueryPairs, checked_labels, page_number, page_size, parse_id, push_label_filter};
+use super::extract::{
+    ApiJson, QueryPairs, checked_labels, checked_retry, page_number, page_size, parse_id, push_label_filter,
+};
 use super::files::{parse_path, serve};
 use super::missions::writable;
 use super::stations::visible;
@@ -50,8 +52,91 @@ pub async fn run(
     Path(id): Path<String>,
     ApiJson(req): ApiJson<RunJob>,
 ) -> ApiResult<(StatusCode, Json<Job>)> {
-    let mission = writable(&app, who, &id).await?;
-    let station = visible(&app, who, &req.station_id.to_string()).await?;
+    let job = app.scheduler.submit(new_job(&app, who, &id, req).await?).await?;
+    Ok((StatusCode::CREATED, Json(job)))
+}
+
+/// Starts a job array: one job per element, each the run request with the element's index in
+/// `MISSION_ARRAY_INDEX` and its arguments after the mission's; all queued at once.
+#[utoipa::path(post, path = "/api/v1/missions/{id}/job-arrays", tag = "jobs", request_body = mission_api::RunJobArray,
+    params(("id" = uuid::Uuid, Path, description = "mission id")),
+    responses((status = 201, body = mission_api::JobArray), (status = 400, body = mission_api::Problem),
+        (status = 404, body = mission_api::Problem)))]
+pub async fn run_array(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<mission_api::RunJobArray>,
+) -> ApiResult<(StatusCode, Json<mission_api::JobArray>)> {
+    let elements = req.elements().map_err(|(field, problem)| ApiError::invalid_field(field, problem))?;
+    let template = new_job(&app, who, &id, req.run).await?;
+    let array_id = Uuid::new_v4();
+    let jobs: Vec<Job> = elements
+        .into_iter()
+        .map(|(index, arguments)| {
+            let mut job = template.clone();
+            job.job_id = Uuid::new_v4();
+            job.array_id = Some(array_id);
+            job.array_index = Some(index);
+            job.command.extend(arguments);
+            job
+        })
+        .collect();
+    let size = jobs.len() as u64;
+    app.scheduler.submit_many(jobs).await?;
+    let array = app.store.job_array(array_id, None).await?;
+    let array = array.unwrap_or(mission_api::JobArray {
+        array_id,
+        mission_id: template.mission_id,
+        size,
+        ..Default::default()
+    });
+    Ok((StatusCode::CREATED, Json(array)))
+}
+
+/// How far a job array's elements got: how many are queued, running, completed, failed (or
+/// lost) and stopped.
+#[utoipa::path(get, path = "/api/v1/job-arrays/{id}", tag = "jobs", params(("id" = uuid::Uuid, Path, description = "array id")),
+    responses((status = 200, body = mission_api::JobArray), (status = 404, body = mission_api::Problem)))]
+pub async fn get_array(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<mission_api::JobArray>> {
+    Ok(Json(own_array(&app, who, &id).await?))
+}
+
+/// Stops every element of a job array that has not ended; answers the array after.
+#[utoipa::path(post, path = "/api/v1/job-arrays/{id}/stop", tag = "jobs", params(("id" = uuid::Uuid, Path, description = "array id")),
+    responses((status = 200, body = mission_api::JobArray), (status = 404, body = mission_api::Problem)))]
+pub async fn stop_array(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<mission_api::JobArray>> {
+    let array = own_array(&app, who, &id).await?;
+    let by = app.store.user_by_id(who.user_id).await?.map_or_else(|| who.user_id.to_string(), |u| u.username);
+    for job_id in app.store.unfinished_array_jobs(array.array_id).await? {
+        match app.scheduler.stop(job_id, by.clone()).await {
+            // Ended meanwhile.
+            Err(e) if e.status() == StatusCode::CONFLICT => {}
+            other => other?,
+        }
+    }
+    Ok(Json(own_array(&app, who, &id).await?))
+}
+
+/// A job array the caller may see, as a 404 otherwise.
+async fn own_array(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<mission_api::JobArray> {
+    let id = parse_id("array_id", raw_id)?;
+    let user = (!who.admin).then_some(who.user_id);
+    app.store.job_array(id, user).await?.ok_or_else(|| ApiError::not_found("job array", id))
+}
+
+/// A new queued job of the mission `raw_id` from a run request, checked.
+async fn new_job(app: &AppState, who: Principal, id: &str, req: RunJob) -> ApiResult<Job> {
+    let mission = writable(app, who, id).await?;
+    let station = visible(app, who, &req.station_id.to_string()).await?;
     let type_id = mission.mission_type_id.ok_or_else(|| {
         ApiError::invalid_field("mission_type_id", "the mission has no mission type to say how to run it; set one")
     })?;
@@ -82,6 +167,7 @@ pub async fn run(
         ));
     }
     let (after_ok, after_any) = checked_dependencies(req.after_ok, req.after_any)?;
+    let retry = checked_retry(req.retry)?.or_else(|| mission.retry.clone());
     // Fail now, not after the run, when the results could not be stored.
     app.bays.results(&app.store, &mission, Uuid::nil()).await?;
     let now = store::now();
@@ -104,6 +190,11 @@ pub async fn run(
         log_truncated: false,
         after_ok,
         after_any,
+        retry,
+        attempt: 1,
+        rerun_of: None,
+        array_id: None,
+        array_index: None,
         pending_reason: None,
         exit_code: None,
         reason: None,
@@ -114,8 +205,88 @@ pub async fn run(
         started_at: None,
         finished_at: None,
     };
-    let job = app.scheduler.submit(job).await?;
-    Ok((StatusCode::CREATED, Json(job)))
+    Ok(job)
+}
+
+/// Starts an ended job again as a new job (its `rerun_of` naming this one): the same mission,
+/// station, landing zone, command, resources (as the last attempt asked for them), time limit,
+/// labels, log cap and retry policy. Of the jobs it waited for, one that was started again is
+/// replaced by its newest rerun.
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/rerun", tag = "jobs", params(("id" = uuid::Uuid, Path, description = "job id")),
+    responses((status = 201, body = Job), (status = 404, body = mission_api::Problem),
+        (status = 409, body = mission_api::Problem, description = "the job has not ended")))]
+pub async fn rerun(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<(StatusCode, Json<Job>)> {
+    let job = own_job(&app, who, &id).await?;
+    if !job.status.is_final() {
+        return Err(ApiError::conflict(format!(
+            "the job has not ended ({}); wait for it, or stop it first",
+            job.status
+        )));
+    }
+    writable(&app, who, &job.mission_id.to_string()).await?;
+    Ok((StatusCode::CREATED, Json(start_again(&app, who, job).await?)))
+}
+
+/// Starts again, as [`rerun`] does each, every job of the mission that failed or was lost and
+/// was not started again yet (the caller's; an admin's: everyone's), oldest first, up to
+/// [`mission_api::MAX_RERUNS`]. Completed and stopped jobs are left alone. A job that waited
+/// for another one rerun by the same call waits for that one's rerun.
+#[utoipa::path(post, path = "/api/v1/missions/{id}/jobs/rerun-failed", tag = "jobs",
+    params(("id" = uuid::Uuid, Path, description = "mission id")),
+    responses((status = 201, body = mission_api::RerunJobs), (status = 404, body = mission_api::Problem)))]
+pub async fn rerun_failed(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<(StatusCode, Json<mission_api::RerunJobs>)> {
+    let mission = writable(&app, who, &id).await?;
+    let user = (!who.admin).then_some(who.user_id);
+    let failed = app.store.failed_jobs_not_rerun(mission.mission_id, user, mission_api::MAX_RERUNS).await?;
+    let mut jobs = Vec::with_capacity(failed.len());
+    for job in failed {
+        jobs.push(start_again(&app, who, job).await?);
+    }
+    Ok((StatusCode::CREATED, Json(mission_api::RerunJobs { jobs })))
+}
+
+/// Submits a new job made from an ended one (see [`rerun`]).
+async fn start_again(app: &AppState, who: Principal, old: Job) -> ApiResult<Job> {
+    visible(app, who, &old.station_id.to_string()).await?;
+    let (mut after_ok, mut after_any) = (old.after_ok.clone(), old.after_any.clone());
+    for dep in after_ok.iter_mut().chain(after_any.iter_mut()) {
+        *dep = app.store.newest_rerun(*dep).await?.unwrap_or(*dep);
+    }
+    let now = store::now();
+    let job = Job {
+        job_id: Uuid::new_v4(),
+        lz_id: None,
+        status: JobStatus::Queued,
+        gpu_indices: Vec::new(),
+        log_truncated: false,
+        after_ok,
+        after_any,
+        attempt: 1,
+        rerun_of: Some(old.job_id),
+        pending_reason: None,
+        usage: None,
+        exit_code: None,
+        reason: None,
+        limits: None,
+        history: vec![JobTransition {
+            status: JobStatus::Queued,
+            at: now,
+            detail: Some(format!("a rerun of job {}", old.job_id)),
+        }],
+        created_at: now,
+        started_at: None,
+        finished_at: None,
+        ..old
+    };
+    app.scheduler.submit(job).await
 }
 
 /// The jobs a new job waits for, each named once; whether they exist and are the caller's is
@@ -138,11 +309,12 @@ fn checked_dependencies(mut after_ok: Vec<Uuid>, mut after_any: Vec<Uuid>) -> Ap
 }
 
 /// Lists the caller's jobs (everyone's, for admins), newest first. Filters repeat:
-/// `mission_ids`, `station_ids`, `statuses` (any of the values given), `label` (`key=value`,
+/// `mission_ids`, `station_ids`, `array_ids`, `statuses` (any of the values given), `label` (`key=value`,
 /// every one given); paging by `page` (from 1) and `items` (1 to 200).
 #[utoipa::path(get, path = "/api/v1/jobs", tag = "jobs",
     params(("mission_ids" = Option<Vec<uuid::Uuid>>, Query, description = "only these missions' jobs"),
         ("station_ids" = Option<Vec<uuid::Uuid>>, Query, description = "only jobs on these stations"),
+        ("array_ids" = Option<Vec<uuid::Uuid>>, Query, description = "only elements of these job arrays"),
         ("statuses" = Option<Vec<mission_api::JobStatus>>, Query, description = "only jobs in these states"),
         ("label" = Option<Vec<String>>, Query, description = "only jobs with this label, as key=value (repeat: all of them)"),
         ("page" = Option<u32>, Query, minimum = 1, maximum = 1000000, description = "page number, 1 to 1,000,000 (default 1)"),
@@ -158,13 +330,14 @@ pub async fn list(
         match key.as_str() {
             "mission_ids" => filter.mission_ids.push(parse_id(key, value)?),
             "station_ids" => filter.station_ids.push(parse_id(key, value)?),
+            "array_ids" => filter.array_ids.push(parse_id(key, value)?),
             "statuses" => filter.statuses.push(value.parse().map_err(|e: String| ApiError::invalid_field(key, e))?),
             "label" => push_label_filter(&mut filter.labels, value)?,
             "page" => filter.page = page_number(value)?,
             "items" => filter.items = page_size(value)?,
             other => {
                 return Err(ApiError::invalid(format!(
-                    "unknown query parameter {other:?}; filters are mission_ids, station_ids, statuses, label, page, \
+                    "unknown query parameter {other:?}; filters are mission_ids, station_ids, array_ids, statuses, label, page, \
                      items"
                 )));
             }

@@ -11,7 +11,9 @@ use axum::http::StatusCode;
 use mission_api::{CreateMission, DEFAULT_CARGO_BAY_ID, Mission, MissionPage, UpdateMission, UpdateMissionArgs};
 use uuid::Uuid;
 
-use super::extract::{ApiJson, QueryPairs, checked_labels, page_number, page_size, parse_id, push_label_filter};
+use super::extract::{
+    ApiJson, QueryPairs, checked_labels, checked_retry, page_number, page_size, parse_id, push_label_filter,
+};
 use crate::AppState;
 use crate::auth::Principal;
 use crate::cargo_bays::storage_segments;
@@ -143,6 +145,7 @@ pub async fn create(
     let settings = req.settings.unwrap_or_default();
     check_settings(req.mission_type_id, &settings)?;
     let labels = checked_labels(req.labels)?;
+    let retry = checked_retry(req.retry)?;
     check_storage(&app, who.user_id, "source_storage_id", req.source_storage_id).await?;
     check_storage(&app, who.user_id, "destination_storage_id", req.destination_storage_id).await?;
     let now = store::now();
@@ -160,6 +163,7 @@ pub async fn create(
         archived: false,
         args: Vec::new(),
         labels,
+        retry,
         user_id: who.user_id,
         created_at: now,
         updated_at: now,
@@ -263,6 +267,7 @@ pub async fn update(
         check_settings(mission.mission_type_id, settings)?;
     }
     let labels = req.labels.map(checked_labels).transpose()?;
+    let retry = checked_retry(req.retry)?;
     check_storage(&app, mission.user_id, "source_storage_id", req.source_storage_id).await?;
     check_storage(&app, mission.user_id, "destination_storage_id", req.destination_storage_id).await?;
     let moves_source =
@@ -288,6 +293,7 @@ pub async fn update(
         archived: req.archived,
         args: None,
         labels,
+        retry,
     };
     let updated = app.store.update_mission(mission.mission_id, &changes, store::now()).await?;
     updated.map(Json).ok_or_else(|| ApiError::not_found("mission", mission.mission_id))

@@ -36,7 +36,7 @@ pub use files::{RecoveryError, recover as recover_files, settle_stopped_replicas
     paths(
         missions::create, missions::list, missions::get, missions::update, missions::set_args, missions::delete,
         files::list, files::upload, files::download, files::delete, archives::mission,
-        events::stream, jobs::run, jobs::list, jobs::usage, jobs::events, jobs::get, jobs::update, jobs::stop, jobs::logs, jobs::results, jobs::result, archives::results,
+        events::stream, jobs::run, jobs::list, jobs::usage, jobs::events, jobs::get, jobs::update, jobs::stop, jobs::rerun, jobs::rerun_failed, jobs::run_array, jobs::get_array, jobs::stop_array, jobs::logs, jobs::results, jobs::result, archives::results,
         cargo_bays::list, cargo_bays::create, cargo_bays::get, cargo_bays::delete,
         webhooks::create, webhooks::list, webhooks::get, webhooks::delete, webhooks::deliveries,
         stations::list, stations::create, stations::get, stations::delete, stations::members,
@@ -215,12 +215,17 @@ pub fn router(app: AppState) -> Router {
         )
         .route("/missions/{id}/archive", get(archives::mission))
         .route("/missions/{id}/jobs", post(jobs::run))
+        .route("/missions/{id}/jobs/rerun-failed", post(jobs::rerun_failed))
+        .route("/missions/{id}/job-arrays", post(jobs::run_array))
+        .route("/job-arrays/{id}", get(jobs::get_array))
+        .route("/job-arrays/{id}/stop", post(jobs::stop_array))
         .route("/jobs", get(jobs::list))
         .route("/jobs/events", get(jobs::events))
         .route("/jobs/usage", get(jobs::usage))
         .route("/events", get(events::stream))
         .route("/jobs/{id}", get(jobs::get).patch(jobs::update))
         .route("/jobs/{id}/stop", post(jobs::stop))
+        .route("/jobs/{id}/rerun", post(jobs::rerun))
         .route("/jobs/{id}/logs", get(jobs::logs))
         .route("/jobs/{id}/results", get(jobs::results))
         .route("/jobs/{id}/archive", get(archives::results))

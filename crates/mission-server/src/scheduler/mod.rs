@@ -41,6 +41,12 @@ pub enum Call {
         /// The job.
         job: Box<Job>,
     },
+    /// Queue jobs (already checked by the route) that share everything but their ids, array
+    /// indices and arguments; answered when all are queued.
+    SubmitMany {
+        /// The jobs.
+        jobs: Vec<Job>,
+    },
     /// Stop a job: dequeue it, or have its LZ kill it.
     Stop {
         /// The job.
@@ -415,6 +421,11 @@ impl Scheduler {
             Outcome::Job { job } => Ok(*job),
             other => Err(unexpected(other)),
         }
+    }
+
+    /// Queues jobs that differ only in their ids, array indices and arguments (a job array).
+    pub async fn submit_many(&self, jobs: Vec<Job>) -> ApiResult<()> {
+        self.ask(Call::SubmitMany { jobs }).await.map(drop)
     }
 
     /// Stops a job: dequeues it, or has its LZ kill it.

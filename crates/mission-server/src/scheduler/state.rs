@@ -4,8 +4,13 @@
 //! itself: submissions, stops, agent connections, heartbeats, the agents' reports, and landing
 //! zones being registered or removed. A placement pass runs
 //! after events that could let a job start (a submission, a job ending, an LZ connecting); there
-//! is no tick. The only timer is the earliest lease deadline, after which a silent LZ loses its
-//! jobs.
+//! is no tick. The only timers are the earliest lease deadline, after which a silent LZ loses its
+//! jobs, and the end of the earliest retry backoff.
+//!
+//! Retries: a placed job whose attempt fails in a way its retry policy names goes back in line at
+//! its old place instead of ending, as its next attempt (with more memory after running out of
+//! it), held back for the policy's backoff. Backoffs are kept in memory only: after a restart a
+//! held job may start at once.
 //!
 //! Events are taken in batches: whatever has arrived while the last batch was being written is
 //! handled in memory, then one placement pass runs, then every job written by the batch goes to the
@@ -30,8 +35,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mission_api::lz::{Assignment, Hello, InputFile, Order, Report, Welcome};
-use mission_api::{Job, JobStatus, PendingKind, PendingReason, Resources};
+use mission_api::lz::{Assignment, Hello, InputFile, LogOffsets, Order, Report, Welcome};
+use mission_api::{Job, JobStatus, PendingKind, PendingReason, Resources, RetryOn, RetryPolicy};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -40,7 +45,7 @@ use uuid::Uuid;
 use super::queue::{Dependencies, Queue, Settled};
 use super::{Call, Event, Outcome, Policy, Responder, SchedulerError, SchedulerResult, SessionId, Sessions};
 use crate::agent_tokens::AgentTokens;
-use crate::job_logs::JobLogs;
+use crate::job_logs::{JobLogs, LogStream};
 use crate::store::{self, JobUpdate, LzIdentity, Store, StoreError};
 
 /// Most events handled in one batch, so a flood of them still gets answers in steady steps.
@@ -218,6 +223,8 @@ pub(crate) struct State {
     queue: Queue,
     /// What queued jobs wait for besides room.
     dependencies: Dependencies,
+    /// Queued retries held back until their backoff ends.
+    backoffs: HashMap<Uuid, Instant>,
     next_seq: u64,
     sessions: Arc<Sessions>,
     batch: Batch,
@@ -247,6 +254,7 @@ impl State {
             lzs: HashMap::new(),
             queue: Queue::default(),
             dependencies: Dependencies::default(),
+            backoffs: HashMap::new(),
             next_seq: 0,
             sessions,
             batch: Batch::default(),
@@ -279,9 +287,10 @@ impl State {
                 self.queue.insert(seq, job);
                 continue;
             }
-            match job.lz_id.and_then(|id| self.lzs.get_mut(&id)) {
-                Some(lz) => lz.hold(Placed { job, seq, stop_requested: false }),
-                None => self.end(job.job_id, JobStatus::Lost, "its landing zone was removed".into()),
+            let placed = Placed { job, seq, stop_requested: false };
+            match placed.job.lz_id.and_then(|id| self.lzs.get_mut(&id)) {
+                Some(lz) => lz.hold(placed),
+                None => self.lose(placed, "its landing zone was removed"),
             }
         }
         for job_id in waiting {
@@ -335,11 +344,17 @@ impl State {
     }
 
     /// Puts a placed job back in line at its original place, in the batch.
-    fn requeue(&mut self, mut placed: Placed, why: &str) {
+    fn requeue(&mut self, placed: Placed, why: &str) {
         let mut update = JobUpdate::new(placed.job.job_id, JobStatus::Queued);
+        update.detail = Some(why.to_owned());
+        self.back_in_line(placed, update);
+    }
+
+    /// Moves a job that left its LZ back into the queue at its original place with `update` (a
+    /// move to `queued`, which this completes), in the batch.
+    fn back_in_line(&mut self, mut placed: Placed, mut update: JobUpdate) {
         update.lz_id = Some(None);
         update.gpu_indices = Some(Vec::new());
-        update.detail = Some(why.to_owned());
         self.batch.updates.push(update);
         placed.job.status = JobStatus::Queued;
         placed.job.lz_id = None;
@@ -349,11 +364,59 @@ impl State {
         self.batch.place = true;
     }
 
+    /// Ends a job whose LZ was lost while it held it, or tries it again if its policy says so.
+    fn lose(&mut self, placed: Placed, why: &str) {
+        match retried(&placed.job, RetryOn::Lost) {
+            Some(policy) => self.retry(placed, &policy, RetryOn::Lost, why),
+            None => self.end(placed.job.job_id, JobStatus::Lost, why.into()),
+        }
+    }
+
+    /// Puts a job whose attempt failed so (`why` in words), and which has left its LZ, back in
+    /// line as its next attempt under `policy` ([`retried`]). After running out of memory the
+    /// next attempt asks for more, up to the policy's cap and what the largest landing zone it
+    /// may run on offers.
+    fn retry(&mut self, mut placed: Placed, policy: &RetryPolicy, failure: RetryOn, why: &str) {
+        let job = &mut placed.job;
+        let next = job.attempt + 1;
+        let mut update = JobUpdate::new(job.job_id, JobStatus::Queued);
+        let mut detail = format!("attempt {} of {} failed ({why}); attempt {next}", job.attempt, policy.max_attempts);
+        if failure == RetryOn::OutOfMemory {
+            let offered = self
+                .lzs
+                .iter()
+                .filter(|(id, lz)| lz.station_id == job.station_id && job.requested_lz_id.is_none_or(|r| r == **id))
+                .filter_map(|(_, lz)| lz.capacity.map(|c| c.memory_amount))
+                .max()
+                .unwrap_or(u64::MAX);
+            let cap = policy.max_memory.unwrap_or(u64::MAX).min(offered);
+            let more = (job.memory_amount as f64 * policy.memory_factor).ceil() as u64;
+            let memory = more.min(cap).max(job.memory_amount);
+            if memory != job.memory_amount {
+                detail.push_str(&format!(" asks for {memory} MB of memory"));
+                job.memory_amount = memory;
+                update.memory_amount = Some(memory);
+            }
+        }
+        let delay = policy.delay_before(next);
+        if !delay.is_zero() {
+            detail.push_str(&format!(", after {} s", delay.as_secs()));
+            self.backoffs.insert(job.job_id, Instant::now() + delay);
+        }
+        job.attempt = next;
+        job.reason = None;
+        job.exit_code = None;
+        update.attempt = Some(next);
+        update.detail = Some(detail);
+        self.back_in_line(placed, update);
+    }
+
     /// Takes events until their senders are gone, the server shuts down or another replica
     /// leads.
     pub(crate) async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>, shutdown: CancellationToken) {
         loop {
-            let deadline = self.lzs.values().filter_map(|lz| lz.lease_until).min();
+            let leases = self.lzs.values().filter_map(|lz| lz.lease_until);
+            let deadline = leases.chain(self.backoffs.values().copied()).min();
             tokio::select! {
                 event = events.recv() => match event {
                     Some(event) => {
@@ -365,7 +428,10 @@ impl State {
                     }
                     None => return,
                 },
-                () = sleep_until(deadline) => self.expire_leases(),
+                () = sleep_until(deadline) => {
+                    self.expire_leases();
+                    self.batch.place = true;
+                }
                 () = shutdown.cancelled() => return,
             }
             self.settle_dependencies();
@@ -457,6 +523,20 @@ impl State {
                     listed.into_iter().map(|f| InputFile { path: f.path, size: f.size, sha256: f.sha256 }).collect(),
                 );
             }
+            // A retry's output goes on from where the earlier attempts' ended.
+            let mut log_offsets = LogOffsets::default();
+            if job.attempt > 1 {
+                for (stream, offset) in
+                    [(LogStream::Stdout, &mut log_offsets.stdout), (LogStream::Stderr, &mut log_offsets.stderr)]
+                {
+                    // Should the log not be readable, the attempt's output counts from its start
+                    // (and what is already there hides as much of it).
+                    match self.logs.received(job.mission_id, *job_id, stream).await {
+                        Ok(received) => *offset = received,
+                        Err(e) => tracing::warn!(%job_id, "reading the size of the job's {}: {e}", stream.name()),
+                    }
+                }
+            }
             runs.insert(
                 *job_id,
                 Assignment {
@@ -472,6 +552,9 @@ impl State {
                     gpu_indices: job.gpu_indices.clone(),
                     time_limit: job.time_limit,
                     files: files[&job.mission_id].clone(),
+                    attempt: job.attempt,
+                    log_offsets,
+                    array_index: job.array_index,
                 },
             );
         }
@@ -484,6 +567,17 @@ impl State {
         // answered at once.
         let settled = match call {
             Call::Submit { job } => self.submit(*job).await.map(|job| Outcome::Job { job: Box::new(job) }),
+            // Alike but for what no check looks at, they are all accepted or, by the first, all
+            // refused.
+            Call::SubmitMany { jobs } => {
+                async {
+                    for job in jobs {
+                        self.submit(job).await?;
+                    }
+                    Ok(Outcome::Done)
+                }
+                .await
+            }
             Call::Stop { job_id, by } => self.stop(job_id, by).map(|()| Outcome::Done),
             Call::Connect { lz, hello, session } => {
                 self.connect(lz, *hello, session).await.map(|welcome| Outcome::Welcome { welcome: Box::new(welcome) })
@@ -724,14 +818,13 @@ impl State {
         for id in requeue {
             requeued.extend(lz.release(id));
         }
-        for &(id, _, _) in &ends {
-            lz.release(id);
+        let mut ended = Vec::new();
+        for (id, status, why) in ends {
+            ended.extend(lz.release(id).map(|placed| (placed, status, why)));
             drop.retain(|d| *d != id);
         }
         self.lzs.insert(who.lz_id, lz);
-        for (id, status, why) in ends {
-            self.end(id, status, why.into());
-        }
+        self.end_released(ended);
         for placed in requeued {
             self.requeue(placed, "its landing zone restarted before the job started");
         }
@@ -753,9 +846,11 @@ impl State {
             return Err(SchedulerError::Conflict("this landing zone is not connected; connect again".into()));
         };
         lz.lease_until = Some(Instant::now() + self.lease);
-        let mut finished = Vec::new();
+        let (mut finished, mut failed_attempts) = (Vec::new(), Vec::new());
         for report in reports {
-            let Some(placed) = lz.jobs.get_mut(&report.job_id) else { continue };
+            let Some(placed) = lz.jobs.get_mut(&report.job_id).filter(|p| p.job.attempt == report.attempt) else {
+                continue;
+            };
             // Moves only go forward; a repeated or late report changes nothing, but a new reason
             // for the same step (why a job still waits in a batch system's queue) is recorded.
             let waits = report.status < JobStatus::Running;
@@ -772,6 +867,12 @@ impl State {
             let mut status = report.status;
             if status.is_final() && placed.stop_requested && status != JobStatus::Completed {
                 status = JobStatus::Stopped;
+            }
+            let failure = RetryOn::of(status, report.exit_code, report.reason.as_deref());
+            if let Some((failure, policy)) = failure.and_then(|f| Some((f, retried(&placed.job, f)?))) {
+                let why = report.reason.unwrap_or_else(|| status.to_string());
+                failed_attempts.push((report.job_id, policy, failure, why));
+                continue;
             }
             let mut update = JobUpdate::new(report.job_id, status);
             update.at = report.at;
@@ -802,6 +903,13 @@ impl State {
                 lz.release(id);
             }
             self.batch.place = true;
+        }
+        let failed_attempts: Vec<_> = failed_attempts
+            .into_iter()
+            .filter_map(|(id, policy, failure, why)| lz.release(id).map(|placed| (placed, policy, failure, why)))
+            .collect();
+        for (placed, policy, failure, why) in failed_attempts {
+            self.retry(placed, &policy, failure, &why);
         }
         Ok(())
     }
@@ -867,7 +975,7 @@ impl State {
 
     fn expire_leases(&mut self) {
         let now = Instant::now();
-        let (mut requeued, mut ends) = (Vec::new(), Vec::new());
+        let (mut requeued, mut ends): (_, Vec<(Placed, JobStatus, &str)>) = (Vec::new(), Vec::new());
         for lz in self.lzs.values_mut() {
             if lz.lease_until.is_none_or(|t| t > now) {
                 continue;
@@ -880,19 +988,30 @@ impl State {
                 match placed.job.status {
                     JobStatus::Assigned | JobStatus::Staging if !placed.stop_requested => requeued.push(placed),
                     _ if placed.stop_requested => {
-                        ends.push((id, JobStatus::Stopped, "stopped; its landing zone went silent"))
+                        ends.push((placed, JobStatus::Stopped, "stopped; its landing zone went silent"))
                     }
-                    _ => {
-                        ends.push((id, JobStatus::Lost, "its landing zone went silent (no heartbeat within the lease)"))
-                    }
+                    _ => ends.push((
+                        placed,
+                        JobStatus::Lost,
+                        "its landing zone went silent (no heartbeat within the lease)",
+                    )),
                 }
             }
         }
-        for (id, status, why) in ends {
-            self.end(id, status, why.into());
-        }
+        self.end_released(ends);
         for placed in requeued {
             self.requeue(placed, "its landing zone went silent before the job started");
+        }
+    }
+
+    /// Ends jobs that have left their LZs, each in the status given for the reason given; a lost
+    /// one is tried again instead where its policy says so.
+    fn end_released(&mut self, ends: Vec<(Placed, JobStatus, &str)>) {
+        for (placed, status, why) in ends {
+            match status {
+                JobStatus::Lost => self.lose(placed, why),
+                _ => self.end(placed.job.job_id, status, why.into()),
+            }
         }
     }
 
@@ -905,6 +1024,8 @@ impl State {
         let connected = self.lzs.values().filter(|lz| lz.connection.is_some()).count();
         let online_stations: HashSet<Uuid> =
             self.lzs.values().filter(|lz| lz.connection.is_some()).map(|lz| lz.station_id).collect();
+        let now = Instant::now();
+        self.backoffs.retain(|_, until| *until > now);
         let mut placed_per_user: HashMap<Uuid, u32> = HashMap::new();
         if self.max_running_per_user.is_some() {
             for placed in self.lzs.values().flat_map(|lz| lz.jobs.values()) {
@@ -912,7 +1033,10 @@ impl State {
             }
         }
         for (seq, job) in self.queue.iter() {
-            let reason = if let Some((dep, must_complete, more)) = self.dependencies.waiting_for(job.job_id) {
+            let reason = if self.backoffs.contains_key(&job.job_id) {
+                let wait = job.retry.as_ref().map_or(0, |policy| policy.delay_before(job.attempt).as_secs());
+                pending(PendingKind::Backoff, format!("attempt {} waits {wait} s before it starts", job.attempt))
+            } else if let Some((dep, must_complete, more)) = self.dependencies.waiting_for(job.job_id) {
                 let end = if must_complete { "complete" } else { "end" };
                 let more = if more > 0 { format!(" (and {more} more)") } else { String::new() };
                 pending(PendingKind::Dependency, format!("waiting for job {dep} to {end}{more}"))
@@ -1020,6 +1144,11 @@ impl State {
         };
         Some(pending(PendingKind::NoLandingZone, detail))
     }
+}
+
+/// The retry policy of a job whose current attempt failed so, if it tries the job again.
+fn retried(job: &Job, failure: RetryOn) -> Option<RetryPolicy> {
+    job.retry.clone().filter(|policy| policy.retries(job.attempt, failure))
 }
 
 /// A pending reason.

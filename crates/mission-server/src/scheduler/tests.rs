@@ -148,6 +148,11 @@ impl Harness {
             log_truncated: false,
             after_ok: Vec::new(),
             after_any: Vec::new(),
+            retry: None,
+            attempt: 1,
+            rerun_of: None,
+            array_id: None,
+            array_index: None,
             pending_reason: None,
             exit_code: None,
             reason: None,
@@ -484,4 +489,43 @@ async fn a_job_waits_for_its_dependencies_and_fails_with_one_that_failed() {
     theirs.after_ok = vec![fine.job_id];
     let refused = h.submit_job(theirs).await.unwrap_err();
     assert!(matches!(&refused, SchedulerError::Invalid { field: Some(f), .. } if f == "after_ok"), "{refused:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_job_with_a_policy_is_tried_again_and_reports_of_its_old_attempt_are_ignored() {
+    let h = Harness::new().await;
+    let lz = h.register("node").await;
+    let (mut agent, _) = h.connect(&lz, 2, Vec::new()).await;
+    let mut job = h.new_job(1);
+    job.retry = Some(mission_api::RetryPolicy {
+        max_attempts: 2,
+        on: vec![mission_api::RetryOn::Lost],
+        backoff: 0,
+        memory_factor: 1.5,
+        max_memory: None,
+    });
+    let job = h.submit_job(job).await.unwrap();
+    assert_eq!(agent.runs(), [job.job_id]);
+    h.report(&agent, job.job_id, JobStatus::Running).await;
+
+    // The LZ goes silent: instead of lost, the job is queued again as its second attempt, and
+    // runs once an agent is back.
+    tokio::time::advance(LEASE * 2).await;
+    h.until(job.job_id, JobStatus::Queued).await;
+    let stored = h.store.job(job.job_id).await.unwrap().unwrap();
+    assert_eq!(stored.attempt, 2);
+    let retried = stored.history.last().unwrap().detail.clone().unwrap();
+    assert_eq!(
+        retried,
+        "attempt 1 of 2 failed (its landing zone went silent (no heartbeat within the lease)); attempt 2"
+    );
+    let (mut again, _) = h.connect(&lz, 2, Vec::new()).await;
+    assert_eq!(again.runs(), [job.job_id]);
+    // A late report of the first attempt changes nothing; the second's end is the job's.
+    h.report_why(&again, job.job_id, JobStatus::Failed, Some("exit status 1")).await;
+    assert_eq!(h.status(job.job_id).await, JobStatus::Assigned);
+    let report = Report { attempt: 2, ..Report::new(job.job_id, JobStatus::Lost, store::now()) };
+    h.ask(Call::Reports { lz: again.lz.clone(), reports: vec![report] }).await.unwrap();
+    assert_eq!(h.status(job.job_id).await, JobStatus::Lost, "the last attempt ends the job");
+    assert!(agent.ended());
 }

@@ -14,8 +14,8 @@ use super::{
 
 const JOB_COLUMNS: &str = "job_id, mission_id, user_id, station_id, requested_lz_id, lz_id, status, cpu_count, \
     memory_amount, gpu_count, time_limit, gpu_indices, command, labels, log_cap, log_truncated, after_ok, after_any, \
-    pending_kind, pending_detail, exit_code, reason, limits, wall_time, cpu_time, peak_memory, created_at, started_at, \
-    finished_at";
+    pending_kind, pending_detail, retry, attempt, rerun_of, array_id, array_index, exit_code, reason, limits, wall_time, cpu_time, peak_memory, \
+    created_at, started_at, finished_at";
 
 /// The last column of a job row read for a caller, after [`JOB_COLUMNS`] (`FROM jobs`): for a
 /// job whose pending reason is `priority`, how many queued jobs of its station are ahead of it in
@@ -163,6 +163,7 @@ impl Store {
             }
             push_any_of(q, "mission_id", f.mission_ids.iter().map(Uuid::to_string));
             push_any_of(q, "station_id", f.station_ids.iter().map(Uuid::to_string));
+            push_any_of(q, "array_id", f.array_ids.iter().map(Uuid::to_string));
             push_any_of(q, "status", f.statuses.iter().map(|s| s.as_str().to_owned()));
             push_labels(q, &f.labels);
         }
@@ -182,6 +183,55 @@ impl Store {
             };
             let jobs = rows.iter().map(job_from_row).collect::<Result<_, _>>()?;
             Ok((jobs, total as u64))
+        })
+    }
+
+    /// How far the elements of a job array (of one user's, or anyone's) got; `None` when there
+    /// is no such array.
+    pub async fn job_array(
+        &self,
+        array_id: Uuid,
+        user: Option<Uuid>,
+    ) -> Result<Option<mission_api::JobArray>, StoreError> {
+        with_conn!(self, reader, |conn: Db| {
+            let rows = {
+                let mut q: QueryBuilder<Db> =
+                    QueryBuilder::new("SELECT mission_id, status, COUNT(*) AS n FROM jobs WHERE array_id = ");
+                q.push_bind(array_id.to_string());
+                if let Some(user) = user {
+                    q.push(" AND user_id = ").push_bind(user.to_string());
+                }
+                q.push(" GROUP BY mission_id, status");
+                q.build().fetch_all(conn).await?
+            };
+            let Some(first) = rows.first() else { return Ok(None) };
+            let mut array =
+                mission_api::JobArray { array_id, mission_id: first.uuid("mission_id")?, ..Default::default() };
+            for row in &rows {
+                let n = row.count("n")?;
+                array.size += n;
+                match parse_status(&row.text("status")?)? {
+                    JobStatus::Queued => array.queued += n,
+                    JobStatus::Completed => array.completed += n,
+                    JobStatus::Failed | JobStatus::Lost => array.failed += n,
+                    JobStatus::Stopped => array.stopped += n,
+                    _ => array.running += n,
+                }
+            }
+            Ok(Some(array))
+        })
+    }
+
+    /// The elements of a job array that have not ended.
+    pub async fn unfinished_array_jobs(&self, array_id: Uuid) -> Result<Vec<Uuid>, StoreError> {
+        with_conn!(self, reader, |conn| {
+            let ids: Vec<String> = sqlx::query_scalar(&format!(
+                "SELECT job_id FROM jobs WHERE array_id = $1 AND status NOT IN {FINAL_STATUSES} ORDER BY seq"
+            ))
+            .bind(array_id.to_string())
+            .fetch_all(conn)
+            .await?;
+            ids.iter().map(|id| super::row::parse_uuid(id)).collect()
         })
     }
 
@@ -268,6 +318,50 @@ impl Store {
             rows.iter()
                 .map(|r| Ok((r.uuid("job_id")?, r.uuid("user_id")?, parse_status(&r.text("status")?)?)))
                 .collect()
+        })
+    }
+
+    /// The newest job started again from `job_id` ([`Job::rerun_of`]), following reruns of
+    /// reruns to the last; `None` when it was never started again.
+    pub async fn newest_rerun(&self, job_id: Uuid) -> Result<Option<Uuid>, StoreError> {
+        let mut newest = None;
+        // A chain is as long as the reruns people asked for; the bound only guards the loop.
+        for _ in 0..10_000 {
+            let of = newest.unwrap_or(job_id).to_string();
+            let next: Option<String> = with_conn!(self, reader, |conn| {
+                sqlx::query_scalar("SELECT job_id FROM jobs WHERE rerun_of = $1 ORDER BY seq DESC LIMIT 1")
+                    .bind(of)
+                    .fetch_optional(conn)
+                    .await?
+            });
+            match next {
+                Some(id) => newest = Some(super::row::parse_uuid(&id)?),
+                None => break,
+            }
+        }
+        Ok(newest)
+    }
+
+    /// Up to `limit` jobs of a mission (of one user's, or anyone's) that failed or were lost
+    /// and were never started again, oldest first.
+    pub async fn failed_jobs_not_rerun(
+        &self,
+        mission_id: Uuid,
+        user: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<Job>, StoreError> {
+        with_conn!(self, reader, |conn: Db| {
+            let mut q: QueryBuilder<Db> = QueryBuilder::new(format!(
+                "SELECT {JOB_COLUMNS}, CAST(NULL AS BIGINT) AS ahead FROM jobs WHERE status IN ('failed', 'lost') \
+                 AND NOT EXISTS (SELECT 1 FROM jobs AS again WHERE again.rerun_of = jobs.job_id) AND mission_id = "
+            ));
+            q.push_bind(mission_id.to_string());
+            if let Some(user) = user {
+                q.push(" AND user_id = ").push_bind(user.to_string());
+            }
+            q.push(" ORDER BY seq LIMIT ").push_bind(i64::from(limit));
+            let rows = { q.build().fetch_all(conn).await? };
+            rows.iter().map(job_from_row).collect()
         })
     }
 
@@ -469,16 +563,21 @@ const SQLITE_SAVE_JOBS: &str = concat!(
     "BEGIN IMMEDIATE;
 INSERT INTO jobs (seq, job_id, mission_id, user_id, station_id, requested_lz_id, lz_id, status, cpu_count, \
     memory_amount, gpu_count, time_limit, gpu_indices, command, labels, log_cap, after_ok, after_any, pending_kind, \
-    pending_detail, exit_code, reason, limits, created_at, started_at, finished_at) \
+    pending_detail, retry, attempt, rerun_of, array_id, array_index, exit_code, reason, limits, created_at, started_at, \
+    finished_at) \
 SELECT last.seq + j.key + 1, j.value ->> 'job_id', j.value ->> 'mission_id', j.value ->> 'user_id', \
     j.value ->> 'station_id', j.value ->> 'requested_lz_id', j.value ->> 'lz_id', j.value ->> 'status', \
     j.value ->> 'cpu_count', j.value ->> 'memory_amount', j.value ->> 'gpu_count', j.value ->> 'time_limit', \
     j.value ->> 'gpu_indices', \
     j.value ->> 'command', j.value ->> 'labels', j.value ->> 'log_cap', j.value ->> 'after_ok', \
-    j.value ->> 'after_any', j.value ->> 'pending_kind', j.value ->> 'pending_detail', j.value ->> 'exit_code', \
+    j.value ->> 'after_any', j.value ->> 'pending_kind', j.value ->> 'pending_detail', j.value ->> 'retry', \
+    j.value ->> 'attempt', j.value ->> 'rerun_of', j.value ->> 'array_id', j.value ->> 'array_index', \
+    j.value ->> 'exit_code', \
     j.value ->> 'reason', j.value ->> 'limits', j.value ->> 'created_at', j.value ->> 'started_at', j.value ->> 'finished_at' \
 FROM json_each(?) AS j, (SELECT COALESCE(MAX(seq), 0) AS seq FROM jobs) AS last;
 UPDATE jobs SET status = c.value ->> 'status', \
+    attempt = COALESCE(c.value ->> 'attempt', jobs.attempt), \
+    memory_amount = COALESCE(c.value ->> 'memory_amount', jobs.memory_amount), \
     lz_id = IIF(json_type(c.value, '$.lz_id') IS NULL, jobs.lz_id, c.value ->> 'lz_id'), \
     gpu_indices = COALESCE(c.value ->> 'gpu_indices', jobs.gpu_indices), \
     exit_code = COALESCE(c.value ->> 'exit_code', jobs.exit_code), \
@@ -535,17 +634,21 @@ ORDER BY k"
 /// among the batch's rows of that job.
 const POSTGRES_INSERT_JOBS: &str = "INSERT INTO jobs (job_id, mission_id, user_id, station_id, requested_lz_id, \
     lz_id, status, cpu_count, memory_amount, gpu_count, time_limit, gpu_indices, command, labels, log_cap, after_ok, \
-    after_any, pending_kind, pending_detail, exit_code, reason, limits, created_at, started_at, finished_at) \
+    after_any, pending_kind, pending_detail, retry, attempt, rerun_of, array_id, array_index, exit_code, reason, limits, \
+    created_at, started_at, finished_at) \
 SELECT j ->> 'job_id', j ->> 'mission_id', j ->> 'user_id', j ->> 'station_id', j ->> 'requested_lz_id', \
     j ->> 'lz_id', j ->> 'status', (j ->> 'cpu_count')::bigint, (j ->> 'memory_amount')::bigint, \
     (j ->> 'gpu_count')::bigint, (j ->> 'time_limit')::bigint, j ->> 'gpu_indices', j ->> 'command', j ->> 'labels', \
     (j ->> 'log_cap')::bigint, j ->> 'after_ok', j ->> 'after_any', j ->> 'pending_kind', j ->> 'pending_detail', \
+    j ->> 'retry', (j ->> 'attempt')::bigint, j ->> 'rerun_of', j ->> 'array_id', (j ->> 'array_index')::bigint, \
     (j ->> 'exit_code')::bigint, j ->> 'reason', \
     j ->> 'limits', (j ->> 'created_at')::bigint, (j ->> 'started_at')::bigint, (j ->> 'finished_at')::bigint \
 FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS batch (j, k) ORDER BY k";
 
 /// The second statement of [`POSTGRES_INSERT_JOBS`]'s transaction.
 const POSTGRES_CHANGE_JOBS: &str = "UPDATE jobs SET status = c ->> 'status', \
+    attempt = COALESCE((c ->> 'attempt')::bigint, jobs.attempt), \
+    memory_amount = COALESCE((c ->> 'memory_amount')::bigint, jobs.memory_amount), \
     lz_id = CASE WHEN c ? 'lz_id' THEN c ->> 'lz_id' ELSE jobs.lz_id END, \
     gpu_indices = COALESCE(c ->> 'gpu_indices', jobs.gpu_indices), \
     exit_code = COALESCE((c ->> 'exit_code')::bigint, jobs.exit_code), \
@@ -586,6 +689,10 @@ struct JobBatch {
 struct JobChange {
     job_id: String,
     status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attempt: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_amount: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     lz_id: Option<Option<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -649,6 +756,11 @@ impl JobBatch {
                 "after_any": serde_json::to_string(&job.after_any).expect("ids serialise"),
                 "pending_kind": job.pending_reason.as_ref().map(|p| p.kind.as_str()),
                 "pending_detail": job.pending_reason.as_ref().map(|p| &p.detail),
+                "retry": job.retry.as_ref().map(|r| serde_json::to_string(r).expect("policies serialise")),
+                "attempt": job.attempt,
+                "rerun_of": job.rerun_of.map(|id| id.to_string()),
+                "array_id": job.array_id.map(|id| id.to_string()),
+                "array_index": job.array_index,
                 "exit_code": job.exit_code,
                 "reason": job.reason,
                 "limits": job.limits,
@@ -668,6 +780,8 @@ impl JobBatch {
                 changes.push(JobChange {
                     job_id: u.job_id.to_string(),
                     status: u.status.as_str(),
+                    attempt: None,
+                    memory_amount: None,
                     lz_id: None,
                     gpu_indices: None,
                     exit_code: None,
@@ -686,6 +800,8 @@ impl JobBatch {
             let change = &mut changes[i];
             let at = to_micros(u.at);
             change.status = u.status.as_str();
+            change.attempt = u.attempt.or(change.attempt);
+            change.memory_amount = u.memory_amount.or(change.memory_amount);
             if let Some(lz) = u.lz_id {
                 change.lz_id = Some(lz.map(|id| id.to_string()));
             }
@@ -809,6 +925,11 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
         log_truncated: r.flag("log_truncated")?,
         after_ok: r.json("after_ok")?,
         after_any: r.json("after_any")?,
+        retry: r.opt_json("retry")?,
+        attempt: r.count("attempt")? as u32,
+        rerun_of: r.opt_uuid("rerun_of")?,
+        array_id: r.opt_uuid("array_id")?,
+        array_index: r.opt_int("array_index")?.map(|i| i as u32),
         pending_reason: pending_from_row(r)?,
         exit_code,
         reason: r.opt_text("reason")?,

@@ -14,7 +14,7 @@ use super::{
 /// Columns of `missions`, as [`mission_from_row`] reads them.
 const MISSION_COLUMNS: &str = "mission_id, user_id, name, description, mission_type_id, \
     source_storage_id, destination_storage_id, source_path, destination_path, settings, args, \
-    labels, public, archived, created_at, updated_at";
+    labels, retry, public, archived, created_at, updated_at";
 
 impl Store {
     /// Stores a new mission.
@@ -111,6 +111,7 @@ impl Store {
             set("settings", changes.settings.as_ref().map(to_json));
             set("args", changes.args.as_ref().map(to_json));
             set("labels", changes.labels.as_ref().map(to_json));
+            set("retry", changes.retry.as_ref().map(to_json));
             if let Some(archived) = changes.archived {
                 q.push(", archived = ").push_bind(archived);
             }
@@ -143,7 +144,7 @@ impl Store {
     pub async fn insert_missions(&self, missions: &[Mission]) -> Result<(), StoreError> {
         let sql = format!(
             "INSERT INTO missions ({MISSION_COLUMNS}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
         );
         with_conn!(self, writer, |conn| {
             let mut tx = conn.begin().await?;
@@ -161,6 +162,7 @@ impl Store {
                     .bind(to_json(&m.settings))
                     .bind(to_json(&m.args))
                     .bind(to_json(&m.labels))
+                    .bind(m.retry.as_ref().map(to_json))
                     .bind(m.public)
                     .bind(m.archived)
                     .bind(to_micros(m.created_at))
@@ -215,6 +217,7 @@ fn mission_from_row(r: &impl Columns) -> Result<Mission, StoreError> {
         settings: r.json("settings")?,
         args: r.json("args")?,
         labels: r.json("labels")?,
+        retry: r.opt_json("retry")?,
         public: r.flag("public")?,
         archived: r.flag("archived")?,
         created_at: r.time("created_at")?,

@@ -341,6 +341,8 @@ pub struct MissionChanges {
     pub args: Option<Vec<String>>,
     /// New labels (whole map, checked by the caller).
     pub labels: Option<mission_api::Labels>,
+    /// A new default retry policy (checked by the caller).
+    pub retry: Option<mission_api::RetryPolicy>,
 }
 
 /// A committed mission file.
@@ -558,6 +560,10 @@ pub struct JobUpdate {
     /// Why it still waits, as it moves to a status other than `queued` (a batch system's
     /// queue); without one such a move clears the reason.
     pub pending: Option<mission_api::PendingReason>,
+    /// The attempt it is on now (a retry).
+    pub attempt: Option<u32>,
+    /// The memory it asks for now, in megabytes (a retry after running out of memory).
+    pub memory_amount: Option<u64>,
 }
 
 impl JobUpdate {
@@ -575,6 +581,8 @@ impl JobUpdate {
             limits: None,
             usage: None,
             pending: None,
+            attempt: None,
+            memory_amount: None,
         }
     }
 }
@@ -591,6 +599,8 @@ pub struct JobFilter {
     pub station_ids: Vec<Uuid>,
     /// Statuses.
     pub statuses: Vec<mission_api::JobStatus>,
+    /// Job arrays the jobs are elements of.
+    pub array_ids: Vec<Uuid>,
     /// Labels the job has, every one (`key`, `value`; keys checked by
     /// [`mission_api::labels::check_label_key`]).
     pub labels: Vec<(String, String)>,
@@ -651,6 +661,7 @@ pub(crate) mod test_support {
             archived: false,
             args: Vec::new(),
             labels: Default::default(),
+            retry: None,
             user_id,
             created_at: at,
             updated_at: at,

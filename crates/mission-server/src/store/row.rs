@@ -57,6 +57,12 @@ pub(crate) trait Columns {
     fn json<T: serde::de::DeserializeOwned>(&self, column: &str) -> Result<T, StoreError> {
         serde_json::from_str(&self.text(column)?).map_err(|e| StoreError::Corrupt(format!("{column}: {e}")))
     }
+
+    /// A JSON document kept as text, or NULL.
+    fn opt_json<T: serde::de::DeserializeOwned>(&self, column: &str) -> Result<Option<T>, StoreError> {
+        let text = self.opt_text(column)?;
+        text.map(|t| serde_json::from_str(&t).map_err(|e| StoreError::Corrupt(format!("{column}: {e}")))).transpose()
+    }
 }
 
 macro_rules! impl_columns {

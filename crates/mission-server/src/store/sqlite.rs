@@ -33,6 +33,8 @@ const MIGRATIONS: &Migrations = &[
     (18, "job_log_cap", include_str!("../../migrations/sqlite/0018_job_log_cap.sql")),
     (19, "job_usage", include_str!("../../migrations/sqlite/0019_job_usage.sql")),
     (20, "job_dependencies", include_str!("../../migrations/sqlite/0020_job_dependencies.sql")),
+    (21, "job_retries", include_str!("../../migrations/sqlite/0021_job_retries.sql")),
+    (22, "job_arrays", include_str!("../../migrations/sqlite/0022_job_arrays.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

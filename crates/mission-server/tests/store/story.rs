@@ -52,6 +52,7 @@ fn mission(owner: Uuid, name: &str, at: DateTime<Utc>) -> Mission {
         archived: false,
         args: Vec::new(),
         labels: Default::default(),
+        retry: None,
         user_id: owner,
         created_at: at,
         updated_at: at,
@@ -106,6 +107,11 @@ pub(crate) fn job(mission: &Mission, station_id: Uuid) -> Job {
         log_truncated: false,
         after_ok: Vec::new(),
         after_any: Vec::new(),
+        retry: None,
+        attempt: 1,
+        rerun_of: None,
+        array_id: None,
+        array_index: None,
         pending_reason: None,
         exit_code: None,
         reason: None,
@@ -356,6 +362,7 @@ pub async fn missions_with_every_filter(store: &Store) {
         archived: Some(true),
         args: Some(vec!["a".into(), "b".into()]),
         labels: Some(mission_api::Labels::from([("team/x.y".to_owned(), "say \"hi\"".to_owned())])),
+        retry: Some(serde_json::from_str(r#"{"max_attempts": 3, "on": ["lost"], "max_memory": 4096}"#).unwrap()),
     };
     let later = t0 + seconds(500);
     let updated = store.update_mission(bob_private.mission_id, &changes, later).await.unwrap().unwrap();
@@ -372,6 +379,7 @@ pub async fn missions_with_every_filter(store: &Store) {
             archived: true,
             args: vec!["a".into(), "b".into()],
             labels: changes.labels.clone().unwrap(),
+            retry: changes.retry.clone(),
             updated_at: later,
             ..bob_private.clone()
         }

@@ -135,6 +135,7 @@ pub async fn create(
         settings: None,
         public,
         labels: Default::default(),
+        retry: None,
     };
     let nested = match body.remove("settings") {
         Some(Value::Object(nested)) => nested,
@@ -189,6 +190,7 @@ pub async fn update(
         settings,
         archived: None,
         labels: None,
+        retry: None,
     };
     let mut mission = missions::update(State(app.clone()), who, Path(raw_id), ApiJson(changes)).await?.0;
     if let Some(args) = args {

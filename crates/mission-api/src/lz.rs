@@ -198,15 +198,16 @@ pub struct Report {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::JobUsage>,
     /// The attempt of the job it tells of ([`Assignment::attempt`]): the server takes reports of
-    /// the job's current attempt only.
-    #[serde(default = "first_attempt")]
-    pub attempt: u32,
+    /// the job's current attempt only. Absent from agents older than retries, whose reports
+    /// are taken as they come.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
 }
 
 impl Report {
     /// A job's move to `status` at `at`, saying nothing more.
     pub fn new(job_id: Uuid, status: JobStatus, at: DateTime<Utc>) -> Self {
-        Self { job_id, status, at, exit_code: None, reason: None, limits: None, usage: None, attempt: 1 }
+        Self { job_id, status, at, exit_code: None, reason: None, limits: None, usage: None, attempt: None }
     }
 }
 

@@ -145,7 +145,7 @@ impl Agent {
 
     /// A report of the move of a job this agent runs, to `status` at `at`.
     fn report_of(&self, job_id: Uuid, status: JobStatus, at: chrono::DateTime<chrono::Utc>) -> Report {
-        Report { attempt: self.attempt_of(job_id), ..Report::new(job_id, status, at) }
+        Report { attempt: Some(self.attempt_of(job_id)), ..Report::new(job_id, status, at) }
     }
 
     /// Queues a report of a job's move; it is delivered in order, retried until the server

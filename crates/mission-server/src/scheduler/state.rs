@@ -848,7 +848,8 @@ impl State {
         lz.lease_until = Some(Instant::now() + self.lease);
         let (mut finished, mut failed_attempts) = (Vec::new(), Vec::new());
         for report in reports {
-            let Some(placed) = lz.jobs.get_mut(&report.job_id).filter(|p| p.job.attempt == report.attempt) else {
+            let current = |p: &&mut Placed| report.attempt.is_none_or(|attempt| attempt == p.job.attempt);
+            let Some(placed) = lz.jobs.get_mut(&report.job_id).filter(current) else {
                 continue;
             };
             // Moves only go forward; a repeated or late report changes nothing, but a new reason

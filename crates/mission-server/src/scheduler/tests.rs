@@ -522,9 +522,10 @@ async fn a_lost_job_with_a_policy_is_tried_again_and_reports_of_its_old_attempt_
     let (mut again, _) = h.connect(&lz, 2, Vec::new()).await;
     assert_eq!(again.runs(), [job.job_id]);
     // A late report of the first attempt changes nothing; the second's end is the job's.
-    h.report_why(&again, job.job_id, JobStatus::Failed, Some("exit status 1")).await;
+    let late = Report { attempt: Some(1), ..Report::new(job.job_id, JobStatus::Failed, store::now()) };
+    h.ask(Call::Reports { lz: again.lz.clone(), reports: vec![late] }).await.unwrap();
     assert_eq!(h.status(job.job_id).await, JobStatus::Assigned);
-    let report = Report { attempt: 2, ..Report::new(job.job_id, JobStatus::Lost, store::now()) };
+    let report = Report { attempt: Some(2), ..Report::new(job.job_id, JobStatus::Lost, store::now()) };
     h.ask(Call::Reports { lz: again.lz.clone(), reports: vec![report] }).await.unwrap();
     assert_eq!(h.status(job.job_id).await, JobStatus::Lost, "the last attempt ends the job");
     assert!(agent.ended());

@@ -233,7 +233,10 @@ pub struct RunJob {
     pub retry: Option<RetryPolicy>,
 }
 
-fn first_attempt() -> u32 {
+/// A job's first attempt: the serde default of every `attempt` field, for messages written
+/// before there were retries.
+#[doc(hidden)]
+pub fn first_attempt() -> u32 {
     1
 }
 
@@ -354,7 +357,7 @@ impl RetryOn {
             JobStatus::Failed => match reason {
                 Some(OUT_OF_MEMORY_REASON) => Some(Self::OutOfMemory),
                 Some(TIME_LIMIT_REASON) => Some(Self::TimeLimit),
-                Some(reason) if exit_code.is_some_and(|c| c != 0) || reason.starts_with("killed by signal") => {
+                Some(reason) if exit_code.is_some_and(|c| c != 0) || reason.starts_with(KILLED_BY_SIGNAL_REASON) => {
                     Some(Self::ExitCode)
                 }
                 _ => None,
@@ -377,6 +380,10 @@ impl std::str::FromStr for RetryOn {
 
 /// The reason a job whose program ran out of memory fails with, whatever ran it.
 pub const OUT_OF_MEMORY_REASON: &str = "out of memory";
+
+/// How the reason of a job whose program a signal killed starts (`killed by signal 9`),
+/// whatever ran it.
+pub const KILLED_BY_SIGNAL_REASON: &str = "killed by signal";
 
 /// The reason a job that ran past its time limit fails with, whatever ran it.
 pub const TIME_LIMIT_REASON: &str = "time limit";

@@ -119,16 +119,12 @@ pub struct Assignment {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array_index: Option<u32>,
     /// Which attempt of the job this is, from 1 ([`crate::RetryPolicy`]); its reports say so.
-    #[serde(default = "first_attempt")]
+    #[serde(default = "crate::jobs::first_attempt")]
     pub attempt: u32,
     /// Where this attempt's output starts in each of the job's logs (after the earlier
     /// attempts'): the offsets its log chunks count from.
     #[serde(default)]
     pub log_offsets: LogOffsets,
-}
-
-fn first_attempt() -> u32 {
-    1
 }
 
 /// The environment variable a job array's element finds its index in.

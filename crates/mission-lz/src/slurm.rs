@@ -220,9 +220,11 @@ impl SlurmJob {
         let failed = |why: &str| (JobStatus::Failed, None, Some(why.to_owned()));
         Some(match &self.state {
             SlurmState::Completed => (JobStatus::Completed, Some(0), None),
-            SlurmState::Failed if self.exit.signal != 0 => {
-                (JobStatus::Failed, None, Some(format!("killed by signal {}", self.exit.signal)))
-            }
+            SlurmState::Failed if self.exit.signal != 0 => (
+                JobStatus::Failed,
+                None,
+                Some(format!("{} {}", mission_api::KILLED_BY_SIGNAL_REASON, self.exit.signal)),
+            ),
             SlurmState::Failed => {
                 (JobStatus::Failed, Some(self.exit.code), Some(format!("exit status {}", self.exit.code)))
             }

@@ -323,38 +323,27 @@ fn parse_since(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
     if let Ok(date) = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d") {
         return Ok(date.and_hms_opt(0, 0, 0).expect("midnight exists").and_utc());
     }
-    let age = text
-        .char_indices()
-        .last()
-        .and_then(|(i, unit)| {
-            let minutes = match unit {
-                'm' => 1,
-                'h' => 60,
-                'd' => 24 * 60,
-                _ => return None,
-            };
-            text[..i].parse::<i64>().ok()?.checked_mul(minutes)
-        })
-        .and_then(chrono::Duration::try_minutes)
-        .ok_or_else(|| {
-            format!("expected a time (2026-11-01, 2026-11-01T09:00:00Z) or an age (90m, 24h, 7d), got {text:?}")
-        })?;
+    let age = minutes(text).and_then(|minutes| chrono::Duration::try_minutes(minutes.into())).ok_or_else(|| {
+        format!("expected a time (2026-11-01, 2026-11-01T09:00:00Z) or an age (90m, 24h, 7d), got {text:?}")
+    })?;
     Ok(chrono::Utc::now() - age)
+}
+
+/// Minutes from `90`, `90m`, `2h` or `1d`.
+fn minutes(text: &str) -> Option<u32> {
+    let text = text.trim();
+    let (number, minutes_per) = match text.char_indices().last() {
+        Some((i, 'm')) => (&text[..i], 1),
+        Some((i, 'h')) => (&text[..i], 60),
+        Some((i, 'd')) => (&text[..i], 24 * 60),
+        _ => (text, 1),
+    };
+    number.parse::<u32>().ok()?.checked_mul(minutes_per)
 }
 
 /// A time limit in minutes from `90`, `90m`, `2h` or `1d`.
 fn parse_time_limit(text: &str) -> Result<u32, String> {
-    let (number, minutes_per) = match text.trim().char_indices().last() {
-        Some((i, 'm')) => (&text[..i], 1),
-        Some((i, 'h')) => (&text[..i], 60),
-        Some((i, 'd')) => (&text[..i], 24 * 60),
-        _ => (text.trim(), 1),
-    };
-    let minutes = number
-        .parse::<u32>()
-        .ok()
-        .and_then(|n| n.checked_mul(minutes_per))
-        .ok_or_else(|| format!("expected minutes (90), or 90m, 2h, 1d; got {text:?}"))?;
+    let minutes = minutes(text).ok_or_else(|| format!("expected minutes (90), or 90m, 2h, 1d; got {text:?}"))?;
     if !(1..=mission_api::MAX_TIME_LIMIT).contains(&minutes) {
         return Err(format!("a time limit is 1 minute to {} days", mission_api::MAX_TIME_LIMIT / (24 * 60)));
     }

@@ -21,7 +21,7 @@ use std::ffi::OsStr;
 use std::sync::Arc;
 
 use mission_api::lz::{Assignment, Gpu};
-use mission_api::{JobStatus, JobUsage, OUT_OF_MEMORY_REASON, Resources, TIME_LIMIT_REASON};
+use mission_api::{JobStatus, JobUsage, KILLED_BY_SIGNAL_REASON, OUT_OF_MEMORY_REASON, Resources, TIME_LIMIT_REASON};
 use tokio::sync::watch;
 
 use super::{Offer, Runner};
@@ -262,7 +262,7 @@ async fn run(
         _ if oom => (JobStatus::Failed, exit.code(), Some(OUT_OF_MEMORY_REASON.into())),
         (Some(0), _) => (JobStatus::Completed, Some(0), None),
         (Some(code), _) => (JobStatus::Failed, Some(code), Some(format!("exit status {code}"))),
-        (None, Some(signal)) => (JobStatus::Failed, None, Some(format!("killed by signal {signal}"))),
+        (None, Some(signal)) => (JobStatus::Failed, None, Some(format!("{KILLED_BY_SIGNAL_REASON} {signal}"))),
         (None, None) => (JobStatus::Failed, None, Some("ended without an exit status".into())),
     })
 }

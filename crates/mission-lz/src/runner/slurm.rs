@@ -126,15 +126,11 @@ struct Record {
     /// The input copies as staged (path, size, modification time), to tell the results.
     staged: Vec<(PathBuf, u64, SystemTime)>,
     /// Which attempt of the job it is.
-    #[serde(default = "first_attempt")]
+    #[serde(default = "mission_api::jobs::first_attempt")]
     attempt: u32,
     /// Where its output starts in the job's logs.
     #[serde(default)]
     log_offsets: mission_api::lz::LogOffsets,
-}
-
-fn first_attempt() -> u32 {
-    1
 }
 
 /// The Slurm runner of one agent.

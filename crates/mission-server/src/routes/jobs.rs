@@ -4,6 +4,7 @@
 //! A user sees their own jobs (admins all); anyone else's job is a 404. Running needs write access
 //! to the mission and the right to use the station (open, owned, or a member).
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use axum::Json;
@@ -82,15 +83,10 @@ pub async fn run_array(
             job
         })
         .collect();
-    let size = jobs.len() as u64;
     app.scheduler.submit_many(jobs).await?;
     let array = app.store.job_array(array_id, None).await?;
-    let array = array.unwrap_or(mission_api::JobArray {
-        array_id,
-        mission_id: template.mission_id,
-        size,
-        ..Default::default()
-    });
+    let array =
+        array.ok_or_else(|| ApiError::internal(format!("job array {array_id} was queued but is not stored")))?;
     Ok((StatusCode::CREATED, Json(array)))
 }
 
@@ -228,7 +224,8 @@ pub async fn rerun(
         )));
     }
     writable(&app, who, &job.mission_id.to_string()).await?;
-    Ok((StatusCode::CREATED, Json(start_again(&app, who, job).await?)))
+    visible(&app, who, &job.station_id.to_string()).await?;
+    Ok((StatusCode::CREATED, Json(start_again(&app, job).await?)))
 }
 
 /// Starts again, as [`rerun`] does each, every job of the mission that failed or was lost and
@@ -246,16 +243,19 @@ pub async fn rerun_failed(
     let mission = writable(&app, who, &id).await?;
     let user = (!who.admin).then_some(who.user_id);
     let failed = app.store.failed_jobs_not_rerun(mission.mission_id, user, mission_api::MAX_RERUNS).await?;
-    let mut jobs = Vec::with_capacity(failed.len());
+    let (mut jobs, mut usable) = (Vec::with_capacity(failed.len()), HashSet::new());
     for job in failed {
-        jobs.push(start_again(&app, who, job).await?);
+        // One look at each station, not one per job.
+        if usable.insert(job.station_id) {
+            visible(&app, who, &job.station_id.to_string()).await?;
+        }
+        jobs.push(start_again(&app, job).await?);
     }
     Ok((StatusCode::CREATED, Json(mission_api::RerunJobs { jobs })))
 }
 
-/// Submits a new job made from an ended one (see [`rerun`]).
-async fn start_again(app: &AppState, who: Principal, old: Job) -> ApiResult<Job> {
-    visible(app, who, &old.station_id.to_string()).await?;
+/// Submits a new job made from an ended one (see [`rerun`]), whose station the caller may use.
+async fn start_again(app: &AppState, old: Job) -> ApiResult<Job> {
     let (mut after_ok, mut after_any) = (old.after_ok.clone(), old.after_any.clone());
     for dep in after_ok.iter_mut().chain(after_any.iter_mut()) {
         *dep = app.store.newest_rerun(*dep).await?.unwrap_or(*dep);

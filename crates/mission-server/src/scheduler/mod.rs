@@ -42,7 +42,8 @@ pub enum Call {
         job: Box<Job>,
     },
     /// Queue jobs (already checked by the route) that share everything but their ids, array
-    /// indices and arguments; answered when all are queued.
+    /// indices and arguments, so the scheduler's checks take all or, at the first, none;
+    /// answered when all are queued.
     SubmitMany {
         /// The jobs.
         jobs: Vec<Job>,

@@ -5,8 +5,9 @@
 #   runs its own cluster; the package's own cluster is not used);
 # - Debian's unzip, Info-ZIP's reader, which checks the server's zip archives (ZIP64 included)
 #   beside Python's zipfile;
-# - Debian's slurm-wlm and munge, for the Slurm landing zone (scripts/slurm-test-cluster.sh runs a
-#   one-node cluster of its own);
+# - Debian's slurm-wlm, slurmdbd, mariadb-server and munge, for the Slurm landing zone
+#   (scripts/slurm-test-cluster.sh runs a one-node cluster of its own, with its accounting
+#   database; the package's own MariaDB is not used);
 # - a Python virtual environment at target/test-venv with, from PyPI, moto[server] (the
 #   S3-compatible server the cargo-bay tests start, scripts/s3-test-server.py), schemathesis
 #   (the API fuzzer of crates/mission-server/tests/api/fuzz.rs), maturin, pytest and mypy
@@ -33,10 +34,11 @@ if ! compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >/dev/null
 fi
 
-if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; then
-  echo "installing slurm-wlm and munge (apt-get)" >&2
+if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1 \
+  || ! command -v slurmdbd >/dev/null 2>&1 || ! command -v mariadbd >/dev/null 2>&1; then
+  echo "installing slurm-wlm, slurmdbd, mariadb-server and munge (apt-get)" >&2
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq slurm-wlm munge >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq slurm-wlm slurmdbd mariadb-server munge >/dev/null
 fi
 
 if ! command -v unzip >/dev/null 2>&1; then

@@ -31,8 +31,8 @@ export MISSION_REQUIRE_GALILEO=1
 # own on it), in a directory of this run's own, stopped and removed when the run ends.
 export MISSION_REQUIRE_POSTGRES=1
 postgres_dir="$(mktemp -d "${TMPDIR:-/tmp}/mission-test-postgres.XXXXXX")"
-# The Slurm runner's tests run against a one-node Slurm of this run's own (slurmctld and slurmd
-# on loopback), stopped and removed when the run ends.
+# The Slurm runner's tests run against a one-node Slurm of this run's own (slurmctld, slurmd,
+# slurmdbd and its MariaDB on loopback), stopped and removed when the run ends.
 export MISSION_REQUIRE_SLURM=1
 slurm_dir="$(mktemp -d "${TMPDIR:-/tmp}/mission-test-slurm.XXXXXX")"
 cleanup() {

@@ -1,14 +1,16 @@
 //! What the agent says to and reads from Slurm, as plain functions: the batch script and the
 //! `sbatch` arguments of a job, and the nodes (`sinfo`), from which a Slurm landing zone
 //! advertises its capacity, and the jobs (`squeue`, `sacct`), with their states, exit statuses
-//! and pending reasons. The output formats are the ones these functions are written for
-//! ([`SINFO_FORMAT`], [`SQUEUE_FORMAT`], [`SACCT_FORMAT`]); the tests read output captured from a
-//! real Slurm (`fixtures/slurm-22.05`).
+//! and pending reasons, and what the jobs used (`sacct`). The output formats are the ones these
+//! functions are written for ([`SINFO_FORMAT`], [`SQUEUE_FORMAT`], [`SACCT_FORMAT`],
+//! [`SACCT_USAGE_FORMAT`]); the tests read output captured from a real Slurm
+//! (`fixtures/slurm-22.05`).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use mission_api::lz::Assignment;
-use mission_api::{JobStatus, Resources};
+use mission_api::{JobStatus, JobUsage, Resources};
 use uuid::Uuid;
 
 /// `sinfo -h -N -o` with this: node, CPUs, memory (MB), generic resources, state.
@@ -21,6 +23,11 @@ pub const SQUEUE_FORMAT: &str = "JobID:|,State:|,exit_code:|,Reason:|,Name:|";
 /// `sacct -n -P -X -o` with this (for jobs `squeue` no longer lists): Slurm's job id, state
 /// (`CANCELLED by 0`), exit code (`code:signal`).
 pub const SACCT_FORMAT: &str = "JobID,State,ExitCode";
+
+/// `sacct -n -P --noconvert -o` with this, steps included (no `-X`): the id of the job or of one
+/// of its steps (`41`, `41.batch`, `41.0`), its state, elapsed seconds, CPU time
+/// (`[DD-[HH:]]MM:SS[.mmm]`) and peak memory in bytes (steps only).
+pub const SACCT_USAGE_FORMAT: &str = "JobID,State,ElapsedRaw,TotalCPU,MaxRSS";
 
 /// The prefix of the Slurm job name of each mission job (`mission-{job id}`), by which a
 /// restarted agent finds its jobs again.
@@ -289,6 +296,57 @@ pub fn parse_accounting(output: &str) -> Result<Vec<SlurmJob>, ParseError> {
         .collect()
 }
 
+/// What each job in `sacct -n -P --noconvert -o` output with [`SACCT_USAGE_FORMAT`] used, by
+/// Slurm's id: its wall time (elapsed seconds), its CPU time (all its steps') and the peak
+/// memory of its largest step. Only jobs whose batch step has ended are in it: before then the
+/// figures are not final (and a job cancelled before it started has none).
+pub fn parse_usage(output: &str) -> Result<HashMap<String, JobUsage>, ParseError> {
+    let mut jobs: HashMap<String, (Option<JobUsage>, u64, bool)> = HashMap::new();
+    for line in output.lines().filter(|l| !l.trim().is_empty()) {
+        let fail = |why| ParseError { line: line.to_owned(), why };
+        let fields: Vec<&str> = line.trim().split('|').collect();
+        let [id, state, elapsed, cpu, rss] = fields[..] else { return Err(fail("expected 5 fields")) };
+        let (slurm_id, step) = id.split_once('.').map_or((id, None), |(job, step)| (job, Some(step)));
+        let job = jobs.entry(slurm_id.to_owned()).or_default();
+        match step {
+            None => {
+                job.0 = Some(JobUsage {
+                    wall_time: elapsed.parse::<u32>().map_err(|_| fail("the elapsed seconds are not a number"))?.into(),
+                    cpu_time: Some(cpu_seconds(cpu).ok_or_else(|| fail("the CPU time is not [DD-[HH:]]MM:SS"))?),
+                    cpu_efficiency: None,
+                    peak_memory: None,
+                })
+            }
+            Some(step) => {
+                if !rss.is_empty() {
+                    job.1 = job.1.max(rss.parse().map_err(|_| fail("MaxRSS is not a number of bytes"))?);
+                }
+                job.2 |= step == "batch" && SlurmState::parse(state).is_final();
+            }
+        }
+    }
+    Ok(jobs
+        .into_iter()
+        .filter_map(|(slurm_id, (usage, peak, ended))| {
+            let usage = usage.filter(|_| ended)?;
+            Some((slurm_id, JobUsage { peak_memory: Some(peak.div_ceil(1 << 20)), ..usage }))
+        })
+        .collect())
+}
+
+/// Seconds in sacct's `[DD-[HH:]]MM:SS[.mmm]`.
+fn cpu_seconds(field: &str) -> Option<f64> {
+    let (days, clock) = field.split_once('-').map_or(Some((0, field)), |(d, rest)| Some((d.parse().ok()?, rest)))?;
+    let parts: Vec<&str> = clock.split(':').collect();
+    let (hours, minutes, seconds) = match parts[..] {
+        [minutes, seconds] => (0, minutes, seconds),
+        [hours, minutes, seconds] => (hours.parse::<u32>().ok()?, minutes, seconds),
+        _ => return None,
+    };
+    let seconds: f64 = seconds.parse().ok().filter(|s: &f64| s.is_finite() && *s >= 0.0)?;
+    Some(f64::from((days * 24 + hours) * 60 + minutes.parse::<u32>().ok()?) * 60.0 + seconds)
+}
+
 /// Where a Slurm job of the agent lives on the cluster's shared filesystem: a dir of its own
 /// (`WORK_ROOT/{job id}`, 0700) holding the batch script, the program's stdout and stderr, the
 /// file its exit code goes to, and `work/`, where it runs (its inputs and results).
@@ -332,10 +390,15 @@ impl JobDir {
     pub fn started(&self) -> PathBuf {
         self.root.join("started")
     }
+
+    /// Where the script writes when the program ended, as in [`JobDir::started`].
+    pub fn ended(&self) -> PathBuf {
+        self.root.join("ended")
+    }
 }
 
-/// When the job's script started, from what it wrote to [`JobDir::started`].
-pub fn started_at(written: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+/// The time the job's script wrote to [`JobDir::started`] or [`JobDir::ended`].
+pub fn parse_stamp(written: &str) -> Option<chrono::DateTime<chrono::Utc>> {
     let (secs, nanos) = written.trim().split_once('.').unwrap_or((written.trim(), "0"));
     let nanos = format!("{nanos:0<9}");
     chrono::DateTime::from_timestamp(secs.parse().ok()?, nanos.get(..9)?.parse().ok()?)
@@ -553,11 +616,15 @@ pub fn batch_script(job: &Assignment, dir: &JobDir, path: &str) -> String {
         script.push_str(&format!("export {name}={}\n", quote(&value)));
     }
     script.push_str("cd \"$HOME\" || exit 1\n");
-    let started = quote(&dir.started().to_string_lossy());
-    script.push_str(&format!("date +%s.%N > {started}.partial && mv {started}.partial {started}\n"));
+    let stamp = |path: &Path| {
+        let path = quote(&path.to_string_lossy());
+        format!("date +%s.%N > {path}.partial && mv {path}.partial {path}\n")
+    };
+    script.push_str(&stamp(&dir.started()));
     let command: Vec<String> = job.command.iter().map(|arg| quote(arg)).collect();
     script.push_str(&command.join(" "));
     script.push_str("\ncode=$?\n");
+    script.push_str(&stamp(&dir.ended()));
     let exit_code = quote(&exit_code.to_string_lossy());
     script.push_str(&format!(
         "echo \"$code\" > {exit_code}.partial && mv {exit_code}.partial {exit_code}\nexit \"$code\"\n"
@@ -634,14 +701,44 @@ mod tests {
 
     #[test]
     fn accounting_reads_states_with_their_actors_and_exit_codes() {
-        // sacct's documented `-P` form (the test cluster keeps no accounting to capture it from).
-        let jobs =
-            parse_accounting("41|COMPLETED|0:0\n42|CANCELLED by 1000|0:15\n43|FAILED|2:0\n44|NODE_FAIL|0:0\n").unwrap();
-        let outcomes: Vec<_> = jobs.iter().map(|j| j.outcome(false).unwrap().0).collect();
-        assert_eq!(outcomes, [JobStatus::Completed, JobStatus::Failed, JobStatus::Failed, JobStatus::Failed]);
-        assert_eq!(jobs[2].outcome(false).unwrap().1, Some(2));
-        assert_eq!(jobs[3].outcome(false).unwrap().2.as_deref(), Some("its Slurm node failed"));
+        let jobs = parse_accounting(&fixture("sacct-ended.txt")).unwrap();
+        let outcomes: Vec<_> = jobs.iter().map(|j| (j.slurm_id.as_str(), j.outcome(false).unwrap().0)).collect();
+        assert_eq!(
+            outcomes,
+            [
+                ("1", JobStatus::Completed),
+                ("2", JobStatus::Completed),
+                ("3", JobStatus::Failed),
+                ("4", JobStatus::Failed)
+            ]
+        );
+        assert_eq!(jobs[2].outcome(true).unwrap().0, JobStatus::Stopped, "cancelled by the agent");
+        assert_eq!(jobs[3].outcome(false).unwrap().1, Some(3));
+        // A failed node, in sacct's documented form.
+        let node_fail = parse_accounting("44|NODE_FAIL|0:0\n").unwrap();
+        assert_eq!(node_fail[0].outcome(false).unwrap().2.as_deref(), Some("its Slurm node failed"));
         assert!(parse_accounting("41|COMPLETED|0").is_err());
+    }
+
+    #[test]
+    fn usage_sums_the_steps_cpu_and_takes_the_largest_steps_memory_once_the_batch_step_ended() {
+        let usage = parse_usage(&fixture("sacct-usage.txt")).unwrap();
+        let figures = |id: &str| usage.get(id).map(|u| (u.wall_time, u.cpu_time.unwrap(), u.peak_memory.unwrap()));
+        assert_eq!(figures("1"), Some((2.0, 2.158, 115)), "120,012,800 bytes are 114.45 MB, rounded up");
+        assert_eq!(figures("2"), Some((5.0, 3.075, 2115)));
+        assert_eq!(figures("3"), None, "cancelled before it started");
+        assert_eq!(figures("4"), Some((1.0, 0.247, 4)), "the batch step and an srun step");
+        // Until the batch step has ended, the figures are not final.
+        let running = "7|RUNNING|12|00:03.000|\n7.batch|RUNNING|12|00:03.000|1048576\n";
+        assert!(parse_usage(running).unwrap().is_empty());
+        assert_eq!(cpu_seconds("1-02:03:04"), Some(93784.0));
+        assert_eq!(cpu_seconds("02:03:04.5"), Some(7384.5));
+        assert_eq!(cpu_seconds("03:04.250"), Some(184.25));
+        for wrong in ["", "12", "a:b", "1:2:3:4", "x-01:02"] {
+            assert_eq!(cpu_seconds(wrong), None, "{wrong:?}");
+        }
+        assert!(parse_usage("7|COMPLETED|x|00:01.000|\n").is_err());
+        assert!(parse_usage("7.batch|COMPLETED|1|00:01.000|12K\n").is_err(), "--noconvert gives bytes");
     }
 
     fn assignment() -> Assignment {
@@ -717,10 +814,12 @@ mod tests {
         let out = std::fs::read_to_string(dir.work().join("out.txt")).unwrap();
         assert_eq!(out, format!("x it's {}\n", dir.work().display()));
         assert_eq!(std::fs::read_to_string(dir.exit_code()).unwrap(), "4\n");
-        let started = started_at(&std::fs::read_to_string(dir.started()).unwrap()).unwrap();
+        let started = parse_stamp(&std::fs::read_to_string(dir.started()).unwrap()).unwrap();
         assert!((chrono::Utc::now() - started).num_seconds().abs() < 60, "{started}");
-        assert_eq!(started_at("1700000000.5").unwrap().timestamp_subsec_millis(), 500);
-        assert_eq!(started_at("soon"), None);
+        let ended = parse_stamp(&std::fs::read_to_string(dir.ended()).unwrap()).unwrap();
+        assert!(ended >= started && ended - started < chrono::TimeDelta::seconds(60), "{started} {ended}");
+        assert_eq!(parse_stamp("1700000000.5").unwrap().timestamp_subsec_millis(), 500);
+        assert_eq!(parse_stamp("soon"), None);
     }
     #[test]
     fn a_user_map_pairs_mission_users_with_cluster_accounts() {

@@ -279,6 +279,33 @@ async fn a_stop_cancels_the_slurm_job_and_a_waiting_job_shows_slurms_reason() {
 }
 
 #[tokio::test]
+async fn a_finished_slurm_job_reports_what_accounting_measured() {
+    let Some(conf) = slurm_conf("a_finished_slurm_job_reports_what_accounting_measured") else { return };
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = SlurmAgent::start(&server, &admin, "cluster", &conf).await;
+    let alice = &server.client;
+    // 200 MB held (each page touched) while one CPU is busy for 2 s: the node samples each
+    // second, so accounting sees the memory at least once.
+    let py = "import time\nx = bytearray(200 * 1024 * 1024)\nfor i in range(0, len(x), 4096): x[i] = 1\n\
+              end = time.process_time() + 2.0\nwhile time.process_time() < end: pass\nprint('done')\n";
+    let m = mission(alice, PYTHON, &[("use.py", py)], &[]).await;
+    let resources = JobResources { cpu_count: Some(1), memory_amount: Some(1024), ..Default::default() };
+    let job = alice.run_job_on_station(m.mission_id, local_station(), resources).await.unwrap();
+    let done = until_ended(alice, job.job_id).await;
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+    let usage = done.usage.expect("sacct says what the job used");
+    let ran = (done.finished_at.unwrap() - done.started_at.unwrap()).as_seconds_f64();
+    assert!(usage.wall_time >= 2.0 && usage.wall_time <= ran + 0.5, "{usage:?}, ran {ran} s");
+    assert!(usage.wall_time.fract() != 0.0, "timed by the script's clock, not Slurm's whole seconds: {usage:?}");
+    let cpu = usage.cpu_time.expect("CPU time from sacct");
+    assert!((2.0..usage.wall_time + 0.1).contains(&cpu), "{usage:?}");
+    let efficiency = usage.cpu_efficiency.expect("efficiency over the one CPU it held");
+    assert!((efficiency - cpu / usage.wall_time).abs() < 1e-9 && efficiency > 0.5, "{usage:?}");
+    let peak = usage.peak_memory.expect("peak memory from sacct's MaxRSS");
+    assert!((200..330).contains(&peak), "peak {peak} MB for 200 MB held");
+}
+
+#[tokio::test]
 async fn out_of_memory_and_time_limit_end_slurm_jobs_with_their_reasons() {
     let Some(conf) = slurm_conf("out_of_memory_and_time_limit_end_slurm_jobs_with_their_reasons") else { return };
     let (server, admin) = cluster(|_| {}).await;

@@ -11,8 +11,10 @@
 //!    pending reason); when Slurm starts it, it is `running`, and the output files stream to the
 //!    server as they grow;
 //! 3. its end, read from Slurm, becomes the job's status and reason (exit status, `time limit`,
-//!    `out of memory`, a cancellation, a failed node); the new or changed files of its work dir are
-//!    uploaded, and its dir and record removed. A stop cancels it (`scancel`).
+//!    `out of memory`, a cancellation, a failed node), and what it used comes from Slurm's
+//!    accounting (`sacct`: CPU time, peak memory; the wall time from the script's own clock);
+//!    the new or changed files of its work dir are uploaded, and its dir and record removed. A
+//!    stop cancels it (`scancel`).
 //!
 //! With pilots (`--pilots`), the gateway takes no job itself: while its station has queued work
 //! that no connected landing zone takes, it starts pilot jobs (up to `--max-pilots`), each an agent
@@ -21,8 +23,8 @@
 //! the gateway removes it (its unfinished jobs go back in the queue).
 //!
 //! One [`Monitor`] asks Slurm about all the agent's jobs (and pilots) at once (`squeue`, and `sacct` for jobs
-//! `squeue` has forgotten), never once per job, and asks less often while nothing changes:
-//! sites ban tools whose polling hangs `slurmctld`.
+//! `squeue` has forgotten and for the usage of those that ended), never once per job, and asks
+//! less often while nothing changes: sites ban tools whose polling hangs `slurmctld`.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -31,8 +33,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
 use mission_api::lz::{Assignment, InputFile};
-use mission_api::{JobStatus, Resources};
-use tokio::sync::{Notify, watch};
+use mission_api::{JobStatus, JobUsage, Resources};
+use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -43,7 +45,8 @@ use crate::cache::Lookup;
 use crate::client::Backoff;
 use crate::output::{changed_files, forward_file, upload_results};
 use crate::slurm::{
-    self, JobDir, SACCT_FORMAT, SINFO_FORMAT, SQUEUE_FORMAT, SiteOptions, SlurmJob, batch_script, sbatch_args,
+    self, JobDir, SACCT_FORMAT, SACCT_USAGE_FORMAT, SINFO_FORMAT, SQUEUE_FORMAT, SiteOptions, SlurmJob, batch_script,
+    sbatch_args,
 };
 use crate::workdirs::{Staged, WorkDir};
 
@@ -86,6 +89,12 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often a running job's dir is looked at for its exit code, which tells the monitor to ask
 /// Slurm at once instead of at its next turn.
 const EXIT_CHECK: Duration = Duration::from_millis(200);
+/// How long after a job's end accounting is asked for what it used: slurmctld hands a step's
+/// figures to slurmdbd a moment after the step ends.
+const USAGE_PATIENCE: Duration = Duration::from_secs(10);
+
+/// How a job ended, and what it used where accounting knows.
+type Ended = (Outcome, Option<JobUsage>);
 
 /// How long the agent keeps asking a Slurm that does not answer at start-up (a controller that
 /// is restarting, nodes that have not registered yet) before it gives up.
@@ -291,6 +300,12 @@ impl SlurmRunner {
         }
     }
 
+    /// What these ended jobs used, by Slurm's id, as far as accounting has it (one `sacct`).
+    async fn usage(&self, slurm_ids: &[String]) -> Result<HashMap<String, JobUsage>, String> {
+        let args = ["-n", "-P", "--noconvert", "-o", SACCT_USAGE_FORMAT, "-j", &slurm_ids.join(",")].map(str::to_owned);
+        slurm::parse_usage(&self.command("sacct", &args).await?).map_err(|e| e.to_string())
+    }
+
     fn record_path(&self, job_id: Uuid) -> PathBuf {
         self.records.join(format!("{job_id}.json"))
     }
@@ -348,7 +363,7 @@ impl SlurmRunner {
         agent: &Arc<Agent>,
         job: &Assignment,
         mut stop: watch::Receiver<bool>,
-    ) -> Result<Outcome, String> {
+    ) -> Result<Ended, String> {
         let run_as = match &self.user_map {
             Some(map) => match map.get(&job.username) {
                 Some((_, uid, gid)) => Some((*uid, *gid)),
@@ -362,7 +377,7 @@ impl SlurmRunner {
             None => None,
         };
         agent.report(job.job_id, JobStatus::Staging, None, None, None);
-        let stopped = || Ok((JobStatus::Stopped, None, Some("stopped before it started".to_owned())));
+        let stopped = || Ok(((JobStatus::Stopped, None, Some("stopped before it started".to_owned())), None));
         let mut downloaded = false;
         let inputs = loop {
             match agent.cache.lookup(&job.files) {
@@ -444,13 +459,13 @@ impl SlurmRunner {
     }
 
     /// Follows a submitted job to its end: reports why it waits and when it runs, streams its
-    /// output, cancels it on a stop, and uploads its results.
+    /// output, cancels it on a stop, uploads its results, and reads what it used.
     async fn follow(
         &self,
         agent: &Arc<Agent>,
         record: Record,
         mut stop: watch::Receiver<bool>,
-    ) -> Result<Outcome, String> {
+    ) -> Result<Ended, String> {
         let job_id = record.job_id;
         let slurm_id = record.slurm_id.clone().ok_or("the job was never submitted to Slurm")?;
         let dir = JobDir::new(&self.config.work_root, job_id);
@@ -520,6 +535,8 @@ impl SlurmRunner {
             // It ran between two looks.
             started(&mut running).await;
         }
+        // Accounting is asked while the output and results go up.
+        let usage = running.then(|| self.monitor.usage(&slurm_id));
         let _ = ended.send(true);
         if forwarders.is_empty() {
             // What it wrote between two looks is sent now, in one read.
@@ -532,16 +549,28 @@ impl SlurmRunner {
             Some(outcome) => outcome,
             None => self.outcome_without_slurm(&dir, stop_requested),
         };
-        if outcome.0 == JobStatus::Stopped {
-            return Ok(outcome);
+        if outcome.0 != JobStatus::Stopped {
+            agent.report(job_id, JobStatus::Uploading, None, None, None);
+            let (work, staged): (PathBuf, Staged) = (
+                dir.work(),
+                record.staged.into_iter().map(|(path, size, modified)| (path, (size, modified))).collect(),
+            );
+            let results =
+                tokio::task::spawn_blocking(move || changed_files(&work, &staged)).await.map_err(|e| e.to_string())?;
+            upload_results(&agent.client, job_id, results)
+                .await
+                .map_err(|e| format!("uploading results failed: {e}"))?;
         }
-        agent.report(job_id, JobStatus::Uploading, None, None, None);
-        let (work, staged): (PathBuf, Staged) =
-            (dir.work(), record.staged.into_iter().map(|(path, size, modified)| (path, (size, modified))).collect());
-        let results =
-            tokio::task::spawn_blocking(move || changed_files(&work, &staged)).await.map_err(|e| e.to_string())?;
-        upload_results(&agent.client, job_id, results).await.map_err(|e| format!("uploading results failed: {e}"))?;
-        Ok(outcome)
+        let usage = match usage {
+            Some(accounted) => accounted.await.ok().flatten(),
+            None => None,
+        };
+        // The script's clock times the program to the millisecond; Slurm's, to the second.
+        let usage = match (usage, wall_time(&dir).await) {
+            (Some(usage), Some(wall_time)) => Some(JobUsage { wall_time, ..usage }),
+            (usage, _) => usage,
+        };
+        Ok((outcome, usage))
     }
 
     /// How a job Slurm no longer knows (and keeps no accounting of) ended: by the exit code
@@ -562,10 +591,10 @@ impl SlurmRunner {
 
     /// Removes what the job left and reports its end (in that order: a retry of the job, which
     /// the report may bring at once, stages into the same dir).
-    async fn settle(self: Arc<Self>, agent: &Agent, job_id: Uuid, outcome: Result<Outcome, String>) {
-        let outcome = outcome.unwrap_or_else(|why| (JobStatus::Failed, None, Some(why)));
+    async fn settle(self: Arc<Self>, agent: &Agent, job_id: Uuid, ended: Result<Ended, String>) {
+        let (outcome, usage) = ended.unwrap_or_else(|why| ((JobStatus::Failed, None, Some(why)), None));
         let _ = tokio::task::spawn_blocking(move || self.forget(job_id)).await;
-        agent.report_end(job_id, outcome, None);
+        agent.report_end(job_id, outcome, usage);
     }
 }
 
@@ -591,8 +620,8 @@ impl Runner for SlurmRunner {
     }
 
     async fn run(self: Arc<Self>, agent: Arc<Agent>, job: Assignment, stop: watch::Receiver<bool>) {
-        let outcome = self.submit(&agent, &job, stop).await;
-        self.settle(&agent, job.job_id, outcome).await;
+        let ended = self.submit(&agent, &job, stop).await;
+        self.settle(&agent, job.job_id, ended).await;
     }
 
     fn recovered(&self) -> Vec<(Uuid, u32)> {
@@ -601,14 +630,14 @@ impl Runner for SlurmRunner {
 
     async fn resume(self: Arc<Self>, agent: Arc<Agent>, job_id: Uuid, stop: watch::Receiver<bool>) {
         let record = self.recovered.lock().expect("not poisoned").remove(&job_id);
-        let outcome = match record {
+        let ended = match record {
             Some(record) => {
                 tracing::info!(%job_id, slurm_id = ?record.slurm_id, "resuming a Slurm job");
                 self.follow(&agent, record, stop).await
             }
             None => Err("the agent lost its record of the job".to_owned()),
         };
-        self.settle(&agent, job_id, outcome).await;
+        self.settle(&agent, job_id, ended).await;
     }
 
     fn shut_down(&self, _agent: &Agent) {
@@ -616,10 +645,20 @@ impl Runner for SlurmRunner {
     }
 }
 
+/// The time the job's script wrote to `path`, if it wrote one.
+async fn stamp(path: PathBuf) -> Option<chrono::DateTime<chrono::Utc>> {
+    slurm::parse_stamp(&tokio::fs::read_to_string(path).await.ok()?)
+}
+
 /// When the job's script started, as it wrote; now where it wrote nothing readable.
 async fn started_at(dir: &JobDir) -> chrono::DateTime<chrono::Utc> {
-    let written = tokio::fs::read_to_string(dir.started()).await.unwrap_or_default();
-    slurm::started_at(&written).unwrap_or_else(chrono::Utc::now)
+    stamp(dir.started()).await.unwrap_or_else(chrono::Utc::now)
+}
+
+/// Seconds the program ran, by the script's stamps, where it wrote both.
+async fn wall_time(dir: &JobDir) -> Option<f64> {
+    let ran = stamp(dir.ended()).await? - stamp(dir.started()).await?;
+    (ran >= chrono::TimeDelta::zero()).then(|| ran.as_seconds_f64())
 }
 
 /// How often a gateway with pilots asks the server for its station's demand.
@@ -763,11 +802,22 @@ struct Watched {
     sightings: watch::Sender<Option<Sighting>>,
 }
 
+/// A job that ended, whose usage is asked of accounting.
+struct Unaccounted {
+    slurm_id: String,
+    /// When it was first asked for.
+    since: Instant,
+    answer: oneshot::Sender<Option<JobUsage>>,
+}
+
 /// Asks Slurm about all the agent's jobs in one call per turn, and tells each job's task what
-/// changed.
+/// changed; and asks accounting what the jobs that ended used, in one call per turn too.
 #[derive(Default)]
 struct Monitor {
     watched: Mutex<HashMap<Uuid, Watched>>,
+    /// Jobs whose usage accounting is asked for each turn, until it has it, says it has none, or
+    /// [`USAGE_PATIENCE`] passed.
+    unaccounted: Mutex<Vec<Unaccounted>>,
     /// Asks for a turn now (a job was submitted, cancelled, or its program exited).
     nudge: Notify,
 }
@@ -785,6 +835,20 @@ impl Monitor {
         self.watched.lock().expect("not poisoned").remove(&job_id);
     }
 
+    /// What the ended job `slurm_id` used, once accounting has it (`None`: it has nothing).
+    fn usage(&self, slurm_id: &str) -> oneshot::Receiver<Option<JobUsage>> {
+        let (answer, answered) = oneshot::channel();
+        let unaccounted = Unaccounted { slurm_id: slurm_id.to_owned(), since: Instant::now(), answer };
+        self.unaccounted.lock().expect("not poisoned").push(unaccounted);
+        self.nudge.notify_one();
+        answered
+    }
+
+    fn idle(&self) -> bool {
+        self.watched.lock().expect("not poisoned").is_empty()
+            && self.unaccounted.lock().expect("not poisoned").is_empty()
+    }
+
     /// Turns until the runner is gone: after `poll.first` when the last turn saw a change,
     /// twice as long as the last wait (up to `poll.max`) when it saw none, and when nudged at
     /// once, but never sooner than half of `poll.first` after the last turn (a stream of jobs
@@ -794,8 +858,7 @@ impl Monitor {
         loop {
             tokio::time::sleep(poll.first / 2).await;
             let Some(monitor) = runner.upgrade().map(|r| r.monitor.clone()) else { return };
-            let idle = monitor.watched.lock().expect("not poisoned").is_empty();
-            if idle {
+            if monitor.idle() {
                 wait = poll.first;
                 monitor.nudge.notified().await;
             } else {
@@ -816,9 +879,56 @@ impl Monitor {
         }
     }
 
-    /// One `squeue` for every job (and one `sacct` for those it no longer lists); answers whether
-    /// anything changed.
+    /// One `squeue` for every job (and one `sacct` for those it no longer lists), and one `sacct`
+    /// for the usage of those that ended; answers whether anything changed, or is still awaited.
     async fn turn(&self, runner: &SlurmRunner) -> Result<bool, String> {
+        let awaited = self.account(runner).await;
+        Ok(self.look(runner).await? || awaited)
+    }
+
+    /// Answers each job whose usage accounting now has, or will not have; answers whether some
+    /// are still awaited.
+    async fn account(&self, runner: &SlurmRunner) -> bool {
+        let asked = std::mem::take(&mut *self.unaccounted.lock().expect("not poisoned"));
+        if asked.is_empty() {
+            return false;
+        }
+        let ids: Vec<String> = asked.iter().map(|u| u.slurm_id.clone()).collect();
+        let mut accounted = match runner.usage(&ids).await {
+            Ok(accounted) => accounted,
+            Err(why) => {
+                // A cluster without accounting (no slurmdbd) has nothing to wait for.
+                tracing::debug!("no usage from accounting: {why}");
+                for asked in asked {
+                    let _ = asked.answer.send(None);
+                }
+                return false;
+            }
+        };
+        let mut awaited = Vec::new();
+        for asked in asked {
+            let answer = match accounted.remove(&asked.slurm_id) {
+                Some(usage) => Some(usage),
+                None if asked.since.elapsed() >= USAGE_PATIENCE => None,
+                None => {
+                    awaited.push(asked);
+                    continue;
+                }
+            };
+            // The job's task may have gone (the agent shutting down): nobody to answer.
+            let _ = asked.answer.send(answer);
+        }
+        let waiting = !awaited.is_empty();
+        self.unaccounted.lock().expect("not poisoned").extend(awaited);
+        waiting
+    }
+
+    /// One `squeue` for every watched job (and one `sacct` for those it no longer lists);
+    /// answers whether anything changed.
+    async fn look(&self, runner: &SlurmRunner) -> Result<bool, String> {
+        if self.watched.lock().expect("not poisoned").is_empty() {
+            return Ok(false);
+        }
         let began = Instant::now();
         let listed = runner.queue().await?;
         let mut changed = false;

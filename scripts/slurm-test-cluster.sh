@@ -14,7 +14,9 @@
 # this machine's CPUs and memory (less 512 MB), and two fake GPUs (gres on device nodes that are
 # copies of /dev/null); jobs are held to their CPUs and memory by cgroups (Slurm detects v1 or
 # v2), so a job past its --mem ends OUT_OF_MEMORY. Needs root (slurmd starts jobs as their
-# users). Accounting goes through slurmdbd into MariaDB, so sacct answers for finished jobs as on
+# users). The node has a name of this cluster's own (NodeName=mission-…), so its jobs' cgroups
+# (/sys/fs/cgroup/*/slurm_NODE) are apart from any other test cluster's, whose job ids are the
+# same; `stop` cancels what still runs and removes them. Accounting goes through slurmdbd into MariaDB, so sacct answers for finished jobs as on
 # a real site; the node samples each job's memory and CPU every second (JobAcctGatherFrequency),
 # so even a test's short job has a MaxRSS.
 set -euo pipefail
@@ -111,6 +113,8 @@ EOF
       cpus="$(nproc)"
       memory="$(( $(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo) - 512 ))"
       host="$(hostname -s)"
+      node="mission-$(head -c 4 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+      echo "$node" >"$dir/node"
       cat >"$conf" <<EOF
 ClusterName=mission-test
 GresTypes=gpu
@@ -144,8 +148,8 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort=$dbd_port
 AccountingStoragePass=$dir/munge/munge.socket
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory Gres=gpu:2 State=UNKNOWN
-PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
+NodeName=$node NodeHostname=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory Gres=gpu:2 State=UNKNOWN
+PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
 EOF
     fi
     # MariaDB, with the database slurmdbd writes (its own user, by password over loopback).
@@ -177,7 +181,7 @@ EOF
         || { echo "slurmdbd did not take the cluster" >&2; tail -n 20 "$dir/log/slurmdbd.log" >&2; exit 1; }
     fi
     slurmctld -f "$conf" >/dev/null 2>&1 9>&- || { tail -n 20 "$dir/log/slurmctld.log" >&2; exit 1; }
-    slurmd -f "$conf" >/dev/null 2>&1 9>&- || { tail -n 20 "$dir/log/slurmd.log" >&2; exit 1; }
+    slurmd -f "$conf" -N "$(cat "$dir/node")" >/dev/null 2>&1 9>&- || { tail -n 20 "$dir/log/slurmd.log" >&2; exit 1; }
     for _ in $(seq 1 60); do
       if [ "$(sinfo -h -o %T 2>/dev/null | head -n1)" = "idle" ]; then
         echo "$conf"
@@ -190,11 +194,22 @@ EOF
     exit 1
     ;;
   stop)
+    # What still runs is cancelled first, so that no job outlives the cluster in its cgroups.
+    if running; then
+      squeue -h -o %A | xargs -r scancel 2>/dev/null || true
+      for _ in $(seq 1 15); do
+        [ -z "$(squeue -h -t running,completing -o %A 2>/dev/null)" ] && break
+        sleep 1
+      done
+    fi
     stop_pid "$dir/slurmd.pid"
     stop_pid "$dir/slurmctld.pid"
     stop_pid "$dir/slurmdbd.pid"
     stop_pid "$dir/mariadb.pid"
     stop_pid "$dir/munge/munged.pid"
+    if [ -f "$dir/node" ]; then
+      find /sys/fs/cgroup/*/"slurm_$(cat "$dir/node")" -depth -type d -exec rmdir {} + 2>/dev/null || true
+    fi
     ;;
   *)
     echo "usage: $0 start|stop [DIR]" >&2

@@ -301,7 +301,16 @@ pub fn parse_accounting(output: &str) -> Result<Vec<SlurmJob>, ParseError> {
 /// memory of its largest step. Only jobs whose batch step has ended are in it: before then the
 /// figures are not final (and a job cancelled before it started has none).
 pub fn parse_usage(output: &str) -> Result<HashMap<String, JobUsage>, ParseError> {
-    let mut jobs: HashMap<String, (Option<JobUsage>, u64, bool)> = HashMap::new();
+    /// What a job's rows said so far.
+    #[derive(Default)]
+    struct Rows {
+        /// From the job's own row: its wall and CPU time.
+        job: Option<JobUsage>,
+        /// The largest `MaxRSS` of its steps, in bytes.
+        peak: u64,
+        batch_ended: bool,
+    }
+    let mut jobs: HashMap<String, Rows> = HashMap::new();
     for line in output.lines().filter(|l| !l.trim().is_empty()) {
         let fail = |why| ParseError { line: line.to_owned(), why };
         let fields: Vec<&str> = line.trim().split('|').collect();
@@ -310,7 +319,7 @@ pub fn parse_usage(output: &str) -> Result<HashMap<String, JobUsage>, ParseError
         let job = jobs.entry(slurm_id.to_owned()).or_default();
         match step {
             None => {
-                job.0 = Some(JobUsage {
+                job.job = Some(JobUsage {
                     wall_time: elapsed.parse::<u32>().map_err(|_| fail("the elapsed seconds are not a number"))?.into(),
                     cpu_time: Some(cpu_seconds(cpu).ok_or_else(|| fail("the CPU time is not [DD-[HH:]]MM:SS"))?),
                     cpu_efficiency: None,
@@ -319,17 +328,17 @@ pub fn parse_usage(output: &str) -> Result<HashMap<String, JobUsage>, ParseError
             }
             Some(step) => {
                 if !rss.is_empty() {
-                    job.1 = job.1.max(rss.parse().map_err(|_| fail("MaxRSS is not a number of bytes"))?);
+                    job.peak = job.peak.max(rss.parse().map_err(|_| fail("MaxRSS is not a number of bytes"))?);
                 }
-                job.2 |= step == "batch" && SlurmState::parse(state).is_final();
+                job.batch_ended |= step == "batch" && SlurmState::parse(state).is_final();
             }
         }
     }
     Ok(jobs
         .into_iter()
-        .filter_map(|(slurm_id, (usage, peak, ended))| {
-            let usage = usage.filter(|_| ended)?;
-            Some((slurm_id, JobUsage { peak_memory: Some(peak.div_ceil(1 << 20)), ..usage }))
+        .filter_map(|(slurm_id, rows)| {
+            let usage = rows.job.filter(|_| rows.batch_ended)?;
+            Some((slurm_id, JobUsage { peak_memory: Some(rows.peak.div_ceil(1 << 20)), ..usage }))
         })
         .collect())
 }

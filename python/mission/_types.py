@@ -177,6 +177,15 @@ class PendingReason(_Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class QueuePosition(_Record):
+    """Where a queued job stands in line, 1 being first: ``station`` among the queued jobs of its
+    station, ``own`` among its user's queued jobs there (its own sub-queue); counted when read."""
+
+    station: int
+    own: int
+
+
+@dataclasses.dataclass(frozen=True)
 class JobArray(_Record):
     """A job array and how far its elements got (``Client.get_job_array``); ``failed`` counts
     lost ones too, ``running`` those placed and not ended."""
@@ -234,6 +243,7 @@ class Job(_Record):
     after_ok: List[str] = dataclasses.field(default_factory=list)
     after_any: List[str] = dataclasses.field(default_factory=list)
     pending_reason: Optional[PendingReason] = dataclasses.field(default=None, metadata={"of": PendingReason})
+    position: Optional[QueuePosition] = dataclasses.field(default=None, metadata={"of": QueuePosition})
     usage: Optional[JobUsage] = dataclasses.field(default=None, metadata={"of": JobUsage})
     retry: Optional[RetryPolicy] = dataclasses.field(default=None, metadata={"of": RetryPolicy})
     attempt: int = 1

@@ -169,6 +169,9 @@ pub struct Job {
     /// batch system's queue once placed on a gateway. Absent once it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_reason: Option<PendingReason>,
+    /// Where it stands in line while queued: counted when read, absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<QueuePosition>,
     /// What it used, once it ended (where its landing zone measured it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<JobUsage>,
@@ -186,6 +189,59 @@ pub struct Job {
     pub started_at: Option<DateTime<Utc>>,
     /// When it ended.
     pub finished_at: Option<DateTime<Utc>>,
+}
+
+impl Job {
+    /// A new job of `mission_id` by `user_id` on `station_id` running `command`, queued `now`
+    /// (its history the one move to `queued`), asking for one CPU, 1024 MB and no GPU: every
+    /// field a new job starts with, for callers to change with struct update syntax.
+    pub fn queued(mission_id: Uuid, user_id: Uuid, station_id: Uuid, command: Vec<String>, now: DateTime<Utc>) -> Self {
+        Self {
+            job_id: Uuid::new_v4(),
+            mission_id,
+            user_id,
+            station_id,
+            requested_lz_id: None,
+            lz_id: None,
+            status: JobStatus::Queued,
+            cpu_count: 1,
+            memory_amount: 1024,
+            gpu_count: 0,
+            time_limit: None,
+            gpu_indices: Vec::new(),
+            command,
+            labels: crate::Labels::default(),
+            log_cap: None,
+            log_truncated: false,
+            after_ok: Vec::new(),
+            after_any: Vec::new(),
+            retry: None,
+            attempt: first_attempt(),
+            rerun_of: None,
+            array_id: None,
+            array_index: None,
+            pending_reason: None,
+            position: None,
+            usage: None,
+            exit_code: None,
+            reason: None,
+            limits: None,
+            history: vec![JobTransition { status: JobStatus::Queued, at: now, detail: None }],
+            created_at: now,
+            started_at: None,
+            finished_at: None,
+        }
+    }
+}
+
+/// Where a queued job stands in line ([`Job::position`]): 1 is first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QueuePosition {
+    /// Among the queued jobs of its station, in submission order.
+    pub station: u64,
+    /// Among its user's queued jobs on the station (its own sub-queue), in submission order.
+    pub own: u64,
 }
 
 /// Body of `POST /api/v1/missions/{id}/jobs`. Absent resources come from the mission type's
@@ -600,14 +656,16 @@ pub struct RunJobArray {
 }
 
 /// The most elements one job array may have.
-pub const MAX_ARRAY_SIZE: u32 = 10_000;
+pub const MAX_ARRAY_SIZE: u32 = 1_000_000;
 
 impl RunJobArray {
-    /// Each element's index and arguments; what is wrong otherwise.
-    pub fn elements(&self) -> Result<Vec<(u32, Vec<String>)>, FieldProblem> {
-        let elements: Vec<(u32, Vec<String>)> = match (&self.range, self.argument_sets.is_empty()) {
-            (Some(_), false) => return Err(("range", "give range or argument_sets, not both".into())),
-            (None, true) => return Err(("range", "give the indices (range) or the argument_sets".into())),
+    /// How many elements there are, and each element's index and arguments, made as they are
+    /// taken (a million-element range is never a million argument lists at once); what is wrong
+    /// otherwise.
+    pub fn elements(&self) -> Result<(u32, ArrayElements<'_>), FieldProblem> {
+        match (&self.range, self.argument_sets.is_empty()) {
+            (Some(_), false) => Err(("range", "give range or argument_sets, not both".into())),
+            (None, true) => Err(("range", "give the indices (range) or the argument_sets".into())),
             (None, false) => {
                 if !self.arguments.is_empty() {
                     return Err(("arguments", "goes with range; argument_sets hold each element's".into()));
@@ -615,7 +673,8 @@ impl RunJobArray {
                 if self.argument_sets.len() > MAX_ARRAY_SIZE as usize {
                     return Err(("argument_sets", format!("at most {MAX_ARRAY_SIZE} elements")));
                 }
-                (0..).zip(self.argument_sets.iter().cloned()).collect()
+                let size = self.argument_sets.len() as u32;
+                Ok((size, ArrayElements { array: self, next: 0, last: size.checked_sub(1), sets: true }))
             }
             (Some(range), true) => {
                 let (first, last) = parse_range(range).ok_or_else(|| {
@@ -624,12 +683,40 @@ impl RunJobArray {
                 if last - first >= MAX_ARRAY_SIZE {
                     return Err(("range", format!("at most {MAX_ARRAY_SIZE} elements")));
                 }
-                (first..=last)
-                    .map(|i| (i, self.arguments.iter().map(|a| a.replace("{}", &i.to_string())).collect()))
-                    .collect()
+                Ok((last - first + 1, ArrayElements { array: self, next: first, last: Some(last), sets: false }))
             }
+        }
+    }
+}
+
+/// The elements of a [`RunJobArray`], each its index and arguments ([`RunJobArray::elements`]).
+#[derive(Debug)]
+pub struct ArrayElements<'a> {
+    array: &'a RunJobArray,
+    next: u32,
+    /// The last index; `None` once past it.
+    last: Option<u32>,
+    /// Indices are places in `argument_sets` (else a range, `{}` in `arguments` replaced).
+    sets: bool,
+}
+
+impl Iterator for ArrayElements<'_> {
+    type Item = (u32, Vec<String>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let last = self.last?;
+        let index = self.next;
+        if index >= last {
+            self.last = None;
+        } else {
+            self.next += 1;
+        }
+        let arguments = if self.sets {
+            self.array.argument_sets[index as usize].clone()
+        } else {
+            self.array.arguments.iter().map(|a| a.replace("{}", &index.to_string())).collect()
         };
-        Ok(elements)
+        Some((index, arguments))
     }
 }
 

@@ -38,8 +38,8 @@ pub use files::FileListing;
 pub use jobs::{
     JOB_LOGS_FOLDER, Job, JobArray, JobPage, JobStatus, JobTransition, JobUsage, KILLED_BY_SIGNAL_REASON,
     MAX_ARRAY_SIZE, MAX_ATTEMPTS, MAX_BACKOFF, MAX_DEPENDENCIES, MAX_RERUNS, MAX_TIME_LIMIT, MIN_LOG_CAP,
-    OUT_OF_MEMORY_REASON, PendingKind, PendingReason, RerunJobs, RetryOn, RetryPolicy, RunJob, RunJobArray,
-    TIME_LIMIT_REASON, UpdateJob, UsageSummary,
+    OUT_OF_MEMORY_REASON, PendingKind, PendingReason, QueuePosition, RerunJobs, RetryOn, RetryPolicy, RunJob,
+    RunJobArray, TIME_LIMIT_REASON, UpdateJob, UsageSummary,
 };
 pub use labels::Labels;
 pub use mission_types::{MissionType, MissionTypeSummary, ResourceDefaults};

@@ -27,6 +27,7 @@ use uuid::Uuid;
 
 use crate::agent_tokens::AgentTokens;
 use crate::job_logs::JobLogs;
+use crate::scheduler::queue::Queue;
 use crate::scheduler::state::State;
 use crate::scheduler::{Call, Event, Outcome, Policy, Responder, SchedulerError, SchedulerResult, SessionId, Sessions};
 use crate::store::{ClusterDb, Store, StoreError};
@@ -143,9 +144,16 @@ pub struct Cluster {
     leading: RwLock<Option<mpsc::UnboundedSender<Event>>>,
     /// Take the mail now (this replica just took the lead).
     wake: Notify,
+    /// The scheduler's queue while this replica leads (emptied and refilled at each lead).
+    queue: Arc<Mutex<Queue>>,
 }
 
 impl Cluster {
+    /// The queue the scheduler keeps while this replica leads.
+    pub(crate) fn queue(&self) -> Arc<Mutex<Queue>> {
+        self.queue.clone()
+    }
+
     /// Joins the cluster: starts the tasks that send and take this replica's mail, and the one
     /// that waits for the lead and then runs the scheduler. The tasks run on `tasks` and end when
     /// `shutdown` is cancelled (the lead, if held, goes with them).
@@ -171,6 +179,7 @@ impl Cluster {
             next_request: AtomicU64::new(0),
             leading: RwLock::new(None),
             wake: Notify::new(),
+            queue: Arc::default(),
         });
         tracing::info!(%replica, "joined the cluster of replicas on the database");
         tasks.spawn(write_mail(db, outgoing, shutdown.clone()));
@@ -336,8 +345,14 @@ impl Cluster {
                 }
             };
             let epoch = leadership.epoch;
-            let state =
-                State::rebuilt(store.fenced(epoch), logs.clone(), tokens.clone(), policy, self.sessions.clone());
+            let state = State::rebuilt(
+                store.fenced(epoch),
+                logs.clone(),
+                tokens.clone(),
+                policy,
+                self.sessions.clone(),
+                self.queue.clone(),
+            );
             let state = match state.await {
                 Ok(state) => state,
                 Err(e) => {

@@ -246,6 +246,9 @@ fn show(out: Output, job: &Job) {
     if let Some(pending) = &job.pending_reason {
         fields.push(("waiting", format!("{} ({})", pending.detail, pending.kind.as_str())));
     }
+    if let Some(position) = job.position {
+        fields.push(("position", format!("{} on its station, {} of yours there", position.station, position.own)));
+    }
     if let Some(usage) = &job.usage {
         fields.push(("usage", usage_text(usage, job.memory_amount)));
     }

@@ -69,25 +69,47 @@ pub async fn run_array(
     Path(id): Path<String>,
     ApiJson(req): ApiJson<mission_api::RunJobArray>,
 ) -> ApiResult<(StatusCode, Json<mission_api::JobArray>)> {
-    let elements = req.elements().map_err(|(field, problem)| ApiError::invalid_field(field, problem))?;
-    let template = new_job(&app, who, &id, req.run).await?;
+    let (size, elements) = req.elements().map_err(|(field, problem)| ApiError::invalid_field(field, problem))?;
+    let template = new_job(&app, who, &id, req.run.clone()).await?;
     let array_id = Uuid::new_v4();
-    let jobs: Vec<Job> = elements
-        .into_iter()
-        .map(|(index, arguments)| {
-            let mut job = template.clone();
-            job.job_id = Uuid::new_v4();
-            job.array_id = Some(array_id);
-            job.array_index = Some(index);
-            job.command.extend(arguments);
-            job
-        })
-        .collect();
-    app.scheduler.submit_many(jobs).await?;
+    let mut elements = elements.map(|(index, arguments)| {
+        let mut job = template.clone();
+        job.job_id = Uuid::new_v4();
+        job.array_id = Some(array_id);
+        job.array_index = Some(index);
+        job.command.extend(arguments);
+        job
+    });
+    // In chunks, each one write: memory stays flat however large the array. The elements differ
+    // in nothing any check looks at, so the first chunk is accepted whole or refused whole, and
+    // with it the array; should a later chunk fail, the elements queued so far are stopped.
+    let mut queued = 0;
+    while queued < size {
+        let chunk: Vec<Job> = elements.by_ref().take(ARRAY_CHUNK).collect();
+        let n = chunk.len() as u32;
+        if let Err(e) = app.scheduler.submit_many(chunk).await {
+            if queued > 0 {
+                stop_queued_elements(&app, array_id, "the server, as the rest of the array failed to queue").await;
+            }
+            return Err(e);
+        }
+        queued += n;
+    }
     let array = app.store.job_array(array_id, None).await?;
     let array =
         array.ok_or_else(|| ApiError::internal(format!("job array {array_id} was queued but is not stored")))?;
     Ok((StatusCode::CREATED, Json(array)))
+}
+
+/// How many elements of a job array one write queues.
+const ARRAY_CHUNK: usize = 5_000;
+
+/// Stops every element of an array that has not ended (those that end meanwhile are left be).
+async fn stop_queued_elements(app: &AppState, array_id: Uuid, by: &str) {
+    let Ok(jobs) = app.store.unfinished_array_jobs(array_id).await else { return };
+    for job_id in jobs {
+        let _ = app.scheduler.stop(job_id, by.to_owned()).await;
+    }
 }
 
 /// How far a job array's elements got: how many are queued, running, completed, failed (or
@@ -166,40 +188,18 @@ async fn new_job(app: &AppState, who: Principal, id: &str, req: RunJob) -> ApiRe
     let retry = checked_retry(req.retry)?.or_else(|| mission.retry.clone());
     // Fail now, not after the run, when the results could not be stored.
     app.bays.results(&app.store, &mission, Uuid::nil()).await?;
-    let now = store::now();
     let job = Job {
-        job_id: Uuid::new_v4(),
-        mission_id: mission.mission_id,
-        user_id: who.user_id,
-        station_id: station.station_id,
         requested_lz_id: req.lz_id,
-        lz_id: None,
-        status: JobStatus::Queued,
         cpu_count,
         memory_amount,
         gpu_count,
         time_limit,
-        gpu_indices: Vec::new(),
-        command,
         labels,
         log_cap,
-        log_truncated: false,
         after_ok,
         after_any,
         retry,
-        attempt: 1,
-        rerun_of: None,
-        array_id: None,
-        array_index: None,
-        pending_reason: None,
-        exit_code: None,
-        reason: None,
-        limits: None,
-        usage: None,
-        history: vec![JobTransition { status: JobStatus::Queued, at: now, detail: None }],
-        created_at: now,
-        started_at: None,
-        finished_at: None,
+        ..Job::queued(mission.mission_id, who.user_id, station.station_id, command, store::now())
     };
     Ok(job)
 }
@@ -260,31 +260,27 @@ async fn start_again(app: &AppState, old: Job) -> ApiResult<Job> {
     for dep in after_ok.iter_mut().chain(after_any.iter_mut()) {
         *dep = app.store.newest_rerun(*dep).await?.unwrap_or(*dep);
     }
-    let now = store::now();
+    let fresh = Job::queued(old.mission_id, old.user_id, old.station_id, Vec::new(), store::now());
     let job = Job {
-        job_id: Uuid::new_v4(),
-        lz_id: None,
-        status: JobStatus::Queued,
-        gpu_indices: Vec::new(),
-        log_truncated: false,
         after_ok,
         after_any,
-        attempt: 1,
         rerun_of: Some(old.job_id),
-        pending_reason: None,
-        usage: None,
-        exit_code: None,
-        reason: None,
-        limits: None,
         history: vec![JobTransition {
             status: JobStatus::Queued,
-            at: now,
+            at: fresh.created_at,
             detail: Some(format!("a rerun of job {}", old.job_id)),
         }],
-        created_at: now,
-        started_at: None,
-        finished_at: None,
-        ..old
+        // What it runs and asks for are the old job's; where it stands is a new job's.
+        requested_lz_id: old.requested_lz_id,
+        cpu_count: old.cpu_count,
+        memory_amount: old.memory_amount,
+        gpu_count: old.gpu_count,
+        time_limit: old.time_limit,
+        command: old.command,
+        labels: old.labels,
+        log_cap: old.log_cap,
+        retry: old.retry,
+        ..fresh
     };
     app.scheduler.submit(job).await
 }
@@ -346,7 +342,8 @@ pub async fn list(
     if filter.mission_ids.len() + filter.station_ids.len() > 500 {
         return Err(ApiError::invalid("at most 500 filter values per request"));
     }
-    let (jobs, total) = app.store.jobs(&filter).await?;
+    let (mut jobs, total) = app.store.jobs(&filter).await?;
+    app.scheduler.place_in_line(&app.store, &mut jobs).await?;
     Ok(Json(JobPage { jobs, page: filter.page, items: filter.items, total }))
 }
 
@@ -437,6 +434,7 @@ pub(super) fn event_stream(events: impl futures_util::Stream<Item = Bytes> + Sen
 pub async fn get(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Json<Job>> {
     let mut job = own_job(&app, who, &id).await?;
     job.history = app.store.job_history(job.job_id).await?;
+    app.scheduler.place_in_line(&app.store, std::slice::from_mut(&mut job)).await?;
     Ok(Json(job))
 }
 

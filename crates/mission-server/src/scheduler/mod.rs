@@ -8,7 +8,8 @@
 //! database and get their answers back the same way (`cluster.rs`). Orders for an agent go
 //! to whichever replica holds its connection ([`Sessions`]).
 
-mod queue;
+mod fleet;
+pub(crate) mod queue;
 pub(crate) mod state;
 #[cfg(test)]
 mod tests;
@@ -18,14 +19,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mission_api::Job;
 use mission_api::lz::{Hello, Order, Report, Welcome};
+use mission_api::{Job, PendingKind, PendingReason, QueuePosition};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
+use self::queue::Queue;
 use crate::agent_tokens::AgentTokens;
 use crate::cluster::{Cluster, Outbox};
 use crate::error::{ApiError, ApiResult};
@@ -330,10 +332,18 @@ pub struct Session {
 const REMOTE_ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Handle to the scheduler; cheap to clone.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Scheduler {
     route: Route,
     sessions: Arc<Sessions>,
+    /// The queue the scheduler's task keeps, while this process runs it: positions are read here.
+    queue: Arc<Mutex<Queue>>,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler").field("route", &self.route).finish_non_exhaustive()
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -358,13 +368,14 @@ impl Scheduler {
     ) -> Result<Self, StoreError> {
         if let Some(db) = store.cluster() {
             let cluster = Cluster::join(db, store, logs, tokens, policy, tasks, shutdown).await?;
-            return Ok(Self { sessions: cluster.sessions(), route: Route::Replica(cluster) });
+            return Ok(Self { sessions: cluster.sessions(), queue: cluster.queue(), route: Route::Replica(cluster) });
         }
+        let queue = Arc::new(Mutex::new(Queue::default()));
         let sessions = Arc::new(Sessions::new(Uuid::nil(), None));
         let (events, rx) = mpsc::unbounded_channel();
-        let state = state::State::rebuilt(store, logs, tokens, policy, sessions.clone()).await?;
+        let state = state::State::rebuilt(store, logs, tokens, policy, sessions.clone(), queue.clone()).await?;
         tasks.spawn(state.run(rx, shutdown));
-        Ok(Self { route: Route::Single(events), sessions })
+        Ok(Self { route: Route::Single(events), sessions, queue })
     }
 
     async fn ask(&self, call: Call) -> ApiResult<Outcome> {
@@ -413,6 +424,30 @@ impl Scheduler {
                 None => cluster.tell(call),
             },
         }
+    }
+
+    /// Fills in where each queued job of `jobs` stands in line ([`Job::position`]) and, for one
+    /// that no placement pass has looked at, why it waits: behind how many earlier jobs. Counted
+    /// in the scheduler's own queue where this process runs it (in memory, without a walk), by
+    /// the store on a replica that does not lead.
+    pub async fn place_in_line(&self, store: &Store, jobs: &mut [Job]) -> Result<(), StoreError> {
+        let queued: Vec<Uuid> =
+            jobs.iter().filter(|j| j.status == mission_api::JobStatus::Queued).map(|j| j.job_id).collect();
+        if queued.is_empty() {
+            return Ok(());
+        }
+        let positions: HashMap<Uuid, QueuePosition> = if self.leads() {
+            let queue = self.queue.lock().expect("not poisoned");
+            queued.iter().filter_map(|id| queue.position(*id).map(|p| (*id, p))).collect()
+        } else {
+            store.queue_positions(&queued).await?
+        };
+        for job in jobs {
+            if let Some(position) = positions.get(&job.job_id) {
+                stand_in_line(job, *position);
+            }
+        }
+        Ok(())
     }
 
     /// Queues a job (already checked and resolved by the route) and places it if it fits; a job
@@ -492,6 +527,28 @@ impl Scheduler {
             Outcome::Removed { removed } => Ok(removed),
             other => Err(unexpected(other)),
         }
+    }
+}
+
+/// Gives a queued job its place in line and, where no placement pass said why it waits (or said
+/// that earlier jobs come first), how many jobs of its station are ahead.
+pub(crate) fn stand_in_line(job: &mut Job, position: QueuePosition) {
+    job.position = Some(position);
+    let ahead = position.station - 1;
+    let jobs = if ahead == 1 { "job" } else { "jobs" };
+    match &mut job.pending_reason {
+        None => {
+            let detail = if ahead == 0 {
+                "first in line on its station".to_owned()
+            } else {
+                format!("behind {ahead} earlier queued {jobs} of its station")
+            };
+            job.pending_reason = Some(PendingReason { kind: PendingKind::Priority, detail });
+        }
+        Some(reason) if reason.kind == PendingKind::Priority && ahead > 0 => {
+            reason.detail = format!("behind {ahead} earlier queued {jobs} of its station; {}", reason.detail);
+        }
+        Some(_) => {}
     }
 }
 

@@ -2,10 +2,11 @@
 //!
 //! Every [`Call`] goes through this task as an event, so the placement state never races with
 //! itself: submissions, stops, agent connections, heartbeats, the agents' reports, and landing
-//! zones being registered or removed. A placement pass runs
-//! after events that could let a job start (a submission, a job ending, an LZ connecting); there
-//! is no tick. The only timers are the earliest lease deadline, after which a silent LZ loses its
-//! jobs, and the end of the earliest retry backoff.
+//! zones being registered or removed. A placement pass runs after events that could let a job
+//! start (a submission, a job ending, an LZ connecting, a dependency or backoff ending), over
+//! the stations where that happened only; there is no tick. The only timers are the earliest
+//! lease deadline, after which a silent LZ loses its jobs, and the end of the earliest retry
+//! backoff.
 //!
 //! Retries: a placed job whose attempt fails in a way its retry policy names goes back in line at
 //! its old place instead of ending, as its next attempt (with more memory after running out of
@@ -17,32 +18,38 @@
 //! store in one transaction; only after that are orders sent and callers answered. Under load this
 //! turns many small transactions into few, and a quiet system still handles each event at once.
 //!
-//! Order: FIFO per station with backfill. A job that does not fit yet reserves the connected LZ
-//! best able to hold it; later jobs may still start on the station's other LZs, never on a reserved
-//! one, so small jobs fill idle room without starving a large one.
-//! Jobs that wait for others (`after_ok`, `after_any`: see `queue.rs`) or whose user is at
-//! the per-user limit are passed over and reserve nothing. The pass also brings each queued job's
-//! pending reason up to date, writing only the reasons that changed; past the point where every
-//! connected LZ is reserved it only says so (`priority`), without searching the LZs for each job.
+//! Order (`queue.rs`): per station, sub-queues per user, each first come first served, the pass
+//! taking their heads in the order [`Queue::next_head`] chooses, with backfill. A job that does
+//! not fit yet holds the connected LZ best able to hold it; later jobs may still start on the
+//! station's other LZs, never on a held one, so small jobs fill idle room without starving a large
+//! one. The pass ends once no LZ of the station that is not held has room left, or after
+//! [`PASS_DEPTH`] jobs it could neither place nor hold an LZ for (Slurm's `default_queue_depth`
+//! plays the same part): its cost follows what it places, not how many jobs wait. Jobs that wait
+//! for others (`after_ok`, `after_any`) or for a backoff are out of their sub-queue until let go;
+//! a sub-queue whose user is at the per-user limit is passed over whole.
+//!
+//! Pending reasons are written for the jobs a pass looks at (only those that changed); a job
+//! no pass looked at has none stored, and readers say how many jobs are ahead of it instead.
 //!
 //! The store is the source of truth: every move is written before the agent or the caller hears
 //! of it, [`State::rebuilt`] rebuilds queues and occupancy from the unfinished jobs after a
-//! restart (or when another replica takes over as leader), and should a write fail the jobs are
-//! reloaded from the store the same way. A write refused because this replica no longer leads
-//! ends the task.
+//! restart (or when another replica takes over as leader), streaming the queued ones, and should
+//! a write fail the jobs are reloaded from the store the same way. A write refused because this
+//! replica no longer leads ends the task.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mission_api::lz::{Assignment, Hello, InputFile, LogOffsets, Order, Report, Welcome};
-use mission_api::{Job, JobStatus, PendingKind, PendingReason, Resources, RetryOn, RetryPolicy};
+use mission_api::{Job, JobStatus, PendingKind, PendingReason, RetryOn, RetryPolicy};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::queue::{Dependencies, Queue, Settled};
+use super::fleet::{Connection, Fleet, LzState, Placed};
+use super::queue::{Dependencies, Policies, Queue, QueueKey, Queued, Settled};
 use super::{Call, Event, Outcome, Policy, Responder, SchedulerError, SchedulerResult, SessionId, Sessions};
 use crate::agent_tokens::AgentTokens;
 use crate::job_logs::{JobLogs, LogStream};
@@ -51,107 +58,8 @@ use crate::store::{self, JobUpdate, LzIdentity, Store, StoreError};
 /// Most events handled in one batch, so a flood of them still gets answers in steady steps.
 const MAX_BATCH: usize = 256;
 
-/// A job an LZ holds.
-struct Placed {
-    job: Job,
-    seq: u64,
-    stop_requested: bool,
-}
-
-/// An agent's order stream; dropping it ends the stream (the agent then connects again).
-struct Connection {
-    id: SessionId,
-    sessions: Arc<Sessions>,
-}
-
-impl Connection {
-    fn send(&self, order: Order) {
-        self.sessions.deliver(self.id, order);
-    }
-}
-
-impl Drop for Connection {
-    fn drop(&mut self) {
-        self.sessions.end(self.id);
-    }
-}
-
-struct LzState {
-    station_id: Uuid,
-    name: String,
-    /// What the agent advertised when it last connected; `None` until it first did.
-    capacity: Option<Resources>,
-    gpus: Vec<u32>,
-    free_cpu: i64,
-    free_memory: i64,
-    free_gpus: BTreeSet<u32>,
-    connection: Option<Connection>,
-    /// When the lease runs out; `None` once it did (until the agent connects again).
-    lease_until: Option<Instant>,
-    jobs: HashMap<Uuid, Placed>,
-    /// A gateway into a batch system takes this many jobs at once, each within `capacity`,
-    /// whatever else it holds (its batch system queues them).
-    max_jobs: Option<u32>,
-}
-
-impl LzState {
-    /// An LZ offering `capacity` (unknown until its agent first connects) with the GPUs `gpus`.
-    fn new(station_id: Uuid, name: String, capacity: Option<Resources>, gpus: Vec<u32>) -> Self {
-        Self {
-            station_id,
-            name,
-            capacity,
-            free_cpu: capacity.map_or(0, |c| i64::from(c.cpu_count)),
-            free_memory: capacity.map_or(0, |c| c.memory_amount as i64),
-            free_gpus: gpus.iter().copied().collect(),
-            gpus,
-            connection: None,
-            lease_until: None,
-            jobs: HashMap::new(),
-            max_jobs: None,
-        }
-    }
-
-    fn fits_now(&self, job: &Job) -> bool {
-        if let Some(max) = self.max_jobs {
-            return self.jobs.len() < max as usize && self.could_hold(job);
-        }
-        self.free_cpu >= i64::from(job.cpu_count)
-            && self.free_memory >= job.memory_amount as i64
-            && self.free_gpus.len() >= job.gpu_count as usize
-    }
-
-    fn could_hold(&self, job: &Job) -> bool {
-        self.capacity.is_some_and(|c| {
-            c.cpu_count >= job.cpu_count && c.memory_amount >= job.memory_amount && c.gpu_count >= job.gpu_count
-        })
-    }
-
-    /// Counts a placed job (with its `gpu_indices`) against the free resources.
-    fn hold(&mut self, placed: Placed) {
-        if self.max_jobs.is_some() {
-            self.jobs.insert(placed.job.job_id, placed);
-            return;
-        }
-        self.free_cpu -= i64::from(placed.job.cpu_count);
-        self.free_memory -= placed.job.memory_amount as i64;
-        for g in &placed.job.gpu_indices {
-            self.free_gpus.remove(g);
-        }
-        self.jobs.insert(placed.job.job_id, placed);
-    }
-
-    fn release(&mut self, job_id: Uuid) -> Option<Placed> {
-        let placed = self.jobs.remove(&job_id)?;
-        if self.max_jobs.is_some() {
-            return Some(placed);
-        }
-        self.free_cpu += i64::from(placed.job.cpu_count);
-        self.free_memory += placed.job.memory_amount as i64;
-        self.free_gpus.extend(placed.job.gpu_indices.iter().filter(|g| self.gpus.contains(g)));
-        Some(placed)
-    }
-}
+/// Most jobs one pass over a station looks at that it can neither place nor hold an LZ for.
+pub(super) const PASS_DEPTH: usize = 256;
 
 /// Where a new or reloaded job stands with the jobs it waits for.
 enum Standing {
@@ -186,13 +94,13 @@ enum Pending {
 /// What one batch of events changes: written together, then made known.
 #[derive(Default)]
 struct Batch {
-    inserts: Vec<Job>,
+    /// New jobs with their sequence numbers.
+    inserts: Vec<(u64, Job)>,
     updates: Vec<JobUpdate>,
-    /// New pending reasons of queued jobs.
-    pending: Vec<(Uuid, PendingReason)>,
+    /// New pending reasons of queued jobs (`None` clears one).
+    pending: Vec<(Uuid, Option<PendingReason>)>,
     orders: Vec<(Uuid, Pending)>,
     answers: Vec<Answer>,
-    place: bool,
     /// How many of `updates` have had their bearing on dependent jobs settled.
     settled: usize,
 }
@@ -209,8 +117,22 @@ impl Batch {
     /// The status a job ended in by this batch, if it did.
     fn ended(&self, job_id: Uuid) -> Option<JobStatus> {
         let updated = self.updates.iter().rev().find(|u| u.job_id == job_id).map(|u| u.status);
-        updated.or_else(|| self.inserts.iter().find(|j| j.job_id == job_id).map(|j| j.status)).filter(|s| s.is_final())
+        updated
+            .or_else(|| self.inserts.iter().find(|(_, j)| j.job_id == job_id).map(|(_, j)| j.status))
+            .filter(|s| s.is_final())
     }
+}
+
+/// What placement passes have done, counted: what the scheduler's tests and the scale
+/// benchmark read to see that a pass's work follows what it places, not the queue's length.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PassWork {
+    /// Passes over a station.
+    pub passes: u64,
+    /// Queued jobs looked at.
+    pub examined: u64,
+    /// Jobs placed.
+    pub placed: u64,
 }
 
 pub(crate) struct State {
@@ -219,15 +141,23 @@ pub(crate) struct State {
     tokens: Arc<AgentTokens>,
     lease: Duration,
     max_running_per_user: Option<u32>,
-    lzs: HashMap<Uuid, LzState>,
-    queue: Queue,
+    fleet: Fleet,
+    /// Shared with the routes, which read positions from it.
+    queue: Arc<Mutex<Queue>>,
+    policies: Policies,
     /// What queued jobs wait for besides room.
     dependencies: Dependencies,
     /// Queued retries held back until their backoff ends.
     backoffs: HashMap<Uuid, Instant>,
+    /// The pending reason last written for each queued job a pass looked at.
+    reasons: HashMap<Uuid, PendingReason>,
+    /// Stations where something happened that could let a job start, for the next pass.
+    dirty: HashSet<Uuid>,
+    /// The sequence number the next new job gets (the store's `seq`).
     next_seq: u64,
     sessions: Arc<Sessions>,
     batch: Batch,
+    work: Arc<Mutex<PassWork>>,
 }
 
 /// Why the task stopped taking events.
@@ -237,13 +167,15 @@ enum Stop {
 }
 
 impl State {
-    /// The state rebuilt from the store: the landing zones, the queue, what each LZ holds.
+    /// The state rebuilt from the store: the landing zones, the queue, what each LZ holds. The
+    /// queue is `queue` (emptied first), which the routes read positions from.
     pub(crate) async fn rebuilt(
         store: Store,
         logs: Arc<JobLogs>,
         tokens: Arc<AgentTokens>,
         policy: Policy,
         sessions: Arc<Sessions>,
+        queue: Arc<Mutex<Queue>>,
     ) -> Result<Self, StoreError> {
         let mut state = State {
             store,
@@ -251,22 +183,32 @@ impl State {
             tokens,
             lease: policy.lease,
             max_running_per_user: policy.max_running_per_user,
-            lzs: HashMap::new(),
-            queue: Queue::default(),
+            fleet: Fleet::default(),
+            queue,
+            policies: Policies::default(),
             dependencies: Dependencies::default(),
             backoffs: HashMap::new(),
-            next_seq: 0,
+            reasons: HashMap::new(),
+            dirty: HashSet::new(),
+            next_seq: 1,
             sessions,
             batch: Batch::default(),
+            work: Arc::default(),
         };
         state.rebuild().await?;
         Ok(state)
     }
 
+    /// The counts of the passes' work, shared: they go on counting as the task runs.
+    #[cfg(test)]
+    pub(crate) fn work(&self) -> Arc<Mutex<PassWork>> {
+        self.work.clone()
+    }
+
     async fn rebuild(&mut self) -> Result<(), StoreError> {
         for lz in self.store.landing_zones(None, self.lease, store::now()).await? {
             let gpus = (0..lz.resources.map_or(0, |r| r.gpu_count)).collect();
-            self.lzs.insert(lz.lz_id, LzState::new(lz.station_id, lz.name, lz.resources, gpus));
+            self.fleet.insert(lz.lz_id, LzState::new(lz.station_id, lz.name, lz.resources, gpus));
         }
         self.load_jobs().await?;
         self.settle_dependencies();
@@ -274,29 +216,58 @@ impl State {
         self.store.save_jobs(&batch.inserts, &batch.updates, &batch.pending).await
     }
 
-    /// Fills the queue and the LZs' occupancy from the store's unfinished jobs; jobs placed on an
-    /// LZ that is gone are lost (in the batch).
+    /// Fills the queue (streamed from the store) and the LZs' occupancy from the store's
+    /// unfinished jobs; jobs placed on an LZ that is gone are lost (in the batch).
     async fn load_jobs(&mut self) -> Result<(), StoreError> {
+        self.next_seq = self.store.next_job_seq().await?;
         let mut waiting = Vec::new();
-        for job in self.store.unfinished_jobs().await? {
-            let seq = self.bump();
-            if job.status == JobStatus::Queued {
-                if !job.after_ok.is_empty() || !job.after_any.is_empty() {
-                    waiting.push(job.job_id);
-                }
-                self.queue.insert(seq, job);
-                continue;
-            }
-            let placed = Placed { job, seq, stop_requested: false };
-            match placed.job.lz_id.and_then(|id| self.lzs.get_mut(&id)) {
-                Some(lz) => lz.hold(placed),
+        // Filled aside, so that readers of positions never wait for the stream.
+        let mut queue = Queue::default();
+        {
+            let policies = &mut self.policies;
+            self.store
+                .queued_jobs(|row| {
+                    let key = QueueKey { station_id: row.station_id, user_id: row.user_id };
+                    let waits = !row.after_ok.is_empty() || !row.after_any.is_empty();
+                    let entry = Queued {
+                        job_id: row.job_id,
+                        requested_lz_id: row.requested_lz_id,
+                        cpu_count: row.cpu_count,
+                        memory_amount: row.memory_amount,
+                        gpu_count: row.gpu_count,
+                        attempt: row.attempt,
+                        retry: policies.share(row.retry.as_ref()),
+                    };
+                    queue.insert(key, row.seq, entry, waits);
+                    if waits {
+                        waiting.push((row.job_id, row.user_id, row.after_ok, row.after_any));
+                    }
+                })
+                .await?;
+        }
+        *self.queue.lock().expect("not poisoned") = queue;
+        for (seq, job) in self.store.placed_jobs().await? {
+            let entry = Queued::of(&job, self.policies.share(job.retry.as_ref()));
+            let placed = Placed {
+                entry,
+                key: QueueKey::of(&job),
+                seq,
+                status: job.status,
+                gpu_indices: job.gpu_indices,
+                reason: job.reason,
+                pending_reason: job.pending_reason,
+                stop_requested: false,
+            };
+            match job.lz_id.filter(|id| self.fleet.get(id).is_some()) {
+                Some(lz_id) => self.fleet.hold(lz_id, placed),
                 None => self.lose(placed, "its landing zone was removed"),
             }
         }
-        for job_id in waiting {
-            let job = self.queue.get(job_id).expect("queued above");
-            let (after_ok, after_any) = (job.after_ok.clone(), job.after_any.clone());
-            match self.wait_for(job_id, job.user_id, &after_ok, &after_any).await? {
+        for (job_id, user_id, after_ok, after_any) in waiting {
+            match self.wait_for(job_id, user_id, &after_ok, &after_any).await? {
+                Standing::Waits if self.dependencies.waiting_for(job_id).is_none() => {
+                    self.queue.lock().expect("not poisoned").let_go(job_id);
+                }
                 Standing::Waits => {}
                 Standing::Fails(why) => self.fail_waiting(job_id, why),
                 Standing::Unknown(_, dep) => {
@@ -306,10 +277,16 @@ impl State {
         }
         // Agents that had no server to report to (a restart) get a lease from now.
         let grace = Instant::now() + self.lease;
-        for lz in self.lzs.values_mut().filter(|lz| !lz.jobs.is_empty() && lz.lease_until.is_none()) {
-            lz.lease_until = Some(grace);
+        let silent: Vec<Uuid> = self
+            .fleet
+            .iter()
+            .filter(|(_, lz)| !lz.jobs.is_empty() && lz.lease_until.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        for lz_id in silent {
+            self.fleet.update(lz_id, |lz| lz.lease_until = Some(grace));
         }
-        self.batch.place = true;
+        self.dirty.extend(self.fleet.iter().map(|(_, lz)| lz.station_id));
         Ok(())
     }
 
@@ -317,22 +294,15 @@ impl State {
     /// Connections and leases stay; stop requests not yet carried out are lost (the caller got an
     /// error and may ask again).
     async fn reload_jobs(&mut self) {
-        self.queue.clear();
         self.dependencies.clear();
-        for lz in self.lzs.values_mut() {
-            let ids: Vec<Uuid> = lz.jobs.keys().copied().collect();
-            for id in ids {
-                lz.release(id);
-            }
+        self.reasons.clear();
+        let ids: Vec<Uuid> = self.fleet.iter().map(|(id, _)| *id).collect();
+        for lz_id in ids {
+            self.fleet.release_all(lz_id);
         }
         if let Err(e) = self.load_jobs().await {
             tracing::error!("reloading jobs after a failed write: {e}");
         }
-    }
-
-    fn bump(&mut self) -> u64 {
-        self.next_seq += 1;
-        self.next_seq
     }
 
     /// A move ending a job, in the batch.
@@ -343,32 +313,39 @@ impl State {
         self.batch.updates.push(update);
     }
 
+    /// Takes a queued job out of line (it ends, or is placed).
+    fn dequeue(&mut self, job_id: Uuid) -> Option<(QueueKey, u64, Queued)> {
+        let taken = self.queue.lock().expect("not poisoned").remove(job_id)?;
+        self.reasons.remove(&job_id);
+        self.backoffs.remove(&job_id);
+        // Whatever it held back for itself is free for the next.
+        self.dirty.insert(taken.0.station_id);
+        Some(taken)
+    }
+
     /// Puts a placed job back in line at its original place, in the batch.
     fn requeue(&mut self, placed: Placed, why: &str) {
-        let mut update = JobUpdate::new(placed.job.job_id, JobStatus::Queued);
+        let mut update = JobUpdate::new(placed.entry.job_id, JobStatus::Queued);
         update.detail = Some(why.to_owned());
-        self.back_in_line(placed, update);
+        self.back_in_line(placed, update, false);
     }
 
     /// Moves a job that left its LZ back into the queue at its original place with `update` (a
-    /// move to `queued`, which this completes), in the batch.
-    fn back_in_line(&mut self, mut placed: Placed, mut update: JobUpdate) {
+    /// move to `queued`, which this completes), in the batch; `held` keeps it out of placement
+    /// (a backoff).
+    fn back_in_line(&mut self, placed: Placed, mut update: JobUpdate, held: bool) {
         update.lz_id = Some(None);
         update.gpu_indices = Some(Vec::new());
         self.batch.updates.push(update);
-        placed.job.status = JobStatus::Queued;
-        placed.job.lz_id = None;
-        placed.job.gpu_indices.clear();
-        placed.job.pending_reason = None;
-        self.queue.insert(placed.seq, placed.job);
-        self.batch.place = true;
+        self.dirty.insert(placed.key.station_id);
+        self.queue.lock().expect("not poisoned").insert(placed.key, placed.seq, placed.entry, held);
     }
 
     /// Ends a job whose LZ was lost while it held it, or tries it again if its policy says so.
     fn lose(&mut self, placed: Placed, why: &str) {
-        match retried(&placed.job, RetryOn::Lost) {
+        match retried(&placed.entry, RetryOn::Lost) {
             Some(policy) => self.retry(placed, &policy, RetryOn::Lost, why),
-            None => self.end(placed.job.job_id, JobStatus::Lost, why.into()),
+            None => self.end(placed.entry.job_id, JobStatus::Lost, why.into()),
         }
     }
 
@@ -377,15 +354,15 @@ impl State {
     /// next attempt asks for more, up to the policy's cap and what the largest landing zone it
     /// may run on offers.
     fn retry(&mut self, mut placed: Placed, policy: &RetryPolicy, failure: RetryOn, why: &str) {
-        let job = &mut placed.job;
+        let job = &mut placed.entry;
         let next = job.attempt + 1;
         let mut update = JobUpdate::new(job.job_id, JobStatus::Queued);
         let mut detail = format!("attempt {} of {} failed ({why}); attempt {next}", job.attempt, policy.max_attempts);
         if failure == RetryOn::OutOfMemory {
             let offered = self
-                .lzs
-                .iter()
-                .filter(|(id, lz)| lz.station_id == job.station_id && job.requested_lz_id.is_none_or(|r| r == **id))
+                .fleet
+                .of_station(placed.key.station_id)
+                .filter(|(id, _)| job.requested_lz_id.is_none_or(|r| r == *id))
                 .filter_map(|(_, lz)| lz.capacity.map(|c| c.memory_amount))
                 .max()
                 .unwrap_or(u64::MAX);
@@ -399,23 +376,26 @@ impl State {
             }
         }
         let delay = policy.delay_before(next);
-        if !delay.is_zero() {
+        let held = !delay.is_zero();
+        if held {
             detail.push_str(&format!(", after {} s", delay.as_secs()));
             self.backoffs.insert(job.job_id, Instant::now() + delay);
+            update.pending = Some(pending(
+                PendingKind::Backoff,
+                format!("attempt {next} waits {} s before it starts", delay.as_secs()),
+            ));
         }
         job.attempt = next;
-        job.reason = None;
-        job.exit_code = None;
         update.attempt = Some(next);
         update.detail = Some(detail);
-        self.back_in_line(placed, update);
+        self.back_in_line(placed, update, held);
     }
 
     /// Takes events until their senders are gone, the server shuts down or another replica
     /// leads.
     pub(crate) async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>, shutdown: CancellationToken) {
         loop {
-            let leases = self.lzs.values().filter_map(|lz| lz.lease_until);
+            let leases = self.fleet.iter().filter_map(|(_, lz)| lz.lease_until);
             let deadline = leases.chain(self.backoffs.values().copied()).min();
             tokio::select! {
                 event = events.recv() => match event {
@@ -430,18 +410,37 @@ impl State {
                 },
                 () = sleep_until(deadline) => {
                     self.expire_leases();
-                    self.batch.place = true;
+                    self.end_backoffs();
                 }
                 () = shutdown.cancelled() => return,
             }
             self.settle_dependencies();
-            if std::mem::take(&mut self.batch.place) {
-                self.place();
-            }
+            self.place();
             if let Err(Stop::Deposed) = self.flush().await {
                 tracing::warn!("another replica leads the scheduler now; this one stops placing jobs");
                 return;
             }
+        }
+    }
+
+    /// Lets the retries whose backoff has ended be placed.
+    fn end_backoffs(&mut self) {
+        let now = Instant::now();
+        let ended: Vec<Uuid> = self.backoffs.iter().filter(|(_, until)| **until <= now).map(|(id, _)| *id).collect();
+        for job_id in ended {
+            self.backoffs.remove(&job_id);
+            self.let_go(job_id);
+        }
+    }
+
+    /// Lets a held job be placed, clearing the reason it was held for.
+    fn let_go(&mut self, job_id: Uuid) {
+        let mut queue = self.queue.lock().expect("not poisoned");
+        if queue.let_go(job_id) {
+            let station = queue.get(job_id).map(|(key, _, _)| key.station_id);
+            drop(queue);
+            self.dirty.extend(station);
+            self.batch.pending.push((job_id, None));
         }
     }
 
@@ -454,7 +453,7 @@ impl State {
         let batch = std::mem::take(&mut self.batch);
         // The reads for the assignments go through the read pool, beside the write.
         let (runs, saved) = tokio::join!(
-            self.assignments(&batch.orders),
+            self.assignments(&batch.orders, &batch.inserts),
             self.store.save_jobs(&batch.inserts, &batch.updates, &batch.pending)
         );
         let mut runs = match saved.and(runs) {
@@ -488,7 +487,7 @@ impl State {
                 },
                 Pending::Stop(job_id) => Order::Stop { job_id },
             };
-            if let Some(connection) = self.lzs.get(&lz_id).and_then(|lz| lz.connection.as_ref()) {
+            if let Some(connection) = self.fleet.get(&lz_id).and_then(|lz| lz.connection.as_ref()) {
                 connection.send(order);
             }
         }
@@ -498,17 +497,36 @@ impl State {
         Ok(())
     }
 
-    /// The assignments of the batch's run orders (the mission's files read once per mission).
-    async fn assignments(&self, orders: &[(Uuid, Pending)]) -> Result<HashMap<Uuid, Assignment>, StoreError> {
+    /// The assignments of the batch's run orders: each job's row (from the batch's new jobs, or
+    /// read from the store in one query), with what placement decided; the mission's files read
+    /// once per mission.
+    async fn assignments(
+        &self,
+        orders: &[(Uuid, Pending)],
+        inserts: &[(u64, Job)],
+    ) -> Result<HashMap<Uuid, Assignment>, StoreError> {
+        let runs: Vec<(Uuid, Uuid)> = orders
+            .iter()
+            .filter_map(|(lz_id, order)| match order {
+                Pending::Run(job_id) => Some((*lz_id, *job_id)),
+                Pending::Stop(_) => None,
+            })
+            .collect();
+        if runs.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let new: HashMap<Uuid, &Job> = inserts.iter().map(|(_, job)| (job.job_id, job)).collect();
+        let stored: Vec<Uuid> = runs.iter().map(|(_, id)| *id).filter(|id| !new.contains_key(id)).collect();
+        let stored: HashMap<Uuid, Job> =
+            self.store.job_rows(&stored).await?.into_iter().map(|job| (job.job_id, job)).collect();
         let mut files: HashMap<Uuid, Vec<InputFile>> = HashMap::new();
         // Per (user, station): the user's name, and whether they operate the station.
         let mut operators: HashMap<(Uuid, Uuid), (String, bool)> = HashMap::new();
-        let mut runs = HashMap::new();
-        for (lz_id, order) in orders {
-            let Pending::Run(job_id) = order else { continue };
-            let Some(lz) = self.lzs.get(lz_id) else { continue };
-            let Some(placed) = lz.jobs.get(job_id) else { continue };
-            let job = &placed.job;
+        let mut assignments = HashMap::new();
+        for (lz_id, job_id) in runs {
+            let Some(lz) = self.fleet.get(&lz_id) else { continue };
+            let Some(placed) = lz.jobs.get(&job_id) else { continue };
+            let Some(job) = new.get(&job_id).copied().or_else(|| stored.get(&job_id)) else { continue };
             let operator = (job.user_id, lz.station_id);
             if let std::collections::hash_map::Entry::Vacant(entry) = operators.entry(operator) {
                 let user = self.store.user_by_id(job.user_id).await?;
@@ -525,40 +543,40 @@ impl State {
             }
             // A retry's output goes on from where the earlier attempts' ended.
             let mut log_offsets = LogOffsets::default();
-            if job.attempt > 1 {
+            if placed.entry.attempt > 1 {
                 for (stream, offset) in
                     [(LogStream::Stdout, &mut log_offsets.stdout), (LogStream::Stderr, &mut log_offsets.stderr)]
                 {
                     // Should the log not be readable, the attempt's output counts from its start
                     // (and what is already there hides as much of it).
-                    match self.logs.received(job.mission_id, *job_id, stream).await {
+                    match self.logs.received(job.mission_id, job_id, stream).await {
                         Ok(received) => *offset = received,
                         Err(e) => tracing::warn!(%job_id, "reading the size of the job's {}: {e}", stream.name()),
                     }
                 }
             }
-            runs.insert(
-                *job_id,
+            assignments.insert(
+                job_id,
                 Assignment {
-                    job_id: *job_id,
+                    job_id,
                     mission_id: job.mission_id,
                     user_id: job.user_id,
                     username: operators[&operator].0.clone(),
                     user_is_operator: operators[&operator].1,
                     command: job.command.clone(),
-                    cpu_count: job.cpu_count,
-                    memory_amount: job.memory_amount,
-                    gpu_count: job.gpu_count,
-                    gpu_indices: job.gpu_indices.clone(),
+                    cpu_count: placed.entry.cpu_count,
+                    memory_amount: placed.entry.memory_amount,
+                    gpu_count: placed.entry.gpu_count,
+                    gpu_indices: placed.gpu_indices.clone(),
                     time_limit: job.time_limit,
                     files: files[&job.mission_id].clone(),
-                    attempt: job.attempt,
+                    attempt: placed.entry.attempt,
                     log_offsets,
                     array_index: job.array_index,
                 },
             );
         }
-        Ok(runs)
+        Ok(assignments)
     }
 
     async fn handle(&mut self, event: Event) {
@@ -584,25 +602,31 @@ impl State {
             }
             Call::Reports { lz, reports } => self.reports(lz, reports).map(|()| Outcome::Done),
             Call::Disconnected { lz_id, session } => {
-                if let Some(lz) = self.lzs.get_mut(&lz_id)
-                    && lz.connection.as_ref().is_some_and(|c| c.id == session)
-                {
-                    lz.connection = None;
-                }
+                let station = self.fleet.get(&lz_id).map(|lz| lz.station_id);
+                self.fleet.update(lz_id, |lz| {
+                    if lz.connection.as_ref().is_some_and(|c| c.id == session) {
+                        lz.connection = None;
+                    }
+                });
+                // Its station's heads may now wait for no landing zone online.
+                self.dirty.extend(station);
                 return reply.send(Ok(Outcome::Done));
             }
             Call::Heartbeat { lz_id } => {
-                let result = match self.lzs.get_mut(&lz_id) {
-                    Some(lz) if lz.connection.is_some() => {
-                        lz.lease_until = Some(Instant::now() + self.lease);
-                        self.store.lz_seen(lz_id, store::now()).await.map_err(SchedulerError::from)
-                    }
-                    _ => Err(SchedulerError::Conflict("this landing zone is not connected; connect again".into())),
+                let lease = self.lease;
+                let renewed = self.fleet.get_quiet_mut(&lz_id).filter(|lz| lz.connection.is_some()).map(|lz| {
+                    lz.lease_until = Some(Instant::now() + lease);
+                });
+                let result = match renewed {
+                    Some(()) => self.store.lz_seen(lz_id, store::now()).await.map_err(SchedulerError::from),
+                    None => Err(SchedulerError::Conflict("this landing zone is not connected; connect again".into())),
                 };
                 return reply.send(result.map(|()| Outcome::Done));
             }
             Call::Registered { lz } => {
-                self.lzs.entry(lz.lz_id).or_insert_with(|| LzState::new(lz.station_id, lz.name, None, Vec::new()));
+                if self.fleet.get(&lz.lz_id).is_none() {
+                    self.fleet.insert(lz.lz_id, LzState::new(lz.station_id, lz.name, None, Vec::new()));
+                }
                 self.forget_tokens();
                 return reply.send(Ok(Outcome::Done));
             }
@@ -630,8 +654,8 @@ impl State {
 
     async fn submit(&mut self, mut job: Job) -> SchedulerResult<Job> {
         let candidates: Vec<&LzState> = match job.requested_lz_id {
-            Some(id) => self.lzs.get(&id).filter(|lz| lz.station_id == job.station_id).into_iter().collect(),
-            None => self.lzs.values().filter(|lz| lz.station_id == job.station_id).collect(),
+            Some(id) => self.fleet.get(&id).filter(|lz| lz.station_id == job.station_id).into_iter().collect(),
+            None => self.fleet.of_station(job.station_id).map(|(_, lz)| lz).collect(),
         };
         if let (Some(lz_id), true) = (job.requested_lz_id, candidates.is_empty()) {
             return Err(SchedulerError::invalid_field("lz_id", format!("the station has no landing zone {lz_id}")));
@@ -641,7 +665,8 @@ impl State {
         }
         // An LZ that never connected may be any size: only known sizes can rule a job out.
         let unknown = candidates.iter().any(|lz| lz.capacity.is_none());
-        if !unknown && !candidates.iter().any(|lz| lz.could_hold(&job)) {
+        if !unknown && !candidates.iter().any(|lz| lz.could_hold_shape(job.cpu_count, job.memory_amount, job.gpu_count))
+        {
             let largest = candidates
                 .iter()
                 .filter_map(|lz| lz.capacity.map(|r| (lz, r)))
@@ -667,6 +692,8 @@ impl State {
         if let Standing::Unknown(field, dep) = standing {
             return Err(SchedulerError::invalid_field(field, format!("you have no job {dep}")));
         }
+        let seq = self.next_seq;
+        self.next_seq += 1;
         if let Standing::Fails(why) = standing {
             // Never to run: it ends as it is written, without a trip through the queue.
             let now = store::now();
@@ -674,13 +701,29 @@ impl State {
             job.reason = Some(why.clone());
             job.finished_at = Some(now);
             job.history.push(mission_api::JobTransition { status: JobStatus::Failed, at: now, detail: Some(why) });
-            self.batch.inserts.push(job.clone());
+            self.batch.inserts.push((seq, job.clone()));
             return Ok(job);
         }
-        let seq = self.bump();
-        self.queue.insert(seq, job.clone());
-        self.batch.inserts.push(job.clone());
-        self.batch.place = true;
+        let held = match self.dependencies.waiting_for(job.job_id) {
+            Some((dep, must_complete, more)) => {
+                job.pending_reason = Some(dependency_reason(dep, must_complete, more));
+                true
+            }
+            None => false,
+        };
+        let entry = Queued::of(&job, self.policies.share(job.retry.as_ref()));
+        // A job naming a landing zone that is away says so from the start, whether or not a
+        // pass gets to it. (With the whole station away, the heads say so; the rest are behind.)
+        if !held
+            && entry.requested_lz_id.is_some()
+            && let Some(reason) = self.offline(job.station_id, &entry)
+        {
+            self.reasons.insert(job.job_id, reason.clone());
+            job.pending_reason = Some(reason);
+        }
+        self.queue.lock().expect("not poisoned").insert(QueueKey::of(&job), seq, entry, held);
+        self.dirty.insert(job.station_id);
+        self.batch.inserts.push((seq, job.clone()));
         Ok(job)
     }
 
@@ -697,14 +740,17 @@ impl State {
         let mut unfinished: HashMap<Uuid, Uuid> = HashMap::new();
         let mut ended: HashMap<Uuid, JobStatus> = HashMap::new();
         let mut unknown = Vec::new();
-        for &dep in after_ok.iter().chain(after_any) {
-            let held = self.lzs.values().find_map(|lz| lz.jobs.get(&dep)).map(|p| &p.job);
-            if let Some(job) = self.queue.get(dep).or(held) {
-                unfinished.insert(dep, job.user_id);
-            } else if let Some(status) = self.batch.ended(dep) {
-                ended.insert(dep, status);
-            } else {
-                unknown.push(dep);
+        {
+            let queue = self.queue.lock().expect("not poisoned");
+            for &dep in after_ok.iter().chain(after_any) {
+                let owner = queue.get(dep).map(|(key, _, _)| key.user_id);
+                if let Some(owner) = owner.or_else(|| self.fleet.placed(&dep).map(|p| p.key.user_id)) {
+                    unfinished.insert(dep, owner);
+                } else if let Some(status) = self.batch.ended(dep) {
+                    ended.insert(dep, status);
+                } else {
+                    unknown.push(dep);
+                }
             }
         }
         // Jobs the scheduler does not hold have ended, or never were (or are someone else's).
@@ -732,7 +778,7 @@ impl State {
 
     /// Ends a queued job that waited for another which did not complete.
     fn fail_waiting(&mut self, job_id: Uuid, why: String) {
-        if self.queue.remove(job_id).is_some() {
+        if self.dequeue(job_id).is_some() {
             self.end(job_id, JobStatus::Failed, why);
         }
     }
@@ -748,7 +794,7 @@ impl State {
             }
             for settled in self.dependencies.ended(update.job_id, update.status) {
                 match settled {
-                    Settled::Free => self.batch.place = true,
+                    Settled::Free(job_id) => self.let_go(job_id),
                     Settled::Failed(job_id, why) => self.fail_waiting(job_id, why),
                 }
             }
@@ -756,23 +802,25 @@ impl State {
     }
 
     fn stop(&mut self, job_id: Uuid, by: String) -> SchedulerResult<()> {
-        if self.queue.remove(job_id).is_some() {
+        if self.dequeue(job_id).is_some() {
             self.end(job_id, JobStatus::Stopped, format!("stopped by {by} while queued"));
             return Ok(());
         }
-        let Some((&lz_id, lz)) = self.lzs.iter_mut().find(|(_, lz)| lz.jobs.contains_key(&job_id)) else {
+        let Some(lz_id) = self.fleet.holder(&job_id) else {
             return Err(SchedulerError::Conflict("the job has ended already".into()));
         };
-        lz.jobs.get_mut(&job_id).expect("found above").stop_requested = true;
+        let lz = self.fleet.get_quiet_mut(&lz_id).expect("holders are LZs");
+        lz.jobs.get_mut(&job_id).expect("held there").stop_requested = true;
         if lz.connection.is_some() {
             self.batch.orders.push((lz_id, Pending::Stop(job_id)));
             return Ok(());
         }
         // The LZ is not connected: the job ends now; should the agent come back still running
         // it, its welcome tells it to drop the job.
-        lz.release(job_id);
+        let station = lz.station_id;
+        self.fleet.release(lz_id, job_id);
         self.end(job_id, JobStatus::Stopped, format!("stopped by {by}"));
-        self.batch.place = true;
+        self.dirty.insert(station);
         Ok(())
     }
 
@@ -786,16 +834,18 @@ impl State {
             gpus = (0..hello.resources.gpu_count).collect();
         }
         // New capacity, the same jobs: recount what is free.
-        let held = self.lzs.remove(&who.lz_id).map(|lz| lz.jobs).unwrap_or_default();
+        let held = self.fleet.release_all(who.lz_id);
         let mut lz = LzState::new(who.station_id, who.name.clone(), Some(hello.resources), gpus);
         lz.max_jobs = hello.max_jobs;
-        for (_, placed) in held {
-            lz.hold(placed);
-        }
         lz.connection = Some(Connection { id: session, sessions: self.sessions.clone() });
         lz.lease_until = Some(Instant::now() + self.lease);
+        self.fleet.insert(who.lz_id, lz);
+        for placed in held {
+            self.fleet.hold(who.lz_id, placed);
+        }
 
         let running: HashSet<Uuid> = hello.running.iter().copied().collect();
+        let lz = self.fleet.get(&who.lz_id).expect("inserted above");
         let mut drop: Vec<Uuid> = running.iter().filter(|id| !lz.jobs.contains_key(id)).copied().collect();
         let (mut resend, mut requeue, mut ends) = (Vec::new(), Vec::new(), Vec::new());
         for (id, placed) in &lz.jobs {
@@ -805,7 +855,7 @@ impl State {
                 }
                 continue;
             }
-            match placed.job.status {
+            match placed.status {
                 JobStatus::Assigned if !placed.stop_requested => resend.push(*id),
                 JobStatus::Assigned | JobStatus::Staging if !placed.stop_requested => requeue.push(*id),
                 _ if placed.stop_requested => {
@@ -816,20 +866,19 @@ impl State {
         }
         let mut requeued = Vec::new();
         for id in requeue {
-            requeued.extend(lz.release(id));
+            requeued.extend(self.fleet.release(who.lz_id, id));
         }
         let mut ended = Vec::new();
         for (id, status, why) in ends {
-            ended.extend(lz.release(id).map(|placed| (placed, status, why)));
+            ended.extend(self.fleet.release(who.lz_id, id).map(|placed| (placed, status, why)));
             drop.retain(|d| *d != id);
         }
-        self.lzs.insert(who.lz_id, lz);
         self.end_released(ended);
         for placed in requeued {
             self.requeue(placed, "its landing zone restarted before the job started");
         }
         self.batch.orders.extend(resend.into_iter().map(|id| (who.lz_id, Pending::Run(id))));
-        self.batch.place = true;
+        self.dirty.insert(who.station_id);
         drop.sort();
         Ok(Welcome {
             lz_id: who.lz_id,
@@ -841,28 +890,30 @@ impl State {
     }
 
     fn reports(&mut self, who: LzIdentity, reports: Vec<Report>) -> SchedulerResult<()> {
-        let Some(lz) = self.lzs.get_mut(&who.lz_id).filter(|lz| lz.connection.is_some() || lz.lease_until.is_some())
+        let lease = self.lease;
+        let Some(lz) =
+            self.fleet.get_quiet_mut(&who.lz_id).filter(|lz| lz.connection.is_some() || lz.lease_until.is_some())
         else {
             return Err(SchedulerError::Conflict("this landing zone is not connected; connect again".into()));
         };
-        lz.lease_until = Some(Instant::now() + self.lease);
+        lz.lease_until = Some(Instant::now() + lease);
         let (mut finished, mut failed_attempts) = (Vec::new(), Vec::new());
         for report in reports {
-            let current = |p: &&mut Placed| report.attempt.is_none_or(|attempt| attempt == p.job.attempt);
+            let current = |p: &&mut Placed| report.attempt.is_none_or(|attempt| attempt == p.entry.attempt);
             let Some(placed) = lz.jobs.get_mut(&report.job_id).filter(current) else {
                 continue;
             };
             // Moves only go forward; a repeated or late report changes nothing, but a new reason
             // for the same step (why a job still waits in a batch system's queue) is recorded.
             let waits = report.status < JobStatus::Running;
-            let shown = |job: &Job| {
-                if waits { job.pending_reason.as_ref().map(|p| p.detail.clone()) } else { job.reason.clone() }
+            let shown = |placed: &Placed| {
+                if waits { placed.pending_reason.as_ref().map(|p| p.detail.clone()) } else { placed.reason.clone() }
             };
-            let new_reason = report.status == placed.job.status
+            let new_reason = report.status == placed.status
                 && !report.status.is_final()
                 && report.reason.is_some()
-                && report.reason != shown(&placed.job);
-            if (report.status <= placed.job.status && !new_reason) || report.status == JobStatus::Queued {
+                && report.reason != shown(placed);
+            if (report.status <= placed.status && !new_reason) || report.status == JobStatus::Queued {
                 continue;
             }
             let mut status = report.status;
@@ -870,7 +921,7 @@ impl State {
                 status = JobStatus::Stopped;
             }
             let failure = RetryOn::of(status, report.exit_code, report.reason.as_deref());
-            if let Some((failure, policy)) = failure.and_then(|f| Some((f, retried(&placed.job, f)?))) {
+            if let Some((failure, policy)) = failure.and_then(|f| Some((f, retried(&placed.entry, f)?))) {
                 let why = report.reason.unwrap_or_else(|| status.to_string());
                 failed_attempts.push((report.job_id, policy, failure, why));
                 continue;
@@ -881,7 +932,7 @@ impl State {
             update.detail.clone_from(&report.reason);
             if waits {
                 update.pending = report.reason.map(|detail| PendingReason { kind: PendingKind::BatchSystem, detail });
-                placed.job.pending_reason.clone_from(&update.pending);
+                placed.pending_reason.clone_from(&update.pending);
             } else {
                 update.reason = report.reason;
             }
@@ -890,9 +941,9 @@ impl State {
             update.usage = report
                 .usage
                 .filter(|u| status.is_final() && u.wall_time >= 0.0 && u.cpu_time.is_none_or(|cpu| cpu >= 0.0));
-            placed.job.status = status;
+            placed.status = status;
             if update.reason.is_some() || status == JobStatus::Running {
-                placed.job.reason.clone_from(&update.reason);
+                placed.reason.clone_from(&update.reason);
             }
             if status.is_final() {
                 finished.push(report.job_id);
@@ -901,13 +952,15 @@ impl State {
         }
         if !finished.is_empty() {
             for id in finished {
-                lz.release(id);
+                self.fleet.release(who.lz_id, id);
             }
-            self.batch.place = true;
+            self.dirty.insert(who.station_id);
         }
         let failed_attempts: Vec<_> = failed_attempts
             .into_iter()
-            .filter_map(|(id, policy, failure, why)| lz.release(id).map(|placed| (placed, policy, failure, why)))
+            .filter_map(|(id, policy, failure, why)| {
+                self.fleet.release(who.lz_id, id).map(|placed| (placed, policy, failure, why))
+            })
             .collect();
         for (placed, policy, failure, why) in failed_attempts {
             self.retry(placed, &policy, failure, &why);
@@ -918,29 +971,23 @@ impl State {
     /// The queued jobs of the gateway's station that name no landing zone and that a pilot (as
     /// large as the gateway offers) could hold.
     fn demand(&self, gateway: Uuid) -> mission_api::lz::Demand {
-        let Some(lz) = self.lzs.get(&gateway) else { return mission_api::lz::Demand::default() };
-        let wanted = self
-            .queue
-            .iter()
-            .map(|(_, j)| j)
-            .filter(|j| j.station_id == lz.station_id && j.requested_lz_id.is_none() && lz.could_hold(j));
-        let (jobs, cpus) = wanted.fold((0, 0), |(n, c), j| (n + 1, c + u64::from(j.cpu_count)));
-        mission_api::lz::Demand { queued_jobs: jobs, queued_cpus: cpus }
+        let Some(lz) = self.fleet.get(&gateway) else { return mission_api::lz::Demand::default() };
+        let queue = self.queue.lock().expect("not poisoned");
+        let (jobs, cpus) = queue.demand(lz.station_id, |cpu, memory, gpu| lz.could_hold_shape(cpu, memory, gpu));
+        mission_api::lz::Demand { queued_jobs: u32::try_from(jobs).unwrap_or(u32::MAX), queued_cpus: cpus }
     }
 
     /// Removes a pilot's landing zone; the jobs it had not finished go back in the queue (its
     /// allocation ended: that is no fault of theirs).
     async fn remove_pilot(&mut self, station_id: Uuid, lz_id: Uuid) -> SchedulerResult<bool> {
         let removed = self.store.delete_landing_zone(station_id, lz_id).await?;
-        if let Some(mut lz) = self.lzs.remove(&lz_id) {
-            let ids: Vec<Uuid> = lz.jobs.keys().copied().collect();
-            for id in ids {
-                let placed = lz.release(id).expect("listed above");
-                if placed.stop_requested {
-                    self.end(id, JobStatus::Stopped, "stopped; its pilot ended".into());
-                } else {
-                    self.requeue(placed, "its pilot's allocation ended before the job did");
-                }
+        let held = self.fleet.release_all(lz_id);
+        self.fleet.remove(lz_id);
+        for placed in held {
+            if placed.stop_requested {
+                self.end(placed.entry.job_id, JobStatus::Stopped, "stopped; its pilot ended".into());
+            } else {
+                self.requeue(placed, "its pilot's allocation ended before the job did");
             }
         }
         self.forget_tokens();
@@ -948,20 +995,21 @@ impl State {
     }
 
     async fn remove(&mut self, station_id: Uuid, lz_id: Option<Uuid>) -> SchedulerResult<bool> {
-        let concerned = |lz: Option<Uuid>| lz_id.is_none() || (lz.is_some() && lz == lz_id);
-        let queued =
-            self.queue.iter().filter(|(_, j)| j.station_id == station_id && concerned(j.requested_lz_id)).count();
-        let placed: usize = self
-            .lzs
-            .iter()
-            .filter(|(id, lz)| lz.station_id == station_id && concerned(Some(**id)))
-            .map(|(_, lz)| lz.jobs.len())
-            .sum();
-        if queued + placed > 0 {
+        let concerned = |lz: Uuid| lz_id.is_none_or(|wanted| wanted == lz);
+        let queued = {
+            let queue = self.queue.lock().expect("not poisoned");
+            match lz_id {
+                Some(lz_id) => queue.requesting(lz_id),
+                None => queue.station_len(station_id),
+            }
+        };
+        let placed: usize =
+            self.fleet.of_station(station_id).filter(|(id, _)| concerned(*id)).map(|(_, lz)| lz.jobs.len()).sum();
+        if queued + placed as u64 > 0 {
             let what = if lz_id.is_some() { "landing zone" } else { "station" };
             return Err(SchedulerError::Conflict(format!(
                 "the {what} has {} jobs that have not ended; stop them first",
-                queued + placed
+                queued + placed as u64
             )));
         }
         let removed = match lz_id {
@@ -969,24 +1017,28 @@ impl State {
             None => self.store.delete_station(station_id).await?,
         };
         // Dropping an LZ's state ends its agent's order stream; its token no longer works.
-        self.lzs.retain(|id, lz| !(lz.station_id == station_id && concerned(Some(*id))));
+        let gone: Vec<Uuid> = self.fleet.of_station(station_id).map(|(id, _)| id).filter(|id| concerned(*id)).collect();
+        for id in gone {
+            self.fleet.remove(id);
+        }
         self.forget_tokens();
         Ok(removed)
     }
 
     fn expire_leases(&mut self) {
         let now = Instant::now();
+        let expired: Vec<Uuid> =
+            self.fleet.iter().filter(|(_, lz)| lz.lease_until.is_some_and(|t| t <= now)).map(|(id, _)| *id).collect();
         let (mut requeued, mut ends): (_, Vec<(Placed, JobStatus, &str)>) = (Vec::new(), Vec::new());
-        for lz in self.lzs.values_mut() {
-            if lz.lease_until.is_none_or(|t| t > now) {
-                continue;
-            }
-            lz.lease_until = None;
-            lz.connection = None;
-            let ids: Vec<Uuid> = lz.jobs.keys().copied().collect();
-            for id in ids {
-                let placed = lz.release(id).expect("listed above");
-                match placed.job.status {
+        for lz_id in expired {
+            let station = self.fleet.update(lz_id, |lz| {
+                lz.lease_until = None;
+                lz.connection = None;
+                lz.station_id
+            });
+            self.dirty.extend(station);
+            for placed in self.fleet.release_all(lz_id) {
+                match placed.status {
                     JobStatus::Assigned | JobStatus::Staging if !placed.stop_requested => requeued.push(placed),
                     _ if placed.stop_requested => {
                         ends.push((placed, JobStatus::Stopped, "stopped; its landing zone went silent"))
@@ -1011,145 +1063,223 @@ impl State {
         for (placed, status, why) in ends {
             match status {
                 JobStatus::Lost => self.lose(placed, why),
-                _ => self.end(placed.job.job_id, status, why.into()),
+                _ => self.end(placed.entry.job_id, status, why.into()),
             }
         }
     }
 
-    /// One placement pass over the queue (see the module docs for the order), in the batch,
-    /// which also brings every queued job's pending reason up to date.
+    /// Runs a placement pass over every station where something happened since the last.
     fn place(&mut self) {
+        let mut stations: Vec<Uuid> = self.dirty.drain().collect();
+        stations.sort_unstable();
+        for station in stations {
+            self.place_on(station);
+        }
+    }
+
+    /// One placement pass over a station's sub-queue heads (see the module docs for the order),
+    /// in the batch, which also brings the pending reasons of the jobs it looks at up to date.
+    fn place_on(&mut self, station: Uuid) {
+        let Some(lzs) = self.fleet.station(&station) else { return };
+        let offline = lzs.connected() == 0;
         let mut reserved: HashSet<Uuid> = HashSet::new();
-        let mut chosen: Vec<Uuid> = Vec::new();
-        let mut reasons: Vec<(Uuid, PendingReason)> = Vec::new();
-        let connected = self.lzs.values().filter(|lz| lz.connection.is_some()).count();
-        let online_stations: HashSet<Uuid> =
-            self.lzs.values().filter(|lz| lz.connection.is_some()).map(|lz| lz.station_id).collect();
-        let now = Instant::now();
-        self.backoffs.retain(|_, until| *until > now);
-        let mut placed_per_user: HashMap<Uuid, u32> = HashMap::new();
-        if self.max_running_per_user.is_some() {
-            for placed in self.lzs.values().flat_map(|lz| lz.jobs.values()) {
-                *placed_per_user.entry(placed.job.user_id).or_default() += 1;
-            }
-        }
-        for (seq, job) in self.queue.iter() {
-            let reason = if self.backoffs.contains_key(&job.job_id) {
-                let wait = job.retry.as_ref().map_or(0, |policy| policy.delay_before(job.attempt).as_secs());
-                pending(PendingKind::Backoff, format!("attempt {} waits {wait} s before it starts", job.attempt))
-            } else if let Some((dep, must_complete, more)) = self.dependencies.waiting_for(job.job_id) {
-                let end = if must_complete { "complete" } else { "end" };
-                let more = if more > 0 { format!(" (and {more} more)") } else { String::new() };
-                pending(PendingKind::Dependency, format!("waiting for job {dep} to {end}{more}"))
-            } else if let Some(limit) = self
-                .max_running_per_user
-                .filter(|limit| placed_per_user.get(&job.user_id).copied().unwrap_or(0) >= *limit)
-            {
-                pending(
-                    PendingKind::Quota,
-                    format!("its user has {limit} jobs on landing zones, the most the server allows one user at once"),
-                )
-            } else if reserved.len() >= connected {
-                // Every connected LZ is held for an earlier job: nothing further can start, and
-                // the pass only says so, without a search of the LZs for each job of a long queue.
-                self.offline(job, &online_stations).unwrap_or_else(behind)
-            } else {
-                let usable = |(id, lz): &(&Uuid, &LzState)| {
-                    lz.station_id == job.station_id
-                        && lz.connection.is_some()
-                        && job.requested_lz_id.is_none_or(|r| r == **id)
-                };
-                // Best fit: the LZ left with the fewest free CPUs, then the least memory.
-                let best = self
-                    .lzs
-                    .iter()
-                    .filter(usable)
-                    .filter(|(id, lz)| !reserved.contains(*id) && lz.fits_now(job))
-                    .min_by_key(|(id, lz)| (lz.free_cpu - i64::from(job.cpu_count), lz.free_memory, **id))
-                    .map(|(id, _)| *id);
-                if let Some(lz_id) = best {
-                    let lz = self.lzs.get_mut(&lz_id).expect("chosen from the map");
-                    let mut job = job.clone();
-                    job.status = JobStatus::Assigned;
-                    job.lz_id = Some(lz_id);
-                    job.pending_reason = None;
-                    if lz.max_jobs.is_none() {
-                        job.gpu_indices = lz.free_gpus.iter().take(job.gpu_count as usize).copied().collect();
-                    }
-                    let mut update = JobUpdate::new(job.job_id, JobStatus::Assigned);
-                    update.lz_id = Some(Some(lz_id));
-                    update.gpu_indices = Some(job.gpu_indices.clone());
-                    update.detail = Some(format!("landing zone {}", lz.name));
-                    self.batch.updates.push(update);
-                    self.batch.orders.push((lz_id, Pending::Run(job.job_id)));
-                    chosen.push(job.job_id);
-                    *placed_per_user.entry(job.user_id).or_default() += 1;
-                    lz.hold(Placed { job, seq, stop_requested: false });
-                    continue;
-                }
-                let could_hold: Vec<(&Uuid, &LzState)> =
-                    self.lzs.iter().filter(usable).filter(|(_, lz)| lz.could_hold(job)).collect();
-                let holder = could_hold
-                    .iter()
-                    .filter(|(id, _)| !reserved.contains(*id))
-                    .max_by_key(|(id, lz)| (lz.free_cpu, lz.free_memory, **id))
-                    .map(|(id, lz)| (**id, lz.name.clone()));
-                match holder {
-                    Some((lz_id, name)) => {
-                        reserved.insert(lz_id);
-                        let gpus = if job.gpu_count > 0 { format!(", {} GPUs", job.gpu_count) } else { String::new() };
-                        pending(
-                            PendingKind::Resources,
-                            format!(
-                                "waiting for {} CPUs, {} MB{gpus} to be free on landing zone {name}, held for it",
-                                job.cpu_count, job.memory_amount
-                            ),
-                        )
-                    }
-                    None if could_hold.is_empty() => self.offline(job, &online_stations).unwrap_or_else(|| {
-                        pending(
-                            PendingKind::NoLandingZone,
-                            format!(
-                                "no landing zone online could hold it ({} CPUs, {} MB, {} GPUs)",
-                                job.cpu_count, job.memory_amount, job.gpu_count
-                            ),
-                        )
-                    }),
-                    None => behind(),
-                }
+        // Sub-queues the pass has taken the head of; for those it goes on with, the next job.
+        let mut visited: HashSet<u32> = HashSet::new();
+        let mut frontier: BTreeSet<(u64, u32)> = BTreeSet::new();
+        let mut cursor: Option<(u64, u32)> = None;
+        let (mut passed_over, mut examined, mut placed) = (0, 0, 0);
+        let mut out_of_room = false;
+        while passed_over < PASS_DEPTH {
+            let head = {
+                let queue = self.queue.lock().expect("not poisoned");
+                queue.next_head(station, cursor, |q| visited.contains(&q))
             };
-            if job.pending_reason.as_ref() != Some(&reason) {
-                reasons.push((job.job_id, reason));
+            let (seq, number) = match (head, frontier.first().copied()) {
+                (Some(head), Some(next)) if next < head => frontier.pop_first().expect("looked at"),
+                (Some(head), _) => {
+                    cursor = Some(head);
+                    visited.insert(head.1);
+                    head
+                }
+                (None, Some(_)) => frontier.pop_first().expect("looked at"),
+                (None, None) => break,
+            };
+            let (key, entry) = {
+                let queue = self.queue.lock().expect("not poisoned");
+                let entry = queue.next_in(number, Some(seq.saturating_sub(1))).map(|(_, e)| e.clone());
+                (queue.key(number), entry)
+            };
+            let Some(entry) = entry else { continue };
+            examined += 1;
+            let (verdict, reason) = self.examine(&key, &entry, &reserved);
+            let job_id = entry.job_id;
+            match verdict {
+                Verdict::Place(lz_id) => {
+                    self.start(lz_id, key, seq, entry);
+                    placed += 1;
+                }
+                Verdict::Hold(lz_id) => {
+                    reserved.insert(lz_id);
+                }
+                Verdict::PassOver | Verdict::SkipQueue => passed_over += 1,
+            }
+            if let Some(reason) = reason {
+                self.write_reason(job_id, reason);
+            }
+            // With no LZ online nothing starts: the heads say so, and the pass goes no deeper.
+            let goes_on = matches!(verdict, Verdict::Place(_) | Verdict::Hold(_) | Verdict::PassOver) && !offline;
+            if goes_on {
+                let next = self.queue.lock().expect("not poisoned").next_in(number, Some(seq)).map(|(s, _)| s);
+                if let Some(next) = next {
+                    frontier.insert((next, number));
+                }
+            }
+            // Once no LZ that is not held has room, one more job is looked at (the next in line
+            // then says what it waits for, holding the LZ it waits on), and the pass ends.
+            if !offline && !self.fleet.room_left(station, &|id| reserved.contains(&id)) {
+                if out_of_room {
+                    break;
+                }
+                out_of_room = true;
             }
         }
-        for job_id in chosen {
-            self.queue.remove(job_id);
+        let mut work = self.work.lock().expect("not poisoned");
+        work.passes += 1;
+        work.examined += examined;
+        work.placed += placed;
+    }
+
+    /// What a pass does with a queued job, and why it waits if it does.
+    fn examine(&self, key: &QueueKey, job: &Queued, reserved: &HashSet<Uuid>) -> (Verdict, Option<PendingReason>) {
+        if let Some(limit) = self.max_running_per_user.filter(|limit| self.fleet.placed_of(&key.user_id) >= *limit) {
+            let why =
+                format!("its user has {limit} jobs on landing zones, the most the server allows one user at once");
+            return (Verdict::SkipQueue, Some(pending(PendingKind::Quota, why)));
         }
-        for (job_id, reason) in reasons {
-            self.queue.get_mut(job_id).expect("still queued").pending_reason = Some(reason.clone());
-            self.batch.pending.push((job_id, reason));
+        if let Some(reason) = self.offline(key.station_id, job) {
+            // A job naming an LZ that is away waits alone; without any LZ online, all do.
+            let verdict = if job.requested_lz_id.is_some() { Verdict::PassOver } else { Verdict::SkipQueue };
+            return (verdict, Some(reason));
+        }
+        let Some(lzs) = self.fleet.station(&key.station_id) else { return (Verdict::SkipQueue, None) };
+        let free = |id: &Uuid| !reserved.contains(id) && job.requested_lz_id.is_none_or(|r| r == *id);
+        let lz = |id: &Uuid| self.fleet.get(id).expect("indexed LZs exist");
+        // Best fit: the LZ left with the fewest free CPUs, then the least memory; the index is in
+        // that order from the first with enough CPUs.
+        let counting = lzs
+            .by_room
+            .range((i64::from(job.cpu_count), i64::MIN, Uuid::nil())..)
+            .filter(|(_, _, id)| free(id) && lz(id).fits_now(job))
+            .map(|(cpu, memory, id)| (cpu - i64::from(job.cpu_count), *memory, *id))
+            .next();
+        let gateway = lzs
+            .gateways
+            .iter()
+            .filter(|id| free(id) && lz(id).fits_now(job))
+            .map(|id| (lz(id).free_cpu - i64::from(job.cpu_count), lz(id).free_memory, *id))
+            .min();
+        if let Some((_, _, lz_id)) = counting.into_iter().chain(gateway).min() {
+            return (Verdict::Place(lz_id), None);
+        }
+        // Held for it: the LZ best able to hold it, with the most free room.
+        let counting = lzs.by_room.iter().rev().find(|(_, _, id)| free(id) && lz(id).could_hold(job)).copied();
+        let gateway = lzs
+            .gateways
+            .iter()
+            .filter(|id| free(id) && lz(id).could_hold(job))
+            .map(|id| (lz(id).free_cpu, lz(id).free_memory, *id))
+            .max();
+        if let Some((_, _, lz_id)) = counting.into_iter().chain(gateway).max() {
+            let gpus = if job.gpu_count > 0 { format!(", {} GPUs", job.gpu_count) } else { String::new() };
+            let why = format!(
+                "waiting for {} CPUs, {} MB{gpus} to be free on landing zone {}, held for it",
+                job.cpu_count,
+                job.memory_amount,
+                lz(&lz_id).name
+            );
+            return (Verdict::Hold(lz_id), Some(pending(PendingKind::Resources, why)));
+        }
+        let usable = |id: &Uuid| job.requested_lz_id.is_none_or(|r| r == *id);
+        let any_could =
+            lzs.by_room.iter().map(|(_, _, id)| id).chain(&lzs.gateways).any(|id| usable(id) && lz(id).could_hold(job));
+        if any_could {
+            return (Verdict::PassOver, Some(behind()));
+        }
+        let why = format!(
+            "no landing zone online could hold it ({} CPUs, {} MB, {} GPUs)",
+            job.cpu_count, job.memory_amount, job.gpu_count
+        );
+        (Verdict::PassOver, Some(pending(PendingKind::NoLandingZone, why)))
+    }
+
+    /// Places a queued job on an LZ, in the batch.
+    fn start(&mut self, lz_id: Uuid, key: QueueKey, seq: u64, entry: Queued) {
+        self.dequeue(entry.job_id);
+        let lz = self.fleet.get(&lz_id).expect("chosen from the index");
+        let gpu_indices: Vec<u32> = if lz.max_jobs.is_none() {
+            lz.free_gpus.iter().take(entry.gpu_count as usize).copied().collect()
+        } else {
+            Vec::new()
+        };
+        let mut update = JobUpdate::new(entry.job_id, JobStatus::Assigned);
+        update.lz_id = Some(Some(lz_id));
+        update.gpu_indices = Some(gpu_indices.clone());
+        update.detail = Some(format!("landing zone {}", lz.name));
+        self.batch.updates.push(update);
+        self.batch.orders.push((lz_id, Pending::Run(entry.job_id)));
+        let placed = Placed {
+            entry,
+            key,
+            seq,
+            status: JobStatus::Assigned,
+            gpu_indices,
+            reason: None,
+            pending_reason: None,
+            stop_requested: false,
+        };
+        self.fleet.hold(lz_id, placed);
+    }
+
+    /// Writes a queued job's pending reason unless it is the one written last.
+    fn write_reason(&mut self, job_id: Uuid, reason: PendingReason) {
+        if self.reasons.get(&job_id) != Some(&reason) {
+            self.reasons.insert(job_id, reason.clone());
+            self.batch.pending.push((job_id, Some(reason)));
         }
     }
 
     /// Why a queued job waits when the landing zone it names, or every one of its station, is
     /// not online; `None` when one is.
-    fn offline(&self, job: &Job, online_stations: &HashSet<Uuid>) -> Option<PendingReason> {
+    fn offline(&self, station_id: Uuid, job: &Queued) -> Option<PendingReason> {
         let detail = match job.requested_lz_id {
-            Some(lz_id) => match self.lzs.get(&lz_id) {
+            Some(lz_id) => match self.fleet.get(&lz_id) {
                 Some(lz) if lz.connection.is_some() => return None,
                 Some(lz) => format!("its landing zone {} is not online", lz.name),
                 None => format!("its landing zone {lz_id} is gone"),
             },
-            None if online_stations.contains(&job.station_id) => return None,
+            None if self.fleet.station(&station_id).is_some_and(|s| s.connected() > 0) => return None,
             None => "no landing zone of its station is online".to_owned(),
         };
         Some(pending(PendingKind::NoLandingZone, detail))
     }
 }
 
+/// What a pass does with a job it looks at.
+enum Verdict {
+    /// Start it on this LZ.
+    Place(Uuid),
+    /// Hold this LZ for it: nothing after it starts there in this pass.
+    Hold(Uuid),
+    /// It cannot start, nor hold an LZ; later jobs of its sub-queue may.
+    PassOver,
+    /// Nothing of its sub-queue starts in this pass (its user is at the limit, or nothing of the
+    /// station is online).
+    SkipQueue,
+}
+
 /// The retry policy of a job whose current attempt failed so, if it tries the job again.
-fn retried(job: &Job, failure: RetryOn) -> Option<RetryPolicy> {
-    job.retry.clone().filter(|policy| policy.retries(job.attempt, failure))
+fn retried(job: &Queued, failure: RetryOn) -> Option<RetryPolicy> {
+    job.retry.as_deref().filter(|policy| policy.retries(job.attempt, failure)).cloned()
 }
 
 /// A pending reason.
@@ -1157,7 +1287,14 @@ fn pending(kind: PendingKind, detail: String) -> PendingReason {
     PendingReason { kind, detail }
 }
 
-/// The pending reason of a job that earlier jobs come before (the store adds how many).
+/// The pending reason of a job that waits for `dep` to complete (or end) and `more` others.
+fn dependency_reason(dep: Uuid, must_complete: bool, more: usize) -> PendingReason {
+    let end = if must_complete { "complete" } else { "end" };
+    let more = if more > 0 { format!(" (and {more} more)") } else { String::new() };
+    pending(PendingKind::Dependency, format!("waiting for job {dep} to {end}{more}"))
+}
+
+/// The pending reason of a job that earlier jobs come before (readers add how many).
 fn behind() -> PendingReason {
     pending(PendingKind::Priority, "first in line for the room it needs".into())
 }

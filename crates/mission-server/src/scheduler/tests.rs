@@ -3,16 +3,17 @@
 //! yielding holds the runtime busy, so the paused clock moves only when a test advances it (not
 //! whenever the runtime waits for the store's thread).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mission_api::lz::{Hello, Order, Report, Welcome};
-use mission_api::{Job, JobStatus, JobTransition, Mission, PendingKind, Resources};
+use mission_api::{Job, JobStatus, Mission, PendingKind, Resources};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::SchedulerResult;
-use super::state::State;
+use super::queue::Queue;
+use super::state::{PassWork, State};
 use super::{Call, Event, Outcome, Policy, Responder, SchedulerError, Sessions};
 use crate::DEFAULT_STATION_ID;
 use crate::agent_tokens::AgentTokens;
@@ -30,6 +31,10 @@ struct Harness {
     policy: Policy,
     events: mpsc::UnboundedSender<Event>,
     task: tokio::task::JoinHandle<()>,
+    /// The task's queue, as the routes read positions from it.
+    queue: Arc<Mutex<Queue>>,
+    /// What the task's placement passes did, counted.
+    work: Arc<Mutex<PassWork>>,
     mission: Mission,
     _dir: tempfile::TempDir,
 }
@@ -59,8 +64,9 @@ impl Harness {
         let logs = Arc::new(JobLogs::new(dir.path().join("logs")).unwrap());
         let tokens = Arc::new(AgentTokens::new(store.clone()));
         let sessions = Arc::new(Sessions::new(Uuid::nil(), None));
-        let (events, task) = Self::spawn(&store, &logs, &tokens, &sessions, policy).await;
-        Self { store, logs, tokens, sessions, policy, events, task, mission, _dir: dir }
+        let queue = Arc::new(Mutex::new(Queue::default()));
+        let (events, task, work) = Self::spawn(&store, &logs, &tokens, &sessions, policy, &queue).await;
+        Self { store, logs, tokens, sessions, policy, events, task, queue, work, mission, _dir: dir }
     }
 
     async fn spawn(
@@ -69,11 +75,15 @@ impl Harness {
         tokens: &Arc<AgentTokens>,
         sessions: &Arc<Sessions>,
         policy: Policy,
-    ) -> (mpsc::UnboundedSender<Event>, tokio::task::JoinHandle<()>) {
+        queue: &Arc<Mutex<Queue>>,
+    ) -> (mpsc::UnboundedSender<Event>, tokio::task::JoinHandle<()>, Arc<Mutex<PassWork>>) {
         let state =
-            State::rebuilt(store.clone(), logs.clone(), tokens.clone(), policy, sessions.clone()).await.unwrap();
-        let (events, queue) = mpsc::unbounded_channel();
-        (events, tokio::spawn(state.run(queue, tokio_util::sync::CancellationToken::new())))
+            State::rebuilt(store.clone(), logs.clone(), tokens.clone(), policy, sessions.clone(), queue.clone())
+                .await
+                .unwrap();
+        let work = state.work();
+        let (events, calls) = mpsc::unbounded_channel();
+        (events, tokio::spawn(state.run(calls, tokio_util::sync::CancellationToken::new())), work)
     }
 
     /// Replaces the task by a new one rebuilt from the store: a restart, or another replica
@@ -81,8 +91,9 @@ impl Harness {
     async fn hand_over(&mut self) {
         self.task.abort();
         let _ = (&mut self.task).await;
-        let (events, task) = Self::spawn(&self.store, &self.logs, &self.tokens, &self.sessions, self.policy).await;
-        (self.events, self.task) = (events, task);
+        let (events, task, work) =
+            Self::spawn(&self.store, &self.logs, &self.tokens, &self.sessions, self.policy, &self.queue).await;
+        (self.events, self.task, self.work) = (events, task, work);
     }
 
     async fn ask(&self, call: Call) -> SchedulerResult<Outcome> {
@@ -130,38 +141,15 @@ impl Harness {
     /// A job of the harness's mission asking for `cpus`, to submit.
     fn new_job(&self, cpus: u32) -> Job {
         Job {
-            job_id: Uuid::new_v4(),
-            mission_id: self.mission.mission_id,
-            user_id: self.mission.user_id,
-            station_id: DEFAULT_STATION_ID,
-            requested_lz_id: None,
-            lz_id: None,
-            status: JobStatus::Queued,
             cpu_count: cpus,
             memory_amount: 256,
-            gpu_count: 0,
-            time_limit: None,
-            gpu_indices: Vec::new(),
-            command: vec!["true".into()],
-            labels: Default::default(),
-            log_cap: None,
-            log_truncated: false,
-            after_ok: Vec::new(),
-            after_any: Vec::new(),
-            retry: None,
-            attempt: 1,
-            rerun_of: None,
-            array_id: None,
-            array_index: None,
-            pending_reason: None,
-            exit_code: None,
-            reason: None,
-            limits: None,
-            usage: None,
-            history: vec![JobTransition { status: JobStatus::Queued, at: store::now(), detail: None }],
-            created_at: store::now(),
-            started_at: None,
-            finished_at: None,
+            ..Job::queued(
+                self.mission.mission_id,
+                self.mission.user_id,
+                DEFAULT_STATION_ID,
+                vec!["true".into()],
+                store::now(),
+            )
         }
     }
 
@@ -172,9 +160,12 @@ impl Harness {
         }
     }
 
-    /// A job's pending reason as stored: its kind and words.
+    /// A job's pending reason as a reader gets it: its kind and words.
     async fn pending(&self, job_id: Uuid) -> Option<(PendingKind, String)> {
-        let job = self.store.job_row(job_id).await.unwrap().unwrap();
+        let mut job = self.store.job_row(job_id).await.unwrap().unwrap();
+        if let Some(position) = self.queue.lock().unwrap().position(job_id) {
+            super::stand_in_line(&mut job, position);
+        }
         job.pending_reason.map(|p| (p.kind, p.detail))
     }
 
@@ -529,4 +520,92 @@ async fn a_lost_job_with_a_policy_is_tried_again_and_reports_of_its_old_attempt_
     h.ask(Call::Reports { lz: again.lz.clone(), reports: vec![report] }).await.unwrap();
     assert_eq!(h.status(job.job_id).await, JobStatus::Lost, "the last attempt ends the job");
     assert!(agent.ended());
+}
+
+impl Harness {
+    /// Queues `n` one-CPU jobs in requests of 5,000, as the array route does; answers their ids
+    /// in submission order.
+    async fn submit_many(&self, n: usize) -> Vec<Uuid> {
+        let mut ids = Vec::with_capacity(n);
+        while ids.len() < n {
+            let jobs: Vec<Job> = (0..(n - ids.len()).min(5_000)).map(|_| self.new_job(1)).collect();
+            ids.extend(jobs.iter().map(|j| j.job_id));
+            self.ask(Call::SubmitMany { jobs }).await.unwrap();
+        }
+        ids
+    }
+
+    fn position(&self, job_id: Uuid) -> Option<(u64, u64)> {
+        self.queue.lock().unwrap().position(job_id).map(|p| (p.station, p.own))
+    }
+
+    fn work(&self) -> PassWork {
+        *self.work.lock().unwrap()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_100_000_queued_a_pass_looks_at_a_few_jobs_and_positions_stay_right() {
+    const N: usize = 100_000;
+    let mut h = Harness::new().await;
+    let lz = h.register("box").await;
+    // Queued while no landing zone is online: each request's pass looks at the sub-queue's head
+    // only, however long the line.
+    let ids = h.submit_many(N).await;
+    let work = h.work();
+    assert!(work.examined <= work.passes, "{work:?}: no landing zone online, only heads are looked at");
+    assert_eq!(h.position(ids[0]), Some((1, 1)));
+    assert_eq!(h.position(ids[N - 1]), Some((N as u64, N as u64)));
+    // Another user's job comes after all of them on the station, first in its own sub-queue.
+    let other = store::UserRecord {
+        user_id: Uuid::new_v4(),
+        username: "other".into(),
+        password_hash: None,
+        external_sub: None,
+        admin: false,
+        created_at: store::now(),
+    };
+    h.store.insert_user(&other).await.unwrap();
+    let theirs = h.submit_job(Job { user_id: other.user_id, ..h.new_job(1) }).await.unwrap();
+    assert_eq!(h.position(theirs.job_id), Some((N as u64 + 1, 1)));
+
+    // The LZ connects with two CPUs: the first two run.
+    let (mut agent, _) = h.connect(&lz, 2, Vec::new()).await;
+    assert_eq!(agent.runs(), ids[..2]);
+    assert_eq!(h.position(ids[2]), Some((1, 1)));
+    assert_eq!(h.position(ids[0]), None, "placed jobs have left the line");
+
+    // One ends: the next starts, and the pass that placed it looked at no more than a few jobs.
+    let before = h.work();
+    h.report(&agent, ids[0], JobStatus::Completed).await;
+    assert_eq!(agent.runs(), [ids[2]]);
+    let after = h.work();
+    assert_eq!(after.placed - before.placed, 1);
+    assert!(after.examined - before.examined <= 3, "{before:?} → {after:?}");
+    // The next in line holds the LZ; the rest are behind it, counted as read.
+    let (kind, _) = h.pending(ids[3]).await.unwrap();
+    assert_eq!(kind, PendingKind::Resources);
+    let (kind, detail) = h.pending(ids[50_000]).await.unwrap();
+    assert_eq!((kind, detail.as_str()), (PendingKind::Priority, "behind 49997 earlier queued jobs of its station"));
+
+    // A stop in the middle moves everyone behind it up by one.
+    h.ask(Call::Stop { job_id: ids[50_000], by: "test".into() }).await.unwrap();
+    assert_eq!(h.position(ids[N - 1]), Some((N as u64 - 4, N as u64 - 4)));
+    assert_eq!(h.position(theirs.job_id), Some((N as u64 - 3, 1)));
+
+    // A restart (or a new leader) rebuilds the same line from the store: nothing lost, and the
+    // agent's jobs are still its own, so nothing runs twice.
+    h.hand_over().await;
+    assert_eq!(h.position(ids[3]), Some((1, 1)));
+    assert_eq!(h.position(ids[N - 1]), Some((N as u64 - 4, N as u64 - 4)));
+    assert_eq!(h.position(ids[50_000]), None, "stopped jobs stay stopped");
+    let (mut agent, welcome) = h.connect(&lz, 2, vec![ids[1], ids[2]]).await;
+    assert!(welcome.drop.is_empty());
+    assert!(agent.runs().is_empty(), "the LZ is still full with what it ran before");
+    h.report(&agent, ids[1], JobStatus::Completed).await;
+    assert_eq!(agent.runs(), [ids[3]]);
+    for id in [ids[0], ids[1]] {
+        assert_eq!(h.status(id).await, JobStatus::Completed);
+    }
+    assert_eq!(h.status(ids[50_000]).await, JobStatus::Stopped);
 }

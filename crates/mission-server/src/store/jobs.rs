@@ -1,9 +1,10 @@
 //! Jobs, their history and results, and the landing-zone rows the scheduler keeps current.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
-use mission_api::{Job, JobStatus, JobTransition, PendingKind, PendingReason, Resources};
+use mission_api::{Job, JobStatus, JobTransition, PendingKind, PendingReason, QueuePosition, Resources, RetryPolicy};
 use sqlx::{Connection, QueryBuilder};
 use uuid::Uuid;
 
@@ -12,17 +13,101 @@ use super::{
     FileRecord, JobFilter, JobUpdate, LzIdentity, Store, StoreError, push_any_of, push_labels, to_micros, with_conn,
 };
 
-const JOB_COLUMNS: &str = "job_id, mission_id, user_id, station_id, requested_lz_id, lz_id, status, cpu_count, \
-    memory_amount, gpu_count, time_limit, gpu_indices, command, labels, log_cap, log_truncated, after_ok, after_any, \
-    pending_kind, pending_detail, retry, attempt, rerun_of, array_id, array_index, exit_code, reason, limits, wall_time, cpu_time, peak_memory, \
-    created_at, started_at, finished_at";
+/// How a column's value is taken from the JSON text of a batch on PostgreSQL (SQLite takes
+/// JSON values as they are).
+#[derive(Clone, Copy)]
+enum Cast {
+    Text,
+    Int,
+    Real,
+    Flag,
+}
 
-/// The last column of a job row read for a caller, after [`JOB_COLUMNS`] (`FROM jobs`): for a
-/// job whose pending reason is `priority`, how many queued jobs of its station are ahead of it in
-/// line. Counted as it is read, so that the scheduler need not rewrite a whole queue's rows every
-/// time its head moves. The scheduler's own reads take `NULL AS ahead`.
-const JOBS_AHEAD: &str = "CASE WHEN pending_kind = 'priority' THEN (SELECT COUNT(*) FROM jobs AS earlier \
-    WHERE earlier.station_id = jobs.station_id AND earlier.status = 'queued' AND earlier.seq < jobs.seq) END AS ahead";
+/// A job row's columns, in one place: what every read selects ([`JOB_COLUMNS`]) and what a new
+/// job's insert writes on either backend ([`sqlite_insert_jobs`], [`postgres_insert_jobs`]) from
+/// the keys of [`insert_row`] (a test holds those to this list).
+const JOB_ROW: &[(&str, Cast)] = &[
+    ("seq", Cast::Int),
+    ("job_id", Cast::Text),
+    ("mission_id", Cast::Text),
+    ("user_id", Cast::Text),
+    ("station_id", Cast::Text),
+    ("requested_lz_id", Cast::Text),
+    ("lz_id", Cast::Text),
+    ("status", Cast::Text),
+    ("cpu_count", Cast::Int),
+    ("memory_amount", Cast::Int),
+    ("gpu_count", Cast::Int),
+    ("time_limit", Cast::Int),
+    ("gpu_indices", Cast::Text),
+    ("command", Cast::Text),
+    ("labels", Cast::Text),
+    ("log_cap", Cast::Int),
+    ("log_truncated", Cast::Flag),
+    ("after_ok", Cast::Text),
+    ("after_any", Cast::Text),
+    ("pending_kind", Cast::Text),
+    ("pending_detail", Cast::Text),
+    ("retry", Cast::Text),
+    ("attempt", Cast::Int),
+    ("rerun_of", Cast::Text),
+    ("array_id", Cast::Text),
+    ("array_index", Cast::Int),
+    ("exit_code", Cast::Int),
+    ("reason", Cast::Text),
+    ("limits", Cast::Text),
+    ("wall_time", Cast::Real),
+    ("cpu_time", Cast::Real),
+    ("peak_memory", Cast::Int),
+    ("created_at", Cast::Int),
+    ("started_at", Cast::Int),
+    ("finished_at", Cast::Int),
+];
+
+/// The columns of [`JOB_ROW`], as a select list.
+static JOB_COLUMNS: LazyLock<String> =
+    LazyLock::new(|| JOB_ROW.iter().map(|(column, _)| *column).collect::<Vec<_>>().join(", "));
+
+/// The insert of new jobs from a JSON array of [`insert_row`]s on SQLite (`json_each(?)`).
+fn sqlite_insert_jobs() -> String {
+    let values: Vec<String> = JOB_ROW.iter().map(|(column, _)| format!("j.value ->> '{column}'")).collect();
+    format!("INSERT INTO jobs ({}) SELECT {} FROM json_each(?) AS j", *JOB_COLUMNS, values.join(", "))
+}
+
+/// The insert of new jobs from a JSON array of [`insert_row`]s on PostgreSQL (`$1`), in the
+/// array's order.
+fn postgres_insert_jobs() -> String {
+    let values: Vec<String> = JOB_ROW
+        .iter()
+        .map(|(column, cast)| match cast {
+            Cast::Text => format!("j ->> '{column}'"),
+            Cast::Int => format!("(j ->> '{column}')::bigint"),
+            Cast::Real => format!("(j ->> '{column}')::double precision"),
+            Cast::Flag => format!("(j ->> '{column}')::boolean"),
+        })
+        .collect();
+    format!(
+        "INSERT INTO jobs ({}) SELECT {} FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS batch (j, k) ORDER BY k",
+        *JOB_COLUMNS,
+        values.join(", ")
+    )
+}
+
+/// [`Store::save_jobs`] on PostgreSQL is one statement per JSON parameter of [`JobBatch`] in one
+/// transaction: this insert of new job rows ([`postgres_insert_jobs`], made once), changes of job
+/// rows, pending reasons, history rows. A history row's `n`, where the batch does not know it,
+/// follows the job's rows stored before the statement (which is what a statement's snapshot
+/// holds), `k` being its place among the batch's rows of that job.
+static POSTGRES_INSERT_JOBS: LazyLock<String> = LazyLock::new(postgres_insert_jobs);
+
+/// What [`Store::queue_positions`] counts for each job, bound as `$1`: how many queued jobs of its
+/// station, and of its user there, come before it (through the `jobs_queued` indexes).
+const QUEUE_POSITIONS: &str = "SELECT j.job_id, \
+    (SELECT COUNT(*) FROM jobs AS e WHERE e.station_id = j.station_id AND e.status = 'queued' AND e.seq < j.seq) \
+        AS station, \
+    (SELECT COUNT(*) FROM jobs AS e WHERE e.station_id = j.station_id AND e.user_id = j.user_id \
+        AND e.status = 'queued' AND e.seq < j.seq) AS own \
+    FROM jobs AS j WHERE j.status = 'queued'";
 
 /// [`Store::usage_summary`]'s sums, the user id bound next, other conditions pushed after.
 const USAGE_SUMMARY: &str = "SELECT COUNT(*) AS jobs, SUM(wall_time) AS wall, SUM(cpu_time) AS cpu, \
@@ -40,16 +125,17 @@ macro_rules! final_statuses {
 pub(super) const FINAL_STATUSES: &str = final_statuses!();
 
 impl Store {
-    /// Writes new jobs (each with its history so far), then job moves, in order, then the
-    /// pending reasons of queued jobs, in one transaction: a move updates the row and appends
+    /// Writes new jobs (each with its sequence number, which the scheduler gives, and its history
+    /// so far), then job moves, in order, then the
+    /// pending reasons of queued jobs (`None` clears one), in one transaction: a move updates the row and appends
     /// its history entry. Entering `running` sets `started_at`; a final status sets
     /// `finished_at`; leaving the queue clears the pending reason unless the move gives one. A
     /// pending reason for a job no longer queued is dropped.
     pub async fn save_jobs(
         &self,
-        inserts: &[Job],
+        inserts: &[(u64, Job)],
         updates: &[JobUpdate],
-        pending: &[(Uuid, PendingReason)],
+        pending: &[(Uuid, Option<PendingReason>)],
     ) -> Result<(), StoreError> {
         if inserts.is_empty() && updates.is_empty() && pending.is_empty() {
             return Ok(());
@@ -62,7 +148,7 @@ impl Store {
             super::Backend::Sqlite(db) => {
                 // One script: one trip to SQLite's worker thread (those thread hand-offs were most
                 // of what the scheduler waited for).
-                let script = sqlx::query(SQLITE_SAVE_JOBS)
+                let script = sqlx::query(SQLITE_SAVE_JOBS.as_str())
                     .bind(batch.jobs.as_str())
                     .bind(batch.changes.as_str())
                     .bind(batch.pending.as_str())
@@ -85,7 +171,7 @@ impl Store {
                     }
                 }
                 for (statement, parameter) in [
-                    (POSTGRES_INSERT_JOBS, &batch.jobs),
+                    (POSTGRES_INSERT_JOBS.as_str(), &batch.jobs),
                     (POSTGRES_CHANGE_JOBS, &batch.changes),
                     (POSTGRES_PENDING, &batch.pending),
                     (POSTGRES_APPEND_HISTORY, &batch.history),
@@ -119,7 +205,7 @@ impl Store {
     pub async fn job_row(&self, job_id: Uuid) -> Result<Option<Job>, StoreError> {
         with_conn!(self, reader, |conn| {
             let row = {
-                sqlx::query(&format!("SELECT {JOB_COLUMNS}, {JOBS_AHEAD} FROM jobs WHERE job_id = $1"))
+                sqlx::query(&format!("SELECT {} FROM jobs WHERE job_id = $1", *JOB_COLUMNS))
                     .bind(job_id.to_string())
                     .fetch_optional(conn)
                     .await?
@@ -172,8 +258,7 @@ impl Store {
                 let mut count: QueryBuilder<Db> = QueryBuilder::new("SELECT COUNT(*) FROM jobs");
                 conditions(&mut count, filter);
                 let total: i64 = count.build_query_scalar().fetch_one(&mut *conn).await?;
-                let mut q: QueryBuilder<Db> =
-                    QueryBuilder::new(format!("SELECT {JOB_COLUMNS}, {JOBS_AHEAD} FROM jobs"));
+                let mut q: QueryBuilder<Db> = QueryBuilder::new(format!("SELECT {} FROM jobs", *JOB_COLUMNS));
                 conditions(&mut q, filter);
                 q.push(" ORDER BY seq DESC LIMIT ")
                     .push_bind(i64::from(filter.items))
@@ -352,8 +437,9 @@ impl Store {
     ) -> Result<Vec<Job>, StoreError> {
         with_conn!(self, reader, |conn: Db| {
             let mut q: QueryBuilder<Db> = QueryBuilder::new(format!(
-                "SELECT {JOB_COLUMNS}, CAST(NULL AS BIGINT) AS ahead FROM jobs WHERE status IN ('failed', 'lost') \
-                 AND NOT EXISTS (SELECT 1 FROM jobs AS again WHERE again.rerun_of = jobs.job_id) AND mission_id = "
+                "SELECT {} FROM jobs WHERE status IN ('failed', 'lost') \
+                 AND NOT EXISTS (SELECT 1 FROM jobs AS again WHERE again.rerun_of = jobs.job_id) AND mission_id = ",
+                *JOB_COLUMNS
             ));
             q.push_bind(mission_id.to_string());
             if let Some(user) = user {
@@ -365,17 +451,91 @@ impl Store {
         })
     }
 
-    /// Every job that has not ended, in submission order (what the scheduler rebuilds from).
-    pub async fn unfinished_jobs(&self) -> Result<Vec<Job>, StoreError> {
+    /// Every job placed on a landing zone that has not ended, in submission order, with its
+    /// sequence number (what the scheduler rebuilds the landing zones' occupancy from).
+    pub async fn placed_jobs(&self) -> Result<Vec<(u64, Job)>, StoreError> {
         with_conn!(self, reader, |conn| {
             let rows = {
                 sqlx::query(&format!(
-                    "SELECT {JOB_COLUMNS}, CAST(NULL AS BIGINT) AS ahead FROM jobs WHERE status NOT IN {FINAL_STATUSES} ORDER BY seq"
+                    "SELECT {} FROM jobs WHERE status NOT IN {FINAL_STATUSES} AND status <> 'queued' ORDER BY seq",
+                    *JOB_COLUMNS
                 ))
                 .fetch_all(conn)
                 .await?
             };
+            rows.iter().map(|r| Ok((r.count("seq")?, job_from_row(r)?))).collect()
+        })
+    }
+
+    /// Every queued job, in submission order, as placement needs it ([`QueuedRow`]), handed to
+    /// `each` as it streams from the database: a million queued jobs are never a million rows in
+    /// memory at once.
+    pub async fn queued_jobs(&self, mut each: impl FnMut(QueuedRow)) -> Result<(), StoreError> {
+        use futures_util::TryStreamExt;
+        with_conn!(self, reader, |conn| {
+            let mut rows = sqlx::query(
+                "SELECT seq, job_id, user_id, station_id, requested_lz_id, cpu_count, memory_amount, gpu_count, \
+                 attempt, retry, CASE WHEN after_ok = '[]' THEN NULL ELSE after_ok END AS after_ok, \
+                 CASE WHEN after_any = '[]' THEN NULL ELSE after_any END AS after_any \
+                 FROM jobs WHERE status = 'queued' ORDER BY seq",
+            )
+            .fetch(conn);
+            while let Some(r) = rows.try_next().await? {
+                each(QueuedRow {
+                    seq: r.count("seq")?,
+                    job_id: r.uuid("job_id")?,
+                    user_id: r.uuid("user_id")?,
+                    station_id: r.uuid("station_id")?,
+                    requested_lz_id: r.opt_uuid("requested_lz_id")?,
+                    cpu_count: r.int("cpu_count")? as u32,
+                    memory_amount: r.count("memory_amount")?,
+                    gpu_count: r.int("gpu_count")? as u32,
+                    attempt: r.count("attempt")? as u32,
+                    retry: r.opt_json("retry")?,
+                    after_ok: r.opt_json("after_ok")?.unwrap_or_default(),
+                    after_any: r.opt_json("after_any")?.unwrap_or_default(),
+                });
+            }
+            Ok(())
+        })
+    }
+
+    /// The sequence number the next job is given: one past the last job's.
+    pub async fn next_job_seq(&self) -> Result<u64, StoreError> {
+        let last: Option<i64> =
+            with_conn!(self, reader, |conn| sqlx::query_scalar("SELECT MAX(seq) FROM jobs").fetch_one(conn).await?);
+        Ok(last.map_or(1, |n| n as u64 + 1))
+    }
+
+    /// Of `job_ids`, the jobs there are, without their histories.
+    pub async fn job_rows(&self, job_ids: &[Uuid]) -> Result<Vec<Job>, StoreError> {
+        if job_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        with_conn!(self, reader, |conn| {
+            let mut q = QueryBuilder::new(format!("SELECT {} FROM jobs WHERE 1 = 1", *JOB_COLUMNS));
+            push_any_of(&mut q, "job_id", job_ids.iter().map(Uuid::to_string));
+            let rows = { q.build().fetch_all(conn).await? };
             rows.iter().map(job_from_row).collect()
+        })
+    }
+
+    /// Where each of `job_ids` that is queued stands in line, counted in the database: what a
+    /// replica that does not run the scheduler answers (the scheduler counts its own, in memory).
+    pub async fn queue_positions(&self, job_ids: &[Uuid]) -> Result<HashMap<Uuid, QueuePosition>, StoreError> {
+        if job_ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        with_conn!(self, reader, |conn| {
+            let mut q = QueryBuilder::new(QUEUE_POSITIONS);
+            push_any_of(&mut q, "j.job_id", job_ids.iter().map(Uuid::to_string));
+            let rows = { q.build().fetch_all(conn).await? };
+            rows.iter()
+                .map(|r| {
+                    let position = QueuePosition { station: r.count("station")? + 1, own: r.count("own")? + 1 };
+                    Ok((r.uuid("job_id")?, position))
+                })
+                .collect()
         })
     }
 
@@ -559,23 +719,12 @@ impl Store {
 /// the batch's rows of that job. (SQLite reads a table an `INSERT … SELECT` writes into before it
 /// writes, so the count is that of the rows stored before the statement.) The history rows, given
 /// again, become the `job.*` events, as [`POSTGRES_JOB_EVENTS`] says.
-const SQLITE_SAVE_JOBS: &str = concat!(
-    "BEGIN IMMEDIATE;
-INSERT INTO jobs (seq, job_id, mission_id, user_id, station_id, requested_lz_id, lz_id, status, cpu_count, \
-    memory_amount, gpu_count, time_limit, gpu_indices, command, labels, log_cap, after_ok, after_any, pending_kind, \
-    pending_detail, retry, attempt, rerun_of, array_id, array_index, exit_code, reason, limits, created_at, started_at, \
-    finished_at) \
-SELECT last.seq + j.key + 1, j.value ->> 'job_id', j.value ->> 'mission_id', j.value ->> 'user_id', \
-    j.value ->> 'station_id', j.value ->> 'requested_lz_id', j.value ->> 'lz_id', j.value ->> 'status', \
-    j.value ->> 'cpu_count', j.value ->> 'memory_amount', j.value ->> 'gpu_count', j.value ->> 'time_limit', \
-    j.value ->> 'gpu_indices', \
-    j.value ->> 'command', j.value ->> 'labels', j.value ->> 'log_cap', j.value ->> 'after_ok', \
-    j.value ->> 'after_any', j.value ->> 'pending_kind', j.value ->> 'pending_detail', j.value ->> 'retry', \
-    j.value ->> 'attempt', j.value ->> 'rerun_of', j.value ->> 'array_id', j.value ->> 'array_index', \
-    j.value ->> 'exit_code', \
-    j.value ->> 'reason', j.value ->> 'limits', j.value ->> 'created_at', j.value ->> 'started_at', j.value ->> 'finished_at' \
-FROM json_each(?) AS j, (SELECT COALESCE(MAX(seq), 0) AS seq FROM jobs) AS last;
-UPDATE jobs SET status = c.value ->> 'status', \
+static SQLITE_SAVE_JOBS: LazyLock<String> =
+    LazyLock::new(|| format!("BEGIN IMMEDIATE;\n{};\n{SQLITE_SAVE_JOBS_AFTER_INSERT}", sqlite_insert_jobs()));
+
+/// The statements of [`SQLITE_SAVE_JOBS`] after its insert.
+const SQLITE_SAVE_JOBS_AFTER_INSERT: &str = concat!(
+    "UPDATE jobs SET status = c.value ->> 'status', \
     attempt = COALESCE(c.value ->> 'attempt', jobs.attempt), \
     memory_amount = COALESCE(c.value ->> 'memory_amount', jobs.memory_amount), \
     lz_id = IIF(json_type(c.value, '$.lz_id') IS NULL, jobs.lz_id, c.value ->> 'lz_id'), \
@@ -626,24 +775,6 @@ SELECT (h ->> 'at')::bigint, 'job.' || (h ->> 'status'), jobs.user_id, jobs.miss
 FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS history (h, k) JOIN jobs ON jobs.job_id = h ->> 'job_id' \
 ORDER BY k"
 );
-
-/// [`Store::save_jobs`] on PostgreSQL, one statement per JSON parameter of [`JobBatch`] in one
-/// transaction: new job rows (in submission order, which their `seq` keeps), changes of job rows,
-/// history rows. A history row's `n`, where the batch does not know it, follows the job's rows
-/// stored before the statement (which is what a statement's snapshot holds), `k` being its place
-/// among the batch's rows of that job.
-const POSTGRES_INSERT_JOBS: &str = "INSERT INTO jobs (job_id, mission_id, user_id, station_id, requested_lz_id, \
-    lz_id, status, cpu_count, memory_amount, gpu_count, time_limit, gpu_indices, command, labels, log_cap, after_ok, \
-    after_any, pending_kind, pending_detail, retry, attempt, rerun_of, array_id, array_index, exit_code, reason, limits, \
-    created_at, started_at, finished_at) \
-SELECT j ->> 'job_id', j ->> 'mission_id', j ->> 'user_id', j ->> 'station_id', j ->> 'requested_lz_id', \
-    j ->> 'lz_id', j ->> 'status', (j ->> 'cpu_count')::bigint, (j ->> 'memory_amount')::bigint, \
-    (j ->> 'gpu_count')::bigint, (j ->> 'time_limit')::bigint, j ->> 'gpu_indices', j ->> 'command', j ->> 'labels', \
-    (j ->> 'log_cap')::bigint, j ->> 'after_ok', j ->> 'after_any', j ->> 'pending_kind', j ->> 'pending_detail', \
-    j ->> 'retry', (j ->> 'attempt')::bigint, j ->> 'rerun_of', j ->> 'array_id', (j ->> 'array_index')::bigint, \
-    (j ->> 'exit_code')::bigint, j ->> 'reason', \
-    j ->> 'limits', (j ->> 'created_at')::bigint, (j ->> 'started_at')::bigint, (j ->> 'finished_at')::bigint \
-FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS batch (j, k) ORDER BY k";
 
 /// The second statement of [`POSTGRES_INSERT_JOBS`]'s transaction.
 const POSTGRES_CHANGE_JOBS: &str = "UPDATE jobs SET status = c ->> 'status', \
@@ -720,7 +851,7 @@ struct JobChange {
 }
 
 impl JobBatch {
-    fn new(inserts: &[Job], updates: &[JobUpdate], pending: &[(Uuid, PendingReason)]) -> Self {
+    fn new(inserts: &[(u64, Job)], updates: &[JobUpdate], pending: &[(Uuid, Option<PendingReason>)]) -> Self {
         let mut jobs = Vec::with_capacity(inserts.len());
         let mut history = Vec::new();
         // Per job of the batch: the history rows it has (new jobs) or the batch added so far.
@@ -735,39 +866,8 @@ impl JobBatch {
                 "detail": t.detail,
             })
         };
-        for job in inserts {
-            jobs.push(serde_json::json!({
-                "job_id": job.job_id.to_string(),
-                "mission_id": job.mission_id.to_string(),
-                "user_id": job.user_id.to_string(),
-                "station_id": job.station_id.to_string(),
-                "requested_lz_id": job.requested_lz_id.map(|id| id.to_string()),
-                "lz_id": job.lz_id.map(|id| id.to_string()),
-                "status": job.status.as_str(),
-                "cpu_count": job.cpu_count,
-                "memory_amount": job.memory_amount,
-                "gpu_count": job.gpu_count,
-                "time_limit": job.time_limit,
-                "gpu_indices": join_indices(&job.gpu_indices),
-                "command": serde_json::to_string(&job.command).expect("strings serialise"),
-                "labels": serde_json::to_string(&job.labels).expect("strings serialise"),
-                "log_cap": job.log_cap,
-                "after_ok": serde_json::to_string(&job.after_ok).expect("ids serialise"),
-                "after_any": serde_json::to_string(&job.after_any).expect("ids serialise"),
-                "pending_kind": job.pending_reason.as_ref().map(|p| p.kind.as_str()),
-                "pending_detail": job.pending_reason.as_ref().map(|p| &p.detail),
-                "retry": job.retry.as_ref().map(|r| serde_json::to_string(r).expect("policies serialise")),
-                "attempt": job.attempt,
-                "rerun_of": job.rerun_of.map(|id| id.to_string()),
-                "array_id": job.array_id.map(|id| id.to_string()),
-                "array_index": job.array_index,
-                "exit_code": job.exit_code,
-                "reason": job.reason,
-                "limits": job.limits,
-                "created_at": to_micros(job.created_at),
-                "started_at": job.started_at.map(to_micros),
-                "finished_at": job.finished_at.map(to_micros),
-            }));
+        for (seq, job) in inserts {
+            jobs.push(insert_row(*seq, job));
             for (n, t) in job.history.iter().enumerate() {
                 history.push(history_row(job.job_id, Some(n), 0, t));
             }
@@ -848,8 +948,8 @@ impl JobBatch {
             .map(|(job_id, reason)| {
                 serde_json::json!({
                     "job_id": job_id.to_string(),
-                    "kind": reason.kind.as_str(),
-                    "detail": reason.detail,
+                    "kind": reason.as_ref().map(|r| r.kind.as_str()),
+                    "detail": reason.as_ref().map(|r| &r.detail),
                 })
             })
             .collect();
@@ -862,6 +962,48 @@ impl JobBatch {
     }
 }
 
+/// A new job's row, as the inserts of [`JOB_ROW`] read it: one key per column.
+fn insert_row(seq: u64, job: &Job) -> serde_json::Value {
+    let usage = job.usage.as_ref();
+    serde_json::json!({
+        "seq": seq,
+        "job_id": job.job_id.to_string(),
+        "mission_id": job.mission_id.to_string(),
+        "user_id": job.user_id.to_string(),
+        "station_id": job.station_id.to_string(),
+        "requested_lz_id": job.requested_lz_id.map(|id| id.to_string()),
+        "lz_id": job.lz_id.map(|id| id.to_string()),
+        "status": job.status.as_str(),
+        "cpu_count": job.cpu_count,
+        "memory_amount": job.memory_amount,
+        "gpu_count": job.gpu_count,
+        "time_limit": job.time_limit,
+        "gpu_indices": join_indices(&job.gpu_indices),
+        "command": serde_json::to_string(&job.command).expect("strings serialise"),
+        "labels": serde_json::to_string(&job.labels).expect("strings serialise"),
+        "log_cap": job.log_cap,
+        "log_truncated": job.log_truncated,
+        "after_ok": serde_json::to_string(&job.after_ok).expect("ids serialise"),
+        "after_any": serde_json::to_string(&job.after_any).expect("ids serialise"),
+        "pending_kind": job.pending_reason.as_ref().map(|p| p.kind.as_str()),
+        "pending_detail": job.pending_reason.as_ref().map(|p| &p.detail),
+        "retry": job.retry.as_ref().map(|r| serde_json::to_string(r).expect("policies serialise")),
+        "attempt": job.attempt,
+        "rerun_of": job.rerun_of.map(|id| id.to_string()),
+        "array_id": job.array_id.map(|id| id.to_string()),
+        "array_index": job.array_index,
+        "exit_code": job.exit_code,
+        "reason": job.reason,
+        "limits": job.limits,
+        "wall_time": usage.map(|u| u.wall_time),
+        "cpu_time": usage.and_then(|u| u.cpu_time),
+        "peak_memory": usage.and_then(|u| u.peak_memory),
+        "created_at": to_micros(job.created_at),
+        "started_at": job.started_at.map(to_micros),
+        "finished_at": job.finished_at.map(to_micros),
+    })
+}
+
 fn join_indices(indices: &[u32]) -> String {
     indices.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
@@ -870,17 +1012,11 @@ fn parse_status(s: &str) -> Result<JobStatus, StoreError> {
     s.parse().map_err(StoreError::Corrupt)
 }
 
-/// A job's pending reason, with the jobs ahead of it counted where the row has them
-/// ([`JOBS_AHEAD`]).
+/// A job's pending reason as stored (a placement pass writes it for the jobs it looked at).
 fn pending_from_row(r: &impl Columns) -> Result<Option<PendingReason>, StoreError> {
     let Some(kind) = r.opt_text("pending_kind")? else { return Ok(None) };
     let kind: PendingKind = kind.parse().map_err(StoreError::Corrupt)?;
-    let mut detail = r.opt_text("pending_detail")?.unwrap_or_default();
-    if let Some(ahead) = r.opt_int("ahead")?.filter(|n| *n > 0) {
-        let jobs = if ahead == 1 { "job" } else { "jobs" };
-        detail = format!("behind {ahead} earlier queued {jobs} of its station; {detail}");
-    }
-    Ok(Some(PendingReason { kind, detail }))
+    Ok(Some(PendingReason { kind, detail: r.opt_text("pending_detail")?.unwrap_or_default() }))
 }
 
 fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
@@ -931,6 +1067,7 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
         array_id: r.opt_uuid("array_id")?,
         array_index: r.opt_int("array_index")?.map(|i| i as u32),
         pending_reason: pending_from_row(r)?,
+        position: None,
         exit_code,
         reason: r.opt_text("reason")?,
         limits: r.opt_text("limits")?,
@@ -940,4 +1077,49 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
         started_at: r.opt_time("started_at")?,
         finished_at: r.opt_time("finished_at")?,
     })
+}
+
+/// What placement needs of a queued job, as [`Store::queued_jobs`] streams it.
+#[derive(Debug)]
+pub struct QueuedRow {
+    /// Its place in line.
+    pub seq: u64,
+    /// The job.
+    pub job_id: Uuid,
+    /// Whose.
+    pub user_id: Uuid,
+    /// Its station.
+    pub station_id: Uuid,
+    /// The landing zone it names.
+    pub requested_lz_id: Option<Uuid>,
+    /// CPUs it asks for.
+    pub cpu_count: u32,
+    /// Megabytes it asks for.
+    pub memory_amount: u64,
+    /// GPUs it asks for.
+    pub gpu_count: u32,
+    /// Its attempt.
+    pub attempt: u32,
+    /// Its retry policy.
+    pub retry: Option<RetryPolicy>,
+    /// Jobs it waits for to complete.
+    pub after_ok: Vec<Uuid>,
+    /// Jobs it waits for to end.
+    pub after_any: Vec<Uuid>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_job_row_has_exactly_the_columns_of_the_row_description() {
+        let job = Job::queued(Uuid::nil(), Uuid::nil(), Uuid::nil(), vec!["true".into()], super::super::now());
+        let row = insert_row(1, &job);
+        let mut keys: Vec<&str> = row.as_object().unwrap().keys().map(String::as_str).collect();
+        let mut columns: Vec<&str> = JOB_ROW.iter().map(|(column, _)| *column).collect();
+        keys.sort_unstable();
+        columns.sort_unstable();
+        assert_eq!(keys, columns);
+    }
 }

@@ -36,6 +36,7 @@ use uuid::Uuid;
 
 pub use self::cluster::{ClusterDb, Leadership, MAIL_CHANNEL, PathLock};
 pub use self::events::{EventFilter, NewEvent};
+pub use self::jobs::QueuedRow;
 pub use self::url::DatabaseUrl;
 pub use self::webhooks::{AttemptOutcome, DueDelivery, NewDelivery, WebhookRecord};
 
@@ -429,6 +430,33 @@ impl Intent {
 
 /// The migrations of one backend, embedded so the binary carries its schema: (version, name, SQL).
 type Migrations = [(i64, &'static str, &'static str)];
+
+#[cfg(test)]
+mod migration_tests {
+    /// Each backend's list names exactly the files of its `migrations/` folder, `NNNN_name.sql`
+    /// as version NNNN and name `name`, with the file's text: a migration added to the folder
+    /// but not to the list (or the reverse) fails here, not on a user's database.
+    #[test]
+    fn each_backend_lists_exactly_its_migrations_folder() {
+        for (backend, list) in [("sqlite", super::sqlite::MIGRATIONS), ("postgres", super::postgres::MIGRATIONS)] {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations").join(backend);
+            let mut files: Vec<(i64, String, String)> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|entry| {
+                    let path = entry.unwrap().path();
+                    let file = path.file_name().unwrap().to_str().unwrap().to_owned();
+                    let stem = file.strip_suffix(".sql").unwrap_or_else(|| panic!("{file} is not an .sql file"));
+                    let (version, name) = stem.split_once('_').unwrap();
+                    (version.parse().unwrap(), name.to_owned(), std::fs::read_to_string(&path).unwrap())
+                })
+                .collect();
+            files.sort();
+            let listed: Vec<(i64, String, String)> =
+                list.iter().map(|(v, name, sql)| (*v, (*name).to_owned(), (*sql).to_owned())).collect();
+            assert_eq!(listed, files, "{backend}'s migration list and {} differ", dir.display());
+        }
+    }
+}
 
 /// Brings the database behind `conn` to the schema of `migrations`, holding the database's
 /// migration lock (on PostgreSQL an advisory lock, so replicas started together migrate once;

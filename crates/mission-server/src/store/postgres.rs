@@ -10,7 +10,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use super::{DatabaseUrl, Migrations, StoreError};
 
 /// The PostgreSQL schema's migrations: the same versions as SQLite's, in PostgreSQL's dialect.
-const MIGRATIONS: &Migrations = &[
+pub(super) const MIGRATIONS: &Migrations = &[
     (1, "init", include_str!("../../migrations/postgres/0001_init.sql")),
     (2, "files", include_str!("../../migrations/postgres/0002_files.sql")),
     (3, "cargo_bays", include_str!("../../migrations/postgres/0003_cargo_bays.sql")),
@@ -33,6 +33,7 @@ const MIGRATIONS: &Migrations = &[
     (20, "job_dependencies", include_str!("../../migrations/postgres/0020_job_dependencies.sql")),
     (21, "job_retries", include_str!("../../migrations/postgres/0021_job_retries.sql")),
     (22, "job_arrays", include_str!("../../migrations/postgres/0022_job_arrays.sql")),
+    (23, "queue_positions", include_str!("../../migrations/postgres/0023_queue_positions.sql")),
 ];
 
 /// Connections a replica holds at most.

@@ -12,7 +12,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, Sq
 use super::{DatabaseUrl, Migrations, StoreError};
 
 /// The SQLite schema's migrations.
-const MIGRATIONS: &Migrations = &[
+pub(super) const MIGRATIONS: &Migrations = &[
     (1, "init", include_str!("../../migrations/sqlite/0001_init.sql")),
     (2, "files", include_str!("../../migrations/sqlite/0002_files.sql")),
     (3, "cargo_bays", include_str!("../../migrations/sqlite/0003_cargo_bays.sql")),
@@ -35,6 +35,7 @@ const MIGRATIONS: &Migrations = &[
     (20, "job_dependencies", include_str!("../../migrations/sqlite/0020_job_dependencies.sql")),
     (21, "job_retries", include_str!("../../migrations/sqlite/0021_job_retries.sql")),
     (22, "job_arrays", include_str!("../../migrations/sqlite/0022_job_arrays.sql")),
+    (23, "queue_positions", include_str!("../../migrations/sqlite/0023_queue_positions.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

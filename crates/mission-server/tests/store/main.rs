@@ -136,14 +136,21 @@ async fn postgres_a_deposed_leader_writes_no_job() {
     let first_epoch = first.epoch;
     let old = store.fenced(first_epoch);
     let job = story::job(&mission, story::LOCAL_STATION);
-    old.save_jobs(std::slice::from_ref(&job), &[], &[]).await.unwrap();
+    old.save_jobs(&story::numbered(&store, std::slice::from_ref(&job)).await, &[], &[]).await.unwrap();
     drop(first);
     let second = cluster.lead(uuid::Uuid::new_v4()).await.unwrap();
     assert_eq!(second.epoch, first_epoch + 1, "a new lead is a new epoch");
     let late = story::job(&mission, story::LOCAL_STATION);
-    assert!(matches!(old.save_jobs(std::slice::from_ref(&late), &[], &[]).await, Err(StoreError::NotLeader)));
+    assert!(matches!(
+        old.save_jobs(&story::numbered(&store, std::slice::from_ref(&late)).await, &[], &[]).await,
+        Err(StoreError::NotLeader)
+    ));
     assert!(store.job(late.job_id).await.unwrap().is_none());
-    store.fenced(second.epoch).save_jobs(std::slice::from_ref(&late), &[], &[]).await.unwrap();
+    store
+        .fenced(second.epoch)
+        .save_jobs(&story::numbered(&store, std::slice::from_ref(&late)).await, &[], &[])
+        .await
+        .unwrap();
     assert!(store.job(late.job_id).await.unwrap().is_some());
 }
 
@@ -162,7 +169,7 @@ async fn postgres_keeps_job_logs_in_chunks() {
     let db = store.cluster().unwrap();
     let (mission, _) = story::mission_with_lz(&store).await;
     let job = story::job(&mission, story::LOCAL_STATION);
-    store.save_jobs(std::slice::from_ref(&job), &[], &[]).await.unwrap();
+    store.save_jobs(&story::numbered(&store, std::slice::from_ref(&job)).await, &[], &[]).await.unwrap();
     assert_eq!(db.log_state(job.job_id, "stdout").await.unwrap(), (0, None));
     db.append_log(job.job_id, "stdout", 0, b"hello ").await.unwrap();
     db.append_log(job.job_id, "stdout", 6, b"world\n").await.unwrap();
@@ -189,7 +196,7 @@ async fn postgres_keeps_the_head_and_tail_of_a_log_past_its_cap() {
     let logs = JobLogs::in_database(store.cluster().unwrap());
     let (mission, _) = story::mission_with_lz(&store).await;
     let job = story::job(&mission, story::LOCAL_STATION);
-    store.save_jobs(std::slice::from_ref(&job), &[], &[]).await.unwrap();
+    store.save_jobs(&story::numbered(&store, std::slice::from_ref(&job)).await, &[], &[]).await.unwrap();
     let ids = (mission.mission_id, job.job_id);
     let output: Vec<u8> = (0..10_000u32).map(|i| b'a' + (i % 26) as u8).collect();
     // Chunks shorter than the tail, each sent twice as a retrying agent would.

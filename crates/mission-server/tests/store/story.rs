@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use mission_api::{
-    CargoBay, CargoBayKind, Job, JobStatus, JobTransition, LandingZone, Mission, PendingKind, PendingReason, Resources,
+    CargoBay, CargoBayKind, Job, JobStatus, LandingZone, Mission, PendingKind, PendingReason, QueuePosition, Resources,
     Station,
 };
 use mission_server::Store;
@@ -89,39 +89,16 @@ async fn upload(store: &Store, record: &FileRecord) {
 
 pub(crate) fn job(mission: &Mission, station_id: Uuid) -> Job {
     Job {
-        job_id: Uuid::new_v4(),
-        mission_id: mission.mission_id,
-        user_id: mission.user_id,
-        station_id,
-        requested_lz_id: None,
-        lz_id: None,
-        status: JobStatus::Queued,
-        cpu_count: 1,
         memory_amount: 256,
-        gpu_count: 0,
         time_limit: Some(90),
-        gpu_indices: Vec::new(),
-        command: vec!["sh".into(), "run.sh".into()],
-        labels: Default::default(),
-        log_cap: None,
-        log_truncated: false,
-        after_ok: Vec::new(),
-        after_any: Vec::new(),
-        retry: None,
-        attempt: 1,
-        rerun_of: None,
-        array_id: None,
-        array_index: None,
-        pending_reason: None,
-        exit_code: None,
-        reason: None,
-        limits: None,
-        usage: None,
-        history: vec![JobTransition { status: JobStatus::Queued, at: now(), detail: None }],
-        created_at: now(),
-        started_at: None,
-        finished_at: None,
+        ..Job::queued(mission.mission_id, mission.user_id, station_id, vec!["sh".into(), "run.sh".into()], now())
     }
+}
+
+/// New jobs with the sequence numbers that follow the store's last, as the scheduler gives them.
+pub(crate) async fn numbered(store: &Store, jobs: &[Job]) -> Vec<(u64, Job)> {
+    let first = store.next_job_seq().await.unwrap();
+    (first..).zip(jobs.iter().cloned()).collect()
 }
 
 fn landing_zone(station_id: Uuid, name: &str) -> LandingZone {
@@ -673,7 +650,7 @@ pub async fn job_batches_and_history(store: &Store) {
         detail: Some("on lz".into()),
         ..moved(first.job_id, JobStatus::Assigned)
     };
-    store.save_jobs(&[first.clone(), second.clone()], &[assigned], &[]).await.unwrap();
+    store.save_jobs(&numbered(store, &[first.clone(), second.clone()]).await, &[assigned], &[]).await.unwrap();
     let stored = store.job(first.job_id).await.unwrap().unwrap();
     assert_eq!((stored.status, stored.lz_id, stored.gpu_indices.clone()), (JobStatus::Assigned, Some(lz), vec![0, 1]));
     assert_eq!(stored.history.len(), 2);
@@ -736,37 +713,35 @@ pub async fn job_batches_and_history(store: &Store) {
     store.save_jobs(&[], &[], &[]).await.unwrap();
 
     // What jobs wait for, and why: dependencies round-trip; a pending reason is kept while a
-    // job is queued, `priority` counts the queued jobs of the station ahead, a move out of the
-    // queue clears the reason unless it gives one (a batch system's), and a reason for a job no
-    // longer queued is dropped.
+    // job is queued, a move out of the queue clears the reason unless it gives one (a batch
+    // system's), a reason for a job no longer queued is dropped, and `None` clears one. Positions
+    // count the queued jobs ahead on the station and of the same user there.
     let waits = |kind, detail: &str| Some(PendingReason { kind, detail: detail.into() });
     let ahead = Job { after_ok: vec![first.job_id], after_any: vec![second.job_id], ..job(&m, LOCAL_STATION) };
     let behind = Job { pending_reason: waits(PendingKind::Priority, "first in line"), ..job(&m, LOCAL_STATION) };
     let placed = job(&m, LOCAL_STATION);
-    store.save_jobs(&[ahead.clone(), behind.clone(), placed.clone()], &[], &[]).await.unwrap();
+    store.save_jobs(&numbered(store, &[ahead.clone(), behind.clone(), placed.clone()]).await, &[], &[]).await.unwrap();
+    let positions = store.queue_positions(&[ahead.job_id, behind.job_id, placed.job_id]).await.unwrap();
+    assert_eq!(positions[&behind.job_id], QueuePosition { station: 2, own: 2 });
     let assigned = JobUpdate { lz_id: Some(Some(lz)), ..moved(placed.job_id, JobStatus::Assigned) };
     let resources = waits(PendingKind::Resources, "room on lz");
-    let reasons = [(ahead.job_id, resources.clone().unwrap()), (placed.job_id, resources.clone().unwrap())];
+    let reasons = [(ahead.job_id, resources.clone()), (placed.job_id, resources.clone())];
     store.save_jobs(&[], &[assigned], &reasons).await.unwrap();
     let stored = store.job_row(ahead.job_id).await.unwrap().unwrap();
     assert_eq!((stored.after_ok, stored.after_any), (vec![first.job_id], vec![second.job_id]));
     assert_eq!(stored.pending_reason, resources);
-    let stored = store.job_row(behind.job_id).await.unwrap().unwrap();
-    assert_eq!(
-        stored.pending_reason,
-        waits(PendingKind::Priority, "behind 1 earlier queued job of its station; first in line")
-    );
+    assert_eq!(store.job_row(behind.job_id).await.unwrap().unwrap().pending_reason, behind.pending_reason);
     assert_eq!(store.job_row(placed.job_id).await.unwrap().unwrap().pending_reason, None, "placed in the same batch");
-    let (listed, _) = store.jobs(&JobFilter { items: 3, page: 1, ..Default::default() }).await.unwrap();
-    assert_eq!(listed[1].pending_reason, stored.pending_reason, "listings count the same way");
     let slurm = waits(PendingKind::BatchSystem, "waiting in Slurm's queue: Priority");
     let staging = JobUpdate { pending: slurm.clone(), ..moved(placed.job_id, JobStatus::Staging) };
     let assigned = moved(ahead.job_id, JobStatus::Assigned);
-    store.save_jobs(&[], &[staging, assigned], &[]).await.unwrap();
+    store.save_jobs(&[], &[staging, assigned], &[(behind.job_id, None)]).await.unwrap();
     assert_eq!(store.job_row(placed.job_id).await.unwrap().unwrap().pending_reason, slurm);
     assert_eq!(store.job_row(ahead.job_id).await.unwrap().unwrap().pending_reason, None);
-    let stored = store.job_row(behind.job_id).await.unwrap().unwrap();
-    assert_eq!(stored.pending_reason.unwrap().detail, "first in line", "the one ahead left the queue");
+    assert_eq!(store.job_row(behind.job_id).await.unwrap().unwrap().pending_reason, None, "cleared");
+    let positions = store.queue_positions(&[ahead.job_id, behind.job_id]).await.unwrap();
+    assert_eq!(positions.len(), 1, "only queued jobs have a position");
+    assert_eq!(positions[&behind.job_id], QueuePosition { station: 1, own: 1 }, "the one ahead left the queue");
     let owners = store.job_owners_and_statuses(&[ahead.job_id, Uuid::new_v4(), first.job_id]).await.unwrap();
     assert_eq!(owners.len(), 2);
     assert!(owners.contains(&(first.job_id, m.user_id, JobStatus::Completed)));
@@ -777,12 +752,15 @@ pub async fn a_failing_batch_leaves_nothing_written(store: &Store) {
     let job = job(&m, LOCAL_STATION);
     let other = Job { job_id: Uuid::new_v4(), ..job.clone() };
     // The third insert repeats the first's id: the whole batch is refused.
-    let err = store.save_jobs(&[job.clone(), other.clone(), job.clone()], &[], &[]).await;
+    let err = store.save_jobs(&numbered(store, &[job.clone(), other.clone(), job.clone()]).await, &[], &[]).await;
     assert!(err.is_err());
     assert!(store.job(job.job_id).await.unwrap().is_none());
     assert!(store.job(other.job_id).await.unwrap().is_none());
     // And the store is usable afterwards.
-    store.save_jobs(std::slice::from_ref(&job), &[moved(job.job_id, JobStatus::Stopped)], &[]).await.unwrap();
+    store
+        .save_jobs(&numbered(store, std::slice::from_ref(&job)).await, &[moved(job.job_id, JobStatus::Stopped)], &[])
+        .await
+        .unwrap();
     assert_eq!(store.job(job.job_id).await.unwrap().unwrap().status, JobStatus::Stopped);
 }
 
@@ -813,7 +791,7 @@ pub async fn job_listings_results_and_agents(store: &Store) {
     jobs[3].labels = label(&[("sweep", "a")]);
     jobs[4].labels = label(&[("sweep", "b")]);
     jobs[1].log_cap = Some(4096);
-    store.save_jobs(&jobs, &[], &[]).await.unwrap();
+    store.save_jobs(&numbered(store, &jobs).await, &[], &[]).await.unwrap();
     // A log cap asked for is kept; a job whose output passed it is found among others.
     assert_eq!(store.job_row(jobs[1].job_id).await.unwrap().unwrap().log_cap, Some(4096));
     store.mark_log_truncated(jobs[1].job_id).await.unwrap();
@@ -884,11 +862,19 @@ pub async fn job_listings_results_and_agents(store: &Store) {
     let (listed, _) = store.jobs(&by_labels(&[("sweep", "a")])).await.unwrap();
     assert_eq!(ids(listed), [jobs[4].job_id, jobs[3].job_id, jobs[0].job_id], "labels changed");
 
+    // What a scheduler rebuilds from: the placed jobs whole, the queued ones streamed as
+    // placement needs them, both in submission order.
+    let placed = store.placed_jobs().await.unwrap();
+    assert_eq!(placed.iter().map(|(_, j)| j.job_id).collect::<Vec<_>>(), [jobs[0].job_id]);
+    let mut queued = Vec::new();
+    store.queued_jobs(|row| queued.push((row.seq, row.job_id, row.cpu_count, row.after_ok))).await.unwrap();
     assert_eq!(
-        ids(store.unfinished_jobs().await.unwrap()),
-        [jobs[0].job_id, jobs[2].job_id, jobs[3].job_id, jobs[4].job_id, jobs[5].job_id],
+        queued.iter().map(|(_, id, _, _)| *id).collect::<Vec<_>>(),
+        [jobs[2].job_id, jobs[3].job_id, jobs[4].job_id, jobs[5].job_id],
         "in submission order"
     );
+    assert!(queued.windows(2).all(|w| w[0].0 < w[1].0) && placed[0].0 < queued[0].0);
+    assert!(queued.iter().all(|(_, _, cpus, after_ok)| *cpus == 1 && after_ok.is_empty()));
     assert_eq!(store.mission_unfinished_jobs(m.mission_id).await.unwrap(), 3);
     assert_eq!(store.mission_unfinished_jobs(bobs.mission_id).await.unwrap(), 2);
 

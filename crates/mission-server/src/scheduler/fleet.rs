@@ -1,0 +1,297 @@
+//! The landing zones as the scheduler sees them: what each offers and holds, its connection and
+//! lease, and per station an index of the connected ones by free room, so that a placement finds
+//! the best fit (or the LZ to hold for a large job) without a look at every landing zone.
+//!
+//! Whatever changes an LZ's room or connection goes through [`Fleet`] (`hold`, `release`,
+//! `update`, `insert`, `remove`), which keeps the index, the job → LZ map and the per-user count
+//! of placed jobs current.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use mission_api::lz::Order;
+use mission_api::{JobStatus, PendingReason, Resources};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::queue::{QueueKey, Queued};
+use super::{SessionId, Sessions};
+
+/// A job an LZ holds: its queue entry (what it asks for) and how far it got.
+pub(super) struct Placed {
+    pub entry: Queued,
+    pub key: QueueKey,
+    pub seq: u64,
+    pub status: JobStatus,
+    pub gpu_indices: Vec<u32>,
+    /// The last reason it was given (why it failed, or a batch system's words once running).
+    pub reason: Option<String>,
+    /// Why it waits in a batch system's queue, while it does.
+    pub pending_reason: Option<PendingReason>,
+    pub stop_requested: bool,
+}
+
+/// An agent's order stream; dropping it ends the stream (the agent then connects again).
+pub(super) struct Connection {
+    pub id: SessionId,
+    pub sessions: Arc<Sessions>,
+}
+
+impl Connection {
+    pub fn send(&self, order: Order) {
+        self.sessions.deliver(self.id, order);
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.sessions.end(self.id);
+    }
+}
+
+pub(super) struct LzState {
+    pub station_id: Uuid,
+    pub name: String,
+    /// What the agent advertised when it last connected; `None` until it first did.
+    pub capacity: Option<Resources>,
+    gpus: Vec<u32>,
+    pub free_cpu: i64,
+    pub free_memory: i64,
+    pub free_gpus: BTreeSet<u32>,
+    pub connection: Option<Connection>,
+    /// When the lease runs out; `None` once it did (until the agent connects again).
+    pub lease_until: Option<Instant>,
+    pub jobs: HashMap<Uuid, Placed>,
+    /// A gateway into a batch system takes this many jobs at once, each within `capacity`,
+    /// whatever else it holds (its batch system queues them).
+    pub max_jobs: Option<u32>,
+}
+
+impl LzState {
+    /// An LZ offering `capacity` (unknown until its agent first connects) with the GPUs `gpus`.
+    pub fn new(station_id: Uuid, name: String, capacity: Option<Resources>, gpus: Vec<u32>) -> Self {
+        Self {
+            station_id,
+            name,
+            capacity,
+            free_cpu: capacity.map_or(0, |c| i64::from(c.cpu_count)),
+            free_memory: capacity.map_or(0, |c| c.memory_amount as i64),
+            free_gpus: gpus.iter().copied().collect(),
+            gpus,
+            connection: None,
+            lease_until: None,
+            jobs: HashMap::new(),
+            max_jobs: None,
+        }
+    }
+
+    pub fn fits_now(&self, job: &Queued) -> bool {
+        if let Some(max) = self.max_jobs {
+            return self.jobs.len() < max as usize && self.could_hold(job);
+        }
+        self.free_cpu >= i64::from(job.cpu_count)
+            && self.free_memory >= job.memory_amount as i64
+            && self.free_gpus.len() >= job.gpu_count as usize
+    }
+
+    pub fn could_hold(&self, job: &Queued) -> bool {
+        self.could_hold_shape(job.cpu_count, job.memory_amount, job.gpu_count)
+    }
+
+    pub fn could_hold_shape(&self, cpu: u32, memory: u64, gpu: u32) -> bool {
+        self.capacity.is_some_and(|c| c.cpu_count >= cpu && c.memory_amount >= memory && c.gpu_count >= gpu)
+    }
+
+    /// Whether a job could start here now, were it small enough: free CPUs and memory left, or
+    /// (a gateway) a free slot.
+    fn has_room(&self) -> bool {
+        match self.max_jobs {
+            Some(max) => self.jobs.len() < max as usize,
+            None => self.free_cpu >= 1 && self.free_memory >= 1,
+        }
+    }
+
+    /// The key of this LZ in its station's index by room.
+    fn room_key(&self, id: Uuid) -> (i64, i64, Uuid) {
+        (self.free_cpu, self.free_memory, id)
+    }
+}
+
+/// A station's landing zones, and the connected ones by free room.
+#[derive(Default)]
+pub(super) struct StationLzs {
+    /// Every LZ of the station.
+    pub all: BTreeSet<Uuid>,
+    /// The connected LZs that count resources, by (free CPUs, free memory, id).
+    pub by_room: BTreeSet<(i64, i64, Uuid)>,
+    /// The connected gateways (they count jobs instead).
+    pub gateways: BTreeSet<Uuid>,
+}
+
+impl StationLzs {
+    pub fn connected(&self) -> usize {
+        self.by_room.len() + self.gateways.len()
+    }
+}
+
+/// The landing zones; see the module docs.
+#[derive(Default)]
+pub(super) struct Fleet {
+    lzs: HashMap<Uuid, LzState>,
+    stations: HashMap<Uuid, StationLzs>,
+    /// Which LZ holds each placed job.
+    placed_on: HashMap<Uuid, Uuid>,
+    /// How many placed jobs each user has.
+    per_user: HashMap<Uuid, u32>,
+}
+
+impl Fleet {
+    pub fn get(&self, lz_id: &Uuid) -> Option<&LzState> {
+        self.lzs.get(lz_id)
+    }
+
+    /// An LZ, for changes that touch neither its room nor its connection (a placed job's status).
+    pub fn get_quiet_mut(&mut self, lz_id: &Uuid) -> Option<&mut LzState> {
+        self.lzs.get_mut(lz_id)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&Uuid, &LzState)> {
+        self.lzs.iter()
+    }
+
+    pub fn station(&self, station_id: &Uuid) -> Option<&StationLzs> {
+        self.stations.get(station_id)
+    }
+
+    /// The LZs of a station.
+    pub fn of_station(&self, station_id: Uuid) -> impl Iterator<Item = (Uuid, &LzState)> {
+        let ids = self.stations.get(&station_id).map(|s| s.all.iter()).into_iter().flatten();
+        ids.filter_map(|id| self.lzs.get(id).map(|lz| (*id, lz)))
+    }
+
+    /// The LZ holding a placed job.
+    pub fn holder(&self, job_id: &Uuid) -> Option<Uuid> {
+        self.placed_on.get(job_id).copied()
+    }
+
+    /// A placed job.
+    pub fn placed(&self, job_id: &Uuid) -> Option<&Placed> {
+        self.lzs.get(self.placed_on.get(job_id)?)?.jobs.get(job_id)
+    }
+
+    /// How many placed jobs `user_id` has.
+    pub fn placed_of(&self, user_id: &Uuid) -> u32 {
+        self.per_user.get(user_id).copied().unwrap_or(0)
+    }
+
+    fn unlist(&mut self, lz_id: Uuid) {
+        let Some(lz) = self.lzs.get(&lz_id) else { return };
+        if let Some(station) = self.stations.get_mut(&lz.station_id) {
+            station.by_room.remove(&lz.room_key(lz_id));
+            station.gateways.remove(&lz_id);
+        }
+    }
+
+    fn list(&mut self, lz_id: Uuid) {
+        let Some(lz) = self.lzs.get(&lz_id) else { return };
+        let station = self.stations.entry(lz.station_id).or_default();
+        station.all.insert(lz_id);
+        if lz.connection.is_some() {
+            if lz.max_jobs.is_some() {
+                station.gateways.insert(lz_id);
+            } else {
+                station.by_room.insert(lz.room_key(lz_id));
+            }
+        }
+    }
+
+    /// Changes an LZ, keeping the index current.
+    pub fn update<R>(&mut self, lz_id: Uuid, change: impl FnOnce(&mut LzState) -> R) -> Option<R> {
+        self.unlist(lz_id);
+        let result = self.lzs.get_mut(&lz_id).map(change);
+        self.list(lz_id);
+        result
+    }
+
+    /// Adds or replaces an LZ (its jobs are the caller's to hold again).
+    pub fn insert(&mut self, lz_id: Uuid, lz: LzState) {
+        self.unlist(lz_id);
+        self.lzs.insert(lz_id, lz);
+        self.list(lz_id);
+    }
+
+    /// Removes an LZ with the jobs it holds.
+    pub fn remove(&mut self, lz_id: Uuid) -> Option<LzState> {
+        self.unlist(lz_id);
+        let lz = self.lzs.remove(&lz_id)?;
+        if let Some(station) = self.stations.get_mut(&lz.station_id) {
+            station.all.remove(&lz_id);
+        }
+        for (job_id, placed) in &lz.jobs {
+            self.placed_on.remove(job_id);
+            self.uncount(placed.key.user_id);
+        }
+        Some(lz)
+    }
+
+    fn uncount(&mut self, user_id: Uuid) {
+        if let Some(n) = self.per_user.get_mut(&user_id) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_user.remove(&user_id);
+            }
+        }
+    }
+
+    /// Counts a placed job (with its `gpu_indices`) against an LZ's free resources.
+    pub fn hold(&mut self, lz_id: Uuid, placed: Placed) {
+        let (job_id, user_id) = (placed.entry.job_id, placed.key.user_id);
+        let held = self.update(lz_id, |lz| {
+            if lz.max_jobs.is_none() {
+                lz.free_cpu -= i64::from(placed.entry.cpu_count);
+                lz.free_memory -= placed.entry.memory_amount as i64;
+                for g in &placed.gpu_indices {
+                    lz.free_gpus.remove(g);
+                }
+            }
+            lz.jobs.insert(job_id, placed);
+        });
+        if held.is_some() {
+            self.placed_on.insert(job_id, lz_id);
+            *self.per_user.entry(user_id).or_default() += 1;
+        }
+    }
+
+    /// Takes a placed job off its LZ, giving back what it held.
+    pub fn release(&mut self, lz_id: Uuid, job_id: Uuid) -> Option<Placed> {
+        let placed = self.update(lz_id, |lz| {
+            let placed = lz.jobs.remove(&job_id)?;
+            if lz.max_jobs.is_none() {
+                lz.free_cpu += i64::from(placed.entry.cpu_count);
+                lz.free_memory += placed.entry.memory_amount as i64;
+                let gpus = &lz.gpus;
+                lz.free_gpus.extend(placed.gpu_indices.iter().filter(|g| gpus.contains(g)));
+            }
+            Some(placed)
+        })??;
+        self.placed_on.remove(&job_id);
+        self.uncount(placed.key.user_id);
+        Some(placed)
+    }
+
+    /// Takes every job off an LZ.
+    pub fn release_all(&mut self, lz_id: Uuid) -> Vec<Placed> {
+        let ids: Vec<Uuid> = self.lzs.get(&lz_id).map(|lz| lz.jobs.keys().copied().collect()).unwrap_or_default();
+        ids.into_iter().filter_map(|id| self.release(lz_id, id)).collect()
+    }
+
+    /// Whether a job could start on the station now on an LZ not in `reserved`: one has free
+    /// CPUs and memory, or a free slot.
+    pub fn room_left(&self, station_id: Uuid, reserved: &impl Fn(Uuid) -> bool) -> bool {
+        let Some(station) = self.stations.get(&station_id) else { return false };
+        // The LZ with the most free CPUs not held for a job says whether any has room.
+        let roomy = station.by_room.iter().rev().find(|(_, _, id)| !reserved(*id));
+        roomy.is_some_and(|(cpu, _, _)| *cpu >= 1)
+            || station.gateways.iter().any(|id| !reserved(*id) && self.lzs.get(id).is_some_and(LzState::has_room))
+    }
+}

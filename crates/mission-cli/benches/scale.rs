@@ -1,0 +1,230 @@
+//! The queue at scale: the release `mission server` with a million queued jobs, through the
+//! public API, against the same server with an empty queue in the same run.
+//!
+//! - jobs queued by arrays of 100,000 (`BENCH_SCALE_JOBS`, default 1,000,000) while no landing
+//!   zone is online: the time each request took, the server's RSS per queued job;
+//! - `GET /jobs?statuses=queued` and `GET /jobs/{id}` p50/p99 with them all queued;
+//! - the server restarted on the same data: the time until it answers again (its rebuild);
+//! - then an agent (`mission lz`, this host's CPUs) drains `BENCH_DRAIN_JOBS` (default 2,000) of
+//!   them: jobs/s and server CPU per job, against the same agent draining an array of as many
+//!   jobs on a fresh server with nothing else queued.
+//!
+//! Run: `cargo bench -p mission-cli --bench scale`. The machine is shared and noisy: read the
+//! ratios, which come from one run.
+
+#[allow(dead_code)]
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use mission_client::{Client, CreateMission, JobStatus, ListJobs, RegisterLandingZone, RunJob, RunJobArray};
+
+use common::{bin, cpu_time, percentile, rss_kib, spawn_server_with};
+
+const SCRIPT: &str = "true\n";
+const ARRAY_REQUEST: usize = 100_000;
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// A server with no embedded landing zone, signed in as its admin, with a mission of one
+/// trivial script and a landing zone registered on the `local` station but not running.
+struct Setup {
+    server: tokio::process::Child,
+    url: String,
+    client: Client,
+    mission_id: uuid::Uuid,
+    run: RunJob,
+    lz_token: String,
+}
+
+async fn setup(home: &Path) -> Setup {
+    let (server, url) = spawn_server_with(&home.join("data"), &["--no-local-lz"]).await;
+    let password = std::fs::read_to_string(home.join("data").join("initial-admin-password")).unwrap();
+    let (tokens, auth) = common::sign_in(&url, "admin", password.trim()).await;
+    let client = Client::with_tokens(&url, tokens, auth).unwrap();
+    let station = client.list_stations().await.unwrap().into_iter().find(|s| s.name == "local").unwrap();
+    let registered = client
+        .register_landing_zone(
+            station.station_id,
+            &RegisterLandingZone { name: "worker".into(), cluster_account: None },
+        )
+        .await
+        .unwrap();
+    let src = home.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("run.sh"), SCRIPT).unwrap();
+    let request = CreateMission {
+        name: "scale".into(),
+        mission_type_id: Some(mission_server::catalogue::SHELL),
+        settings: Some(BTreeMap::from([
+            ("filename".to_owned(), "run.sh".to_owned()),
+            ("shell".to_owned(), "sh".to_owned()),
+        ])),
+        ..Default::default()
+    };
+    let mission = client.create_and_upload_mission(&request, &src).await.unwrap();
+    let run = RunJob {
+        station_id: station.station_id,
+        cpu_count: Some(1),
+        memory_amount: Some(64),
+        gpu_count: Some(0),
+        ..Default::default()
+    };
+    Setup { server, url, client, mission_id: mission.mission_id, run, lz_token: registered.token }
+}
+
+/// Starts the registered landing zone's agent.
+fn agent(home: &Path, url: &str, token: &str) -> tokio::process::Child {
+    tokio::process::Command::new(bin())
+        .args(["lz", "--server", url, "--data-dir"])
+        .arg(home.join("lz"))
+        .env("MISSION_LZ_TOKEN", token)
+        .env("MISSION_LOG", "warn")
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// Completed jobs of the arrays, summed.
+async fn completed(client: &Client, arrays: &[uuid::Uuid]) -> u64 {
+    let mut done = 0;
+    for id in arrays {
+        done += client.get_job_array(*id).await.unwrap().completed;
+    }
+    done
+}
+
+/// Waits until `n` more jobs of the arrays completed than `from`; answers the time and the
+/// server's CPU time it took.
+async fn drain(client: &Client, arrays: &[uuid::Uuid], from: u64, n: u64, server: u32) -> (Duration, Duration) {
+    let (started, cpu) = (Instant::now(), cpu_time(server).unwrap_or_default());
+    while completed(client, arrays).await < from + n {
+        assert!(started.elapsed() < Duration::from_secs(1800), "the drain did not finish");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    (started.elapsed(), cpu_time(server).unwrap_or_default().saturating_sub(cpu))
+}
+
+async fn timed<T>(f: impl std::future::Future<Output = T>) -> (T, Duration) {
+    let started = Instant::now();
+    let value = f.await;
+    (value, started.elapsed())
+}
+
+#[tokio::main]
+async fn main() {
+    let total = env_or("BENCH_SCALE_JOBS", 1_000_000);
+    let drained = env_or("BENCH_DRAIN_JOBS", 2_000) as u64;
+
+    // The baseline: the same drain with nothing else queued.
+    let empty_home = tempfile::tempdir().unwrap();
+    let empty = setup(empty_home.path()).await;
+    let request = RunJobArray { run: empty.run.clone(), range: Some(format!("1-{drained}")), ..Default::default() };
+    let array = empty.client.run_job_array(empty.mission_id, &request).await.unwrap();
+    let _agent = agent(empty_home.path(), &empty.url, &empty.lz_token);
+    let (empty_time, empty_cpu) = drain(&empty.client, &[array.array_id], 0, drained, empty.server.id().unwrap()).await;
+    drop(_agent);
+    drop(empty);
+
+    let home = tempfile::tempdir().unwrap();
+    let mut full = setup(home.path()).await;
+    let pid = full.server.id().unwrap();
+    let rss_before = rss_kib(pid);
+    let mut arrays = Vec::new();
+    let mut requests = Vec::new();
+    let mut queued = 0;
+    while queued < total {
+        let n = ARRAY_REQUEST.min(total - queued);
+        let request = RunJobArray { run: full.run.clone(), range: Some(format!("1-{n}")), ..Default::default() };
+        let (array, took) = timed(full.client.run_job_array(full.mission_id, &request)).await;
+        arrays.push(array.unwrap().array_id);
+        requests.push(took);
+        queued += n;
+    }
+    let rss_queued = rss_kib(pid);
+    let per_job = (rss_queued.saturating_sub(rss_before) * 1024) as f64 / total as f64;
+
+    // Reads with them all queued.
+    let (mut lists, mut gets) = (Vec::new(), Vec::new());
+    let queued_only = ListJobs { statuses: vec![JobStatus::Queued], ..Default::default() };
+    let mut ids = Vec::new();
+    for i in 0..200u32 {
+        let page = ListJobs { page: 1 + i * 97 % 4000, ..queued_only.clone() };
+        let (page, took) = timed(full.client.list_jobs(&page)).await;
+        ids.extend(page.unwrap().into_iter().map(|j| j.job_id).take(1));
+        lists.push(took);
+    }
+    for id in &ids {
+        let (job, took) = timed(full.client.get_job(*id)).await;
+        assert!(job.unwrap().position.is_some(), "a queued job has a position");
+        gets.push(took);
+    }
+    lists.sort();
+    gets.sort();
+
+    // A restart: until the server answers again on the same data.
+    full.server.kill().await.unwrap();
+    let _ = full.server.wait().await;
+    let (restarted, rebuild) = timed(spawn_server_with(&home.path().join("data"), &["--no-local-lz"])).await;
+    let (server, url) = restarted;
+    let pid = server.id().unwrap();
+    let rss_rebuilt = rss_kib(pid);
+    full.server = server;
+    let password = std::fs::read_to_string(home.path().join("data").join("initial-admin-password")).unwrap();
+    let (tokens, auth) = common::sign_in(&url, "admin", password.trim()).await;
+    let client = Client::with_tokens(&url, tokens, auth).unwrap();
+
+    let _agent = agent(home.path(), &url, &full.lz_token);
+    let (full_time, full_cpu) = drain(&client, &arrays, 0, drained, pid).await;
+
+    let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
+    let rate = |t: Duration| drained as f64 / t.as_secs_f64();
+    requests.sort();
+    println!("| measure | value | target |");
+    println!("|---|---|---|");
+    println!(
+        "| {total} jobs queued by arrays of {ARRAY_REQUEST}: request time median / max | {} / {} | seconds, not minutes |",
+        ms(percentile(&requests, 0.5)),
+        ms(*requests.last().unwrap())
+    );
+    println!(
+        "| server RSS per queued job | {per_job:.0} B ({} MB in all) | ≤ 300 B |",
+        (rss_queued - rss_before) / 1024
+    );
+    println!(
+        "| restart until the server answers (rebuild) | {} (RSS after: {} MB) | < 10 s |",
+        ms(rebuild),
+        rss_rebuilt / 1024
+    );
+    println!(
+        "| GET /jobs?statuses=queued p50 / p99 | {} / {} | p99 < 10 ms |",
+        ms(percentile(&lists, 0.5)),
+        ms(percentile(&lists, 0.99))
+    );
+    println!(
+        "| GET /jobs/{{id}} p50 / p99 | {} / {} | p99 < 10 ms |",
+        ms(percentile(&gets, 0.5)),
+        ms(percentile(&gets, 0.99))
+    );
+    println!(
+        "| drain, empty queue: {drained} jobs | {:.0} jobs/s, server CPU {} per job | |",
+        rate(empty_time),
+        ms(empty_cpu / drained as u32)
+    );
+    println!(
+        "| drain, {total} queued: {drained} jobs | {:.0} jobs/s, server CPU {} per job | |",
+        rate(full_time),
+        ms(full_cpu / drained as u32)
+    );
+    println!("| drain rate, full against empty | {:.0}% | ≥ 90% |", 100.0 * rate(full_time) / rate(empty_time));
+    println!(
+        "| server CPU per job, full against empty | {:.2}× | ≤ 1.2× |",
+        full_cpu.as_secs_f64() / empty_cpu.as_secs_f64().max(1e-9)
+    );
+}

@@ -280,6 +280,8 @@ async fn start_again(app: &AppState, old: Job) -> ApiResult<Job> {
         labels: old.labels,
         log_cap: old.log_cap,
         retry: old.retry,
+        array_id: old.array_id,
+        array_index: old.array_index,
         ..fresh
     };
     app.scheduler.submit(job).await

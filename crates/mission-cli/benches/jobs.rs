@@ -24,7 +24,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use mission_client::{Client, CreateMission, JobResources, JobStatus, ListJobs, RegisterLandingZone, RunJob};
+use mission_client::{Client, JobResources, JobStatus, ListJobs, RegisterLandingZone, RunJob};
 
 use common::{Deployment, Service, bin, percentile, rss_kib};
 
@@ -77,16 +77,7 @@ async fn main() {
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("run.sh"), SCRIPT).unwrap();
     std::fs::write(src.join("input.txt"), "a small input file\n").unwrap();
-    let request = CreateMission {
-        name: "bench".into(),
-        mission_type_id: Some(mission_server::catalogue::SHELL),
-        settings: Some(BTreeMap::from([
-            ("filename".to_owned(), "run.sh".to_owned()),
-            ("shell".to_owned(), "sh".to_owned()),
-        ])),
-        ..Default::default()
-    };
-    let mission = client.create_and_upload_mission(&request, &src).await.unwrap();
+    let mission = common::shell_mission(&client, "bench", &src).await;
     let one_cpu = JobResources { cpu_count: Some(1), memory_amount: Some(256), gpu_count: Some(0), time_limit: None };
     let run = RunJob {
         station_id: station.station_id,

@@ -15,12 +15,11 @@
 #[allow(dead_code)]
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use mission_client::{Client, CreateMission, JobStatus, ListJobs, RegisterLandingZone, RunJob, RunJobArray};
+use mission_client::{Client, JobStatus, ListJobs, RegisterLandingZone, RunJob, RunJobArray};
 
 use common::{bin, cpu_time, percentile, rss_kib, spawn_server_with};
 
@@ -58,16 +57,7 @@ async fn setup(home: &Path) -> Setup {
     let src = home.join("src");
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("run.sh"), SCRIPT).unwrap();
-    let request = CreateMission {
-        name: "scale".into(),
-        mission_type_id: Some(mission_server::catalogue::SHELL),
-        settings: Some(BTreeMap::from([
-            ("filename".to_owned(), "run.sh".to_owned()),
-            ("shell".to_owned(), "sh".to_owned()),
-        ])),
-        ..Default::default()
-    };
-    let mission = client.create_and_upload_mission(&request, &src).await.unwrap();
+    let mission = common::shell_mission(&client, "scale", &src).await;
     let run = RunJob {
         station_id: station.station_id,
         cpu_count: Some(1),

@@ -289,3 +289,18 @@ pub fn bench_mission(i: usize, user_id: uuid::Uuid, at: chrono::DateTime<chrono:
         updated_at: at,
     }
 }
+
+/// A `shell` mission named `name` running `sh run.sh`, with the files of `src` (which holds
+/// `run.sh`) uploaded.
+pub async fn shell_mission(client: &mission_client::Client, name: &str, src: &Path) -> mission_api::Mission {
+    let request = mission_client::CreateMission {
+        name: name.into(),
+        mission_type_id: Some(mission_server::catalogue::SHELL),
+        settings: Some(std::collections::BTreeMap::from([
+            ("filename".to_owned(), "run.sh".to_owned()),
+            ("shell".to_owned(), "sh".to_owned()),
+        ])),
+        ..Default::default()
+    };
+    client.create_and_upload_mission(&request, src).await.unwrap()
+}

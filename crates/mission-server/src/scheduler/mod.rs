@@ -332,18 +332,12 @@ pub struct Session {
 const REMOTE_ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Handle to the scheduler; cheap to clone.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Scheduler {
     route: Route,
     sessions: Arc<Sessions>,
     /// The queue the scheduler's task keeps, while this process runs it: positions are read here.
     queue: Arc<Mutex<Queue>>,
-}
-
-impl std::fmt::Debug for Scheduler {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scheduler").field("route", &self.route).finish_non_exhaustive()
-    }
 }
 
 #[derive(Clone, Debug)]

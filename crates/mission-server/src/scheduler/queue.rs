@@ -326,6 +326,11 @@ impl Queue {
         heads.range((from, Bound::Unbounded)).find(|(_, queue)| !skip(*queue)).copied()
     }
 
+    /// The runnable job of sub-queue `queue` at `seq`.
+    pub fn runnable_at(&self, queue: u32, seq: u64) -> Option<&Queued> {
+        self.queues[queue as usize].runnable.get(&seq)
+    }
+
     /// The first runnable job of sub-queue `queue` after `seq` (or from the start).
     pub fn next_in(&self, queue: u32, after: Option<u64>) -> Option<(u64, &Queued)> {
         let runnable = &self.queues[queue as usize].runnable;

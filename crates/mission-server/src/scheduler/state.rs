@@ -59,7 +59,7 @@ use crate::store::{self, JobUpdate, LzIdentity, Store, StoreError};
 const MAX_BATCH: usize = 256;
 
 /// Most jobs one pass over a station looks at that it can neither place nor hold an LZ for.
-pub(super) const PASS_DEPTH: usize = 256;
+const PASS_DEPTH: usize = 256;
 
 /// Where a new or reloaded job stands with the jobs it waits for.
 enum Standing {
@@ -123,8 +123,8 @@ impl Batch {
     }
 }
 
-/// What placement passes have done, counted: what the scheduler's tests and the scale
-/// benchmark read to see that a pass's work follows what it places, not the queue's length.
+/// What placement passes have done, counted: what the scheduler's tests read to see that a
+/// pass's work follows what it places, not the queue's length.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PassWork {
     /// Passes over a station.
@@ -168,7 +168,8 @@ enum Stop {
 
 impl State {
     /// The state rebuilt from the store: the landing zones, the queue, what each LZ holds. The
-    /// queue is `queue` (emptied first), which the routes read positions from.
+    /// queue is `queue` (its contents replaced by the store's), which the routes read positions
+    /// from.
     pub(crate) async fn rebuilt(
         store: Store,
         logs: Arc<JobLogs>,
@@ -284,7 +285,9 @@ impl State {
             .map(|(id, _)| *id)
             .collect();
         for lz_id in silent {
-            self.fleet.update(lz_id, |lz| lz.lease_until = Some(grace));
+            if let Some(lz) = self.fleet.get_quiet_mut(&lz_id) {
+                lz.lease_until = Some(grace);
+            }
         }
         self.dirty.extend(self.fleet.iter().map(|(_, lz)| lz.station_id));
         Ok(())
@@ -296,6 +299,7 @@ impl State {
     async fn reload_jobs(&mut self) {
         self.dependencies.clear();
         self.reasons.clear();
+        self.backoffs.clear();
         let ids: Vec<Uuid> = self.fleet.iter().map(|(id, _)| *id).collect();
         for lz_id in ids {
             self.fleet.release_all(lz_id);
@@ -313,13 +317,12 @@ impl State {
         self.batch.updates.push(update);
     }
 
-    /// Takes a queued job out of line (it ends, or is placed).
+    /// Takes a queued job out of line (it ends, or is placed). What a pass held for it was
+    /// held for that pass only, so nothing is freed for a new one.
     fn dequeue(&mut self, job_id: Uuid) -> Option<(QueueKey, u64, Queued)> {
         let taken = self.queue.lock().expect("not poisoned").remove(job_id)?;
         self.reasons.remove(&job_id);
         self.backoffs.remove(&job_id);
-        // Whatever it held back for itself is free for the next.
-        self.dirty.insert(taken.0.station_id);
         Some(taken)
     }
 
@@ -1106,7 +1109,7 @@ impl State {
             };
             let (key, entry) = {
                 let queue = self.queue.lock().expect("not poisoned");
-                let entry = queue.next_in(number, Some(seq.saturating_sub(1))).map(|(_, e)| e.clone());
+                let entry = queue.runnable_at(number, seq).cloned();
                 (queue.key(number), entry)
             };
             let Some(entry) = entry else { continue };

@@ -2,13 +2,15 @@
 //! and a temporary data dir, and signs users in through the real device flow; [`S3Server`] runs an
 //! S3-compatible server for cargo-bay tests; [`PostgresDatabase`] makes a fresh database on the
 //! PostgreSQL test server; [`Browser`] drives headless Chromium over WebDriver; [`Receiver`] takes
-//! webhook deliveries.
+//! webhook deliveries; [`FakeAgent`] speaks the landing-zone protocol by hand.
 
+mod agent;
 mod browser;
 mod postgres;
 mod s3;
 mod webhooks;
 
+pub use agent::{FakeAgent, Lines, lines};
 pub use browser::{Browser, ENTER, TAB};
 pub use postgres::PostgresDatabase;
 pub use s3::S3Server;
@@ -112,12 +114,24 @@ impl TestServer {
     /// Stops the server (letting in-flight requests finish), then starts it again on the same
     /// port and data dir; clients keep working.
     pub async fn restart(&mut self) {
+        self.stop().await;
+        self.start().await;
+    }
+
+    /// Stops the server, letting in-flight requests finish and its tasks end (a replica that
+    /// led gives up the lead).
+    pub async fn stop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
         if let Some(serving) = self.serving.take() {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(20), serving).await.expect("server stops");
         }
+    }
+
+    /// Starts a [stopped](TestServer::stop) server again on its port and data dir.
+    pub async fn start(&mut self) {
+        assert!(self.serving.is_none(), "the server is stopped");
         let address = self.url.trim_start_matches("http://").to_owned();
         let listener = TcpListener::bind(&address).await.expect("bind the same port again");
         let ((_, app), stop, serving) = Self::serve(listener, self.config.clone()).await;

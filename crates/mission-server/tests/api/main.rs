@@ -11,6 +11,7 @@ mod meta;
 mod mission_types;
 mod missions;
 mod polling;
+mod queue_at_scale;
 mod replicas;
 mod stations;
 

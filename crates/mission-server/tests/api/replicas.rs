@@ -6,20 +6,23 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use mission_api::lz::{Hello, Order, Report, Welcome};
+use mission_api::lz::{Order, Report};
 use mission_api::{JobStatus, Resources};
 use mission_client::{Client, CreateMission, JobResources, RegisterLandingZone, Uuid};
 use mission_server::catalogue::SHELL;
-use mission_testkit::{PostgresDatabase, TestServer};
+use mission_testkit::{FakeAgent, PostgresDatabase, TestServer, lines};
 
 use crate::{http, token_for};
 
-const LOCAL_STATION: Uuid = Uuid::from_u128(0x6d697373_696f_4e00_8000_000000000002);
+/// What the agents here offer.
+const FOUR_CPUS: Resources = Resources { cpu_count: 4, memory_amount: 4096, gpu_count: 0 };
+
+use mission_server::DEFAULT_STATION_ID as LOCAL_STATION;
 
 /// Two replicas of one service on a new database sharing their keys and default storage (a
 /// folder, or `storage`), and the folder of what they share. The service's public URL (the
 /// issuer of its tokens) is A's, as it would be a load balancer's.
-async fn two_replicas_on(
+pub(crate) async fn two_replicas_on(
     storage: Option<mission_server::Storage>,
 ) -> Option<(TestServer, TestServer, tempfile::TempDir)> {
     let database = PostgresDatabase::create().await?;
@@ -113,7 +116,7 @@ async fn any_replica_answers(a: TestServer, b: TestServer) {
             .register_landing_zone(LOCAL_STATION, &RegisterLandingZone { name: name.into(), cluster_account: None })
             .await
             .unwrap();
-        let mut agent = FakeAgent::connect(agent_on, &lz.token).await;
+        let mut agent = FakeAgent::connect(&agent_on.url, &lz.token, FOUR_CPUS).await;
         assert_eq!(agent.welcome.name, name);
         let job = submit_to
             .run_job_on_lz(mission.mission_id, LOCAL_STATION, agent.welcome.lz_id, JobResources::default())
@@ -130,7 +133,7 @@ async fn any_replica_answers(a: TestServer, b: TestServer) {
             .send()
             .await
             .unwrap();
-        let mut events = ndjson(following);
+        let mut events = lines(following);
         let written = http()
             .post(format!("{}/api/v1/lz/jobs/{}/logs/stdout?offset=0", agent_on.url, job.job_id))
             .bearer_auth(&lz.token)
@@ -269,65 +272,6 @@ async fn failed_sign_ins_count_on_every_replica() {
     }
 }
 
-/// An agent speaking the LZ protocol by hand.
-struct FakeAgent {
-    welcome: Welcome,
-    lines: std::pin::Pin<Box<dyn futures_util::Stream<Item = String> + Send>>,
-}
-
-impl FakeAgent {
-    /// Connects to `server` with `token`, offering 4 CPUs and 4 GB.
-    async fn connect(server: &TestServer, token: &str) -> Self {
-        let hello = Hello {
-            resources: Resources { cpu_count: 4, memory_amount: 4096, gpu_count: 0 },
-            gpus: Vec::new(),
-            running: Vec::new(),
-            max_jobs: None,
-            cluster_account: None,
-            version: "test".into(),
-        };
-        let connected = http()
-            .post(format!("{}/api/v1/lz/connect", server.url))
-            .bearer_auth(token)
-            .json(&hello)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(connected.status(), 200);
-        let mut lines = ndjson(connected);
-        let welcome = serde_json::from_str(&lines.next().await.unwrap()).unwrap();
-        Self { welcome, lines }
-    }
-
-    /// The next order other than a ping (10 s at most).
-    async fn next_order(&mut self) -> Order {
-        let wait = async {
-            loop {
-                let line = self.lines.next().await.expect("the order stream stays open");
-                match serde_json::from_str::<Order>(&line).unwrap() {
-                    Order::Ping => continue,
-                    order => return order,
-                }
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(10), wait).await.expect("an order within 10 s")
-    }
-}
-
-/// The lines of a streamed NDJSON answer.
-fn ndjson(response: reqwest::Response) -> std::pin::Pin<Box<dyn futures_util::Stream<Item = String> + Send>> {
-    let mut buffer = Vec::new();
-    Box::pin(response.bytes_stream().flat_map(move |chunk| {
-        buffer.extend_from_slice(&chunk.unwrap());
-        let mut lines = Vec::new();
-        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buffer.drain(..=end).collect();
-            lines.push(String::from_utf8(line).unwrap().trim_end().to_owned());
-        }
-        futures_util::stream::iter(lines)
-    }))
-}
-
 /// Reads job events of a server-sent event stream until one shows job `job_id` in `status`
 /// (20 s at most).
 async fn until_job_event(lines: &mut (impl futures_util::Stream<Item = String> + Unpin), job_id: Uuid, status: &str) {
@@ -359,7 +303,7 @@ async fn a_watcher_on_one_replica_sees_job_changes_made_through_the_other() {
         .register_landing_zone(LOCAL_STATION, &RegisterLandingZone { name: "node".into(), cluster_account: None })
         .await
         .unwrap();
-    let mut agent = FakeAgent::connect(&a, &lz.token).await;
+    let mut agent = FakeAgent::connect(&a.url, &lz.token, FOUR_CPUS).await;
     let on_a = Client::with_access_token(&a.url, &token).unwrap();
     let shell = CreateMission {
         name: "watched".into(),
@@ -375,20 +319,18 @@ async fn a_watcher_on_one_replica_sees_job_changes_made_through_the_other() {
         .await
         .unwrap();
     assert_eq!(watching.headers()["content-type"], "text/event-stream");
-    let mut lines = ndjson(watching);
-    assert_eq!(lines.next().await.unwrap(), ": watching", "the stream is open before anything happens");
+    let mut events = lines(watching);
+    assert_eq!(events.next().await.unwrap(), ": watching", "the stream is open before anything happens");
 
     let job = on_a
         .run_job_on_lz(mission.mission_id, LOCAL_STATION, agent.welcome.lz_id, JobResources::default())
         .await
         .unwrap();
     assert!(matches!(agent.next_order().await, Order::Run(_)));
-    until_job_event(&mut lines, job.job_id, "assigned").await;
+    until_job_event(&mut events, job.job_id, "assigned").await;
     let now = chrono::Utc::now();
     let report = |status| Report::new(job.job_id, status, now);
     let reports = [report(JobStatus::Running), Report { exit_code: Some(0), ..report(JobStatus::Completed) }];
-    let sent =
-        http().post(format!("{}/api/v1/lz/reports", a.url)).bearer_auth(&lz.token).json(&reports).send().await.unwrap();
-    assert_eq!(sent.status(), 204);
-    until_job_event(&mut lines, job.job_id, "completed").await;
+    agent.report(&reports).await;
+    until_job_event(&mut events, job.job_id, "completed").await;
 }

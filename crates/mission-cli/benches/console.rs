@@ -14,7 +14,7 @@ mod common;
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
-use mission_server::Store;
+use mission_store::Store;
 use mission_testkit::Browser;
 use serde_json::{Value, json};
 

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, Utc};
-use mission_server::Store;
+use mission_store::Store;
 use uuid::Uuid;
 
 const USERS: usize = 10;
@@ -31,7 +31,7 @@ fn env_or(name: &str, default: u64) -> u64 {
 
 /// Fills the store: `total` missions spread over `USERS` users (the benchmark user owns one in
 /// ten), one in a hundred public, names repeating every 10,000 so a name filter matches 10.
-async fn fill(database: &mission_server::store::DatabaseUrl, total: usize) -> Vec<Uuid> {
+async fn fill(database: &mission_store::DatabaseUrl, total: usize) -> Vec<Uuid> {
     let store = Store::open(database).await.unwrap();
     let mut users = Vec::new();
     for i in 0..USERS {

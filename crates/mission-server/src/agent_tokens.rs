@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use crate::idp::hash_secret;
-use crate::store::{LzIdentity, Store, StoreError};
+use mission_store::{LzIdentity, Store, StoreError};
 
 /// The cache of agent tokens.
 #[derive(Debug)]

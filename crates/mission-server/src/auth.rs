@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use crate::AppState;
 use crate::error::ApiError;
-use crate::store::{Store, UserRecord};
+use mission_store::{Store, UserRecord};
 
 /// The signed-in caller of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,7 +186,7 @@ impl Authenticator {
             password_hash: None,
             external_sub: Some(sub.to_owned()),
             admin: false,
-            created_at: crate::store::now(),
+            created_at: mission_store::now(),
         };
         match self.store.insert_user(&user).await {
             Ok(()) => Ok(user),

@@ -166,7 +166,7 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 impl FileStore {
     /// Storage in the local folder `root` (created if missing).
     pub fn local(root: &std::path::Path) -> std::io::Result<Self> {
-        crate::fsutil::create_private_dir(root)?;
+        mission_store::fsutil::create_private_dir(root)?;
         let store = LocalFileSystem::new_with_prefix(root).map_err(std::io::Error::other)?;
         Ok(Self { store: Arc::new(store), local_root: Some(root.to_owned()) })
     }

@@ -21,7 +21,7 @@ use uuid::Uuid;
 use crate::blobs::{FileStore, Location, S3Access};
 use crate::error::{ApiError, ApiResult};
 use crate::sealing::SealingKey;
-use crate::store::{CargoBayRecord, Store};
+use mission_store::{CargoBayRecord, Store};
 
 /// Region of S3 bays that name none.
 pub const DEFAULT_REGION: &str = "us-east-1";

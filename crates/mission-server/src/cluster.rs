@@ -30,7 +30,7 @@ use crate::job_logs::JobLogs;
 use crate::scheduler::queue::Queue;
 use crate::scheduler::state::State;
 use crate::scheduler::{Call, Event, Outcome, Policy, Responder, SchedulerError, SchedulerResult, SessionId, Sessions};
-use crate::store::{ClusterDb, Store, StoreError};
+use mission_store::{ClusterDb, Store, StoreError};
 
 /// The mail recipient of whichever replica leads.
 const LEADER: &str = "leader";
@@ -225,8 +225,8 @@ impl Cluster {
 
     /// A listener on this replica's mail, the leader's mail and the broadcasts.
     async fn listener(&self) -> Result<sqlx::postgres::PgListener, StoreError> {
-        let own = format!("{}{}", crate::store::MAIL_CHANNEL, recipient(self.replica));
-        let leader = format!("{}{LEADER}", crate::store::MAIL_CHANNEL);
+        let own = format!("{}{}", mission_store::MAIL_CHANNEL, recipient(self.replica));
+        let leader = format!("{}{LEADER}", mission_store::MAIL_CHANNEL);
         self.db.listen(&[&own, &leader, BROADCAST]).await
     }
 
@@ -240,8 +240,8 @@ impl Cluster {
         shutdown: CancellationToken,
     ) {
         let own = recipient(self.replica);
-        let own_channel = format!("{}{own}", crate::store::MAIL_CHANNEL);
-        let leader_channel = format!("{}{LEADER}", crate::store::MAIL_CHANNEL);
+        let own_channel = format!("{}{own}", mission_store::MAIL_CHANNEL);
+        let leader_channel = format!("{}{LEADER}", mission_store::MAIL_CHANNEL);
         let mut poll = tokio::time::interval(MAIL_POLL);
         loop {
             let (mine, leaders) = tokio::select! {

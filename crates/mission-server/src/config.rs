@@ -25,7 +25,7 @@ pub struct ServerConfig {
     /// Holds the SQLite database and the signing key (`./mission-data` by default).
     pub data_dir: PathBuf,
     /// `sqlite://PATH` or `postgres://…`; `sqlite://{data_dir}/mission.db` when absent.
-    pub database_url: Option<crate::store::DatabaseUrl>,
+    pub database_url: Option<mission_store::DatabaseUrl>,
     /// Holds the built-in identity provider's signing key and the cargo-bay sealing key; the data
     /// dir when absent. Replicas of one service share it (the same keys on each).
     pub key_dir: Option<PathBuf>,
@@ -124,10 +124,10 @@ impl ServerConfig {
     }
 
     /// The database URL in effect.
-    pub fn effective_database_url(&self) -> crate::store::DatabaseUrl {
+    pub fn effective_database_url(&self) -> mission_store::DatabaseUrl {
         self.database_url
             .clone()
-            .unwrap_or_else(|| crate::store::DatabaseUrl::sqlite(&self.data_dir.join("mission.db")))
+            .unwrap_or_else(|| mission_store::DatabaseUrl::sqlite(&self.data_dir.join("mission.db")))
     }
 }
 

@@ -7,7 +7,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use mission_api::{PROBLEM_CONTENT_TYPE, Problem};
 
-use crate::store::StoreError;
+use mission_store::StoreError;
 
 /// An API failure.
 #[derive(Debug, Clone)]

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::error::{ApiError, ApiResult};
-use crate::store::{EventFilter, Store, StoreError, now};
+use mission_store::{EventFilter, Store, StoreError, now};
 
 /// How often the reader looks at the log without being woken.
 const POLL: Duration = Duration::from_secs(2);
@@ -361,7 +361,7 @@ impl EventHub {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::test_support::{mission, store_with_user};
+    use mission_store::test_support::{mission, store_with_user};
 
     /// More events than a follower's backlog arrive while it reads none: it still gets every
     /// one, in order, the later ones from the log; a follower filed under another mission is

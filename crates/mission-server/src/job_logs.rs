@@ -31,7 +31,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::blobs::{FileStore, Location, WriteError};
-use crate::store::{self, ClusterDb, FileRecord, StoreError};
+use mission_store::{self as store, ClusterDb, FileRecord, StoreError};
 
 /// The server's log cap unless configured: bytes kept of the head of each stream of a job.
 pub const DEFAULT_LOG_CAP: u64 = 64 * 1024 * 1024;
@@ -578,6 +578,11 @@ pub enum LogError {
 mod tests {
     use uuid::Uuid;
 
+    use mission_api::Job;
+    use mission_store::Store;
+    use mission_store::now;
+    use mission_store::test_support::{PostgresDatabase, add_user, mission};
+
     use super::{Appended, JobLogs, LogError, LogStream, Plan, TAIL_HEADER, tail_of, truncation_marker};
 
     #[test]
@@ -672,5 +677,43 @@ mod tests {
         assert_eq!(read(0).await.unwrap(), sealed);
         logs.seal(ids.0, ids.1).await.unwrap();
         assert_eq!((read(0).await.unwrap(), tail_path.exists()), (sealed, false));
+    }
+
+    /// Replicas keep the tail of a log past its cap in the database too, and seal it there.
+    #[tokio::test]
+    async fn postgres_keeps_the_head_and_tail_of_a_log_past_its_cap() {
+        let Some(database) = PostgresDatabase::create().await else { return };
+        let store = Store::open(&database.url).await.unwrap();
+        let logs = JobLogs::in_database(store.cluster().unwrap());
+        let mission = mission(add_user(&store, "ada").await.user_id, "m");
+        store.insert_mission(&mission).await.unwrap();
+        let job =
+            Job::queued(mission.mission_id, mission.user_id, crate::DEFAULT_STATION_ID, vec!["true".into()], now());
+        store.save_jobs(&[(store.next_job_seq().await.unwrap(), job.clone())], &[], &[]).await.unwrap();
+        let ids = (mission.mission_id, job.job_id);
+        let output: Vec<u8> = (0..10_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        // Chunks shorter than the tail, each sent twice as a retrying agent would.
+        for (i, piece) in output.chunks(70).enumerate() {
+            for _ in 0..2 {
+                logs.append(ids.0, ids.1, LogStream::Stdout, (i * 70) as u64, piece, 1024).await.unwrap();
+            }
+        }
+        let marker = truncation_marker(1024);
+        let read = |from| logs.read(ids.0, ids.1, LogStream::Stdout, from);
+        let running = read(0).await.unwrap();
+        assert_eq!(running, [&output[..1024], marker.as_bytes()].concat());
+        assert_eq!(read(1030).await.unwrap(), &marker.as_bytes()[6..]);
+        // The head stays at the cap, while the output received counts everything.
+        let db = store.cluster().unwrap();
+        assert_eq!(db.log_state(ids.1, "stdout").await.unwrap(), (1024, Some(10_000)));
+        logs.seal(ids.0, ids.1).await.unwrap();
+        let sealed = read(0).await.unwrap();
+        assert_eq!(sealed, [&output[..1024], marker.as_bytes(), &output[10_000 - 256..]].concat());
+        assert_eq!(read(running.len() as u64).await.unwrap(), &output[10_000 - 256..]);
+        // Sealing again, and late output, change nothing.
+        logs.seal(ids.0, ids.1).await.unwrap();
+        logs.append(ids.0, ids.1, LogStream::Stdout, 10_000, b"late", 1024).await.unwrap();
+        assert_eq!(read(0).await.unwrap(), sealed);
+        assert_eq!(db.log_state(ids.1, "stdout").await.unwrap(), (sealed.len() as u64, None));
     }
 }

@@ -14,8 +14,8 @@
 //!   between replicas, broadcasts); `locks`: per-file locks, in the database across replicas;
 //! - [`events`]: the feed of new events behind the event streams and [`webhooks`] (the log itself
 //!   is the store's);
-//! - [`store`]: the database (SQLite or PostgreSQL); [`catalogue`]: the built-in mission types;
-//!   [`users`]: accounts.
+//! - [`catalogue`]: the built-in mission types; [`users`]: accounts. The database (SQLite or
+//!   PostgreSQL) is the `mission-store` crate's.
 
 pub mod agent_tokens;
 pub mod archive;
@@ -28,7 +28,6 @@ pub mod config;
 pub mod console;
 pub mod error;
 pub mod events;
-mod fsutil;
 pub mod idp;
 pub mod job_logs;
 mod locks;
@@ -37,7 +36,6 @@ mod routes;
 pub mod scheduler;
 pub mod sealing;
 pub mod serve;
-pub mod store;
 pub mod users;
 pub mod webhooks;
 
@@ -48,14 +46,15 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 pub use config::{AuthMode, FileLimits, S3Storage, ServerConfig, SignInLimits, Storage, WebhookAttempts};
-pub use fsutil::create_private_dir;
+use mission_store::Store;
+pub use mission_store::fsutil::create_private_dir;
 pub use routes::{ApiDoc, RecoveryError};
-pub use store::Store;
 pub use users::BootstrapAdmin;
 
 use auth::Authenticator;
 use idp::BuiltinIdp;
 use metrics::Metrics;
+use mission_store::fsutil;
 
 /// Shared state of the running service.
 #[derive(Debug)]
@@ -134,7 +133,7 @@ pub enum StartError {
     },
     /// The database could not be opened.
     #[error(transparent)]
-    Store(#[from] store::StoreError),
+    Store(#[from] mission_store::StoreError),
     /// The default storage cannot be used.
     #[error("the default storage: {0}")]
     Storage(object_store::Error),
@@ -288,11 +287,14 @@ impl Server {
 
     /// Registers the embedded landing zone `name` on the default station (or gives it a new token
     /// if it exists) and answers the token its agent connects with.
-    pub async fn embedded_lz_token(&self, name: &str) -> Result<String, store::StoreError> {
+    pub async fn embedded_lz_token(&self, name: &str) -> Result<String, mission_store::StoreError> {
         let token = idp::random_secret();
-        let lz_id =
-            self.app.store.rotate_lz_token(DEFAULT_STATION_ID, name, &idp::hash_secret(&token), store::now()).await?;
-        self.app.scheduler.registered(store::LzIdentity {
+        let lz_id = self
+            .app
+            .store
+            .rotate_lz_token(DEFAULT_STATION_ID, name, &idp::hash_secret(&token), mission_store::now())
+            .await?;
+        self.app.scheduler.registered(mission_store::LzIdentity {
             lz_id,
             station_id: DEFAULT_STATION_ID,
             name: name.into(),

@@ -4,14 +4,14 @@
 //!
 //! In one process the locks are async mutexes in a table. Replicas on a shared database lock in
 //! the database instead (a transaction-scoped advisory lock per file, see
-//! [`crate::store::ClusterDb::lock_path`]), so writers on different replicas wait for each other.
+//! [`mission_store::ClusterDb::lock_path`]), so writers on different replicas wait for each other.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use uuid::Uuid;
 
-use crate::store::{ClusterDb, PathLock, StoreError};
+use mission_store::{ClusterDb, PathLock, StoreError};
 
 /// One file: its mission and path.
 type FileKey = (Uuid, String);

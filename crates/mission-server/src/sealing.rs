@@ -10,7 +10,7 @@ use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use ring::rand::{SecureRandom, SystemRandom};
 use uuid::Uuid;
 
-use crate::fsutil::read_or_create_secret;
+use mission_store::fsutil::read_or_create_secret;
 
 /// File in the key dir holding the key.
 const KEY_FILE: &str = "cargo-bay-key";

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use chrono::Utc;
 use uuid::Uuid;
 
-use crate::fsutil::write_private_file;
 use crate::idp::password;
-use crate::store::{Store, StoreError, UserRecord};
+use mission_store::fsutil::write_private_file;
+use mission_store::{Store, StoreError, UserRecord};
 
 /// Username of the account created on first start.
 pub const BOOTSTRAP_ADMIN: &str = "admin";

@@ -22,7 +22,7 @@ use uuid::Uuid;
 use crate::config::WebhookAttempts;
 use crate::events::{EventHub, Followed, Watch};
 use crate::sealing::SealingKey;
-use crate::store::{AttemptOutcome, DueDelivery, NewDelivery, Store, StoreError, now};
+use mission_store::{AttemptOutcome, DueDelivery, NewDelivery, Store, StoreError, now};
 
 /// How often the sender looks for due deliveries without being woken.
 const POLL: Duration = Duration::from_secs(1);

@@ -6,13 +6,12 @@
 
 mod agent;
 mod browser;
-mod postgres;
 mod s3;
 mod webhooks;
 
 pub use agent::{FakeAgent, Lines, lines};
 pub use browser::{Browser, ENTER, TAB};
-pub use postgres::PostgresDatabase;
+pub use mission_store::test_support::PostgresDatabase;
 pub use s3::S3Server;
 pub use webhooks::{Received, Receiver};
 
@@ -145,12 +144,7 @@ impl TestServer {
     pub async fn register_lz(&self, station_id: mission_client::Uuid, name: &str) -> (mission_client::Uuid, String) {
         let token = format!("test-token-{}", mission_client::Uuid::new_v4());
         let hash = mission_server::idp::hash_secret(&token);
-        let id = self
-            .app
-            .store
-            .rotate_lz_token(station_id, name, &hash, mission_server::store::now())
-            .await
-            .expect("register");
+        let id = self.app.store.rotate_lz_token(station_id, name, &hash, mission_store::now()).await.expect("register");
         (id, token)
     }
 

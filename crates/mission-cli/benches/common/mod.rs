@@ -88,9 +88,9 @@ impl Deployment {
 
     /// The service's database for a benchmark under `home`: created empty (PostgreSQL) or
     /// where the first replica's data dir will hold it (SQLite).
-    pub async fn database(self, home: &Path) -> mission_server::store::DatabaseUrl {
+    pub async fn database(self, home: &Path) -> mission_store::DatabaseUrl {
         match self {
-            Self::Sqlite => mission_server::store::DatabaseUrl::sqlite(&home.join("data/mission.db")),
+            Self::Sqlite => mission_store::DatabaseUrl::sqlite(&home.join("data/mission.db")),
             Self::Postgres { .. } => {
                 mission_testkit::PostgresDatabase::create().await.expect("PostgreSQL for the benchmark").url
             }
@@ -112,7 +112,7 @@ impl Service {
     pub async fn start(
         deployment: Deployment,
         home: &Path,
-        database: &mission_server::store::DatabaseUrl,
+        database: &mission_store::DatabaseUrl,
         extra: &[&str],
     ) -> Self {
         let data_dir = home.join("data");

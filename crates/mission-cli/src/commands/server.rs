@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use mission_server::{AuthMode, Server, ServerConfig, Store};
+use mission_server::{AuthMode, Server, ServerConfig};
+use mission_store::Store;
 
 use super::sizes::{Size, log_cap};
 
@@ -43,7 +44,7 @@ struct StoreArgs {
     /// Database URL: sqlite://PATH (default sqlite://DATA_DIR/mission.db), or
     /// postgres://USER:PASSWORD@HOST:PORT/DATABASE for a database several servers share.
     #[arg(long, env = "MISSION_DATABASE_URL", hide_env_values = true)]
-    database_url: Option<mission_server::store::DatabaseUrl>,
+    database_url: Option<mission_store::DatabaseUrl>,
     /// Folder of the identity provider's signing key and the cargo-bay sealing key (created on
     /// first start); defaults to DATA_DIR. Replicas of one service share it.
     #[arg(long, env = "MISSION_KEY_DIR")]

@@ -146,8 +146,8 @@ impl From<ApiError> for PageError {
     }
 }
 
-impl From<crate::store::StoreError> for PageError {
-    fn from(e: crate::store::StoreError) -> Self {
+impl From<mission_store::StoreError> for PageError {
+    fn from(e: mission_store::StoreError) -> Self {
         Self(e.into())
     }
 }

@@ -142,7 +142,7 @@ pub async fn callback(State(app): State<AppState>, headers: HeaderMap, Query(ans
 }
 
 /// Trades `code` for an access token and answers the user it names, checked like any API token.
-async fn signed_in_user(app: &AppState, code: &str, verifier: &str) -> Result<crate::store::UserRecord, ApiError> {
+async fn signed_in_user(app: &AppState, code: &str, verifier: &str) -> Result<mission_store::UserRecord, ApiError> {
     let http = http();
     let endpoints = endpoints(app, &http).await;
     let redirect = redirect_uri(app);

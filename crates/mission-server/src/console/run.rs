@@ -104,7 +104,7 @@ async fn dialog(app: &AppState, viewer: &Viewer, id: &str, sent: Option<RunForm>
     };
     let Json(list) = stations::list(State(app.clone()), principal).await?;
     // Every landing zone in one read; the list above holds only stations the viewer may use.
-    let mut zones = app.store.landing_zones(None, app.config.lz_lease, crate::store::now()).await?;
+    let mut zones = app.store.landing_zones(None, app.config.lz_lease, mission_store::now()).await?;
     let choices = list
         .into_iter()
         .map(|station| {

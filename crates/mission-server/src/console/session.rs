@@ -18,7 +18,7 @@ use crate::AppState;
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::idp::{hash_secret, random_secret};
-use crate::store::{ConsoleSessionRecord, StoreError, UserRecord};
+use mission_store::{ConsoleSessionRecord, StoreError, UserRecord};
 
 /// The session cookie.
 pub const COOKIE: &str = "mission_session";

@@ -38,7 +38,7 @@ struct StationsPage {
 /// `GET /stations`: the stations the viewer may run jobs on (all of them, for admins).
 pub async fn list(State(app): State<AppState>, viewer: Viewer) -> PageResult {
     let Json(list) = stations::list(State(app.clone()), viewer.principal()).await?;
-    let all = app.store.landing_zones(None, app.config.lz_lease, crate::store::now()).await?;
+    let all = app.store.landing_zones(None, app.config.lz_lease, mission_store::now()).await?;
     let rows = list
         .into_iter()
         .map(|station| {
@@ -88,7 +88,7 @@ async fn station_page(
     let principal = viewer.principal();
     // One visibility check; what follows reads the station's rows directly.
     let Json(station) = stations::get(State(app.clone()), principal, Path(id.to_owned())).await?;
-    let zones = app.store.landing_zones(Some(station.station_id), app.config.lz_lease, crate::store::now()).await?;
+    let zones = app.store.landing_zones(Some(station.station_id), app.config.lz_lease, mission_store::now()).await?;
     let manages = viewer.user.admin || station.owner_id == Some(viewer.user.user_id);
     let members = if manages { app.store.station_members(station.station_id).await? } else { Vec::new() };
     let lease = chrono::Duration::from_std(app.config.lz_lease).unwrap_or(chrono::Duration::MAX);

@@ -14,8 +14,8 @@ use super::{Frame, PageError, PageResult, page};
 use crate::AppState;
 use crate::error::ApiError;
 use crate::routes::extract::parse_id;
-use crate::store::UserRecord;
 use crate::users::{AccountError, add_user};
+use mission_store::UserRecord;
 
 /// Users per page.
 const PAGE_SIZE: u32 = 50;
@@ -96,7 +96,7 @@ pub async fn add(State(app): State<AppState>, viewer: Viewer, Form(form): Form<A
     let password = Some(form.password.as_str()).filter(|p| !p.is_empty());
     let (status, added) = match add_user(&app.store, username, password, form.admin.as_deref() == Some("on")).await {
         Ok(account) => (StatusCode::CREATED, Ok(account)),
-        Err(AccountError::Store(crate::store::StoreError::Conflict(detail))) => (StatusCode::CONFLICT, Err(detail)),
+        Err(AccountError::Store(mission_store::StoreError::Conflict(detail))) => (StatusCode::CONFLICT, Err(detail)),
         Err(e @ (AccountError::InvalidUsername(_) | AccountError::WeakPassword)) => {
             (StatusCode::BAD_REQUEST, Err(e.to_string()))
         }

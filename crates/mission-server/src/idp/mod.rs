@@ -25,7 +25,7 @@ use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::fsutil::read_or_create_secret;
+use mission_store::fsutil::read_or_create_secret;
 
 /// File in the data dir holding the PKCS#8 signing key.
 const KEY_FILE: &str = "idp-signing-key.p8";
@@ -69,7 +69,7 @@ impl BuiltinIdp {
         audience: String,
         access_token_ttl: Duration,
         limits: crate::SignInLimits,
-        shared: Option<crate::store::ClusterDb>,
+        shared: Option<mission_store::ClusterDb>,
     ) -> std::io::Result<Self> {
         let path = key_dir.join(KEY_FILE);
         let pkcs8 = read_or_create_secret(&path, || {

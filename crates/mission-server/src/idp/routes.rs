@@ -16,7 +16,7 @@ use serde::Deserialize;
 use super::page::{ActivatePage, Outcome};
 use super::{hash_secret, new_user_code, normalise_user_code, password, random_secret, throttle};
 use crate::AppState;
-use crate::store::{DeviceCodeRecord, DeviceCodeStatus, RefreshTokenRecord, StoreError, UserRecord};
+use mission_store::{DeviceCodeRecord, DeviceCodeStatus, RefreshTokenRecord, StoreError, UserRecord};
 
 /// Routes of the built-in provider, mounted at the server root.
 pub fn router() -> Router<AppState> {

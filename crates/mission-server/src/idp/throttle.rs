@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::config::SignInLimits;
-use crate::store::ClusterDb;
+use mission_store::ClusterDb;
 
 /// The first wait after the free failures; then it doubles.
 const FIRST_WAIT: Duration = Duration::from_secs(1);

@@ -17,7 +17,7 @@ use crate::AppState;
 use crate::auth::Principal;
 use crate::cargo_bays::{CargoBays, Credentials, is_refusal, storage_segments};
 use crate::error::{ApiError, ApiResult};
-use crate::store::{self, CargoBayRecord};
+use mission_store::{self as store, CargoBayRecord};
 
 /// Longest S3 credential field, in bytes (AWS session tokens run to a few KiB).
 const MAX_SECRET_BYTES: usize = 8192;

@@ -22,7 +22,7 @@ use crate::auth::Principal;
 use crate::blobs::{Location, WriteError};
 use crate::cargo_bays::{CargoBays, storage_error};
 use crate::error::{ApiError, ApiResult};
-use crate::store::{self, FileRecord, Intent, IntentKind, UploadUsage};
+use mission_store::{self as store, FileRecord, Intent, IntentKind, UploadUsage};
 
 /// A file path from the URL, as a 400 naming `path` when it breaks the path rule.
 pub(super) fn parse_path(raw: &str) -> ApiResult<MissionPath> {

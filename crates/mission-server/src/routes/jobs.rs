@@ -31,7 +31,7 @@ use crate::catalogue;
 use crate::error::{ApiError, ApiResult};
 use crate::events::Watch;
 use crate::job_logs::LogStream;
-use crate::store::{self, JobFilter};
+use mission_store::{self as store, JobFilter};
 
 /// Loads a job the caller may see (without its history), as a 404 otherwise.
 pub(super) async fn own_job(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Job> {

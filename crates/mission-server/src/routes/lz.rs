@@ -25,7 +25,7 @@ use crate::blobs::WriteError;
 use crate::cargo_bays::storage_error;
 use crate::error::{ApiError, ApiResult};
 use crate::job_logs::{LogError, LogStream};
-use crate::store::{self, FileRecord, LzIdentity, StoreError};
+use mission_store::{self as store, FileRecord, LzIdentity, StoreError};
 
 /// The landing zone whose agent sent the request, from `Authorization: Bearer <LZ token>`.
 pub struct Agent(pub LzIdentity);

@@ -19,7 +19,7 @@ use crate::auth::Principal;
 use crate::cargo_bays::storage_segments;
 use crate::catalogue;
 use crate::error::{ApiError, ApiResult};
-use crate::store::{self, MissionChanges, MissionFilter};
+use mission_store::{self as store, MissionChanges, MissionFilter};
 
 /// Longest mission name, in characters.
 pub const MAX_NAME_CHARS: usize = 256;

@@ -17,7 +17,7 @@ use crate::AppState;
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::idp::{hash_secret, random_secret};
-use crate::store::{self, LzIdentity};
+use mission_store::{self as store, LzIdentity};
 
 /// Longest station description, in characters.
 const MAX_DESCRIPTION_CHARS: usize = 2000;

@@ -16,7 +16,7 @@ use crate::AppState;
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::events::check_kind;
-use crate::store::{self, WebhookRecord};
+use mission_store::{self as store, WebhookRecord};
 
 /// Webhooks one user may have.
 pub const MAX_WEBHOOKS_PER_USER: u32 = 25;

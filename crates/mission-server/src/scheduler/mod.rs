@@ -32,7 +32,7 @@ use crate::agent_tokens::AgentTokens;
 use crate::cluster::{Cluster, Outbox};
 use crate::error::{ApiError, ApiResult};
 use crate::job_logs::JobLogs;
-use crate::store::{LzIdentity, Store, StoreError};
+use mission_store::{LzIdentity, Store, StoreError};
 
 /// A request to the scheduler.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -53,7 +53,7 @@ use super::queue::{Dependencies, Policies, Queue, QueueKey, Queued, Settled};
 use super::{Call, Event, Outcome, Policy, Responder, SchedulerError, SchedulerResult, SessionId, Sessions};
 use crate::agent_tokens::AgentTokens;
 use crate::job_logs::{JobLogs, LogStream};
-use crate::store::{self, JobUpdate, LzIdentity, Store, StoreError};
+use mission_store::{self as store, JobUpdate, LzIdentity, Store, StoreError};
 
 /// Most events handled in one batch, so a flood of them still gets answers in steady steps.
 const MAX_BATCH: usize = 256;

@@ -18,7 +18,7 @@ use super::{Call, Event, Outcome, Policy, Responder, SchedulerError, Sessions};
 use crate::DEFAULT_STATION_ID;
 use crate::agent_tokens::AgentTokens;
 use crate::job_logs::JobLogs;
-use crate::store::{self, LzIdentity, Store};
+use mission_store::{self as store, LzIdentity, Store};
 
 const LEASE: Duration = Duration::from_secs(30);
 

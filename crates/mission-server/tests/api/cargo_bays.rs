@@ -279,7 +279,7 @@ async fn restart_removes_staging_leftovers_of_unfinished_uploads_in_a_local_bay(
 
     // A kill -9 mid-upload leaves the upload's intent and its staging files; the bay's folder
     // also holds people's own files that merely look like staging files.
-    let intent = mission_server::store::Intent::new(mission_server::store::IntentKind::Upload, id, "data/big.bin");
+    let intent = mission_store::Intent::new(mission_store::IntentKind::Upload, id, "data/big.bin");
     first.app.store.begin_intent(&intent).await.unwrap();
     write(dir.path(), "run/data/big.bin#3", b"half");
     write(dir.path(), "run/data/big.bin#17", b"half");

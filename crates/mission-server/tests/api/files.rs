@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use mission_client::{Client, CreateMission, TransferOptions, Uuid};
-use mission_server::store::{Intent, IntentKind};
+use mission_store::{Intent, IntentKind};
 use mission_testkit::TestServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -232,7 +232,7 @@ async fn concurrent_uploads_of_one_path_through_both_replicas_never_mix() {
 #[tokio::test]
 async fn the_leader_settles_the_file_changes_of_a_stopped_replica_only() {
     use mission_api::paths::MissionPath;
-    use mission_server::store::{Intent, IntentKind};
+    use mission_store::{Intent, IntentKind};
 
     let Some((a, _b, _shared)) = two_replicas().await else { return };
     let mission = a.client.create_mission(&CreateMission { name: "crash".into(), ..Default::default() }).await.unwrap();

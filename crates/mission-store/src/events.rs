@@ -121,7 +121,7 @@ pub(super) const POSTGRES_EVENTS_NOTIFY: &str = "SELECT pg_notify('mission_broad
 /// once it has. [`commit_with_events`] does all three.
 macro_rules! append_events {
     ($store:expr, $tx:expr, $events:expr) => {{
-        use $crate::store::events as e;
+        use $crate::events as e;
         if $store.on_postgres() {
             sqlx::query(e::POSTGRES_EVENTS_LOCK).execute(&mut *$tx).await?;
             sqlx::query(e::POSTGRES_EVENTS_NOTIFY).execute(&mut *$tx).await?;
@@ -138,7 +138,7 @@ pub(super) use append_events;
 /// ([`Store::events_appended`]): how a change and the events that tell of it are written.
 macro_rules! commit_with_events {
     ($store:expr, $tx:expr, $events:expr) => {{
-        $crate::store::events::append_events!($store, $tx, $events);
+        $crate::events::append_events!($store, $tx, $events);
         $tx.commit().await?;
         $store.events_appended();
     }};

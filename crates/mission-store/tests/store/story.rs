@@ -9,8 +9,8 @@ use mission_api::{
     CargoBay, CargoBayKind, Job, JobStatus, LandingZone, Mission, PendingKind, PendingReason, QueuePosition, Resources,
     Station,
 };
-use mission_server::Store;
-use mission_server::store::{
+use mission_store::Store;
+use mission_store::{
     CargoBayRecord, ConsoleSessionRecord, DeviceCodeRecord, DeviceCodeStatus, EventFilter, FileRecord, Intent,
     IntentKind, JobFilter, JobUpdate, MissionChanges, MissionFilter, RefreshTokenRecord, StoreError, UploadUsage,
     UserRecord, now,
@@ -966,7 +966,7 @@ fn webhook(owner: Uuid, kinds: &[&str]) -> mission_api::Webhook {
 
 pub async fn webhooks_route_claim_and_deliver(store: &Store) {
     use mission_api::DeliveryStatus::{Delivered, Failed, Pending};
-    use mission_server::store::{AttemptOutcome, NewDelivery};
+    use mission_store::{AttemptOutcome, NewDelivery};
     let ada = user(store, "ada").await;
     store.insert_mission(&mission(ada.user_id, "before", now())).await.unwrap();
     assert_eq!(store.webhook_cursor().await.unwrap(), 0, "the cursor starts where the log was");

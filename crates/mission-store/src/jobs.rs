@@ -1114,7 +1114,7 @@ mod tests {
 
     #[test]
     fn a_new_job_row_has_exactly_the_columns_of_the_row_description() {
-        let job = Job::queued(Uuid::nil(), Uuid::nil(), Uuid::nil(), vec!["true".into()], super::super::now());
+        let job = Job::queued(Uuid::nil(), Uuid::nil(), Uuid::nil(), vec!["true".into()], crate::now());
         let row = insert_row(1, &job);
         let mut keys: Vec<&str> = row.as_object().unwrap().keys().map(String::as_str).collect();
         let mut columns: Vec<&str> = JOB_ROW.iter().map(|(column, _)| *column).collect();

@@ -1,11 +1,11 @@
 //! The store's conformance suite: one story through every [`Store`] operation, told in chapters,
 //! each run on SQLite and on PostgreSQL (a fresh database on the PostgreSQL test server, see
-//! `mission_testkit::PostgresDatabase`). A backend conforms when every chapter passes on it.
+//! `mission_store::test_support::PostgresDatabase`). A backend conforms when every chapter passes on it.
 
 mod story;
 
-use mission_server::Store;
-use mission_server::store::{DatabaseUrl, StoreError};
+use mission_store::Store;
+use mission_store::{DatabaseUrl, StoreError};
 
 /// A store on a new SQLite database, with the temporary dir that holds it.
 async fn sqlite() -> (Store, tempfile::TempDir) {
@@ -16,7 +16,7 @@ async fn sqlite() -> (Store, tempfile::TempDir) {
 
 /// A store on a new PostgreSQL database, or `None` where PostgreSQL is missing (and allowed to be).
 async fn postgres() -> Option<Store> {
-    let database = mission_testkit::PostgresDatabase::create().await?;
+    let database = mission_store::test_support::PostgresDatabase::create().await?;
     Some(Store::open(&database.url).await.unwrap())
 }
 
@@ -95,14 +95,14 @@ async fn sqlite_refuses_a_newer_schema() {
 
 #[tokio::test]
 async fn postgres_refuses_a_newer_schema() {
-    let Some(database) = mission_testkit::PostgresDatabase::create().await else { return };
+    let Some(database) = mission_store::test_support::PostgresDatabase::create().await else { return };
     refuses_a_newer_schema::<sqlx::PgConnection>(&database.url).await;
 }
 
 /// Replicas started together on one database migrate it once, under the database's lock.
 #[tokio::test]
 async fn postgres_replicas_starting_together_migrate_once() {
-    let Some(database) = mission_testkit::PostgresDatabase::create().await else { return };
+    let Some(database) = mission_store::test_support::PostgresDatabase::create().await else { return };
     let opened = futures_util::future::join_all((0..4).map(|_| Store::open(&database.url))).await;
     for store in opened {
         store.expect("every replica opens the database").ping().await.unwrap();
@@ -112,7 +112,7 @@ async fn postgres_replicas_starting_together_migrate_once() {
 /// An unreachable or refusing database's error never shows the URL's password.
 #[tokio::test]
 async fn a_database_password_shows_in_no_error() {
-    let Some(database) = mission_testkit::PostgresDatabase::create().await else { return };
+    let Some(database) = mission_store::test_support::PostgresDatabase::create().await else { return };
     let store = Store::open(&database.url).await.unwrap();
     let shown = format!("{} {:?} {store:?} {:?}", database.url, database.url, store.cluster());
     let real = database.url.expose();
@@ -128,7 +128,7 @@ async fn a_database_password_shows_in_no_error() {
 /// has since taken over refuses the write, and writes nothing.
 #[tokio::test]
 async fn postgres_a_deposed_leader_writes_no_job() {
-    let Some(database) = mission_testkit::PostgresDatabase::create().await else { return };
+    let Some(database) = mission_store::test_support::PostgresDatabase::create().await else { return };
     let store = Store::open(&database.url).await.unwrap();
     let cluster = store.cluster().expect("a PostgreSQL store has cluster tables");
     let (mission, _) = story::mission_with_lz(&store).await;
@@ -164,7 +164,7 @@ async fn sqlite_has_no_cluster() {
 /// Replicas keep jobs' output in the database, chunk by chunk.
 #[tokio::test]
 async fn postgres_keeps_job_logs_in_chunks() {
-    let Some(database) = mission_testkit::PostgresDatabase::create().await else { return };
+    let Some(database) = mission_store::test_support::PostgresDatabase::create().await else { return };
     let store = Store::open(&database.url).await.unwrap();
     let db = store.cluster().unwrap();
     let (mission, _) = story::mission_with_lz(&store).await;
@@ -187,47 +187,10 @@ async fn postgres_keeps_job_logs_in_chunks() {
     assert_eq!(db.log_state(job.job_id, "stdout").await.unwrap(), (0, None));
 }
 
-/// Replicas keep the tail of a log past its cap in the database too, and seal it there.
-#[tokio::test]
-async fn postgres_keeps_the_head_and_tail_of_a_log_past_its_cap() {
-    use mission_server::job_logs::{JobLogs, LogStream, truncation_marker};
-    let Some(database) = mission_testkit::PostgresDatabase::create().await else { return };
-    let store = Store::open(&database.url).await.unwrap();
-    let logs = JobLogs::in_database(store.cluster().unwrap());
-    let (mission, _) = story::mission_with_lz(&store).await;
-    let job = story::job(&mission, story::LOCAL_STATION);
-    store.save_jobs(&story::numbered(&store, std::slice::from_ref(&job)).await, &[], &[]).await.unwrap();
-    let ids = (mission.mission_id, job.job_id);
-    let output: Vec<u8> = (0..10_000u32).map(|i| b'a' + (i % 26) as u8).collect();
-    // Chunks shorter than the tail, each sent twice as a retrying agent would.
-    for (i, piece) in output.chunks(70).enumerate() {
-        for _ in 0..2 {
-            logs.append(ids.0, ids.1, LogStream::Stdout, (i * 70) as u64, piece, 1024).await.unwrap();
-        }
-    }
-    let marker = truncation_marker(1024);
-    let read = |from| logs.read(ids.0, ids.1, LogStream::Stdout, from);
-    let running = read(0).await.unwrap();
-    assert_eq!(running, [&output[..1024], marker.as_bytes()].concat());
-    assert_eq!(read(1030).await.unwrap(), &marker.as_bytes()[6..]);
-    // The head stays at the cap, while the output received counts everything.
-    let db = store.cluster().unwrap();
-    assert_eq!(db.log_state(ids.1, "stdout").await.unwrap(), (1024, Some(10_000)));
-    logs.seal(ids.0, ids.1).await.unwrap();
-    let sealed = read(0).await.unwrap();
-    assert_eq!(sealed, [&output[..1024], marker.as_bytes(), &output[10_000 - 256..]].concat());
-    assert_eq!(read(running.len() as u64).await.unwrap(), &output[10_000 - 256..]);
-    // Sealing again, and late output, change nothing.
-    logs.seal(ids.0, ids.1).await.unwrap();
-    logs.append(ids.0, ids.1, LogStream::Stdout, 10_000, b"late", 1024).await.unwrap();
-    assert_eq!(read(0).await.unwrap(), sealed);
-    assert_eq!(db.log_state(ids.1, "stdout").await.unwrap(), (sealed.len() as u64, None));
-}
-
 /// Replicas share the sign-in brakes: failures and a rate per key.
 #[tokio::test]
 async fn postgres_shares_the_sign_in_brakes() {
-    let Some(database) = mission_testkit::PostgresDatabase::create().await else { return };
+    let Some(database) = mission_store::test_support::PostgresDatabase::create().await else { return };
     let store = Store::open(&database.url).await.unwrap();
     let db = store.cluster().unwrap();
     let keys = ["user:alice".to_owned(), "addr:10.0.0.1".to_owned()];

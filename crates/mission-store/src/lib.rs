@@ -1,4 +1,4 @@
-//! Persistent state: users, the identity provider's device codes and refresh tokens, the web
+//! Persistent state of the Mission Compute service (`mission-server` is its one user): users, the identity provider's device codes and refresh tokens, the web
 //! console's sessions, missions, mission files, cargo bays, stations, landing zones, jobs and the
 //! event log.
 //!
@@ -15,8 +15,9 @@
 
 mod cargo_bays;
 mod cluster;
-pub(crate) mod events;
+mod events;
 mod files;
+pub mod fsutil;
 mod jobs;
 mod missions;
 mod postgres;
@@ -24,6 +25,8 @@ mod row;
 mod sessions;
 mod sqlite;
 mod stations;
+#[cfg(feature = "test-support")]
+mod test_postgres;
 mod url;
 mod users;
 mod webhooks;
@@ -70,14 +73,14 @@ macro_rules! with_conn {
     };
     ($store:expr, $role:ident, |$conn:ident : $db:ident| $body:expr) => {
         match &$store.backend {
-            $crate::store::Backend::Sqlite(db) => {
+            $crate::Backend::Sqlite(db) => {
                 #[allow(dead_code)]
                 type $db = sqlx::Sqlite;
                 let mut connection = db.$role().await;
                 let $conn = &mut *connection;
                 $body
             }
-            $crate::store::Backend::Postgres(db) => {
+            $crate::Backend::Postgres(db) => {
                 #[allow(dead_code)]
                 type $db = sqlx::Postgres;
                 let mut connection = db.connection().await?;
@@ -552,12 +555,12 @@ pub fn now() -> DateTime<Utc> {
 }
 
 /// Microseconds since the epoch, the store's representation of time.
-pub(crate) fn to_micros(t: DateTime<Utc>) -> i64 {
+pub fn to_micros(t: DateTime<Utc>) -> i64 {
     t.timestamp_micros()
 }
 
 /// Inverse of [`to_micros`].
-pub(crate) fn from_micros(us: i64) -> Result<DateTime<Utc>, StoreError> {
+pub fn from_micros(us: i64) -> Result<DateTime<Utc>, StoreError> {
     Utc.timestamp_micros(us).single().ok_or_else(|| StoreError::Corrupt(format!("timestamp {us}")))
 }
 
@@ -651,25 +654,34 @@ pub struct LzIdentity {
     pub cluster_account: Option<String>,
 }
 
-/// What the server's unit tests build stores from.
-#[cfg(test)]
-pub(crate) mod test_support {
+/// What tests build stores from (the `test-support` feature): a SQLite store with a user, a
+/// mission, and a fresh database on the PostgreSQL test server.
+#[cfg(feature = "test-support")]
+pub mod test_support {
     use super::{DatabaseUrl, Store, UserRecord, now};
     use uuid::Uuid;
+
+    pub use super::test_postgres::PostgresDatabase;
 
     /// A store on a new SQLite database in `dir`, with one user, `ada`.
     pub async fn store_with_user(dir: &std::path::Path) -> (Store, UserRecord) {
         let store = Store::open(&DatabaseUrl::sqlite(&dir.join("mission.db"))).await.unwrap();
+        let user = add_user(&store, "ada").await;
+        (store, user)
+    }
+
+    /// Adds an ordinary user named `username`, without a password.
+    pub async fn add_user(store: &Store, username: &str) -> UserRecord {
         let user = UserRecord {
             user_id: Uuid::new_v4(),
-            username: "ada".into(),
+            username: username.into(),
             password_hash: None,
             external_sub: None,
             admin: false,
             created_at: now(),
         };
         store.insert_user(&user).await.unwrap();
-        (store, user)
+        user
     }
 
     /// A mission of `user_id` named `name` with nothing else set, created now.

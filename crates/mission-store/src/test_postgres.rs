@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use mission_server::store::DatabaseUrl;
+use crate::DatabaseUrl;
 use sqlx::Connection;
 
 /// A fresh, empty database on the test server. It stays after the test (the test server's
@@ -35,7 +35,7 @@ impl PostgresDatabase {
     }
 
     async fn start_server() -> Option<String> {
-        let script = crate::workspace_root().join("scripts/postgres-test-server.sh");
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/postgres-test-server.sh");
         let out = tokio::time::timeout(
             Duration::from_secs(120),
             tokio::process::Command::new("bash").arg(&script).arg("start").output(),

@@ -1,6 +1,6 @@
 //! What server replicas on one PostgreSQL database share besides the data, as SQL: the lock and
 //! epoch of the scheduler's leader, the mail between replicas, and notifications. The replicas'
-//! protocol on top of it is `crate::cluster`.
+//! protocol on top of it is `mission_server::cluster`.
 
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool};
@@ -169,7 +169,7 @@ impl std::fmt::Debug for Leadership {
 /// Jobs' output kept in a shared database, chunk by chunk as agents send it.
 impl ClusterDb {
     /// The size of a job's stream, and where its output received so far ends when it passed
-    /// its cap (and is not sealed yet): see [`crate::job_logs`].
+    /// its cap (and is not sealed yet): see `mission_server::job_logs`.
     pub async fn log_state(&self, job_id: Uuid, stream: &str) -> Result<(u64, Option<u64>), StoreError> {
         let row: (Option<i64>, Option<i64>) = sqlx::query_as(
             "SELECT (SELECT MAX(start + length(data)) FROM job_log_chunks WHERE job_id = $1 AND stream = $2), \
@@ -289,7 +289,7 @@ impl ClusterDb {
     }
 
     /// The bytes of a job's stream from `from` to its end, and its size when it passed its cap
-    /// and is not sealed yet (then the marker follows; see [`crate::job_logs`]). One statement,
+    /// and is not sealed yet (then the marker follows; see `mission_server::job_logs`). One statement,
     /// so one snapshot: the log and its tail as one seal left them.
     pub async fn read_log(&self, job_id: Uuid, stream: &str, from: u64) -> Result<(Vec<u8>, Option<u64>), StoreError> {
         let rows: Vec<(i64, Vec<u8>, bool)> = sqlx::query_as(
@@ -319,7 +319,7 @@ impl ClusterDb {
     }
 }
 
-/// The sign-in brakes replicas share (the rules are `crate::idp::throttle`'s).
+/// The sign-in brakes replicas share (the rules are `mission_server::idp::throttle`'s).
 impl ClusterDb {
     /// How long until none of `keys` is made to wait, if any is.
     pub async fn brake_wait(&self, keys: &[String]) -> Result<Option<std::time::Duration>, StoreError> {

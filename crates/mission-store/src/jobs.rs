@@ -238,36 +238,32 @@ impl Store {
     /// A page of jobs matching `filter`, newest first, with the total count; listings leave
     /// `history` empty (one job's `GET` has it).
     pub async fn jobs(&self, filter: &JobFilter) -> Result<(Vec<Job>, u64), StoreError> {
-        fn conditions<'q, DB>(q: &mut QueryBuilder<'q, DB>, f: &JobFilter)
-        where
-            DB: sqlx::Database,
-            String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-        {
-            q.push(" WHERE 1 = 1");
-            if let Some(user) = f.user {
-                q.push(" AND user_id = ").push_bind(user.to_string());
-            }
-            push_any_of(q, "mission_id", f.mission_ids.iter().map(Uuid::to_string));
-            push_any_of(q, "station_id", f.station_ids.iter().map(Uuid::to_string));
-            push_any_of(q, "array_id", f.array_ids.iter().map(Uuid::to_string));
-            push_any_of(q, "status", f.statuses.iter().map(|s| s.as_str().to_owned()));
-            push_labels(q, &f.labels);
-        }
+        Ok((self.job_page(filter).await?, self.count_jobs(filter).await?))
+    }
+
+    /// The page of [`Store::jobs`] alone, newest first, for a reader that knows the total.
+    pub async fn job_page(&self, filter: &JobFilter) -> Result<Vec<Job>, StoreError> {
         with_conn!(self, reader, |conn: Db| {
-            let (total, rows) = {
-                let mut count: QueryBuilder<Db> = QueryBuilder::new("SELECT COUNT(*) FROM jobs");
-                conditions(&mut count, filter);
-                let total: i64 = count.build_query_scalar().fetch_one(&mut *conn).await?;
+            let rows = {
                 let mut q: QueryBuilder<Db> = QueryBuilder::new(format!("SELECT {} FROM jobs", *JOB_COLUMNS));
-                conditions(&mut q, filter);
+                job_conditions(&mut q, filter);
                 q.push(" ORDER BY seq DESC LIMIT ")
                     .push_bind(i64::from(filter.items))
                     .push(" OFFSET ")
                     .push_bind(i64::from(filter.page.saturating_sub(1)) * i64::from(filter.items));
-                (total, q.build().fetch_all(conn).await?)
+                q.build().fetch_all(conn).await?
             };
-            let jobs = rows.iter().map(job_from_row).collect::<Result<_, _>>()?;
-            Ok((jobs, total as u64))
+            rows.iter().map(job_from_row).collect()
+        })
+    }
+
+    /// How many jobs match `filter` (its page aside).
+    pub async fn count_jobs(&self, filter: &JobFilter) -> Result<u64, StoreError> {
+        with_conn!(self, reader, |conn: Db| {
+            let mut count: QueryBuilder<Db> = QueryBuilder::new("SELECT COUNT(*) FROM jobs");
+            job_conditions(&mut count, filter);
+            let total: i64 = count.build_query_scalar().fetch_one(conn).await?;
+            Ok(total as u64)
         })
     }
 
@@ -718,7 +714,9 @@ impl Store {
 /// it (new jobs); otherwise it follows the job's rows already stored, `k` being its place among
 /// the batch's rows of that job. (SQLite reads a table an `INSERT … SELECT` writes into before it
 /// writes, so the count is that of the rows stored before the statement.) The history rows, given
-/// again, become the `job.*` events, as [`POSTGRES_JOB_EVENTS`] says.
+/// again, become the `job.*` events, as [`POSTGRES_JOB_EVENTS`] says. Every join starts from the
+/// batch and finds each job by its id: `+jobs.status` keeps SQLite's planner (which has no
+/// statistics) from walking every queued job by status and reading the batch once per job.
 static SQLITE_SAVE_JOBS: LazyLock<String> =
     LazyLock::new(|| format!("BEGIN IMMEDIATE;\n{};\n{SQLITE_SAVE_JOBS_AFTER_INSERT}", sqlite_insert_jobs()));
 
@@ -742,7 +740,7 @@ const SQLITE_SAVE_JOBS_AFTER_INSERT: &str = concat!(
     finished_at = COALESCE(c.value ->> 'finished_at', jobs.finished_at) \
 FROM json_each(?) AS c WHERE jobs.job_id = c.value ->> 'job_id';
 UPDATE jobs SET pending_kind = p.value ->> 'kind', pending_detail = p.value ->> 'detail' \
-FROM json_each(?) AS p WHERE jobs.job_id = p.value ->> 'job_id' AND jobs.status = 'queued';
+FROM json_each(?) AS p WHERE jobs.job_id = p.value ->> 'job_id' AND +jobs.status = 'queued';
 INSERT INTO job_history (job_id, n, status, at, detail) \
 SELECT h.value ->> 'job_id', \
     COALESCE(h.value ->> 'n', (SELECT COUNT(*) FROM job_history WHERE job_id = h.value ->> 'job_id') + (h.value ->> 'k')), \
@@ -1106,6 +1104,23 @@ pub struct QueuedRow {
     pub after_ok: Vec<Uuid>,
     /// Jobs it waits for to end.
     pub after_any: Vec<Uuid>,
+}
+
+/// The `WHERE` clause of a [`JobFilter`] (its page aside).
+fn job_conditions<'q, DB>(q: &mut QueryBuilder<'q, DB>, f: &JobFilter)
+where
+    DB: sqlx::Database,
+    String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    q.push(" WHERE 1 = 1");
+    if let Some(user) = f.user {
+        q.push(" AND user_id = ").push_bind(user.to_string());
+    }
+    push_any_of(q, "mission_id", f.mission_ids.iter().map(Uuid::to_string));
+    push_any_of(q, "station_id", f.station_ids.iter().map(Uuid::to_string));
+    push_any_of(q, "array_id", f.array_ids.iter().map(Uuid::to_string));
+    push_any_of(q, "status", f.statuses.iter().map(|s| s.as_str().to_owned()));
+    push_labels(q, &f.labels);
 }
 
 #[cfg(test)]

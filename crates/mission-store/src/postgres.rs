@@ -34,6 +34,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (21, "job_retries", include_str!("../migrations/postgres/0021_job_retries.sql")),
     (22, "job_arrays", include_str!("../migrations/postgres/0022_job_arrays.sql")),
     (23, "queue_positions", include_str!("../migrations/postgres/0023_queue_positions.sql")),
+    (24, "list_indexes", include_str!("../migrations/postgres/0024_list_indexes.sql")),
 ];
 
 /// Connections a replica holds at most.

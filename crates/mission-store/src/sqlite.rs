@@ -36,6 +36,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (21, "job_retries", include_str!("../migrations/sqlite/0021_job_retries.sql")),
     (22, "job_arrays", include_str!("../migrations/sqlite/0022_job_arrays.sql")),
     (23, "queue_positions", include_str!("../migrations/sqlite/0023_queue_positions.sql")),
+    (24, "list_indexes", include_str!("../migrations/sqlite/0024_list_indexes.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

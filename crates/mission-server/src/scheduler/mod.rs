@@ -420,6 +420,12 @@ impl Scheduler {
         }
     }
 
+    /// How many jobs are queued on `stations` (all, when empty) of `user` (anyone's, when
+    /// `None`), from the scheduler's own queue where this process runs it; `None` elsewhere.
+    pub fn queued_count(&self, stations: &[Uuid], user: Option<Uuid>) -> Option<u64> {
+        self.leads().then(|| self.queue.lock().expect("not poisoned").count(stations, user))
+    }
+
     /// Fills in where each queued job of `jobs` stands in line ([`Job::position`]) and, for one
     /// that no placement pass has looked at, why it waits: behind how many earlier jobs. Counted
     /// in the scheduler's own queue where this process runs it (in memory, without a walk), by

@@ -312,6 +312,19 @@ impl Queue {
         Some(QueuePosition { station: station.line.rank(place.seq) + 1, own: sub.line.rank(place.seq) + 1 })
     }
 
+    /// How many jobs wait on `stations` (on all, when empty), of `user` (anyone's, when `None`):
+    /// summed over the lines they stand in, not counted one by one.
+    pub fn count(&self, stations: &[Uuid], user: Option<Uuid>) -> u64 {
+        let on = |station: &Uuid| stations.is_empty() || stations.contains(station);
+        match user {
+            None => self.stations.iter().filter(|(id, _)| on(id)).map(|(_, line)| line.line.len()).sum(),
+            Some(user) => {
+                let theirs = self.queues.iter().filter(|q| q.key.user_id == user && on(&q.key.station_id));
+                theirs.map(|q| q.line.len()).sum()
+            }
+        }
+    }
+
     /// The sub-queue whose head a pass over `station` looks at next, after the head `after`
     /// (`None`: from the start); `skip` tells sub-queues the pass is done with. First come, first
     /// served: the head submitted first. (Fair-share chooses by usage against share instead.)

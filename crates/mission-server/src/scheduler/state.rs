@@ -37,7 +37,8 @@
 //! a write fail the jobs are reloaded from the store the same way. A write refused because this
 //! replica no longer leads ends the task.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -149,6 +150,10 @@ pub(crate) struct State {
     dependencies: Dependencies,
     /// Queued retries held back until their backoff ends.
     backoffs: HashMap<Uuid, Instant>,
+    /// When leases end, soonest first: every lease given, the stale ones (renewed since, or
+    /// ended) dropped as they come to the top, so the next end is found without a walk over
+    /// the fleet.
+    lease_ends: BinaryHeap<Reverse<(Instant, Uuid)>>,
     /// The pending reason last written for each queued job a pass looked at.
     reasons: HashMap<Uuid, PendingReason>,
     /// Stations where something happened that could let a job start, for the next pass.
@@ -189,6 +194,7 @@ impl State {
             policies: Policies::default(),
             dependencies: Dependencies::default(),
             backoffs: HashMap::new(),
+            lease_ends: BinaryHeap::new(),
             reasons: HashMap::new(),
             dirty: HashSet::new(),
             next_seq: 1,
@@ -287,6 +293,7 @@ impl State {
         for lz_id in silent {
             if let Some(lz) = self.fleet.get_quiet_mut(&lz_id) {
                 lz.lease_until = Some(grace);
+                self.lease_ends.push(Reverse((grace, lz_id)));
             }
         }
         self.dirty.extend(self.fleet.iter().map(|(_, lz)| lz.station_id));
@@ -398,8 +405,7 @@ impl State {
     /// leads.
     pub(crate) async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>, shutdown: CancellationToken) {
         loop {
-            let leases = self.fleet.iter().filter_map(|(_, lz)| lz.lease_until);
-            let deadline = leases.chain(self.backoffs.values().copied()).min();
+            let deadline = self.next_lease_end().into_iter().chain(self.backoffs.values().copied()).min();
             tokio::select! {
                 event = events.recv() => match event {
                     Some(event) => {
@@ -616,10 +622,13 @@ impl State {
                 return reply.send(Ok(Outcome::Done));
             }
             Call::Heartbeat { lz_id } => {
-                let lease = self.lease;
+                let until = Instant::now() + self.lease;
                 let renewed = self.fleet.get_quiet_mut(&lz_id).filter(|lz| lz.connection.is_some()).map(|lz| {
-                    lz.lease_until = Some(Instant::now() + lease);
+                    lz.lease_until = Some(until);
                 });
+                if renewed.is_some() {
+                    self.lease_ends.push(Reverse((until, lz_id)));
+                }
                 let result = match renewed {
                     Some(()) => self.store.lz_seen(lz_id, store::now()).await.map_err(SchedulerError::from),
                     None => Err(SchedulerError::Conflict("this landing zone is not connected; connect again".into())),
@@ -841,7 +850,9 @@ impl State {
         let mut lz = LzState::new(who.station_id, who.name.clone(), Some(hello.resources), gpus);
         lz.max_jobs = hello.max_jobs;
         lz.connection = Some(Connection { id: session, sessions: self.sessions.clone() });
-        lz.lease_until = Some(Instant::now() + self.lease);
+        let until = Instant::now() + self.lease;
+        lz.lease_until = Some(until);
+        self.lease_ends.push(Reverse((until, who.lz_id)));
         self.fleet.insert(who.lz_id, lz);
         for placed in held {
             self.fleet.hold(who.lz_id, placed);
@@ -893,13 +904,14 @@ impl State {
     }
 
     fn reports(&mut self, who: LzIdentity, reports: Vec<Report>) -> SchedulerResult<()> {
-        let lease = self.lease;
+        let until = Instant::now() + self.lease;
         let Some(lz) =
             self.fleet.get_quiet_mut(&who.lz_id).filter(|lz| lz.connection.is_some() || lz.lease_until.is_some())
         else {
             return Err(SchedulerError::Conflict("this landing zone is not connected; connect again".into()));
         };
-        lz.lease_until = Some(Instant::now() + lease);
+        lz.lease_until = Some(until);
+        self.lease_ends.push(Reverse((until, who.lz_id)));
         let (mut finished, mut failed_attempts) = (Vec::new(), Vec::new());
         for report in reports {
             let current = |p: &&mut Placed| report.attempt.is_none_or(|attempt| attempt == p.entry.attempt);
@@ -1028,10 +1040,27 @@ impl State {
         Ok(removed)
     }
 
+    /// When the soonest lease ends (dropping the stale ends on top).
+    fn next_lease_end(&mut self) -> Option<Instant> {
+        while let Some(Reverse((until, lz_id))) = self.lease_ends.peek().copied() {
+            if self.fleet.get(&lz_id).and_then(|lz| lz.lease_until) == Some(until) {
+                return Some(until);
+            }
+            self.lease_ends.pop();
+        }
+        None
+    }
+
     fn expire_leases(&mut self) {
         let now = Instant::now();
-        let expired: Vec<Uuid> =
-            self.fleet.iter().filter(|(_, lz)| lz.lease_until.is_some_and(|t| t <= now)).map(|(id, _)| *id).collect();
+        let mut expired = Vec::new();
+        while self.next_lease_end().is_some_and(|until| until <= now) {
+            let Some(Reverse((_, lz_id))) = self.lease_ends.pop() else { break };
+            expired.push(lz_id);
+        }
+        // A lease given twice at the same instant is on the heap twice.
+        expired.sort();
+        expired.dedup();
         let (mut requeued, mut ends): (_, Vec<(Placed, JobStatus, &str)>) = (Vec::new(), Vec::new());
         for lz_id in expired {
             let station = self.fleet.update(lz_id, |lz| {

@@ -173,9 +173,13 @@ async fn array_now(service: &Service, array: &JobArray) -> JobArray {
     service.server().client.get_job_array(array.array_id).await.unwrap()
 }
 
-/// With the first `placed` elements placed (they go in index order), a queued element's place in
-/// line is its index less those: in its station's queue and in its own sub-queue alike.
+/// With the first `placed` elements placed (they go in index order), the list counts the rest as
+/// queued, and a queued element's place in line is its index less those: in its station's queue
+/// and in its own sub-queue alike.
 async fn check_positions(server: &TestServer, array_id: Uuid, placed: usize) {
+    let all_queued = ListJobs { statuses: vec![JobStatus::Queued], items: 1, ..Default::default() };
+    let total = server.client.list_jobs_page(&all_queued).await.unwrap().total;
+    assert_eq!(total, (N - placed) as u64, "the list's total of queued jobs with {placed} placed");
     let queued =
         ListJobs { array_ids: vec![array_id], statuses: vec![JobStatus::Queued], items: 50, ..Default::default() };
     let page = server.client.list_jobs(&queued).await.unwrap();

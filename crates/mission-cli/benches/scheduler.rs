@@ -1,0 +1,205 @@
+//! The scheduler's state machine alone, in this process, at organisation scale: no HTTP, no
+//! agents, the real `Scheduler` (its task, its queue, its batch writes to a SQLite store).
+//!
+//! - `BENCH_SIM_LZS` (default 10,000) landing zones of mixed sizes (1 to 16 CPUs) connect;
+//! - jobs of 1, 1 and 2 CPUs in turn (`BENCH_SIM_JOB_CPUS`, default `1,1,2`) are submitted 5,000 at a time (as an array is) until the fleet is full
+//!   and `BENCH_SIM_JOBS` (default 1,000,000) more wait in the queue;
+//! - then, for `BENCH_SECONDS` (default 10), one running job ends every millisecond (1,000/s,
+//!   on each landing zone in turn): the latency from its end being reported to the order that
+//!   starts the next queued job on the room it freed, p50/p99/max, and the process's CPU per
+//!   placed job (the driver's own share included, so an upper bound for the pass). An end whose
+//!   room is kept for a larger job at the head of the line (a reservation) places nothing; those
+//!   are counted apart.
+//!
+//! With a million queued first come first served, a job submitted now waits for the million
+//! before it by design; what the queue's length could slow down is the pass that fills freed
+//! room, and that is what the latency measures. Run: `cargo bench -p mission-cli --bench scheduler`.
+
+mod common;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mission_api::lz::{Hello, Order, Report};
+use mission_api::{Job, JobStatus, Resources};
+use mission_server::DEFAULT_STATION_ID;
+use mission_server::agent_tokens::AgentTokens;
+use mission_server::job_logs::JobLogs;
+use mission_server::scheduler::{Policy, Scheduler, Session};
+use mission_store::{LzIdentity, now, test_support};
+use tokio::sync::Mutex;
+
+use common::{cpu_time, percentile};
+
+/// Landing-zone sizes, in CPUs, taken in turn.
+const LZ_CPUS: [u32; 5] = [1, 2, 4, 8, 16];
+const SUBMIT_CHUNK: usize = 5_000;
+/// An end after which no job starts on the freed room within this long placed nothing: the
+/// room is kept for a larger job at the head of the line (a reservation), as it should be.
+const NOTHING_PLACED: Duration = Duration::from_secs(2);
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// A connected landing zone: who it is, its order stream, the jobs it runs (oldest first).
+struct Lz {
+    identity: LzIdentity,
+    session: Session,
+    running: VecDeque<uuid::Uuid>,
+}
+
+impl Lz {
+    /// Takes the run orders already sent.
+    fn take_orders(&mut self) {
+        while let Ok(order) = self.session.orders.try_recv() {
+            if let Order::Run(job) = order {
+                self.running.push_back(job.job_id);
+            }
+        }
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let lzs = env_or("BENCH_SIM_LZS", 10_000);
+    let queued = env_or("BENCH_SIM_JOBS", 1_000_000);
+    let seconds = env_or("BENCH_SECONDS", 10);
+    // Job sizes in CPUs, taken in turn.
+    let job_cpus: Vec<u32> = std::env::var("BENCH_SIM_JOB_CPUS")
+        .unwrap_or_else(|_| "1,1,2".into())
+        .split(',')
+        .map(|n| n.trim().parse().expect("BENCH_SIM_JOB_CPUS: CPUs, comma-separated"))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let (store, user) = test_support::store_with_user(dir.path()).await;
+    let mission = test_support::mission(user.user_id, "sweep");
+    store.insert_mission(&mission).await.unwrap();
+    let logs = Arc::new(JobLogs::new(dir.path().join("logs")).unwrap());
+    let tokens = Arc::new(AgentTokens::new(store.clone()));
+    let policy = Policy { lease: Duration::from_secs(3600), max_running_per_user: None };
+    let tasks = tokio_util::task::TaskTracker::new();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let scheduler = Scheduler::start(store.clone(), logs, tokens, policy, &tasks, shutdown.clone()).await.unwrap();
+
+    let started = Instant::now();
+    let mut fleet = Vec::with_capacity(lzs);
+    let mut capacity = 0usize;
+    for i in 0..lzs {
+        let name = format!("lz-{i}");
+        let lz_id = store.rotate_lz_token(DEFAULT_STATION_ID, &name, &format!("hash {i}"), now()).await.unwrap();
+        let identity = LzIdentity { lz_id, station_id: DEFAULT_STATION_ID, name, cluster_account: None };
+        scheduler.registered(identity.clone());
+        let cpus = LZ_CPUS[i % LZ_CPUS.len()];
+        capacity += cpus as usize;
+        let hello = Hello {
+            resources: Resources { cpu_count: cpus, memory_amount: u64::from(cpus) * 1024, gpu_count: 0 },
+            gpus: Vec::new(),
+            running: Vec::new(),
+            max_jobs: None,
+            cluster_account: None,
+            version: "bench".into(),
+        };
+        let session = scheduler.connect(identity.clone(), hello).await.unwrap();
+        fleet.push(Lz { identity, session, running: VecDeque::new() });
+    }
+    let connected = started.elapsed();
+
+    // Enough to fill every CPU (each job takes at least one) and leave `queued` waiting.
+    let started = Instant::now();
+    let total = capacity + queued;
+    let mut submitted = 0;
+    while submitted < total {
+        let n = SUBMIT_CHUNK.min(total - submitted);
+        let jobs = (submitted..submitted + n)
+            .map(|i| Job {
+                cpu_count: job_cpus[i % job_cpus.len()],
+                memory_amount: 512,
+                ..Job::queued(mission.mission_id, user.user_id, DEFAULT_STATION_ID, vec!["true".into()], now())
+            })
+            .collect();
+        scheduler.submit_many(jobs).await.unwrap();
+        submitted += n;
+    }
+    let submission = started.elapsed();
+    for lz in &mut fleet {
+        lz.take_orders();
+    }
+    let running: usize = fleet.iter().map(|lz| lz.running.len()).sum();
+    let waiting = total - running;
+
+    // The steady state: an end every millisecond, each on the next landing zone.
+    let fleet: Arc<Vec<Mutex<Lz>>> = Arc::new(fleet.into_iter().map(Mutex::new).collect());
+    let ends = seconds * 1_000;
+    let cpu_before = cpu_time(std::process::id()).unwrap();
+    let started = Instant::now();
+    let mut ticks = tokio::time::interval(Duration::from_millis(1));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut waits = Vec::with_capacity(ends);
+    for k in 0..ends {
+        ticks.tick().await;
+        let (fleet, scheduler) = (fleet.clone(), scheduler.clone());
+        waits.push(tokio::spawn(async move {
+            let mut lz = fleet[k % fleet.len()].lock().await;
+            lz.take_orders();
+            let job_id = lz.running.pop_front()?;
+            let at = now();
+            let reports = vec![
+                Report::new(job_id, JobStatus::Running, at),
+                Report { exit_code: Some(0), ..Report::new(job_id, JobStatus::Completed, at) },
+            ];
+            let ended = Instant::now();
+            scheduler.reports(lz.identity.clone(), reports).await.unwrap();
+            loop {
+                match tokio::time::timeout(NOTHING_PLACED, lz.session.orders.recv()).await {
+                    Ok(Some(Order::Run(job))) => {
+                        lz.running.push_back(job.job_id);
+                        return Some(ended.elapsed());
+                    }
+                    Ok(Some(_)) => continue,
+                    Ok(None) | Err(_) => return None,
+                }
+            }
+        }));
+    }
+    let sending = started.elapsed();
+    let mut latencies = Vec::with_capacity(ends);
+    for wait in waits {
+        if let Some(latency) = wait.await.unwrap() {
+            latencies.push(latency);
+        }
+    }
+    let cpu = cpu_time(std::process::id()).unwrap().saturating_sub(cpu_before);
+    latencies.sort();
+    shutdown.cancel();
+
+    let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1000.0);
+    println!("| measure | value | target |");
+    println!("|---|---|---|");
+    println!("| landing zones connected | {lzs} ({capacity} CPUs) in {} | |", ms(connected));
+    println!(
+        "| jobs submitted in writes of {SUBMIT_CHUNK} | {total} in {:.1} s: {running} placed, {waiting} queued | |",
+        submission.as_secs_f64()
+    );
+    println!(
+        "| ends at 1,000/s for {seconds} s: the next job placed | {} of {ends}, the ends sent in {:.1} s ({:.0} placed/s) | |",
+        latencies.len(),
+        sending.as_secs_f64(),
+        latencies.len() as f64 / sending.as_secs_f64()
+    );
+    println!(
+        "| ends after which the room was kept for a larger job (nothing placed in {NOTHING_PLACED:?}) | {} | |",
+        ends - latencies.len()
+    );
+    println!(
+        "| end reported → next job's run order, p50 / p99 / max | {} / {} / {} | p99 < 50 ms |",
+        ms(percentile(&latencies, 0.5)),
+        ms(percentile(&latencies, 0.99)),
+        ms(*latencies.last().unwrap())
+    );
+    println!(
+        "| process CPU per placed job (scheduler, store, driver) | {} | |",
+        ms(cpu / latencies.len().max(1) as u32)
+    );
+}

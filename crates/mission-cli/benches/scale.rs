@@ -9,7 +9,8 @@
 //!   them: jobs/s and server CPU per job, against the same agent draining an array of as many
 //!   jobs on a fresh server with nothing else queued.
 //!
-//! Run: `cargo bench -p mission-cli --bench scale`. The machine is shared and noisy: read the
+//! Run: `cargo bench -p mission-cli --bench scale` (`BENCH_DATABASE=postgres`: one replica on
+//! PostgreSQL; the RSS is the replica's). The machine is shared and noisy: read the
 //! ratios, which come from one run.
 
 mod common;
@@ -20,10 +21,11 @@ use std::time::{Duration, Instant};
 
 use mission_client::{Client, JobStatus, ListJobs, RegisterLandingZone, RunJob, RunJobArray};
 
-use common::{bin, cpu_time, percentile, rss_kib, spawn_server_with};
+use common::{Deployment, Service, bin, percentile, rss_kib};
 
 const SCRIPT: &str = "true\n";
 const ARRAY_REQUEST: usize = 100_000;
+const NO_LZ: &[&str] = &["--no-local-lz"];
 
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -32,7 +34,8 @@ fn env_or(name: &str, default: usize) -> usize {
 /// A server with no embedded landing zone, signed in as its admin, with a mission of one
 /// trivial script and a landing zone registered on the `local` station but not running.
 struct Setup {
-    server: tokio::process::Child,
+    service: Service,
+    database: mission_store::DatabaseUrl,
     url: String,
     client: Client,
     mission_id: uuid::Uuid,
@@ -40,9 +43,11 @@ struct Setup {
     lz_token: String,
 }
 
-async fn setup(home: &Path) -> Setup {
-    let (server, url) = spawn_server_with(&home.join("data"), &["--no-local-lz"]).await;
-    let password = std::fs::read_to_string(home.join("data").join("initial-admin-password")).unwrap();
+async fn setup(home: &Path, deployment: Deployment) -> Setup {
+    let database = deployment.database(home).await;
+    let service = Service::start(deployment, home, &database, NO_LZ).await;
+    let url = service.urls()[0].clone();
+    let password = std::fs::read_to_string(service.data_dir.join("initial-admin-password")).unwrap();
     let (tokens, auth) = common::sign_in(&url, "admin", password.trim()).await;
     let client = Client::with_tokens(&url, tokens, auth).unwrap();
     let station = client.list_stations().await.unwrap().into_iter().find(|s| s.name == "local").unwrap();
@@ -64,7 +69,7 @@ async fn setup(home: &Path) -> Setup {
         gpu_count: Some(0),
         ..Default::default()
     };
-    Setup { server, url, client, mission_id: mission.mission_id, run, lz_token: registered.token }
+    Setup { service, database, url, client, mission_id: mission.mission_id, run, lz_token: registered.token }
 }
 
 /// Starts the registered landing zone's agent.
@@ -83,13 +88,13 @@ fn agent(home: &Path, url: &str, token: &str) -> tokio::process::Child {
 /// Waits until `n` more jobs of the array completed than `from`; answers the time and the
 /// server's CPU time it took. (Only the array that drains is asked: jobs go in order, so the
 /// first array's elements run first.)
-async fn drain(client: &Client, array: uuid::Uuid, from: u64, n: u64, server: u32) -> (Duration, Duration) {
-    let (started, cpu) = (Instant::now(), cpu_time(server).unwrap_or_default());
+async fn drain(client: &Client, array: uuid::Uuid, from: u64, n: u64, service: &Service) -> (Duration, Duration) {
+    let (started, cpu) = (Instant::now(), service.cpu_time());
     while client.get_job_array(array).await.unwrap().completed < from + n {
         assert!(started.elapsed() < Duration::from_secs(1800), "the drain did not finish");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    (started.elapsed(), cpu_time(server).unwrap_or_default().saturating_sub(cpu))
+    (started.elapsed(), service.cpu_time().saturating_sub(cpu))
 }
 
 async fn timed<T>(f: impl std::future::Future<Output = T>) -> (T, Duration) {
@@ -106,17 +111,18 @@ async fn main() {
 
     // The baseline: the same drain with nothing else queued.
     let empty_home = tempfile::tempdir().unwrap();
-    let empty = setup(empty_home.path()).await;
+    let deployment = Deployment::from_env();
+    let empty = setup(empty_home.path(), deployment).await;
     let request = RunJobArray { run: empty.run.clone(), range: Some(format!("1-{drained}")), ..Default::default() };
     let array = empty.client.run_job_array(empty.mission_id, &request).await.unwrap();
     let _agent = agent(empty_home.path(), &empty.url, &empty.lz_token);
-    let (empty_time, empty_cpu) = drain(&empty.client, array.array_id, 0, drained, empty.server.id().unwrap()).await;
+    let (empty_time, empty_cpu) = drain(&empty.client, array.array_id, 0, drained, &empty.service).await;
     drop(_agent);
     drop(empty);
 
     let home = tempfile::tempdir().unwrap();
-    let mut full = setup(home.path()).await;
-    let pid = full.server.id().unwrap();
+    let mut full = setup(home.path(), deployment).await;
+    let pid = full.service.replicas[0].0.id().unwrap();
     let rss_before = rss_kib(pid);
     let mut arrays = Vec::new();
     let mut requests = Vec::new();
@@ -151,24 +157,25 @@ async fn main() {
     gets.sort();
 
     // A restart: until the server answers again on the same data.
-    full.server.kill().await.unwrap();
-    let _ = full.server.wait().await;
-    let (restarted, rebuild) = timed(spawn_server_with(&home.path().join("data"), &["--no-local-lz"])).await;
-    let (server, url) = restarted;
-    let pid = server.id().unwrap();
-    let rss_rebuilt = rss_kib(pid);
-    full.server = server;
-    let password = std::fs::read_to_string(home.path().join("data").join("initial-admin-password")).unwrap();
+    for (replica, _) in &mut full.service.replicas {
+        replica.kill().await.unwrap();
+        let _ = replica.wait().await;
+    }
+    let (service, rebuild) = timed(Service::start(deployment, home.path(), &full.database, NO_LZ)).await;
+    let url = service.urls()[0].clone();
+    let rss_rebuilt = rss_kib(service.replicas[0].0.id().unwrap());
+    full.service = service;
+    let password = std::fs::read_to_string(full.service.data_dir.join("initial-admin-password")).unwrap();
     let (tokens, auth) = common::sign_in(&url, "admin", password.trim()).await;
     let client = Client::with_tokens(&url, tokens, auth).unwrap();
 
     let _agent = agent(home.path(), &url, &full.lz_token);
-    let (full_time, full_cpu) = drain(&client, arrays[0], 0, drained, pid).await;
+    let (full_time, full_cpu) = drain(&client, arrays[0], 0, drained, &full.service).await;
 
     let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
     let rate = |t: Duration| drained as f64 / t.as_secs_f64();
     requests.sort();
-    println!("| measure | value | target |");
+    println!("| measure ({}) | value | target |", deployment.label());
     println!("|---|---|---|");
     println!(
         "| {total} jobs queued by arrays of {ARRAY_REQUEST}: request time median / max | {} / {} | seconds, not minutes |",

@@ -121,8 +121,11 @@ def test_ctrl_c_interrupts_a_wait_promptly(client, server, tmp_path):
 
     job = run_script(client, tmp_path, "py-ctrl-c", "exec sleep 600\n")
     url, token = server
+    # A suite started in the background (`cmd &` without job control) ignores SIGINT, and an
+    # ignored SIGINT is inherited: the child gets the default back, as a terminal's process has.
     child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "URL": url, "TOKEN": token, "JOB": job.job_id})
+                             env={**os.environ, "URL": url, "TOKEN": token, "JOB": job.job_id},
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert child.stdout.readline() == "waiting\n"
         time.sleep(1)

@@ -56,6 +56,10 @@ enum Host {
     V2 {
         /// Parent of the job groups.
         parent: PathBuf,
+        /// Why CPU is not limited, where the host delegates the memory controller but not the
+        /// cpu one (a container manager may hand out only memory): jobs then get their memory
+        /// limit alone.
+        no_cpu: Option<String>,
     },
     /// No limits; the reason.
     Unavailable(String),
@@ -150,7 +154,7 @@ impl Cgroups {
                 remove_stale_groups(memory);
                 remove_stale_groups(cpu);
             }
-            Host::V2 { parent } => remove_stale_groups(parent),
+            Host::V2 { parent, .. } => remove_stale_groups(parent),
             Host::Unavailable(_) => {}
         }
         Self { host, idle: Mutex::new(Vec::new()) }
@@ -165,7 +169,8 @@ impl Cgroups {
     pub fn describe(&self) -> String {
         match &self.host {
             Host::V1 { .. } => "memory and CPU limits enforced by cgroup v1".into(),
-            Host::V2 { .. } => "memory and CPU limits enforced by cgroup v2".into(),
+            Host::V2 { no_cpu: None, .. } => "memory and CPU limits enforced by cgroup v2".into(),
+            Host::V2 { no_cpu: Some(why), .. } => format!("memory limit enforced by cgroup v2; CPU not limited: {why}"),
             Host::Unavailable(why) => format!("limits not enforced: {why}"),
         }
     }
@@ -226,7 +231,7 @@ impl Cgroups {
                 dirs.extend(cpuacct.as_ref().map(|parent| parent.join(&name)));
                 JobCgroup::at(dirs, false)
             }
-            Host::V2 { parent } => JobCgroup::at(vec![parent.join(&name)], true),
+            Host::V2 { parent, .. } => JobCgroup::at(vec![parent.join(&name)], true),
         };
         for (i, dir) in group.dirs.iter().enumerate() {
             if let Err(e) = std::fs::create_dir(dir) {
@@ -278,29 +283,39 @@ impl Host {
             base.pop(); // a previous start moved the agent already
         }
         let controllers = std::fs::read_to_string(base.join("cgroup.controllers")).unwrap_or_default();
-        for wanted in ["memory", "cpu"] {
-            if !controllers.split_whitespace().any(|c| c == wanted) {
-                return Self::Unavailable(format!(
-                    "cgroup v2: controller {wanted} is not available in {}",
-                    base.display()
-                ));
-            }
+        let has = |wanted: &str| controllers.split_whitespace().any(|c| c == wanted);
+        if !has("memory") {
+            return Self::Unavailable(format!("cgroup v2: controller memory is not available in {}", base.display()));
         }
-        let enable = || write(&base.join("cgroup.subtree_control"), "+memory +cpu");
+        let no_cpu = (!has("cpu")).then(|| format!("controller cpu is not delegated to {}", base.display()));
+        let wanted = if no_cpu.is_none() { "+memory +cpu" } else { "+memory" };
+        let enable = || write(&base.join("cgroup.subtree_control"), wanted);
         if enable().is_err() {
             // A group with processes cannot hand controllers to children ("no internal
-            // processes"): move the agent into a leaf of its own, then try again.
+            // processes"): move the agent into a leaf of its own, then try again. Where the
+            // agent shares its group with other processes (it was started from a shell in a
+            // container, say), they move into the leaf with it: the limits above them stay
+            // the same.
             let leaf = base.join(AGENT_GROUP);
             let moved = std::fs::create_dir_all(&leaf)
                 .and_then(|()| write(&leaf.join("cgroup.procs"), &std::process::id().to_string()));
-            if let Err(e) = moved.and_then(|()| enable()) {
+            let enabled = moved.and_then(|()| enable()).or_else(|_| {
+                let others = std::fs::read_to_string(base.join("cgroup.procs"))?;
+                for pid in others.split_whitespace() {
+                    // One that exited meanwhile is no longer in the way.
+                    let _ = write(&leaf.join("cgroup.procs"), pid);
+                }
+                enable()
+            });
+            if let Err(e) = enabled {
                 return Self::Unavailable(format!(
-                    "cgroup v2: cannot enable the memory and cpu controllers in {}: {e}",
+                    "cgroup v2: cannot enable the {} controllers in {}: {e}",
+                    wanted.replace('+', ""),
                     base.display()
                 ));
             }
         }
-        Self::V2 { parent: base }
+        Self::V2 { parent: base, no_cpu }
     }
 }
 
@@ -342,7 +357,7 @@ impl JobCgroup {
                     write(&quota, &limits.cpu_quota_us.to_string()).map_err(|e| fail(&quota, e))?;
                 }
             }
-            Host::V2 { .. } => {
+            Host::V2 { no_cpu, .. } => {
                 let dir = &self.dirs[0];
                 if old.map(|l| l.memory_bytes) != Some(limits.memory_bytes) {
                     let max = dir.join("memory.max");
@@ -351,7 +366,7 @@ impl JobCgroup {
                 if old.is_none() {
                     let _ = write(&dir.join("memory.swap.max"), "0");
                 }
-                if old.map(|l| l.cpu_quota_us) != Some(limits.cpu_quota_us) {
+                if no_cpu.is_none() && old.map(|l| l.cpu_quota_us) != Some(limits.cpu_quota_us) {
                     let cpu = dir.join("cpu.max");
                     write(&cpu, &format!("{} {CPU_PERIOD_US}", limits.cpu_quota_us)).map_err(|e| fail(&cpu, e))?;
                 }

@@ -89,13 +89,12 @@ pub(super) const POSTGRES_EVENTS_LOCK: &str = "SELECT pg_advisory_xact_lock(7400
 macro_rules! sqlite_append_events {
     ($parameter:literal) => {
         concat!(
+            $crate::sqlite::sqlite_rows!("e", $parameter),
             "INSERT INTO events (at, kind, user_id, mission_id, job_id, data) \
 SELECT e.value ->> 'at', e.value ->> 'kind', \
     COALESCE(e.value ->> 'user_id', (SELECT user_id FROM missions WHERE mission_id = e.value ->> 'mission_id')), \
     e.value ->> 'mission_id', e.value ->> 'job_id', e.value ->> 'data' \
-FROM json_each(",
-            $parameter,
-            ") AS e ORDER BY e.key"
+FROM e ORDER BY e.key"
         )
     };
 }

@@ -9,6 +9,7 @@ use sqlx::{Connection, QueryBuilder};
 use uuid::Uuid;
 
 use super::row::Columns;
+use super::sqlite::sqlite_rows;
 use super::{
     FileRecord, JobFilter, JobUpdate, LzIdentity, Store, StoreError, push_any_of, push_labels, to_micros, with_conn,
 };
@@ -68,10 +69,10 @@ const JOB_ROW: &[(&str, Cast)] = &[
 static JOB_COLUMNS: LazyLock<String> =
     LazyLock::new(|| JOB_ROW.iter().map(|(column, _)| *column).collect::<Vec<_>>().join(", "));
 
-/// The insert of new jobs from a JSON array of [`insert_row`]s on SQLite (`json_each(?)`).
+/// The insert of new jobs from a JSON array of [`insert_row`]s on SQLite (`?`).
 fn sqlite_insert_jobs() -> String {
     let values: Vec<String> = JOB_ROW.iter().map(|(column, _)| format!("j.value ->> '{column}'")).collect();
-    format!("INSERT INTO jobs ({}) SELECT {} FROM json_each(?) AS j", *JOB_COLUMNS, values.join(", "))
+    format!("{}INSERT INTO jobs ({}) SELECT {} FROM j", sqlite_rows!("j", "?"), *JOB_COLUMNS, values.join(", "))
 }
 
 /// The insert of new jobs from a JSON array of [`insert_row`]s on PostgreSQL (`$1`), in the
@@ -722,6 +723,7 @@ static SQLITE_SAVE_JOBS: LazyLock<String> =
 
 /// The statements of [`SQLITE_SAVE_JOBS`] after its insert.
 const SQLITE_SAVE_JOBS_AFTER_INSERT: &str = concat!(
+    sqlite_rows!("c", "?"),
     "UPDATE jobs SET status = c.value ->> 'status', \
     attempt = COALESCE(c.value ->> 'attempt', jobs.attempt), \
     memory_amount = COALESCE(c.value ->> 'memory_amount', jobs.memory_amount), \
@@ -738,21 +740,28 @@ const SQLITE_SAVE_JOBS_AFTER_INSERT: &str = concat!(
     peak_memory = COALESCE(c.value ->> 'peak_memory', jobs.peak_memory), \
     started_at = IIF(json_type(c.value, '$.started_at') IS NULL, jobs.started_at, c.value ->> 'started_at'), \
     finished_at = COALESCE(c.value ->> 'finished_at', jobs.finished_at) \
-FROM json_each(?) AS c WHERE jobs.job_id = c.value ->> 'job_id';
-UPDATE jobs SET pending_kind = p.value ->> 'kind', pending_detail = p.value ->> 'detail' \
-FROM json_each(?) AS p WHERE jobs.job_id = p.value ->> 'job_id' AND +jobs.status = 'queued';
-INSERT INTO job_history (job_id, n, status, at, detail) \
+FROM c WHERE jobs.job_id = c.value ->> 'job_id';\n",
+    sqlite_rows!("p", "?"),
+    "UPDATE jobs SET pending_kind = p.value ->> 'kind', pending_detail = p.value ->> 'detail' \
+FROM p WHERE jobs.job_id = p.value ->> 'job_id' AND +jobs.status = 'queued';\n",
+    sqlite_rows!("h", "?"),
+    "INSERT INTO job_history (job_id, n, status, at, detail) \
 SELECT h.value ->> 'job_id', \
     COALESCE(h.value ->> 'n', (SELECT COUNT(*) FROM job_history WHERE job_id = h.value ->> 'job_id') + (h.value ->> 'k')), \
     h.value ->> 'status', h.value ->> 'at', h.value ->> 'detail' \
-FROM json_each(?) AS h;
-INSERT INTO events (at, kind, user_id, mission_id, job_id, data) \
+FROM h;\n",
+    sqlite_rows!("h", "?"),
+    "INSERT INTO events (at, kind, user_id, mission_id, job_id, data) \
 SELECT h.value ->> 'at', 'job.' || (h.value ->> 'status'), jobs.user_id, jobs.mission_id, jobs.job_id, \
     json_object('status', h.value ->> 'status', 'detail', h.value ->> 'detail', 'station_id', jobs.station_id, \
         'lz_id', jobs.lz_id, \
-        'exit_code', IIF(h.value ->> 'status' IN ", final_statuses!(), ", jobs.exit_code, NULL), \
-        'reason', IIF(h.value ->> 'status' IN ", final_statuses!(), ", jobs.reason, NULL)) \
-FROM json_each(?) AS h JOIN jobs ON jobs.job_id = h.value ->> 'job_id' ORDER BY h.key;
+        'exit_code', IIF(h.value ->> 'status' IN ",
+    final_statuses!(),
+    ", jobs.exit_code, NULL), \
+        'reason', IIF(h.value ->> 'status' IN ",
+    final_statuses!(),
+    ", jobs.reason, NULL)) \
+FROM h JOIN jobs ON jobs.job_id = h.value ->> 'job_id' ORDER BY h.key;
 COMMIT;"
 );
 

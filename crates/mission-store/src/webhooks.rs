@@ -80,12 +80,15 @@ last_error, created_at, next_attempt_at, finished_at";
 
 /// Records a JSON array of [`NewDelivery`] (with `delivery_id`s) as pending deliveries, once per
 /// webhook and event, skipping webhooks that no longer exist.
-const SQLITE_ADD_DELIVERIES: &str = "INSERT INTO webhook_deliveries \
+const SQLITE_ADD_DELIVERIES: &str = concat!(
+    crate::sqlite::sqlite_rows!("e", "$1"),
+    "INSERT INTO webhook_deliveries \
 (delivery_id, webhook_id, event_seq, event_kind, body, status, attempts, created_at, next_attempt_at) \
 SELECT e.value ->> 'delivery_id', w.webhook_id, e.value ->> 'event_seq', e.value ->> 'event_kind', \
     e.value ->> 'body', 'pending', 0, $2, $2 \
-FROM json_each($1) AS e JOIN webhooks w ON w.webhook_id = e.value ->> 'webhook_id' WHERE true \
-ON CONFLICT (webhook_id, event_seq) DO NOTHING";
+FROM e JOIN webhooks w ON w.webhook_id = e.value ->> 'webhook_id' WHERE true \
+ON CONFLICT (webhook_id, event_seq) DO NOTHING"
+);
 
 /// [`SQLITE_ADD_DELIVERIES`] on PostgreSQL.
 const POSTGRES_ADD_DELIVERIES: &str = "INSERT INTO webhook_deliveries \

@@ -1146,4 +1146,32 @@ mod tests {
         columns.sort_unstable();
         assert_eq!(keys, columns);
     }
+
+    /// Every statement of SQLite's batch write starts from the batch and finds each job by its
+    /// id: with a million jobs stored, a plan that walked the jobs table (or one of its indexes)
+    /// would make every write of a job's move take seconds.
+    #[tokio::test]
+    async fn the_sqlite_batch_write_finds_each_job_by_its_id() {
+        use sqlx::{Connection, Row};
+        let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:").await.unwrap();
+        crate::migrate(&mut conn, crate::sqlite::MIGRATIONS).await.unwrap();
+        let statements: Vec<&str> = SQLITE_SAVE_JOBS
+            .split(";\n")
+            .map(str::trim)
+            .filter(|s| !s.is_empty() && !s.starts_with("BEGIN") && !s.starts_with("COMMIT"))
+            .collect();
+        assert_eq!(statements.len(), 5, "insert, changes, pending reasons, history, events");
+        for statement in statements {
+            let plan: Vec<String> = sqlx::query(&format!("EXPLAIN QUERY PLAN {statement}"))
+                .bind("[]")
+                .fetch_all(&mut conn)
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| row.get::<String, _>("detail"))
+                .collect();
+            let walks = plan.iter().any(|step| step.starts_with("SCAN jobs") || step.starts_with("SCAN job_history"));
+            assert!(!walks, "{plan:?} walks a table for {statement}");
+        }
+    }
 }

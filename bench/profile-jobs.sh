@@ -14,7 +14,7 @@ data="${1:-target/profile-jobs.perf}"
 hz=1999
 latency_jobs=20
 throughput_jobs=1000
-cargo bench -p mission-cli --bench jobs --no-run >/dev/null 2>&1
+cargo bench -p mission-cli --bench jobs --no-run >/dev/null
 log="$(mktemp)"
 BENCH_ARRAY_JOBS=0 BENCH_LATENCY_JOBS=$latency_jobs BENCH_THROUGHPUT_JOBS=$throughput_jobs \
   cargo bench -p mission-cli --bench jobs >"$log" 2>&1 &

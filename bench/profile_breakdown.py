@@ -8,7 +8,6 @@ Usage: python3 bench/profile_breakdown.py SCRIPT_OUTPUT HZ JOBS
 import collections
 import sys
 
-# (part, test) in the order they are tried: the first that matches a sample takes it.
 # Threads of the server process and of its spawner; perf names a thread whose name it missed
 # `:TID`. Any other name is a job's program.
 SERVER_THREADS = ("mission", "tokio-rt-worker", "sqlx-sqlite-wor", "mission-lz-spaw", "mission-lz-job")

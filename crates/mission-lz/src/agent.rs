@@ -6,7 +6,7 @@
 //! output it could not send meanwhile (reports wait in order; output waits in the job's pipes or
 //! files). A runner whose jobs outlive the agent itself (Slurm) resumes them when it starts.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -126,6 +126,10 @@ pub(crate) struct Agent {
     pub cache: InputCache,
     /// The jobs this agent runs.
     pub jobs: Mutex<HashMap<Uuid, RunningJob>>,
+    /// Jobs that ended here whose final report the server has not taken yet. A hello names
+    /// them as running: a server that came up meanwhile (restarted, or a replica that took the
+    /// lead) would otherwise count them lost, since it takes no report before the hello.
+    unreported_ends: Mutex<HashSet<Uuid>>,
     reports: mpsc::UnboundedSender<Report>,
 }
 
@@ -159,21 +163,36 @@ impl Agent {
         limits: Option<String>,
     ) {
         let report = Report { exit_code, reason, limits, ..self.report_of(job_id, status, chrono::Utc::now()) };
-        let _ = self.reports.send(report);
+        self.queue(report);
     }
 
     /// Queues the report of a job's end: its final status, exit code and reason, and what it
     /// used where that was measured.
     pub fn report_end(&self, job_id: Uuid, (status, exit_code, reason): Outcome, usage: Option<JobUsage>) {
         let report = Report { exit_code, reason, usage, ..self.report_of(job_id, status, chrono::Utc::now()) };
-        let _ = self.reports.send(report);
+        self.queue(report);
     }
 
     /// Queues the report that a job's program started at `at` (seen after the fact, as in a
     /// batch system), with how its limits are enforced.
     pub fn report_started(&self, job_id: Uuid, at: chrono::DateTime<chrono::Utc>, limits: String) {
         let report = Report { limits: Some(limits), ..self.report_of(job_id, JobStatus::Running, at) };
+        self.queue(report);
+    }
+
+    /// Queues `report` for [`deliver_reports`].
+    fn queue(&self, report: Report) {
+        if report.status.is_final() {
+            self.unreported_ends.lock().expect("not poisoned").insert(report.job_id);
+        }
         let _ = self.reports.send(report);
+    }
+
+    /// The jobs to name in a hello: those running here, and those whose end is not reported yet.
+    fn running_or_unreported(&self) -> Vec<Uuid> {
+        let mut ids: HashSet<Uuid> = self.jobs.lock().expect("not poisoned").keys().copied().collect();
+        ids.extend(self.unreported_ends.lock().expect("not poisoned").iter());
+        ids.into_iter().collect()
     }
 
     /// Sets the stop switch of a job this agent runs.
@@ -226,6 +245,7 @@ async fn serve<R: Runner>(
         client: LzClient::new(&config.servers, &config.token, Timings::default())?,
         cache: InputCache::new(config.data_dir.join("cache")),
         jobs: Mutex::new(HashMap::new()),
+        unreported_ends: Mutex::new(HashSet::new()),
         reports,
     });
     for (job_id, attempt) in runner.recovered() {
@@ -266,7 +286,7 @@ async fn idle(agent: &Agent, limit: Option<std::time::Duration>) {
 async fn connect_loop<R: Runner>(agent: &Arc<Agent>, runner: &Arc<R>) -> Result<(), AgentError> {
     let mut delays = agent.client.timings().reconnect.delays();
     loop {
-        let running: Vec<Uuid> = agent.jobs.lock().expect("not poisoned").keys().copied().collect();
+        let running = agent.running_or_unreported();
         let offer = runner.offer().await;
         let hello = Hello {
             resources: offer.resources,
@@ -374,6 +394,72 @@ async fn deliver_reports(agent: Arc<Agent>, mut queue: mpsc::UnboundedReceiver<R
             // The server will never take these (its answer says why): do not block the rest.
             tracing::error!("reports refused: {e}");
         }
-        batch.clear();
+        let mut unreported = agent.unreported_ends.lock().expect("not poisoned");
+        for report in batch.drain(..).filter(|r| r.status.is_final()) {
+            unreported.remove(&report.job_id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Reads one HTTP request (headers and a `content-length` body) and answers 204.
+    async fn take_one_request(connection: &mut tokio::net::TcpStream) {
+        let mut request = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = connection.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the agent hung up mid-request");
+            request.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&request).to_ascii_lowercase();
+            let Some(end) = text.find("\r\n\r\n") else { continue };
+            let length = text
+                .lines()
+                .find_map(|line| line.strip_prefix("content-length:"))
+                .map_or(0, |n| n.trim().parse::<usize>().unwrap());
+            if request.len() >= end + 4 + length {
+                break;
+            }
+        }
+        connection.write_all(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n").await.unwrap();
+    }
+
+    /// A job that ended while no server took its report (a restart, a replica taking the lead) is
+    /// named in the hello: the server that comes up takes no report before the hello, and would
+    /// count a running job the hello does not name as lost. Once the report is taken, it is not.
+    #[tokio::test]
+    async fn a_hello_names_a_job_until_its_end_is_reported() {
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", server.local_addr().unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let (reports, queue) = mpsc::unbounded_channel();
+        let agent = Arc::new(Agent {
+            client: LzClient::new(&[url], "token", Timings::default()).unwrap(),
+            cache: InputCache::new(dir.path().to_path_buf()),
+            jobs: Mutex::default(),
+            unreported_ends: Mutex::default(),
+            reports,
+        });
+        let (ended, running) = (Uuid::new_v4(), Uuid::new_v4());
+        agent.spawn_job(running, 1, |_stop| std::future::pending());
+        agent.report_end(ended, (JobStatus::Completed, Some(0), None), None);
+        let mut named = agent.running_or_unreported();
+        named.sort();
+        let mut both = vec![ended, running];
+        both.sort();
+        assert_eq!(named, both, "the ended job's report is not delivered yet");
+
+        let reporter = tokio::spawn(deliver_reports(agent.clone(), queue));
+        let (mut connection, _) = server.accept().await.unwrap();
+        take_one_request(&mut connection).await;
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while agent.running_or_unreported() != [running] {
+            assert!(tokio::time::Instant::now() < deadline, "{:?}", agent.running_or_unreported());
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        reporter.abort();
     }
 }

@@ -632,6 +632,30 @@ async fn a_job_survives_a_server_restart() {
 }
 
 #[tokio::test]
+async fn a_job_that_ends_while_the_server_is_down_completes_when_it_returns() {
+    let (mut server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "steady", TWO_CPUS).await;
+    // Nothing to send at its end (no output after the work dir, no result file: an empty dir is
+    // none), so the agent finishes the job while the server is away and only its final report
+    // waits.
+    let script = "mkdir ending\npwd >&2\nwhile [ ! -e go ]; do sleep 0.05; done\nrm go\n";
+    let m = mission(&server.client, SHELL, &[("run.sh", script)], &[]).await;
+    let job = server.client.run_job_on_station(m.mission_id, local_station(), cpus(1)).await.unwrap();
+    let dir = work_dir(&server.client, job.job_id).await;
+    server.stop().await;
+    std::fs::write(dir.join("go"), "").unwrap();
+    // The agent cleans the work dir once it has queued the job's end.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while dir.join("ending").exists() {
+        assert!(tokio::time::Instant::now() < deadline, "the job did not end");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server.start().await;
+    let done = server.client.wait_for_job(job.job_id).await.unwrap();
+    assert_eq!(done.status, JobStatus::Completed, "the server waits for the report: {done:?}");
+}
+
+#[tokio::test]
 async fn memory_limit_ends_a_job_out_of_memory() {
     let (server, admin) = cluster(|_| {}).await;
     let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;

@@ -1115,6 +1115,7 @@ impl State {
         let Some(lzs) = self.fleet.station(&station) else { return };
         let offline = lzs.connected() == 0;
         let mut reserved: HashSet<Uuid> = HashSet::new();
+        let mut could_hold = HashMap::new();
         // Sub-queues the pass has taken the head of; for those it goes on with, the next job.
         let mut visited: HashSet<u32> = HashSet::new();
         let mut frontier: BTreeSet<(u64, u32)> = BTreeSet::new();
@@ -1143,7 +1144,7 @@ impl State {
             };
             let Some(entry) = entry else { continue };
             examined += 1;
-            let (verdict, reason) = self.examine(&key, &entry, &reserved);
+            let (verdict, reason) = self.examine(&key, &entry, &reserved, &mut could_hold);
             let job_id = entry.job_id;
             match verdict {
                 Verdict::Place(lz_id) => {
@@ -1181,8 +1182,16 @@ impl State {
         work.placed += placed;
     }
 
-    /// What a pass does with a queued job, and why it waits if it does.
-    fn examine(&self, key: &QueueKey, job: &Queued, reserved: &HashSet<Uuid>) -> (Verdict, Option<PendingReason>) {
+    /// What a pass does with a queued job, and why it waits if it does. `could_hold` remembers,
+    /// for the pass, whether any online LZ of the station could ever hold a job of a shape (CPUs,
+    /// MB, GPUs): without it, every job passed over would walk the station's LZs.
+    fn examine(
+        &self,
+        key: &QueueKey,
+        job: &Queued,
+        reserved: &HashSet<Uuid>,
+        could_hold: &mut HashMap<(u32, u64, u32), bool>,
+    ) -> (Verdict, Option<PendingReason>) {
         if let Some(limit) = self.max_running_per_user.filter(|limit| self.fleet.placed_of(&key.user_id) >= *limit) {
             let why =
                 format!("its user has {limit} jobs on landing zones, the most the server allows one user at once");
@@ -1231,9 +1240,12 @@ impl State {
             );
             return (Verdict::Hold(lz_id), Some(pending(PendingKind::Resources, why)));
         }
-        let usable = |id: &Uuid| job.requested_lz_id.is_none_or(|r| r == *id);
-        let any_could =
-            lzs.by_room.iter().map(|(_, _, id)| id).chain(&lzs.gateways).any(|id| usable(id) && lz(id).could_hold(job));
+        let any_could = match job.requested_lz_id {
+            Some(lz_id) => self.fleet.get(&lz_id).is_some_and(|l| l.station_id == key.station_id && l.could_hold(job)),
+            None => *could_hold.entry((job.cpu_count, job.memory_amount, job.gpu_count)).or_insert_with(|| {
+                lzs.by_room.iter().map(|(_, _, id)| id).chain(&lzs.gateways).any(|id| lz(id).could_hold(job))
+            }),
+        };
         if any_could {
             return (Verdict::PassOver, Some(behind()));
         }

@@ -126,11 +126,13 @@ pub(super) struct StationLzs {
     pub by_room: BTreeSet<(i64, i64, Uuid)>,
     /// The connected gateways (they count jobs instead).
     pub gateways: BTreeSet<Uuid>,
+    /// Connected LZs out of `by_room` while a pass holds them ([`Fleet::set_aside`]).
+    aside: usize,
 }
 
 impl StationLzs {
     pub fn connected(&self) -> usize {
-        self.by_room.len() + self.gateways.len()
+        self.by_room.len() + self.gateways.len() + self.aside
     }
 }
 
@@ -285,13 +287,41 @@ impl Fleet {
         ids.into_iter().filter_map(|id| self.release(lz_id, id)).collect()
     }
 
-    /// Whether a job could start on the station now on an LZ not in `reserved`: one has free
-    /// CPUs and memory, or a free slot.
-    pub fn room_left(&self, station_id: Uuid, reserved: &impl Fn(Uuid) -> bool) -> bool {
+    /// Takes a connected LZ that counts resources out of its station's index by room, for the
+    /// rest of a placement pass that holds it: no walk of the index meets it there.
+    /// [`Fleet::put_back`] undoes it.
+    /// [`Fleet::put_back`] undoes it; answers whether it was set aside (gateways are not).
+    pub fn set_aside(&mut self, lz_id: Uuid) -> bool {
+        let Some(lz) = self.lzs.get(&lz_id).filter(|lz| lz.max_jobs.is_none() && lz.connection.is_some()) else {
+            return false;
+        };
+        let station = lz.station_id;
+        self.unlist(lz_id);
+        self.stations.get_mut(&station).expect("listed").aside += 1;
+        true
+    }
+
+    /// Puts an LZ [set aside](Fleet::set_aside) back in its station's index.
+    pub fn put_back(&mut self, lz_id: Uuid) {
+        let Some(lz) = self.lzs.get(&lz_id) else { return };
+        let station = self.stations.get_mut(&lz.station_id).expect("listed");
+        station.aside -= 1;
+        self.list(lz_id);
+    }
+
+    /// How many of the station's LZs that count resources have a free CPU.
+    pub fn with_free_cpus(&self, station_id: Uuid) -> usize {
+        self.stations.get(&station_id).map_or(0, |station| station.by_room.range((1, i64::MIN, Uuid::nil())..).count())
+    }
+
+    /// Whether the LZ counts resources and has a free CPU (one of [`Fleet::with_free_cpus`]).
+    pub fn has_free_cpus(&self, lz_id: &Uuid) -> bool {
+        self.lzs.get(lz_id).is_some_and(|lz| lz.connection.is_some() && lz.max_jobs.is_none() && lz.free_cpu >= 1)
+    }
+
+    /// Whether a gateway of the station not in `reserved` has a free slot.
+    pub fn gateway_room_left(&self, station_id: Uuid, reserved: &impl Fn(Uuid) -> bool) -> bool {
         let Some(station) = self.stations.get(&station_id) else { return false };
-        // The LZ with the most free CPUs not held for a job says whether any has room.
-        let roomy = station.by_room.iter().rev().find(|(_, _, id)| !reserved(*id));
-        roomy.is_some_and(|(cpu, _, _)| *cpu >= 1)
-            || station.gateways.iter().any(|id| !reserved(*id) && self.lzs.get(id).is_some_and(LzState::has_room))
+        station.gateways.iter().any(|id| !reserved(*id) && self.lzs.get(id).is_some_and(LzState::has_room))
     }
 }

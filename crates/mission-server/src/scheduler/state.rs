@@ -1116,6 +1116,12 @@ impl State {
         let offline = lzs.connected() == 0;
         let mut reserved: HashSet<Uuid> = HashSet::new();
         let mut could_hold = HashMap::new();
+        // The LZs counting resources that have a free CPU and are not held: kept as the pass
+        // holds and fills them, so that "is there room left" needs no walk past the held ones.
+        let mut free_unheld = self.fleet.with_free_cpus(station);
+        // The LZs held, out of the station's index by room until the pass ends, so that its
+        // walks for room do not step over them one by one.
+        let mut aside = Vec::new();
         // Sub-queues the pass has taken the head of; for those it goes on with, the next job.
         let mut visited: HashSet<u32> = HashSet::new();
         let mut frontier: BTreeSet<(u64, u32)> = BTreeSet::new();
@@ -1148,11 +1154,16 @@ impl State {
             let job_id = entry.job_id;
             match verdict {
                 Verdict::Place(lz_id) => {
+                    let had_free = self.fleet.has_free_cpus(&lz_id);
                     self.start(lz_id, key, seq, entry);
+                    free_unheld -= usize::from(had_free && !self.fleet.has_free_cpus(&lz_id));
                     placed += 1;
                 }
                 Verdict::Hold(lz_id) => {
-                    reserved.insert(lz_id);
+                    free_unheld -= usize::from(reserved.insert(lz_id) && self.fleet.has_free_cpus(&lz_id));
+                    if self.fleet.set_aside(lz_id) {
+                        aside.push(lz_id);
+                    }
                 }
                 Verdict::PassOver | Verdict::SkipQueue => passed_over += 1,
             }
@@ -1169,12 +1180,16 @@ impl State {
             }
             // Once no LZ that is not held has room, one more job is looked at (the next in line
             // then says what it waits for, holding the LZ it waits on), and the pass ends.
-            if !offline && !self.fleet.room_left(station, &|id| reserved.contains(&id)) {
+            let room_left = free_unheld > 0 || self.fleet.gateway_room_left(station, &|id| reserved.contains(&id));
+            if !offline && !room_left {
                 if out_of_room {
                     break;
                 }
                 out_of_room = true;
             }
+        }
+        for lz_id in aside {
+            self.fleet.put_back(lz_id);
         }
         let mut work = self.work.lock().expect("not poisoned");
         work.passes += 1;
@@ -1242,9 +1257,10 @@ impl State {
         }
         let any_could = match job.requested_lz_id {
             Some(lz_id) => self.fleet.get(&lz_id).is_some_and(|l| l.station_id == key.station_id && l.could_hold(job)),
-            None => *could_hold.entry((job.cpu_count, job.memory_amount, job.gpu_count)).or_insert_with(|| {
-                lzs.by_room.iter().map(|(_, _, id)| id).chain(&lzs.gateways).any(|id| lz(id).could_hold(job))
-            }),
+            // Over every LZ online, those the pass holds (out of the index) too.
+            None => *could_hold
+                .entry((job.cpu_count, job.memory_amount, job.gpu_count))
+                .or_insert_with(|| lzs.all.iter().map(lz).any(|l| l.connection.is_some() && l.could_hold(job))),
         };
         if any_could {
             return (Verdict::PassOver, Some(behind()));

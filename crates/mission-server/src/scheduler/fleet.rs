@@ -289,8 +289,7 @@ impl Fleet {
 
     /// Takes a connected LZ that counts resources out of its station's index by room, for the
     /// rest of a placement pass that holds it: no walk of the index meets it there.
-    /// [`Fleet::put_back`] undoes it.
-    /// [`Fleet::put_back`] undoes it; answers whether it was set aside (gateways are not).
+    /// [`Fleet::put_back`] undoes it. Answers whether it was set aside (gateways are not).
     pub fn set_aside(&mut self, lz_id: Uuid) -> bool {
         let Some(lz) = self.lzs.get(&lz_id).filter(|lz| lz.max_jobs.is_none() && lz.connection.is_some()) else {
             return false;

@@ -268,14 +268,14 @@ async fn serve<R: Runner>(
     result
 }
 
-/// Resolves once no job has run for `limit` (never, without one). The last job's reports went
-/// long before.
+/// Resolves once no job has run, and no job's end has waited for the server to take its report,
+/// for `limit` (never, without one): an agent that leaves then takes no report with it.
 async fn idle(agent: &Agent, limit: Option<std::time::Duration>) {
     let Some(limit) = limit else { return std::future::pending().await };
     let mut idle_since = tokio::time::Instant::now();
     loop {
         tokio::time::sleep(std::time::Duration::from_millis(250).min(limit)).await;
-        if !agent.jobs.lock().expect("not poisoned").is_empty() {
+        if !agent.running_or_unreported().is_empty() {
             idle_since = tokio::time::Instant::now();
         } else if idle_since.elapsed() >= limit {
             return;

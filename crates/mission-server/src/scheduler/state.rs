@@ -20,11 +20,12 @@
 //!
 //! Order (`queue.rs`): per station, sub-queues per user, each first come first served, the pass
 //! taking their heads in the order [`Queue::next_head`] chooses, with backfill. A job that does
-//! not fit yet holds the connected LZ best able to hold it; later jobs may still start on the
-//! station's other LZs, never on a held one, so small jobs fill idle room without starving a large
-//! one. The pass ends once no LZ of the station that is not held has room left, or after
-//! [`PASS_DEPTH`] jobs it could neither place nor hold an LZ for (Slurm's `default_queue_depth`
-//! plays the same part): its cost follows what it places, not how many jobs wait. Jobs that wait
+//! not fit yet holds the connected LZ best able to hold it (the one it held in the last pass, while
+//! it still can, so that LZ goes on draining for it); later jobs may still start on the station's
+//! other LZs, never on a held one, so small jobs fill idle room without starving a large one. The
+//! pass ends once no LZ of the station that is not held has room left, or after [`PASS_DEPTH`]
+//! jobs it could neither place nor hold an LZ for (Slurm's `default_queue_depth` plays the same
+//! part): its cost follows what it places, not how many jobs wait. Jobs that wait
 //! for others (`after_ok`, `after_any`) or for a backoff are out of their sub-queue until let go;
 //! a sub-queue whose user is at the per-user limit is passed over whole.
 //!
@@ -156,6 +157,10 @@ pub(crate) struct State {
     lease_ends: BinaryHeap<Reverse<(Instant, Uuid)>>,
     /// The pending reason last written for each queued job a pass looked at.
     reasons: HashMap<Uuid, PendingReason>,
+    /// The LZ each queued job held in the last pass that looked at it: the next pass holds the
+    /// same one while it still can, so a held LZ goes on draining for the job that waits on it
+    /// (and its pending reason, which names the LZ, is not rewritten every pass).
+    holds: HashMap<Uuid, Uuid>,
     /// Stations where something happened that could let a job start, for the next pass.
     dirty: HashSet<Uuid>,
     /// The sequence number the next new job gets (the store's `seq`).
@@ -196,6 +201,7 @@ impl State {
             backoffs: HashMap::new(),
             lease_ends: BinaryHeap::new(),
             reasons: HashMap::new(),
+            holds: HashMap::new(),
             dirty: HashSet::new(),
             next_seq: 1,
             sessions,
@@ -306,6 +312,7 @@ impl State {
     async fn reload_jobs(&mut self) {
         self.dependencies.clear();
         self.reasons.clear();
+        self.holds.clear();
         self.backoffs.clear();
         let ids: Vec<Uuid> = self.fleet.iter().map(|(id, _)| *id).collect();
         for lz_id in ids {
@@ -329,6 +336,7 @@ impl State {
     fn dequeue(&mut self, job_id: Uuid) -> Option<(QueueKey, u64, Queued)> {
         let taken = self.queue.lock().expect("not poisoned").remove(job_id)?;
         self.reasons.remove(&job_id);
+        self.holds.remove(&job_id);
         self.backoffs.remove(&job_id);
         Some(taken)
     }
@@ -1160,12 +1168,16 @@ impl State {
                     placed += 1;
                 }
                 Verdict::Hold(lz_id) => {
+                    self.holds.insert(job_id, lz_id);
                     free_unheld -= usize::from(reserved.insert(lz_id) && self.fleet.has_free_cpus(&lz_id));
                     if self.fleet.set_aside(lz_id) {
                         aside.push(lz_id);
                     }
                 }
-                Verdict::PassOver | Verdict::SkipQueue => passed_over += 1,
+                Verdict::PassOver | Verdict::SkipQueue => {
+                    self.holds.remove(&job_id);
+                    passed_over += 1;
+                }
             }
             if let Some(reason) = reason {
                 self.write_reason(job_id, reason);
@@ -1237,15 +1249,26 @@ impl State {
         if let Some((_, _, lz_id)) = counting.into_iter().chain(gateway).min() {
             return (Verdict::Place(lz_id), None);
         }
-        // Held for it: the LZ best able to hold it, with the most free room.
-        let counting = lzs.by_room.iter().rev().find(|(_, _, id)| free(id) && lz(id).could_hold(job)).copied();
-        let gateway = lzs
-            .gateways
-            .iter()
-            .filter(|id| free(id) && lz(id).could_hold(job))
-            .map(|id| (lz(id).free_cpu, lz(id).free_memory, *id))
-            .max();
-        if let Some((_, _, lz_id)) = counting.into_iter().chain(gateway).max() {
+        // Held for it: the LZ it held last while that one still can, else the LZ best able to
+        // hold it, with the most free room.
+        let kept = self.holds.get(&job.job_id).copied().filter(|id| {
+            free(id)
+                && self
+                    .fleet
+                    .get(id)
+                    .is_some_and(|l| l.station_id == key.station_id && l.connection.is_some() && l.could_hold(job))
+        });
+        let best = || {
+            let counting = lzs.by_room.iter().rev().find(|(_, _, id)| free(id) && lz(id).could_hold(job)).copied();
+            let gateway = lzs
+                .gateways
+                .iter()
+                .filter(|id| free(id) && lz(id).could_hold(job))
+                .map(|id| (lz(id).free_cpu, lz(id).free_memory, *id))
+                .max();
+            counting.into_iter().chain(gateway).max().map(|(_, _, id)| id)
+        };
+        if let Some(lz_id) = kept.or_else(best) {
             let gpus = if job.gpu_count > 0 { format!(", {} GPUs", job.gpu_count) } else { String::new() };
             let why = format!(
                 "waiting for {} CPUs, {} MB{gpus} to be free on landing zone {}, held for it",

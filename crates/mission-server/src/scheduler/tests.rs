@@ -239,6 +239,37 @@ async fn jobs_go_to_the_best_fit_and_a_large_job_reserves_its_lz_while_small_one
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_waiting_job_keeps_the_lz_it_holds_while_room_frees_elsewhere() {
+    let h = Harness::new().await;
+    let (a_lz, b_lz) = (h.register("a").await, h.register("b").await);
+    let mut agents = [h.connect(&a_lz, 2, Vec::new()).await.0, h.connect(&b_lz, 2, Vec::new()).await.0];
+    for _ in 0..4 {
+        h.submit(1).await;
+    }
+    let mut running = [agents[0].runs(), agents[1].runs()];
+    assert_eq!(running.each_ref().map(Vec::len), [2, 2]);
+    // Nothing has room for two CPUs: the wide job holds one LZ.
+    let wide = h.submit(2).await;
+    let (kind, detail) = h.pending(wide.job_id).await.unwrap();
+    assert_eq!(kind, PendingKind::Resources);
+    let held = usize::from(detail.contains("landing zone b,"));
+    let other = 1 - held;
+    // A CPU frees on the other LZ, which now has more room than the held one: the wide job keeps
+    // the LZ it holds (which goes on draining for it), and a small job takes the freed CPU.
+    let done = running[other].remove(0);
+    h.report(&agents[other], done, JobStatus::Completed).await;
+    assert_eq!(h.pending(wide.job_id).await.unwrap().1, detail, "the hold stays where it was");
+    let filler = h.submit(1).await;
+    assert_eq!(agents[other].runs(), [filler.job_id]);
+    assert!(agents[held].runs().is_empty(), "nothing starts on the held LZ");
+    // The held LZ drains: the wide job starts there.
+    for job_id in std::mem::take(&mut running[held]) {
+        h.report(&agents[held], job_id, JobStatus::Completed).await;
+    }
+    assert_eq!(agents[held].runs(), [wide.job_id]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_batch_gateway_takes_jobs_by_count_and_says_why_they_wait() {
     let h = Harness::new().await;
     let mut lz = h.register("slurm").await;

@@ -294,9 +294,9 @@ impl Fleet {
         let Some(lz) = self.lzs.get(&lz_id).filter(|lz| lz.max_jobs.is_none() && lz.connection.is_some()) else {
             return false;
         };
-        let station = lz.station_id;
-        self.unlist(lz_id);
-        self.stations.get_mut(&station).expect("listed").aside += 1;
+        let station = self.stations.get_mut(&lz.station_id).expect("listed");
+        station.by_room.remove(&lz.room_key(lz_id));
+        station.aside += 1;
         true
     }
 
@@ -305,7 +305,7 @@ impl Fleet {
         let Some(lz) = self.lzs.get(&lz_id) else { return };
         let station = self.stations.get_mut(&lz.station_id).expect("listed");
         station.aside -= 1;
-        self.list(lz_id);
+        station.by_room.insert(lz.room_key(lz_id));
     }
 
     /// How many of the station's LZs that count resources have a free CPU.

@@ -1258,17 +1258,18 @@ impl State {
                     .get(id)
                     .is_some_and(|l| l.station_id == key.station_id && l.connection.is_some() && l.could_hold(job))
         });
-        let best = || {
-            let counting = lzs.by_room.iter().rev().find(|(_, _, id)| free(id) && lz(id).could_hold(job)).copied();
-            let gateway = lzs
-                .gateways
-                .iter()
-                .filter(|id| free(id) && lz(id).could_hold(job))
-                .map(|id| (lz(id).free_cpu, lz(id).free_memory, *id))
-                .max();
-            counting.into_iter().chain(gateway).max().map(|(_, _, id)| id)
-        };
-        if let Some(lz_id) = kept.or_else(best) {
+        if let Some(lz_id) = kept {
+            // Its pending reason, which names the LZ, is the one written when it took the hold.
+            return (Verdict::Hold(lz_id), None);
+        }
+        let counting = lzs.by_room.iter().rev().find(|(_, _, id)| free(id) && lz(id).could_hold(job)).copied();
+        let gateway = lzs
+            .gateways
+            .iter()
+            .filter(|id| free(id) && lz(id).could_hold(job))
+            .map(|id| (lz(id).free_cpu, lz(id).free_memory, *id))
+            .max();
+        if let Some((_, _, lz_id)) = counting.into_iter().chain(gateway).max() {
             let gpus = if job.gpu_count > 0 { format!(", {} GPUs", job.gpu_count) } else { String::new() };
             let why = format!(
                 "waiting for {} CPUs, {} MB{gpus} to be free on landing zone {}, held for it",

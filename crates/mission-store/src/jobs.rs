@@ -101,6 +101,26 @@ fn postgres_insert_jobs() -> String {
 /// holds), `k` being its place among the batch's rows of that job.
 static POSTGRES_INSERT_JOBS: LazyLock<String> = LazyLock::new(postgres_insert_jobs);
 
+/// The columns of a [`QueuedRow`], in its fields' order.
+macro_rules! queued_columns {
+    () => {
+        "seq, job_id, user_id, station_id, requested_lz_id, cpu_count, memory_amount, gpu_count, attempt, retry, \
+        after_ok, after_any"
+    };
+}
+
+/// How many queued jobs one page of [`SQLITE_QUEUED_PAGE`] holds (a few MB of JSON).
+const QUEUED_PAGE_ROWS: i64 = 20_000;
+
+/// A page of queued jobs on SQLite, after the sequence number bound first and as many as bound
+/// second: one JSON array of [`QueuedRow`]s, each an array of its columns.
+const SQLITE_QUEUED_PAGE: &str = concat!(
+    "SELECT json_group_array(json_array(seq, job_id, user_id, station_id, requested_lz_id, cpu_count, \
+    memory_amount, gpu_count, attempt, json(retry), json(after_ok), json(after_any))) FROM (SELECT ",
+    queued_columns!(),
+    " FROM jobs WHERE status = 'queued' AND seq > ? ORDER BY seq LIMIT ?)"
+);
+
 /// What [`Store::queue_positions`] counts for each job, bound as `$1`: how many queued jobs of its
 /// station, and of its user there, come before it (through the `jobs_queued` indexes).
 const QUEUE_POSITIONS: &str = "SELECT j.job_id, \
@@ -465,36 +485,62 @@ impl Store {
     }
 
     /// Every queued job, in submission order, as placement needs it ([`QueuedRow`]), handed to
-    /// `each` as it streams from the database: a million queued jobs are never a million rows in
+    /// `each` as it comes from the database: a million queued jobs are never a million rows in
     /// memory at once.
     pub async fn queued_jobs(&self, mut each: impl FnMut(QueuedRow)) -> Result<(), StoreError> {
         use futures_util::TryStreamExt;
-        with_conn!(self, reader, |conn| {
-            let mut rows = sqlx::query(
-                "SELECT seq, job_id, user_id, station_id, requested_lz_id, cpu_count, memory_amount, gpu_count, \
-                 attempt, retry, CASE WHEN after_ok = '[]' THEN NULL ELSE after_ok END AS after_ok, \
-                 CASE WHEN after_any = '[]' THEN NULL ELSE after_any END AS after_any \
-                 FROM jobs WHERE status = 'queued' ORDER BY seq",
-            )
-            .fetch(conn);
-            while let Some(r) = rows.try_next().await? {
-                each(QueuedRow {
-                    seq: r.count("seq")?,
-                    job_id: r.uuid("job_id")?,
-                    user_id: r.uuid("user_id")?,
-                    station_id: r.uuid("station_id")?,
-                    requested_lz_id: r.opt_uuid("requested_lz_id")?,
-                    cpu_count: r.int("cpu_count")? as u32,
-                    memory_amount: r.count("memory_amount")?,
-                    gpu_count: r.int("gpu_count")? as u32,
-                    attempt: r.count("attempt")? as u32,
-                    retry: r.opt_json("retry")?,
-                    after_ok: r.opt_json("after_ok")?.unwrap_or_default(),
-                    after_any: r.opt_json("after_any")?.unwrap_or_default(),
-                });
+        match &self.backend {
+            // Streamed row by row, every row is a hand-off from SQLite's worker thread with each
+            // of its values copied: at a million queued jobs that was most of a restart. The rows
+            // come instead in pages, each page one JSON text.
+            super::Backend::Sqlite(db) => {
+                let mut after = 0;
+                loop {
+                    let page: String = {
+                        let mut conn = db.reader().await;
+                        sqlx::query_scalar(SQLITE_QUEUED_PAGE)
+                            .bind(after)
+                            .bind(QUEUED_PAGE_ROWS)
+                            .fetch_one(&mut *conn)
+                            .await?
+                    };
+                    let mut rows: Vec<QueuedRow> = serde_json::from_str(&page)
+                        .map_err(|e| StoreError::Corrupt(format!("a page of queued jobs: {e}")))?;
+                    // An aggregate's order is not promised; the page is read in order, so this
+                    // sort finds it sorted.
+                    rows.sort_unstable_by_key(|row| row.seq);
+                    let Some(last) = rows.last() else { return Ok(()) };
+                    after = last.seq as i64;
+                    rows.into_iter().for_each(&mut each);
+                }
             }
-            Ok(())
-        })
+            super::Backend::Postgres(db) => {
+                let mut conn = db.connection().await?;
+                let mut rows = sqlx::query(concat!(
+                    "SELECT ",
+                    queued_columns!(),
+                    " FROM jobs WHERE status = 'queued' ORDER BY seq"
+                ))
+                .fetch(&mut *conn);
+                while let Some(r) = rows.try_next().await? {
+                    each(QueuedRow {
+                        seq: r.count("seq")?,
+                        job_id: r.uuid("job_id")?,
+                        user_id: r.uuid("user_id")?,
+                        station_id: r.uuid("station_id")?,
+                        requested_lz_id: r.opt_uuid("requested_lz_id")?,
+                        cpu_count: r.int("cpu_count")? as u32,
+                        memory_amount: r.count("memory_amount")?,
+                        gpu_count: r.int("gpu_count")? as u32,
+                        attempt: r.count("attempt")? as u32,
+                        retry: r.opt_json("retry")?,
+                        after_ok: r.json("after_ok")?,
+                        after_any: r.json("after_any")?,
+                    });
+                }
+                Ok(())
+            }
+        }
     }
 
     /// The sequence number the next job is given: one past the last job's.
@@ -1087,7 +1133,7 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
 }
 
 /// What placement needs of a queued job, as [`Store::queued_jobs`] streams it.
-#[derive(Debug)]
+#[derive(Debug, serde::Deserialize)]
 pub struct QueuedRow {
     /// Its place in line.
     pub seq: u64,

@@ -791,6 +791,17 @@ pub async fn job_listings_results_and_agents(store: &Store) {
     jobs[3].labels = label(&[("sweep", "a")]);
     jobs[4].labels = label(&[("sweep", "b")]);
     jobs[1].log_cap = Some(4096);
+    // What only placement reads of a queued job: the LZ it names, its retry policy, what it waits for.
+    jobs[3].requested_lz_id = Some(lz);
+    jobs[5].retry = Some(mission_api::RetryPolicy {
+        max_attempts: 3,
+        on: vec![mission_api::RetryOn::Lost],
+        backoff: 5,
+        memory_factor: 2.0,
+        max_memory: Some(4096),
+    });
+    jobs[5].after_ok = vec![jobs[2].job_id];
+    jobs[5].after_any = vec![jobs[3].job_id, jobs[4].job_id];
     store.save_jobs(&numbered(store, &jobs).await, &[], &[]).await.unwrap();
     // A log cap asked for is kept; a job whose output passed it is found among others.
     assert_eq!(store.job_row(jobs[1].job_id).await.unwrap().unwrap().log_cap, Some(4096));
@@ -867,14 +878,20 @@ pub async fn job_listings_results_and_agents(store: &Store) {
     let placed = store.placed_jobs().await.unwrap();
     assert_eq!(placed.iter().map(|(_, j)| j.job_id).collect::<Vec<_>>(), [jobs[0].job_id]);
     let mut queued = Vec::new();
-    store.queued_jobs(|row| queued.push((row.seq, row.job_id, row.cpu_count, row.after_ok))).await.unwrap();
+    store.queued_jobs(|row| queued.push(row)).await.unwrap();
     assert_eq!(
-        queued.iter().map(|(_, id, _, _)| *id).collect::<Vec<_>>(),
+        queued.iter().map(|row| row.job_id).collect::<Vec<_>>(),
         [jobs[2].job_id, jobs[3].job_id, jobs[4].job_id, jobs[5].job_id],
         "in submission order"
     );
-    assert!(queued.windows(2).all(|w| w[0].0 < w[1].0) && placed[0].0 < queued[0].0);
-    assert!(queued.iter().all(|(_, _, cpus, after_ok)| *cpus == 1 && after_ok.is_empty()));
+    assert!(queued.windows(2).all(|w| w[0].seq < w[1].seq) && placed[0].0 < queued[0].seq);
+    for (row, job) in queued.iter().zip(&jobs[2..]) {
+        assert_eq!((row.user_id, row.station_id), (job.user_id, job.station_id));
+        assert_eq!((row.cpu_count, row.memory_amount, row.gpu_count, row.attempt), (1, job.memory_amount, 0, 1));
+        assert_eq!(row.requested_lz_id, job.requested_lz_id);
+        assert_eq!((&row.after_ok, &row.after_any), (&job.after_ok, &job.after_any));
+        assert_eq!(row.retry, job.retry);
+    }
     assert_eq!(store.mission_unfinished_jobs(m.mission_id).await.unwrap(), 3);
     assert_eq!(store.mission_unfinished_jobs(bobs.mission_id).await.unwrap(), 2);
 

@@ -1166,10 +1166,14 @@ fn job_conditions<'q, DB>(q: &mut QueryBuilder<'q, DB>, f: &JobFilter)
 where
     DB: sqlx::Database,
     String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
 {
     q.push(" WHERE 1 = 1");
     if let Some(user) = f.user {
         q.push(" AND user_id = ").push_bind(user.to_string());
+    }
+    if let Some(seq) = f.seq_at_most {
+        q.push(" AND seq <= ").push_bind(i64::try_from(seq).unwrap_or(i64::MAX));
     }
     push_any_of(q, "mission_id", f.mission_ids.iter().map(Uuid::to_string));
     push_any_of(q, "station_id", f.station_ids.iter().map(Uuid::to_string));

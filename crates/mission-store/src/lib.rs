@@ -635,6 +635,10 @@ pub struct JobFilter {
     /// Labels the job has, every one (`key`, `value`; keys checked by
     /// [`mission_api::labels::check_label_key`]).
     pub labels: Vec<(String, String)>,
+    /// Only jobs submitted no later than the job with this sequence number: where a page starts
+    /// when the caller knows it (the scheduler finds it in its queue without a walk), so that
+    /// reading a deep page does not skip row after row.
+    pub seq_at_most: Option<u64>,
     /// Page number from 1.
     pub page: u32,
     /// Page size.

@@ -352,7 +352,16 @@ pub async fn list(
         && filter.labels.is_empty();
     let known = queued_only.then(|| app.scheduler.queued_count(&filter.station_ids, filter.user)).flatten();
     let (mut jobs, total) = match known {
-        Some(total) => (app.store.job_page(&filter).await?, total),
+        Some(total) => {
+            // A deep page is found by its first job's sequence number, from the queue, rather
+            // than by the database skipping every row before it.
+            let skip = u64::from(filter.page.saturating_sub(1)) * u64::from(filter.items);
+            let page = match app.scheduler.queued_page_start(&filter.station_ids, filter.user, skip) {
+                Some(start) => JobFilter { seq_at_most: Some(start), page: 1, ..filter.clone() },
+                None => filter.clone(),
+            };
+            (app.store.job_page(&page).await?, total)
+        }
         None => app.store.jobs(&filter).await?,
     };
     app.scheduler.place_in_line(&app.store, &mut jobs).await?;

@@ -426,6 +426,14 @@ impl Scheduler {
         self.leads().then(|| self.queue.lock().expect("not poisoned").count(stations, user))
     }
 
+    /// Where a page of the queued jobs of `stations` (all, when empty) of `user` (anyone's, when
+    /// `None`), newest first, starts once the `skip` newest are passed ([`Queue::page_start`]),
+    /// from the scheduler's own queue where this process runs it; `None` elsewhere, or where
+    /// the jobs stand in more than one line.
+    pub fn queued_page_start(&self, stations: &[Uuid], user: Option<Uuid>, skip: u64) -> Option<u64> {
+        self.leads().then(|| self.queue.lock().expect("not poisoned").page_start(stations, user, skip)).flatten()
+    }
+
     /// Fills in where each queued job of `jobs` stands in line ([`Job::position`]) and, for one
     /// that no placement pass has looked at, why it waits: behind how many earlier jobs. Counted
     /// in the scheduler's own queue where this process runs it (in memory, without a walk), by

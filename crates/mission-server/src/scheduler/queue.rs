@@ -150,6 +150,30 @@ impl RankSet {
     pub fn len(&self) -> u64 {
         self.len
     }
+
+    /// The member with `k` members greater than it (0: the greatest); `None` when there are no
+    /// more than `k`.
+    pub fn nth_from_last(&self, k: u64) -> Option<u64> {
+        let mut left = k;
+        for (block_of, block) in self.blocks.iter().rev() {
+            if left >= u64::from(block.count) {
+                left -= u64::from(block.count);
+                continue;
+            }
+            for (word, bits) in block.bits.iter().enumerate().rev() {
+                if left >= u64::from(bits.count_ones()) {
+                    left -= u64::from(bits.count_ones());
+                    continue;
+                }
+                let mut bits = *bits;
+                for _ in 0..left {
+                    bits &= !(1 << (63 - bits.leading_zeros()));
+                }
+                return Some(block_of * Self::BLOCK + word as u64 * 64 + u64::from(63 - bits.leading_zeros()));
+            }
+        }
+        None
+    }
 }
 
 /// One sub-queue: the jobs of one [`QueueKey`] that may be placed, by sequence number, and the
@@ -323,6 +347,23 @@ impl Queue {
                 theirs.map(|q| q.line.len()).sum()
             }
         }
+    }
+
+    /// Where a page of the jobs waiting on `stations` (on all, when empty) of `user` (anyone's,
+    /// when `None`), newest first, starts once the `skip` newest are passed: the sequence number
+    /// of its first job, `Some(0)` when no more wait. Answered where one line holds them all (one
+    /// station; one user's on one station), `None` otherwise.
+    pub fn page_start(&self, stations: &[Uuid], user: Option<Uuid>, skip: u64) -> Option<u64> {
+        let station = match stations {
+            [one] => *one,
+            [] if self.stations.len() == 1 => *self.stations.keys().next()?,
+            _ => return None,
+        };
+        let line = match user {
+            None => &self.stations.get(&station)?.line,
+            Some(user_id) => &self.queues[*self.numbers.get(&QueueKey { station_id: station, user_id })? as usize].line,
+        };
+        Some(line.nth_from_last(skip).unwrap_or(0))
     }
 
     /// The sub-queue whose head a pass over `station` looks at next, after the head `after`
@@ -501,6 +542,13 @@ mod tests {
         set.remove(1); // never there
         assert_eq!(set.rank(5000), (0..5000).step_by(3).filter(|n| n % 6 != 0).count() as u64);
         assert_eq!(set.len(), set.rank(u64::MAX));
+        // Counted from the greatest down: where a page of the newest starts.
+        let mut members: Vec<u64> = (0..5000).step_by(3).filter(|n| n % 6 != 0).collect();
+        members.reverse();
+        for (k, member) in members.iter().enumerate() {
+            assert_eq!(set.nth_from_last(k as u64), Some(*member), "{k} from the last");
+        }
+        assert_eq!(set.nth_from_last(members.len() as u64), None);
     }
 
     fn entry(id: u128, cpus: u32) -> Queued {

@@ -180,6 +180,20 @@ async fn check_positions(server: &TestServer, array_id: Uuid, placed: usize) {
     let all_queued = ListJobs { statuses: vec![JobStatus::Queued], items: 1, ..Default::default() };
     let total = server.client.list_jobs_page(&all_queued).await.unwrap().total;
     assert_eq!(total, (N - placed) as u64, "the list's total of queued jobs with {placed} placed");
+    // A deep page of them all, newest first, starts where as many newer ones end (the leader
+    // finds where in its queue; a replica that does not lead has the database skip them).
+    let left = (N - placed) as u32;
+    let page = left / 25 / 2 + 1;
+    let deep = ListJobs { statuses: vec![JobStatus::Queued], items: 25, page, ..Default::default() };
+    let listed = server.client.list_jobs(&deep).await.unwrap();
+    let first = N as u32 - (page - 1) * 25;
+    assert_eq!(
+        listed.iter().map(|j| j.array_index.unwrap()).collect::<Vec<_>>(),
+        (first - 24..=first).rev().collect::<Vec<_>>(),
+        "page {page} of the queued with {placed} placed"
+    );
+    let beyond = ListJobs { page: left / 25 + 2, ..deep };
+    assert!(server.client.list_jobs(&beyond).await.unwrap().is_empty(), "a page past the last is empty");
     let queued =
         ListJobs { array_ids: vec![array_id], statuses: vec![JobStatus::Queued], items: 50, ..Default::default() };
     let page = server.client.list_jobs(&queued).await.unwrap();

@@ -427,7 +427,7 @@ impl Scheduler {
     }
 
     /// Where a page of the queued jobs of `stations` (all, when empty) of `user` (anyone's, when
-    /// `None`), newest first, starts once the `skip` newest are passed ([`Queue::page_start`]),
+    /// `None`), newest first, starts once the `skip` newest are passed (counted down its line),
     /// from the scheduler's own queue where this process runs it; `None` elsewhere, or where
     /// the jobs stand in more than one line.
     pub fn queued_page_start(&self, stations: &[Uuid], user: Option<Uuid>, skip: u64) -> Option<u64> {

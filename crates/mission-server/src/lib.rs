@@ -28,6 +28,7 @@ pub mod config;
 pub mod console;
 pub mod error;
 pub mod events;
+mod heap;
 pub mod idp;
 pub mod job_logs;
 mod locks;

@@ -38,7 +38,7 @@ pub async fn spawn_server_env(
         .arg(data_dir)
         .args(extra)
         .envs(env.iter().copied())
-        .env("MISSION_LOG", "warn")
+        .env("MISSION_LOG", std::env::var("BENCH_SERVER_LOG").unwrap_or_else(|_| "warn".into()))
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()

@@ -95,6 +95,9 @@ pub async fn run_array(
         }
         queued += n;
     }
+    if size as usize > ARRAY_CHUNK {
+        crate::heap::release_free_pages();
+    }
     let array = app.store.job_array(array_id, None).await?;
     let array =
         array.ok_or_else(|| ApiError::internal(format!("job array {array_id} was queued but is not stored")))?;

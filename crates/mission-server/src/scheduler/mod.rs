@@ -8,6 +8,7 @@
 //! database and get their answers back the same way (`cluster.rs`). Orders for an agent go
 //! to whichever replica holds its connection ([`Sessions`]).
 
+mod chunks;
 mod fleet;
 pub(crate) mod queue;
 pub(crate) mod state;

@@ -26,6 +26,8 @@ use std::sync::Arc;
 use mission_api::{Job, JobStatus, QueuePosition, RetryPolicy};
 use uuid::Uuid;
 
+use super::chunks::ChunkMap;
+
 /// Which sub-queue a job waits in: one per user and station (with fair-share, per project too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct QueueKey {
@@ -180,7 +182,7 @@ impl RankSet {
 /// sequence numbers of all its queued jobs (held ones too) for positions.
 struct SubQueue {
     key: QueueKey,
-    runnable: BTreeMap<u64, Queued>,
+    runnable: ChunkMap<Queued>,
     line: RankSet,
 }
 
@@ -228,7 +230,7 @@ impl Queue {
             return *n;
         }
         let n = self.queues.len() as u32;
-        self.queues.push(SubQueue { key, runnable: BTreeMap::new(), line: RankSet::default() });
+        self.queues.push(SubQueue { key, runnable: ChunkMap::default(), line: RankSet::default() });
         self.numbers.insert(key, n);
         n
     }
@@ -254,7 +256,7 @@ impl Queue {
 
     fn add_runnable(&mut self, queue: u32, seq: u64, entry: Queued) {
         let sub = &mut self.queues[queue as usize];
-        let old_head = sub.runnable.keys().next().copied();
+        let old_head = sub.runnable.first().map(|(head, _)| head);
         sub.runnable.insert(seq, entry);
         if old_head.is_none_or(|head| seq < head) {
             let heads = &mut self.stations.get_mut(&sub.key.station_id).expect("filed on insert").heads;
@@ -267,10 +269,10 @@ impl Queue {
 
     fn take_runnable(&mut self, queue: u32, seq: u64) -> Option<Queued> {
         let sub = &mut self.queues[queue as usize];
-        let was_head = sub.runnable.keys().next() == Some(&seq);
-        let entry = sub.runnable.remove(&seq)?;
+        let was_head = sub.runnable.first().is_some_and(|(head, _)| head == seq);
+        let entry = sub.runnable.remove(seq)?;
         if was_head {
-            let next = sub.runnable.keys().next().copied();
+            let next = sub.runnable.first().map(|(head, _)| head);
             let heads = &mut self.stations.get_mut(&sub.key.station_id).expect("filed on insert").heads;
             heads.remove(&(seq, queue));
             if let Some(next) = next {
@@ -323,7 +325,7 @@ impl Queue {
     pub fn get(&self, job_id: Uuid) -> Option<(QueueKey, u64, &Queued)> {
         let place = self.places.get(&job_id)?;
         let sub = &self.queues[place.queue as usize];
-        let entry = if place.held { self.held.get(&job_id) } else { sub.runnable.get(&place.seq) }?;
+        let entry = if place.held { self.held.get(&job_id) } else { sub.runnable.get(place.seq) }?;
         Some((sub.key, place.seq, entry))
     }
 
@@ -382,14 +384,12 @@ impl Queue {
 
     /// The runnable job of sub-queue `queue` at `seq`.
     pub fn runnable_at(&self, queue: u32, seq: u64) -> Option<&Queued> {
-        self.queues[queue as usize].runnable.get(&seq)
+        self.queues[queue as usize].runnable.get(seq)
     }
 
     /// The first runnable job of sub-queue `queue` after `seq` (or from the start).
     pub fn next_in(&self, queue: u32, after: Option<u64>) -> Option<(u64, &Queued)> {
-        let runnable = &self.queues[queue as usize].runnable;
-        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
-        runnable.range((from, Bound::Unbounded)).next().map(|(seq, entry)| (*seq, entry))
+        self.queues[queue as usize].runnable.next_after(after)
     }
 
     /// The key of sub-queue `queue`.

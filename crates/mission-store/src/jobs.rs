@@ -289,7 +289,8 @@ impl Store {
     }
 
     /// How far the elements of a job array (of one user's, or anyone's) got; `None` when there
-    /// is no such array.
+    /// is no such array. Read from the counts per status that the store's triggers keep (one row
+    /// per status, however large the array) and one element for its mission and owner.
     pub async fn job_array(
         &self,
         array_id: Uuid,
@@ -297,13 +298,15 @@ impl Store {
     ) -> Result<Option<mission_api::JobArray>, StoreError> {
         with_conn!(self, reader, |conn: Db| {
             let rows = {
-                let mut q: QueryBuilder<Db> =
-                    QueryBuilder::new("SELECT mission_id, status, COUNT(*) AS n FROM jobs WHERE array_id = ");
+                let mut q: QueryBuilder<Db> = QueryBuilder::new(
+                    "SELECT element.mission_id, c.status, c.n FROM job_array_counts c, \
+                     (SELECT mission_id, user_id FROM jobs WHERE array_id = ",
+                );
                 q.push_bind(array_id.to_string());
+                q.push(" LIMIT 1) element WHERE c.array_id = ").push_bind(array_id.to_string());
                 if let Some(user) = user {
-                    q.push(" AND user_id = ").push_bind(user.to_string());
+                    q.push(" AND element.user_id = ").push_bind(user.to_string());
                 }
-                q.push(" GROUP BY mission_id, status");
                 q.build().fetch_all(conn).await?
             };
             let Some(first) = rows.first() else { return Ok(None) };

@@ -35,6 +35,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (22, "job_arrays", include_str!("../migrations/postgres/0022_job_arrays.sql")),
     (23, "queue_positions", include_str!("../migrations/postgres/0023_queue_positions.sql")),
     (24, "list_indexes", include_str!("../migrations/postgres/0024_list_indexes.sql")),
+    (25, "job_array_counts", include_str!("../migrations/postgres/0025_job_array_counts.sql")),
 ];
 
 /// Connections a replica holds at most.

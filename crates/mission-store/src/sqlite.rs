@@ -55,6 +55,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (22, "job_arrays", include_str!("../migrations/sqlite/0022_job_arrays.sql")),
     (23, "queue_positions", include_str!("../migrations/sqlite/0023_queue_positions.sql")),
     (24, "list_indexes", include_str!("../migrations/sqlite/0024_list_indexes.sql")),
+    (25, "job_array_counts", include_str!("../migrations/sqlite/0025_job_array_counts.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

@@ -747,6 +747,50 @@ pub async fn job_batches_and_history(store: &Store) {
     assert!(owners.contains(&(first.job_id, m.user_id, JobStatus::Completed)));
 }
 
+/// An array's progress follows every write of its elements, in batches of any mix: new elements,
+/// moves (several of one element in a batch), moves that keep the status, and deletion.
+pub async fn array_progress_follows_every_write(store: &Store) {
+    let (m, lz) = mission_with_lz(store).await;
+    let array_id = Uuid::new_v4();
+    let element = |index| Job { array_id: Some(array_id), array_index: Some(index), ..job(&m, LOCAL_STATION) };
+    let elements: Vec<Job> = (1..=4).map(element).collect();
+    let lone = job(&m, LOCAL_STATION);
+    let mut batch = elements.clone();
+    batch.push(lone.clone());
+    store.save_jobs(&numbered(store, &batch).await, &[], &[]).await.unwrap();
+    let progress = || async { store.job_array(array_id, None).await.unwrap().unwrap() };
+    let counts = |a: mission_api::JobArray| (a.size, a.queued, a.running, a.completed, a.failed, a.stopped);
+    let first = progress().await;
+    assert_eq!((first.array_id, first.mission_id, counts(first)), (array_id, m.mission_id, (4, 4, 0, 0, 0, 0)));
+
+    let placed = |job: &Job| JobUpdate { lz_id: Some(Some(lz)), ..moved(job.job_id, JobStatus::Assigned) };
+    let moves = [
+        placed(&elements[0]),
+        moved(elements[0].job_id, JobStatus::Running),
+        moved(elements[0].job_id, JobStatus::Completed),
+        placed(&elements[1]),
+        moved(elements[1].job_id, JobStatus::Running),
+        placed(&elements[2]),
+        moved(elements[2].job_id, JobStatus::Failed),
+        placed(&lone),
+    ];
+    let reason = mission_api::PendingReason { kind: PendingKind::Resources, detail: "waits".into() };
+    store.save_jobs(&[], &moves, &[(elements[3].job_id, Some(reason))]).await.unwrap();
+    assert_eq!(counts(progress().await), (4, 1, 1, 1, 1, 0));
+    // A move to the status a job has already changes no count.
+    store.save_jobs(&[], &[moved(elements[1].job_id, JobStatus::Running)], &[]).await.unwrap();
+    assert_eq!(counts(progress().await), (4, 1, 1, 1, 1, 0));
+    store.save_jobs(&[], &[moved(elements[3].job_id, JobStatus::Stopped)], &[]).await.unwrap();
+    assert_eq!(counts(progress().await), (4, 0, 1, 1, 1, 1));
+
+    assert!(store.job_array(array_id, Some(m.user_id)).await.unwrap().is_some());
+    assert!(store.job_array(array_id, Some(Uuid::new_v4())).await.unwrap().is_none(), "someone else's array");
+    assert!(store.job_array(Uuid::new_v4(), None).await.unwrap().is_none());
+    // Deleting the mission deletes its jobs, and with them the array.
+    assert!(store.delete_mission(m.mission_id).await.unwrap());
+    assert!(store.job_array(array_id, None).await.unwrap().is_none());
+}
+
 pub async fn a_failing_batch_leaves_nothing_written(store: &Store) {
     let (m, _) = mission_with_lz(store).await;
     let job = job(&m, LOCAL_STATION);

@@ -142,7 +142,7 @@ async fn main() {
     let total = env_or("BENCH_SCALE_JOBS", 1_000_000);
     let drained = env_or("BENCH_DRAIN_JOBS", 2_000) as u64;
     assert!(drained as usize <= ARRAY_REQUEST.min(total), "the drain stays within the first array");
-    assert!(drained % DRAIN_TURNS == 0, "BENCH_DRAIN_JOBS is a multiple of {DRAIN_TURNS}");
+    assert!(drained.is_multiple_of(DRAIN_TURNS), "BENCH_DRAIN_JOBS is a multiple of {DRAIN_TURNS}");
 
     let deployment = Deployment::from_env();
     let home = tempfile::tempdir().unwrap();

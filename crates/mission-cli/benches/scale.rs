@@ -103,6 +103,12 @@ struct Drainer {
 }
 
 impl Drainer {
+    /// A drainer of `array` on `service`, its `agent` paused until its first turn.
+    fn new(client: Client, array: uuid::Uuid, service: Service, agent: tokio::process::Child) -> Self {
+        signal(&agent, "STOP");
+        Self { client, array, service, agent, target: 0, time: Duration::ZERO, cpu: Duration::ZERO }
+    }
+
     /// Lets the agent run until `n` more elements of the array completed than the turns so far
     /// asked for (jobs that end while it is paused count for the next turn); adds the time and
     /// the server's CPU time it took. (Only the array that drains is asked: jobs go in order,
@@ -111,10 +117,7 @@ impl Drainer {
         signal(&self.agent, "CONT");
         self.target += n;
         let (started, cpu) = (Instant::now(), self.service.cpu_time());
-        loop {
-            if self.client.get_job_array(self.array).await.unwrap().completed >= self.target {
-                break;
-            }
+        while self.client.get_job_array(self.array).await.unwrap().completed < self.target {
             assert!(started.elapsed() < Duration::from_secs(1800), "the drain did not finish");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -194,32 +197,16 @@ async fn main() {
     let (tokens, auth) = common::sign_in(&url, "admin", password.trim()).await;
     let client = Client::with_tokens(&url, tokens, auth).unwrap();
 
-    let mut full_drain = Drainer {
-        agent: agent(home.path(), &url, &full.lz_token),
-        client,
-        array: arrays[0],
-        service: full.service,
-        target: 0,
-        time: Duration::ZERO,
-        cpu: Duration::ZERO,
-    };
-    signal(&full_drain.agent, "STOP");
+    let full_agent = agent(home.path(), &url, &full.lz_token);
+    let mut full_drain = Drainer::new(client, arrays[0], full.service, full_agent);
 
     // The baseline: a server with nothing queued but an array of the jobs it drains.
     let empty_home = tempfile::tempdir().unwrap();
     let empty = setup(empty_home.path(), deployment).await;
     let request = RunJobArray { run: empty.run.clone(), range: Some(format!("1-{drained}")), ..Default::default() };
     let array = empty.client.run_job_array(empty.mission_id, &request).await.unwrap();
-    let mut empty_drain = Drainer {
-        agent: agent(empty_home.path(), &empty.url, &empty.lz_token),
-        client: empty.client,
-        array: array.array_id,
-        service: empty.service,
-        target: 0,
-        time: Duration::ZERO,
-        cpu: Duration::ZERO,
-    };
-    signal(&empty_drain.agent, "STOP");
+    let empty_agent = agent(empty_home.path(), &empty.url, &empty.lz_token);
+    let mut empty_drain = Drainer::new(empty.client, array.array_id, empty.service, empty_agent);
     for turn in 0..DRAIN_TURNS {
         let (first, second) =
             if turn % 2 == 0 { (&mut empty_drain, &mut full_drain) } else { (&mut full_drain, &mut empty_drain) };

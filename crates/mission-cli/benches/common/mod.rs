@@ -27,7 +27,8 @@ pub async fn spawn_server_with(data_dir: &Path, extra: &[&str]) -> (tokio::proce
     spawn_server_env(data_dir, extra, &[]).await
 }
 
-/// [`spawn_server_with`] with `env` set for the server.
+/// [`spawn_server_with`] with `env` set for the server. It logs at `warn`, or at the filter
+/// `BENCH_SERVER_LOG` gives (`warn,sqlx::query=debug` logs every SQL statement with its time).
 pub async fn spawn_server_env(
     data_dir: &Path,
     extra: &[&str],

@@ -34,6 +34,22 @@ fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// HTTP requests handled so far by all replicas, by method and route (from `/metrics`).
+async fn requests_by_route(urls: &[String]) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for url in urls {
+        let text = reqwest::get(format!("{url}/metrics")).await.unwrap().text().await.unwrap();
+        for line in text.lines().filter_map(|l| l.strip_prefix("mission_http_requests_total{")) {
+            let (labels, n) = line.split_once("} ").unwrap();
+            let field =
+                |name: &str| labels.split(',').find_map(|l| l.strip_prefix(name)).unwrap_or("").trim_matches('"');
+            let route = format!("{} {}", field("method="), field("route="));
+            *counts.entry(route).or_default() += n.parse::<u64>().unwrap();
+        }
+    }
+    counts
+}
+
 /// The floor: the same trivial command, 1,000 times, two at a time, by xargs.
 fn xargs_floor(dir: &std::path::Path, n: usize) -> Duration {
     let started = Instant::now();
@@ -103,6 +119,7 @@ async fn main() {
 
     // Throughput: submit everything (8 submitters), wait for the last completion.
     let floor = xargs_floor(&src, throughput_jobs);
+    let requests_before = requests_by_route(&service.urls()).await;
     let cpu_before = service.cpu_time();
     let started = Instant::now();
     let first_submit = Utc::now();
@@ -144,6 +161,7 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let cpu_after = service.cpu_time();
+    let requests_after = requests_by_route(&service.urls()).await;
     let failed = ListJobs {
         mission_ids: vec![mission.mission_id],
         statuses: vec![JobStatus::Failed],
@@ -272,6 +290,12 @@ async fn main() {
     println!("| the jobs' limits | {limits} | |");
     println!("| `mission lz` idle RSS | {:.1} MB | < 15 MB |", agent_rss as f64 / 1024.0);
     println!("| mean slot hand-over: a job ends → the next is assigned | {} | |", ms(handover));
+    for (route, after) in &requests_after {
+        let n = after - requests_before.get(route).copied().unwrap_or(0);
+        if n >= throughput_jobs as u64 / 10 {
+            println!("| HTTP requests per job: {route} | {:.2} | |", n as f64 / throughput_jobs as f64);
+        }
+    }
     for ((from, to), (total, n)) in phases {
         println!("| mean {from} → {to} (newest 100 jobs) | {} | |", ms(total / n));
     }

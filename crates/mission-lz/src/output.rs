@@ -14,6 +14,9 @@ use uuid::Uuid;
 use crate::client::{Failure, LzClient};
 use crate::workdirs::Staged;
 
+/// The size of the buffer a pipe is first read into; it grows (doubling) up to a log chunk.
+const FIRST_READ: usize = 4096;
+
 /// How often a log file is read for what was added to it.
 const TAIL_EVERY: Duration = Duration::from_millis(250);
 
@@ -58,7 +61,9 @@ pub(crate) async fn forward_pipe(
     let Some(mut pipe) = pipe else { return };
     let mut sender = LogSender { client, job_id, stream, offset, refused: false };
     let max = client.timings().log_chunk;
-    let mut buf = vec![0u8; max];
+    // Grown as output comes, up to a chunk: most jobs write little or nothing, and zeroing a
+    // whole chunk for each of their two pipes cost more than anything else the agent does per job.
+    let mut buf = vec![0u8; FIRST_READ.min(max)];
     loop {
         let mut n = match pipe.read(&mut buf).await {
             Ok(0) | Err(_) => return,
@@ -67,6 +72,9 @@ pub(crate) async fn forward_pipe(
         // Gather what follows closely, up to the chunk size.
         let deadline = tokio::time::Instant::now() + client.timings().log_gather;
         while n < max {
+            if n == buf.len() {
+                buf.resize((2 * n).min(max), 0);
+            }
             match tokio::time::timeout_at(deadline, pipe.read(&mut buf[n..])).await {
                 Ok(Ok(m)) if m > 0 => n += m,
                 _ => break,

@@ -363,16 +363,32 @@ impl Store {
         })
     }
 
-    /// Of `job_ids`, the jobs whose output passed its log cap, as (mission, job).
-    pub async fn truncated_logs(&self, job_ids: &[Uuid]) -> Result<Vec<(Uuid, Uuid)>, StoreError> {
+    /// Of `job_ids`, the jobs placed on `lz_id` (in submission order), with what their end needs:
+    /// their mission, whether their output passed its log cap, and the mission's destination
+    /// cargo bay. One read for a batch of an agent's reports.
+    pub async fn ending_jobs(&self, job_ids: &[Uuid], lz_id: Uuid) -> Result<Vec<EndingJob>, StoreError> {
         if job_ids.is_empty() {
             return Ok(Vec::new());
         }
         with_conn!(self, reader, |conn| {
-            let mut q = QueryBuilder::new("SELECT mission_id, job_id FROM jobs WHERE log_truncated");
-            push_any_of(&mut q, "job_id", job_ids.iter().map(Uuid::to_string));
+            let mut q = QueryBuilder::new(
+                "SELECT j.job_id, j.mission_id, j.log_truncated, m.destination_storage_id \
+                 FROM jobs j JOIN missions m USING (mission_id) WHERE j.lz_id = ",
+            );
+            q.push_bind(lz_id.to_string());
+            push_any_of(&mut q, "j.job_id", job_ids.iter().map(Uuid::to_string));
+            q.push(" ORDER BY j.seq");
             let rows = { q.build().fetch_all(conn).await? };
-            rows.iter().map(|r| Ok((r.uuid("mission_id")?, r.uuid("job_id")?))).collect()
+            rows.iter()
+                .map(|r| {
+                    Ok(EndingJob {
+                        job_id: r.uuid("job_id")?,
+                        mission_id: r.uuid("mission_id")?,
+                        log_truncated: r.flag("log_truncated")?,
+                        destination_storage_id: r.opt_uuid("destination_storage_id")?,
+                    })
+                })
+                .collect()
         })
     }
 
@@ -582,28 +598,6 @@ impl Store {
                     Ok((r.uuid("job_id")?, position))
                 })
                 .collect()
-        })
-    }
-
-    /// The mission of a job placed on `lz_id`, and the mission's destination cargo bay: one
-    /// read, for the end of every job.
-    pub async fn placed_job_destination(
-        &self,
-        job_id: Uuid,
-        lz_id: Uuid,
-    ) -> Result<Option<(Uuid, Option<Uuid>)>, StoreError> {
-        with_conn!(self, reader, |conn| {
-            let row = {
-                sqlx::query(
-                    "SELECT j.mission_id, m.destination_storage_id FROM jobs j JOIN missions m USING (mission_id) \
-                     WHERE j.job_id = $1 AND j.lz_id = $2",
-                )
-                .bind(job_id.to_string())
-                .bind(lz_id.to_string())
-                .fetch_optional(conn)
-                .await?
-            };
-            row.map(|r| Ok((r.uuid("mission_id")?, r.opt_uuid("destination_storage_id")?))).transpose()
         })
     }
 
@@ -1162,6 +1156,19 @@ pub struct QueuedRow {
     pub after_ok: Vec<Uuid>,
     /// Jobs it waits for to end.
     pub after_any: Vec<Uuid>,
+}
+
+/// A job an agent reports the end of, as [`Store::ending_jobs`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndingJob {
+    /// The job.
+    pub job_id: Uuid,
+    /// Its mission.
+    pub mission_id: Uuid,
+    /// Whether its output passed its log cap (its logs are then sealed before the end is recorded).
+    pub log_truncated: bool,
+    /// The mission's destination cargo bay, where its logs are copied beside its other results.
+    pub destination_storage_id: Option<Uuid>,
 }
 
 /// The `WHERE` clause of a [`JobFilter`] (its page aside).

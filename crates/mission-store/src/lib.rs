@@ -39,7 +39,7 @@ use uuid::Uuid;
 
 pub use self::cluster::{ClusterDb, Leadership, MAIL_CHANNEL, PathLock};
 pub use self::events::{EventFilter, NewEvent};
-pub use self::jobs::QueuedRow;
+pub use self::jobs::{EndingJob, QueuedRow};
 pub use self::url::DatabaseUrl;
 pub use self::webhooks::{AttemptOutcome, DueDelivery, NewDelivery, WebhookRecord};
 

@@ -104,29 +104,25 @@ pub async fn reports(
     Agent(lz): Agent,
     ApiJson(reports): ApiJson<Vec<Report>, false>,
 ) -> ApiResult<StatusCode> {
-    let (lz_id, ended): (_, Vec<_>) =
-        (lz.lz_id, reports.iter().filter(|r| r.status.is_final()).map(|r| r.job_id).collect());
-    for (mission_id, job_id) in app.store.truncated_logs(&ended).await? {
-        app.logs.seal(mission_id, job_id).await.map_err(ApiError::internal)?;
+    let ended: Vec<_> = reports.iter().filter(|r| r.status.is_final()).map(|r| r.job_id).collect();
+    let ending = app.store.ending_jobs(&ended, lz.lz_id).await?;
+    for job in ending.iter().filter(|job| job.log_truncated) {
+        app.logs.seal(job.mission_id, job.job_id).await.map_err(ApiError::internal)?;
     }
     app.scheduler.reports(lz, reports).await?;
-    for job_id in ended {
-        app.tasks.spawn(archive_logs(app.clone(), lz_id, job_id));
+    for job in ending {
+        if let Some(bay) = job.destination_storage_id.filter(|bay| *bay != DEFAULT_CARGO_BAY_ID) {
+            app.tasks.spawn(archive_logs(app.clone(), job.mission_id, job.job_id, bay));
+        }
     }
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// Copies an ended job's logs to `mission-logs/` among its results in its mission's destination
-/// cargo bay, when the mission has one (in the default storage the server's own copy is the one
-/// listed and served). A failure is logged: the logs stay available through the API.
-async fn archive_logs(app: AppState, lz_id: uuid::Uuid, job_id: uuid::Uuid) {
+/// cargo bay `bay` (not the default storage, where the server's own copy is the one listed and
+/// served). A failure is logged: the logs stay available through the API.
+async fn archive_logs(app: AppState, mission_id: uuid::Uuid, job_id: uuid::Uuid, bay: uuid::Uuid) {
     let copied = async {
-        let Some((mission_id, Some(bay))) = app.store.placed_job_destination(job_id, lz_id).await? else {
-            return Ok(());
-        };
-        if bay == DEFAULT_CARGO_BAY_ID {
-            return Ok(());
-        }
         let Some(mission) = app.store.mission(mission_id).await? else { return Ok(()) };
         let place = app.bays.results(&app.store, &mission, job_id).await?;
         app.logs.copy_to(mission_id, job_id, &place).await.map_err(|e| match e {
@@ -136,7 +132,7 @@ async fn archive_logs(app: AppState, lz_id: uuid::Uuid, job_id: uuid::Uuid) {
     }
     .await;
     if let Err(e) = copied {
-        tracing::warn!(%job_id, "copying the job's logs into its destination cargo bay failed: {}", e.problem().detail);
+        tracing::warn!(%job_id, %bay, "copying the job's logs into its destination cargo bay failed: {}", e.problem().detail);
     }
 }
 

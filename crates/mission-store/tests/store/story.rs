@@ -851,9 +851,6 @@ pub async fn job_listings_results_and_agents(store: &Store) {
     assert_eq!(store.job_row(jobs[1].job_id).await.unwrap().unwrap().log_cap, Some(4096));
     store.mark_log_truncated(jobs[1].job_id).await.unwrap();
     assert!(store.job_row(jobs[1].job_id).await.unwrap().unwrap().log_truncated);
-    let ended = [jobs[0].job_id, jobs[1].job_id, jobs[2].job_id];
-    assert_eq!(store.truncated_logs(&ended).await.unwrap(), [(m.mission_id, jobs[1].job_id)]);
-    assert_eq!(store.truncated_logs(&[]).await.unwrap(), []);
     let placed = JobUpdate { lz_id: Some(Some(lz)), ..moved(jobs[0].job_id, JobStatus::Running) };
     // jobs[1] (1 CPU, 256 MB asked for) used half its CPU over 2 hours and 100 MB at its peak.
     let used = mission_api::JobUsage {
@@ -862,8 +859,23 @@ pub async fn job_listings_results_and_agents(store: &Store) {
         cpu_efficiency: None,
         peak_memory: Some(100),
     };
-    let failed = JobUpdate { usage: Some(used), ..moved(jobs[1].job_id, JobStatus::Failed) };
+    let failed = JobUpdate { usage: Some(used), lz_id: Some(Some(lz)), ..moved(jobs[1].job_id, JobStatus::Failed) };
     store.save_jobs(&[], &[placed, failed], &[]).await.unwrap();
+    // The ends an agent reports find, in one read, what they need of the jobs on its own LZ.
+    let ending = |job_id: Uuid, log_truncated: bool| mission_store::EndingJob {
+        job_id,
+        mission_id: m.mission_id,
+        log_truncated,
+        destination_storage_id: None,
+    };
+    let reported = [jobs[3].job_id, jobs[1].job_id, jobs[0].job_id];
+    assert_eq!(
+        store.ending_jobs(&reported, lz).await.unwrap(),
+        [ending(jobs[0].job_id, false), ending(jobs[1].job_id, true)],
+        "only placed jobs, in submission order, the truncated log told"
+    );
+    assert_eq!(store.ending_jobs(&reported, Uuid::new_v4()).await.unwrap(), [], "another LZ's jobs");
+    assert_eq!(store.ending_jobs(&[], lz).await.unwrap(), []);
     let got = store.job_row(jobs[1].job_id).await.unwrap().unwrap();
     assert_eq!(got.usage, Some(mission_api::JobUsage { cpu_efficiency: Some(0.5), ..used }));
     assert_eq!(store.job_row(jobs[0].job_id).await.unwrap().unwrap().usage, None);
@@ -938,11 +950,6 @@ pub async fn job_listings_results_and_agents(store: &Store) {
     }
     assert_eq!(store.mission_unfinished_jobs(m.mission_id).await.unwrap(), 3);
     assert_eq!(store.mission_unfinished_jobs(bobs.mission_id).await.unwrap(), 2);
-
-    // The end of a job finds its mission and destination only on its own LZ.
-    assert_eq!(store.placed_job_destination(jobs[0].job_id, lz).await.unwrap(), Some((m.mission_id, None)));
-    assert_eq!(store.placed_job_destination(jobs[0].job_id, Uuid::new_v4()).await.unwrap(), None);
-    assert_eq!(store.placed_job_destination(jobs[3].job_id, lz).await.unwrap(), None, "not placed");
 
     // Results: recorded, replaced, listed by path, one by path.
     let out = FileRecord { mission_id: Uuid::nil(), ..file(&m, "out/b.txt", 3) };

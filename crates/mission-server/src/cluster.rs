@@ -27,9 +27,10 @@ use uuid::Uuid;
 
 use crate::agent_tokens::AgentTokens;
 use crate::job_logs::JobLogs;
-use crate::scheduler::queue::Queue;
-use crate::scheduler::state::State;
-use crate::scheduler::{Call, Event, Outcome, Policy, Responder, SchedulerError, SchedulerResult, SessionId, Sessions};
+use crate::scheduler::{
+    Call, Event, LogsAndTokens, Outcome, Policy, Queue, Replicas, Responder, SchedulerError, SchedulerResult,
+    SessionId, Sessions, State,
+};
 use mission_store::{ClusterDb, Store, StoreError};
 
 /// The mail recipient of whichever replica leads.
@@ -91,38 +92,40 @@ impl Outbox {
         let _ = self.queue.send(Outgoing::Mail { to, mail: Box::new(mail) });
     }
 
+    fn call(&self, request: u64, call: Call) {
+        self.send(LEADER.to_owned(), Mail::Call { from: self.replica, request, call });
+    }
+}
+
+impl Replicas for Outbox {
     /// Answers request `request` of replica `to`.
-    pub(crate) fn reply(&self, to: Uuid, request: u64, result: SchedulerResult<Outcome>) {
+    fn reply(&self, to: Uuid, request: u64, result: SchedulerResult<Outcome>) {
         self.send(recipient(to), Mail::Answer { request, result });
     }
 
     /// Sends an order down a stream of another replica.
-    pub(crate) fn order(&self, session: SessionId, order: Order) {
+    fn order(&self, session: SessionId, order: Order) {
         self.send(recipient(session.replica), Mail::Order { session: session.n, order });
     }
 
     /// Ends a stream of another replica.
-    pub(crate) fn end_session(&self, session: SessionId) {
+    fn end_session(&self, session: SessionId) {
         self.send(recipient(session.replica), Mail::EndSession { session: session.n });
     }
 
     /// Tells every replica to drop its cached agent tokens.
-    pub(crate) fn broadcast_forget_tokens(&self) {
+    fn broadcast_forget_tokens(&self) {
         let _ = self.queue.send(Outgoing::Broadcast(FORGET_TOKENS.to_owned()));
     }
 
     /// Tells every replica that bytes of a job's logs arrived, to wake who follows them there.
-    pub(crate) fn broadcast_log_written(&self, job_id: Uuid) {
+    fn broadcast_log_written(&self, job_id: Uuid) {
         let _ = self.queue.send(Outgoing::Broadcast(format!("{LOG_WRITTEN}{job_id}")));
     }
 
     /// Tells every replica that a job ended, so who follows its logs there sees the end.
-    pub(crate) fn broadcast_job_ended(&self, job_id: Uuid) {
+    fn broadcast_job_ended(&self, job_id: Uuid) {
         let _ = self.queue.send(Outgoing::Broadcast(format!("{JOB_ENDED}{job_id}")));
-    }
-
-    fn call(&self, request: u64, call: Call) {
-        self.send(LEADER.to_owned(), Mail::Call { from: self.replica, request, call });
     }
 }
 
@@ -169,7 +172,7 @@ impl Cluster {
         let replica = store.replica().unwrap_or_else(Uuid::new_v4);
         let (queue, outgoing) = mpsc::unbounded_channel();
         let outbox = Outbox { replica, queue };
-        let sessions = Arc::new(Sessions::new(replica, Some(outbox.clone())));
+        let sessions = Arc::new(Sessions::new(replica, Some(Arc::new(outbox.clone()))));
         let cluster = Arc::new(Self {
             replica,
             db: db.clone(),
@@ -303,7 +306,7 @@ impl Cluster {
                 let reply = if request == 0 {
                     Responder::Nobody
                 } else {
-                    Responder::Remote { to: from, request, outbox: self.outbox.clone() }
+                    Responder::Remote { to: from, request, outbox: Arc::new(self.outbox.clone()) }
                 };
                 match self.leading() {
                     Some(events) => drop(events.send(Event { call, reply })),
@@ -345,14 +348,8 @@ impl Cluster {
                 }
             };
             let epoch = leadership.epoch;
-            let state = State::rebuilt(
-                store.fenced(epoch),
-                logs.clone(),
-                tokens.clone(),
-                policy,
-                self.sessions.clone(),
-                self.queue.clone(),
-            );
+            let host = Arc::new(LogsAndTokens { logs: logs.clone(), tokens: tokens.clone() });
+            let state = State::rebuilt(store.fenced(epoch), host, policy, self.sessions.clone(), self.queue.clone());
             let state = match state.await {
                 Ok(state) => state,
                 Err(e) => {

@@ -9,7 +9,8 @@
 //! - [`idp`]: the built-in OAuth 2.0 device-flow provider and its `/activate` page;
 //! - [`blobs`]: object storage for files; [`cargo_bays`]: storage locations users add;
 //! - [`serve`]: connections, with their timeouts and bound;
-//! - [`scheduler`]: places jobs on landing zones and tracks them; [`job_logs`]: their output;
+//! - [`scheduler`]: the handle on the scheduler (`mission-scheduler`), which places jobs on
+//!   landing zones and tracks them; [`job_logs`]: their output;
 //!   `cluster`: several replicas on one PostgreSQL database (the scheduler's leader, mail
 //!   between replicas, broadcasts); `locks`: per-file locks, in the database across replicas;
 //! - [`events`]: the feed of new events behind the event streams and [`webhooks`] (the log itself
@@ -102,8 +103,7 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
-/// Id of the station a first start creates (migration 0004), home of the embedded LZ.
-pub const DEFAULT_STATION_ID: uuid::Uuid = uuid::uuid!("6d697373-696f-4e00-8000-000000000002");
+pub use mission_store::DEFAULT_STATION_ID;
 
 /// Handle to [`App`] that handlers receive.
 pub type AppState = Arc<App>;

@@ -207,7 +207,7 @@ struct Place {
 
 /// The queued jobs, in sub-queues; see the module docs.
 #[derive(Default)]
-pub(crate) struct Queue {
+pub struct Queue {
     queues: Vec<SubQueue>,
     numbers: HashMap<QueueKey, u32>,
     places: HashMap<Uuid, Place>,
@@ -237,7 +237,7 @@ impl Queue {
 
     /// Puts a job in line at `seq` in the sub-queue `key`; `held` keeps it out of placement until
     /// [`Queue::let_go`].
-    pub fn insert(&mut self, key: QueueKey, seq: u64, entry: Queued, held: bool) {
+    pub(crate) fn insert(&mut self, key: QueueKey, seq: u64, entry: Queued, held: bool) {
         let queue = self.number(key);
         let station = self.stations.entry(key.station_id).or_default();
         station.line.insert(seq);
@@ -283,7 +283,7 @@ impl Queue {
     }
 
     /// Takes a job out of line: its sub-queue, place and entry.
-    pub fn remove(&mut self, job_id: Uuid) -> Option<(QueueKey, u64, Queued)> {
+    pub(crate) fn remove(&mut self, job_id: Uuid) -> Option<(QueueKey, u64, Queued)> {
         let place = self.places.remove(&job_id)?;
         let entry = if place.held { self.held.remove(&job_id) } else { self.take_runnable(place.queue, place.seq) }?;
         let sub = &mut self.queues[place.queue as usize];
@@ -313,7 +313,7 @@ impl Queue {
     }
 
     /// Lets a held job be placed again; false when it is not held (or not queued).
-    pub fn let_go(&mut self, job_id: Uuid) -> bool {
+    pub(crate) fn let_go(&mut self, job_id: Uuid) -> bool {
         let Some(place) = self.places.get(&job_id).copied().filter(|p| p.held) else { return false };
         let entry = self.held.remove(&job_id).expect("held jobs have entries");
         self.places.get_mut(&job_id).expect("looked up").held = false;
@@ -322,7 +322,7 @@ impl Queue {
     }
 
     /// A queued job: its sub-queue, place and entry.
-    pub fn get(&self, job_id: Uuid) -> Option<(QueueKey, u64, &Queued)> {
+    pub(crate) fn get(&self, job_id: Uuid) -> Option<(QueueKey, u64, &Queued)> {
         let place = self.places.get(&job_id)?;
         let sub = &self.queues[place.queue as usize];
         let entry = if place.held { self.held.get(&job_id) } else { sub.runnable.get(place.seq) }?;
@@ -371,7 +371,7 @@ impl Queue {
     /// The sub-queue whose head a pass over `station` looks at next, after the head `after`
     /// (`None`: from the start); `skip` tells sub-queues the pass is done with. First come, first
     /// served: the head submitted first. (Fair-share chooses by usage against share instead.)
-    pub fn next_head(
+    pub(crate) fn next_head(
         &self,
         station: Uuid,
         after: Option<(u64, u32)>,
@@ -383,32 +383,32 @@ impl Queue {
     }
 
     /// The runnable job of sub-queue `queue` at `seq`.
-    pub fn runnable_at(&self, queue: u32, seq: u64) -> Option<&Queued> {
+    pub(crate) fn runnable_at(&self, queue: u32, seq: u64) -> Option<&Queued> {
         self.queues[queue as usize].runnable.get(seq)
     }
 
     /// The first runnable job of sub-queue `queue` after `seq` (or from the start).
-    pub fn next_in(&self, queue: u32, after: Option<u64>) -> Option<(u64, &Queued)> {
+    pub(crate) fn next_in(&self, queue: u32, after: Option<u64>) -> Option<(u64, &Queued)> {
         self.queues[queue as usize].runnable.next_after(after)
     }
 
     /// The key of sub-queue `queue`.
-    pub fn key(&self, queue: u32) -> QueueKey {
+    pub(crate) fn key(&self, queue: u32) -> QueueKey {
         self.queues[queue as usize].key
     }
 
     /// How many jobs are queued on `station`.
-    pub fn station_len(&self, station: Uuid) -> u64 {
+    pub(crate) fn station_len(&self, station: Uuid) -> u64 {
         self.stations.get(&station).map_or(0, |s| s.line.len())
     }
 
     /// How many queued jobs name the landing zone `lz_id`.
-    pub fn requesting(&self, lz_id: Uuid) -> u64 {
+    pub(crate) fn requesting(&self, lz_id: Uuid) -> u64 {
         self.requested.get(&lz_id).copied().unwrap_or(0)
     }
 
     /// How many queued jobs of `station` that name no landing zone `fits` takes, and their CPUs.
-    pub fn demand(&self, station: Uuid, fits: impl Fn(u32, u64, u32) -> bool) -> (u64, u64) {
+    pub(crate) fn demand(&self, station: Uuid, fits: impl Fn(u32, u64, u32) -> bool) -> (u64, u64) {
         let Some(line) = self.stations.get(&station) else { return (0, 0) };
         line.shapes
             .iter()

@@ -52,9 +52,7 @@ use uuid::Uuid;
 
 use super::fleet::{Connection, Fleet, LzState, Placed};
 use super::queue::{Dependencies, Policies, Queue, QueueKey, Queued, Settled};
-use super::{Call, Event, Outcome, Policy, Responder, SchedulerError, SchedulerResult, SessionId, Sessions};
-use crate::agent_tokens::AgentTokens;
-use crate::job_logs::{JobLogs, LogStream};
+use super::{Call, Event, Host, Outcome, Policy, Responder, SchedulerError, SchedulerResult, SessionId, Sessions};
 use mission_store::{self as store, JobUpdate, LzIdentity, Store, StoreError};
 
 /// Most events handled in one batch, so a flood of them still gets answers in steady steps.
@@ -137,10 +135,10 @@ pub(crate) struct PassWork {
     pub placed: u64,
 }
 
-pub(crate) struct State {
+/// The scheduler's task and all it keeps: see the module's documentation.
+pub struct State {
     store: Store,
-    logs: Arc<JobLogs>,
-    tokens: Arc<AgentTokens>,
+    host: Arc<dyn Host>,
     lease: Duration,
     max_running_per_user: Option<u32>,
     fleet: Fleet,
@@ -180,18 +178,16 @@ impl State {
     /// The state rebuilt from the store: the landing zones, the queue, what each LZ holds. The
     /// queue is `queue` (its contents replaced by the store's), which the routes read positions
     /// from.
-    pub(crate) async fn rebuilt(
+    pub async fn rebuilt(
         store: Store,
-        logs: Arc<JobLogs>,
-        tokens: Arc<AgentTokens>,
+        host: Arc<dyn Host>,
         policy: Policy,
         sessions: Arc<Sessions>,
         queue: Arc<Mutex<Queue>>,
     ) -> Result<Self, StoreError> {
         let mut state = State {
             store,
-            logs,
-            tokens,
+            host,
             lease: policy.lease,
             max_running_per_user: policy.max_running_per_user,
             fleet: Fleet::default(),
@@ -411,7 +407,7 @@ impl State {
 
     /// Takes events until their senders are gone, the server shuts down or another replica
     /// leads.
-    pub(crate) async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>, shutdown: CancellationToken) {
+    pub async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>, shutdown: CancellationToken) {
         loop {
             let deadline = self.next_lease_end().into_iter().chain(self.backoffs.values().copied()).min();
             tokio::select! {
@@ -493,7 +489,7 @@ impl State {
             }
         };
         for update in batch.updates.iter().filter(|u| u.status.is_final()) {
-            self.logs.finish(update.job_id);
+            self.host.job_ended(update.job_id);
             self.sessions.broadcast_job_ended(update.job_id);
         }
         for (lz_id, order) in batch.orders {
@@ -559,19 +555,11 @@ impl State {
                 );
             }
             // A retry's output goes on from where the earlier attempts' ended.
-            let mut log_offsets = LogOffsets::default();
-            if placed.entry.attempt > 1 {
-                for (stream, offset) in
-                    [(LogStream::Stdout, &mut log_offsets.stdout), (LogStream::Stderr, &mut log_offsets.stderr)]
-                {
-                    // Should the log not be readable, the attempt's output counts from its start
-                    // (and what is already there hides as much of it).
-                    match self.logs.received(job.mission_id, job_id, stream).await {
-                        Ok(received) => *offset = received,
-                        Err(e) => tracing::warn!(%job_id, "reading the size of the job's {}: {e}", stream.name()),
-                    }
-                }
-            }
+            let log_offsets = if placed.entry.attempt > 1 {
+                self.host.log_offsets(job.mission_id, job_id).await
+            } else {
+                LogOffsets::default()
+            };
             assignments.insert(
                 job_id,
                 Assignment {
@@ -668,7 +656,7 @@ impl State {
 
     /// Drops the agent-token caches of every replica (after LZs were removed or re-keyed).
     fn forget_tokens(&self) {
-        self.tokens.forget();
+        self.host.forget_tokens();
         self.sessions.broadcast_forget_tokens();
     }
 

@@ -11,22 +11,45 @@ use mission_api::{Job, JobStatus, Mission, PendingKind, Resources};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use super::SchedulerResult;
 use super::queue::Queue;
 use super::state::{PassWork, State};
-use super::{Call, Event, Outcome, Policy, Responder, SchedulerError, Sessions};
-use crate::DEFAULT_STATION_ID;
-use crate::agent_tokens::AgentTokens;
-use crate::job_logs::JobLogs;
-use mission_store::{self as store, LzIdentity, Store};
+use super::{Call, Event, Host, Outcome, Policy, Responder, SchedulerError, SchedulerResult, Sessions};
+use mission_api::lz::LogOffsets;
+use mission_store::{self as store, DEFAULT_STATION_ID, LzIdentity, Store};
 
 const LEASE: Duration = Duration::from_secs(30);
+
+/// The server around the scheduler, as far as it reaches out to it: what it was told.
+#[derive(Default)]
+struct FakeHost {
+    /// The jobs it heard had ended, in order.
+    ended: Mutex<Vec<Uuid>>,
+    /// How often it was told to forget agent tokens.
+    forgot_tokens: Mutex<u32>,
+}
+
+impl Host for FakeHost {
+    fn job_ended(&self, job_id: Uuid) {
+        self.ended.lock().unwrap().push(job_id);
+    }
+
+    fn log_offsets(
+        &self,
+        _mission_id: Uuid,
+        _job_id: Uuid,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = LogOffsets> + Send + '_>> {
+        Box::pin(async { LogOffsets::default() })
+    }
+
+    fn forget_tokens(&self) {
+        *self.forgot_tokens.lock().unwrap() += 1;
+    }
+}
 
 /// The scheduler's task over a fresh store, and what a test needs to drive it.
 struct Harness {
     store: Store,
-    logs: Arc<JobLogs>,
-    tokens: Arc<AgentTokens>,
+    host: Arc<FakeHost>,
     sessions: Arc<Sessions>,
     policy: Policy,
     events: mpsc::UnboundedSender<Event>,
@@ -61,26 +84,21 @@ impl Harness {
         let (store, user) = store::test_support::store_with_user(dir.path()).await;
         let mission = store::test_support::mission(user.user_id, "m");
         store.insert_mission(&mission).await.unwrap();
-        let logs = Arc::new(JobLogs::new(dir.path().join("logs")).unwrap());
-        let tokens = Arc::new(AgentTokens::new(store.clone()));
+        let host = Arc::new(FakeHost::default());
         let sessions = Arc::new(Sessions::new(Uuid::nil(), None));
         let queue = Arc::new(Mutex::new(Queue::default()));
-        let (events, task, work) = Self::spawn(&store, &logs, &tokens, &sessions, policy, &queue).await;
-        Self { store, logs, tokens, sessions, policy, events, task, queue, work, mission, _dir: dir }
+        let (events, task, work) = Self::spawn(&store, &host, &sessions, policy, &queue).await;
+        Self { store, host, sessions, policy, events, task, queue, work, mission, _dir: dir }
     }
 
     async fn spawn(
         store: &Store,
-        logs: &Arc<JobLogs>,
-        tokens: &Arc<AgentTokens>,
+        host: &Arc<FakeHost>,
         sessions: &Arc<Sessions>,
         policy: Policy,
         queue: &Arc<Mutex<Queue>>,
     ) -> (mpsc::UnboundedSender<Event>, tokio::task::JoinHandle<()>, Arc<Mutex<PassWork>>) {
-        let state =
-            State::rebuilt(store.clone(), logs.clone(), tokens.clone(), policy, sessions.clone(), queue.clone())
-                .await
-                .unwrap();
+        let state = State::rebuilt(store.clone(), host.clone(), policy, sessions.clone(), queue.clone()).await.unwrap();
         let work = state.work();
         let (events, calls) = mpsc::unbounded_channel();
         (events, tokio::spawn(state.run(calls, tokio_util::sync::CancellationToken::new())), work)
@@ -91,8 +109,7 @@ impl Harness {
     async fn hand_over(&mut self) {
         self.task.abort();
         let _ = (&mut self.task).await;
-        let (events, task, work) =
-            Self::spawn(&self.store, &self.logs, &self.tokens, &self.sessions, self.policy, &self.queue).await;
+        let (events, task, work) = Self::spawn(&self.store, &self.host, &self.sessions, self.policy, &self.queue).await;
         (self.events, self.task, self.work) = (events, task, work);
     }
 
@@ -216,6 +233,8 @@ impl FakeAgent {
 async fn jobs_go_to_the_best_fit_and_a_large_job_reserves_its_lz_while_small_ones_backfill() {
     let h = Harness::new().await;
     let (small_lz, big_lz) = (h.register("small").await, h.register("big").await);
+    // A registered (or re-keyed) LZ makes the server forget the agent tokens it cached.
+    assert_eq!(*h.host.forgot_tokens.lock().unwrap(), 2);
     let (mut small, _) = h.connect(&small_lz, 2, Vec::new()).await;
     let (mut big, _) = h.connect(&big_lz, 4, Vec::new()).await;
 
@@ -236,6 +255,7 @@ async fn jobs_go_to_the_best_fit_and_a_large_job_reserves_its_lz_while_small_one
     h.report(&big, wide.job_id, JobStatus::Completed).await;
     assert_eq!(big.runs(), [waiting.job_id]);
     assert_eq!(h.status(wide.job_id).await, JobStatus::Completed);
+    assert_eq!(*h.host.ended.lock().unwrap(), [wide.job_id], "the server hears of the end (to close its logs)");
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,183 +1,65 @@
-//! The scheduler: places jobs on landing zones and tracks them.
-//!
-//! Everything that changes a job after submission is a [`Call`] (a submission, a stop, an agent
-//! connecting, heartbeating or reporting, an LZ registered or removed), answered with an
-//! [`Outcome`]. One task owns the placement state and takes the calls in order (`state.rs`); in one
-//! process (SQLite) every call goes straight to it. With several replicas on PostgreSQL exactly one
-//! replica, the leader, runs that task; the others send it their calls as mail through the
-//! database and get their answers back the same way (`cluster.rs`). Orders for an agent go
-//! to whichever replica holds its connection ([`Sessions`]).
-
-mod chunks;
-mod fleet;
-pub(crate) mod queue;
-pub(crate) mod state;
-#[cfg(test)]
-mod tests;
+//! The server's handle on the scheduler (`mission-scheduler`): it routes every [`Call`] to the
+//! scheduler's task, straight to it in one process (SQLite); with several replicas on
+//! PostgreSQL exactly one replica, the leader, runs that task, and the others send it their calls
+//! as mail through the database and get their answers back the same way (`cluster.rs`). Orders
+//! for an agent go to whichever replica holds its connection ([`Sessions`]). Here too: what the
+//! scheduler's [`Host`] is in this server (the jobs' logs, the agents' token cache), and its
+//! errors as API errors.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mission_api::lz::{Hello, Order, Report, Welcome};
-use mission_api::{Job, PendingKind, PendingReason, QueuePosition};
-use serde::{Deserialize, Serialize};
+use mission_api::lz::{Hello, LogOffsets, Order, Report, Welcome};
+use mission_api::{Job, QueuePosition};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use self::queue::Queue;
 use crate::agent_tokens::AgentTokens;
-use crate::cluster::{Cluster, Outbox};
+use crate::cluster::Cluster;
 use crate::error::{ApiError, ApiResult};
-use crate::job_logs::JobLogs;
+use crate::job_logs::{JobLogs, LogStream};
+pub use mission_scheduler::{
+    Call, Event, Host, Outcome, Policy, Queue, Replicas, Responder, SchedulerError, SchedulerResult, SessionId,
+    Sessions, State, stand_in_line,
+};
 use mission_store::{LzIdentity, Store, StoreError};
 
-/// A request to the scheduler.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "call", rename_all = "snake_case")]
-pub enum Call {
-    /// Queue a job (already checked by the route); answered with the job.
-    Submit {
-        /// The job.
-        job: Box<Job>,
-    },
-    /// Queue jobs (already checked by the route) that share everything but their ids, array
-    /// indices and arguments, so the scheduler's checks take all or, at the first, none;
-    /// answered when all are queued.
-    SubmitMany {
-        /// The jobs.
-        jobs: Vec<Job>,
-    },
-    /// Stop a job: dequeue it, or have its LZ kill it.
-    Stop {
-        /// The job.
-        job_id: Uuid,
-        /// Who asks, for the job's history.
-        by: String,
-    },
-    /// An agent connected; answered with its welcome. Its orders go to `session`.
-    Connect {
-        /// The agent's LZ.
-        lz: LzIdentity,
-        /// What it said.
-        hello: Box<Hello>,
-        /// Its order stream.
-        session: SessionId,
-    },
-    /// An agent's order stream ended.
-    Disconnected {
-        /// The LZ.
-        lz_id: Uuid,
-        /// The stream that ended.
-        session: SessionId,
-    },
-    /// An agent renews its lease.
-    Heartbeat {
-        /// The LZ.
-        lz_id: Uuid,
-    },
-    /// An agent reports its jobs' moves.
-    Reports {
-        /// The agent's LZ.
-        lz: LzIdentity,
-        /// The moves.
-        reports: Vec<Report>,
-    },
-    /// A landing zone was registered or got a new token.
-    Registered {
-        /// The LZ.
-        lz: LzIdentity,
-    },
-    /// What a gateway's station has queued that its pilots could run; answered with a demand.
-    Demand {
-        /// The gateway's LZ.
-        lz_id: Uuid,
-    },
-    /// Remove a pilot whose allocation ended, putting its unfinished jobs back in the queue.
-    RemovePilot {
-        /// Its station.
-        station_id: Uuid,
-        /// The pilot's LZ.
-        lz_id: Uuid,
-    },
-    /// Remove a landing zone of a station, or with `lz_id` `None` the whole station.
-    Remove {
-        /// The station.
-        station_id: Uuid,
-        /// The LZ, if only one.
-        lz_id: Option<Uuid>,
-    },
+/// The scheduler's [`Host`] in this server.
+pub(crate) struct LogsAndTokens {
+    /// The jobs' logs.
+    pub logs: Arc<JobLogs>,
+    /// The agents' token cache.
+    pub tokens: Arc<AgentTokens>,
 }
 
-/// The scheduler's answer to a [`Call`].
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum Outcome {
-    /// The job as queued.
-    Job {
-        /// The job.
-        job: Box<Job>,
-    },
-    /// An agent's welcome.
-    Welcome {
-        /// The welcome.
-        welcome: Box<Welcome>,
-    },
-    /// A gateway's station's demand.
-    Demand {
-        /// The demand.
-        demand: mission_api::lz::Demand,
-    },
-    /// Whether something was removed.
-    Removed {
-        /// It was.
-        removed: bool,
-    },
-    /// Done, nothing to say.
-    Done,
-}
-
-/// Why the scheduler refused or failed a call. It crosses between replicas as it is; routes
-/// render it as an [`ApiError`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
-#[serde(tag = "error", rename_all = "snake_case")]
-pub enum SchedulerError {
-    /// The call asks for what cannot be (a 400), naming the request field at fault if one is.
-    #[error("{detail}")]
-    Invalid {
-        /// The field.
-        field: Option<String>,
-        /// What is wrong.
-        detail: String,
-    },
-    /// The call clashes with the state of the jobs or landing zones (a 409).
-    #[error("{0}")]
-    Conflict(String),
-    /// The caller may not do this (a 403).
-    #[error("{0}")]
-    Refused(String),
-    /// The scheduler cannot answer now: it stopped, or its leader changed (a 503).
-    #[error("{0}")]
-    Unavailable(String),
-    /// The store failed (a 500); the cause, also logged where it happened.
-    #[error("the store failed: {0}")]
-    Store(String),
-}
-
-impl SchedulerError {
-    /// A 400 naming `field`.
-    pub fn invalid_field(field: &str, detail: impl Into<String>) -> Self {
-        Self::Invalid { field: Some(field.to_owned()), detail: format!("{field}: {}", detail.into()) }
+impl Host for LogsAndTokens {
+    fn job_ended(&self, job_id: Uuid) {
+        self.logs.finish(job_id);
     }
-}
 
-impl From<StoreError> for SchedulerError {
-    fn from(e: StoreError) -> Self {
-        tracing::error!(cause = %e, "the scheduler's store failed");
-        Self::Store(e.to_string())
+    fn log_offsets(&self, mission_id: Uuid, job_id: Uuid) -> Pin<Box<dyn Future<Output = LogOffsets> + Send + '_>> {
+        Box::pin(async move {
+            let mut offsets = LogOffsets::default();
+            for (stream, offset) in [(LogStream::Stdout, &mut offsets.stdout), (LogStream::Stderr, &mut offsets.stderr)]
+            {
+                // Should the log not be readable, the attempt's output counts from its start
+                // (and what is already there hides as much of it).
+                match self.logs.received(mission_id, job_id, stream).await {
+                    Ok(received) => *offset = received,
+                    Err(e) => tracing::warn!(%job_id, "reading the size of the job's {}: {e}", stream.name()),
+                }
+            }
+            offsets
+        })
+    }
+
+    fn forget_tokens(&self) {
+        self.tokens.forget();
     }
 }
 
@@ -190,130 +72,6 @@ impl From<SchedulerError> for ApiError {
             SchedulerError::Refused(detail) => ApiError::forbidden(detail),
             SchedulerError::Unavailable(detail) => ApiError::unavailable(detail),
             SchedulerError::Store(cause) => ApiError::internal(cause),
-        }
-    }
-}
-
-/// The rules the scheduler keeps, from the server's configuration.
-#[derive(Debug, Clone, Copy)]
-pub struct Policy {
-    /// How long a landing zone's agent may stay silent before its jobs are lost.
-    pub lease: Duration,
-    /// The most jobs one user may have placed on landing zones at once; more wait in the queue,
-    /// their pending reason `quota`. `None`: no limit.
-    pub max_running_per_user: Option<u32>,
-}
-
-/// What a call comes to.
-pub type SchedulerResult<T> = Result<T, SchedulerError>;
-
-/// An agent's order stream: the replica holding its connection, and the stream's number there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct SessionId {
-    /// The replica ([`Uuid::nil`] in one process).
-    pub replica: Uuid,
-    /// The stream's number on that replica.
-    pub n: u64,
-}
-
-/// A call on its way to the scheduler task, with where its answer goes.
-pub(crate) struct Event {
-    pub call: Call,
-    pub reply: Responder,
-}
-
-/// Where a call's answer goes.
-pub(crate) enum Responder {
-    /// A caller in this process.
-    Local(oneshot::Sender<SchedulerResult<Outcome>>),
-    /// A caller on another replica, through the database.
-    Remote {
-        /// The replica.
-        to: Uuid,
-        /// The number of its request.
-        request: u64,
-        /// Mail to it.
-        outbox: Outbox,
-    },
-    /// Nobody waits (a disconnection).
-    Nobody,
-}
-
-impl Responder {
-    /// Answers the call.
-    pub fn send(self, result: SchedulerResult<Outcome>) {
-        match self {
-            Self::Local(reply) => drop(reply.send(result)),
-            Self::Remote { to, request, outbox } => outbox.reply(to, request, result),
-            Self::Nobody => {}
-        }
-    }
-}
-
-/// The order streams of the agents connected to this replica, and the way to the others'.
-#[derive(Debug)]
-pub struct Sessions {
-    replica: Uuid,
-    next: AtomicU64,
-    local: Mutex<HashMap<u64, mpsc::UnboundedSender<Order>>>,
-    outbox: Option<Outbox>,
-}
-
-impl Sessions {
-    /// The sessions of replica `replica`, reaching other replicas' through `outbox`.
-    pub(crate) fn new(replica: Uuid, outbox: Option<Outbox>) -> Self {
-        Self { replica, next: AtomicU64::new(0), local: Mutex::new(HashMap::new()), outbox }
-    }
-
-    /// Opens an order stream on this replica.
-    fn open(&self) -> (SessionId, mpsc::UnboundedReceiver<Order>) {
-        let n = self.next.fetch_add(1, Ordering::Relaxed) + 1;
-        let (orders, rx) = mpsc::unbounded_channel();
-        self.local.lock().expect("not poisoned").insert(n, orders);
-        (SessionId { replica: self.replica, n }, rx)
-    }
-
-    /// Sends an order down a stream, wherever it is.
-    pub(crate) fn deliver(&self, session: SessionId, order: Order) {
-        if session.replica == self.replica {
-            self.deliver_here(session.n, order);
-        } else if let Some(outbox) = &self.outbox {
-            outbox.order(session, order);
-        }
-    }
-
-    /// Ends a stream, wherever it is (its agent then connects again).
-    pub(crate) fn end(&self, session: SessionId) {
-        if session.replica == self.replica {
-            self.end_here(session.n);
-        } else if let Some(outbox) = &self.outbox {
-            outbox.end_session(session);
-        }
-    }
-
-    /// Sends an order down a stream of this replica.
-    pub(crate) fn deliver_here(&self, n: u64, order: Order) {
-        if let Some(stream) = self.local.lock().expect("not poisoned").get(&n) {
-            let _ = stream.send(order);
-        }
-    }
-
-    /// Ends a stream of this replica.
-    pub(crate) fn end_here(&self, n: u64) {
-        self.local.lock().expect("not poisoned").remove(&n);
-    }
-
-    /// Tells the other replicas to drop their cached agent tokens.
-    pub(crate) fn broadcast_forget_tokens(&self) {
-        if let Some(outbox) = &self.outbox {
-            outbox.broadcast_forget_tokens();
-        }
-    }
-
-    /// Tells the other replicas that a job ended (who follows its logs there sees the end).
-    pub(crate) fn broadcast_job_ended(&self, job_id: Uuid) {
-        if let Some(outbox) = &self.outbox {
-            outbox.broadcast_job_ended(job_id);
         }
     }
 }
@@ -368,7 +126,8 @@ impl Scheduler {
         let queue = Arc::new(Mutex::new(Queue::default()));
         let sessions = Arc::new(Sessions::new(Uuid::nil(), None));
         let (events, rx) = mpsc::unbounded_channel();
-        let state = state::State::rebuilt(store, logs, tokens, policy, sessions.clone(), queue.clone()).await?;
+        let host = Arc::new(LogsAndTokens { logs, tokens });
+        let state = State::rebuilt(store, host, policy, sessions.clone(), queue.clone()).await?;
         tasks.spawn(state.run(rx, shutdown));
         Ok(Self { route: Route::Single(events), sessions, queue })
     }
@@ -397,9 +156,7 @@ impl Scheduler {
 
     /// Bytes of a job's logs arrived at this replica: wakes who follows them on the others.
     pub fn log_written(&self, job_id: Uuid) {
-        if let Some(outbox) = &self.sessions.outbox {
-            outbox.broadcast_log_written(job_id);
-        }
+        self.sessions.broadcast_log_written(job_id);
     }
 
     /// Whether this process runs the scheduler's task (always, in one process; while it leads,
@@ -536,28 +293,6 @@ impl Scheduler {
             Outcome::Removed { removed } => Ok(removed),
             other => Err(unexpected(other)),
         }
-    }
-}
-
-/// Gives a queued job its place in line and, where no placement pass said why it waits (or said
-/// that earlier jobs come first), how many jobs of its station are ahead.
-pub(crate) fn stand_in_line(job: &mut Job, position: QueuePosition) {
-    job.position = Some(position);
-    let ahead = position.station - 1;
-    let jobs = if ahead == 1 { "job" } else { "jobs" };
-    match &mut job.pending_reason {
-        None => {
-            let detail = if ahead == 0 {
-                "first in line on its station".to_owned()
-            } else {
-                format!("behind {ahead} earlier queued {jobs} of its station")
-            };
-            job.pending_reason = Some(PendingReason { kind: PendingKind::Priority, detail });
-        }
-        Some(reason) if reason.kind == PendingKind::Priority && ahead > 0 => {
-            reason.detail = format!("behind {ahead} earlier queued {jobs} of its station; {}", reason.detail);
-        }
-        Some(_) => {}
     }
 }
 

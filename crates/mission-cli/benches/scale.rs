@@ -4,7 +4,8 @@
 //! - jobs queued by arrays of 100,000 (`BENCH_SCALE_JOBS`, default 1,000,000) while no landing
 //!   zone is online: the time each request took, the server's RSS per queued job;
 //! - `GET /jobs?statuses=queued` and `GET /jobs/{id}` p50/p99 with them all queued;
-//! - the server restarted on the same data: the time until it answers again (its rebuild);
+//! - the server restarted on the same data: the time until it answers again and runs the
+//!   scheduler (its rebuild);
 //! - then an agent (`mission lz`, this host's CPUs) drains `BENCH_DRAIN_JOBS` (default 2,000) of
 //!   them: jobs/s and server CPU per job, against an agent draining an array of as many jobs on
 //!   a server with nothing else queued. The two drain in turns of a quarter each, alternating
@@ -134,6 +135,21 @@ fn signal(child: &tokio::process::Child, name: &str) {
     assert!(status.success(), "kill -{name} {pid}");
 }
 
+/// Waits until the server at `url` runs the scheduler: at once in one process, whose rebuild
+/// comes before it answers; on PostgreSQL a replica answers first and then takes the lead and
+/// rebuilds.
+async fn leading(url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let metrics = reqwest::get(format!("{url}/metrics")).await.unwrap().text().await.unwrap();
+        if metrics.lines().any(|l| l == "mission_scheduler_leader 1") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the restarted server did not take the scheduler's lead");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 async fn timed<T>(f: impl std::future::Future<Output = T>) -> (T, Duration) {
     let started = Instant::now();
     let value = f.await;
@@ -189,7 +205,12 @@ async fn main() {
         replica.kill().await.unwrap();
         let _ = replica.wait().await;
     }
-    let (service, rebuild) = timed(Service::start(deployment, home.path(), &full.database, NO_LZ)).await;
+    let (service, rebuild) = timed(async {
+        let service = Service::start(deployment, home.path(), &full.database, NO_LZ).await;
+        leading(&service.urls()[0]).await;
+        service
+    })
+    .await;
     let url = service.urls()[0].clone();
     let rss_rebuilt = rss_kib(service.replicas[0].0.id().unwrap());
     full.service = service;
@@ -231,7 +252,7 @@ async fn main() {
         (rss_queued - rss_before) / 1024
     );
     println!(
-        "| restart until the server answers (rebuild) | {} (RSS after: {} MB) | < 10 s |",
+        "| restart until the server answers and leads the scheduler (rebuild) | {} (RSS after: {} MB) | < 10 s |",
         ms(rebuild),
         rss_rebuilt / 1024
     );

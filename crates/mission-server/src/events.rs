@@ -5,18 +5,18 @@
 //! itself until it has caught up.
 //!
 //! The reader wakes when this process commits events, when another replica's notification says
-//! it did, and every two seconds in case a notification was lost. It also removes events older
-//! than the retention window.
+//! it did, and every two seconds in case a notification was lost; while nobody follows it reads
+//! nothing. It also removes events older than the retention window.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Bytes;
 use mission_api::Event;
 use mission_api::events::kind_matches;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -233,9 +233,29 @@ struct Entry {
 struct Followers {
     next_id: u64,
     by_key: HashMap<Key, Vec<Entry>>,
+    /// Set when the hub found nobody following and stopped reading the log.
+    idle: bool,
+    /// Where the hub, idle, reads from once it reads again: the newest event when the first
+    /// follower since came (older ones that follower reads from the log itself).
+    resume_after: Option<u64>,
 }
 
 impl Followers {
+    /// Whether the hub reads the log now, moving `last` to where an idle hub resumes. It reads
+    /// nothing while nobody follows, nor while the first follower since has not said where it
+    /// starts.
+    fn reading(&mut self, last: &mut u64) -> bool {
+        if self.by_key.is_empty() {
+            (self.idle, self.resume_after) = (true, None);
+            return false;
+        }
+        if self.idle {
+            let Some(from) = self.resume_after.take() else { return false };
+            (*last, self.idle) = (from, false);
+        }
+        true
+    }
+
     fn remove(&mut self, id: u64, watch: &Watch) {
         for key in Key::of_watch(watch) {
             if let Some(entries) = self.by_key.get_mut(&key) {
@@ -271,12 +291,16 @@ impl Followers {
 pub struct EventHub {
     store: Store,
     followers: Mutex<Followers>,
+    /// Wakes the reader: an idle hub has a follower again.
+    wake: Notify,
+    /// Pages of the log the reader has read, counted.
+    pages_read: AtomicU64,
 }
 
 impl EventHub {
     /// A hub over `store`'s log; [`EventHub::run`] feeds it.
     pub fn new(store: Store) -> Arc<Self> {
-        Arc::new(Self { store, followers: Mutex::default() })
+        Arc::new(Self { store, followers: Mutex::default(), wake: Notify::new(), pages_read: AtomicU64::new(0) })
     }
 
     /// Follows the events `watch` wants after `after` (reading the log from there first), or
@@ -300,6 +324,13 @@ impl EventHub {
         let (oldest, newest) = self.store.event_bounds().await?;
         let gap = after.filter(|after| oldest > after.saturating_add(1)).map(|_| oldest);
         follower.last = after.unwrap_or(newest);
+        let mut followers = self.followers.lock().expect("not poisoned");
+        if followers.idle {
+            // Later events come from the hub; earlier ones this follower reads from the log.
+            followers.resume_after = Some(followers.resume_after.map_or(newest, |from| from.min(newest)));
+            self.wake.notify_one();
+        }
+        drop(followers);
         Ok((follower, gap))
     }
 
@@ -322,11 +353,17 @@ impl EventHub {
         loop {
             tokio::select! {
                 () = self.store.appended_events() => {}
+                () = self.wake.notified() => {}
                 () = tokio::time::sleep(POLL) => {}
                 _ = prune.tick() => self.prune(retention).await,
                 () = shutdown.cancelled() => return,
             }
+            // Nobody follows (most servers, most of the time): nothing to read for.
+            if !self.followers.lock().expect("not poisoned").reading(&mut last) {
+                continue;
+            }
             loop {
+                self.pages_read.fetch_add(1, Ordering::Relaxed);
                 let page =
                     match self.store.events(&EventFilter { after: last, limit: PAGE, ..Default::default() }).await {
                         Ok(page) => page,
@@ -397,6 +434,43 @@ mod tests {
         assert!(matches!(other.next(Duration::from_millis(50)).await, Some(Followed::Idle)));
         drop((behind, other));
         assert!(hub.followers.lock().unwrap().by_key.is_empty(), "dropped followers leave the index");
+        shutdown.cancel();
+        reader.await.unwrap();
+    }
+
+    /// While nobody follows, the hub reads nothing of the log, however many events are
+    /// appended; the first follower after that, from now or from an earlier event, misses none.
+    #[tokio::test]
+    async fn a_hub_nobody_follows_reads_nothing_and_the_next_follower_misses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, user) = store_with_user(dir.path()).await;
+        let hub = EventHub::new(store.clone());
+        let shutdown = CancellationToken::new();
+        let reader = tokio::spawn(hub.clone().run(Duration::from_secs(3600), shutdown.clone()));
+        let add = |names: std::ops::Range<u32>| {
+            let missions: Vec<_> = names.map(|i| mission(user.user_id, &format!("m{i}"))).collect();
+            let store = store.clone();
+            async move { store.insert_missions(&missions).await.unwrap() }
+        };
+        for i in 0..5 {
+            add(i..i + 1).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(hub.pages_read.load(Ordering::Relaxed), 0, "nobody follows");
+        let (mut now, _) = hub.follow(Watch::default(), None).await.unwrap();
+        let (mut earlier, _) = hub.follow(Watch::default(), Some(2)).await.unwrap();
+        add(5..8).await;
+        for (follower, first) in [(&mut now, 6), (&mut earlier, 3)] {
+            let mut seen = Vec::new();
+            while seen.len() < 8 - first + 1 {
+                match follower.next(Duration::from_secs(10)).await {
+                    Some(Followed::Events(batch)) => seen.extend(batch.iter().map(|live| live.event.seq)),
+                    other => panic!("after {seen:?}: {other:?}"),
+                }
+            }
+            assert_eq!(seen, (first as u64..=8).collect::<Vec<_>>());
+        }
+        assert!(hub.pages_read.load(Ordering::Relaxed) > 0, "the new events came through the hub");
         shutdown.cancel();
         reader.await.unwrap();
     }

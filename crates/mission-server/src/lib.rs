@@ -83,6 +83,8 @@ pub struct App {
     pub logs: Arc<job_logs::JobLogs>,
     /// New events, for the event streams open here.
     pub events: Arc<events::EventHub>,
+    /// Webhook deliveries: their router and sender.
+    pub webhooks: Arc<webhooks::Webhooks>,
     /// Seals the secrets the server must read back (cargo-bay credentials, webhook secrets).
     pub sealing: Arc<sealing::SealingKey>,
     /// Turns true when the server stops, ending long-lived responses (agent orders, log follows).
@@ -250,7 +252,7 @@ impl Server {
         let events = events::EventHub::new(store.clone());
         tasks.spawn(events.clone().run(config.event_retention, shutdown.clone()));
         let webhooks = webhooks::Webhooks::new(store.clone(), sealing.clone(), config.webhook_attempts);
-        tasks.spawn(webhooks.run(events.clone(), shutdown.clone()));
+        tasks.spawn(webhooks.clone().run(events.clone(), shutdown.clone()));
         let app = Arc::new(App {
             store,
             config,
@@ -263,6 +265,7 @@ impl Server {
             agent_tokens,
             logs,
             events,
+            webhooks,
             sealing,
             closing: tokio::sync::watch::channel(false).0,
             tasks,

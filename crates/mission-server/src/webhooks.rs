@@ -34,6 +34,8 @@ const CLAIM_MARGIN: Duration = Duration::from_secs(30);
 const MAX_RETRY_WAIT: Duration = Duration::from_secs(3600);
 /// How long the router lets the cursor lag while events flow that no webhook wants.
 const SAVE_CURSOR_EVERY: Duration = Duration::from_secs(10);
+/// How often a router with no webhook to route to looks for one another replica created.
+const IDLE_POLL: Duration = Duration::from_secs(2);
 /// How long the router waits before it tries again after the database failed it.
 const RETRY_STORE: Duration = Duration::from_secs(1);
 
@@ -46,6 +48,8 @@ pub struct Webhooks {
     attempts: WebhookAttempts,
     /// Woken when deliveries were added or an attempt ended.
     due: Notify,
+    /// Woken when a webhook was created here: an idle router routes again.
+    created: Notify,
 }
 
 /// A webhook as the router matches events against it.
@@ -67,7 +71,13 @@ impl Webhooks {
             .user_agent(concat!("mission-server/", env!("CARGO_PKG_VERSION")))
             .build()
             .expect("the TLS backend loads");
-        Arc::new(Self { store, key, http, attempts, due: Notify::new() })
+        Arc::new(Self { store, key, http, attempts, due: Notify::new(), created: Notify::new() })
+    }
+
+    /// A webhook was created on this replica: the router starts routing at once (another
+    /// replica's new webhook it finds within [`IDLE_POLL`]).
+    pub fn created(&self) {
+        self.created.notify_one();
     }
 
     /// Routes the events `hub` hands out and sends the deliveries until `shutdown`.
@@ -107,14 +117,25 @@ impl Webhooks {
     }
 
     /// Turns the events webhooks want into deliveries, in order, from where routing stopped.
+    /// While there is no webhook the log is not followed at all (with no stream open either, the
+    /// event hub then reads nothing); a webhook's events begin at its own `webhook.created`, so
+    /// routing starts again there.
     async fn route(&self, hub: &EventHub, shutdown: &CancellationToken) {
         let Some(mut saved) = Self::retrying(shutdown, "reading the cursor", || self.store.webhook_cursor()).await
         else {
             return;
         };
-        // The log is read again from the last saved point whenever following it fails.
         loop {
             let Some(mut routes) = Self::retrying(shutdown, "reading webhooks", || self.routes()).await else { return };
+            let Some(first) = routes.iter().map(|r| r.since_seq).min() else {
+                tokio::select! {
+                    () = self.created.notified() => {}
+                    () = tokio::time::sleep(IDLE_POLL) => {}
+                    () = shutdown.cancelled() => return,
+                }
+                continue;
+            };
+            saved = saved.max(first.saturating_sub(1));
             let Some((mut follower, gap)) =
                 Self::retrying(shutdown, "following events", || hub.follow(Watch::default(), Some(saved))).await
             else {
@@ -127,7 +148,9 @@ impl Webhooks {
             }
             let mut routed = saved;
             let mut saved_at = tokio::time::Instant::now();
-            loop {
+            // Until the last webhook is gone, or following fails (the log is then read again
+            // from the last saved point).
+            let followed = loop {
                 let next = tokio::select! {
                     next = follower.next(SAVE_CURSOR_EVERY) => next,
                     () = shutdown.cancelled() => return,
@@ -135,7 +158,7 @@ impl Webhooks {
                 let batch = match next {
                     Some(Followed::Events(batch)) => batch,
                     Some(Followed::Idle) => Vec::new(),
-                    None => break,
+                    None => break false,
                 };
                 let mut deliveries = Vec::new();
                 for live in &batch {
@@ -162,21 +185,25 @@ impl Webhooks {
                     routed = event.seq;
                 }
                 let lagging = routed > saved && saved_at.elapsed() >= SAVE_CURSOR_EVERY;
-                if deliveries.is_empty() && !lagging {
-                    continue;
+                if !deliveries.is_empty() || lagging || routes.is_empty() {
+                    let added = || self.store.add_deliveries(&deliveries, routed, now());
+                    if Self::retrying(shutdown, "recording deliveries", added).await.is_none() {
+                        return;
+                    }
+                    (saved, saved_at) = (routed, tokio::time::Instant::now());
+                    if !deliveries.is_empty() {
+                        self.due.notify_one();
+                    }
                 }
-                let added = || self.store.add_deliveries(&deliveries, routed, now());
-                if Self::retrying(shutdown, "recording deliveries", added).await.is_none() {
-                    return;
+                if routes.is_empty() {
+                    break true;
                 }
-                (saved, saved_at) = (routed, tokio::time::Instant::now());
-                if !deliveries.is_empty() {
-                    self.due.notify_one();
+            };
+            if !followed {
+                tokio::select! {
+                    () = tokio::time::sleep(RETRY_STORE) => {}
+                    () = shutdown.cancelled() => return,
                 }
-            }
-            tokio::select! {
-                () = tokio::time::sleep(RETRY_STORE) => {}
-                () = shutdown.cancelled() => return,
             }
         }
     }

@@ -115,6 +115,7 @@ pub async fn create(
     };
     let sealed = app.sealing.seal(webhook.webhook_id, secret.as_bytes());
     let mut webhook = app.store.insert_webhook(&webhook, &sealed, MAX_WEBHOOKS_PER_USER).await?.webhook;
+    app.webhooks.created();
     webhook.secret = made.then_some(secret);
     Ok((StatusCode::CREATED, Json(webhook)))
 }

@@ -75,7 +75,7 @@ impl Webhooks {
     }
 
     /// A webhook was created on this replica: the router starts routing at once (another
-    /// replica's new webhook it finds within [`IDLE_POLL`]).
+    /// replica's new webhook it finds within two seconds).
     pub fn created(&self) {
         self.created.notify_one();
     }

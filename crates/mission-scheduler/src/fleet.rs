@@ -6,7 +6,7 @@
 //! `update`, `insert`, `remove`), which keeps the index, the job → LZ map and the per-user count
 //! of placed jobs current.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use mission_api::lz::Order;
@@ -128,11 +128,35 @@ pub(super) struct StationLzs {
     pub gateways: BTreeSet<Uuid>,
     /// Connected LZs out of `by_room` while a pass holds them ([`Fleet::set_aside`]).
     aside: usize,
+    /// How many of its LZs offer each capacity, as (GPUs, CPUs, memory): whether a job could
+    /// ever run on the station is a look at these few, not at every LZ.
+    sizes: BTreeMap<(u32, u32, u64), usize>,
+    /// How many of its LZs never connected (of any size, as far as anyone knows).
+    unknown_sizes: usize,
 }
 
 impl StationLzs {
     pub fn connected(&self) -> usize {
         self.by_room.len() + self.gateways.len() + self.aside
+    }
+
+    /// Whether some LZ of the station could ever hold a job of this shape; true while an LZ's
+    /// size is unknown (only known sizes can rule a job out).
+    pub fn could_hold_shape(&self, cpu: u32, memory: u64, gpu: u32) -> bool {
+        self.unknown_sizes > 0 || self.sizes.keys().any(|&(g, c, m)| g >= gpu && c >= cpu && m >= memory)
+    }
+
+    fn count_size(&mut self, capacity: Option<Resources>, added: bool) {
+        let Some(c) = capacity else {
+            self.unknown_sizes = if added { self.unknown_sizes + 1 } else { self.unknown_sizes - 1 };
+            return;
+        };
+        let key = (c.gpu_count, c.cpu_count, c.memory_amount);
+        let n = self.sizes.entry(key).or_default();
+        *n = if added { *n + 1 } else { *n - 1 };
+        if *n == 0 {
+            self.sizes.remove(&key);
+        }
     }
 }
 
@@ -191,6 +215,7 @@ impl Fleet {
         if let Some(station) = self.stations.get_mut(&lz.station_id) {
             station.by_room.remove(&lz.room_key(lz_id));
             station.gateways.remove(&lz_id);
+            station.count_size(lz.capacity, false);
         }
     }
 
@@ -198,6 +223,7 @@ impl Fleet {
         let Some(lz) = self.lzs.get(&lz_id) else { return };
         let station = self.stations.entry(lz.station_id).or_default();
         station.all.insert(lz_id);
+        station.count_size(lz.capacity, true);
         if lz.connection.is_some() {
             if lz.max_jobs.is_some() {
                 station.gateways.insert(lz_id);

@@ -661,20 +661,30 @@ impl State {
     }
 
     async fn submit(&mut self, mut job: Job) -> SchedulerResult<Job> {
-        let candidates: Vec<&LzState> = match job.requested_lz_id {
-            Some(id) => self.fleet.get(&id).filter(|lz| lz.station_id == job.station_id).into_iter().collect(),
-            None => self.fleet.of_station(job.station_id).map(|(_, lz)| lz).collect(),
+        // Whether it could ever run: a look at the LZ it names, or at the sizes its station's LZs
+        // come in (not at each of them: a station may have thousands).
+        let (cpu, memory, gpu) = (job.cpu_count, job.memory_amount, job.gpu_count);
+        let could_hold = match job.requested_lz_id {
+            Some(lz_id) => {
+                let lz = self.fleet.get(&lz_id).filter(|lz| lz.station_id == job.station_id);
+                let lz = lz.ok_or_else(|| {
+                    SchedulerError::invalid_field("lz_id", format!("the station has no landing zone {lz_id}"))
+                })?;
+                lz.capacity.is_none() || lz.could_hold_shape(cpu, memory, gpu)
+            }
+            None => {
+                let station = self.fleet.station(&job.station_id).filter(|s| !s.all.is_empty());
+                let station = station.ok_or_else(|| {
+                    SchedulerError::invalid_field("station_id", "the station has no landing zones to run jobs on")
+                })?;
+                station.could_hold_shape(cpu, memory, gpu)
+            }
         };
-        if let (Some(lz_id), true) = (job.requested_lz_id, candidates.is_empty()) {
-            return Err(SchedulerError::invalid_field("lz_id", format!("the station has no landing zone {lz_id}")));
-        }
-        if candidates.is_empty() {
-            return Err(SchedulerError::invalid_field("station_id", "the station has no landing zones to run jobs on"));
-        }
-        // An LZ that never connected may be any size: only known sizes can rule a job out.
-        let unknown = candidates.iter().any(|lz| lz.capacity.is_none());
-        if !unknown && !candidates.iter().any(|lz| lz.could_hold_shape(job.cpu_count, job.memory_amount, job.gpu_count))
-        {
+        if !could_hold {
+            let candidates: Vec<&LzState> = match job.requested_lz_id {
+                Some(id) => self.fleet.get(&id).into_iter().collect(),
+                None => self.fleet.of_station(job.station_id).map(|(_, lz)| lz).collect(),
+            };
             let largest = candidates
                 .iter()
                 .filter_map(|lz| lz.capacity.map(|r| (lz, r)))
@@ -686,13 +696,15 @@ impl State {
                     )
                 })
                 .unwrap_or_default();
-            let whom =
-                if job.requested_lz_id.is_some() { "the landing zone" } else { "no landing zone of the station" };
+            let whom = if job.requested_lz_id.is_some() {
+                "the landing zone could never"
+            } else {
+                "no landing zone of the station could ever"
+            };
             return Err(SchedulerError::Invalid {
                 field: None,
                 detail: format!(
-                    "{whom} could ever hold this job (cpu_count {}, memory_amount {} MB, gpu_count {}): {largest}",
-                    job.cpu_count, job.memory_amount, job.gpu_count
+                    "{whom} hold this job (cpu_count {cpu}, memory_amount {memory} MB, gpu_count {gpu}): {largest}"
                 ),
             });
         }

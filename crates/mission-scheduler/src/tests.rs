@@ -258,6 +258,27 @@ async fn jobs_go_to_the_best_fit_and_a_large_job_reserves_its_lz_while_small_one
     assert_eq!(*h.host.ended.lock().unwrap(), [wide.job_id], "the server hears of the end (to close its logs)");
 }
 
+/// Whether a job could ever run follows the sizes the station's LZs come in: one that never
+/// connected may be any size; once each has said its size, a job larger than every one is
+/// refused, naming the largest, and a job that fits one of them is queued.
+#[tokio::test(start_paused = true)]
+async fn a_job_no_lz_of_the_station_could_ever_hold_is_refused_once_their_sizes_are_known() {
+    let h = Harness::new().await;
+    let (small_lz, big_lz) = (h.register("small").await, h.register("big").await);
+    h.submit(8).await;
+    let (_small, _) = h.connect(&small_lz, 2, Vec::new()).await;
+    h.submit(8).await;
+    let (_big, _) = h.connect(&big_lz, 4, Vec::new()).await;
+    let refused = h.submit_job(h.new_job(8)).await.unwrap_err();
+    let SchedulerError::Invalid { field: None, detail } = refused else { panic!("{refused:?}") };
+    assert!(detail.starts_with("no landing zone of the station could ever hold this job (cpu_count 8"), "{detail}");
+    assert!(detail.ends_with("big offers cpu_count 4, memory_amount 8192 MB, gpu_count 0"), "{detail}");
+    h.submit(4).await;
+    let named = Job { requested_lz_id: Some(small_lz.lz_id), ..h.new_job(4) };
+    let refused = h.submit_job(named).await.unwrap_err();
+    assert!(refused.to_string().starts_with("the landing zone could never hold this job (cpu_count 4"), "{refused}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_waiting_job_keeps_the_lz_it_holds_while_room_frees_elsewhere() {
     let h = Harness::new().await;

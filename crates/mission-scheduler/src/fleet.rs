@@ -215,7 +215,6 @@ impl Fleet {
         if let Some(station) = self.stations.get_mut(&lz.station_id) {
             station.by_room.remove(&lz.room_key(lz_id));
             station.gateways.remove(&lz_id);
-            station.count_size(lz.capacity, false);
         }
     }
 
@@ -223,7 +222,6 @@ impl Fleet {
         let Some(lz) = self.lzs.get(&lz_id) else { return };
         let station = self.stations.entry(lz.station_id).or_default();
         station.all.insert(lz_id);
-        station.count_size(lz.capacity, true);
         if lz.connection.is_some() {
             if lz.max_jobs.is_some() {
                 station.gateways.insert(lz_id);
@@ -233,24 +231,41 @@ impl Fleet {
         }
     }
 
+    /// Counts an LZ's size in (or, `added` false, out of) its station's sizes. Only adding,
+    /// replacing, removing an LZ or a change of its capacity moves it, never holding a job.
+    fn count_size(&mut self, lz_id: Uuid, added: bool) {
+        let Some(lz) = self.lzs.get(&lz_id) else { return };
+        self.stations.entry(lz.station_id).or_default().count_size(lz.capacity, added);
+    }
+
     /// Changes an LZ, keeping the index current.
     pub fn update<R>(&mut self, lz_id: Uuid, change: impl FnOnce(&mut LzState) -> R) -> Option<R> {
         self.unlist(lz_id);
-        let result = self.lzs.get_mut(&lz_id).map(change);
+        let lz = self.lzs.get_mut(&lz_id)?;
+        let (before, result) = (lz.capacity, change(lz));
+        if lz.capacity != before {
+            let after = lz.capacity;
+            let station = self.stations.entry(lz.station_id).or_default();
+            station.count_size(before, false);
+            station.count_size(after, true);
+        }
         self.list(lz_id);
-        result
+        Some(result)
     }
 
     /// Adds or replaces an LZ (its jobs are the caller's to hold again).
     pub fn insert(&mut self, lz_id: Uuid, lz: LzState) {
         self.unlist(lz_id);
+        self.count_size(lz_id, false);
         self.lzs.insert(lz_id, lz);
+        self.count_size(lz_id, true);
         self.list(lz_id);
     }
 
     /// Removes an LZ with the jobs it holds.
     pub fn remove(&mut self, lz_id: Uuid) -> Option<LzState> {
         self.unlist(lz_id);
+        self.count_size(lz_id, false);
         let lz = self.lzs.remove(&lz_id)?;
         if let Some(station) = self.stations.get_mut(&lz.station_id) {
             station.all.remove(&lz_id);

@@ -139,7 +139,7 @@ fn recipient(replica: Uuid) -> String {
 pub struct Cluster {
     replica: Uuid,
     db: ClusterDb,
-    outbox: Outbox,
+    outbox: Arc<Outbox>,
     sessions: Arc<Sessions>,
     pending: Mutex<HashMap<u64, oneshot::Sender<SchedulerResult<Outcome>>>>,
     next_request: AtomicU64,
@@ -171,8 +171,8 @@ impl Cluster {
     ) -> Result<Arc<Self>, StoreError> {
         let replica = store.replica().unwrap_or_else(Uuid::new_v4);
         let (queue, outgoing) = mpsc::unbounded_channel();
-        let outbox = Outbox { replica, queue };
-        let sessions = Arc::new(Sessions::new(replica, Some(Arc::new(outbox.clone()))));
+        let outbox = Arc::new(Outbox { replica, queue });
+        let sessions = Arc::new(Sessions::new(replica, Some(outbox.clone())));
         let cluster = Arc::new(Self {
             replica,
             db: db.clone(),
@@ -188,7 +188,8 @@ impl Cluster {
         tasks.spawn(write_mail(db, outgoing, shutdown.clone()));
         let listener = cluster.listener().await?;
         tasks.spawn(cluster.clone().take_mail(listener, store.clone(), tokens.clone(), logs.clone(), shutdown.clone()));
-        tasks.spawn(cluster.clone().lead_when_possible(store, logs, tokens, policy, shutdown));
+        let host = Arc::new(LogsAndTokens { logs, tokens });
+        tasks.spawn(cluster.clone().lead_when_possible(store, host, policy, shutdown));
         Ok(cluster)
     }
 
@@ -306,7 +307,7 @@ impl Cluster {
                 let reply = if request == 0 {
                     Responder::Nobody
                 } else {
-                    Responder::Remote { to: from, request, outbox: Arc::new(self.outbox.clone()) }
+                    Responder::Remote { to: from, request, outbox: self.outbox.clone() }
                 };
                 match self.leading() {
                     Some(events) => drop(events.send(Event { call, reply })),
@@ -329,8 +330,7 @@ impl Cluster {
     async fn lead_when_possible(
         self: Arc<Self>,
         store: Store,
-        logs: Arc<JobLogs>,
-        tokens: Arc<AgentTokens>,
+        host: Arc<LogsAndTokens>,
         policy: Policy,
         shutdown: CancellationToken,
     ) {
@@ -348,8 +348,8 @@ impl Cluster {
                 }
             };
             let epoch = leadership.epoch;
-            let host = Arc::new(LogsAndTokens { logs: logs.clone(), tokens: tokens.clone() });
-            let state = State::rebuilt(store.fenced(epoch), host, policy, self.sessions.clone(), self.queue.clone());
+            let state =
+                State::rebuilt(store.fenced(epoch), host.clone(), policy, self.sessions.clone(), self.queue.clone());
             let state = match state.await {
                 Ok(state) => state,
                 Err(e) => {

@@ -57,6 +57,8 @@ from ._types import (
     RegisteredLandingZone,
     ResourceDefaults,
     Resources,
+    Project,
+    ProjectMember,
     Station,
     StationMember,
     Tokens,
@@ -90,6 +92,8 @@ __all__ = [
     "RegisteredLandingZone",
     "ResourceDefaults",
     "Resources",
+    "Project",
+    "ProjectMember",
     "Station",
     "StationMember",
     "Tokens",
@@ -163,6 +167,7 @@ def _mission_json(
     public: Optional[bool] = None,
     labels: Optional[Dict[str, str]] = None,
     retry: Optional[RetryPolicy] = None,
+    project_id: Optional[Id] = None,
 ) -> str:
     """A mission's create or update request as JSON, without the fields not given."""
     return json.dumps(_drop_none({
@@ -170,7 +175,7 @@ def _mission_json(
         "destination_storage_id": destination_storage_id, "source_path": source_path,
         "destination_path": destination_path, "mission_type_id": mission_type_id,
         "settings": settings, "public": public, "labels": labels,
-        "retry": retry._request() if retry is not None else None,
+        "retry": retry._request() if retry is not None else None, "project_id": project_id,
     }))
 
 
@@ -284,11 +289,14 @@ class Client:
         public: bool = False,
         labels: Optional[Dict[str, str]] = None,
         retry: Optional[RetryPolicy] = None,
+        project_id: Optional[Id] = None,
     ) -> Mission:
         """A new mission of yours; ``labels`` (``key`` to ``value``) find it again with
-        ``list_missions(labels=…)``; ``retry`` is the default policy of its jobs."""
+        ``list_missions(labels=…)``; ``retry`` is the default policy of its jobs. It belongs to
+        ``project_id`` (one you are a member of; your personal project by default), which its
+        jobs are charged to."""
         request = _mission_json(name, description, source_storage_id, destination_storage_id, source_path,
-                                destination_path, mission_type_id, settings, public, labels, retry)
+                                destination_path, mission_type_id, settings, public, labels, retry, project_id)
         return _one(Mission, self._native.create_mission(request))
 
     def update_mission(
@@ -303,11 +311,14 @@ class Client:
         settings: Optional[Dict[str, str]] = None,
         labels: Optional[Dict[str, str]] = None,
         retry: Optional[RetryPolicy] = None,
+        project_id: Optional[Id] = None,
     ) -> bool:
         """Changes the fields given (``labels`` replaces them all; ``retry`` is the new default
-        policy of its jobs, ``RetryPolicy(1)`` none); ``False`` when the mission does not exist."""
+        policy of its jobs, ``RetryPolicy(1)`` none; ``project_id`` moves it to another project
+        of yours); ``False`` when the mission does not exist."""
         changes = _mission_json(name, description, source_storage_id, destination_storage_id, source_path,
-                                destination_path, settings=settings, labels=labels, retry=retry)
+                                destination_path, settings=settings, labels=labels, retry=retry,
+                                project_id=project_id)
         return self._native.update_mission(_id(mission_id), changes)
 
     def update_mission_args(self, mission_id: Id, arg: List[str]) -> Mission:
@@ -379,6 +390,7 @@ class Client:
         after_ok: Optional[List[Id]] = None,
         after_any: Optional[List[Id]] = None,
         retry: Optional[RetryPolicy] = None,
+        project_id: Optional[Id] = None,
     ) -> Job:
         """Starts a job of the mission on a station; absent resources come from the mission
         type's defaults (memory in megabytes, the time limit in minutes). ``labels`` (``key`` to
@@ -389,10 +401,11 @@ class Client:
         your jobs ``after_any`` have ended; should one of ``after_ok`` end any other way, it
         fails without running, its ``reason`` naming that job. While it waits, its
         ``pending_reason`` says why. ``retry`` (default: the mission's) tries it again after it
-        fails, as the same job, its ``attempt`` counting."""
+        fails, as the same job, its ``attempt`` counting. The job is charged to ``project_id``
+        (one you are a member of; the mission's by default)."""
         return self._run(mission_id, station_id, None, cpu_count=cpu_count, memory_amount=memory_amount,
                          gpu_count=gpu_count, time_limit=time_limit, labels=labels, log_cap=log_cap,
-                         after_ok=_ids(after_ok), after_any=_ids(after_any), retry=retry)
+                         after_ok=_ids(after_ok), after_any=_ids(after_any), retry=retry, project_id=project_id)
 
     def run_job_on_lz(
         self,
@@ -408,12 +421,13 @@ class Client:
         after_ok: Optional[List[Id]] = None,
         after_any: Optional[List[Id]] = None,
         retry: Optional[RetryPolicy] = None,
+        project_id: Optional[Id] = None,
     ) -> Job:
         """Starts a job of the mission on one landing zone of a station (the options are
         ``run_job_on_station``'s)."""
         return self._run(mission_id, station_id, lz_id, cpu_count=cpu_count, memory_amount=memory_amount,
                          gpu_count=gpu_count, time_limit=time_limit, labels=labels, log_cap=log_cap,
-                         after_ok=_ids(after_ok), after_any=_ids(after_any), retry=retry)
+                         after_ok=_ids(after_ok), after_any=_ids(after_any), retry=retry, project_id=project_id)
 
     def _run(self, mission_id: Id, station_id: Id, lz_id: Optional[Id], retry: Optional[RetryPolicy],
              **options: object) -> Job:
@@ -582,7 +596,46 @@ class Client:
         info: Dict[str, str] = json.loads(self._native.get_mission_type_settings_info(_id(mission_type_id)))
         return info
 
-    # Stations and landing zones
+    # Projects
+
+    def list_projects(self, page: int = 1, items: int = 25) -> List[Project]:
+        """The projects you are a member of (every project, for an admin), by name: page
+        ``page`` (from 1) of ``items`` (1 to 200)."""
+        page_json = json.loads(self._native.list_projects(page, items))
+        return _many(Project, json.dumps(page_json["projects"]))
+
+    def get_project(self, project_id: Id) -> Project:
+        """One project; :class:`NotFound` when it does not exist or you are no member."""
+        return _one(Project, self._native.get_project(_id(project_id)))
+
+    def create_project(self, name: str, description: Optional[str] = None) -> Project:
+        """Creates a shared project (admins only); its name may not start with ``~``."""
+        request = json.dumps(_drop_none({"name": name, "description": description}))
+        return _one(Project, self._native.create_project(request))
+
+    def update_project(self, project_id: Id, name: Optional[str] = None,
+                       description: Optional[str] = None) -> Project:
+        """Renames a project (admins) or changes its description (its managers too)."""
+        changes = json.dumps(_drop_none({"name": name, "description": description}))
+        return _one(Project, self._native.update_project(_id(project_id), changes))
+
+    def delete_project(self, project_id: Id) -> bool:
+        """Deletes a shared project that holds no missions and no unfinished jobs (admins only);
+        ``False`` when there is no such project."""
+        return self._native.delete_project(_id(project_id))
+
+    def project_members(self, project_id: Id) -> List[ProjectMember]:
+        """The members of a project and their roles."""
+        return _many(ProjectMember, self._native.project_members(_id(project_id)))
+
+    def set_project_member(self, project_id: Id, user: str, role: str = "member") -> ProjectMember:
+        """Makes a user (username or id) a member with ``role`` (``viewer``, ``member`` or
+        ``manager``), or changes their role (a project's managers and admins)."""
+        return _one(ProjectMember, self._native.set_project_member(_id(project_id), str(user), role))
+
+    def remove_project_member(self, project_id: Id, user: str) -> bool:
+        """Takes a user out of a project; ``False`` when they were no member."""
+        return self._native.remove_project_member(_id(project_id), str(user))
 
     def list_stations(self) -> List[Station]:
         """The stations you may run jobs on (every station, for an admin)."""

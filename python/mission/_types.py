@@ -127,6 +127,7 @@ class Mission(_Record):
     updated_at: datetime.datetime
     labels: Dict[str, str] = dataclasses.field(default_factory=dict)
     retry: Optional[RetryPolicy] = dataclasses.field(default=None, metadata={"of": RetryPolicy})
+    project_id: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,6 +251,7 @@ class Job(_Record):
     rerun_of: Optional[str] = None
     array_id: Optional[str] = None
     array_index: Optional[int] = None
+    project_id: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,6 +324,33 @@ class StationMember(_Record):
 
     user_id: str
     username: str
+    added_at: datetime.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class Project(_Record):
+    """A project: the team missions belong to and jobs are charged to. ``personal`` is the user
+    whose personal project it is (its id is theirs); ``role`` yours in it (``viewer``, ``member``
+    or ``manager``; ``None`` for an admin outside it)."""
+
+    project_id: str
+    name: str
+    description: str
+    members: int
+    created_at: datetime.datetime
+    updated_at: datetime.datetime
+    personal: Optional[str] = None
+    role: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ProjectMember(_Record):
+    """A member of a project with their role: ``viewer`` reads, ``member`` owns missions and
+    runs jobs, ``manager`` also manages members."""
+
+    user_id: str
+    username: str
+    role: str
     added_at: datetime.datetime
 
 

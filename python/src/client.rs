@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use mission_client::{
-    Client, CreateCargoBay, CreateMission, CreateStation, CreateWebhook, ListDeliveries, ListJobs, ListMissions,
-    LogStream, RegisterLandingZone, RunJob, UpdateMission, UsageQuery,
+    Client, CreateCargoBay, CreateMission, CreateProject, CreateStation, CreateWebhook, ListDeliveries, ListJobs, ListMissions,
+    LogStream, RegisterLandingZone, RunJob, UpdateMission, UpdateProject, UsageQuery,
 };
 use pyo3::exceptions::PyTimeoutError;
 use pyo3::prelude::*;
@@ -305,6 +305,49 @@ impl NativeClient {
     fn get_mission_type_settings_info(&self, py: Python<'_>, mission_type_id: &str) -> PyResult<String> {
         let id = parse_id("mission_type_id", mission_type_id)?;
         block_on(py, self.client.get_mission_type_settings_info(id)).map(|t| json(&t))
+    }
+
+    // Projects
+
+    fn list_projects(&self, py: Python<'_>, page: u32, items: u32) -> PyResult<String> {
+        block_on(py, self.client.list_projects(page, items)).map(|p| json(&p))
+    }
+
+    fn get_project(&self, py: Python<'_>, project_id: &str) -> PyResult<String> {
+        let id = parse_id("project_id", project_id)?;
+        block_on(py, self.client.get_project(id)).map(|p| json(&p))
+    }
+
+    fn create_project(&self, py: Python<'_>, project: &str) -> PyResult<String> {
+        let project: CreateProject = request("create_project", project)?;
+        block_on(py, self.client.create_project(&project)).map(|p| json(&p))
+    }
+
+    fn update_project(&self, py: Python<'_>, project_id: &str, changes: &str) -> PyResult<String> {
+        let id = parse_id("project_id", project_id)?;
+        let changes: UpdateProject = request("update_project", changes)?;
+        block_on(py, self.client.update_project(id, &changes)).map(|p| json(&p))
+    }
+
+    fn delete_project(&self, py: Python<'_>, project_id: &str) -> PyResult<bool> {
+        let id = parse_id("project_id", project_id)?;
+        block_on(py, self.client.delete_project(id))
+    }
+
+    fn project_members(&self, py: Python<'_>, project_id: &str) -> PyResult<String> {
+        let id = parse_id("project_id", project_id)?;
+        block_on(py, self.client.project_members(id)).map(|m| json(&m))
+    }
+
+    fn set_project_member(&self, py: Python<'_>, project_id: &str, user: &str, role: &str) -> PyResult<String> {
+        let id = parse_id("project_id", project_id)?;
+        let role = role.parse().map_err(|e: String| Invalid::new_err(format!("role: {e}")))?;
+        block_on(py, self.client.set_project_member(id, user, role)).map(|m| json(&m))
+    }
+
+    fn remove_project_member(&self, py: Python<'_>, project_id: &str, user: &str) -> PyResult<bool> {
+        let id = parse_id("project_id", project_id)?;
+        block_on(py, self.client.remove_project_member(id, user))
     }
 
     // Stations and landing zones

@@ -112,6 +112,9 @@ pub struct Job {
     pub mission_id: Uuid,
     /// The user who started it (the mission's owner).
     pub user_id: Uuid,
+    /// The project it is charged to: its mission's, or the one its run request named.
+    #[serde(default)]
+    pub project_id: Uuid,
     /// The station it runs on.
     pub station_id: Uuid,
     /// The landing zone the request named, if any.
@@ -193,13 +196,15 @@ pub struct Job {
 
 impl Job {
     /// A new job of `mission_id` by `user_id` on `station_id` running `command`, queued `now`
-    /// (its history the one move to `queued`), asking for one CPU, 1024 MB and no GPU: every
-    /// field a new job starts with, for callers to change with struct update syntax.
+    /// (its history the one move to `queued`), asking for one CPU, 1024 MB and no GPU, charged to
+    /// the user's personal project: every field a new job starts with, for callers to change with
+    /// struct update syntax.
     pub fn queued(mission_id: Uuid, user_id: Uuid, station_id: Uuid, command: Vec<String>, now: DateTime<Utc>) -> Self {
         Self {
             job_id: Uuid::new_v4(),
             mission_id,
             user_id,
+            project_id: user_id,
             station_id,
             requested_lz_id: None,
             lz_id: None,
@@ -287,6 +292,10 @@ pub struct RunJob {
     /// How to try the job again should it fail; absent: the mission's default, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryPolicy>,
+    /// The project to charge the job to: one the caller may run jobs in; the mission's when
+    /// absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<Uuid>,
 }
 
 /// A job's first attempt: the serde default of every `attempt` field, for messages written

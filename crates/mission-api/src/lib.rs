@@ -13,6 +13,7 @@
 //! - [`jobs`]: jobs, their states, history and run requests; [`labels`]: the `key=value` labels
 //!   jobs carry; [`lz`]: the landing-zone protocol;
 //! - [`problem`]: the `application/problem+json` error body every endpoint returns on failure;
+//! - [`projects`]: the teams that own missions and are charged for jobs, and their members;
 //! - [`users`]: the signed-in user as `GET /api/v1/me` reports it;
 //! - [`webhooks`]: URLs that events are POSTed to, signed, and their deliveries.
 
@@ -27,6 +28,7 @@ pub mod mission_types;
 pub mod missions;
 pub mod paths;
 pub mod problem;
+pub mod projects;
 pub mod stations;
 pub mod users;
 pub mod webhooks;
@@ -45,6 +47,7 @@ pub use labels::Labels;
 pub use mission_types::{MissionType, MissionTypeSummary, ResourceDefaults};
 pub use missions::{CreateMission, MAX_ITEMS_PER_PAGE, Mission, MissionPage, UpdateMission, UpdateMissionArgs};
 pub use problem::{PROBLEM_CONTENT_TYPE, Problem};
+pub use projects::{CreateProject, Project, ProjectMember, ProjectPage, ProjectRole, SetProjectMember, UpdateProject};
 pub use stations::{
     CreateStation, DEFAULT_STATION_NAME, LandingZone, RegisterLandingZone, RegisteredLandingZone, Resources, Station,
     StationMember,

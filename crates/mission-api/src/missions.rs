@@ -45,6 +45,8 @@ pub struct Mission {
     pub retry: Option<crate::RetryPolicy>,
     /// Owner of the mission.
     pub user_id: Uuid,
+    /// The project it belongs to, which its jobs are charged to (see [`crate::projects`]).
+    pub project_id: Uuid,
     /// When the mission was created.
     pub created_at: DateTime<Utc>,
     /// When the mission last changed.
@@ -88,6 +90,10 @@ pub struct CreateMission {
     /// How its jobs are tried again after they fail, unless their run request says otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<crate::RetryPolicy>,
+    /// The project it belongs to: one the caller may run jobs in (a member or manager of it);
+    /// the caller's personal project when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<Uuid>,
 }
 
 /// Body of `PATCH /api/v1/missions/{id}`: only the fields given change.
@@ -128,6 +134,10 @@ pub struct UpdateMission {
     /// A new default retry policy for its jobs (`{"max_attempts": 1}`: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<crate::RetryPolicy>,
+    /// Move it to another project, one its owner may run jobs in (jobs already started stay
+    /// charged where they were).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<Uuid>,
 }
 
 /// Body of `PUT /api/v1/missions/{id}/args`.

@@ -20,6 +20,7 @@ use commands::files::FilesCommand;
 use commands::jobs::{JobsCommand, RunCommand};
 use commands::lz::LzCommand;
 use commands::missions::MissionsCommand;
+use commands::projects::ProjectsCommand;
 use commands::server::ServerCommand;
 use commands::stations::StationsCommand;
 use commands::types::TypesCommand;
@@ -74,6 +75,9 @@ enum Command {
     /// Manage stations, their members and landing zones.
     #[command(subcommand)]
     Stations(StationsCommand),
+    /// Manage projects (the teams missions belong to and jobs are charged to) and their members.
+    #[command(subcommand)]
+    Projects(ProjectsCommand),
     /// Browse mission types.
     #[command(subcommand)]
     Types(TypesCommand),
@@ -134,6 +138,7 @@ async fn run() -> ExitCode {
         Command::Run(cmd) => cmd.run(server, out).await,
         Command::Jobs(cmd) => cmd.run(server, out).await,
         Command::Stations(cmd) => cmd.run(server, out).await,
+        Command::Projects(cmd) => cmd.run(server, out).await,
         Command::Types(cmd) => cmd.run(server, out).await,
         Command::Webhooks(cmd) => cmd.run(server, out).await,
     };

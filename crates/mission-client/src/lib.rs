@@ -14,7 +14,7 @@
 //!
 //! Layout: [`client`] (the session, token renewal, request plumbing), [`auth`] (device flow,
 //! refresh, token file), [`saved`] (the session `mission login` leaves), `missions`,
-//! `mission_types`, `files`, `jobs`, `events`, `webhooks`, `stations` and `cargo_bays` (the operations, as methods of
+//! `mission_types`, `files`, `jobs`, `events`, `webhooks`, `stations`, `projects` and `cargo_bays` (the operations, as methods of
 //! [`Client`]), [`error`].
 
 pub mod auth;
@@ -26,6 +26,7 @@ mod files;
 mod jobs;
 mod mission_types;
 mod missions;
+mod projects;
 pub mod saved;
 mod stations;
 mod webhooks;
@@ -46,11 +47,11 @@ pub use mission_api::labels;
 /// What a webhook receiver gets: the headers and the signed content.
 pub use mission_api::webhooks as webhook_signing;
 pub use mission_api::{
-    AuthConfig, CargoBay, CargoBayKind, CreateCargoBay, CreateMission, CreateStation, CreateWebhook,
+    AuthConfig, CargoBay, CargoBayKind, CreateCargoBay, CreateMission, CreateProject, CreateStation, CreateWebhook,
     DEFAULT_CARGO_BAY_ID, DEFAULT_STATION_NAME, DeliveryStatus, DeviceAuthorization, Event, FileListing, Job, JobArray,
     JobPage, JobStatus, JobTransition, JobUsage, Labels, LandingZone, Mission, MissionPage, MissionType,
-    MissionTypeSummary, PendingKind, PendingReason, Problem, RegisterLandingZone, RegisteredLandingZone, Resources,
-    RetryOn, RetryPolicy, RunJob, RunJobArray, Station, StationMember, UpdateJob, UpdateMission, UsageSummary, User,
-    Webhook, WebhookDelivery,
+    MissionTypeSummary, PendingKind, PendingReason, Problem, Project, ProjectMember, ProjectPage, ProjectRole,
+    RegisterLandingZone, RegisteredLandingZone, Resources, RetryOn, RetryPolicy, RunJob, RunJobArray, Station,
+    StationMember, UpdateJob, UpdateMission, UpdateProject, UsageSummary, User, Webhook, WebhookDelivery,
 };
 pub use uuid::Uuid;

@@ -181,6 +181,21 @@ impl From<StoreError> for ApiError {
     }
 }
 
+/// The HTTP edge of the domain layer: each refusal as its status, a store failure as
+/// [`From<StoreError>`] makes it (logged here, once).
+impl From<crate::domain::DomainError> for ApiError {
+    fn from(e: crate::domain::DomainError) -> Self {
+        use crate::domain::DomainError;
+        match e {
+            DomainError::Invalid { field, detail } => ApiError::invalid_field(field, detail),
+            DomainError::NotFound { what, id } => ApiError::not_found(what, id),
+            DomainError::Forbidden(detail) => ApiError::forbidden(detail),
+            DomainError::Conflict(detail) => ApiError::conflict(detail),
+            DomainError::Store(e) => e.into(),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::to_vec(&self.problem()).expect("problem serialises");

@@ -4,6 +4,8 @@
 //! - [`config`]: what the flags set; [`Server`] turns a config and a bound listener into a running
 //!   service (the binary and the tests share this one entry point);
 //! - `routes`: the HTTP surface, one module per resource, with problem+json errors from [`error`];
+//!   [`domain`]: what the routes, the console and the galileo façade all call (validation and
+//!   authorization), resource by resource;
 //! - [`auth`]: bearer-token verification (built-in key or an external provider's JWKS);
 //!   [`agent_tokens`]: which landing zone an agent's token belongs to;
 //! - [`idp`]: the built-in OAuth 2.0 device-flow provider and its `/activate` page;
@@ -27,6 +29,7 @@ pub mod catalogue;
 mod cluster;
 pub mod config;
 pub mod console;
+pub mod domain;
 pub mod error;
 pub mod events;
 mod heap;

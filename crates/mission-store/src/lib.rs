@@ -21,6 +21,7 @@ pub mod fsutil;
 mod jobs;
 mod missions;
 mod postgres;
+mod projects;
 mod row;
 mod sessions;
 mod sqlite;
@@ -40,6 +41,7 @@ use uuid::Uuid;
 pub use self::cluster::{ClusterDb, Leadership, MAIL_CHANNEL, PathLock};
 pub use self::events::{EventFilter, NewEvent};
 pub use self::jobs::{EndingJob, QueuedRow};
+pub use self::projects::PERSONAL_MARK;
 
 /// Id of the station a first start creates (migration 0004), home of the embedded LZ.
 pub const DEFAULT_STATION_ID: Uuid = uuid::uuid!("6d697373-696f-4e00-8000-000000000002");
@@ -350,6 +352,8 @@ pub struct MissionChanges {
     pub labels: Option<mission_api::Labels>,
     /// A new default retry policy (checked by the caller).
     pub retry: Option<mission_api::RetryPolicy>,
+    /// The project it moves to (checked by the caller).
+    pub project_id: Option<Uuid>,
 }
 
 /// A committed mission file.
@@ -439,6 +443,47 @@ type Migrations = [(i64, &'static str, &'static str)];
 
 #[cfg(test)]
 mod migration_tests {
+    /// Migration 26 gives every existing user their personal project and moves their missions
+    /// and jobs into it.
+    #[tokio::test]
+    async fn projects_arrive_with_every_user_holding_their_missions_and_jobs() {
+        use sqlx::{Connection, Row};
+        let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:").await.unwrap();
+        let (before, projects) = super::sqlite::MIGRATIONS.split_at(25);
+        assert_eq!(projects[0].1, "projects");
+        super::migrate(&mut conn, before).await.unwrap();
+        let station = super::DEFAULT_STATION_ID.to_string();
+        for statement in [
+            "INSERT INTO users (user_id, username, created_at) VALUES ('u1', 'ada', 5), ('u2', 'bob', 6)".to_owned(),
+            "INSERT INTO missions (mission_id, user_id, name, description, settings, args, public, archived, \
+             created_at, updated_at) VALUES ('m1', 'u1', 'm', '', '{}', '[]', 0, 0, 1, 1)"
+                .to_owned(),
+            format!(
+                "INSERT INTO jobs (job_id, seq, mission_id, user_id, station_id, status, cpu_count, memory_amount, \
+                 gpu_count, command, created_at) VALUES ('j1', 1, 'm1', 'u1', '{station}', 'queued', 1, 1, 0, '[]', 1)"
+            ),
+        ] {
+            sqlx::query(&statement).execute(&mut conn).await.unwrap();
+        }
+        super::migrate(&mut conn, super::sqlite::MIGRATIONS).await.unwrap();
+        let rows = sqlx::query(
+            "SELECT p.project_id, p.name, p.personal_of, p.created_at, m.user_id, m.role FROM projects p \
+             JOIN project_members m USING (project_id) ORDER BY p.name",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        let projects: Vec<(String, String, String, i64, String, String)> =
+            rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5))).collect();
+        let personal = |id: &str, name: &str, at| {
+            (id.to_owned(), name.to_owned(), id.to_owned(), at, id.to_owned(), "manager".to_owned())
+        };
+        assert_eq!(projects, [personal("u1", "~ada", 5), personal("u2", "~bob", 6)]);
+        let mission: String = sqlx::query_scalar("SELECT project_id FROM missions").fetch_one(&mut conn).await.unwrap();
+        let job: String = sqlx::query_scalar("SELECT project_id FROM jobs").fetch_one(&mut conn).await.unwrap();
+        assert_eq!((mission.as_str(), job.as_str()), ("u1", "u1"));
+    }
+
     /// Each backend's list names exactly the files of its `migrations/` folder, `NNNN_name.sql`
     /// as version NNNN and name `name`, with the file's text: a migration added to the folder
     /// but not to the list (or the reverse) fails here, not on a user's database.
@@ -710,6 +755,7 @@ pub mod test_support {
             labels: Default::default(),
             retry: None,
             user_id,
+            project_id: user_id,
             created_at: at,
             updated_at: at,
         }

@@ -12,7 +12,7 @@ use super::{
 };
 
 /// Columns of `missions`, as [`mission_from_row`] reads them.
-const MISSION_COLUMNS: &str = "mission_id, user_id, name, description, mission_type_id, \
+const MISSION_COLUMNS: &str = "mission_id, user_id, project_id, name, description, mission_type_id, \
     source_storage_id, destination_storage_id, source_path, destination_path, settings, args, \
     labels, retry, public, archived, created_at, updated_at";
 
@@ -112,6 +112,7 @@ impl Store {
             set("args", changes.args.as_ref().map(to_json));
             set("labels", changes.labels.as_ref().map(to_json));
             set("retry", changes.retry.as_ref().map(to_json));
+            set("project_id", changes.project_id.map(|u| u.to_string()));
             if let Some(archived) = changes.archived {
                 q.push(", archived = ").push_bind(archived);
             }
@@ -144,7 +145,7 @@ impl Store {
     pub async fn insert_missions(&self, missions: &[Mission]) -> Result<(), StoreError> {
         let sql = format!(
             "INSERT INTO missions ({MISSION_COLUMNS}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
         );
         with_conn!(self, writer, |conn| {
             let mut tx = conn.begin().await?;
@@ -152,6 +153,7 @@ impl Store {
                 sqlx::query(&sql)
                     .bind(m.mission_id.to_string())
                     .bind(m.user_id.to_string())
+                    .bind(m.project_id.to_string())
                     .bind(&m.name)
                     .bind(&m.description)
                     .bind(m.mission_type_id.map(|u| u.to_string()))
@@ -207,6 +209,7 @@ fn mission_from_row(r: &impl Columns) -> Result<Mission, StoreError> {
     Ok(Mission {
         mission_id: r.uuid("mission_id")?,
         user_id: r.uuid("user_id")?,
+        project_id: r.uuid("project_id")?,
         name: r.text("name")?,
         description: r.text("description")?,
         mission_type_id: r.opt_uuid("mission_type_id")?,

@@ -36,6 +36,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (23, "queue_positions", include_str!("../migrations/postgres/0023_queue_positions.sql")),
     (24, "list_indexes", include_str!("../migrations/postgres/0024_list_indexes.sql")),
     (25, "job_array_counts", include_str!("../migrations/postgres/0025_job_array_counts.sql")),
+    (26, "projects", include_str!("../migrations/postgres/0026_projects.sql")),
 ];
 
 /// Connections a replica holds at most.

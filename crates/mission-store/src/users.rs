@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Connection;
 use uuid::Uuid;
 
+use super::projects::PERSONAL_MARK;
 use super::row::Columns;
 use super::{
     DeviceCodeRecord, DeviceCodeStatus, RefreshTokenRecord, Store, StoreError, UserRecord, conflict_on_duplicate,
@@ -17,19 +18,41 @@ const DEVICE_CODE_COLUMNS: &str = "device_code_hash, user_code, client_id, scope
 impl Store {
     // ---- users ----
 
-    /// Creates a user; a taken username or external `sub` is a [`StoreError::Conflict`].
+    /// Creates a user with their personal project; a taken username or external `sub` is a
+    /// [`StoreError::Conflict`].
     pub async fn insert_user(&self, user: &UserRecord) -> Result<(), StoreError> {
+        let (id, at) = (user.user_id.to_string(), to_micros(user.created_at));
         let result = with_conn!(self, writer, |conn| {
-            sqlx::query(&format!("INSERT INTO users ({USER_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)"))
-                .bind(user.user_id.to_string())
-                .bind(&user.username)
-                .bind(&user.password_hash)
-                .bind(&user.external_sub)
-                .bind(user.admin)
-                .bind(to_micros(user.created_at))
-                .execute(conn)
-                .await
-                .map(drop)
+            async {
+                let mut tx = conn.begin().await?;
+                sqlx::query(&format!("INSERT INTO users ({USER_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)"))
+                    .bind(&id)
+                    .bind(&user.username)
+                    .bind(&user.password_hash)
+                    .bind(&user.external_sub)
+                    .bind(user.admin)
+                    .bind(at)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(
+                    "INSERT INTO projects (project_id, name, description, personal_of, created_at, updated_at) \
+                     VALUES ($1, $2, '', $1, $3, $3)",
+                )
+                .bind(&id)
+                .bind(format!("{PERSONAL_MARK}{}", user.username))
+                .bind(at)
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query(
+                    "INSERT INTO project_members (project_id, user_id, role, added_at) VALUES ($1, $1, 'manager', $2)",
+                )
+                .bind(&id)
+                .bind(at)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await
+            }
+            .await
         });
         conflict_on_duplicate(result, || format!("a user named {:?} already exists", user.username))
     }

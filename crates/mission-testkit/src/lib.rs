@@ -73,6 +73,21 @@ impl TestServer {
 
     /// Like [`TestServer::spawn`], with `adjust` applied to the configuration first.
     pub async fn spawn_with(adjust: impl FnOnce(&mut ServerConfig)) -> Self {
+        let mut this = Self::spawn_signed_out_with(adjust).await;
+        if this.app.idp.is_some() {
+            // A server started on another test server's data dir finds alice there already.
+            if this.app.store.user_by_username("alice").await.expect("store").is_none() {
+                this.add_user("alice", false).await;
+            }
+            this.client = this.sign_in("alice").await;
+        }
+        this
+    }
+
+    /// Like [`TestServer::spawn_with`], signing nobody in: the client carries no token (for a
+    /// configuration a sign-in could not get through in time, such as device codes that live
+    /// a second).
+    pub async fn spawn_signed_out_with(adjust: impl FnOnce(&mut ServerConfig)) -> Self {
         let data_dir = tempfile::tempdir().expect("temp dir");
         let mut config = ServerConfig::new(data_dir.path().join("data"));
         config.bootstrap_admin = false;
@@ -85,15 +100,7 @@ impl TestServer {
         // With an external identity provider there is no one to sign in here: the client then
         // carries no token until the test gives it one.
         let client = Client::with_access_token(&url, "").expect("client");
-        let mut this = Self { url, app, client, data_dir, config, stop: Some(stop), serving: Some(serving) };
-        if this.app.idp.is_some() {
-            // A server started on another test server's data dir finds alice there already.
-            if this.app.store.user_by_username("alice").await.expect("store").is_none() {
-                this.add_user("alice", false).await;
-            }
-            this.client = this.sign_in("alice").await;
-        }
-        this
+        Self { url, app, client, data_dir, config, stop: Some(stop), serving: Some(serving) }
     }
 
     async fn serve(

@@ -286,6 +286,7 @@ pub fn bench_mission(i: usize, user_id: uuid::Uuid, at: chrono::DateTime<chrono:
         labels: Default::default(),
         retry: None,
         user_id,
+        project_id: user_id,
         created_at: at,
         updated_at: at,
     }

@@ -10,6 +10,7 @@ use mission_client::{Client, Job, JobArray, JobStatus, ListJobs, LogStream, RunJ
 
 use super::files::{TransferArgs, report_download};
 use super::labels::{apply_label_changes, labels_text, parse_label_arg};
+use super::projects::{project_names, resolve_optional_project};
 use super::retries::{RetryArgs, retry_text};
 use super::sizes::{Size, log_cap};
 use super::stations::{resolve_lz, resolve_station};
@@ -69,6 +70,9 @@ pub struct RunCommand {
     after_any: Vec<Uuid>,
     #[command(flatten)]
     retry: RetryArgs,
+    /// The project (name or id) to charge the job to; default: the mission's.
+    #[arg(long)]
+    project: Option<String>,
     /// Wait until the job ends, showing its status; exit non-zero unless it completed.
     #[arg(long)]
     wait: bool,
@@ -209,6 +213,7 @@ fn show(out: Output, job: &Job) {
         ("job", job.job_id.to_string()),
         ("status", job.status.to_string()),
         ("mission", job.mission_id.to_string()),
+        ("project", job.project_id.to_string()),
         ("station", job.station_id.to_string()),
         ("landing zone", job.lz_id.map(|id| id.to_string()).unwrap_or_else(|| "-".into())),
         ("resources", format!("{} CPU, {} MB, {} GPU", job.cpu_count, job.memory_amount, job.gpu_count)),
@@ -408,6 +413,7 @@ impl RunCommand {
             after_ok: self.after_ok,
             after_any: self.after_any,
             retry: self.retry.policy(),
+            project_id: resolve_optional_project(&client, self.project.as_deref()).await?,
         };
         if let Some(range) = self.array {
             let array =
@@ -468,6 +474,7 @@ impl JobsCommand {
                     items: args.items,
                 };
                 let page = client.list_jobs_page(&options).await?;
+                let projects = project_names(&client).await?;
                 let rows = page
                     .jobs
                     .iter()
@@ -476,6 +483,7 @@ impl JobsCommand {
                             j.job_id.to_string(),
                             j.status.to_string(),
                             j.mission_id.to_string(),
+                            projects.name(j.project_id),
                             j.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
                             labels_text(&j.labels),
                             j.pending_reason
@@ -486,7 +494,7 @@ impl JobsCommand {
                         ]
                     })
                     .collect();
-                out.table(&page, &["JOB", "STATUS", "MISSION", "CREATED", "LABELS", "REASON"], rows);
+                out.table(&page, &["JOB", "STATUS", "MISSION", "PROJECT", "CREATED", "LABELS", "REASON"], rows);
             }
             JobsCommand::Get { job } => show(out, &client.get_job(job).await?),
             JobsCommand::Logs { job, follow: true } => follow(&client, job).await?,

@@ -8,6 +8,7 @@ use mission_client::{Client, CreateMission, ListMissions, Mission, UpdateMission
 
 use super::cargo_bays::resolve_bay;
 use super::labels::{apply_label_changes, labels_text, parse_label_arg};
+use super::projects::{project_names, resolve_optional_project};
 use super::retries::{RetryArgs, retry_text};
 use super::types::resolve_type;
 use crate::output::Output;
@@ -107,6 +108,10 @@ pub struct CreateArgs {
     /// Upload this directory's contents to the new mission.
     #[arg(long, value_name = "DIR")]
     upload: Option<std::path::PathBuf>,
+    /// The project (name or id) it belongs to and its jobs are charged to; default: your
+    /// personal project. See `mission projects list`.
+    #[arg(long)]
+    project: Option<String>,
 }
 
 /// Where a mission's files come from and its results go.
@@ -166,6 +171,10 @@ pub struct UpdateArgs {
     /// A new default retry policy of its jobs (`--retry 1`: none).
     #[command(flatten)]
     retry: RetryArgs,
+    /// Move it to another project (name or id) you may run jobs in; jobs already started stay
+    /// charged where they were.
+    #[arg(long)]
+    project: Option<String>,
 }
 
 fn parse_setting(raw: &str) -> Result<(String, String), String> {
@@ -195,6 +204,7 @@ fn show(out: Output, m: &Mission) {
             ("labels", labels_text(&m.labels)),
             ("retry", m.retry.as_ref().map(retry_text).unwrap_or_else(|| "-".into())),
             ("owner", m.user_id.to_string()),
+            ("project", m.project_id.to_string()),
             ("created", m.created_at.to_rfc3339()),
             ("updated", m.updated_at.to_rfc3339()),
         ],
@@ -222,6 +232,7 @@ impl MissionsCommand {
                     labels: args.labels,
                 };
                 let page = client.list_missions_page(&options).await?;
+                let projects = project_names(&client).await?;
                 let rows = page
                     .missions
                     .iter()
@@ -236,13 +247,14 @@ impl MissionsCommand {
                         vec![
                             m.mission_id.to_string(),
                             m.name.clone(),
+                            projects.name(m.project_id),
                             flags.join(","),
                             labels_text(&m.labels),
                             m.created_at.format("%Y-%m-%d %H:%M").to_string(),
                         ]
                     })
                     .collect();
-                out.table(&page.missions, &["ID", "NAME", "FLAGS", "LABELS", "CREATED"], rows);
+                out.table(&page.missions, &["ID", "NAME", "PROJECT", "FLAGS", "LABELS", "CREATED"], rows);
                 if page.has_more && !out.json {
                     eprintln!("(more on page {}: --page {})", page.page + 1, page.page + 1);
                 }
@@ -265,6 +277,7 @@ impl MissionsCommand {
                     public: Some(args.public),
                     labels: args.labels.into_iter().collect(),
                     retry: args.retry.policy(),
+                    project_id: resolve_optional_project(&client, args.project.as_deref()).await?,
                 };
                 if let Some(dir) = &args.upload
                     && !dir.is_dir()
@@ -298,10 +311,11 @@ impl MissionsCommand {
                     },
                     labels: None,
                     retry: args.retry.policy(),
+                    project_id: resolve_optional_project(&client, args.project.as_deref()).await?,
                 };
                 if changes == UpdateMission::default() {
                     bail!(
-                        "nothing to change: give at least one of --name, --description, --setting, --archive, --retry, …"
+                        "nothing to change: give at least one of --name, --description, --setting, --archive, --retry, --project, …"
                     );
                 }
                 if !client.update_mission(args.mission, &changes).await? {

@@ -7,6 +7,7 @@ pub mod jobs;
 pub mod labels;
 pub mod lz;
 pub mod missions;
+pub mod projects;
 pub mod retries;
 pub mod server;
 pub mod sizes;

@@ -584,6 +584,43 @@ async fn run_and_jobs_commands_on_the_embedded_landing_zone() {
     fx.ok("admin", &["stations", "remove-lz", "lab", "node1"]).await;
     fx.ok("admin", &["stations", "delete", "lab"]).await;
 
+    // Projects: an admin makes one and adds members; a mission and a run name it; lists show it.
+    let bio = fx.json("admin", &["projects", "create", "bio", "--description", "biology"]).await;
+    let bio_id = bio["project_id"].as_str().unwrap().to_owned();
+    let added = fx.ok("admin", &["projects", "add-member", "bio", "admin", "--role", "manager"]).await;
+    assert!(added.contains("admin is a manager of bio"), "{added}");
+    let bad_role = fx.run("admin", &["projects", "add-member", "bio", "admin", "--role", "owner"]).await;
+    let stderr = String::from_utf8_lossy(&bad_role.stderr);
+    assert!(stderr.contains("roles are viewer, member and manager"), "{stderr}");
+    let members = fx.ok("admin", &["projects", "members", "bio"]).await;
+    assert!(members.contains("ROLE") && members.contains("manager"), "{members}");
+    std::fs::write(src.join("run.sh"), "echo charged\n").unwrap();
+    let create = ["missions", "create", "--name", "bio run", "--type", "shell", "--setting", "filename=run.sh"];
+    let in_bio = fx.json("admin", &[&create[..], &["--upload", src_str, "--project", "bio"]].concat()).await;
+    assert_eq!(in_bio["project_id"], bio_id.as_str());
+    let in_bio = in_bio["mission_id"].as_str().unwrap().to_owned();
+    let home = fx.json("admin", &["run", &in_bio, "--project", "~admin", "--wait"]).await;
+    assert_ne!(home["project_id"], bio_id.as_str(), "the run names its project");
+    let charged = fx.json("admin", &["run", &in_bio, "--wait"]).await;
+    assert_eq!(
+        (charged["project_id"].as_str(), charged["status"].as_str()),
+        (Some(bio_id.as_str()), Some("completed"))
+    );
+    let table = fx.ok("admin", &["jobs", "list", "--items", "2"]).await;
+    assert!(table.contains("PROJECT") && table.contains(" bio ") && table.contains("~admin"), "{table}");
+    let table = fx.ok("admin", &["missions", "list", "--items", "1"]).await;
+    assert!(table.contains("PROJECT") && table.contains("bio run") && table.contains(" bio "), "{table}");
+    let unknown = fx.run("admin", &["run", &in_bio, "--project", "astro"]).await;
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no project \"astro\""));
+    let listed = fx.ok("admin", &["projects", "list"]).await;
+    assert!(listed.contains("bio") && listed.contains("~admin") && listed.contains("YOUR ROLE"), "{listed}");
+    let shown = fx.ok("admin", &["projects", "get", "bio"]).await;
+    assert!(shown.contains("kind:") && shown.contains("shared") && shown.contains("biology"), "{shown}");
+    let refused = fx.run("admin", &["projects", "delete", "bio"]).await;
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("holds 1 mission(s)"));
+    fx.ok("admin", &["missions", "update", &in_bio, "--project", "~admin"]).await;
+    fx.ok("admin", &["projects", "delete", "bio"]).await;
+
     // Database, keys, stored files, logs, the landing zone's cache: all private, under umask 000.
     let written = ["mission.db", "mission.db-wal", "idp-signing-key.p8", "files", "job-logs", "lz/cache"];
     for path in written {

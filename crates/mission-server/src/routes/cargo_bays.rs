@@ -12,10 +12,10 @@ use mission_api::{CargoBay, CargoBayKind, CreateCargoBay, DEFAULT_CARGO_BAY_ID};
 use uuid::Uuid;
 
 use super::extract::{ApiJson, outbound_url, parse_id};
-use super::missions::check_name;
 use crate::AppState;
 use crate::auth::Principal;
 use crate::cargo_bays::{CargoBays, Credentials, is_refusal, storage_segments};
+use crate::domain::checked_name;
 use crate::error::{ApiError, ApiResult};
 use mission_store::{self as store, CargoBayRecord};
 
@@ -77,7 +77,7 @@ pub async fn create(
     who: Principal,
     ApiJson(req): ApiJson<CreateCargoBay>,
 ) -> ApiResult<(StatusCode, Json<CargoBay>)> {
-    let name = check_name(&req.name)?;
+    let name = checked_name(&req.name)?;
     let owner = match req.user_id {
         None => who.user_id,
         Some(user) if user == who.user_id => user,

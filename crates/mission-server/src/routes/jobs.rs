@@ -28,6 +28,7 @@ use super::stations::visible;
 use crate::AppState;
 use crate::auth::Principal;
 use crate::catalogue;
+use crate::domain::projects;
 use crate::error::{ApiError, ApiResult};
 use crate::events::Watch;
 use crate::job_logs::LogStream;
@@ -189,9 +190,12 @@ async fn new_job(app: &AppState, who: Principal, id: &str, req: RunJob) -> ApiRe
     }
     let (after_ok, after_any) = checked_dependencies(req.after_ok, req.after_any)?;
     let retry = checked_retry(req.retry)?.or_else(|| mission.retry.clone());
+    let project_id = req.project_id.unwrap_or(mission.project_id);
+    projects::ensure_may_run(app, who, project_id, "project_id").await?;
     // Fail now, not after the run, when the results could not be stored.
     app.bays.results(&app.store, &mission, Uuid::nil()).await?;
     let job = Job {
+        project_id,
         requested_lz_id: req.lz_id,
         cpu_count,
         memory_amount,
@@ -228,6 +232,7 @@ pub async fn rerun(
     }
     writable(&app, who, &job.mission_id.to_string()).await?;
     visible(&app, who, &job.station_id.to_string()).await?;
+    projects::ensure_may_run(&app, who, job.project_id, "project_id").await?;
     Ok((StatusCode::CREATED, Json(start_again(&app, job).await?)))
 }
 
@@ -246,11 +251,14 @@ pub async fn rerun_failed(
     let mission = writable(&app, who, &id).await?;
     let user = (!who.admin).then_some(who.user_id);
     let failed = app.store.failed_jobs_not_rerun(mission.mission_id, user, mission_api::MAX_RERUNS).await?;
-    let (mut jobs, mut usable) = (Vec::with_capacity(failed.len()), HashSet::new());
+    let (mut jobs, mut usable, mut chargeable) = (Vec::with_capacity(failed.len()), HashSet::new(), HashSet::new());
     for job in failed {
-        // One look at each station, not one per job.
+        // One look at each station and project, not one per job.
         if usable.insert(job.station_id) {
             visible(&app, who, &job.station_id.to_string()).await?;
+        }
+        if chargeable.insert(job.project_id) {
+            projects::ensure_may_run(&app, who, job.project_id, "project_id").await?;
         }
         jobs.push(start_again(&app, job).await?);
     }
@@ -273,7 +281,9 @@ async fn start_again(app: &AppState, old: Job) -> ApiResult<Job> {
             at: fresh.created_at,
             detail: Some(format!("a rerun of job {}", old.job_id)),
         }],
-        // What it runs and asks for are the old job's; where it stands is a new job's.
+        // What it runs and asks for, and whom it is charged to, are the old job's; where it
+        // stands is a new job's.
+        project_id: old.project_id,
         requested_lz_id: old.requested_lz_id,
         cpu_count: old.cpu_count,
         memory_amount: old.memory_amount,

@@ -18,50 +18,16 @@ use crate::AppState;
 use crate::auth::Principal;
 use crate::cargo_bays::storage_segments;
 use crate::catalogue;
+use crate::domain::{MAX_NAME_CHARS, check_description, checked_name, projects};
 use crate::error::{ApiError, ApiResult};
 use mission_store::{self as store, MissionChanges, MissionFilter};
 
-/// Longest mission name, in characters.
-pub const MAX_NAME_CHARS: usize = 256;
-/// Longest description, in characters.
-pub const MAX_DESCRIPTION_CHARS: usize = 10_000;
 /// Longest storage path, in bytes.
 pub const MAX_STORAGE_PATH_BYTES: usize = 1024;
 /// Most arguments a mission may have.
 pub const MAX_ARGS: usize = 1000;
 /// Longest single argument, in bytes.
 pub const MAX_ARG_BYTES: usize = 4096;
-
-/// A name as given: at most [`MAX_NAME_CHARS`] characters, no control characters, not only
-/// spaces (the OpenAPI document says the same with [`NAME_PATTERN`]); answered trimmed.
-pub(super) fn check_name(name: &str) -> ApiResult<String> {
-    if name.chars().count() > MAX_NAME_CHARS {
-        return Err(ApiError::invalid_field("name", format!("at most {MAX_NAME_CHARS} characters")));
-    }
-    if name.chars().any(char::is_control) {
-        return Err(ApiError::invalid_field("name", "must not contain control characters"));
-    }
-    let name = name.trim();
-    if name.is_empty() {
-        return Err(ApiError::invalid_field("name", "must not be empty"));
-    }
-    Ok(name.to_owned())
-}
-
-/// [`check_name`]'s rule as a JSON Schema pattern: no control character (Unicode's Cc), and
-/// at least one character that is not a space.
-pub(super) const NAME_PATTERN: &str =
-    r"^[^\u0000-\u001F\u007F-\u009F]*[^\s\u0000-\u001F\u007F-\u009F][^\u0000-\u001F\u007F-\u009F]*$";
-
-fn check_description(description: &str) -> ApiResult<()> {
-    if description.chars().count() > MAX_DESCRIPTION_CHARS {
-        return Err(ApiError::invalid_field("description", format!("at most {MAX_DESCRIPTION_CHARS} characters")));
-    }
-    if description.contains('\0') {
-        return Err(ApiError::invalid_field("description", "must not contain NUL"));
-    }
-    Ok(())
-}
 
 fn check_storage_path(field: &str, path: &Option<String>) -> ApiResult<()> {
     match path {
@@ -137,7 +103,7 @@ pub async fn create(
     who: Principal,
     ApiJson(req): ApiJson<CreateMission>,
 ) -> ApiResult<(StatusCode, Json<Mission>)> {
-    let name = check_name(&req.name)?;
+    let name = checked_name(&req.name)?;
     let description = req.description.unwrap_or_default();
     check_description(&description)?;
     check_storage_path("source_path", &req.source_path)?;
@@ -148,6 +114,8 @@ pub async fn create(
     let retry = checked_retry(req.retry)?;
     check_storage(&app, who.user_id, "source_storage_id", req.source_storage_id).await?;
     check_storage(&app, who.user_id, "destination_storage_id", req.destination_storage_id).await?;
+    let project_id = req.project_id.unwrap_or(who.user_id);
+    projects::ensure_may_run(&app, who, project_id, "project_id").await?;
     let now = store::now();
     let mission = Mission {
         mission_id: Uuid::new_v4(),
@@ -165,6 +133,7 @@ pub async fn create(
         labels,
         retry,
         user_id: who.user_id,
+        project_id,
         created_at: now,
         updated_at: now,
     };
@@ -257,7 +226,7 @@ pub async fn update(
     ApiJson(req): ApiJson<UpdateMission>,
 ) -> ApiResult<Json<Mission>> {
     let mission = writable(&app, who, &id).await?;
-    let name = req.name.as_deref().map(check_name).transpose()?;
+    let name = req.name.as_deref().map(checked_name).transpose()?;
     if let Some(d) = &req.description {
         check_description(d)?;
     }
@@ -270,6 +239,9 @@ pub async fn update(
     let retry = checked_retry(req.retry)?;
     check_storage(&app, mission.user_id, "source_storage_id", req.source_storage_id).await?;
     check_storage(&app, mission.user_id, "destination_storage_id", req.destination_storage_id).await?;
+    if let Some(project_id) = req.project_id {
+        projects::ensure_may_run(&app, who, project_id, "project_id").await?;
+    }
     let moves_source =
         req.source_storage_id.is_some_and(|id| id != mission.source_storage_id.unwrap_or(DEFAULT_CARGO_BAY_ID))
             || req.source_path.as_ref().is_some_and(|p| Some(p) != mission.source_path.as_ref());
@@ -294,6 +266,7 @@ pub async fn update(
         args: None,
         labels,
         retry,
+        project_id: req.project_id,
     };
     let updated = app.store.update_mission(mission.mission_id, &changes, store::now()).await?;
     updated.map(Json).ok_or_else(|| ApiError::not_found("mission", mission.mission_id))

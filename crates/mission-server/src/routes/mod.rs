@@ -12,6 +12,7 @@ mod lz;
 mod meta;
 mod mission_types;
 pub(crate) mod missions;
+mod projects;
 pub(crate) mod stations;
 mod webhooks;
 
@@ -32,7 +33,7 @@ pub use files::{RecoveryError, recover as recover_files, settle_stopped_replicas
 /// The OpenAPI document, generated from the handlers' annotations.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Mission Compute Service API", description = "Missions, their files, jobs, events and webhooks, cargo bays, stations, mission types and sign-in configuration."),
+    info(title = "Mission Compute Service API", description = "Missions, their files, jobs, events and webhooks, cargo bays, stations, projects, mission types and sign-in configuration."),
     paths(
         missions::create, missions::list, missions::get, missions::update, missions::set_args, missions::delete,
         files::list, files::upload, files::download, files::delete, archives::mission,
@@ -42,6 +43,8 @@ pub use files::{RecoveryError, recover as recover_files, settle_stopped_replicas
         stations::list, stations::create, stations::get, stations::delete, stations::members,
         stations::add_member, stations::remove_member, stations::landing_zones,
         stations::register_landing_zone, stations::remove_landing_zone,
+        projects::create, projects::list, projects::get, projects::update, projects::delete, projects::members,
+        projects::set_member, projects::remove_member,
         mission_types::list, mission_types::get, mission_types::settings,
         meta::auth_config, meta::me,
     ),
@@ -90,13 +93,17 @@ fn mission_path_pattern() -> String {
 /// What the handlers check of body fields the types alone do not say, as schema constraints:
 /// (schema, property, most characters, pattern).
 const FIELD_RULES: &[(&str, &str, usize, &str)] = &[
-    ("CreateMission", "name", missions::MAX_NAME_CHARS, missions::NAME_PATTERN),
-    ("UpdateMission", "name", missions::MAX_NAME_CHARS, missions::NAME_PATTERN),
-    ("CreateCargoBay", "name", missions::MAX_NAME_CHARS, missions::NAME_PATTERN),
-    ("CreateStation", "name", missions::MAX_NAME_CHARS, missions::NAME_PATTERN),
-    ("RegisterLandingZone", "name", missions::MAX_NAME_CHARS, missions::NAME_PATTERN),
-    ("CreateMission", "description", missions::MAX_DESCRIPTION_CHARS, NO_NUL),
-    ("UpdateMission", "description", missions::MAX_DESCRIPTION_CHARS, NO_NUL),
+    ("CreateMission", "name", crate::domain::MAX_NAME_CHARS, crate::domain::NAME_PATTERN),
+    ("UpdateMission", "name", crate::domain::MAX_NAME_CHARS, crate::domain::NAME_PATTERN),
+    ("CreateCargoBay", "name", crate::domain::MAX_NAME_CHARS, crate::domain::NAME_PATTERN),
+    ("CreateStation", "name", crate::domain::MAX_NAME_CHARS, crate::domain::NAME_PATTERN),
+    ("RegisterLandingZone", "name", crate::domain::MAX_NAME_CHARS, crate::domain::NAME_PATTERN),
+    ("CreateProject", "name", crate::domain::MAX_NAME_CHARS, crate::domain::NAME_PATTERN),
+    ("UpdateProject", "name", crate::domain::MAX_NAME_CHARS, crate::domain::NAME_PATTERN),
+    ("CreateMission", "description", crate::domain::MAX_DESCRIPTION_CHARS, NO_NUL),
+    ("UpdateMission", "description", crate::domain::MAX_DESCRIPTION_CHARS, NO_NUL),
+    ("CreateProject", "description", crate::domain::MAX_DESCRIPTION_CHARS, NO_NUL),
+    ("UpdateProject", "description", crate::domain::MAX_DESCRIPTION_CHARS, NO_NUL),
 ];
 
 /// A string without NUL.
@@ -250,6 +257,10 @@ pub fn router(app: AppState) -> Router {
         .route("/stations/{id}/members/{user}", put(stations::add_member).delete(stations::remove_member))
         .route("/stations/{id}/lzs", get(stations::landing_zones).post(stations::register_landing_zone))
         .route("/stations/{id}/lzs/{lz_id}", axum::routing::delete(stations::remove_landing_zone))
+        .route("/projects", get(projects::list).post(projects::create))
+        .route("/projects/{id}", get(projects::get).patch(projects::update).delete(projects::delete))
+        .route("/projects/{id}/members", get(projects::members))
+        .route("/projects/{id}/members/{user}", put(projects::set_member).delete(projects::remove_member))
         .route("/mission-types", get(mission_types::list))
         .route("/mission-types/{id}", get(mission_types::get))
         .route("/mission-types/{id}/settings", get(mission_types::settings))

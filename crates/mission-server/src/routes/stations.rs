@@ -12,9 +12,9 @@ use mission_api::{CreateStation, LandingZone, RegisterLandingZone, RegisteredLan
 use uuid::Uuid;
 
 use super::extract::{ApiJson, parse_id};
-use super::missions::check_name;
 use crate::AppState;
 use crate::auth::Principal;
+use crate::domain::checked_name;
 use crate::error::{ApiError, ApiResult};
 use crate::idp::{hash_secret, random_secret};
 use mission_store::{self as store, LzIdentity};
@@ -53,7 +53,7 @@ async fn user_named(app: &AppState, given: &str) -> ApiResult<Option<Uuid>> {
 }
 
 /// The member a path names: 404 when there is no such user.
-async fn member_named(app: &AppState, given: &str) -> ApiResult<Uuid> {
+pub(super) async fn member_named(app: &AppState, given: &str) -> ApiResult<Uuid> {
     user_named(app, given).await?.ok_or_else(|| ApiError::not_found("user", format!("{given:?}")))
 }
 
@@ -75,7 +75,7 @@ pub async fn create(
     if !who.admin {
         return Err(ApiError::forbidden("only admins may create stations"));
     }
-    let name = check_name(&req.name)?;
+    let name = checked_name(&req.name)?;
     let description = req.description.unwrap_or_default();
     if description.chars().count() > MAX_DESCRIPTION_CHARS || description.contains('\0') {
         return Err(ApiError::invalid_field(
@@ -201,7 +201,7 @@ pub async fn register_landing_zone(
     let landing_zone = LandingZone {
         lz_id: Uuid::new_v4(),
         station_id: station.station_id,
-        name: check_name(&req.name)?,
+        name: checked_name(&req.name)?,
         online: false,
         resources: None,
         in_use: Default::default(),

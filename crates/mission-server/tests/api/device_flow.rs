@@ -141,7 +141,8 @@ async fn pending_denied_replayed_and_wrong_password() {
 
 #[tokio::test]
 async fn expired_codes_stop_polling() {
-    let server = TestServer::spawn_with(|c| c.device_code_ttl = Duration::from_secs(1)).await;
+    // Nobody signs in first: a loaded machine could take longer than the code lives.
+    let server = TestServer::spawn_signed_out_with(|c| c.device_code_ttl = Duration::from_secs(1)).await;
     let auth = server.device_auth();
     let pending = auth.start().await.unwrap();
     let device_code = pending.authorization().device_code.clone();

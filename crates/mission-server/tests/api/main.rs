@@ -11,11 +11,19 @@ mod meta;
 mod mission_types;
 mod missions;
 mod polling;
+mod projects;
 mod queue_at_scale;
 mod replicas;
 mod stations;
 
 use mission_testkit::TestServer;
+
+/// The status and field at fault of a call that must fail with an API error.
+pub fn status<T: std::fmt::Debug>(result: Result<T, mission_client::Error>) -> (u16, Option<String>) {
+    let error = result.expect_err("the call should fail");
+    let problem = error.problem().unwrap_or_else(|| panic!("not an API error: {error}"));
+    (problem.status, problem.field.clone())
+}
 
 /// A plain HTTP client for raw requests.
 pub fn http() -> reqwest::Client {

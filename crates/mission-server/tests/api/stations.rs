@@ -4,11 +4,7 @@
 use mission_client::{CreateStation, DEFAULT_STATION_NAME, Error, RegisterLandingZone, Uuid};
 use mission_testkit::TestServer;
 
-fn status<T: std::fmt::Debug>(result: Result<T, Error>) -> (u16, Option<String>) {
-    let error = result.expect_err("the call should fail");
-    let problem = error.problem().unwrap_or_else(|| panic!("not an API error: {error}"));
-    (problem.status, problem.field.clone())
-}
+use crate::status;
 
 #[tokio::test]
 async fn stations_members_and_landing_zones() {

@@ -57,6 +57,7 @@ chapters!(
     job_listings_results_and_agents,
     the_event_log_in_commit_order,
     webhooks_route_claim_and_deliver,
+    projects_and_members,
 );
 
 /// Makes the database at `url` look migrated by a newer version (a migration this one does not

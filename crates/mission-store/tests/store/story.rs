@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use mission_api::{
-    CargoBay, CargoBayKind, Job, JobStatus, LandingZone, Mission, PendingKind, PendingReason, QueuePosition, Resources,
-    Station,
+    CargoBay, CargoBayKind, Job, JobStatus, LandingZone, Mission, PendingKind, PendingReason, ProjectRole,
+    QueuePosition, Resources, Station,
 };
 use mission_store::Store;
 use mission_store::{
@@ -54,6 +54,7 @@ fn mission(owner: Uuid, name: &str, at: DateTime<Utc>) -> Mission {
         labels: Default::default(),
         retry: None,
         user_id: owner,
+        project_id: owner,
         created_at: at,
         updated_at: at,
     }
@@ -340,6 +341,7 @@ pub async fn missions_with_every_filter(store: &Store) {
         args: Some(vec!["a".into(), "b".into()]),
         labels: Some(mission_api::Labels::from([("team/x.y".to_owned(), "say \"hi\"".to_owned())])),
         retry: Some(serde_json::from_str(r#"{"max_attempts": 3, "on": ["lost"], "max_memory": 4096}"#).unwrap()),
+        project_id: None,
     };
     let later = t0 + seconds(500);
     let updated = store.update_mission(bob_private.mission_id, &changes, later).await.unwrap().unwrap();
@@ -1133,4 +1135,77 @@ pub async fn webhooks_route_claim_and_deliver(store: &Store) {
     assert_eq!(store.deliveries(other.webhook_id, None, None, 10).await.unwrap().len(), 1);
     store.prune_events(t0 + seconds(1)).await.unwrap();
     assert!(store.deliveries(other.webhook_id, None, None, 10).await.unwrap().is_empty());
+}
+
+pub async fn projects_and_members(store: &Store) {
+    let ada = user(store, "ada").await;
+    let bob = user(store, "bob").await;
+    let t0 = now();
+    // Every user comes with a personal project: the user's id, `~name`, the user its manager.
+    let personal = store.project(ada.user_id, ada.user_id).await.unwrap().expect("ada's personal project");
+    assert_eq!(
+        (personal.name.as_str(), personal.personal, personal.role, personal.members),
+        ("~ada", Some(ada.user_id), Some(ProjectRole::Manager), 1)
+    );
+    assert_eq!(store.project_role(ada.user_id, bob.user_id).await.unwrap(), None);
+    assert!(!store.delete_project(ada.user_id).await.unwrap(), "a personal project goes only with its user");
+
+    let bio = Uuid::new_v4();
+    store.insert_project(bio, "bio", "the biology department", t0).await.unwrap();
+    assert!(matches!(store.insert_project(Uuid::new_v4(), "bio", "", t0).await, Err(StoreError::Conflict(_))));
+    let seen = store.project(bio, bob.user_id).await.unwrap().unwrap();
+    assert_eq!((seen.name.as_str(), seen.personal, seen.role, seen.members), ("bio", None, None, 0));
+    assert_eq!((seen.created_at, seen.updated_at), (t0, t0));
+
+    store.set_project_member(bio, bob.user_id, ProjectRole::Viewer, t0).await.unwrap();
+    store.set_project_member(bio, ada.user_id, ProjectRole::Member, t0).await.unwrap();
+    store.set_project_member(bio, bob.user_id, ProjectRole::Manager, t0 + seconds(1)).await.unwrap();
+    assert_eq!(store.project_role(bio, bob.user_id).await.unwrap(), Some(ProjectRole::Manager), "the role changes");
+    let members = store.project_members(bio).await.unwrap();
+    assert_eq!(
+        members.iter().map(|m| (m.username.as_str(), m.role, m.added_at)).collect::<Vec<_>>(),
+        [("ada", ProjectRole::Member, t0), ("bob", ProjectRole::Manager, t0 + seconds(1))]
+    );
+
+    // A user lists the projects they are a member of; `all` lists every one, by name, in pages.
+    let names = |page: (Vec<mission_api::Project>, bool)| {
+        (page.0.into_iter().map(|p| (p.name, p.role)).collect::<Vec<_>>(), page.1)
+    };
+    assert_eq!(
+        names(store.projects(bob.user_id, false, 1, 25).await.unwrap()),
+        (vec![("bio".to_owned(), Some(ProjectRole::Manager)), ("~bob".to_owned(), Some(ProjectRole::Manager))], false)
+    );
+    assert!(names(store.projects(bob.user_id, true, 1, 2).await.unwrap()).1, "three projects, two a page");
+    assert_eq!(
+        names(store.projects(bob.user_id, true, 2, 2).await.unwrap()),
+        (vec![("~bob".to_owned(), Some(ProjectRole::Manager))], false)
+    );
+
+    assert!(store.update_project(bio, Some("biology"), None, t0 + seconds(2)).await.unwrap());
+    assert!(matches!(store.update_project(bio, Some("~ada"), None, t0).await, Err(StoreError::Conflict(_))));
+    let renamed = store.project(bio, ada.user_id).await.unwrap().unwrap();
+    assert_eq!((renamed.name.as_str(), renamed.description.as_str()), ("biology", "the biology department"));
+    assert_eq!(renamed.updated_at, t0 + seconds(2));
+    assert!(!store.update_project(Uuid::new_v4(), None, Some("x"), t0).await.unwrap());
+
+    // Missions and jobs name their project; a project that holds missions stays.
+    let mut experiment = mission(ada.user_id, "experiment", t0);
+    experiment.project_id = bio;
+    store.insert_mission(&experiment).await.unwrap();
+    assert_eq!(store.mission(experiment.mission_id).await.unwrap().unwrap().project_id, bio);
+    let job = Job { project_id: bio, ..Job::queued(experiment.mission_id, ada.user_id, LOCAL_STATION, vec![], t0) };
+    store.save_jobs(&numbered(store, std::slice::from_ref(&job)).await, &[], &[]).await.unwrap();
+    assert_eq!(store.job(job.job_id).await.unwrap().unwrap().project_id, bio);
+    assert_eq!(store.project_holdings(bio).await.unwrap(), (1, 1));
+    assert!(!store.delete_project(bio).await.unwrap(), "it holds a mission");
+    let moved = MissionChanges { project_id: Some(ada.user_id), ..Default::default() };
+    let moved = store.update_mission(experiment.mission_id, &moved, t0).await.unwrap().unwrap();
+    assert_eq!(moved.project_id, ada.user_id);
+    assert_eq!(store.project_holdings(bio).await.unwrap(), (0, 1), "its job stays charged to it");
+
+    assert!(store.remove_project_member(bio, ada.user_id).await.unwrap());
+    assert!(!store.remove_project_member(bio, ada.user_id).await.unwrap());
+    assert!(store.delete_project(bio).await.unwrap());
+    assert!(store.project(bio, ada.user_id).await.unwrap().is_none());
+    assert!(store.project_members(bio).await.unwrap().is_empty(), "its members went with it");
 }

@@ -136,6 +136,7 @@ pub async fn create(
         public,
         labels: Default::default(),
         retry: None,
+        project_id: None,
     };
     let nested = match body.remove("settings") {
         Some(Value::Object(nested)) => nested,
@@ -191,6 +192,7 @@ pub async fn update(
         archived: None,
         labels: None,
         retry: None,
+        project_id: None,
     };
     let mut mission = missions::update(State(app.clone()), who, Path(raw_id), ApiJson(changes)).await?.0;
     if let Some(args) = args {

@@ -1,0 +1,76 @@
+//! Projects and their members: list, create, read, change, delete; add, change and remove
+//! members.
+
+use mission_api::{CreateProject, Project, ProjectMember, ProjectPage, ProjectRole, SetProjectMember, UpdateProject};
+use reqwest::Method;
+use uuid::Uuid;
+
+use mission_api::paths::encode_segment;
+
+use crate::{Client, Error};
+
+impl Client {
+    /// The projects the caller is a member of (every project, for an admin), by name: the
+    /// page `page` (from 1) of `items` (1 to 200).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mission_client::Client) -> Result<(), mission_client::Error> {
+    /// for project in client.list_projects(1, 100).await?.projects {
+    ///     println!("{} {} {:?}", project.project_id, project.name, project.role);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list_projects(&self, page: u32, items: u32) -> Result<ProjectPage, Error> {
+        self.get_json("/projects", &[("page", page.to_string()), ("items", items.to_string())]).await
+    }
+
+    /// One project; [`Error::NotFound`] when it does not exist or the caller is no member.
+    pub async fn get_project(&self, project_id: Uuid) -> Result<Project, Error> {
+        self.get_json(&format!("/projects/{project_id}"), &[]).await
+    }
+
+    /// Creates a shared project (admins only).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mission_client::Client) -> Result<(), mission_client::Error> {
+    /// use mission_client::CreateProject;
+    /// let bio = client.create_project(&CreateProject { name: "bio".into(), description: None }).await?;
+    /// client.set_project_member(bio.project_id, "ada", mission_client::ProjectRole::Manager).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn create_project(&self, request: &CreateProject) -> Result<Project, Error> {
+        self.send_json(Method::POST, "/projects", request).await
+    }
+
+    /// Renames a project (admins) or changes its description (its managers too).
+    pub async fn update_project(&self, project_id: Uuid, changes: &UpdateProject) -> Result<Project, Error> {
+        self.send_json(Method::PATCH, &format!("/projects/{project_id}"), changes).await
+    }
+
+    /// Deletes a shared project that holds no missions and no unfinished jobs (admins only);
+    /// `Ok(false)` when there is no such project.
+    pub async fn delete_project(&self, project_id: Uuid) -> Result<bool, Error> {
+        self.delete_found(&format!("/projects/{project_id}")).await
+    }
+
+    /// The members of a project, with their roles.
+    pub async fn project_members(&self, project_id: Uuid) -> Result<Vec<ProjectMember>, Error> {
+        self.get_json(&format!("/projects/{project_id}/members"), &[]).await
+    }
+
+    /// Makes a user (by id or username) a member with `role`, or changes their role.
+    pub async fn set_project_member(
+        &self,
+        project_id: Uuid,
+        user: &str,
+        role: ProjectRole,
+    ) -> Result<ProjectMember, Error> {
+        let path = format!("/projects/{project_id}/members/{}", encode_segment(user));
+        self.send_json(Method::PUT, &path, &SetProjectMember { role }).await
+    }
+
+    /// Removes a member; `Ok(false)` when they were not one.
+    pub async fn remove_project_member(&self, project_id: Uuid, user: &str) -> Result<bool, Error> {
+        self.delete_found(&format!("/projects/{project_id}/members/{}", encode_segment(user))).await
+    }
+}

@@ -1,0 +1,97 @@
+//! The domain layer: what the service does, with its validation and authorization, as typed
+//! functions under the edges that call them.
+//!
+//! A function here takes the [`AppState`](crate::AppState), the [`Principal`](crate::auth::Principal)
+//! acting and typed arguments (ids already parsed, bodies already decoded), and answers a
+//! wire type or a [`DomainError`]. The REST handlers, the console and the galileo façade call
+//! the same functions; only the HTTP edge turns a [`DomainError`] into an
+//! [`ApiError`](crate::error::ApiError) (and logs a store failure's cause there, once).
+//!
+//! Resources move here one at a time: [`projects`] first; missions and jobs still hold their
+//! rules in `routes/` and call [`projects::ensure_may_run`] for theirs.
+
+pub mod projects;
+
+use mission_store::StoreError;
+
+/// Why an operation was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DomainError {
+    /// A value of the request is wrong: the field, and what is wrong with it.
+    #[error("{field}: {detail}")]
+    Invalid {
+        /// The request field at fault.
+        field: &'static str,
+        /// What is wrong, in words a user can act on.
+        detail: String,
+    },
+    /// No such resource, or one the caller may not know about.
+    #[error("no {what} {id}")]
+    NotFound {
+        /// What kind of resource (`project`).
+        what: &'static str,
+        /// The id or name asked for.
+        id: String,
+    },
+    /// The caller may see the resource but not do this to it.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The request clashes with what is stored (a taken name, a project that holds missions).
+    #[error("{0}")]
+    Conflict(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl DomainError {
+    /// A wrong value of `field`.
+    pub fn invalid(field: &'static str, detail: impl Into<String>) -> Self {
+        Self::Invalid { field, detail: detail.into() }
+    }
+
+    /// No `what` with this id (or none the caller may see).
+    pub fn not_found(what: &'static str, id: impl std::fmt::Display) -> Self {
+        Self::NotFound { what, id: id.to_string() }
+    }
+}
+
+/// Result of a domain operation.
+pub type DomainResult<T> = Result<T, DomainError>;
+
+/// Longest name of a mission, project, station, landing zone or cargo bay, in characters.
+pub const MAX_NAME_CHARS: usize = 256;
+/// Longest mission or project description, in characters.
+pub const MAX_DESCRIPTION_CHARS: usize = 10_000;
+
+/// A name as given: at most [`MAX_NAME_CHARS`] characters, no control characters, not only
+/// spaces (the OpenAPI document says the same with [`NAME_PATTERN`]); answered trimmed.
+pub fn checked_name(name: &str) -> DomainResult<String> {
+    if name.chars().count() > MAX_NAME_CHARS {
+        return Err(DomainError::invalid("name", format!("at most {MAX_NAME_CHARS} characters")));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(DomainError::invalid("name", "must not contain control characters"));
+    }
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(DomainError::invalid("name", "must not be empty"));
+    }
+    Ok(name.to_owned())
+}
+
+/// [`checked_name`]'s rule as a JSON Schema pattern: no control character (Unicode's Cc), and
+/// at least one character that is not a space.
+pub const NAME_PATTERN: &str =
+    r"^[^\u0000-\u001F\u007F-\u009F]*[^\s\u0000-\u001F\u007F-\u009F][^\u0000-\u001F\u007F-\u009F]*$";
+
+/// A description of at most [`MAX_DESCRIPTION_CHARS`] characters, without NUL.
+pub fn check_description(description: &str) -> DomainResult<()> {
+    if description.chars().count() > MAX_DESCRIPTION_CHARS {
+        return Err(DomainError::invalid("description", format!("at most {MAX_DESCRIPTION_CHARS} characters")));
+    }
+    if description.contains('\0') {
+        return Err(DomainError::invalid("description", "must not contain NUL"));
+    }
+    Ok(())
+}

@@ -1,0 +1,182 @@
+//! Projects and their members (see [`mission_api::projects`]).
+//!
+//! Who may do what: admins create, rename and delete projects and see every one; a project's
+//! members (any role) see it and its members; its managers (and admins) change its
+//! description and its members. A project someone may not see is a 404 to them, never
+//! revealing that it exists. A personal project is its user's alone: it keeps its name, its one
+//! member and its life (it goes only with its user).
+
+use mission_api::{CreateProject, Project, ProjectMember, ProjectRole, UpdateProject};
+use mission_store::PERSONAL_MARK;
+use uuid::Uuid;
+
+use super::{DomainError, DomainResult, check_description, checked_name};
+use crate::AppState;
+use crate::auth::Principal;
+
+/// Creates a shared project (admins only).
+pub async fn create(app: &AppState, who: Principal, req: CreateProject) -> DomainResult<Project> {
+    if !who.admin {
+        return Err(DomainError::Forbidden("only admins may create projects".into()));
+    }
+    let name = shared_name(&req.name)?;
+    let description = req.description.unwrap_or_default();
+    check_description(&description)?;
+    let project_id = Uuid::new_v4();
+    app.store.insert_project(project_id, &name, &description, mission_store::now()).await?;
+    visible(app, who, project_id).await
+}
+
+/// One page of the projects the caller is a member of (every project, for an admin), by name.
+pub async fn list(app: &AppState, who: Principal, page: u32, items: u32) -> DomainResult<(Vec<Project>, bool)> {
+    Ok(app.store.projects(who.user_id, who.admin, page, items).await?)
+}
+
+/// A project the caller may see: a member's (any role), or any for an admin.
+pub async fn visible(app: &AppState, who: Principal, project_id: Uuid) -> DomainResult<Project> {
+    match app.store.project(project_id, who.user_id).await? {
+        Some(project) if who.admin || project.role.is_some() => Ok(project),
+        _ => Err(DomainError::not_found("project", project_id)),
+    }
+}
+
+/// A project the caller manages: 404 if they cannot see it, 403 if they only belong to it.
+async fn managed(app: &AppState, who: Principal, project_id: Uuid) -> DomainResult<Project> {
+    let project = visible(app, who, project_id).await?;
+    if who.admin || project.role == Some(ProjectRole::Manager) {
+        Ok(project)
+    } else {
+        Err(DomainError::Forbidden(format!("only a manager of project {} or an admin may change it", project.name)))
+    }
+}
+
+/// Changes a project's name (admins only) or description (its managers too).
+pub async fn update(app: &AppState, who: Principal, project_id: Uuid, req: UpdateProject) -> DomainResult<Project> {
+    let project = managed(app, who, project_id).await?;
+    let name = match &req.name {
+        Some(_) if !who.admin => return Err(DomainError::Forbidden("only admins may rename a project".into())),
+        Some(_) if project.personal.is_some() => {
+            return Err(DomainError::Conflict(format!(
+                "{} is a personal project and keeps its user's name",
+                project.name
+            )));
+        }
+        Some(name) => Some(shared_name(name)?),
+        None => None,
+    };
+    if let Some(description) = &req.description {
+        check_description(description)?;
+    }
+    let now = mission_store::now();
+    if !app.store.update_project(project_id, name.as_deref(), req.description.as_deref(), now).await? {
+        return Err(DomainError::not_found("project", project_id));
+    }
+    visible(app, who, project_id).await
+}
+
+/// Deletes a shared project that holds no missions and has no unfinished jobs (admins only).
+/// Ended jobs keep its id, so what it used stays accounted.
+pub async fn delete(app: &AppState, who: Principal, project_id: Uuid) -> DomainResult<()> {
+    let project = visible(app, who, project_id).await?;
+    if !who.admin {
+        return Err(DomainError::Forbidden("only admins may delete projects".into()));
+    }
+    if project.personal.is_some() {
+        return Err(DomainError::Conflict(format!(
+            "{} is a personal project: it goes only with its user",
+            project.name
+        )));
+    }
+    let (missions, jobs) = app.store.project_holdings(project_id).await?;
+    if missions > 0 || jobs > 0 {
+        return Err(DomainError::Conflict(format!(
+            "project {} holds {missions} mission(s) and {jobs} job(s) that have not ended; move the missions to \
+             another project and let the jobs end first",
+            project.name
+        )));
+    }
+    if app.store.delete_project(project_id).await? {
+        Ok(())
+    } else {
+        // A mission moved in after the count: the store kept the project.
+        Err(DomainError::Conflict(format!("project {} gained a mission meanwhile; try again", project.name)))
+    }
+}
+
+/// The members of a project the caller may see, by username.
+pub async fn members(app: &AppState, who: Principal, project_id: Uuid) -> DomainResult<Vec<ProjectMember>> {
+    visible(app, who, project_id).await?;
+    Ok(app.store.project_members(project_id).await?)
+}
+
+/// Makes `user` a member of a shared project with `role`, or changes their role (its managers
+/// and admins).
+pub async fn set_member(
+    app: &AppState,
+    who: Principal,
+    project_id: Uuid,
+    user: Uuid,
+    role: ProjectRole,
+) -> DomainResult<ProjectMember> {
+    let project = shared_and_managed(app, who, project_id).await?;
+    app.store.set_project_member(project.project_id, user, role, mission_store::now()).await?;
+    let members = app.store.project_members(project_id).await?;
+    members.into_iter().find(|m| m.user_id == user).ok_or_else(|| DomainError::not_found("project", project_id))
+}
+
+/// Removes a member of a shared project (its managers and admins).
+pub async fn remove_member(app: &AppState, who: Principal, project_id: Uuid, user: Uuid) -> DomainResult<()> {
+    let project = shared_and_managed(app, who, project_id).await?;
+    if app.store.remove_project_member(project.project_id, user).await? {
+        Ok(())
+    } else {
+        Err(DomainError::not_found("member of the project", user))
+    }
+}
+
+async fn shared_and_managed(app: &AppState, who: Principal, project_id: Uuid) -> DomainResult<Project> {
+    let project = managed(app, who, project_id).await?;
+    if project.personal.is_some() {
+        return Err(DomainError::Conflict(format!(
+            "{} is a personal project: its one member is its user; create a shared project to work with others",
+            project.name
+        )));
+    }
+    Ok(project)
+}
+
+/// Checks that `who` may own missions in `project_id` and charge jobs to it, the request's
+/// `field` naming it: their personal project, one they are a member or manager of, or any for
+/// an admin. A project they may not see is a 400 that does not say whether it exists; a
+/// viewer's a 403.
+pub async fn ensure_may_run(app: &AppState, who: Principal, project_id: Uuid, field: &'static str) -> DomainResult<()> {
+    if project_id == who.user_id {
+        return Ok(());
+    }
+    let unknown = || DomainError::invalid(field, format!("no project {project_id} that you may run jobs in"));
+    if who.admin {
+        return match app.store.project(project_id, who.user_id).await? {
+            Some(_) => Ok(()),
+            None => Err(unknown()),
+        };
+    }
+    match app.store.project_role(project_id, who.user_id).await? {
+        Some(role) if role.may_run() => Ok(()),
+        Some(role) => Err(DomainError::Forbidden(format!(
+            "you are a {role} of project {project_id}: only its members and managers own missions and run jobs in it"
+        ))),
+        None => Err(unknown()),
+    }
+}
+
+/// A shared project's name: a name, not starting with [`PERSONAL_MARK`].
+fn shared_name(name: &str) -> DomainResult<String> {
+    let name = checked_name(name)?;
+    if name.starts_with(PERSONAL_MARK) {
+        return Err(DomainError::invalid(
+            "name",
+            format!("{PERSONAL_MARK} starts only the names of personal projects"),
+        ));
+    }
+    Ok(name)
+}

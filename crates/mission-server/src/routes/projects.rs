@@ -1,0 +1,131 @@
+//! The projects API: projects, their members (see [`crate::domain::projects`] for who may do
+//! what).
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use mission_api::{CreateProject, Project, ProjectMember, ProjectPage, SetProjectMember, UpdateProject};
+
+use super::extract::{ApiJson, QueryPairs, page_number, page_size, parse_id};
+use super::stations::member_named;
+use crate::AppState;
+use crate::auth::Principal;
+use crate::domain::projects;
+use crate::error::{ApiError, ApiResult};
+
+/// Creates a shared project (admins only).
+#[utoipa::path(post, path = "/api/v1/projects", tag = "projects", request_body = CreateProject,
+    responses((status = 201, body = Project), (status = 400, body = mission_api::Problem),
+        (status = 403, body = mission_api::Problem), (status = 409, body = mission_api::Problem)))]
+pub async fn create(
+    State(app): State<AppState>,
+    who: Principal,
+    ApiJson(req): ApiJson<CreateProject>,
+) -> ApiResult<(StatusCode, Json<Project>)> {
+    Ok((StatusCode::CREATED, Json(projects::create(&app, who, req).await?)))
+}
+
+/// The projects the caller is a member of (every project, for admins), by name.
+#[utoipa::path(get, path = "/api/v1/projects", tag = "projects",
+    params(
+        ("page" = Option<u32>, Query, minimum = 1, maximum = 1000000, description = "page number, 1 to 1,000,000 (default 1)"),
+        ("items" = Option<u32>, Query, minimum = 1, maximum = 200, description = "projects per page, 1 to 200 (default 25)"),
+    ),
+    responses((status = 200, body = ProjectPage), (status = 400, body = mission_api::Problem)))]
+pub async fn list(
+    State(app): State<AppState>,
+    who: Principal,
+    QueryPairs(query): QueryPairs,
+) -> ApiResult<Json<ProjectPage>> {
+    let (mut page, mut items) = (1, 25);
+    for (key, value) in &query {
+        match key.as_str() {
+            "page" => page = page_number(value)?,
+            "items" => items = page_size(value)?,
+            other => return Err(ApiError::invalid(format!("unknown query parameter {other:?}; it takes page, items"))),
+        }
+    }
+    let (projects, has_more) = projects::list(&app, who, page, items).await?;
+    Ok(Json(ProjectPage { projects, page, items, has_more }))
+}
+
+/// One project.
+#[utoipa::path(get, path = "/api/v1/projects/{id}", tag = "projects",
+    params(("id" = uuid::Uuid, Path, description = "project id")),
+    responses((status = 200, body = Project), (status = 404, body = mission_api::Problem)))]
+pub async fn get(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Json<Project>> {
+    Ok(Json(projects::visible(&app, who, parse_id("project_id", &id)?).await?))
+}
+
+/// Renames a project (admins) or changes its description (its managers too).
+#[utoipa::path(patch, path = "/api/v1/projects/{id}", tag = "projects", request_body = UpdateProject,
+    params(("id" = uuid::Uuid, Path, description = "project id")),
+    responses((status = 200, body = Project), (status = 400, body = mission_api::Problem),
+        (status = 403, body = mission_api::Problem), (status = 404, body = mission_api::Problem),
+        (status = 409, body = mission_api::Problem, description = "the name is taken, or the project is personal")))]
+pub async fn update(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<UpdateProject>,
+) -> ApiResult<Json<Project>> {
+    Ok(Json(projects::update(&app, who, parse_id("project_id", &id)?, req).await?))
+}
+
+/// Deletes a shared project that holds no missions and no unfinished jobs (admins only).
+#[utoipa::path(delete, path = "/api/v1/projects/{id}", tag = "projects",
+    params(("id" = uuid::Uuid, Path, description = "project id")),
+    responses((status = 204), (status = 403, body = mission_api::Problem), (status = 404, body = mission_api::Problem),
+        (status = 409, body = mission_api::Problem, description = "it is personal, or holds missions or unfinished jobs")))]
+pub async fn delete(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    projects::delete(&app, who, parse_id("project_id", &id)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The members of a project, with their roles, by username.
+#[utoipa::path(get, path = "/api/v1/projects/{id}/members", tag = "projects",
+    params(("id" = uuid::Uuid, Path, description = "project id")),
+    responses((status = 200, body = [ProjectMember]), (status = 404, body = mission_api::Problem)))]
+pub async fn members(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Vec<ProjectMember>>> {
+    Ok(Json(projects::members(&app, who, parse_id("project_id", &id)?).await?))
+}
+
+/// Adds a member (named by user id or username) with a role, or changes their role.
+#[utoipa::path(put, path = "/api/v1/projects/{id}/members/{user}", tag = "projects", request_body = SetProjectMember,
+    params(("id" = uuid::Uuid, Path, description = "project id"), ("user" = String, Path, description = "user id or username")),
+    responses((status = 200, body = ProjectMember), (status = 400, body = mission_api::Problem),
+        (status = 403, body = mission_api::Problem), (status = 404, body = mission_api::Problem),
+        (status = 409, body = mission_api::Problem, description = "the project is personal")))]
+pub async fn set_member(
+    State(app): State<AppState>,
+    who: Principal,
+    Path((id, user)): Path<(String, String)>,
+    ApiJson(req): ApiJson<SetProjectMember>,
+) -> ApiResult<Json<ProjectMember>> {
+    let project_id = parse_id("project_id", &id)?;
+    // Whether the caller may see the project comes before whether the user exists.
+    projects::visible(&app, who, project_id).await?;
+    let user_id = member_named(&app, &user).await?;
+    Ok(Json(projects::set_member(&app, who, project_id, user_id, req.role).await?))
+}
+
+/// Removes a member.
+#[utoipa::path(delete, path = "/api/v1/projects/{id}/members/{user}", tag = "projects",
+    params(("id" = uuid::Uuid, Path, description = "project id"), ("user" = String, Path, description = "user id or username")),
+    responses((status = 204), (status = 403, body = mission_api::Problem), (status = 404, body = mission_api::Problem),
+        (status = 409, body = mission_api::Problem, description = "the project is personal")))]
+pub async fn remove_member(
+    State(app): State<AppState>,
+    who: Principal,
+    Path((id, user)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let project_id = parse_id("project_id", &id)?;
+    projects::visible(&app, who, project_id).await?;
+    let user_id = member_named(&app, &user).await?;
+    projects::remove_member(&app, who, project_id, user_id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,232 @@
+//! Projects and their members.
+//!
+//! A user's personal project is made with the user, in the same transaction
+//! ([`Store::insert_user`]): its id is the user's, its name [`PERSONAL_MARK`] and the username,
+//! its one member the user as a manager.
+
+use chrono::{DateTime, Utc};
+use mission_api::{Project, ProjectMember, ProjectRole};
+use uuid::Uuid;
+
+use super::jobs::FINAL_STATUSES;
+use super::row::Columns;
+use super::{Store, StoreError, conflict_on_duplicate, to_micros, with_conn};
+
+/// What a project read selects: its row, the role of the viewer bound as `$1`, and its member
+/// count; `FROM projects p` follows.
+const PROJECT_SELECT: &str = "SELECT p.project_id, p.name, p.description, p.personal_of, p.created_at, \
+    p.updated_at, (SELECT m.role FROM project_members m WHERE m.project_id = p.project_id AND m.user_id = $1) \
+    AS role, (SELECT COUNT(*) FROM project_members m WHERE m.project_id = p.project_id) AS members";
+
+/// The mark that starts a personal project's name, and no other.
+pub const PERSONAL_MARK: char = '~';
+
+impl Store {
+    /// Adds a shared project; a taken name is a [`StoreError::Conflict`].
+    pub async fn insert_project(
+        &self,
+        project_id: Uuid,
+        name: &str,
+        description: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let result = with_conn!(self, writer, |conn| {
+            sqlx::query(
+                "INSERT INTO projects (project_id, name, description, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $4)",
+            )
+            .bind(project_id.to_string())
+            .bind(name)
+            .bind(description)
+            .bind(to_micros(now))
+            .execute(conn)
+            .await
+            .map(drop)
+        });
+        conflict_on_duplicate(result, || format!("a project named {name:?} already exists"))
+    }
+
+    /// The project with this id, with `viewer`'s role in it.
+    pub async fn project(&self, project_id: Uuid, viewer: Uuid) -> Result<Option<Project>, StoreError> {
+        with_conn!(self, reader, |conn| {
+            let row = sqlx::query(&format!("{PROJECT_SELECT} FROM projects p WHERE p.project_id = $2"))
+                .bind(viewer.to_string())
+                .bind(project_id.to_string())
+                .fetch_optional(conn)
+                .await?;
+            row.as_ref().map(project_from_row).transpose()
+        })
+    }
+
+    /// One page of projects by name, each with `viewer`'s role, plus whether more follow: every
+    /// project when `all`, else those `viewer` is a member of.
+    pub async fn projects(
+        &self,
+        viewer: Uuid,
+        all: bool,
+        page: u32,
+        items: u32,
+    ) -> Result<(Vec<Project>, bool), StoreError> {
+        let filter =
+            if all { "" } else { " WHERE p.project_id IN (SELECT project_id FROM project_members WHERE user_id = $1)" };
+        let sql = format!("{PROJECT_SELECT} FROM projects p{filter} ORDER BY p.name LIMIT $2 OFFSET $3");
+        with_conn!(self, reader, |conn| {
+            let rows = sqlx::query(&sql)
+                .bind(viewer.to_string())
+                .bind(i64::from(items) + 1)
+                .bind((i64::from(page) - 1) * i64::from(items))
+                .fetch_all(conn)
+                .await?;
+            let has_more = rows.len() > items as usize;
+            let projects = rows.iter().take(items as usize).map(project_from_row).collect::<Result<_, _>>()?;
+            Ok((projects, has_more))
+        })
+    }
+
+    /// Changes a project's name and description where given; false when it is gone. A taken
+    /// name is a [`StoreError::Conflict`].
+    pub async fn update_project(
+        &self,
+        project_id: Uuid,
+        name: Option<&str>,
+        description: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let result = with_conn!(self, writer, |conn| {
+            sqlx::query(
+                "UPDATE projects SET name = COALESCE($1, name), description = COALESCE($2, description), \
+                 updated_at = $3 WHERE project_id = $4",
+            )
+            .bind(name)
+            .bind(description)
+            .bind(to_micros(now))
+            .bind(project_id.to_string())
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected())
+        });
+        match result {
+            Ok(done) => Ok(done == 1),
+            Err(e) => conflict_on_duplicate(Err::<(), _>(e), || format!("a project named {name:?} already exists"))
+                .map(|()| false),
+        }
+    }
+
+    /// How many missions the project holds and how many jobs charged to it have not ended.
+    pub async fn project_holdings(&self, project_id: Uuid) -> Result<(u64, u64), StoreError> {
+        with_conn!(self, reader, |conn| {
+            let row = sqlx::query(&format!(
+                "SELECT (SELECT COUNT(*) FROM missions WHERE project_id = $1) AS missions, \
+                 (SELECT COUNT(*) FROM jobs WHERE project_id = $1 AND status NOT IN {FINAL_STATUSES}) AS jobs"
+            ))
+            .bind(project_id.to_string())
+            .fetch_one(conn)
+            .await?;
+            Ok((row.count("missions")?, row.count("jobs")?))
+        })
+    }
+
+    /// Deletes a shared project with its memberships, if it holds no missions; true when it did.
+    /// A personal project goes only with its user.
+    pub async fn delete_project(&self, project_id: Uuid) -> Result<bool, StoreError> {
+        let done = with_conn!(self, writer, |conn| {
+            sqlx::query(
+                "DELETE FROM projects WHERE project_id = $1 AND personal_of IS NULL \
+                 AND NOT EXISTS (SELECT 1 FROM missions WHERE project_id = $1)",
+            )
+            .bind(project_id.to_string())
+            .execute(conn)
+            .await?
+            .rows_affected()
+        });
+        Ok(done == 1)
+    }
+
+    /// `user`'s role in the project, if they are a member.
+    pub async fn project_role(&self, project_id: Uuid, user: Uuid) -> Result<Option<ProjectRole>, StoreError> {
+        let role: Option<String> = with_conn!(self, reader, |conn| {
+            sqlx::query_scalar("SELECT role FROM project_members WHERE project_id = $1 AND user_id = $2")
+                .bind(project_id.to_string())
+                .bind(user.to_string())
+                .fetch_optional(conn)
+                .await?
+        });
+        role.map(|r| parse_role(&r)).transpose()
+    }
+
+    /// Makes `user` a member with `role`, or changes their role.
+    pub async fn set_project_member(
+        &self,
+        project_id: Uuid,
+        user: Uuid,
+        role: ProjectRole,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        with_conn!(self, writer, |conn| {
+            sqlx::query(
+                "INSERT INTO project_members (project_id, user_id, role, added_at) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (project_id, user_id) DO UPDATE SET role = EXCLUDED.role, added_at = EXCLUDED.added_at",
+            )
+            .bind(project_id.to_string())
+            .bind(user.to_string())
+            .bind(role.as_str())
+            .bind(to_micros(now))
+            .execute(conn)
+            .await?;
+        });
+        Ok(())
+    }
+
+    /// Removes a member; true when they were one.
+    pub async fn remove_project_member(&self, project_id: Uuid, user: Uuid) -> Result<bool, StoreError> {
+        let done = with_conn!(self, writer, |conn| {
+            sqlx::query("DELETE FROM project_members WHERE project_id = $1 AND user_id = $2")
+                .bind(project_id.to_string())
+                .bind(user.to_string())
+                .execute(conn)
+                .await?
+                .rows_affected()
+        });
+        Ok(done == 1)
+    }
+
+    /// The members of a project, by username.
+    pub async fn project_members(&self, project_id: Uuid) -> Result<Vec<ProjectMember>, StoreError> {
+        with_conn!(self, reader, |conn| {
+            let rows = sqlx::query(
+                "SELECT m.user_id, u.username, m.role, m.added_at FROM project_members m \
+                 JOIN users u ON u.user_id = m.user_id WHERE m.project_id = $1 ORDER BY u.username",
+            )
+            .bind(project_id.to_string())
+            .fetch_all(conn)
+            .await?;
+            rows.iter()
+                .map(|r| {
+                    Ok(ProjectMember {
+                        user_id: r.uuid("user_id")?,
+                        username: r.text("username")?,
+                        role: parse_role(&r.text("role")?)?,
+                        added_at: r.time("added_at")?,
+                    })
+                })
+                .collect()
+        })
+    }
+}
+
+fn parse_role(role: &str) -> Result<ProjectRole, StoreError> {
+    role.parse().map_err(|_| StoreError::Corrupt(format!("project role {role:?}")))
+}
+
+fn project_from_row(r: &impl Columns) -> Result<Project, StoreError> {
+    Ok(Project {
+        project_id: r.uuid("project_id")?,
+        name: r.text("name")?,
+        description: r.text("description")?,
+        personal: r.opt_uuid("personal_of")?,
+        role: r.opt_text("role")?.map(|role| parse_role(&role)).transpose()?,
+        members: r.count("members")?,
+        created_at: r.time("created_at")?,
+        updated_at: r.time("updated_at")?,
+    })
+}

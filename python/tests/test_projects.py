@@ -1,0 +1,51 @@
+"""Projects: shared projects, members and their roles, missions and jobs charged to a project,
+through the package."""
+
+import uuid
+
+import pytest
+
+import mission
+
+SHELL = "99e803ea-1829-42ba-be3d-294fb6a5e640"
+LOCAL_STATION = "6d697373-696f-4e00-8000-000000000002"
+
+
+def test_projects_members_and_what_jobs_are_charged_to(client, tmp_path):
+    me = client.whoami()
+    personal = client.get_project(me.user_id)
+    assert (personal.name, personal.personal, personal.role) == ("~admin", me.user_id, "manager")
+
+    bio = client.create_project("py-bio", description="biology")
+    assert (bio.name, bio.description, bio.personal, bio.role, bio.members) == ("py-bio", "biology", None, None, 0)
+    assert "py-bio" in [p.name for p in client.list_projects(items=200)]
+    member = client.set_project_member(bio.project_id, "admin", role="manager")
+    assert (member.username, member.role) == ("admin", "manager")
+    assert [(m.username, m.role) for m in client.project_members(bio.project_id)] == [("admin", "manager")]
+    with pytest.raises(mission.Invalid, match="roles are viewer, member and manager"):
+        client.set_project_member(bio.project_id, "admin", role="owner")
+    assert client.update_project(bio.project_id, description="molecular").description == "molecular"
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "run.sh").write_text("echo charged\n")
+    made = client.create_mission("py-in-bio", mission_type_id=SHELL, settings={"filename": "run.sh"},
+                                 project_id=bio.project_id)
+    assert made.project_id == bio.project_id
+    client.upload(made.mission_id, src, progress=False)
+    job = client.run_job_on_station(made.mission_id, LOCAL_STATION)
+    assert job.project_id == bio.project_id
+    home = client.run_job_on_station(made.mission_id, LOCAL_STATION, project_id=me.user_id)
+    assert home.project_id == me.user_id
+    for started in (job, home):
+        assert client.wait_for_job(started.job_id, timeout=120).status == "completed"
+    with pytest.raises(mission.Invalid, match="project_id"):
+        client.run_job_on_station(made.mission_id, LOCAL_STATION, project_id=uuid.uuid4())
+
+    assert client.update_mission(made.mission_id, project_id=me.user_id) is True
+    assert client.get_mission_by_id(made.mission_id).project_id == me.user_id
+    assert client.remove_project_member(bio.project_id, "admin") is True
+    assert client.delete_project(bio.project_id) is True
+    assert client.delete_project(bio.project_id) is False
+    with pytest.raises(mission.NotFound):
+        client.get_project(bio.project_id)

@@ -59,6 +59,8 @@ from ._types import (
     Resources,
     Project,
     ProjectMember,
+    ResourcesInUse,
+    StationLimits,
     Station,
     StationMember,
     Tokens,
@@ -94,6 +96,8 @@ __all__ = [
     "Resources",
     "Project",
     "ProjectMember",
+    "ResourcesInUse",
+    "StationLimits",
     "Station",
     "StationMember",
     "Tokens",
@@ -636,6 +640,32 @@ class Client:
     def remove_project_member(self, project_id: Id, user: str) -> bool:
         """Takes a user out of a project; ``False`` when they were no member."""
         return self._native.remove_project_member(_id(project_id), str(user))
+
+    def project_limits(self, project_id: Id) -> List[StationLimits]:
+        """A project's limits on each station that has some, and what it uses there."""
+        return _many(StationLimits, self._native.project_limits(_id(project_id)))
+
+    def set_project_limits(
+        self,
+        project_id: Id,
+        station_id: Id,
+        nominal: Optional[Dict[str, int]] = None,
+        borrowing_limit: Optional[Dict[str, int]] = None,
+        share: Optional[float] = None,
+        max_running_jobs: Optional[int] = None,
+        max_queued_jobs: Optional[int] = None,
+    ) -> StationLimits:
+        """Sets what a project may hold on a station (admins only), replacing what was set:
+        ``nominal`` is guaranteed and ``borrowing_limit`` more may be borrowed (each
+        ``{"cpus": …, "memory_mb": …, "gpus": …}``; no ``borrowing_limit``: no limit; ``0``:
+        none). Jobs past a limit wait, saying which; submissions past ``max_queued_jobs`` fail."""
+        limits = json.dumps(_drop_none({"nominal": nominal, "borrowing_limit": borrowing_limit, "share": share,
+                                        "max_running_jobs": max_running_jobs, "max_queued_jobs": max_queued_jobs}))
+        return _one(StationLimits, self._native.set_project_limits(_id(project_id), _id(station_id), limits))
+
+    def delete_project_limits(self, project_id: Id, station_id: Id) -> bool:
+        """Removes a project's limits on a station (admins only); ``False`` when it had none."""
+        return self._native.delete_project_limits(_id(project_id), _id(station_id))
 
     def list_stations(self) -> List[Station]:
         """The stations you may run jobs on (every station, for an admin)."""

@@ -344,6 +344,31 @@ class Project(_Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class ResourcesInUse(_Record):
+    """What a project holds on a station: CPUs, megabytes and GPUs of its running jobs, and
+    how many of its jobs run and wait."""
+
+    cpus: int
+    memory_mb: int
+    gpus: int
+    running_jobs: int
+    queued_jobs: int
+
+
+@dataclasses.dataclass(frozen=True)
+class StationLimits(_Record):
+    """A project's limits on one station (``limits``: ``share``, ``nominal`` and
+    ``borrowing_limit`` as ``{"cpus", "memory_mb", "gpus"}``, ``max_running_jobs``,
+    ``max_queued_jobs``, each absent when not set) and what it uses there."""
+
+    station_id: str
+    station_name: str
+    limits: Dict[str, Any]
+    in_use: ResourcesInUse = dataclasses.field(metadata={"of": ResourcesInUse})
+    updated_at: Optional[datetime.datetime] = None
+
+
+@dataclasses.dataclass(frozen=True)
 class ProjectMember(_Record):
     """A member of a project with their role: ``viewer`` reads, ``member`` owns missions and
     runs jobs, ``manager`` also manages members."""

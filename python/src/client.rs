@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use mission_client::{
-    Client, CreateCargoBay, CreateMission, CreateProject, CreateStation, CreateWebhook, ListDeliveries, ListJobs, ListMissions,
+    Client, CreateCargoBay, CreateMission, CreateProject, CreateStation, CreateWebhook, ProjectLimits, ListDeliveries, ListJobs, ListMissions,
     LogStream, RegisterLandingZone, RunJob, UpdateMission, UpdateProject, UsageQuery,
 };
 use pyo3::exceptions::PyTimeoutError;
@@ -348,6 +348,22 @@ impl NativeClient {
     fn remove_project_member(&self, py: Python<'_>, project_id: &str, user: &str) -> PyResult<bool> {
         let id = parse_id("project_id", project_id)?;
         block_on(py, self.client.remove_project_member(id, user))
+    }
+
+    fn project_limits(&self, py: Python<'_>, project_id: &str) -> PyResult<String> {
+        let id = parse_id("project_id", project_id)?;
+        block_on(py, self.client.project_limits(id)).map(|l| json(&l))
+    }
+
+    fn set_project_limits(&self, py: Python<'_>, project_id: &str, station_id: &str, limits: &str) -> PyResult<String> {
+        let (project, station) = (parse_id("project_id", project_id)?, parse_id("station_id", station_id)?);
+        let limits: ProjectLimits = request("set_project_limits", limits)?;
+        block_on(py, self.client.set_project_limits(project, station, &limits)).map(|l| json(&l))
+    }
+
+    fn delete_project_limits(&self, py: Python<'_>, project_id: &str, station_id: &str) -> PyResult<bool> {
+        let (project, station) = (parse_id("project_id", project_id)?, parse_id("station_id", station_id)?);
+        block_on(py, self.client.delete_project_limits(project, station))
     }
 
     // Stations and landing zones

@@ -42,6 +42,15 @@ def test_projects_members_and_what_jobs_are_charged_to(client, tmp_path):
     with pytest.raises(mission.Invalid, match="project_id"):
         client.run_job_on_station(made.mission_id, LOCAL_STATION, project_id=uuid.uuid4())
 
+    limits = client.set_project_limits(bio.project_id, LOCAL_STATION, nominal={"cpus": 1},
+                                       borrowing_limit={"cpus": 0}, max_queued_jobs=10)
+    assert (limits.station_name, limits.limits["nominal"], limits.in_use.running_jobs) == ("local", {"cpus": 1}, 0)
+    assert [l.limits.get("max_queued_jobs") for l in client.project_limits(bio.project_id)] == [10]
+    with pytest.raises(mission.Invalid, match="share"):
+        client.set_project_limits(bio.project_id, LOCAL_STATION, share=0)
+    assert client.delete_project_limits(bio.project_id, LOCAL_STATION) is True
+    assert client.delete_project_limits(bio.project_id, LOCAL_STATION) is False
+
     assert client.update_mission(made.mission_id, project_id=me.user_id) is True
     assert client.get_mission_by_id(made.mission_id).project_id == me.user_id
     assert client.remove_project_member(bio.project_id, "admin") is True

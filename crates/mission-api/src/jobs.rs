@@ -592,7 +592,7 @@ pub struct UpdateJob {
 /// An optional whole number that may be written with a fraction of zero (`4.0`), as JSON
 /// Schema's `integer` allows and as clients that keep every number a float (Python's `json`
 /// with floats, JavaScript) may send it.
-fn whole_number<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+pub(crate) fn whole_number<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: TryFrom<u64> + num_bounds::Max,

@@ -47,7 +47,10 @@ pub use labels::Labels;
 pub use mission_types::{MissionType, MissionTypeSummary, ResourceDefaults};
 pub use missions::{CreateMission, MAX_ITEMS_PER_PAGE, Mission, MissionPage, UpdateMission, UpdateMissionArgs};
 pub use problem::{PROBLEM_CONTENT_TYPE, Problem};
-pub use projects::{CreateProject, Project, ProjectMember, ProjectPage, ProjectRole, SetProjectMember, UpdateProject};
+pub use projects::{
+    CreateProject, Project, ProjectLimits, ProjectMember, ProjectPage, ProjectRole, ResourceAmounts, ResourcesInUse,
+    SetProjectMember, StationLimits, UpdateProject,
+};
 pub use stations::{
     CreateStation, DEFAULT_STATION_NAME, LandingZone, RegisterLandingZone, RegisteredLandingZone, Resources, Station,
     StationMember,

@@ -144,3 +144,95 @@ pub struct SetProjectMember {
     /// The member's role.
     pub role: ProjectRole,
 }
+
+/// CPUs, memory and GPUs, as a project's limits on a station count them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ResourceAmounts {
+    /// CPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::jobs::whole_number")]
+    pub cpus: Option<u32>,
+    /// Memory in megabytes.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::jobs::whole_number")]
+    pub memory_mb: Option<u64>,
+    /// GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::jobs::whole_number")]
+    pub gpus: Option<u32>,
+}
+
+/// What a project may hold on one station: body of `PUT /api/v1/projects/{id}/limits/{station_id}`
+/// (admins only). A station without limits for a project lets it use any free room.
+///
+/// The project is guaranteed `nominal` (an absent amount: none of it) and may borrow idle room
+/// beyond it up to `borrowing_limit` more (absent: no limit; an absent amount: no limit of it;
+/// `0`: none). Its jobs that would go past either wait, their pending reason naming the limit.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ProjectLimits {
+    /// Its weight against other projects in fair-share order (default 1; more than 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<f64>,
+    /// What it is guaranteed on the station.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nominal: Option<ResourceAmounts>,
+    /// How much idle room beyond `nominal` it may borrow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowing_limit: Option<ResourceAmounts>,
+    /// The most of its jobs placed on the station's landing zones at once.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::jobs::whole_number")]
+    pub max_running_jobs: Option<u32>,
+    /// The most of its jobs queued on the station; a submission past it is refused (409).
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::jobs::whole_number")]
+    pub max_queued_jobs: Option<u32>,
+}
+
+impl ProjectLimits {
+    /// The most of each resource the project may hold: nominal plus borrowing, `None` where
+    /// it may borrow without limit.
+    pub fn ceiling(&self) -> (Option<u64>, Option<u64>, Option<u64>) {
+        let nominal = self.nominal.unwrap_or_default();
+        let Some(borrow) = self.borrowing_limit else { return (None, None, None) };
+        let add = |n: Option<u64>, b: Option<u64>| b.map(|b| n.unwrap_or(0) + b);
+        (
+            add(nominal.cpus.map(u64::from), borrow.cpus.map(u64::from)),
+            add(nominal.memory_mb, borrow.memory_mb),
+            add(nominal.gpus.map(u64::from), borrow.gpus.map(u64::from)),
+        )
+    }
+}
+
+/// What a project holds on a station now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ResourcesInUse {
+    /// CPUs its unfinished placed jobs hold.
+    pub cpus: u64,
+    /// Megabytes they hold.
+    pub memory_mb: u64,
+    /// GPUs they hold.
+    pub gpus: u64,
+    /// Its jobs placed on landing zones and not ended.
+    pub running_jobs: u64,
+    /// Its jobs queued.
+    pub queued_jobs: u64,
+}
+
+/// A project's limits on one station and what it uses there: an entry of
+/// `GET /api/v1/projects/{id}/limits`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StationLimits {
+    /// The station.
+    pub station_id: Uuid,
+    /// Its name.
+    pub station_name: String,
+    /// The limits.
+    pub limits: ProjectLimits,
+    /// What the project holds there now.
+    pub in_use: ResourcesInUse,
+    /// When the limits were last set; absent where the project has none there (only use).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<DateTime<Utc>>,
+}

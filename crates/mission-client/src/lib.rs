@@ -50,8 +50,9 @@ pub use mission_api::{
     AuthConfig, CargoBay, CargoBayKind, CreateCargoBay, CreateMission, CreateProject, CreateStation, CreateWebhook,
     DEFAULT_CARGO_BAY_ID, DEFAULT_STATION_NAME, DeliveryStatus, DeviceAuthorization, Event, FileListing, Job, JobArray,
     JobPage, JobStatus, JobTransition, JobUsage, Labels, LandingZone, Mission, MissionPage, MissionType,
-    MissionTypeSummary, PendingKind, PendingReason, Problem, Project, ProjectMember, ProjectPage, ProjectRole,
-    RegisterLandingZone, RegisteredLandingZone, Resources, RetryOn, RetryPolicy, RunJob, RunJobArray, Station,
-    StationMember, UpdateJob, UpdateMission, UpdateProject, UsageSummary, User, Webhook, WebhookDelivery,
+    MissionTypeSummary, PendingKind, PendingReason, Problem, Project, ProjectLimits, ProjectMember, ProjectPage,
+    ProjectRole, RegisterLandingZone, RegisteredLandingZone, ResourceAmounts, Resources, ResourcesInUse, RetryOn,
+    RetryPolicy, RunJob, RunJobArray, Station, StationLimits, StationMember, UpdateJob, UpdateMission, UpdateProject,
+    UsageSummary, User, Webhook, WebhookDelivery,
 };
 pub use uuid::Uuid;

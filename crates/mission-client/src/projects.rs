@@ -1,7 +1,10 @@
 //! Projects and their members: list, create, read, change, delete; add, change and remove
 //! members.
 
-use mission_api::{CreateProject, Project, ProjectMember, ProjectPage, ProjectRole, SetProjectMember, UpdateProject};
+use mission_api::{
+    CreateProject, Project, ProjectLimits, ProjectMember, ProjectPage, ProjectRole, SetProjectMember, StationLimits,
+    UpdateProject,
+};
 use reqwest::Method;
 use uuid::Uuid;
 
@@ -72,5 +75,36 @@ impl Client {
     /// Removes a member; `Ok(false)` when they were not one.
     pub async fn remove_project_member(&self, project_id: Uuid, user: &str) -> Result<bool, Error> {
         self.delete_found(&format!("/projects/{project_id}/members/{}", encode_segment(user))).await
+    }
+
+    /// A project's limits on each station that has some, with what it holds and has queued
+    /// there (and the stations where it has jobs without limits).
+    pub async fn project_limits(&self, project_id: Uuid) -> Result<Vec<StationLimits>, Error> {
+        self.get_json(&format!("/projects/{project_id}/limits"), &[]).await
+    }
+
+    /// Sets what a project may hold on a station (admins only), replacing what was set.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mission_client::Client, bio: uuid::Uuid, lab: uuid::Uuid) -> Result<(), mission_client::Error> {
+    /// use mission_client::{ProjectLimits, ResourceAmounts};
+    /// let four_cpus = ResourceAmounts { cpus: Some(4), ..Default::default() };
+    /// let no_more = ResourceAmounts { cpus: Some(0), ..Default::default() };
+    /// let limits = ProjectLimits { nominal: Some(four_cpus), borrowing_limit: Some(no_more), ..Default::default() };
+    /// client.set_project_limits(bio, lab, &limits).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_project_limits(
+        &self,
+        project_id: Uuid,
+        station_id: Uuid,
+        limits: &ProjectLimits,
+    ) -> Result<StationLimits, Error> {
+        self.send_json(Method::PUT, &format!("/projects/{project_id}/limits/{station_id}"), limits).await
+    }
+
+    /// Removes a project's limits on a station (admins only); `Ok(false)` when it had none.
+    pub async fn delete_project_limits(&self, project_id: Uuid, station_id: Uuid) -> Result<bool, Error> {
+        self.delete_found(&format!("/projects/{project_id}/limits/{station_id}")).await
     }
 }

@@ -169,6 +169,32 @@ pub(super) struct Fleet {
     placed_on: HashMap<Uuid, Uuid>,
     /// How many placed jobs each user has.
     per_user: HashMap<Uuid, u32>,
+    /// What each project's placed jobs hold on each station, by (station, project).
+    per_project: HashMap<(Uuid, Uuid), Held>,
+}
+
+/// What a project's placed jobs hold on a station.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Held {
+    /// Placed jobs, not ended.
+    pub jobs: u32,
+    /// CPUs they asked for.
+    pub cpus: u64,
+    /// Megabytes they asked for.
+    pub memory: u64,
+    /// GPUs they asked for.
+    pub gpus: u64,
+}
+
+impl Held {
+    /// Counts a placed job asking for `(cpus, memory, gpus)` in (`sign` 1) or out (-1).
+    fn count(&mut self, (cpus, memory, gpus): (u32, u64, u32), sign: i64) {
+        let add = |n: &mut u64, by: u64| *n = n.checked_add_signed(sign * by as i64).expect("counts stay whole");
+        self.jobs = self.jobs.checked_add_signed(sign as i32).expect("counts stay whole");
+        add(&mut self.cpus, u64::from(cpus));
+        add(&mut self.memory, memory);
+        add(&mut self.gpus, u64::from(gpus));
+    }
 }
 
 impl Fleet {
@@ -208,6 +234,16 @@ impl Fleet {
     /// How many placed jobs `user_id` has.
     pub fn placed_of(&self, user_id: &Uuid) -> u32 {
         self.per_user.get(user_id).copied().unwrap_or(0)
+    }
+
+    /// What `project`'s placed jobs hold on `station`.
+    pub fn held_by(&self, station: Uuid, project: Uuid) -> Held {
+        self.per_project.get(&(station, project)).copied().unwrap_or_default()
+    }
+
+    /// What `project`'s placed jobs hold, per station.
+    pub fn held_by_project(&self, project: Uuid) -> impl Iterator<Item = (Uuid, Held)> + '_ {
+        self.per_project.iter().filter(move |((_, p), _)| *p == project).map(|((station, _), held)| (*station, *held))
     }
 
     fn unlist(&mut self, lz_id: Uuid) {
@@ -272,16 +308,24 @@ impl Fleet {
         }
         for (job_id, placed) in &lz.jobs {
             self.placed_on.remove(job_id);
-            self.uncount(placed.key.user_id);
+            self.uncount(placed);
         }
         Some(lz)
     }
 
-    fn uncount(&mut self, user_id: Uuid) {
+    fn uncount(&mut self, placed: &Placed) {
+        let user_id = placed.key.user_id;
         if let Some(n) = self.per_user.get_mut(&user_id) {
             *n -= 1;
             if *n == 0 {
                 self.per_user.remove(&user_id);
+            }
+        }
+        let project = (placed.key.station_id, placed.key.project_id);
+        if let Some(held) = self.per_project.get_mut(&project) {
+            held.count((placed.entry.cpu_count, placed.entry.memory_amount, placed.entry.gpu_count), -1);
+            if held.jobs == 0 {
+                self.per_project.remove(&project);
             }
         }
     }
@@ -289,6 +333,8 @@ impl Fleet {
     /// Counts a placed job (with its `gpu_indices`) against an LZ's free resources.
     pub fn hold(&mut self, lz_id: Uuid, placed: Placed) {
         let (job_id, user_id) = (placed.entry.job_id, placed.key.user_id);
+        let project = (placed.key.station_id, placed.key.project_id);
+        let shape = (placed.entry.cpu_count, placed.entry.memory_amount, placed.entry.gpu_count);
         let held = self.update(lz_id, |lz| {
             if lz.max_jobs.is_none() {
                 lz.free_cpu -= i64::from(placed.entry.cpu_count);
@@ -302,6 +348,7 @@ impl Fleet {
         if held.is_some() {
             self.placed_on.insert(job_id, lz_id);
             *self.per_user.entry(user_id).or_default() += 1;
+            self.per_project.entry(project).or_default().count(shape, 1);
         }
     }
 
@@ -318,7 +365,7 @@ impl Fleet {
             Some(placed)
         })??;
         self.placed_on.remove(&job_id);
-        self.uncount(placed.key.user_id);
+        self.uncount(&placed);
         Some(placed)
     }
 

@@ -4,8 +4,8 @@
 //! connecting, heartbeating or reporting, an LZ registered or removed), answered with an
 //! [`Outcome`]. One task owns the placement state and takes the calls in order ([`State`]): the
 //! queue of ordered sub-queues ([`Queue`], `queue.rs`, its runnable jobs in sorted chunks,
-//! `chunks.rs`) and the landing zones with what they hold (`fleet.rs`). Its writes go to the
-//! store in batches.
+//! `chunks.rs`), the landing zones with what they hold (`fleet.rs`) and the projects' limits
+//! on stations (`limits.rs`). Its writes go to the store in batches.
 //!
 //! The server around it (`mission-server`) routes calls here: in one process straight to the
 //! task; with several replicas on PostgreSQL the leader runs the task and the others send it their
@@ -15,6 +15,7 @@
 
 mod chunks;
 mod fleet;
+mod limits;
 mod queue;
 mod state;
 #[cfg(test)]
@@ -133,6 +134,18 @@ pub enum Call {
         /// The pilot's LZ.
         lz_id: Uuid,
     },
+    /// A project's limits on a station were set or removed in the store: read them again.
+    LimitsChanged {
+        /// The project.
+        project_id: Uuid,
+        /// The station.
+        station_id: Uuid,
+    },
+    /// What a project's jobs hold and how many wait, per station; answered with its usage.
+    ProjectUsage {
+        /// The project.
+        project_id: Uuid,
+    },
     /// Remove a landing zone of a station, or with `lz_id` `None` the whole station.
     Remove {
         /// The station.
@@ -161,6 +174,11 @@ pub enum Outcome {
         /// The demand.
         demand: mission_api::lz::Demand,
     },
+    /// What a project holds and has queued, per station where it has either.
+    ProjectUsage {
+        /// (station, what it holds and has queued there).
+        usage: Vec<(Uuid, mission_api::ResourcesInUse)>,
+    },
     /// Whether something was removed.
     Removed {
         /// It was.
@@ -173,7 +191,7 @@ pub enum Outcome {
 /// Why the scheduler refused or failed a call. It crosses between replicas as it is; routes
 /// render it as an API error (4xx or 5xx).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
-#[serde(tag = "error", rename_all = "snake_case")]
+#[serde(tag = "error", content = "detail", rename_all = "snake_case")]
 pub enum SchedulerError {
     /// The call asks for what cannot be (a 400), naming the request field at fault if one is.
     #[error("{detail}")]

@@ -2,8 +2,8 @@
 //!
 //! [`Queue`] keeps every queued job as a [`Queued`] entry: its id and what placement needs (about
 //! a hundred bytes; the job's row stays in the store and is read when the job is placed). The
-//! jobs are filed in **sub-queues** keyed by [`QueueKey`] (station and user; projects join the key
-//! with fair-share), each in submission order. A placement pass looks only at the sub-queues'
+//! jobs are filed in **sub-queues** keyed by [`QueueKey`] (station, project and user), each in
+//! submission order. A placement pass looks only at the sub-queues'
 //! heads, in the order [`Queue::next_head`] chooses, and goes down a sub-queue only as far as
 //! placement gets; so its cost follows what it places, not how many jobs wait.
 //!
@@ -28,11 +28,13 @@ use uuid::Uuid;
 
 use super::chunks::ChunkMap;
 
-/// Which sub-queue a job waits in: one per user and station (with fair-share, per project too).
+/// Which sub-queue a job waits in: one per station, project and user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct QueueKey {
     /// The station the job runs on.
     pub station_id: Uuid,
+    /// The project it is charged to.
+    pub project_id: Uuid,
     /// Whose job it is.
     pub user_id: Uuid,
 }
@@ -40,7 +42,7 @@ pub(crate) struct QueueKey {
 impl QueueKey {
     /// The sub-queue of `job`.
     pub fn of(job: &Job) -> Self {
-        Self { station_id: job.station_id, user_id: job.user_id }
+        Self { station_id: job.station_id, project_id: job.project_id, user_id: job.user_id }
     }
 }
 
@@ -210,6 +212,10 @@ struct Place {
 pub struct Queue {
     queues: Vec<SubQueue>,
     numbers: HashMap<QueueKey, u32>,
+    /// The sub-queues of each (station, user), one per project they queue jobs in there.
+    of_user: HashMap<(Uuid, Uuid), Vec<u32>>,
+    /// Queued jobs per (station, project).
+    per_project: HashMap<(Uuid, Uuid), u64>,
     places: HashMap<Uuid, Place>,
     /// Entries of held jobs.
     held: HashMap<Uuid, Queued>,
@@ -232,6 +238,7 @@ impl Queue {
         let n = self.queues.len() as u32;
         self.queues.push(SubQueue { key, runnable: ChunkMap::default(), line: RankSet::default() });
         self.numbers.insert(key, n);
+        self.of_user.entry((key.station_id, key.user_id)).or_default().push(n);
         n
     }
 
@@ -246,6 +253,7 @@ impl Queue {
             None => *station.shapes.entry(entry.shape()).or_default() += 1,
         }
         self.queues[queue as usize].line.insert(seq);
+        *self.per_project.entry((key.station_id, key.project_id)).or_default() += 1;
         self.places.insert(entry.job_id, Place { queue, seq, held });
         if held {
             self.held.insert(entry.job_id, entry);
@@ -289,6 +297,12 @@ impl Queue {
         let sub = &mut self.queues[place.queue as usize];
         sub.line.remove(place.seq);
         let key = sub.key;
+        if let Some(n) = self.per_project.get_mut(&(key.station_id, key.project_id)) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_project.remove(&(key.station_id, key.project_id));
+            }
+        }
         let station = self.stations.get_mut(&key.station_id).expect("filed on insert");
         station.line.remove(place.seq);
         match entry.requested_lz_id {
@@ -329,13 +343,27 @@ impl Queue {
         Some((sub.key, place.seq, entry))
     }
 
-    /// Where a queued job stands: how many queued jobs of its station and of its sub-queue come
-    /// before it, plus one.
+    /// Where a queued job stands: how many queued jobs of its station, and of its user there
+    /// (in every project's sub-queue), come before it, plus one.
     pub fn position(&self, job_id: Uuid) -> Option<QueuePosition> {
         let place = self.places.get(&job_id)?;
-        let sub = &self.queues[place.queue as usize];
-        let station = self.stations.get(&sub.key.station_id)?;
-        Some(QueuePosition { station: station.line.rank(place.seq) + 1, own: sub.line.rank(place.seq) + 1 })
+        let key = self.queues[place.queue as usize].key;
+        let station = self.stations.get(&key.station_id)?;
+        let own: u64 = self.of_user[&(key.station_id, key.user_id)]
+            .iter()
+            .map(|q| self.queues[*q as usize].line.rank(place.seq))
+            .sum();
+        Some(QueuePosition { station: station.line.rank(place.seq) + 1, own: own + 1 })
+    }
+
+    /// How many jobs of `project` are queued on `station`.
+    pub(crate) fn project_len(&self, station: Uuid, project: Uuid) -> u64 {
+        self.per_project.get(&(station, project)).copied().unwrap_or(0)
+    }
+
+    /// How many jobs of `project` are queued, per station.
+    pub(crate) fn project_lens(&self, project: Uuid) -> impl Iterator<Item = (Uuid, u64)> + '_ {
+        self.per_project.iter().filter(move |((_, p), _)| *p == project).map(|((station, _), n)| (*station, *n))
     }
 
     /// How many jobs wait on `stations` (on all, when empty), of `user` (anyone's, when `None`):
@@ -363,7 +391,11 @@ impl Queue {
         };
         let line = match user {
             None => &self.stations.get(&station)?.line,
-            Some(user_id) => &self.queues[*self.numbers.get(&QueueKey { station_id: station, user_id })? as usize].line,
+            // One line holds them where the user queues in one project there.
+            Some(user_id) => match self.of_user.get(&(station, user_id))?.as_slice() {
+                [one] => &self.queues[*one as usize].line,
+                _ => return None,
+            },
         };
         Some(line.nth_from_last(skip).unwrap_or(0))
     }
@@ -567,8 +599,8 @@ mod tests {
     fn heads_follow_sub_queues_and_positions_count_held_jobs() {
         let station = Uuid::from_u128(100);
         let (ann, bob) = (
-            QueueKey { station_id: station, user_id: Uuid::from_u128(1) },
-            QueueKey { station_id: station, user_id: Uuid::from_u128(2) },
+            QueueKey { station_id: station, project_id: Uuid::from_u128(1), user_id: Uuid::from_u128(1) },
+            QueueKey { station_id: station, project_id: Uuid::from_u128(2), user_id: Uuid::from_u128(2) },
         );
         let mut queue = Queue::default();
         queue.insert(ann, 1, entry(11, 1), false);

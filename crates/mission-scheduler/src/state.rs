@@ -51,6 +51,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::fleet::{Connection, Fleet, LzState, Placed};
+use super::limits::Limits;
 use super::queue::{Dependencies, Policies, Queue, QueueKey, Queued, Settled};
 use super::{Call, Event, Host, Outcome, Policy, Responder, SchedulerError, SchedulerResult, SessionId, Sessions};
 use mission_store::{self as store, JobUpdate, LzIdentity, Store, StoreError};
@@ -142,6 +143,8 @@ pub struct State {
     lease: Duration,
     max_running_per_user: Option<u32>,
     fleet: Fleet,
+    /// Projects' limits on stations.
+    limits: Limits,
     /// Shared with the routes, which read positions from it.
     queue: Arc<Mutex<Queue>>,
     policies: Policies,
@@ -191,6 +194,7 @@ impl State {
             lease: policy.lease,
             max_running_per_user: policy.max_running_per_user,
             fleet: Fleet::default(),
+            limits: Limits::default(),
             queue,
             policies: Policies::default(),
             dependencies: Dependencies::default(),
@@ -219,6 +223,9 @@ impl State {
             let gpus = (0..lz.resources.map_or(0, |r| r.gpu_count)).collect();
             self.fleet.insert(lz.lz_id, LzState::new(lz.station_id, lz.name, lz.resources, gpus));
         }
+        for record in self.store.project_limits(None).await? {
+            self.limits.set(record);
+        }
         self.load_jobs().await?;
         self.settle_dependencies();
         let batch = std::mem::take(&mut self.batch);
@@ -236,7 +243,7 @@ impl State {
             let policies = &mut self.policies;
             self.store
                 .queued_jobs(|row| {
-                    let key = QueueKey { station_id: row.station_id, user_id: row.user_id };
+                    let key = QueueKey { station_id: row.station_id, project_id: row.project_id, user_id: row.user_id };
                     let waits = !row.after_ok.is_empty() || !row.after_any.is_empty();
                     let entry = Queued {
                         job_id: row.job_id,
@@ -594,6 +601,9 @@ impl State {
             // refused.
             Call::SubmitMany { jobs } => {
                 async {
+                    if let Some(first) = jobs.first() {
+                        self.check_queue_room(first, jobs.len() as u64)?;
+                    }
                     for job in jobs {
                         self.submit(job).await?;
                     }
@@ -643,6 +653,13 @@ impl State {
                 let removed = self.remove_pilot(station_id, lz_id).await;
                 return reply.send(removed.map(|removed| Outcome::Removed { removed }));
             }
+            // Answered after the pass it causes, which may start jobs.
+            Call::LimitsChanged { project_id, station_id } => {
+                self.limits_changed(project_id, station_id).await.map(|()| Outcome::Done)
+            }
+            Call::ProjectUsage { project_id } => {
+                return reply.send(Ok(Outcome::ProjectUsage { usage: self.project_usage(project_id) }));
+            }
             Call::Remove { station_id, lz_id } => {
                 let removed = self.remove(station_id, lz_id).await;
                 return reply.send(removed.map(|removed| Outcome::Removed { removed }));
@@ -652,6 +669,41 @@ impl State {
             Ok(outcome) => self.batch.answers.push(Answer { reply, outcome }),
             Err(e) => reply.send(Err(e)),
         }
+    }
+
+    /// Reads a project's limits on a station again from the store; the station gets a pass, as
+    /// a raised limit may let its jobs start.
+    async fn limits_changed(&mut self, project_id: Uuid, station_id: Uuid) -> SchedulerResult<()> {
+        let records = self.store.project_limits(Some(project_id)).await?;
+        match records.into_iter().find(|r| r.station_id == station_id) {
+            Some(record) => self.limits.set(record),
+            None => self.limits.remove(station_id, project_id),
+        }
+        self.dirty.insert(station_id);
+        Ok(())
+    }
+
+    /// What a project's placed jobs hold and how many of its jobs wait, per station.
+    fn project_usage(&self, project_id: Uuid) -> Vec<(Uuid, mission_api::ResourcesInUse)> {
+        let mut usage: HashMap<Uuid, mission_api::ResourcesInUse> = HashMap::new();
+        for (station, held) in self.fleet.held_by_project(project_id) {
+            let entry = usage.entry(station).or_default();
+            (entry.cpus, entry.memory_mb, entry.gpus) = (held.cpus, held.memory, held.gpus);
+            entry.running_jobs = u64::from(held.jobs);
+        }
+        for (station, queued) in self.queue.lock().expect("not poisoned").project_lens(project_id) {
+            usage.entry(station).or_default().queued_jobs = queued;
+        }
+        let mut usage: Vec<_> = usage.into_iter().collect();
+        usage.sort_unstable_by_key(|(station, _)| *station);
+        usage
+    }
+
+    /// Refuses a submission of `more` jobs like `job` past its project's queued-jobs cap on
+    /// its station.
+    fn check_queue_room(&self, job: &Job, more: u64) -> SchedulerResult<()> {
+        let queued = self.queue.lock().expect("not poisoned").project_len(job.station_id, job.project_id);
+        self.limits.queue_room(job.station_id, job.project_id, queued, more).map_err(SchedulerError::Conflict)
     }
 
     /// Drops the agent-token caches of every replica (after LZs were removed or re-keyed).
@@ -708,6 +760,7 @@ impl State {
                 ),
             });
         }
+        self.check_queue_room(&job, 1)?;
         let standing = self.wait_for(job.job_id, job.user_id, &job.after_ok, &job.after_any).await?;
         if let Standing::Unknown(field, dep) = standing {
             return Err(SchedulerError::invalid_field(field, format!("you have no job {dep}")));
@@ -1222,6 +1275,10 @@ impl State {
         if let Some(limit) = self.max_running_per_user.filter(|limit| self.fleet.placed_of(&key.user_id) >= *limit) {
             let why =
                 format!("its user has {limit} jobs on landing zones, the most the server allows one user at once");
+            return (Verdict::SkipQueue, Some(pending(PendingKind::Quota, why)));
+        }
+        let held = self.fleet.held_by(key.station_id, key.project_id);
+        if let Some(why) = self.limits.refusal(key.station_id, key.project_id, held, job) {
             return (Verdict::SkipQueue, Some(pending(PendingKind::Quota, why)));
         }
         if let Some(reason) = self.offline(key.station_id, job) {

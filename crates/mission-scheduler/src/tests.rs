@@ -151,6 +151,14 @@ impl Harness {
         (FakeAgent { lz: lz.clone(), orders }, *welcome)
     }
 
+    /// Sets `project`'s limits on the default station (JSON of [`mission_api::ProjectLimits`]) in
+    /// the store and tells the task.
+    async fn set_limits(&self, project: Uuid, limits: &str) {
+        let limits: mission_api::ProjectLimits = serde_json::from_str(limits).unwrap();
+        self.store.set_project_limits(project, DEFAULT_STATION_ID, &limits, store::now()).await.unwrap();
+        self.ask(Call::LimitsChanged { project_id: project, station_id: DEFAULT_STATION_ID }).await.unwrap();
+    }
+
     async fn submit(&self, cpus: u32) -> Job {
         self.submit_job(self.new_job(cpus)).await.unwrap()
     }
@@ -680,4 +688,90 @@ async fn with_100_000_queued_a_pass_looks_at_a_few_jobs_and_positions_stay_right
         assert_eq!(h.status(id).await, JobStatus::Completed);
     }
     assert_eq!(h.status(ids[50_000]).await, JobStatus::Stopped);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_project_holds_no_more_than_its_limits_allow_and_says_which_it_reached() {
+    let mut h = Harness::new().await;
+    let lz = h.register("box").await;
+    let (mut agent, _) = h.connect(&lz, 8, Vec::new()).await;
+    let bio = Uuid::new_v4();
+    h.store.insert_project(bio, "bio", "", store::now()).await.unwrap();
+    let of_bio = |h: &Harness, cpus| Job { project_id: bio, ..h.new_job(cpus) };
+
+    // Nominal 2 CPUs and no borrowing: a third CPU is never taken, whatever is free.
+    h.set_limits(bio, r#"{"nominal": {"cpus": 2}, "borrowing_limit": {"cpus": 0}, "max_queued_jobs": 3}"#).await;
+    let (first, second, third) = (of_bio(&h, 1), of_bio(&h, 1), of_bio(&h, 1));
+    for job in [&first, &second, &third] {
+        h.submit_job(job.clone()).await.unwrap();
+    }
+    assert_eq!(agent.runs(), [first.job_id, second.job_id]);
+    let why = (PendingKind::Quota, "project bio has 2 of 2 CPUs on station local and may not borrow".to_owned());
+    assert_eq!(h.pending(third.job_id).await, Some(why));
+    // Other projects' jobs use the room bio may not.
+    let personal = h.submit(3).await;
+    assert_eq!(agent.runs(), [personal.job_id]);
+
+    // The queued-jobs cap refuses a submission past it, and the whole of an array past it.
+    let (fourth, fifth) = (of_bio(&h, 1), of_bio(&h, 1));
+    h.submit_job(fourth.clone()).await.unwrap();
+    h.submit_job(fifth.clone()).await.unwrap();
+    let refused = h.submit_job(of_bio(&h, 1)).await.unwrap_err();
+    let SchedulerError::Conflict(detail) = refused else { panic!("{refused:?}") };
+    assert!(
+        detail.contains("project bio has 3 of its 3 queued jobs on station local; 1 more would pass that"),
+        "{detail}"
+    );
+    let array = vec![of_bio(&h, 1), of_bio(&h, 1)];
+    assert!(matches!(h.ask(Call::SubmitMany { jobs: array }).await, Err(SchedulerError::Conflict(_))));
+    assert_eq!(h.queue.lock().unwrap().count(&[], None), 3, "nothing of the refused array is queued");
+
+    // Borrowing up to 1 more: the third starts, the fourth waits, saying how far bio may go.
+    h.set_limits(bio, r#"{"nominal": {"cpus": 2}, "borrowing_limit": {"cpus": 1}, "max_running_jobs": 5}"#).await;
+    assert_eq!(agent.runs(), [third.job_id]);
+    let Outcome::ProjectUsage { usage } = h.ask(Call::ProjectUsage { project_id: bio }).await.unwrap() else {
+        panic!("not a usage")
+    };
+    let in_use = usage.iter().find(|(station, _)| *station == DEFAULT_STATION_ID).unwrap().1;
+    assert_eq!((in_use.cpus, in_use.memory_mb, in_use.running_jobs, in_use.queued_jobs), (3, 768, 3, 2));
+    let reason = h.pending(fourth.job_id).await.unwrap().1;
+    assert_eq!(
+        reason,
+        "project bio has 3 of 3 CPUs on station local (2 nominal, 1 borrowed at most); this job asks for 1"
+    );
+
+    // At most two running jobs: none more starts until two have ended.
+    h.set_limits(bio, r#"{"max_running_jobs": 2}"#).await;
+    h.report(&agent, first.job_id, JobStatus::Completed).await;
+    assert!(agent.runs().is_empty(), "bio still runs two");
+    h.report(&agent, second.job_id, JobStatus::Completed).await;
+    assert_eq!(agent.runs(), [fourth.job_id], "one of bio's ended, the next starts");
+
+    // Limits survive a hand-over: the new task reads them from the store.
+    h.hand_over().await;
+    h.submit_job(of_bio(&h, 1)).await.unwrap();
+    let (kind, detail) = h.pending(fifth.job_id).await.unwrap();
+    assert_eq!(
+        (kind, detail.as_str()),
+        (PendingKind::Quota, "project bio has 2 of its 2 running jobs on station local")
+    );
+}
+
+/// Every refusal crosses between replicas: each kind of error survives mail as it is.
+#[test]
+fn every_scheduler_error_goes_through_mail() {
+    let errors = [
+        SchedulerError::Invalid { field: Some("lz_id".into()), detail: "no".into() },
+        SchedulerError::Invalid { field: None, detail: "no".into() },
+        SchedulerError::Conflict("taken".into()),
+        SchedulerError::Refused("not yours".into()),
+        SchedulerError::Unavailable("later".into()),
+        SchedulerError::Store("broke".into()),
+    ];
+    for error in errors {
+        let mail: SchedulerResult<Outcome> = Err(error.clone());
+        let text = serde_json::to_string(&mail).unwrap();
+        let back: SchedulerResult<Outcome> = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.unwrap_err(), error, "{text}");
+    }
 }

@@ -192,6 +192,7 @@ impl From<crate::domain::DomainError> for ApiError {
             DomainError::Forbidden(detail) => ApiError::forbidden(detail),
             DomainError::Conflict(detail) => ApiError::conflict(detail),
             DomainError::Store(e) => e.into(),
+            DomainError::Scheduler(e) => e.into(),
         }
     }
 }

@@ -277,6 +277,20 @@ impl Scheduler {
         }
     }
 
+    /// A project's limits on a station were set or removed in the store: placement reads them
+    /// again (and the station gets a pass).
+    pub async fn limits_changed(&self, project_id: Uuid, station_id: Uuid) -> SchedulerResult<()> {
+        self.call(Call::LimitsChanged { project_id, station_id }).await.map(drop)
+    }
+
+    /// What a project's jobs hold and have queued, per station where they have either.
+    pub async fn project_usage(&self, project_id: Uuid) -> SchedulerResult<Vec<(Uuid, mission_api::ResourcesInUse)>> {
+        match self.call(Call::ProjectUsage { project_id }).await? {
+            Outcome::ProjectUsage { usage } => Ok(usage),
+            other => Err(SchedulerError::Store(format!("the scheduler answered {other:?}"))),
+        }
+    }
+
     /// Removes a pilot whose allocation ended; its unfinished jobs go back in the queue.
     pub async fn remove_pilot(&self, station_id: Uuid, lz_id: Uuid) -> ApiResult<bool> {
         match self.ask(Call::RemovePilot { station_id, lz_id }).await? {

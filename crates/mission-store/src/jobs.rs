@@ -105,8 +105,8 @@ static POSTGRES_INSERT_JOBS: LazyLock<String> = LazyLock::new(postgres_insert_jo
 /// The columns of a [`QueuedRow`], in its fields' order.
 macro_rules! queued_columns {
     () => {
-        "seq, job_id, user_id, station_id, requested_lz_id, cpu_count, memory_amount, gpu_count, attempt, retry, \
-        after_ok, after_any"
+        "seq, job_id, user_id, project_id, station_id, requested_lz_id, cpu_count, memory_amount, gpu_count, \
+        attempt, retry, after_ok, after_any"
     };
 }
 
@@ -116,7 +116,7 @@ const QUEUED_PAGE_ROWS: i64 = 20_000;
 /// A page of queued jobs on SQLite, after the sequence number bound first and as many as bound
 /// second: one JSON array of [`QueuedRow`]s, each an array of its columns.
 const SQLITE_QUEUED_PAGE: &str = concat!(
-    "SELECT json_group_array(json_array(seq, job_id, user_id, station_id, requested_lz_id, cpu_count, \
+    "SELECT json_group_array(json_array(seq, job_id, user_id, project_id, station_id, requested_lz_id, cpu_count, \
     memory_amount, gpu_count, attempt, json(retry), json(after_ok), json(after_any))) FROM (SELECT ",
     queued_columns!(),
     " FROM jobs WHERE status = 'queued' AND seq > ? ORDER BY seq LIMIT ?)"
@@ -547,6 +547,7 @@ impl Store {
                         seq: r.count("seq")?,
                         job_id: r.uuid("job_id")?,
                         user_id: r.uuid("user_id")?,
+                        project_id: r.uuid("project_id")?,
                         station_id: r.uuid("station_id")?,
                         requested_lz_id: r.opt_uuid("requested_lz_id")?,
                         cpu_count: r.int("cpu_count")? as u32,
@@ -1141,6 +1142,8 @@ pub struct QueuedRow {
     pub job_id: Uuid,
     /// Whose.
     pub user_id: Uuid,
+    /// The project it is charged to.
+    pub project_id: Uuid,
     /// Its station.
     pub station_id: Uuid,
     /// The landing zone it names.

@@ -37,6 +37,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (24, "list_indexes", include_str!("../migrations/postgres/0024_list_indexes.sql")),
     (25, "job_array_counts", include_str!("../migrations/postgres/0025_job_array_counts.sql")),
     (26, "projects", include_str!("../migrations/postgres/0026_projects.sql")),
+    (27, "project_limits", include_str!("../migrations/postgres/0027_project_limits.sql")),
 ];
 
 /// Connections a replica holds at most.

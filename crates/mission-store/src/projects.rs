@@ -5,18 +5,35 @@
 //! its one member the user as a manager.
 
 use chrono::{DateTime, Utc};
-use mission_api::{Project, ProjectMember, ProjectRole};
+use mission_api::{Project, ProjectLimits, ProjectMember, ProjectRole};
 use uuid::Uuid;
 
 use super::jobs::FINAL_STATUSES;
 use super::row::Columns;
-use super::{Store, StoreError, conflict_on_duplicate, to_micros, with_conn};
+use super::{Store, StoreError, conflict_on_duplicate, to_json, to_micros, with_conn};
 
 /// What a project read selects: its row, the role of the viewer bound as `$1`, and its member
 /// count; `FROM projects p` follows.
 const PROJECT_SELECT: &str = "SELECT p.project_id, p.name, p.description, p.personal_of, p.created_at, \
     p.updated_at, (SELECT m.role FROM project_members m WHERE m.project_id = p.project_id AND m.user_id = $1) \
     AS role, (SELECT COUNT(*) FROM project_members m WHERE m.project_id = p.project_id) AS members";
+
+/// A project's limits on a station, with the names the scheduler's pending reasons use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LimitsRecord {
+    /// The project.
+    pub project_id: Uuid,
+    /// Its name.
+    pub project_name: String,
+    /// The station.
+    pub station_id: Uuid,
+    /// Its name.
+    pub station_name: String,
+    /// The limits.
+    pub limits: ProjectLimits,
+    /// When they were last set.
+    pub updated_at: DateTime<Utc>,
+}
 
 /// The mark that starts a personal project's name, and no other.
 pub const PERSONAL_MARK: char = '~';
@@ -207,6 +224,72 @@ impl Store {
                         username: r.text("username")?,
                         role: parse_role(&r.text("role")?)?,
                         added_at: r.time("added_at")?,
+                    })
+                })
+                .collect()
+        })
+    }
+}
+
+impl Store {
+    /// Sets a project's limits on a station (checked by the caller), replacing any.
+    pub async fn set_project_limits(
+        &self,
+        project_id: Uuid,
+        station_id: Uuid,
+        limits: &ProjectLimits,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        with_conn!(self, writer, |conn| {
+            sqlx::query(
+                "INSERT INTO project_limits (project_id, station_id, limits, updated_at) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (project_id, station_id) DO UPDATE SET limits = EXCLUDED.limits, \
+                 updated_at = EXCLUDED.updated_at",
+            )
+            .bind(project_id.to_string())
+            .bind(station_id.to_string())
+            .bind(to_json(limits))
+            .bind(to_micros(now))
+            .execute(conn)
+            .await?;
+        });
+        Ok(())
+    }
+
+    /// Removes a project's limits on a station; true when it had some.
+    pub async fn delete_project_limits(&self, project_id: Uuid, station_id: Uuid) -> Result<bool, StoreError> {
+        let done = with_conn!(self, writer, |conn| {
+            sqlx::query("DELETE FROM project_limits WHERE project_id = $1 AND station_id = $2")
+                .bind(project_id.to_string())
+                .bind(station_id.to_string())
+                .execute(conn)
+                .await?
+                .rows_affected()
+        });
+        Ok(done == 1)
+    }
+
+    /// The limits of one project (of every project, for `None`), by project and station name.
+    pub async fn project_limits(&self, project_id: Option<Uuid>) -> Result<Vec<LimitsRecord>, StoreError> {
+        with_conn!(self, reader, |conn| {
+            let rows = sqlx::query(
+                "SELECT l.project_id, p.name AS project_name, l.station_id, s.name AS station_name, l.limits, \
+                 l.updated_at FROM project_limits l JOIN projects p USING (project_id) \
+                 JOIN stations s USING (station_id) WHERE CAST($1 AS TEXT) IS NULL OR l.project_id = $1 \
+                 ORDER BY p.name, s.name",
+            )
+            .bind(project_id.map(|id| id.to_string()))
+            .fetch_all(conn)
+            .await?;
+            rows.iter()
+                .map(|r| {
+                    Ok(LimitsRecord {
+                        project_id: r.uuid("project_id")?,
+                        project_name: r.text("project_name")?,
+                        station_id: r.uuid("station_id")?,
+                        station_name: r.text("station_name")?,
+                        limits: r.json("limits")?,
+                        updated_at: r.time("updated_at")?,
                     })
                 })
                 .collect()

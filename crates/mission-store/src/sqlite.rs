@@ -57,6 +57,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (24, "list_indexes", include_str!("../migrations/sqlite/0024_list_indexes.sql")),
     (25, "job_array_counts", include_str!("../migrations/sqlite/0025_job_array_counts.sql")),
     (26, "projects", include_str!("../migrations/sqlite/0026_projects.sql")),
+    (27, "project_limits", include_str!("../migrations/sqlite/0027_project_limits.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

@@ -2,7 +2,11 @@
 
 use anyhow::bail;
 use clap::Subcommand;
-use mission_client::{Client, CreateProject, Project, ProjectRole, UpdateProject, Uuid};
+use mission_client::{
+    Client, CreateProject, Project, ProjectLimits, ProjectRole, ResourceAmounts, StationLimits, UpdateProject, Uuid,
+};
+
+use super::stations::resolve_station;
 
 use crate::output::Output;
 use crate::session;
@@ -68,6 +72,126 @@ pub enum ProjectsCommand {
         /// Username or user id.
         user: String,
     },
+    /// Show a project's limits on each station and what it uses there; with a station and
+    /// flags, set them (admins), replacing what was set; with --clear, remove them.
+    ///
+    /// A project is guaranteed its nominal CPUs, memory and GPUs on the station and may borrow
+    /// idle room beyond them up to its borrowing limit; its jobs past a limit wait, saying which.
+    ///
+    ///   mission projects limits bio lab --cpus 8 --borrow-cpus 0    # 8 CPUs, never more
+    ///   mission projects limits bio lab --cpus 8 --borrow-cpus 8 --max-queued 1000
+    ///   mission projects limits bio                                 # what bio has and uses
+    #[command(verbatim_doc_comment)]
+    Limits(LimitsArgs),
+}
+
+/// `mission projects limits`.
+#[derive(Debug, clap::Args)]
+pub struct LimitsArgs {
+    /// Name or id.
+    project: String,
+    /// The station (name or id) to set or clear the limits on.
+    station: Option<String>,
+    /// CPUs guaranteed (nominal).
+    #[arg(long, requires = "station")]
+    cpus: Option<u32>,
+    /// Megabytes of memory guaranteed.
+    #[arg(long, requires = "station")]
+    memory: Option<u64>,
+    /// GPUs guaranteed.
+    #[arg(long, requires = "station")]
+    gpus: Option<u32>,
+    /// CPUs it may borrow beyond the nominal (0: none; absent: no limit).
+    #[arg(long, requires = "station")]
+    borrow_cpus: Option<u32>,
+    /// Megabytes it may borrow beyond the nominal.
+    #[arg(long, requires = "station")]
+    borrow_memory: Option<u64>,
+    /// GPUs it may borrow beyond the nominal.
+    #[arg(long, requires = "station")]
+    borrow_gpus: Option<u32>,
+    /// Its fair-share weight (default 1).
+    #[arg(long, requires = "station")]
+    share: Option<f64>,
+    /// The most of its jobs running at once.
+    #[arg(long, requires = "station")]
+    max_running: Option<u32>,
+    /// The most of its jobs queued; submissions past it are refused.
+    #[arg(long, requires = "station")]
+    max_queued: Option<u32>,
+    /// Remove its limits on the station.
+    #[arg(long, requires = "station", conflicts_with_all = ["cpus", "memory", "gpus", "borrow_cpus", "borrow_memory", "borrow_gpus", "share", "max_running", "max_queued"])]
+    clear: bool,
+}
+
+impl LimitsArgs {
+    /// The limits the flags give.
+    fn limits(&self) -> ProjectLimits {
+        let amounts = |cpus: Option<u32>, memory_mb: Option<u64>, gpus: Option<u32>| {
+            (cpus.is_some() || memory_mb.is_some() || gpus.is_some()).then_some(ResourceAmounts {
+                cpus,
+                memory_mb,
+                gpus,
+            })
+        };
+        ProjectLimits {
+            share: self.share,
+            nominal: amounts(self.cpus, self.memory, self.gpus),
+            borrowing_limit: amounts(self.borrow_cpus, self.borrow_memory, self.borrow_gpus),
+            max_running_jobs: self.max_running,
+            max_queued_jobs: self.max_queued,
+        }
+    }
+
+    async fn run(self, client: &Client, out: Output) -> anyhow::Result<()> {
+        let project_id = resolve_project(client, &self.project).await?;
+        let Some(station) = &self.station else {
+            let all = client.project_limits(project_id).await?;
+            let rows = all.iter().map(limits_row).collect();
+            let heads = ["STATION", "CPUS", "MEMORY MB", "GPUS", "RUNNING", "QUEUED", "SHARE"];
+            out.table(&all, &heads, rows);
+            return Ok(());
+        };
+        let station_id = resolve_station(client, station).await?;
+        if self.clear {
+            if !client.delete_project_limits(project_id, station_id).await? {
+                bail!("project {} has no limits on station {station}", self.project);
+            }
+            let message = format!("removed the limits of {} on {station}", self.project);
+            out.done(&serde_json::json!({ "cleared": station_id }), &message);
+            return Ok(());
+        }
+        let limits = self.limits();
+        if limits == ProjectLimits::default() {
+            bail!("nothing to set: give --cpus, --borrow-cpus, --max-running, … (or --clear to remove them)");
+        }
+        let set = client.set_project_limits(project_id, station_id, &limits).await?;
+        out.done(&set, &format!("set the limits of {} on {station}", self.project));
+        Ok(())
+    }
+}
+
+/// One row of the limits table: what is in use against each limit, as `USED/NOMINAL+BORROW`.
+fn limits_row(l: &StationLimits) -> Vec<String> {
+    let (nominal, borrow) = (l.limits.nominal.unwrap_or_default(), l.limits.borrowing_limit);
+    let against = |used: u64, nominal: Option<u64>, borrow: Option<Option<u64>>| {
+        let borrow = match borrow {
+            None | Some(None) => "+any".to_owned(),
+            Some(Some(0)) => String::new(),
+            Some(Some(b)) => format!("+{b}"),
+        };
+        format!("{used}/{}{borrow}", nominal.unwrap_or(0))
+    };
+    let cap = |n: Option<u32>| n.map_or_else(|| "-".to_owned(), |n| n.to_string());
+    vec![
+        l.station_name.clone(),
+        against(l.in_use.cpus, nominal.cpus.map(u64::from), borrow.map(|b| b.cpus.map(u64::from))),
+        against(l.in_use.memory_mb, nominal.memory_mb, borrow.map(|b| b.memory_mb)),
+        against(l.in_use.gpus, nominal.gpus.map(u64::from), borrow.map(|b| b.gpus.map(u64::from))),
+        format!("{}/{}", l.in_use.running_jobs, cap(l.limits.max_running_jobs)),
+        format!("{}/{}", l.in_use.queued_jobs, cap(l.limits.max_queued_jobs)),
+        l.limits.share.unwrap_or(1.0).to_string(),
+    ]
 }
 
 fn parse_role(given: &str) -> Result<ProjectRole, String> {
@@ -185,6 +309,7 @@ impl ProjectsCommand {
                 let member = client.set_project_member(resolve_project(&client, &project).await?, &user, role).await?;
                 out.done(&member, &format!("{} is a {} of {project}", member.username, member.role));
             }
+            ProjectsCommand::Limits(args) => args.run(&client, out).await?,
             ProjectsCommand::RemoveMember { project, user } => {
                 if !client.remove_project_member(resolve_project(&client, &project).await?, &user).await? {
                     bail!("{user} is not a member of {project}");

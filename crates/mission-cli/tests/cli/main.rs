@@ -616,6 +616,16 @@ async fn run_and_jobs_commands_on_the_embedded_landing_zone() {
     assert!(listed.contains("bio") && listed.contains("~admin") && listed.contains("YOUR ROLE"), "{listed}");
     let shown = fx.ok("admin", &["projects", "get", "bio"]).await;
     assert!(shown.contains("kind:") && shown.contains("shared") && shown.contains("biology"), "{shown}");
+    fx.ok("admin", &["projects", "limits", "bio", "local", "--cpus", "1", "--borrow-cpus", "0", "--max-queued", "5"])
+        .await;
+    let table = fx.ok("admin", &["projects", "limits", "bio"]).await;
+    assert!(
+        table.contains("STATION") && table.contains("local") && table.contains("0/1 ") && table.contains("0/5"),
+        "{table}"
+    );
+    let nothing = fx.run("admin", &["projects", "limits", "bio", "local"]).await;
+    assert!(String::from_utf8_lossy(&nothing.stderr).contains("nothing to set"));
+    fx.ok("admin", &["projects", "limits", "bio", "local", "--clear"]).await;
     let refused = fx.run("admin", &["projects", "delete", "bio"]).await;
     assert!(String::from_utf8_lossy(&refused.stderr).contains("holds 1 mission(s)"));
     fx.ok("admin", &["missions", "update", &in_bio, "--project", "~admin"]).await;

@@ -42,6 +42,9 @@ pub enum DomainError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The scheduler refused or failed.
+    #[error(transparent)]
+    Scheduler(#[from] mission_scheduler::SchedulerError),
 }
 
 impl DomainError {

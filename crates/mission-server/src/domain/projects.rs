@@ -6,7 +6,11 @@
 //! revealing that it exists. A personal project is its user's alone: it keeps its name, its one
 //! member and its life (it goes only with its user).
 
-use mission_api::{CreateProject, Project, ProjectMember, ProjectRole, UpdateProject};
+use std::collections::BTreeMap;
+
+use mission_api::{
+    CreateProject, Project, ProjectLimits, ProjectMember, ProjectRole, ResourcesInUse, StationLimits, UpdateProject,
+};
 use mission_store::PERSONAL_MARK;
 use uuid::Uuid;
 
@@ -143,6 +147,74 @@ async fn shared_and_managed(app: &AppState, who: Principal, project_id: Uuid) ->
         )));
     }
     Ok(project)
+}
+
+/// The largest share a project may have.
+pub const MAX_SHARE: f64 = 1_000_000.0;
+
+/// Sets a project's limits on a station (admins only), replacing any; placement applies them
+/// from its next pass. Answers the limits with what the project holds there now.
+pub async fn set_limits(
+    app: &AppState,
+    who: Principal,
+    project_id: Uuid,
+    station_id: Uuid,
+    limits: ProjectLimits,
+) -> DomainResult<StationLimits> {
+    visible(app, who, project_id).await?;
+    if !who.admin {
+        return Err(DomainError::Forbidden("only admins set a project's limits".into()));
+    }
+    if app.store.station(station_id).await?.is_none() {
+        return Err(DomainError::not_found("station", station_id));
+    }
+    if let Some(share) = limits.share
+        && !(share > 0.0 && share <= MAX_SHARE)
+    {
+        return Err(DomainError::invalid("share", format!("a weight above 0, at most {MAX_SHARE}")));
+    }
+    app.store.set_project_limits(project_id, station_id, &limits, mission_store::now()).await?;
+    app.scheduler.limits_changed(project_id, station_id).await?;
+    let all = self::limits(app, who, project_id).await?;
+    all.into_iter().find(|l| l.station_id == station_id).ok_or_else(|| DomainError::not_found("project", project_id))
+}
+
+/// Removes a project's limits on a station (admins only): it may then use any free room there.
+pub async fn delete_limits(app: &AppState, who: Principal, project_id: Uuid, station_id: Uuid) -> DomainResult<()> {
+    visible(app, who, project_id).await?;
+    if !who.admin {
+        return Err(DomainError::Forbidden("only admins set a project's limits".into()));
+    }
+    if !app.store.delete_project_limits(project_id, station_id).await? {
+        return Err(DomainError::not_found("limits of the project on station", station_id));
+    }
+    app.scheduler.limits_changed(project_id, station_id).await?;
+    Ok(())
+}
+
+/// A project's limits on each station that has some, and what it holds and has queued there,
+/// with the stations where it holds or queues jobs without limits; by station name.
+pub async fn limits(app: &AppState, who: Principal, project_id: Uuid) -> DomainResult<Vec<StationLimits>> {
+    visible(app, who, project_id).await?;
+    let mut usage: BTreeMap<Uuid, ResourcesInUse> =
+        app.scheduler.project_usage(project_id).await?.into_iter().collect();
+    let mut all = Vec::new();
+    for record in app.store.project_limits(Some(project_id)).await? {
+        all.push(StationLimits {
+            station_id: record.station_id,
+            station_name: record.station_name,
+            limits: record.limits,
+            in_use: usage.remove(&record.station_id).unwrap_or_default(),
+            updated_at: Some(record.updated_at),
+        });
+    }
+    for (station_id, in_use) in usage {
+        let Some(station) = app.store.station(station_id).await? else { continue };
+        let limits = ProjectLimits::default();
+        all.push(StationLimits { station_id, station_name: station.name, limits, in_use, updated_at: None });
+    }
+    all.sort_by(|a, b| a.station_name.cmp(&b.station_name));
+    Ok(all)
 }
 
 /// Checks that `who` may own missions in `project_id` and charge jobs to it, the request's

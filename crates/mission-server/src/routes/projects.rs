@@ -4,7 +4,9 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use mission_api::{CreateProject, Project, ProjectMember, ProjectPage, SetProjectMember, UpdateProject};
+use mission_api::{
+    CreateProject, Project, ProjectLimits, ProjectMember, ProjectPage, SetProjectMember, StationLimits, UpdateProject,
+};
 
 use super::extract::{ApiJson, QueryPairs, page_number, page_size, parse_id};
 use super::stations::member_named;
@@ -127,5 +129,48 @@ pub async fn remove_member(
     projects::visible(&app, who, project_id).await?;
     let user_id = member_named(&app, &user).await?;
     projects::remove_member(&app, who, project_id, user_id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The project's limits on each station that has some, with what it holds and has queued there
+/// (and the stations where it has jobs but no limits).
+#[utoipa::path(get, path = "/api/v1/projects/{id}/limits", tag = "projects",
+    params(("id" = uuid::Uuid, Path, description = "project id")),
+    responses((status = 200, body = [StationLimits]), (status = 404, body = mission_api::Problem)))]
+pub async fn limits(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Vec<StationLimits>>> {
+    Ok(Json(projects::limits(&app, who, parse_id("project_id", &id)?).await?))
+}
+
+/// Sets what the project may hold on a station (admins only), replacing what was set; its jobs
+/// past a limit wait, their pending reason naming it.
+#[utoipa::path(put, path = "/api/v1/projects/{id}/limits/{station_id}", tag = "projects", request_body = ProjectLimits,
+    params(("id" = uuid::Uuid, Path, description = "project id"), ("station_id" = uuid::Uuid, Path, description = "station id")),
+    responses((status = 200, body = StationLimits), (status = 400, body = mission_api::Problem),
+        (status = 403, body = mission_api::Problem), (status = 404, body = mission_api::Problem)))]
+pub async fn set_limits(
+    State(app): State<AppState>,
+    who: Principal,
+    Path((id, station)): Path<(String, String)>,
+    ApiJson(req): ApiJson<ProjectLimits>,
+) -> ApiResult<Json<StationLimits>> {
+    let (project_id, station_id) = (parse_id("project_id", &id)?, parse_id("station_id", &station)?);
+    Ok(Json(projects::set_limits(&app, who, project_id, station_id, req).await?))
+}
+
+/// Removes the project's limits on a station (admins only).
+#[utoipa::path(delete, path = "/api/v1/projects/{id}/limits/{station_id}", tag = "projects",
+    params(("id" = uuid::Uuid, Path, description = "project id"), ("station_id" = uuid::Uuid, Path, description = "station id")),
+    responses((status = 204), (status = 403, body = mission_api::Problem), (status = 404, body = mission_api::Problem)))]
+pub async fn delete_limits(
+    State(app): State<AppState>,
+    who: Principal,
+    Path((id, station)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let (project_id, station_id) = (parse_id("project_id", &id)?, parse_id("station_id", &station)?);
+    projects::delete_limits(&app, who, project_id, station_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

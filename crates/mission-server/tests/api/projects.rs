@@ -3,11 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use mission_api::{RunJob, UpdateProject};
+use mission_api::lz::{Order, Report};
+use mission_api::{JobStatus, PendingKind, ProjectLimits, Resources, RunJob, UpdateProject};
 use mission_client::{CreateMission, CreateProject, Error, ProjectRole, UpdateMission, Uuid};
 use mission_server::DEFAULT_STATION_ID as LOCAL_STATION;
 use mission_server::catalogue::SHELL;
-use mission_testkit::TestServer;
+use mission_testkit::{FakeAgent, TestServer};
 
 use crate::status;
 
@@ -133,4 +134,80 @@ async fn projects_members_and_what_they_are_charged() {
 
 async fn mia_id(mia: &mission_client::Client) -> Uuid {
     mia.whoami().await.unwrap().user_id
+}
+
+/// The next job the agent is told to run (within 10 s).
+async fn next_run(agent: &mut FakeAgent) -> Uuid {
+    match agent.next_order().await {
+        Order::Run(job) => job.job_id,
+        other => panic!("expected a run order, got {other:?}"),
+    }
+}
+
+/// The agent runs a job to its end.
+async fn complete(agent: &FakeAgent, job_id: Uuid) {
+    let now = mission_store::now();
+    agent.report(&[Report::new(job_id, JobStatus::Running, now), Report::new(job_id, JobStatus::Completed, now)]).await;
+}
+
+#[tokio::test]
+async fn a_project_never_holds_more_than_its_limits_on_a_station() {
+    let server = TestServer::spawn().await;
+    server.add_user("root", true).await;
+    let root = server.sign_in("root").await;
+    let alice = &server.client;
+    let worker = mission_client::RegisterLandingZone { name: "worker".into(), cluster_account: None };
+    let token = root.register_landing_zone(LOCAL_STATION, &worker).await.unwrap().token;
+    let offers = Resources { cpu_count: 4, memory_amount: 4096, gpu_count: 0 };
+    let mut agent = FakeAgent::connect(&server.url, &token, offers).await;
+    let bio = root.create_project(&CreateProject { name: "bio".into(), description: None }).await.unwrap();
+    root.set_project_member(bio.project_id, "alice", ProjectRole::Member).await.unwrap();
+
+    // Only admins set limits; they are checked, and name a station that exists.
+    let one_cpu: ProjectLimits =
+        serde_json::from_str(r#"{"nominal": {"cpus": 1}, "borrowing_limit": {"cpus": 0}, "max_queued_jobs": 2}"#)
+            .unwrap();
+    assert_eq!(status(alice.set_project_limits(bio.project_id, LOCAL_STATION, &one_cpu).await).0, 403);
+    let negative = ProjectLimits { share: Some(-1.0), ..one_cpu.clone() };
+    assert_eq!(
+        status(root.set_project_limits(bio.project_id, LOCAL_STATION, &negative).await),
+        (400, Some("share".into()))
+    );
+    assert_eq!(status(root.set_project_limits(bio.project_id, Uuid::new_v4(), &one_cpu).await).0, 404);
+    let set = root.set_project_limits(bio.project_id, LOCAL_STATION, &one_cpu).await.unwrap();
+    assert_eq!((set.station_name.as_str(), &set.limits, set.in_use), ("local", &one_cpu, Default::default()));
+
+    // One CPU and no borrowing: with four free, bio's second job waits, saying why; others' run.
+    let mission = alice.create_mission(&shell_mission("sweep", Some(bio.project_id))).await.unwrap();
+    let mut jobs = Vec::new();
+    for _ in 0..3 {
+        jobs.push(alice.run_job(mission.mission_id, &run(None)).await.unwrap().job_id);
+    }
+    assert_eq!(next_run(&mut agent).await, jobs[0]);
+    let refused = alice.run_job(mission.mission_id, &run(None)).await;
+    assert!(status(refused).0 == 409, "a fourth passes max_queued_jobs");
+    let theirs = alice.create_mission(&shell_mission("own", None)).await.unwrap();
+    let own = alice.run_job(theirs.mission_id, &run(None)).await.unwrap();
+    assert_eq!(next_run(&mut agent).await, own.job_id, "room bio may not use goes to others");
+    let waiting = alice.get_job(jobs[1]).await.unwrap();
+    let reason = waiting.pending_reason.unwrap();
+    assert_eq!(
+        (reason.kind, reason.detail.as_str()),
+        (PendingKind::Quota, "project bio has 1 of 1 CPUs on station local and may not borrow")
+    );
+    let used = &alice.project_limits(bio.project_id).await.unwrap()[0];
+    assert_eq!((used.in_use.cpus, used.in_use.running_jobs, used.in_use.queued_jobs), (1, 1, 2));
+
+    // Its job ends: the next of bio's starts, and only it.
+    complete(&agent, jobs[0]).await;
+    assert_eq!(next_run(&mut agent).await, jobs[1]);
+    assert!(agent.next_order_within(std::time::Duration::from_millis(500)).await.is_none(), "still one CPU");
+
+    // Without limits it takes the free room at once.
+    assert!(root.delete_project_limits(bio.project_id, LOCAL_STATION).await.unwrap());
+    assert!(!root.delete_project_limits(bio.project_id, LOCAL_STATION).await.unwrap());
+    assert_eq!(next_run(&mut agent).await, jobs[2]);
+    let left = alice.project_limits(bio.project_id).await.unwrap();
+    assert_eq!(left.len(), 1, "the station where it runs jobs, without limits");
+    assert_eq!((left[0].updated_at, left[0].in_use.running_jobs), (None, 2));
 }

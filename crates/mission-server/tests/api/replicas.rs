@@ -334,3 +334,39 @@ async fn a_watcher_on_one_replica_sees_job_changes_made_through_the_other() {
     agent.report(&reports).await;
     until_job_event(&mut events, job.job_id, "completed").await;
 }
+
+#[tokio::test]
+async fn submissions_racing_through_both_replicas_for_a_projects_last_queue_places_never_both_win() {
+    let Some((a, b, _shared)) = two_replicas().await else { return };
+    a.add_user("root", true).await;
+    let root = a.sign_in("root").await;
+    let worker = RegisterLandingZone { name: "worker".into(), cluster_account: None };
+    root.register_landing_zone(LOCAL_STATION, &worker).await.unwrap();
+    let bio = root.create_project(&mission_client::CreateProject { name: "bio".into(), description: None }).await;
+    let bio = bio.unwrap().project_id;
+    root.set_project_member(bio, "alice", mission_client::ProjectRole::Member).await.unwrap();
+    let limits = mission_client::ProjectLimits { max_queued_jobs: Some(5), ..Default::default() };
+    root.set_project_limits(bio, LOCAL_STATION, &limits).await.unwrap();
+    let shell = CreateMission {
+        name: "race".into(),
+        mission_type_id: Some(SHELL),
+        settings: Some(BTreeMap::from([("filename".to_owned(), "run.sh".to_owned())])),
+        project_id: Some(bio),
+        ..Default::default()
+    };
+    let mission = a.client.create_mission(&shell).await.unwrap();
+    // No agent is connected: every job accepted stays queued, and counts against the cap.
+    let run = mission_api::RunJob { station_id: LOCAL_STATION, cpu_count: Some(1), ..Default::default() };
+    let tries = (0..12).map(|i| {
+        let replica = if i % 2 == 0 { &a } else { &b };
+        replica.client.run_job(mission.mission_id, &run)
+    });
+    let results = futures_util::future::join_all(tries).await;
+    let accepted = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(accepted, 5, "exactly the cap is accepted: {results:?}");
+    for refused in results.iter().filter_map(|r| r.as_ref().err()) {
+        assert_eq!(refused.problem().map(|p| p.status), Some(409), "{refused}");
+    }
+    let used = &b.client.project_limits(bio).await.unwrap()[0];
+    assert_eq!(used.in_use.queued_jobs, 5);
+}

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use mission_client::{
-    Client, CreateCargoBay, CreateMission, CreateProject, CreateStation, CreateWebhook, ProjectLimits, ListDeliveries, ListJobs, ListMissions,
-    LogStream, RegisterLandingZone, RunJob, UpdateMission, UpdateProject, UsageQuery,
+    Client, CreateCargoBay, CreateMission, CreateProject, CreateStation, CreateWebhook, ListDeliveries, ListJobs,
+    ListMissions, LogStream, ProjectLimits, RegisterLandingZone, RunJob, UpdateMission, UpdateProject, UsageQuery,
 };
 use pyo3::exceptions::PyTimeoutError;
 use pyo3::prelude::*;

@@ -261,13 +261,16 @@ class Client:
         mission_type_ids: Optional[List[Id]] = None,
         archived: Optional[bool] = None,
         labels: Optional[Dict[str, str]] = None,
+        project_ids: Optional[List[Id]] = None,
     ) -> List[Mission]:
         """The missions you may read (your own and public ones), newest first, one page; with
-        ``labels``, only missions with every one of them."""
+        ``labels``, only missions with every one of them; with ``project_ids`` (projects of
+        yours), every mission of those projects, whoever owns it."""
         query = {
             "mission_ids": _ids(mission_ids),
             "names": list(names or []),
             "user_ids": _ids(user_ids),
+            "project_ids": _ids(project_ids),
             "page": page,
             "items": items,
             "mission_type_ids": _ids(mission_type_ids),
@@ -500,10 +503,13 @@ class Client:
         items: int = 25,
         labels: Optional[Dict[str, str]] = None,
         array_ids: Optional[List[Id]] = None,
+        project_ids: Optional[List[Id]] = None,
     ) -> List[Job]:
         """Your jobs, newest first, one page; with ``labels``, only jobs with every one of them;
-        with ``array_ids``, only elements of those job arrays."""
+        with ``array_ids``, only elements of those job arrays; with ``project_ids`` (projects of
+        yours), every job charged to them, whoever started it."""
         query = {"mission_ids": _ids(mission_ids), "station_ids": _ids(station_ids), "array_ids": _ids(array_ids),
+                 "project_ids": _ids(project_ids),
                  "statuses": list(statuses or []), "labels": sorted((labels or {}).items()),
                  "page": page, "items": items}
         return _many(Job, self._native.list_jobs(json.dumps(query)))

@@ -41,6 +41,8 @@ def test_projects_members_and_what_jobs_are_charged_to(client, tmp_path):
         assert client.wait_for_job(started.job_id, timeout=120).status == "completed"
     with pytest.raises(mission.Invalid, match="project_id"):
         client.run_job_on_station(made.mission_id, LOCAL_STATION, project_id=uuid.uuid4())
+    assert [m.mission_id for m in client.list_missions(project_ids=[bio.project_id])] == [made.mission_id]
+    assert [j.job_id for j in client.list_jobs(project_ids=[bio.project_id])] == [job.job_id]
 
     limits = client.set_project_limits(bio.project_id, LOCAL_STATION, nominal={"cpus": 1},
                                        borrowing_limit={"cpus": 0}, max_queued_jobs=10)

@@ -35,6 +35,8 @@ pub struct ListJobs {
     pub mission_ids: Vec<Uuid>,
     /// Only jobs on these stations.
     pub station_ids: Vec<Uuid>,
+    /// Only jobs charged to these projects of the caller's: every one, whoever started it.
+    pub project_ids: Vec<Uuid>,
     /// Only elements of these job arrays.
     pub array_ids: Vec<Uuid>,
     /// Only jobs in these states.
@@ -52,6 +54,7 @@ impl Default for ListJobs {
         Self {
             mission_ids: Vec::new(),
             station_ids: Vec::new(),
+            project_ids: Vec::new(),
             array_ids: Vec::new(),
             statuses: Vec::new(),
             labels: Vec::new(),
@@ -225,6 +228,7 @@ impl Client {
             vec![("page", options.page.to_string()), ("items", options.items.to_string())];
         query.extend(options.mission_ids.iter().map(|id| ("mission_ids", id.to_string())));
         query.extend(options.station_ids.iter().map(|id| ("station_ids", id.to_string())));
+        query.extend(options.project_ids.iter().map(|id| ("project_ids", id.to_string())));
         query.extend(options.array_ids.iter().map(|id| ("array_ids", id.to_string())));
         query.extend(options.statuses.iter().map(|s| ("statuses", s.as_str().to_owned())));
         query.extend(options.labels.iter().map(|(key, value)| ("label", format!("{key}={value}"))));

@@ -23,6 +23,8 @@ pub struct ListMissions {
     pub names: Vec<String>,
     /// Only missions of these owners.
     pub user_ids: Vec<Uuid>,
+    /// Only missions of these projects of the caller's: every one of theirs, whoever owns it.
+    pub project_ids: Vec<Uuid>,
     /// Page number, from 1.
     pub page: u32,
     /// Missions per page, 1 to [`mission_api::MAX_ITEMS_PER_PAGE`].
@@ -41,6 +43,7 @@ impl Default for ListMissions {
             mission_ids: Vec::new(),
             names: Vec::new(),
             user_ids: Vec::new(),
+            project_ids: Vec::new(),
             page: 1,
             items: 25,
             mission_type_ids: Vec::new(),
@@ -56,6 +59,7 @@ impl ListMissions {
         q.extend(self.mission_ids.iter().map(|id| ("ids", id.to_string())));
         q.extend(self.names.iter().map(|n| ("names", n.clone())));
         q.extend(self.user_ids.iter().map(|id| ("user_ids", id.to_string())));
+        q.extend(self.project_ids.iter().map(|id| ("project_ids", id.to_string())));
         q.extend(self.mission_type_ids.iter().map(|id| ("mission_type_ids", id.to_string())));
         if let Some(archived) = self.archived {
             q.push(("archived", archived.to_string()));

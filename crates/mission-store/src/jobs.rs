@@ -1193,6 +1193,7 @@ where
     }
     push_any_of(q, "mission_id", f.mission_ids.iter().map(Uuid::to_string));
     push_any_of(q, "station_id", f.station_ids.iter().map(Uuid::to_string));
+    push_any_of(q, "project_id", f.project_ids.iter().map(Uuid::to_string));
     push_any_of(q, "array_id", f.array_ids.iter().map(Uuid::to_string));
     push_any_of(q, "status", f.statuses.iter().map(|s| s.as_str().to_owned()));
     push_labels(q, &f.labels);

@@ -307,6 +307,8 @@ pub struct ConsoleSessionRecord {
 pub struct MissionFilter {
     /// Only missions this user may read.
     pub visible_to: Option<Uuid>,
+    /// Only missions of these projects.
+    pub project_ids: Vec<Uuid>,
     /// Mission ids.
     pub mission_ids: Vec<Uuid>,
     /// Exact names.
@@ -672,6 +674,8 @@ impl JobUpdate {
 pub struct JobFilter {
     /// Only this user's jobs.
     pub user: Option<Uuid>,
+    /// Only jobs charged to these projects.
+    pub project_ids: Vec<Uuid>,
     /// Missions.
     pub mission_ids: Vec<Uuid>,
     /// Stations.

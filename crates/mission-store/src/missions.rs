@@ -190,6 +190,7 @@ where
     push_any_of(q, "mission_id", filter.mission_ids.iter().map(Uuid::to_string));
     push_any_of(q, "name", filter.names.iter().cloned());
     push_any_of(q, "user_id", filter.user_ids.iter().map(Uuid::to_string));
+    push_any_of(q, "project_id", filter.project_ids.iter().map(Uuid::to_string));
     push_any_of(q, "mission_type_id", filter.mission_type_ids.iter().map(Uuid::to_string));
     push_labels(q, &filter.labels);
     if let Some(archived) = filter.archived {

@@ -10,7 +10,7 @@ use mission_client::{Client, Job, JobArray, JobStatus, ListJobs, LogStream, RunJ
 
 use super::files::{TransferArgs, report_download};
 use super::labels::{apply_label_changes, labels_text, parse_label_arg};
-use super::projects::{project_names, resolve_optional_project};
+use super::projects::{project_names, resolve_optional_project, resolve_project};
 use super::retries::{RetryArgs, retry_text};
 use super::sizes::{Size, log_cap};
 use super::stations::{resolve_lz, resolve_station};
@@ -190,6 +190,10 @@ pub struct ListArgs {
     /// Only jobs on this station, by name or id (repeat for several).
     #[arg(long = "station")]
     stations: Vec<String>,
+    /// Every job charged to this project of yours, whoever started it; by name or id (repeat
+    /// for several).
+    #[arg(long = "project")]
+    projects: Vec<String>,
     /// Only elements of this job array (repeat for several).
     #[arg(long = "array")]
     arrays: Vec<Uuid>,
@@ -464,7 +468,12 @@ impl JobsCommand {
                 for s in &args.stations {
                     station_ids.push(resolve_station(&client, s).await?);
                 }
+                let mut project_ids = Vec::new();
+                for project in &args.projects {
+                    project_ids.push(resolve_project(&client, project).await?);
+                }
                 let options = ListJobs {
+                    project_ids,
                     mission_ids: args.missions,
                     station_ids,
                     array_ids: args.arrays,

@@ -8,7 +8,7 @@ use mission_client::{Client, CreateMission, ListMissions, Mission, UpdateMission
 
 use super::cargo_bays::resolve_bay;
 use super::labels::{apply_label_changes, labels_text, parse_label_arg};
-use super::projects::{project_names, resolve_optional_project};
+use super::projects::{project_names, resolve_optional_project, resolve_project};
 use super::retries::{RetryArgs, retry_text};
 use super::types::resolve_type;
 use crate::output::Output;
@@ -63,6 +63,9 @@ pub struct ListArgs {
     /// Only missions of this owner id (repeatable).
     #[arg(long = "user")]
     users: Vec<Uuid>,
+    /// Every mission of this project of yours, whoever owns it; by name or id (repeatable).
+    #[arg(long = "project")]
+    projects: Vec<String>,
     /// Only missions of this type, by name or id (repeatable).
     #[arg(long = "type")]
     types: Vec<String>,
@@ -221,7 +224,12 @@ impl MissionsCommand {
                 for t in &args.types {
                     mission_type_ids.push(resolve_type(&client, t).await?);
                 }
+                let mut project_ids = Vec::new();
+                for project in &args.projects {
+                    project_ids.push(resolve_project(&client, project).await?);
+                }
                 let options = ListMissions {
+                    project_ids,
                     mission_ids: args.ids,
                     names: args.names,
                     user_ids: args.users,

@@ -610,6 +610,11 @@ async fn run_and_jobs_commands_on_the_embedded_landing_zone() {
     assert!(table.contains("PROJECT") && table.contains(" bio ") && table.contains("~admin"), "{table}");
     let table = fx.ok("admin", &["missions", "list", "--items", "1"]).await;
     assert!(table.contains("PROJECT") && table.contains("bio run") && table.contains(" bio "), "{table}");
+    let of_bio = fx.json("admin", &["jobs", "list", "--project", "bio"]).await;
+    let of_bio = of_bio["jobs"].as_array().unwrap();
+    assert!(of_bio.len() == 1 && of_bio[0]["project_id"] == bio_id.as_str(), "{of_bio:?}");
+    let missions_of_bio = fx.json("admin", &["missions", "list", "--project", "bio"]).await;
+    assert_eq!(missions_of_bio.as_array().unwrap().len(), 1, "{missions_of_bio}");
     let unknown = fx.run("admin", &["run", &in_bio, "--project", "astro"]).await;
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no project \"astro\""));
     let listed = fx.ok("admin", &["projects", "list"]).await;

@@ -149,6 +149,14 @@ async fn shared_and_managed(app: &AppState, who: Principal, project_id: Uuid) ->
     Ok(project)
 }
 
+/// `who`'s role in a project (a personal project's user is its manager), if any.
+pub async fn role(app: &AppState, who: Principal, project_id: Uuid) -> DomainResult<Option<ProjectRole>> {
+    if project_id == who.user_id {
+        return Ok(Some(ProjectRole::Manager));
+    }
+    Ok(app.store.project_role(project_id, who.user_id).await?)
+}
+
 /// The largest share a project may have.
 pub const MAX_SHARE: f64 = 1_000_000.0;
 
@@ -222,23 +230,34 @@ pub async fn limits(app: &AppState, who: Principal, project_id: Uuid) -> DomainR
 /// an admin. A project they may not see is a 400 that does not say whether it exists; a
 /// viewer's a 403.
 pub async fn ensure_may_run(app: &AppState, who: Principal, project_id: Uuid, field: &'static str) -> DomainResult<()> {
-    if project_id == who.user_id {
-        return Ok(());
-    }
     let unknown = || DomainError::invalid(field, format!("no project {project_id} that you may run jobs in"));
-    if who.admin {
-        return match app.store.project(project_id, who.user_id).await? {
+    match role(app, who, project_id).await? {
+        Some(role) if role.may_run() => Ok(()),
+        _ if who.admin => match app.store.project(project_id, who.user_id).await? {
             Some(_) => Ok(()),
             None => Err(unknown()),
-        };
-    }
-    match app.store.project_role(project_id, who.user_id).await? {
-        Some(role) if role.may_run() => Ok(()),
+        },
         Some(role) => Err(DomainError::Forbidden(format!(
             "you are a {role} of project {project_id}: only its members and managers own missions and run jobs in it"
         ))),
         None => Err(unknown()),
     }
+}
+
+/// Checks that `who` is a member (any role) of every project in `project_ids`, the request's
+/// `field` naming them (admins see every project).
+pub async fn ensure_member_of_each(
+    app: &AppState,
+    who: Principal,
+    project_ids: &[Uuid],
+    field: &'static str,
+) -> DomainResult<()> {
+    for project_id in project_ids {
+        if !who.admin && role(app, who, *project_id).await?.is_none() {
+            return Err(DomainError::invalid(field, format!("no project {project_id} of yours")));
+        }
+    }
+    Ok(())
 }
 
 /// A shared project's name: a name, not starting with [`PERSONAL_MARK`].

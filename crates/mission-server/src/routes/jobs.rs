@@ -34,12 +34,28 @@ use crate::events::Watch;
 use crate::job_logs::LogStream;
 use mission_store::{self as store, JobFilter};
 
-/// Loads a job the caller may see (without its history), as a 404 otherwise.
-pub(super) async fn own_job(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Job> {
+/// Loads a job the caller may read (without its history): their own, one charged to a project
+/// they are a member of (any role), or any for an admin; a 404 otherwise.
+pub(super) async fn readable_job(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Job> {
     let id = parse_id("job_id", raw_id)?;
     match app.store.job_row(id).await? {
         Some(job) if who.admin || job.user_id == who.user_id => Ok(job),
+        Some(job) if projects::role(app, who, job.project_id).await?.is_some() => Ok(job),
         _ => Err(ApiError::not_found("job", id)),
+    }
+}
+
+/// Loads a job the caller may change (stop, relabel, start again): their own, or any for an
+/// admin; 404 if they may not read it, 403 if they only may.
+pub(super) async fn own_job(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Job> {
+    let job = readable_job(app, who, raw_id).await?;
+    if who.admin || job.user_id == who.user_id {
+        Ok(job)
+    } else {
+        Err(ApiError::forbidden(format!(
+            "job {} belongs to another member of its project and is read-only to you",
+            job.job_id
+        )))
     }
 }
 
@@ -319,12 +335,14 @@ fn checked_dependencies(mut after_ok: Vec<Uuid>, mut after_any: Vec<Uuid>) -> Ap
     Ok((after_ok, after_any))
 }
 
-/// Lists the caller's jobs (everyone's, for admins), newest first. Filters repeat:
-/// `mission_ids`, `station_ids`, `array_ids`, `statuses` (any of the values given), `label` (`key=value`,
+/// Lists the caller's jobs (everyone's, for admins; with `project_ids`, every job charged to
+/// those projects of the caller's), newest first. Filters repeat: `mission_ids`, `station_ids`,
+/// `project_ids`, `array_ids`, `statuses` (any of the values given), `label` (`key=value`,
 /// every one given); paging by `page` (from 1) and `items` (1 to 200).
 #[utoipa::path(get, path = "/api/v1/jobs", tag = "jobs",
     params(("mission_ids" = Option<Vec<uuid::Uuid>>, Query, description = "only these missions' jobs"),
         ("station_ids" = Option<Vec<uuid::Uuid>>, Query, description = "only jobs on these stations"),
+        ("project_ids" = Option<Vec<uuid::Uuid>>, Query, description = "only jobs charged to these projects of yours, whoever started them"),
         ("array_ids" = Option<Vec<uuid::Uuid>>, Query, description = "only elements of these job arrays"),
         ("statuses" = Option<Vec<mission_api::JobStatus>>, Query, description = "only jobs in these states"),
         ("label" = Option<Vec<String>>, Query, description = "only jobs with this label, as key=value (repeat: all of them)"),
@@ -341,6 +359,7 @@ pub async fn list(
         match key.as_str() {
             "mission_ids" => filter.mission_ids.push(parse_id(key, value)?),
             "station_ids" => filter.station_ids.push(parse_id(key, value)?),
+            "project_ids" => filter.project_ids.push(parse_id(key, value)?),
             "array_ids" => filter.array_ids.push(parse_id(key, value)?),
             "statuses" => filter.statuses.push(value.parse().map_err(|e: String| ApiError::invalid_field(key, e))?),
             "label" => push_label_filter(&mut filter.labels, value)?,
@@ -348,19 +367,25 @@ pub async fn list(
             "items" => filter.items = page_size(value)?,
             other => {
                 return Err(ApiError::invalid(format!(
-                    "unknown query parameter {other:?}; filters are mission_ids, station_ids, array_ids, statuses, label, page, \
-                     items"
+                    "unknown query parameter {other:?}; filters are mission_ids, station_ids, project_ids, array_ids, \
+                     statuses, label, page, items"
                 )));
             }
         }
     }
-    if filter.mission_ids.len() + filter.station_ids.len() > 500 {
+    if filter.mission_ids.len() + filter.station_ids.len() + filter.project_ids.len() > 500 {
         return Err(ApiError::invalid("at most 500 filter values per request"));
+    }
+    if !filter.project_ids.is_empty() {
+        // A member reads every job charged to their projects, whoever started it.
+        projects::ensure_member_of_each(&app, who, &filter.project_ids, "project_ids").await?;
+        filter.user = None;
     }
     // The queued jobs alone (of a station, of a user) are counted by the scheduler's queue where
     // this process runs it: counting a million rows would take longer than reading the page.
     let queued_only = filter.statuses == [JobStatus::Queued]
         && filter.mission_ids.is_empty()
+        && filter.project_ids.is_empty()
         && filter.array_ids.is_empty()
         && filter.labels.is_empty();
     let known = queued_only.then(|| app.scheduler.queued_count(&filter.station_ids, filter.user)).flatten();
@@ -466,7 +491,7 @@ pub(super) fn event_stream(events: impl futures_util::Stream<Item = Bytes> + Sen
 #[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs", params(("id" = uuid::Uuid, Path, description = "job id")),
     responses((status = 200, body = Job), (status = 404, body = mission_api::Problem)))]
 pub async fn get(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Json<Job>> {
-    let mut job = own_job(&app, who, &id).await?;
+    let mut job = readable_job(&app, who, &id).await?;
     job.history = app.store.job_history(job.job_id).await?;
     app.scheduler.place_in_line(&app.store, std::slice::from_mut(&mut job)).await?;
     Ok(Json(job))
@@ -524,7 +549,7 @@ pub async fn logs(
     Path(id): Path<String>,
     QueryPairs(query): QueryPairs,
 ) -> ApiResult<Response> {
-    let job = own_job(&app, who, &id).await?;
+    let job = readable_job(&app, who, &id).await?;
     let mut stream = LogStream::Stdout;
     let mut follow = false;
     for (key, value) in &query {
@@ -606,7 +631,7 @@ pub async fn results(
     who: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Vec<FileListing>>> {
-    let job = own_job(&app, who, &id).await?;
+    let job = readable_job(&app, who, &id).await?;
     Ok(Json(result_listing(&app, &job).await?))
 }
 
@@ -632,7 +657,7 @@ pub async fn result(
     Path((id, raw_path)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    let job = own_job(&app, who, &id).await?;
+    let job = readable_job(&app, who, &id).await?;
     serve_result(&app, &job, &parse_path(&raw_path)?, &headers).await
 }
 

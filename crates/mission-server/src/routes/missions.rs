@@ -73,11 +73,13 @@ pub(crate) fn check_args(args: &[String]) -> ApiResult<()> {
     Ok(())
 }
 
-/// Loads a mission the caller may read, as a 404 otherwise.
+/// Loads a mission the caller may read, as a 404 otherwise: their own, a public one, one of a
+/// project they are a member of (any role), or any for an admin.
 pub(super) async fn readable(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Mission> {
     let id = parse_id("mission_id", raw_id)?;
     match app.store.mission(id).await? {
         Some(m) if who.admin || m.public || m.user_id == who.user_id => Ok(m),
+        Some(m) if projects::role(app, who, m.project_id).await?.is_some() => Ok(m),
         _ => Err(ApiError::not_found("mission", id)),
     }
 }
@@ -143,8 +145,9 @@ pub async fn create(
 
 /// Lists the missions the caller may read, newest first.
 ///
-/// Query: `ids`, `names`, `user_ids`, `mission_type_ids` (each may repeat; a row matches one of
-/// the values), `archived` (`true`/`false`), `label` (`key=value`, repeats: every one given),
+/// Query: `ids`, `names`, `user_ids`, `project_ids`, `mission_type_ids` (each may repeat; a row
+/// matches one of the values; `project_ids` must be projects of the caller's, and lists every
+/// mission of theirs, whoever owns it), `archived` (`true`/`false`), `label` (`key=value`, repeats: every one given),
 /// `page` (from 1, default 1), `items` (1 to 200,
 /// default 25).
 #[utoipa::path(get, path = "/api/v1/missions", tag = "missions",
@@ -152,6 +155,7 @@ pub async fn create(
         ("ids" = Option<Vec<uuid::Uuid>>, Query, description = "mission ids (repeat the key)"),
         ("names" = Option<Vec<String>>, Query, description = "exact names (repeat the key)"),
         ("user_ids" = Option<Vec<uuid::Uuid>>, Query, description = "owners (repeat the key)"),
+        ("project_ids" = Option<Vec<uuid::Uuid>>, Query, description = "projects of yours (repeat the key): every mission of theirs, whoever owns it"),
         ("mission_type_ids" = Option<Vec<uuid::Uuid>>, Query, description = "mission types (repeat the key)"),
         ("archived" = Option<bool>, Query, description = "archived or not; both when absent"),
         ("search" = Option<String>, Query, max_length = 256, description = "names containing this text, ignoring case"),
@@ -172,6 +176,7 @@ pub async fn list(
             "ids" | "mission_ids" => filter.mission_ids.push(parse_id(key, value)?),
             "names" => filter.names.push(value.clone()),
             "user_ids" => filter.user_ids.push(parse_id(key, value)?),
+            "project_ids" => filter.project_ids.push(parse_id(key, value)?),
             "mission_type_ids" => filter.mission_type_ids.push(parse_id(key, value)?),
             "archived" => {
                 filter.archived = Some(value.parse().map_err(|_| {
@@ -190,16 +195,25 @@ pub async fn list(
             "items" => filter.items = page_size(value)?,
             other => {
                 return Err(ApiError::invalid(format!(
-                    "unknown query parameter {other:?}; filters are ids, names, user_ids, mission_type_ids, archived, \
-                     search, label, page, items"
+                    "unknown query parameter {other:?}; filters are ids, names, user_ids, project_ids, mission_type_ids, \
+                     archived, search, label, page, items"
                 )));
             }
         }
     }
     const MAX_FILTER_VALUES: usize = 500;
-    let values = filter.mission_ids.len() + filter.names.len() + filter.user_ids.len() + filter.mission_type_ids.len();
+    let values = filter.mission_ids.len()
+        + filter.names.len()
+        + filter.user_ids.len()
+        + filter.project_ids.len()
+        + filter.mission_type_ids.len();
     if values > MAX_FILTER_VALUES {
         return Err(ApiError::invalid(format!("at most {MAX_FILTER_VALUES} filter values per request")));
+    }
+    if !filter.project_ids.is_empty() {
+        // A member reads every mission of their projects, whoever owns it.
+        projects::ensure_member_of_each(&app, who, &filter.project_ids, "project_ids").await?;
+        filter.visible_to = None;
     }
     let (missions, has_more) = app.store.list_missions(&filter).await?;
     Ok(Json(MissionPage { missions, page: filter.page, items: filter.items, has_more }))

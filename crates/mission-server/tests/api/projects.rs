@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use mission_api::lz::{Order, Report};
 use mission_api::{JobStatus, PendingKind, ProjectLimits, Resources, RunJob, UpdateProject};
-use mission_client::{CreateMission, CreateProject, Error, ProjectRole, UpdateMission, Uuid};
+use mission_client::{CreateMission, CreateProject, Error, ListJobs, ListMissions, ProjectRole, UpdateMission, Uuid};
 use mission_server::DEFAULT_STATION_ID as LOCAL_STATION;
 use mission_server::catalogue::SHELL;
 use mission_testkit::{FakeAgent, TestServer};
@@ -99,7 +99,8 @@ async fn projects_members_and_what_they_are_charged() {
     // a project they cannot see.
     let in_bio = alice.create_mission(&shell_mission("in bio", Some(bio.project_id))).await.unwrap();
     assert_eq!(in_bio.project_id, bio.project_id);
-    assert_eq!(alice.run_job(in_bio.mission_id, &run(None)).await.unwrap().project_id, bio.project_id);
+    let bio_job = alice.run_job(in_bio.mission_id, &run(None)).await.unwrap();
+    assert_eq!(bio_job.project_id, bio.project_id);
     let charged_home = alice.run_job(in_bio.mission_id, &run(Some(alice_id))).await.unwrap();
     assert_eq!(charged_home.project_id, alice_id, "the run request names the project");
     assert_eq!(alice.run_job(draft.mission_id, &run(Some(bio.project_id))).await.unwrap().project_id, bio.project_id);
@@ -109,6 +110,26 @@ async fn projects_members_and_what_they_are_charged() {
     let ghost = Some(Uuid::new_v4());
     assert_eq!(status(alice.create_mission(&shell_mission("x", ghost)).await), (400, Some("project_id".into())));
     assert_eq!(status(alice.run_job(draft.mission_id, &run(Some(mia_id(&mia).await))).await).0, 400);
+
+    // Every member, viewers too, reads the project's missions and jobs, whoever owns them; only
+    // their owners change them. Outsiders see none of it.
+    assert_eq!(vic.get_mission_by_id(in_bio.mission_id).await.unwrap().name, "in bio");
+    assert_eq!(vic.get_job(bio_job.job_id).await.unwrap().project_id, bio.project_id);
+    assert_eq!(status(vic.stop_job(bio_job.job_id).await).0, 403);
+    let renamed_by_vic = UpdateMission { name: Some("mine".into()), ..Default::default() };
+    assert_eq!(status(vic.update_mission(in_bio.mission_id, &renamed_by_vic).await).0, 403);
+    let of_bio = ListMissions { project_ids: vec![bio.project_id], ..Default::default() };
+    let listed: Vec<String> = vic.list_missions(&of_bio).await.unwrap().into_iter().map(|m| m.name).collect();
+    assert_eq!(listed, ["in bio"]);
+    let charged = ListJobs { project_ids: vec![bio.project_id], ..Default::default() };
+    let charged: Vec<Uuid> = vic.list_jobs(&charged).await.unwrap().into_iter().map(|j| j.job_id).collect();
+    assert!(charged.contains(&bio_job.job_id) && charged.len() == 2, "{charged:?}");
+    assert!(vic.list_jobs(&Default::default()).await.unwrap().is_empty(), "without the filter, their own");
+    let not_theirs = ListJobs { project_ids: vec![alice_id], ..Default::default() };
+    assert_eq!(status(vic.list_jobs(&not_theirs).await), (400, Some("project_ids".into())));
+    let root_sees = ListMissions { project_ids: vec![bio.project_id], ..Default::default() };
+    assert_eq!(root.list_missions(&root_sees).await.unwrap().len(), 1, "admins see every project");
+    assert!(matches!(vic.get_mission_by_id(draft.mission_id).await, Err(Error::NotFound(_))));
 
     // A mission moves to another project of its owner's; its started jobs stay where they were.
     let moved = UpdateMission { project_id: Some(alice_id), ..Default::default() };

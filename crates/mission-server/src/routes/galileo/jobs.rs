@@ -188,7 +188,7 @@ pub async fn list(State(app): State<AppState>, who: Principal, QueryPairs(query)
 /// `GET /jobs/{id}/logs`: what the job wrote so far, its standard output then its standard
 /// error.
 pub async fn logs(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Response> {
-    let job = jobs::own_job(&app, who, &id).await?;
+    let job = jobs::readable_job(&app, who, &id).await?;
     let mut text = Vec::new();
     for stream in crate::job_logs::LogStream::ALL {
         text.extend(app.logs.read(job.mission_id, job.job_id, stream, 0).await.map_err(ApiError::internal)?);
@@ -210,7 +210,7 @@ pub async fn results(
     Path(id): Path<String>,
     QueryPairs(query): QueryPairs,
 ) -> ApiResult<Response> {
-    let job = jobs::own_job(&app, who, &id).await?;
+    let job = jobs::readable_job(&app, who, &id).await?;
     let listing = jobs::result_listing(&app, &job).await?;
     let name = archives::results_name(job.job_id);
     let wanted = query.iter().find_map(|(key, value)| (key == "filename").then_some(value));

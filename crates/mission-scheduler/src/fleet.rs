@@ -14,7 +14,7 @@ use mission_api::{JobStatus, PendingReason, Resources};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::queue::{QueueKey, Queued};
+use super::queue::{QueueKey, Queued, Shape};
 use super::{SessionId, Sessions};
 
 /// A job an LZ holds: its queue entry (what it asks for) and how far it got.
@@ -188,7 +188,7 @@ pub(super) struct Held {
 
 impl Held {
     /// Counts a placed job asking for `(cpus, memory, gpus)` in (`sign` 1) or out (-1).
-    fn count(&mut self, (cpus, memory, gpus): (u32, u64, u32), sign: i64) {
+    fn count(&mut self, (cpus, memory, gpus): Shape, sign: i64) {
         let add = |n: &mut u64, by: u64| *n = n.checked_add_signed(sign * by as i64).expect("counts stay whole");
         self.jobs = self.jobs.checked_add_signed(sign as i32).expect("counts stay whole");
         add(&mut self.cpus, u64::from(cpus));
@@ -323,7 +323,7 @@ impl Fleet {
         }
         let project = (placed.key.station_id, placed.key.project_id);
         if let Some(held) = self.per_project.get_mut(&project) {
-            held.count((placed.entry.cpu_count, placed.entry.memory_amount, placed.entry.gpu_count), -1);
+            held.count(placed.entry.shape(), -1);
             if held.jobs == 0 {
                 self.per_project.remove(&project);
             }
@@ -334,7 +334,7 @@ impl Fleet {
     pub fn hold(&mut self, lz_id: Uuid, placed: Placed) {
         let (job_id, user_id) = (placed.entry.job_id, placed.key.user_id);
         let project = (placed.key.station_id, placed.key.project_id);
-        let shape = (placed.entry.cpu_count, placed.entry.memory_amount, placed.entry.gpu_count);
+        let shape = placed.entry.shape();
         let held = self.update(lz_id, |lz| {
             if lz.max_jobs.is_none() {
                 lz.free_cpu -= i64::from(placed.entry.cpu_count);

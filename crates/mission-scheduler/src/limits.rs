@@ -47,9 +47,11 @@ impl Limits {
     }
 
     /// Why a job asking for `job`'s resources may not start now, when `project` already holds
-    /// `held` on `station`: the limit it would pass, in words; `None` when it may.
-    pub fn refusal(&self, station: Uuid, project: Uuid, held: Held, job: &Queued) -> Option<String> {
+    /// what `held` answers on `station` (asked only where the project has limits there): the
+    /// limit it would pass, in words; `None` when it may.
+    pub fn refusal(&self, station: Uuid, project: Uuid, held: impl FnOnce() -> Held, job: &Queued) -> Option<String> {
         let cap = self.caps.get(&(station, project))?;
+        let held = held();
         let (who, on) = (&cap.project, &cap.station);
         if let Some(most) = cap.limits.max_running_jobs
             && held.jobs >= most

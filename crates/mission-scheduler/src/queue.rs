@@ -73,7 +73,8 @@ impl Queued {
         }
     }
 
-    fn shape(&self) -> Shape {
+    /// CPUs, megabytes and GPUs it asks for.
+    pub(crate) fn shape(&self) -> Shape {
         (self.cpu_count, self.memory_amount, self.gpu_count)
     }
 }
@@ -96,7 +97,7 @@ impl Policies {
 }
 
 /// CPUs, megabytes and GPUs a job asks for.
-type Shape = (u32, u64, u32);
+pub(crate) type Shape = (u32, u64, u32);
 
 /// A set of sequence numbers that says how many of its members come before a number, in
 /// O(members / 1024): members are counted per block of 1024 numbers, and within a block by bits.

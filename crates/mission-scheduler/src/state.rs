@@ -1277,7 +1277,7 @@ impl State {
                 format!("its user has {limit} jobs on landing zones, the most the server allows one user at once");
             return (Verdict::SkipQueue, Some(pending(PendingKind::Quota, why)));
         }
-        let held = self.fleet.held_by(key.station_id, key.project_id);
+        let held = || self.fleet.held_by(key.station_id, key.project_id);
         if let Some(why) = self.limits.refusal(key.station_id, key.project_id, held, job) {
             return (Verdict::SkipQueue, Some(pending(PendingKind::Quota, why)));
         }

@@ -183,7 +183,7 @@ pub async fn set_limits(
     }
     app.store.set_project_limits(project_id, station_id, &limits, mission_store::now()).await?;
     app.scheduler.limits_changed(project_id, station_id).await?;
-    let all = self::limits(app, who, project_id).await?;
+    let all = limits_and_use(app, project_id).await?;
     all.into_iter().find(|l| l.station_id == station_id).ok_or_else(|| DomainError::not_found("project", project_id))
 }
 
@@ -204,6 +204,11 @@ pub async fn delete_limits(app: &AppState, who: Principal, project_id: Uuid, sta
 /// with the stations where it holds or queues jobs without limits; by station name.
 pub async fn limits(app: &AppState, who: Principal, project_id: Uuid) -> DomainResult<Vec<StationLimits>> {
     visible(app, who, project_id).await?;
+    limits_and_use(app, project_id).await
+}
+
+/// [`limits`], the caller's right to see them checked already.
+async fn limits_and_use(app: &AppState, project_id: Uuid) -> DomainResult<Vec<StationLimits>> {
     let mut usage: BTreeMap<Uuid, ResourcesInUse> =
         app.scheduler.project_usage(project_id).await?.into_iter().collect();
     let mut all = Vec::new();

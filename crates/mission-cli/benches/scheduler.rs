@@ -17,9 +17,14 @@
 //!     the one that freed room), and the process's CPU per run order (the driver's own share
 //!     included, so an upper bound for the pass).
 //!
-//! With a million queued first come first served, a job submitted now waits for the million
-//! before it by design; what the queue's length could slow down is the pass that fills freed
-//! room, and that is what the reaction measures. Run: `cargo bench -p mission-cli --bench scheduler`.
+//! The jobs belong to `BENCH_SIM_USERS` users (default 1) in `BENCH_SIM_PROJECTS` projects
+//! (default 1), taken in turn, ordered by `BENCH_SIM_ORDER` (`fair-share`, the server's default,
+//! or `first-come`): fair-share's cost is what a pass pays to rank projects and users by usage,
+//! and it shows against one project and user, or against first come, first served.
+//!
+//! With a million queued, a job submitted now waits for the million before it by design; what
+//! the queue's length could slow down is the pass that fills freed room, and that is what the
+//! reaction measures. Run: `cargo bench -p mission-cli --bench scheduler`.
 
 mod common;
 
@@ -32,7 +37,7 @@ use mission_api::{Job, JobStatus, Resources};
 use mission_server::DEFAULT_STATION_ID;
 use mission_server::agent_tokens::AgentTokens;
 use mission_server::job_logs::JobLogs;
-use mission_server::scheduler::{Policy, Scheduler, Session};
+use mission_server::scheduler::{Policy, QueueOrder, Scheduler, Session};
 use mission_store::{LzIdentity, now, test_support};
 use tokio::sync::Mutex;
 
@@ -78,13 +83,35 @@ async fn main() {
         .split(',')
         .map(|n| n.trim().parse().expect("BENCH_SIM_JOB_CPUS: CPUs, comma-separated"))
         .collect();
+    let order = match std::env::var("BENCH_SIM_ORDER").as_deref() {
+        Ok("first-come") => QueueOrder::FirstCome,
+        Ok("fair-share") | Err(_) => QueueOrder::DEFAULT,
+        Ok(other) => panic!("BENCH_SIM_ORDER: fair-share or first-come, not {other:?}"),
+    };
+    let (projects, users) = (env_or("BENCH_SIM_PROJECTS", 1).max(1), env_or("BENCH_SIM_USERS", 1).max(1));
     let dir = tempfile::tempdir().unwrap();
     let (store, user) = test_support::store_with_user(dir.path()).await;
     let mission = test_support::mission(user.user_id, "sweep");
     store.insert_mission(&mission).await.unwrap();
+    // Who submits: (user, project) in turn; with one of each, the mission's owner and their
+    // personal project.
+    let mut owners = vec![(user.user_id, user.user_id)];
+    if projects > 1 || users > 1 {
+        let mut project_ids = Vec::new();
+        for p in 0..projects {
+            let project_id = uuid::Uuid::new_v4();
+            store.insert_project(project_id, &format!("project-{p}"), "", now()).await.unwrap();
+            project_ids.push(project_id);
+        }
+        owners.clear();
+        for u in 0..users {
+            let member = test_support::add_user(&store, &format!("user-{u}")).await;
+            owners.push((member.user_id, project_ids[u % projects]));
+        }
+    }
     let logs = Arc::new(JobLogs::new(dir.path().join("logs")).unwrap());
     let tokens = Arc::new(AgentTokens::new(store.clone()));
-    let policy = Policy { lease: Duration::from_secs(3600), max_running_per_user: None };
+    let policy = Policy { lease: Duration::from_secs(3600), max_running_per_user: None, order };
     let tasks = tokio_util::task::TaskTracker::new();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let scheduler = Scheduler::start(store.clone(), logs, tokens, policy, &tasks, shutdown.clone()).await.unwrap();
@@ -119,10 +146,14 @@ async fn main() {
     while submitted < total {
         let n = SUBMIT_CHUNK.min(total - submitted);
         let jobs = (submitted..submitted + n)
-            .map(|i| Job {
-                cpu_count: job_cpus[i % job_cpus.len()],
-                memory_amount: 512,
-                ..Job::queued(mission.mission_id, user.user_id, DEFAULT_STATION_ID, vec!["true".into()], now())
+            .map(|i| {
+                let (user_id, project_id) = owners[i % owners.len()];
+                Job {
+                    cpu_count: job_cpus[i % job_cpus.len()],
+                    memory_amount: 512,
+                    project_id,
+                    ..Job::queued(mission.mission_id, user_id, DEFAULT_STATION_ID, vec!["true".into()], now())
+                }
             })
             .collect();
         scheduler.submit_many(jobs).await.unwrap();
@@ -200,6 +231,7 @@ async fn main() {
     let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1000.0);
     println!("| measure | value | target |");
     println!("|---|---|---|");
+    println!("| order; who submits | {order:?}; {users} users in {projects} projects, in turn | |");
     println!("| landing zones connected | {lzs} ({capacity} CPUs) in {} | |", ms(connected));
     println!(
         "| jobs submitted in writes of {SUBMIT_CHUNK} | {total} in {:.1} s: {running} placed, {waiting} queued | |",

@@ -3,8 +3,9 @@
 //! the best fit (or the LZ to hold for a large job) without a look at every landing zone.
 //!
 //! Whatever changes an LZ's room or connection goes through [`Fleet`] (`hold`, `release`,
-//! `update`, `insert`, `remove`), which keeps the index, the job → LZ map and the per-user count
-//! of placed jobs current.
+//! `update`, `insert`, `remove`), which keeps the index, the job → LZ map, the per-user and
+//! per-project counts of placed jobs and fair-share's usage ([`Usage`]: charged as a job is held,
+//! settled as it is released) current.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use mission_api::{JobStatus, PendingReason, Resources};
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use super::fair_share::Usage;
 use super::queue::{QueueKey, Queued, Shape};
 use super::{SessionId, Sessions};
 
@@ -82,6 +84,18 @@ impl LzState {
             lease_until: None,
             jobs: HashMap::new(),
             max_jobs: None,
+        }
+    }
+
+    /// Counts a placed job (with its `gpu_indices`) against the free room (a gateway counts jobs
+    /// instead).
+    fn take_room(&mut self, placed: &Placed) {
+        if self.max_jobs.is_none() {
+            self.free_cpu -= i64::from(placed.entry.cpu_count);
+            self.free_memory -= placed.entry.memory_amount as i64;
+            for g in &placed.gpu_indices {
+                self.free_gpus.remove(g);
+            }
         }
     }
 
@@ -161,7 +175,6 @@ impl StationLzs {
 }
 
 /// The landing zones; see the module docs.
-#[derive(Default)]
 pub(super) struct Fleet {
     lzs: HashMap<Uuid, LzState>,
     stations: HashMap<Uuid, StationLzs>,
@@ -171,6 +184,8 @@ pub(super) struct Fleet {
     per_user: HashMap<Uuid, u32>,
     /// What each project's placed jobs hold on each station, by (station, project).
     per_project: HashMap<(Uuid, Uuid), Held>,
+    /// What the projects and their users used, decayed, and the placed jobs' charges.
+    pub usage: Usage,
 }
 
 /// What a project's placed jobs hold on a station.
@@ -198,6 +213,18 @@ impl Held {
 }
 
 impl Fleet {
+    /// No landing zones yet; placed jobs are charged to `usage`.
+    pub fn new(usage: Usage) -> Self {
+        Self {
+            lzs: HashMap::new(),
+            stations: HashMap::new(),
+            placed_on: HashMap::new(),
+            per_user: HashMap::new(),
+            per_project: HashMap::new(),
+            usage,
+        }
+    }
+
     pub fn get(&self, lz_id: &Uuid) -> Option<&LzState> {
         self.lzs.get(lz_id)
     }
@@ -314,6 +341,7 @@ impl Fleet {
     }
 
     fn uncount(&mut self, placed: &Placed) {
+        self.usage.leave(placed.entry.job_id);
         let user_id = placed.key.user_id;
         if let Some(n) = self.per_user.get_mut(&user_id) {
             *n -= 1;
@@ -335,17 +363,13 @@ impl Fleet {
         let (job_id, user_id) = (placed.entry.job_id, placed.key.user_id);
         let project = (placed.key.station_id, placed.key.project_id);
         let shape = placed.entry.shape();
+        let (time_limit, key) = (placed.entry.time_limit, placed.key);
         let held = self.update(lz_id, |lz| {
-            if lz.max_jobs.is_none() {
-                lz.free_cpu -= i64::from(placed.entry.cpu_count);
-                lz.free_memory -= placed.entry.memory_amount as i64;
-                for g in &placed.gpu_indices {
-                    lz.free_gpus.remove(g);
-                }
-            }
+            lz.take_room(&placed);
             lz.jobs.insert(job_id, placed);
         });
         if held.is_some() {
+            self.usage.place(job_id, &key, shape.0, shape.2, time_limit);
             self.placed_on.insert(job_id, lz_id);
             *self.per_user.entry(user_id).or_default() += 1;
             self.per_project.entry(project).or_default().count(shape, 1);
@@ -367,6 +391,18 @@ impl Fleet {
         self.placed_on.remove(&job_id);
         self.uncount(&placed);
         Some(placed)
+    }
+
+    /// Replaces an LZ's state (a new connection, perhaps a new capacity) with `lz`, which keeps
+    /// the jobs the old one held, their room taken from the new capacity: to the counts and
+    /// usage they never left.
+    pub fn replace_keeping_jobs(&mut self, lz_id: Uuid, mut lz: LzState) {
+        let jobs = self.lzs.get_mut(&lz_id).map(|old| std::mem::take(&mut old.jobs)).unwrap_or_default();
+        for placed in jobs.values() {
+            lz.take_room(placed);
+        }
+        lz.jobs = jobs;
+        self.insert(lz_id, lz);
     }
 
     /// Takes every job off an LZ.

@@ -4,8 +4,9 @@
 //! connecting, heartbeating or reporting, an LZ registered or removed), answered with an
 //! [`Outcome`]. One task owns the placement state and takes the calls in order ([`State`]): the
 //! queue of ordered sub-queues ([`Queue`], `queue.rs`, its runnable jobs in sorted chunks,
-//! `chunks.rs`), the landing zones with what they hold (`fleet.rs`) and the projects' limits
-//! on stations (`limits.rs`). Its writes go to the store in batches.
+//! `chunks.rs`), the landing zones with what they hold (`fleet.rs`), what the projects and
+//! their users used, for fair-share order (`fair_share.rs`), and the projects' limits on stations
+//! (`limits.rs`). Its writes go to the store in batches.
 //!
 //! The server around it (`mission-server`) routes calls here: in one process straight to the
 //! task; with several replicas on PostgreSQL the leader runs the task and the others send it their
@@ -14,6 +15,7 @@
 //! absent in one process).
 
 mod chunks;
+mod fair_share;
 mod fleet;
 mod limits;
 mod queue;
@@ -237,6 +239,26 @@ pub struct Policy {
     /// The most jobs one user may have placed on landing zones at once; more wait in the queue,
     /// their pending reason `quota`. `None`: no limit.
     pub max_running_per_user: Option<u32>,
+    /// Which of a station's sub-queues a placement pass takes from first.
+    pub order: QueueOrder,
+}
+
+/// Which of a station's sub-queues a placement pass takes from first (see `queue.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueOrder {
+    /// The one whose head was submitted first.
+    FirstCome,
+    /// The one of the project with the least usage against its share, then of the user with
+    /// the least usage in it, usage halving every `half_life` (see `fair_share.rs`).
+    FairShare {
+        /// How long until what was used counts half.
+        half_life: Duration,
+    },
+}
+
+impl QueueOrder {
+    /// Fair-share with the default half-life, a week (Slurm's `PriorityDecayHalfLife`).
+    pub const DEFAULT: Self = Self::FairShare { half_life: Duration::from_secs(7 * 24 * 3600) };
 }
 
 /// What a call comes to.
@@ -363,22 +385,28 @@ impl Sessions {
 }
 
 /// Gives a queued job its place in line and, where no placement pass said why it waits (or said
-/// that earlier jobs come first), how many jobs of its station are ahead.
-pub fn stand_in_line(job: &mut Job, position: QueuePosition) {
+/// that earlier jobs come first), how many jobs are ahead of it: under fair-share the `lighter`
+/// ones, queued in projects with less usage against their share ([`Queue::lighter_ahead`]), where
+/// there are any; else the earlier jobs of its station.
+pub fn stand_in_line(job: &mut Job, position: QueuePosition, lighter: u64) {
     job.position = Some(position);
     let ahead = position.station - 1;
-    let jobs = if ahead == 1 { "job" } else { "jobs" };
+    let behind = match (lighter, ahead) {
+        (0, 0) => None,
+        (0, 1) => Some("behind 1 earlier queued job of its station".to_owned()),
+        (0, ahead) => Some(format!("behind {ahead} earlier queued jobs of its station")),
+        (1, _) => Some("behind 1 job of projects with less usage".to_owned()),
+        (lighter, _) => Some(format!("behind {lighter} jobs of projects with less usage")),
+    };
     match &mut job.pending_reason {
         None => {
-            let detail = if ahead == 0 {
-                "first in line on its station".to_owned()
-            } else {
-                format!("behind {ahead} earlier queued {jobs} of its station")
-            };
+            let detail = behind.unwrap_or_else(|| "first in line on its station".to_owned());
             job.pending_reason = Some(PendingReason { kind: PendingKind::Priority, detail });
         }
-        Some(reason) if reason.kind == PendingKind::Priority && ahead > 0 => {
-            reason.detail = format!("behind {ahead} earlier queued {jobs} of its station; {}", reason.detail);
+        Some(reason) if reason.kind == PendingKind::Priority => {
+            if let Some(behind) = behind {
+                reason.detail = format!("{behind}; {}", reason.detail);
+            }
         }
         Some(_) => {}
     }

@@ -41,6 +41,16 @@ impl Limits {
         self.caps.insert((record.station_id, record.project_id), cap);
     }
 
+    /// The share of `project` on `station`, where its limits set one.
+    pub fn share(&self, station: Uuid, project: Uuid) -> Option<f64> {
+        self.caps.get(&(station, project)).and_then(|cap| cap.limits.share)
+    }
+
+    /// Every (station, project) with a share set, and the share.
+    pub fn shares(&self) -> impl Iterator<Item = (Uuid, Uuid, f64)> + '_ {
+        self.caps.iter().filter_map(|((station, project), cap)| Some((*station, *project, cap.limits.share?)))
+    }
+
     /// Drops the limits of `project` on `station`.
     pub fn remove(&mut self, station: Uuid, project: Uuid) {
         self.caps.remove(&(station, project));

@@ -3,9 +3,19 @@
 //! [`Queue`] keeps every queued job as a [`Queued`] entry: its id and what placement needs (about
 //! a hundred bytes; the job's row stays in the store and is read when the job is placed). The
 //! jobs are filed in **sub-queues** keyed by [`QueueKey`] (station, project and user), each in
-//! submission order. A placement pass looks only at the sub-queues'
-//! heads, in the order [`Queue::next_head`] chooses, and goes down a sub-queue only as far as
-//! placement gets; so its cost follows what it places, not how many jobs wait.
+//! submission order. A placement pass looks only at one job of each sub-queue, its *candidate*
+//! (the head, or where the pass got to), best first ([`Queue::next_candidate`]), and goes down a
+//! sub-queue only as far as placement gets; so its cost follows what it places, not how many
+//! jobs wait.
+//!
+//! Which candidate is best: first come, first served, the one submitted first; under fair-share,
+//! the one of the project with the least usage against its share on the station, then of the user
+//! with the least usage in that project, then the one submitted first ([`Order`]; the usage is
+//! kept by `fair_share.rs`, which tells the queue as it changes). Per station the candidates are
+//! filed twice over: per project by (user's usage, submission), and the projects by (usage against
+//! share, best candidate). A change of usage moves one project, or one user's few sub-queues, in
+//! those indexes, never the queue's jobs; so the best candidate is found in O(log projects), and
+//! first come, first served is the same order with every usage at nothing.
 //!
 //! Jobs held back (waiting for another job, or for a retry's backoff) stay in line for their
 //! positions but leave their sub-queue until they are let go, so no pass steps over them.
@@ -19,8 +29,8 @@
 //! settles its dependents at once: they may start, or (an `after_ok` job that did not complete)
 //! they fail.
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::ops::Bound;
 use std::sync::Arc;
 
 use mission_api::{Job, JobStatus, QueuePosition, RetryPolicy};
@@ -57,6 +67,8 @@ pub(crate) struct Queued {
     pub attempt: u32,
     /// Shared between the elements of an array (and jobs rebuilt with the same policy).
     pub retry: Option<Arc<RetryPolicy>>,
+    /// Minutes it may run (what fair-share charges it as it starts).
+    pub time_limit: Option<u32>,
 }
 
 impl Queued {
@@ -70,6 +82,7 @@ impl Queued {
             gpu_count: job.gpu_count,
             attempt: job.attempt,
             retry,
+            time_limit: job.time_limit,
         }
     }
 
@@ -181,20 +194,64 @@ impl RankSet {
     }
 }
 
+/// A usage as an order key: less comes first (every one is nothing when first come, first
+/// served).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+struct Rank(f64);
+
+impl Eq for Rank {}
+
+impl PartialOrd for Rank {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Rank {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// A sub-queue's candidate as its project's line files it: (its user's rank in the project, its
+/// sequence number, the sub-queue).
+type Candidate = (Rank, u64, u32);
+
 /// One sub-queue: the jobs of one [`QueueKey`] that may be placed, by sequence number, and the
 /// sequence numbers of all its queued jobs (held ones too) for positions.
 struct SubQueue {
     key: QueueKey,
     runnable: ChunkMap<Queued>,
     line: RankSet,
+    /// Where it stands in its project's line: its user's rank and the sequence number of its
+    /// candidate (the first runnable job, or where a pass got to); `None` with nothing to place
+    /// (or set aside by a pass).
+    candidate: Option<(Rank, u64)>,
+    /// Moved or set aside by the pass under way, which puts it back at its head when it ends.
+    in_pass: bool,
 }
 
-/// A station's line: the heads of its sub-queues, every queued job's sequence number, and how
-/// many jobs of each shape that name no landing zone wait (a gateway's demand).
+/// A project's sub-queues on a station, by candidate, and its rank there.
+#[derive(Default)]
+struct ProjectLine {
+    rank: Rank,
+    candidates: BTreeSet<Candidate>,
+}
+
+impl ProjectLine {
+    /// The project's entry in its station's line: its rank and best candidate.
+    fn entry(&self, project: Uuid) -> Option<(Rank, Candidate, Uuid)> {
+        self.candidates.first().map(|best| (self.rank, *best, project))
+    }
+}
+
+/// A station's line: its projects' lines, every queued job's sequence number, and how many jobs
+/// of each shape that name no landing zone wait (a gateway's demand).
 #[derive(Default)]
 struct StationLine {
-    /// (sequence number of the head, sub-queue) for each sub-queue with a runnable job.
-    heads: BTreeSet<(u64, u32)>,
+    /// The projects with a candidate, best first: (rank, best candidate, project).
+    projects: BTreeSet<(Rank, Candidate, Uuid)>,
+    lines: HashMap<Uuid, ProjectLine>,
     line: RankSet,
     shapes: HashMap<Shape, u64>,
 }
@@ -208,6 +265,36 @@ struct Place {
     held: bool,
 }
 
+/// How the candidates of a station are ranked: by usage against share under fair-share; all
+/// alike (so by submission alone) otherwise.
+#[derive(Default)]
+struct Order {
+    fair_share: bool,
+    /// Usage per project, as `fair_share.rs` counts it.
+    projects: HashMap<Uuid, f64>,
+    /// Usage per (project, user).
+    members: HashMap<(Uuid, Uuid), f64>,
+    /// Shares per (station, project) other than 1.
+    shares: HashMap<(Uuid, Uuid), f64>,
+}
+
+impl Order {
+    fn project_rank(&self, station: Uuid, project: Uuid) -> Rank {
+        if !self.fair_share {
+            return Rank::default();
+        }
+        let share = self.shares.get(&(station, project)).copied().unwrap_or(1.0);
+        Rank(self.projects.get(&project).copied().unwrap_or(0.0) / share.max(f64::MIN_POSITIVE))
+    }
+
+    fn member_rank(&self, project: Uuid, user: Uuid) -> Rank {
+        if !self.fair_share {
+            return Rank::default();
+        }
+        Rank(self.members.get(&(project, user)).copied().unwrap_or(0.0))
+    }
+}
+
 /// The queued jobs, in sub-queues; see the module docs.
 #[derive(Default)]
 pub struct Queue {
@@ -215,6 +302,10 @@ pub struct Queue {
     numbers: HashMap<QueueKey, u32>,
     /// The sub-queues of each (station, user), one per project they queue jobs in there.
     of_user: HashMap<(Uuid, Uuid), Vec<u32>>,
+    /// The sub-queues of each (project, user), one per station they queue jobs on.
+    of_member: HashMap<(Uuid, Uuid), Vec<u32>>,
+    /// The stations each project has a line on.
+    lines_of: HashMap<Uuid, Vec<Uuid>>,
     /// Queued jobs per (station, project).
     per_project: HashMap<(Uuid, Uuid), u64>,
     places: HashMap<Uuid, Place>,
@@ -223,6 +314,9 @@ pub struct Queue {
     stations: HashMap<Uuid, StationLine>,
     /// Queued jobs per landing zone they name.
     requested: HashMap<Uuid, u64>,
+    order: Order,
+    /// The sub-queues the pass under way moved or set aside.
+    in_pass: Vec<u32>,
 }
 
 impl std::fmt::Debug for Queue {
@@ -232,22 +326,134 @@ impl std::fmt::Debug for Queue {
 }
 
 impl Queue {
+    /// An empty queue; `fair_share` ranks its candidates by usage against share (see the module
+    /// docs), else by submission alone.
+    pub fn new(fair_share: bool) -> Self {
+        Self { order: Order { fair_share, ..Order::default() }, ..Self::default() }
+    }
+
     fn number(&mut self, key: QueueKey) -> u32 {
         if let Some(n) = self.numbers.get(&key) {
             return *n;
         }
         let n = self.queues.len() as u32;
-        self.queues.push(SubQueue { key, runnable: ChunkMap::default(), line: RankSet::default() });
+        self.queues.push(SubQueue {
+            key,
+            runnable: ChunkMap::default(),
+            line: RankSet::default(),
+            candidate: None,
+            in_pass: false,
+        });
         self.numbers.insert(key, n);
         self.of_user.entry((key.station_id, key.user_id)).or_default().push(n);
+        self.of_member.entry((key.project_id, key.user_id)).or_default().push(n);
+        let station = self.stations.entry(key.station_id).or_default();
+        if let std::collections::hash_map::Entry::Vacant(line) = station.lines.entry(key.project_id) {
+            line.insert(ProjectLine {
+                rank: self.order.project_rank(key.station_id, key.project_id),
+                ..Default::default()
+            });
+            self.lines_of.entry(key.project_id).or_default().push(key.station_id);
+        }
         n
+    }
+
+    /// Files sub-queue `queue`'s candidate at `seq` (`None`: takes it out of its project's line),
+    /// its user's rank read anew, and moves its project in its station's line where its best
+    /// candidate changed.
+    fn set_candidate(&mut self, queue: u32, seq: Option<u64>) {
+        let sub = &mut self.queues[queue as usize];
+        let key = sub.key;
+        let candidate = seq.map(|seq| (self.order.member_rank(key.project_id, key.user_id), seq));
+        if sub.candidate == candidate {
+            return;
+        }
+        let old = std::mem::replace(&mut sub.candidate, candidate);
+        let station = self.stations.get_mut(&key.station_id).expect("filed when numbered");
+        let line = station.lines.get_mut(&key.project_id).expect("filed when numbered");
+        let before = line.entry(key.project_id);
+        if let Some((rank, seq)) = old {
+            line.candidates.remove(&(rank, seq, queue));
+        }
+        if let Some((rank, seq)) = candidate {
+            line.candidates.insert((rank, seq, queue));
+        }
+        let after = line.entry(key.project_id);
+        if before != after {
+            if let Some(entry) = before {
+                station.projects.remove(&entry);
+            }
+            if let Some(entry) = after {
+                station.projects.insert(entry);
+            }
+        }
+    }
+
+    /// Ranks `project` on `station` anew (its usage or share changed).
+    fn rank_project(&mut self, station: Uuid, project: Uuid) {
+        let rank = self.order.project_rank(station, project);
+        let Some(line) = self.stations.get_mut(&station) else { return };
+        let Some(project_line) = line.lines.get_mut(&project) else { return };
+        if project_line.rank == rank {
+            return;
+        }
+        if let Some(entry) = project_line.entry(project) {
+            line.projects.remove(&entry);
+        }
+        project_line.rank = rank;
+        if let Some(entry) = project_line.entry(project) {
+            line.projects.insert(entry);
+        }
+    }
+
+    /// Takes in new usage of `project` and of `user` in it (fair-share's amounts), moving their
+    /// candidates where their ranks change.
+    pub(crate) fn set_usage(&mut self, project: Uuid, user: Uuid, of_project: f64, of_member: f64) {
+        if !self.order.fair_share {
+            return;
+        }
+        if self.order.members.insert((project, user), of_member) != Some(of_member) {
+            for queue in self.of_member.get(&(project, user)).cloned().unwrap_or_default() {
+                let seq = self.queues[queue as usize].candidate.map(|(_, seq)| seq);
+                self.set_candidate(queue, seq);
+            }
+        }
+        if self.order.projects.insert(project, of_project) != Some(of_project) {
+            for station in self.lines_of.get(&project).cloned().unwrap_or_default() {
+                self.rank_project(station, project);
+            }
+        }
+    }
+
+    /// Sets the share of `project` on `station` (`None`: the default, 1).
+    pub(crate) fn set_share(&mut self, station: Uuid, project: Uuid, share: Option<f64>) {
+        match share.filter(|s| *s != 1.0) {
+            Some(share) => self.order.shares.insert((station, project), share),
+            None => self.order.shares.remove(&(station, project)),
+        };
+        self.rank_project(station, project);
+    }
+
+    /// How many queued jobs on the station of `job_id` belong to projects ranked before its own
+    /// (with less usage against their share): none when first come, first served.
+    pub fn lighter_ahead(&self, job_id: Uuid) -> u64 {
+        let Some(place) = self.places.get(&job_id) else { return 0 };
+        let key = self.queues[place.queue as usize].key;
+        let Some(station) = self.stations.get(&key.station_id) else { return 0 };
+        let Some(own) = station.lines.get(&key.project_id) else { return 0 };
+        station
+            .lines
+            .iter()
+            .filter(|(project, line)| **project != key.project_id && line.rank < own.rank)
+            .map(|(project, _)| self.project_len(key.station_id, *project))
+            .sum()
     }
 
     /// Puts a job in line at `seq` in the sub-queue `key`; `held` keeps it out of placement until
     /// [`Queue::let_go`].
     pub(crate) fn insert(&mut self, key: QueueKey, seq: u64, entry: Queued, held: bool) {
         let queue = self.number(key);
-        let station = self.stations.entry(key.station_id).or_default();
+        let station = self.stations.get_mut(&key.station_id).expect("filed when numbered");
         station.line.insert(seq);
         match entry.requested_lz_id {
             Some(lz) => *self.requested.entry(lz).or_default() += 1,
@@ -265,28 +471,18 @@ impl Queue {
 
     fn add_runnable(&mut self, queue: u32, seq: u64, entry: Queued) {
         let sub = &mut self.queues[queue as usize];
-        let old_head = sub.runnable.first().map(|(head, _)| head);
         sub.runnable.insert(seq, entry);
-        if old_head.is_none_or(|head| seq < head) {
-            let heads = &mut self.stations.get_mut(&sub.key.station_id).expect("filed on insert").heads;
-            if let Some(head) = old_head {
-                heads.remove(&(head, queue));
-            }
-            heads.insert((seq, queue));
+        if !sub.in_pass && sub.candidate.is_none_or(|(_, candidate)| seq < candidate) {
+            self.set_candidate(queue, Some(seq));
         }
     }
 
     fn take_runnable(&mut self, queue: u32, seq: u64) -> Option<Queued> {
         let sub = &mut self.queues[queue as usize];
-        let was_head = sub.runnable.first().is_some_and(|(head, _)| head == seq);
         let entry = sub.runnable.remove(seq)?;
-        if was_head {
-            let next = sub.runnable.first().map(|(head, _)| head);
-            let heads = &mut self.stations.get_mut(&sub.key.station_id).expect("filed on insert").heads;
-            heads.remove(&(seq, queue));
-            if let Some(next) = next {
-                heads.insert((next, queue));
-            }
+        if sub.candidate.is_some_and(|(_, candidate)| candidate == seq) {
+            let next = sub.runnable.next_after(Some(seq)).map(|(next, _)| next);
+            self.set_candidate(queue, next);
         }
         Some(entry)
     }
@@ -401,28 +597,47 @@ impl Queue {
         Some(line.nth_from_last(skip).unwrap_or(0))
     }
 
-    /// The sub-queue whose head a pass over `station` looks at next, after the head `after`
-    /// (`None`: from the start); `skip` tells sub-queues the pass is done with. First come, first
-    /// served: the head submitted first. (Fair-share chooses by usage against share instead.)
-    pub(crate) fn next_head(
-        &self,
-        station: Uuid,
-        after: Option<(u64, u32)>,
-        skip: impl Fn(u32) -> bool,
-    ) -> Option<(u64, u32)> {
-        let heads = &self.stations.get(&station)?.heads;
-        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
-        heads.range((from, Bound::Unbounded)).find(|(_, queue)| !skip(*queue)).copied()
+    /// The best candidate of `station` (see the module docs): its sequence number and sub-queue.
+    pub(crate) fn next_candidate(&self, station: Uuid) -> Option<(u64, u32)> {
+        let (_, (_, seq, queue), _) = self.stations.get(&station)?.projects.first()?;
+        Some((*seq, *queue))
+    }
+
+    /// The pass under way is done with the candidate of sub-queue `queue` at `seq` without
+    /// taking it: the next runnable job after it is the sub-queue's candidate until the pass ends.
+    pub(crate) fn pass_over(&mut self, queue: u32, seq: u64) {
+        self.enter_pass(queue);
+        let next = self.queues[queue as usize].runnable.next_after(Some(seq)).map(|(next, _)| next);
+        self.set_candidate(queue, next);
+    }
+
+    /// The pass under way looks at nothing more of sub-queue `queue`.
+    pub(crate) fn set_aside(&mut self, queue: u32) {
+        self.enter_pass(queue);
+        self.set_candidate(queue, None);
+    }
+
+    fn enter_pass(&mut self, queue: u32) {
+        let sub = &mut self.queues[queue as usize];
+        if !sub.in_pass {
+            sub.in_pass = true;
+            self.in_pass.push(queue);
+        }
+    }
+
+    /// The pass under way ended: the sub-queues it moved are back at their heads.
+    pub(crate) fn end_pass(&mut self) {
+        for queue in std::mem::take(&mut self.in_pass) {
+            let sub = &mut self.queues[queue as usize];
+            sub.in_pass = false;
+            let head = sub.runnable.first().map(|(head, _)| head);
+            self.set_candidate(queue, head);
+        }
     }
 
     /// The runnable job of sub-queue `queue` at `seq`.
     pub(crate) fn runnable_at(&self, queue: u32, seq: u64) -> Option<&Queued> {
         self.queues[queue as usize].runnable.get(seq)
-    }
-
-    /// The first runnable job of sub-queue `queue` after `seq` (or from the start).
-    pub(crate) fn next_in(&self, queue: u32, after: Option<u64>) -> Option<(u64, &Queued)> {
-        self.queues[queue as usize].runnable.next_after(after)
     }
 
     /// The key of sub-queue `queue`.
@@ -593,11 +808,12 @@ mod tests {
             gpu_count: 0,
             attempt: 1,
             retry: None,
+            time_limit: None,
         }
     }
 
     #[test]
-    fn heads_follow_sub_queues_and_positions_count_held_jobs() {
+    fn candidates_follow_sub_queues_and_positions_count_held_jobs() {
         let station = Uuid::from_u128(100);
         let (ann, bob) = (
             QueueKey { station_id: station, project_id: Uuid::from_u128(1), user_id: Uuid::from_u128(1) },
@@ -608,20 +824,73 @@ mod tests {
         queue.insert(bob, 2, entry(21, 1), false);
         queue.insert(ann, 3, entry(12, 2), true);
         queue.insert(ann, 4, entry(13, 1), false);
-        let first = queue.next_head(station, None, |_| false).unwrap();
+        let first = queue.next_candidate(station).unwrap();
         assert_eq!((first.0, queue.key(first.1)), (1, ann));
-        let second = queue.next_head(station, Some(first), |_| false).unwrap();
+        queue.pass_over(first.1, first.0);
+        let second = queue.next_candidate(station).unwrap();
         assert_eq!((second.0, queue.key(second.1)), (2, bob));
-        assert_eq!(queue.next_in(first.1, Some(1)).map(|(seq, _)| seq), Some(4), "held jobs are passed over");
+        queue.set_aside(second.1);
+        assert_eq!(queue.next_candidate(station), Some((4, first.1)), "held jobs are passed over");
+        queue.pass_over(first.1, 4);
+        assert_eq!(queue.next_candidate(station), None);
+        queue.end_pass();
+        assert_eq!(queue.next_candidate(station), Some(first), "a pass's moves end with it");
         assert_eq!(queue.position(Uuid::from_u128(13)), Some(QueuePosition { station: 4, own: 3 }));
         assert_eq!(queue.demand(station, |cpu, _, _| cpu <= 1), (3, 3));
 
         queue.remove(Uuid::from_u128(11)).unwrap();
-        assert_eq!(queue.next_head(station, None, |_| false), Some((2, second.1)));
-        assert_eq!(queue.next_head(station, Some((2, second.1)), |_| false), Some((4, first.1)));
+        assert_eq!(queue.next_candidate(station), Some((2, second.1)));
+        queue.pass_over(second.1, 2);
+        assert_eq!(queue.next_candidate(station), Some((4, first.1)));
+        queue.end_pass();
         assert!(queue.let_go(Uuid::from_u128(12)));
-        assert_eq!(queue.next_head(station, Some((2, second.1)), |_| false), Some((3, first.1)));
+        queue.set_aside(second.1);
+        assert_eq!(queue.next_candidate(station), Some((3, first.1)));
+        queue.end_pass();
         assert_eq!(queue.position(Uuid::from_u128(13)), Some(QueuePosition { station: 3, own: 2 }));
         assert_eq!(queue.station_len(station), 3);
+    }
+
+    #[test]
+    fn fair_share_ranks_projects_by_usage_against_share_then_users() {
+        let station = Uuid::from_u128(100);
+        let key = |project: u128, user: u128| QueueKey {
+            station_id: station,
+            project_id: Uuid::from_u128(project),
+            user_id: Uuid::from_u128(user),
+        };
+        let (heavy, light) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let mut queue = Queue::new(true);
+        // Project 1 queued first, two users; project 2 later.
+        queue.insert(key(1, 10), 1, entry(1, 1), false);
+        queue.insert(key(1, 11), 2, entry(2, 1), false);
+        queue.insert(key(2, 20), 3, entry(3, 1), false);
+        queue.insert(key(1, 10), 4, entry(4, 1), false);
+        let at = |queue: &Queue| queue.next_candidate(station).map(|(seq, _)| seq);
+        assert_eq!(at(&queue), Some(1), "without usage, first come first served");
+
+        queue.set_usage(heavy, Uuid::from_u128(10), 100.0, 100.0);
+        assert_eq!(at(&queue), Some(3), "the project with less usage first");
+        assert_eq!(queue.lighter_ahead(Uuid::from_u128(4)), 1);
+        assert_eq!(queue.lighter_ahead(Uuid::from_u128(3)), 0);
+
+        // Twice the usage, but four times the share: project 1 is ahead again, and within it the
+        // user without usage.
+        queue.set_usage(light, Uuid::from_u128(20), 50.0, 50.0);
+        queue.set_share(station, heavy, Some(4.0));
+        assert_eq!(at(&queue), Some(2));
+        queue.set_usage(heavy, Uuid::from_u128(11), 160.0, 60.0);
+        assert_eq!(at(&queue), Some(2), "user 11's 60 is less than user 10's 100");
+        queue.set_usage(heavy, Uuid::from_u128(11), 300.0, 200.0);
+        assert_eq!(at(&queue), Some(3), "300 against a share of 4 is more than 50 against 1");
+        queue.set_usage(light, Uuid::from_u128(20), 400.0, 400.0);
+        assert_eq!(at(&queue), Some(1), "user 10's 100 is less than user 11's 200");
+        // A pass that takes project 1's candidate, then sees its usage grow, turns to project 2.
+        let (seq, number) = queue.next_candidate(station).unwrap();
+        queue.remove(queue.runnable_at(number, seq).unwrap().job_id);
+        queue.set_usage(heavy, Uuid::from_u128(10), 2000.0, 1800.0);
+        assert_eq!(at(&queue), Some(3));
+        queue.end_pass();
+        assert_eq!(queue.project_len(station, heavy), 2);
     }
 }

@@ -18,8 +18,10 @@
 //! store in one transaction; only after that are orders sent and callers answered. Under load this
 //! turns many small transactions into few, and a quiet system still handles each event at once.
 //!
-//! Order (`queue.rs`): per station, sub-queues per user, each first come first served, the pass
-//! taking their heads in the order [`Queue::next_head`] chooses, with backfill. A job that does
+//! Order (`queue.rs`): per station, sub-queues per project and user, each first come first served,
+//! the pass taking their candidates best first ([`Queue::next_candidate`]: by fair-share, or by
+//! submission), with backfill. Under fair-share a job is charged as it is placed, so the pass's
+//! next pick already counts it. A job that does
 //! not fit yet holds the connected LZ best able to hold it (the one it held in the last pass, while
 //! it still can, so that LZ goes on draining for it); later jobs may still start on the station's
 //! other LZs, never on a held one, so small jobs fill idle room without starving a large one. The
@@ -39,7 +41,7 @@
 //! replica no longer leads ends the task.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -50,10 +52,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::fair_share::{EXPECTED_RUN, Usage};
 use super::fleet::{Connection, Fleet, LzState, Placed};
 use super::limits::Limits;
 use super::queue::{Dependencies, Policies, Queue, QueueKey, Queued, Settled};
-use super::{Call, Event, Host, Outcome, Policy, Responder, SchedulerError, SchedulerResult, SessionId, Sessions};
+use super::{
+    Call, Event, Host, Outcome, Policy, QueueOrder, Responder, SchedulerError, SchedulerResult, SessionId, Sessions,
+};
 use mission_store::{self as store, JobUpdate, LzIdentity, Store, StoreError};
 
 /// Most events handled in one batch, so a flood of them still gets answers in steady steps.
@@ -142,6 +147,8 @@ pub struct State {
     host: Arc<dyn Host>,
     lease: Duration,
     max_running_per_user: Option<u32>,
+    /// Fair-share order (else first come, first served).
+    fair_share: bool,
     fleet: Fleet,
     /// Projects' limits on stations.
     limits: Limits,
@@ -188,12 +195,17 @@ impl State {
         sessions: Arc<Sessions>,
         queue: Arc<Mutex<Queue>>,
     ) -> Result<Self, StoreError> {
+        let (fair_share, half_life) = match policy.order {
+            QueueOrder::FairShare { half_life } => (true, half_life),
+            QueueOrder::FirstCome => (false, Duration::from_secs(7 * 24 * 3600)),
+        };
         let mut state = State {
             store,
             host,
             lease: policy.lease,
             max_running_per_user: policy.max_running_per_user,
-            fleet: Fleet::default(),
+            fair_share,
+            fleet: Fleet::new(Usage::new(half_life, EXPECTED_RUN)),
             limits: Limits::default(),
             queue,
             policies: Policies::default(),
@@ -226,6 +238,12 @@ impl State {
         for record in self.store.project_limits(None).await? {
             self.limits.set(record);
         }
+        if self.fair_share {
+            let horizon = self.fleet.usage.horizon();
+            // Buckets of a thirty-second of a half-life: what each counts is off by 2% at most.
+            let used = self.store.used_since(horizon, horizon / 640).await?;
+            self.fleet.usage.load(used);
+        }
         self.load_jobs().await?;
         self.settle_dependencies();
         let batch = std::mem::take(&mut self.batch);
@@ -238,7 +256,7 @@ impl State {
         self.next_seq = self.store.next_job_seq().await?;
         let mut waiting = Vec::new();
         // Filled aside, so that readers of positions never wait for the stream.
-        let mut queue = Queue::default();
+        let mut queue = Queue::new(self.fair_share);
         {
             let policies = &mut self.policies;
             self.store
@@ -253,6 +271,7 @@ impl State {
                         gpu_count: row.gpu_count,
                         attempt: row.attempt,
                         retry: policies.share(row.retry.as_ref()),
+                        time_limit: row.time_limit,
                     };
                     queue.insert(key, row.seq, entry, waits);
                     if waits {
@@ -260,6 +279,12 @@ impl State {
                     }
                 })
                 .await?;
+        }
+        for (station, project, share) in self.limits.shares() {
+            queue.set_share(station, project, Some(share));
+        }
+        for ((project, user), of_member) in self.fleet.usage.members() {
+            queue.set_usage(project, user, self.fleet.usage.of_project(project), of_member);
         }
         *self.queue.lock().expect("not poisoned") = queue;
         for (seq, job) in self.store.placed_jobs().await? {
@@ -679,6 +704,8 @@ impl State {
             Some(record) => self.limits.set(record),
             None => self.limits.remove(station_id, project_id),
         }
+        let share = self.limits.share(station_id, project_id);
+        self.queue.lock().expect("not poisoned").set_share(station_id, project_id, share);
         self.dirty.insert(station_id);
         Ok(())
     }
@@ -907,17 +934,13 @@ impl State {
             gpus = (0..hello.resources.gpu_count).collect();
         }
         // New capacity, the same jobs: recount what is free.
-        let held = self.fleet.release_all(who.lz_id);
         let mut lz = LzState::new(who.station_id, who.name.clone(), Some(hello.resources), gpus);
         lz.max_jobs = hello.max_jobs;
         lz.connection = Some(Connection { id: session, sessions: self.sessions.clone() });
         let until = Instant::now() + self.lease;
         lz.lease_until = Some(until);
         self.lease_ends.push(Reverse((until, who.lz_id)));
-        self.fleet.insert(who.lz_id, lz);
-        for placed in held {
-            self.fleet.hold(who.lz_id, placed);
-        }
+        self.fleet.replace_keeping_jobs(who.lz_id, lz);
 
         let running: HashSet<Uuid> = hello.running.iter().copied().collect();
         let lz = self.fleet.get(&who.lz_id).expect("inserted above");
@@ -1163,6 +1186,7 @@ impl State {
 
     /// Runs a placement pass over every station where something happened since the last.
     fn place(&mut self) {
+        self.sync_order();
         let mut stations: Vec<Uuid> = self.dirty.drain().collect();
         stations.sort_unstable();
         for station in stations {
@@ -1183,40 +1207,26 @@ impl State {
         // The LZs held, out of the station's index by room until the pass ends, so that its
         // walks for room do not step over them one by one.
         let mut aside = Vec::new();
-        // Sub-queues the pass has taken the head of; for those it goes on with, the next job.
-        let mut visited: HashSet<u32> = HashSet::new();
-        let mut frontier: BTreeSet<(u64, u32)> = BTreeSet::new();
-        let mut cursor: Option<(u64, u32)> = None;
         let (mut passed_over, mut examined, mut placed) = (0, 0, 0);
         let mut out_of_room = false;
         while passed_over < PASS_DEPTH {
-            let head = {
+            let (key, seq, number, entry) = {
                 let queue = self.queue.lock().expect("not poisoned");
-                queue.next_head(station, cursor, |q| visited.contains(&q))
+                let Some((seq, number)) = queue.next_candidate(station) else { break };
+                (queue.key(number), seq, number, queue.runnable_at(number, seq).cloned().expect("candidates run"))
             };
-            let (seq, number) = match (head, frontier.first().copied()) {
-                (Some(head), Some(next)) if next < head => frontier.pop_first().expect("looked at"),
-                (Some(head), _) => {
-                    cursor = Some(head);
-                    visited.insert(head.1);
-                    head
-                }
-                (None, Some(_)) => frontier.pop_first().expect("looked at"),
-                (None, None) => break,
-            };
-            let (key, entry) = {
-                let queue = self.queue.lock().expect("not poisoned");
-                let entry = queue.runnable_at(number, seq).cloned();
-                (queue.key(number), entry)
-            };
-            let Some(entry) = entry else { continue };
             examined += 1;
             let (verdict, reason) = self.examine(&key, &entry, &reserved, &mut could_hold);
             let job_id = entry.job_id;
+            // With no LZ online nothing starts: the candidates say so, and the pass goes no deeper.
+            let goes_on = matches!(verdict, Verdict::Place(_) | Verdict::Hold(_) | Verdict::PassOver) && !offline;
             match verdict {
                 Verdict::Place(lz_id) => {
                     let had_free = self.fleet.has_free_cpus(&lz_id);
+                    // Taken out of line: the sub-queue's next job is its candidate.
                     self.start(lz_id, key, seq, entry);
+                    // Charged as it starts: its project and user rank anew for the next pick.
+                    self.sync_order();
                     free_unheld -= usize::from(had_free && !self.fleet.has_free_cpus(&lz_id));
                     placed += 1;
                 }
@@ -1235,13 +1245,9 @@ impl State {
             if let Some(reason) = reason {
                 self.write_reason(job_id, reason);
             }
-            // With no LZ online nothing starts: the heads say so, and the pass goes no deeper.
-            let goes_on = matches!(verdict, Verdict::Place(_) | Verdict::Hold(_) | Verdict::PassOver) && !offline;
-            if goes_on {
-                let next = self.queue.lock().expect("not poisoned").next_in(number, Some(seq)).map(|(s, _)| s);
-                if let Some(next) = next {
-                    frontier.insert((next, number));
-                }
+            if !matches!(verdict, Verdict::Place(_)) {
+                let mut queue = self.queue.lock().expect("not poisoned");
+                if goes_on { queue.pass_over(number, seq) } else { queue.set_aside(number) }
             }
             // Once no LZ that is not held has room, one more job is looked at (the next in line
             // then says what it waits for, holding the LZ it waits on), and the pass ends.
@@ -1253,6 +1259,7 @@ impl State {
                 out_of_room = true;
             }
         }
+        self.queue.lock().expect("not poisoned").end_pass();
         for lz_id in aside {
             self.fleet.put_back(lz_id);
         }
@@ -1379,6 +1386,20 @@ impl State {
             stop_requested: false,
         };
         self.fleet.hold(lz_id, placed);
+    }
+
+    /// Tells the queue the usage that changed since it was last told (jobs placed or released),
+    /// so that fair-share ranks by it.
+    fn sync_order(&mut self) {
+        let changed = self.fleet.usage.changed();
+        if changed.is_empty() || !self.fair_share {
+            return;
+        }
+        let usage = &self.fleet.usage;
+        let mut queue = self.queue.lock().expect("not poisoned");
+        for (project, user) in changed {
+            queue.set_usage(project, user, usage.of_project(project), usage.of_member(project, user));
+        }
     }
 
     /// Writes a queued job's pending reason unless it is the one written last.

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::queue::Queue;
 use super::state::{PassWork, State};
-use super::{Call, Event, Host, Outcome, Policy, Responder, SchedulerError, SchedulerResult, Sessions};
+use super::{Call, Event, Host, Outcome, Policy, QueueOrder, Responder, SchedulerError, SchedulerResult, Sessions};
 use mission_api::lz::LogOffsets;
 use mission_store::{self as store, DEFAULT_STATION_ID, LzIdentity, Store};
 
@@ -70,7 +70,7 @@ struct FakeAgent {
 
 impl Harness {
     async fn new() -> Self {
-        Self::with(Policy { lease: LEASE, max_running_per_user: None }).await
+        Self::with(Policy { lease: LEASE, max_running_per_user: None, order: QueueOrder::DEFAULT }).await
     }
 
     async fn with(policy: Policy) -> Self {
@@ -188,10 +188,19 @@ impl Harness {
     /// A job's pending reason as a reader gets it: its kind and words.
     async fn pending(&self, job_id: Uuid) -> Option<(PendingKind, String)> {
         let mut job = self.store.job_row(job_id).await.unwrap().unwrap();
-        if let Some(position) = self.queue.lock().unwrap().position(job_id) {
-            super::stand_in_line(&mut job, position);
+        let queue = self.queue.lock().unwrap();
+        if let Some(position) = queue.position(job_id) {
+            super::stand_in_line(&mut job, position, queue.lighter_ahead(job_id));
         }
         job.pending_reason.map(|p| (p.kind, p.detail))
+    }
+
+    /// Lets `seconds` pass, the agent of `lz` heartbeating every 10.
+    async fn pass_time(&self, lz: &LzIdentity, seconds: u64) {
+        for step in (0..seconds).step_by(10) {
+            tokio::time::advance(Duration::from_secs((seconds - step).min(10))).await;
+            self.ask(Call::Heartbeat { lz_id: lz.lz_id }).await.unwrap();
+        }
     }
 
     async fn report(&self, agent: &FakeAgent, job_id: Uuid, status: JobStatus) {
@@ -460,7 +469,7 @@ async fn a_new_leader_rebuilds_from_the_store_and_waits_a_lease_for_the_agents()
 
 #[tokio::test(start_paused = true)]
 async fn every_queued_job_says_why_it_waits() {
-    let h = Harness::with(Policy { lease: LEASE, max_running_per_user: Some(2) }).await;
+    let h = Harness::with(Policy { lease: LEASE, max_running_per_user: Some(2), order: QueueOrder::DEFAULT }).await;
     let (lz, away) = (h.register("box").await, h.register("away").await);
     let first = h.submit(2).await;
     let offline = (PendingKind::NoLandingZone, "no landing zone of its station is online".to_owned());
@@ -627,7 +636,8 @@ impl Harness {
 #[tokio::test(start_paused = true)]
 async fn with_100_000_queued_a_pass_looks_at_a_few_jobs_and_positions_stay_right() {
     const N: usize = 100_000;
-    let mut h = Harness::new().await;
+    // First come, first served, so that positions are the order jobs start in.
+    let mut h = Harness::with(Policy { lease: LEASE, max_running_per_user: None, order: QueueOrder::FirstCome }).await;
     let lz = h.register("box").await;
     // Queued while no landing zone is online: each request's pass looks at the sub-queue's head
     // only, however long the line.
@@ -637,15 +647,7 @@ async fn with_100_000_queued_a_pass_looks_at_a_few_jobs_and_positions_stay_right
     assert_eq!(h.position(ids[0]), Some((1, 1)));
     assert_eq!(h.position(ids[N - 1]), Some((N as u64, N as u64)));
     // Another user's job comes after all of them on the station, first in its own sub-queue.
-    let other = store::UserRecord {
-        user_id: Uuid::new_v4(),
-        username: "other".into(),
-        password_hash: None,
-        external_sub: None,
-        admin: false,
-        created_at: store::now(),
-    };
-    h.store.insert_user(&other).await.unwrap();
+    let other = store::test_support::add_user(&h.store, "other").await;
     let theirs = h.submit_job(Job { user_id: other.user_id, ..h.new_job(1) }).await.unwrap();
     assert_eq!(h.position(theirs.job_id), Some((N as u64 + 1, 1)));
 
@@ -774,4 +776,48 @@ fn every_scheduler_error_goes_through_mail() {
         let back: SchedulerResult<Outcome> = serde_json::from_str(&text).unwrap();
         assert_eq!(back.unwrap_err(), error, "{text}");
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn fair_share_gives_freed_room_to_the_project_that_used_less() {
+    let h = Harness::new().await;
+    let lz = h.register("box").await;
+    let other = store::test_support::add_user(&h.store, "other").await;
+    // One-minute jobs: each is charged a CPU-minute as it starts.
+    let minute = |job: Job| Job { time_limit: Some(1), ..job };
+    let mut mine = Vec::new();
+    for _ in 0..6 {
+        mine.push(h.submit_job(minute(h.new_job(1))).await.unwrap().job_id);
+    }
+    let (mut agent, _) = h.connect(&lz, 2, Vec::new()).await;
+    assert_eq!(agent.runs(), mine[..2]);
+    // The other user's personal project queues later, behind four of mine.
+    let mut theirs = Vec::new();
+    for _ in 0..3 {
+        let job = Job { user_id: other.user_id, project_id: other.user_id, ..minute(h.new_job(1)) };
+        theirs.push(h.submit_job(job).await.unwrap().job_id);
+    }
+    let (kind, detail) = h.pending(mine[2]).await.unwrap();
+    assert_eq!(kind, PendingKind::Priority);
+    assert!(detail.starts_with("behind 3 jobs of projects with less usage"), "{detail}");
+
+    // Half a minute on, one of mine ends: my project has used 30 CPU-seconds and is charged 60
+    // for the other, against nothing: their job starts, though mine were first in line.
+    h.pass_time(&lz, 30).await;
+    h.report(&agent, mine[0], JobStatus::Completed).await;
+    assert_eq!(agent.runs(), [theirs[0]]);
+    // 15 s later the other ends: mine used 75 CPU-seconds against their 60 charged: theirs again.
+    h.pass_time(&lz, 15).await;
+    h.report(&agent, mine[1], JobStatus::Completed).await;
+    assert_eq!(agent.runs(), [theirs[1]]);
+    // Their second ends at once, using nothing: 60 charged for their first against my 75, so
+    // their last starts.
+    h.report(&agent, theirs[1], JobStatus::Completed).await;
+    assert_eq!(agent.runs(), [theirs[2]]);
+    // 5 s on their first ends, having used 20: with 60 charged for their last, 80 against 75.
+    h.pass_time(&lz, 5).await;
+    h.report(&agent, theirs[0], JobStatus::Completed).await;
+    assert_eq!(agent.runs(), [mine[2]]);
+    let (_, detail) = h.pending(mine[3]).await.unwrap();
+    assert!(!detail.contains("less usage"), "nobody lighter waits: {detail}");
 }

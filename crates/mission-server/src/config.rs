@@ -78,6 +78,9 @@ pub struct ServerConfig {
     /// The most jobs one user may have on landing zones at once (placed, staging, running or
     /// uploading); their further jobs wait in the queue. `None`: no limit.
     pub max_running_jobs_per_user: Option<u32>,
+    /// Which queued job a station takes first: fair-share (the default) or first come, first
+    /// served.
+    pub queue_order: crate::scheduler::QueueOrder,
     /// Create an `admin` account with a generated password when the store has no users.
     pub bootstrap_admin: bool,
 }
@@ -107,6 +110,7 @@ impl ServerConfig {
             webhook_attempts: WebhookAttempts::default(),
             lz_lease: Duration::from_secs(30),
             max_running_jobs_per_user: None,
+            queue_order: crate::scheduler::QueueOrder::DEFAULT,
             event_retention: Duration::from_secs(7 * 24 * 3600),
             job_log_cap: crate::job_logs::DEFAULT_LOG_CAP,
             bootstrap_admin: true,

@@ -246,7 +246,11 @@ impl Server {
             store.clone(),
             logs.clone(),
             agent_tokens.clone(),
-            scheduler::Policy { lease: config.lz_lease, max_running_per_user: config.max_running_jobs_per_user },
+            scheduler::Policy {
+                lease: config.lz_lease,
+                max_running_per_user: config.max_running_jobs_per_user,
+                order: config.queue_order,
+            },
             &tasks,
             shutdown.clone(),
         )

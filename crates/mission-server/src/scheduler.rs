@@ -24,8 +24,8 @@ use crate::cluster::Cluster;
 use crate::error::{ApiError, ApiResult};
 use crate::job_logs::{JobLogs, LogStream};
 pub use mission_scheduler::{
-    Call, Event, Host, Outcome, Policy, Queue, Replicas, Responder, SchedulerError, SchedulerResult, SessionId,
-    Sessions, State, stand_in_line,
+    Call, Event, Host, Outcome, Policy, Queue, QueueOrder, Replicas, Responder, SchedulerError, SchedulerResult,
+    SessionId, Sessions, State, stand_in_line,
 };
 use mission_store::{LzIdentity, Store, StoreError};
 
@@ -202,15 +202,16 @@ impl Scheduler {
         if queued.is_empty() {
             return Ok(());
         }
-        let positions: HashMap<Uuid, QueuePosition> = if self.leads() {
+        // Who is ahead under fair-share is known to the leader only: elsewhere, positions alone.
+        let positions: HashMap<Uuid, (QueuePosition, u64)> = if self.leads() {
             let queue = self.queue.lock().expect("not poisoned");
-            queued.iter().filter_map(|id| queue.position(*id).map(|p| (*id, p))).collect()
+            queued.iter().filter_map(|id| queue.position(*id).map(|p| (*id, (p, queue.lighter_ahead(*id))))).collect()
         } else {
-            store.queue_positions(&queued).await?
+            store.queue_positions(&queued).await?.into_iter().map(|(id, p)| (id, (p, 0))).collect()
         };
         for job in jobs {
-            if let Some(position) = positions.get(&job.job_id) {
-                stand_in_line(job, *position);
+            if let Some((position, lighter)) = positions.get(&job.job_id) {
+                stand_in_line(job, *position, *lighter);
             }
         }
         Ok(())

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use mission_api::{Job, JobStatus, JobTransition, PendingKind, PendingReason, QueuePosition, Resources, RetryPolicy};
@@ -106,7 +107,7 @@ static POSTGRES_INSERT_JOBS: LazyLock<String> = LazyLock::new(postgres_insert_jo
 macro_rules! queued_columns {
     () => {
         "seq, job_id, user_id, project_id, station_id, requested_lz_id, cpu_count, memory_amount, gpu_count, \
-        attempt, retry, after_ok, after_any"
+        attempt, retry, after_ok, after_any, time_limit"
     };
 }
 
@@ -117,7 +118,7 @@ const QUEUED_PAGE_ROWS: i64 = 20_000;
 /// second: one JSON array of [`QueuedRow`]s, each an array of its columns.
 const SQLITE_QUEUED_PAGE: &str = concat!(
     "SELECT json_group_array(json_array(seq, job_id, user_id, project_id, station_id, requested_lz_id, cpu_count, \
-    memory_amount, gpu_count, attempt, json(retry), json(after_ok), json(after_any))) FROM (SELECT ",
+    memory_amount, gpu_count, attempt, json(retry), json(after_ok), json(after_any), time_limit)) FROM (SELECT ",
     queued_columns!(),
     " FROM jobs WHERE status = 'queued' AND seq > ? ORDER BY seq LIMIT ?)"
 );
@@ -557,11 +558,41 @@ impl Store {
                         retry: r.opt_json("retry")?,
                         after_ok: r.json("after_ok")?,
                         after_any: r.json("after_any")?,
+                        time_limit: r.opt_int("time_limit")?.map(|minutes| minutes as u32),
                     });
                 }
                 Ok(())
             }
         }
+    }
+
+    /// What the jobs that ended within `horizon` used, per project and user, summed over
+    /// `bucket`s of time: CPUs plus GPUs times wall time (where an agent did not report the wall
+    /// time, the time between start and end). Fair-share order starts from these at a restart.
+    pub async fn used_since(&self, horizon: Duration, bucket: Duration) -> Result<Vec<UsedRow>, StoreError> {
+        let now = super::to_micros(super::now());
+        let since = now.saturating_sub(i64::try_from(horizon.as_micros()).unwrap_or(i64::MAX));
+        let bucket = i64::try_from(bucket.as_micros()).unwrap_or(i64::MAX).max(1);
+        let query = concat!(
+            "SELECT project_id, user_id, finished_at / $1 AS bucket, MAX(finished_at) AS last, \
+            SUM((cpu_count + gpu_count) * COALESCE(wall_time, (finished_at - started_at) / 1000000.0, 0.0)) AS used \
+            FROM jobs WHERE finished_at >= $2 AND status IN ",
+            final_statuses!(),
+            " GROUP BY project_id, user_id, finished_at / $1"
+        );
+        with_conn!(self, reader, |conn| {
+            let rows = { sqlx::query(query).bind(bucket).bind(since).fetch_all(conn).await? };
+            rows.iter()
+                .map(|r| {
+                    Ok(UsedRow {
+                        project_id: r.uuid("project_id")?,
+                        user_id: r.uuid("user_id")?,
+                        used: r.opt_real("used")?.unwrap_or(0.0),
+                        seconds_ago: (now - r.int("last")?) as f64 / 1e6,
+                    })
+                })
+                .collect()
+        })
     }
 
     /// The sequence number the next job is given: one past the last job's.
@@ -1162,6 +1193,22 @@ pub struct QueuedRow {
     pub after_ok: Vec<Uuid>,
     /// Jobs it waits for to end.
     pub after_any: Vec<Uuid>,
+    /// Minutes it may run.
+    pub time_limit: Option<u32>,
+}
+
+/// What the jobs of one project and user that ended at about the same time used, as
+/// [`Store::used_since`] sums it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsedRow {
+    /// The project the jobs were charged to.
+    pub project_id: Uuid,
+    /// Whose jobs.
+    pub user_id: Uuid,
+    /// Their CPUs plus GPUs times their wall times, in seconds.
+    pub used: f64,
+    /// How long ago they ended, in seconds.
+    pub seconds_ago: f64,
 }
 
 /// A job an agent reports the end of, as [`Store::ending_jobs`] finds it.

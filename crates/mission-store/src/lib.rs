@@ -40,7 +40,7 @@ use uuid::Uuid;
 
 pub use self::cluster::{ClusterDb, Leadership, MAIL_CHANNEL, PathLock};
 pub use self::events::{EventFilter, NewEvent};
-pub use self::jobs::{EndingJob, QueuedRow};
+pub use self::jobs::{EndingJob, QueuedRow, UsedRow};
 pub use self::projects::{LimitsRecord, PERSONAL_MARK};
 
 /// Id of the station a first start creates (migration 0004), home of the embedded LZ.

@@ -10,6 +10,15 @@ use mission_store::Store;
 
 use super::sizes::{Size, log_cap};
 
+/// `--queue-order`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum QueueOrderArg {
+    /// By usage against share, then by submission.
+    FairShare,
+    /// By submission alone.
+    FirstCome,
+}
+
 /// Run the Mission Compute service (HTTP API, identity provider, store).
 ///
 /// With no flags it runs on embedded defaults: it listens on 127.0.0.1:8080, keeps its SQLite
@@ -114,6 +123,16 @@ struct RunArgs {
     /// the queue, saying so (pending reason `quota`). Default: no limit.
     #[arg(long, env = "MISSION_MAX_RUNNING_JOBS_PER_USER", value_name = "JOBS", value_parser = clap::value_parser!(u32).range(1..))]
     max_running_jobs_per_user: Option<u32>,
+    /// Which queued job a station starts first. `fair-share`: a job of the project that used
+    /// least against its share there (`mission projects limits --share`), then of its user that
+    /// used least in the project, then the earliest; usage is CPU- plus GPU-seconds, decaying
+    /// with --fair-share-half-life-hours, and a job counts as it starts (for its time limit, or
+    /// an hour). `first-come`: the earliest submitted.
+    #[arg(long, env = "MISSION_QUEUE_ORDER", value_enum, default_value_t = QueueOrderArg::FairShare)]
+    queue_order: QueueOrderArg,
+    /// Hours after which what a project or user used counts half in fair-share order.
+    #[arg(long, env = "MISSION_FAIR_SHARE_HALF_LIFE_HOURS", default_value_t = 168, value_parser = clap::value_parser!(u64).range(1..))]
+    fair_share_half_life_hours: u64,
     /// Hours events are kept: a client of the event stream that reconnects within them (with
     /// the last event id it saw) misses nothing.
     #[arg(long, env = "MISSION_EVENT_RETENTION_HOURS", default_value_t = defaults().event_retention.as_secs() / 3600)]
@@ -272,6 +291,12 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     config.event_retention = Duration::from_secs(args.event_retention_hours.max(1).saturating_mul(3600));
     config.job_log_cap = args.job_log_cap.0;
     config.max_running_jobs_per_user = args.max_running_jobs_per_user;
+    config.queue_order = match args.queue_order {
+        QueueOrderArg::FairShare => mission_server::scheduler::QueueOrder::FairShare {
+            half_life: Duration::from_secs(args.fair_share_half_life_hours.saturating_mul(3600)),
+        },
+        QueueOrderArg::FirstCome => mission_server::scheduler::QueueOrder::FirstCome,
+    };
     config.bootstrap_admin = !args.no_bootstrap_admin;
     let shared_database = config.effective_database_url().is_postgres();
     config.s3_endpoints = args.s3_endpoints;

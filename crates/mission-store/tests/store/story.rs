@@ -898,6 +898,12 @@ pub async fn job_listings_results_and_agents(store: &Store) {
     let later = got.finished_at.unwrap() + chrono::Duration::seconds(1);
     assert_eq!(store.usage_summary(m.user_id, &[], Some(later)).await.unwrap().jobs, 0);
     assert_eq!(store.usage_summary(bob.user_id, &[], None).await.unwrap().jobs, 0);
+    // What fair-share order starts from: CPUs plus GPUs times wall time of the jobs that ended.
+    let hour = std::time::Duration::from_secs(3600);
+    let used = store.used_since(hour, hour / 60).await.unwrap();
+    assert_eq!(used.len(), 1, "{used:?}");
+    assert_eq!((used[0].project_id, used[0].user_id, used[0].used), (got.project_id, m.user_id, 7200.0));
+    assert!((0.0..60.0).contains(&used[0].seconds_ago), "{used:?}");
 
     let ids = |listed: Vec<Job>| listed.into_iter().map(|j| j.job_id).collect::<Vec<_>>();
     let all = JobFilter { items: 10, page: 1, ..Default::default() };

@@ -61,6 +61,9 @@ from ._types import (
     ProjectMember,
     ResourcesInUse,
     StationLimits,
+    BudgetStatus,
+    UsageGroup,
+    UsageReport,
     Station,
     StationMember,
     Tokens,
@@ -98,6 +101,9 @@ __all__ = [
     "ProjectMember",
     "ResourcesInUse",
     "StationLimits",
+    "BudgetStatus",
+    "UsageGroup",
+    "UsageReport",
     "Station",
     "StationMember",
     "Tokens",
@@ -150,6 +156,20 @@ def _ids(values: Optional[Iterable[Id]]) -> List[str]:
 
 def _drop_none(fields: Dict[str, Any]) -> Dict[str, Any]:
     return {k: (str(v) if isinstance(v, uuid.UUID) else v) for k, v in fields.items() if v is not None}
+
+
+def _utc(time: Optional[datetime.datetime]) -> Optional[str]:
+    """A time in ISO form for the native module, a naive one taken as UTC."""
+    if time is None:
+        return None
+    if time.tzinfo is None:
+        time = time.replace(tzinfo=datetime.timezone.utc)
+    return time.isoformat()
+
+
+def _usage_query(group_by: str, since: Optional[datetime.datetime], until: Optional[datetime.datetime]) -> str:
+    """The native module's query for a usage report."""
+    return json.dumps(_drop_none({"group_by": group_by, "since": _utc(since), "until": _utc(until)}))
 
 
 def _run_json(station_id: Id, lz_id: Optional[Id], retry: Optional[RetryPolicy],
@@ -519,10 +539,21 @@ class Client:
         """What your ended jobs used, summed: count, wall and CPU hours, CPU-hours held, mean CPU
         efficiency, and how many asked for more than twice the memory they used at their peak.
         ``since`` (a time; naive ones are UTC) counts only jobs that ended at or after it."""
-        if since is not None and since.tzinfo is None:
-            since = since.replace(tzinfo=datetime.timezone.utc)
-        query = _drop_none({"mission_ids": _ids(mission_ids), "since": since.isoformat() if since else None})
+        query = _drop_none({"mission_ids": _ids(mission_ids), "since": _utc(since)})
         return _one(UsageSummary, self._native.job_usage(json.dumps(query)))
+
+    def usage(self, group_by: str = "project", since: Optional[datetime.datetime] = None,
+              until: Optional[datetime.datetime] = None) -> UsageReport:
+        """What the ended jobs you may see used, per ``group_by`` (``project``, ``user`` or
+        ``label:KEY``): every job for an admin, the jobs of the projects you manage and your own
+        for others. ``since`` and ``until`` (naive times are UTC) bound when they ended."""
+        return _one(UsageReport, self._native.usage_report(_usage_query(group_by, since, until)))
+
+    def usage_csv(self, group_by: str = "project", since: Optional[datetime.datetime] = None,
+                  until: Optional[datetime.datetime] = None) -> str:
+        """:meth:`usage` as the server writes it in CSV: a header (``project,project_id,jobs,…``)
+        and a row per group."""
+        return self._native.usage_report_csv(_usage_query(group_by, since, until))
 
     def set_job_labels(self, job_id: Id, labels: Dict[str, str]) -> Job:
         """Replaces a job's labels (all of them) and answers the job."""
@@ -672,6 +703,29 @@ class Client:
     def delete_project_limits(self, project_id: Id, station_id: Id) -> bool:
         """Removes a project's limits on a station (admins only); ``False`` when it had none."""
         return self._native.delete_project_limits(_id(project_id), _id(station_id))
+
+    def project_budget(self, project_id: Id) -> Optional[BudgetStatus]:
+        """A project's budget and what it spent this period; ``None`` when it has none."""
+        got = self._native.project_budget(_id(project_id))
+        return None if got is None else _one(BudgetStatus, got)
+
+    def set_project_budget(
+        self,
+        project_id: Id,
+        cpu_hours: Optional[float] = None,
+        gpu_hours: Optional[float] = None,
+        period: str = "month",
+    ) -> BudgetStatus:
+        """Sets what a project may spend per ``period`` (``week``, ``month`` or ``total``;
+        admins only): a job is charged its CPUs (GPUs) times its wall time as it ends. At 80%
+        the project's members get a ``project.budget_warning`` event; at 100% its jobs wait
+        for the next period."""
+        budget = json.dumps(_drop_none({"cpu_hours": cpu_hours, "gpu_hours": gpu_hours, "period": period}))
+        return _one(BudgetStatus, self._native.set_project_budget(_id(project_id), budget))
+
+    def delete_project_budget(self, project_id: Id) -> bool:
+        """Removes a project's budget (admins only); ``False`` when it had none."""
+        return self._native.delete_project_budget(_id(project_id))
 
     def list_stations(self) -> List[Station]:
         """The stations you may run jobs on (every station, for an admin)."""

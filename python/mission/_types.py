@@ -34,13 +34,14 @@ _plans: Dict[type, List[Tuple[str, int, Any]]] = {}
 
 
 def _plan(cls: type) -> List[Tuple[str, int, Any]]:
-    """How to read each field of the dataclass ``cls``: as it is, as a time, as one nested
-    result (``metadata={"of": cls}``) or a list of them (``{"each": cls}``); worked out once."""
+    """How to read each field of the dataclass ``cls``: as it is, as a time (a name ending in
+    ``_at``, or ``metadata={"time": True}``), as one nested result (``metadata={"of": cls}``)
+    or a list of them (``{"each": cls}``); worked out once."""
     plan = _plans.get(cls)
     if plan is None:
         plan = []
         for field in dataclasses.fields(cls):
-            if field.name.endswith("_at") or field.name == "at":
+            if field.name.endswith("_at") or field.name == "at" or field.metadata.get("time"):
                 plan.append((field.name, _TIME, None))
             elif "of" in field.metadata:
                 plan.append((field.name, _ONE, field.metadata["of"]))
@@ -366,6 +367,48 @@ class StationLimits(_Record):
     limits: Dict[str, Any]
     in_use: ResourcesInUse = dataclasses.field(metadata={"of": ResourcesInUse})
     updated_at: Optional[datetime.datetime] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class UsageGroup(_Record):
+    """What the ended jobs of one group used: ``group`` is a project's or user's name or a
+    label's value (``None`` for jobs without the label), ``id`` the project's or user's id."""
+
+    group: Optional[str]
+    jobs: int
+    wall_hours: float
+    cpu_hours: float
+    cpu_hours_held: float
+    gpu_hours: float
+    memory_gb_hours: float
+    mean_cpu_efficiency: Optional[float] = None
+    id: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class UsageReport(_Record):
+    """What the ended jobs you may see used, per group (``group_by``: ``project``, ``user`` or
+    ``label:KEY``)."""
+
+    group_by: str
+    groups: List[UsageGroup] = dataclasses.field(metadata={"each": UsageGroup})
+    since: Optional[datetime.datetime] = dataclasses.field(default=None, metadata={"time": True})
+    until: Optional[datetime.datetime] = dataclasses.field(default=None, metadata={"time": True})
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetStatus(_Record):
+    """A project's budget (``budget``: ``cpu_hours``, ``gpu_hours``, each absent when not
+    limited, and ``period``: ``week``, ``month`` or ``total``) and what its jobs that ended this
+    period were charged."""
+
+    project_id: str
+    budget: Dict[str, Any]
+    period_start: datetime.datetime = dataclasses.field(metadata={"time": True})
+    spent_cpu_hours: float
+    spent_gpu_hours: float
+    updated_at: datetime.datetime
+    period_end: Optional[datetime.datetime] = dataclasses.field(default=None, metadata={"time": True})
 
 
 @dataclasses.dataclass(frozen=True)

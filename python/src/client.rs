@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use mission_client::{
     Client, CreateCargoBay, CreateMission, CreateProject, CreateStation, CreateWebhook, ListDeliveries, ListJobs,
-    ListMissions, LogStream, ProjectLimits, RegisterLandingZone, RunJob, UpdateMission, UpdateProject, UsageQuery,
+    ListMissions, LogStream, ProjectBudget, ProjectLimits, RegisterLandingZone, RunJob, UpdateMission, UpdateProject,
+    UsageQuery, UsageReportQuery,
 };
 use pyo3::exceptions::PyTimeoutError;
 use pyo3::prelude::*;
@@ -173,6 +174,16 @@ impl NativeClient {
     fn job_usage(&self, py: Python<'_>, query: &str) -> PyResult<String> {
         let which: UsageQuery = request("job_usage", query)?;
         block_on(py, self.client.job_usage(&which)).map(|u| json(&u))
+    }
+
+    fn usage_report(&self, py: Python<'_>, query: &str) -> PyResult<String> {
+        let which: UsageReportQuery = request("usage", query)?;
+        block_on(py, self.client.usage_report(&which)).map(|u| json(&u))
+    }
+
+    fn usage_report_csv(&self, py: Python<'_>, query: &str) -> PyResult<String> {
+        let which: UsageReportQuery = request("usage", query)?;
+        block_on(py, self.client.usage_report_csv(&which))
     }
 
     fn set_job_labels(&self, py: Python<'_>, job_id: &str, labels: &str) -> PyResult<String> {
@@ -364,6 +375,22 @@ impl NativeClient {
     fn delete_project_limits(&self, py: Python<'_>, project_id: &str, station_id: &str) -> PyResult<bool> {
         let (project, station) = (parse_id("project_id", project_id)?, parse_id("station_id", station_id)?);
         block_on(py, self.client.delete_project_limits(project, station))
+    }
+
+    fn project_budget(&self, py: Python<'_>, project_id: &str) -> PyResult<Option<String>> {
+        let id = parse_id("project_id", project_id)?;
+        block_on(py, self.client.project_budget(id)).map(|b| b.map(|b| json(&b)))
+    }
+
+    fn set_project_budget(&self, py: Python<'_>, project_id: &str, budget: &str) -> PyResult<String> {
+        let project = parse_id("project_id", project_id)?;
+        let budget: ProjectBudget = request("set_project_budget", budget)?;
+        block_on(py, self.client.set_project_budget(project, &budget)).map(|b| json(&b))
+    }
+
+    fn delete_project_budget(&self, py: Python<'_>, project_id: &str) -> PyResult<bool> {
+        let project = parse_id("project_id", project_id)?;
+        block_on(py, self.client.delete_project_budget(project))
     }
 
     // Stations and landing zones

@@ -1,6 +1,7 @@
 """Projects: shared projects, members and their roles, missions and jobs charged to a project,
 through the package."""
 
+import datetime
 import uuid
 
 import pytest
@@ -52,6 +53,27 @@ def test_projects_members_and_what_jobs_are_charged_to(client, tmp_path):
         client.set_project_limits(bio.project_id, LOCAL_STATION, share=0)
     assert client.delete_project_limits(bio.project_id, LOCAL_STATION) is True
     assert client.delete_project_limits(bio.project_id, LOCAL_STATION) is False
+
+    assert client.project_budget(bio.project_id) is None
+    budget = client.set_project_budget(bio.project_id, cpu_hours=500, period="week")
+    assert budget.budget == {"cpu_hours": 500.0, "period": "week"}
+    assert 0 < budget.spent_cpu_hours < 0.01, "the job that ran in bio, a few milliseconds"
+    assert budget.period_end is not None and budget.period_start.weekday() == 0
+    with pytest.raises(mission.Invalid, match="cpu_hours"):
+        client.set_project_budget(bio.project_id, cpu_hours=-1)
+    assert client.project_budget(bio.project_id).budget["period"] == "week"
+    assert client.delete_project_budget(bio.project_id) is True
+    assert client.delete_project_budget(bio.project_id) is False
+
+    by_project = client.usage()
+    assert [(g.group, g.jobs) for g in by_project.groups if g.id == bio.project_id] == [(bio.name, 1)]
+    assert by_project.group_by == "project" and by_project.since is None
+    by_user = client.usage(group_by="user", since=datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1))
+    assert by_user.since is not None and by_user.groups[0].jobs >= 2
+    csv = client.usage_csv(group_by="label:none-set")
+    assert csv.startswith("label:none-set,id,jobs,") and csv.splitlines()[1].startswith(",,"), csv
+    with pytest.raises(mission.Invalid, match="group_by"):
+        client.usage(group_by="team")
 
     assert client.update_mission(made.mission_id, project_id=me.user_id) is True
     assert client.get_mission_by_id(made.mission_id).project_id == me.user_id

@@ -9,7 +9,10 @@
 //! - `job.{status}` (`job.queued`, `job.running`, `job.completed`, …): a job moved; `data` has
 //!   `status`, `detail`, `station_id`, `lz_id`, and for a final status `exit_code` and `reason`;
 //! - `mission.created`, `mission.updated` (`data`: the mission), `mission.deleted`;
-//! - `files.changed`: `data` has `path` and `change` (`uploaded` or `deleted`).
+//! - `files.changed`: `data` has `path` and `change` (`uploaded` or `deleted`);
+//! - `project.budget_warning`, to each member of a project that has spent 80% of its budget this
+//!   period: `data` has `project_id`, `project`, `period`, `period_start`, `cpu_hours`,
+//!   `gpu_hours`, `spent_cpu_hours`, `spent_gpu_hours` and `detail` in words.
 //!
 //! A kind filter matches a kind exactly or as its prefix before a dot (`job` matches every
 //! `job.*`).

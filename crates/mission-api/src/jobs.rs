@@ -576,6 +576,89 @@ pub struct UsageSummary {
 /// Its sums are never NaN, so equality is an equivalence.
 impl Eq for UsageSummary {}
 
+/// What the ended jobs of one group used: an entry of [`UsageReport::groups`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct UsageGroup {
+    /// The group: a project's or user's name, or a label's value (absent for the jobs without
+    /// the label, and for a project or user since deleted).
+    pub group: Option<String>,
+    /// The project's or user's id (absent when grouped by a label).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<Uuid>,
+    /// Jobs that ended.
+    pub jobs: u64,
+    /// Hours of wall time they ran, together.
+    pub wall_hours: f64,
+    /// CPU-hours they used (CPU time, where measured).
+    pub cpu_hours: f64,
+    /// CPU-hours they held: the CPUs each asked for times its wall time (what budgets charge).
+    pub cpu_hours_held: f64,
+    /// GPU-hours they held: the GPUs each asked for times its wall time.
+    pub gpu_hours: f64,
+    /// Gigabyte-hours of memory they held: the memory each asked for times its wall time.
+    pub memory_gb_hours: f64,
+    /// The mean of their CPU efficiencies, where measured.
+    pub mean_cpu_efficiency: Option<f64>,
+}
+
+/// Answer of `GET /api/v1/usage`: what the ended jobs the caller may see used, per group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct UsageReport {
+    /// How the jobs are grouped: `project`, `user` or `label:KEY`.
+    pub group_by: String,
+    /// Only jobs that ended at or after this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<DateTime<Utc>>,
+    /// Only jobs that ended before this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<DateTime<Utc>>,
+    /// One per group, by group.
+    pub groups: Vec<UsageGroup>,
+}
+
+impl UsageReport {
+    /// The report as CSV: a header, then a row per group; the first two columns are the group
+    /// and its id, named after what the jobs are grouped by (`project,project_id,…`,
+    /// `user,user_id,…`, `label:KEY,…`).
+    pub fn to_csv(&self) -> String {
+        let (name, id) = match self.group_by.as_str() {
+            "project" => ("project".to_owned(), "project_id"),
+            "user" => ("user".to_owned(), "user_id"),
+            label => (label.to_owned(), "id"),
+        };
+        let mut csv = format!(
+            "{},{id},jobs,wall_hours,cpu_hours,cpu_hours_held,gpu_hours,memory_gb_hours,mean_cpu_efficiency\n",
+            csv_field(&name)
+        );
+        for g in &self.groups {
+            let optional = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
+            csv.push_str(&format!(
+                "{},{},{},{:.4},{:.4},{:.4},{:.4},{:.4},{}\n",
+                csv_field(g.group.as_deref().unwrap_or("")),
+                g.id.map_or(String::new(), |id| id.to_string()),
+                g.jobs,
+                g.wall_hours,
+                g.cpu_hours,
+                g.cpu_hours_held,
+                g.gpu_hours,
+                g.memory_gb_hours,
+                optional(g.mean_cpu_efficiency),
+            ));
+        }
+        csv
+    }
+}
+
+/// A CSV field, quoted where it holds a comma, a quote or a line break (RFC 4180); one that a
+/// spreadsheet would take for a formula starts with `'` (CWE-1236).
+fn csv_field(value: &str) -> String {
+    let value =
+        if value.starts_with(['=', '+', '-', '@', '\t', '\r']) { format!("'{value}") } else { value.to_owned() };
+    if value.contains([',', '"', '\n', '\r']) { format!("\"{}\"", value.replace('"', "\"\"")) } else { value }
+}
+
 /// The smallest log cap a job may ask for, in bytes.
 pub const MIN_LOG_CAP: u64 = 1024;
 

@@ -41,15 +41,15 @@ pub use jobs::{
     JOB_LOGS_FOLDER, Job, JobArray, JobPage, JobStatus, JobTransition, JobUsage, KILLED_BY_SIGNAL_REASON,
     MAX_ARRAY_SIZE, MAX_ATTEMPTS, MAX_BACKOFF, MAX_DEPENDENCIES, MAX_RERUNS, MAX_TIME_LIMIT, MIN_LOG_CAP,
     OUT_OF_MEMORY_REASON, PendingKind, PendingReason, QueuePosition, RerunJobs, RetryOn, RetryPolicy, RunJob,
-    RunJobArray, TIME_LIMIT_REASON, UpdateJob, UsageSummary,
+    RunJobArray, TIME_LIMIT_REASON, UpdateJob, UsageGroup, UsageReport, UsageSummary,
 };
 pub use labels::Labels;
 pub use mission_types::{MissionType, MissionTypeSummary, ResourceDefaults};
 pub use missions::{CreateMission, MAX_ITEMS_PER_PAGE, Mission, MissionPage, UpdateMission, UpdateMissionArgs};
 pub use problem::{PROBLEM_CONTENT_TYPE, Problem};
 pub use projects::{
-    CreateProject, Project, ProjectLimits, ProjectMember, ProjectPage, ProjectRole, ResourceAmounts, ResourcesInUse,
-    SetProjectMember, StationLimits, UpdateProject,
+    BudgetPeriod, BudgetStatus, CreateProject, Project, ProjectBudget, ProjectLimits, ProjectMember, ProjectPage,
+    ProjectRole, ResourceAmounts, ResourcesInUse, SetProjectMember, StationLimits, UpdateProject,
 };
 pub use stations::{
     CreateStation, DEFAULT_STATION_NAME, LandingZone, RegisterLandingZone, RegisteredLandingZone, Resources, Station,

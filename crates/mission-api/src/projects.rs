@@ -173,6 +173,7 @@ pub struct ResourceAmounts {
 pub struct ProjectLimits {
     /// Its weight against other projects in fair-share order (default 1; more than 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(exclusive_minimum = 0, maximum = 1_000_000))]
     pub share: Option<f64>,
     /// What it is guaranteed on the station.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -235,4 +236,121 @@ pub struct StationLimits {
     /// When the limits were last set; absent where the project has none there (only use).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<DateTime<Utc>>,
+}
+
+/// How long a project's budget lasts before it starts again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum BudgetPeriod {
+    /// A week, from Monday 00:00 UTC.
+    Week,
+    /// A calendar month, from the 1st 00:00 UTC.
+    Month,
+    /// All time: the budget never starts again.
+    Total,
+}
+
+impl BudgetPeriod {
+    /// The period as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Week => "week",
+            Self::Month => "month",
+            Self::Total => "total",
+        }
+    }
+
+    /// When the period holding `at` began (the epoch for `total`).
+    pub fn start(self, at: DateTime<Utc>) -> DateTime<Utc> {
+        use chrono::{Datelike, TimeZone};
+        let midnight = |date: chrono::NaiveDate| Utc.from_utc_datetime(&date.and_hms_opt(0, 0, 0).expect("midnight"));
+        match self {
+            Self::Week => midnight(at.date_naive() - chrono::Days::new(u64::from(at.weekday().num_days_from_monday()))),
+            Self::Month => midnight(at.date_naive().with_day(1).expect("every month has a 1st")),
+            Self::Total => DateTime::UNIX_EPOCH,
+        }
+    }
+
+    /// When the period holding `at` ends (`None` for `total`).
+    pub fn end(self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let start = self.start(at);
+        match self {
+            Self::Week => Some(start + chrono::Days::new(7)),
+            Self::Month => Some(start + chrono::Months::new(1)),
+            Self::Total => None,
+        }
+    }
+
+    /// The period holding `at` in words, for pending reasons: "for November 2026", "for the week
+    /// of 23 November 2026", "in total".
+    pub fn words(self, at: DateTime<Utc>) -> String {
+        match self {
+            Self::Week => format!("for the week of {}", self.start(at).format("%-d %B %Y")),
+            Self::Month => format!("for {}", at.format("%B %Y")),
+            Self::Total => "in total".to_owned(),
+        }
+    }
+}
+
+/// What a project may spend per period: body of `PUT /api/v1/projects/{id}/budget` (admins).
+/// A job is charged its CPUs (and GPUs) times its wall time as it ends (Slurm's rule), in the
+/// period it ends in. At 80% of either amount a `project.budget_warning` event goes to the
+/// project's members; at 100% none of its jobs start until the next period (running ones finish).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ProjectBudget {
+    /// CPU-hours per period; absent: no limit on CPUs (with neither amount, what is spent is
+    /// tracked and nothing stops).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1_000_000_000_000_i64))]
+    pub cpu_hours: Option<f64>,
+    /// GPU-hours per period; absent: no limit on GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1_000_000_000_000_i64))]
+    pub gpu_hours: Option<f64>,
+    /// How long the amounts last.
+    pub period: BudgetPeriod,
+}
+
+/// A project's budget and what it spent this period: answer of `GET /api/v1/projects/{id}/budget`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BudgetStatus {
+    /// The project.
+    pub project_id: Uuid,
+    /// The budget.
+    pub budget: ProjectBudget,
+    /// When this period began.
+    pub period_start: DateTime<Utc>,
+    /// When it ends (absent for `total`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period_end: Option<DateTime<Utc>>,
+    /// CPU-hours its jobs that ended this period were charged.
+    pub spent_cpu_hours: f64,
+    /// GPU-hours they were charged.
+    pub spent_gpu_hours: f64,
+    /// When the budget was last set.
+    pub updated_at: DateTime<Utc>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_periods_start_on_mondays_and_firsts() {
+        let at = DateTime::parse_from_rfc3339("2026-11-27T05:28:00Z").unwrap().with_timezone(&Utc);
+        let day = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
+        assert_eq!(BudgetPeriod::Week.start(at), day("2026-11-23T00:00:00Z"));
+        assert_eq!(BudgetPeriod::Week.end(at), Some(day("2026-11-30T00:00:00Z")));
+        assert_eq!(BudgetPeriod::Month.start(at), day("2026-11-01T00:00:00Z"));
+        assert_eq!(BudgetPeriod::Month.end(at), Some(day("2026-12-01T00:00:00Z")));
+        assert_eq!(BudgetPeriod::Total.end(at), None);
+        assert_eq!(BudgetPeriod::Month.words(at), "for November 2026");
+        assert_eq!(BudgetPeriod::Week.words(at), "for the week of 23 November 2026");
+        // A Monday starts its own week.
+        assert_eq!(BudgetPeriod::Week.start(day("2026-11-23T00:00:00Z")), day("2026-11-23T00:00:00Z"));
+    }
 }

@@ -75,6 +75,30 @@ pub struct UsageQuery {
     pub since: Option<chrono::DateTime<chrono::Utc>>,
 }
 
+/// What `GET /usage` reports: how to group the ended jobs the caller may see, and when they
+/// ended. Readable from JSON like [`UsageQuery`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UsageReportQuery {
+    /// `project` (the default, when empty), `user` or `label:KEY`.
+    pub group_by: String,
+    /// Only jobs that ended at or after this time.
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only jobs that ended before this time.
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl UsageReportQuery {
+    fn pairs(&self, format: &str) -> Vec<(&'static str, String)> {
+        let time = |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        let mut pairs = vec![("format", format.to_owned())];
+        pairs.extend((!self.group_by.is_empty()).then(|| ("group_by", self.group_by.clone())));
+        pairs.extend(self.since.map(|t| ("since", time(t))));
+        pairs.extend(self.until.map(|t| ("until", time(t))));
+        pairs
+    }
+}
+
 /// Which output of a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogStream {
@@ -243,6 +267,30 @@ impl Client {
             query.mission_ids.iter().map(|id| ("mission_ids", id.to_string())).collect();
         pairs.extend(query.since.map(|t| ("since", t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))));
         self.get_json("/jobs/usage", &pairs).await
+    }
+
+    /// What the ended jobs the caller may see used, per project, user or label value: every job
+    /// for an admin, those charged to the projects they manage and their own for others.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mission_client::Client) -> Result<(), mission_client::Error> {
+    /// use mission_client::UsageReportQuery;
+    /// let query = UsageReportQuery { group_by: "label:sweep".into(), ..Default::default() };
+    /// for group in client.usage_report(&query).await?.groups {
+    ///     println!("{:?}: {:.1} CPU-hours held", group.group, group.cpu_hours_held);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn usage_report(&self, query: &UsageReportQuery) -> Result<mission_api::UsageReport, Error> {
+        self.get_json("/usage", &query.pairs("json")).await
+    }
+
+    /// [`Client::usage_report`] as the server writes it in CSV.
+    pub async fn usage_report_csv(&self, query: &UsageReportQuery) -> Result<String, Error> {
+        let pairs = query.pairs("csv");
+        let response =
+            crate::client::check(self.send("/usage", |http, url| http.get(url).query(&pairs)).await?).await?;
+        Ok(response.text().await?)
     }
 
     /// Replaces a job's labels; answers the job.

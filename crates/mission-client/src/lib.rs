@@ -36,7 +36,7 @@ pub use client::{Client, LoginOptions};
 pub use error::{Error, SignInError};
 pub use events::{EventStream, WatchEvents};
 pub use files::{DEFAULT_CONCURRENCY, TransferObserver, TransferOptions, TransferSummary, file_line};
-pub use jobs::{JobResources, ListJobs, LogEvent, LogFollow, LogStream, UsageQuery};
+pub use jobs::{JobResources, ListJobs, LogEvent, LogFollow, LogStream, UsageQuery, UsageReportQuery};
 pub use missions::ListMissions;
 pub use webhooks::ListDeliveries;
 
@@ -47,12 +47,13 @@ pub use mission_api::labels;
 /// What a webhook receiver gets: the headers and the signed content.
 pub use mission_api::webhooks as webhook_signing;
 pub use mission_api::{
-    AuthConfig, CargoBay, CargoBayKind, CreateCargoBay, CreateMission, CreateProject, CreateStation, CreateWebhook,
-    DEFAULT_CARGO_BAY_ID, DEFAULT_STATION_NAME, DeliveryStatus, DeviceAuthorization, Event, FileListing, Job, JobArray,
-    JobPage, JobStatus, JobTransition, JobUsage, Labels, LandingZone, Mission, MissionPage, MissionType,
-    MissionTypeSummary, PendingKind, PendingReason, Problem, Project, ProjectLimits, ProjectMember, ProjectPage,
-    ProjectRole, RegisterLandingZone, RegisteredLandingZone, ResourceAmounts, Resources, ResourcesInUse, RetryOn,
-    RetryPolicy, RunJob, RunJobArray, Station, StationLimits, StationMember, UpdateJob, UpdateMission, UpdateProject,
-    UsageSummary, User, Webhook, WebhookDelivery,
+    AuthConfig, BudgetPeriod, BudgetStatus, CargoBay, CargoBayKind, CreateCargoBay, CreateMission, CreateProject,
+    CreateStation, CreateWebhook, DEFAULT_CARGO_BAY_ID, DEFAULT_STATION_NAME, DeliveryStatus, DeviceAuthorization,
+    Event, FileListing, Job, JobArray, JobPage, JobStatus, JobTransition, JobUsage, Labels, LandingZone, Mission,
+    MissionPage, MissionType, MissionTypeSummary, PendingKind, PendingReason, Problem, Project, ProjectBudget,
+    ProjectLimits, ProjectMember, ProjectPage, ProjectRole, RegisterLandingZone, RegisteredLandingZone,
+    ResourceAmounts, Resources, ResourcesInUse, RetryOn, RetryPolicy, RunJob, RunJobArray, Station, StationLimits,
+    StationMember, UpdateJob, UpdateMission, UpdateProject, UsageGroup, UsageReport, UsageSummary, User, Webhook,
+    WebhookDelivery,
 };
 pub use uuid::Uuid;

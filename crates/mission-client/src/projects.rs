@@ -1,9 +1,9 @@
 //! Projects and their members: list, create, read, change, delete; add, change and remove
-//! members.
+//! members; their limits on stations and their budgets.
 
 use mission_api::{
-    CreateProject, Project, ProjectLimits, ProjectMember, ProjectPage, ProjectRole, SetProjectMember, StationLimits,
-    UpdateProject,
+    BudgetStatus, CreateProject, Project, ProjectBudget, ProjectLimits, ProjectMember, ProjectPage, ProjectRole,
+    SetProjectMember, StationLimits, UpdateProject,
 };
 use reqwest::Method;
 use uuid::Uuid;
@@ -106,5 +106,33 @@ impl Client {
     /// Removes a project's limits on a station (admins only); `Ok(false)` when it had none.
     pub async fn delete_project_limits(&self, project_id: Uuid, station_id: Uuid) -> Result<bool, Error> {
         self.delete_found(&format!("/projects/{project_id}/limits/{station_id}")).await
+    }
+
+    /// A project's budget and what it spent this period; `Ok(None)` when it has none.
+    pub async fn project_budget(&self, project_id: Uuid) -> Result<Option<BudgetStatus>, Error> {
+        match self.get_json(&format!("/projects/{project_id}/budget"), &[]).await {
+            Ok(status) => Ok(Some(status)),
+            Err(Error::NotFound(_)) if self.get_project(project_id).await.is_ok() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sets what a project may spend per period (admins only), replacing what was set.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mission_client::Client, astro: uuid::Uuid) -> Result<(), mission_client::Error> {
+    /// use mission_client::{BudgetPeriod, ProjectBudget};
+    /// let budget = ProjectBudget { cpu_hours: Some(500.0), gpu_hours: None, period: BudgetPeriod::Month };
+    /// let status = client.set_project_budget(astro, &budget).await?;
+    /// println!("{:.1} of 500 CPU-hours spent this month", status.spent_cpu_hours);
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_project_budget(&self, project_id: Uuid, budget: &ProjectBudget) -> Result<BudgetStatus, Error> {
+        self.send_json(Method::PUT, &format!("/projects/{project_id}/budget"), budget).await
+    }
+
+    /// Removes a project's budget (admins only); `Ok(false)` when it had none.
+    pub async fn delete_project_budget(&self, project_id: Uuid) -> Result<bool, Error> {
+        self.delete_found(&format!("/projects/{project_id}/budget")).await
     }
 }

@@ -37,11 +37,13 @@ const REBASE_EXPONENT: f64 = 64.0;
 struct Charge {
     project: Uuid,
     user: Uuid,
-    /// CPUs plus GPUs.
-    rate: f64,
+    cpus: f64,
+    gpus: f64,
     /// What it was charged when placed (grown, as every amount here is).
     provisional: f64,
     since: Instant,
+    /// Its wall time in seconds as its agent measured it, once told: what it is charged.
+    measured: Option<f64>,
 }
 
 /// Decayed usage per project and per (project, user); see the module docs.
@@ -57,6 +59,9 @@ pub(crate) struct Usage {
     charges: HashMap<Uuid, Charge>,
     /// (project, user) pairs whose usage changed since [`Usage::changed`] was last drained.
     changed: HashSet<(Uuid, Uuid)>,
+    /// What the jobs that left their landing zones since [`Usage::spent`] was last drained
+    /// used: (job, project, CPU-seconds, GPU-seconds), what budgets charge.
+    spent: Vec<(Uuid, Uuid, f64, f64)>,
 }
 
 impl Usage {
@@ -71,6 +76,7 @@ impl Usage {
             members: HashMap::new(),
             charges: HashMap::new(),
             changed: HashSet::new(),
+            spent: Vec::new(),
         }
     }
 
@@ -104,15 +110,22 @@ impl Usage {
         self.changed.insert((project, user));
     }
 
+    /// How long a job with `time_limit` (minutes) is expected to run, in seconds: its time limit,
+    /// or the expected run where it has none.
+    pub fn expected_seconds(&self, time_limit: Option<u32>) -> f64 {
+        time_limit.map_or(self.expected.as_secs_f64(), |minutes| f64::from(minutes) * 60.0)
+    }
+
     /// Charges a job placed on a landing zone: `cpus + gpus` for its `time_limit` in minutes (or
     /// the expected run where it has none).
     pub fn place(&mut self, job_id: Uuid, key: &QueueKey, cpus: u32, gpus: u32, time_limit: Option<u32>) {
         let now = Instant::now();
-        let rate = f64::from(cpus) + f64::from(gpus);
-        let seconds = time_limit.map_or(self.expected.as_secs_f64(), |minutes| f64::from(minutes) * 60.0);
-        let provisional = rate * seconds * self.growth(now);
+        let (cpus, gpus) = (f64::from(cpus), f64::from(gpus));
+        let seconds = self.expected_seconds(time_limit);
+        let provisional = (cpus + gpus) * seconds * self.growth(now);
         self.add(key.project_id, key.user_id, provisional);
-        let charge = Charge { project: key.project_id, user: key.user_id, rate, provisional, since: now };
+        let charge =
+            Charge { project: key.project_id, user: key.user_id, cpus, gpus, provisional, since: now, measured: None };
         self.charges.insert(job_id, charge);
     }
 
@@ -125,8 +138,17 @@ impl Usage {
         // Grown first: a rebase scales the charge kept here with everything else.
         let growth = self.growth(now);
         let charge = self.charges.remove(&job_id).expect("looked up");
-        let used = charge.rate * now.saturating_duration_since(charge.since).as_secs_f64();
-        self.add(charge.project, charge.user, used * growth - charge.provisional);
+        let seconds = charge.measured.unwrap_or_else(|| now.saturating_duration_since(charge.since).as_secs_f64());
+        self.add(charge.project, charge.user, (charge.cpus + charge.gpus) * seconds * growth - charge.provisional);
+        self.spent.push((job_id, charge.project, charge.cpus * seconds, charge.gpus * seconds));
+    }
+
+    /// The wall time a job's agent measured, in seconds: what it is charged as it leaves (else
+    /// the time since it was placed).
+    pub fn measured(&mut self, job_id: Uuid, wall_time: f64) {
+        if let Some(charge) = self.charges.get_mut(&job_id) {
+            charge.measured = Some(wall_time);
+        }
     }
 
     /// Adds what the jobs' rows say was used, `UsedRow::seconds_ago` before now.
@@ -156,6 +178,12 @@ impl Usage {
     /// Every (project, user) pair with usage, and its usage.
     pub fn members(&self) -> impl Iterator<Item = ((Uuid, Uuid), f64)> + '_ {
         self.members.iter().map(|(pair, usage)| (*pair, *usage))
+    }
+
+    /// What the jobs that left their landing zones since the last call used: (job, project,
+    /// CPU-seconds, GPU-seconds).
+    pub fn spent(&mut self) -> Vec<(Uuid, Uuid, f64, f64)> {
+        std::mem::take(&mut self.spent)
     }
 
     /// The (project, user) pairs whose usage changed since the last call.
@@ -192,6 +220,11 @@ mod tests {
         assert_eq!(usage.of_project(b.project_id), 1200.0);
         usage.leave(Uuid::from_u128(10));
         assert!((usage.of_project(a.project_id) - 400.0).abs() < 1e-9, "a job leaves once");
+        assert_eq!(
+            usage.spent(),
+            [(Uuid::from_u128(10), a.project_id, 200.0, 0.0)],
+            "what budgets charge: 2 CPUs for 100 s"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -268,6 +268,11 @@ impl Fleet {
         self.per_project.get(&(station, project)).copied().unwrap_or_default()
     }
 
+    /// What every project's placed jobs hold, per (station, project).
+    pub fn held_by_projects(&self) -> impl Iterator<Item = ((Uuid, Uuid), Held)> + '_ {
+        self.per_project.iter().map(|(key, held)| (*key, *held))
+    }
+
     /// What `project`'s placed jobs hold, per station.
     pub fn held_by_project(&self, project: Uuid) -> impl Iterator<Item = (Uuid, Held)> + '_ {
         self.per_project.iter().filter(move |((_, p), _)| *p == project).map(|((station, _), held)| (*station, *held))

@@ -6,7 +6,7 @@
 //! queue of ordered sub-queues ([`Queue`], `queue.rs`, its runnable jobs in sorted chunks,
 //! `chunks.rs`), the landing zones with what they hold (`fleet.rs`), what the projects and
 //! their users used, for fair-share order (`fair_share.rs`), and the projects' limits on stations
-//! (`limits.rs`). Its writes go to the store in batches.
+//! (`limits.rs`) and budgets (`budgets.rs`). Its writes go to the store in batches.
 //!
 //! The server around it (`mission-server`) routes calls here: in one process straight to the
 //! task; with several replicas on PostgreSQL the leader runs the task and the others send it their
@@ -14,6 +14,7 @@
 //! [`Host`] (the jobs' logs and the agents' tokens) and [`Replicas`] (mail to the other replicas,
 //! absent in one process).
 
+mod budgets;
 mod chunks;
 mod fair_share;
 mod fleet;
@@ -143,6 +144,14 @@ pub enum Call {
         /// The station.
         station_id: Uuid,
     },
+    /// A project's budget was set or removed in the store: read it again.
+    BudgetChanged {
+        /// The project.
+        project_id: Uuid,
+    },
+    /// What every project holds, has queued and has left of its budget; answered with its
+    /// gauges.
+    ProjectGauges,
     /// What a project's jobs hold and how many wait, per station; answered with its usage.
     ProjectUsage {
         /// The project.
@@ -180,6 +189,11 @@ pub enum Outcome {
     ProjectUsage {
         /// (station, what it holds and has queued there).
         usage: Vec<(Uuid, mission_api::ResourcesInUse)>,
+    },
+    /// The projects' gauges.
+    ProjectGauges {
+        /// One per project with jobs placed or queued, or a budget.
+        gauges: Vec<ProjectGauge>,
     },
     /// Whether something was removed.
     Removed {
@@ -259,6 +273,20 @@ pub enum QueueOrder {
 impl QueueOrder {
     /// Fair-share with the default half-life, a week (Slurm's `PriorityDecayHalfLife`).
     pub const DEFAULT: Self = Self::FairShare { half_life: Duration::from_secs(7 * 24 * 3600) };
+}
+
+/// What a project holds on every station, has queued and has left of its budget this period:
+/// what `/metrics` shows per project.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProjectGauge {
+    /// The project.
+    pub project_id: Uuid,
+    /// What its placed jobs hold and how many of its jobs wait, over every station.
+    pub in_use: mission_api::ResourcesInUse,
+    /// CPU-hours left of its budget this period, where it sets some.
+    pub budget_left_cpu_hours: Option<f64>,
+    /// GPU-hours left of its budget this period, where it sets some.
+    pub budget_left_gpu_hours: Option<f64>,
 }
 
 /// What a call comes to.

@@ -558,6 +558,11 @@ impl Queue {
         self.per_project.get(&(station, project)).copied().unwrap_or(0)
     }
 
+    /// How many jobs are queued per (station, project).
+    pub(crate) fn project_counts(&self) -> impl Iterator<Item = ((Uuid, Uuid), u64)> + '_ {
+        self.per_project.iter().map(|(key, n)| (*key, *n))
+    }
+
     /// How many jobs of `project` are queued, per station.
     pub(crate) fn project_lens(&self, project: Uuid) -> impl Iterator<Item = (Uuid, u64)> + '_ {
         self.per_project.iter().filter(move |((_, p), _)| *p == project).map(|((station, _), n)| (*station, *n))

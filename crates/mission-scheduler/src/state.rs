@@ -52,6 +52,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::budgets::{Budgets, Warning};
 use super::fair_share::{EXPECTED_RUN, Usage};
 use super::fleet::{Connection, Fleet, LzState, Placed};
 use super::limits::Limits;
@@ -107,6 +108,8 @@ struct Batch {
     pending: Vec<(Uuid, Option<PendingReason>)>,
     orders: Vec<(Uuid, Pending)>,
     answers: Vec<Answer>,
+    /// Projects past 80% of their budget, whose members get a `project.budget_warning` event.
+    warnings: Vec<Warning>,
     /// How many of `updates` have had their bearing on dependent jobs settled.
     settled: usize,
 }
@@ -118,6 +121,7 @@ impl Batch {
             && self.pending.is_empty()
             && self.orders.is_empty()
             && self.answers.is_empty()
+            && self.warnings.is_empty()
     }
 
     /// The status a job ended in by this batch, if it did.
@@ -152,6 +156,8 @@ pub struct State {
     fleet: Fleet,
     /// Projects' limits on stations.
     limits: Limits,
+    /// Projects' budgets.
+    budgets: Budgets,
     /// Shared with the routes, which read positions from it.
     queue: Arc<Mutex<Queue>>,
     policies: Policies,
@@ -207,6 +213,7 @@ impl State {
             fair_share,
             fleet: Fleet::new(Usage::new(half_life, EXPECTED_RUN)),
             limits: Limits::default(),
+            budgets: Budgets::default(),
             queue,
             policies: Policies::default(),
             dependencies: Dependencies::default(),
@@ -237,6 +244,12 @@ impl State {
         }
         for record in self.store.project_limits(None).await? {
             self.limits.set(record);
+        }
+        let now = store::now();
+        for record in self.store.project_budgets(None).await? {
+            let spent = self.store.project_spent(record.project_id, record.budget.period.start(now)).await?;
+            // Where 80% was passed before the restart, the warning went out then.
+            self.budgets.set(record, spent, now, true);
         }
         if self.fair_share {
             let horizon = self.fleet.usage.horizon();
@@ -300,7 +313,10 @@ impl State {
                 stop_requested: false,
             };
             match job.lz_id.filter(|id| self.fleet.get(id).is_some()) {
-                Some(lz_id) => self.fleet.hold(lz_id, placed),
+                Some(lz_id) => {
+                    self.budgets.hold(job.job_id, placed.key.project_id, self.budget_needs(&placed.entry));
+                    self.fleet.hold(lz_id, placed);
+                }
                 None => self.lose(placed, "its landing zone was removed"),
             }
         }
@@ -489,6 +505,21 @@ impl State {
         }
     }
 
+    /// The `project.budget_warning` events of `warnings`: one to each member of the project. A
+    /// project whose members cannot be read now is warned in the log only.
+    async fn warning_events(&self, warnings: &[Warning]) -> Vec<store::NewEvent> {
+        let mut events = Vec::new();
+        for warning in warnings {
+            match self.store.project_members(warning.project_id).await {
+                Ok(members) => events.extend(members.iter().map(|member| {
+                    store::NewEvent::project("project.budget_warning", member.user_id, &warning.data, store::now())
+                })),
+                Err(e) => tracing::warn!(project = %warning.project_id, "a budget warning goes to nobody: {e}"),
+            }
+        }
+        events
+    }
+
     /// Writes the batch, then sends its orders, wakes the log followers of jobs that ended and
     /// answers its callers; on a failed write, answers with the error and reloads the jobs.
     async fn flush(&mut self) -> Result<(), Stop> {
@@ -496,10 +527,11 @@ impl State {
             return Ok(());
         }
         let batch = std::mem::take(&mut self.batch);
+        let events = self.warning_events(&batch.warnings).await;
         // The reads for the assignments go through the read pool, beside the write.
         let (runs, saved) = tokio::join!(
             self.assignments(&batch.orders, &batch.inserts),
-            self.store.save_jobs(&batch.inserts, &batch.updates, &batch.pending)
+            self.store.save_jobs_with_events(&batch.inserts, &batch.updates, &batch.pending, &events)
         );
         let mut runs = match saved.and(runs) {
             Ok(runs) => runs,
@@ -682,6 +714,8 @@ impl State {
             Call::LimitsChanged { project_id, station_id } => {
                 self.limits_changed(project_id, station_id).await.map(|()| Outcome::Done)
             }
+            Call::BudgetChanged { project_id } => self.budget_changed(project_id).await.map(|()| Outcome::Done),
+            Call::ProjectGauges => return reply.send(Ok(Outcome::ProjectGauges { gauges: self.project_gauges() })),
             Call::ProjectUsage { project_id } => {
                 return reply.send(Ok(Outcome::ProjectUsage { usage: self.project_usage(project_id) }));
             }
@@ -708,6 +742,48 @@ impl State {
         self.queue.lock().expect("not poisoned").set_share(station_id, project_id, share);
         self.dirty.insert(station_id);
         Ok(())
+    }
+
+    /// Reads a project's budget again from the store, with what it spent this period; its
+    /// stations get a pass, as a larger budget may let its jobs start.
+    async fn budget_changed(&mut self, project_id: Uuid) -> SchedulerResult<()> {
+        match self.store.project_budgets(Some(project_id)).await?.pop() {
+            Some(record) => {
+                let now = store::now();
+                let spent = self.store.project_spent(project_id, record.budget.period.start(now)).await?;
+                self.batch.warnings.extend(self.budgets.set(record, spent, now, false));
+            }
+            None => self.budgets.remove(project_id),
+        }
+        let stations: Vec<Uuid> =
+            self.queue.lock().expect("not poisoned").project_lens(project_id).map(|(station, _)| station).collect();
+        self.dirty.extend(stations);
+        Ok(())
+    }
+
+    /// Every project's gauges, by project id.
+    fn project_gauges(&self) -> Vec<super::ProjectGauge> {
+        let mut gauges: HashMap<Uuid, super::ProjectGauge> = HashMap::new();
+        fn of(gauges: &mut HashMap<Uuid, super::ProjectGauge>, project_id: Uuid) -> &mut super::ProjectGauge {
+            gauges.entry(project_id).or_insert_with(|| super::ProjectGauge { project_id, ..Default::default() })
+        }
+        for ((_, project_id), held) in self.fleet.held_by_projects() {
+            let in_use = &mut of(&mut gauges, project_id).in_use;
+            in_use.cpus += held.cpus;
+            in_use.memory_mb += held.memory;
+            in_use.gpus += held.gpus;
+            in_use.running_jobs += u64::from(held.jobs);
+        }
+        for ((_, project_id), queued) in self.queue.lock().expect("not poisoned").project_counts() {
+            of(&mut gauges, project_id).in_use.queued_jobs += queued;
+        }
+        for (project_id, cpu, gpu) in self.budgets.left(store::now()) {
+            let gauge = of(&mut gauges, project_id);
+            (gauge.budget_left_cpu_hours, gauge.budget_left_gpu_hours) = (cpu, gpu);
+        }
+        let mut gauges: Vec<_> = gauges.into_values().collect();
+        gauges.sort_unstable_by_key(|g| g.project_id);
+        gauges
     }
 
     /// What a project's placed jobs hold and how many of its jobs wait, per station.
@@ -996,7 +1072,7 @@ impl State {
         };
         lz.lease_until = Some(until);
         self.lease_ends.push(Reverse((until, who.lz_id)));
-        let (mut finished, mut failed_attempts) = (Vec::new(), Vec::new());
+        let (mut finished, mut failed_attempts, mut measured) = (Vec::new(), Vec::new(), Vec::new());
         for report in reports {
             let current = |p: &&mut Placed| report.attempt.is_none_or(|attempt| attempt == p.entry.attempt);
             let Some(placed) = lz.jobs.get_mut(&report.job_id).filter(current) else {
@@ -1040,6 +1116,9 @@ impl State {
             update.usage = report
                 .usage
                 .filter(|u| status.is_final() && u.wall_time >= 0.0 && u.cpu_time.is_none_or(|cpu| cpu >= 0.0));
+            if let Some(usage) = &update.usage {
+                measured.push((report.job_id, usage.wall_time));
+            }
             placed.status = status;
             if update.reason.is_some() || status == JobStatus::Running {
                 placed.reason.clone_from(&update.reason);
@@ -1048,6 +1127,10 @@ impl State {
                 finished.push(report.job_id);
             }
             self.batch.updates.push(update);
+        }
+        // What the agent measured is what the job is charged, rather than the scheduler's clock.
+        for (job_id, wall_time) in measured {
+            self.fleet.usage.measured(job_id, wall_time);
         }
         if !finished.is_empty() {
             for id in finished {
@@ -1186,7 +1269,7 @@ impl State {
 
     /// Runs a placement pass over every station where something happened since the last.
     fn place(&mut self) {
-        self.sync_order();
+        self.settle_usage();
         let mut stations: Vec<Uuid> = self.dirty.drain().collect();
         stations.sort_unstable();
         for station in stations {
@@ -1209,6 +1292,7 @@ impl State {
         let mut aside = Vec::new();
         let (mut passed_over, mut examined, mut placed) = (0, 0, 0);
         let mut out_of_room = false;
+        let now = store::now();
         while passed_over < PASS_DEPTH {
             let (key, seq, number, entry) = {
                 let queue = self.queue.lock().expect("not poisoned");
@@ -1216,7 +1300,7 @@ impl State {
                 (queue.key(number), seq, number, queue.runnable_at(number, seq).cloned().expect("candidates run"))
             };
             examined += 1;
-            let (verdict, reason) = self.examine(&key, &entry, &reserved, &mut could_hold);
+            let (verdict, reason) = self.examine(&key, &entry, &reserved, &mut could_hold, now);
             let job_id = entry.job_id;
             // With no LZ online nothing starts: the candidates say so, and the pass goes no deeper.
             let goes_on = matches!(verdict, Verdict::Place(_) | Verdict::Hold(_) | Verdict::PassOver) && !offline;
@@ -1226,7 +1310,7 @@ impl State {
                     // Taken out of line: the sub-queue's next job is its candidate.
                     self.start(lz_id, key, seq, entry);
                     // Charged as it starts: its project and user rank anew for the next pick.
-                    self.sync_order();
+                    self.settle_usage();
                     free_unheld -= usize::from(had_free && !self.fleet.has_free_cpus(&lz_id));
                     placed += 1;
                 }
@@ -1278,6 +1362,7 @@ impl State {
         job: &Queued,
         reserved: &HashSet<Uuid>,
         could_hold: &mut HashMap<(u32, u64, u32), bool>,
+        now: chrono::DateTime<chrono::Utc>,
     ) -> (Verdict, Option<PendingReason>) {
         if let Some(limit) = self.max_running_per_user.filter(|limit| self.fleet.placed_of(&key.user_id) >= *limit) {
             let why =
@@ -1287,6 +1372,11 @@ impl State {
         let held = || self.fleet.held_by(key.station_id, key.project_id);
         if let Some(why) = self.limits.refusal(key.station_id, key.project_id, held, job) {
             return (Verdict::SkipQueue, Some(pending(PendingKind::Quota, why)));
+        }
+        if let Some((why, every_job)) = self.budgets.refusal(key.project_id, self.budget_needs(job), now) {
+            // Where only some jobs are refused (too long, or with GPUs) later ones may still start.
+            let verdict = if every_job { Verdict::SkipQueue } else { Verdict::PassOver };
+            return (verdict, Some(pending(PendingKind::Quota, why)));
         }
         if let Some(reason) = self.offline(key.station_id, job) {
             // A job naming an LZ that is away waits alone; without any LZ online, all do.
@@ -1360,9 +1450,17 @@ impl State {
         (Verdict::PassOver, Some(pending(PendingKind::NoLandingZone, why)))
     }
 
+    /// What a job may spend of its project's budget: CPU-seconds and GPU-seconds for its time
+    /// limit (or the expected run).
+    fn budget_needs(&self, job: &Queued) -> (f64, f64) {
+        let seconds = self.fleet.usage.expected_seconds(job.time_limit);
+        (f64::from(job.cpu_count) * seconds, f64::from(job.gpu_count) * seconds)
+    }
+
     /// Places a queued job on an LZ, in the batch.
     fn start(&mut self, lz_id: Uuid, key: QueueKey, seq: u64, entry: Queued) {
         self.dequeue(entry.job_id);
+        self.budgets.hold(entry.job_id, key.project_id, self.budget_needs(&entry));
         let lz = self.fleet.get(&lz_id).expect("chosen from the index");
         let gpu_indices: Vec<u32> = if lz.max_jobs.is_none() {
             lz.free_gpus.iter().take(entry.gpu_count as usize).copied().collect()
@@ -1388,9 +1486,17 @@ impl State {
         self.fleet.hold(lz_id, placed);
     }
 
-    /// Tells the queue the usage that changed since it was last told (jobs placed or released),
-    /// so that fair-share ranks by it.
-    fn sync_order(&mut self) {
+    /// Takes in the usage that changed since the last call (jobs placed or released): budgets are
+    /// charged what the jobs that left used (warnings go in the batch), and the queue is told, so
+    /// that fair-share ranks by it.
+    fn settle_usage(&mut self) {
+        let spent = self.fleet.usage.spent();
+        if !spent.is_empty() {
+            let now = store::now();
+            for (job_id, project, cpu, gpu) in spent {
+                self.batch.warnings.extend(self.budgets.charge(job_id, project, (cpu, gpu), now));
+            }
+        }
         let changed = self.fleet.usage.changed();
         if changed.is_empty() || !self.fair_share {
             return;

@@ -284,6 +284,20 @@ impl Scheduler {
         self.call(Call::LimitsChanged { project_id, station_id }).await.map(drop)
     }
 
+    /// A project's budget was set or removed in the store: placement reads it again (and warns
+    /// the project's members at once where it is 80% spent).
+    pub async fn budget_changed(&self, project_id: Uuid) -> SchedulerResult<()> {
+        self.call(Call::BudgetChanged { project_id }).await.map(drop)
+    }
+
+    /// Every project's gauges: what it holds, has queued and has left of its budget.
+    pub async fn project_gauges(&self) -> SchedulerResult<Vec<mission_scheduler::ProjectGauge>> {
+        match self.call(Call::ProjectGauges).await? {
+            Outcome::ProjectGauges { gauges } => Ok(gauges),
+            other => Err(SchedulerError::Store(format!("the scheduler answered {other:?}"))),
+        }
+    }
+
     /// What a project's jobs hold and have queued, per station where they have either.
     pub async fn project_usage(&self, project_id: Uuid) -> SchedulerResult<Vec<(Uuid, mission_api::ResourcesInUse)>> {
         match self.call(Call::ProjectUsage { project_id }).await? {

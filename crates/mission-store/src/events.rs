@@ -61,6 +61,18 @@ impl NewEvent {
         }
     }
 
+    /// An event about a project, for `user_id` (one of its members), carrying `data`.
+    pub fn project(kind: &str, user_id: Uuid, data: &serde_json::Value, at: DateTime<Utc>) -> Self {
+        Self {
+            at: to_micros(at),
+            kind: kind.to_owned(),
+            user_id: Some(user_id.to_string()),
+            mission_id: None,
+            job_id: None,
+            data: data.to_string(),
+        }
+    }
+
     /// `files.changed`: `path` of the mission was `change`d (`uploaded`, `deleted`).
     pub fn files_changed(mission_id: Uuid, path: &str, change: &str, at: DateTime<Utc>) -> Self {
         Self {

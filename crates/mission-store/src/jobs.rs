@@ -160,13 +160,26 @@ impl Store {
         updates: &[JobUpdate],
         pending: &[(Uuid, Option<PendingReason>)],
     ) -> Result<(), StoreError> {
-        if inserts.is_empty() && updates.is_empty() && pending.is_empty() {
+        self.save_jobs_with_events(inserts, updates, pending, &[]).await
+    }
+
+    /// [`Store::save_jobs`], with `events` of the scheduler's own (a project's budget warning)
+    /// appended in the same transaction, after the jobs' events.
+    pub async fn save_jobs_with_events(
+        &self,
+        inserts: &[(u64, Job)],
+        updates: &[JobUpdate],
+        pending: &[(Uuid, Option<PendingReason>)],
+        events: &[super::NewEvent],
+    ) -> Result<(), StoreError> {
+        if inserts.is_empty() && updates.is_empty() && pending.is_empty() && events.is_empty() {
             return Ok(());
         }
         // The batch goes as four JSON parameters to statements that are the same whatever its
         // size and shape, so they are prepared once (parsing SQL built per batch was an eighth
         // of the server's CPU under load).
         let batch = JobBatch::new(inserts, updates, pending);
+        let events = super::events::events_json(events);
         match &self.backend {
             super::Backend::Sqlite(db) => {
                 // One script: one trip to SQLite's worker thread (those thread hand-offs were most
@@ -176,7 +189,8 @@ impl Store {
                     .bind(batch.changes.as_str())
                     .bind(batch.pending.as_str())
                     .bind(batch.history.as_str())
-                    .bind(batch.history.as_str());
+                    .bind(batch.history.as_str())
+                    .bind(events.as_str());
                 super::sqlite::run_script(&mut *db.writer().await, script).await?;
             }
             super::Backend::Postgres(db) => {
@@ -203,15 +217,16 @@ impl Store {
                         sqlx::query(statement).bind(parameter.as_str()).execute(&mut *tx).await?;
                     }
                 }
-                if batch.history != "[]" {
+                if batch.history != "[]" || events != "[]" {
                     sqlx::query(super::events::POSTGRES_EVENTS_LOCK).execute(&mut *tx).await?;
                     sqlx::query(super::events::POSTGRES_EVENTS_NOTIFY).execute(&mut *tx).await?;
                     sqlx::query(POSTGRES_JOB_EVENTS).bind(batch.history.as_str()).execute(&mut *tx).await?;
+                    sqlx::query(super::events::POSTGRES_APPEND_EVENTS).bind(events.as_str()).execute(&mut *tx).await?;
                 }
                 tx.commit().await?;
             }
         }
-        if batch.history != "[]" {
+        if batch.history != "[]" || events != "[]" {
             self.events_appended();
         }
         Ok(())
@@ -426,6 +441,110 @@ impl Store {
                 mean_cpu_efficiency: row.opt_real("efficiency")?,
                 over_requested_memory: row.count("over_requested")?,
             })
+        })
+    }
+
+    /// What the ended jobs in `scope` used, per `group`, by group (the jobs without one last);
+    /// `since` and `until` bound when they ended (`until` excluded).
+    pub async fn usage_by(
+        &self,
+        group: &UsageGrouping,
+        scope: &UsageScope,
+        since: Option<DateTime<Utc>>,
+        until: Option<DateTime<Utc>>,
+    ) -> Result<Vec<mission_api::UsageGroup>, StoreError> {
+        fn build<'q, DB>(
+            group: &UsageGrouping,
+            scope: &UsageScope,
+            since: Option<DateTime<Utc>>,
+            until: Option<DateTime<Utc>>,
+        ) -> QueryBuilder<'q, DB>
+        where
+            DB: sqlx::Database,
+            String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+            i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        {
+            let postgres = DB::NAME == <sqlx::Postgres as sqlx::Database>::NAME;
+            let mut q = QueryBuilder::new("SELECT ");
+            match group {
+                UsageGrouping::Project => q.push("j.project_id AS grp, p.name AS name, "),
+                UsageGrouping::User => q.push("j.user_id AS grp, u.username AS name, "),
+                UsageGrouping::Label(key) if postgres => {
+                    q.push("j.labels::jsonb ->> ").push_bind(key.clone()).push(" AS grp, ")
+                }
+                UsageGrouping::Label(key) => {
+                    q.push("j.labels ->> ").push_bind(format!("$.\"{key}\"")).push(" AS grp, ")
+                }
+            };
+            q.push(
+                "COUNT(*) AS jobs, SUM(j.w) AS wall, SUM(j.cpu_time) AS cpu, SUM(j.cpu_count * j.w) AS held, \
+                 SUM(j.gpu_count * j.w) AS gpu, SUM(j.memory_amount * j.w) AS memory, \
+                 AVG(CASE WHEN j.cpu_time IS NOT NULL AND j.w > 0 THEN j.cpu_time / (j.cpu_count * j.w) END) AS efficiency \
+                 FROM (SELECT project_id, user_id, labels, cpu_count, gpu_count, memory_amount, cpu_time, \
+                 COALESCE(wall_time, (finished_at - started_at) / 1000000.0, 0.0) AS w FROM jobs \
+                 WHERE finished_at IS NOT NULL",
+            );
+            if let Some(since) = since {
+                q.push(" AND finished_at >= ").push_bind(to_micros(since));
+            }
+            if let Some(until) = until {
+                q.push(" AND finished_at < ").push_bind(to_micros(until));
+            }
+            if let UsageScope::Own { user_id, managed } = scope {
+                q.push(" AND (user_id = ").push_bind(user_id.to_string());
+                if !managed.is_empty() {
+                    q.push(" OR project_id IN (");
+                    let mut list = q.separated(", ");
+                    for project in managed {
+                        list.push_bind(project.to_string());
+                    }
+                    list.push_unseparated(")");
+                }
+                q.push(")");
+            }
+            q.push(") AS j");
+            match group {
+                UsageGrouping::Project => {
+                    q.push(" LEFT JOIN projects p ON p.project_id = j.project_id GROUP BY j.project_id, p.name")
+                }
+                UsageGrouping::User => {
+                    q.push(" LEFT JOIN users u ON u.user_id = j.user_id GROUP BY j.user_id, u.username")
+                }
+                UsageGrouping::Label(_) => q.push(" GROUP BY 1"),
+            };
+            q
+        }
+        let named = !matches!(group, UsageGrouping::Label(_));
+        with_conn!(self, reader, |conn| {
+            let rows = { build(group, scope, since, until).build().fetch_all(conn).await? };
+            let mut groups = rows
+                .iter()
+                .map(|row| {
+                    let key = row.opt_text("grp")?;
+                    let (group, id) = if named {
+                        let id = key.as_deref().map(super::row::parse_uuid).transpose()?;
+                        (row.opt_text("name")?, id)
+                    } else {
+                        (key, None)
+                    };
+                    let hours = |column: &str| Ok::<_, StoreError>(row.opt_real(column)?.unwrap_or(0.0) / 3600.0);
+                    Ok(mission_api::UsageGroup {
+                        group,
+                        id,
+                        jobs: row.count("jobs")?,
+                        wall_hours: hours("wall")?,
+                        cpu_hours: hours("cpu")?,
+                        cpu_hours_held: hours("held")?,
+                        gpu_hours: hours("gpu")?,
+                        memory_gb_hours: hours("memory")? / 1024.0,
+                        mean_cpu_efficiency: row.opt_real("efficiency")?,
+                    })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            // By group, the jobs without one last: the same on both backends, whatever their
+            // collations and NULL orders.
+            groups.sort_by(|a, b| (a.group.is_none(), &a.group, a.id).cmp(&(b.group.is_none(), &b.group, b.id)));
+            Ok(groups)
         })
     }
 
@@ -837,8 +956,9 @@ SELECT h.value ->> 'at', 'job.' || (h.value ->> 'status'), jobs.user_id, jobs.mi
         'reason', IIF(h.value ->> 'status' IN ",
     final_statuses!(),
     ", jobs.reason, NULL)) \
-FROM h JOIN jobs ON jobs.job_id = h.value ->> 'job_id' ORDER BY h.key;
-COMMIT;"
+FROM h JOIN jobs ON jobs.job_id = h.value ->> 'job_id' ORDER BY h.key;\n",
+    super::events::sqlite_append_events!("?"),
+    ";\nCOMMIT;"
 );
 
 /// The `job.*` events of a batch's history rows (the fourth statement of its transaction, after
@@ -1197,6 +1317,31 @@ pub struct QueuedRow {
     pub time_limit: Option<u32>,
 }
 
+/// How [`Store::usage_by`] groups jobs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UsageGrouping {
+    /// By the project they were charged to.
+    Project,
+    /// By whose they are.
+    User,
+    /// By their value of a label (its key checked by the caller).
+    Label(String),
+}
+
+/// Whose jobs [`Store::usage_by`] sums.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UsageScope {
+    /// Everyone's.
+    All,
+    /// A user's own, and every job charged to the projects they manage.
+    Own {
+        /// The user.
+        user_id: Uuid,
+        /// The projects they manage.
+        managed: Vec<Uuid>,
+    },
+}
+
 /// What the jobs of one project and user that ended at about the same time used, as
 /// [`Store::used_since`] sums it.
 #[derive(Debug, Clone, PartialEq)]
@@ -1274,7 +1419,7 @@ mod tests {
             .map(str::trim)
             .filter(|s| !s.is_empty() && !s.starts_with("BEGIN") && !s.starts_with("COMMIT"))
             .collect();
-        assert_eq!(statements.len(), 5, "insert, changes, pending reasons, history, events");
+        assert_eq!(statements.len(), 6, "insert, changes, pending reasons, history, job events, other events");
         for statement in statements {
             let plan: Vec<String> = sqlx::query(&format!("EXPLAIN QUERY PLAN {statement}"))
                 .bind("[]")

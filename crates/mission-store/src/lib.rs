@@ -40,8 +40,8 @@ use uuid::Uuid;
 
 pub use self::cluster::{ClusterDb, Leadership, MAIL_CHANNEL, PathLock};
 pub use self::events::{EventFilter, NewEvent};
-pub use self::jobs::{EndingJob, QueuedRow, UsedRow};
-pub use self::projects::{LimitsRecord, PERSONAL_MARK};
+pub use self::jobs::{EndingJob, QueuedRow, UsageGrouping, UsageScope, UsedRow};
+pub use self::projects::{BudgetRecord, LimitsRecord, PERSONAL_MARK};
 
 /// Id of the station a first start creates (migration 0004), home of the embedded LZ.
 pub const DEFAULT_STATION_ID: Uuid = uuid::uuid!("6d697373-696f-4e00-8000-000000000002");

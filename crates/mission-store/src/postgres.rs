@@ -38,6 +38,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (25, "job_array_counts", include_str!("../migrations/postgres/0025_job_array_counts.sql")),
     (26, "projects", include_str!("../migrations/postgres/0026_projects.sql")),
     (27, "project_limits", include_str!("../migrations/postgres/0027_project_limits.sql")),
+    (28, "project_budgets", include_str!("../migrations/postgres/0028_project_budgets.sql")),
 ];
 
 /// Connections a replica holds at most.

@@ -5,12 +5,13 @@
 //! its one member the user as a manager.
 
 use chrono::{DateTime, Utc};
-use mission_api::{Project, ProjectLimits, ProjectMember, ProjectRole};
+use mission_api::{Project, ProjectBudget, ProjectLimits, ProjectMember, ProjectRole};
+use sqlx::QueryBuilder;
 use uuid::Uuid;
 
 use super::jobs::FINAL_STATUSES;
 use super::row::Columns;
-use super::{Store, StoreError, conflict_on_duplicate, to_json, to_micros, with_conn};
+use super::{Store, StoreError, conflict_on_duplicate, push_any_of, to_json, to_micros, with_conn};
 
 /// What a project read selects: its row, the role of the viewer bound as `$1`, and its member
 /// count; `FROM projects p` follows.
@@ -32,6 +33,19 @@ pub struct LimitsRecord {
     /// The limits.
     pub limits: ProjectLimits,
     /// When they were last set.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A project's budget as the store keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetRecord {
+    /// The project.
+    pub project_id: Uuid,
+    /// Its name.
+    pub project_name: String,
+    /// The budget.
+    pub budget: ProjectBudget,
+    /// When it was last set.
     pub updated_at: DateTime<Utc>,
 }
 
@@ -194,6 +208,32 @@ impl Store {
         Ok(())
     }
 
+    /// The names of the projects of `ids` there are.
+    pub async fn project_names(&self, ids: &[Uuid]) -> Result<std::collections::HashMap<Uuid, String>, StoreError> {
+        if ids.is_empty() {
+            return Ok(std::collections::HashMap::new());
+        }
+        with_conn!(self, reader, |conn: Db| {
+            let rows = {
+                let mut q: QueryBuilder<Db> = QueryBuilder::new("SELECT project_id, name FROM projects WHERE 1 = 1");
+                push_any_of(&mut q, "project_id", ids.iter().map(Uuid::to_string));
+                q.build().fetch_all(conn).await?
+            };
+            rows.iter().map(|r| Ok((r.uuid("project_id")?, r.text("name")?))).collect()
+        })
+    }
+
+    /// The projects `user` manages (their personal project among them).
+    pub async fn managed_projects(&self, user: Uuid) -> Result<Vec<Uuid>, StoreError> {
+        with_conn!(self, reader, |conn| {
+            let rows = sqlx::query("SELECT project_id FROM project_members WHERE user_id = $1 AND role = 'manager'")
+                .bind(user.to_string())
+                .fetch_all(conn)
+                .await?;
+            rows.iter().map(|r| r.uuid("project_id")).collect()
+        })
+    }
+
     /// Removes a member; true when they were one.
     pub async fn remove_project_member(&self, project_id: Uuid, user: Uuid) -> Result<bool, StoreError> {
         let done = with_conn!(self, writer, |conn| {
@@ -293,6 +333,82 @@ impl Store {
                     })
                 })
                 .collect()
+        })
+    }
+}
+
+impl Store {
+    /// Sets a project's budget (checked by the caller), replacing any.
+    pub async fn set_project_budget(
+        &self,
+        project_id: Uuid,
+        budget: &ProjectBudget,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        with_conn!(self, writer, |conn| {
+            sqlx::query(
+                "INSERT INTO project_budgets (project_id, budget, updated_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (project_id) DO UPDATE SET budget = EXCLUDED.budget, updated_at = EXCLUDED.updated_at",
+            )
+            .bind(project_id.to_string())
+            .bind(to_json(budget))
+            .bind(to_micros(now))
+            .execute(conn)
+            .await?;
+        });
+        Ok(())
+    }
+
+    /// Removes a project's budget; true when it had one.
+    pub async fn delete_project_budget(&self, project_id: Uuid) -> Result<bool, StoreError> {
+        let done = with_conn!(self, writer, |conn| {
+            sqlx::query("DELETE FROM project_budgets WHERE project_id = $1")
+                .bind(project_id.to_string())
+                .execute(conn)
+                .await?
+                .rows_affected()
+        });
+        Ok(done == 1)
+    }
+
+    /// The budget of one project (of every project, for `None`).
+    pub async fn project_budgets(&self, project_id: Option<Uuid>) -> Result<Vec<BudgetRecord>, StoreError> {
+        with_conn!(self, reader, |conn| {
+            let rows = sqlx::query(
+                "SELECT b.project_id, p.name AS project_name, b.budget, b.updated_at FROM project_budgets b \
+                 JOIN projects p USING (project_id) WHERE CAST($1 AS TEXT) IS NULL OR b.project_id = $1 ORDER BY p.name",
+            )
+            .bind(project_id.map(|id| id.to_string()))
+            .fetch_all(conn)
+            .await?;
+            rows.iter()
+                .map(|r| {
+                    Ok(BudgetRecord {
+                        project_id: r.uuid("project_id")?,
+                        project_name: r.text("project_name")?,
+                        budget: r.json("budget")?,
+                        updated_at: r.time("updated_at")?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// What the jobs charged to `project_id` that ended at `since` or later were charged, in
+    /// CPU-seconds and GPU-seconds: their CPUs (GPUs) times their wall time, or where an agent
+    /// did not report one the time between start and end.
+    pub async fn project_spent(&self, project_id: Uuid, since: DateTime<Utc>) -> Result<(f64, f64), StoreError> {
+        with_conn!(self, reader, |conn| {
+            let row = sqlx::query(
+                "SELECT SUM(cpu_count * w) AS cpu, SUM(gpu_count * w) AS gpu FROM (SELECT cpu_count, gpu_count, \
+                 COALESCE(wall_time, (finished_at - started_at) / 1000000.0, 0.0) AS w FROM jobs \
+                 WHERE project_id = $1 AND finished_at >= $2) AS ended",
+            )
+            .bind(project_id.to_string())
+            .bind(to_micros(since))
+            .fetch_one(conn)
+            .await?;
+            Ok((row.opt_real("cpu")?.unwrap_or(0.0), row.opt_real("gpu")?.unwrap_or(0.0)))
         })
     }
 }

@@ -58,6 +58,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (25, "job_array_counts", include_str!("../migrations/sqlite/0025_job_array_counts.sql")),
     (26, "projects", include_str!("../migrations/sqlite/0026_projects.sql")),
     (27, "project_limits", include_str!("../migrations/sqlite/0027_project_limits.sql")),
+    (28, "project_budgets", include_str!("../migrations/sqlite/0028_project_budgets.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

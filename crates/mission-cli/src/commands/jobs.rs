@@ -327,7 +327,7 @@ fn usage_text(usage: &mission_api::JobUsage, memory_mb: u64) -> String {
 
 /// A point in time from an RFC 3339 time, a date (midnight UTC), or an age before now (`90m`,
 /// `24h`, `7d`).
-fn parse_since(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+pub(super) fn parse_since(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
     let text = text.trim();
     if let Ok(time) = chrono::DateTime::parse_from_rfc3339(text) {
         return Ok(time.to_utc());

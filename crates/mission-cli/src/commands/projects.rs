@@ -3,7 +3,8 @@
 use anyhow::bail;
 use clap::Subcommand;
 use mission_client::{
-    Client, CreateProject, Project, ProjectLimits, ProjectRole, ResourceAmounts, StationLimits, UpdateProject, Uuid,
+    BudgetPeriod, BudgetStatus, Client, CreateProject, Project, ProjectBudget, ProjectLimits, ProjectRole,
+    ResourceAmounts, StationLimits, UpdateProject, UsageReportQuery, Uuid,
 };
 
 use super::stations::resolve_station;
@@ -83,6 +84,139 @@ pub enum ProjectsCommand {
     ///   mission projects limits bio                                 # what bio has and uses
     #[command(verbatim_doc_comment)]
     Limits(LimitsArgs),
+    /// Show a project's budget and what it spent this period; with flags, set it (admins),
+    /// replacing what was set; with --clear, remove it.
+    ///
+    /// A job is charged its CPUs (GPUs) times its wall time as it ends. At 80% the project's
+    /// members get a project.budget_warning event; at 100% its jobs wait for the next period.
+    ///
+    ///   mission projects budget astro --cpu-hours 500 --period month
+    ///   mission projects budget astro                   # spent this period
+    #[command(verbatim_doc_comment)]
+    Budget(BudgetArgs),
+    /// What ended jobs used, per project, user or label value: all jobs for admins, the jobs
+    /// of the projects you manage and your own for others.
+    ///
+    ///   mission projects usage                          # per project
+    ///   mission projects usage --group-by user --since 2026-11-01
+    ///   mission projects usage --group-by label:sweep --csv > sweeps.csv
+    #[command(verbatim_doc_comment)]
+    Usage(UsageArgs),
+}
+
+/// `mission projects usage`.
+#[derive(Debug, clap::Args)]
+pub struct UsageArgs {
+    /// project, user or label:KEY.
+    #[arg(long, default_value = "project")]
+    group_by: String,
+    /// Only jobs that ended since: a time (2026-11-01, 2026-11-01T09:00:00Z) or an age (7d).
+    #[arg(long, value_name = "TIME", value_parser = super::jobs::parse_since)]
+    since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only jobs that ended before this time (or this long ago).
+    #[arg(long, value_name = "TIME", value_parser = super::jobs::parse_since)]
+    until: Option<chrono::DateTime<chrono::Utc>>,
+    /// Print the server's CSV (a header, then a row per group) instead of a table or JSON.
+    #[arg(long)]
+    csv: bool,
+}
+
+impl UsageArgs {
+    async fn run(self, client: &Client, out: Output) -> anyhow::Result<()> {
+        let query = UsageReportQuery { group_by: self.group_by, since: self.since, until: self.until };
+        if self.csv {
+            print!("{}", client.usage_report_csv(&query).await?);
+            return Ok(());
+        }
+        let report = client.usage_report(&query).await?;
+        let hours = |h: f64| format!("{h:.2}");
+        let rows = report
+            .groups
+            .iter()
+            .map(|g| {
+                vec![
+                    g.group.clone().unwrap_or_else(|| "-".to_owned()),
+                    g.jobs.to_string(),
+                    hours(g.wall_hours),
+                    hours(g.cpu_hours_held),
+                    hours(g.cpu_hours),
+                    hours(g.gpu_hours),
+                    hours(g.memory_gb_hours),
+                    g.mean_cpu_efficiency.map_or_else(|| "-".to_owned(), |e| format!("{:.0}%", e * 100.0)),
+                ]
+            })
+            .collect();
+        let group = report.group_by.to_uppercase();
+        let heads = [group.as_str(), "JOBS", "WALL H", "CPU H HELD", "CPU H USED", "GPU H", "MEM GB·H", "EFFICIENCY"];
+        out.table(&report, &heads, rows);
+        Ok(())
+    }
+}
+
+/// `mission projects budget`.
+#[derive(Debug, clap::Args)]
+pub struct BudgetArgs {
+    /// Name or id.
+    project: String,
+    /// CPU-hours per period.
+    #[arg(long)]
+    cpu_hours: Option<f64>,
+    /// GPU-hours per period.
+    #[arg(long)]
+    gpu_hours: Option<f64>,
+    /// How long the hours last: week (from Monday, UTC), month or total.
+    #[arg(long, value_parser = parse_period, default_value = "month")]
+    period: BudgetPeriod,
+    /// Remove the budget.
+    #[arg(long, conflicts_with_all = ["cpu_hours", "gpu_hours"])]
+    clear: bool,
+}
+
+fn parse_period(given: &str) -> Result<BudgetPeriod, String> {
+    serde_json::from_value(serde_json::Value::String(given.to_owned()))
+        .map_err(|_| format!("{given:?} is not a period: week, month or total"))
+}
+
+impl BudgetArgs {
+    async fn run(self, client: &Client, out: Output) -> anyhow::Result<()> {
+        let project_id = resolve_project(client, &self.project).await?;
+        if self.clear {
+            if !client.delete_project_budget(project_id).await? {
+                bail!("project {} has no budget", self.project);
+            }
+            out.done(&serde_json::json!({ "cleared": project_id }), &format!("removed the budget of {}", self.project));
+            return Ok(());
+        }
+        if self.cpu_hours.is_none() && self.gpu_hours.is_none() {
+            match client.project_budget(project_id).await? {
+                Some(status) => out.done(&status, &budget_words(&self.project, &status)),
+                None => out.done(&serde_json::Value::Null, &format!("project {} has no budget", self.project)),
+            }
+            return Ok(());
+        }
+        let budget = ProjectBudget { cpu_hours: self.cpu_hours, gpu_hours: self.gpu_hours, period: self.period };
+        let status = client.set_project_budget(project_id, &budget).await?;
+        out.done(&status, &budget_words(&self.project, &status));
+        Ok(())
+    }
+}
+
+/// A budget and what was spent against it, in words.
+fn budget_words(project: &str, status: &BudgetStatus) -> String {
+    let against = |spent: f64, hours: Option<f64>, what: &str| match hours {
+        Some(hours) if hours > 0.0 => {
+            format!("{spent:.1} of {hours} {what} ({:.0}%)", (spent / hours * 100.0).floor())
+        }
+        Some(hours) => format!("{spent:.1} of {hours} {what}"),
+        None => format!("{spent:.1} {what} (no limit)"),
+    };
+    let period = status.budget.period.words(status.period_start);
+    let ends = status.period_end.map_or(String::new(), |end| format!("; the period ends {}", end.format("%Y-%m-%d")));
+    format!(
+        "project {project} spent {} and {} {period}{ends}",
+        against(status.spent_cpu_hours, status.budget.cpu_hours, "CPU-hours"),
+        against(status.spent_gpu_hours, status.budget.gpu_hours, "GPU-hours"),
+    )
 }
 
 /// `mission projects limits`.
@@ -310,6 +444,8 @@ impl ProjectsCommand {
                 out.done(&member, &format!("{} is a {} of {project}", member.username, member.role));
             }
             ProjectsCommand::Limits(args) => args.run(&client, out).await?,
+            ProjectsCommand::Budget(args) => args.run(&client, out).await?,
+            ProjectsCommand::Usage(args) => args.run(&client, out).await?,
             ProjectsCommand::RemoveMember { project, user } => {
                 if !client.remove_project_member(resolve_project(&client, &project).await?, &user).await? {
                     bail!("{user} is not a member of {project}");

@@ -632,6 +632,27 @@ async fn run_and_jobs_commands_on_the_embedded_landing_zone() {
     let nothing = fx.run("admin", &["projects", "limits", "bio", "local"]).await;
     assert!(String::from_utf8_lossy(&nothing.stderr).contains("nothing to set"));
     fx.ok("admin", &["projects", "limits", "bio", "local", "--clear"]).await;
+    let none = fx.ok("admin", &["projects", "budget", "bio"]).await;
+    assert_eq!(none.trim(), "project bio has no budget");
+    let set = fx.ok("admin", &["projects", "budget", "bio", "--cpu-hours", "500", "--period", "week"]).await;
+    assert!(
+        set.starts_with("project bio spent 0.0 of 500 CPU-hours (0%) and 0.0 GPU-hours (no limit) for the week of"),
+        "{set}"
+    );
+    let shown = fx.json("admin", &["projects", "budget", "bio"]).await;
+    assert_eq!(
+        (shown["budget"]["cpu_hours"].as_f64(), shown["budget"]["period"].as_str()),
+        (Some(500.0), Some("week"))
+    );
+    let bad = fx.run("admin", &["projects", "budget", "bio", "--cpu-hours", "1", "--period", "year"]).await;
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("week, month or total"));
+    fx.ok("admin", &["projects", "budget", "bio", "--clear"]).await;
+    let usage = fx.ok("admin", &["projects", "usage", "--group-by", "user"]).await;
+    assert!(usage.starts_with("USER") && usage.contains("CPU H HELD") && usage.contains("admin"), "{usage}");
+    let csv = fx.ok("admin", &["projects", "usage", "--csv", "--since", "1d"]).await;
+    assert!(csv.starts_with("project,project_id,jobs,") && csv.contains("\nbio,"), "{csv}");
+    let bad = fx.run("admin", &["projects", "usage", "--group-by", "team"]).await;
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("group_by"), "{}", String::from_utf8_lossy(&bad.stderr));
     let refused = fx.run("admin", &["projects", "delete", "bio"]).await;
     assert!(String::from_utf8_lossy(&refused.stderr).contains("holds 1 mission(s)"));
     fx.ok("admin", &["missions", "update", &in_bio, "--project", "~admin"]).await;

@@ -8,10 +8,12 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
 use mission_api::{
-    CreateProject, Project, ProjectLimits, ProjectMember, ProjectRole, ResourcesInUse, StationLimits, UpdateProject,
+    BudgetStatus, CreateProject, Project, ProjectBudget, ProjectLimits, ProjectMember, ProjectRole, ResourcesInUse,
+    StationLimits, UpdateProject, UsageReport,
 };
-use mission_store::PERSONAL_MARK;
+use mission_store::{PERSONAL_MARK, UsageGrouping, UsageScope};
 use uuid::Uuid;
 
 use super::{DomainError, DomainResult, check_description, checked_name};
@@ -157,6 +159,11 @@ pub async fn role(app: &AppState, who: Principal, project_id: Uuid) -> DomainRes
     Ok(app.store.project_role(project_id, who.user_id).await?)
 }
 
+/// Refuses anyone but an admin to `act`.
+fn admins_only(who: Principal, act: &str) -> DomainResult<()> {
+    if who.admin { Ok(()) } else { Err(DomainError::Forbidden(format!("only admins {act}"))) }
+}
+
 /// The largest share a project may have.
 pub const MAX_SHARE: f64 = 1_000_000.0;
 
@@ -170,9 +177,7 @@ pub async fn set_limits(
     limits: ProjectLimits,
 ) -> DomainResult<StationLimits> {
     visible(app, who, project_id).await?;
-    if !who.admin {
-        return Err(DomainError::Forbidden("only admins set a project's limits".into()));
-    }
+    admins_only(who, "set a project's limits")?;
     if app.store.station(station_id).await?.is_none() {
         return Err(DomainError::not_found("station", station_id));
     }
@@ -190,14 +195,101 @@ pub async fn set_limits(
 /// Removes a project's limits on a station (admins only): it may then use any free room there.
 pub async fn delete_limits(app: &AppState, who: Principal, project_id: Uuid, station_id: Uuid) -> DomainResult<()> {
     visible(app, who, project_id).await?;
-    if !who.admin {
-        return Err(DomainError::Forbidden("only admins set a project's limits".into()));
-    }
+    admins_only(who, "set a project's limits")?;
     if !app.store.delete_project_limits(project_id, station_id).await? {
         return Err(DomainError::not_found("limits of the project on station", station_id));
     }
     app.scheduler.limits_changed(project_id, station_id).await?;
     Ok(())
+}
+
+/// The largest budget, in CPU- or GPU-hours per period.
+pub const MAX_BUDGET_HOURS: f64 = 1e12;
+
+/// Sets a project's budget (admins only), replacing any; placement applies it from its next
+/// pass, and its members are warned at once where 80% of it is spent already.
+pub async fn set_budget(
+    app: &AppState,
+    who: Principal,
+    project_id: Uuid,
+    budget: ProjectBudget,
+) -> DomainResult<BudgetStatus> {
+    visible(app, who, project_id).await?;
+    admins_only(who, "set a project's budget")?;
+    for (field, hours) in [("cpu_hours", budget.cpu_hours), ("gpu_hours", budget.gpu_hours)] {
+        if let Some(hours) = hours
+            && !(0.0..=MAX_BUDGET_HOURS).contains(&hours)
+        {
+            return Err(DomainError::invalid(field, format!("hours from 0 to {MAX_BUDGET_HOURS}")));
+        }
+    }
+    app.store.set_project_budget(project_id, &budget, mission_store::now()).await?;
+    app.scheduler.budget_changed(project_id).await?;
+    budget_status(app, project_id).await?.ok_or_else(|| DomainError::not_found("project", project_id))
+}
+
+/// Removes a project's budget (admins only).
+pub async fn delete_budget(app: &AppState, who: Principal, project_id: Uuid) -> DomainResult<()> {
+    visible(app, who, project_id).await?;
+    admins_only(who, "set a project's budget")?;
+    if !app.store.delete_project_budget(project_id).await? {
+        return Err(DomainError::not_found("budget of the project", project_id));
+    }
+    app.scheduler.budget_changed(project_id).await?;
+    Ok(())
+}
+
+/// A project's budget and what it spent this period, for its members and admins.
+pub async fn budget(app: &AppState, who: Principal, project_id: Uuid) -> DomainResult<BudgetStatus> {
+    visible(app, who, project_id).await?;
+    budget_status(app, project_id).await?.ok_or_else(|| DomainError::not_found("budget of the project", project_id))
+}
+
+async fn budget_status(app: &AppState, project_id: Uuid) -> DomainResult<Option<BudgetStatus>> {
+    let Some(record) = app.store.project_budgets(Some(project_id)).await?.pop() else { return Ok(None) };
+    let now = mission_store::now();
+    let period_start = record.budget.period.start(now);
+    let (cpu, gpu) = app.store.project_spent(project_id, period_start).await?;
+    Ok(Some(BudgetStatus {
+        project_id,
+        budget: record.budget,
+        period_start,
+        period_end: record.budget.period.end(now),
+        spent_cpu_hours: cpu / 3600.0,
+        spent_gpu_hours: gpu / 3600.0,
+        updated_at: record.updated_at,
+    }))
+}
+
+/// What the ended jobs `who` may see used, grouped by `group_by` (`project`, `user` or
+/// `label:KEY`), ended from `since` until before `until`: every job for an admin; their own and
+/// those charged to the projects they manage for others.
+pub async fn usage(
+    app: &AppState,
+    who: Principal,
+    group_by: &str,
+    since: Option<DateTime<Utc>>,
+    until: Option<DateTime<Utc>>,
+) -> DomainResult<UsageReport> {
+    let grouping = match group_by {
+        "project" => UsageGrouping::Project,
+        "user" => UsageGrouping::User,
+        other => match other.strip_prefix("label:") {
+            Some(key) => {
+                mission_api::labels::check_label_key(key)
+                    .map_err(|e| DomainError::invalid("group_by", e.to_string()))?;
+                UsageGrouping::Label(key.to_owned())
+            }
+            None => return Err(DomainError::invalid("group_by", "project, user or label:KEY")),
+        },
+    };
+    let scope = if who.admin {
+        UsageScope::All
+    } else {
+        UsageScope::Own { user_id: who.user_id, managed: app.store.managed_projects(who.user_id).await? }
+    };
+    let groups = app.store.usage_by(&grouping, &scope, since, until).await?;
+    Ok(UsageReport { group_by: group_by.to_owned(), since, until, groups })
 }
 
 /// A project's limits on each station that has some, and what it holds and has queued there,

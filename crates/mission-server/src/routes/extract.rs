@@ -122,3 +122,10 @@ pub fn outbound_url(field: &str, raw: &str) -> Result<url::Url, ApiError> {
     }
     Ok(url)
 }
+
+/// A query parameter's time, RFC 3339.
+pub(crate) fn rfc3339(field: &str, value: &str) -> Result<chrono::DateTime<chrono::Utc>, ApiError> {
+    let time = chrono::DateTime::parse_from_rfc3339(value)
+        .map_err(|e| ApiError::invalid_field(field, format!("expected a time like 2026-11-24T09:00:00Z: {e}")))?;
+    Ok(time.to_utc())
+}

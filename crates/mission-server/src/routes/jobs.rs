@@ -423,12 +423,7 @@ pub async fn usage(
     for (key, value) in &query {
         match key.as_str() {
             "mission_ids" => missions.push(parse_id(key, value)?),
-            "since" => {
-                let time = chrono::DateTime::parse_from_rfc3339(value).map_err(|e| {
-                    ApiError::invalid_field("since", format!("expected a time like 2026-11-24T09:00:00Z: {e}"))
-                })?;
-                since = Some(time.to_utc());
-            }
+            "since" => since = Some(super::extract::rfc3339(key, value)?),
             other => {
                 return Err(ApiError::invalid(format!(
                     "unknown query parameter {other:?}; filters are mission_ids, since"

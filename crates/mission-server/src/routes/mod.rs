@@ -45,6 +45,7 @@ pub use files::{RecoveryError, recover as recover_files, settle_stopped_replicas
         stations::register_landing_zone, stations::remove_landing_zone,
         projects::create, projects::list, projects::get, projects::update, projects::delete, projects::members,
         projects::set_member, projects::remove_member, projects::limits, projects::set_limits, projects::delete_limits,
+        projects::budget, projects::set_budget, projects::delete_budget, projects::usage,
         mission_types::list, mission_types::get, mission_types::settings,
         meta::auth_config, meta::me,
     ),
@@ -263,6 +264,8 @@ pub fn router(app: AppState) -> Router {
         .route("/projects/{id}/members/{user}", put(projects::set_member).delete(projects::remove_member))
         .route("/projects/{id}/limits", get(projects::limits))
         .route("/projects/{id}/limits/{station_id}", put(projects::set_limits).delete(projects::delete_limits))
+        .route("/projects/{id}/budget", get(projects::budget).put(projects::set_budget).delete(projects::delete_budget))
+        .route("/usage", get(projects::usage))
         .route("/mission-types", get(mission_types::list))
         .route("/mission-types/{id}", get(mission_types::get))
         .route("/mission-types/{id}/settings", get(mission_types::settings))

@@ -3,12 +3,14 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use mission_api::{
-    CreateProject, Project, ProjectLimits, ProjectMember, ProjectPage, SetProjectMember, StationLimits, UpdateProject,
+    BudgetStatus, CreateProject, Project, ProjectBudget, ProjectLimits, ProjectMember, ProjectPage, SetProjectMember,
+    StationLimits, UpdateProject,
 };
 
-use super::extract::{ApiJson, QueryPairs, page_number, page_size, parse_id};
+use super::extract::{ApiJson, QueryPairs, page_number, page_size, parse_id, rfc3339};
 use super::stations::member_named;
 use crate::AppState;
 use crate::auth::Principal;
@@ -173,4 +175,88 @@ pub async fn delete_limits(
     let (project_id, station_id) = (parse_id("project_id", &id)?, parse_id("station_id", &station)?);
     projects::delete_limits(&app, who, project_id, station_id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The project's budget and what it spent this period (its members and admins).
+#[utoipa::path(get, path = "/api/v1/projects/{id}/budget", tag = "projects",
+    params(("id" = uuid::Uuid, Path, description = "project id")),
+    responses((status = 200, body = BudgetStatus), (status = 404, body = mission_api::Problem)))]
+pub async fn budget(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<BudgetStatus>> {
+    Ok(Json(projects::budget(&app, who, parse_id("project_id", &id)?).await?))
+}
+
+/// Sets what the project may spend per period (admins only), replacing what was set: at 80% its
+/// members get a `project.budget_warning` event, at 100% its jobs wait until the next period.
+#[utoipa::path(put, path = "/api/v1/projects/{id}/budget", tag = "projects", request_body = ProjectBudget,
+    params(("id" = uuid::Uuid, Path, description = "project id")),
+    responses((status = 200, body = BudgetStatus), (status = 400, body = mission_api::Problem),
+        (status = 403, body = mission_api::Problem), (status = 404, body = mission_api::Problem)))]
+pub async fn set_budget(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<ProjectBudget>,
+) -> ApiResult<Json<BudgetStatus>> {
+    Ok(Json(projects::set_budget(&app, who, parse_id("project_id", &id)?, req).await?))
+}
+
+/// Removes the project's budget (admins only).
+#[utoipa::path(delete, path = "/api/v1/projects/{id}/budget", tag = "projects",
+    params(("id" = uuid::Uuid, Path, description = "project id")),
+    responses((status = 204), (status = 403, body = mission_api::Problem), (status = 404, body = mission_api::Problem)))]
+pub async fn delete_budget(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    projects::delete_budget(&app, who, parse_id("project_id", &id)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// What the ended jobs the caller may see used, per group: admins see every job, a project's
+/// managers the jobs charged to it, everyone their own. `group_by`: `project` (the default),
+/// `user` or `label:KEY`; `since` and `until` (RFC 3339) bound when the jobs ended; `format`:
+/// `json` (the default) or `csv`, a header and a row per group whose first columns are named
+/// after the grouping (`project,project_id,…`).
+#[utoipa::path(get, path = "/api/v1/usage", tag = "projects",
+    params(
+        ("group_by" = Option<String>, Query, description = "project (default), user or label:KEY"),
+        ("since" = Option<String>, Query, description = "only jobs that ended at or after this time (RFC 3339)"),
+        ("until" = Option<String>, Query, description = "only jobs that ended before this time (RFC 3339)"),
+        ("format" = Option<String>, Query, description = "json (default) or csv"),
+    ),
+    responses((status = 200, description = "the report, as JSON or (format=csv) CSV",
+            content((mission_api::UsageReport = "application/json"), (String = "text/csv"))),
+        (status = 400, body = mission_api::Problem)))]
+pub async fn usage(State(app): State<AppState>, who: Principal, QueryPairs(query): QueryPairs) -> ApiResult<Response> {
+    let (mut group_by, mut since, mut until, mut csv) = ("project".to_owned(), None, None, false);
+    for (key, value) in &query {
+        match key.as_str() {
+            "group_by" => group_by.clone_from(value),
+            "since" => since = Some(rfc3339(key, value)?),
+            "until" => until = Some(rfc3339(key, value)?),
+            "format" => {
+                csv = match value.as_str() {
+                    "json" => false,
+                    "csv" => true,
+                    _ => return Err(ApiError::invalid_field("format", "json or csv")),
+                }
+            }
+            other => {
+                return Err(ApiError::invalid(format!(
+                    "unknown query parameter {other:?}; parameters are group_by, since, until, format"
+                )));
+            }
+        }
+    }
+    let report = projects::usage(&app, who, &group_by, since, until).await?;
+    if csv {
+        let headers = [(header::CONTENT_TYPE, "text/csv; charset=utf-8")];
+        return Ok((headers, report.to_csv()).into_response());
+    }
+    Ok(Json(report).into_response())
 }

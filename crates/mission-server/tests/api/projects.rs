@@ -165,6 +165,22 @@ async fn next_run(agent: &mut FakeAgent) -> Uuid {
     }
 }
 
+/// A server with an admin, root (signed in), the users `others`, and a connected agent of 4
+/// CPUs on the local station.
+async fn with_a_worker(others: &[&str]) -> (TestServer, mission_client::Client, FakeAgent) {
+    let server = TestServer::spawn().await;
+    server.add_user("root", true).await;
+    for name in others {
+        server.add_user(name, false).await;
+    }
+    let root = server.sign_in("root").await;
+    let worker = mission_client::RegisterLandingZone { name: "worker".into(), cluster_account: None };
+    let token = root.register_landing_zone(LOCAL_STATION, &worker).await.unwrap().token;
+    let offers = Resources { cpu_count: 4, memory_amount: 4096, gpu_count: 0 };
+    let agent = FakeAgent::connect(&server.url, &token, offers).await;
+    (server, root, agent)
+}
+
 /// The agent runs a job to its end.
 async fn complete(agent: &FakeAgent, job_id: Uuid) {
     let now = mission_store::now();
@@ -173,14 +189,8 @@ async fn complete(agent: &FakeAgent, job_id: Uuid) {
 
 #[tokio::test]
 async fn a_project_never_holds_more_than_its_limits_on_a_station() {
-    let server = TestServer::spawn().await;
-    server.add_user("root", true).await;
-    let root = server.sign_in("root").await;
+    let (server, root, mut agent) = with_a_worker(&[]).await;
     let alice = &server.client;
-    let worker = mission_client::RegisterLandingZone { name: "worker".into(), cluster_account: None };
-    let token = root.register_landing_zone(LOCAL_STATION, &worker).await.unwrap().token;
-    let offers = Resources { cpu_count: 4, memory_amount: 4096, gpu_count: 0 };
-    let mut agent = FakeAgent::connect(&server.url, &token, offers).await;
     let bio = root.create_project(&CreateProject { name: "bio".into(), description: None }).await.unwrap();
     root.set_project_member(bio.project_id, "alice", ProjectRole::Member).await.unwrap();
 
@@ -231,4 +241,162 @@ async fn a_project_never_holds_more_than_its_limits_on_a_station() {
     let left = alice.project_limits(bio.project_id).await.unwrap();
     assert_eq!(left.len(), 1, "the station where it runs jobs, without limits");
     assert_eq!((left[0].updated_at, left[0].in_use.running_jobs), (None, 2));
+}
+
+/// The agent runs a job to its end, reporting that it ran for `seconds`.
+async fn complete_after(agent: &FakeAgent, job_id: Uuid, seconds: f64) {
+    let now = mission_store::now();
+    let usage = mission_api::JobUsage { wall_time: seconds, cpu_time: None, cpu_efficiency: None, peak_memory: None };
+    let done = Report { usage: Some(usage), exit_code: Some(0), ..Report::new(job_id, JobStatus::Completed, now) };
+    agent.report(&[Report::new(job_id, JobStatus::Running, now), done]).await;
+}
+
+#[tokio::test]
+async fn a_budget_warns_its_members_at_80_percent_and_stops_its_jobs_at_100() {
+    let (server, root, mut agent) = with_a_worker(&[]).await;
+    let alice = &server.client;
+    let astro = root.create_project(&CreateProject { name: "astro".into(), description: None }).await.unwrap();
+    root.set_project_member(astro.project_id, "alice", ProjectRole::Member).await.unwrap();
+    let mission = alice.create_mission(&shell_mission("sweep", Some(astro.project_id))).await.unwrap();
+
+    // Only admins set budgets, of some hours, not less than none.
+    let hour =
+        mission_api::ProjectBudget { cpu_hours: Some(1.0), gpu_hours: None, period: mission_api::BudgetPeriod::Month };
+    assert_eq!(status(alice.set_project_budget(astro.project_id, &hour).await).0, 403);
+    let negative = mission_api::ProjectBudget { cpu_hours: Some(-1.0), ..hour };
+    assert_eq!(status(root.set_project_budget(astro.project_id, &negative).await), (400, Some("cpu_hours".into())));
+    assert_eq!(alice.project_budget(astro.project_id).await.unwrap(), None);
+    // The document says what is accepted.
+    let document: serde_json::Value =
+        crate::http().get(format!("{}/api/v1/openapi.json", server.url)).send().await.unwrap().json().await.unwrap();
+    let schemas = &document["components"]["schemas"];
+    assert_eq!(schemas["ProjectBudget"]["properties"]["cpu_hours"]["minimum"], 0, "{}", schemas["ProjectBudget"]);
+    assert_eq!(schemas["ProjectLimits"]["properties"]["share"]["exclusiveMinimum"], 0);
+    // Without amounts a budget only tracks what is spent.
+    let tracked = mission_api::ProjectBudget { cpu_hours: None, ..hour };
+    assert_eq!(root.set_project_budget(astro.project_id, &tracked).await.unwrap().budget, tracked);
+    let set = root.set_project_budget(astro.project_id, &hour).await.unwrap();
+    assert_eq!((set.budget, set.spent_cpu_hours), (hour, 0.0));
+    let month = mission_api::BudgetPeriod::Month.words(set.period_start);
+
+    // A job that ran 50 minutes spends 83% of the hour: alice, a member, hears of it.
+    let watch = mission_client::WatchEvents { kinds: vec!["project".into()], ..Default::default() };
+    let mut events = alice.watch_events(&watch).await.unwrap();
+    let first = alice.run_job(mission.mission_id, &run(None)).await.unwrap().job_id;
+    assert_eq!(next_run(&mut agent).await, first);
+    complete_after(&agent, first, 3000.0).await;
+    let warning = tokio::time::timeout(std::time::Duration::from_secs(10), events.next()).await.unwrap().unwrap();
+    assert_eq!(warning.kind, "project.budget_warning");
+    assert_eq!(warning.data["detail"], format!("project astro has spent 83% of its budget {month}"));
+    assert_eq!(warning.data["project_id"], astro.project_id.to_string());
+    let spent = alice.project_budget(astro.project_id).await.unwrap().unwrap();
+    assert!((spent.spent_cpu_hours - 3000.0 / 3600.0).abs() < 1e-9, "{spent:?}");
+
+    // A job holds what it may spend while it runs (its time limit, or an hour): two jobs of ten
+    // minutes racing for the last ten never both start.
+    let ten = RunJob { time_limit: Some(10), ..run(None) };
+    let (second, third) =
+        tokio::join!(alice.run_job(mission.mission_id, &ten), alice.run_job(mission.mission_id, &ten));
+    let (second, third) = (second.unwrap().job_id, third.unwrap().job_id);
+    let started = next_run(&mut agent).await;
+    assert!(agent.next_order_within(std::time::Duration::from_millis(500)).await.is_none(), "never both");
+    let third = if started == second { third } else { second };
+    let reason = alice.get_job(third).await.unwrap().pending_reason.unwrap();
+    let held = format!(
+        "project astro has 0.17 of its 1 CPU-hours left {month}, 0.17 of them held by its running jobs; this job may \
+         use 0.17 (its time limit, or an hour without one)"
+    );
+    assert_eq!((reason.kind, reason.detail), (PendingKind::Quota, held));
+    // It ran 700 s: the hour is spent.
+    complete_after(&agent, started, 700.0).await;
+    let reason = alice.get_job(third).await.unwrap().pending_reason.unwrap();
+    assert_eq!(
+        (reason.kind, reason.detail),
+        (PendingKind::Quota, format!("project astro spent its 1 CPU-hours {month}"))
+    );
+
+    // Two hours: it starts. Without a budget, nothing stops it either.
+    let two = mission_api::ProjectBudget { cpu_hours: Some(2.0), ..hour };
+    root.set_project_budget(astro.project_id, &two).await.unwrap();
+    assert_eq!(next_run(&mut agent).await, third);
+    // Prometheus sees it per project: what it runs, and what is left of its budget.
+    let metrics = crate::http().get(format!("{}/metrics", server.url)).send().await.unwrap().text().await.unwrap();
+    for line in [
+        "mission_project_running_jobs{project=\"astro\"} 1",
+        "mission_project_cpus_in_use{project=\"astro\"} 1",
+        "mission_project_budget_left_cpu_hours{project=\"astro\"} 0.97",
+    ] {
+        assert!(metrics.lines().any(|l| l.starts_with(line)), "{line} in\n{metrics}");
+    }
+    assert!(root.delete_project_budget(astro.project_id).await.unwrap());
+    assert!(!root.delete_project_budget(astro.project_id).await.unwrap());
+    assert_eq!(alice.project_budget(astro.project_id).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn usage_per_project_user_and_label_for_whoever_may_see_it() {
+    let (server, root, mut agent) = with_a_worker(&["bob", "mia"]).await;
+    let (bob, mia) = (server.sign_in("bob").await, server.sign_in("mia").await);
+    let alice = &server.client;
+    let project = |name: &str| CreateProject { name: name.into(), description: None };
+    let bio = root.create_project(&project("bio")).await.unwrap().project_id;
+    let astro = root.create_project(&project("astro")).await.unwrap().project_id;
+    root.set_project_member(bio, "alice", ProjectRole::Member).await.unwrap();
+    root.set_project_member(bio, "mia", ProjectRole::Manager).await.unwrap();
+    root.set_project_member(astro, "bob", ProjectRole::Member).await.unwrap();
+
+    // alice runs two one-CPU hours in bio (sweeps a and b), bob half an hour on two CPUs in astro
+    // (sweep a).
+    let sweep = |value: &str| BTreeMap::from([("sweep".to_owned(), value.to_owned())]);
+    let hers = alice.create_mission(&shell_mission("hers", Some(bio))).await.unwrap().mission_id;
+    let his = bob.create_mission(&shell_mission("his", Some(astro))).await.unwrap().mission_id;
+    for (client, mission, cpus, label, seconds) in
+        [(alice, hers, 1, "a", 3600.0), (alice, hers, 1, "b", 3600.0), (&bob, his, 2, "a", 1800.0)]
+    {
+        let request = RunJob { cpu_count: Some(cpus), labels: sweep(label), ..run(None) };
+        let job = client.run_job(mission, &request).await.unwrap().job_id;
+        assert_eq!(next_run(&mut agent).await, job);
+        complete_after(&agent, job, seconds).await;
+    }
+
+    let report = |client: &mission_client::Client, group_by: &str| {
+        let query = mission_client::UsageReportQuery { group_by: group_by.into(), ..Default::default() };
+        let client = client.clone();
+        async move { client.usage_report(&query).await.unwrap() }
+    };
+    let summary = |report: mission_api::UsageReport| {
+        report.groups.into_iter().map(|g| (g.group.unwrap_or_default(), g.jobs, g.cpu_hours_held)).collect::<Vec<_>>()
+    };
+    // Admins see everything; by project, user or a label's value.
+    let by_project = report(&root, "project").await;
+    assert_eq!(by_project.groups[0].id, Some(astro));
+    assert_eq!(summary(by_project), [("astro".to_owned(), 1, 1.0), ("bio".to_owned(), 2, 2.0)]);
+    assert_eq!(summary(report(&root, "user").await), [("alice".to_owned(), 2, 2.0), ("bob".to_owned(), 1, 1.0)]);
+    assert_eq!(summary(report(&root, "label:sweep").await), [("a".to_owned(), 2, 2.0), ("b".to_owned(), 1, 1.0)]);
+    let csv = root.usage_report_csv(&mission_client::UsageReportQuery::default()).await.unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert!(lines[0].starts_with("project,project_id,jobs,wall_hours,cpu_hours,cpu_hours_held,gpu_hours"), "{csv}");
+    assert!(lines[2].starts_with(&format!("bio,{bio},2,2.0000,0.0000,2.0000,0.0000,")), "{csv}");
+    assert_eq!(lines.len(), 3);
+    // A manager sees the project's jobs; members their own only.
+    assert_eq!(summary(report(&mia, "user").await), [("alice".to_owned(), 2, 2.0)]);
+    assert_eq!(summary(report(alice, "project").await), [("bio".to_owned(), 2, 2.0)]);
+    assert_eq!(summary(report(&bob, "label:sweep").await), [("a".to_owned(), 1, 1.0)]);
+    // Bounds and bad requests.
+    let later = mission_client::UsageReportQuery {
+        since: Some(chrono::Utc::now() + chrono::Duration::hours(1)),
+        ..Default::default()
+    };
+    assert!(root.usage_report(&later).await.unwrap().groups.is_empty());
+    for (group_by, field) in [("team", "group_by"), ("label:a b", "group_by")] {
+        let query = mission_client::UsageReportQuery { group_by: group_by.into(), ..Default::default() };
+        assert_eq!(status(root.usage_report(&query).await), (400, Some(field.into())));
+    }
+    let xml = crate::http()
+        .get(format!("{}/api/v1/usage?format=xml", server.url))
+        .bearer_auth(crate::token_for(&server, "root").await)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(xml.status(), 400);
 }

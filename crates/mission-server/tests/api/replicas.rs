@@ -370,3 +370,50 @@ async fn submissions_racing_through_both_replicas_for_a_projects_last_queue_plac
     let used = &b.client.project_limits(bio).await.unwrap()[0];
     assert_eq!(used.in_use.queued_jobs, 5);
 }
+
+#[tokio::test]
+async fn jobs_racing_through_both_replicas_for_the_last_of_a_budget_never_all_start() {
+    let Some((a, b, _shared)) = two_replicas().await else { return };
+    a.add_user("root", true).await;
+    let root = a.sign_in("root").await;
+    let worker = RegisterLandingZone { name: "worker".into(), cluster_account: None };
+    let token = root.register_landing_zone(LOCAL_STATION, &worker).await.unwrap().token;
+    let mut agent = FakeAgent::connect(&b.url, &token, FOUR_CPUS).await;
+    let astro = root.create_project(&mission_client::CreateProject { name: "astro".into(), description: None }).await;
+    let astro = astro.unwrap().project_id;
+    root.set_project_member(astro, "alice", mission_client::ProjectRole::Member).await.unwrap();
+    let hour =
+        mission_api::ProjectBudget { cpu_hours: Some(1.0), gpu_hours: None, period: mission_api::BudgetPeriod::Total };
+    root.set_project_budget(astro, &hour).await.unwrap();
+    let shell = CreateMission {
+        name: "race".into(),
+        mission_type_id: Some(SHELL),
+        settings: Some(BTreeMap::from([("filename".to_owned(), "run.sh".to_owned())])),
+        project_id: Some(astro),
+        ..Default::default()
+    };
+    let mission = a.client.create_mission(&shell).await.unwrap();
+    // Six jobs of half an hour, through either replica, with four CPUs free: two fit the hour.
+    let run = mission_api::RunJob {
+        station_id: LOCAL_STATION,
+        cpu_count: Some(1),
+        time_limit: Some(30),
+        ..Default::default()
+    };
+    let tries = (0..6).map(|i| {
+        let replica = if i % 2 == 0 { &a } else { &b };
+        replica.client.run_job(mission.mission_id, &run)
+    });
+    let jobs: Vec<Uuid> = futures_util::future::join_all(tries).await.into_iter().map(|r| r.unwrap().job_id).collect();
+    let mut started = Vec::new();
+    while let Some(order) = agent.next_order_within(Duration::from_millis(1500)).await {
+        if let Order::Run(job) = order {
+            started.push(job.job_id);
+        }
+    }
+    assert_eq!(started.len(), 2, "half an hour each, an hour in all: {started:?}");
+    for job in jobs.iter().filter(|j| !started.contains(j)) {
+        let reason = a.client.get_job(*job).await.unwrap().pending_reason.unwrap();
+        assert!(reason.detail.starts_with("project astro has 1.00 of its 1 CPU-hours left in total"), "{reason:?}");
+    }
+}

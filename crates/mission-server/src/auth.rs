@@ -2,8 +2,9 @@
 //!
 //! [`Authenticator`] checks an access token's signature, `iss`, `aud` and `exp` against the built-in
 //! provider's key or an external provider's JWKS, maps its `sub` to a user (provisioning external
-//! users on first sight) and caches the result until the token expires, so a request with a
-//! known token costs a hash-map lookup. Handlers take a [`Principal`] argument to require sign-in.
+//! users on first sight, with the project memberships their group claim names where the server
+//! says so) and caches the result until the token expires, so a request with a known token costs
+//! a hash-map lookup. Handlers take a [`Principal`] argument to require sign-in.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, RwLock};
@@ -50,6 +51,8 @@ pub struct Authenticator {
     issuer: String,
     audience: String,
     store: Store,
+    /// Memberships that follow a group claim (an external provider's tokens only).
+    project_groups: Option<crate::config::ProjectGroups>,
     cache: Mutex<HashMap<String, (Principal, Instant)>>,
 }
 
@@ -64,6 +67,9 @@ struct Claims {
     sub: String,
     iss: String,
     exp: u64,
+    /// The rest, where a group claim may be ([`crate::config::ProjectGroups`]).
+    #[serde(flatten)]
+    other: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Authenticator {
@@ -72,10 +78,20 @@ impl Authenticator {
         Self::new(KeySource::Builtin { kid, key }, issuer, audience, store)
     }
 
-    /// Verifies tokens of the external provider at `auth_url`.
-    pub fn external(auth_url: &url::Url, min_refetch: Duration, audience: String, store: Store) -> Self {
+    /// Verifies tokens of the external provider at `auth_url`; with `project_groups`, the
+    /// projects a token's group claim names are its user's (set as the token is first seen).
+    pub fn external(
+        auth_url: &url::Url,
+        min_refetch: Duration,
+        audience: String,
+        store: Store,
+        project_groups: Option<crate::config::ProjectGroups>,
+    ) -> Self {
         let issuer = auth_url.as_str().to_owned();
-        Self::new(KeySource::External(ExternalKeys::new(auth_url.clone(), min_refetch)), issuer, audience, store)
+        let mut auth =
+            Self::new(KeySource::External(ExternalKeys::new(auth_url.clone(), min_refetch)), issuer, audience, store);
+        auth.project_groups = project_groups;
+        auth
     }
 
     fn new(keys: KeySource, issuer: String, audience: String, store: Store) -> Self {
@@ -84,6 +100,7 @@ impl Authenticator {
             issuer: issuer.trim_end_matches('/').to_owned(),
             audience,
             store,
+            project_groups: None,
             cache: Mutex::new(HashMap::new()),
         }
     }
@@ -96,7 +113,7 @@ impl Authenticator {
             return Ok(principal);
         }
         let claims = self.verify(token).await?;
-        let principal = self.resolve(&claims.sub).await?;
+        let principal = self.resolve(&claims).await?;
         let lifetime = claims.exp.saturating_sub(Utc::now().timestamp().max(0) as u64);
         let expires = Instant::now() + Duration::from_secs(lifetime);
         let mut cache = self.cache.lock().expect("cache lock");
@@ -163,13 +180,23 @@ impl Authenticator {
         Ok(data.claims)
     }
 
-    async fn resolve(&self, sub: &str) -> Result<Principal, ApiError> {
+    /// The user of a verified token; an external provider's user is provisioned on first sight,
+    /// and their claimed project memberships set.
+    async fn resolve(&self, claims: &Claims) -> Result<Principal, ApiError> {
+        let sub = claims.sub.as_str();
         let user = match &self.keys {
             KeySource::Builtin { .. } => {
                 let id = Uuid::parse_str(sub).map_err(|_| ApiError::unauthorized("the token's subject is unknown"))?;
                 self.store.user_by_id(id).await?
             }
-            KeySource::External(_) => Some(self.provision_external(sub).await?),
+            KeySource::External(_) => {
+                let user = self.provision_external(sub).await?;
+                if let Some(groups) = &self.project_groups {
+                    let claimed = groups.memberships(&claims.other);
+                    self.store.sync_claimed_memberships(user.user_id, &claimed, mission_store::now()).await?;
+                }
+                Some(user)
+            }
         };
         let user = user.ok_or_else(|| ApiError::unauthorized("the token's user no longer exists"))?;
         Ok(Principal { user_id: user.user_id, admin: user.admin })

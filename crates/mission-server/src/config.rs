@@ -19,6 +19,53 @@ pub enum AuthMode {
     },
 }
 
+/// Project memberships that follow an external provider's group claim: a token whose `claim`
+/// (an array of strings, or one string of them separated by spaces or commas) holds
+/// `{prefix}{project}` makes its user a `member` of that shared project, `{prefix}{project}:{role}`
+/// a `viewer`, `member` or `manager`. Memberships so given are set anew with each new token (each
+/// sign-in or refresh) and end when the claim no longer names the project; those set by hand stay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectGroups {
+    /// The claim's name (`groups`, `roles`, …).
+    pub claim: String,
+    /// What starts the groups that name projects (`mission:`); others are passed over.
+    pub prefix: String,
+}
+
+impl ProjectGroups {
+    /// The projects, with roles, that a token's claims name.
+    pub fn memberships(
+        &self,
+        claims: &serde_json::Map<String, serde_json::Value>,
+    ) -> Vec<(String, mission_api::ProjectRole)> {
+        let groups: Vec<&str> = match claims.get(&self.claim) {
+            Some(serde_json::Value::Array(values)) => values.iter().filter_map(|v| v.as_str()).collect(),
+            Some(serde_json::Value::String(text)) => text.split([' ', ',']).filter(|g| !g.is_empty()).collect(),
+            _ => Vec::new(),
+        };
+        let mut memberships: Vec<(String, mission_api::ProjectRole)> = Vec::new();
+        for group in groups {
+            let Some(named) = group.strip_prefix(&self.prefix) else { continue };
+            let (project, role) = match named.rsplit_once(':') {
+                Some((project, role)) => match role.parse() {
+                    Ok(role) => (project, role),
+                    Err(_) => continue,
+                },
+                None => (named, mission_api::ProjectRole::Member),
+            };
+            if project.is_empty() {
+                continue;
+            }
+            // Named twice with two roles: the greater.
+            match memberships.iter_mut().find(|(p, _)| p == project) {
+                Some((_, held)) => *held = (*held).max(role),
+                None => memberships.push((project.to_owned(), role)),
+            }
+        }
+        memberships
+    }
+}
+
 /// Everything [`crate::Server::new`] needs besides a bound listener.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -78,6 +125,9 @@ pub struct ServerConfig {
     /// The most jobs one user may have on landing zones at once (placed, staging, running or
     /// uploading); their further jobs wait in the queue. `None`: no limit.
     pub max_running_jobs_per_user: Option<u32>,
+    /// With an external identity provider: project memberships that follow a group claim of
+    /// its access tokens. `None`: memberships are set by hand only.
+    pub project_groups: Option<ProjectGroups>,
     /// Which queued job a station takes first: fair-share (the default) or first come, first
     /// served.
     pub queue_order: crate::scheduler::QueueOrder,
@@ -111,6 +161,7 @@ impl ServerConfig {
             lz_lease: Duration::from_secs(30),
             max_running_jobs_per_user: None,
             queue_order: crate::scheduler::QueueOrder::DEFAULT,
+            project_groups: None,
             event_retention: Duration::from_secs(7 * 24 * 3600),
             job_log_cap: crate::job_logs::DEFAULT_LOG_CAP,
             bootstrap_admin: true,

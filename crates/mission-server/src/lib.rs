@@ -50,7 +50,9 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-pub use config::{AuthMode, FileLimits, S3Storage, ServerConfig, SignInLimits, Storage, WebhookAttempts};
+pub use config::{
+    AuthMode, FileLimits, ProjectGroups, S3Storage, ServerConfig, SignInLimits, Storage, WebhookAttempts,
+};
 use mission_store::Store;
 pub use mission_store::fsutil::create_private_dir;
 pub use routes::{ApiDoc, RecoveryError};
@@ -205,8 +207,13 @@ impl Server {
                 (Some(idp), auth, public_url.clone(), bootstrap)
             }
             AuthMode::External { auth_url } => {
-                let auth =
-                    Authenticator::external(auth_url, config.jwks_min_refetch, config.audience.clone(), store.clone());
+                let auth = Authenticator::external(
+                    auth_url,
+                    config.jwks_min_refetch,
+                    config.audience.clone(),
+                    store.clone(),
+                    config.project_groups.clone(),
+                );
                 (None, auth, auth_url.as_str().trim_end_matches('/').to_owned(), None)
             }
         };

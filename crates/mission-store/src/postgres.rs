@@ -39,6 +39,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (26, "projects", include_str!("../migrations/postgres/0026_projects.sql")),
     (27, "project_limits", include_str!("../migrations/postgres/0027_project_limits.sql")),
     (28, "project_budgets", include_str!("../migrations/postgres/0028_project_budgets.sql")),
+    (29, "claimed_memberships", include_str!("../migrations/postgres/0029_claimed_memberships.sql")),
 ];
 
 /// Connections a replica holds at most.

@@ -6,7 +6,7 @@
 
 use chrono::{DateTime, Utc};
 use mission_api::{Project, ProjectBudget, ProjectLimits, ProjectMember, ProjectRole};
-use sqlx::QueryBuilder;
+use sqlx::{Connection, QueryBuilder};
 use uuid::Uuid;
 
 use super::jobs::FINAL_STATUSES;
@@ -185,7 +185,8 @@ impl Store {
         role.map(|r| parse_role(&r)).transpose()
     }
 
-    /// Makes `user` a member with `role`, or changes their role.
+    /// Makes `user` a member with `role`, or changes their role; a membership set so is kept
+    /// whatever a group claim says ([`Store::sync_claimed_memberships`]).
     pub async fn set_project_member(
         &self,
         project_id: Uuid,
@@ -196,7 +197,8 @@ impl Store {
         with_conn!(self, writer, |conn| {
             sqlx::query(
                 "INSERT INTO project_members (project_id, user_id, role, added_at) VALUES ($1, $2, $3, $4) \
-                 ON CONFLICT (project_id, user_id) DO UPDATE SET role = EXCLUDED.role, added_at = EXCLUDED.added_at",
+                 ON CONFLICT (project_id, user_id) DO UPDATE SET role = EXCLUDED.role, added_at = EXCLUDED.added_at, \
+                 via_claim = FALSE",
             )
             .bind(project_id.to_string())
             .bind(user.to_string())
@@ -221,6 +223,54 @@ impl Store {
             };
             rows.iter().map(|r| Ok((r.uuid("project_id")?, r.text("name")?))).collect()
         })
+    }
+
+    /// Makes `user`'s memberships that follow a group claim those `claimed` (project names, with
+    /// the role each gives), in one transaction: the shared projects of those names gain the user
+    /// with that role (a membership set by hand stays as it was), and the memberships the claim
+    /// gave in other projects end. Names of no shared project are passed over.
+    pub async fn sync_claimed_memberships(
+        &self,
+        user: Uuid,
+        claimed: &[(String, ProjectRole)],
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        with_conn!(self, writer, |conn| {
+            let mut tx = conn.begin().await?;
+            let given = sqlx::query(
+                "SELECT m.project_id, p.name FROM project_members m JOIN projects p USING (project_id) \
+                 WHERE m.user_id = $1 AND m.via_claim = TRUE",
+            )
+            .bind(user.to_string())
+            .fetch_all(&mut *tx)
+            .await?;
+            for row in &given {
+                let name = row.text("name")?;
+                if !claimed.iter().any(|(claimed, _)| *claimed == name) {
+                    sqlx::query("DELETE FROM project_members WHERE project_id = $1 AND user_id = $2")
+                        .bind(row.text("project_id")?)
+                        .bind(user.to_string())
+                        .execute(&mut *tx)
+                        .await?;
+                }
+            }
+            for (name, role) in claimed {
+                sqlx::query(
+                    "INSERT INTO project_members (project_id, user_id, role, added_at, via_claim) \
+                     SELECT project_id, $2, $3, $4, TRUE FROM projects WHERE name = $1 AND personal_of IS NULL \
+                     ON CONFLICT (project_id, user_id) DO UPDATE SET role = EXCLUDED.role \
+                     WHERE project_members.via_claim = TRUE",
+                )
+                .bind(name)
+                .bind(user.to_string())
+                .bind(role.as_str())
+                .bind(to_micros(now))
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+        });
+        Ok(())
     }
 
     /// The projects `user` manages (their personal project among them).

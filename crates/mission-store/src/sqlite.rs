@@ -59,6 +59,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (26, "projects", include_str!("../migrations/sqlite/0026_projects.sql")),
     (27, "project_limits", include_str!("../migrations/sqlite/0027_project_limits.sql")),
     (28, "project_budgets", include_str!("../migrations/sqlite/0028_project_budgets.sql")),
+    (29, "claimed_memberships", include_str!("../migrations/sqlite/0029_claimed_memberships.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

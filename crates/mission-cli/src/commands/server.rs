@@ -77,6 +77,15 @@ struct RunArgs {
     /// API audience access tokens must carry.
     #[arg(long, env = "MISSION_AUDIENCE")]
     audience: Option<String>,
+    /// With --auth-url: the access-token claim (e.g. groups) whose groups starting with
+    /// --project-group-prefix make their user a member of a shared project: PREFIXbio makes a
+    /// member of bio, PREFIXbio:manager a manager (or :viewer). Set at each sign-in; memberships
+    /// the claim gave end when it stops naming the project; those set by hand stay.
+    #[arg(long, env = "MISSION_PROJECT_GROUP_CLAIM", requires = "auth_url")]
+    project_group_claim: Option<String>,
+    /// What starts the groups of --project-group-claim that name projects.
+    #[arg(long, env = "MISSION_PROJECT_GROUP_PREFIX", default_value = "mission:")]
+    project_group_prefix: String,
     /// Client id advertised to clients in /api/v1/auth-config.
     #[arg(long, env = "MISSION_CLIENT_ID")]
     client_id: Option<String>,
@@ -264,6 +273,9 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     if let Some(auth_url) = args.auth_url {
         config.auth = AuthMode::External { auth_url };
     }
+    config.project_groups = args
+        .project_group_claim
+        .map(|claim| mission_server::ProjectGroups { claim, prefix: args.project_group_prefix });
     if let Some(audience) = args.audience {
         config.audience = audience;
     }

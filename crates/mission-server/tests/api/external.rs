@@ -313,3 +313,68 @@ async fn the_console_signs_in_through_the_provider_with_pkce() {
     assert!(browser.text("form.who").await.contains("auth0|console"));
     browser.close().await;
 }
+
+#[tokio::test]
+async fn project_memberships_follow_the_group_claim_at_each_sign_in() {
+    let provider = spawn_provider(true, &["rsa-1"]).await;
+    let auth_url: url::Url = provider.url.parse().unwrap();
+    let server = TestServer::spawn_with(move |c| {
+        c.auth = AuthMode::External { auth_url };
+        c.audience = AUDIENCE.into();
+        c.jwks_min_refetch = Duration::ZERO;
+        c.project_groups = Some(mission_server::ProjectGroups { claim: "groups".into(), prefix: "mission:".into() });
+    })
+    .await;
+    let store = &server.app.store;
+    let (bio, astro, chem) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    for (id, name) in [(bio, "bio"), (astro, "astro"), (chem, "chem")] {
+        store.insert_project(id, name, "", mission_store::now()).await.unwrap();
+    }
+    let token = |groups: serde_json::Value| {
+        let mut claims = claims(&provider.url, serde_json::json!(AUDIENCE), "oidc|ada", 600);
+        claims["groups"] = groups;
+        // A new token each time (its iat differs), as each sign-in or refresh gives.
+        claims["jti"] = serde_json::json!(uuid::Uuid::new_v4().to_string());
+        sign(Algorithm::RS256, "rsa-1", "JWT", claims)
+    };
+    let url = server.url.clone();
+    let roles = |token: String| {
+        let url = url.clone();
+        async move {
+            let projects: mission_api::ProjectPage = http()
+                .get(format!("{url}/api/v1/projects"))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let mut roles: Vec<(String, String)> = projects
+                .projects
+                .into_iter()
+                .filter(|p| p.personal.is_none())
+                .map(|p| (p.name, p.role.map(|r| r.to_string()).unwrap_or_default()))
+                .collect();
+            roles.sort();
+            roles
+        }
+    };
+    let owned =
+        |pairs: &[(&str, &str)]| pairs.iter().map(|(p, r)| ((*p).to_owned(), (*r).to_owned())).collect::<Vec<_>>();
+
+    // Groups with the prefix name projects (a role after a colon); others, and unknown projects,
+    // are passed over.
+    let first = token(serde_json::json!(["mission:bio", "mission:astro:manager", "mission:nowhere", "staff"]));
+    assert_eq!(roles(first).await, owned(&[("astro", "manager"), ("bio", "member")]));
+    let ada = store.user_by_external_sub("oidc|ada").await.unwrap().unwrap().user_id;
+
+    // An admin makes ada a viewer of chem by hand: the claim never takes that away.
+    store.set_project_member(chem, ada, mission_api::ProjectRole::Viewer, mission_store::now()).await.unwrap();
+    // The next sign-in's claim drops bio and makes astro a viewer's: so it is, chem stays.
+    let second = token(serde_json::json!("mission:astro:viewer staff"));
+    assert_eq!(roles(second).await, owned(&[("astro", "viewer"), ("chem", "viewer")]));
+    // Without the claim, what it gave ends.
+    let third = token(serde_json::json!(null));
+    assert_eq!(roles(third).await, owned(&[("chem", "viewer")]));
+}

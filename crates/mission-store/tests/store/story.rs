@@ -1209,6 +1209,20 @@ pub async fn projects_and_members(store: &Store) {
     assert_eq!(moved.project_id, ada.user_id);
     assert_eq!(store.project_holdings(bio).await.unwrap(), (0, 1), "its job stays charged to it");
 
+    // Memberships a group claim gives follow it; one set by hand stays, whatever it says.
+    let claimed = |names: &[(&str, ProjectRole)]| names.iter().map(|(n, r)| ((*n).to_owned(), *r)).collect::<Vec<_>>();
+    let role_of = |user: Uuid| async move { store.project_role(bio, user).await.unwrap() };
+    store.sync_claimed_memberships(bob.user_id, &claimed(&[("biology", ProjectRole::Viewer)]), t0).await.unwrap();
+    assert_eq!(role_of(bob.user_id).await, Some(ProjectRole::Manager), "set by hand, kept");
+    let cy = user(store, "cy").await;
+    let both =
+        claimed(&[("biology", ProjectRole::Member), ("~ada", ProjectRole::Member), ("none", ProjectRole::Member)]);
+    store.sync_claimed_memberships(cy.user_id, &both, t0).await.unwrap();
+    assert_eq!(role_of(cy.user_id).await, Some(ProjectRole::Member));
+    assert_eq!(store.project_role(ada.user_id, cy.user_id).await.unwrap(), None, "never a personal project");
+    store.sync_claimed_memberships(cy.user_id, &[], t0).await.unwrap();
+    assert_eq!(role_of(cy.user_id).await, None, "the claim no longer names it");
+
     assert!(store.remove_project_member(bio, ada.user_id).await.unwrap());
     assert!(!store.remove_project_member(bio, ada.user_id).await.unwrap());
     assert!(store.delete_project(bio).await.unwrap());

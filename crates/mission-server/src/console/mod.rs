@@ -15,6 +15,7 @@ mod jobs;
 mod mission_forms;
 mod missions;
 mod oauth;
+mod projects;
 mod run;
 pub mod session;
 mod sign_in;
@@ -51,6 +52,8 @@ pub fn router() -> Router<AppState> {
         .route("/jobs", get(jobs::list))
         .route("/jobs/{id}", get(jobs::show))
         .route("/jobs/{id}/stop", post(jobs::stop))
+        .route("/projects", get(projects::list))
+        .route("/projects/{id}", get(projects::show))
         .route("/stations", get(stations::list))
         .route("/stations/{id}", get(stations::show))
         .route("/stations/{id}/lzs", post(stations::register))

@@ -389,3 +389,63 @@ async fn the_sign_in_form_guards_itself_and_pages_carry_a_strict_policy() {
     let stale = http().get(format!("{}/assets/console.0000000000.css", server.url)).send().await.unwrap();
     assert_eq!(stale.status(), 404);
 }
+
+#[tokio::test]
+async fn a_project_page_shows_members_limits_in_use_as_bars_and_the_budget_spent() {
+    let Some(browser) = Browser::start().await else { return };
+    let server = TestServer::spawn().await;
+    server.add_user("root", true).await;
+    server.add_user("bob", false).await;
+    let root = server.sign_in("root").await;
+    let station = mission_server::DEFAULT_STATION_ID;
+    let worker = RegisterLandingZone { name: "worker".into(), cluster_account: None };
+    let token = root.register_landing_zone(station, &worker).await.unwrap().token;
+    let offers = mission_api::Resources { cpu_count: 4, memory_amount: 4096, gpu_count: 0 };
+    let mut agent = mission_testkit::FakeAgent::connect(&server.url, &token, offers).await;
+    let bio = root.create_project(&mission_client::CreateProject { name: "bio".into(), description: None }).await;
+    let bio = bio.unwrap().project_id;
+    root.set_project_member(bio, "alice", mission_client::ProjectRole::Member).await.unwrap();
+    let two_cpus: mission_client::ProjectLimits =
+        serde_json::from_str(r#"{"nominal": {"cpus": 2}, "borrowing_limit": {"cpus": 0}}"#).unwrap();
+    root.set_project_limits(bio, station, &two_cpus).await.unwrap();
+    let ten =
+        mission_api::ProjectBudget { cpu_hours: Some(10.0), gpu_hours: None, period: mission_api::BudgetPeriod::Month };
+    root.set_project_budget(bio, &ten).await.unwrap();
+    let mission = CreateMission {
+        name: "sweep".into(),
+        mission_type_id: Some(mission_server::catalogue::SHELL),
+        settings: Some(std::collections::BTreeMap::from([("filename".to_owned(), "run.sh".to_owned())])),
+        project_id: Some(bio),
+        ..Default::default()
+    };
+    let mission = server.client.create_mission(&mission).await.unwrap().mission_id;
+    let run = mission_api::RunJob { station_id: station, cpu_count: Some(1), ..Default::default() };
+    server.client.run_job(mission, &run).await.unwrap();
+    assert!(matches!(agent.next_order().await, mission_api::lz::Order::Run(_)));
+
+    browser.sign_in_to_console(&server.url, "root", PASSWORD).await;
+    browser.click("nav a[href='/projects']").await;
+    browser.click(&format!("#projects a[href$='{bio}']")).await;
+    browser.wait_for_text("#project-name", "bio").await;
+    let limits = browser.text("#limits").await;
+    assert!(limits.contains("local") && limits.contains("CPUs: 1 / 2, may not borrow"), "{limits}");
+    let cpus = browser
+        .execute("return document.querySelector('#limits .bar').getAttribute('aria-valuenow')", serde_json::json!([]));
+    assert_eq!(cpus.await, "50", "half its two CPUs");
+    let budget = browser.text("#budget").await;
+    assert!(budget.contains("0.0 of 10 CPU-hours") && budget.contains("spent for"), "{budget}");
+    let members = browser.text("#members").await;
+    assert!(members.contains("alice") && members.contains("member"), "{members}");
+    assert_eq!(browser.unlabelled_controls().await, Vec::<String>::new());
+    browser.screenshot("console-project").await;
+
+    // Others do not see it.
+    browser.close().await;
+    let Some(browser) = Browser::start().await else { return };
+    browser.sign_in_to_console(&server.url, "bob", PASSWORD).await;
+    browser.goto(&format!("{}/projects/{bio}", server.url)).await;
+    assert_eq!(browser.title().await, "Not found · Mission Compute");
+    browser.goto(&format!("{}/projects", server.url)).await;
+    assert!(!browser.text("#projects").await.contains("bio"));
+    browser.close().await;
+}

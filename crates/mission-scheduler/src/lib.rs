@@ -271,8 +271,10 @@ pub enum QueueOrder {
 }
 
 impl QueueOrder {
-    /// Fair-share with the default half-life, a week (Slurm's `PriorityDecayHalfLife`).
-    pub const DEFAULT: Self = Self::FairShare { half_life: Duration::from_secs(7 * 24 * 3600) };
+    /// The default half-life of usage, a week (Slurm's `PriorityDecayHalfLife`).
+    pub const DEFAULT_HALF_LIFE: Duration = Duration::from_secs(7 * 24 * 3600);
+    /// Fair-share with the default half-life.
+    pub const DEFAULT: Self = Self::FairShare { half_life: Self::DEFAULT_HALF_LIFE };
 }
 
 /// What a project holds on every station, has queued and has left of its budget this period:

@@ -203,7 +203,8 @@ impl State {
     ) -> Result<Self, StoreError> {
         let (fair_share, half_life) = match policy.order {
             QueueOrder::FairShare { half_life } => (true, half_life),
-            QueueOrder::FirstCome => (false, Duration::from_secs(7 * 24 * 3600)),
+            // Usage is still kept (budgets read it), with the default half-life.
+            QueueOrder::FirstCome => (false, QueueOrder::DEFAULT_HALF_LIFE),
         };
         let mut state = State {
             store,

@@ -335,6 +335,17 @@ async fn a_watcher_on_one_replica_sees_job_changes_made_through_the_other() {
     until_job_event(&mut events, job.job_id, "completed").await;
 }
 
+/// A shell mission charged to `project`, for the races below.
+fn race_mission(project: Uuid) -> CreateMission {
+    CreateMission {
+        name: "race".into(),
+        mission_type_id: Some(SHELL),
+        settings: Some(BTreeMap::from([("filename".to_owned(), "run.sh".to_owned())])),
+        project_id: Some(project),
+        ..Default::default()
+    }
+}
+
 #[tokio::test]
 async fn submissions_racing_through_both_replicas_for_a_projects_last_queue_places_never_both_win() {
     let Some((a, b, _shared)) = two_replicas().await else { return };
@@ -347,14 +358,7 @@ async fn submissions_racing_through_both_replicas_for_a_projects_last_queue_plac
     root.set_project_member(bio, "alice", mission_client::ProjectRole::Member).await.unwrap();
     let limits = mission_client::ProjectLimits { max_queued_jobs: Some(5), ..Default::default() };
     root.set_project_limits(bio, LOCAL_STATION, &limits).await.unwrap();
-    let shell = CreateMission {
-        name: "race".into(),
-        mission_type_id: Some(SHELL),
-        settings: Some(BTreeMap::from([("filename".to_owned(), "run.sh".to_owned())])),
-        project_id: Some(bio),
-        ..Default::default()
-    };
-    let mission = a.client.create_mission(&shell).await.unwrap();
+    let mission = a.client.create_mission(&race_mission(bio)).await.unwrap();
     // No agent is connected: every job accepted stays queued, and counts against the cap.
     let run = mission_api::RunJob { station_id: LOCAL_STATION, cpu_count: Some(1), ..Default::default() };
     let tries = (0..12).map(|i| {
@@ -385,14 +389,7 @@ async fn jobs_racing_through_both_replicas_for_the_last_of_a_budget_never_all_st
     let hour =
         mission_api::ProjectBudget { cpu_hours: Some(1.0), gpu_hours: None, period: mission_api::BudgetPeriod::Total };
     root.set_project_budget(astro, &hour).await.unwrap();
-    let shell = CreateMission {
-        name: "race".into(),
-        mission_type_id: Some(SHELL),
-        settings: Some(BTreeMap::from([("filename".to_owned(), "run.sh".to_owned())])),
-        project_id: Some(astro),
-        ..Default::default()
-    };
-    let mission = a.client.create_mission(&shell).await.unwrap();
+    let mission = a.client.create_mission(&race_mission(astro)).await.unwrap();
     // Six jobs of half an hour, through either replica, with four CPUs free: two fit the hour.
     let run = mission_api::RunJob {
         station_id: LOCAL_STATION,

@@ -736,11 +736,31 @@ class Client:
         return _one(Station, self._native.get_station(_id(station_id)))
 
     def create_station(
-        self, name: str, description: Optional[str] = None, open: Optional[bool] = None, owner_id: Optional[Id] = None
+        self,
+        name: str,
+        description: Optional[str] = None,
+        open: Optional[bool] = None,
+        owner_id: Optional[Id] = None,
+        reclaim: Optional[bool] = None,
     ) -> Station:
-        """Creates a station (admins only); an ``open`` station takes every user's jobs."""
-        request = _drop_none({"name": name, "description": description, "open": open, "owner_id": owner_id})
+        """Creates a station (admins only); an ``open`` station takes every user's jobs, and one
+        that does not ``reclaim`` never stops borrowed jobs for a project below its nominal."""
+        request = _drop_none(
+            {"name": name, "description": description, "open": open, "owner_id": owner_id, "reclaim": reclaim}
+        )
         return _one(Station, self._native.create_station(json.dumps(request)))
+
+    def update_station(
+        self,
+        station_id: Id,
+        description: Optional[str] = None,
+        open: Optional[bool] = None,
+        reclaim: Optional[bool] = None,
+    ) -> Station:
+        """Changes what is given of a station's description, access and reclaiming (its owner or
+        an admin); answers the station as it is now."""
+        request = _drop_none({"description": description, "open": open, "reclaim": reclaim})
+        return _one(Station, self._native.update_station(_id(station_id), json.dumps(request)))
 
     def delete_station(self, station_id: Id) -> bool:
         """Deletes a station with its members and landing zones (admins only); ``False`` when

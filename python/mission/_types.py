@@ -309,7 +309,8 @@ class TransferSummary(_Record):
 
 @dataclasses.dataclass(frozen=True)
 class Station(_Record):
-    """A station: a group of landing zones that jobs run on. ``open`` stations take every user's jobs."""
+    """A station: a group of landing zones that jobs run on. ``open`` stations take every user's
+    jobs; ``reclaim`` ones give projects below their nominal limits the room others borrowed."""
 
     station_id: str
     name: str
@@ -317,6 +318,9 @@ class Station(_Record):
     owner_id: Optional[str]
     open: bool
     created_at: datetime.datetime
+    #: Whether jobs borrowing room beyond their project's nominal here are stopped and put back
+    #: in line when a project below its nominal needs the room.
+    reclaim: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

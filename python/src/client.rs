@@ -7,7 +7,7 @@ use std::time::Duration;
 use mission_client::{
     Client, CreateCargoBay, CreateMission, CreateProject, CreateStation, CreateWebhook, ListDeliveries, ListJobs,
     ListMissions, LogStream, ProjectBudget, ProjectLimits, RegisterLandingZone, RunJob, UpdateMission, UpdateProject,
-    UsageQuery, UsageReportQuery,
+    UpdateStation, UsageQuery, UsageReportQuery,
 };
 use pyo3::exceptions::PyTimeoutError;
 use pyo3::prelude::*;
@@ -407,6 +407,12 @@ impl NativeClient {
     fn create_station(&self, py: Python<'_>, station: &str) -> PyResult<String> {
         let station: CreateStation = request("create_station", station)?;
         block_on(py, self.client.create_station(&station)).map(|s| json(&s))
+    }
+
+    fn update_station(&self, py: Python<'_>, station_id: &str, update: &str) -> PyResult<String> {
+        let id = parse_id("station_id", station_id)?;
+        let update: UpdateStation = request("update_station", update)?;
+        block_on(py, self.client.update_station(id, &update)).map(|s| json(&s))
     }
 
     fn delete_station(&self, py: Python<'_>, station_id: &str) -> PyResult<bool> {

@@ -19,6 +19,12 @@ def test_stations_members_and_landing_zones(client):
 
     station = client.create_station("py-station", description="from Python")
     assert (station.name, station.description, station.open) == ("py-station", "from Python", False)
+    assert station.reclaim is True
+    changed = client.update_station(station.station_id, reclaim=False, open=True)
+    assert (changed.description, changed.open, changed.reclaim) == ("from Python", True, False)
+    assert client.get_station(station.station_id) == changed
+    with pytest.raises(mission.Invalid):
+        client.update_station(station.station_id, description="a\0b")
     client.add_station_member(station.station_id, "admin")
     assert [m.username for m in client.station_members(station.station_id)] == ["admin"]
     registered = client.register_landing_zone(station.station_id, "py-lz")

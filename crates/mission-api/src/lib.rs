@@ -53,7 +53,7 @@ pub use projects::{
 };
 pub use stations::{
     CreateStation, DEFAULT_STATION_NAME, LandingZone, RegisterLandingZone, RegisteredLandingZone, Resources, Station,
-    StationMember,
+    StationMember, UpdateStation,
 };
 pub use users::User;
 pub use webhooks::{CreateWebhook, DeliveryStatus, Webhook, WebhookDelivery};

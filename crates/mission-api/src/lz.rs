@@ -163,10 +163,15 @@ pub struct InputFile {
 pub enum Order {
     /// Run this job.
     Run(Assignment),
-    /// Stop this job (kill its process tree).
+    /// Stop this job: `SIGTERM` to its processes, then, after `grace_seconds` (at once when 0),
+    /// `SIGKILL` to its whole process tree.
     Stop {
         /// The job.
         job_id: Uuid,
+        /// How long the job may take to end after `SIGTERM`: reclaimed jobs get the server's
+        /// grace period; a user's stop kills at once. Older agents ignore it and kill at once.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        grace_seconds: u32,
     },
     /// Nothing new; the connection is alive.
     Ping,
@@ -219,4 +224,8 @@ pub struct Demand {
     pub queued_jobs: u32,
     /// Their CPUs, in all.
     pub queued_cpus: u64,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

@@ -28,6 +28,11 @@ pub struct Station {
     pub owner_id: Option<Uuid>,
     /// Whether every signed-in user may run jobs here (else members only).
     pub open: bool,
+    /// Whether jobs running beyond their project's nominal limits here (borrowed room) are
+    /// reclaimed when a project below its nominal needs the room: stopped gracefully and put
+    /// back in line (default true).
+    #[serde(default = "reclaims_by_default")]
+    pub reclaim: bool,
     /// When it was created.
     pub created_at: DateTime<Utc>,
 }
@@ -48,6 +53,30 @@ pub struct CreateStation {
     /// The user who will manage it (default: the caller).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_id: Option<Uuid>,
+    /// Reclaim borrowed room for projects below their nominal (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim: Option<bool>,
+}
+
+/// Body of `PATCH /api/v1/stations/{id}` (its owner or an admin): what to change; absent
+/// fields stay.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct UpdateStation {
+    /// Free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Every signed-in user may run jobs here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open: Option<bool>,
+    /// Reclaim borrowed room for projects below their nominal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim: Option<bool>,
+}
+
+fn reclaims_by_default() -> bool {
+    true
 }
 
 /// A member of a station.

@@ -111,7 +111,12 @@ async fn main() {
     }
     let logs = Arc::new(JobLogs::new(dir.path().join("logs")).unwrap());
     let tokens = Arc::new(AgentTokens::new(store.clone()));
-    let policy = Policy { lease: Duration::from_secs(3600), max_running_per_user: None, order };
+    let policy = Policy {
+        lease: Duration::from_secs(3600),
+        max_running_per_user: None,
+        order,
+        reclaim_grace: Policy::DEFAULT_RECLAIM_GRACE,
+    };
     let tasks = tokio_util::task::TaskTracker::new();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let scheduler = Scheduler::start(store.clone(), logs, tokens, policy, &tasks, shutdown.clone()).await.unwrap();

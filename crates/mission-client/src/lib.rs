@@ -53,7 +53,7 @@ pub use mission_api::{
     MissionPage, MissionType, MissionTypeSummary, PendingKind, PendingReason, Problem, Project, ProjectBudget,
     ProjectLimits, ProjectMember, ProjectPage, ProjectRole, RegisterLandingZone, RegisteredLandingZone,
     ResourceAmounts, Resources, ResourcesInUse, RetryOn, RetryPolicy, RunJob, RunJobArray, Station, StationLimits,
-    StationMember, UpdateJob, UpdateMission, UpdateProject, UsageGroup, UsageReport, UsageSummary, User, Webhook,
-    WebhookDelivery,
+    StationMember, UpdateJob, UpdateMission, UpdateProject, UpdateStation, UsageGroup, UsageReport, UsageSummary, User,
+    Webhook, WebhookDelivery,
 };
 pub use uuid::Uuid;

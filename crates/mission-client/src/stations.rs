@@ -1,6 +1,8 @@
 //! Stations and their landing zones: list, create, delete, members, LZ registration.
 
-use mission_api::{CreateStation, LandingZone, RegisterLandingZone, RegisteredLandingZone, Station, StationMember};
+use mission_api::{
+    CreateStation, LandingZone, RegisterLandingZone, RegisteredLandingZone, Station, StationMember, UpdateStation,
+};
 use reqwest::Method;
 use uuid::Uuid;
 
@@ -31,6 +33,12 @@ impl Client {
     /// Creates a station (admins only).
     pub async fn create_station(&self, request: &CreateStation) -> Result<Station, Error> {
         self.send_json(Method::POST, "/stations", request).await
+    }
+
+    /// Changes a station's description, access or reclaiming (its owner or an admin); answers
+    /// the station as it is now.
+    pub async fn update_station(&self, station_id: Uuid, update: &UpdateStation) -> Result<Station, Error> {
+        self.send_json(Method::PATCH, &format!("/stations/{station_id}"), update).await
     }
 
     /// Deletes a station with its members and landing zones (admins only); `Ok(false)` when

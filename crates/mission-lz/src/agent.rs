@@ -18,9 +18,9 @@ use uuid::Uuid;
 use crate::cache::InputCache;
 use crate::client::{Heartbeat, LzClient, SessionEnd, Timings};
 use crate::detect::Overrides;
-use crate::runner::Runner;
 use crate::runner::process::{Outcome, ProcessRunner};
 use crate::runner::slurm::{SlurmConfig, SlurmRunner};
+use crate::runner::{Runner, StopSwitch};
 use crate::sandbox::{SandboxConfig, SandboxError};
 
 /// How the agent is run.
@@ -135,8 +135,8 @@ pub(crate) struct Agent {
 
 /// A job the agent runs.
 pub(crate) struct RunningJob {
-    /// Its stop switch.
-    pub stop: watch::Sender<bool>,
+    /// Its stop switch: the grace period it has after `SIGTERM`, once stopped.
+    pub stop: watch::Sender<Option<std::time::Duration>>,
     /// Which of its attempts this is; its reports say so.
     pub attempt: u32,
 }
@@ -195,28 +195,37 @@ impl Agent {
         ids.into_iter().collect()
     }
 
-    /// Sets the stop switch of a job this agent runs.
-    fn stop_job(&self, job_id: Uuid) {
+    /// Sets the stop switch of a job this agent runs, giving it `grace` after `SIGTERM`; a
+    /// second stop may only shorten the grace (a user's stop of a job being reclaimed kills it).
+    fn stop_job(&self, job_id: Uuid, grace: std::time::Duration) {
         if let Some(job) = self.jobs.lock().expect("not poisoned").get(&job_id) {
-            let _ = job.stop.send(true);
+            job.stop.send_if_modified(|stop| {
+                let shorter = stop.is_none_or(|given| grace < given);
+                if shorter {
+                    *stop = Some(grace);
+                }
+                shorter
+            });
         }
     }
 
     /// Runs `job` (attempt `attempt` of the given id) with a stop switch, and forgets the
-    /// switch when it ends, unless a later attempt of the job has started meanwhile.
+    /// switch when it ends, unless another run of the job (a later attempt, or the same one
+    /// again after its room was reclaimed) has started meanwhile.
     fn spawn_job<F: Future<Output = ()> + Send + 'static>(
         self: &Arc<Self>,
         job_id: Uuid,
         attempt: u32,
-        job: impl FnOnce(watch::Receiver<bool>) -> F,
+        job: impl FnOnce(StopSwitch) -> F,
     ) {
-        let (stop, stopped) = watch::channel(false);
+        let (stop, stopped) = watch::channel(None);
+        let this_run = stop.clone();
         self.jobs.lock().expect("not poisoned").insert(job_id, RunningJob { stop, attempt });
         let (agent, running) = (self.clone(), job(stopped));
         tokio::spawn(async move {
             running.await;
             let mut jobs = agent.jobs.lock().expect("not poisoned");
-            if jobs.get(&job_id).is_some_and(|job| job.attempt == attempt) {
+            if jobs.get(&job_id).is_some_and(|job| job.stop.same_channel(&this_run)) {
                 jobs.remove(&job_id);
             }
         });
@@ -321,7 +330,7 @@ async fn session<R: Runner>(agent: &Arc<Agent>, runner: &Arc<R>, hello: &Hello) 
     let (welcome, mut orders) = agent.client.connect(hello).await?;
     tracing::info!(lz = %welcome.name, lz_id = %welcome.lz_id, "connected");
     for job_id in &welcome.drop {
-        agent.stop_job(*job_id);
+        agent.stop_job(*job_id, std::time::Duration::ZERO);
     }
     let lease = std::time::Duration::from_secs(welcome.lease_seconds.max(3));
     let (forgotten, mut reconnect) = watch::channel(false);
@@ -340,7 +349,9 @@ async fn session<R: Runner>(agent: &Arc<Agent>, runner: &Arc<R>, hello: &Hello) 
                 let (runner, agent2) = (runner.clone(), agent.clone());
                 agent.spawn_job(job.job_id, job.attempt, move |stop| runner.run(agent2, job, stop));
             }
-            Ok(Some(Order::Stop { job_id })) => agent.stop_job(job_id),
+            Ok(Some(Order::Stop { job_id, grace_seconds })) => {
+                agent.stop_job(job_id, std::time::Duration::from_secs(grace_seconds.into()));
+            }
             Ok(Some(Order::Ping)) => {}
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),

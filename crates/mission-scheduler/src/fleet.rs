@@ -30,7 +30,11 @@ pub(super) struct Placed {
     pub reason: Option<String>,
     /// Why it waits in a batch system's queue, while it does.
     pub pending_reason: Option<PendingReason>,
+    /// A user stopped it: when it ends, it ends `stopped`.
     pub stop_requested: bool,
+    /// It borrowed room that is being reclaimed (see `reclaim.rs`): when it ends, it goes back
+    /// in line, told this.
+    pub reclaim: Option<String>,
 }
 
 /// An agent's order stream; dropping it ends the stream (the agent then connects again).

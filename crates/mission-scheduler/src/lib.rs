@@ -6,7 +6,8 @@
 //! queue of ordered sub-queues ([`Queue`], `queue.rs`, its runnable jobs in sorted chunks,
 //! `chunks.rs`), the landing zones with what they hold (`fleet.rs`), what the projects and
 //! their users used, for fair-share order (`fair_share.rs`), and the projects' limits on stations
-//! (`limits.rs`) and budgets (`budgets.rs`). Its writes go to the store in batches.
+//! (`limits.rs`, with borrowed room reclaimed for a project below its nominal in `reclaim.rs`) and
+//! budgets (`budgets.rs`). Its writes go to the store in batches.
 //!
 //! The server around it (`mission-server`) routes calls here: in one process straight to the
 //! task; with several replicas on PostgreSQL the leader runs the task and the others send it their
@@ -20,6 +21,7 @@ mod fair_share;
 mod fleet;
 mod limits;
 mod queue;
+mod reclaim;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -144,6 +146,11 @@ pub enum Call {
         /// The station.
         station_id: Uuid,
     },
+    /// A station's switches were changed in the store: read whether it reclaims again.
+    StationChanged {
+        /// The station.
+        station_id: Uuid,
+    },
     /// A project's budget was set or removed in the store: read it again.
     BudgetChanged {
         /// The project.
@@ -255,6 +262,14 @@ pub struct Policy {
     pub max_running_per_user: Option<u32>,
     /// Which of a station's sub-queues a placement pass takes from first.
     pub order: QueueOrder,
+    /// How long a job whose borrowed room is reclaimed may take to end after `SIGTERM`
+    /// (whole seconds), before `SIGKILL`.
+    pub reclaim_grace: Duration,
+}
+
+impl Policy {
+    /// The default grace period of reclaimed jobs: 30 s (Kubernetes' default grace period).
+    pub const DEFAULT_RECLAIM_GRACE: Duration = Duration::from_secs(30);
 }
 
 /// Which of a station's sub-queues a placement pass takes from first (see `queue.rs`).

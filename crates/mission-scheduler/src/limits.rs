@@ -31,6 +31,8 @@ struct Cap {
 #[derive(Debug, Default)]
 pub(crate) struct Limits {
     caps: HashMap<(Uuid, Uuid), Cap>,
+    /// Per station, how many projects set nominal CPUs there.
+    guaranteed: HashMap<Uuid, usize>,
 }
 
 impl Limits {
@@ -38,7 +40,18 @@ impl Limits {
     pub fn set(&mut self, record: LimitsRecord) {
         let ceiling = record.limits.ceiling();
         let cap = Cap { project: record.project_name, station: record.station_name, limits: record.limits, ceiling };
-        self.caps.insert((record.station_id, record.project_id), cap);
+        let guarantees = cap.limits.nominal.is_some_and(|n| n.cpus.is_some());
+        *self.guaranteed.entry(record.station_id).or_default() += usize::from(guarantees);
+        if let Some(old) = self.caps.insert((record.station_id, record.project_id), cap) {
+            self.unguarantee(record.station_id, &old);
+        }
+    }
+
+    /// Takes back what `old`, replaced or dropped, counted in `guaranteed`.
+    fn unguarantee(&mut self, station: Uuid, old: &Cap) {
+        if old.limits.nominal.is_some_and(|n| n.cpus.is_some()) {
+            *self.guaranteed.entry(station).or_default() -= 1;
+        }
     }
 
     /// The share of `project` on `station`, where its limits set one.
@@ -51,9 +64,44 @@ impl Limits {
         self.caps.iter().filter_map(|((station, project), cap)| Some((*station, *project, cap.limits.share?)))
     }
 
+    /// The CPUs and GPUs `project` is guaranteed on `station` (its nominal): 0 where its limits
+    /// set none, or it has no limits there.
+    pub fn nominal(&self, station: Uuid, project: Uuid) -> (u64, u64) {
+        let nominal = self.caps.get(&(station, project)).and_then(|cap| cap.limits.nominal);
+        nominal.map_or((0, 0), |n| (n.cpus.map_or(0, u64::from), n.gpus.map_or(0, u64::from)))
+    }
+
+    /// Whether `job`, started now, would keep `project` within its nominal on `station`, where
+    /// it holds `held`: its limits there set nominal CPUs (and GPUs, where the job asks for
+    /// some), and neither would be passed. Such a job may have borrowed room reclaimed for it
+    /// (see `reclaim.rs`); any other one would borrow.
+    pub fn within_nominal(&self, station: Uuid, project: Uuid, held: Held, job: &Queued) -> bool {
+        let Some(nominal) = self.caps.get(&(station, project)).and_then(|cap| cap.limits.nominal) else {
+            return false;
+        };
+        let within = |most: Option<u32>, holds: u64, wants: u32| {
+            most.is_some_and(|most| holds + u64::from(wants) <= u64::from(most))
+        };
+        within(nominal.cpus, held.cpus, job.cpu_count)
+            && (job.gpu_count == 0 || within(nominal.gpus, held.gpus, job.gpu_count))
+    }
+
+    /// Whether some project is guaranteed room on `station` (sets nominal CPUs there): only
+    /// then is anything reclaimed on it.
+    pub fn guarantees_on(&self, station: Uuid) -> bool {
+        self.guaranteed.get(&station).is_some_and(|count| *count > 0)
+    }
+
+    /// The names of `project` and `station`, as the project's limits there know them.
+    pub fn names(&self, station: Uuid, project: Uuid) -> Option<(&str, &str)> {
+        self.caps.get(&(station, project)).map(|cap| (cap.project.as_str(), cap.station.as_str()))
+    }
+
     /// Drops the limits of `project` on `station`.
     pub fn remove(&mut self, station: Uuid, project: Uuid) {
-        self.caps.remove(&(station, project));
+        if let Some(old) = self.caps.remove(&(station, project)) {
+            self.unguarantee(station, &old);
+        }
     }
 
     /// Why a job asking for `job`'s resources may not start now, when `project` already holds

@@ -69,6 +69,9 @@ pub(crate) struct Queued {
     pub retry: Option<Arc<RetryPolicy>>,
     /// Minutes it may run (what fair-share charges it as it starts).
     pub time_limit: Option<u32>,
+    /// It ran before and went back in line (its room was reclaimed): its next run's output goes
+    /// on after the earlier run's.
+    pub ran: bool,
 }
 
 impl Queued {
@@ -83,6 +86,7 @@ impl Queued {
             attempt: job.attempt,
             retry,
             time_limit: job.time_limit,
+            ran: false,
         }
     }
 
@@ -814,6 +818,7 @@ mod tests {
             attempt: 1,
             retry: None,
             time_limit: None,
+            ran: false,
         }
     }
 

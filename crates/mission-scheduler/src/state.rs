@@ -57,6 +57,7 @@ use super::fair_share::{EXPECTED_RUN, Usage};
 use super::fleet::{Connection, Fleet, LzState, Placed};
 use super::limits::Limits;
 use super::queue::{Dependencies, Policies, Queue, QueueKey, Queued, Settled};
+use super::reclaim::{self, Plan};
 use super::{
     Call, Event, Host, Outcome, Policy, QueueOrder, Responder, SchedulerError, SchedulerResult, SessionId, Sessions,
 };
@@ -158,6 +159,14 @@ pub struct State {
     limits: Limits,
     /// Projects' budgets.
     budgets: Budgets,
+    /// The stations that do not reclaim borrowed room.
+    no_reclaim: HashSet<Uuid>,
+    /// The queued jobs borrowed room is being reclaimed for (see `reclaim.rs`), with their
+    /// station and project: until each starts, or finds nothing more to reclaim, jobs of other
+    /// projects that would borrow on that station wait.
+    reclaims: HashMap<Uuid, (Uuid, Uuid)>,
+    /// How long a reclaimed job may take to end after `SIGTERM`, in seconds.
+    reclaim_grace: u32,
     /// Shared with the routes, which read positions from it.
     queue: Arc<Mutex<Queue>>,
     policies: Policies,
@@ -215,6 +224,9 @@ impl State {
             fleet: Fleet::new(Usage::new(half_life, EXPECTED_RUN)),
             limits: Limits::default(),
             budgets: Budgets::default(),
+            no_reclaim: HashSet::new(),
+            reclaims: HashMap::new(),
+            reclaim_grace: u32::try_from(policy.reclaim_grace.as_secs()).unwrap_or(u32::MAX),
             queue,
             policies: Policies::default(),
             dependencies: Dependencies::default(),
@@ -246,6 +258,8 @@ impl State {
         for record in self.store.project_limits(None).await? {
             self.limits.set(record);
         }
+        let stations = self.store.stations(None).await?;
+        self.no_reclaim = stations.into_iter().filter(|s| !s.reclaim).map(|s| s.station_id).collect();
         let now = store::now();
         for record in self.store.project_budgets(None).await? {
             let spent = self.store.project_spent(record.project_id, record.budget.period.start(now)).await?;
@@ -286,6 +300,7 @@ impl State {
                         attempt: row.attempt,
                         retry: policies.share(row.retry.as_ref()),
                         time_limit: row.time_limit,
+                        ran: row.ran,
                     };
                     queue.insert(key, row.seq, entry, waits);
                     if waits {
@@ -312,6 +327,7 @@ impl State {
                 reason: job.reason,
                 pending_reason: job.pending_reason,
                 stop_requested: false,
+                reclaim: None,
             };
             match job.lz_id.filter(|id| self.fleet.get(id).is_some()) {
                 Some(lz_id) => {
@@ -383,6 +399,7 @@ impl State {
         self.reasons.remove(&job_id);
         self.holds.remove(&job_id);
         self.backoffs.remove(&job_id);
+        self.reclaims.remove(&job_id);
         Some(taken)
     }
 
@@ -393,10 +410,18 @@ impl State {
         self.back_in_line(placed, update, false);
     }
 
+    /// Puts a job whose borrowed room was reclaimed, and which has left its LZ, back in line at
+    /// its original place, saying why.
+    fn reclaimed(&mut self, mut placed: Placed) {
+        let why = placed.reclaim.take().unwrap_or_default();
+        self.requeue(placed, &why);
+    }
+
     /// Moves a job that left its LZ back into the queue at its original place with `update` (a
     /// move to `queued`, which this completes), in the batch; `held` keeps it out of placement
     /// (a backoff).
-    fn back_in_line(&mut self, placed: Placed, mut update: JobUpdate, held: bool) {
+    fn back_in_line(&mut self, mut placed: Placed, mut update: JobUpdate, held: bool) {
+        placed.entry.ran |= placed.status >= JobStatus::Running;
         update.lz_id = Some(None);
         update.gpu_indices = Some(Vec::new());
         self.batch.updates.push(update);
@@ -563,7 +588,10 @@ impl State {
                     Some(assignment) => Order::Run(assignment),
                     None => continue,
                 },
-                Pending::Stop(job_id) => Order::Stop { job_id },
+                Pending::Stop(job_id) => {
+                    let reclaimed = self.fleet.placed(&job_id).is_some_and(|p| p.reclaim.is_some());
+                    Order::Stop { job_id, grace_seconds: if reclaimed { self.reclaim_grace } else { 0 } }
+                }
             };
             if let Some(connection) = self.fleet.get(&lz_id).and_then(|lz| lz.connection.as_ref()) {
                 connection.send(order);
@@ -619,8 +647,9 @@ impl State {
                     listed.into_iter().map(|f| InputFile { path: f.path, size: f.size, sha256: f.sha256 }).collect(),
                 );
             }
-            // A retry's output goes on from where the earlier attempts' ended.
-            let log_offsets = if placed.entry.attempt > 1 {
+            // A retry's output, or a reclaimed job's next run's, goes on from where the earlier
+            // runs' ended.
+            let log_offsets = if placed.entry.attempt > 1 || placed.entry.ran {
                 self.host.log_offsets(job.mission_id, job_id).await
             } else {
                 LogOffsets::default()
@@ -715,6 +744,7 @@ impl State {
             Call::LimitsChanged { project_id, station_id } => {
                 self.limits_changed(project_id, station_id).await.map(|()| Outcome::Done)
             }
+            Call::StationChanged { station_id } => self.station_changed(station_id).await.map(|()| Outcome::Done),
             Call::BudgetChanged { project_id } => self.budget_changed(project_id).await.map(|()| Outcome::Done),
             Call::ProjectGauges => return reply.send(Ok(Outcome::ProjectGauges { gauges: self.project_gauges() })),
             Call::ProjectUsage { project_id } => {
@@ -741,6 +771,16 @@ impl State {
         }
         let share = self.limits.share(station_id, project_id);
         self.queue.lock().expect("not poisoned").set_share(station_id, project_id, share);
+        self.dirty.insert(station_id);
+        Ok(())
+    }
+
+    /// Reads whether a station reclaims borrowed room again from the store; it gets a pass.
+    async fn station_changed(&mut self, station_id: Uuid) -> SchedulerResult<()> {
+        match self.store.station(station_id).await? {
+            Some(station) if !station.reclaim => self.no_reclaim.insert(station_id),
+            _ => self.no_reclaim.remove(&station_id),
+        };
         self.dirty.insert(station_id);
         Ok(())
     }
@@ -987,7 +1027,10 @@ impl State {
             return Err(SchedulerError::Conflict("the job has ended already".into()));
         };
         let lz = self.fleet.get_quiet_mut(&lz_id).expect("holders are LZs");
-        lz.jobs.get_mut(&job_id).expect("held there").stop_requested = true;
+        let placed = lz.jobs.get_mut(&job_id).expect("held there");
+        placed.stop_requested = true;
+        // A user's stop wins over a reclaim: the job ends rather than going back in line.
+        placed.reclaim = None;
         if lz.connection.is_some() {
             self.batch.orders.push((lz_id, Pending::Stop(job_id)));
             return Ok(());
@@ -1025,12 +1068,13 @@ impl State {
         let (mut resend, mut requeue, mut ends) = (Vec::new(), Vec::new(), Vec::new());
         for (id, placed) in &lz.jobs {
             if running.contains(id) {
-                if placed.stop_requested {
+                if placed.stop_requested || placed.reclaim.is_some() {
                     self.batch.orders.push((who.lz_id, Pending::Stop(*id)));
                 }
                 continue;
             }
             match placed.status {
+                _ if placed.reclaim.is_some() => requeue.push(*id),
                 JobStatus::Assigned if !placed.stop_requested => resend.push(*id),
                 JobStatus::Assigned | JobStatus::Staging if !placed.stop_requested => requeue.push(*id),
                 _ if placed.stop_requested => {
@@ -1050,7 +1094,11 @@ impl State {
         }
         self.end_released(ended);
         for placed in requeued {
-            self.requeue(placed, "its landing zone restarted before the job started");
+            if placed.reclaim.is_some() {
+                self.reclaimed(placed);
+            } else {
+                self.requeue(placed, "its landing zone restarted before the job started");
+            }
         }
         self.batch.orders.extend(resend.into_iter().map(|id| (who.lz_id, Pending::Run(id))));
         self.dirty.insert(who.station_id);
@@ -1074,6 +1122,7 @@ impl State {
         lz.lease_until = Some(until);
         self.lease_ends.push(Reverse((until, who.lz_id)));
         let (mut finished, mut failed_attempts, mut measured) = (Vec::new(), Vec::new(), Vec::new());
+        let mut reclaimed = Vec::new();
         for report in reports {
             let current = |p: &&mut Placed| report.attempt.is_none_or(|attempt| attempt == p.entry.attempt);
             let Some(placed) = lz.jobs.get_mut(&report.job_id).filter(current) else {
@@ -1093,6 +1142,10 @@ impl State {
                 continue;
             }
             let mut status = report.status;
+            if status.is_final() && placed.reclaim.is_some() && status != JobStatus::Completed {
+                reclaimed.push(report.job_id);
+                continue;
+            }
             if status.is_final() && placed.stop_requested && status != JobStatus::Completed {
                 status = JobStatus::Stopped;
             }
@@ -1148,6 +1201,11 @@ impl State {
         for (placed, policy, failure, why) in failed_attempts {
             self.retry(placed, &policy, failure, &why);
         }
+        for id in reclaimed {
+            if let Some(placed) = self.fleet.release(who.lz_id, id) {
+                self.reclaimed(placed);
+            }
+        }
         Ok(())
     }
 
@@ -1167,7 +1225,9 @@ impl State {
         let held = self.fleet.release_all(lz_id);
         self.fleet.remove(lz_id);
         for placed in held {
-            if placed.stop_requested {
+            if placed.reclaim.is_some() {
+                self.reclaimed(placed);
+            } else if placed.stop_requested {
                 self.end(placed.entry.job_id, JobStatus::Stopped, "stopped; its pilot ended".into());
             } else {
                 self.requeue(placed, "its pilot's allocation ended before the job did");
@@ -1239,6 +1299,7 @@ impl State {
             self.dirty.extend(station);
             for placed in self.fleet.release_all(lz_id) {
                 match placed.status {
+                    _ if placed.reclaim.is_some() => requeued.push(placed),
                     JobStatus::Assigned | JobStatus::Staging if !placed.stop_requested => requeued.push(placed),
                     _ if placed.stop_requested => {
                         ends.push((placed, JobStatus::Stopped, "stopped; its landing zone went silent"))
@@ -1253,7 +1314,11 @@ impl State {
         }
         self.end_released(ends);
         for placed in requeued {
-            self.requeue(placed, "its landing zone went silent before the job started");
+            if placed.reclaim.is_some() {
+                self.reclaimed(placed);
+            } else {
+                self.requeue(placed, "its landing zone went silent before the job started");
+            }
         }
     }
 
@@ -1294,6 +1359,7 @@ impl State {
         let (mut passed_over, mut examined, mut placed) = (0, 0, 0);
         let mut out_of_room = false;
         let now = store::now();
+        let mut reclaiming_for = self.reclaiming_for(station);
         while passed_over < PASS_DEPTH {
             let (key, seq, number, entry) = {
                 let queue = self.queue.lock().expect("not poisoned");
@@ -1301,10 +1367,23 @@ impl State {
                 (queue.key(number), seq, number, queue.runnable_at(number, seq).cloned().expect("candidates run"))
             };
             examined += 1;
-            let (verdict, reason) = self.examine(&key, &entry, &reserved, &mut could_hold, now);
+            let (verdict, reason) = self.examine(&key, &entry, &reserved, &mut could_hold, now, reclaiming_for);
+            match &verdict {
+                Verdict::Reclaim(plan) => {
+                    self.reclaim(key.station_id, key.project_id, plan);
+                    self.reclaims.insert(entry.job_id, (key.station_id, key.project_id));
+                    reclaiming_for = Some(key.project_id);
+                }
+                // Nothing (more) to reclaim for it.
+                _ => {
+                    self.reclaims.remove(&entry.job_id);
+                }
+            }
             let job_id = entry.job_id;
             // With no LZ online nothing starts: the candidates say so, and the pass goes no deeper.
-            let goes_on = matches!(verdict, Verdict::Place(_) | Verdict::Hold(_) | Verdict::PassOver) && !offline;
+            let goes_on =
+                matches!(verdict, Verdict::Place(_) | Verdict::Hold(_) | Verdict::Reclaim(_) | Verdict::PassOver)
+                    && !offline;
             match verdict {
                 Verdict::Place(lz_id) => {
                     let had_free = self.fleet.has_free_cpus(&lz_id);
@@ -1315,7 +1394,8 @@ impl State {
                     free_unheld -= usize::from(had_free && !self.fleet.has_free_cpus(&lz_id));
                     placed += 1;
                 }
-                Verdict::Hold(lz_id) => {
+                // Reclaimed room is held for the job while the borrowed jobs end.
+                Verdict::Hold(lz_id) | Verdict::Reclaim(Plan { lz_id, .. }) => {
                     self.holds.insert(job_id, lz_id);
                     free_unheld -= usize::from(reserved.insert(lz_id) && self.fleet.has_free_cpus(&lz_id));
                     if self.fleet.set_aside(lz_id) {
@@ -1354,9 +1434,33 @@ impl State {
         work.placed += placed;
     }
 
+    /// The project that borrowed room on `station` is being reclaimed for, while some is.
+    fn reclaiming_for(&self, station: Uuid) -> Option<Uuid> {
+        self.reclaims.values().find(|(on, _)| *on == station).map(|(_, project)| *project)
+    }
+
+    /// Stops the borrowed jobs of `plan` (with the grace period), for `project` on `station`:
+    /// each goes back in line when it has ended.
+    fn reclaim(&mut self, station: Uuid, project: Uuid, plan: &Plan) {
+        let (project_name, station_name) = self.limits.names(station, project).unwrap_or_default();
+        let why = format!(
+            "its room was reclaimed for project {project_name}, below its nominal on station {station_name} (the job \
+             ran on borrowed room); back in line at its old place"
+        );
+        let Some(lz) = self.fleet.get_quiet_mut(&plan.lz_id) else { return };
+        for victim in &plan.victims {
+            if let Some(placed) = lz.jobs.get_mut(victim) {
+                placed.reclaim = Some(why.clone());
+                self.batch.orders.push((plan.lz_id, Pending::Stop(*victim)));
+            }
+        }
+    }
+
     /// What a pass does with a queued job, and why it waits if it does. `could_hold` remembers,
     /// for the pass, whether any online LZ of the station could ever hold a job of a shape (CPUs,
-    /// MB, GPUs): without it, every job passed over would walk the station's LZs.
+    /// MB, GPUs): without it, every job passed over would walk the station's LZs. While room is
+    /// reclaimed on the station for a project (`reclaiming_for`), other projects' jobs that
+    /// would borrow wait.
     fn examine(
         &self,
         key: &QueueKey,
@@ -1364,6 +1468,7 @@ impl State {
         reserved: &HashSet<Uuid>,
         could_hold: &mut HashMap<(u32, u64, u32), bool>,
         now: chrono::DateTime<chrono::Utc>,
+        reclaiming_for: Option<Uuid>,
     ) -> (Verdict, Option<PendingReason>) {
         if let Some(limit) = self.max_running_per_user.filter(|limit| self.fleet.placed_of(&key.user_id) >= *limit) {
             let why =
@@ -1378,6 +1483,16 @@ impl State {
             // Where only some jobs are refused (too long, or with GPUs) later ones may still start.
             let verdict = if every_job { Verdict::SkipQueue } else { Verdict::PassOver };
             return (verdict, Some(pending(PendingKind::Quota, why)));
+        }
+        if let Some(owed) = reclaiming_for.filter(|owed| *owed != key.project_id)
+            && !self.limits.within_nominal(key.station_id, key.project_id, held(), job)
+        {
+            let (project, station) = self.limits.names(key.station_id, owed).unwrap_or_default();
+            let why = format!(
+                "room on station {station} is being reclaimed for project {project}, below its nominal there; jobs \
+                 beyond their project's nominal wait until it is"
+            );
+            return (Verdict::SkipQueue, Some(pending(PendingKind::Quota, why)));
         }
         if let Some(reason) = self.offline(key.station_id, job) {
             // A job naming an LZ that is away waits alone; without any LZ online, all do.
@@ -1403,6 +1518,29 @@ impl State {
             .min();
         if let Some((_, _, lz_id)) = counting.into_iter().chain(gateway).min() {
             return (Verdict::Place(lz_id), None);
+        }
+        // No room now: a job within its project's nominal may have borrowed room reclaimed.
+        if !self.no_reclaim.contains(&key.station_id)
+            && self.limits.guarantees_on(key.station_id)
+            && self.limits.within_nominal(key.station_id, key.project_id, held(), job)
+            // LZs this pass holds count: borrowers may hold them, and a plan counts the jobs
+            // already stopping there for another.
+            && let Some(plan) = reclaim::plan(&self.fleet, &self.limits, key.station_id, key.project_id, job, |id| {
+                job.requested_lz_id.is_none_or(|r| r == *id)
+            })
+        {
+            let (project, _) = self.limits.names(key.station_id, key.project_id).unwrap_or_default();
+            let stopping = if plan.victims.is_empty() {
+                "borrowed jobs".to_owned()
+            } else {
+                format!("{} borrowed jobs", plan.victims.len())
+            };
+            let why = format!(
+                "waiting for {stopping} to stop on landing zone {}, reclaimed for project {project}, which is below its \
+                 nominal",
+                lz(&plan.lz_id).name
+            );
+            return (Verdict::Reclaim(plan), Some(pending(PendingKind::Resources, why)));
         }
         // Held for it: the LZ it held last while that one still can, else the LZ best able to
         // hold it, with the most free room.
@@ -1483,6 +1621,7 @@ impl State {
             reason: None,
             pending_reason: None,
             stop_requested: false,
+            reclaim: None,
         };
         self.fleet.hold(lz_id, placed);
     }
@@ -1539,6 +1678,8 @@ enum Verdict {
     Place(Uuid),
     /// Hold this LZ for it: nothing after it starts there in this pass.
     Hold(Uuid),
+    /// Stop borrowed jobs to make room for it (within its project's nominal), and hold the LZ.
+    Reclaim(Plan),
     /// It cannot start, nor hold an LZ; later jobs of its sub-queue may.
     PassOver,
     /// Nothing of its sub-queue starts in this pass (its user is at the limit, or nothing of the

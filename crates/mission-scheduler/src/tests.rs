@@ -18,6 +18,7 @@ use mission_api::lz::LogOffsets;
 use mission_store::{self as store, DEFAULT_STATION_ID, LzIdentity, Store};
 
 const LEASE: Duration = Duration::from_secs(30);
+const GRACE: Duration = Duration::from_secs(20);
 
 /// The server around the scheduler, as far as it reaches out to it: what it was told.
 #[derive(Default)]
@@ -70,7 +71,13 @@ struct FakeAgent {
 
 impl Harness {
     async fn new() -> Self {
-        Self::with(Policy { lease: LEASE, max_running_per_user: None, order: QueueOrder::DEFAULT }).await
+        Self::with(Policy {
+            lease: LEASE,
+            max_running_per_user: None,
+            order: QueueOrder::DEFAULT,
+            reclaim_grace: GRACE,
+        })
+        .await
     }
 
     async fn with(policy: Policy) -> Self {
@@ -229,15 +236,22 @@ impl Harness {
 }
 
 impl FakeAgent {
-    /// The run orders waiting on the stream, by job (pings skipped).
+    /// The run orders waiting on the stream, by job (pings and stops skipped).
     fn runs(&mut self) -> Vec<Uuid> {
-        let mut runs = Vec::new();
+        self.orders().0
+    }
+
+    /// The orders waiting on the stream: runs by job, and stops by job with their grace.
+    fn orders(&mut self) -> (Vec<Uuid>, Vec<(Uuid, u32)>) {
+        let (mut runs, mut stops) = (Vec::new(), Vec::new());
         while let Ok(order) = self.orders.try_recv() {
-            if let Order::Run(assignment) = order {
-                runs.push(assignment.job_id);
+            match order {
+                Order::Run(assignment) => runs.push(assignment.job_id),
+                Order::Stop { job_id, grace_seconds } => stops.push((job_id, grace_seconds)),
+                Order::Ping => {}
             }
         }
-        runs
+        (runs, stops)
     }
 
     /// Whether the stream was ended by the scheduler.
@@ -469,7 +483,13 @@ async fn a_new_leader_rebuilds_from_the_store_and_waits_a_lease_for_the_agents()
 
 #[tokio::test(start_paused = true)]
 async fn every_queued_job_says_why_it_waits() {
-    let h = Harness::with(Policy { lease: LEASE, max_running_per_user: Some(2), order: QueueOrder::DEFAULT }).await;
+    let h = Harness::with(Policy {
+        lease: LEASE,
+        max_running_per_user: Some(2),
+        order: QueueOrder::DEFAULT,
+        reclaim_grace: GRACE,
+    })
+    .await;
     let (lz, away) = (h.register("box").await, h.register("away").await);
     let first = h.submit(2).await;
     let offline = (PendingKind::NoLandingZone, "no landing zone of its station is online".to_owned());
@@ -637,7 +657,13 @@ impl Harness {
 async fn with_100_000_queued_a_pass_looks_at_a_few_jobs_and_positions_stay_right() {
     const N: usize = 100_000;
     // First come, first served, so that positions are the order jobs start in.
-    let mut h = Harness::with(Policy { lease: LEASE, max_running_per_user: None, order: QueueOrder::FirstCome }).await;
+    let mut h = Harness::with(Policy {
+        lease: LEASE,
+        max_running_per_user: None,
+        order: QueueOrder::FirstCome,
+        reclaim_grace: GRACE,
+    })
+    .await;
     let lz = h.register("box").await;
     // Queued while no landing zone is online: each request's pass looks at the sub-queue's head
     // only, however long the line.
@@ -820,4 +846,72 @@ async fn fair_share_gives_freed_room_to_the_project_that_used_less() {
     assert_eq!(agent.runs(), [mine[2]]);
     let (_, detail) = h.pending(mine[3]).await.unwrap();
     assert!(!detail.contains("less usage"), "nobody lighter waits: {detail}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn borrowed_room_is_reclaimed_for_a_project_below_its_nominal_and_the_borrowed_jobs_queue_again() {
+    let h = Harness::new().await;
+    let lz = h.register("box").await;
+    let (mut agent, _) = h.connect(&lz, 4, Vec::new()).await;
+    let (bio, astro) = (Uuid::new_v4(), Uuid::new_v4());
+    h.store.insert_project(bio, "bio", "", store::now()).await.unwrap();
+    h.store.insert_project(astro, "astro", "", store::now()).await.unwrap();
+    h.set_limits(bio, r#"{"nominal": {"cpus": 2}}"#).await;
+    h.set_limits(astro, r#"{"nominal": {"cpus": 2}}"#).await;
+    let of = |h: &Harness, project_id| Job { project_id, ..h.new_job(1) };
+
+    // Bio borrows the two CPUs astro leaves idle.
+    let bios: Vec<Job> = (0..4).map(|_| of(&h, bio)).collect();
+    for job in &bios {
+        h.submit_job(job.clone()).await.unwrap();
+    }
+    assert_eq!(agent.runs().len(), 4);
+
+    // Where the station does not reclaim, astro's job waits for room like any other.
+    h.store.update_station(DEFAULT_STATION_ID, None, None, Some(false)).await.unwrap();
+    h.ask(Call::StationChanged { station_id: DEFAULT_STATION_ID }).await.unwrap();
+    let first = h.submit_job(of(&h, astro)).await.unwrap();
+    assert_eq!(agent.orders(), (vec![], vec![]));
+    assert_eq!(h.pending(first.job_id).await.unwrap().0, PendingKind::Resources);
+
+    // Once it does, bio's newest job is stopped with the grace period; astro's waits for it.
+    h.store.update_station(DEFAULT_STATION_ID, None, None, Some(true)).await.unwrap();
+    h.ask(Call::StationChanged { station_id: DEFAULT_STATION_ID }).await.unwrap();
+    assert_eq!(agent.orders(), (vec![], vec![(bios[3].job_id, 20)]));
+    let (kind, detail) = h.pending(first.job_id).await.unwrap();
+    assert_eq!(kind, PendingKind::Resources);
+    assert_eq!(
+        detail,
+        "waiting for 1 borrowed jobs to stop on landing zone box, reclaimed for project astro, which is below its nominal"
+    );
+    // Meanwhile, what would borrow (a personal project has no nominal) does not take the room.
+    let personal = h.submit(1).await;
+    let (kind, detail) = h.pending(personal.job_id).await.unwrap();
+    assert_eq!(kind, PendingKind::Quota);
+    assert!(detail.starts_with("room on station local is being reclaimed for project astro"), "{detail}");
+
+    // Stopped, bio's job goes back in line (not ended, its attempt unchanged) and astro's starts.
+    h.report(&agent, bios[3].job_id, JobStatus::Stopped).await;
+    assert_eq!(agent.runs(), [first.job_id]);
+    let requeued = h.store.job_row(bios[3].job_id).await.unwrap().unwrap();
+    assert_eq!((requeued.status, requeued.attempt, requeued.lz_id), (JobStatus::Queued, 1, None));
+    let history = h.store.job_history(bios[3].job_id).await.unwrap();
+    let told = history.last().and_then(|t| t.detail.clone()).unwrap_or_default();
+    assert!(told.starts_with("its room was reclaimed for project astro, below its nominal on station local"), "{told}");
+    assert!(!h.host.ended.lock().unwrap().contains(&bios[3].job_id));
+
+    // Astro's second job takes bio's next borrowed CPU. Its user stops that one meanwhile: a
+    // user's stop wins over the reclaim (at once, no grace), and the job ends stopped.
+    let second = h.submit_job(of(&h, astro)).await.unwrap();
+    assert_eq!(agent.orders(), (vec![], vec![(bios[2].job_id, 20)]));
+    h.ask(Call::Stop { job_id: bios[2].job_id, by: "alice".into() }).await.unwrap();
+    assert_eq!(agent.orders(), (vec![], vec![(bios[2].job_id, 0)]));
+    h.report(&agent, bios[2].job_id, JobStatus::Failed).await;
+    assert_eq!(agent.runs(), [second.job_id]);
+    assert_eq!(h.status(bios[2].job_id).await, JobStatus::Stopped);
+
+    // Astro's third would borrow: nothing is reclaimed for it, and bio keeps its nominal two.
+    let third = h.submit_job(of(&h, astro)).await.unwrap();
+    assert_eq!(agent.orders(), (vec![], vec![]));
+    assert_eq!(h.status(third.job_id).await, JobStatus::Queued);
 }

@@ -131,6 +131,9 @@ pub struct ServerConfig {
     /// Which queued job a station takes first: fair-share (the default) or first come, first
     /// served.
     pub queue_order: crate::scheduler::QueueOrder,
+    /// How long a job whose borrowed room is reclaimed for another project may take to end
+    /// after `SIGTERM`, before `SIGKILL`.
+    pub reclaim_grace: Duration,
     /// Create an `admin` account with a generated password when the store has no users.
     pub bootstrap_admin: bool,
 }
@@ -161,6 +164,7 @@ impl ServerConfig {
             lz_lease: Duration::from_secs(30),
             max_running_jobs_per_user: None,
             queue_order: crate::scheduler::QueueOrder::DEFAULT,
+            reclaim_grace: crate::scheduler::Policy::DEFAULT_RECLAIM_GRACE,
             project_groups: None,
             event_retention: Duration::from_secs(7 * 24 * 3600),
             job_log_cap: crate::job_logs::DEFAULT_LOG_CAP,

@@ -257,6 +257,7 @@ impl Server {
                 lease: config.lz_lease,
                 max_running_per_user: config.max_running_jobs_per_user,
                 order: config.queue_order,
+                reclaim_grace: config.reclaim_grace,
             },
             &tasks,
             shutdown.clone(),

@@ -284,6 +284,12 @@ impl Scheduler {
         self.call(Call::LimitsChanged { project_id, station_id }).await.map(drop)
     }
 
+    /// A station's switches were changed in the store: placement reads whether it reclaims
+    /// borrowed room again.
+    pub async fn station_changed(&self, station_id: Uuid) -> SchedulerResult<()> {
+        self.call(Call::StationChanged { station_id }).await.map(drop)
+    }
+
     /// A project's budget was set or removed in the store: placement reads it again (and warns
     /// the project's members at once where it is 80% spent).
     pub async fn budget_changed(&self, project_id: Uuid) -> SchedulerResult<()> {

@@ -107,7 +107,7 @@ static POSTGRES_INSERT_JOBS: LazyLock<String> = LazyLock::new(postgres_insert_jo
 macro_rules! queued_columns {
     () => {
         "seq, job_id, user_id, project_id, station_id, requested_lz_id, cpu_count, memory_amount, gpu_count, \
-        attempt, retry, after_ok, after_any, time_limit"
+        attempt, retry, after_ok, after_any, time_limit, ran"
     };
 }
 
@@ -118,7 +118,8 @@ const QUEUED_PAGE_ROWS: i64 = 20_000;
 /// second: one JSON array of [`QueuedRow`]s, each an array of its columns.
 const SQLITE_QUEUED_PAGE: &str = concat!(
     "SELECT json_group_array(json_array(seq, job_id, user_id, project_id, station_id, requested_lz_id, cpu_count, \
-    memory_amount, gpu_count, attempt, json(retry), json(after_ok), json(after_any), time_limit)) FROM (SELECT ",
+    memory_amount, gpu_count, attempt, json(retry), json(after_ok), json(after_any), time_limit, \
+    json(IIF(ran, 'true', 'false')))) FROM (SELECT ",
     queued_columns!(),
     " FROM jobs WHERE status = 'queued' AND seq > ? ORDER BY seq LIMIT ?)"
 );
@@ -678,6 +679,7 @@ impl Store {
                         after_ok: r.json("after_ok")?,
                         after_any: r.json("after_any")?,
                         time_limit: r.opt_int("time_limit")?.map(|minutes| minutes as u32),
+                        ran: r.flag("ran")?,
                     });
                 }
                 Ok(())
@@ -934,6 +936,7 @@ const SQLITE_SAVE_JOBS_AFTER_INSERT: &str = concat!(
     cpu_time = COALESCE(c.value ->> 'cpu_time', jobs.cpu_time), \
     peak_memory = COALESCE(c.value ->> 'peak_memory', jobs.peak_memory), \
     started_at = IIF(json_type(c.value, '$.started_at') IS NULL, jobs.started_at, c.value ->> 'started_at'), \
+    ran = COALESCE(c.value ->> 'ran', jobs.ran), \
     finished_at = COALESCE(c.value ->> 'finished_at', jobs.finished_at) \
 FROM c WHERE jobs.job_id = c.value ->> 'job_id';\n",
     sqlite_rows!("p", "?"),
@@ -994,6 +997,7 @@ const POSTGRES_CHANGE_JOBS: &str = "UPDATE jobs SET status = c ->> 'status', \
     cpu_time = COALESCE((c ->> 'cpu_time')::double precision, jobs.cpu_time), \
     peak_memory = COALESCE((c ->> 'peak_memory')::bigint, jobs.peak_memory), \
     started_at = CASE WHEN c ? 'started_at' THEN (c ->> 'started_at')::bigint ELSE jobs.started_at END, \
+    ran = COALESCE((c ->> 'ran')::boolean, jobs.ran), \
     finished_at = COALESCE((c ->> 'finished_at')::bigint, jobs.finished_at) \
 FROM jsonb_array_elements($1::jsonb) AS change (c) WHERE jobs.job_id = c ->> 'job_id'";
 
@@ -1049,6 +1053,9 @@ struct JobChange {
     peak_memory: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     started_at: Option<Option<i64>>,
+    /// Set as it enters `running`, never cleared.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ran: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     finished_at: Option<i64>,
 }
@@ -1096,6 +1103,7 @@ impl JobBatch {
                     cpu_time: None,
                     peak_memory: None,
                     started_at: None,
+                    ran: None,
                     finished_at: None,
                 });
                 changes.len() - 1
@@ -1132,7 +1140,10 @@ impl JobBatch {
                 change.peak_memory = usage.peak_memory;
             }
             match u.status {
-                JobStatus::Running => change.started_at = Some(Some(at)),
+                JobStatus::Running => {
+                    change.started_at = Some(Some(at));
+                    change.ran = Some(true);
+                }
                 JobStatus::Queued => change.started_at = Some(None),
                 s if s.is_final() => change.finished_at = Some(at),
                 _ => {}
@@ -1315,6 +1326,8 @@ pub struct QueuedRow {
     pub after_any: Vec<Uuid>,
     /// Minutes it may run.
     pub time_limit: Option<u32>,
+    /// Whether it ran before (it went back in line after running).
+    pub ran: bool,
 }
 
 /// How [`Store::usage_by`] groups jobs.

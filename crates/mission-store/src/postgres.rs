@@ -40,6 +40,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (27, "project_limits", include_str!("../migrations/postgres/0027_project_limits.sql")),
     (28, "project_budgets", include_str!("../migrations/postgres/0028_project_budgets.sql")),
     (29, "claimed_memberships", include_str!("../migrations/postgres/0029_claimed_memberships.sql")),
+    (30, "reclaim", include_str!("../migrations/postgres/0030_reclaim.sql")),
 ];
 
 /// Connections a replica holds at most.

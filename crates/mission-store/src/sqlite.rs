@@ -60,6 +60,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (27, "project_limits", include_str!("../migrations/sqlite/0027_project_limits.sql")),
     (28, "project_budgets", include_str!("../migrations/sqlite/0028_project_budgets.sql")),
     (29, "claimed_memberships", include_str!("../migrations/sqlite/0029_claimed_memberships.sql")),
+    (30, "reclaim", include_str!("../migrations/sqlite/0030_reclaim.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

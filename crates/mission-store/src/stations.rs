@@ -10,7 +10,7 @@ use super::jobs::FINAL_STATUSES;
 use super::row::Columns;
 use super::{Store, StoreError, conflict_on_duplicate, to_micros, with_conn};
 
-const STATION_COLUMNS: &str = "station_id, name, description, owner_id, open, created_at";
+const STATION_COLUMNS: &str = "station_id, name, description, owner_id, open, created_at, reclaim";
 const LZ_COLUMNS: &str =
     "lz_id, station_id, name, cpu_count, memory_amount, gpu_count, last_seen_at, created_at, cluster_account, pilot_of";
 
@@ -18,13 +18,14 @@ impl Store {
     /// Adds a station; a taken name is a [`StoreError::Conflict`].
     pub async fn insert_station(&self, station: &Station) -> Result<(), StoreError> {
         let result = with_conn!(self, writer, |conn| {
-            sqlx::query(&format!("INSERT INTO stations ({STATION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)"))
+            sqlx::query(&format!("INSERT INTO stations ({STATION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"))
                 .bind(station.station_id.to_string())
                 .bind(&station.name)
                 .bind(&station.description)
                 .bind(station.owner_id.map(|u| u.to_string()))
                 .bind(station.open)
                 .bind(to_micros(station.created_at))
+                .bind(station.reclaim)
                 .execute(conn)
                 .await
                 .map(drop)
@@ -66,6 +67,31 @@ impl Store {
             };
             rows.iter().map(station_from_row).collect()
         })
+    }
+
+    /// Changes what is given of a station's description and switches; false when there is no
+    /// such station.
+    pub async fn update_station(
+        &self,
+        station_id: Uuid,
+        description: Option<&str>,
+        open: Option<bool>,
+        reclaim: Option<bool>,
+    ) -> Result<bool, StoreError> {
+        let done = with_conn!(self, writer, |conn| {
+            sqlx::query(
+                "UPDATE stations SET description = COALESCE($1, description), open = COALESCE($2, open), \
+                 reclaim = COALESCE($3, reclaim) WHERE station_id = $4",
+            )
+            .bind(description)
+            .bind(open)
+            .bind(reclaim)
+            .bind(station_id.to_string())
+            .execute(conn)
+            .await?
+            .rows_affected()
+        });
+        Ok(done == 1)
     }
 
     /// Deletes a station with its members and landing zones; true when it existed.
@@ -243,6 +269,7 @@ fn station_from_row(r: &impl Columns) -> Result<Station, StoreError> {
         description: r.text("description")?,
         owner_id: r.opt_uuid("owner_id")?,
         open: r.flag("open")?,
+        reclaim: r.flag("reclaim")?,
         created_at: r.time("created_at")?,
     })
 }

@@ -78,6 +78,9 @@ pub enum ProjectsCommand {
     ///
     /// A project is guaranteed its nominal CPUs, memory and GPUs on the station and may borrow
     /// idle room beyond them up to its borrowing limit; its jobs past a limit wait, saying which.
+    /// When a project within its nominal CPUs waits for room that others borrowed, their
+    /// borrowed jobs are stopped gracefully and put back in line at their old place (unless the
+    /// station turns it off: mission stations update lab --reclaim false).
     ///
     ///   mission projects limits bio lab --cpus 8 --borrow-cpus 0    # 8 CPUs, never more
     ///   mission projects limits bio lab --cpus 8 --borrow-cpus 8 --max-queued 1000

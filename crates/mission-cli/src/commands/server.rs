@@ -142,6 +142,11 @@ struct RunArgs {
     /// Hours after which what a project or user used counts half in fair-share order.
     #[arg(long, env = "MISSION_FAIR_SHARE_HALF_LIFE_HOURS", default_value_t = 168, value_parser = clap::value_parser!(u64).range(1..))]
     fair_share_half_life_hours: u64,
+    /// Seconds a job may take to end after `SIGTERM` when its room is reclaimed (it ran beyond
+    /// its project's nominal on a station, and a project below its nominal needs the room),
+    /// before `SIGKILL`; it then goes back in line at its old place.
+    #[arg(long, env = "MISSION_RECLAIM_GRACE_SECONDS", default_value_t = defaults().reclaim_grace.as_secs())]
+    reclaim_grace_seconds: u64,
     /// Hours events are kept: a client of the event stream that reconnects within them (with
     /// the last event id it saw) misses nothing.
     #[arg(long, env = "MISSION_EVENT_RETENTION_HOURS", default_value_t = defaults().event_retention.as_secs() / 3600)]
@@ -309,6 +314,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         },
         QueueOrderArg::FirstCome => mission_server::scheduler::QueueOrder::FirstCome,
     };
+    config.reclaim_grace = Duration::from_secs(args.reclaim_grace_seconds);
     config.bootstrap_admin = !args.no_bootstrap_admin;
     let shared_database = config.effective_database_url().is_postgres();
     config.s3_endpoints = args.s3_endpoints;

@@ -2,7 +2,7 @@
 
 use anyhow::bail;
 use clap::Subcommand;
-use mission_client::{Client, CreateStation, LandingZone, RegisterLandingZone, Station, Uuid};
+use mission_client::{Client, CreateStation, LandingZone, RegisterLandingZone, Station, UpdateStation, Uuid};
 
 use crate::output::Output;
 use crate::session;
@@ -34,6 +34,30 @@ pub enum StationsCommand {
         /// The user (id) who will manage it (default: you).
         #[arg(long)]
         owner: Option<Uuid>,
+        /// Never stop jobs that borrow room beyond their project's nominal here, even when a
+        /// project below its nominal waits for the room (default: they are reclaimed).
+        #[arg(long)]
+        no_reclaim: bool,
+    },
+    /// Change a station's description, access or reclaiming (its owner or admins).
+    ///
+    /// Reclaiming: a project may run beyond its nominal limits on a station while others leave
+    /// room idle (`mission projects limits --borrow-cpus`). When a project below its nominal
+    /// then waits for room, such borrowed jobs are stopped (SIGTERM, then SIGKILL after the
+    /// server's --reclaim-grace-seconds) and put back in line at their old place.
+    Update {
+        /// Name or id.
+        station: String,
+        /// New free text.
+        #[arg(long)]
+        description: Option<String>,
+        /// Let every signed-in user run jobs here (true), or members only (false).
+        #[arg(long, value_name = "BOOL")]
+        open: Option<bool>,
+        /// Reclaim borrowed room for projects below their nominal (true, the default) or never
+        /// (false).
+        #[arg(long, value_name = "BOOL")]
+        reclaim: Option<bool>,
     },
     /// Delete a station with its members and landing zones (admins).
     Delete {
@@ -161,16 +185,30 @@ impl StationsCommand {
                         ("id", station.station_id.to_string()),
                         ("access", access(&station).to_owned()),
                         ("owner", station.owner_id.map_or_else(|| "admins".to_owned(), |id| id.to_string())),
+                        ("reclaims borrowed room", if station.reclaim { "yes" } else { "no" }.to_owned()),
                         ("description", station.description.clone()),
                     ],
                 );
                 println!();
                 out.table(&lzs, &["LANDING ZONE", "ID", "STATE", "OFFERS", "JOBS RUN"], lz_rows(&lzs));
             }
-            StationsCommand::Create { name, description, open, owner } => {
-                let request = CreateStation { name, description, open: Some(open), owner_id: owner };
+            StationsCommand::Create { name, description, open, owner, no_reclaim } => {
+                let request =
+                    CreateStation { name, description, open: Some(open), owner_id: owner, reclaim: Some(!no_reclaim) };
                 let station = client.create_station(&request).await?;
                 out.done(&station, &format!("created station {} ({})", station.name, station.station_id));
+            }
+            StationsCommand::Update { station, description, open, reclaim } => {
+                if description.is_none() && open.is_none() && reclaim.is_none() {
+                    bail!("nothing to change: give --description, --open or --reclaim");
+                }
+                let id = resolve_station(&client, &station).await?;
+                let station = client.update_station(id, &UpdateStation { description, open, reclaim }).await?;
+                let reclaims = if station.reclaim { "reclaims" } else { "does not reclaim" };
+                out.done(
+                    &station,
+                    &format!("updated station {}: {}, {reclaims} borrowed room", station.name, access(&station)),
+                );
             }
             StationsCommand::Delete { station } => {
                 let id = resolve_station(&client, &station).await?;

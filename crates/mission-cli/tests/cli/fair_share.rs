@@ -1,26 +1,47 @@
 //! Fair-share order end to end: real `mission lz` agents running real jobs for two projects.
 
-use mission_client::{CreateProject, JobStatus, ListJobs, ProjectRole, RunJob, Uuid};
+use mission_client::{Client, CreateProject, JobStatus, ListJobs, ProjectRole, RunJob, Uuid};
 
 use super::jobs::{Agent, SHELL, TWO_CPUS, cluster, local_station, mission, wait_until, wait_until_explained};
+
+/// A server with a 2-CPU landing zone on its local station, and two projects: alice's bio and
+/// bob's astro.
+pub(super) struct Teams {
+    pub server: mission_testkit::TestServer,
+    /// An admin.
+    pub root: Client,
+    pub bob: Client,
+    pub bio: Uuid,
+    pub astro: Uuid,
+    _agent: Agent,
+}
+
+impl Teams {
+    pub async fn start(adjust: impl FnOnce(&mut mission_server::ServerConfig)) -> Self {
+        let (server, root) = cluster(adjust).await;
+        server.add_user("bob", false).await;
+        let bob = server.sign_in("bob").await;
+        let _agent = Agent::start(&server, &root, local_station(), "two-cpus", TWO_CPUS).await;
+        let project = |name: &str| CreateProject { name: name.into(), description: None };
+        let bio = root.create_project(&project("bio")).await.unwrap().project_id;
+        let astro = root.create_project(&project("astro")).await.unwrap().project_id;
+        root.set_project_member(bio, "alice", ProjectRole::Member).await.unwrap();
+        root.set_project_member(astro, "bob", ProjectRole::Member).await.unwrap();
+        Self { server, root, bob, bio, astro, _agent }
+    }
+}
 
 /// Two projects with equal shares on a 2-CPU station: bio queues 40 jobs, then astro queues 10.
 /// First come, first served would run astro's after all of bio's; fair-share gives each project
 /// about a CPU, so astro's ten are done while most of bio's still wait.
 #[tokio::test]
 async fn a_project_that_queues_later_is_not_starved_by_one_that_queued_more() {
-    let (server, root) = cluster(|_| {}).await;
-    server.add_user("bob", false).await;
-    let (alice, bob) = (&server.client, server.sign_in("bob").await);
-    let _agent = Agent::start(&server, &root, local_station(), "two-cpus", TWO_CPUS).await;
-    let project = |name: &str| CreateProject { name: name.into(), description: None };
-    let bio = root.create_project(&project("bio")).await.unwrap().project_id;
-    let astro = root.create_project(&project("astro")).await.unwrap().project_id;
-    root.set_project_member(bio, "alice", ProjectRole::Member).await.unwrap();
-    root.set_project_member(astro, "bob", ProjectRole::Member).await.unwrap();
+    let teams = Teams::start(|_| {}).await;
+    let Teams { root, bob, bio, astro, .. } = &teams;
+    let (alice, bio, astro) = (&teams.server.client, *bio, *astro);
     let work = "sleep 0.3\n";
     let (theirs, ours) =
-        (mission(alice, SHELL, &[("run.sh", work)], &[]).await, mission(&bob, SHELL, &[("run.sh", work)], &[]).await);
+        (mission(alice, SHELL, &[("run.sh", work)], &[]).await, mission(bob, SHELL, &[("run.sh", work)], &[]).await);
     let run = |project_id: Uuid| RunJob {
         station_id: local_station(),
         cpu_count: Some(1),

@@ -10,6 +10,7 @@ use tokio::process::{Child, Command};
 
 mod fair_share;
 mod jobs;
+mod reclaim;
 mod replicas;
 mod slurm;
 mod webhooks;

@@ -33,6 +33,11 @@ pub(crate) struct Offer {
 }
 
 /// Runs the jobs of one landing zone.
+/// A job's stop switch as its runner sees it: `None` until a stop is ordered, then how long the
+/// job may take to end after `SIGTERM` before `SIGKILL` (zero: kill at once). A later stop may
+/// shorten it.
+pub(crate) type StopSwitch = watch::Receiver<Option<std::time::Duration>>;
+
 pub(crate) trait Runner: Send + Sync + 'static {
     /// What the landing zone offers now (asked at every connection: a cluster's nodes change).
     fn offer(&self) -> impl Future<Output = Offer> + Send;
@@ -42,7 +47,7 @@ pub(crate) trait Runner: Send + Sync + 'static {
         self: Arc<Self>,
         agent: Arc<Agent>,
         job: Assignment,
-        stop: watch::Receiver<bool>,
+        stop: StopSwitch,
     ) -> impl Future<Output = ()> + Send + 'static;
 
     /// Jobs a previous run of the agent left running that this one can follow to their ends,
@@ -57,7 +62,7 @@ pub(crate) trait Runner: Send + Sync + 'static {
         self: Arc<Self>,
         agent: Arc<Agent>,
         job_id: Uuid,
-        stop: watch::Receiver<bool>,
+        stop: StopSwitch,
     ) -> impl Future<Output = ()> + Send + 'static {
         let _ = (agent, job_id, stop);
         std::future::ready(())

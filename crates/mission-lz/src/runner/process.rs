@@ -14,17 +14,18 @@
 //! 4. the final report; the work dir is emptied of all but its input copies, for the user's next
 //!    job (see `workdirs`), and the job's user is handed back.
 //!
-//! A stop order kills the whole process tree (group and cgroup) at once, and so does the job's
-//! time limit (the job fails with the reason "time limit", its results uploaded).
+//! A stop order kills the whole process tree (group and cgroup): at once, or, where it gives a
+//! grace period (a job whose borrowed room is reclaimed), after `SIGTERM` to the process group
+//! and the grace, unless the program ended first. The job's time limit kills at once (the job
+//! fails with the reason "time limit", its results uploaded).
 
 use std::ffi::OsStr;
 use std::sync::Arc;
 
 use mission_api::lz::{Assignment, Gpu};
 use mission_api::{JobStatus, JobUsage, KILLED_BY_SIGNAL_REASON, OUT_OF_MEMORY_REASON, Resources, TIME_LIMIT_REASON};
-use tokio::sync::watch;
 
-use super::{Offer, Runner};
+use super::{Offer, Runner, StopSwitch};
 use crate::agent::{Agent, AgentConfig, AgentError, default_work_root, private_dir};
 use crate::cache::Lookup;
 use crate::cgroups::{Cgroups, JobCgroup};
@@ -114,20 +115,20 @@ impl Runner for ProcessRunner {
         self: Arc<Self>,
         agent: Arc<Agent>,
         job: Assignment,
-        stop: watch::Receiver<bool>,
+        stop: StopSwitch,
     ) -> impl Future<Output = ()> + Send + 'static {
         run_job(self, agent, job, stop)
     }
 
     fn shut_down(&self, agent: &Agent) {
         for job in agent.jobs.lock().expect("not poisoned").values() {
-            let _ = job.stop.send(true);
+            let _ = job.stop.send(Some(std::time::Duration::ZERO));
         }
     }
 }
 
 /// Runs one job to its end and reports every move.
-async fn run_job(runner: Arc<ProcessRunner>, agent: Arc<Agent>, job: Assignment, stop: watch::Receiver<bool>) {
+async fn run_job(runner: Arc<ProcessRunner>, agent: Arc<Agent>, job: Assignment, stop: StopSwitch) {
     let job_id = job.job_id;
     let (mut work, mut usage) = (None, None);
     let outcome = match run(&runner, &agent, &job, &mut work, &mut usage, stop).await {
@@ -156,7 +157,7 @@ async fn run(
     job: &Assignment,
     work: &mut Option<(WorkDir, JobUser)>,
     usage: &mut Option<JobUsage>,
-    mut stop: watch::Receiver<bool>,
+    mut stop: StopSwitch,
 ) -> Result<Outcome, String> {
     if let Some(refusal) = runner.sandbox.refusal(job) {
         return Err(refusal);
@@ -179,7 +180,7 @@ async fn run(
                 let fetch = agent.cache.download(&agent.client, job.job_id, &missing);
                 tokio::select! {
                     fetched = fetch => fetched.map_err(|e| format!("staging the mission's files failed: {e}"))?,
-                    () = stop_ordered(&mut stop) => {
+                    _ = stop_ordered(&mut stop) => {
                         return Ok((JobStatus::Stopped, None, Some("stopped before it started".into())));
                     }
                 }
@@ -201,11 +202,12 @@ async fn run(
         )
     });
 
-    let kill_group = || {
+    let signal_group = |signal| {
         if let Some(pid) = pid {
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+            let _ = rustix::process::kill_process_group(pid, signal);
         }
     };
+    let kill_group = || signal_group(rustix::process::Signal::KILL);
     let kill_all = || {
         kill_group();
         if let Some(g) = &group {
@@ -215,9 +217,28 @@ async fn run(
     // A stop ordered while the job was being launched takes effect here, at once.
     let (exit, ended) = tokio::select! {
         exit = child.wait() => (exit, None),
-        () = stop_ordered(&mut stop) => {
-            kill_all();
-            (child.wait().await, Some(Ended::Stopped))
+        grace = stop_ordered(&mut stop) => {
+            let ended_in_grace = if grace.is_zero() {
+                None
+            } else {
+                // The program may end in its own time (the init of its namespace ignores the
+                // signal), until the grace runs out or a stop that kills at once comes.
+                signal_group(rustix::process::Signal::TERM);
+                let killed_now = stop.wait_for(|s| s.is_some_and(|grace| grace.is_zero()));
+                tokio::select! {
+                    exit = child.wait() => Some(exit),
+                    () = tokio::time::sleep(grace) => None,
+                    _ = killed_now => None,
+                }
+            };
+            let exit = match ended_in_grace {
+                Some(exit) => exit,
+                None => {
+                    kill_all();
+                    child.wait().await
+                }
+            };
+            (exit, Some(Ended::Stopped))
         }
         () = time_limit(job.time_limit) => {
             kill_all();
@@ -376,8 +397,11 @@ fn output_pipe(fd: Option<std::os::fd::OwnedFd>) -> Option<tokio::net::unix::pip
 }
 
 /// Resolves once a stop is ordered (never, if the switch is gone).
-pub(crate) async fn stop_ordered(stop: &mut watch::Receiver<bool>) {
-    if stop.wait_for(|s| *s).await.is_err() {
-        std::future::pending::<()>().await;
+pub(crate) async fn stop_ordered(stop: &mut StopSwitch) -> std::time::Duration {
+    let grace = stop.wait_for(Option::is_some).await.map_or(None, |grace| *grace);
+    match grace {
+        Some(grace) => grace,
+        // The switch is gone: no stop can come.
+        None => std::future::pending().await,
     }
 }

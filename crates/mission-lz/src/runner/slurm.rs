@@ -14,7 +14,8 @@
 //!    `out of memory`, a cancellation, a failed node), and what it used comes from Slurm's
 //!    accounting (`sacct`: CPU time, peak memory; the wall time from the script's own clock);
 //!    the new or changed files of its work dir are uploaded, and its dir and record removed. A
-//!    stop cancels it (`scancel`).
+//!    stop cancels it (`scancel`: Slurm sends `SIGTERM`, and `SIGKILL` after the cluster's
+//!    `KillWait`, which stands for the grace period a stop order gives).
 //!
 //! With pilots (`--pilots`), the gateway takes no job itself: while its station has queued work
 //! that no connected landing zone takes, it starts pilot jobs (up to `--max-pilots`), each an agent
@@ -39,7 +40,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::process::{Outcome, stop_ordered};
-use super::{Offer, Runner};
+use super::{Offer, Runner, StopSwitch};
 use crate::agent::{Agent, AgentConfig, AgentError, private_dir};
 use crate::cache::Lookup;
 use crate::client::Backoff;
@@ -362,7 +363,7 @@ impl SlurmRunner {
         self: &Arc<Self>,
         agent: &Arc<Agent>,
         job: &Assignment,
-        mut stop: watch::Receiver<bool>,
+        mut stop: StopSwitch,
     ) -> Result<Ended, String> {
         let run_as = match &self.user_map {
             Some(map) => match map.get(&job.username) {
@@ -392,7 +393,7 @@ impl SlurmRunner {
                         fetched = agent.cache.download(&agent.client, job.job_id, &missing) => {
                             fetched.map_err(|e| format!("staging the mission's files failed: {e}"))?;
                         }
-                        () = stop_ordered(&mut stop) => return stopped(),
+                        _ = stop_ordered(&mut stop) => return stopped(),
                     }
                     downloaded = true;
                 }
@@ -407,7 +408,7 @@ impl SlurmRunner {
             self.forget(job.job_id);
             format!("staging the mission's files failed: {e}")
         })?;
-        if *stop.borrow() {
+        if stop.borrow().is_some() {
             self.forget(job.job_id);
             return stopped();
         }
@@ -460,12 +461,7 @@ impl SlurmRunner {
 
     /// Follows a submitted job to its end: reports why it waits and when it runs, streams its
     /// output, cancels it on a stop, uploads its results, and reads what it used.
-    async fn follow(
-        &self,
-        agent: &Arc<Agent>,
-        record: Record,
-        mut stop: watch::Receiver<bool>,
-    ) -> Result<Ended, String> {
+    async fn follow(&self, agent: &Arc<Agent>, record: Record, mut stop: StopSwitch) -> Result<Ended, String> {
         let job_id = record.job_id;
         let slurm_id = record.slurm_id.clone().ok_or("the job was never submitted to Slurm")?;
         let dir = JobDir::new(&self.config.work_root, job_id);
@@ -511,7 +507,7 @@ impl SlurmRunner {
             }
             tokio::select! {
                 changed = sightings.changed() => if changed.is_err() { break None },
-                () = stop_ordered(&mut stop), if !stop_requested => {
+                _ = stop_ordered(&mut stop), if !stop_requested => {
                     stop_requested = true;
                     if let Err(why) = self.command("scancel", std::slice::from_ref(&slurm_id)).await {
                         tracing::warn!(%job_id, "cancelling the Slurm job failed: {why}");
@@ -619,7 +615,7 @@ impl Runner for SlurmRunner {
         }
     }
 
-    async fn run(self: Arc<Self>, agent: Arc<Agent>, job: Assignment, stop: watch::Receiver<bool>) {
+    async fn run(self: Arc<Self>, agent: Arc<Agent>, job: Assignment, stop: StopSwitch) {
         let ended = self.submit(&agent, &job, stop).await;
         self.settle(&agent, job.job_id, ended).await;
     }
@@ -628,7 +624,7 @@ impl Runner for SlurmRunner {
         self.recovered.lock().expect("not poisoned").values().map(|r| (r.job_id, r.attempt)).collect()
     }
 
-    async fn resume(self: Arc<Self>, agent: Arc<Agent>, job_id: Uuid, stop: watch::Receiver<bool>) {
+    async fn resume(self: Arc<Self>, agent: Arc<Agent>, job_id: Uuid, stop: StopSwitch) {
         let record = self.recovered.lock().expect("not poisoned").remove(&job_id);
         let ended = match record {
             Some(record) => {

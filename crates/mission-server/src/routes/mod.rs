@@ -40,7 +40,7 @@ pub use files::{RecoveryError, recover as recover_files, settle_stopped_replicas
         events::stream, jobs::run, jobs::list, jobs::usage, jobs::events, jobs::get, jobs::update, jobs::stop, jobs::rerun, jobs::rerun_failed, jobs::run_array, jobs::get_array, jobs::stop_array, jobs::logs, jobs::results, jobs::result, archives::results,
         cargo_bays::list, cargo_bays::create, cargo_bays::get, cargo_bays::delete,
         webhooks::create, webhooks::list, webhooks::get, webhooks::delete, webhooks::deliveries,
-        stations::list, stations::create, stations::get, stations::delete, stations::members,
+        stations::list, stations::create, stations::get, stations::update, stations::delete, stations::members,
         stations::add_member, stations::remove_member, stations::landing_zones,
         stations::register_landing_zone, stations::remove_landing_zone,
         projects::create, projects::list, projects::get, projects::update, projects::delete, projects::members,
@@ -253,7 +253,7 @@ pub fn router(app: AppState) -> Router {
         .route("/webhooks/{id}", get(webhooks::get).delete(webhooks::delete))
         .route("/webhooks/{id}/deliveries", get(webhooks::deliveries))
         .route("/stations", get(stations::list).post(stations::create))
-        .route("/stations/{id}", get(stations::get).delete(stations::delete))
+        .route("/stations/{id}", get(stations::get).patch(stations::update).delete(stations::delete))
         .route("/stations/{id}/members", get(stations::members))
         .route("/stations/{id}/members/{user}", put(stations::add_member).delete(stations::remove_member))
         .route("/stations/{id}/lzs", get(stations::landing_zones).post(stations::register_landing_zone))

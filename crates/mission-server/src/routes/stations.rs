@@ -8,7 +8,9 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use mission_api::{CreateStation, LandingZone, RegisterLandingZone, RegisteredLandingZone, Station, StationMember};
+use mission_api::{
+    CreateStation, LandingZone, RegisterLandingZone, RegisteredLandingZone, Station, StationMember, UpdateStation,
+};
 use uuid::Uuid;
 
 use super::extract::{ApiJson, parse_id};
@@ -76,13 +78,7 @@ pub async fn create(
         return Err(ApiError::forbidden("only admins may create stations"));
     }
     let name = checked_name(&req.name)?;
-    let description = req.description.unwrap_or_default();
-    if description.chars().count() > MAX_DESCRIPTION_CHARS || description.contains('\0') {
-        return Err(ApiError::invalid_field(
-            "description",
-            format!("at most {MAX_DESCRIPTION_CHARS} characters, no NUL"),
-        ));
-    }
+    let description = checked_description(req.description.unwrap_or_default())?;
     let owner_id = match req.owner_id {
         Some(id) => Some(
             user_named(&app, &id.to_string())
@@ -97,10 +93,46 @@ pub async fn create(
         description,
         owner_id,
         open: req.open.unwrap_or(false),
+        reclaim: req.reclaim.unwrap_or(true),
         created_at: store::now(),
     };
     app.store.insert_station(&station).await?;
     Ok((StatusCode::CREATED, Json(station)))
+}
+
+/// A station's description, if it is one: at most [`MAX_DESCRIPTION_CHARS`], no NUL.
+fn checked_description(description: String) -> ApiResult<String> {
+    if description.chars().count() > MAX_DESCRIPTION_CHARS || description.contains('\0') {
+        return Err(ApiError::invalid_field(
+            "description",
+            format!("at most {MAX_DESCRIPTION_CHARS} characters, no NUL"),
+        ));
+    }
+    Ok(description)
+}
+
+/// Changes a station's description, whether it is open, and whether it reclaims borrowed room
+/// (its owner or an admin); answers the station as it is now.
+#[utoipa::path(patch, path = "/api/v1/stations/{id}", tag = "stations", request_body = UpdateStation,
+    params(("id" = uuid::Uuid, Path, description = "station id")),
+    responses((status = 200, body = Station), (status = 400, body = mission_api::Problem),
+        (status = 403, body = mission_api::Problem), (status = 404, body = mission_api::Problem)))]
+pub async fn update(
+    State(app): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<UpdateStation>,
+) -> ApiResult<Json<Station>> {
+    let station = managed(&app, who, &id).await?;
+    let description = req.description.map(checked_description).transpose()?;
+    let id = station.station_id;
+    if !app.store.update_station(id, description.as_deref(), req.open, req.reclaim).await? {
+        return Err(ApiError::not_found("station", id));
+    }
+    if req.reclaim.is_some_and(|reclaim| reclaim != station.reclaim) {
+        app.scheduler.station_changed(id).await?;
+    }
+    Ok(Json(app.store.station(id).await?.ok_or_else(|| ApiError::not_found("station", id))?))
 }
 
 /// One station.

@@ -125,7 +125,7 @@ async fn queue_and_drain(mut service: Service) {
                     );
                     held.push(job.job_id);
                 }
-                Order::Stop { job_id } => panic!("nothing was stopped, yet job {job_id} was"),
+                Order::Stop { job_id, .. } => panic!("nothing was stopped, yet job {job_id} was"),
                 Order::Ping => unreachable!("next_order skips pings"),
             }
         }

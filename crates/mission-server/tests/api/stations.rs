@@ -1,10 +1,10 @@
 //! Stations end to end: the default station, admin-only creation, owners managing members and
 //! landing zones, visibility, LZ tokens stored hashed.
 
-use mission_client::{CreateStation, DEFAULT_STATION_NAME, Error, RegisterLandingZone, Uuid};
+use mission_client::{CreateStation, DEFAULT_STATION_NAME, Error, RegisterLandingZone, UpdateStation, Uuid};
 use mission_testkit::TestServer;
 
-use crate::status;
+use crate::{http, status, token_for};
 
 #[tokio::test]
 async fn stations_members_and_landing_zones() {
@@ -60,6 +60,25 @@ async fn stations_members_and_landing_zones() {
     assert_eq!(alice.list_stations().await.unwrap().len(), 2);
     assert_eq!(status(alice.station_members(gpu.station_id).await).0, 403, "members do not manage");
     assert!(matches!(bob.station_members(gpu.station_id).await, Err(Error::NotFound(_))));
+
+    // Its owner changes what it is: the rest stays; members and strangers may not.
+    assert!(gpu.reclaim, "stations reclaim borrowed room unless told not to");
+    let quiet = UpdateStation { description: Some("the GPU racks".into()), reclaim: Some(false), ..Default::default() };
+    let changed = olga.update_station(gpu.station_id, &quiet).await.unwrap();
+    assert_eq!((changed.description.as_str(), changed.reclaim, changed.open), ("the GPU racks", false, false));
+    assert_eq!(olga.get_station(gpu.station_id).await.unwrap(), changed);
+    assert_eq!(status(alice.update_station(gpu.station_id, &quiet).await).0, 403);
+    assert!(matches!(bob.update_station(gpu.station_id, &quiet).await, Err(Error::NotFound(_))));
+    let nul = UpdateStation { description: Some("a\0b".into()), ..Default::default() };
+    assert_eq!(status(olga.update_station(gpu.station_id, &nul).await), (400, Some("description".into())));
+    let unknown = http()
+        .patch(format!("{}/api/v1/stations/{}", server.url, gpu.station_id))
+        .bearer_auth(token_for(&server, "olga").await)
+        .json(&serde_json::json!({"name": "renamed"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 400, "unknown fields are refused");
 
     // Landing zones: the token is answered once and stored only hashed.
     let registered = olga

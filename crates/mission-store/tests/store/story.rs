@@ -575,11 +575,18 @@ pub async fn stations_members_and_landing_zones(store: &Store) {
         description: "the lab's hosts".into(),
         owner_id: Some(ada.user_id),
         open: false,
+        reclaim: true,
         created_at: t0,
     };
     store.insert_station(&lab).await.unwrap();
     let twin = Station { station_id: Uuid::new_v4(), ..lab.clone() };
     assert!(matches!(store.insert_station(&twin).await, Err(StoreError::Conflict(_))));
+    // An update changes what it names and keeps the rest.
+    assert!(store.update_station(lab.station_id, Some("racks 1-4"), None, Some(false)).await.unwrap());
+    let changed = store.station(lab.station_id).await.unwrap().unwrap();
+    assert_eq!((changed.description.as_str(), changed.open, changed.reclaim), ("racks 1-4", false, false));
+    assert!(store.update_station(lab.station_id, Some(&lab.description), None, Some(true)).await.unwrap());
+    assert!(!store.update_station(Uuid::new_v4(), None, Some(true), None).await.unwrap());
     assert_eq!(store.station(lab.station_id).await.unwrap(), Some(lab.clone()));
     let names = |stations: Vec<Station>| stations.into_iter().map(|s| s.name).collect::<Vec<_>>();
     assert_eq!(names(store.stations(None).await.unwrap()), ["lab", "local"]);
@@ -708,6 +715,9 @@ pub async fn job_batches_and_history(store: &Store) {
     let stored = store.job(second.job_id).await.unwrap().unwrap();
     assert_eq!((stored.status, stored.lz_id, stored.started_at), (JobStatus::Queued, None, None));
     assert_eq!(stored.history.len(), 4);
+    let mut ran = Vec::new();
+    store.queued_jobs(|row| ran.push((row.job_id, row.ran))).await.unwrap();
+    assert!(ran.contains(&(second.job_id, true)), "it ran before, and its next run's output goes on after: {ran:?}");
     // Moves across batches keep numbering the history.
     store.save_jobs(&[], &[moved(second.job_id, JobStatus::Stopped)], &[]).await.unwrap();
     assert_eq!(store.job(second.job_id).await.unwrap().unwrap().history.len(), 5);
@@ -821,6 +831,7 @@ pub async fn job_listings_results_and_agents(store: &Store) {
         description: String::new(),
         owner_id: None,
         open: true,
+        reclaim: true,
         created_at: now(),
     };
     store.insert_station(&lab).await.unwrap();

@@ -40,6 +40,8 @@ from ._native import (
     Unauthorized,
 )
 from ._types import (
+    AuditEntry,
+    AuditPage,
     CargoBay,
     DeviceCode,
     FileListing,
@@ -77,6 +79,8 @@ from ._types import (
 )
 
 __all__ = [
+    "AuditEntry",
+    "AuditPage",
     "AuthSdk",
     "Client",
     "LogFollow",
@@ -170,6 +174,14 @@ def _utc(time: Optional[datetime.datetime]) -> Optional[str]:
 def _usage_query(group_by: str, since: Optional[datetime.datetime], until: Optional[datetime.datetime]) -> str:
     """The native module's query for a usage report."""
     return json.dumps(_drop_none({"group_by": group_by, "since": _utc(since), "until": _utc(until)}))
+
+
+def _audit_query(actor: Optional[str], project_id: Optional[Id], target: Optional[str],
+                 since: Optional[datetime.datetime], until: Optional[datetime.datetime]) -> Dict[str, Any]:
+    """The native module's query for the audit trail, without the bounds not given."""
+    project = _id(project_id) if project_id is not None else None
+    return _drop_none({"actor": actor, "project_id": project, "target": target, "since": _utc(since),
+                       "until": _utc(until)})
 
 
 def _run_json(station_id: Id, lz_id: Optional[Id], retry: Optional[RetryPolicy],
@@ -554,6 +566,36 @@ class Client:
         """:meth:`usage` as the server writes it in CSV: a header (``project,project_id,jobs,…``)
         and a row per group."""
         return self._native.usage_report_csv(_usage_query(group_by, since, until))
+
+    def audit(
+        self,
+        actor: Optional[str] = None,
+        project_id: Optional[Id] = None,
+        target: Optional[str] = None,
+        since: Optional[datetime.datetime] = None,
+        until: Optional[datetime.datetime] = None,
+        before: Optional[int] = None,
+        limit: Optional[int] = None,
+    ) -> AuditPage:
+        """A page of the audit trail, newest first: every change for an admin, the changes to
+        the resources of the projects you manage for others. ``actor`` is a username or id,
+        ``target`` a resource's id; ``since`` and ``until`` (naive times are UTC) bound when;
+        ``before`` (a page's ``next_before``) and ``limit`` (1 to 1000) page."""
+        query = _audit_query(actor, project_id, target, since, until)
+        query.update(_drop_none({"before": before, "limit": limit}))
+        return _one(AuditPage, self._native.audit(json.dumps(query)))
+
+    def audit_jsonl(
+        self,
+        actor: Optional[str] = None,
+        project_id: Optional[Id] = None,
+        target: Optional[str] = None,
+        since: Optional[datetime.datetime] = None,
+        until: Optional[datetime.datetime] = None,
+    ) -> str:
+        """Every entry :meth:`audit` would page through, as the server exports them: JSON lines,
+        newest first."""
+        return self._native.audit_jsonl(json.dumps(_audit_query(actor, project_id, target, since, until)))
 
     def set_job_labels(self, job_id: Id, labels: Dict[str, str]) -> Job:
         """Replaces a job's labels (all of them) and answers the job."""

@@ -401,6 +401,35 @@ class UsageReport(_Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class AuditEntry(_Record):
+    """One change, as the audit trail recorded it: who (``actor``, ``actor_role``: ``admin`` or
+    ``user``), in which request (``request_id``), what (``action`` such as ``job.stop``) to which
+    resource (``target_kind``, ``target_id``, ``target_name``) of which project, and what changed
+    (``changes``: the fields given, never a secret)."""
+
+    seq: int
+    at: datetime.datetime
+    actor_id: Optional[str]
+    actor: Optional[str]
+    actor_role: str
+    request_id: str
+    action: str
+    target_kind: str
+    target_id: str
+    changes: Dict[str, Any]
+    target_name: Optional[str] = None
+    project_id: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditPage(_Record):
+    """A page of the audit trail, newest first; pass ``next_before`` as ``before`` for the next."""
+
+    entries: List[AuditEntry] = dataclasses.field(metadata={"each": AuditEntry})
+    next_before: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
 class BudgetStatus(_Record):
     """A project's budget (``budget``: ``cpu_hours``, ``gpu_hours``, each absent when not
     limited, and ``period``: ``week``, ``month`` or ``total``) and what its jobs that ended this

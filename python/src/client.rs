@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use mission_client::{
-    Client, CreateCargoBay, CreateMission, CreateProject, CreateStation, CreateWebhook, ListDeliveries, ListJobs,
-    ListMissions, LogStream, ProjectBudget, ProjectLimits, RegisterLandingZone, RunJob, UpdateMission, UpdateProject,
-    UpdateStation, UsageQuery, UsageReportQuery,
+    AuditQuery, Client, CreateCargoBay, CreateMission, CreateProject, CreateStation, CreateWebhook, ListDeliveries,
+    ListJobs, ListMissions, LogStream, ProjectBudget, ProjectLimits, RegisterLandingZone, RunJob, UpdateMission,
+    UpdateProject, UpdateStation, UsageQuery, UsageReportQuery,
 };
 use pyo3::exceptions::PyTimeoutError;
 use pyo3::prelude::*;
@@ -184,6 +184,16 @@ impl NativeClient {
     fn usage_report_csv(&self, py: Python<'_>, query: &str) -> PyResult<String> {
         let which: UsageReportQuery = request("usage", query)?;
         block_on(py, self.client.usage_report_csv(&which))
+    }
+
+    fn audit(&self, py: Python<'_>, query: &str) -> PyResult<String> {
+        let which: AuditQuery = request("audit", query)?;
+        block_on(py, self.client.audit(&which)).map(|page| json(&page))
+    }
+
+    fn audit_jsonl(&self, py: Python<'_>, query: &str) -> PyResult<String> {
+        let which: AuditQuery = request("audit", query)?;
+        block_on(py, self.client.audit_jsonl(&which))
     }
 
     fn set_job_labels(&self, py: Python<'_>, job_id: &str, labels: &str) -> PyResult<String> {

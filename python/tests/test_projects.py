@@ -83,3 +83,22 @@ def test_projects_members_and_what_jobs_are_charged_to(client, tmp_path):
     assert client.delete_project(bio.project_id) is False
     with pytest.raises(mission.NotFound):
         client.get_project(bio.project_id)
+
+
+def test_audit_trail(client):
+    bio = client.create_project("py-audited")
+    client.set_project_budget(bio.project_id, cpu_hours=5, period="month")
+    page = client.audit(project_id=bio.project_id)
+    assert [e.action for e in page.entries] == ["project.budget.set", "project.create"]
+    newest = page.entries[0]
+    assert (newest.actor, newest.actor_role, newest.project_id) == ("admin", "admin", bio.project_id)
+    assert newest.changes == {"cpu_hours": 5.0, "period": "month"}
+    assert newest.request_id and newest.at.tzinfo is not None
+    first = client.audit(project_id=bio.project_id, limit=1)
+    assert [e.seq for e in first.entries] == [newest.seq] and first.next_before == newest.seq
+    older = client.audit(project_id=bio.project_id, before=first.next_before)
+    assert [e.action for e in older.entries] == ["project.create"]
+    lines = client.audit_jsonl(actor="admin", project_id=bio.project_id).splitlines()
+    assert len(lines) == 2 and '"project.budget.set"' in lines[0]
+    with pytest.raises(mission.Invalid, match="limit"):
+        client.audit(limit=5000)

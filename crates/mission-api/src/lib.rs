@@ -17,6 +17,7 @@
 //! - [`users`]: the signed-in user as `GET /api/v1/me` reports it;
 //! - [`webhooks`]: URLs that events are POSTed to, signed, and their deliveries.
 
+pub mod audit;
 pub mod auth;
 pub mod cargo_bays;
 pub mod events;
@@ -33,6 +34,7 @@ pub mod stations;
 pub mod users;
 pub mod webhooks;
 
+pub use audit::{AuditEntry, AuditPage};
 pub use auth::{AuthConfig, DeviceAuthorization, OAuthError, TokenResponse};
 pub use cargo_bays::{CargoBay, CargoBayKind, CreateCargoBay, DEFAULT_CARGO_BAY_ID};
 pub use events::Event;

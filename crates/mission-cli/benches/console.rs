@@ -26,7 +26,8 @@ fn env_or(name: &str, default: u64) -> u64 {
 
 /// Gives `username` `count` missions, newest last.
 async fn fill(store: &Store, username: &str, count: usize) {
-    let user = mission_server::users::add_user(store, username, Some(PASSWORD), false).await.unwrap().user.user_id;
+    let user =
+        mission_server::users::add_user(store, username, Some(PASSWORD), false, None).await.unwrap().user.user_id;
     let start = Utc::now() - TimeDelta::days(30);
     let mut batch = Vec::with_capacity(5000);
     for i in 0..count {

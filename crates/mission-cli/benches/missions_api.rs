@@ -36,7 +36,7 @@ async fn fill(database: &mission_store::DatabaseUrl, total: usize) -> Vec<Uuid> 
     let mut users = Vec::new();
     for i in 0..USERS {
         let account =
-            mission_server::users::add_user(&store, &format!("user{i}"), Some(PASSWORD), false).await.unwrap();
+            mission_server::users::add_user(&store, &format!("user{i}"), Some(PASSWORD), false, None).await.unwrap();
         users.push(account.user.user_id);
     }
     let start = Utc::now() - TimeDelta::days(30);

@@ -78,6 +78,8 @@ enum Command {
     /// Manage projects (the teams missions belong to and jobs are charged to) and their members.
     #[command(subcommand)]
     Projects(ProjectsCommand),
+    /// Show who changed what (admins; a project's managers for its resources).
+    Audit(commands::audit::AuditArgs),
     /// Browse mission types.
     #[command(subcommand)]
     Types(TypesCommand),
@@ -139,6 +141,7 @@ async fn run() -> ExitCode {
         Command::Jobs(cmd) => cmd.run(server, out).await,
         Command::Stations(cmd) => cmd.run(server, out).await,
         Command::Projects(cmd) => cmd.run(server, out).await,
+        Command::Audit(args) => args.run(server, out).await,
         Command::Types(cmd) => cmd.run(server, out).await,
         Command::Webhooks(cmd) => cmd.run(server, out).await,
     };

@@ -17,6 +17,7 @@
 //! `mission_types`, `files`, `jobs`, `events`, `webhooks`, `stations`, `projects` and `cargo_bays` (the operations, as methods of
 //! [`Client`]), [`error`].
 
+mod audit;
 pub mod auth;
 mod cargo_bays;
 pub mod client;
@@ -31,6 +32,7 @@ pub mod saved;
 mod stations;
 mod webhooks;
 
+pub use audit::AuditQuery;
 pub use auth::{DeviceAuth, Prompt, Tokens};
 pub use client::{Client, LoginOptions};
 pub use error::{Error, SignInError};
@@ -47,13 +49,13 @@ pub use mission_api::labels;
 /// What a webhook receiver gets: the headers and the signed content.
 pub use mission_api::webhooks as webhook_signing;
 pub use mission_api::{
-    AuthConfig, BudgetPeriod, BudgetStatus, CargoBay, CargoBayKind, CreateCargoBay, CreateMission, CreateProject,
-    CreateStation, CreateWebhook, DEFAULT_CARGO_BAY_ID, DEFAULT_STATION_NAME, DeliveryStatus, DeviceAuthorization,
-    Event, FileListing, Job, JobArray, JobPage, JobStatus, JobTransition, JobUsage, Labels, LandingZone, Mission,
-    MissionPage, MissionType, MissionTypeSummary, PendingKind, PendingReason, Problem, Project, ProjectBudget,
-    ProjectLimits, ProjectMember, ProjectPage, ProjectRole, RegisterLandingZone, RegisteredLandingZone,
-    ResourceAmounts, Resources, ResourcesInUse, RetryOn, RetryPolicy, RunJob, RunJobArray, Station, StationLimits,
-    StationMember, UpdateJob, UpdateMission, UpdateProject, UpdateStation, UsageGroup, UsageReport, UsageSummary, User,
-    Webhook, WebhookDelivery,
+    AuditEntry, AuditPage, AuthConfig, BudgetPeriod, BudgetStatus, CargoBay, CargoBayKind, CreateCargoBay,
+    CreateMission, CreateProject, CreateStation, CreateWebhook, DEFAULT_CARGO_BAY_ID, DEFAULT_STATION_NAME,
+    DeliveryStatus, DeviceAuthorization, Event, FileListing, Job, JobArray, JobPage, JobStatus, JobTransition,
+    JobUsage, Labels, LandingZone, Mission, MissionPage, MissionType, MissionTypeSummary, PendingKind, PendingReason,
+    Problem, Project, ProjectBudget, ProjectLimits, ProjectMember, ProjectPage, ProjectRole, RegisterLandingZone,
+    RegisteredLandingZone, ResourceAmounts, Resources, ResourcesInUse, RetryOn, RetryPolicy, RunJob, RunJobArray,
+    Station, StationLimits, StationMember, UpdateJob, UpdateMission, UpdateProject, UpdateStation, UsageGroup,
+    UsageReport, UsageSummary, User, Webhook, WebhookDelivery,
 };
 pub use uuid::Uuid;

@@ -41,6 +41,7 @@ use uuid::Uuid;
 
 pub use self::queue::Queue;
 pub use self::state::State;
+use mission_store::audit::AuditNote;
 use mission_store::{LzIdentity, StoreError};
 
 /// What the scheduler asks of the server it runs in, beyond the store: the parts of a job's life
@@ -79,6 +80,9 @@ pub enum Call {
     Submit {
         /// The job.
         job: Box<Job>,
+        /// The audit entries of the request, written with the change.
+        #[serde(default)]
+        audit: Vec<AuditNote>,
     },
     /// Queue jobs (already checked by the route) that share everything but their ids, array
     /// indices and arguments, so the scheduler's checks take all or, at the first, none;
@@ -86,6 +90,9 @@ pub enum Call {
     SubmitMany {
         /// The jobs.
         jobs: Vec<Job>,
+        /// The audit entries of the request, written with the change.
+        #[serde(default)]
+        audit: Vec<AuditNote>,
     },
     /// Stop a job: dequeue it, or have its LZ kill it.
     Stop {
@@ -93,6 +100,9 @@ pub enum Call {
         job_id: Uuid,
         /// Who asks, for the job's history.
         by: String,
+        /// The audit entries of the request, written with the change.
+        #[serde(default)]
+        audit: Vec<AuditNote>,
     },
     /// An agent connected; answered with its welcome. Its orders go to `session`.
     Connect {
@@ -170,6 +180,9 @@ pub enum Call {
         station_id: Uuid,
         /// The LZ, if only one.
         lz_id: Option<Uuid>,
+        /// The audit entries of the request, written with the change.
+        #[serde(default)]
+        audit: Vec<AuditNote>,
     },
 }
 

@@ -61,6 +61,7 @@ use super::reclaim::{self, Plan};
 use super::{
     Call, Event, Host, Outcome, Policy, QueueOrder, Responder, SchedulerError, SchedulerResult, SessionId, Sessions,
 };
+use mission_store::audit::AuditNote;
 use mission_store::{self as store, JobUpdate, LzIdentity, Store, StoreError};
 
 /// Most events handled in one batch, so a flood of them still gets answers in steady steps.
@@ -111,6 +112,8 @@ struct Batch {
     answers: Vec<Answer>,
     /// Projects past 80% of their budget, whose members get a `project.budget_warning` event.
     warnings: Vec<Warning>,
+    /// The audit entries of the changes asked for (jobs submitted or stopped).
+    audit: Vec<AuditNote>,
     /// How many of `updates` have had their bearing on dependent jobs settled.
     settled: usize,
 }
@@ -123,6 +126,7 @@ impl Batch {
             && self.orders.is_empty()
             && self.answers.is_empty()
             && self.warnings.is_empty()
+            && self.audit.is_empty()
     }
 
     /// The status a job ended in by this batch, if it did.
@@ -557,7 +561,10 @@ impl State {
         // The reads for the assignments go through the read pool, beside the write.
         let (runs, saved) = tokio::join!(
             self.assignments(&batch.orders, &batch.inserts),
-            self.store.save_jobs_with_events(&batch.inserts, &batch.updates, &batch.pending, &events)
+            mission_store::audit::with_notes(
+                batch.audit,
+                self.store.save_jobs_with_events(&batch.inserts, &batch.updates, &batch.pending, &events)
+            )
         );
         let mut runs = match saved.and(runs) {
             Ok(runs) => runs,
@@ -683,11 +690,15 @@ impl State {
         // Calls answered after the batch is written carry their outcome into it; the others are
         // answered at once.
         let settled = match call {
-            Call::Submit { job } => self.submit(*job).await.map(|job| Outcome::Job { job: Box::new(job) }),
+            Call::Submit { job, audit } => {
+                let submitted = self.submit(*job).await;
+                self.audit_if_done(&submitted, audit);
+                submitted.map(|job| Outcome::Job { job: Box::new(job) })
+            }
             // Alike but for what no check looks at, they are all accepted or, by the first, all
             // refused.
-            Call::SubmitMany { jobs } => {
-                async {
+            Call::SubmitMany { jobs, audit } => {
+                let submitted = async {
                     if let Some(first) = jobs.first() {
                         self.check_queue_room(first, jobs.len() as u64)?;
                     }
@@ -696,9 +707,15 @@ impl State {
                     }
                     Ok(Outcome::Done)
                 }
-                .await
+                .await;
+                self.audit_if_done(&submitted, audit);
+                submitted
             }
-            Call::Stop { job_id, by } => self.stop(job_id, by).map(|()| Outcome::Done),
+            Call::Stop { job_id, by, audit } => {
+                let stopped = self.stop(job_id, by);
+                self.audit_if_done(&stopped, audit);
+                stopped.map(|()| Outcome::Done)
+            }
             Call::Connect { lz, hello, session } => {
                 self.connect(lz, *hello, session).await.map(|welcome| Outcome::Welcome { welcome: Box::new(welcome) })
             }
@@ -750,8 +767,9 @@ impl State {
             Call::ProjectUsage { project_id } => {
                 return reply.send(Ok(Outcome::ProjectUsage { usage: self.project_usage(project_id) }));
             }
-            Call::Remove { station_id, lz_id } => {
-                let removed = self.remove(station_id, lz_id).await;
+            Call::Remove { station_id, lz_id, audit } => {
+                // The store writes the entries with the removal.
+                let removed = mission_store::audit::with_notes(audit, self.remove(station_id, lz_id)).await;
                 return reply.send(removed.map(|removed| Outcome::Removed { removed }));
             }
         };
@@ -773,6 +791,13 @@ impl State {
         self.queue.lock().expect("not poisoned").set_share(station_id, project_id, share);
         self.dirty.insert(station_id);
         Ok(())
+    }
+
+    /// Writes the audit entries of a call with the batch, where the call did what it asked.
+    fn audit_if_done<T>(&mut self, done: &SchedulerResult<T>, audit: Vec<AuditNote>) {
+        if done.is_ok() {
+            self.batch.audit.extend(audit);
+        }
     }
 
     /// Reads whether a station reclaims borrowed room again from the store; it gets a pass.

@@ -186,7 +186,7 @@ impl Harness {
     }
 
     async fn submit_job(&self, job: Job) -> SchedulerResult<Job> {
-        match self.ask(Call::Submit { job: Box::new(job) }).await? {
+        match self.ask(Call::Submit { job: Box::new(job), audit: Vec::new() }).await? {
             Outcome::Job { job } => Ok(*job),
             other => panic!("{other:?}"),
         }
@@ -639,7 +639,7 @@ impl Harness {
         while ids.len() < n {
             let jobs: Vec<Job> = (0..(n - ids.len()).min(5_000)).map(|_| self.new_job(1)).collect();
             ids.extend(jobs.iter().map(|j| j.job_id));
-            self.ask(Call::SubmitMany { jobs }).await.unwrap();
+            self.ask(Call::SubmitMany { jobs, audit: Vec::new() }).await.unwrap();
         }
         ids
     }
@@ -697,7 +697,7 @@ async fn with_100_000_queued_a_pass_looks_at_a_few_jobs_and_positions_stay_right
     assert_eq!((kind, detail.as_str()), (PendingKind::Priority, "behind 49997 earlier queued jobs of its station"));
 
     // A stop in the middle moves everyone behind it up by one.
-    h.ask(Call::Stop { job_id: ids[50_000], by: "test".into() }).await.unwrap();
+    h.ask(Call::Stop { job_id: ids[50_000], by: "test".into(), audit: Vec::new() }).await.unwrap();
     assert_eq!(h.position(ids[N - 1]), Some((N as u64 - 4, N as u64 - 4)));
     assert_eq!(h.position(theirs.job_id), Some((N as u64 - 3, 1)));
 
@@ -751,7 +751,10 @@ async fn a_project_holds_no_more_than_its_limits_allow_and_says_which_it_reached
         "{detail}"
     );
     let array = vec![of_bio(&h, 1), of_bio(&h, 1)];
-    assert!(matches!(h.ask(Call::SubmitMany { jobs: array }).await, Err(SchedulerError::Conflict(_))));
+    assert!(matches!(
+        h.ask(Call::SubmitMany { jobs: array, audit: Vec::new() }).await,
+        Err(SchedulerError::Conflict(_))
+    ));
     assert_eq!(h.queue.lock().unwrap().count(&[], None), 3, "nothing of the refused array is queued");
 
     // Borrowing up to 1 more: the third starts, the fourth waits, saying how far bio may go.
@@ -904,7 +907,7 @@ async fn borrowed_room_is_reclaimed_for_a_project_below_its_nominal_and_the_borr
     // user's stop wins over the reclaim (at once, no grace), and the job ends stopped.
     let second = h.submit_job(of(&h, astro)).await.unwrap();
     assert_eq!(agent.orders(), (vec![], vec![(bios[2].job_id, 20)]));
-    h.ask(Call::Stop { job_id: bios[2].job_id, by: "alice".into() }).await.unwrap();
+    h.ask(Call::Stop { job_id: bios[2].job_id, by: "alice".into(), audit: Vec::new() }).await.unwrap();
     assert_eq!(agent.orders(), (vec![], vec![(bios[2].job_id, 0)]));
     h.report(&agent, bios[2].job_id, JobStatus::Failed).await;
     assert_eq!(agent.runs(), [second.job_id]);

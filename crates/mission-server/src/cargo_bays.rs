@@ -169,12 +169,12 @@ async fn named_bay(store: &Store, id: Option<Uuid>, role: &str) -> ApiResult<Opt
 
 /// The segments of a storage path (a bay's prefix, a mission's source path): the same rule as
 /// file paths, leading and trailing `/` allowed.
-pub fn storage_segments(field: &str, path: Option<&str>) -> ApiResult<Vec<String>> {
+pub fn storage_segments(field: &str, path: Option<&str>) -> crate::domain::DomainResult<Vec<String>> {
     match path.map(|p| p.trim_matches('/')).filter(|p| !p.is_empty()) {
         None => Ok(Vec::new()),
         Some(p) => MissionPath::parse(p)
             .map(|p| p.segments().map(str::to_owned).collect())
-            .map_err(|e| ApiError::invalid_field(field, format!("{p:?}: {e}"))),
+            .map_err(|e| crate::domain::DomainError::invalid(field, format!("{p:?}: {e}"))),
     }
 }
 

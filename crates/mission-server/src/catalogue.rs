@@ -9,7 +9,7 @@ use mission_api::paths::MissionPath;
 use mission_api::{MissionType, MissionTypeSummary, ResourceDefaults};
 use uuid::{Uuid, uuid};
 
-use crate::error::ApiError;
+use crate::domain::{DomainError, DomainResult};
 
 /// Most settings a mission may carry.
 pub const MAX_SETTINGS: usize = 64;
@@ -306,19 +306,19 @@ impl MissionTypeDef {
     /// Checks that every setting is known to this type and has a valid value. Required settings
     /// may still be missing: a mission is filled in over time and they are enforced when a job
     /// starts.
-    pub fn check_settings(&self, settings: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    pub fn check_settings(&self, settings: &BTreeMap<String, String>) -> DomainResult<()> {
         if settings.len() > MAX_SETTINGS {
-            return Err(ApiError::invalid_field("settings", format!("at most {MAX_SETTINGS} settings")));
+            return Err(DomainError::invalid("settings", format!("at most {MAX_SETTINGS} settings")));
         }
         for (name, value) in settings {
             let Some(def) = self.settings.iter().find(|d| d.name == name) else {
                 let known: Vec<_> = self.settings.iter().map(|d| d.name).collect();
-                return Err(ApiError::invalid_setting(
+                return Err(DomainError::invalid_setting(
                     name,
                     format!("not a setting of mission type {:?}; its settings are: {}", self.name, known.join(", ")),
                 ));
             };
-            def.check(value).map_err(|e| ApiError::invalid_setting(name, e))?;
+            def.check(value).map_err(|e| DomainError::invalid_setting(name, e))?;
         }
         Ok(())
     }
@@ -334,11 +334,11 @@ impl MissionTypeDef {
     /// `args`: the command template with `{setting}` replaced by the setting (or its default) and
     /// `{args}` by the arguments, one word each. A command-line setting standing alone becomes
     /// its words. A required setting the mission lacks is a 400 naming it.
-    pub fn command_line(&self, settings: &BTreeMap<String, String>, args: &[String]) -> Result<Vec<String>, ApiError> {
-        let value = |def: &SettingDef| -> Result<String, ApiError> {
+    pub fn command_line(&self, settings: &BTreeMap<String, String>, args: &[String]) -> DomainResult<Vec<String>> {
+        let value = |def: &SettingDef| -> DomainResult<String> {
             match settings.get(def.name).map(String::as_str).or(def.default) {
                 Some(v) => Ok(v.to_owned()),
-                None => Err(ApiError::invalid_setting(
+                None => Err(DomainError::invalid_setting(
                     def.name,
                     format!("required by mission type {:?} to run a job; set it on the mission", self.name),
                 )),
@@ -353,7 +353,7 @@ impl MissionTypeDef {
             let alone =
                 self.settings.iter().find(|d| part.strip_prefix('{').and_then(|p| p.strip_suffix('}')) == Some(d.name));
             if let Some(def) = alone.filter(|d| matches!(d.kind, SettingKind::CommandLine)) {
-                argv.extend(split_command_line(&value(def)?).map_err(|e| ApiError::invalid_setting(def.name, e))?);
+                argv.extend(split_command_line(&value(def)?).map_err(|e| DomainError::invalid_setting(def.name, e))?);
                 continue;
             }
             let mut word = (*part).to_owned();
@@ -451,12 +451,12 @@ mod tests {
         let ok = BTreeMap::from([("filename".to_owned(), "src/main.py".to_owned())]);
         assert!(python.check_settings(&ok).is_ok());
         let unknown = BTreeMap::from([("colour".to_owned(), "red".to_owned())]);
-        assert!(python.check_settings(&unknown).unwrap_err().problem().detail.contains("colour"));
+        assert!(python.check_settings(&unknown).unwrap_err().to_string().contains("colour"));
         let escape = BTreeMap::from([("filename".to_owned(), "../x.py".to_owned())]);
-        assert!(python.check_settings(&escape).unwrap_err().problem().detail.contains(".."));
+        assert!(python.check_settings(&escape).unwrap_err().to_string().contains(".."));
         let julia = all().iter().find(|t| t.name == "julia").unwrap();
         let bad = BTreeMap::from([("threads".to_owned(), "many".to_owned())]);
-        assert!(julia.check_settings(&bad).unwrap_err().problem().detail.contains("integer"));
+        assert!(julia.check_settings(&bad).unwrap_err().to_string().contains("integer"));
     }
 
     #[test]
@@ -481,6 +481,6 @@ mod tests {
         let command = BTreeMap::from([("command".to_owned(), "sh -c 'echo hi'".to_owned())]);
         assert_eq!(find("command").command_line(&command, &args[..1]).unwrap(), ["sh", "-c", "echo hi", "--n"]);
         let missing = find("shell").command_line(&BTreeMap::new(), &[]).unwrap_err();
-        assert!(missing.problem().detail.contains("filename"), "{missing:?}");
+        assert!(missing.to_string().contains("filename"), "{missing:?}");
     }
 }

@@ -134,6 +134,8 @@ pub struct ServerConfig {
     /// How long a job whose borrowed room is reclaimed for another project may take to end
     /// after `SIGTERM`, before `SIGKILL`.
     pub reclaim_grace: Duration,
+    /// How long audit entries are kept.
+    pub audit_retention: Duration,
     /// Create an `admin` account with a generated password when the store has no users.
     pub bootstrap_admin: bool,
 }
@@ -165,6 +167,7 @@ impl ServerConfig {
             max_running_jobs_per_user: None,
             queue_order: crate::scheduler::QueueOrder::DEFAULT,
             reclaim_grace: crate::scheduler::Policy::DEFAULT_RECLAIM_GRACE,
+            audit_retention: Duration::from_secs(365 * 24 * 3600),
             project_groups: None,
             event_retention: Duration::from_secs(7 * 24 * 3600),
             job_log_cap: crate::job_logs::DEFAULT_LOG_CAP,

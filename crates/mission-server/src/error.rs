@@ -187,7 +187,8 @@ impl From<crate::domain::DomainError> for ApiError {
     fn from(e: crate::domain::DomainError) -> Self {
         use crate::domain::DomainError;
         match e {
-            DomainError::Invalid { field, detail } => ApiError::invalid_field(field, detail),
+            DomainError::Invalid { field, detail } => ApiError::invalid_field(&field, detail),
+            DomainError::InvalidSetting { name, detail } => ApiError::invalid_setting(&name, detail),
             DomainError::NotFound { what, id } => ApiError::not_found(what, id),
             DomainError::Forbidden(detail) => ApiError::forbidden(detail),
             DomainError::Conflict(detail) => ApiError::conflict(detail),

@@ -22,6 +22,7 @@
 
 pub mod agent_tokens;
 pub mod archive;
+pub mod audit;
 pub mod auth;
 pub mod blobs;
 pub mod cargo_bays;
@@ -266,6 +267,7 @@ impl Server {
         let cluster = store.cluster();
         let events = events::EventHub::new(store.clone());
         tasks.spawn(events.clone().run(config.event_retention, shutdown.clone()));
+        tasks.spawn(audit::prune(store.clone(), config.audit_retention, shutdown.clone()));
         let webhooks = webhooks::Webhooks::new(store.clone(), sealing.clone(), config.webhook_attempts);
         tasks.spawn(webhooks.clone().run(events.clone(), shutdown.clone()));
         let app = Arc::new(App {

@@ -27,6 +27,7 @@ pub use mission_scheduler::{
     Call, Event, Host, Outcome, Policy, Queue, QueueOrder, Replicas, Responder, SchedulerError, SchedulerResult,
     SessionId, Sessions, State, stand_in_line,
 };
+use mission_store::audit;
 use mission_store::{LzIdentity, Store, StoreError};
 
 /// The scheduler's [`Host`] in this server.
@@ -220,7 +221,7 @@ impl Scheduler {
     /// Queues a job (already checked and resolved by the route) and places it if it fits; a job
     /// no LZ of its station could ever hold is refused with a 400.
     pub async fn submit(&self, job: Job) -> ApiResult<Job> {
-        match self.ask(Call::Submit { job: Box::new(job) }).await? {
+        match self.ask(Call::Submit { job: Box::new(job), audit: audit::take() }).await? {
             Outcome::Job { job } => Ok(*job),
             other => Err(unexpected(other)),
         }
@@ -228,12 +229,12 @@ impl Scheduler {
 
     /// Queues jobs that differ only in their ids, array indices and arguments (a job array).
     pub async fn submit_many(&self, jobs: Vec<Job>) -> ApiResult<()> {
-        self.ask(Call::SubmitMany { jobs }).await.map(drop)
+        self.ask(Call::SubmitMany { jobs, audit: audit::take() }).await.map(drop)
     }
 
     /// Stops a job: dequeues it, or has its LZ kill it.
     pub async fn stop(&self, job_id: Uuid, by: String) -> ApiResult<()> {
-        self.ask(Call::Stop { job_id, by }).await.map(drop)
+        self.ask(Call::Stop { job_id, by, audit: audit::take() }).await.map(drop)
     }
 
     /// An agent connects: its resources are recorded and its orders start.
@@ -324,7 +325,7 @@ impl Scheduler {
     /// from the store and from placement; a 409 while jobs that have not ended are queued for it
     /// or placed on it. Answers false when there was nothing to remove.
     pub async fn remove(&self, station_id: Uuid, lz_id: Option<Uuid>) -> ApiResult<bool> {
-        match self.ask(Call::Remove { station_id, lz_id }).await? {
+        match self.ask(Call::Remove { station_id, lz_id, audit: audit::take() }).await? {
             Outcome::Removed { removed } => Ok(removed),
             other => Err(unexpected(other)),
         }

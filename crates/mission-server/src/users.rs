@@ -45,12 +45,14 @@ fn valid_username(name: &str) -> bool {
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
 }
 
-/// Creates a built-in account; without a password one is generated and returned.
+/// Creates a built-in account; without a password one is generated and returned. Made `by` a
+/// user (an admin, in the console), it goes in the audit trail.
 pub async fn add_user(
     store: &Store,
     username: &str,
     password: Option<&str>,
     admin: bool,
+    by: Option<crate::auth::Principal>,
 ) -> Result<NewAccount, AccountError> {
     if !valid_username(username) {
         return Err(AccountError::InvalidUsername(username.to_owned()));
@@ -68,6 +70,10 @@ pub async fn add_user(
         admin,
         created_at: Utc::now(),
     };
+    if let Some(by) = by {
+        let change = crate::audit::Change::new("user.create", "user", user.user_id).named(username);
+        crate::audit::note(by, change.with(serde_json::json!({ "username": username, "admin": admin })));
+    }
     store.insert_user(&user).await?;
     Ok(NewAccount { user, generated_password: generated })
 }
@@ -89,7 +95,7 @@ pub async fn bootstrap_admin(
     if store.count_users().await? > 0 {
         return Ok(None);
     }
-    let account = match add_user(store, BOOTSTRAP_ADMIN, None, true).await {
+    let account = match add_user(store, BOOTSTRAP_ADMIN, None, true, None).await {
         Ok(account) => account,
         // Another replica starting at the same moment made it.
         Err(AccountError::Store(StoreError::Conflict(_))) => return Ok(None),

@@ -3,6 +3,7 @@
 use sqlx::Connection;
 use uuid::Uuid;
 
+use super::audit::audited_write;
 use super::row::Columns;
 use super::{CargoBayRecord, Store, StoreError, to_micros, with_conn};
 
@@ -17,24 +18,27 @@ impl Store {
         let owner = bay.user_id.ok_or_else(|| StoreError::Corrupt("a stored cargo bay needs an owner".into()))?;
         let created_at =
             bay.created_at.ok_or_else(|| StoreError::Corrupt("a stored cargo bay needs created_at".into()))?;
-        with_conn!(self, writer, |conn| {
-            sqlx::query(&format!(
-                "INSERT INTO cargo_bays ({BAY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
-            ))
-            .bind(bay.storage_id.to_string())
-            .bind(owner.to_string())
-            .bind(&bay.name)
-            .bind(bay.kind.as_str())
-            .bind(&bay.bucket)
-            .bind(&bay.prefix)
-            .bind(&bay.endpoint)
-            .bind(&bay.region)
-            .bind(&bay.path)
-            .bind(&record.sealed_credentials)
-            .bind(to_micros(created_at))
-            .execute(conn)
-            .await?;
-        });
+        audited_write!(self, |conn| {
+            {
+                sqlx::query(&format!(
+                    "INSERT INTO cargo_bays ({BAY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+                ))
+                .bind(bay.storage_id.to_string())
+                .bind(owner.to_string())
+                .bind(&bay.name)
+                .bind(bay.kind.as_str())
+                .bind(&bay.bucket)
+                .bind(&bay.prefix)
+                .bind(&bay.endpoint)
+                .bind(&bay.region)
+                .bind(&bay.path)
+                .bind(&record.sealed_credentials)
+                .bind(to_micros(created_at))
+                .execute(conn)
+                .await?;
+                Ok::<_, StoreError>(())
+            }
+        })?;
         Ok(())
     }
 
@@ -71,7 +75,7 @@ impl Store {
     /// bay, [`StoreError::Conflict`] saying how many missions use it otherwise.
     pub async fn delete_cargo_bay(&self, storage_id: Uuid) -> Result<bool, StoreError> {
         let id = storage_id.to_string();
-        with_conn!(self, writer, |conn| {
+        audited_write!(self, |conn| {
             let mut tx = conn.begin().await?;
             let users: i64 = sqlx::query_scalar(
                 "SELECT COUNT(*) FROM missions WHERE source_storage_id = $1 OR destination_storage_id = $1",

@@ -145,11 +145,13 @@ macro_rules! append_events {
 }
 pub(super) use append_events;
 
-/// Appends `$events` ([`append_events`]), commits `$tx` and wakes the event readers
+/// Appends `$events` ([`append_events`]) and the audit entries noted
+/// ([`append_audit`](crate::audit::append_audit)), commits `$tx` and wakes the event readers
 /// ([`Store::events_appended`]): how a change and the events that tell of it are written.
 macro_rules! commit_with_events {
     ($store:expr, $tx:expr, $events:expr) => {{
         $crate::events::append_events!($store, $tx, $events);
+        $crate::audit::append_audit!($store, $tx);
         $tx.commit().await?;
         $store.events_appended();
     }};

@@ -4,6 +4,7 @@
 use sqlx::Connection;
 use uuid::Uuid;
 
+use super::audit::sqlite_append_audit;
 use super::events::{NewEvent, commit_with_events, events_json, sqlite_append_events};
 use super::row::Columns;
 use super::{FileRecord, Intent, IntentKind, Store, StoreError, UploadUsage, to_micros, with_conn};
@@ -101,6 +102,8 @@ impl Store {
             upsert_file!(),
             "; DELETE FROM file_intents WHERE intent_id = $8; ",
             sqlite_append_events!("$9"),
+            "; ",
+            sqlite_append_audit!("$10"),
             "; COMMIT"
         );
         const POSTGRES: &str =
@@ -122,7 +125,8 @@ impl Store {
         }
         match &self.backend {
             super::Backend::Sqlite(db) => {
-                super::sqlite::run_script(&mut *db.writer().await, query!(SQLITE).bind(event)).await?;
+                let audit = super::audit::notes_json(&super::audit::take());
+                super::sqlite::run_script(&mut *db.writer().await, query!(SQLITE).bind(event).bind(audit)).await?;
                 self.events_appended();
             }
             super::Backend::Postgres(db) => {

@@ -9,6 +9,7 @@ use mission_api::{Job, JobStatus, JobTransition, PendingKind, PendingReason, Que
 use sqlx::{Connection, QueryBuilder};
 use uuid::Uuid;
 
+use super::audit::audited_write;
 use super::row::Columns;
 use super::sqlite::sqlite_rows;
 use super::{
@@ -173,7 +174,9 @@ impl Store {
         pending: &[(Uuid, Option<PendingReason>)],
         events: &[super::NewEvent],
     ) -> Result<(), StoreError> {
-        if inserts.is_empty() && updates.is_empty() && pending.is_empty() && events.is_empty() {
+        // The audit entries of the changes the batch makes (jobs submitted or stopped).
+        let audit = super::audit::notes_json(&super::audit::take());
+        if inserts.is_empty() && updates.is_empty() && pending.is_empty() && events.is_empty() && audit == "[]" {
             return Ok(());
         }
         // The batch goes as four JSON parameters to statements that are the same whatever its
@@ -191,7 +194,8 @@ impl Store {
                     .bind(batch.pending.as_str())
                     .bind(batch.history.as_str())
                     .bind(batch.history.as_str())
-                    .bind(events.as_str());
+                    .bind(events.as_str())
+                    .bind(audit.as_str());
                 super::sqlite::run_script(&mut *db.writer().await, script).await?;
             }
             super::Backend::Postgres(db) => {
@@ -223,6 +227,9 @@ impl Store {
                     sqlx::query(super::events::POSTGRES_EVENTS_NOTIFY).execute(&mut *tx).await?;
                     sqlx::query(POSTGRES_JOB_EVENTS).bind(batch.history.as_str()).execute(&mut *tx).await?;
                     sqlx::query(super::events::POSTGRES_APPEND_EVENTS).bind(events.as_str()).execute(&mut *tx).await?;
+                }
+                if audit != "[]" {
+                    sqlx::query(super::audit::POSTGRES_APPEND_AUDIT).bind(audit.as_str()).execute(&mut *tx).await?;
                 }
                 tx.commit().await?;
             }
@@ -360,7 +367,7 @@ impl Store {
 
     /// Replaces a job's labels (checked by the caller); false when there is no such job.
     pub async fn set_job_labels(&self, job_id: Uuid, labels: &mission_api::Labels) -> Result<bool, StoreError> {
-        with_conn!(self, writer, |conn| {
+        audited_write!(self, |conn| {
             let updated = sqlx::query("UPDATE jobs SET labels = $1 WHERE job_id = $2")
                 .bind(super::to_json(labels))
                 .bind(job_id.to_string())
@@ -889,18 +896,20 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<Uuid, StoreError> {
         let id: String = with_conn!(self, writer, |conn| {
-            sqlx::query_scalar(
-                "INSERT INTO landing_zones (lz_id, station_id, name, token_hash, created_at) \
+            {
+                sqlx::query_scalar(
+                    "INSERT INTO landing_zones (lz_id, station_id, name, token_hash, created_at) \
                  VALUES ($1, $2, $3, $4, $5) \
                  ON CONFLICT (station_id, name) DO UPDATE SET token_hash = excluded.token_hash RETURNING lz_id",
-            )
-            .bind(Uuid::new_v4().to_string())
-            .bind(station_id.to_string())
-            .bind(name)
-            .bind(token_hash)
-            .bind(to_micros(now))
-            .fetch_one(conn)
-            .await?
+                )
+                .bind(Uuid::new_v4().to_string())
+                .bind(station_id.to_string())
+                .bind(name)
+                .bind(token_hash)
+                .bind(to_micros(now))
+                .fetch_one(conn)
+                .await?
+            }
         });
         super::row::parse_uuid(&id)
     }
@@ -961,6 +970,8 @@ SELECT h.value ->> 'at', 'job.' || (h.value ->> 'status'), jobs.user_id, jobs.mi
     ", jobs.reason, NULL)) \
 FROM h JOIN jobs ON jobs.job_id = h.value ->> 'job_id' ORDER BY h.key;\n",
     super::events::sqlite_append_events!("?"),
+    ";\n",
+    super::audit::sqlite_append_audit!("?"),
     ";\nCOMMIT;"
 );
 
@@ -1432,7 +1443,7 @@ mod tests {
             .map(str::trim)
             .filter(|s| !s.is_empty() && !s.starts_with("BEGIN") && !s.starts_with("COMMIT"))
             .collect();
-        assert_eq!(statements.len(), 6, "insert, changes, pending reasons, history, job events, other events");
+        assert_eq!(statements.len(), 7, "insert, changes, pending reasons, history, job events, other events, audit");
         for statement in statements {
             let plan: Vec<String> = sqlx::query(&format!("EXPLAIN QUERY PLAN {statement}"))
                 .bind("[]")

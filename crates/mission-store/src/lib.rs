@@ -13,6 +13,7 @@
 //! are read by column name through `row::Columns`. The conformance suite in
 //! `tests/store` runs one story through every operation on both backends.
 
+pub mod audit;
 mod cargo_bays;
 mod cluster;
 mod events;

@@ -41,6 +41,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (28, "project_budgets", include_str!("../migrations/postgres/0028_project_budgets.sql")),
     (29, "claimed_memberships", include_str!("../migrations/postgres/0029_claimed_memberships.sql")),
     (30, "reclaim", include_str!("../migrations/postgres/0030_reclaim.sql")),
+    (31, "audit", include_str!("../migrations/postgres/0031_audit.sql")),
 ];
 
 /// Connections a replica holds at most.

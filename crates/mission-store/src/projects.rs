@@ -9,6 +9,7 @@ use mission_api::{Project, ProjectBudget, ProjectLimits, ProjectMember, ProjectR
 use sqlx::{Connection, QueryBuilder};
 use uuid::Uuid;
 
+use super::audit::audited_write;
 use super::jobs::FINAL_STATUSES;
 use super::row::Columns;
 use super::{Store, StoreError, conflict_on_duplicate, push_any_of, to_json, to_micros, with_conn};
@@ -61,7 +62,7 @@ impl Store {
         description: &str,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let result = with_conn!(self, writer, |conn| {
+        let result = audited_write!(self, |conn| {
             sqlx::query(
                 "INSERT INTO projects (project_id, name, description, created_at, updated_at) \
                  VALUES ($1, $2, $3, $4, $4)",
@@ -123,7 +124,7 @@ impl Store {
         description: Option<&str>,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let result = with_conn!(self, writer, |conn| {
+        let result = audited_write!(self, |conn| {
             sqlx::query(
                 "UPDATE projects SET name = COALESCE($1, name), description = COALESCE($2, description), \
                  updated_at = $3 WHERE project_id = $4",
@@ -160,16 +161,18 @@ impl Store {
     /// Deletes a shared project with its memberships, if it holds no missions; true when it did.
     /// A personal project goes only with its user.
     pub async fn delete_project(&self, project_id: Uuid) -> Result<bool, StoreError> {
-        let done = with_conn!(self, writer, |conn| {
-            sqlx::query(
-                "DELETE FROM projects WHERE project_id = $1 AND personal_of IS NULL \
+        let done = audited_write!(self, |conn| {
+            Ok::<_, StoreError>({
+                sqlx::query(
+                    "DELETE FROM projects WHERE project_id = $1 AND personal_of IS NULL \
                  AND NOT EXISTS (SELECT 1 FROM missions WHERE project_id = $1)",
-            )
-            .bind(project_id.to_string())
-            .execute(conn)
-            .await?
-            .rows_affected()
-        });
+                )
+                .bind(project_id.to_string())
+                .execute(conn)
+                .await?
+                .rows_affected()
+            })
+        })?;
         Ok(done == 1)
     }
 
@@ -194,19 +197,22 @@ impl Store {
         role: ProjectRole,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        with_conn!(self, writer, |conn| {
-            sqlx::query(
-                "INSERT INTO project_members (project_id, user_id, role, added_at) VALUES ($1, $2, $3, $4) \
+        audited_write!(self, |conn| {
+            {
+                sqlx::query(
+                    "INSERT INTO project_members (project_id, user_id, role, added_at) VALUES ($1, $2, $3, $4) \
                  ON CONFLICT (project_id, user_id) DO UPDATE SET role = EXCLUDED.role, added_at = EXCLUDED.added_at, \
                  via_claim = FALSE",
-            )
-            .bind(project_id.to_string())
-            .bind(user.to_string())
-            .bind(role.as_str())
-            .bind(to_micros(now))
-            .execute(conn)
-            .await?;
-        });
+                )
+                .bind(project_id.to_string())
+                .bind(user.to_string())
+                .bind(role.as_str())
+                .bind(to_micros(now))
+                .execute(conn)
+                .await?;
+                Ok::<_, StoreError>(())
+            }
+        })?;
         Ok(())
     }
 
@@ -286,14 +292,16 @@ impl Store {
 
     /// Removes a member; true when they were one.
     pub async fn remove_project_member(&self, project_id: Uuid, user: Uuid) -> Result<bool, StoreError> {
-        let done = with_conn!(self, writer, |conn| {
-            sqlx::query("DELETE FROM project_members WHERE project_id = $1 AND user_id = $2")
-                .bind(project_id.to_string())
-                .bind(user.to_string())
-                .execute(conn)
-                .await?
-                .rows_affected()
-        });
+        let done = audited_write!(self, |conn| {
+            Ok::<_, StoreError>({
+                sqlx::query("DELETE FROM project_members WHERE project_id = $1 AND user_id = $2")
+                    .bind(project_id.to_string())
+                    .bind(user.to_string())
+                    .execute(conn)
+                    .await?
+                    .rows_affected()
+            })
+        })?;
         Ok(done == 1)
     }
 
@@ -330,32 +338,37 @@ impl Store {
         limits: &ProjectLimits,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        with_conn!(self, writer, |conn| {
-            sqlx::query(
-                "INSERT INTO project_limits (project_id, station_id, limits, updated_at) VALUES ($1, $2, $3, $4) \
+        audited_write!(self, |conn| {
+            {
+                sqlx::query(
+                    "INSERT INTO project_limits (project_id, station_id, limits, updated_at) VALUES ($1, $2, $3, $4) \
                  ON CONFLICT (project_id, station_id) DO UPDATE SET limits = EXCLUDED.limits, \
                  updated_at = EXCLUDED.updated_at",
-            )
-            .bind(project_id.to_string())
-            .bind(station_id.to_string())
-            .bind(to_json(limits))
-            .bind(to_micros(now))
-            .execute(conn)
-            .await?;
-        });
+                )
+                .bind(project_id.to_string())
+                .bind(station_id.to_string())
+                .bind(to_json(limits))
+                .bind(to_micros(now))
+                .execute(conn)
+                .await?;
+                Ok::<_, StoreError>(())
+            }
+        })?;
         Ok(())
     }
 
     /// Removes a project's limits on a station; true when it had some.
     pub async fn delete_project_limits(&self, project_id: Uuid, station_id: Uuid) -> Result<bool, StoreError> {
-        let done = with_conn!(self, writer, |conn| {
-            sqlx::query("DELETE FROM project_limits WHERE project_id = $1 AND station_id = $2")
-                .bind(project_id.to_string())
-                .bind(station_id.to_string())
-                .execute(conn)
-                .await?
-                .rows_affected()
-        });
+        let done = audited_write!(self, |conn| {
+            Ok::<_, StoreError>({
+                sqlx::query("DELETE FROM project_limits WHERE project_id = $1 AND station_id = $2")
+                    .bind(project_id.to_string())
+                    .bind(station_id.to_string())
+                    .execute(conn)
+                    .await?
+                    .rows_affected()
+            })
+        })?;
         Ok(done == 1)
     }
 
@@ -395,29 +408,34 @@ impl Store {
         budget: &ProjectBudget,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        with_conn!(self, writer, |conn| {
-            sqlx::query(
-                "INSERT INTO project_budgets (project_id, budget, updated_at) VALUES ($1, $2, $3) \
+        audited_write!(self, |conn| {
+            {
+                sqlx::query(
+                    "INSERT INTO project_budgets (project_id, budget, updated_at) VALUES ($1, $2, $3) \
                  ON CONFLICT (project_id) DO UPDATE SET budget = EXCLUDED.budget, updated_at = EXCLUDED.updated_at",
-            )
-            .bind(project_id.to_string())
-            .bind(to_json(budget))
-            .bind(to_micros(now))
-            .execute(conn)
-            .await?;
-        });
+                )
+                .bind(project_id.to_string())
+                .bind(to_json(budget))
+                .bind(to_micros(now))
+                .execute(conn)
+                .await?;
+                Ok::<_, StoreError>(())
+            }
+        })?;
         Ok(())
     }
 
     /// Removes a project's budget; true when it had one.
     pub async fn delete_project_budget(&self, project_id: Uuid) -> Result<bool, StoreError> {
-        let done = with_conn!(self, writer, |conn| {
-            sqlx::query("DELETE FROM project_budgets WHERE project_id = $1")
-                .bind(project_id.to_string())
-                .execute(conn)
-                .await?
-                .rows_affected()
-        });
+        let done = audited_write!(self, |conn| {
+            Ok::<_, StoreError>({
+                sqlx::query("DELETE FROM project_budgets WHERE project_id = $1")
+                    .bind(project_id.to_string())
+                    .execute(conn)
+                    .await?
+                    .rows_affected()
+            })
+        })?;
         Ok(done == 1)
     }
 

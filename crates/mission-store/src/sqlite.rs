@@ -61,6 +61,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (28, "project_budgets", include_str!("../migrations/sqlite/0028_project_budgets.sql")),
     (29, "claimed_memberships", include_str!("../migrations/sqlite/0029_claimed_memberships.sql")),
     (30, "reclaim", include_str!("../migrations/sqlite/0030_reclaim.sql")),
+    (31, "audit", include_str!("../migrations/sqlite/0031_audit.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

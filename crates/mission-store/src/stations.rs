@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use mission_api::{LandingZone, Resources, Station, StationMember};
 use uuid::Uuid;
 
+use super::audit::audited_write;
 use super::jobs::FINAL_STATUSES;
 use super::row::Columns;
 use super::{Store, StoreError, conflict_on_duplicate, to_micros, with_conn};
@@ -17,7 +18,7 @@ const LZ_COLUMNS: &str =
 impl Store {
     /// Adds a station; a taken name is a [`StoreError::Conflict`].
     pub async fn insert_station(&self, station: &Station) -> Result<(), StoreError> {
-        let result = with_conn!(self, writer, |conn| {
+        let result = audited_write!(self, |conn| {
             sqlx::query(&format!("INSERT INTO stations ({STATION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"))
                 .bind(station.station_id.to_string())
                 .bind(&station.name)
@@ -78,31 +79,35 @@ impl Store {
         open: Option<bool>,
         reclaim: Option<bool>,
     ) -> Result<bool, StoreError> {
-        let done = with_conn!(self, writer, |conn| {
-            sqlx::query(
-                "UPDATE stations SET description = COALESCE($1, description), open = COALESCE($2, open), \
+        let done = audited_write!(self, |conn| {
+            Ok::<_, StoreError>({
+                sqlx::query(
+                    "UPDATE stations SET description = COALESCE($1, description), open = COALESCE($2, open), \
                  reclaim = COALESCE($3, reclaim) WHERE station_id = $4",
-            )
-            .bind(description)
-            .bind(open)
-            .bind(reclaim)
-            .bind(station_id.to_string())
-            .execute(conn)
-            .await?
-            .rows_affected()
-        });
+                )
+                .bind(description)
+                .bind(open)
+                .bind(reclaim)
+                .bind(station_id.to_string())
+                .execute(conn)
+                .await?
+                .rows_affected()
+            })
+        })?;
         Ok(done == 1)
     }
 
     /// Deletes a station with its members and landing zones; true when it existed.
     pub async fn delete_station(&self, station_id: Uuid) -> Result<bool, StoreError> {
-        let done = with_conn!(self, writer, |conn| {
-            sqlx::query("DELETE FROM stations WHERE station_id = $1")
-                .bind(station_id.to_string())
-                .execute(conn)
-                .await?
-                .rows_affected()
-        });
+        let done = audited_write!(self, |conn| {
+            Ok::<_, StoreError>({
+                sqlx::query("DELETE FROM stations WHERE station_id = $1")
+                    .bind(station_id.to_string())
+                    .execute(conn)
+                    .await?
+                    .rows_affected()
+            })
+        })?;
         Ok(done == 1)
     }
 
@@ -120,30 +125,35 @@ impl Store {
 
     /// Adds a member (again is fine).
     pub async fn add_station_member(&self, station_id: Uuid, user: Uuid, now: DateTime<Utc>) -> Result<(), StoreError> {
-        with_conn!(self, writer, |conn| {
-            sqlx::query(
-                "INSERT INTO station_members (station_id, user_id, added_at) VALUES ($1, $2, $3) \
+        audited_write!(self, |conn| {
+            {
+                sqlx::query(
+                    "INSERT INTO station_members (station_id, user_id, added_at) VALUES ($1, $2, $3) \
                  ON CONFLICT DO NOTHING",
-            )
-            .bind(station_id.to_string())
-            .bind(user.to_string())
-            .bind(to_micros(now))
-            .execute(conn)
-            .await?;
-        });
+                )
+                .bind(station_id.to_string())
+                .bind(user.to_string())
+                .bind(to_micros(now))
+                .execute(conn)
+                .await?;
+                Ok::<_, StoreError>(())
+            }
+        })?;
         Ok(())
     }
 
     /// Removes a member; true when they were one.
     pub async fn remove_station_member(&self, station_id: Uuid, user: Uuid) -> Result<bool, StoreError> {
-        let done = with_conn!(self, writer, |conn| {
-            sqlx::query("DELETE FROM station_members WHERE station_id = $1 AND user_id = $2")
-                .bind(station_id.to_string())
-                .bind(user.to_string())
-                .execute(conn)
-                .await?
-                .rows_affected()
-        });
+        let done = audited_write!(self, |conn| {
+            Ok::<_, StoreError>({
+                sqlx::query("DELETE FROM station_members WHERE station_id = $1 AND user_id = $2")
+                    .bind(station_id.to_string())
+                    .bind(user.to_string())
+                    .execute(conn)
+                    .await?
+                    .rows_affected()
+            })
+        })?;
         Ok(done == 1)
     }
 
@@ -174,7 +184,7 @@ impl Store {
     /// Registers a landing zone whose agent will present the token hashed as `token_hash`; a name
     /// taken in the station is a [`StoreError::Conflict`].
     pub async fn insert_landing_zone(&self, lz: &LandingZone, token_hash: &str) -> Result<(), StoreError> {
-        let result = with_conn!(self, writer, |conn| {
+        let result = audited_write!(self, |conn| {
             sqlx::query(
                 "INSERT INTO landing_zones (lz_id, station_id, name, token_hash, created_at, cluster_account, \
                  pilot_of) VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -250,14 +260,16 @@ impl Store {
 
     /// Removes a landing zone of a station; true when it existed.
     pub async fn delete_landing_zone(&self, station_id: Uuid, lz_id: Uuid) -> Result<bool, StoreError> {
-        let done = with_conn!(self, writer, |conn| {
-            sqlx::query("DELETE FROM landing_zones WHERE station_id = $1 AND lz_id = $2")
-                .bind(station_id.to_string())
-                .bind(lz_id.to_string())
-                .execute(conn)
-                .await?
-                .rows_affected()
-        });
+        let done = audited_write!(self, |conn| {
+            Ok::<_, StoreError>({
+                sqlx::query("DELETE FROM landing_zones WHERE station_id = $1 AND lz_id = $2")
+                    .bind(station_id.to_string())
+                    .bind(lz_id.to_string())
+                    .execute(conn)
+                    .await?
+                    .rows_affected()
+            })
+        })?;
         Ok(done == 1)
     }
 }

@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Connection;
 use uuid::Uuid;
 
+use super::audit::audited_write;
 use super::projects::PERSONAL_MARK;
 use super::row::Columns;
 use super::{
@@ -22,9 +23,8 @@ impl Store {
     /// [`StoreError::Conflict`].
     pub async fn insert_user(&self, user: &UserRecord) -> Result<(), StoreError> {
         let (id, at) = (user.user_id.to_string(), to_micros(user.created_at));
-        let result = with_conn!(self, writer, |conn| {
+        let result = audited_write!(self, |conn| {
             async {
-                let mut tx = conn.begin().await?;
                 sqlx::query(&format!("INSERT INTO users ({USER_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)"))
                     .bind(&id)
                     .bind(&user.username)
@@ -32,7 +32,7 @@ impl Store {
                     .bind(&user.external_sub)
                     .bind(user.admin)
                     .bind(at)
-                    .execute(&mut *tx)
+                    .execute(&mut *conn)
                     .await?;
                 sqlx::query(
                     "INSERT INTO projects (project_id, name, description, personal_of, created_at, updated_at) \
@@ -41,16 +41,16 @@ impl Store {
                 .bind(&id)
                 .bind(format!("{PERSONAL_MARK}{}", user.username))
                 .bind(at)
-                .execute(&mut *tx)
+                .execute(&mut *conn)
                 .await?;
                 sqlx::query(
                     "INSERT INTO project_members (project_id, user_id, role, added_at) VALUES ($1, $1, 'manager', $2)",
                 )
                 .bind(&id)
                 .bind(at)
-                .execute(&mut *tx)
-                .await?;
-                tx.commit().await
+                .execute(&mut *conn)
+                .await
+                .map(drop)
             }
             .await
         });
@@ -115,14 +115,14 @@ impl Store {
 
     /// Makes a user an admin or not; false when there is no such user.
     pub async fn set_user_admin(&self, user_id: Uuid, admin: bool) -> Result<bool, StoreError> {
-        let changed = with_conn!(self, writer, |conn| {
+        let changed = audited_write!(self, |conn| {
             sqlx::query("UPDATE users SET admin = $1 WHERE user_id = $2")
                 .bind(admin)
                 .bind(user_id.to_string())
                 .execute(conn)
-                .await?
-                .rows_affected()
-        });
+                .await
+                .map(|done| done.rows_affected())
+        })?;
         Ok(changed == 1)
     }
 

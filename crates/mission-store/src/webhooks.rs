@@ -12,6 +12,7 @@ use mission_api::{DeliveryStatus, Webhook, WebhookDelivery};
 use sqlx::{Connection, QueryBuilder};
 use uuid::Uuid;
 
+use super::audit::commit_audited;
 use super::events::{NewEvent, append_events, commit_with_events, events_json};
 use super::row::Columns;
 use super::{Store, StoreError, from_micros, to_json, to_micros, with_conn};
@@ -143,7 +144,7 @@ impl Store {
             .bind(&id)
             .fetch_one(&mut *tx)
             .await?;
-            tx.commit().await?;
+            commit_audited!(self, tx);
             self.events_appended();
             Ok(WebhookRecord {
                 webhook: webhook.clone(),

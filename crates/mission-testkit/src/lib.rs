@@ -157,7 +157,9 @@ impl TestServer {
 
     /// Creates a built-in account with [`PASSWORD`].
     pub async fn add_user(&self, username: &str, admin: bool) {
-        mission_server::users::add_user(&self.app.store, username, Some(PASSWORD), admin).await.expect("add user");
+        mission_server::users::add_user(&self.app.store, username, Some(PASSWORD), admin, None)
+            .await
+            .expect("add user");
     }
 
     /// The device-flow client of this server, storing nothing and approving nothing by itself.

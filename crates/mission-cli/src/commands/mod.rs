@@ -1,5 +1,6 @@
 //! One module per noun of the CLI; each is a clap type plus its `run`.
 
+pub mod audit;
 pub mod auth;
 pub mod cargo_bays;
 pub mod files;

@@ -147,6 +147,10 @@ struct RunArgs {
     /// before `SIGKILL`; it then goes back in line at its old place.
     #[arg(long, env = "MISSION_RECLAIM_GRACE_SECONDS", default_value_t = defaults().reclaim_grace.as_secs())]
     reclaim_grace_seconds: u64,
+    /// Days audit entries (who changed what: `mission audit`) are kept.
+    #[arg(long, env = "MISSION_AUDIT_RETENTION_DAYS", default_value_t = defaults().audit_retention.as_secs() / 86_400,
+        value_parser = clap::value_parser!(u64).range(1..))]
+    audit_retention_days: u64,
     /// Hours events are kept: a client of the event stream that reconnects within them (with
     /// the last event id it saw) misses nothing.
     #[arg(long, env = "MISSION_EVENT_RETENTION_HOURS", default_value_t = defaults().event_retention.as_secs() / 3600)]
@@ -315,6 +319,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         QueueOrderArg::FirstCome => mission_server::scheduler::QueueOrder::FirstCome,
     };
     config.reclaim_grace = Duration::from_secs(args.reclaim_grace_seconds);
+    config.audit_retention = Duration::from_secs(args.audit_retention_days.saturating_mul(86_400));
     config.bootstrap_admin = !args.no_bootstrap_admin;
     let shared_database = config.effective_database_url().is_postgres();
     config.s3_endpoints = args.s3_endpoints;
@@ -402,7 +407,7 @@ async fn add_user(args: AddUserArgs) -> anyhow::Result<()> {
     mission_server::create_private_dir(&config.data_dir)
         .with_context(|| format!("creating {}", config.data_dir.display()))?;
     let store = Store::open(&config.effective_database_url()).await?;
-    let account = mission_server::users::add_user(&store, &args.name, password.as_deref(), args.admin).await?;
+    let account = mission_server::users::add_user(&store, &args.name, password.as_deref(), args.admin, None).await?;
     let role = if args.admin { "administrator" } else { "user" };
     println!("Created {role} {:?} ({}).", account.user.username, account.user.user_id);
     if let Some(generated) = account.generated_password {

@@ -69,8 +69,8 @@ pub async fn list(State(app): State<AppState>, viewer: Viewer, Query(query): Que
     let mut watched: Vec<(String, String)> = Vec::new();
     let mut mission = None;
     if let Some(raw) = query.mission.as_deref().filter(|m| !m.is_empty()) {
-        let Json(found) =
-            crate::routes::missions::get(State(app.clone()), viewer.principal(), Path(raw.to_owned())).await?;
+        let id = crate::routes::extract::parse_id("mission", raw)?;
+        let found = crate::domain::missions::readable(&app, viewer.principal(), id).await?;
         watched.push(("mission_ids".into(), found.mission_id.to_string()));
         mission = Some((found.mission_id, found.name));
     }

@@ -1,6 +1,6 @@
 //! The forms that change missions: create one from a mission type (its settings drawn from the
-//! type, checked by the same handlers as `POST /api/v1/missions`), edit one, archive, delete, and
-//! delete one of its files.
+//! type, checked by the same domain functions as `POST /api/v1/missions`), edit one, archive,
+//! delete, and delete one of its files.
 //!
 //! A refused form comes back filled in as it was sent, with the API's reason above it and the
 //! field it names marked, so nothing typed is lost.
@@ -8,11 +8,11 @@
 use std::collections::BTreeMap;
 
 use askama::Template;
+use axum::Form;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::{Form, Json};
-use mission_api::{CreateMission, UpdateMission, UpdateMissionArgs};
+use mission_api::{CreateMission, UpdateMission};
 use serde::Deserialize;
 use uuid::Uuid;
 
@@ -21,9 +21,10 @@ use super::sign_in::CsrfForm;
 use super::{Frame, PageResult, page, refusal};
 use crate::AppState;
 use crate::catalogue::{self, FieldInput, MissionTypeDef};
+use crate::domain::missions;
 use crate::error::{ApiError, ApiResult};
-use crate::routes::extract::ApiJson;
-use crate::routes::{files, missions};
+use crate::routes::extract::parse_id;
+use crate::routes::files;
 
 /// A mission type offered by the new-mission page.
 struct TypeChoice {
@@ -192,7 +193,7 @@ pub async fn create(
     form.types = catalogue::all().iter().map(choice).collect();
     let args = sent.args();
     if let Err(e) = missions::check_args(&args) {
-        return Ok(form.refused(&sent, &e));
+        return Ok(form.refused(&sent, &e.into()));
     }
     let request = CreateMission {
         name: sent.name.clone(),
@@ -202,21 +203,19 @@ pub async fn create(
         public: Some(sent.public),
         ..Default::default()
     };
-    let mission = match missions::create(State(app.clone()), viewer.principal(), ApiJson(request)).await {
-        Ok((_, Json(mission))) => mission,
+    let mission = match missions::create(&app, viewer.principal(), request).await {
+        Ok(mission) => mission,
         Err(e) => return Ok(form.refused(&sent, &refusal(e)?)),
     };
     if !args.is_empty() {
-        let id = mission.mission_id.to_string();
-        let _with_args =
-            missions::set_args(State(app), viewer.principal(), Path(id), ApiJson(UpdateMissionArgs { args })).await?;
+        missions::set_args(&app, viewer.principal(), mission.mission_id, args).await?;
     }
     Ok(Redirect::to(&format!("/missions/{}", mission.mission_id)).into_response())
 }
 
 /// `GET /missions/{id}/edit`: the mission's name, description, settings and arguments as a form.
 pub async fn edit_form(State(app): State<AppState>, viewer: Viewer, Path(id): Path<String>) -> PageResult {
-    let mission = missions::writable(&app, viewer.principal(), &id).await?;
+    let mission = missions::writable(&app, viewer.principal(), parse_id("mission_id", &id)?).await?;
     let mission_type = mission.mission_type_id.and_then(catalogue::find);
     let mut form = MissionFormPage::new(&viewer, Some(mission.mission_id), mission_type);
     form.fields = mission_type.map(|t| fields(t, &mission.settings)).unwrap_or_default();
@@ -236,13 +235,13 @@ pub async fn update(
 ) -> PageResult {
     let sent = SentForm::parse(pairs);
     viewer.check_csrf(&sent.csrf)?;
-    let mission = missions::writable(&app, viewer.principal(), &id).await?;
+    let mission = missions::writable(&app, viewer.principal(), parse_id("mission_id", &id)?).await?;
     let mission_type = mission.mission_type_id.and_then(catalogue::find);
     let form = MissionFormPage::new(&viewer, Some(mission.mission_id), mission_type);
     let sent = SentForm { public: mission.public, ..sent };
     let args = sent.args();
     if let Err(e) = missions::check_args(&args) {
-        return Ok(form.refused(&sent, &e));
+        return Ok(form.refused(&sent, &e.into()));
     }
     let request = UpdateMission {
         name: Some(sent.name.clone()),
@@ -251,12 +250,11 @@ pub async fn update(
         ..Default::default()
     };
     let principal = viewer.principal();
-    if let Err(e) = missions::update(State(app.clone()), principal, Path(id.clone()), ApiJson(request)).await {
+    if let Err(e) = missions::update(&app, principal, mission.mission_id, request).await {
         return Ok(form.refused(&sent, &refusal(e)?));
     }
     if args != mission.args {
-        let _with_args =
-            missions::set_args(State(app), principal, Path(id), ApiJson(UpdateMissionArgs { args })).await?;
+        missions::set_args(&app, principal, mission.mission_id, args).await?;
     }
     Ok(Redirect::to(&format!("/missions/{}", mission.mission_id)).into_response())
 }
@@ -278,7 +276,7 @@ pub async fn archive(
 ) -> PageResult {
     viewer.check_csrf(&form.csrf)?;
     let request = UpdateMission { archived: Some(form.archived), ..Default::default() };
-    let Json(mission) = missions::update(State(app), viewer.principal(), Path(id), ApiJson(request)).await?;
+    let mission = missions::update(&app, viewer.principal(), parse_id("mission_id", &id)?, request).await?;
     Ok(Redirect::to(&format!("/missions/{}", mission.mission_id)).into_response())
 }
 
@@ -290,7 +288,7 @@ pub async fn delete(
     Form(form): Form<CsrfForm>,
 ) -> PageResult {
     viewer.check_csrf(&form.csrf)?;
-    missions::delete(State(app), viewer.principal(), Path(id)).await?;
+    missions::delete(&app, viewer.principal(), parse_id("mission_id", &id)?).await?;
     Ok(Redirect::to("/missions").into_response())
 }
 

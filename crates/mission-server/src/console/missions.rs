@@ -5,15 +5,16 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
-use mission_api::{FileListing, Mission, MissionPage};
+use mission_api::{FileListing, Mission};
 use serde::Deserialize;
 
 use super::session::Viewer;
 use super::{Frame, PageResult, file_href, page, query_value};
 use crate::AppState;
 use crate::catalogue;
-use crate::routes::extract::QueryPairs;
-use crate::routes::{files, missions};
+use crate::domain::missions;
+use crate::routes::extract::parse_id;
+use crate::routes::files;
 
 /// Missions per page of the list.
 const PAGE_SIZE: u32 = 25;
@@ -81,8 +82,8 @@ pub async fn list(State(app): State<AppState>, viewer: Viewer, Query(query): Que
     if owner == "mine" {
         pairs.push(("user_ids".into(), viewer.user.user_id.to_string()));
     }
-    let Json(MissionPage { missions, has_more, .. }) =
-        missions::list(State(app), viewer.principal(), QueryPairs(pairs)).await?;
+    let filter = crate::routes::missions::mission_filter(&pairs)?;
+    let (missions, has_more) = missions::list(&app, viewer.principal(), filter).await?;
     let link = |n: u32| format!("/missions?q={}&archived={archived}&owner={owner}&page={n}", query_value(&search));
     let template = MissionsPage {
         frame: Frame::new(&viewer, "missions"),
@@ -159,7 +160,7 @@ struct MissionPageView {
 
 /// `GET /missions/{id}`: a mission, its settings and its files.
 pub async fn show(State(app): State<AppState>, viewer: Viewer, Path(id): Path<String>) -> PageResult {
-    let Json(mission) = missions::get(State(app.clone()), viewer.principal(), Path(id.clone())).await?;
+    let mission = missions::readable(&app, viewer.principal(), parse_id("mission_id", &id)?).await?;
     let Json(listing) = files::list(State(app), viewer.principal(), Path(id)).await?;
     let row = Row::new(mission, &viewer);
     let template = MissionPageView {

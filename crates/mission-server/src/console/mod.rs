@@ -3,8 +3,9 @@
 //! from the binary under names that change with their content (`assets`), and cookie sessions
 //! ([`session`]).
 //!
-//! Pages call the same handlers as `/api/v1`, with the viewer as the caller, so they follow the
-//! API's ownership rules and limits; the script calls `/api/v1` itself (uploads, live logs),
+//! Pages call the domain layer (`crate::domain`: projects, missions) as the API does, or, for the
+//! resources not moved there yet (jobs, stations, cargo bays), the same handlers as `/api/v1`,
+//! with the viewer as the caller, so they follow the API's ownership rules and limits; the script calls `/api/v1` itself (uploads, live logs),
 //! authenticated by the session cookie and its CSRF token. Every page is sent with a strict
 //! Content-Security-Policy (scripts and styles only from this server, no inline script, no
 //! framing).
@@ -149,6 +150,12 @@ impl From<ApiError> for PageError {
     }
 }
 
+impl From<crate::domain::DomainError> for PageError {
+    fn from(e: crate::domain::DomainError) -> Self {
+        Self(e.into())
+    }
+}
+
 impl From<mission_store::StoreError> for PageError {
     fn from(e: mission_store::StoreError) -> Self {
         Self(e.into())
@@ -179,7 +186,8 @@ impl IntoResponse for PageError {
 
 /// An API error a form shows on itself (a 4xx: what was sent was refused), or, for a fault of
 /// the server, the error page.
-pub fn refusal(error: ApiError) -> Result<ApiError, PageError> {
+pub fn refusal(error: impl Into<ApiError>) -> Result<ApiError, PageError> {
+    let error = error.into();
     if error.status().is_client_error() { Ok(error) } else { Err(error.into()) }
 }
 

@@ -1,11 +1,13 @@
 //! The projects pages: the viewer's projects, and one project with its members, what it holds
-//! on each station against its limits (as bars), and its budget spent this period. They read
+//! on each station against its limits (as bars), its budget spent this period and, for its
+//! managers and admins, its latest audit entries. They read
 //! through the projects domain layer, as the API does, so a page shows what the viewer may see.
 
 use askama::Template;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use mission_api::{BudgetStatus, Project, ProjectMember, StationLimits};
+use mission_api::{AuditEntry, BudgetStatus, Project, ProjectMember, ProjectRole, StationLimits};
+use mission_store::audit::AuditFilter;
 
 use super::session::Viewer;
 use super::{Frame, PageError, PageResult, page};
@@ -77,7 +79,22 @@ struct ProjectPage {
     budget_period: String,
     /// The largest part of the budget spent, as a part of 100.
     budget_percent: u64,
+    /// The latest changes to the project's resources, for its managers and admins (`None` for
+    /// others, who may not read them).
+    audit: Option<Vec<AuditRow>>,
 }
+
+/// An audit entry as the project page lists it.
+struct AuditRow {
+    entry: AuditEntry,
+    /// Who, in words.
+    actor: String,
+    /// What changed, as compact JSON (empty when nothing more is said).
+    changes: String,
+}
+
+/// How many of a project's latest audit entries its page shows.
+const AUDIT_SHOWN: u32 = 20;
 
 /// `GET /projects/{id}`: one project.
 pub async fn show(State(app): State<AppState>, viewer: Viewer, Path(id): Path<String>) -> PageResult {
@@ -97,8 +114,23 @@ pub async fn show(State(app): State<AppState>, viewer: Viewer, Path(id): Path<St
         let most = part(b.spent_cpu_hours, b.budget.cpu_hours).max(part(b.spent_gpu_hours, b.budget.gpu_hours));
         (b.budget.period.words(b.period_start), (most * 100.0).clamp(0.0, 100.0) as u64)
     });
+    let audit = if who.admin || project.role == Some(ProjectRole::Manager) {
+        let filter = AuditFilter { project_id: Some(project_id), limit: AUDIT_SHOWN, ..Default::default() };
+        let entries = crate::domain::audit::entries(&app, who, filter).await.map_err(ApiError::from)?;
+        Some(entries.into_iter().map(audit_row).collect())
+    } else {
+        None
+    };
     let frame = Frame::new(&viewer, "projects");
-    Ok(page(StatusCode::OK, &ProjectPage { frame, project, members, stations, budget, budget_period, budget_percent }))
+    let shown = ProjectPage { frame, project, members, stations, budget, budget_period, budget_percent, audit };
+    Ok(page(StatusCode::OK, &shown))
+}
+
+fn audit_row(entry: AuditEntry) -> AuditRow {
+    let actor = entry.actor.clone().or_else(|| entry.actor_id.map(|id| id.to_string())).unwrap_or_default();
+    let said = entry.changes.as_object().is_some_and(|fields| !fields.is_empty());
+    let changes = if said { entry.changes.to_string() } else { String::new() };
+    AuditRow { entry, actor, changes }
 }
 
 /// The bars of a station's limits: CPUs, memory and GPUs in use against nominal plus borrowing.

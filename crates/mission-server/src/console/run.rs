@@ -17,9 +17,10 @@ use super::session::Viewer;
 use super::{Frame, PageError, PageResult, page, refusal};
 use crate::AppState;
 use crate::catalogue;
+use crate::domain::missions;
 use crate::error::ApiError;
 use crate::routes::extract::{ApiJson, parse_id};
-use crate::routes::{jobs, missions, stations};
+use crate::routes::{jobs, stations};
 
 /// A station and its landing zones, as the dialog offers them.
 struct StationChoice {
@@ -96,7 +97,7 @@ impl RunForm {
 /// The mission to run (the viewer must be able to change it, as the API asks) and the page.
 async fn dialog(app: &AppState, viewer: &Viewer, id: &str, sent: Option<RunForm>) -> Result<RunPage, PageError> {
     let principal = viewer.principal();
-    let mission = missions::writable(app, principal, id).await?;
+    let mission = missions::writable(app, principal, parse_id("mission_id", id)?).await?;
     let Some(mission_type) = mission.mission_type_id.and_then(catalogue::find) else {
         return Err(
             ApiError::invalid_field("mission_type_id", "the mission has no mission type to say how to run it").into()

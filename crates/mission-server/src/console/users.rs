@@ -94,15 +94,20 @@ pub async fn add(State(app): State<AppState>, viewer: Viewer, Form(form): Form<A
     }
     let username = form.username.trim();
     let password = Some(form.password.as_str()).filter(|p| !p.is_empty());
-    let (status, added) = match add_user(&app.store, username, password, form.admin.as_deref() == Some("on")).await {
-        Ok(account) => (StatusCode::CREATED, Ok(account)),
-        Err(AccountError::Store(mission_store::StoreError::Conflict(detail))) => (StatusCode::CONFLICT, Err(detail)),
-        Err(e @ (AccountError::InvalidUsername(_) | AccountError::WeakPassword)) => {
-            (StatusCode::BAD_REQUEST, Err(e.to_string()))
-        }
-        Err(AccountError::Store(e)) => return Err(e.into()),
-        Err(e @ AccountError::Io(..)) => return Err(ApiError::internal(e).into()),
-    };
+    let (status, added) =
+        match add_user(&app.store, username, password, form.admin.as_deref() == Some("on"), Some(viewer.principal()))
+            .await
+        {
+            Ok(account) => (StatusCode::CREATED, Ok(account)),
+            Err(AccountError::Store(mission_store::StoreError::Conflict(detail))) => {
+                (StatusCode::CONFLICT, Err(detail))
+            }
+            Err(e @ (AccountError::InvalidUsername(_) | AccountError::WeakPassword)) => {
+                (StatusCode::BAD_REQUEST, Err(e.to_string()))
+            }
+            Err(AccountError::Store(e)) => return Err(e.into()),
+            Err(e @ AccountError::Io(..)) => return Err(ApiError::internal(e).into()),
+        };
     let mut answer = users_page(&app, &viewer, 1).await?;
     match added {
         Ok(account) => answer.added = Some((account.user.username, account.generated_password)),
@@ -135,6 +140,8 @@ pub async fn set_admin(
     if user_id == viewer.user.user_id {
         return Err(ApiError::conflict("you cannot change whether you yourself are an admin; ask another admin").into());
     }
+    let change = crate::audit::Change::new("user.admin.set", "user", user_id);
+    crate::audit::note(viewer.principal(), change.with(serde_json::json!({ "admin": form.admin })));
     if !app.store.set_user_admin(user_id, form.admin).await? {
         return Err(ApiError::not_found("user", user_id).into());
     }

@@ -7,9 +7,12 @@
 //! the same functions; only the HTTP edge turns a [`DomainError`] into an
 //! [`ApiError`](crate::error::ApiError) (and logs a store failure's cause there, once).
 //!
-//! Resources move here one at a time: [`projects`] first; missions and jobs still hold their
-//! rules in `routes/` and call [`projects::ensure_may_run`] for theirs.
+//! Resources move here one at a time: [`projects`] and [`missions`] so far (and reading the
+//! [`audit`] trail); jobs still hold their rules in `routes/` and call
+//! [`projects::ensure_may_run`] and [`missions::writable`] for theirs.
 
+pub mod audit;
+pub mod missions;
 pub mod projects;
 
 use mission_store::StoreError;
@@ -20,9 +23,18 @@ pub enum DomainError {
     /// A value of the request is wrong: the field, and what is wrong with it.
     #[error("{field}: {detail}")]
     Invalid {
-        /// The request field at fault.
-        field: &'static str,
+        /// The request field at fault (`labels.KEY` for one label).
+        field: String,
         /// What is wrong, in words a user can act on.
+        detail: String,
+    },
+    /// A mission's setting is unknown to its type, has a wrong value, or is missing where a job
+    /// needs it.
+    #[error("setting {name:?}: {detail}")]
+    InvalidSetting {
+        /// The setting.
+        name: String,
+        /// What is wrong.
         detail: String,
     },
     /// No such resource, or one the caller may not know about.
@@ -49,8 +61,13 @@ pub enum DomainError {
 
 impl DomainError {
     /// A wrong value of `field`.
-    pub fn invalid(field: &'static str, detail: impl Into<String>) -> Self {
-        Self::Invalid { field, detail: detail.into() }
+    pub fn invalid(field: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self::Invalid { field: field.into(), detail: detail.into() }
+    }
+
+    /// A wrong (or missing) mission setting `name`.
+    pub fn invalid_setting(name: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self::InvalidSetting { name: name.into(), detail: detail.into() }
     }
 
     /// No `what` with this id (or none the caller may see).
@@ -81,6 +98,23 @@ pub fn checked_name(name: &str) -> DomainResult<String> {
         return Err(DomainError::invalid("name", "must not be empty"));
     }
     Ok(name.to_owned())
+}
+
+/// Labels of a request, refused naming the label at fault (`labels.KEY`) when they break a rule.
+pub fn checked_labels(labels: mission_api::Labels) -> DomainResult<mission_api::Labels> {
+    mission_api::labels::check_labels(&labels).map_err(|e| {
+        let field = if e.key.is_empty() { "labels".to_owned() } else { format!("labels.{}", e.key) };
+        DomainError::invalid(field, e.problem)
+    })?;
+    Ok(labels)
+}
+
+/// A retry policy of a request, refused naming the field at fault when it cannot be.
+pub fn checked_retry(retry: Option<mission_api::RetryPolicy>) -> DomainResult<Option<mission_api::RetryPolicy>> {
+    if let Some((field, problem)) = retry.as_ref().and_then(mission_api::RetryPolicy::problem) {
+        return Err(DomainError::invalid(field, problem));
+    }
+    Ok(retry)
 }
 
 /// [`checked_name`]'s rule as a JSON Schema pattern: no control character (Unicode's Cc), and

@@ -17,7 +17,10 @@ use mission_store::{PERSONAL_MARK, UsageGrouping, UsageScope};
 use uuid::Uuid;
 
 use super::{DomainError, DomainResult, check_description, checked_name};
+use serde_json::json;
+
 use crate::AppState;
+use crate::audit::{self, Change};
 use crate::auth::Principal;
 
 /// Creates a shared project (admins only).
@@ -29,6 +32,8 @@ pub async fn create(app: &AppState, who: Principal, req: CreateProject) -> Domai
     let description = req.description.unwrap_or_default();
     check_description(&description)?;
     let project_id = Uuid::new_v4();
+    let change = Change::new("project.create", "project", project_id).named(&name).in_project(project_id);
+    audit::note(who, change.with(json!({ "name": name, "description": description })));
     app.store.insert_project(project_id, &name, &description, mission_store::now()).await?;
     visible(app, who, project_id).await
 }
@@ -74,6 +79,8 @@ pub async fn update(app: &AppState, who: Principal, project_id: Uuid, req: Updat
         check_description(description)?;
     }
     let now = mission_store::now();
+    let change = Change::new("project.update", "project", project_id).named(&project.name).in_project(project_id);
+    audit::note(who, change.with(&req));
     if !app.store.update_project(project_id, name.as_deref(), req.description.as_deref(), now).await? {
         return Err(DomainError::not_found("project", project_id));
     }
@@ -101,6 +108,8 @@ pub async fn delete(app: &AppState, who: Principal, project_id: Uuid) -> DomainR
             project.name
         )));
     }
+    let change = Change::new("project.delete", "project", project_id).named(&project.name).in_project(project_id);
+    audit::note(who, change);
     if app.store.delete_project(project_id).await? {
         Ok(())
     } else {
@@ -125,6 +134,8 @@ pub async fn set_member(
     role: ProjectRole,
 ) -> DomainResult<ProjectMember> {
     let project = shared_and_managed(app, who, project_id).await?;
+    let change = Change::new("project.member.set", "project", project_id).named(&project.name).in_project(project_id);
+    audit::note(who, change.with(json!({ "user_id": user, "role": role })));
     app.store.set_project_member(project.project_id, user, role, mission_store::now()).await?;
     let members = app.store.project_members(project_id).await?;
     members.into_iter().find(|m| m.user_id == user).ok_or_else(|| DomainError::not_found("project", project_id))
@@ -133,6 +144,9 @@ pub async fn set_member(
 /// Removes a member of a shared project (its managers and admins).
 pub async fn remove_member(app: &AppState, who: Principal, project_id: Uuid, user: Uuid) -> DomainResult<()> {
     let project = shared_and_managed(app, who, project_id).await?;
+    let change =
+        Change::new("project.member.remove", "project", project_id).named(&project.name).in_project(project_id);
+    audit::note(who, change.with(json!({ "user_id": user })));
     if app.store.remove_project_member(project.project_id, user).await? {
         Ok(())
     } else {
@@ -176,7 +190,7 @@ pub async fn set_limits(
     station_id: Uuid,
     limits: ProjectLimits,
 ) -> DomainResult<StationLimits> {
-    visible(app, who, project_id).await?;
+    let project = visible(app, who, project_id).await?;
     admins_only(who, "set a project's limits")?;
     if app.store.station(station_id).await?.is_none() {
         return Err(DomainError::not_found("station", station_id));
@@ -186,6 +200,8 @@ pub async fn set_limits(
     {
         return Err(DomainError::invalid("share", format!("a weight above 0, at most {MAX_SHARE}")));
     }
+    let change = Change::new("project.limits.set", "project", project_id).named(&project.name).in_project(project_id);
+    audit::note(who, change.with(json!({ "station_id": station_id, "limits": limits })));
     app.store.set_project_limits(project_id, station_id, &limits, mission_store::now()).await?;
     app.scheduler.limits_changed(project_id, station_id).await?;
     let all = limits_and_use(app, project_id).await?;
@@ -194,8 +210,11 @@ pub async fn set_limits(
 
 /// Removes a project's limits on a station (admins only): it may then use any free room there.
 pub async fn delete_limits(app: &AppState, who: Principal, project_id: Uuid, station_id: Uuid) -> DomainResult<()> {
-    visible(app, who, project_id).await?;
+    let project = visible(app, who, project_id).await?;
     admins_only(who, "set a project's limits")?;
+    let change =
+        Change::new("project.limits.delete", "project", project_id).named(&project.name).in_project(project_id);
+    audit::note(who, change.with(json!({ "station_id": station_id })));
     if !app.store.delete_project_limits(project_id, station_id).await? {
         return Err(DomainError::not_found("limits of the project on station", station_id));
     }
@@ -214,7 +233,7 @@ pub async fn set_budget(
     project_id: Uuid,
     budget: ProjectBudget,
 ) -> DomainResult<BudgetStatus> {
-    visible(app, who, project_id).await?;
+    let project = visible(app, who, project_id).await?;
     admins_only(who, "set a project's budget")?;
     for (field, hours) in [("cpu_hours", budget.cpu_hours), ("gpu_hours", budget.gpu_hours)] {
         if let Some(hours) = hours
@@ -223,6 +242,8 @@ pub async fn set_budget(
             return Err(DomainError::invalid(field, format!("hours from 0 to {MAX_BUDGET_HOURS}")));
         }
     }
+    let change = Change::new("project.budget.set", "project", project_id).named(&project.name).in_project(project_id);
+    audit::note(who, change.with(budget));
     app.store.set_project_budget(project_id, &budget, mission_store::now()).await?;
     app.scheduler.budget_changed(project_id).await?;
     budget_status(app, project_id).await?.ok_or_else(|| DomainError::not_found("project", project_id))
@@ -230,8 +251,11 @@ pub async fn set_budget(
 
 /// Removes a project's budget (admins only).
 pub async fn delete_budget(app: &AppState, who: Principal, project_id: Uuid) -> DomainResult<()> {
-    visible(app, who, project_id).await?;
+    let project = visible(app, who, project_id).await?;
     admins_only(who, "set a project's budget")?;
+    let change =
+        Change::new("project.budget.delete", "project", project_id).named(&project.name).in_project(project_id);
+    audit::note(who, change);
     if !app.store.delete_project_budget(project_id).await? {
         return Err(DomainError::not_found("budget of the project", project_id));
     }

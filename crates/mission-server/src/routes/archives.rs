@@ -12,10 +12,12 @@ use futures_util::StreamExt;
 use mission_api::paths::MissionPath;
 use mission_api::{FileListing, Job};
 
-use super::{async_stream, files, jobs, missions};
+use super::extract::parse_id;
+use super::{async_stream, files, jobs};
 use crate::AppState;
 use crate::archive::{ZipEntry, ZipPlan};
 use crate::auth::Principal;
+use crate::domain::missions;
 use crate::error::{ApiError, ApiResult};
 
 /// A mission's files as one zip archive, each under its path in the mission.
@@ -24,7 +26,7 @@ use crate::error::{ApiError, ApiResult};
     responses((status = 200, description = "a zip archive of every file of the mission", content_type = "application/zip"),
         (status = 404, body = mission_api::Problem)))]
 pub async fn mission(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Response> {
-    let mission = missions::readable(&app, who, &id).await?;
+    let mission = missions::readable(&app, who, parse_id("mission_id", &id)?).await?;
     let listing: Vec<FileListing> =
         app.store.mission_files(mission.mission_id).await?.into_iter().map(FileListing::from).collect();
     let name = format!("{}.zip", download_name(&mission.name));

@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::extract::{ApiJson, outbound_url, parse_id};
 use crate::AppState;
+use crate::audit::{self, Change};
 use crate::auth::Principal;
 use crate::cargo_bays::{CargoBays, Credentials, is_refusal, storage_segments};
 use crate::domain::checked_name;
@@ -61,6 +62,7 @@ pub async fn delete(State(app): State<AppState>, who: Principal, Path(id): Path<
     }
     let record = visible(&app, who, &id).await?;
     let id = record.bay.storage_id;
+    audit::note(who, Change::new("cargo_bay.delete", "cargo_bay", id).named(&record.bay.name));
     if !app.store.delete_cargo_bay(id).await? {
         return Err(ApiError::not_found("cargo bay", id));
     }
@@ -172,6 +174,9 @@ pub async fn create(
             if is_refusal(&e) { "the storage refused the credentials" } else { "the storage could not be listed" };
         return Err(ApiError::invalid(format!("cargo bay check failed, {hint}: {e}")));
     }
+    // The bay as answered: its credentials are never in it.
+    let change = Change::new("cargo_bay.create", "cargo_bay", storage_id).named(&record.bay.name);
+    audit::note(who, change.with(&record.bay));
     app.store.insert_cargo_bay(&record).await?;
     Ok((StatusCode::CREATED, Json(record.bay)))
 }

@@ -82,23 +82,6 @@ pub fn page_size(value: &str) -> Result<u32, ApiError> {
     })
 }
 
-/// Labels sent in a request body, checked; a refusal names the label at fault (`labels.{key}`).
-pub fn checked_labels(labels: mission_api::Labels) -> Result<mission_api::Labels, ApiError> {
-    mission_api::labels::check_labels(&labels).map_err(|e| {
-        let field = if e.key.is_empty() { "labels".to_owned() } else { format!("labels.{}", e.key) };
-        ApiError::invalid_field(&field, e.problem)
-    })?;
-    Ok(labels)
-}
-
-/// A retry policy of a request, refused naming the field at fault when it cannot be.
-pub fn checked_retry(retry: Option<mission_api::RetryPolicy>) -> Result<Option<mission_api::RetryPolicy>, ApiError> {
-    if let Some((field, problem)) = retry.as_ref().and_then(mission_api::RetryPolicy::problem) {
-        return Err(ApiError::invalid_field(field, problem));
-    }
-    Ok(retry)
-}
-
 /// Adds one `label=key=value` list filter to `filters`, refusing a bad label or too many.
 pub fn push_label_filter(filters: &mut Vec<(String, String)>, value: &str) -> Result<(), ApiError> {
     use mission_api::labels::{MAX_LABELS, parse_label};

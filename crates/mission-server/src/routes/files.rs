@@ -15,12 +15,14 @@ use mission_api::paths::MissionPath;
 use object_store::GetRange;
 use uuid::Uuid;
 
-use super::missions::{readable, writable};
+use super::extract::parse_id;
 use crate::AppState;
 use crate::FileLimits;
+use crate::audit::{self, Change};
 use crate::auth::Principal;
 use crate::blobs::{Location, WriteError};
 use crate::cargo_bays::{CargoBays, storage_error};
+use crate::domain::missions;
 use crate::error::{ApiError, ApiResult};
 use mission_store::{self as store, FileRecord, Intent, IntentKind, UploadUsage};
 
@@ -38,7 +40,7 @@ pub async fn list(
     who: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Vec<FileListing>>> {
-    let mission = readable(&app, who, &id).await?;
+    let mission = missions::readable(&app, who, parse_id("mission_id", &id)?).await?;
     let files = app.store.mission_files(mission.mission_id).await?;
     Ok(Json(files.into_iter().map(FileListing::from).collect()))
 }
@@ -57,7 +59,7 @@ pub async fn upload(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
-    let mission = writable(&app, who, &id).await?;
+    let mission = missions::writable(&app, who, parse_id("mission_id", &id)?).await?;
     let path = parse_path(&raw_path)?;
     if let Some(other) = app.store.path_conflict(mission.mission_id, path.as_str()).await? {
         return Err(ApiError::conflict(if other.len() < path.as_str().len() {
@@ -121,6 +123,9 @@ pub async fn upload(
         e_tag: written.e_tag,
         modified_at: store::now(),
     };
+    let change = Change::new("file.upload", "file", format!("{}/{path}", mission.mission_id)).named(path.as_str());
+    let written = serde_json::json!({ "size": record.size, "sha256": record.sha256 });
+    audit::note(who, change.in_project(mission.project_id).with(written));
     app.store.commit_file(intent.intent_id, &record).await?;
     let status = if existing.is_some() { StatusCode::OK } else { StatusCode::CREATED };
     Ok((status, Json(FileListing::from(record))).into_response())
@@ -208,7 +213,7 @@ pub async fn download(
     Path((id, raw_path)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    let mission = readable(&app, who, &id).await?;
+    let mission = missions::readable(&app, who, parse_id("mission_id", &id)?).await?;
     serve_mission_file(&app, &mission, &parse_path(&raw_path)?, &headers).await
 }
 
@@ -284,7 +289,7 @@ pub async fn delete(
     who: Principal,
     Path((id, raw_path)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    let mission = writable(&app, who, &id).await?;
+    let mission = missions::writable(&app, who, parse_id("mission_id", &id)?).await?;
     let path = parse_path(&raw_path)?;
     if app.store.mission_file(mission.mission_id, path.as_str()).await?.is_none() {
         return Err(ApiError::not_found("file", format!("{path} in mission {}", mission.mission_id)));
@@ -293,6 +298,8 @@ pub async fn delete(
     let _guard = app.path_locks.lock(mission.mission_id, path.as_str()).await?;
     let intent = Intent::new(IntentKind::Delete, mission.mission_id, path.as_str());
     app.store.begin_intent(&intent).await?;
+    let change = Change::new("file.delete", "file", format!("{}/{path}", mission.mission_id)).named(path.as_str());
+    audit::note(who, change.in_project(mission.project_id));
     // Row first, object second: a crash in between leaves an intent, never a row without content.
     app.store.delete_file_row(mission.mission_id, path.as_str()).await?;
     place.files.delete(&place.key(&path)).await.map_err(|e| storage_error(&place, e))?;

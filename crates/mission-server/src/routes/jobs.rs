@@ -19,16 +19,16 @@ use uuid::Uuid;
 
 use super::async_stream;
 use super::events::{Render, follow_log};
-use super::extract::{
-    ApiJson, QueryPairs, checked_labels, checked_retry, page_number, page_size, parse_id, push_label_filter,
-};
+use super::extract::{ApiJson, QueryPairs, page_number, page_size, parse_id, push_label_filter};
 use super::files::{parse_path, serve};
-use super::missions::writable;
 use super::stations::visible;
+use serde_json::json;
+
 use crate::AppState;
+use crate::audit::{self, Change};
 use crate::auth::Principal;
 use crate::catalogue;
-use crate::domain::projects;
+use crate::domain::{checked_labels, checked_retry, missions, projects};
 use crate::error::{ApiError, ApiResult};
 use crate::events::Watch;
 use crate::job_logs::LogStream;
@@ -70,7 +70,11 @@ pub async fn run(
     Path(id): Path<String>,
     ApiJson(req): ApiJson<RunJob>,
 ) -> ApiResult<(StatusCode, Json<Job>)> {
-    let job = app.scheduler.submit(new_job(&app, who, &id, req).await?).await?;
+    let given = serde_json::to_value(&req).unwrap_or_default();
+    let job = new_job(&app, who, &id, req).await?;
+    let change = Change::new("job.submit", "job", job.job_id).in_project(job.project_id);
+    audit::note(who, change.with(merged(json!({ "mission_id": job.mission_id }), given)));
+    let job = app.scheduler.submit(job).await?;
     Ok((StatusCode::CREATED, Json(job)))
 }
 
@@ -89,6 +93,11 @@ pub async fn run_array(
     let (size, elements) = req.elements().map_err(|(field, problem)| ApiError::invalid_field(field, problem))?;
     let template = new_job(&app, who, &id, req.run.clone()).await?;
     let array_id = Uuid::new_v4();
+    let given = merged(json!({ "mission_id": template.mission_id, "size": size }), &req.run);
+    audit::note(
+        who,
+        Change::new("job_array.submit", "job_array", array_id).in_project(template.project_id).with(given),
+    );
     let mut elements = elements.map(|(index, arguments)| {
         let mut job = template.clone();
         job.job_id = Uuid::new_v4();
@@ -153,6 +162,7 @@ pub async fn stop_array(
     Path(id): Path<String>,
 ) -> ApiResult<Json<mission_api::JobArray>> {
     let array = own_array(&app, who, &id).await?;
+    audit::note(who, Change::new("job_array.stop", "job_array", array.array_id));
     let by = app.store.user_by_id(who.user_id).await?.map_or_else(|| who.user_id.to_string(), |u| u.username);
     for job_id in app.store.unfinished_array_jobs(array.array_id).await? {
         match app.scheduler.stop(job_id, by.clone()).await {
@@ -173,7 +183,7 @@ async fn own_array(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<mi
 
 /// A new queued job of the mission `raw_id` from a run request, checked.
 async fn new_job(app: &AppState, who: Principal, id: &str, req: RunJob) -> ApiResult<Job> {
-    let mission = writable(app, who, id).await?;
+    let mission = missions::writable(app, who, parse_id("mission_id", id)?).await?;
     let station = visible(app, who, &req.station_id.to_string()).await?;
     let type_id = mission.mission_type_id.ok_or_else(|| {
         ApiError::invalid_field("mission_type_id", "the mission has no mission type to say how to run it; set one")
@@ -246,10 +256,10 @@ pub async fn rerun(
             job.status
         )));
     }
-    writable(&app, who, &job.mission_id.to_string()).await?;
+    missions::writable(&app, who, job.mission_id).await?;
     visible(&app, who, &job.station_id.to_string()).await?;
     projects::ensure_may_run(&app, who, job.project_id, "project_id").await?;
-    Ok((StatusCode::CREATED, Json(start_again(&app, job).await?)))
+    Ok((StatusCode::CREATED, Json(start_again(&app, who, job).await?)))
 }
 
 /// Starts again, as [`rerun`] does each, every job of the mission that failed or was lost and
@@ -264,7 +274,7 @@ pub async fn rerun_failed(
     who: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<(StatusCode, Json<mission_api::RerunJobs>)> {
-    let mission = writable(&app, who, &id).await?;
+    let mission = missions::writable(&app, who, parse_id("mission_id", &id)?).await?;
     let user = (!who.admin).then_some(who.user_id);
     let failed = app.store.failed_jobs_not_rerun(mission.mission_id, user, mission_api::MAX_RERUNS).await?;
     let (mut jobs, mut usable, mut chargeable) = (Vec::with_capacity(failed.len()), HashSet::new(), HashSet::new());
@@ -276,13 +286,13 @@ pub async fn rerun_failed(
         if chargeable.insert(job.project_id) {
             projects::ensure_may_run(&app, who, job.project_id, "project_id").await?;
         }
-        jobs.push(start_again(&app, job).await?);
+        jobs.push(start_again(&app, who, job).await?);
     }
     Ok((StatusCode::CREATED, Json(mission_api::RerunJobs { jobs })))
 }
 
 /// Submits a new job made from an ended one (see [`rerun`]), whose station the caller may use.
-async fn start_again(app: &AppState, old: Job) -> ApiResult<Job> {
+async fn start_again(app: &AppState, who: Principal, old: Job) -> ApiResult<Job> {
     let (mut after_ok, mut after_any) = (old.after_ok.clone(), old.after_any.clone());
     for dep in after_ok.iter_mut().chain(after_any.iter_mut()) {
         *dep = app.store.newest_rerun(*dep).await?.unwrap_or(*dep);
@@ -313,7 +323,18 @@ async fn start_again(app: &AppState, old: Job) -> ApiResult<Job> {
         array_index: old.array_index,
         ..fresh
     };
+    let change = Change::new("job.rerun", "job", job.job_id).in_project(job.project_id);
+    audit::note(who, change.with(json!({ "mission_id": job.mission_id, "rerun_of": old.job_id })));
     app.scheduler.submit(job).await
+}
+
+/// `fields` with the fields of `given` (a request, as JSON) added.
+fn merged(fields: serde_json::Value, given: impl serde::Serialize) -> serde_json::Value {
+    let mut fields = fields;
+    if let (Some(into), Ok(serde_json::Value::Object(given))) = (fields.as_object_mut(), serde_json::to_value(given)) {
+        into.extend(given);
+    }
+    fields
 }
 
 /// The jobs a new job waits for, each named once; whether they exist and are the caller's is
@@ -505,7 +526,10 @@ pub async fn update(
 ) -> ApiResult<Json<Job>> {
     let job = own_job(&app, who, &id).await?;
     if let Some(labels) = req.labels {
-        app.store.set_job_labels(job.job_id, &checked_labels(labels)?).await?;
+        let labels = checked_labels(labels)?;
+        let change = Change::new("job.update", "job", job.job_id).in_project(job.project_id);
+        audit::note(who, change.with(json!({ "labels": labels })));
+        app.store.set_job_labels(job.job_id, &labels).await?;
     }
     Ok(Json(app.store.job(job.job_id).await?.ok_or_else(|| ApiError::not_found("job", job.job_id))?))
 }
@@ -522,6 +546,7 @@ pub async fn stop(State(app): State<AppState>, who: Principal, Path(id): Path<St
         return Err(ApiError::conflict(format!("the job has ended already ({})", job.status)));
     }
     let by = app.store.user_by_id(who.user_id).await?.map_or_else(|| who.user_id.to_string(), |u| u.username);
+    audit::note(who, Change::new("job.stop", "job", job.job_id).in_project(job.project_id));
     app.scheduler.stop(job.job_id, by).await?;
     Ok(Json(app.store.job(job.job_id).await?.ok_or_else(|| ApiError::not_found("job", job.job_id))?))
 }

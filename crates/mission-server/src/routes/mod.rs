@@ -2,6 +2,7 @@
 //! identity provider at the root when it is enabled.
 
 mod archives;
+mod audit;
 pub(crate) mod cargo_bays;
 mod events;
 pub(crate) mod extract;
@@ -45,7 +46,7 @@ pub use files::{RecoveryError, recover as recover_files, settle_stopped_replicas
         stations::register_landing_zone, stations::remove_landing_zone,
         projects::create, projects::list, projects::get, projects::update, projects::delete, projects::members,
         projects::set_member, projects::remove_member, projects::limits, projects::set_limits, projects::delete_limits,
-        projects::budget, projects::set_budget, projects::delete_budget, projects::usage,
+        projects::budget, projects::set_budget, projects::delete_budget, projects::usage, audit::list,
         mission_types::list, mission_types::get, mission_types::settings,
         meta::auth_config, meta::me,
     ),
@@ -127,11 +128,11 @@ impl utoipa::Modify for TruthfulDocument {
         if let Some(RefOr::T(Schema::Object(object))) = schemas.get_mut("UpdateMissionArgs")
             && let Some(RefOr::T(Schema::Array(args))) = object.properties.get_mut("args")
         {
-            args.max_items = Some(missions::MAX_ARGS);
+            args.max_items = Some(crate::domain::missions::MAX_ARGS);
             if let ArrayItems::RefOrSchema(item) = &mut args.items
                 && let RefOr::T(Schema::Object(item)) = item.as_mut()
             {
-                item.max_length = Some(missions::MAX_ARG_BYTES);
+                item.max_length = Some(crate::domain::missions::MAX_ARG_BYTES);
                 item.pattern = Some(NO_NUL.to_owned());
             }
         }
@@ -266,6 +267,7 @@ pub fn router(app: AppState) -> Router {
         .route("/projects/{id}/limits/{station_id}", put(projects::set_limits).delete(projects::delete_limits))
         .route("/projects/{id}/budget", get(projects::budget).put(projects::set_budget).delete(projects::delete_budget))
         .route("/usage", get(projects::usage))
+        .route("/audit", get(audit::list))
         .route("/mission-types", get(mission_types::list))
         .route("/mission-types/{id}", get(mission_types::get))
         .route("/mission-types/{id}/settings", get(mission_types::settings))
@@ -291,6 +293,7 @@ pub fn router(app: AppState) -> Router {
             crate::serve::body_idle_timeout,
         ))
         .layer(axum::middleware::from_fn_with_state(app.clone(), crate::metrics::track))
+        .layer(axum::middleware::from_fn(crate::audit::request_scope))
         .with_state(app)
 }
 

@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use super::extract::{ApiJson, parse_id};
 use crate::AppState;
+use crate::audit::{self, Change};
 use crate::auth::Principal;
 use crate::domain::checked_name;
 use crate::error::{ApiError, ApiResult};
@@ -46,7 +47,7 @@ async fn managed(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Stat
 }
 
 /// The user named by id or username, if there is one.
-async fn user_named(app: &AppState, given: &str) -> ApiResult<Option<Uuid>> {
+pub(super) async fn user_named(app: &AppState, given: &str) -> ApiResult<Option<Uuid>> {
     let user = match Uuid::parse_str(given) {
         Ok(id) => app.store.user_by_id(id).await?,
         Err(_) => app.store.user_by_username(given).await?,
@@ -96,6 +97,7 @@ pub async fn create(
         reclaim: req.reclaim.unwrap_or(true),
         created_at: store::now(),
     };
+    audit::note(who, Change::new("station.create", "station", station.station_id).named(&station.name).with(&station));
     app.store.insert_station(&station).await?;
     Ok((StatusCode::CREATED, Json(station)))
 }
@@ -124,8 +126,10 @@ pub async fn update(
     ApiJson(req): ApiJson<UpdateStation>,
 ) -> ApiResult<Json<Station>> {
     let station = managed(&app, who, &id).await?;
+    let given = serde_json::to_value(&req).unwrap_or_default();
     let description = req.description.map(checked_description).transpose()?;
     let id = station.station_id;
+    audit::note(who, Change::new("station.update", "station", id).named(&station.name).with(given));
     if !app.store.update_station(id, description.as_deref(), req.open, req.reclaim).await? {
         return Err(ApiError::not_found("station", id));
     }
@@ -152,6 +156,7 @@ pub async fn delete(State(app): State<AppState>, who: Principal, Path(id): Path<
     if !who.admin {
         return Err(ApiError::forbidden("only admins may delete stations"));
     }
+    audit::note(who, Change::new("station.delete", "station", station.station_id).named(&station.name));
     if app.scheduler.remove(station.station_id, None).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -183,6 +188,8 @@ pub async fn add_member(
 ) -> ApiResult<StatusCode> {
     let station = managed(&app, who, &id).await?;
     let user_id = member_named(&app, &user).await?;
+    let change = Change::new("station.member.add", "station", station.station_id).named(&station.name);
+    audit::note(who, change.with(serde_json::json!({ "user_id": user_id })));
     app.store.add_station_member(station.station_id, user_id, store::now()).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -198,6 +205,8 @@ pub async fn remove_member(
 ) -> ApiResult<StatusCode> {
     let station = managed(&app, who, &id).await?;
     let user_id = member_named(&app, &user).await?;
+    let change = Change::new("station.member.remove", "station", station.station_id).named(&station.name);
+    audit::note(who, change.with(serde_json::json!({ "user_id": user_id })));
     if app.store.remove_station_member(station.station_id, user_id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -242,6 +251,9 @@ pub async fn register_landing_zone(
         cluster_account: req.cluster_account.as_deref().map(check_cluster_account).transpose()?,
         pilot_of: None,
     };
+    // Its token is made in `register`, after this.
+    let change = Change::new("landing_zone.register", "landing_zone", landing_zone.lz_id).named(&landing_zone.name);
+    audit::note(who, change.with(&landing_zone));
     Ok((StatusCode::CREATED, Json(register(&app, landing_zone).await?)))
 }
 
@@ -269,6 +281,8 @@ pub async fn remove_landing_zone(
 ) -> ApiResult<StatusCode> {
     let station = managed(&app, who, &id).await?;
     let lz_id = parse_id("lz_id", &lz)?;
+    let change = Change::new("landing_zone.remove", "landing_zone", lz_id);
+    audit::note(who, change.with(serde_json::json!({ "station_id": station.station_id })));
     if app.scheduler.remove(station.station_id, Some(lz_id)).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {

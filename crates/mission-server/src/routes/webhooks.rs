@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::extract::{ApiJson, QueryPairs, outbound_url, parse_id};
 use crate::AppState;
+use crate::audit::{self, Change};
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::events::check_kind;
@@ -114,6 +115,8 @@ pub async fn create(
         secret: None,
     };
     let sealed = app.sealing.seal(webhook.webhook_id, secret.as_bytes());
+    // Its secret is not in it (sealed apart).
+    audit::note(who, Change::new("webhook.create", "webhook", webhook.webhook_id).named(&webhook.url).with(&webhook));
     let mut webhook = app.store.insert_webhook(&webhook, &sealed, MAX_WEBHOOKS_PER_USER).await?.webhook;
     app.webhooks.created();
     webhook.secret = made.then_some(secret);
@@ -140,7 +143,9 @@ pub async fn get(State(app): State<AppState>, who: Principal, Path(id): Path<Str
     params(("id" = uuid::Uuid, Path, description = "webhook id")),
     responses((status = 204), (status = 404, body = mission_api::Problem)))]
 pub async fn delete(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<StatusCode> {
-    let id = visible(&app, who, &id).await?.webhook.webhook_id;
+    let webhook = visible(&app, who, &id).await?.webhook;
+    let id = webhook.webhook_id;
+    audit::note(who, Change::new("webhook.delete", "webhook", id).named(&webhook.url));
     if !app.store.delete_webhook(id).await? {
         return Err(ApiError::not_found("webhook", id));
     }

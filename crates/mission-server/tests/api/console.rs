@@ -436,8 +436,25 @@ async fn a_project_page_shows_members_limits_in_use_as_bars_and_the_budget_spent
     assert!(budget.contains("0.0 of 10 CPU-hours") && budget.contains("spent for"), "{budget}");
     let members = browser.text("#members").await;
     assert!(members.contains("alice") && members.contains("member"), "{members}");
+    // Its audit trail, for an admin: who did what, newest first.
+    let audit = browser.text("#audit").await;
+    for said in
+        ["job.submit", "mission.create", "alice (user)", "project.budget.set", "root (admin)", "\"cpu_hours\":10.0"]
+    {
+        assert!(audit.contains(said), "no {said:?} in {audit}");
+    }
+    assert!(audit.find("job.submit") < audit.find("project.budget.set"), "newest first: {audit}");
     assert_eq!(browser.unlabelled_controls().await, Vec::<String>::new());
     browser.screenshot("console-project").await;
+
+    // A member sees the project, not its audit trail.
+    browser.close().await;
+    let Some(browser) = Browser::start().await else { return };
+    browser.sign_in_to_console(&server.url, "alice", PASSWORD).await;
+    browser.goto(&format!("{}/projects/{bio}", server.url)).await;
+    browser.wait_for_text("#project-name", "bio").await;
+    let audit = browser.execute("return String(document.querySelector('#audit') === null)", serde_json::json!([]));
+    assert_eq!(audit.await, "true", "no audit trail for a member");
 
     // Others do not see it.
     browser.close().await;

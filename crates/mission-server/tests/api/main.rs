@@ -1,5 +1,6 @@
 //! End-to-end tests of the server over HTTP on a free port, through the SDK and raw requests.
 
+mod audit;
 mod browser;
 mod cargo_bays;
 mod console;

@@ -58,6 +58,7 @@ chapters!(
     the_event_log_in_commit_order,
     webhooks_route_claim_and_deliver,
     projects_and_members,
+    the_audit_trail,
 );
 
 /// Makes the database at `url` look migrated by a newer version (a migration this one does not

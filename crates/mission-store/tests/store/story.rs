@@ -1240,3 +1240,53 @@ pub async fn projects_and_members(store: &Store) {
     assert!(store.project(bio, ada.user_id).await.unwrap().is_none());
     assert!(store.project_members(bio).await.unwrap().is_empty(), "its members went with it");
 }
+
+/// The audit trail: entries noted in a scope are written with the change that commits, not with
+/// one that fails; read back newest first, filtered; pruned by age.
+pub async fn the_audit_trail(store: &Store) {
+    use mission_store::audit::{self, Actor, AuditFilter, Change};
+    let ada = user(store, "ada").await;
+    let actor = Actor { user_id: ada.user_id, admin: true };
+    let project = Uuid::new_v4();
+    let made = audit::scope("req-1".into(), async {
+        audit::note(actor, Change::new("project.create", "project", project).named("bio").in_project(project));
+        store.insert_project(project, "bio", "", now()).await
+    })
+    .await;
+    made.unwrap();
+    // A change that fails takes its entry with it.
+    let again = audit::scope("req-2".into(), async {
+        audit::note(actor, Change::new("project.create", "project", Uuid::new_v4()).named("bio"));
+        store.insert_project(Uuid::new_v4(), "bio", "", now()).await
+    })
+    .await;
+    assert!(matches!(again, Err(StoreError::Conflict(_))));
+    // Outside a scope nothing is noted; notes handed to another task are written there.
+    audit::note(actor, Change::new("project.update", "project", project));
+    let carried = audit::scope("req-3".into(), async {
+        audit::note(actor, Change::new("project.update", "project", project).with(serde_json::json!({"x": 1})));
+        audit::take()
+    })
+    .await;
+    audit::with_notes(carried, store.update_project(project, None, Some("molecular"), now())).await.unwrap();
+
+    let all = |filter: AuditFilter| async move { store.audit_entries(&AuditFilter { limit: 10, ..filter }).await };
+    let entries = all(AuditFilter::default()).await.unwrap();
+    let said: Vec<_> = entries.iter().map(|e| (e.action.as_str(), e.request_id.as_str())).collect();
+    assert_eq!(said, [("project.update", "req-3"), ("project.create", "req-1")]);
+    let created = &entries[1];
+    assert_eq!(
+        (created.actor.as_deref(), created.actor_role.as_str(), created.target_name.as_deref(), created.project_id),
+        (Some("ada"), "admin", Some("bio"), Some(project))
+    );
+    assert_eq!(entries[0].changes, serde_json::json!({"x": 1}));
+    let mine = AuditFilter { visible_projects: Some(vec![project]), ..Default::default() };
+    assert_eq!(all(mine).await.unwrap().len(), 1, "only the entry that names the project");
+    let none = AuditFilter { visible_projects: Some(Vec::new()), ..Default::default() };
+    assert!(all(none).await.unwrap().is_empty());
+    let older = AuditFilter { before: Some(entries[0].seq), ..Default::default() };
+    assert_eq!(all(older).await.unwrap().len(), 1);
+    assert_eq!(store.prune_audit(now() - chrono::Duration::hours(1)).await.unwrap(), 0);
+    assert_eq!(store.prune_audit(now() + chrono::Duration::seconds(1)).await.unwrap(), 2);
+    assert!(all(AuditFilter::default()).await.unwrap().is_empty());
+}

@@ -17,16 +17,17 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use mission_api::{CreateMission, FileListing, Mission, UpdateMission, UpdateMissionArgs};
+use mission_api::{CreateMission, FileListing, Mission, UpdateMission};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::super::extract::{ApiJson, QueryPairs, parse_id};
-use super::super::{files, mission_types, missions};
+use super::super::{files, mission_types};
 use super::ok;
 use crate::AppState;
 use crate::auth::Principal;
 use crate::catalogue;
+use crate::domain::missions;
 use crate::error::{ApiError, ApiResult};
 
 /// A mission as the client's mapper reads it (`id` is its `mission_id`).
@@ -62,8 +63,9 @@ pub async fn list(
     if !query.iter().any(|(key, _)| key == "archived") {
         query.push(("archived".into(), "false".into()));
     }
-    let page = missions::list(State(app), who, QueryPairs(query)).await?.0;
-    let projects: Vec<Value> = page.missions.iter().map(project).collect();
+    let filter = super::super::missions::mission_filter(&query)?;
+    let (found, _) = missions::list(&app, who, filter).await?;
+    let projects: Vec<Value> = found.iter().map(project).collect();
     Ok(ok(serde_json::json!({ "projects": projects })))
 }
 
@@ -146,17 +148,12 @@ pub async fn create(
     body.extend(nested);
     let (settings, args) = settings_of(body)?;
     request.settings = Some(settings);
-    let (_, mission) = missions::create(State(app.clone()), who, ApiJson(request)).await?;
+    let mission = missions::create(&app, who, request).await?;
     let mission = match args {
-        Some(args) => set_args(&app, who, mission.0.mission_id, args).await?,
-        None => mission.0,
+        Some(args) => missions::set_args(&app, who, mission.mission_id, args).await?,
+        None => mission,
     };
     Ok(ok(serde_json::json!({ "project": project(&mission) })))
-}
-
-async fn set_args(app: &AppState, who: Principal, mission_id: Uuid, args: Vec<String>) -> ApiResult<Mission> {
-    let id = Path(mission_id.to_string());
-    Ok(missions::set_args(State(app.clone()), who, id, ApiJson(UpdateMissionArgs { args })).await?.0)
 }
 
 /// `PUT /projects/{id}`: the fields given (not `null`) change; `settings` replaces the
@@ -194,16 +191,16 @@ pub async fn update(
         retry: None,
         project_id: None,
     };
-    let mut mission = missions::update(State(app.clone()), who, Path(raw_id), ApiJson(changes)).await?.0;
+    let mut mission = missions::update(&app, who, mission_id, changes).await?;
     if let Some(args) = args {
-        mission = set_args(&app, who, mission_id, args).await?;
+        mission = missions::set_args(&app, who, mission_id, args).await?;
     }
     Ok(ok(serde_json::json!({ "project": project(&mission) })))
 }
 
 /// `DELETE /projects/{id}`.
 pub async fn delete(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Response> {
-    missions::delete(State(app), who, Path(id.clone())).await?;
+    missions::delete(&app, who, parse_id("mission_id", &id)?).await?;
     Ok(ok(serde_json::json!({ "deleted": id })))
 }
 

@@ -19,25 +19,23 @@ impl Store {
         let created_at =
             bay.created_at.ok_or_else(|| StoreError::Corrupt("a stored cargo bay needs created_at".into()))?;
         audited_write!(self, |conn| {
-            {
-                sqlx::query(&format!(
-                    "INSERT INTO cargo_bays ({BAY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
-                ))
-                .bind(bay.storage_id.to_string())
-                .bind(owner.to_string())
-                .bind(&bay.name)
-                .bind(bay.kind.as_str())
-                .bind(&bay.bucket)
-                .bind(&bay.prefix)
-                .bind(&bay.endpoint)
-                .bind(&bay.region)
-                .bind(&bay.path)
-                .bind(&record.sealed_credentials)
-                .bind(to_micros(created_at))
-                .execute(conn)
-                .await?;
-                Ok::<_, StoreError>(())
-            }
+            sqlx::query(&format!(
+                "INSERT INTO cargo_bays ({BAY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+            ))
+            .bind(bay.storage_id.to_string())
+            .bind(owner.to_string())
+            .bind(&bay.name)
+            .bind(bay.kind.as_str())
+            .bind(&bay.bucket)
+            .bind(&bay.prefix)
+            .bind(&bay.endpoint)
+            .bind(&bay.region)
+            .bind(&bay.path)
+            .bind(&record.sealed_credentials)
+            .bind(to_micros(created_at))
+            .execute(conn)
+            .await
+            .map(drop)
         })?;
         Ok(())
     }

@@ -162,16 +162,14 @@ impl Store {
     /// A personal project goes only with its user.
     pub async fn delete_project(&self, project_id: Uuid) -> Result<bool, StoreError> {
         let done = audited_write!(self, |conn| {
-            Ok::<_, StoreError>({
-                sqlx::query(
-                    "DELETE FROM projects WHERE project_id = $1 AND personal_of IS NULL \
+            sqlx::query(
+                "DELETE FROM projects WHERE project_id = $1 AND personal_of IS NULL \
                  AND NOT EXISTS (SELECT 1 FROM missions WHERE project_id = $1)",
-                )
-                .bind(project_id.to_string())
-                .execute(conn)
-                .await?
-                .rows_affected()
-            })
+            )
+            .bind(project_id.to_string())
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected())
         })?;
         Ok(done == 1)
     }
@@ -198,20 +196,18 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         audited_write!(self, |conn| {
-            {
-                sqlx::query(
-                    "INSERT INTO project_members (project_id, user_id, role, added_at) VALUES ($1, $2, $3, $4) \
+            sqlx::query(
+                "INSERT INTO project_members (project_id, user_id, role, added_at) VALUES ($1, $2, $3, $4) \
                  ON CONFLICT (project_id, user_id) DO UPDATE SET role = EXCLUDED.role, added_at = EXCLUDED.added_at, \
                  via_claim = FALSE",
-                )
-                .bind(project_id.to_string())
-                .bind(user.to_string())
-                .bind(role.as_str())
-                .bind(to_micros(now))
-                .execute(conn)
-                .await?;
-                Ok::<_, StoreError>(())
-            }
+            )
+            .bind(project_id.to_string())
+            .bind(user.to_string())
+            .bind(role.as_str())
+            .bind(to_micros(now))
+            .execute(conn)
+            .await
+            .map(drop)
         })?;
         Ok(())
     }
@@ -293,14 +289,12 @@ impl Store {
     /// Removes a member; true when they were one.
     pub async fn remove_project_member(&self, project_id: Uuid, user: Uuid) -> Result<bool, StoreError> {
         let done = audited_write!(self, |conn| {
-            Ok::<_, StoreError>({
-                sqlx::query("DELETE FROM project_members WHERE project_id = $1 AND user_id = $2")
-                    .bind(project_id.to_string())
-                    .bind(user.to_string())
-                    .execute(conn)
-                    .await?
-                    .rows_affected()
-            })
+            sqlx::query("DELETE FROM project_members WHERE project_id = $1 AND user_id = $2")
+                .bind(project_id.to_string())
+                .bind(user.to_string())
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected())
         })?;
         Ok(done == 1)
     }
@@ -339,20 +333,18 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         audited_write!(self, |conn| {
-            {
-                sqlx::query(
-                    "INSERT INTO project_limits (project_id, station_id, limits, updated_at) VALUES ($1, $2, $3, $4) \
+            sqlx::query(
+                "INSERT INTO project_limits (project_id, station_id, limits, updated_at) VALUES ($1, $2, $3, $4) \
                  ON CONFLICT (project_id, station_id) DO UPDATE SET limits = EXCLUDED.limits, \
                  updated_at = EXCLUDED.updated_at",
-                )
-                .bind(project_id.to_string())
-                .bind(station_id.to_string())
-                .bind(to_json(limits))
-                .bind(to_micros(now))
-                .execute(conn)
-                .await?;
-                Ok::<_, StoreError>(())
-            }
+            )
+            .bind(project_id.to_string())
+            .bind(station_id.to_string())
+            .bind(to_json(limits))
+            .bind(to_micros(now))
+            .execute(conn)
+            .await
+            .map(drop)
         })?;
         Ok(())
     }
@@ -360,14 +352,12 @@ impl Store {
     /// Removes a project's limits on a station; true when it had some.
     pub async fn delete_project_limits(&self, project_id: Uuid, station_id: Uuid) -> Result<bool, StoreError> {
         let done = audited_write!(self, |conn| {
-            Ok::<_, StoreError>({
-                sqlx::query("DELETE FROM project_limits WHERE project_id = $1 AND station_id = $2")
-                    .bind(project_id.to_string())
-                    .bind(station_id.to_string())
-                    .execute(conn)
-                    .await?
-                    .rows_affected()
-            })
+            sqlx::query("DELETE FROM project_limits WHERE project_id = $1 AND station_id = $2")
+                .bind(project_id.to_string())
+                .bind(station_id.to_string())
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected())
         })?;
         Ok(done == 1)
     }
@@ -409,18 +399,16 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         audited_write!(self, |conn| {
-            {
-                sqlx::query(
-                    "INSERT INTO project_budgets (project_id, budget, updated_at) VALUES ($1, $2, $3) \
+            sqlx::query(
+                "INSERT INTO project_budgets (project_id, budget, updated_at) VALUES ($1, $2, $3) \
                  ON CONFLICT (project_id) DO UPDATE SET budget = EXCLUDED.budget, updated_at = EXCLUDED.updated_at",
-                )
-                .bind(project_id.to_string())
-                .bind(to_json(budget))
-                .bind(to_micros(now))
-                .execute(conn)
-                .await?;
-                Ok::<_, StoreError>(())
-            }
+            )
+            .bind(project_id.to_string())
+            .bind(to_json(budget))
+            .bind(to_micros(now))
+            .execute(conn)
+            .await
+            .map(drop)
         })?;
         Ok(())
     }
@@ -428,13 +416,11 @@ impl Store {
     /// Removes a project's budget; true when it had one.
     pub async fn delete_project_budget(&self, project_id: Uuid) -> Result<bool, StoreError> {
         let done = audited_write!(self, |conn| {
-            Ok::<_, StoreError>({
-                sqlx::query("DELETE FROM project_budgets WHERE project_id = $1")
-                    .bind(project_id.to_string())
-                    .execute(conn)
-                    .await?
-                    .rows_affected()
-            })
+            sqlx::query("DELETE FROM project_budgets WHERE project_id = $1")
+                .bind(project_id.to_string())
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected())
         })?;
         Ok(done == 1)
     }

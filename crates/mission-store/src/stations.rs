@@ -80,19 +80,17 @@ impl Store {
         reclaim: Option<bool>,
     ) -> Result<bool, StoreError> {
         let done = audited_write!(self, |conn| {
-            Ok::<_, StoreError>({
-                sqlx::query(
-                    "UPDATE stations SET description = COALESCE($1, description), open = COALESCE($2, open), \
+            sqlx::query(
+                "UPDATE stations SET description = COALESCE($1, description), open = COALESCE($2, open), \
                  reclaim = COALESCE($3, reclaim) WHERE station_id = $4",
-                )
-                .bind(description)
-                .bind(open)
-                .bind(reclaim)
-                .bind(station_id.to_string())
-                .execute(conn)
-                .await?
-                .rows_affected()
-            })
+            )
+            .bind(description)
+            .bind(open)
+            .bind(reclaim)
+            .bind(station_id.to_string())
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected())
         })?;
         Ok(done == 1)
     }
@@ -100,13 +98,11 @@ impl Store {
     /// Deletes a station with its members and landing zones; true when it existed.
     pub async fn delete_station(&self, station_id: Uuid) -> Result<bool, StoreError> {
         let done = audited_write!(self, |conn| {
-            Ok::<_, StoreError>({
-                sqlx::query("DELETE FROM stations WHERE station_id = $1")
-                    .bind(station_id.to_string())
-                    .execute(conn)
-                    .await?
-                    .rows_affected()
-            })
+            sqlx::query("DELETE FROM stations WHERE station_id = $1")
+                .bind(station_id.to_string())
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected())
         })?;
         Ok(done == 1)
     }
@@ -126,18 +122,16 @@ impl Store {
     /// Adds a member (again is fine).
     pub async fn add_station_member(&self, station_id: Uuid, user: Uuid, now: DateTime<Utc>) -> Result<(), StoreError> {
         audited_write!(self, |conn| {
-            {
-                sqlx::query(
-                    "INSERT INTO station_members (station_id, user_id, added_at) VALUES ($1, $2, $3) \
+            sqlx::query(
+                "INSERT INTO station_members (station_id, user_id, added_at) VALUES ($1, $2, $3) \
                  ON CONFLICT DO NOTHING",
-                )
-                .bind(station_id.to_string())
-                .bind(user.to_string())
-                .bind(to_micros(now))
-                .execute(conn)
-                .await?;
-                Ok::<_, StoreError>(())
-            }
+            )
+            .bind(station_id.to_string())
+            .bind(user.to_string())
+            .bind(to_micros(now))
+            .execute(conn)
+            .await
+            .map(drop)
         })?;
         Ok(())
     }
@@ -145,14 +139,12 @@ impl Store {
     /// Removes a member; true when they were one.
     pub async fn remove_station_member(&self, station_id: Uuid, user: Uuid) -> Result<bool, StoreError> {
         let done = audited_write!(self, |conn| {
-            Ok::<_, StoreError>({
-                sqlx::query("DELETE FROM station_members WHERE station_id = $1 AND user_id = $2")
-                    .bind(station_id.to_string())
-                    .bind(user.to_string())
-                    .execute(conn)
-                    .await?
-                    .rows_affected()
-            })
+            sqlx::query("DELETE FROM station_members WHERE station_id = $1 AND user_id = $2")
+                .bind(station_id.to_string())
+                .bind(user.to_string())
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected())
         })?;
         Ok(done == 1)
     }
@@ -261,14 +253,12 @@ impl Store {
     /// Removes a landing zone of a station; true when it existed.
     pub async fn delete_landing_zone(&self, station_id: Uuid, lz_id: Uuid) -> Result<bool, StoreError> {
         let done = audited_write!(self, |conn| {
-            Ok::<_, StoreError>({
-                sqlx::query("DELETE FROM landing_zones WHERE station_id = $1 AND lz_id = $2")
-                    .bind(station_id.to_string())
-                    .bind(lz_id.to_string())
-                    .execute(conn)
-                    .await?
-                    .rows_affected()
-            })
+            sqlx::query("DELETE FROM landing_zones WHERE station_id = $1 AND lz_id = $2")
+                .bind(station_id.to_string())
+                .bind(lz_id.to_string())
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected())
         })?;
         Ok(done == 1)
     }

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::blobs::{FileStore, Location, S3Access};
-use crate::error::{ApiError, ApiResult};
+use crate::domain::{DomainError, DomainResult};
 use crate::sealing::SealingKey;
 use mission_store::{CargoBayRecord, Store};
 
@@ -101,15 +101,15 @@ impl CargoBays {
         self.key.seal(storage_id, &serde_json::to_vec(credentials).expect("strings serialise"))
     }
 
-    fn unseal(&self, storage_id: Uuid, sealed: &[u8]) -> ApiResult<Credentials> {
+    fn unseal(&self, storage_id: Uuid, sealed: &[u8]) -> DomainResult<Credentials> {
         let plain = self.key.unseal(storage_id, sealed);
-        plain
-            .and_then(|plain| serde_json::from_slice(&plain).ok())
-            .ok_or_else(|| ApiError::internal(format!("the credentials of cargo bay {storage_id} cannot be unsealed")))
+        plain.and_then(|plain| serde_json::from_slice(&plain).ok()).ok_or_else(|| {
+            DomainError::internal(format!("the credentials of cargo bay {storage_id} cannot be unsealed"))
+        })
     }
 
     /// The object store behind a bay (opened once, then cached).
-    pub fn open(&self, record: &CargoBayRecord) -> ApiResult<FileStore> {
+    pub fn open(&self, record: &CargoBayRecord) -> DomainResult<FileStore> {
         let id = record.bay.storage_id;
         if let Some(store) = self.opened.lock().expect("not poisoned").get(&id) {
             return Ok(store.clone());
@@ -126,7 +126,7 @@ impl CargoBays {
     }
 
     /// Where the input files of `mission` live.
-    pub async fn source(&self, store: &Store, mission: &Mission) -> ApiResult<Location> {
+    pub async fn source(&self, store: &Store, mission: &Mission) -> DomainResult<Location> {
         let Some(bay) = named_bay(store, mission.source_storage_id, "source").await? else {
             return Ok(self.default.default_location(mission.mission_id));
         };
@@ -141,7 +141,7 @@ impl CargoBays {
     /// Where the results of `job_id` go: `{prefix}/{destination_path}/{job_id}` in the mission's
     /// destination bay (`{prefix}/missions/{mission}/jobs/{job_id}` without a destination path),
     /// or the default storage.
-    pub async fn results(&self, store: &Store, mission: &Mission, job_id: Uuid) -> ApiResult<Location> {
+    pub async fn results(&self, store: &Store, mission: &Mission, job_id: Uuid) -> DomainResult<Location> {
         let Some(bay) = named_bay(store, mission.destination_storage_id, "destination").await? else {
             return Ok(self.default.default_results_location(mission.mission_id, job_id));
         };
@@ -156,47 +156,48 @@ impl CargoBays {
 }
 
 /// The bay a mission names as its `role` (source or destination); `None` for the default storage.
-async fn named_bay(store: &Store, id: Option<Uuid>, role: &str) -> ApiResult<Option<CargoBayRecord>> {
+async fn named_bay(store: &Store, id: Option<Uuid>, role: &str) -> DomainResult<Option<CargoBayRecord>> {
     match id {
         None => Ok(None),
         Some(id) if id == DEFAULT_CARGO_BAY_ID => Ok(None),
         Some(id) => match store.cargo_bay(id).await? {
             Some(bay) => Ok(Some(bay)),
-            None => Err(ApiError::conflict(format!("the mission's {role} cargo bay {id} no longer exists"))),
+            None => Err(DomainError::Conflict(format!("the mission's {role} cargo bay {id} no longer exists"))),
         },
     }
 }
 
 /// The segments of a storage path (a bay's prefix, a mission's source path): the same rule as
 /// file paths, leading and trailing `/` allowed.
-pub fn storage_segments(field: &str, path: Option<&str>) -> crate::domain::DomainResult<Vec<String>> {
+pub fn storage_segments(field: &str, path: Option<&str>) -> DomainResult<Vec<String>> {
     match path.map(|p| p.trim_matches('/')).filter(|p| !p.is_empty()) {
         None => Ok(Vec::new()),
         Some(p) => MissionPath::parse(p)
             .map(|p| p.segments().map(str::to_owned).collect())
-            .map_err(|e| crate::domain::DomainError::invalid(field, format!("{p:?}: {e}"))),
+            .map_err(|e| DomainError::invalid(field, format!("{p:?}: {e}"))),
     }
 }
 
 /// Opens the object store of an `s3` or `local` bay.
-fn open_store(bay: &CargoBay, credentials: Option<Credentials>) -> ApiResult<FileStore> {
+fn open_store(bay: &CargoBay, credentials: Option<Credentials>) -> DomainResult<FileStore> {
     match bay.kind {
-        CargoBayKind::Default => Err(ApiError::internal("the default bay has no row")),
+        CargoBayKind::Default => Err(DomainError::internal("the default bay has no row")),
         CargoBayKind::Local => {
-            let path = bay.path.as_deref().ok_or_else(|| ApiError::internal("local bay without a path"))?;
+            let path = bay.path.as_deref().ok_or_else(|| DomainError::internal("local bay without a path"))?;
             FileStore::existing_local(Path::new(path)).map_err(|e| {
-                ApiError::bad_gateway(format!("cargo bay {} ({path}) cannot be opened: {e}", bay.storage_id))
+                DomainError::Storage(format!("cargo bay {} ({path}) cannot be opened: {e}", bay.storage_id))
             })
         }
         CargoBayKind::S3 => {
-            let bucket = bay.bucket.as_deref().ok_or_else(|| ApiError::internal("s3 bay without a bucket"))?;
+            let bucket = bay.bucket.as_deref().ok_or_else(|| DomainError::internal("s3 bay without a bucket"))?;
             let access = S3Access {
                 bucket,
                 region: bay.region.as_deref().unwrap_or(DEFAULT_REGION),
                 endpoint: bay.endpoint.as_deref(),
                 credentials: credentials.map(|c| (c.access_key_id, c.secret_access_key, c.session_token)),
             };
-            let store = access.open().map_err(|e| ApiError::invalid(format!("the S3 settings do not work: {e}")))?;
+            let store =
+                access.open().map_err(|e| DomainError::Unusable(format!("the S3 settings do not work: {e}")))?;
             Ok(FileStore::remote(Arc::new(store)))
         }
     }
@@ -204,14 +205,14 @@ fn open_store(bay: &CargoBay, credentials: Option<Credentials>) -> ApiResult<Fil
 
 /// The error for a failure of a cargo bay's storage: the bay refused or did not answer (502),
 /// naming the bay and the store's own words.
-pub fn storage_error(location: &Location, e: object_store::Error) -> ApiError {
+pub fn storage_error(location: &Location, e: object_store::Error) -> DomainError {
     if location.owned_folder {
-        return ApiError::internal(e);
+        return DomainError::internal(e);
     }
     if is_refusal(&e) {
-        ApiError::bad_gateway(format!("the cargo bay refused access (check its credentials): {e}"))
+        DomainError::Storage(format!("the cargo bay refused access (check its credentials): {e}"))
     } else {
-        ApiError::bad_gateway(format!("the cargo bay failed: {e}"))
+        DomainError::Storage(format!("the cargo bay failed: {e}"))
     }
 }
 

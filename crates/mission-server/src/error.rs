@@ -192,6 +192,9 @@ impl From<crate::domain::DomainError> for ApiError {
             DomainError::NotFound { what, id } => ApiError::not_found(what, id),
             DomainError::Forbidden(detail) => ApiError::forbidden(detail),
             DomainError::Conflict(detail) => ApiError::conflict(detail),
+            DomainError::Unusable(detail) => ApiError::invalid(detail),
+            DomainError::Storage(detail) => ApiError::bad_gateway(detail),
+            DomainError::Internal(cause) => ApiError::internal(cause),
             DomainError::Store(e) => e.into(),
             DomainError::Scheduler(e) => e.into(),
         }

@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use crate::agent_tokens::AgentTokens;
 use crate::cluster::Cluster;
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiError;
 use crate::job_logs::{JobLogs, LogStream};
 pub use mission_scheduler::{
     Call, Event, Host, Outcome, Policy, Queue, QueueOrder, Replicas, Responder, SchedulerError, SchedulerResult,
@@ -133,10 +133,6 @@ impl Scheduler {
         Ok(Self { route: Route::Single(events), sessions, queue })
     }
 
-    async fn ask(&self, call: Call) -> ApiResult<Outcome> {
-        self.call(call).await.map_err(ApiError::from)
-    }
-
     async fn call(&self, call: Call) -> SchedulerResult<Outcome> {
         let stopped = || SchedulerError::Unavailable("the scheduler has stopped".into());
         let events = match &self.route {
@@ -220,32 +216,35 @@ impl Scheduler {
 
     /// Queues a job (already checked and resolved by the route) and places it if it fits; a job
     /// no LZ of its station could ever hold is refused with a 400.
-    pub async fn submit(&self, job: Job) -> ApiResult<Job> {
-        match self.ask(Call::Submit { job: Box::new(job), audit: audit::take() }).await? {
+    pub async fn submit(&self, job: Job) -> SchedulerResult<Job> {
+        match self.call(Call::Submit { job: Box::new(job), audit: audit::take() }).await? {
             Outcome::Job { job } => Ok(*job),
             other => Err(unexpected(other)),
         }
     }
 
     /// Queues jobs that differ only in their ids, array indices and arguments (a job array).
-    pub async fn submit_many(&self, jobs: Vec<Job>) -> ApiResult<()> {
-        self.ask(Call::SubmitMany { jobs, audit: audit::take() }).await.map(drop)
+    pub async fn submit_many(&self, jobs: Vec<Job>) -> SchedulerResult<()> {
+        self.call(Call::SubmitMany { jobs, audit: audit::take() }).await.map(drop)
     }
 
     /// Stops a job: dequeues it, or has its LZ kill it.
-    pub async fn stop(&self, job_id: Uuid, by: String) -> ApiResult<()> {
-        self.ask(Call::Stop { job_id, by, audit: audit::take() }).await.map(drop)
+    pub async fn stop(&self, job_id: Uuid, by: String) -> SchedulerResult<()> {
+        self.call(Call::Stop { job_id, by, audit: audit::take() }).await.map(drop)
     }
 
     /// An agent connects: its resources are recorded and its orders start.
-    pub async fn connect(&self, lz: LzIdentity, hello: Hello) -> ApiResult<Session> {
+    pub async fn connect(&self, lz: LzIdentity, hello: Hello) -> SchedulerResult<Session> {
         let (session_id, orders) = self.sessions.open();
-        let outcome = self.ask(Call::Connect { lz, hello: Box::new(hello), session: session_id }).await;
+        let outcome = self.call(Call::Connect { lz, hello: Box::new(hello), session: session_id }).await;
         match outcome {
             Ok(Outcome::Welcome { welcome }) => Ok(Session { welcome: *welcome, orders, session_id }),
             other => {
                 self.sessions.end_here(session_id.n);
-                Err(other.err().unwrap_or_else(|| ApiError::internal("the scheduler answered a connect oddly")))
+                Err(match other {
+                    Ok(outcome) => unexpected(outcome),
+                    Err(e) => e,
+                })
             }
         }
     }
@@ -257,13 +256,13 @@ impl Scheduler {
     }
 
     /// An agent renews its lease; a 409 tells it to connect again.
-    pub async fn heartbeat(&self, lz_id: Uuid) -> ApiResult<()> {
-        self.ask(Call::Heartbeat { lz_id }).await.map(drop)
+    pub async fn heartbeat(&self, lz_id: Uuid) -> SchedulerResult<()> {
+        self.call(Call::Heartbeat { lz_id }).await.map(drop)
     }
 
     /// An agent reports its jobs' moves.
-    pub async fn reports(&self, lz: LzIdentity, reports: Vec<Report>) -> ApiResult<()> {
-        self.ask(Call::Reports { lz, reports }).await.map(drop)
+    pub async fn reports(&self, lz: LzIdentity, reports: Vec<Report>) -> SchedulerResult<()> {
+        self.call(Call::Reports { lz, reports }).await.map(drop)
     }
 
     /// A landing zone was registered, or got a new token: jobs may now name it.
@@ -272,8 +271,8 @@ impl Scheduler {
     }
 
     /// What a gateway's station has queued that its pilots could run.
-    pub async fn demand(&self, lz_id: Uuid) -> ApiResult<mission_api::lz::Demand> {
-        match self.ask(Call::Demand { lz_id }).await? {
+    pub async fn demand(&self, lz_id: Uuid) -> SchedulerResult<mission_api::lz::Demand> {
+        match self.call(Call::Demand { lz_id }).await? {
             Outcome::Demand { demand } => Ok(demand),
             other => Err(unexpected(other)),
         }
@@ -301,7 +300,7 @@ impl Scheduler {
     pub async fn project_gauges(&self) -> SchedulerResult<Vec<mission_scheduler::ProjectGauge>> {
         match self.call(Call::ProjectGauges).await? {
             Outcome::ProjectGauges { gauges } => Ok(gauges),
-            other => Err(SchedulerError::Store(format!("the scheduler answered {other:?}"))),
+            other => Err(unexpected(other)),
         }
     }
 
@@ -309,13 +308,13 @@ impl Scheduler {
     pub async fn project_usage(&self, project_id: Uuid) -> SchedulerResult<Vec<(Uuid, mission_api::ResourcesInUse)>> {
         match self.call(Call::ProjectUsage { project_id }).await? {
             Outcome::ProjectUsage { usage } => Ok(usage),
-            other => Err(SchedulerError::Store(format!("the scheduler answered {other:?}"))),
+            other => Err(unexpected(other)),
         }
     }
 
     /// Removes a pilot whose allocation ended; its unfinished jobs go back in the queue.
-    pub async fn remove_pilot(&self, station_id: Uuid, lz_id: Uuid) -> ApiResult<bool> {
-        match self.ask(Call::RemovePilot { station_id, lz_id }).await? {
+    pub async fn remove_pilot(&self, station_id: Uuid, lz_id: Uuid) -> SchedulerResult<bool> {
+        match self.call(Call::RemovePilot { station_id, lz_id }).await? {
             Outcome::Removed { removed } => Ok(removed),
             other => Err(unexpected(other)),
         }
@@ -324,14 +323,15 @@ impl Scheduler {
     /// Removes a landing zone of a station (or, with `lz_id` `None`, the station with all of them)
     /// from the store and from placement; a 409 while jobs that have not ended are queued for it
     /// or placed on it. Answers false when there was nothing to remove.
-    pub async fn remove(&self, station_id: Uuid, lz_id: Option<Uuid>) -> ApiResult<bool> {
-        match self.ask(Call::Remove { station_id, lz_id, audit: audit::take() }).await? {
+    pub async fn remove(&self, station_id: Uuid, lz_id: Option<Uuid>) -> SchedulerResult<bool> {
+        match self.call(Call::Remove { station_id, lz_id, audit: audit::take() }).await? {
             Outcome::Removed { removed } => Ok(removed),
             other => Err(unexpected(other)),
         }
     }
 }
 
-fn unexpected(outcome: Outcome) -> ApiError {
-    ApiError::internal(format!("the scheduler answered {outcome:?}"))
+/// A call answered with an outcome of another call: a bug, answered as a 500.
+fn unexpected(outcome: Outcome) -> SchedulerError {
+    SchedulerError::Store(format!("the scheduler answered {outcome:?}"))
 }

@@ -3,10 +3,10 @@
 //! back with every field as it was except the secrets, which must be typed again.
 
 use askama::Template;
+use axum::Form;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
-use axum::{Form, Json};
 use mission_api::{CargoBay, CargoBayKind, CreateCargoBay, DEFAULT_CARGO_BAY_ID};
 use serde::Deserialize;
 
@@ -14,8 +14,8 @@ use super::session::Viewer;
 use super::sign_in::CsrfForm;
 use super::{Frame, PageResult, page, refusal};
 use crate::AppState;
-use crate::routes::cargo_bays;
-use crate::routes::extract::ApiJson;
+use crate::domain::cargo_bays;
+use crate::routes::extract::parse_id;
 
 #[derive(Template)]
 #[template(path = "console/cargo_bays.html")]
@@ -88,7 +88,7 @@ async fn bays_page(
     sent: BayForm,
     error: String,
 ) -> Result<CargoBaysPage, super::PageError> {
-    let Json(bays) = cargo_bays::list(State(app.clone()), viewer.principal()).await?;
+    let bays = cargo_bays::list(app, viewer.principal()).await?;
     Ok(CargoBaysPage { frame: Frame::new(viewer, "cargo-bays"), bays, sent, error })
 }
 
@@ -101,7 +101,7 @@ pub async fn list(State(app): State<AppState>, viewer: Viewer) -> PageResult {
 /// `POST /cargo-bays`: adds a bay once the server has checked that it answers.
 pub async fn create(State(app): State<AppState>, viewer: Viewer, Form(sent): Form<BayForm>) -> PageResult {
     viewer.check_csrf(&sent.csrf)?;
-    match cargo_bays::create(State(app.clone()), viewer.principal(), ApiJson(sent.request())).await {
+    match cargo_bays::create(&app, viewer.principal(), sent.request()).await {
         Ok(_) => Ok(Redirect::to("/cargo-bays").into_response()),
         Err(e) => {
             let e = refusal(e)?;
@@ -118,7 +118,7 @@ pub async fn delete(
     Form(form): Form<CsrfForm>,
 ) -> PageResult {
     viewer.check_csrf(&form.csrf)?;
-    cargo_bays::delete(State(app), viewer.principal(), Path(id)).await?;
+    cargo_bays::delete(&app, viewer.principal(), parse_id("storage_id", &id)?).await?;
     Ok(Redirect::to("/cargo-bays").into_response())
 }
 

@@ -4,10 +4,10 @@
 use std::collections::HashMap;
 
 use askama::Template;
+use axum::Form;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
-use axum::{Form, Json};
 use mission_api::{FileListing, Job, JobPage, JobStatus, Station};
 use serde::Deserialize;
 use uuid::Uuid;
@@ -17,9 +17,10 @@ use super::session::Viewer;
 use super::sign_in::CsrfForm;
 use super::{Frame, PageResult, file_href, page, query_value};
 use crate::AppState;
+use crate::domain::jobs;
 use crate::job_logs::LogStream;
-use crate::routes::extract::QueryPairs;
-use crate::routes::jobs;
+use crate::routes::extract::parse_id;
+use mission_store::JobFilter;
 
 /// Jobs per page of the list.
 const PAGE_SIZE: u32 = 25;
@@ -64,37 +65,36 @@ pub struct ListQuery {
 /// in one state.
 pub async fn list(State(app): State<AppState>, viewer: Viewer, Query(query): Query<ListQuery>) -> PageResult {
     let page_number = query.page.unwrap_or(1).max(1);
-    let mut pairs = vec![("page".to_owned(), page_number.to_string()), ("items".to_owned(), PAGE_SIZE.to_string())];
+    let mut filter = JobFilter { page: page_number, items: PAGE_SIZE, ..Default::default() };
     // The live feed watches what the list shows: the same mission and station filters.
     let mut watched: Vec<(String, String)> = Vec::new();
     let mut mission = None;
     if let Some(raw) = query.mission.as_deref().filter(|m| !m.is_empty()) {
-        let id = crate::routes::extract::parse_id("mission", raw)?;
+        let id = parse_id("mission", raw)?;
         let found = crate::domain::missions::readable(&app, viewer.principal(), id).await?;
         watched.push(("mission_ids".into(), found.mission_id.to_string()));
+        filter.mission_ids.push(found.mission_id);
         mission = Some((found.mission_id, found.name));
     }
-    let Json(stations) = crate::routes::stations::list(State(app.clone()), viewer.principal()).await?;
+    let stations = crate::domain::stations::list(&app, viewer.principal()).await?;
     // The list holds every station the viewer may see: the chosen one is looked up there.
     let mut station = None;
     if let Some(raw) = query.station.as_deref().filter(|s| !s.is_empty()) {
-        let id = crate::routes::extract::parse_id("station_id", raw)?;
+        let id = parse_id("station_id", raw)?;
         if !stations.iter().any(|s| s.station_id == id) {
             return Err(crate::error::ApiError::not_found("station", id).into());
         }
         watched.push(("station_ids".into(), id.to_string()));
+        filter.station_ids.push(id);
         station = Some(id);
     }
     let events = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(&watched).finish();
     let events = format!("/api/v1/jobs/events?{events}");
-    pairs.extend(watched);
     let statuses: Vec<&'static str> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();
-    let status = if statuses.contains(&query.status.as_str()) { query.status.clone() } else { String::new() };
-    if !status.is_empty() {
-        pairs.push(("statuses".into(), status.clone()));
-    }
-    let Json(JobPage { jobs, total, .. }) =
-        jobs::list(State(app.clone()), viewer.principal(), QueryPairs(pairs)).await?;
+    let chosen = JobStatus::ALL.iter().find(|s| s.as_str() == query.status);
+    let status = chosen.map_or_else(String::new, |s| s.as_str().to_owned());
+    filter.statuses.extend(chosen);
+    let JobPage { jobs, total, .. } = jobs::list(&app, viewer.principal(), filter).await?;
     let mut names: HashMap<Uuid, String> = HashMap::new();
     let mut rows = Vec::with_capacity(jobs.len());
     for job in jobs {
@@ -147,7 +147,7 @@ struct JobPageView {
 
 /// `GET /jobs/{id}`: one job.
 pub async fn show(State(app): State<AppState>, viewer: Viewer, Path(id): Path<String>) -> PageResult {
-    let Json(job) = jobs::get(State(app.clone()), viewer.principal(), Path(id.clone())).await?;
+    let job = jobs::get(&app, viewer.principal(), parse_id("job_id", &id)?).await?;
     let mission_name = app.store.mission(job.mission_id).await?.map_or_else(|| "(deleted)".to_owned(), |m| m.name);
     let finished = job.status.is_final();
     let (mut stdout, mut stderr) = (String::new(), String::new());
@@ -159,7 +159,7 @@ pub async fn show(State(app): State<AppState>, viewer: Viewer, Path(id): Path<St
             let tail = &bytes[bytes.len().saturating_sub(LOG_TAIL_BYTES)..];
             *text = String::from_utf8_lossy(tail).into_owned();
         }
-        let Json(listing) = jobs::results(State(app), viewer.principal(), Path(id)).await?;
+        let listing = jobs::result_listing(&app, &job).await?;
         results = listing
             .into_iter()
             .map(|f| {
@@ -182,6 +182,6 @@ pub async fn stop(
     Form(form): Form<CsrfForm>,
 ) -> PageResult {
     viewer.check_csrf(&form.csrf)?;
-    let Json(job) = jobs::stop(State(app), viewer.principal(), Path(id)).await?;
+    let job = jobs::stop(&app, viewer.principal(), parse_id("job_id", &id)?).await?;
     Ok(Redirect::to(&format!("/jobs/{}", job.job_id)).into_response())
 }

@@ -5,10 +5,10 @@
 //! is sent, and the server refuses it again (the scheduler's own check) for anyone without script.
 
 use askama::Template;
+use axum::Form;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::{Form, Json};
 use mission_api::{LandingZone, Mission, ResourceDefaults, RunJob, Station};
 use serde::Deserialize;
 use uuid::Uuid;
@@ -17,10 +17,9 @@ use super::session::Viewer;
 use super::{Frame, PageError, PageResult, page, refusal};
 use crate::AppState;
 use crate::catalogue;
-use crate::domain::missions;
+use crate::domain::{jobs, missions, stations};
 use crate::error::ApiError;
-use crate::routes::extract::{ApiJson, parse_id};
-use crate::routes::{jobs, stations};
+use crate::routes::extract::parse_id;
 
 /// A station and its landing zones, as the dialog offers them.
 struct StationChoice {
@@ -103,7 +102,7 @@ async fn dialog(app: &AppState, viewer: &Viewer, id: &str, sent: Option<RunForm>
             ApiError::invalid_field("mission_type_id", "the mission has no mission type to say how to run it").into()
         );
     };
-    let Json(list) = stations::list(State(app.clone()), principal).await?;
+    let list = stations::list(app, principal).await?;
     // Every landing zone in one read; the list above holds only stations the viewer may use.
     let mut zones = app.store.landing_zones(None, app.config.lz_lease, mission_store::now()).await?;
     let choices = list
@@ -139,11 +138,14 @@ pub async fn submit(
 ) -> PageResult {
     viewer.check_csrf(&sent.csrf)?;
     let started = match sent.request() {
-        Ok(request) => jobs::run(State(app.clone()), viewer.principal(), Path(id.clone()), ApiJson(request)).await,
+        Ok(request) => match parse_id("mission_id", &id) {
+            Ok(mission_id) => jobs::submit(&app, viewer.principal(), mission_id, request).await.map_err(ApiError::from),
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     };
     match started {
-        Ok((_, Json(job))) => Ok(Redirect::to(&format!("/jobs/{}", job.job_id)).into_response()),
+        Ok(job) => Ok(Redirect::to(&format!("/jobs/{}", job.job_id)).into_response()),
         Err(e) => {
             let e = refusal(e)?;
             Ok(refused(dialog(&app, &viewer, &id, Some(sent)).await?, &e))

@@ -4,10 +4,10 @@
 //! once, on the answer to the form, never in an address) and remove one.
 
 use askama::Template;
+use axum::Form;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
-use axum::{Form, Json};
 use chrono::{DateTime, Utc};
 use mission_api::{LandingZone, RegisterLandingZone, RegisteredLandingZone, Station, StationMember};
 use serde::Deserialize;
@@ -16,9 +16,8 @@ use super::session::Viewer;
 use super::sign_in::CsrfForm;
 use super::{Frame, PageError, PageResult, page};
 use crate::AppState;
-use crate::error::ApiError;
-use crate::routes::extract::ApiJson;
-use crate::routes::stations;
+use crate::domain::{DomainError, stations};
+use crate::routes::extract::parse_id;
 
 /// A station as a row of the list.
 struct Row {
@@ -37,7 +36,7 @@ struct StationsPage {
 
 /// `GET /stations`: the stations the viewer may run jobs on (all of them, for admins).
 pub async fn list(State(app): State<AppState>, viewer: Viewer) -> PageResult {
-    let Json(list) = stations::list(State(app.clone()), viewer.principal()).await?;
+    let list = stations::list(&app, viewer.principal()).await?;
     let all = app.store.landing_zones(None, app.config.lz_lease, mission_store::now()).await?;
     let rows = list
         .into_iter()
@@ -87,7 +86,7 @@ async fn station_page(
 ) -> Result<StationPage, PageError> {
     let principal = viewer.principal();
     // One visibility check; what follows reads the station's rows directly.
-    let Json(station) = stations::get(State(app.clone()), principal, Path(id.to_owned())).await?;
+    let station = stations::visible(app, principal, parse_id("station_id", id)?).await?;
     let zones = app.store.landing_zones(Some(station.station_id), app.config.lz_lease, mission_store::now()).await?;
     let manages = viewer.user.admin || station.owner_id == Some(viewer.user.user_id);
     let members = if manages { app.store.station_members(station.station_id).await? } else { Vec::new() };
@@ -121,7 +120,7 @@ pub async fn show(State(app): State<AppState>, viewer: Viewer, Path(id): Path<St
 }
 
 /// The station page again with a form's refusal above it, when the API refused with a 4xx.
-async fn refused(app: &AppState, viewer: &Viewer, id: &str, error: ApiError) -> PageResult {
+async fn refused(app: &AppState, viewer: &Viewer, id: &str, error: DomainError) -> PageResult {
     let error = super::refusal(error)?;
     let status = error.status();
     Ok(page(status, &station_page(app, viewer, id, None, error.problem().detail).await?))
@@ -147,10 +146,8 @@ pub async fn register(
     viewer.check_csrf(&form.csrf)?;
     let cluster_account = Some(form.cluster_account.trim().to_owned()).filter(|a| !a.is_empty());
     let request = RegisterLandingZone { name: form.name, cluster_account };
-    match stations::register_landing_zone(State(app.clone()), viewer.principal(), Path(id.clone()), ApiJson(request))
-        .await
-    {
-        Ok((_, Json(registered))) => {
+    match stations::register_landing_zone(&app, viewer.principal(), parse_id("station_id", &id)?, request).await {
+        Ok(registered) => {
             Ok(page(StatusCode::CREATED, &station_page(&app, &viewer, &id, Some(registered), String::new()).await?))
         }
         Err(e) => refused(&app, &viewer, &id, e).await,
@@ -165,7 +162,8 @@ pub async fn remove_lz(
     Form(form): Form<CsrfForm>,
 ) -> PageResult {
     viewer.check_csrf(&form.csrf)?;
-    stations::remove_landing_zone(State(app), viewer.principal(), Path((id.clone(), lz))).await?;
+    let (station_id, lz_id) = (parse_id("station_id", &id)?, parse_id("lz_id", &lz)?);
+    stations::remove_landing_zone(&app, viewer.principal(), station_id, lz_id).await?;
     Ok(Redirect::to(&format!("/stations/{id}")).into_response())
 }
 
@@ -186,8 +184,8 @@ pub async fn add_member(
 ) -> PageResult {
     viewer.check_csrf(&form.csrf)?;
     let user = form.user.trim().to_owned();
-    match stations::add_member(State(app.clone()), viewer.principal(), Path((id.clone(), user))).await {
-        Ok(_) => Ok(Redirect::to(&format!("/stations/{id}#members")).into_response()),
+    match stations::add_member(&app, viewer.principal(), parse_id("station_id", &id)?, &user).await {
+        Ok(()) => Ok(Redirect::to(&format!("/stations/{id}#members")).into_response()),
         Err(e) => refused(&app, &viewer, &id, e).await,
     }
 }
@@ -200,6 +198,6 @@ pub async fn remove_member(
     Form(form): Form<MemberForm>,
 ) -> PageResult {
     viewer.check_csrf(&form.csrf)?;
-    stations::remove_member(State(app), viewer.principal(), Path((id.clone(), form.user))).await?;
+    stations::remove_member(&app, viewer.principal(), parse_id("station_id", &id)?, &form.user).await?;
     Ok(Redirect::to(&format!("/stations/{id}#members")).into_response())
 }

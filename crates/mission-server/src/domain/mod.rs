@@ -7,13 +7,15 @@
 //! the same functions; only the HTTP edge turns a [`DomainError`] into an
 //! [`ApiError`](crate::error::ApiError) (and logs a store failure's cause there, once).
 //!
-//! Resources move here one at a time: [`projects`] and [`missions`] so far (and reading the
-//! [`audit`] trail); jobs still hold their rules in `routes/` and call
-//! [`projects::ensure_may_run`] and [`missions::writable`] for theirs.
+//! One module per resource: [`projects`], [`missions`], [`jobs`], [`stations`] (with their
+//! landing zones), [`cargo_bays`], and reading the [`audit`] trail.
 
 pub mod audit;
+pub mod cargo_bays;
+pub mod jobs;
 pub mod missions;
 pub mod projects;
+pub mod stations;
 
 use mission_store::StoreError;
 
@@ -51,6 +53,16 @@ pub enum DomainError {
     /// The request clashes with what is stored (a taken name, a project that holds missions).
     #[error("{0}")]
     Conflict(String),
+    /// The request is well formed, but what it names cannot be used (S3 settings that open no
+    /// client, a bay that cannot be listed).
+    #[error("{0}")]
+    Unusable(String),
+    /// A cargo bay's storage refused or failed (the bay, and the storage's own words).
+    #[error("{0}")]
+    Storage(String),
+    /// The server failed (a bug, or its own disk): the cause, logged at the HTTP edge.
+    #[error("{0}")]
+    Internal(String),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -68,6 +80,11 @@ impl DomainError {
     /// A wrong (or missing) mission setting `name`.
     pub fn invalid_setting(name: impl Into<String>, detail: impl Into<String>) -> Self {
         Self::InvalidSetting { name: name.into(), detail: detail.into() }
+    }
+
+    /// The server's own failure, with its cause.
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        Self::Internal(cause.to_string())
     }
 
     /// No `what` with this id (or none the caller may see).
@@ -131,4 +148,33 @@ pub fn check_description(description: &str) -> DomainResult<()> {
         return Err(DomainError::invalid("description", "must not contain NUL"));
     }
     Ok(())
+}
+
+/// The user named by id or username, if there is one.
+pub async fn user_named(app: &crate::AppState, given: &str) -> DomainResult<Option<uuid::Uuid>> {
+    let user = match uuid::Uuid::parse_str(given) {
+        Ok(id) => app.store.user_by_id(id).await?,
+        Err(_) => app.store.user_by_username(given).await?,
+    };
+    Ok(user.map(|u| u.user_id))
+}
+
+/// The user a path names (by id or username), to add to or take from a station or project:
+/// not found when there is no such user.
+pub async fn member_named(app: &crate::AppState, given: &str) -> DomainResult<uuid::Uuid> {
+    user_named(app, given).await?.ok_or_else(|| DomainError::not_found("user", format!("{given:?}")))
+}
+
+/// An http(s) URL with a host and without credentials or a fragment, given as `field`: a place
+/// the server itself sends requests to (an S3 endpoint, a webhook).
+pub fn outbound_url(field: &str, raw: &str) -> DomainResult<url::Url> {
+    let bad = |why: &str| DomainError::invalid(field, format!("{raw:?}: {why}"));
+    let url = url::Url::parse(raw).map_err(|e| bad(&e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err(bad("must be an http:// or https:// URL"));
+    }
+    if !url.username().is_empty() || url.password().is_some() || url.fragment().is_some() {
+        return Err(bad("must not carry credentials or a fragment"));
+    }
+    Ok(url)
 }

@@ -43,8 +43,8 @@ pub async fn mission(State(app): State<AppState>, who: Principal, Path(id): Path
     responses((status = 200, description = "a zip archive of the job's results and logs", content_type = "application/zip"),
         (status = 404, body = mission_api::Problem)))]
 pub async fn results(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Response> {
-    let job = jobs::readable_job(&app, who, &id).await?;
-    let listing = jobs::result_listing(&app, &job).await?;
+    let job = crate::domain::jobs::readable(&app, who, parse_id("job_id", &id)?).await?;
+    let listing = crate::domain::jobs::result_listing(&app, &job).await?;
     results_archive(app, job, &listing)
 }
 

@@ -9,10 +9,10 @@ use mission_api::AuditPage;
 use mission_store::audit::AuditFilter;
 
 use super::extract::{QueryPairs, parse_id, rfc3339};
-use super::stations::user_named;
 use crate::AppState;
 use crate::auth::Principal;
 use crate::domain::audit;
+use crate::domain::user_named;
 use crate::error::{ApiError, ApiResult};
 
 /// Entries per page by default, and at most.

@@ -92,20 +92,6 @@ pub fn push_label_filter(filters: &mut Vec<(String, String)>, value: &str) -> Re
     Ok(())
 }
 
-/// An http(s) URL with a host and without credentials or a fragment, given as `field`: a place
-/// the server itself sends requests to (an S3 endpoint, a webhook).
-pub fn outbound_url(field: &str, raw: &str) -> Result<url::Url, ApiError> {
-    let bad = |why: &str| ApiError::invalid_field(field, format!("{raw:?}: {why}"));
-    let url = url::Url::parse(raw).map_err(|e| bad(&e.to_string()))?;
-    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
-        return Err(bad("must be an http:// or https:// URL"));
-    }
-    if !url.username().is_empty() || url.password().is_some() || url.fragment().is_some() {
-        return Err(bad("must not carry credentials or a fragment"));
-    }
-    Ok(url)
-}
-
 /// A query parameter's time, RFC 3339.
 pub(crate) fn rfc3339(field: &str, value: &str) -> Result<chrono::DateTime<chrono::Utc>, ApiError> {
     let time = chrono::DateTime::parse_from_rfc3339(value)

@@ -85,7 +85,7 @@ pub async fn upload(
             ApiError::too_large(format!("the file is larger than max_file_size = {} bytes", limits.max_file_bytes))
         }),
         WriteError::Body(detail) => ApiError::invalid(format!("the upload did not complete: {detail}")),
-        WriteError::Storage(e) => storage_error(&place, e),
+        WriteError::Storage(e) => storage_error(&place, e).into(),
     };
     let received = match place.files.receive(&key, body.into_data_stream(), allowance).await {
         Ok(r) => r,
@@ -263,7 +263,7 @@ pub(super) async fn serve(
                 "{path} was changed in the mission's storage outside this service; upload it again"
             )));
         }
-        Err(e) => return Err(storage_error(place, e)),
+        Err(e) => return Err(storage_error(place, e).into()),
     };
     let served = result.range.clone();
     let mut response = Response::new(Body::from_stream(result.into_stream()));

@@ -1,10 +1,7 @@
 //! The jobs API: start a job from a mission, list and read jobs, stop one, read or follow its
-//! logs, list and download its results.
-//!
-//! A user sees their own jobs (admins all); anyone else's job is a 404. Running needs write access
-//! to the mission and the right to use the station (open, owned, or a member).
+//! logs, list and download its results, over [`crate::domain::jobs`] (who may do what, and the
+//! rules of a run request). A job the caller may not read is a 404.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use axum::Json;
@@ -14,50 +11,20 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use futures_util::StreamExt;
 use mission_api::paths::MissionPath;
-use mission_api::{FileListing, Job, JobPage, JobStatus, JobTransition, MAX_TIME_LIMIT, RunJob, UpdateJob};
-use uuid::Uuid;
+use mission_api::{FileListing, Job, JobPage, RunJob, UpdateJob};
 
 use super::async_stream;
 use super::events::{Render, follow_log};
 use super::extract::{ApiJson, QueryPairs, page_number, page_size, parse_id, push_label_filter};
 use super::files::{parse_path, serve};
-use super::stations::visible;
-use serde_json::json;
 
 use crate::AppState;
-use crate::audit::{self, Change};
 use crate::auth::Principal;
-use crate::catalogue;
-use crate::domain::{checked_labels, checked_retry, missions, projects};
+use crate::domain::jobs;
 use crate::error::{ApiError, ApiResult};
 use crate::events::Watch;
 use crate::job_logs::LogStream;
-use mission_store::{self as store, JobFilter};
-
-/// Loads a job the caller may read (without its history): their own, one charged to a project
-/// they are a member of (any role), or any for an admin; a 404 otherwise.
-pub(super) async fn readable_job(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Job> {
-    let id = parse_id("job_id", raw_id)?;
-    match app.store.job_row(id).await? {
-        Some(job) if who.admin || job.user_id == who.user_id => Ok(job),
-        Some(job) if projects::role(app, who, job.project_id).await?.is_some() => Ok(job),
-        _ => Err(ApiError::not_found("job", id)),
-    }
-}
-
-/// Loads a job the caller may change (stop, relabel, start again): their own, or any for an
-/// admin; 404 if they may not read it, 403 if they only may.
-pub(super) async fn own_job(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<Job> {
-    let job = readable_job(app, who, raw_id).await?;
-    if who.admin || job.user_id == who.user_id {
-        Ok(job)
-    } else {
-        Err(ApiError::forbidden(format!(
-            "job {} belongs to another member of its project and is read-only to you",
-            job.job_id
-        )))
-    }
-}
+use mission_store::JobFilter;
 
 /// Starts a job from a mission on a station, or on one landing zone of it.
 #[utoipa::path(post, path = "/api/v1/missions/{id}/jobs", tag = "jobs", request_body = RunJob,
@@ -70,12 +37,7 @@ pub async fn run(
     Path(id): Path<String>,
     ApiJson(req): ApiJson<RunJob>,
 ) -> ApiResult<(StatusCode, Json<Job>)> {
-    let given = serde_json::to_value(&req).unwrap_or_default();
-    let job = new_job(&app, who, &id, req).await?;
-    let change = Change::new("job.submit", "job", job.job_id).in_project(job.project_id);
-    audit::note(who, change.with(merged(json!({ "mission_id": job.mission_id }), given)));
-    let job = app.scheduler.submit(job).await?;
-    Ok((StatusCode::CREATED, Json(job)))
+    Ok((StatusCode::CREATED, Json(jobs::submit(&app, who, parse_id("mission_id", &id)?, req).await?)))
 }
 
 /// Starts a job array: one job per element, each the run request with the element's index in
@@ -90,55 +52,7 @@ pub async fn run_array(
     Path(id): Path<String>,
     ApiJson(req): ApiJson<mission_api::RunJobArray>,
 ) -> ApiResult<(StatusCode, Json<mission_api::JobArray>)> {
-    let (size, elements) = req.elements().map_err(|(field, problem)| ApiError::invalid_field(field, problem))?;
-    let template = new_job(&app, who, &id, req.run.clone()).await?;
-    let array_id = Uuid::new_v4();
-    let given = merged(json!({ "mission_id": template.mission_id, "size": size }), &req.run);
-    audit::note(
-        who,
-        Change::new("job_array.submit", "job_array", array_id).in_project(template.project_id).with(given),
-    );
-    let mut elements = elements.map(|(index, arguments)| {
-        let mut job = template.clone();
-        job.job_id = Uuid::new_v4();
-        job.array_id = Some(array_id);
-        job.array_index = Some(index);
-        job.command.extend(arguments);
-        job
-    });
-    // In chunks, each one write: memory stays flat however large the array. The elements differ
-    // in nothing any check looks at, so the first chunk is accepted whole or refused whole, and
-    // with it the array; should a later chunk fail, the elements queued so far are stopped.
-    let mut queued = 0;
-    while queued < size {
-        let chunk: Vec<Job> = elements.by_ref().take(ARRAY_CHUNK).collect();
-        let n = chunk.len() as u32;
-        if let Err(e) = app.scheduler.submit_many(chunk).await {
-            if queued > 0 {
-                stop_queued_elements(&app, array_id, "the server, as the rest of the array failed to queue").await;
-            }
-            return Err(e);
-        }
-        queued += n;
-    }
-    if size as usize > ARRAY_CHUNK {
-        crate::heap::release_free_pages();
-    }
-    let array = app.store.job_array(array_id, None).await?;
-    let array =
-        array.ok_or_else(|| ApiError::internal(format!("job array {array_id} was queued but is not stored")))?;
-    Ok((StatusCode::CREATED, Json(array)))
-}
-
-/// How many elements of a job array one write queues.
-const ARRAY_CHUNK: usize = 5_000;
-
-/// Stops every element of an array that has not ended (those that end meanwhile are left be).
-async fn stop_queued_elements(app: &AppState, array_id: Uuid, by: &str) {
-    let Ok(jobs) = app.store.unfinished_array_jobs(array_id).await else { return };
-    for job_id in jobs {
-        let _ = app.scheduler.stop(job_id, by.to_owned()).await;
-    }
+    Ok((StatusCode::CREATED, Json(jobs::submit_array(&app, who, parse_id("mission_id", &id)?, req).await?)))
 }
 
 /// How far a job array's elements got: how many are queued, running, completed, failed (or
@@ -150,7 +64,7 @@ pub async fn get_array(
     who: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<Json<mission_api::JobArray>> {
-    Ok(Json(own_array(&app, who, &id).await?))
+    Ok(Json(jobs::array(&app, who, parse_id("array_id", &id)?).await?))
 }
 
 /// Stops every element of a job array that has not ended; answers the array after.
@@ -161,80 +75,7 @@ pub async fn stop_array(
     who: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<Json<mission_api::JobArray>> {
-    let array = own_array(&app, who, &id).await?;
-    audit::note(who, Change::new("job_array.stop", "job_array", array.array_id));
-    let by = app.store.user_by_id(who.user_id).await?.map_or_else(|| who.user_id.to_string(), |u| u.username);
-    for job_id in app.store.unfinished_array_jobs(array.array_id).await? {
-        match app.scheduler.stop(job_id, by.clone()).await {
-            // Ended meanwhile.
-            Err(e) if e.status() == StatusCode::CONFLICT => {}
-            other => other?,
-        }
-    }
-    Ok(Json(own_array(&app, who, &id).await?))
-}
-
-/// A job array the caller may see, as a 404 otherwise.
-async fn own_array(app: &AppState, who: Principal, raw_id: &str) -> ApiResult<mission_api::JobArray> {
-    let id = parse_id("array_id", raw_id)?;
-    let user = (!who.admin).then_some(who.user_id);
-    app.store.job_array(id, user).await?.ok_or_else(|| ApiError::not_found("job array", id))
-}
-
-/// A new queued job of the mission `raw_id` from a run request, checked.
-async fn new_job(app: &AppState, who: Principal, id: &str, req: RunJob) -> ApiResult<Job> {
-    let mission = missions::writable(app, who, parse_id("mission_id", id)?).await?;
-    let station = visible(app, who, &req.station_id.to_string()).await?;
-    let type_id = mission.mission_type_id.ok_or_else(|| {
-        ApiError::invalid_field("mission_type_id", "the mission has no mission type to say how to run it; set one")
-    })?;
-    let mission_type = catalogue::find(type_id)
-        .ok_or_else(|| ApiError::invalid_field("mission_type_id", format!("unknown mission type {type_id}")))?;
-    let command = mission_type.command_line(&mission.settings, &mission.args)?;
-    let defaults = mission_type.resources();
-    let cpu_count = req.cpu_count.unwrap_or(defaults.cpu_count);
-    let memory_amount = req.memory_amount.unwrap_or(defaults.memory_amount);
-    let gpu_count = req.gpu_count.unwrap_or(defaults.gpu_count);
-    if cpu_count == 0 {
-        return Err(ApiError::invalid_field("cpu_count", "a job needs at least 1 CPU"));
-    }
-    if memory_amount == 0 || memory_amount > i64::MAX as u64 / (1024 * 1024) {
-        return Err(ApiError::invalid_field("memory_amount", "expected megabytes, at least 1"));
-    }
-    let labels = checked_labels(req.labels)?;
-    let time_limit = req.time_limit.or(defaults.time_limit);
-    if time_limit.is_some_and(|minutes| !(1..=MAX_TIME_LIMIT).contains(&minutes)) {
-        return Err(ApiError::invalid_field("time_limit", format!("expected minutes, 1 to {MAX_TIME_LIMIT}")));
-    }
-    let log_cap = req.log_cap;
-    let server_cap = app.config.job_log_cap;
-    if log_cap.is_some_and(|cap| !(mission_api::MIN_LOG_CAP..=server_cap).contains(&cap)) {
-        return Err(ApiError::invalid_field(
-            "log_cap",
-            format!("expected bytes, {} to {server_cap} (the server's --job-log-cap)", mission_api::MIN_LOG_CAP),
-        ));
-    }
-    let (after_ok, after_any) = checked_dependencies(req.after_ok, req.after_any)?;
-    let retry = checked_retry(req.retry)?.or_else(|| mission.retry.clone());
-    let project_id = req.project_id.unwrap_or(mission.project_id);
-    projects::ensure_may_run(app, who, project_id, "project_id").await?;
-    // Fail now, not after the run, when the results could not be stored.
-    app.bays.results(&app.store, &mission, Uuid::nil()).await?;
-    let job = Job {
-        project_id,
-        requested_lz_id: req.lz_id,
-        cpu_count,
-        memory_amount,
-        gpu_count,
-        time_limit,
-        labels,
-        log_cap,
-        after_ok,
-        after_any,
-        retry,
-        ..Job::queued(mission.mission_id, who.user_id, station.station_id, command, store::now())
-    };
-    Ok(job)
+    Ok(Json(jobs::stop_array(&app, who, parse_id("array_id", &id)?).await?))
 }
 
 /// Starts an ended job again as a new job (its `rerun_of` naming this one): the same mission,
@@ -249,17 +90,7 @@ pub async fn rerun(
     who: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<(StatusCode, Json<Job>)> {
-    let job = own_job(&app, who, &id).await?;
-    if !job.status.is_final() {
-        return Err(ApiError::conflict(format!(
-            "the job has not ended ({}); wait for it, or stop it first",
-            job.status
-        )));
-    }
-    missions::writable(&app, who, job.mission_id).await?;
-    visible(&app, who, &job.station_id.to_string()).await?;
-    projects::ensure_may_run(&app, who, job.project_id, "project_id").await?;
-    Ok((StatusCode::CREATED, Json(start_again(&app, who, job).await?)))
+    Ok((StatusCode::CREATED, Json(jobs::rerun(&app, who, parse_id("job_id", &id)?).await?)))
 }
 
 /// Starts again, as [`rerun`] does each, every job of the mission that failed or was lost and
@@ -274,86 +105,7 @@ pub async fn rerun_failed(
     who: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<(StatusCode, Json<mission_api::RerunJobs>)> {
-    let mission = missions::writable(&app, who, parse_id("mission_id", &id)?).await?;
-    let user = (!who.admin).then_some(who.user_id);
-    let failed = app.store.failed_jobs_not_rerun(mission.mission_id, user, mission_api::MAX_RERUNS).await?;
-    let (mut jobs, mut usable, mut chargeable) = (Vec::with_capacity(failed.len()), HashSet::new(), HashSet::new());
-    for job in failed {
-        // One look at each station and project, not one per job.
-        if usable.insert(job.station_id) {
-            visible(&app, who, &job.station_id.to_string()).await?;
-        }
-        if chargeable.insert(job.project_id) {
-            projects::ensure_may_run(&app, who, job.project_id, "project_id").await?;
-        }
-        jobs.push(start_again(&app, who, job).await?);
-    }
-    Ok((StatusCode::CREATED, Json(mission_api::RerunJobs { jobs })))
-}
-
-/// Submits a new job made from an ended one (see [`rerun`]), whose station the caller may use.
-async fn start_again(app: &AppState, who: Principal, old: Job) -> ApiResult<Job> {
-    let (mut after_ok, mut after_any) = (old.after_ok.clone(), old.after_any.clone());
-    for dep in after_ok.iter_mut().chain(after_any.iter_mut()) {
-        *dep = app.store.newest_rerun(*dep).await?.unwrap_or(*dep);
-    }
-    let fresh = Job::queued(old.mission_id, old.user_id, old.station_id, Vec::new(), store::now());
-    let job = Job {
-        after_ok,
-        after_any,
-        rerun_of: Some(old.job_id),
-        history: vec![JobTransition {
-            status: JobStatus::Queued,
-            at: fresh.created_at,
-            detail: Some(format!("a rerun of job {}", old.job_id)),
-        }],
-        // What it runs and asks for, and whom it is charged to, are the old job's; where it
-        // stands is a new job's.
-        project_id: old.project_id,
-        requested_lz_id: old.requested_lz_id,
-        cpu_count: old.cpu_count,
-        memory_amount: old.memory_amount,
-        gpu_count: old.gpu_count,
-        time_limit: old.time_limit,
-        command: old.command,
-        labels: old.labels,
-        log_cap: old.log_cap,
-        retry: old.retry,
-        array_id: old.array_id,
-        array_index: old.array_index,
-        ..fresh
-    };
-    let change = Change::new("job.rerun", "job", job.job_id).in_project(job.project_id);
-    audit::note(who, change.with(json!({ "mission_id": job.mission_id, "rerun_of": old.job_id })));
-    app.scheduler.submit(job).await
-}
-
-/// `fields` with the fields of `given` (a request, as JSON) added.
-fn merged(fields: serde_json::Value, given: impl serde::Serialize) -> serde_json::Value {
-    let mut fields = fields;
-    if let (Some(into), Ok(serde_json::Value::Object(given))) = (fields.as_object_mut(), serde_json::to_value(given)) {
-        into.extend(given);
-    }
-    fields
-}
-
-/// The jobs a new job waits for, each named once; whether they exist and are the caller's is
-/// the scheduler's to check, since only it knows which have ended, and how, at that moment.
-fn checked_dependencies(mut after_ok: Vec<Uuid>, mut after_any: Vec<Uuid>) -> ApiResult<(Vec<Uuid>, Vec<Uuid>)> {
-    for list in [&mut after_ok, &mut after_any] {
-        list.sort_unstable();
-        list.dedup();
-    }
-    if let Some(both) = after_ok.iter().find(|id| after_any.binary_search(id).is_ok()) {
-        return Err(ApiError::invalid_field("after_any", format!("job {both} is in after_ok too; name it once")));
-    }
-    if after_ok.len() + after_any.len() > mission_api::MAX_DEPENDENCIES {
-        return Err(ApiError::invalid_field(
-            "after_ok",
-            format!("a job may wait for at most {} jobs", mission_api::MAX_DEPENDENCIES),
-        ));
-    }
-    Ok((after_ok, after_any))
+    Ok((StatusCode::CREATED, Json(jobs::rerun_failed(&app, who, parse_id("mission_id", &id)?).await?)))
 }
 
 /// Lists the caller's jobs (everyone's, for admins; with `project_ids`, every job charged to
@@ -375,8 +127,13 @@ pub async fn list(
     who: Principal,
     QueryPairs(query): QueryPairs,
 ) -> ApiResult<Json<JobPage>> {
-    let mut filter = JobFilter { user: (!who.admin).then_some(who.user_id), page: 1, items: 25, ..Default::default() };
-    for (key, value) in &query {
+    Ok(Json(jobs::list(&app, who, job_filter(&query)?).await?))
+}
+
+/// The filter and page a `GET /jobs` query asks for.
+fn job_filter(query: &[(String, String)]) -> ApiResult<JobFilter> {
+    let mut filter = JobFilter { page: 1, items: 25, ..Default::default() };
+    for (key, value) in query {
         match key.as_str() {
             "mission_ids" => filter.mission_ids.push(parse_id(key, value)?),
             "station_ids" => filter.station_ids.push(parse_id(key, value)?),
@@ -394,37 +151,7 @@ pub async fn list(
             }
         }
     }
-    if filter.mission_ids.len() + filter.station_ids.len() + filter.project_ids.len() > 500 {
-        return Err(ApiError::invalid("at most 500 filter values per request"));
-    }
-    if !filter.project_ids.is_empty() {
-        // A member reads every job charged to their projects, whoever started it.
-        projects::ensure_member_of_each(&app, who, &filter.project_ids, "project_ids").await?;
-        filter.user = None;
-    }
-    // The queued jobs alone (of a station, of a user) are counted by the scheduler's queue where
-    // this process runs it: counting a million rows would take longer than reading the page.
-    let queued_only = filter.statuses == [JobStatus::Queued]
-        && filter.mission_ids.is_empty()
-        && filter.project_ids.is_empty()
-        && filter.array_ids.is_empty()
-        && filter.labels.is_empty();
-    let known = queued_only.then(|| app.scheduler.queued_count(&filter.station_ids, filter.user)).flatten();
-    let (mut jobs, total) = match known {
-        Some(total) => {
-            // A deep page is found by its first job's sequence number, from the queue, rather
-            // than by the database skipping every row before it.
-            let skip = u64::from(filter.page.saturating_sub(1)) * u64::from(filter.items);
-            let page = match app.scheduler.queued_page_start(&filter.station_ids, filter.user, skip) {
-                Some(start) => JobFilter { seq_at_most: Some(start), page: 1, ..filter.clone() },
-                None => filter.clone(),
-            };
-            (app.store.job_page(&page).await?, total)
-        }
-        None => app.store.jobs(&filter).await?,
-    };
-    app.scheduler.place_in_line(&app.store, &mut jobs).await?;
-    Ok(Json(JobPage { jobs, page: filter.page, items: filter.items, total }))
+    Ok(filter)
 }
 
 /// What the caller's ended jobs used, summed: count, wall and CPU hours, CPU-hours held, mean CPU
@@ -507,10 +234,7 @@ pub(super) fn event_stream(events: impl futures_util::Stream<Item = Bytes> + Sen
 #[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs", params(("id" = uuid::Uuid, Path, description = "job id")),
     responses((status = 200, body = Job), (status = 404, body = mission_api::Problem)))]
 pub async fn get(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Json<Job>> {
-    let mut job = readable_job(&app, who, &id).await?;
-    job.history = app.store.job_history(job.job_id).await?;
-    app.scheduler.place_in_line(&app.store, std::slice::from_mut(&mut job)).await?;
-    Ok(Json(job))
+    Ok(Json(jobs::get(&app, who, parse_id("job_id", &id)?).await?))
 }
 
 /// Changes a job: its labels (the whole map is replaced). Answers the job as it stands.
@@ -524,14 +248,7 @@ pub async fn update(
     Path(id): Path<String>,
     ApiJson(req): ApiJson<UpdateJob>,
 ) -> ApiResult<Json<Job>> {
-    let job = own_job(&app, who, &id).await?;
-    if let Some(labels) = req.labels {
-        let labels = checked_labels(labels)?;
-        let change = Change::new("job.update", "job", job.job_id).in_project(job.project_id);
-        audit::note(who, change.with(json!({ "labels": labels })));
-        app.store.set_job_labels(job.job_id, &labels).await?;
-    }
-    Ok(Json(app.store.job(job.job_id).await?.ok_or_else(|| ApiError::not_found("job", job.job_id))?))
+    Ok(Json(jobs::update(&app, who, parse_id("job_id", &id)?, req).await?))
 }
 
 /// Stops a job: a queued one leaves the queue, a placed one has its process tree killed by its
@@ -541,14 +258,7 @@ pub async fn update(
     responses((status = 200, body = Job), (status = 404, body = mission_api::Problem),
         (status = 409, body = mission_api::Problem, description = "the job has ended already")))]
 pub async fn stop(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Json<Job>> {
-    let job = own_job(&app, who, &id).await?;
-    if job.status.is_final() {
-        return Err(ApiError::conflict(format!("the job has ended already ({})", job.status)));
-    }
-    let by = app.store.user_by_id(who.user_id).await?.map_or_else(|| who.user_id.to_string(), |u| u.username);
-    audit::note(who, Change::new("job.stop", "job", job.job_id).in_project(job.project_id));
-    app.scheduler.stop(job.job_id, by).await?;
-    Ok(Json(app.store.job(job.job_id).await?.ok_or_else(|| ApiError::not_found("job", job.job_id))?))
+    Ok(Json(jobs::stop(&app, who, parse_id("job_id", &id)?).await?))
 }
 
 /// How long a log follower or event stream waits in silence before sending a keep-alive comment.
@@ -569,7 +279,7 @@ pub async fn logs(
     Path(id): Path<String>,
     QueryPairs(query): QueryPairs,
 ) -> ApiResult<Response> {
-    let job = readable_job(&app, who, &id).await?;
+    let job = jobs::readable(&app, who, parse_id("job_id", &id)?).await?;
     let mut stream = LogStream::Stdout;
     let mut follow = false;
     for (key, value) in &query {
@@ -651,19 +361,7 @@ pub async fn results(
     who: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Vec<FileListing>>> {
-    let job = readable_job(&app, who, &id).await?;
-    Ok(Json(result_listing(&app, &job).await?))
-}
-
-/// A job's results: its result files, then its logs.
-pub(super) async fn result_listing(app: &AppState, job: &Job) -> ApiResult<Vec<FileListing>> {
-    let mut listing: Vec<FileListing> = app.store.job_results(job).await?.into_iter().map(FileListing::from).collect();
-    for stream in LogStream::ALL {
-        if let Some(record) = app.logs.record(job, stream).await.map_err(ApiError::internal)? {
-            listing.push(FileListing::from(record));
-        }
-    }
-    Ok(listing)
+    Ok(Json(jobs::results(&app, who, parse_id("job_id", &id)?).await?))
 }
 
 /// Downloads one result file (honours a single `Range`).
@@ -677,7 +375,7 @@ pub async fn result(
     Path((id, raw_path)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    let job = readable_job(&app, who, &id).await?;
+    let job = jobs::readable(&app, who, parse_id("job_id", &id)?).await?;
     serve_result(&app, &job, &parse_path(&raw_path)?, &headers).await
 }
 

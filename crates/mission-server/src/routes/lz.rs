@@ -126,7 +126,7 @@ async fn archive_logs(app: AppState, mission_id: uuid::Uuid, job_id: uuid::Uuid,
         let Some(mission) = app.store.mission(mission_id).await? else { return Ok(()) };
         let place = app.bays.results(&app.store, &mission, job_id).await?;
         app.logs.copy_to(mission_id, job_id, &place).await.map_err(|e| match e {
-            WriteError::Storage(e) => storage_error(&place, e),
+            WriteError::Storage(e) => storage_error(&place, e).into(),
             e => ApiError::internal(e),
         })
     }
@@ -201,7 +201,7 @@ pub async fn upload_result(
     let written = place.files.write(&place.key(&path), body.into_data_stream(), max).await.map_err(|e| match e {
         WriteError::TooLarge(_) => ApiError::too_large(format!("the file is larger than max_file_size = {max} bytes")),
         WriteError::Body(detail) => ApiError::invalid(format!("the upload did not complete: {detail}")),
-        WriteError::Storage(e) => storage_error(&place, e),
+        WriteError::Storage(e) => storage_error(&place, e).into(),
     })?;
     let record = FileRecord {
         mission_id: job.mission_id,
@@ -251,7 +251,7 @@ pub async fn register_pilot(
         pilot_of: Some(gateway.lz_id),
         created_at: store::now(),
     };
-    Ok((StatusCode::CREATED, Json(super::stations::register(&app, landing_zone).await?)))
+    Ok((StatusCode::CREATED, Json(crate::domain::stations::register(&app, landing_zone).await?)))
 }
 
 /// Removes a pilot of the gateway whose batch job ended; the jobs it had not finished go back in

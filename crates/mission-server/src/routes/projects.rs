@@ -11,9 +11,9 @@ use mission_api::{
 };
 
 use super::extract::{ApiJson, QueryPairs, page_number, page_size, parse_id, rfc3339};
-use super::stations::member_named;
 use crate::AppState;
 use crate::auth::Principal;
+use crate::domain::member_named;
 use crate::domain::projects;
 use crate::error::{ApiError, ApiResult};
 

@@ -11,10 +11,11 @@ use mission_api::{CreateWebhook, DeliveryStatus, Webhook, WebhookDelivery};
 use url::Url;
 use uuid::Uuid;
 
-use super::extract::{ApiJson, QueryPairs, outbound_url, parse_id};
+use super::extract::{ApiJson, QueryPairs, parse_id};
 use crate::AppState;
 use crate::audit::{self, Change};
 use crate::auth::Principal;
+use crate::domain::outbound_url;
 use crate::error::{ApiError, ApiResult};
 use crate::events::check_kind;
 use mission_store::{self as store, WebhookRecord};

@@ -20,11 +20,13 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::super::extract::{ApiJson, QueryPairs, page_number, page_size, parse_id};
-use super::super::{archives, jobs, meta, stations};
+use super::super::{archives, meta};
 use super::{epoch, flag, ok};
 use crate::AppState;
 use crate::auth::Principal;
+use crate::domain::{DomainError, jobs, stations};
 use crate::error::{ApiError, ApiResult};
+use mission_store::JobFilter;
 
 /// This service's job states and galileo's names for them.
 const STATUS_NAMES: [(JobStatus, &str); 9] = [
@@ -131,8 +133,8 @@ pub async fn run(
         gpu_count: req.gpu_count,
         ..Default::default()
     };
-    let (_, job) = jobs::run(State(app.clone()), who, Path(id), ApiJson(run)).await?;
-    Ok(ok(serde_json::json!({ "job": galileo_jobs(&app, vec![job.0]).await?.remove(0) })))
+    let job = jobs::submit(&app, who, parse_id("mission_id", &id)?, run).await?;
+    Ok(ok(serde_json::json!({ "job": galileo_jobs(&app, vec![job]).await?.remove(0) })))
 }
 
 /// `GET /jobs`: galileo's filters onto `GET /api/v1/jobs`'s. `jobids` looks the jobs up one by
@@ -140,22 +142,22 @@ pub async fn run(
 /// (jobs are never archived here); `partial_names`, `ownerids`, `receiver_archived`, `sort_by`
 /// and `sort_order` are accepted and have no effect (jobs come newest first).
 pub async fn list(State(app): State<AppState>, who: Principal, QueryPairs(query): QueryPairs) -> ApiResult<Response> {
-    let mut ours = Vec::new();
+    let mut ours = JobFilter { page: 1, items: 25, ..Default::default() };
     let mut job_ids = Vec::new();
     let mut user_ids = Vec::new();
     let mut lz_ids = Vec::new();
     let mut none = false;
     for (key, value) in &query {
         match key.as_str() {
-            "jobids" => job_ids.push(value.clone()),
-            "projectids" => ours.push(("mission_ids".to_owned(), value.clone())),
-            "stationids" => ours.push(("station_ids".to_owned(), value.clone())),
+            "jobids" => job_ids.push(parse_id(key, value)?),
+            "projectids" => ours.mission_ids.push(parse_id(key, value)?),
+            "stationids" => ours.station_ids.push(parse_id(key, value)?),
             "statuses" => match STATUS_NAMES.iter().find(|(_, name)| name == value) {
-                Some((status, _)) => ours.push(("statuses".to_owned(), status.as_str().to_owned())),
+                Some((status, _)) => ours.statuses.push(*status),
                 None => none = true, // a galileo state this service never has
             },
-            "page" => ours.push(("page".to_owned(), page_number(value)?.to_string())),
-            "items" => ours.push(("items".to_owned(), page_size(value)?.to_string())),
+            "page" => ours.page = page_number(value)?,
+            "items" => ours.items = page_size(value)?,
             "userids" => user_ids.push(parse_id(key, value)?),
             "machines" | "receiverids" => lz_ids.push(parse_id(key, value)?),
             "archived" => none |= flag(value)?,
@@ -166,14 +168,14 @@ pub async fn list(State(app): State<AppState>, who: Principal, QueryPairs(query)
     let mut found = if none {
         Vec::new()
     } else if job_ids.is_empty() {
-        jobs::list(State(app.clone()), who, QueryPairs(ours)).await?.0.jobs
+        jobs::list(&app, who, ours).await?.jobs
     } else {
         let mut found = Vec::new();
-        for id in &job_ids {
-            match jobs::get(State(app.clone()), who, Path(id.clone())).await {
-                Ok(job) => found.push(job.0),
-                Err(e) if e.status() == axum::http::StatusCode::NOT_FOUND => {}
-                Err(e) => return Err(e),
+        for id in job_ids {
+            match jobs::get(&app, who, id).await {
+                Ok(job) => found.push(job),
+                Err(DomainError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
             }
         }
         found
@@ -188,7 +190,7 @@ pub async fn list(State(app): State<AppState>, who: Principal, QueryPairs(query)
 /// `GET /jobs/{id}/logs`: what the job wrote so far, its standard output then its standard
 /// error.
 pub async fn logs(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Response> {
-    let job = jobs::readable_job(&app, who, &id).await?;
+    let job = jobs::readable(&app, who, parse_id("job_id", &id)?).await?;
     let mut text = Vec::new();
     for stream in crate::job_logs::LogStream::ALL {
         text.extend(app.logs.read(job.mission_id, job.job_id, stream, 0).await.map_err(ApiError::internal)?);
@@ -198,7 +200,7 @@ pub async fn logs(State(app): State<AppState>, who: Principal, Path(id): Path<St
 
 /// `PUT /jobs/{id}/stop` and `/kill`: stops the job (its processes are killed either way).
 pub async fn stop(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Response> {
-    let job = jobs::stop(State(app.clone()), who, Path(id)).await?.0;
+    let job = jobs::stop(&app, who, parse_id("job_id", &id)?).await?;
     Ok(ok(serde_json::json!({ "job": galileo_jobs(&app, vec![job]).await?.remove(0) })))
 }
 
@@ -210,7 +212,7 @@ pub async fn results(
     Path(id): Path<String>,
     QueryPairs(query): QueryPairs,
 ) -> ApiResult<Response> {
-    let job = jobs::readable_job(&app, who, &id).await?;
+    let job = jobs::readable(&app, who, parse_id("job_id", &id)?).await?;
     let listing = jobs::result_listing(&app, &job).await?;
     let name = archives::results_name(job.job_id);
     let wanted = query.iter().find_map(|(key, value)| (key == "filename").then_some(value));
@@ -279,9 +281,8 @@ fn galileo_machine(zone: &LandingZone, owner: Option<Uuid>) -> Value {
 /// The stations the caller may use, each with its landing zones.
 async fn stations_and_zones(app: &AppState, who: Principal) -> ApiResult<Vec<(Station, Vec<LandingZone>)>> {
     let mut out = Vec::new();
-    for station in stations::list(State(app.clone()), who).await?.0 {
-        let id = Path(station.station_id.to_string());
-        let zones = stations::landing_zones(State(app.clone()), who, id).await?.0;
+    for station in stations::list(app, who).await? {
+        let zones = stations::landing_zones(app, who, station.station_id).await?;
         out.push((station, zones));
     }
     Ok(out)

@@ -197,7 +197,7 @@ fn open_store(bay: &CargoBay, credentials: Option<Credentials>) -> DomainResult<
                 credentials: credentials.map(|c| (c.access_key_id, c.secret_access_key, c.session_token)),
             };
             let store =
-                access.open().map_err(|e| DomainError::Unusable(format!("the S3 settings do not work: {e}")))?;
+                access.open().map_err(|e| DomainError::Rejected(format!("the S3 settings do not work: {e}")))?;
             Ok(FileStore::remote(Arc::new(store)))
         }
     }

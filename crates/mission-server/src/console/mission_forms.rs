@@ -21,10 +21,10 @@ use super::sign_in::CsrfForm;
 use super::{Frame, PageResult, page, refusal};
 use crate::AppState;
 use crate::catalogue::{self, FieldInput, MissionTypeDef};
-use crate::domain::missions;
+use crate::domain::{files, missions};
 use crate::error::{ApiError, ApiResult};
 use crate::routes::extract::parse_id;
-use crate::routes::files;
+use crate::routes::files::parse_path;
 
 /// A mission type offered by the new-mission page.
 struct TypeChoice {
@@ -307,7 +307,8 @@ pub async fn delete_file(
     Form(form): Form<FileForm>,
 ) -> PageResult {
     viewer.check_csrf(&form.csrf)?;
-    files::delete(State(app), viewer.principal(), Path((id.clone(), form.path))).await?;
+    let (mission_id, path) = (parse_id("mission_id", &id)?, parse_path(&form.path)?);
+    files::delete(&app, viewer.principal(), mission_id, &path).await?;
     Ok(Redirect::to(&format!("/missions/{id}#files-heading")).into_response())
 }
 

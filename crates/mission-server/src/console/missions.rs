@@ -1,7 +1,6 @@
 //! The missions pages: the paged, searchable list and one mission with its files as a tree.
 
 use askama::Template;
-use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
@@ -12,9 +11,8 @@ use super::session::Viewer;
 use super::{Frame, PageResult, file_href, page, query_value};
 use crate::AppState;
 use crate::catalogue;
-use crate::domain::missions;
+use crate::domain::{files, missions};
 use crate::routes::extract::parse_id;
-use crate::routes::files;
 
 /// Missions per page of the list.
 const PAGE_SIZE: u32 = 25;
@@ -161,7 +159,7 @@ struct MissionPageView {
 /// `GET /missions/{id}`: a mission, its settings and its files.
 pub async fn show(State(app): State<AppState>, viewer: Viewer, Path(id): Path<String>) -> PageResult {
     let mission = missions::readable(&app, viewer.principal(), parse_id("mission_id", &id)?).await?;
-    let Json(listing) = files::list(State(app), viewer.principal(), Path(id)).await?;
+    let listing = files::list(&app, viewer.principal(), parse_id("mission_id", &id)?).await?;
     let row = Row::new(mission, &viewer);
     let template = MissionPageView {
         frame: Frame::new(&viewer, "missions"),

@@ -153,7 +153,7 @@ pub async fn create(app: &AppState, who: Principal, req: CreateCargoBay) -> Doma
         app.bays.forget(storage_id);
         let hint =
             if is_refusal(&e) { "the storage refused the credentials" } else { "the storage could not be listed" };
-        return Err(DomainError::Unusable(format!("cargo bay check failed, {hint}: {e}")));
+        return Err(DomainError::Rejected(format!("cargo bay check failed, {hint}: {e}")));
     }
     // The bay as answered: its credentials are never in it.
     let change = Change::new("cargo_bay.create", "cargo_bay", storage_id).named(&record.bay.name);

@@ -7,11 +7,12 @@
 //! the same functions; only the HTTP edge turns a [`DomainError`] into an
 //! [`ApiError`](crate::error::ApiError) (and logs a store failure's cause there, once).
 //!
-//! One module per resource: [`projects`], [`missions`], [`jobs`], [`stations`] (with their
-//! landing zones), [`cargo_bays`], and reading the [`audit`] trail.
+//! One module per resource: [`projects`], [`missions`] and their [`files`], [`jobs`],
+//! [`stations`] (with their landing zones), [`cargo_bays`], and reading the [`audit`] trail.
 
 pub mod audit;
 pub mod cargo_bays;
+pub mod files;
 pub mod jobs;
 pub mod missions;
 pub mod projects;
@@ -53,10 +54,13 @@ pub enum DomainError {
     /// The request clashes with what is stored (a taken name, a project that holds missions).
     #[error("{0}")]
     Conflict(String),
-    /// The request is well formed, but what it names cannot be used (S3 settings that open no
-    /// client, a bay that cannot be listed).
+    /// The request as a whole cannot be done, no one field at fault: S3 settings that open no
+    /// client, a bay that cannot be listed, an upload whose body broke off.
     #[error("{0}")]
-    Unusable(String),
+    Rejected(String),
+    /// A file would take a mission or its owner past a limit of the server (which it names).
+    #[error("{0}")]
+    TooLarge(String),
     /// A cargo bay's storage refused or failed (the bay, and the storage's own words).
     #[error("{0}")]
     Storage(String),

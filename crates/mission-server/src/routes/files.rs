@@ -1,9 +1,6 @@
-//! Mission files: upload (streamed `PUT`), download (with `Range`), delete, list.
-//!
-//! An upload first records an intent, then streams the body into the object (which changes only
-//! when the whole body has arrived within the limits), then commits the file row and ends the
-//! intent in one transaction. A crash between those steps leaves an intent that start-up
-//! recovery ([`recover`]) settles, so no torn file and no row without its content survive.
+//! Mission files: upload (streamed `PUT`), download (with `Range`), delete, list, over
+//! [`crate::domain::files`]; and start-up recovery ([`recover`]), which settles the intents an
+//! interrupted upload or delete left.
 
 use axum::Json;
 use axum::body::Body;
@@ -17,18 +14,21 @@ use uuid::Uuid;
 
 use super::extract::parse_id;
 use crate::AppState;
-use crate::FileLimits;
-use crate::audit::{self, Change};
 use crate::auth::Principal;
-use crate::blobs::{Location, WriteError};
+use crate::blobs::Location;
 use crate::cargo_bays::{CargoBays, storage_error};
-use crate::domain::missions;
+use crate::domain::{files, missions};
 use crate::error::{ApiError, ApiResult};
-use mission_store::{self as store, FileRecord, Intent, IntentKind, UploadUsage};
+use mission_store::{self as store, FileRecord, Intent, IntentKind};
 
 /// A file path from the URL, as a 400 naming `path` when it breaks the path rule.
-pub(super) fn parse_path(raw: &str) -> ApiResult<MissionPath> {
+pub(crate) fn parse_path(raw: &str) -> ApiResult<MissionPath> {
     MissionPath::parse(raw).map_err(|e| ApiError::invalid_field("path", format!("{raw:?}: {e}")))
+}
+
+/// The body size a request announces (its `Content-Length`), if it does.
+pub(super) fn announced(headers: &HeaderMap) -> Option<u64> {
+    headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
 }
 
 /// Lists a mission's files, by path.
@@ -40,9 +40,7 @@ pub async fn list(
     who: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Vec<FileListing>>> {
-    let mission = missions::readable(&app, who, parse_id("mission_id", &id)?).await?;
-    let files = app.store.mission_files(mission.mission_id).await?;
-    Ok(Json(files.into_iter().map(FileListing::from).collect()))
+    Ok(Json(files::list(&app, who, parse_id("mission_id", &id)?).await?))
 }
 
 /// Uploads a file: the raw request body becomes the file at `path` (created or replaced).
@@ -59,112 +57,10 @@ pub async fn upload(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
-    let mission = missions::writable(&app, who, parse_id("mission_id", &id)?).await?;
-    let path = parse_path(&raw_path)?;
-    if let Some(other) = app.store.path_conflict(mission.mission_id, path.as_str()).await? {
-        return Err(ApiError::conflict(if other.len() < path.as_str().len() {
-            format!("{other} is a file, so it cannot be a folder of {path}")
-        } else {
-            format!("{path} is a folder (it holds {other}), so it cannot be a file")
-        }));
-    }
-    let limits = app.config.file_limits;
-    let usage = app.store.upload_usage(mission.mission_id, mission.user_id, path.as_str()).await?;
-    let existing = usage.existing_size;
-    let announced = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    // A first check before the body, to refuse at once what cannot fit.
-    check_room(&limits, usage, announced.unwrap_or(0))?;
-
-    let place = app.bays.source(&app.store, &mission).await?;
-    let intent = Intent::new(IntentKind::Upload, mission.mission_id, path.as_str());
-    app.store.begin_intent(&intent).await?;
-    let key = place.key(&path);
-    let allowance = limits.max_file_bytes.min(user_room(&limits, usage));
-    let fail = |e: WriteError| match e {
-        WriteError::TooLarge(_) => check_room(&limits, usage, allowance + 1).err().unwrap_or_else(|| {
-            ApiError::too_large(format!("the file is larger than max_file_size = {} bytes", limits.max_file_bytes))
-        }),
-        WriteError::Body(detail) => ApiError::invalid(format!("the upload did not complete: {detail}")),
-        WriteError::Storage(e) => storage_error(&place, e).into(),
-    };
-    let received = match place.files.receive(&key, body.into_data_stream(), allowance).await {
-        Ok(r) => r,
-        Err(e) => {
-            app.store.drop_intent(intent.intent_id).await?;
-            return Err(fail(e));
-        }
-    };
-    // The check that counts: against what is committed and what other uploads in flight have
-    // reserved, at once with this upload's reservation.
-    let size = received.size;
-    if let Err(refusal) =
-        app.store.reserve_upload(intent.intent_id, mission.user_id, size, |now| check_room(&limits, now, size)).await?
-    {
-        received.abort().await;
-        app.store.drop_intent(intent.intent_id).await?;
-        return Err(refusal);
-    }
-    // Swap the object in and commit its row under the path's lock: the last upload to complete
-    // is the one the row describes.
-    let _guard = app.path_locks.lock(mission.mission_id, path.as_str()).await?;
-    let written = match received.complete().await {
-        Ok(w) => w,
-        Err(e) => {
-            app.store.drop_intent(intent.intent_id).await?;
-            return Err(fail(e));
-        }
-    };
-    let record = FileRecord {
-        mission_id: mission.mission_id,
-        path: path.to_string(),
-        user_id: mission.user_id,
-        size: written.size,
-        sha256: written.sha256,
-        e_tag: written.e_tag,
-        modified_at: store::now(),
-    };
-    let change = Change::new("file.upload", "file", format!("{}/{path}", mission.mission_id)).named(path.as_str());
-    let written = serde_json::json!({ "size": record.size, "sha256": record.sha256 });
-    audit::note(who, change.in_project(mission.project_id).with(written));
-    app.store.commit_file(intent.intent_id, &record).await?;
-    let status = if existing.is_some() { StatusCode::OK } else { StatusCode::CREATED };
-    Ok((status, Json(FileListing::from(record))).into_response())
-}
-
-/// Whether a file of `size` bytes fits under the limits, given `usage`; the 413 naming the limit
-/// it would exceed otherwise.
-fn check_room(limits: &FileLimits, usage: UploadUsage, size: u64) -> ApiResult<()> {
-    if usage.existing_size.is_none() && usage.mission_files >= limits.max_files_per_mission {
-        return Err(ApiError::too_large(format!(
-            "the mission already holds max_files_per_mission = {} files",
-            limits.max_files_per_mission
-        )));
-    }
-    if size > limits.max_file_bytes {
-        return Err(ApiError::too_large(format!(
-            "the file is larger than max_file_size = {} bytes",
-            limits.max_file_bytes
-        )));
-    }
-    if size > user_room(limits, usage) {
-        let used = used_bytes(usage);
-        return Err(ApiError::too_large(format!(
-            "the owner's files would exceed max_user_bytes = {} bytes ({used} bytes in use)",
-            limits.max_user_bytes
-        )));
-    }
-    Ok(())
-}
-
-/// Bytes the owner's files may still grow by with this upload (the file it replaces counts as
-/// gone).
-fn user_room(limits: &FileLimits, usage: UploadUsage) -> u64 {
-    limits.max_user_bytes.saturating_sub(used_bytes(usage))
-}
-
-/// The owner's bytes besides the file this upload replaces.
-fn used_bytes(usage: UploadUsage) -> u64 {
-    usage.user_bytes.saturating_sub(usage.existing_size.unwrap_or(0))
+    let (mission_id, path) = (parse_id("mission_id", &id)?, parse_path(&raw_path)?);
+    let uploaded = files::upload(&app, who, mission_id, &path, announced(&headers), body.into_data_stream()).await?;
+    let status = if uploaded.replaced { StatusCode::OK } else { StatusCode::CREATED };
+    Ok((status, Json(uploaded.file)).into_response())
 }
 
 /// Parses a single `bytes=` range; `Ok(None)` means "send the whole file".
@@ -289,21 +185,7 @@ pub async fn delete(
     who: Principal,
     Path((id, raw_path)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    let mission = missions::writable(&app, who, parse_id("mission_id", &id)?).await?;
-    let path = parse_path(&raw_path)?;
-    if app.store.mission_file(mission.mission_id, path.as_str()).await?.is_none() {
-        return Err(ApiError::not_found("file", format!("{path} in mission {}", mission.mission_id)));
-    }
-    let place = app.bays.source(&app.store, &mission).await?;
-    let _guard = app.path_locks.lock(mission.mission_id, path.as_str()).await?;
-    let intent = Intent::new(IntentKind::Delete, mission.mission_id, path.as_str());
-    app.store.begin_intent(&intent).await?;
-    let change = Change::new("file.delete", "file", format!("{}/{path}", mission.mission_id)).named(path.as_str());
-    audit::note(who, change.in_project(mission.project_id));
-    // Row first, object second: a crash in between leaves an intent, never a row without content.
-    app.store.delete_file_row(mission.mission_id, path.as_str()).await?;
-    place.files.delete(&place.key(&path)).await.map_err(|e| storage_error(&place, e))?;
-    app.store.drop_intent(intent.intent_id).await?;
+    files::delete(&app, who, parse_id("mission_id", &id)?, &parse_path(&raw_path)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -19,8 +19,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::super::archives;
 use super::super::extract::{ApiJson, QueryPairs, page_number, page_size, parse_id};
-use super::super::{archives, meta};
 use super::{epoch, flag, ok};
 use crate::AppState;
 use crate::auth::Principal;
@@ -235,7 +235,8 @@ pub async fn results(
 
 /// `GET /users/self`: the caller, with the landing zones it owns (`mids`: none, here).
 pub async fn user_self(State(app): State<AppState>, who: Principal) -> ApiResult<Response> {
-    let me = meta::me(State(app), who).await?.0;
+    let me =
+        app.store.user_by_id(who.user_id).await?.ok_or_else(|| ApiError::unauthorized("the user no longer exists"))?;
     Ok(ok(serde_json::json!({ "userid": me.user_id, "username": me.username, "mids": [] })))
 }
 

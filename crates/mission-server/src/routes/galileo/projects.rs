@@ -22,12 +22,12 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::super::extract::{ApiJson, QueryPairs, parse_id};
-use super::super::{files, mission_types};
+use super::super::files::{announced, parse_path};
 use super::ok;
 use crate::AppState;
 use crate::auth::Principal;
 use crate::catalogue;
-use crate::domain::missions;
+use crate::domain::{files, missions};
 use crate::error::{ApiError, ApiResult};
 
 /// A mission as the client's mapper reads it (`id` is its `mission_id`).
@@ -218,7 +218,7 @@ pub(super) fn file(listing: &FileListing) -> Value {
 
 /// `GET /projects/{id}/files`.
 pub async fn files(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Response> {
-    let listing = files::list(State(app), who, Path(id)).await?.0;
+    let listing = files::list(&app, who, parse_id("mission_id", &id)?).await?;
     Ok(ok(serde_json::json!({ "files": listing.iter().map(file).collect::<Vec<_>>() })))
 }
 
@@ -235,7 +235,8 @@ pub async fn upload(
         headers.get("filename").ok_or_else(|| ApiError::invalid("the file's path is missing (header filename)"))?;
     let path: String = raw.as_bytes().iter().map(|&b| char::from(b)).collect();
     let path = path.replace('\\', "/");
-    files::upload(State(app), who, Path((id, path.clone())), headers, body).await?;
+    let (mission_id, parsed) = (parse_id("mission_id", &id)?, parse_path(&path)?);
+    files::upload(&app, who, mission_id, &parsed, announced(&headers), body.into_data_stream()).await?;
     Ok(ok(serde_json::json!({ "uploaded": path })))
 }
 
@@ -250,13 +251,14 @@ pub async fn delete_file(
         .into_iter()
         .find_map(|(key, value)| (key == "filename").then_some(value))
         .ok_or_else(|| ApiError::invalid_field("filename", "is required: the path of the file to delete"))?;
-    files::delete(State(app), who, Path((id, path.clone()))).await?;
+    files::delete(&app, who, parse_id("mission_id", &id)?, &parse_path(&path)?).await?;
     Ok(ok(serde_json::json!({ "deleted": path })))
 }
 
 /// `GET /projecttypes/summaries`.
-pub async fn type_summaries(who: Principal) -> Response {
-    ok(serde_json::json!({ "project_types": mission_types::list(who).await.0 }))
+pub async fn type_summaries(_: Principal) -> Response {
+    let summaries: Vec<_> = catalogue::all().iter().map(catalogue::MissionTypeDef::summary).collect();
+    ok(serde_json::json!({ "project_types": summaries }))
 }
 
 /// `GET /projecttypes?ids=…`: the types named, each with the `wizard_spec` the client reads its

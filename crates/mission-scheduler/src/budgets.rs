@@ -72,7 +72,8 @@ pub(crate) struct Warning {
 #[derive(Debug, Default)]
 pub(crate) struct Budgets {
     by_project: HashMap<Uuid, Budget>,
-    /// What each placed job of a project with a budget holds: (project, CPU-s, GPU-s).
+    /// What each placed job holds of its project's budget, where it has one or gets one while
+    /// the job runs: (project, CPU-s, GPU-s).
     holds: HashMap<Uuid, (Uuid, f64, f64)>,
 }
 
@@ -149,12 +150,13 @@ impl Budgets {
     }
 
     /// A job of `project` was placed, holding `holds` (CPU-seconds, GPU-seconds) of its budget
-    /// until it leaves its landing zone ([`Budgets::charge`]).
+    /// until it leaves its landing zone ([`Budgets::charge`]). Kept for every placed job, so
+    /// that a budget set while a project's jobs run counts what they hold ([`Budgets::set`]).
     pub fn hold(&mut self, job_id: Uuid, project: Uuid, holds: (f64, f64)) {
+        self.holds.insert(job_id, (project, holds.0, holds.1));
         let Some(entry) = self.by_project.get_mut(&project) else { return };
         entry.held.0 += holds.0;
         entry.held.1 += holds.1;
-        self.holds.insert(job_id, (project, holds.0, holds.1));
     }
 
     /// Every project with a budget, and the CPU-hours and GPU-hours it has left at `now` (of the
@@ -274,5 +276,27 @@ mod tests {
         assert_eq!(budgets.left(now).collect::<Vec<_>>(), [(project, Some(1.0), Some(1.0))]);
         budgets.remove(project);
         assert_eq!(budgets.refusal(project, (3600.0, 3600.0), now), None);
+    }
+
+    #[test]
+    fn a_budget_set_while_jobs_run_counts_what_they_hold() {
+        let project = Uuid::from_u128(1);
+        let mut budgets = Budgets::default();
+        let now = at("2026-11-27T10:00:00Z");
+        // Placed before the project has a budget: two jobs that may run an hour each.
+        budgets.hold(Uuid::from_u128(10), project, (3600.0, 0.0));
+        budgets.hold(Uuid::from_u128(11), project, (3600.0, 0.0));
+        let record = BudgetRecord {
+            project_id: project,
+            project_name: "astro".into(),
+            budget: ProjectBudget { cpu_hours: Some(3.0), gpu_hours: None, period: BudgetPeriod::Total },
+            updated_at: now,
+        };
+        budgets.set(record, (0.0, 0.0), now, false);
+        assert_eq!(budgets.refusal(project, (3600.0, 0.0), now), None, "1 of 3 hours is free");
+        assert!(budgets.refusal(project, (2.0 * 3600.0, 0.0), now).unwrap().0.contains("2.00 of them held"));
+        // One ends having used half its hour: its hold goes, its use is spent.
+        budgets.charge(Uuid::from_u128(10), project, (1800.0, 0.0), now);
+        assert_eq!(budgets.refusal(project, (1.5 * 3600.0, 0.0), now), None, "0.5 spent, 1 held, 1.5 free");
     }
 }

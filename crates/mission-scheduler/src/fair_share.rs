@@ -5,9 +5,12 @@
 //! counts half. [`Usage`] keeps, per project and per (project, user), what was used, decayed, and
 //! what the jobs on landing zones are expected to use:
 //!
-//! - A job is charged as it is placed, for its time limit (or [`Usage::expected`] where it has
+//! - A job is charged as it is placed, for its time limit (or the expected run where it has
 //!   none), so that a burst of submissions does not jump ahead of others before its usage counts.
-//!   When it leaves its landing zone that charge is taken back and what it used is charged instead.
+//!   A job without a time limit that runs past what it was charged is charged another expected
+//!   run each time it does ([`Usage::accrue`]), so a week-long job counts as it runs, not only
+//!   when it ends. When it leaves its landing zone its charges are taken back and what it used is
+//!   charged instead.
 //! - Decay is applied the other way round, the way Slurm and HTCondor keep it cheap: instead of
 //!   every amount shrinking as time passes, new charges grow, by 2^(t/half-life) for a charge made
 //!   at time t. Ratios between amounts are the same either way, so no amount has to change as time
@@ -17,7 +20,8 @@
 //! What was used is not written anywhere of its own: the jobs' rows say it (CPUs, GPUs, wall time,
 //! when they finished), and [`Usage::load`] sums them at a restart.
 
-use std::collections::{HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::time::Duration;
 
 use mission_store::UsedRow;
@@ -39,9 +43,12 @@ struct Charge {
     user: Uuid,
     cpus: f64,
     gpus: f64,
-    /// What it was charged when placed (grown, as every amount here is).
+    /// What it was charged while it runs (grown, as every amount here is).
     provisional: f64,
     since: Instant,
+    /// The seconds its provisional charge covers: its time limit, or as many expected runs as
+    /// it has begun (`None` with a time limit).
+    open_ended: Option<f64>,
     /// Its wall time in seconds as its agent measured it, once told: what it is charged.
     measured: Option<f64>,
 }
@@ -57,6 +64,9 @@ pub(crate) struct Usage {
     projects: HashMap<Uuid, f64>,
     members: HashMap<(Uuid, Uuid), f64>,
     charges: HashMap<Uuid, Charge>,
+    /// When each running job without a time limit runs past what it was charged: soonest first
+    /// (an entry of a job that left meanwhile is dropped when it comes up).
+    due: BinaryHeap<Reverse<(Instant, Uuid)>>,
     /// (project, user) pairs whose usage changed since [`Usage::changed`] was last drained.
     changed: HashSet<(Uuid, Uuid)>,
     /// What the jobs that left their landing zones since [`Usage::spent`] was last drained
@@ -75,6 +85,7 @@ impl Usage {
             projects: HashMap::new(),
             members: HashMap::new(),
             charges: HashMap::new(),
+            due: BinaryHeap::new(),
             changed: HashSet::new(),
             spent: Vec::new(),
         }
@@ -124,9 +135,43 @@ impl Usage {
         let seconds = self.expected_seconds(time_limit);
         let provisional = (cpus + gpus) * seconds * self.growth(now);
         self.add(key.project_id, key.user_id, provisional);
-        let charge =
-            Charge { project: key.project_id, user: key.user_id, cpus, gpus, provisional, since: now, measured: None };
+        let open_ended = time_limit.is_none().then_some(seconds);
+        if open_ended.is_some() {
+            self.due.push(Reverse((now + self.expected, job_id)));
+        }
+        let charge = Charge {
+            project: key.project_id,
+            user: key.user_id,
+            cpus,
+            gpus,
+            provisional,
+            since: now,
+            open_ended,
+            measured: None,
+        };
         self.charges.insert(job_id, charge);
+    }
+
+    /// Charges each running job without a time limit that ran past what it was charged another
+    /// expected run: O(log jobs) for each such charge, nothing for the others.
+    pub fn accrue(&mut self) {
+        let now = Instant::now();
+        while let Some(Reverse((at, job_id))) = self.due.peek().copied() {
+            if at > now {
+                return;
+            }
+            self.due.pop();
+            let growth = self.growth(now);
+            let expected = self.expected.as_secs_f64();
+            let Some(charge) = self.charges.get_mut(&job_id) else { continue };
+            let Some(covered) = charge.open_ended.as_mut() else { continue };
+            *covered += expected;
+            let more = (charge.cpus + charge.gpus) * expected * growth;
+            charge.provisional += more;
+            let (project, user, next) = (charge.project, charge.user, charge.since + Duration::from_secs_f64(*covered));
+            self.add(project, user, more);
+            self.due.push(Reverse((next, job_id)));
+        }
     }
 
     /// A job left its landing zone: its charge is taken back and what it used is charged.
@@ -225,6 +270,33 @@ mod tests {
             [(Uuid::from_u128(10), a.project_id, 200.0, 0.0)],
             "what budgets charge: 2 CPUs for 100 s"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_job_without_a_time_limit_is_charged_again_each_time_it_runs_past_its_charge() {
+        // A half-life long enough that growth over these minutes is negligible.
+        let mut usage = Usage::new(Duration::from_secs(1 << 40), Duration::from_secs(60));
+        let (a, b) = (key(1, 1), key(2, 2));
+        usage.place(Uuid::from_u128(10), &a, 2, 0, None);
+        usage.place(Uuid::from_u128(20), &b, 1, 0, Some(1));
+        tokio::time::advance(Duration::from_secs(59)).await;
+        usage.accrue();
+        assert!((usage.of_project(a.project_id) - 120.0).abs() < 1e-6, "within its first expected minute");
+
+        tokio::time::advance(Duration::from_secs(91)).await;
+        usage.accrue();
+        // 150 s in: its second and third minutes have begun, each charged as it does.
+        assert!((usage.of_project(a.project_id) - 360.0).abs() < 1e-6, "{}", usage.of_project(a.project_id));
+        assert!((usage.of_project(b.project_id) - 60.0).abs() < 1e-6, "a time limit is charged once");
+        usage.accrue();
+        assert!((usage.of_project(a.project_id) - 360.0).abs() < 1e-6, "nothing more is due yet");
+
+        // Leaving replaces every charge with what it used: 2 CPUs for 150 s.
+        usage.leave(Uuid::from_u128(10));
+        assert!((usage.of_project(a.project_id) - 300.0).abs() < 1e-6, "{}", usage.of_project(a.project_id));
+        tokio::time::advance(Duration::from_secs(600)).await;
+        usage.accrue();
+        assert!((usage.of_project(a.project_id) - 300.0).abs() < 1e-6, "a job that left accrues nothing");
     }
 
     #[tokio::test(start_paused = true)]

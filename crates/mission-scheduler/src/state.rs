@@ -1651,10 +1651,12 @@ impl State {
         self.fleet.hold(lz_id, placed);
     }
 
-    /// Takes in the usage that changed since the last call (jobs placed or released): budgets are
+    /// Takes in the usage that changed since the last call (jobs placed, released, or running
+    /// past their charge without a time limit): budgets are
     /// charged what the jobs that left used (warnings go in the batch), and the queue is told, so
     /// that fair-share ranks by it.
     fn settle_usage(&mut self) {
+        self.fleet.usage.accrue();
         let spent = self.fleet.usage.spent();
         if !spent.is_empty() {
             let now = store::now();

@@ -20,7 +20,6 @@ use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::error::{ApiError, ApiResult};
 use mission_store::{EventFilter, Store, StoreError, now};
 
 /// How often the reader looks at the log without being woken.
@@ -91,12 +90,12 @@ impl Watch {
 const MAX_KIND_BYTES: usize = 64;
 
 /// Checks a kind filter given as `field`: lowercase letters, dots and underscores.
-pub fn check_kind(field: &str, kind: &str) -> ApiResult<String> {
+pub fn check_kind(field: &str, kind: &str) -> crate::domain::DomainResult<String> {
     let valid = !kind.is_empty()
         && kind.len() <= MAX_KIND_BYTES
         && kind.bytes().all(|b| b.is_ascii_lowercase() || b == b'.' || b == b'_');
     if !valid {
-        return Err(ApiError::invalid_field(
+        return Err(crate::domain::DomainError::invalid(
             field,
             format!(
                 "expected a kind such as job, job.completed or mission.created (lowercase letters, dots, \

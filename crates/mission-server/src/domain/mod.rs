@@ -8,7 +8,8 @@
 //! [`ApiError`](crate::error::ApiError) (and logs a store failure's cause there, once).
 //!
 //! One module per resource: [`projects`], [`missions`] and their [`files`], [`jobs`],
-//! [`stations`] (with their landing zones), [`cargo_bays`], and reading the [`audit`] trail.
+//! [`stations`] (with their landing zones), [`cargo_bays`], [`webhooks`], and reading the
+//! [`audit`] trail.
 
 pub mod audit;
 pub mod cargo_bays;
@@ -17,6 +18,7 @@ pub mod jobs;
 pub mod missions;
 pub mod projects;
 pub mod stations;
+pub mod webhooks;
 
 use mission_store::StoreError;
 

@@ -5,6 +5,12 @@
 //! running, reconnects with backoff, names them in its next hello, and delivers the reports and
 //! output it could not send meanwhile (reports wait in order; output waits in the job's pipes or
 //! files). A runner whose jobs outlive the agent itself (Slurm) resumes them when it starts.
+//!
+//! Leaving ([`Agent::leave`]) drains: the jobs running then are killed (except where they outlive
+//! the agent) and their tasks settle (cgroups and work dirs handed back), and the reports queued
+//! before are delivered, each within a bound. The kills are not reported as stops: the next
+//! agent's hello does not name those jobs, so the server counts them lost (which a retry policy
+//! may retry), as it would after a crash.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -13,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use mission_api::lz::{Hello, Order, Report};
 use mission_api::{JobStatus, JobUsage};
 use tokio::sync::{mpsc, watch};
+use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::cache::InputCache;
@@ -131,7 +138,16 @@ pub(crate) struct Agent {
     /// lead) would otherwise count them lost, since it takes no report before the hello.
     unreported_ends: Mutex<HashSet<Uuid>>,
     reports: mpsc::UnboundedSender<Report>,
+    /// The jobs' tasks, which leaving waits for.
+    tasks: TaskTracker,
+    /// The jobs that ran when the agent began to leave: their stops are not reported.
+    left_behind: Mutex<HashSet<Uuid>>,
 }
+
+/// How long leaving waits for the killed jobs' tasks to settle.
+const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long leaving waits for the server to take the reports queued before.
+const DELIVERY_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A job the agent runs.
 pub(crate) struct RunningJob {
@@ -180,8 +196,14 @@ impl Agent {
         self.queue(report);
     }
 
-    /// Queues `report` for [`deliver_reports`].
+    /// Queues `report` for [`deliver_reports`], unless it is the stop of a job the agent killed
+    /// as it left.
     fn queue(&self, report: Report) {
+        if report.status == JobStatus::Stopped
+            && self.left_behind.lock().expect("not poisoned").contains(&report.job_id)
+        {
+            return;
+        }
         if report.status.is_final() {
             self.unreported_ends.lock().expect("not poisoned").insert(report.job_id);
         }
@@ -222,7 +244,7 @@ impl Agent {
         let this_run = stop.clone();
         self.jobs.lock().expect("not poisoned").insert(job_id, RunningJob { stop, attempt });
         let (agent, running) = (self.clone(), job(stopped));
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             running.await;
             let mut jobs = agent.jobs.lock().expect("not poisoned");
             if jobs.get(&job_id).is_some_and(|job| job.stop.same_channel(&this_run)) {
@@ -230,10 +252,37 @@ impl Agent {
             }
         });
     }
+
+    /// Leaves: kills the jobs running now unless they `outlive` the agent (a batch system's),
+    /// waits for their tasks to settle, then for the server to take the reports queued (of jobs
+    /// that ended before), each for a bounded time.
+    async fn leave(&self, outlive: bool) {
+        {
+            let jobs = self.jobs.lock().expect("not poisoned");
+            self.left_behind.lock().expect("not poisoned").extend(jobs.keys().copied());
+            if !outlive {
+                for job in jobs.values() {
+                    let _ = job.stop.send(Some(std::time::Duration::ZERO));
+                }
+            }
+        }
+        self.tasks.close();
+        if !outlive && tokio::time::timeout(SETTLE_LIMIT, self.tasks.wait()).await.is_err() {
+            tracing::warn!("leaving before every killed job settled (waited {SETTLE_LIMIT:?})");
+        }
+        let delivered = async {
+            while !self.unreported_ends.lock().expect("not poisoned").is_empty() {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        };
+        if tokio::time::timeout(DELIVERY_LIMIT, delivered).await.is_err() {
+            tracing::warn!("leaving with job ends the server has not taken (waited {DELIVERY_LIMIT:?})");
+        }
+    }
 }
 
 /// Runs the agent until `shutdown` completes (jobs still running are killed then, except where
-/// they run in a batch system) or the server refuses its token.
+/// they run in a batch system; see [`Agent::leave`]) or the server refuses its token.
 pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
     for path in [config.data_dir.clone(), config.data_dir.join("cache")] {
         private_dir(&path, 0o700).map_err(|e| AgentError::DataDir(path.clone(), e))?;
@@ -256,6 +305,8 @@ async fn serve<R: Runner>(
         jobs: Mutex::new(HashMap::new()),
         unreported_ends: Mutex::new(HashSet::new()),
         reports,
+        tasks: TaskTracker::new(),
+        left_behind: Mutex::new(HashSet::new()),
     });
     for (job_id, attempt) in runner.recovered() {
         let (runner, agent2) = (runner.clone(), agent.clone());
@@ -272,7 +323,7 @@ async fn serve<R: Runner>(
         }
     };
 
-    runner.shut_down(&agent);
+    agent.leave(R::JOBS_OUTLIVE_AGENT).await;
     reporter.abort();
     result
 }
@@ -417,8 +468,9 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    /// Reads one HTTP request (headers and a `content-length` body) and answers 204.
-    async fn take_one_request(connection: &mut tokio::net::TcpStream) {
+    /// Reads one HTTP request (headers and a `content-length` body), answers 204, and gives back
+    /// the request as text.
+    async fn take_one_request(connection: &mut tokio::net::TcpStream) -> String {
         let mut request = Vec::new();
         let mut buf = [0u8; 4096];
         loop {
@@ -436,6 +488,22 @@ mod tests {
             }
         }
         connection.write_all(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n").await.unwrap();
+        String::from_utf8_lossy(&request).into_owned()
+    }
+
+    /// An agent that reports to `url`.
+    fn agent_of(url: String, cache: &std::path::Path) -> (Arc<Agent>, mpsc::UnboundedReceiver<Report>) {
+        let (reports, queue) = mpsc::unbounded_channel();
+        let agent = Arc::new(Agent {
+            client: LzClient::new(&[url], "token", Timings::default()).unwrap(),
+            cache: InputCache::new(cache.to_path_buf()),
+            jobs: Mutex::default(),
+            unreported_ends: Mutex::default(),
+            reports,
+            tasks: TaskTracker::new(),
+            left_behind: Mutex::default(),
+        });
+        (agent, queue)
     }
 
     /// A job that ended while no server took its report (a restart, a replica taking the lead) is
@@ -446,14 +514,7 @@ mod tests {
         let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", server.local_addr().unwrap());
         let dir = tempfile::tempdir().unwrap();
-        let (reports, queue) = mpsc::unbounded_channel();
-        let agent = Arc::new(Agent {
-            client: LzClient::new(&[url], "token", Timings::default()).unwrap(),
-            cache: InputCache::new(dir.path().to_path_buf()),
-            jobs: Mutex::default(),
-            unreported_ends: Mutex::default(),
-            reports,
-        });
+        let (agent, queue) = agent_of(url, dir.path());
         let (ended, running) = (Uuid::new_v4(), Uuid::new_v4());
         agent.spawn_job(running, 1, |_stop| std::future::pending());
         agent.report_end(ended, (JobStatus::Completed, Some(0), None), None);
@@ -471,6 +532,42 @@ mod tests {
             assert!(tokio::time::Instant::now() < deadline, "{:?}", agent.running_or_unreported());
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
+        reporter.abort();
+    }
+
+    /// Leaving kills the jobs running (each task settles: here it reports the stop it sees,
+    /// which is not sent), and delivers the end of a job that ended before, with nothing more.
+    #[tokio::test]
+    async fn leaving_kills_running_jobs_unreported_and_delivers_the_ends_queued_before() {
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", server.local_addr().unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let (agent, queue) = agent_of(url, dir.path());
+        let (ended, running) = (Uuid::new_v4(), Uuid::new_v4());
+        let settled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (agent2, settled2) = (agent.clone(), settled.clone());
+        agent.spawn_job(running, 1, move |mut stop| async move {
+            let grace = stop.wait_for(Option::is_some).await.unwrap().expect("stopped");
+            assert!(grace.is_zero(), "killed at once");
+            agent2.report_end(running, (JobStatus::Stopped, None, Some("stopped".into())), None);
+            settled2.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        agent.report_end(ended, (JobStatus::Completed, Some(0), None), None);
+        let reporter = tokio::spawn(deliver_reports(agent.clone(), queue));
+        let taken = tokio::spawn(async move {
+            let (mut connection, _) = server.accept().await.unwrap();
+            let request = take_one_request(&mut connection).await;
+            // Nothing else comes: a second request would be a report of the killed job.
+            let more = tokio::time::timeout(std::time::Duration::from_millis(500), server.accept()).await;
+            (request, more.is_ok())
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(20), agent.leave(false)).await.expect("leaves in time");
+        assert!(settled.load(std::sync::atomic::Ordering::SeqCst), "the killed job's task settled first");
+        assert!(agent.unreported_ends.lock().unwrap().is_empty(), "the queued end was taken");
+        let (request, more) = taken.await.unwrap();
+        assert!(request.contains(&ended.to_string()), "{request}");
+        assert!(!request.contains(&running.to_string()), "the kill is not reported as a stop: {request}");
+        assert!(!more, "one request: the end queued before");
         reporter.abort();
     }
 }

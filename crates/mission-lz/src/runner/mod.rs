@@ -32,12 +32,12 @@ pub(crate) struct Offer {
     pub cluster_account: Option<String>,
 }
 
-/// Runs the jobs of one landing zone.
 /// A job's stop switch as its runner sees it: `None` until a stop is ordered, then how long the
 /// job may take to end after `SIGTERM` before `SIGKILL` (zero: kill at once). A later stop may
 /// shorten it.
 pub(crate) type StopSwitch = watch::Receiver<Option<std::time::Duration>>;
 
+/// Runs the jobs of one landing zone.
 pub(crate) trait Runner: Send + Sync + 'static {
     /// What the landing zone offers now (asked at every connection: a cluster's nodes change).
     fn offer(&self) -> impl Future<Output = Offer> + Send;
@@ -73,6 +73,7 @@ pub(crate) trait Runner: Send + Sync + 'static {
         let _ = agent;
     }
 
-    /// The agent is stopping: what must not outlive it ends.
-    fn shut_down(&self, agent: &Agent);
+    /// Whether its jobs run on when the agent stops (a batch system's, which a restarted agent
+    /// resumes); else the agent kills them as it leaves.
+    const JOBS_OUTLIVE_AGENT: bool = false;
 }

@@ -119,12 +119,6 @@ impl Runner for ProcessRunner {
     ) -> impl Future<Output = ()> + Send + 'static {
         run_job(self, agent, job, stop)
     }
-
-    fn shut_down(&self, agent: &Agent) {
-        for job in agent.jobs.lock().expect("not poisoned").values() {
-            let _ = job.stop.send(Some(std::time::Duration::ZERO));
-        }
-    }
 }
 
 /// Runs one job to its end and reports every move.

@@ -636,9 +636,8 @@ impl Runner for SlurmRunner {
         self.settle(&agent, job_id, ended).await;
     }
 
-    fn shut_down(&self, _agent: &Agent) {
-        // Slurm's jobs outlive the agent: a restarted agent finds them by name.
-    }
+    // A restarted agent finds them by name.
+    const JOBS_OUTLIVE_AGENT: bool = true;
 }
 
 /// The time the job's script wrote to `path`, if it wrote one.

@@ -16,18 +16,18 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use mission_api::lz::{Hello, Order, Report};
+use mission_api::lz::{Assignment, Hello, InputFile, Order, Report};
 use mission_api::{JobStatus, JobUsage};
 use tokio::sync::{mpsc, watch};
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use crate::cache::InputCache;
+use crate::cache::{InputCache, Inputs, Lookup, STAGING_FAILED};
 use crate::client::{Heartbeat, LzClient, SessionEnd, Timings};
 use crate::detect::Overrides;
 use crate::runner::process::{Outcome, ProcessRunner};
 use crate::runner::slurm::{SlurmConfig, SlurmRunner};
-use crate::runner::{Runner, StopSwitch};
+use crate::runner::{Runner, StopSwitch, stop_ordered};
 use crate::sandbox::{SandboxConfig, SandboxError};
 
 /// How the agent is run.
@@ -251,6 +251,33 @@ impl Agent {
                 jobs.remove(&job_id);
             }
         });
+    }
+
+    /// Reports the job `staging` and brings its inputs into the content cache: each missing one
+    /// downloaded once and checked, unless a stop comes first. The one staging loop of every
+    /// runner; a failure is the job's reason.
+    pub async fn stage_inputs(&self, job: &Assignment, stop: &mut StopSwitch) -> Result<Inputs, String> {
+        self.report(job.job_id, JobStatus::Staging, None, None, None);
+        let mut downloaded = false;
+        loop {
+            match self.cache.lookup(&job.files) {
+                Ok(inputs) => return Ok(Inputs::Cached(inputs)),
+                Err(Lookup::Invalid(why)) => return Err(format!("{STAGING_FAILED}: {why}")),
+                Err(Lookup::Missing(_)) if downloaded => {
+                    return Err(format!("{STAGING_FAILED}: the input cache changed meanwhile"));
+                }
+                Err(Lookup::Missing(missing)) => {
+                    let missing: Vec<&InputFile> = missing.into_iter().map(|i| &job.files[i]).collect();
+                    tokio::select! {
+                        fetched = self.cache.download(&self.client, job.job_id, &missing) => {
+                            fetched.map_err(|e| format!("{STAGING_FAILED}: {e}"))?;
+                        }
+                        _ = stop_ordered(stop) => return Ok(Inputs::Stopped),
+                    }
+                    downloaded = true;
+                }
+            }
+        }
     }
 
     /// Leaves: kills the jobs running now unless they `outlive` the agent (a batch system's),

@@ -3,9 +3,9 @@
 //! - [`process`]: child processes of the agent on its own host, under cgroup limits in a sandbox;
 //! - [`slurm`]: jobs of a Slurm cluster, submitted from its login node.
 //!
-//! A runner stages a job's inputs through the agent's content cache, runs it, streams its output
-//! and uploads its results with the shared pieces in `output`, and reports each move through the
-//! agent (the final one included).
+//! A runner has the agent stage a job's inputs into its content cache (`Agent::stage_inputs`,
+//! the one staging loop), runs it, streams its output and uploads its results with the shared
+//! pieces in `output`, and reports each move through the agent (the final one included).
 
 pub mod process;
 pub mod slurm;
@@ -76,4 +76,19 @@ pub(crate) trait Runner: Send + Sync + 'static {
     /// Whether its jobs run on when the agent stops (a batch system's, which a restarted agent
     /// resumes); else the agent kills them as it leaves.
     const JOBS_OUTLIVE_AGENT: bool = false;
+}
+
+/// Resolves once a stop is ordered (never, if the switch is gone).
+pub(crate) async fn stop_ordered(stop: &mut StopSwitch) -> std::time::Duration {
+    let grace = stop.wait_for(Option::is_some).await.map_or(None, |grace| *grace);
+    match grace {
+        Some(grace) => grace,
+        // The switch is gone: no stop can come.
+        None => std::future::pending().await,
+    }
+}
+
+/// How a job stopped while its inputs were staged ends.
+pub(crate) fn stopped_before_start() -> process::Outcome {
+    (mission_api::JobStatus::Stopped, None, Some("stopped before it started".into()))
 }

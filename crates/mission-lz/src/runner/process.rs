@@ -1,8 +1,8 @@
 //! The process runner: jobs as child processes of the agent on its own host, each from
 //! assignment to results.
 //!
-//! 1. staging: inputs not in the content cache (`DATA_DIR/cache/{sha256}`) are downloaded and
-//!    checked against their SHA-256; then one blocking step takes the job's user, copies the
+//! 1. staging: the agent brings the inputs into the content cache (`DATA_DIR/cache/{sha256}`,
+//!    each download checked against its SHA-256); then one blocking step takes the job's user, copies the
 //!    inputs into a work dir of that user, takes the job's cgroup and starts the program in its
 //!    sandbox (few thread hand-offs: a trivial job's whole life is a few milliseconds);
 //! 2. running: the command runs in the work dir in its own process group, sandbox (see
@@ -20,14 +20,15 @@
 //! fails with the reason "time limit", its results uploaded).
 
 use std::ffi::OsStr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use mission_api::lz::{Assignment, Gpu};
 use mission_api::{JobStatus, JobUsage, KILLED_BY_SIGNAL_REASON, OUT_OF_MEMORY_REASON, Resources, TIME_LIMIT_REASON};
 
-use super::{Offer, Runner, StopSwitch};
+use super::{Offer, Runner, StopSwitch, stop_ordered, stopped_before_start};
 use crate::agent::{Agent, AgentConfig, AgentError, default_work_root, private_dir};
-use crate::cache::Lookup;
+use crate::cache::{Inputs, STAGING_FAILED};
 use crate::cgroups::{Cgroups, JobCgroup};
 use crate::detect::detect;
 use crate::output::{changed_files, forward_pipe, upload_results};
@@ -156,31 +157,13 @@ async fn run(
     if let Some(refusal) = runner.sandbox.refusal(job) {
         return Err(refusal);
     }
-    agent.report(job.job_id, JobStatus::Staging, None, None, None);
-    let mut downloaded = false;
-    let Launched { mut child, group, limits, dir, user } = loop {
-        let launched = {
-            let (runner, agent, job) = (runner.clone(), agent.clone(), job.clone());
-            tokio::task::spawn_blocking(move || launch(&runner, &agent, &job)).await.map_err(|e| e.to_string())?
-        };
-        match launched {
-            Ok(launched) => break launched,
-            Err(LaunchError::Failed(reason)) => return Err(reason),
-            Err(LaunchError::NotCached(_)) if downloaded => {
-                return Err("staging the mission's files failed: the input cache changed meanwhile".into());
-            }
-            Err(LaunchError::NotCached(missing)) => {
-                let missing: Vec<_> = missing.into_iter().map(|i| &job.files[i]).collect();
-                let fetch = agent.cache.download(&agent.client, job.job_id, &missing);
-                tokio::select! {
-                    fetched = fetch => fetched.map_err(|e| format!("staging the mission's files failed: {e}"))?,
-                    _ = stop_ordered(&mut stop) => {
-                        return Ok((JobStatus::Stopped, None, Some("stopped before it started".into())));
-                    }
-                }
-                downloaded = true;
-            }
-        }
+    let inputs = match agent.stage_inputs(job, &mut stop).await? {
+        Inputs::Cached(inputs) => inputs,
+        Inputs::Stopped => return Ok(stopped_before_start()),
+    };
+    let Launched { mut child, group, limits, dir, user } = {
+        let (runner, job) = (runner.clone(), job.clone());
+        tokio::task::spawn_blocking(move || launch(&runner, &job, &inputs)).await.map_err(|e| e.to_string())??
     };
     let (root, staged) = (dir.path().to_path_buf(), dir.inputs().clone());
     let uid = user.ids().map(|(uid, _)| uid);
@@ -309,31 +292,19 @@ struct Launched {
     user: JobUser,
 }
 
-enum LaunchError {
-    /// These inputs (indices into the assignment's files) are not in the cache yet.
-    NotCached(Vec<usize>),
-    /// The job cannot start; the reason.
-    Failed(String),
-}
-
 /// Stages the job and starts its program, in one blocking step: a work dir gets the mission's
 /// files from the content cache, the job gets its cgroup, and the program starts in the work dir
 /// in its own process group with `MISSION_ID`, `JOB_ID`, `OMP_NUM_THREADS` and
 /// `CUDA_VISIBLE_DEVICES`. Nothing is made when an input is not cached yet.
-fn launch(runner: &ProcessRunner, agent: &Agent, job: &Assignment) -> Result<Launched, LaunchError> {
-    let staging_failed = |e: String| LaunchError::Failed(format!("staging the mission's files failed: {e}"));
-    let program = job.command.first().ok_or_else(|| LaunchError::Failed("the job's command is empty".into()))?;
-    let inputs = agent.cache.lookup(&job.files).map_err(|e| match e {
-        Lookup::Missing(missing) => LaunchError::NotCached(missing),
-        Lookup::Invalid(why) => staging_failed(why),
-    })?;
-    let user = runner.sandbox.job_user().map_err(LaunchError::Failed)?;
+fn launch(runner: &ProcessRunner, job: &Assignment, inputs: &[(PathBuf, PathBuf)]) -> Result<Launched, String> {
+    let program = job.command.first().ok_or("the job's command is empty")?;
+    let user = runner.sandbox.job_user()?;
     // Copies, not links: the job may change its inputs, and the cache must not change.
-    let dir = match runner.work_dirs.stage(job.user_id, user.ids(), &inputs) {
+    let dir = match runner.work_dirs.stage(job.user_id, user.ids(), inputs) {
         Ok(dir) => dir,
         Err(e) => {
             runner.sandbox.release(user);
-            return Err(staging_failed(e.to_string()));
+            return Err(format!("{STAGING_FAILED}: {e}"));
         }
     };
 
@@ -368,7 +339,7 @@ fn launch(runner: &ProcessRunner, agent: &Agent, job: &Assignment) -> Result<Lau
             }
             runner.work_dirs.give_back(dir);
             runner.sandbox.release(user);
-            Err(LaunchError::Failed(format!("could not start {program}: {e}")))
+            Err(format!("could not start {program}: {e}"))
         }
     }
 }
@@ -388,14 +359,4 @@ pub(crate) fn base_env() -> Vec<(&'static str, std::ffi::OsString)> {
 /// The read end of a job's stdout or stderr, for [`forward_pipe`] (nothing to read where it is gone).
 fn output_pipe(fd: Option<std::os::fd::OwnedFd>) -> Option<tokio::net::unix::pipe::Receiver> {
     tokio::net::unix::pipe::Receiver::from_owned_fd(fd?).ok()
-}
-
-/// Resolves once a stop is ordered (never, if the switch is gone).
-pub(crate) async fn stop_ordered(stop: &mut StopSwitch) -> std::time::Duration {
-    let grace = stop.wait_for(Option::is_some).await.map_or(None, |grace| *grace);
-    match grace {
-        Some(grace) => grace,
-        // The switch is gone: no stop can come.
-        None => std::future::pending().await,
-    }
 }

@@ -33,16 +33,16 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
-use mission_api::lz::{Assignment, InputFile};
+use mission_api::lz::Assignment;
 use mission_api::{JobStatus, JobUsage, Resources};
 use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::process::{Outcome, stop_ordered};
-use super::{Offer, Runner, StopSwitch};
+use super::process::Outcome;
+use super::{Offer, Runner, StopSwitch, stop_ordered, stopped_before_start};
 use crate::agent::{Agent, AgentConfig, AgentError, private_dir};
-use crate::cache::Lookup;
+use crate::cache::{Inputs, STAGING_FAILED};
 use crate::client::Backoff;
 use crate::output::{changed_files, forward_file, upload_results};
 use crate::slurm::{
@@ -377,27 +377,10 @@ impl SlurmRunner {
             },
             None => None,
         };
-        agent.report(job.job_id, JobStatus::Staging, None, None, None);
-        let stopped = || Ok(((JobStatus::Stopped, None, Some("stopped before it started".to_owned())), None));
-        let mut downloaded = false;
-        let inputs = loop {
-            match agent.cache.lookup(&job.files) {
-                Ok(inputs) => break inputs,
-                Err(Lookup::Invalid(why)) => return Err(format!("staging the mission's files failed: {why}")),
-                Err(Lookup::Missing(_)) if downloaded => {
-                    return Err("staging the mission's files failed: the input cache changed meanwhile".into());
-                }
-                Err(Lookup::Missing(missing)) => {
-                    let missing: Vec<&InputFile> = missing.into_iter().map(|i| &job.files[i]).collect();
-                    tokio::select! {
-                        fetched = agent.cache.download(&agent.client, job.job_id, &missing) => {
-                            fetched.map_err(|e| format!("staging the mission's files failed: {e}"))?;
-                        }
-                        _ = stop_ordered(&mut stop) => return stopped(),
-                    }
-                    downloaded = true;
-                }
-            }
+        let stopped = || Ok((stopped_before_start(), None));
+        let inputs = match agent.stage_inputs(job, &mut stop).await? {
+            Inputs::Cached(inputs) => inputs,
+            Inputs::Stopped => return stopped(),
         };
         let dir = JobDir::new(&self.config.work_root, job.job_id);
         let staging = {
@@ -406,7 +389,7 @@ impl SlurmRunner {
         };
         let record = staging.await.map_err(|e| e.to_string())?.map_err(|e| {
             self.forget(job.job_id);
-            format!("staging the mission's files failed: {e}")
+            format!("{STAGING_FAILED}: {e}")
         })?;
         if stop.borrow().is_some() {
             self.forget(job.job_id);

@@ -32,6 +32,7 @@ pub mod spawner;
 pub use launcher::{JobProcess, Launcher};
 use spawner::{Namespaces, Plan};
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
@@ -60,6 +61,12 @@ pub struct SandboxConfig {
     /// Where work dirs are made, outside every private dir (a private `/tmp` is only mounted
     /// when this is not under `/tmp`).
     pub work_root: PathBuf,
+    /// A file mapping mission users to accounts of this host or cluster (lines of
+    /// `MISSION_USER ACCOUNT`): their jobs run as that account (needs root).
+    pub user_map: Option<PathBuf>,
+    /// Refuse the jobs of mission users the map does not name (else they run as a uid of
+    /// their own, as without a map). A Slurm landing zone always refuses them.
+    pub refuse_unmapped: bool,
 }
 
 impl Default for SandboxConfig {
@@ -70,6 +77,8 @@ impl Default for SandboxConfig {
             allow_unisolated: false,
             private_dirs: Vec::new(),
             work_root: PathBuf::new(),
+            user_map: None,
+            refuse_unmapped: false,
         }
     }
 }
@@ -86,6 +95,37 @@ pub enum SandboxError {
     /// The work root lies where jobs must not see.
     #[error("the work root {0} lies inside {1}, which jobs must not see")]
     WorkRoot(PathBuf, PathBuf),
+    /// The user map cannot be used.
+    #[error("--user-map: {0}")]
+    UserMap(String),
+}
+
+/// Mission users and the accounts (name, uid, gid) their jobs run as.
+pub(crate) type UserMap = HashMap<String, (String, u32, u32)>;
+
+/// Reads a user map and finds each account's uid and gid (with `id`, which asks NSS): an
+/// account that does not exist, or one that is root, is refused. Needs root, which alone can
+/// run jobs as other accounts.
+pub(crate) fn read_user_map(path: &Path) -> Result<UserMap, String> {
+    if !rustix::process::geteuid().is_root() {
+        return Err("the agent must run as root to run jobs as the accounts it maps users to".into());
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let map = crate::slurm::parse_user_map(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let id = |flag: &str, account: &str| -> Result<u32, String> {
+        let out = std::process::Command::new("id").args([flag, "--", account]).output().map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.trim().parse().map_err(|_| format!("{}: no account {account:?} (id {flag})", path.display()))
+    };
+    map.into_iter()
+        .map(|(user, account)| {
+            let (uid, gid) = (id("-u", &account)?, id("-g", &account)?);
+            if uid == 0 {
+                return Err(format!("{}: {user:?} maps to root; jobs never run as root", path.display()));
+            }
+            Ok((user, (account, uid, gid)))
+        })
+        .collect()
 }
 
 /// Who jobs run as, and how they are confined.
@@ -97,6 +137,9 @@ pub struct Sandbox {
     masked: Vec<PathBuf>,
     private_tmp: bool,
     allow_unisolated: bool,
+    /// Mission users whose jobs run as an account of theirs.
+    mapped: UserMap,
+    refuse_unmapped: bool,
 }
 
 #[derive(Debug)]
@@ -115,12 +158,20 @@ pub struct JobUser {
     /// `(uid, gid)`, or `None` for the agent's own user.
     ids: Option<(u32, u32)>,
     claimed: Option<ClaimedUid>,
+    /// The mission user whose mapped account it is, where it is one.
+    account: Option<String>,
 }
 
 impl JobUser {
     /// The uid and gid the job's files must belong to, when not the agent's.
     pub fn ids(&self) -> Option<(u32, u32)> {
         self.ids
+    }
+
+    /// The uid, where it is the job's own (claimed from the range for it alone): what may be
+    /// swept of processes when the job ends.
+    pub fn own_uid(&self) -> Option<u32> {
+        self.claimed.as_ref().map(|claimed| claimed.uid)
     }
 }
 
@@ -269,7 +320,15 @@ impl Sandbox {
             masked,
             private_tmp: !work_root.starts_with("/tmp"),
             allow_unisolated: config.allow_unisolated,
+            mapped: match &config.user_map {
+                Some(path) => read_user_map(path).map_err(SandboxError::UserMap)?,
+                None => UserMap::new(),
+            },
+            refuse_unmapped: config.refuse_unmapped,
         };
+        if config.refuse_unmapped && config.user_map.is_none() {
+            return Err(SandboxError::UserMap("refusing unmapped users needs a user map".into()));
+        }
         let root = rustix::process::geteuid().is_root();
         sandbox.users = match (&config.job_user, root) {
             (Some(spec), _) => {
@@ -325,6 +384,10 @@ impl Sandbox {
     /// How one job runs, for its status.
     pub fn describe_job(&self, user: &JobUser) -> String {
         let who = match (&self.users, user.ids) {
+            (_, Some((uid, _))) if user.account.is_some() => {
+                let (account, _, _) = &self.mapped[user.account.as_deref().unwrap_or_default()];
+                format!("runs as {account} (uid {uid}), the account its user is mapped to")
+            }
             (JobUsers::PerJob(_), Some((uid, _))) => format!("runs as uid {uid}, a uid of its own"),
             (JobUsers::Configured { name, uid, .. }, _) => format!("runs as {name} (uid {uid})"),
             _ => "runs as the landing-zone agent's own user".to_owned(),
@@ -359,6 +422,15 @@ impl Sandbox {
     /// Why `job` may not run here, if it may not: its user cannot be kept apart from the agent
     /// and is not one of the landing zone's operators.
     pub fn refusal(&self, job: &Assignment) -> Option<String> {
+        if self.mapped.contains_key(&job.username) {
+            return None;
+        }
+        if self.refuse_unmapped {
+            return Some(format!(
+                "refused by the landing zone: mission user {:?} has no account in its user map",
+                job.username
+            ));
+        }
         match &self.users {
             JobUsers::Agent(why) if !self.allow_unisolated && !job.user_is_operator => Some(format!(
                 "refused by the landing zone: it would run this job as its agent's own user ({why}), which only \
@@ -369,21 +441,33 @@ impl Sandbox {
         }
     }
 
-    /// The user a job runs as.
+    /// The user the job of mission user `username` runs as: the account the user map names for
+    /// them, else as [`Sandbox::job_user`] says.
+    pub fn user_of(&self, username: &str) -> Result<JobUser, String> {
+        match self.mapped.get(username) {
+            Some((_, uid, gid)) => {
+                Ok(JobUser { ids: Some((*uid, *gid)), claimed: None, account: Some(username.into()) })
+            }
+            None => self.job_user(),
+        }
+    }
+
+    /// The user a job runs as, where no account is mapped to its user.
     pub fn job_user(&self) -> Result<JobUser, String> {
         Ok(match &self.users {
             JobUsers::PerJob(pool) => {
                 let claimed = pool.take()?;
-                JobUser { ids: Some((claimed.uid, claimed.uid)), claimed: Some(claimed) }
+                JobUser { ids: Some((claimed.uid, claimed.uid)), claimed: Some(claimed), account: None }
             }
-            JobUsers::Configured { uid, gid, .. } => JobUser { ids: Some((*uid, *gid)), claimed: None },
-            JobUsers::Agent(_) => JobUser { ids: None, claimed: None },
+            JobUsers::Configured { uid, gid, .. } => JobUser { ids: Some((*uid, *gid)), claimed: None, account: None },
+            JobUsers::Agent(_) => JobUser { ids: None, claimed: None, account: None },
         })
     }
 
-    /// Kills what a job that has ended left running as its uid `uid`, where no namespace did
-    /// it already and the uid was the job's own: `setsid` children escape the process group, and
-    /// without cgroups nothing else finds them. Blocking.
+    /// Kills what a job that has ended left running as its own uid `uid` (see
+    /// [`JobUser::own_uid`]; never a shared or mapped account's), where no namespace did it
+    /// already: `setsid` children escape the process group, and without cgroups nothing else
+    /// finds them. Blocking.
     pub fn end(&self, uid: Option<u32>) {
         if let (JobUsers::PerJob(_), Err(_), Some(uid)) = (&self.users, &self.namespaces, uid) {
             kill_uid(uid);
@@ -534,6 +618,8 @@ mod tests {
             masked: Vec::new(),
             private_tmp: true,
             allow_unisolated: false,
+            mapped: UserMap::new(),
+            refuse_unmapped: false,
         };
         // A uid another agent holds is left alone.
         let held = claim(uid + 1).unwrap().unwrap();

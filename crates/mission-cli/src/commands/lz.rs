@@ -90,12 +90,6 @@ struct SlurmArgs {
     /// An extra sbatch argument for every job (repeat it for several), e.g. --sbatch-arg=--constraint=a100.
     #[arg(long = "sbatch-arg", value_name = "ARG", allow_hyphen_values = true)]
     sbatch_args: Vec<String>,
-    /// As root: run each mission user's jobs as a cluster account of their own, named in this
-    /// file (lines of MISSION_USER CLUSTER_ACCOUNT; # starts a comment), with sbatch --uid/--gid.
-    /// Jobs of users it does not name are refused. Register the landing zone with the account
-    /// root (mission stations add-lz STATION NAME --slurm-account root).
-    #[arg(long, env = "MISSION_LZ_USER_MAP", value_name = "FILE")]
-    user_map: Option<PathBuf>,
     /// Run pilots instead of one Slurm job per mission job: Slurm jobs that each start an agent
     /// inside their allocation, which connects as a landing zone of the station and takes small
     /// jobs with the service's own dispatch (thousands of short jobs, on a cluster that caps a
@@ -145,7 +139,6 @@ impl SlurmArgs {
             work_root,
             max_jobs: self.max_jobs,
             poll,
-            user_map: self.user_map.clone(),
             pilots: self.pilots.then_some(mission_lz::Pilots {
                 pilot: mission_lz::slurm::Pilot {
                     size: mission_api::Resources {
@@ -183,6 +176,17 @@ pub struct SandboxArgs {
     /// /var/tmp/mission-lz-UID/HASH-OF-THE-DATA-DIR).
     #[arg(long = "lz-work-root", env = "MISSION_LZ_WORK_ROOT")]
     work_root: Option<PathBuf>,
+    /// As root: run each mission user's jobs as an account of their own on this host (or
+    /// cluster), named in this file (lines of MISSION_USER ACCOUNT; # starts a comment), so that
+    /// the files they write on shared storage belong to the right person. Jobs of users it does
+    /// not name run as a uid of their own, unless --refuse-unmapped; a Slurm landing zone
+    /// (sbatch --uid/--gid) refuses them always; register it with the account root
+    /// (mission stations add-lz STATION NAME --slurm-account root).
+    #[arg(long, env = "MISSION_LZ_USER_MAP", value_name = "FILE")]
+    user_map: Option<PathBuf>,
+    /// With --user-map: refuse the jobs of mission users the map does not name.
+    #[arg(long, env = "MISSION_LZ_REFUSE_UNMAPPED", requires = "user_map")]
+    refuse_unmapped: bool,
 }
 
 impl SandboxArgs {
@@ -194,6 +198,8 @@ impl SandboxArgs {
             allow_unisolated: self.allow_unisolated,
             private_dirs,
             work_root: self.work_root.clone().unwrap_or_default(),
+            user_map: self.user_map.clone(),
+            refuse_unmapped: self.refuse_unmapped,
         }
     }
 }

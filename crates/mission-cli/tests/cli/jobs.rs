@@ -595,6 +595,58 @@ async fn an_agent_that_cannot_separate_users_runs_only_its_operators_jobs() {
 }
 
 #[tokio::test]
+async fn a_mapped_users_jobs_run_as_their_account_and_the_unmapped_as_their_own_uid_or_not_at_all() {
+    if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
+        assert!(std::env::var_os("MISSION_REQUIRE_SANDBOX").is_none(), "the suite must run as root");
+        eprintln!("SKIPPED: running jobs as mapped accounts needs root");
+        return;
+    }
+    let (server, admin) = cluster(|_| {}).await;
+    let maps = tempfile::tempdir().unwrap();
+    let map = maps.path().join("users.map");
+    std::fs::write(&map, "# mission user -> account\nalice nobody\n").unwrap();
+    let map = map.display().to_string();
+    let mapped = ["--user-map", map.as_str()];
+    let mut agent = Agent::start_with(&server, &admin, local_station(), "mapped", TWO_CPUS, &mapped).await;
+    // What it writes belongs to the account: on shared storage, to the right person.
+    let script = "id -u\necho made > mine.txt\nstat -c %u mine.txt\n";
+    let alice = &server.client;
+    let m = mission(alice, SHELL, &[("run.sh", script)], &[]).await;
+    let job = alice.run_job_on_station(m.mission_id, local_station(), cpus(1)).await.unwrap();
+    let done = alice.wait_for_job(job.job_id).await.unwrap();
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+    assert_eq!(alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap(), "65534\n65534\n");
+    let limits = done.limits.unwrap_or_default();
+    assert!(limits.contains("runs as nobody (uid 65534), the account its user is mapped to"), "{limits}");
+    let results = alice.list_job_results(job.job_id).await.unwrap();
+    assert!(results.iter().any(|f| f.relative_path() == "mine.txt"), "{results:?}");
+
+    // root, a mission user the map does not name, gets a uid of its own as without a map.
+    let theirs = mission(&admin, SHELL, &[("run.sh", script)], &[]).await;
+    let job = admin.run_job_on_station(theirs.mission_id, local_station(), cpus(1)).await.unwrap();
+    let done = admin.wait_for_job(job.job_id).await.unwrap();
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+    let uid = job_uid(&done).expect("the suite runs as root");
+    assert_ne!(uid, 65534);
+    assert_eq!(admin.job_logs(job.job_id, LogStream::Stdout).await.unwrap(), format!("{uid}\n{uid}\n"));
+
+    // A site that says so refuses them.
+    agent.child.kill().await.unwrap();
+    admin.remove_landing_zone(local_station(), agent.lz_id).await.unwrap();
+    let strict = ["--user-map", map.as_str(), "--refuse-unmapped"];
+    let _agent = Agent::start_with(&server, &admin, local_station(), "strict", TWO_CPUS, &strict).await;
+    let job = admin.run_job_on_station(theirs.mission_id, local_station(), cpus(1)).await.unwrap();
+    let refused = admin.wait_for_job(job.job_id).await.unwrap();
+    assert_eq!(refused.status, JobStatus::Failed, "{refused:?}");
+    assert_eq!(
+        refused.reason.as_deref(),
+        Some("refused by the landing zone: mission user \"root\" has no account in its user map")
+    );
+    let job = alice.run_job_on_station(m.mission_id, local_station(), cpus(1)).await.unwrap();
+    assert_eq!(alice.wait_for_job(job.job_id).await.unwrap().status, JobStatus::Completed);
+}
+
+#[tokio::test]
 async fn setsid_children_end_with_their_job_with_or_without_cgroups() {
     for extra in [&[][..], &["--lz-no-limits"]] {
         let (server, admin) = cluster(|_| {}).await;

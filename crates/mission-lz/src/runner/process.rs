@@ -166,7 +166,7 @@ async fn run(
         tokio::task::spawn_blocking(move || launch(&runner, &job, &inputs)).await.map_err(|e| e.to_string())??
     };
     let (root, staged) = (dir.path().to_path_buf(), dir.inputs().clone());
-    let uid = user.ids().map(|(uid, _)| uid);
+    let uid = user.own_uid();
     *work = Some((dir, user));
     let pid = rustix::process::Pid::from_raw(child.pid as i32);
     agent.report(job.job_id, JobStatus::Running, None, None, Some(limits));
@@ -298,7 +298,7 @@ struct Launched {
 /// `CUDA_VISIBLE_DEVICES`. Nothing is made when an input is not cached yet.
 fn launch(runner: &ProcessRunner, job: &Assignment, inputs: &[(PathBuf, PathBuf)]) -> Result<Launched, String> {
     let program = job.command.first().ok_or("the job's command is empty")?;
-    let user = runner.sandbox.job_user()?;
+    let user = runner.sandbox.user_of(&job.username)?;
     // Copies, not links: the job may change its inputs, and the cache must not change.
     let dir = match runner.work_dirs.stage(job.user_id, user.ids(), inputs) {
         Ok(dir) => dir,

@@ -45,6 +45,7 @@ use crate::agent::{Agent, AgentConfig, AgentError, private_dir};
 use crate::cache::{Inputs, STAGING_FAILED};
 use crate::client::Backoff;
 use crate::output::{changed_files, forward_file, upload_results};
+use crate::sandbox::{UserMap, read_user_map};
 use crate::slurm::{
     self, JobDir, SACCT_FORMAT, SACCT_USAGE_FORMAT, SINFO_FORMAT, SQUEUE_FORMAT, SiteOptions, SlurmJob, batch_script,
     sbatch_args,
@@ -66,9 +67,6 @@ pub struct SlurmConfig {
     pub poll: Backoff,
     /// Start pilots instead of one Slurm job per mission job.
     pub pilots: Option<Pilots>,
-    /// Where the agent runs as root: a file mapping mission users to the cluster accounts their
-    /// jobs run as (see [`slurm::parse_user_map`]); jobs of users it does not name are refused.
-    pub user_map: Option<PathBuf>,
 }
 
 /// How a gateway runs pilots.
@@ -162,7 +160,7 @@ pub(crate) struct SlurmRunner {
     account: String,
     /// Mission user → the cluster account (name, uid, gid) their jobs run as, where the agent
     /// maps users.
-    user_map: Option<HashMap<String, (String, u32, u32)>>,
+    user_map: Option<UserMap>,
     /// The server's URLs, for pilots (comma-separated).
     servers: String,
     /// This program, which pilots run (from the shared filesystem).
@@ -183,8 +181,8 @@ impl SlurmRunner {
                 data_dir.display()
             )));
         }
-        let user_map = match &slurm.user_map {
-            Some(path) => Some(read_user_map(path).map_err(AgentError::BatchSystem)?),
+        let user_map = match &config.sandbox.user_map {
+            Some(path) => Some(read_user_map(path).map_err(|e| AgentError::BatchSystem(format!("--user-map: {e}")))?),
             None => None,
         };
         if user_map.is_some() && slurm.pilots.is_some() {
@@ -947,30 +945,6 @@ fn tell(sightings: &watch::Sender<Option<Sighting>>, sighting: Sighting) -> bool
         *last = Some(sighting);
         true
     })
-}
-
-/// Reads a user map and finds each account's uid and gid (with `id`, which asks NSS); an
-/// account that does not exist stops the agent. Needs root (`sbatch --uid`).
-fn read_user_map(path: &Path) -> Result<HashMap<String, (String, u32, u32)>, String> {
-    if !rustix::process::geteuid().is_root() {
-        return Err("--user-map needs the agent to run as root: it submits each user's jobs with sbatch --uid".into());
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let map = slurm::parse_user_map(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let id = |flag: &str, account: &str| -> Result<u32, String> {
-        let out = std::process::Command::new("id").args([flag, "--", account]).output().map_err(|e| e.to_string())?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        text.trim().parse().map_err(|_| format!("{}: no cluster account {account:?} (id {flag})", path.display()))
-    };
-    map.into_iter()
-        .map(|(user, account)| {
-            let (uid, gid) = (id("-u", &account)?, id("-g", &account)?);
-            if uid == 0 {
-                return Err(format!("{}: {user:?} maps to root; jobs never run as root", path.display()));
-            }
-            Ok((user, (account, uid, gid)))
-        })
-        .collect()
 }
 
 /// Makes everything under `root` (and it) belong to `uid`:`gid`, following no link. Blocking.

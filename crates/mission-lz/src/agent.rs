@@ -6,7 +6,7 @@
 //! output it could not send meanwhile (reports wait in order; output waits in the job's pipes or
 //! files). A runner whose jobs outlive the agent itself (Slurm) resumes them when it starts.
 //!
-//! Leaving ([`Agent::leave`]) drains: the jobs running then are killed (except where they outlive
+//! Leaving (`Agent::leave`) drains: the jobs running then are killed (except where they outlive
 //! the agent) and their tasks settle (cgroups and work dirs handed back), and the reports queued
 //! before are delivered, each within a bound. The kills are not reported as stops: the next
 //! agent's hello does not name those jobs, so the server counts them lost (which a retry policy
@@ -309,7 +309,7 @@ impl Agent {
 }
 
 /// Runs the agent until `shutdown` completes (jobs still running are killed then, except where
-/// they run in a batch system; see [`Agent::leave`]) or the server refuses its token.
+/// they run in a batch system; see `Agent::leave`) or the server refuses its token.
 pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
     for path in [config.data_dir.clone(), config.data_dir.join("cache")] {
         private_dir(&path, 0o700).map_err(|e| AgentError::DataDir(path.clone(), e))?;

@@ -22,12 +22,12 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use crate::cache::{InputCache, Inputs, Lookup, STAGING_FAILED};
+use crate::cache::{InputCache, Inputs, Lookup};
 use crate::client::{Heartbeat, LzClient, SessionEnd, Timings};
 use crate::detect::Overrides;
 use crate::runner::process::{Outcome, ProcessRunner};
 use crate::runner::slurm::{SlurmConfig, SlurmRunner};
-use crate::runner::{Runner, StopSwitch, stop_ordered};
+use crate::runner::{JobError, Runner, StopSwitch, stop_ordered};
 use crate::sandbox::{SandboxConfig, SandboxError};
 
 /// How the agent is run.
@@ -256,21 +256,21 @@ impl Agent {
     /// Reports the job `staging` and brings its inputs into the content cache: each missing one
     /// downloaded once and checked, unless a stop comes first. The one staging loop of every
     /// runner; a failure is the job's reason.
-    pub async fn stage_inputs(&self, job: &Assignment, stop: &mut StopSwitch) -> Result<Inputs, String> {
+    pub async fn stage_inputs(&self, job: &Assignment, stop: &mut StopSwitch) -> Result<Inputs, JobError> {
         self.report(job.job_id, JobStatus::Staging, None, None, None);
         let mut downloaded = false;
         loop {
             match self.cache.lookup(&job.files) {
                 Ok(inputs) => return Ok(Inputs::Cached(inputs)),
-                Err(Lookup::Invalid(why)) => return Err(format!("{STAGING_FAILED}: {why}")),
+                Err(Lookup::Invalid(why)) => return Err(JobError::Staging(why)),
                 Err(Lookup::Missing(_)) if downloaded => {
-                    return Err(format!("{STAGING_FAILED}: the input cache changed meanwhile"));
+                    return Err(JobError::Staging("the input cache changed meanwhile".into()));
                 }
                 Err(Lookup::Missing(missing)) => {
                     let missing: Vec<&InputFile> = missing.into_iter().map(|i| &job.files[i]).collect();
                     tokio::select! {
                         fetched = self.cache.download(&self.client, job.job_id, &missing) => {
-                            fetched.map_err(|e| format!("{STAGING_FAILED}: {e}"))?;
+                            fetched.map_err(JobError::Staging)?;
                         }
                         _ = stop_ordered(stop) => return Ok(Inputs::Stopped),
                     }

@@ -12,9 +12,6 @@ use uuid::Uuid;
 
 use crate::client::LzClient;
 
-/// How a job whose inputs could not be staged fails: this, a colon, and why.
-pub(crate) const STAGING_FAILED: &str = "staging the mission's files failed";
-
 /// A job's inputs, staged by `Agent::stage_inputs`.
 pub(crate) enum Inputs {
     /// Each input's path in the work dir, and its copy in the cache.

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::client::{Failure, LzClient};
+use crate::runner::JobError;
 use crate::workdirs::Staged;
 
 /// The size of the buffer a pipe is first read into; it grows (doubling) up to a log chunk.
@@ -124,15 +125,15 @@ pub(crate) async fn upload_results(
     client: &LzClient,
     job_id: Uuid,
     files: Vec<(PathBuf, String)>,
-) -> Result<(), String> {
+) -> Result<(), JobError> {
     for (path, relative) in files {
         let Ok(mission_path) = MissionPath::parse(&relative) else {
             tracing::warn!(%job_id, "not returning {relative:?}: not a valid result path");
             continue;
         };
         client.put_result(job_id, &mission_path, &path).await.map_err(|e| match e {
-            Failure::Refused { detail, .. } => format!("{relative}: {detail}"),
-            e => format!("{relative}: {e}"),
+            Failure::Refused { detail, .. } => JobError::Upload(format!("{relative}: {detail}")),
+            e => JobError::Upload(format!("{relative}: {e}")),
         })?;
     }
     Ok(())

@@ -32,6 +32,38 @@ pub(crate) struct Offer {
     pub cluster_account: Option<String>,
 }
 
+/// Why a job could not run to its end on this landing zone. Its text is the job's `reason`.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum JobError {
+    /// The landing zone refuses the job (the text says why and what its operator can do).
+    #[error("{0}")]
+    Refused(String),
+    /// Its inputs could not be staged: downloaded, checked, or copied into its work dir.
+    #[error("staging the mission's files failed: {0}")]
+    Staging(String),
+    /// Its program could not be started (the text names it), or it has none.
+    #[error("{0}")]
+    Launch(String),
+    /// Waiting for its program failed.
+    #[error("waiting for the program: {0}")]
+    Wait(std::io::Error),
+    /// A result could not be uploaded (the text names it).
+    #[error("uploading results failed: {0}")]
+    Upload(String),
+    /// The batch system failed or lost it (the text says how).
+    #[error("{0}")]
+    BatchSystem(String),
+    /// A step of the agent's own failed (a blocking task that panicked).
+    #[error("{0}")]
+    Agent(String),
+}
+
+impl From<tokio::task::JoinError> for JobError {
+    fn from(e: tokio::task::JoinError) -> Self {
+        Self::Agent(e.to_string())
+    }
+}
+
 /// A job's stop switch as its runner sees it: `None` until a stop is ordered, then how long the
 /// job may take to end after `SIGTERM` before `SIGKILL` (zero: kill at once). A later stop may
 /// shorten it.

@@ -26,9 +26,9 @@ use std::sync::Arc;
 use mission_api::lz::{Assignment, Gpu};
 use mission_api::{JobStatus, JobUsage, KILLED_BY_SIGNAL_REASON, OUT_OF_MEMORY_REASON, Resources, TIME_LIMIT_REASON};
 
-use super::{Offer, Runner, StopSwitch, stop_ordered, stopped_before_start};
+use super::{JobError, Offer, Runner, StopSwitch, stop_ordered, stopped_before_start};
 use crate::agent::{Agent, AgentConfig, AgentError, default_work_root, private_dir};
-use crate::cache::{Inputs, STAGING_FAILED};
+use crate::cache::Inputs;
 use crate::cgroups::{Cgroups, JobCgroup};
 use crate::detect::detect;
 use crate::output::{changed_files, forward_pipe, upload_results};
@@ -128,7 +128,7 @@ async fn run_job(runner: Arc<ProcessRunner>, agent: Arc<Agent>, job: Assignment,
     let (mut work, mut usage) = (None, None);
     let outcome = match run(&runner, &agent, &job, &mut work, &mut usage, stop).await {
         Ok(outcome) => outcome,
-        Err(reason) => (JobStatus::Failed, None, Some(reason)),
+        Err(e) => (JobStatus::Failed, None, Some(e.to_string())),
     };
     agent.report_end(job_id, outcome, usage);
     if let Some((dir, user)) = work {
@@ -153,9 +153,9 @@ async fn run(
     work: &mut Option<(WorkDir, JobUser)>,
     usage: &mut Option<JobUsage>,
     mut stop: StopSwitch,
-) -> Result<Outcome, String> {
+) -> Result<Outcome, JobError> {
     if let Some(refusal) = runner.sandbox.refusal(job) {
-        return Err(refusal);
+        return Err(JobError::Refused(refusal));
     }
     let inputs = match agent.stage_inputs(job, &mut stop).await? {
         Inputs::Cached(inputs) => inputs,
@@ -163,7 +163,7 @@ async fn run(
     };
     let Launched { mut child, group, limits, dir, user } = {
         let (runner, job) = (runner.clone(), job.clone());
-        tokio::task::spawn_blocking(move || launch(&runner, &job, &inputs)).await.map_err(|e| e.to_string())??
+        tokio::task::spawn_blocking(move || launch(&runner, &job, &inputs)).await??
     };
     let (root, staged) = (dir.path().to_path_buf(), dir.inputs().clone());
     let uid = user.own_uid();
@@ -237,8 +237,7 @@ async fn run(
         settling.sandbox.end(uid);
         (oom, measured, changed_files(&root, &staged))
     })
-    .await
-    .map_err(|e| e.to_string())?;
+    .await?;
     *usage = Some(JobUsage {
         wall_time,
         cpu_time: measured.and_then(|m| m.cpu_seconds),
@@ -248,12 +247,12 @@ async fn run(
     for forwarder in forwarders {
         let _ = forwarder.await;
     }
-    let exit = exit.map_err(|e| format!("waiting for the program: {e}"))?;
+    let exit = exit.map_err(JobError::Wait)?;
     if ended == Some(Ended::Stopped) {
         return Ok((JobStatus::Stopped, exit.code(), Some("stopped".into())));
     }
     agent.report(job.job_id, JobStatus::Uploading, None, None, None);
-    upload_results(&agent.client, job.job_id, results).await.map_err(|e| format!("uploading results failed: {e}"))?;
+    upload_results(&agent.client, job.job_id, results).await?;
     use std::os::unix::process::ExitStatusExt;
     Ok(match (exit.code(), exit.signal()) {
         _ if ended == Some(Ended::TimeLimit) => (JobStatus::Failed, None, Some(TIME_LIMIT_REASON.into())),
@@ -296,15 +295,15 @@ struct Launched {
 /// files from the content cache, the job gets its cgroup, and the program starts in the work dir
 /// in its own process group with `MISSION_ID`, `JOB_ID`, `OMP_NUM_THREADS` and
 /// `CUDA_VISIBLE_DEVICES`. Nothing is made when an input is not cached yet.
-fn launch(runner: &ProcessRunner, job: &Assignment, inputs: &[(PathBuf, PathBuf)]) -> Result<Launched, String> {
-    let program = job.command.first().ok_or("the job's command is empty")?;
-    let user = runner.sandbox.user_of(&job.username)?;
+fn launch(runner: &ProcessRunner, job: &Assignment, inputs: &[(PathBuf, PathBuf)]) -> Result<Launched, JobError> {
+    let program = job.command.first().ok_or_else(|| JobError::Launch("the job's command is empty".into()))?;
+    let user = runner.sandbox.user_of(&job.username).map_err(JobError::Launch)?;
     // Copies, not links: the job may change its inputs, and the cache must not change.
     let dir = match runner.work_dirs.stage(job.user_id, user.ids(), inputs) {
         Ok(dir) => dir,
         Err(e) => {
             runner.sandbox.release(user);
-            return Err(format!("{STAGING_FAILED}: {e}"));
+            return Err(JobError::Staging(e.to_string()));
         }
     };
 
@@ -339,7 +338,7 @@ fn launch(runner: &ProcessRunner, job: &Assignment, inputs: &[(PathBuf, PathBuf)
             }
             runner.work_dirs.give_back(dir);
             runner.sandbox.release(user);
-            Err(format!("could not start {program}: {e}"))
+            Err(JobError::Launch(format!("could not start {program}: {e}")))
         }
     }
 }

@@ -40,9 +40,9 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::process::Outcome;
-use super::{Offer, Runner, StopSwitch, stop_ordered, stopped_before_start};
+use super::{JobError, Offer, Runner, StopSwitch, stop_ordered, stopped_before_start};
 use crate::agent::{Agent, AgentConfig, AgentError, private_dir};
-use crate::cache::{Inputs, STAGING_FAILED};
+use crate::cache::Inputs;
 use crate::client::Backoff;
 use crate::output::{changed_files, forward_file, upload_results};
 use crate::sandbox::{UserMap, read_user_map};
@@ -362,15 +362,15 @@ impl SlurmRunner {
         agent: &Arc<Agent>,
         job: &Assignment,
         mut stop: StopSwitch,
-    ) -> Result<Ended, String> {
+    ) -> Result<Ended, JobError> {
         let run_as = match &self.user_map {
             Some(map) => match map.get(&job.username) {
                 Some((_, uid, gid)) => Some((*uid, *gid)),
                 None => {
-                    return Err(format!(
+                    return Err(JobError::Refused(format!(
                         "refused by the landing zone: mission user {:?} has no cluster account in its user map",
                         job.username
-                    ));
+                    )));
                 }
             },
             None => None,
@@ -385,21 +385,24 @@ impl SlurmRunner {
             let (runner, dir, job) = (self.clone(), dir.clone(), job.clone());
             tokio::task::spawn_blocking(move || runner.stage(&job, &dir, &inputs, run_as))
         };
-        let record = staging.await.map_err(|e| e.to_string())?.map_err(|e| {
+        let record = staging.await?.map_err(|e| {
             self.forget(job.job_id);
-            format!("{STAGING_FAILED}: {e}")
+            JobError::Staging(e.to_string())
         })?;
         if stop.borrow().is_some() {
             self.forget(job.job_id);
             return stopped();
         }
         let args = sbatch_args(job, &dir, &self.config.site, run_as);
-        let answer = self.command("sbatch", &args).await.inspect_err(|_| self.forget(job.job_id))?;
+        let answer = self.command("sbatch", &args).await.map_err(|why| {
+            self.forget(job.job_id);
+            JobError::BatchSystem(why)
+        })?;
         // `--parsable` answers `id` or `id;cluster`.
         let slurm_id = answer.trim().split(';').next().unwrap_or_default().to_owned();
         if slurm_id.is_empty() {
             self.forget(job.job_id);
-            return Err(format!("sbatch answered no job id: {answer:?}"));
+            return Err(JobError::BatchSystem(format!("sbatch answered no job id: {answer:?}")));
         }
         tracing::info!(job_id = %job.job_id, %slurm_id, "submitted to Slurm");
         let record = Record { slurm_id: Some(slurm_id), ..record };
@@ -442,9 +445,12 @@ impl SlurmRunner {
 
     /// Follows a submitted job to its end: reports why it waits and when it runs, streams its
     /// output, cancels it on a stop, uploads its results, and reads what it used.
-    async fn follow(&self, agent: &Arc<Agent>, record: Record, mut stop: StopSwitch) -> Result<Ended, String> {
+    async fn follow(&self, agent: &Arc<Agent>, record: Record, mut stop: StopSwitch) -> Result<Ended, JobError> {
         let job_id = record.job_id;
-        let slurm_id = record.slurm_id.clone().ok_or("the job was never submitted to Slurm")?;
+        let slurm_id = record
+            .slurm_id
+            .clone()
+            .ok_or_else(|| JobError::BatchSystem("the job was never submitted to Slurm".into()))?;
         let dir = JobDir::new(&self.config.work_root, job_id);
         let mut sightings = self.monitor.watch(job_id, &slurm_id);
         // The output files are tailed (and the script's files looked at) only once the job left
@@ -532,11 +538,8 @@ impl SlurmRunner {
                 dir.work(),
                 record.staged.into_iter().map(|(path, size, modified)| (path, (size, modified))).collect(),
             );
-            let results =
-                tokio::task::spawn_blocking(move || changed_files(&work, &staged)).await.map_err(|e| e.to_string())?;
-            upload_results(&agent.client, job_id, results)
-                .await
-                .map_err(|e| format!("uploading results failed: {e}"))?;
+            let results = tokio::task::spawn_blocking(move || changed_files(&work, &staged)).await?;
+            upload_results(&agent.client, job_id, results).await?;
         }
         let usage = match usage {
             Some(accounted) => accounted.await.ok().flatten(),
@@ -568,8 +571,8 @@ impl SlurmRunner {
 
     /// Removes what the job left and reports its end (in that order: a retry of the job, which
     /// the report may bring at once, stages into the same dir).
-    async fn settle(self: Arc<Self>, agent: &Agent, job_id: Uuid, ended: Result<Ended, String>) {
-        let (outcome, usage) = ended.unwrap_or_else(|why| ((JobStatus::Failed, None, Some(why)), None));
+    async fn settle(self: Arc<Self>, agent: &Agent, job_id: Uuid, ended: Result<Ended, JobError>) {
+        let (outcome, usage) = ended.unwrap_or_else(|e| ((JobStatus::Failed, None, Some(e.to_string())), None));
         let _ = tokio::task::spawn_blocking(move || self.forget(job_id)).await;
         agent.report_end(job_id, outcome, usage);
     }
@@ -612,7 +615,7 @@ impl Runner for SlurmRunner {
                 tracing::info!(%job_id, slurm_id = ?record.slurm_id, "resuming a Slurm job");
                 self.follow(&agent, record, stop).await
             }
-            None => Err("the agent lost its record of the job".to_owned()),
+            None => Err(JobError::Agent("the agent lost its record of the job".to_owned())),
         };
         self.settle(&agent, job_id, ended).await;
     }

@@ -518,19 +518,24 @@ mod tests {
         String::from_utf8_lossy(&request).into_owned()
     }
 
-    /// An agent that reports to `url`.
-    fn agent_of(url: String, cache: &std::path::Path) -> (Arc<Agent>, mpsc::UnboundedReceiver<Report>) {
+    /// A server's listener, and an agent that reports to it (its queue of reports, and its cache
+    /// dir, kept while the test runs).
+    async fn listener_and_agent()
+    -> (tokio::net::TcpListener, Arc<Agent>, mpsc::UnboundedReceiver<Report>, tempfile::TempDir) {
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", server.local_addr().unwrap());
+        let dir = tempfile::tempdir().unwrap();
         let (reports, queue) = mpsc::unbounded_channel();
         let agent = Arc::new(Agent {
             client: LzClient::new(&[url], "token", Timings::default()).unwrap(),
-            cache: InputCache::new(cache.to_path_buf()),
+            cache: InputCache::new(dir.path().to_path_buf()),
             jobs: Mutex::default(),
             unreported_ends: Mutex::default(),
             reports,
             tasks: TaskTracker::new(),
             left_behind: Mutex::default(),
         });
-        (agent, queue)
+        (server, agent, queue, dir)
     }
 
     /// A job that ended while no server took its report (a restart, a replica taking the lead) is
@@ -538,10 +543,7 @@ mod tests {
     /// count a running job the hello does not name as lost. Once the report is taken, it is not.
     #[tokio::test]
     async fn a_hello_names_a_job_until_its_end_is_reported() {
-        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", server.local_addr().unwrap());
-        let dir = tempfile::tempdir().unwrap();
-        let (agent, queue) = agent_of(url, dir.path());
+        let (server, agent, queue, _cache) = listener_and_agent().await;
         let (ended, running) = (Uuid::new_v4(), Uuid::new_v4());
         agent.spawn_job(running, 1, |_stop| std::future::pending());
         agent.report_end(ended, (JobStatus::Completed, Some(0), None), None);
@@ -566,10 +568,7 @@ mod tests {
     /// which is not sent), and delivers the end of a job that ended before, with nothing more.
     #[tokio::test]
     async fn leaving_kills_running_jobs_unreported_and_delivers_the_ends_queued_before() {
-        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", server.local_addr().unwrap());
-        let dir = tempfile::tempdir().unwrap();
-        let (agent, queue) = agent_of(url, dir.path());
+        let (server, agent, queue, _cache) = listener_and_agent().await;
         let (ended, running) = (Uuid::new_v4(), Uuid::new_v4());
         let settled = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (agent2, settled2) = (agent.clone(), settled.clone());

@@ -33,6 +33,9 @@ use super::queue::QueueKey;
 /// What a job without a time limit is expected to run for, as it is charged when placed.
 pub(crate) const EXPECTED_RUN: Duration = Duration::from_secs(3600);
 
+/// Entries of jobs that left that `due` may hold before it is swept, besides twice the charges.
+const DUE_SLACK: usize = 64;
+
 /// Once charges grow by more than 2^this, every amount is scaled down.
 const REBASE_EXPONENT: f64 = 64.0;
 
@@ -186,6 +189,13 @@ impl Usage {
         let seconds = charge.measured.unwrap_or_else(|| now.saturating_duration_since(charge.since).as_secs_f64());
         self.add(charge.project, charge.user, (charge.cpus + charge.gpus) * seconds * growth - charge.provisional);
         self.spent.push((job_id, charge.project, charge.cpus * seconds, charge.gpus * seconds));
+        // A job that left keeps its entry in `due` until it comes up; short jobs without a time
+        // limit would pile up an hour's worth of them, so they are swept once they outnumber
+        // the charges (each live charge has at most one): amortised O(1) a leave.
+        if self.due.len() > 2 * self.charges.len() + DUE_SLACK {
+            let charges = &self.charges;
+            self.due.retain(|Reverse((_, job_id))| charges.contains_key(job_id));
+        }
     }
 
     /// The wall time a job's agent measured, in seconds: what it is charged as it leaves (else
@@ -297,6 +307,13 @@ mod tests {
         tokio::time::advance(Duration::from_secs(600)).await;
         usage.accrue();
         assert!((usage.of_project(a.project_id) - 300.0).abs() < 1e-6, "a job that left accrues nothing");
+
+        // Short jobs without a time limit leave their due entries behind; those are swept.
+        for n in 0..10_000u128 {
+            usage.place(Uuid::from_u128(1_000 + n), &a, 1, 0, None);
+            usage.leave(Uuid::from_u128(1_000 + n));
+        }
+        assert!(usage.due.len() <= 2 * usage.charges.len() + DUE_SLACK + 1, "{} due entries", usage.due.len());
     }
 
     #[tokio::test(start_paused = true)]

@@ -17,7 +17,9 @@ use mission_store::{self as store, JobFilter};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::{DomainError, DomainResult, checked_labels, checked_retry, missions, projects, stations};
+use super::{
+    DomainError, DomainResult, MAX_FILTER_VALUES, checked_labels, checked_retry, missions, projects, stations,
+};
 use crate::AppState;
 use crate::audit::{self, Change};
 use crate::auth::Principal;
@@ -57,9 +59,6 @@ pub async fn get(app: &AppState, who: Principal, job_id: Uuid) -> DomainResult<J
     app.scheduler.place_in_line(&app.store, std::slice::from_mut(&mut job)).await?;
     Ok(job)
 }
-
-/// Filter values one listing may name, all filters together.
-pub const MAX_FILTER_VALUES: usize = 500;
 
 /// One page of the jobs `filter` matches that the caller may read, newest first: their own
 /// (everyone's, for an admin), or with `project_ids` every job charged to those projects, which

@@ -104,6 +104,8 @@ pub type DomainResult<T> = Result<T, DomainError>;
 
 /// Longest name of a mission, project, station, landing zone or cargo bay, in characters.
 pub const MAX_NAME_CHARS: usize = 256;
+/// Filter values one listing or event stream may name, all its filters together.
+pub const MAX_FILTER_VALUES: usize = 500;
 /// Longest mission or project description, in characters.
 pub const MAX_DESCRIPTION_CHARS: usize = 10_000;
 

@@ -17,6 +17,7 @@ use super::extract::{QueryPairs, parse_id};
 use super::jobs::{KEEP_ALIVE, event_stream};
 use crate::AppState;
 use crate::auth::Principal;
+use crate::domain::MAX_FILTER_VALUES;
 use crate::error::{ApiError, ApiResult};
 use crate::events::{Followed, LiveEvent, Watch, check_kind};
 
@@ -148,8 +149,8 @@ pub async fn stream(
             }
         }
     }
-    if watch.mission_ids.len() + watch.job_ids.len() + watch.kinds.len() > 500 {
-        return Err(ApiError::invalid("at most 500 filter values per request"));
+    if watch.mission_ids.len() + watch.job_ids.len() + watch.kinds.len() > MAX_FILTER_VALUES {
+        return Err(ApiError::invalid(format!("at most {MAX_FILTER_VALUES} filter values per request")));
     }
     if let Some(resume) = headers.get("last-event-id") {
         let resume =

@@ -20,7 +20,7 @@ use super::files::{parse_path, serve};
 
 use crate::AppState;
 use crate::auth::Principal;
-use crate::domain::jobs;
+use crate::domain::{MAX_FILTER_VALUES, jobs};
 use crate::error::{ApiError, ApiResult};
 use crate::events::Watch;
 use crate::job_logs::LogStream;
@@ -179,8 +179,8 @@ pub async fn usage(
             }
         }
     }
-    if missions.len() > 500 {
-        return Err(ApiError::invalid("at most 500 filter values per request"));
+    if missions.len() > MAX_FILTER_VALUES {
+        return Err(ApiError::invalid(format!("at most {MAX_FILTER_VALUES} filter values per request")));
     }
     Ok(Json(app.store.usage_summary(who.user_id, &missions, since).await?))
 }
@@ -207,8 +207,8 @@ pub async fn events(State(app): State<AppState>, who: Principal, QueryPairs(quer
             }
         }
     }
-    if missions.len() + stations.len() > 500 {
-        return Err(ApiError::invalid("at most 500 filter values per request"));
+    if missions.len() + stations.len() > MAX_FILTER_VALUES {
+        return Err(ApiError::invalid(format!("at most {MAX_FILTER_VALUES} filter values per request")));
     }
     let watch = Watch {
         user_id: (!who.admin).then_some(who.user_id),

@@ -1,5 +1,6 @@
 //! The agent's connection to the server, whatever runs its jobs: connect with a hello, read
-//! orders, heartbeat, report, and hand each job to the runner (`runner::Runner`).
+//! orders, heartbeat, report, and follow each job through its lifecycle (`lifecycle`) on the
+//! runner (`runner::Runner`).
 //!
 //! Jobs outlive connections: when the server goes away (a restart), the agent keeps its jobs
 //! running, reconnects with backoff, names them in its next hello, and delivers the reports and
@@ -25,9 +26,10 @@ use uuid::Uuid;
 use crate::cache::{InputCache, Inputs, Lookup};
 use crate::client::{Heartbeat, LzClient, SessionEnd, Timings};
 use crate::detect::Overrides;
-use crate::runner::process::{Outcome, ProcessRunner};
+use crate::lifecycle;
+use crate::runner::process::ProcessRunner;
 use crate::runner::slurm::{SlurmConfig, SlurmRunner};
-use crate::runner::{JobError, Runner, StopSwitch, stop_ordered};
+use crate::runner::{JobError, Outcome, Runner, StopSwitch, stop_ordered};
 use crate::sandbox::{SandboxConfig, SandboxError};
 
 /// How the agent is run.
@@ -337,7 +339,7 @@ async fn serve<R: Runner>(
     });
     for (job_id, attempt) in runner.recovered() {
         let (runner, agent2) = (runner.clone(), agent.clone());
-        agent.spawn_job(job_id, attempt, move |stop| runner.resume(agent2, job_id, stop));
+        agent.spawn_job(job_id, attempt, move |stop| lifecycle::resume(runner, agent2, job_id, stop));
     }
     let reporter = tokio::spawn(deliver_reports(agent.clone(), queue));
     runner.attach(&agent);
@@ -425,7 +427,7 @@ async fn session<R: Runner>(agent: &Arc<Agent>, runner: &Arc<R>, hello: &Hello) 
         match next {
             Ok(Some(Order::Run(job))) => {
                 let (runner, agent2) = (runner.clone(), agent.clone());
-                agent.spawn_job(job.job_id, job.attempt, move |stop| runner.run(agent2, job, stop));
+                agent.spawn_job(job.job_id, job.attempt, move |stop| lifecycle::run(runner, agent2, job, stop));
             }
             Ok(Some(Order::Stop { job_id, grace_seconds })) => {
                 agent.stop_job(job_id, std::time::Duration::from_secs(grace_seconds.into()));

@@ -5,7 +5,9 @@
 //! server places on it, on the host itself or, from a cluster's login node, in Slurm. Layout:
 //! - [`agent`]: the connection — hello, the order stream, heartbeats, reports, reconnects;
 //! - [`client`]: the agent's side of the LZ protocol, its paths and its one retry policy;
-//! - `runner`: what runs jobs — the seam, and its `process` and `slurm` runners;
+//! - `lifecycle`: a job's life from staging to its final report, the same on every runner;
+//! - `runner`: what runs jobs — the seam (start a job, and a handle on it), and its `process`
+//!   and `slurm` runners;
 //! - `cache`: the content cache of input files; `output`: logs and results, for every runner;
 //! - [`cgroups`]: memory and CPU limits through cgroup v1 or v2;
 //! - [`sandbox`]: who a job runs as, what it sees, and that nothing of it outlives it;
@@ -18,6 +20,7 @@ mod cache;
 pub mod cgroups;
 pub mod client;
 pub mod detect;
+mod lifecycle;
 mod output;
 mod runner;
 pub mod sandbox;

@@ -1,19 +1,19 @@
-//! What runs a landing zone's jobs: the seam between the agent's connection (the same for every
-//! runner) and the place jobs run. Two runners implement it:
+//! What runs a landing zone's jobs: the seam between the agent (which owns every job's
+//! lifecycle, the same for every runner: see `lifecycle`) and the place jobs run. A runner only
+//! starts a job whose inputs the agent staged, and hands back a [`JobHandle`] to wait for it,
+//! signal it, and collect how it ended, its results and what it used. Two runners implement it:
 //! - [`process`]: child processes of the agent on its own host, under cgroup limits in a sandbox;
 //! - [`slurm`]: jobs of a Slurm cluster, submitted from its login node.
-//!
-//! A runner has the agent stage a job's inputs into its content cache (`Agent::stage_inputs`,
-//! the one staging loop), runs it, streams its output and uploads its results with the shared
-//! pieces in `output`, and reports each move through the agent (the final one included).
 
 pub mod process;
 pub mod slurm;
 
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use mission_api::Resources;
-use mission_api::lz::{Assignment, Gpu};
+use mission_api::lz::{Assignment, Gpu, LogOffsets};
+use mission_api::{JobStatus, JobUsage, Resources};
 use tokio::sync::watch;
 use uuid::Uuid;
 
@@ -69,18 +69,32 @@ impl From<tokio::task::JoinError> for JobError {
 /// shorten it.
 pub(crate) type StopSwitch = watch::Receiver<Option<std::time::Duration>>;
 
+/// A job's final status, exit code and reason.
+pub(crate) type Outcome = (JobStatus, Option<i32>, Option<String>);
+
 /// Runs the jobs of one landing zone.
 pub(crate) trait Runner: Send + Sync + 'static {
+    /// What it hands back for a job it started.
+    type Job: JobHandle;
+
     /// What the landing zone offers now (asked at every connection: a cluster's nodes change).
     fn offer(&self) -> impl Future<Output = Offer> + Send;
 
-    /// Runs `job` to its end, reporting every move; a stop switched on in `stop` ends it.
-    fn run(
-        self: Arc<Self>,
-        agent: Arc<Agent>,
-        job: Assignment,
-        stop: StopSwitch,
-    ) -> impl Future<Output = ()> + Send + 'static;
+    /// Why this landing zone refuses `job` (the job's reason), asked before its inputs are staged.
+    fn refusal(&self, job: &Assignment) -> Option<String> {
+        let _ = job;
+        None
+    }
+
+    /// Starts `job`, whose inputs the agent staged in its content cache (`inputs`: each file's
+    /// cached copy and its path in the work dir); tells `events` when it runs. On failure,
+    /// nothing of the job is left.
+    fn start(
+        self: &Arc<Self>,
+        job: &Assignment,
+        inputs: Vec<(PathBuf, PathBuf)>,
+        events: JobEvents,
+    ) -> impl Future<Output = Result<Self::Job, JobError>> + Send;
 
     /// Jobs a previous run of the agent left running that this one can follow to their ends,
     /// with the attempt of each.
@@ -88,16 +102,14 @@ pub(crate) trait Runner: Send + Sync + 'static {
         Vec::new()
     }
 
-    /// Follows a job of [`Runner::recovered`] to its end, as [`Runner::run`] would have (never
-    /// called where nothing is recovered).
-    fn resume(
-        self: Arc<Self>,
-        agent: Arc<Agent>,
+    /// A handle on a job of [`Runner::recovered`] (never called where nothing is recovered).
+    fn recover(
+        self: &Arc<Self>,
         job_id: Uuid,
-        stop: StopSwitch,
-    ) -> impl Future<Output = ()> + Send + 'static {
-        let _ = (agent, job_id, stop);
-        std::future::ready(())
+        events: JobEvents,
+    ) -> impl Future<Output = Result<Self::Job, JobError>> + Send {
+        let _ = (job_id, events);
+        std::future::ready(Err(JobError::Agent("this landing zone recovers no job".into())))
     }
 
     /// The agent is up (its client made, its jobs resumed): start what works beside the jobs.
@@ -110,6 +122,92 @@ pub(crate) trait Runner: Send + Sync + 'static {
     const JOBS_OUTLIVE_AGENT: bool = false;
 }
 
+/// A job a runner started, from its start to the hand-back of what it held. The agent calls
+/// [`JobHandle::wait`] (and [`JobHandle::signal`] meanwhile), then [`JobHandle::finish`],
+/// [`JobHandle::usage`] and [`JobHandle::release`], each once, in that order.
+pub(crate) trait JobHandle: Send + 'static {
+    /// Where its output comes from; asked once, when it runs (or, if it never ran, when it ended).
+    fn output(&mut self) -> JobOutput;
+
+    /// Resolves once the job has ended. Cancel-safe: the agent drops it to signal the job, then
+    /// waits again.
+    fn wait(&mut self) -> impl Future<Output = ()> + Send;
+
+    /// Asks the job to end (`Signal::Term`: `SIGTERM`, or a batch system's cancel), or ends it
+    /// at once (`Signal::Kill`).
+    fn signal(&mut self, signal: Signal) -> impl Future<Output = ()> + Send;
+
+    /// Once it ended: ends what it left running and its output, and answers how it ended
+    /// (`stopped`: whether a stop signalled it) and its results.
+    fn finish(&mut self, stopped: bool) -> impl Future<Output = Result<Finished, JobError>> + Send;
+
+    /// What it used, where that was measured.
+    fn usage(&mut self) -> impl Future<Output = Option<JobUsage>> + Send;
+
+    /// Hands back what the job held (its work dir, its user, its record).
+    fn release(self) -> impl Future<Output = ()> + Send;
+
+    /// Whether [`JobHandle::release`] must come before the report of the job's end: where a
+    /// retry of the job, which the report may bring at once, would reuse what it holds.
+    const RELEASE_BEFORE_REPORT: bool = false;
+}
+
+/// How a job ended, and the new or changed files of its work dir (each path, and its path
+/// relative to the work dir).
+pub(crate) struct Finished {
+    pub outcome: Outcome,
+    pub results: Vec<(PathBuf, String)>,
+}
+
+/// How the agent asks a job to end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Signal {
+    /// End in its own time (the grace a stop order gives).
+    Term,
+    /// End now.
+    Kill,
+}
+
+/// Where a job's stdout and stderr come from, and where in its logs they start.
+pub(crate) struct JobOutput {
+    pub offsets: LogOffsets,
+    pub source: OutputSource,
+}
+
+/// Where a job's output streams come from.
+pub(crate) enum OutputSource {
+    /// The read ends of its stdout and stderr pipes.
+    Pipes([Option<OwnedFd>; 2]),
+    /// Files it writes its stdout and stderr to, tailed until `ended` is set.
+    Files { paths: [PathBuf; 2], ended: watch::Receiver<bool> },
+}
+
+/// What a runner tells the agent about a job it started, while it runs.
+pub(crate) struct JobEvents {
+    agent: Arc<Agent>,
+    job_id: Uuid,
+    running: watch::Sender<bool>,
+}
+
+impl JobEvents {
+    /// Events of `job_id`, and the switch that tells when it runs.
+    pub fn new(agent: Arc<Agent>, job_id: Uuid) -> (Self, watch::Receiver<bool>) {
+        let (running, runs) = watch::channel(false);
+        (Self { agent, job_id, running }, runs)
+    }
+
+    /// It waits to run (in a batch system's queue): `reason` says why.
+    pub fn waiting(&self, reason: String) {
+        self.agent.report(self.job_id, JobStatus::Staging, None, Some(reason), None);
+    }
+
+    /// Its program started at `at`; `limits` says how its limits are enforced.
+    pub fn running(&self, at: chrono::DateTime<chrono::Utc>, limits: String) {
+        self.agent.report_started(self.job_id, at, limits);
+        self.running.send_replace(true);
+    }
+}
+
 /// Resolves once a stop is ordered (never, if the switch is gone).
 pub(crate) async fn stop_ordered(stop: &mut StopSwitch) -> std::time::Duration {
     let grace = stop.wait_for(Option::is_some).await.map_or(None, |grace| *grace);
@@ -118,9 +216,4 @@ pub(crate) async fn stop_ordered(stop: &mut StopSwitch) -> std::time::Duration {
         // The switch is gone: no stop can come.
         None => std::future::pending().await,
     }
-}
-
-/// How a job stopped while its inputs were staged ends.
-pub(crate) fn stopped_before_start() -> process::Outcome {
-    (mission_api::JobStatus::Stopped, None, Some("stopped before it started".into()))
 }

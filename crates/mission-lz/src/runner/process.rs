@@ -1,23 +1,19 @@
-//! The process runner: jobs as child processes of the agent on its own host, each from
-//! assignment to results.
+//! The process runner: jobs as child processes of the agent on its own host.
 //!
-//! 1. staging: the agent brings the inputs into the content cache (`DATA_DIR/cache/{sha256}`,
-//!    each download checked against its SHA-256); then one blocking step takes the job's user, copies the
-//!    inputs into a work dir of that user, takes the job's cgroup and starts the program in its
-//!    sandbox (few thread hand-offs: a trivial job's whole life is a few milliseconds);
-//! 2. running: the command runs in the work dir in its own process group, sandbox (see
-//!    `sandbox`) and cgroup (where the host has them), with nothing of the agent's environment
-//!    but `PATH` and the locale: `HOME` (the work dir), `MISSION_ID`, `JOB_ID`,
-//!    `OMP_NUM_THREADS` and `CUDA_VISIBLE_DEVICES`; stdout and stderr stream to the server as
-//!    they are written;
-//! 3. uploading: every new or changed regular file of the work dir goes to the server;
-//! 4. the final report; the work dir is emptied of all but its input copies, for the user's next
-//!    job (see `workdirs`), and the job's user is handed back.
-//!
-//! A stop order kills the whole process tree (group and cgroup): at once, or, where it gives a
-//! grace period (a job whose borrowed room is reclaimed), after `SIGTERM` to the process group
-//! and the grace, unless the program ended first. The job's time limit kills at once (the job
-//! fails with the reason "time limit", its results uploaded).
+//! - Starting: one blocking step takes the job's user, copies the staged inputs from the content
+//!   cache into a work dir of that user, takes the job's cgroup and starts the program in its
+//!   sandbox (few thread hand-offs: a trivial job's whole life is a few milliseconds).
+//! - Running: the command runs in the work dir in its own process group, sandbox (see
+//!   `sandbox`) and cgroup (where the host has them), with nothing of the agent's environment
+//!   but `PATH` and the locale: `HOME` (the work dir), `MISSION_ID`, `JOB_ID`,
+//!   `OMP_NUM_THREADS` and `CUDA_VISIBLE_DEVICES`; its stdout and stderr are pipes.
+//! - Signals: `Term` goes to the process group; `Kill` kills the whole process tree (group and
+//!   cgroup). The job's time limit kills at once (the job fails with the reason "time limit",
+//!   its results uploaded).
+//! - Finishing: what the program left running is killed, its cgroup measured and handed back, and
+//!   the work dir searched for new or changed files, in one blocking step.
+//! - Releasing: the work dir is emptied of all but its input copies, for the user's next job
+//!   (see `workdirs`), and the job's user is handed back.
 
 use std::ffi::OsStr;
 use std::path::PathBuf;
@@ -26,12 +22,11 @@ use std::sync::Arc;
 use mission_api::lz::{Assignment, Gpu};
 use mission_api::{JobStatus, JobUsage, KILLED_BY_SIGNAL_REASON, OUT_OF_MEMORY_REASON, Resources, TIME_LIMIT_REASON};
 
-use super::{JobError, Offer, Runner, StopSwitch, stop_ordered, stopped_before_start};
-use crate::agent::{Agent, AgentConfig, AgentError, default_work_root, private_dir};
-use crate::cache::Inputs;
+use super::{Finished, JobError, JobEvents, JobHandle, JobOutput, Offer, OutputSource, Runner, Signal};
+use crate::agent::{AgentConfig, AgentError, default_work_root, private_dir};
 use crate::cgroups::{Cgroups, JobCgroup};
 use crate::detect::detect;
-use crate::output::{changed_files, forward_pipe, upload_results};
+use crate::output::changed_files;
 use crate::sandbox::{JobProcess, JobUser, Launcher, Sandbox, SandboxError};
 use crate::workdirs::{WorkDir, WorkDirs};
 
@@ -108,174 +103,166 @@ impl ProcessRunner {
 }
 
 impl Runner for ProcessRunner {
+    type Job = ProcessJob;
+
     async fn offer(&self) -> Offer {
         Offer { resources: self.resources, gpus: self.gpus.clone(), max_jobs: None, cluster_account: None }
     }
 
-    fn run(
-        self: Arc<Self>,
-        agent: Arc<Agent>,
-        job: Assignment,
-        stop: StopSwitch,
-    ) -> impl Future<Output = ()> + Send + 'static {
-        run_job(self, agent, job, stop)
+    fn refusal(&self, job: &Assignment) -> Option<String> {
+        self.sandbox.refusal(job)
     }
-}
 
-/// Runs one job to its end and reports every move.
-async fn run_job(runner: Arc<ProcessRunner>, agent: Arc<Agent>, job: Assignment, stop: StopSwitch) {
-    let job_id = job.job_id;
-    let (mut work, mut usage) = (None, None);
-    let outcome = match run(&runner, &agent, &job, &mut work, &mut usage, stop).await {
-        Ok(outcome) => outcome,
-        Err(e) => (JobStatus::Failed, None, Some(e.to_string())),
-    };
-    agent.report_end(job_id, outcome, usage);
-    if let Some((dir, user)) = work {
-        // The dir is the agent's again before its user may go to another job.
-        let _ = tokio::task::spawn_blocking(move || {
-            runner.work_dirs.give_back(dir);
-            runner.sandbox.release(user);
+    async fn start(
+        self: &Arc<Self>,
+        job: &Assignment,
+        inputs: Vec<(PathBuf, PathBuf)>,
+        events: JobEvents,
+    ) -> Result<ProcessJob, JobError> {
+        let Launched { mut child, group, limits, dir, user } = {
+            let (runner, job) = (self.clone(), job.clone());
+            tokio::task::spawn_blocking(move || launch(&runner, &job, &inputs)).await??
+        };
+        events.running(chrono::Utc::now(), limits);
+        let pipes = [child.stdout.take(), child.stderr.take()];
+        Ok(ProcessJob {
+            runner: self.clone(),
+            pid: rustix::process::Pid::from_raw(child.pid as i32),
+            child,
+            group,
+            pipes: Some(JobOutput { offsets: job.log_offsets, source: OutputSource::Pipes(pipes) }),
+            started: std::time::Instant::now(),
+            time_limit: job
+                .time_limit
+                .map(|minutes| tokio::time::Instant::now() + std::time::Duration::from_secs(u64::from(minutes) * 60)),
+            exit: None,
+            timed_out: false,
+            usage: None,
+            work: Some((dir, user)),
         })
-        .await;
     }
 }
 
-/// A job's final status, exit code and reason.
-pub(crate) type Outcome = (JobStatus, Option<i32>, Option<String>);
+/// A job's program, running in its work dir, sandbox and cgroup.
+pub(crate) struct ProcessJob {
+    runner: Arc<ProcessRunner>,
+    child: JobProcess,
+    /// Its process group's id (its own pid).
+    pid: Option<rustix::process::Pid>,
+    group: Option<JobCgroup>,
+    /// Its stdout and stderr, until the agent takes them.
+    pipes: Option<JobOutput>,
+    started: std::time::Instant,
+    /// When its time limit runs out, where it has one.
+    time_limit: Option<tokio::time::Instant>,
+    /// How it exited, and after how many seconds, once it did.
+    exit: Option<(std::io::Result<std::process::ExitStatus>, f64)>,
+    /// Whether its time limit killed it.
+    timed_out: bool,
+    usage: Option<JobUsage>,
+    /// Where it runs and whom as, until they are handed back.
+    work: Option<(WorkDir, JobUser)>,
+}
 
-/// Stages, runs and settles the job; the work dir it ran in and its user are left in `work`,
-/// what its program used in `usage`.
-async fn run(
-    runner: &Arc<ProcessRunner>,
-    agent: &Arc<Agent>,
-    job: &Assignment,
-    work: &mut Option<(WorkDir, JobUser)>,
-    usage: &mut Option<JobUsage>,
-    mut stop: StopSwitch,
-) -> Result<Outcome, JobError> {
-    if let Some(refusal) = runner.sandbox.refusal(job) {
-        return Err(JobError::Refused(refusal));
-    }
-    let inputs = match agent.stage_inputs(job, &mut stop).await? {
-        Inputs::Cached(inputs) => inputs,
-        Inputs::Stopped => return Ok(stopped_before_start()),
-    };
-    let Launched { mut child, group, limits, dir, user } = {
-        let (runner, job) = (runner.clone(), job.clone());
-        tokio::task::spawn_blocking(move || launch(&runner, &job, &inputs)).await??
-    };
-    let (root, staged) = (dir.path().to_path_buf(), dir.inputs().clone());
-    let uid = user.own_uid();
-    *work = Some((dir, user));
-    let pid = rustix::process::Pid::from_raw(child.pid as i32);
-    agent.report(job.job_id, JobStatus::Running, None, None, Some(limits));
-    let started = std::time::Instant::now();
-    let offsets = job.log_offsets;
-    let forwarders = [("stdout", child.stdout.take()), ("stderr", child.stderr.take())].map(|(stream, fd)| {
-        let (agent, job_id) = (agent.clone(), job.job_id);
-        tokio::spawn(
-            async move { forward_pipe(&agent.client, job_id, stream, offsets.of(stream), output_pipe(fd)).await },
-        )
-    });
-
-    let signal_group = |signal| {
-        if let Some(pid) = pid {
+impl ProcessJob {
+    fn signal_group(&self, signal: rustix::process::Signal) {
+        if let Some(pid) = self.pid {
             let _ = rustix::process::kill_process_group(pid, signal);
         }
-    };
-    let kill_group = || signal_group(rustix::process::Signal::KILL);
-    let kill_all = || {
-        kill_group();
-        if let Some(g) = &group {
+    }
+
+    /// Kills its process group and whatever else runs in its cgroup.
+    fn kill_all(&self) {
+        self.signal_group(rustix::process::Signal::KILL);
+        if let Some(g) = &self.group {
             g.kill_all();
         }
-    };
-    // A stop ordered while the job was being launched takes effect here, at once.
-    let (exit, ended) = tokio::select! {
-        exit = child.wait() => (exit, None),
-        grace = stop_ordered(&mut stop) => {
-            let ended_in_grace = if grace.is_zero() {
-                None
-            } else {
-                // The program may end in its own time (the init of its namespace ignores the
-                // signal), until the grace runs out or a stop that kills at once comes.
-                signal_group(rustix::process::Signal::TERM);
-                let killed_now = stop.wait_for(|s| s.is_some_and(|grace| grace.is_zero()));
-                tokio::select! {
-                    exit = child.wait() => Some(exit),
-                    () = tokio::time::sleep(grace) => None,
-                    _ = killed_now => None,
+    }
+}
+
+impl JobHandle for ProcessJob {
+    fn output(&mut self) -> JobOutput {
+        self.pipes
+            .take()
+            .unwrap_or(JobOutput { offsets: Default::default(), source: OutputSource::Pipes([None, None]) })
+    }
+
+    async fn wait(&mut self) {
+        while self.exit.is_none() {
+            let deadline = self.time_limit;
+            tokio::select! {
+                exit = self.child.wait() => self.exit = Some((exit, self.started.elapsed().as_secs_f64())),
+                () = async { tokio::time::sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => {
+                    self.kill_all();
+                    self.timed_out = true;
+                    self.time_limit = None;
                 }
-            };
-            let exit = match ended_in_grace {
-                Some(exit) => exit,
-                None => {
-                    kill_all();
-                    child.wait().await
-                }
-            };
-            (exit, Some(Ended::Stopped))
+            }
         }
-        () = time_limit(job.time_limit) => {
-            kill_all();
-            (child.wait().await, Some(Ended::TimeLimit))
+    }
+
+    async fn signal(&mut self, signal: Signal) {
+        match signal {
+            // The program may end in its own time (the init of its namespace ignores the signal).
+            Signal::Term => self.signal_group(rustix::process::Signal::TERM),
+            Signal::Kill => self.kill_all(),
         }
-    };
-    let wall_time = started.elapsed().as_secs_f64();
-    // Whatever the program left running in the background ends with it (and lets go of the
-    // output pipes, so the forwarders finish); then the group is measured and handed back (which
-    // kills what is left in it) and the work dir is searched for results, in one blocking step.
-    kill_group();
-    let settling = runner.clone();
-    let (oom, measured, results) = tokio::task::spawn_blocking(move || {
-        let (oom, measured) = group.map_or((false, None), |g| {
-            let (oom, measured) = (g.oom_killed(), g.measure());
-            settling.cgroups.give_back(g);
-            (oom, Some(measured))
+    }
+
+    async fn finish(&mut self, stopped: bool) -> Result<Finished, JobError> {
+        // Whatever the program left running in the background ends with it (and lets go of the
+        // output pipes, so the forwarders finish); then the group is measured and handed back
+        // (which kills what is left in it) and the work dir is searched for results, in one
+        // blocking step.
+        self.signal_group(rustix::process::Signal::KILL);
+        let (exit, wall_time) = self.exit.take().expect("finished after it ended");
+        let (runner, group) = (self.runner.clone(), self.group.take());
+        let (dir, user) = self.work.as_ref().expect("held until released");
+        let (root, staged, uid) = (dir.path().to_path_buf(), dir.inputs().clone(), user.own_uid());
+        let (oom, measured, results) = tokio::task::spawn_blocking(move || {
+            let (oom, measured) = group.map_or((false, None), |g| {
+                let (oom, measured) = (g.oom_killed(), g.measure());
+                runner.cgroups.give_back(g);
+                (oom, Some(measured))
+            });
+            runner.sandbox.end(uid);
+            (oom, measured, changed_files(&root, &staged))
+        })
+        .await?;
+        self.usage = Some(JobUsage {
+            wall_time,
+            cpu_time: measured.and_then(|m| m.cpu_seconds),
+            cpu_efficiency: None,
+            peak_memory: measured.and_then(|m| m.peak_memory).map(|bytes| bytes.div_ceil(1 << 20)),
         });
-        settling.sandbox.end(uid);
-        (oom, measured, changed_files(&root, &staged))
-    })
-    .await?;
-    *usage = Some(JobUsage {
-        wall_time,
-        cpu_time: measured.and_then(|m| m.cpu_seconds),
-        cpu_efficiency: None,
-        peak_memory: measured.and_then(|m| m.peak_memory).map(|bytes| bytes.div_ceil(1 << 20)),
-    });
-    for forwarder in forwarders {
-        let _ = forwarder.await;
+        let exit = exit.map_err(JobError::Wait)?;
+        use std::os::unix::process::ExitStatusExt;
+        let outcome = match (exit.code(), exit.signal()) {
+            _ if stopped => (JobStatus::Stopped, exit.code(), Some("stopped".into())),
+            _ if self.timed_out => (JobStatus::Failed, None, Some(TIME_LIMIT_REASON.into())),
+            _ if oom => (JobStatus::Failed, exit.code(), Some(OUT_OF_MEMORY_REASON.into())),
+            (Some(0), _) => (JobStatus::Completed, Some(0), None),
+            (Some(code), _) => (JobStatus::Failed, Some(code), Some(format!("exit status {code}"))),
+            (None, Some(signal)) => (JobStatus::Failed, None, Some(format!("{KILLED_BY_SIGNAL_REASON} {signal}"))),
+            (None, None) => (JobStatus::Failed, None, Some("ended without an exit status".into())),
+        };
+        Ok(Finished { outcome, results })
     }
-    let exit = exit.map_err(JobError::Wait)?;
-    if ended == Some(Ended::Stopped) {
-        return Ok((JobStatus::Stopped, exit.code(), Some("stopped".into())));
+
+    async fn usage(&mut self) -> Option<JobUsage> {
+        self.usage.take()
     }
-    agent.report(job.job_id, JobStatus::Uploading, None, None, None);
-    upload_results(&agent.client, job.job_id, results).await?;
-    use std::os::unix::process::ExitStatusExt;
-    Ok(match (exit.code(), exit.signal()) {
-        _ if ended == Some(Ended::TimeLimit) => (JobStatus::Failed, None, Some(TIME_LIMIT_REASON.into())),
-        _ if oom => (JobStatus::Failed, exit.code(), Some(OUT_OF_MEMORY_REASON.into())),
-        (Some(0), _) => (JobStatus::Completed, Some(0), None),
-        (Some(code), _) => (JobStatus::Failed, Some(code), Some(format!("exit status {code}"))),
-        (None, Some(signal)) => (JobStatus::Failed, None, Some(format!("{KILLED_BY_SIGNAL_REASON} {signal}"))),
-        (None, None) => (JobStatus::Failed, None, Some("ended without an exit status".into())),
-    })
-}
 
-/// Why a job's program was ended before it exited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ended {
-    Stopped,
-    TimeLimit,
-}
-
-/// Resolves when a job that started now has run for `minutes` (never, without a limit).
-async fn time_limit(minutes: Option<u32>) {
-    match minutes {
-        Some(minutes) => tokio::time::sleep(std::time::Duration::from_secs(u64::from(minutes) * 60)).await,
-        None => std::future::pending().await,
+    async fn release(mut self) {
+        if let Some((dir, user)) = self.work.take() {
+            // The dir is the agent's again before its user may go to another job.
+            let runner = self.runner.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                runner.work_dirs.give_back(dir);
+                runner.sandbox.release(user);
+            })
+            .await;
+        }
     }
 }
 
@@ -353,9 +340,4 @@ pub(crate) fn base_env() -> Vec<(&'static str, std::ffi::OsString)> {
         env.push(("PATH", "/usr/local/bin:/usr/bin:/bin".into()));
     }
     env
-}
-
-/// The read end of a job's stdout or stderr, for [`forward_pipe`] (nothing to read where it is gone).
-fn output_pipe(fd: Option<std::os::fd::OwnedFd>) -> Option<tokio::net::unix::pipe::Receiver> {
-    tokio::net::unix::pipe::Receiver::from_owned_fd(fd?).ok()
 }

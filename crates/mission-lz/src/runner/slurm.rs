@@ -39,12 +39,10 @@ use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::process::Outcome;
-use super::{JobError, Offer, Runner, StopSwitch, stop_ordered, stopped_before_start};
+use super::{Finished, JobError, JobEvents, JobHandle, JobOutput, Offer, Outcome, OutputSource, Runner, Signal};
 use crate::agent::{Agent, AgentConfig, AgentError, private_dir};
-use crate::cache::Inputs;
 use crate::client::Backoff;
-use crate::output::{changed_files, forward_file, upload_results};
+use crate::output::changed_files;
 use crate::sandbox::{UserMap, read_user_map};
 use crate::slurm::{
     self, JobDir, SACCT_FORMAT, SACCT_USAGE_FORMAT, SINFO_FORMAT, SQUEUE_FORMAT, SiteOptions, SlurmJob, batch_script,
@@ -91,9 +89,6 @@ const EXIT_CHECK: Duration = Duration::from_millis(200);
 /// How long after a job's end accounting is asked for what it used: slurmctld hands a step's
 /// figures to slurmdbd a moment after the step ends.
 const USAGE_PATIENCE: Duration = Duration::from_secs(10);
-
-/// How a job ended, and what it used where accounting knows.
-type Ended = (Outcome, Option<JobUsage>);
 
 /// How long the agent keeps asking a Slurm that does not answer at start-up (a controller that
 /// is restarting, nodes that have not registered yet) before it gives up.
@@ -226,7 +221,7 @@ impl SlurmRunner {
         });
         let capacity = patiently("reading the cluster's nodes", || runner.capacity()).await?;
         *runner.offer.lock().expect("not poisoned") = capacity;
-        patiently("finding the jobs Slurm still runs", || runner.recover()).await?;
+        patiently("finding the jobs Slurm still runs", || runner.find_earlier_jobs()).await?;
         tokio::spawn(Monitor::run(Arc::downgrade(&runner), runner.config.poll));
         tracing::info!(
             cpus = capacity.cpu_count,
@@ -326,7 +321,7 @@ impl SlurmRunner {
     /// Finds the jobs an earlier run of the agent submitted: each record whose job Slurm still
     /// lists by name, or that has Slurm's id. A record of a job never submitted is dropped (the
     /// server puts the job back in its queue when the agent does not name it).
-    async fn recover(&self) -> Result<(), String> {
+    async fn find_earlier_jobs(&self) -> Result<(), String> {
         let mut records = Vec::new();
         for entry in std::fs::read_dir(&self.records).map_err(|e| e.to_string())?.flatten() {
             let path = entry.path();
@@ -356,30 +351,21 @@ impl SlurmRunner {
         Ok(())
     }
 
-    /// Stages the job, submits it, and follows it to its end.
-    async fn submit(
-        self: &Arc<Self>,
-        agent: &Arc<Agent>,
-        job: &Assignment,
-        mut stop: StopSwitch,
-    ) -> Result<Ended, JobError> {
-        let run_as = match &self.user_map {
-            Some(map) => match map.get(&job.username) {
-                Some((_, uid, gid)) => Some((*uid, *gid)),
-                None => {
-                    return Err(JobError::Refused(format!(
-                        "refused by the landing zone: mission user {:?} has no cluster account in its user map",
-                        job.username
-                    )));
-                }
-            },
-            None => None,
-        };
-        let stopped = || Ok((stopped_before_start(), None));
-        let inputs = match agent.stage_inputs(job, &mut stop).await? {
-            Inputs::Cached(inputs) => inputs,
-            Inputs::Stopped => return stopped(),
-        };
+    /// The cluster account (uid, gid) `job` runs as, where the agent maps users.
+    fn run_as(&self, job: &Assignment) -> Result<slurm::RunAs, JobError> {
+        let Some(map) = &self.user_map else { return Ok(None) };
+        match map.get(&job.username) {
+            Some((_, uid, gid)) => Ok(Some((*uid, *gid))),
+            None => Err(JobError::Refused(format!(
+                "refused by the landing zone: mission user {:?} has no cluster account in its user map",
+                job.username
+            ))),
+        }
+    }
+
+    /// Stages the job into its dir and submits it; answers its record, with Slurm's id.
+    async fn submit(self: &Arc<Self>, job: &Assignment, inputs: Vec<(PathBuf, PathBuf)>) -> Result<Record, JobError> {
+        let run_as = self.run_as(job)?;
         let dir = JobDir::new(&self.config.work_root, job.job_id);
         let staging = {
             let (runner, dir, job) = (self.clone(), dir.clone(), job.clone());
@@ -389,10 +375,6 @@ impl SlurmRunner {
             self.forget(job.job_id);
             JobError::Staging(e.to_string())
         })?;
-        if stop.borrow().is_some() {
-            self.forget(job.job_id);
-            return stopped();
-        }
         let args = sbatch_args(job, &dir, &self.config.site, run_as);
         let answer = self.command("sbatch", &args).await.map_err(|why| {
             self.forget(job.job_id);
@@ -409,7 +391,7 @@ impl SlurmRunner {
         if let Err(e) = self.save(&record) {
             tracing::warn!(job_id = %job.job_id, "cannot record Slurm's id of the job: {e}");
         }
-        self.follow(agent, record, stop).await
+        Ok(record)
     }
 
     /// Makes the job's dir with its inputs and batch script (all the mapped account's, where
@@ -443,114 +425,28 @@ impl SlurmRunner {
         Ok(record)
     }
 
-    /// Follows a submitted job to its end: reports why it waits and when it runs, streams its
-    /// output, cancels it on a stop, uploads its results, and reads what it used.
-    async fn follow(&self, agent: &Arc<Agent>, record: Record, mut stop: StopSwitch) -> Result<Ended, JobError> {
-        let job_id = record.job_id;
+    /// A handle on a submitted job, which it follows through Slurm.
+    fn follow(self: &Arc<Self>, record: Record, events: JobEvents) -> Result<SubmittedJob, JobError> {
         let slurm_id = record
             .slurm_id
             .clone()
             .ok_or_else(|| JobError::BatchSystem("the job was never submitted to Slurm".into()))?;
-        let dir = JobDir::new(&self.config.work_root, job_id);
-        let mut sightings = self.monitor.watch(job_id, &slurm_id);
-        // The output files are tailed (and the script's files looked at) only once the job left
-        // Slurm's queue: a thousand queued jobs must not cost the shared filesystem a lookup
-        // each, several times a second.
-        let (ended, ended_rx) = watch::channel(false);
-        let mut forwarders = Vec::new();
-        let start_forwarding = || {
-            ["stdout", "stderr"].map(|stream| {
-                let (agent, path, ended) = (agent.clone(), dir.log(stream), ended_rx.clone());
-                let offset = record.log_offsets.of(stream);
-                tokio::spawn(async move { forward_file(&agent.client, job_id, stream, offset, path, ended).await })
-            })
-        };
-        let (mut running, mut queued, mut reason, mut stop_requested, mut exited) = (false, false, None, false, false);
-        let started = async |running: &mut bool| {
-            *running = true;
-            let limits = format!("Slurm job {slurm_id}: its limits are Slurm's");
-            agent.report_started(job_id, started_at(&dir).await, limits);
-        };
-        let last = loop {
-            let sighting = sightings.borrow_and_update().clone();
-            match sighting {
-                Some(Sighting::Seen(job)) if job.state.is_final() => break Some(job),
-                Some(Sighting::Gone) => break None,
-                Some(Sighting::Seen(job)) => {
-                    queued = job.state == slurm::SlurmState::Pending;
-                    if let Some(waiting) = job.pending_reason() {
-                        if reason.as_ref() != Some(&waiting) {
-                            agent.report(job_id, JobStatus::Staging, None, Some(waiting.clone()), None);
-                            reason = Some(waiting);
-                        }
-                    } else if !running {
-                        started(&mut running).await;
-                    }
-                }
-                None => {}
-            }
-            if !queued && forwarders.is_empty() {
-                forwarders.extend(start_forwarding());
-            }
-            tokio::select! {
-                changed = sightings.changed() => if changed.is_err() { break None },
-                _ = stop_ordered(&mut stop), if !stop_requested => {
-                    stop_requested = true;
-                    if let Err(why) = self.command("scancel", std::slice::from_ref(&slurm_id)).await {
-                        tracing::warn!(%job_id, "cancelling the Slurm job failed: {why}");
-                    }
-                    self.monitor.nudge.notify_one();
-                }
-                () = tokio::time::sleep(EXIT_CHECK), if !exited && !queued => {
-                    // The script says when it starts and ends, sooner than Slurm would be asked.
-                    if !running && tokio::fs::try_exists(dir.started()).await.unwrap_or(false) {
-                        started(&mut running).await;
-                    }
-                    if tokio::fs::try_exists(dir.exit_code()).await.unwrap_or(false) {
-                        exited = true;
-                        self.monitor.nudge.notify_one();
-                    }
-                }
-            }
-        };
-        self.monitor.unwatch(job_id);
-        if !running && tokio::fs::try_exists(dir.started()).await.unwrap_or(false) {
-            // It ran between two looks.
-            started(&mut running).await;
-        }
-        // Accounting is asked while the output and results go up.
-        let usage = running.then(|| self.monitor.usage(&slurm_id));
-        let _ = ended.send(true);
-        if forwarders.is_empty() {
-            // What it wrote between two looks is sent now, in one read.
-            forwarders.extend(start_forwarding());
-        }
-        for forwarder in forwarders {
-            let _ = forwarder.await;
-        }
-        let outcome = match last.and_then(|job| job.outcome(stop_requested)) {
-            Some(outcome) => outcome,
-            None => self.outcome_without_slurm(&dir, stop_requested),
-        };
-        if outcome.0 != JobStatus::Stopped {
-            agent.report(job_id, JobStatus::Uploading, None, None, None);
-            let (work, staged): (PathBuf, Staged) = (
-                dir.work(),
-                record.staged.into_iter().map(|(path, size, modified)| (path, (size, modified))).collect(),
-            );
-            let results = tokio::task::spawn_blocking(move || changed_files(&work, &staged)).await?;
-            upload_results(&agent.client, job_id, results).await?;
-        }
-        let usage = match usage {
-            Some(accounted) => accounted.await.ok().flatten(),
-            None => None,
-        };
-        // The script's clock times the program to the millisecond; Slurm's, to the second.
-        let usage = match (usage, wall_time(&dir).await) {
-            (Some(usage), Some(wall_time)) => Some(JobUsage { wall_time, ..usage }),
-            (usage, _) => usage,
-        };
-        Ok((outcome, usage))
+        let sightings = self.monitor.watch(record.job_id, &slurm_id);
+        Ok(SubmittedJob {
+            runner: self.clone(),
+            dir: JobDir::new(&self.config.work_root, record.job_id),
+            events,
+            slurm_id,
+            sightings,
+            ended: watch::channel(false).0,
+            last: None,
+            running: false,
+            reason: None,
+            exited: false,
+            cancelled: false,
+            usage: None,
+            record,
+        })
     }
 
     /// How a job Slurm no longer knows (and keeps no accounting of) ended: by the exit code
@@ -568,17 +464,11 @@ impl SlurmRunner {
             ),
         }
     }
-
-    /// Removes what the job left and reports its end (in that order: a retry of the job, which
-    /// the report may bring at once, stages into the same dir).
-    async fn settle(self: Arc<Self>, agent: &Agent, job_id: Uuid, ended: Result<Ended, JobError>) {
-        let (outcome, usage) = ended.unwrap_or_else(|e| ((JobStatus::Failed, None, Some(e.to_string())), None));
-        let _ = tokio::task::spawn_blocking(move || self.forget(job_id)).await;
-        agent.report_end(job_id, outcome, usage);
-    }
 }
 
 impl Runner for SlurmRunner {
+    type Job = SubmittedJob;
+
     async fn offer(&self) -> Offer {
         match self.capacity().await {
             Ok(capacity) => *self.offer.lock().expect("not poisoned") = capacity,
@@ -599,29 +489,174 @@ impl Runner for SlurmRunner {
         }
     }
 
-    async fn run(self: Arc<Self>, agent: Arc<Agent>, job: Assignment, stop: StopSwitch) {
-        let ended = self.submit(&agent, &job, stop).await;
-        self.settle(&agent, job.job_id, ended).await;
+    fn refusal(&self, job: &Assignment) -> Option<String> {
+        self.run_as(job).err().map(|e| e.to_string())
+    }
+
+    async fn start(
+        self: &Arc<Self>,
+        job: &Assignment,
+        inputs: Vec<(PathBuf, PathBuf)>,
+        events: JobEvents,
+    ) -> Result<SubmittedJob, JobError> {
+        let record = self.submit(job, inputs).await?;
+        self.follow(record, events)
     }
 
     fn recovered(&self) -> Vec<(Uuid, u32)> {
         self.recovered.lock().expect("not poisoned").values().map(|r| (r.job_id, r.attempt)).collect()
     }
 
-    async fn resume(self: Arc<Self>, agent: Arc<Agent>, job_id: Uuid, stop: StopSwitch) {
+    async fn recover(self: &Arc<Self>, job_id: Uuid, events: JobEvents) -> Result<SubmittedJob, JobError> {
         let record = self.recovered.lock().expect("not poisoned").remove(&job_id);
-        let ended = match record {
-            Some(record) => {
-                tracing::info!(%job_id, slurm_id = ?record.slurm_id, "resuming a Slurm job");
-                self.follow(&agent, record, stop).await
-            }
-            None => Err(JobError::Agent("the agent lost its record of the job".to_owned())),
+        let Some(record) = record else {
+            self.forget(job_id);
+            return Err(JobError::Agent("the agent lost its record of the job".to_owned()));
         };
-        self.settle(&agent, job_id, ended).await;
+        tracing::info!(%job_id, slurm_id = ?record.slurm_id, "resuming a Slurm job");
+        self.follow(record, events)
     }
 
     // A restarted agent finds them by name.
     const JOBS_OUTLIVE_AGENT: bool = true;
+}
+
+/// A job submitted to Slurm, followed by the monitor's sightings: while Slurm keeps it waiting,
+/// its reason says why (Slurm's pending reason); when Slurm starts it, it runs. Its output files
+/// are tailed only once it left Slurm's queue: a thousand queued jobs must not cost the shared
+/// filesystem a lookup each, several times a second.
+pub(crate) struct SubmittedJob {
+    runner: Arc<SlurmRunner>,
+    record: Record,
+    slurm_id: String,
+    dir: JobDir,
+    events: JobEvents,
+    sightings: watch::Receiver<Option<Sighting>>,
+    /// Set once it ended: its output files are read to their ends.
+    ended: watch::Sender<bool>,
+    /// What Slurm last said of it, once that was its end.
+    last: Option<SlurmJob>,
+    running: bool,
+    /// The reason it waits, last reported.
+    reason: Option<String>,
+    /// Whether its script wrote its exit code.
+    exited: bool,
+    /// Whether it was cancelled (a stop).
+    cancelled: bool,
+    /// What accounting answers of its usage, asked as it ends.
+    usage: Option<oneshot::Receiver<Option<JobUsage>>>,
+}
+
+impl SubmittedJob {
+    /// Tells that the job runs, from when its script says it started.
+    async fn started(&mut self) {
+        let at = started_at(&self.dir).await;
+        self.running = true;
+        self.events.running(at, format!("Slurm job {}: its limits are Slurm's", self.slurm_id));
+    }
+}
+
+impl JobHandle for SubmittedJob {
+    fn output(&mut self) -> JobOutput {
+        JobOutput {
+            offsets: self.record.log_offsets,
+            source: OutputSource::Files {
+                paths: [self.dir.log("stdout"), self.dir.log("stderr")],
+                ended: self.ended.subscribe(),
+            },
+        }
+    }
+
+    async fn wait(&mut self) {
+        loop {
+            let sighting = self.sightings.borrow_and_update().clone();
+            let queued = match sighting {
+                Some(Sighting::Seen(job)) if job.state.is_final() => {
+                    self.last = Some(job);
+                    return;
+                }
+                Some(Sighting::Gone) => return,
+                Some(Sighting::Seen(job)) => {
+                    if let Some(waiting) = job.pending_reason() {
+                        if self.reason.as_ref() != Some(&waiting) {
+                            self.events.waiting(waiting.clone());
+                            self.reason = Some(waiting);
+                        }
+                    } else if !self.running {
+                        self.started().await;
+                    }
+                    job.state == slurm::SlurmState::Pending
+                }
+                None => false,
+            };
+            tokio::select! {
+                changed = self.sightings.changed() => if changed.is_err() { return },
+                () = tokio::time::sleep(EXIT_CHECK), if !self.exited && !queued => {
+                    // The script says when it starts and ends, sooner than Slurm would be asked.
+                    if !self.running && tokio::fs::try_exists(self.dir.started()).await.unwrap_or(false) {
+                        self.started().await;
+                    }
+                    if tokio::fs::try_exists(self.dir.exit_code()).await.unwrap_or(false) {
+                        self.exited = true;
+                        self.runner.monitor.nudge.notify_one();
+                    }
+                }
+            }
+        }
+    }
+
+    async fn signal(&mut self, _: Signal) {
+        // Slurm sends `SIGTERM`, and `SIGKILL` after the cluster's `KillWait`, which stands for
+        // the grace a stop gives: one cancel does both.
+        if std::mem::replace(&mut self.cancelled, true) {
+            return;
+        }
+        if let Err(why) = self.runner.command("scancel", std::slice::from_ref(&self.slurm_id)).await {
+            tracing::warn!(job_id = %self.record.job_id, "cancelling the Slurm job failed: {why}");
+        }
+        self.runner.monitor.nudge.notify_one();
+    }
+
+    async fn finish(&mut self, stopped: bool) -> Result<Finished, JobError> {
+        self.runner.monitor.unwatch(self.record.job_id);
+        if !self.running && tokio::fs::try_exists(self.dir.started()).await.unwrap_or(false) {
+            // It ran between two looks.
+            self.started().await;
+        }
+        // Accounting is asked while the output and results go up.
+        self.usage = self.running.then(|| self.runner.monitor.usage(&self.slurm_id));
+        self.ended.send_replace(true);
+        let outcome = match self.last.as_ref().and_then(|job| job.outcome(stopped)) {
+            Some(outcome) => outcome,
+            None => self.runner.outcome_without_slurm(&self.dir, stopped),
+        };
+        let (work, staged): (PathBuf, Staged) = (
+            self.dir.work(),
+            self.record.staged.iter().map(|(path, size, modified)| (path.clone(), (*size, *modified))).collect(),
+        );
+        let results = tokio::task::spawn_blocking(move || changed_files(&work, &staged)).await?;
+        Ok(Finished { outcome, results })
+    }
+
+    async fn usage(&mut self) -> Option<JobUsage> {
+        let usage = match self.usage.take() {
+            Some(accounted) => accounted.await.ok().flatten(),
+            None => None,
+        };
+        // The script's clock times the program to the millisecond; Slurm's, to the second.
+        match (usage, wall_time(&self.dir).await) {
+            (Some(usage), Some(wall_time)) => Some(JobUsage { wall_time, ..usage }),
+            (usage, _) => usage,
+        }
+    }
+
+    async fn release(self) {
+        let (runner, job_id) = (self.runner, self.record.job_id);
+        let _ = tokio::task::spawn_blocking(move || runner.forget(job_id)).await;
+    }
+
+    // A retry of the job, which the report may bring at once, stages into the same dir.
+    const RELEASE_BEFORE_REPORT: bool = true;
 }
 
 /// The time the job's script wrote to `path`, if it wrote one.

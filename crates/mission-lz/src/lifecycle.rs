@@ -1,0 +1,220 @@
+//! A job's life on a landing zone, the same for every runner, which the agent owns:
+//!
+//! 1. the runner may refuse the job (`Runner::refusal`), before anything is done;
+//! 2. staging: its inputs come into the content cache (`Agent::stage_inputs`, reported
+//!    `staging`), and the runner starts it (`Runner::start`), which reports it `running`;
+//! 3. running: its stdout and stderr stream to the server from when it runs; a stop order
+//!    signals it: at once, or, where the order gives a grace period (a job whose borrowed room
+//!    is reclaimed), `Signal::Term` first and `Signal::Kill` once the grace runs out (a later
+//!    stop may shorten it);
+//! 4. uploading: once it ended (unless stopped), its results go to the server;
+//! 5. the final report, with what it used, and the hand-back of what it held (in the order its
+//!    runner needs: `JobHandle::RELEASE_BEFORE_REPORT`).
+//!
+//! A job an earlier run of the agent left running (`Runner::recover`) joins at 3.
+
+use std::sync::Arc;
+
+use mission_api::JobStatus;
+use mission_api::lz::Assignment;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use crate::agent::Agent;
+use crate::cache::Inputs;
+use crate::output::{forward_file, forward_pipe, upload_results};
+use crate::runner::{
+    Finished, JobError, JobEvents, JobHandle, JobOutput, Outcome, OutputSource, Runner, Signal, StopSwitch,
+};
+
+/// Runs `job` on `runner` to its end, reporting every move; a stop switched on in `stop` ends it.
+pub(crate) async fn run<R: Runner>(runner: Arc<R>, agent: Arc<Agent>, job: Assignment, mut stop: StopSwitch) {
+    let (events, runs) = JobEvents::new(agent.clone(), job.job_id);
+    let started = async {
+        if let Some(refusal) = runner.refusal(&job) {
+            return Err(JobError::Refused(refusal));
+        }
+        match agent.stage_inputs(&job, &mut stop).await? {
+            Inputs::Cached(inputs) => runner.start(&job, inputs, events).await.map(Some),
+            Inputs::Stopped => Ok(None),
+        }
+    };
+    match started.await {
+        Ok(Some(handle)) => follow(&agent, job.job_id, handle, runs, stop).await,
+        Ok(None) => agent.report_end(job.job_id, stopped_before_start(), None),
+        Err(e) => agent.report_end(job.job_id, failed(&e), None),
+    }
+}
+
+/// Follows `job_id`, which an earlier run of the agent left running, to its end, as [`run`] would
+/// have.
+pub(crate) async fn resume<R: Runner>(runner: Arc<R>, agent: Arc<Agent>, job_id: Uuid, stop: StopSwitch) {
+    let (events, runs) = JobEvents::new(agent.clone(), job_id);
+    match runner.recover(job_id, events).await {
+        Ok(handle) => follow(&agent, job_id, handle, runs, stop).await,
+        Err(e) => agent.report_end(job_id, failed(&e), None),
+    }
+}
+
+/// How a job that failed with `e` ends.
+fn failed(e: &JobError) -> Outcome {
+    (JobStatus::Failed, None, Some(e.to_string()))
+}
+
+/// How a job stopped while its inputs were staged ends.
+fn stopped_before_start() -> Outcome {
+    (JobStatus::Stopped, None, Some("stopped before it started".into()))
+}
+
+/// Follows a started job to its end: streams its output once it runs, signals it on a stop,
+/// uploads its results, and reports its end with what it used.
+async fn follow<H: JobHandle>(
+    agent: &Arc<Agent>,
+    job_id: Uuid,
+    mut handle: H,
+    mut runs: watch::Receiver<bool>,
+    mut stop: StopSwitch,
+) {
+    let mut forwarders = Vec::new();
+    let mut stopping = Stopping::default();
+    let (mut stop_gone, mut runs_gone) = (false, false);
+    loop {
+        let switch = *stop.borrow_and_update();
+        if let Some(signal) = stopping.ordered(switch) {
+            handle.signal(signal).await;
+        }
+        let running = *runs.borrow_and_update();
+        if forwarders.is_empty() && running {
+            forwarders = forward_output(agent, job_id, handle.output());
+        }
+        tokio::select! {
+            () = handle.wait() => break,
+            changed = stop.changed(), if !stop_gone => stop_gone = changed.is_err(),
+            changed = runs.changed(), if forwarders.is_empty() && !runs_gone => runs_gone = changed.is_err(),
+            () = sleep_until(stopping.kill_at), if stopping.kill_at.is_some() => {
+                stopping.kill_at = None;
+                handle.signal(Signal::Kill).await;
+            }
+        }
+    }
+    let finished = handle.finish(stopping.ordered.is_some()).await;
+    if forwarders.is_empty() {
+        // What it wrote is sent now, in one read.
+        forwarders = forward_output(agent, job_id, handle.output());
+    }
+    for forwarder in forwarders {
+        let _ = forwarder.await;
+    }
+    let outcome = match finished {
+        Ok(Finished { outcome, .. }) if outcome.0 == JobStatus::Stopped => Ok(outcome),
+        Ok(Finished { outcome, results }) => {
+            agent.report(job_id, JobStatus::Uploading, None, None, None);
+            upload_results(&agent.client, job_id, results).await.map(|()| outcome)
+        }
+        Err(e) => Err(e),
+    };
+    let usage = handle.usage().await;
+    let outcome = outcome.unwrap_or_else(|e| failed(&e));
+    if H::RELEASE_BEFORE_REPORT {
+        handle.release().await;
+        agent.report_end(job_id, outcome, usage);
+    } else {
+        // The report goes first: the next job waits for it, not for the clean-up.
+        agent.report_end(job_id, outcome, usage);
+        handle.release().await;
+    }
+}
+
+/// What stop orders asked of a job so far.
+#[derive(Debug, Default)]
+struct Stopping {
+    /// The shortest grace an order gave, once one came.
+    ordered: Option<std::time::Duration>,
+    /// When the job is killed, if it has not ended by then.
+    kill_at: Option<Instant>,
+}
+
+impl Stopping {
+    /// Takes the stop switch's state; answers the signal the job gets now, if any. The first stop
+    /// signals `Term` and kills when its grace runs out; a stop without grace kills at once; a
+    /// later stop may only shorten the grace.
+    fn ordered(&mut self, switch: Option<std::time::Duration>) -> Option<Signal> {
+        let grace = switch?;
+        if self.ordered.is_some_and(|given| given <= grace) {
+            return None;
+        }
+        let first = self.ordered.is_none();
+        self.ordered = Some(grace);
+        if grace.is_zero() {
+            self.kill_at = None;
+            return Some(Signal::Kill);
+        }
+        self.kill_at = Some(Instant::now() + grace);
+        first.then_some(Signal::Term)
+    }
+}
+
+/// Resolves at `at` (never, without one).
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Starts sending a job's stdout and stderr to the server.
+fn forward_output(agent: &Arc<Agent>, job_id: Uuid, output: JobOutput) -> Vec<tokio::task::JoinHandle<()>> {
+    let JobOutput { offsets, source } = output;
+    let streams = ["stdout", "stderr"];
+    match source {
+        OutputSource::Pipes(pipes) => streams
+            .into_iter()
+            .zip(pipes)
+            .map(|(stream, fd)| {
+                let agent = agent.clone();
+                let pipe = fd.and_then(|fd| tokio::net::unix::pipe::Receiver::from_owned_fd(fd).ok());
+                tokio::spawn(async move { forward_pipe(&agent.client, job_id, stream, offsets.of(stream), pipe).await })
+            })
+            .collect(),
+        OutputSource::Files { paths, ended } => streams
+            .into_iter()
+            .zip(paths)
+            .map(|(stream, path)| {
+                let (agent, ended) = (agent.clone(), ended.clone());
+                tokio::spawn(async move {
+                    forward_file(&agent.client, job_id, stream, offsets.of(stream), path, ended).await;
+                })
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// The first stop with a grace asks the job to end and kills it when the grace runs out; a
+    /// longer grace changes nothing; a stop without grace kills at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_signals_term_then_kill_and_a_later_stop_only_shortens_the_grace() {
+        let mut stopping = Stopping::default();
+        assert_eq!(stopping.ordered(None), None, "no stop yet");
+        assert_eq!(stopping.ordered(Some(Duration::from_secs(30))), Some(Signal::Term));
+        let kill_at = stopping.kill_at.expect("killed when the grace runs out");
+        assert_eq!(kill_at, Instant::now() + Duration::from_secs(30));
+        assert_eq!(stopping.ordered(Some(Duration::from_secs(30))), None, "the same order again");
+        assert_eq!(stopping.ordered(Some(Duration::from_secs(60))), None, "a longer grace is not given");
+        assert_eq!(stopping.kill_at, Some(kill_at));
+        assert_eq!(stopping.ordered(Some(Duration::from_secs(5))), None, "a shorter grace: no new TERM");
+        assert_eq!(stopping.kill_at, Some(Instant::now() + Duration::from_secs(5)));
+        assert_eq!(stopping.ordered(Some(Duration::ZERO)), Some(Signal::Kill), "a stop without grace kills");
+        assert_eq!(stopping.kill_at, None);
+        assert_eq!(stopping.ordered(Some(Duration::ZERO)), None, "killed once");
+
+        let mut at_once = Stopping::default();
+        assert_eq!(at_once.ordered(Some(Duration::ZERO)), Some(Signal::Kill));
+        assert_eq!(at_once.ordered, Some(Duration::ZERO));
+    }
+}

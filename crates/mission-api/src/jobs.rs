@@ -156,6 +156,9 @@ pub struct Job {
     /// How it is tried again after it fails: its run request's policy, or its mission's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryPolicy>,
+    /// The container image it runs in, as resolved when it was submitted; none: on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<JobImage>,
     /// Which attempt it is on, from 1; each retry is a move back to `queued` in its history.
     #[serde(default = "first_attempt")]
     pub attempt: u32,
@@ -221,6 +224,7 @@ impl Job {
             after_ok: Vec::new(),
             after_any: Vec::new(),
             retry: None,
+            image: None,
             attempt: first_attempt(),
             rerun_of: None,
             array_id: None,
@@ -237,6 +241,16 @@ impl Job {
             finished_at: None,
         }
     }
+}
+
+/// The container image a job runs in ([`Job::image`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobImage {
+    /// The image (see [`crate::images`]).
+    pub image_id: Uuid,
+    /// Its digest: `sha256:` and the hex SHA-256 of its archive.
+    pub digest: String,
 }
 
 /// Where a queued job stands in line ([`Job::position`]): 1 is first.
@@ -296,6 +310,10 @@ pub struct RunJob {
     /// absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project_id: Option<Uuid>,
+    /// The container image to run in (a name or `sha256:` digest of an image the caller sees);
+    /// absent: the mission's, if it names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 /// A job's first attempt: the serde default of every `attempt` field, for messages written

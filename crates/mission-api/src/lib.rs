@@ -22,6 +22,7 @@ pub mod auth;
 pub mod cargo_bays;
 pub mod events;
 pub mod files;
+pub mod images;
 pub mod jobs;
 pub mod labels;
 pub mod lz;
@@ -39,8 +40,9 @@ pub use auth::{AuthConfig, DeviceAuthorization, OAuthError, TokenResponse};
 pub use cargo_bays::{CargoBay, CargoBayKind, CreateCargoBay, DEFAULT_CARGO_BAY_ID};
 pub use events::Event;
 pub use files::FileListing;
+pub use images::{Image, ImageFormat, ImageRef, ImageVisibility, ImportImage};
 pub use jobs::{
-    JOB_LOGS_FOLDER, Job, JobArray, JobPage, JobStatus, JobTransition, JobUsage, KILLED_BY_SIGNAL_REASON,
+    JOB_LOGS_FOLDER, Job, JobArray, JobImage, JobPage, JobStatus, JobTransition, JobUsage, KILLED_BY_SIGNAL_REASON,
     MAX_ARRAY_SIZE, MAX_ATTEMPTS, MAX_BACKOFF, MAX_DEPENDENCIES, MAX_RERUNS, MAX_TIME_LIMIT, MIN_LOG_CAP,
     OUT_OF_MEMORY_REASON, PendingKind, PendingReason, QueuePosition, RerunJobs, RetryOn, RetryPolicy, RunJob,
     RunJobArray, TIME_LIMIT_REASON, UpdateJob, UsageGroup, UsageReport, UsageSummary,

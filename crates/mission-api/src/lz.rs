@@ -61,6 +61,9 @@ pub struct Hello {
     /// landing zone was registered with (see `RegisterLandingZone::cluster_account`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_account: Option<String>,
+    /// Whether it runs jobs in container images (it has a container engine).
+    #[serde(default)]
+    pub images: bool,
     /// Agent version.
     pub version: String,
 }
@@ -125,6 +128,11 @@ pub struct Assignment {
     /// attempts'): the offsets its log chunks count from.
     #[serde(default)]
     pub log_offsets: LogOffsets,
+    /// The container image to run the command in (its archive at
+    /// `GET /api/v1/lz/jobs/{id}/image`); none: on the host. Only landing zones that take
+    /// images ([`Hello::images`]) are given such jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<crate::jobs::JobImage>,
 }
 
 /// The environment variable a job array's element finds its index in.
@@ -162,7 +170,7 @@ pub struct InputFile {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Order {
     /// Run this job.
-    Run(Assignment),
+    Run(Box<Assignment>),
     /// Stop this job: `SIGTERM` to its processes, then, after `grace_seconds` (at once when 0),
     /// `SIGKILL` to its whole process tree.
     Stop {

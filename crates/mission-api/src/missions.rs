@@ -43,6 +43,10 @@ pub struct Mission {
     /// How its jobs are tried again after they fail, unless their run request says otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<crate::RetryPolicy>,
+    /// The container image its jobs run in (a name or a `sha256:` digest, see
+    /// [`crate::images`]), unless their run request names another; none: on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
     /// Owner of the mission.
     pub user_id: Uuid,
     /// The project it belongs to, which its jobs are charged to (see [`crate::projects`]).
@@ -94,6 +98,10 @@ pub struct CreateMission {
     /// the caller's personal project when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project_id: Option<Uuid>,
+    /// The container image its jobs run in: the name or `sha256:` digest of an image the
+    /// caller sees (see [`crate::images`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 /// Body of `PATCH /api/v1/missions/{id}`: only the fields given change.
@@ -138,6 +146,9 @@ pub struct UpdateMission {
     /// charged where they were).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project_id: Option<Uuid>,
+    /// A new container image for its jobs (a name or `sha256:` digest); `""`: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 /// Body of `PUT /api/v1/missions/{id}/args`.

@@ -129,6 +129,9 @@ pub struct LandingZone {
     /// For a pilot (an ephemeral landing zone a gateway started inside a batch job): the gateway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pilot_of: Option<Uuid>,
+    /// Whether it runs jobs in container images (see [`crate::images`]), as its agent last said.
+    #[serde(default)]
+    pub images: bool,
     /// When it was registered.
     pub created_at: DateTime<Utc>,
 }

@@ -84,6 +84,7 @@ async fn main() {
             running: Vec::new(),
             max_jobs: None,
             cluster_account: None,
+            images: false,
             version: "bench".into(),
         };
         let mut session = scheduler.connect(identity.clone(), hello).await.unwrap();

@@ -17,6 +17,7 @@ use clap::{Parser, Subcommand};
 use commands::auth::LoginCommand;
 use commands::cargo_bays::CargoBaysCommand;
 use commands::files::FilesCommand;
+use commands::images::ImagesCommand;
 use commands::jobs::{JobsCommand, RunCommand};
 use commands::lz::LzCommand;
 use commands::missions::MissionsCommand;
@@ -95,6 +96,18 @@ enum Command {
     ///   mission webhooks deliveries WEBHOOK --status failed
     #[command(subcommand, verbatim_doc_comment)]
     Webhooks(WebhooksCommand),
+    /// Import and manage container images that missions' jobs run in.
+    ///
+    /// An image is an OCI or docker archive, as `podman save` or `docker save` writes it. A
+    /// mission names one (`mission missions create --image NAME`) or a run does
+    /// (`mission run MISSION --image NAME`); its jobs then run in it on landing zones that take
+    /// images (`mission stations lzs` says which).
+    ///
+    ///   podman save --format oci-archive -o solver.tar localhost/solver:2.1
+    ///   mission images import solver.tar --name solver:2.1
+    ///   mission run MISSION --image solver:2.1 --follow
+    #[command(subcommand, verbatim_doc_comment)]
+    Images(ImagesCommand),
 }
 
 fn init_logging(server: bool) {
@@ -144,6 +157,7 @@ async fn run() -> ExitCode {
         Command::Audit(args) => args.run(server, out).await,
         Command::Types(cmd) => cmd.run(server, out).await,
         Command::Webhooks(cmd) => cmd.run(server, out).await,
+        Command::Images(cmd) => cmd.run(server, out).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -144,7 +144,7 @@ async fn sha256_of(path: &Path) -> std::io::Result<String> {
     .map_err(std::io::Error::other)?
 }
 
-fn io_error(path: &Path, e: std::io::Error) -> Error {
+pub(crate) fn io_error(path: &Path, e: std::io::Error) -> Error {
     Error::Io { path: path.to_owned(), source: e }
 }
 

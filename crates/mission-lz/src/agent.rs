@@ -27,6 +27,7 @@ use crate::cache::{InputCache, Inputs, Lookup};
 use crate::client::{Heartbeat, LzClient, SessionEnd, Timings};
 use crate::detect::Overrides;
 use crate::lifecycle;
+use crate::podman::ContainerConfig;
 use crate::runner::process::ProcessRunner;
 use crate::runner::slurm::{SlurmConfig, SlurmRunner};
 use crate::runner::{JobError, Outcome, Runner, StopSwitch, stop_ordered};
@@ -51,6 +52,8 @@ pub struct AgentConfig {
     pub sandbox: SandboxConfig,
     /// What runs the jobs.
     pub runner: RunnerKind,
+    /// How jobs run in container images (process landing zones).
+    pub containers: ContainerConfig,
     /// Stop when no job has run for this long (a pilot inside a batch job leaves so).
     pub idle_exit: Option<std::time::Duration>,
 }
@@ -74,6 +77,7 @@ impl std::fmt::Debug for AgentConfig {
             .field("no_limits", &self.no_limits)
             .field("sandbox", &self.sandbox)
             .field("runner", &self.runner)
+            .field("containers", &self.containers)
             .field("idle_exit", &self.idle_exit)
             .finish()
     }
@@ -383,6 +387,7 @@ async fn connect_loop<R: Runner>(agent: &Arc<Agent>, runner: &Arc<R>) -> Result<
             running,
             max_jobs: offer.max_jobs,
             cluster_account: offer.cluster_account,
+            images: offer.images,
             version: env!("CARGO_PKG_VERSION").to_owned(),
         };
         match session(agent, runner, &hello).await {
@@ -427,7 +432,7 @@ async fn session<R: Runner>(agent: &Arc<Agent>, runner: &Arc<R>, hello: &Hello) 
         match next {
             Ok(Some(Order::Run(job))) => {
                 let (runner, agent2) = (runner.clone(), agent.clone());
-                agent.spawn_job(job.job_id, job.attempt, move |stop| lifecycle::run(runner, agent2, job, stop));
+                agent.spawn_job(job.job_id, job.attempt, move |stop| lifecycle::run(runner, agent2, *job, stop));
             }
             Ok(Some(Order::Stop { job_id, grace_seconds })) => {
                 agent.stop_job(job_id, std::time::Duration::from_secs(grace_seconds.into()));

@@ -374,7 +374,8 @@ impl JobCgroup {
         }
         self.limits = Some(limits);
         self.oom_base = self.oom_kills();
-        if self.oom_base.is_none() {
+        if !self.v2 {
+            // What `limit_hit` and kernels without OOM counts read.
             let _ = write(&self.dirs[0].join("memory.failcnt"), "0");
         }
         self.cpu_base = self.cpu_nanos();
@@ -464,13 +465,40 @@ impl JobCgroup {
         }
     }
 
-    /// Pids still in the group.
+    /// Whether the current job's memory reached its limit (v1: the kernel counts OOM kills in
+    /// the group where they happened, which for a container is its own group below the job's,
+    /// gone with it; a limit hit here is the sign that remains).
+    pub fn limit_hit(&self) -> bool {
+        !self.v2
+            && std::fs::read_to_string(self.dirs[0].join("memory.failcnt"))
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .is_some_and(|n| n > 0)
+    }
+
+    /// The group's path below each hierarchy's root, where it is the same in all of them: what
+    /// a container engine takes as the parent of a container's own group (`--cgroup-parent`),
+    /// so that the job's limits hold for the container and measure it.
+    pub fn container_parent(&self) -> Option<String> {
+        let below_root = |dir: &PathBuf| -> Option<String> {
+            let rest = dir.strip_prefix(ROOT).ok()?;
+            let rest = if self.v2 { rest } else { rest.strip_prefix(rest.iter().next()?).ok()? };
+            Some(format!("/{}", rest.to_str()?))
+        };
+        let first = below_root(&self.dirs[0])?;
+        self.dirs[1..].iter().all(|dir| below_root(dir).as_ref() == Some(&first)).then_some(first)
+    }
+
+    /// Pids still in the group or in groups below it (a container's).
     fn pids(&self) -> Vec<i32> {
-        std::fs::read_to_string(self.dirs[0].join("cgroup.procs"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect()
+        let mut pids = Vec::new();
+        let mut dirs = vec![self.dirs[0].clone()];
+        while let Some(dir) = dirs.pop() {
+            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+            pids.extend(procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+            dirs.extend(child_groups(&dir));
+        }
+        pids
     }
 
     /// Kills every process of the job; true when the group was seen empty afterwards.
@@ -494,16 +522,43 @@ impl JobCgroup {
         false
     }
 
-    /// Removes the group (once it is empty).
+    /// Removes the group (once it is empty), with the groups a container engine made below it
+    /// and, on v1, beside it in the hierarchies the job does not use.
     fn remove(&self) {
-        for dir in &self.dirs {
-            for _ in 0..50 {
-                match std::fs::remove_dir(dir) {
-                    Ok(()) => break,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
-                    Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+        let mut dirs = self.dirs.clone();
+        if !self.v2
+            && let Some(path) = self.container_parent()
+            && let Ok(hierarchies) = std::fs::read_dir(ROOT)
+        {
+            for hierarchy in hierarchies.flatten() {
+                let dir = hierarchy.path().join(path.trim_start_matches('/'));
+                if !dirs.contains(&dir) && !hierarchy.file_type().is_ok_and(|t| t.is_symlink()) && dir.is_dir() {
+                    dirs.push(dir);
                 }
             }
+        }
+        for dir in dirs {
+            remove_tree(&dir);
+        }
+    }
+}
+
+/// The groups directly below `dir`.
+fn child_groups(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()).collect()
+}
+
+/// Removes the (empty) group at `dir` and the groups below it, deepest first.
+fn remove_tree(dir: &Path) {
+    for child in child_groups(dir) {
+        remove_tree(&child);
+    }
+    for _ in 0..50 {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
         }
     }
 }

@@ -228,6 +228,14 @@ impl LzClient {
         Ok(self.send(self.request(Method::GET, &url_path)).await?.bytes_stream())
     }
 
+    /// `GET /lz/jobs/{id}/image`: the archive of the image a job runs in, as a stream of chunks.
+    pub async fn job_image(
+        &self,
+        job_id: Uuid,
+    ) -> Result<impl Stream<Item = reqwest::Result<bytes::Bytes>> + use<>, Failure> {
+        Ok(self.send(self.request(Method::GET, &format!("/jobs/{job_id}/image"))).await?.bytes_stream())
+    }
+
     /// `PUT /lz/jobs/{id}/results/{path}`: a result file of a job, streamed from `file`, tried up
     /// to [`Timings::upload_attempts`] times.
     pub async fn put_result(&self, job_id: Uuid, path: &MissionPath, file: &std::path::Path) -> Result<(), Failure> {

@@ -9,6 +9,7 @@
 //! - `runner`: what runs jobs — the seam (start a job, and a handle on it), and its `process`
 //!   and `slurm` runners;
 //! - `cache`: the content cache of input files; `output`: logs and results, for every runner;
+//! - `podman`: jobs in container images, with Podman, and the landing zone's image cache;
 //! - [`cgroups`]: memory and CPU limits through cgroup v1 or v2;
 //! - [`sandbox`]: who a job runs as, what it sees, and that nothing of it outlives it;
 //! - `workdirs`: the dirs jobs run in, reused from job to job;
@@ -22,6 +23,7 @@ pub mod client;
 pub mod detect;
 mod lifecycle;
 mod output;
+mod podman;
 mod runner;
 pub mod sandbox;
 pub mod slurm;
@@ -30,6 +32,7 @@ mod workdirs;
 pub use agent::{AgentConfig, AgentError, RunnerKind, default_work_root, run};
 pub use client::Backoff;
 pub use detect::Overrides;
+pub use podman::{ContainerConfig, ContainerNetwork};
 pub use runner::slurm::{Pilots, SlurmConfig};
 pub use sandbox::SandboxConfig;
 pub use slurm::SiteOptions;

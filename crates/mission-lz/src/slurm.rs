@@ -767,6 +767,7 @@ mod tests {
             attempt: 1,
             log_offsets: Default::default(),
             array_index: None,
+            image: None,
         }
     }
 

@@ -71,6 +71,8 @@ pub(super) struct LzState {
     /// A gateway into a batch system takes this many jobs at once, each within `capacity`,
     /// whatever else it holds (its batch system queues them).
     pub max_jobs: Option<u32>,
+    /// It runs jobs in container images.
+    pub images: bool,
 }
 
 impl LzState {
@@ -88,6 +90,7 @@ impl LzState {
             lease_until: None,
             jobs: HashMap::new(),
             max_jobs: None,
+            images: false,
         }
     }
 
@@ -110,10 +113,12 @@ impl LzState {
         self.free_cpu >= i64::from(job.cpu_count)
             && self.free_memory >= job.memory_amount as i64
             && self.free_gpus.len() >= job.gpu_count as usize
+            && (self.images || !job.needs_image)
     }
 
+    /// Whether it could ever run `job`: large enough, and taking images where the job runs in one.
     pub fn could_hold(&self, job: &Queued) -> bool {
-        self.could_hold_shape(job.cpu_count, job.memory_amount, job.gpu_count)
+        (self.images || !job.needs_image) && self.could_hold_shape(job.cpu_count, job.memory_amount, job.gpu_count)
     }
 
     pub fn could_hold_shape(&self, cpu: u32, memory: u64, gpu: u32) -> bool {

@@ -72,6 +72,8 @@ pub(crate) struct Queued {
     /// It ran before and went back in line (its room was reclaimed): its next run's output goes
     /// on after the earlier run's.
     pub ran: bool,
+    /// It runs in a container image: only landing zones that take images may hold it.
+    pub needs_image: bool,
 }
 
 impl Queued {
@@ -87,6 +89,7 @@ impl Queued {
             retry,
             time_limit: job.time_limit,
             ran: false,
+            needs_image: job.image.is_some(),
         }
     }
 
@@ -819,6 +822,7 @@ mod tests {
             retry: None,
             time_limit: None,
             ran: false,
+            needs_image: false,
         }
     }
 

@@ -305,6 +305,7 @@ impl State {
                         retry: policies.share(row.retry.as_ref()),
                         time_limit: row.time_limit,
                         ran: row.ran,
+                        needs_image: row.image_id.is_some(),
                     };
                     queue.insert(key, row.seq, entry, waits);
                     if waits {
@@ -592,7 +593,7 @@ impl State {
         for (lz_id, order) in batch.orders {
             let order = match order {
                 Pending::Run(job_id) => match runs.remove(&job_id) {
-                    Some(assignment) => Order::Run(assignment),
+                    Some(assignment) => Order::Run(Box::new(assignment)),
                     None => continue,
                 },
                 Pending::Stop(job_id) => {
@@ -679,6 +680,7 @@ impl State {
                     attempt: placed.entry.attempt,
                     log_offsets,
                     array_index: job.array_index,
+                    image: job.image.clone(),
                 },
             );
         }
@@ -1073,7 +1075,7 @@ impl State {
         if let Some(why) = account_mismatch(who.cluster_account.as_deref(), hello.cluster_account.as_deref()) {
             return Err(SchedulerError::Refused(why));
         }
-        self.store.lz_connected(who.lz_id, hello.resources, store::now()).await?;
+        self.store.lz_connected(who.lz_id, hello.resources, hello.images, store::now()).await?;
         let mut gpus: Vec<u32> = hello.gpus.iter().map(|g| g.index).collect();
         if gpus.len() != hello.resources.gpu_count as usize {
             gpus = (0..hello.resources.gpu_count).collect();
@@ -1081,6 +1083,7 @@ impl State {
         // New capacity, the same jobs: recount what is free.
         let mut lz = LzState::new(who.station_id, who.name.clone(), Some(hello.resources), gpus);
         lz.max_jobs = hello.max_jobs;
+        lz.images = hello.images;
         lz.connection = Some(Connection { id: session, sessions: self.sessions.clone() });
         let until = Instant::now() + self.lease;
         lz.lease_until = Some(until);
@@ -1491,7 +1494,7 @@ impl State {
         key: &QueueKey,
         job: &Queued,
         reserved: &HashSet<Uuid>,
-        could_hold: &mut HashMap<(u32, u64, u32), bool>,
+        could_hold: &mut HashMap<(u32, u64, u32, bool), bool>,
         now: chrono::DateTime<chrono::Utc>,
         reclaiming_for: Option<Uuid>,
     ) -> (Verdict, Option<PendingReason>) {
@@ -1601,14 +1604,15 @@ impl State {
             Some(lz_id) => self.fleet.get(&lz_id).is_some_and(|l| l.station_id == key.station_id && l.could_hold(job)),
             // Over every LZ online, those the pass holds (out of the index) too.
             None => *could_hold
-                .entry((job.cpu_count, job.memory_amount, job.gpu_count))
+                .entry((job.cpu_count, job.memory_amount, job.gpu_count, job.needs_image))
                 .or_insert_with(|| lzs.all.iter().map(lz).any(|l| l.connection.is_some() && l.could_hold(job))),
         };
         if any_could {
             return (Verdict::PassOver, Some(behind()));
         }
+        let images = if job.needs_image { " in a container image" } else { "" };
         let why = format!(
-            "no landing zone online could hold it ({} CPUs, {} MB, {} GPUs)",
+            "no landing zone online could hold it ({} CPUs, {} MB, {} GPUs{images})",
             job.cpu_count, job.memory_amount, job.gpu_count
         );
         (Verdict::PassOver, Some(pending(PendingKind::NoLandingZone, why)))

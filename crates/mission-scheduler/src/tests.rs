@@ -146,6 +146,7 @@ impl Harness {
             running,
             max_jobs: None,
             cluster_account: None,
+            images: false,
             version: "test".into(),
         };
         self.connect_with(lz, hello).await
@@ -310,6 +311,35 @@ async fn a_job_no_lz_of_the_station_could_ever_hold_is_refused_once_their_sizes_
     assert!(refused.to_string().starts_with("the landing zone could never hold this job (cpu_count 4"), "{refused}");
 }
 
+/// A job in a container image goes only to a landing zone that takes images; while no online
+/// one does, it waits saying so, and jobs behind it still start.
+#[tokio::test(start_paused = true)]
+async fn a_job_in_an_image_goes_only_to_a_landing_zone_that_takes_images() {
+    let h = Harness::new().await;
+    let (plain_lz, podman_lz) = (h.register("plain").await, h.register("podman").await);
+    let (mut plain, _) = h.connect(&plain_lz, 4, Vec::new()).await;
+    let image = mission_api::JobImage { image_id: Uuid::new_v4(), digest: format!("sha256:{}", "a".repeat(64)) };
+    let boxed = h.submit_job(Job { image: Some(image.clone()), ..h.new_job(1) }).await.unwrap();
+    assert_eq!(plain.runs(), Vec::<Uuid>::new(), "the plain LZ has room, but runs no images");
+    let (kind, detail) = h.pending(boxed.job_id).await.unwrap();
+    assert_eq!(kind, PendingKind::NoLandingZone);
+    assert!(detail.ends_with("1 CPUs, 256 MB, 0 GPUs in a container image)"), "{detail}");
+    let on_the_host = h.submit(1).await;
+    assert_eq!(plain.runs(), [on_the_host.job_id], "a job behind it still starts");
+    let hello = Hello {
+        resources: Resources { cpu_count: 2, memory_amount: 8192, gpu_count: 0 },
+        gpus: Vec::new(),
+        running: Vec::new(),
+        max_jobs: None,
+        cluster_account: None,
+        images: true,
+        version: "test".into(),
+    };
+    let (mut podman, _) = h.connect_with(&podman_lz, hello).await;
+    let Ok(Order::Run(assignment)) = podman.orders.try_recv() else { panic!("the image job is sent") };
+    assert_eq!((assignment.job_id, assignment.image), (boxed.job_id, Some(image)));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_waiting_job_keeps_the_lz_it_holds_while_room_frees_elsewhere() {
     let h = Harness::new().await;
@@ -353,6 +383,7 @@ async fn a_batch_gateway_takes_jobs_by_count_and_says_why_they_wait() {
         running: Vec::new(),
         max_jobs: Some(3),
         cluster_account: Some("alice".into()),
+        images: false,
         version: "test".into(),
     };
     let (mut gateway, _) = h.connect_with(&lz, hello).await;

@@ -408,6 +408,11 @@ impl FileStore {
         ObjectPath::from_iter(["results".to_owned(), mission_id.to_string()])
     }
 
+    /// The keys of every object under `prefix`.
+    pub async fn list_keys(&self, prefix: &ObjectPath) -> Result<Vec<ObjectPath>, object_store::Error> {
+        self.store.list(Some(prefix)).map(|m| m.map(|m| m.location)).collect::<Vec<_>>().await.into_iter().collect()
+    }
+
     /// Ids of the missions that have a folder in this storage.
     pub async fn mission_folders(&self) -> Result<Vec<String>, object_store::Error> {
         let listing = self.store.list_with_delimiter(Some(&ObjectPath::from("missions"))).await?;

@@ -122,6 +122,8 @@ pub struct ServerConfig {
     /// The most bytes kept of each output stream of a job (jobs may ask for less): past it,
     /// output is dropped except its last quarter-cap bytes. See [`crate::job_logs`].
     pub job_log_cap: u64,
+    /// The largest image archive one may import, in bytes.
+    pub max_image_bytes: u64,
     /// The most jobs one user may have on landing zones at once (placed, staging, running or
     /// uploading); their further jobs wait in the queue. `None`: no limit.
     pub max_running_jobs_per_user: Option<u32>,
@@ -171,6 +173,7 @@ impl ServerConfig {
             project_groups: None,
             event_retention: Duration::from_secs(7 * 24 * 3600),
             job_log_cap: crate::job_logs::DEFAULT_LOG_CAP,
+            max_image_bytes: 20 << 30,
             bootstrap_admin: true,
         }
     }

@@ -34,6 +34,7 @@ pub mod domain;
 pub mod error;
 pub mod events;
 mod heap;
+mod image_archive;
 pub mod idp;
 pub mod job_logs;
 mod locks;
@@ -240,6 +241,11 @@ impl Server {
         // left is not this start's to settle.
         if store.cluster().is_none() {
             routes::recover_files(&store, &bays).await?;
+            match domain::images::remove_orphans(&store, bays.default_store()).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!("removed {n} image archive(s) an interrupted import or delete left"),
+                Err(e) => tracing::warn!("looking for image archives without an image failed: {e}"),
+            }
         }
         let logs_root = logs_folder.join("job-logs");
         let logs = Arc::new(match store.cluster() {

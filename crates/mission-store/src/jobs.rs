@@ -53,6 +53,8 @@ const JOB_ROW: &[(&str, Cast)] = &[
     ("pending_kind", Cast::Text),
     ("pending_detail", Cast::Text),
     ("retry", Cast::Text),
+    ("image_id", Cast::Text),
+    ("image_digest", Cast::Text),
     ("attempt", Cast::Int),
     ("rerun_of", Cast::Text),
     ("array_id", Cast::Text),
@@ -108,7 +110,7 @@ static POSTGRES_INSERT_JOBS: LazyLock<String> = LazyLock::new(postgres_insert_jo
 macro_rules! queued_columns {
     () => {
         "seq, job_id, user_id, project_id, station_id, requested_lz_id, cpu_count, memory_amount, gpu_count, \
-        attempt, retry, after_ok, after_any, time_limit, ran"
+        attempt, retry, after_ok, after_any, time_limit, ran, image_id"
     };
 }
 
@@ -120,7 +122,7 @@ const QUEUED_PAGE_ROWS: i64 = 20_000;
 const SQLITE_QUEUED_PAGE: &str = concat!(
     "SELECT json_group_array(json_array(seq, job_id, user_id, project_id, station_id, requested_lz_id, cpu_count, \
     memory_amount, gpu_count, attempt, json(retry), json(after_ok), json(after_any), time_limit, \
-    json(IIF(ran, 'true', 'false')))) FROM (SELECT ",
+    json(IIF(ran, 'true', 'false')), image_id)) FROM (SELECT ",
     queued_columns!(),
     " FROM jobs WHERE status = 'queued' AND seq > ? ORDER BY seq LIMIT ?)"
 );
@@ -687,6 +689,7 @@ impl Store {
                         after_any: r.json("after_any")?,
                         time_limit: r.opt_int("time_limit")?.map(|minutes| minutes as u32),
                         ran: r.flag("ran")?,
+                        image_id: r.opt_uuid("image_id")?,
                     });
                 }
                 Ok(())
@@ -856,17 +859,25 @@ impl Store {
         })
     }
 
-    /// Records what an agent advertised on connecting, and that it was seen `now`.
-    pub async fn lz_connected(&self, lz_id: Uuid, resources: Resources, now: DateTime<Utc>) -> Result<(), StoreError> {
+    /// Records what an agent advertised on connecting (its resources, whether it takes images),
+    /// and that it was seen `now`.
+    pub async fn lz_connected(
+        &self,
+        lz_id: Uuid,
+        resources: Resources,
+        images: bool,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
         with_conn!(self, writer, |conn| {
             sqlx::query(
-                "UPDATE landing_zones SET cpu_count = $1, memory_amount = $2, gpu_count = $3, last_seen_at = $4 \
-                 WHERE lz_id = $5",
+                "UPDATE landing_zones SET cpu_count = $1, memory_amount = $2, gpu_count = $3, last_seen_at = $4, \
+                 images = $5 WHERE lz_id = $6",
             )
             .bind(i64::from(resources.cpu_count))
             .bind(resources.memory_amount as i64)
             .bind(i64::from(resources.gpu_count))
             .bind(to_micros(now))
+            .bind(images)
             .bind(lz_id.to_string())
             .execute(conn)
             .await?;
@@ -1214,6 +1225,8 @@ fn insert_row(seq: u64, job: &Job) -> serde_json::Value {
         "pending_kind": job.pending_reason.as_ref().map(|p| p.kind.as_str()),
         "pending_detail": job.pending_reason.as_ref().map(|p| &p.detail),
         "retry": job.retry.as_ref().map(|r| serde_json::to_string(r).expect("policies serialise")),
+        "image_id": job.image.as_ref().map(|i| i.image_id.to_string()),
+        "image_digest": job.image.as_ref().map(|i| &i.digest),
         "attempt": job.attempt,
         "rerun_of": job.rerun_of.map(|id| id.to_string()),
         "array_id": job.array_id.map(|id| id.to_string()),
@@ -1289,6 +1302,10 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
         after_ok: r.json("after_ok")?,
         after_any: r.json("after_any")?,
         retry: r.opt_json("retry")?,
+        image: match (r.opt_uuid("image_id")?, r.opt_text("image_digest")?) {
+            (Some(image_id), Some(digest)) => Some(mission_api::JobImage { image_id, digest }),
+            _ => None,
+        },
         attempt: r.count("attempt")? as u32,
         rerun_of: r.opt_uuid("rerun_of")?,
         array_id: r.opt_uuid("array_id")?,
@@ -1339,6 +1356,8 @@ pub struct QueuedRow {
     pub time_limit: Option<u32>,
     /// Whether it ran before (it went back in line after running).
     pub ran: bool,
+    /// The container image it runs in: only landing zones that take images may hold it.
+    pub image_id: Option<Uuid>,
 }
 
 /// How [`Store::usage_by`] groups jobs.

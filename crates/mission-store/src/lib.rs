@@ -18,6 +18,7 @@ mod cargo_bays;
 mod cluster;
 mod events;
 mod files;
+mod images;
 pub mod fsutil;
 mod jobs;
 mod missions;
@@ -357,6 +358,8 @@ pub struct MissionChanges {
     pub retry: Option<mission_api::RetryPolicy>,
     /// The project it moves to (checked by the caller).
     pub project_id: Option<Uuid>,
+    /// A new image (`Some(None)`: none).
+    pub image: Option<Option<String>>,
 }
 
 /// A committed mission file.
@@ -759,6 +762,7 @@ pub mod test_support {
             args: Vec::new(),
             labels: Default::default(),
             retry: None,
+            image: None,
             user_id,
             project_id: user_id,
             created_at: at,

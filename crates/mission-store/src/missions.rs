@@ -14,7 +14,7 @@ use super::{
 /// Columns of `missions`, as [`mission_from_row`] reads them.
 const MISSION_COLUMNS: &str = "mission_id, user_id, project_id, name, description, mission_type_id, \
     source_storage_id, destination_storage_id, source_path, destination_path, settings, args, \
-    labels, retry, public, archived, created_at, updated_at";
+    labels, retry, public, archived, created_at, updated_at, image";
 
 impl Store {
     /// Stores a new mission.
@@ -113,6 +113,9 @@ impl Store {
             set("labels", changes.labels.as_ref().map(to_json));
             set("retry", changes.retry.as_ref().map(to_json));
             set("project_id", changes.project_id.map(|u| u.to_string()));
+            if let Some(image) = &changes.image {
+                q.push(", image = ").push_bind(image.clone());
+            }
             if let Some(archived) = changes.archived {
                 q.push(", archived = ").push_bind(archived);
             }
@@ -145,7 +148,7 @@ impl Store {
     pub async fn insert_missions(&self, missions: &[Mission]) -> Result<(), StoreError> {
         let sql = format!(
             "INSERT INTO missions ({MISSION_COLUMNS}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
         );
         with_conn!(self, writer, |conn| {
             let mut tx = conn.begin().await?;
@@ -169,6 +172,7 @@ impl Store {
                     .bind(m.archived)
                     .bind(to_micros(m.created_at))
                     .bind(to_micros(m.updated_at))
+                    .bind(&m.image)
                     .execute(&mut *tx)
                     .await?;
             }
@@ -222,6 +226,7 @@ fn mission_from_row(r: &impl Columns) -> Result<Mission, StoreError> {
         args: r.json("args")?,
         labels: r.json("labels")?,
         retry: r.opt_json("retry")?,
+        image: r.opt_text("image")?,
         public: r.flag("public")?,
         archived: r.flag("archived")?,
         created_at: r.time("created_at")?,

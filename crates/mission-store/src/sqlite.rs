@@ -62,6 +62,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (29, "claimed_memberships", include_str!("../migrations/sqlite/0029_claimed_memberships.sql")),
     (30, "reclaim", include_str!("../migrations/sqlite/0030_reclaim.sql")),
     (31, "audit", include_str!("../migrations/sqlite/0031_audit.sql")),
+    (32, "images", include_str!("../migrations/sqlite/0032_images.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

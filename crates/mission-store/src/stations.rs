@@ -13,7 +13,8 @@ use super::{Store, StoreError, conflict_on_duplicate, to_micros, with_conn};
 
 const STATION_COLUMNS: &str = "station_id, name, description, owner_id, open, created_at, reclaim";
 const LZ_COLUMNS: &str =
-    "lz_id, station_id, name, cpu_count, memory_amount, gpu_count, last_seen_at, created_at, cluster_account, pilot_of";
+    "lz_id, station_id, name, cpu_count, memory_amount, gpu_count, last_seen_at, created_at, cluster_account, pilot_of, \
+     images";
 
 impl Store {
     /// Adds a station; a taken name is a [`StoreError::Conflict`].
@@ -298,5 +299,6 @@ fn lz_from_row(r: &impl Columns, lease: std::time::Duration, now: DateTime<Utc>)
         created_at: r.time("created_at")?,
         cluster_account: r.opt_text("cluster_account")?,
         pilot_of: r.opt_uuid("pilot_of")?,
+        images: r.flag("images")?,
     })
 }

@@ -49,13 +49,19 @@ impl FakeAgent {
             running,
             max_jobs: None,
             cluster_account: None,
+            images: false,
             version: "test".into(),
         };
+        Self::hello(url, token, &hello).await
+    }
+
+    /// Connects with `hello`.
+    pub async fn hello(url: &str, token: &str, hello: &Hello) -> Self {
         let http = reqwest::Client::new();
         let connected = http
             .post(format!("{url}/api/v1/lz/connect"))
             .bearer_auth(token)
-            .json(&hello)
+            .json(hello)
             .send()
             .await
             .expect("connect");

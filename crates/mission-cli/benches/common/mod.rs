@@ -285,6 +285,7 @@ pub fn bench_mission(i: usize, user_id: uuid::Uuid, at: chrono::DateTime<chrono:
         args: vec!["--steps".into(), "100".into()],
         labels: Default::default(),
         retry: None,
+        image: None,
         user_id,
         project_id: user_id,
         created_at: at,

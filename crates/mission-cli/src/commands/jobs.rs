@@ -73,6 +73,10 @@ pub struct RunCommand {
     /// The project (name or id) to charge the job to; default: the mission's.
     #[arg(long)]
     project: Option<String>,
+    /// The container image to run in (a name or `sha256:` digest, see `mission images`);
+    /// default: the mission's, if it names one.
+    #[arg(long)]
+    image: Option<String>,
     /// Wait until the job ends, showing its status; exit non-zero unless it completed.
     #[arg(long)]
     wait: bool,
@@ -232,6 +236,9 @@ fn show(out: Output, job: &Job) {
     }
     if let Some(minutes) = job.time_limit {
         fields.push(("time limit", format!("{minutes} min")));
+    }
+    if let Some(image) = &job.image {
+        fields.push(("image", format!("{} ({})", image.digest, image.image_id)));
     }
     match (job.log_truncated, job.log_cap) {
         (true, _) => {
@@ -418,6 +425,7 @@ impl RunCommand {
             after_any: self.after_any,
             retry: self.retry.policy(),
             project_id: resolve_optional_project(&client, self.project.as_deref()).await?,
+            image: self.image,
         };
         if let Some(range) = self.array {
             let array =

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
+use super::sizes::Size;
+
 /// Name of the landing zone `mission server` runs on its default station.
 pub const EMBEDDED_LZ_NAME: &str = "local";
 
@@ -48,6 +50,8 @@ pub struct LzCommand {
     resources: ResourceArgs,
     #[command(flatten)]
     sandbox: SandboxArgs,
+    #[command(flatten)]
+    containers: ContainerArgs,
     /// Stop when no job has run for this many seconds (a pilot inside a batch job leaves so).
     #[arg(long, env = "MISSION_LZ_IDLE_EXIT", value_name = "SECONDS")]
     idle_exit: Option<u64>,
@@ -204,6 +208,31 @@ impl SandboxArgs {
     }
 }
 
+/// How a landing zone runs jobs in container images (with Podman, where the host has it).
+#[derive(Debug, Args)]
+pub struct ContainerArgs {
+    /// Run no jobs in container images, even where Podman is installed (the server then sends
+    /// this landing zone none).
+    #[arg(long = "lz-no-images", env = "MISSION_LZ_NO_IMAGES")]
+    no_images: bool,
+    /// The most bytes of images kept loaded (K/M/G/T suffixes); past it the least recently used
+    /// images no job runs in are removed.
+    #[arg(long = "lz-image-cache", env = "MISSION_LZ_IMAGE_CACHE", value_name = "SIZE",
+          default_value_t = Size(mission_lz::ContainerConfig::default().cache_bytes))]
+    cache: Size,
+    /// The network of the containers: the host's, or none (loopback only).
+    #[arg(long = "lz-container-network", env = "MISSION_LZ_CONTAINER_NETWORK", value_name = "host|none",
+          default_value = "host")]
+    network: mission_lz::ContainerNetwork,
+}
+
+impl ContainerArgs {
+    /// The agent's container settings.
+    pub fn config(&self) -> mission_lz::ContainerConfig {
+        mission_lz::ContainerConfig { disabled: self.no_images, cache_bytes: self.cache.0, network: self.network }
+    }
+}
+
 /// What a landing zone offers, when not what the host has.
 #[derive(Debug, Args)]
 pub struct ResourceArgs {
@@ -244,6 +273,7 @@ impl LzCommand {
             overrides: self.resources.overrides(),
             no_limits: self.resources.no_limits,
             sandbox: self.sandbox.config(Vec::new()),
+            containers: self.containers.config(),
             runner,
             idle_exit: self.idle_exit.map(std::time::Duration::from_secs),
         };

@@ -108,6 +108,9 @@ pub struct CreateArgs {
     /// The default retry policy of the mission's jobs (a run's own flags replace it).
     #[command(flatten)]
     retry: RetryArgs,
+    /// The container image its jobs run in (a name or `sha256:` digest, see `mission images`).
+    #[arg(long)]
+    image: Option<String>,
     /// Upload this directory's contents to the new mission.
     #[arg(long, value_name = "DIR")]
     upload: Option<std::path::PathBuf>,
@@ -178,6 +181,9 @@ pub struct UpdateArgs {
     /// charged where they were.
     #[arg(long)]
     project: Option<String>,
+    /// A new container image for its jobs (a name or `sha256:` digest); `""`: none.
+    #[arg(long)]
+    image: Option<String>,
 }
 
 fn parse_setting(raw: &str) -> Result<(String, String), String> {
@@ -206,6 +212,7 @@ fn show(out: Output, m: &Mission) {
             ("archived", m.archived.to_string()),
             ("labels", labels_text(&m.labels)),
             ("retry", m.retry.as_ref().map(retry_text).unwrap_or_else(|| "-".into())),
+            ("image", m.image.clone().unwrap_or_else(|| "-".into())),
             ("owner", m.user_id.to_string()),
             ("project", m.project_id.to_string()),
             ("created", m.created_at.to_rfc3339()),
@@ -286,6 +293,7 @@ impl MissionsCommand {
                     labels: args.labels.into_iter().collect(),
                     retry: args.retry.policy(),
                     project_id: resolve_optional_project(&client, args.project.as_deref()).await?,
+                    image: args.image,
                 };
                 if let Some(dir) = &args.upload
                     && !dir.is_dir()
@@ -320,10 +328,11 @@ impl MissionsCommand {
                     labels: None,
                     retry: args.retry.policy(),
                     project_id: resolve_optional_project(&client, args.project.as_deref()).await?,
+                    image: args.image,
                 };
                 if changes == UpdateMission::default() {
                     bail!(
-                        "nothing to change: give at least one of --name, --description, --setting, --archive, --retry, --project, …"
+                        "nothing to change: give at least one of --name, --description, --setting, --archive, --retry, --project, --image, …"
                     );
                 }
                 if !client.update_mission(args.mission, &changes).await? {

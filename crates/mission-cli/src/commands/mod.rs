@@ -4,6 +4,7 @@ pub mod audit;
 pub mod auth;
 pub mod cargo_bays;
 pub mod files;
+pub mod images;
 pub mod jobs;
 pub mod labels;
 pub mod lz;

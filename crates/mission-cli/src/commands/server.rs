@@ -123,6 +123,10 @@ struct RunArgs {
     /// Most bytes all files of one user's missions may hold (K/M/G/T suffixes allowed).
     #[arg(long, env = "MISSION_MAX_USER_BYTES", default_value_t = Size(defaults().file_limits.max_user_bytes))]
     max_user_bytes: Size,
+    /// Largest container image archive one may import (`mission images import`; K/M/G/T
+    /// suffixes allowed).
+    #[arg(long, env = "MISSION_MAX_IMAGE_SIZE", default_value_t = Size(defaults().max_image_bytes))]
+    max_image_size: Size,
     /// Seconds a landing zone counts as online after its agent was last heard from; a silent
     /// LZ's jobs are lost after it, and a new leader replica waits this long for agents to
     /// come back before giving up their jobs.
@@ -209,6 +213,8 @@ struct RunArgs {
     local_lz: super::lz::ResourceArgs,
     #[command(flatten)]
     local_lz_sandbox: super::lz::SandboxArgs,
+    #[command(flatten)]
+    local_lz_containers: super::lz::ContainerArgs,
 }
 
 /// A secret flag's value, which `Debug` does not show.
@@ -311,6 +317,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     config.lz_lease = Duration::from_secs(args.lz_lease.max(1));
     config.event_retention = Duration::from_secs(args.event_retention_hours.max(1).saturating_mul(3600));
     config.job_log_cap = args.job_log_cap.0;
+    config.max_image_bytes = args.max_image_size.0;
     config.max_running_jobs_per_user = args.max_running_jobs_per_user;
     config.queue_order = match args.queue_order {
         QueueOrderArg::FairShare => mission_server::scheduler::QueueOrder::FairShare {
@@ -371,6 +378,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
             no_limits: args.local_lz.no_limits,
             // Jobs must not see the server's data dir (database, keys) either.
             sandbox: args.local_lz_sandbox.config(vec![data_dir.clone()]),
+            containers: args.local_lz_containers.config(),
             runner: mission_lz::RunnerKind::Process,
             idle_exit: None,
         };

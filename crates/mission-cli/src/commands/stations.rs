@@ -146,6 +146,7 @@ fn lz_rows(lzs: &[LandingZone]) -> Vec<Vec<String>> {
                 (None, Some(gateway)) => format!("pilot of {gateway}"),
                 (None, None) => "on the host".to_owned(),
             };
+            let runs = if lz.images { format!("{runs}; in images too") } else { runs };
             let state = if lz.online { "online" } else { "offline" }.to_owned();
             vec![lz.name.clone(), lz.lz_id.to_string(), state, offers, runs]
         })

@@ -30,6 +30,8 @@ pub(crate) struct Offer {
     pub max_jobs: Option<u32>,
     /// The cluster account a batch-system gateway submits its jobs as.
     pub cluster_account: Option<String>,
+    /// Whether it runs jobs in container images.
+    pub images: bool,
 }
 
 /// Why a job could not run to its end on this landing zone. Its text is the job's `reason`.
@@ -41,6 +43,9 @@ pub(crate) enum JobError {
     /// Its inputs could not be staged: downloaded, checked, or copied into its work dir.
     #[error("staging the mission's files failed: {0}")]
     Staging(String),
+    /// Its container image could not be downloaded or loaded.
+    #[error("the job's image could not be loaded on this landing zone: {0}")]
+    Image(String),
     /// Its program could not be started (the text names it), or it has none.
     #[error("{0}")]
     Launch(String),
@@ -194,6 +199,11 @@ impl JobEvents {
     pub fn new(agent: Arc<Agent>, job_id: Uuid) -> (Self, watch::Receiver<bool>) {
         let (running, runs) = watch::channel(false);
         (Self { agent, job_id, running }, runs)
+    }
+
+    /// The way to the server (to fetch what the job needs).
+    pub fn client(&self) -> &crate::client::LzClient {
+        &self.agent.client
     }
 
     /// It waits to run (in a batch system's queue): `reason` says why.

@@ -16,6 +16,7 @@
 //!   (see `workdirs`), and the job's user is handed back.
 
 use std::ffi::OsStr;
+use std::process::Stdio;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -27,6 +28,7 @@ use crate::agent::{AgentConfig, AgentError, default_work_root, private_dir};
 use crate::cgroups::{Cgroups, JobCgroup};
 use crate::detect::detect;
 use crate::output::changed_files;
+use crate::podman::{ContainerRun, Podman};
 use crate::sandbox::{JobProcess, JobUser, Launcher, Sandbox, SandboxError};
 use crate::workdirs::{WorkDir, WorkDirs};
 
@@ -40,7 +42,13 @@ pub(crate) struct ProcessRunner {
     job_env: Vec<(&'static str, std::ffi::OsString)>,
     resources: Resources,
     gpus: Vec<Gpu>,
+    /// What runs jobs in container images, or why nothing does.
+    podman: Option<Podman>,
+    no_images: String,
 }
+
+/// The exit status `podman run` answers for a container that was killed (`SIGKILL`).
+const CONTAINER_KILLED: i32 = 137;
 
 impl ProcessRunner {
     /// Makes the work root, finds how jobs can be confined and what the host offers, and sweeps
@@ -76,6 +84,14 @@ impl ProcessRunner {
         .await
         .expect("sandbox detection does not panic")?;
         let (resources, gpus) = detect(config.overrides).await;
+        let agent_label = work_root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let (podman, no_images) = match Podman::detect(&config.data_dir, config.containers.clone(), &agent_label).await {
+            Ok(podman) => (Some(podman), String::new()),
+            Err(why) => {
+                tracing::info!("this landing zone runs no jobs in container images: {why}");
+                (None, why)
+            }
+        };
         let cgroups = if config.no_limits {
             Cgroups::unavailable("switched off on this landing zone (--lz-no-limits)")
         } else {
@@ -98,6 +114,8 @@ impl ProcessRunner {
             job_env: base_env(),
             resources,
             gpus,
+            podman,
+            no_images,
         }))
     }
 }
@@ -106,10 +124,19 @@ impl Runner for ProcessRunner {
     type Job = ProcessJob;
 
     async fn offer(&self) -> Offer {
-        Offer { resources: self.resources, gpus: self.gpus.clone(), max_jobs: None, cluster_account: None }
+        Offer {
+            resources: self.resources,
+            gpus: self.gpus.clone(),
+            max_jobs: None,
+            cluster_account: None,
+            images: self.podman.is_some(),
+        }
     }
 
     fn refusal(&self, job: &Assignment) -> Option<String> {
+        if job.image.is_some() && self.podman.is_none() {
+            return Some(format!("refused by the landing zone: it runs no container images ({})", self.no_images));
+        }
         self.sandbox.refusal(job)
     }
 
@@ -119,16 +146,30 @@ impl Runner for ProcessRunner {
         inputs: Vec<(PathBuf, PathBuf)>,
         events: JobEvents,
     ) -> Result<ProcessJob, JobError> {
-        let Launched { mut child, group, limits, dir, user } = {
-            let (runner, job) = (self.clone(), job.clone());
-            tokio::task::spawn_blocking(move || launch(&runner, &job, &inputs)).await??
+        let image = match (&job.image, &self.podman) {
+            (Some(image), Some(podman)) => {
+                let taken = podman.take(events.client(), job.job_id, image).await;
+                Some(taken.map_err(|e| JobError::Image(format!("{}: {e}", image.digest)))?)
+            }
+            _ => None,
         };
+        let launched = {
+            let (runner, job, image) = (self.clone(), job.clone(), image.clone());
+            tokio::task::spawn_blocking(move || launch(&runner, &job, &inputs, image.as_deref())).await
+        };
+        let launched = match launched {
+            Ok(Ok(launched)) => launched,
+            Ok(Err(e)) => return Err(self.released_image(image, e).await),
+            Err(e) => return Err(self.released_image(image, e.into()).await),
+        };
+        let Launched { mut program, group, limits, dir, user } = launched;
         events.running(chrono::Utc::now(), limits);
-        let pipes = [child.stdout.take(), child.stderr.take()];
+        let pipes = program.take_pipes();
         Ok(ProcessJob {
             runner: self.clone(),
-            pid: rustix::process::Pid::from_raw(child.pid as i32),
-            child,
+            pid: program.pid(),
+            program,
+            image,
             group,
             pipes: Some(JobOutput { offsets: job.log_offsets, source: OutputSource::Pipes(pipes) }),
             started: std::time::Instant::now(),
@@ -143,10 +184,22 @@ impl Runner for ProcessRunner {
     }
 }
 
-/// A job's program, running in its work dir, sandbox and cgroup.
+impl ProcessRunner {
+    /// Hands back the image a job that could not start took; answers `e`, why.
+    async fn released_image(&self, image: Option<String>, e: JobError) -> JobError {
+        if let (Some(image), Some(podman)) = (image, &self.podman) {
+            podman.release(&image).await;
+        }
+        e
+    }
+}
+
+/// A job's program, running in its work dir, sandbox (or container) and cgroup.
 pub(crate) struct ProcessJob {
     runner: Arc<ProcessRunner>,
-    child: JobProcess,
+    program: Program,
+    /// The local name of the image it runs in, if it runs in one.
+    image: Option<String>,
     /// Its process group's id (its own pid).
     pid: Option<rustix::process::Pid>,
     group: Option<JobCgroup>,
@@ -171,8 +224,11 @@ impl ProcessJob {
         }
     }
 
-    /// Kills its process group and whatever else runs in its cgroup.
+    /// Kills its process group and whatever else runs in its cgroup (or container).
     fn kill_all(&self) {
+        if let (Program::Container { name, .. }, Some(podman)) = (&self.program, &self.runner.podman) {
+            podman.kill(name);
+        }
         self.signal_group(rustix::process::Signal::KILL);
         if let Some(g) = &self.group {
             g.kill_all();
@@ -191,7 +247,7 @@ impl JobHandle for ProcessJob {
         while self.exit.is_none() {
             let deadline = self.time_limit;
             tokio::select! {
-                exit = self.child.wait() => self.exit = Some((exit, self.started.elapsed().as_secs_f64())),
+                exit = self.program.wait() => self.exit = Some((exit, self.started.elapsed().as_secs_f64())),
                 () = async { tokio::time::sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => {
                     self.kill_all();
                     self.timed_out = true;
@@ -219,9 +275,12 @@ impl JobHandle for ProcessJob {
         let (runner, group) = (self.runner.clone(), self.group.take());
         let (dir, user) = self.work.as_ref().expect("held until released");
         let (root, staged, uid) = (dir.path().to_path_buf(), dir.inputs().clone(), user.own_uid());
+        let container = matches!(self.program, Program::Container { .. });
+        let killed = exit.as_ref().is_ok_and(|exit| exit.code() == Some(CONTAINER_KILLED));
         let (oom, measured, results) = tokio::task::spawn_blocking(move || {
             let (oom, measured) = group.map_or((false, None), |g| {
-                let (oom, measured) = (g.oom_killed(), g.measure());
+                let oom = g.oom_killed() || (container && killed && g.limit_hit());
+                let measured = g.measure();
                 runner.cgroups.give_back(g);
                 (oom, Some(measured))
             });
@@ -254,6 +313,9 @@ impl JobHandle for ProcessJob {
     }
 
     async fn release(mut self) {
+        if let (Some(image), Some(podman)) = (self.image.take(), &self.runner.podman) {
+            podman.release(&image).await;
+        }
         if let Some((dir, user)) = self.work.take() {
             // The dir is the agent's again before its user may go to another job.
             let runner = self.runner.clone();
@@ -268,7 +330,7 @@ impl JobHandle for ProcessJob {
 
 /// A job's program, started.
 struct Launched {
-    child: JobProcess,
+    program: Program,
     group: Option<JobCgroup>,
     /// How its limits are enforced, or why they are not.
     limits: String,
@@ -282,7 +344,12 @@ struct Launched {
 /// files from the content cache, the job gets its cgroup, and the program starts in the work dir
 /// in its own process group with `MISSION_ID`, `JOB_ID`, `OMP_NUM_THREADS` and
 /// `CUDA_VISIBLE_DEVICES`. Nothing is made when an input is not cached yet.
-fn launch(runner: &ProcessRunner, job: &Assignment, inputs: &[(PathBuf, PathBuf)]) -> Result<Launched, JobError> {
+fn launch(
+    runner: &ProcessRunner,
+    job: &Assignment,
+    inputs: &[(PathBuf, PathBuf)],
+    image: Option<&str>,
+) -> Result<Launched, JobError> {
     let program = job.command.first().ok_or_else(|| JobError::Launch("the job's command is empty".into()))?;
     let user = runner.sandbox.user_of(&job.username).map_err(JobError::Launch)?;
     // Copies, not links: the job may change its inputs, and the cache must not change.
@@ -299,10 +366,8 @@ fn launch(runner: &ProcessRunner, job: &Assignment, inputs: &[(PathBuf, PathBuf)
         Ok(_) => runner.cgroups.describe(),
         Err(why) => format!("limits not enforced: {why}"),
     };
-    let limits = format!("{limits}; {}", runner.sandbox.describe_job(&user));
     let group = group.ok();
     let gpus: Vec<String> = job.gpu_indices.iter().map(u32::to_string).collect();
-    let procs = group.as_ref().map(JobCgroup::procs_files).unwrap_or_default();
     let (mission_id, job_id) = (job.mission_id.to_string(), job.job_id.to_string());
     let (threads, gpus) = (job.cpu_count.to_string(), gpus.join(","));
     let index = job.array_index.map(|i| i.to_string());
@@ -314,18 +379,89 @@ fn launch(runner: &ProcessRunner, job: &Assignment, inputs: &[(PathBuf, PathBuf)
         ("CUDA_VISIBLE_DEVICES", gpus.as_ref()),
     ];
     own.extend(index.as_deref().map(|i| (mission_api::lz::ARRAY_INDEX_VARIABLE, OsStr::new(i))));
-    let env = runner.job_env.iter().map(|(name, value)| (*name, value.as_os_str())).chain(own);
-    let plan = runner.sandbox.plan(&job.command, env, dir.path(), &user, &procs);
-    let spawned = runner.launcher.start_job(&plan);
-    match spawned {
-        Ok(child) => Ok(Launched { child, group, limits, dir, user }),
+    let started = match (image, &runner.podman) {
+        (Some(image), Some(podman)) => {
+            let (uid, gid) = user.ids().unwrap_or_else(|| {
+                (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw())
+            });
+            let run = ContainerRun {
+                name: format!("mission-{}", job.job_id),
+                image,
+                work_dir: dir.path(),
+                user: (uid, gid),
+                env: own.iter().map(|(name, value)| (*name, value.to_os_string())).collect(),
+                cgroup_parent: group.as_ref().and_then(JobCgroup::container_parent),
+                gpus: &job.gpu_indices,
+                command: &job.command,
+            };
+            let limits = format!("{limits}; {}, as uid {uid}", podman.describe());
+            start_container(podman, &run).map(|child| (Program::Container { child, name: run.name }, limits))
+        }
+        _ => {
+            let procs = group.as_ref().map(JobCgroup::procs_files).unwrap_or_default();
+            let env = runner.job_env.iter().map(|(name, value)| (*name, value.as_os_str())).chain(own);
+            let plan = runner.sandbox.plan(&job.command, env, dir.path(), &user, &procs);
+            let limits = format!("{limits}; {}", runner.sandbox.describe_job(&user));
+            runner.launcher.start_job(&plan).map(|child| (Program::Sandboxed(child), limits))
+        }
+    };
+    match started {
+        Ok((program, limits)) => Ok(Launched { program, group, limits, dir, user }),
         Err(e) => {
             if let Some(g) = group {
                 runner.cgroups.give_back(g);
             }
             runner.work_dirs.give_back(dir);
             runner.sandbox.release(user);
-            Err(JobError::Launch(format!("could not start {program}: {e}")))
+            let what = if image.is_some() { "podman" } else { program };
+            Err(JobError::Launch(format!("could not start {what}: {e}")))
+        }
+    }
+}
+
+/// Starts `podman run` for a container job, in a process group of its own (a `SIGTERM` to it
+/// reaches the container), with nothing of the agent's environment but `PATH` and `HOME`.
+fn start_container(podman: &Podman, run: &ContainerRun) -> std::io::Result<tokio::process::Child> {
+    let args = podman.run_command(run);
+    let mut command = tokio::process::Command::new("podman");
+    command.args(args).env_clear().process_group(0).kill_on_drop(false);
+    command.envs(["PATH", "HOME"].into_iter().filter_map(|name| Some((name, std::env::var_os(name)?))));
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    command.spawn()
+}
+
+/// A job's running program: sandboxed on the host, or a container (the `podman run` that
+/// attends it).
+enum Program {
+    Sandboxed(JobProcess),
+    Container { child: tokio::process::Child, name: String },
+}
+
+impl Program {
+    /// Its process (group) id.
+    fn pid(&self) -> Option<rustix::process::Pid> {
+        match self {
+            Self::Sandboxed(child) => rustix::process::Pid::from_raw(child.pid as i32),
+            Self::Container { child, .. } => child.id().and_then(|pid| rustix::process::Pid::from_raw(pid as i32)),
+        }
+    }
+
+    /// The read ends of its stdout and stderr.
+    fn take_pipes(&mut self) -> [Option<std::os::fd::OwnedFd>; 2] {
+        match self {
+            Self::Sandboxed(child) => [child.stdout.take(), child.stderr.take()],
+            Self::Container { child, .. } => [
+                child.stdout.take().and_then(|out| out.into_owned_fd().ok()),
+                child.stderr.take().and_then(|err| err.into_owned_fd().ok()),
+            ],
+        }
+    }
+
+    /// Waits for it to end (cancel-safe).
+    async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        match self {
+            Self::Sandboxed(child) => child.wait().await,
+            Self::Container { child, .. } => child.wait().await,
         }
     }
 }

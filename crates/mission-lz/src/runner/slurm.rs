@@ -480,7 +480,13 @@ impl Runner for SlurmRunner {
             Some(pilots) => (pilots.pilot.size, 0),
             None => (*self.offer.lock().expect("not poisoned"), self.config.max_jobs),
         };
-        Offer { resources, gpus: Vec::new(), max_jobs: Some(max_jobs), cluster_account: Some(self.account.clone()) }
+        Offer {
+            resources,
+            gpus: Vec::new(),
+            max_jobs: Some(max_jobs),
+            cluster_account: Some(self.account.clone()),
+            images: false,
+        }
     }
 
     fn attach(self: &Arc<Self>, agent: &Arc<Agent>) {

@@ -17,7 +17,7 @@ use mission_store::{self as store, JobFilter};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::{
+use super::{images, 
     DomainError, DomainResult, MAX_FILTER_VALUES, checked_labels, checked_retry, missions, projects, stations,
 };
 use crate::AppState;
@@ -225,6 +225,11 @@ async fn new_job(app: &AppState, who: Principal, mission_id: Uuid, req: RunJob) 
     let retry = checked_retry(req.retry)?.or_else(|| mission.retry.clone());
     let project_id = req.project_id.unwrap_or(mission.project_id);
     projects::ensure_may_run(app, who, project_id, "project_id").await?;
+    let image = match (&req.image, &mission.image) {
+        (Some(image), _) => Some(images::resolve(app, who, "image", image).await?),
+        (None, Some(image)) => Some(images::resolve(app, who, "mission.image", image).await?),
+        (None, None) => None,
+    };
     // Fail now, not after the run, when the results could not be stored.
     app.bays.results(&app.store, &mission, Uuid::nil()).await?;
     Ok(Job {
@@ -239,6 +244,7 @@ async fn new_job(app: &AppState, who: Principal, mission_id: Uuid, req: RunJob) 
         after_ok,
         after_any,
         retry,
+        image,
         ..Job::queued(mission.mission_id, who.user_id, station.station_id, command, store::now())
     })
 }
@@ -311,6 +317,7 @@ async fn start_again(app: &AppState, who: Principal, old: Job) -> DomainResult<J
         labels: old.labels,
         log_cap: old.log_cap,
         retry: old.retry,
+        image: old.image,
         array_id: old.array_id,
         array_index: old.array_index,
         ..fresh

@@ -11,7 +11,9 @@ use mission_api::{CreateMission, DEFAULT_CARGO_BAY_ID, Mission, UpdateMission};
 use mission_store::{self as store, MissionChanges, MissionFilter};
 use uuid::Uuid;
 
-use super::{DomainError, DomainResult, check_description, checked_labels, checked_name, checked_retry, projects};
+use super::{
+    DomainError, DomainResult, check_description, checked_labels, checked_name, checked_retry, images, projects,
+};
 use crate::AppState;
 use crate::audit::{self, Change};
 use crate::auth::Principal;
@@ -79,6 +81,9 @@ pub async fn create(app: &AppState, who: Principal, req: CreateMission) -> Domai
     check_storage(app, who.user_id, "destination_storage_id", req.destination_storage_id).await?;
     let project_id = req.project_id.unwrap_or(who.user_id);
     projects::ensure_may_run(app, who, project_id, "project_id").await?;
+    if let Some(image) = &req.image {
+        images::resolve(app, who, "image", image).await?;
+    }
     let now = store::now();
     let mission = Mission {
         mission_id: Uuid::new_v4(),
@@ -95,6 +100,7 @@ pub async fn create(app: &AppState, who: Principal, req: CreateMission) -> Domai
         args: Vec::new(),
         labels,
         retry,
+        image: req.image,
         user_id: who.user_id,
         project_id,
         created_at: now,
@@ -127,6 +133,15 @@ pub async fn update(app: &AppState, who: Principal, mission_id: Uuid, req: Updat
     if let Some(project_id) = req.project_id {
         projects::ensure_may_run(app, who, project_id, "project_id").await?;
     }
+    // A name or digest the caller sees, or "" for none.
+    let image = match req.image {
+        Some(image) if image.is_empty() => Some(None),
+        Some(image) => {
+            images::resolve(app, who, "image", &image).await?;
+            Some(Some(image))
+        }
+        None => None,
+    };
     let moves_source =
         req.source_storage_id.is_some_and(|id| id != mission.source_storage_id.unwrap_or(DEFAULT_CARGO_BAY_ID))
             || req.source_path.as_ref().is_some_and(|p| Some(p) != mission.source_path.as_ref());
@@ -152,6 +167,7 @@ pub async fn update(app: &AppState, who: Principal, mission_id: Uuid, req: Updat
         labels,
         retry,
         project_id: req.project_id,
+        image,
     };
     let change = Change::new("mission.update", "mission", mission.mission_id).named(&mission.name);
     audit::note(who, change.in_project(mission.project_id).with(&given));

@@ -14,6 +14,7 @@
 pub mod audit;
 pub mod cargo_bays;
 pub mod files;
+pub mod images;
 pub mod jobs;
 pub mod missions;
 pub mod projects;

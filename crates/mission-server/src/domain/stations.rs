@@ -169,6 +169,7 @@ pub async fn register_landing_zone(
         created_at: store::now(),
         cluster_account: req.cluster_account.as_deref().map(check_cluster_account).transpose()?,
         pilot_of: None,
+        images: false,
     };
     // Its token is made in `register`, after this.
     let change = Change::new("landing_zone.register", "landing_zone", landing_zone.lz_id).named(&landing_zone.name);

@@ -182,6 +182,23 @@ pub async fn input_file(
     serve_mission_file(&app, &mission, &path, &headers).await
 }
 
+/// Downloads the image archive of a job placed on the agent's LZ.
+pub async fn job_image(State(app): State<AppState>, Agent(lz): Agent, Path(id): Path<String>) -> ApiResult<Response> {
+    let job = placed_job(&app, &lz, &id).await?;
+    let image = job.image.ok_or_else(|| ApiError::not_found("image of job", job.job_id))?;
+    let key = crate::domain::images::archive_key(image.image_id);
+    let read = app.bays.default_store().read(&key, None, None).await.map_err(|e| match e {
+        object_store::Error::NotFound { .. } => ApiError::not_found("image", image.image_id),
+        e => ApiError::internal(e),
+    })?;
+    let size = read.range.end - read.range.start;
+    let mut response = Response::new(Body::from_stream(read.into_stream()));
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-tar"));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(size));
+    Ok(response)
+}
+
 /// Uploads one result file of a job placed on the agent's LZ (into the mission's destination).
 pub async fn upload_result(
     State(app): State<AppState>,
@@ -249,6 +266,7 @@ pub async fn register_pilot(
         last_seen_at: None,
         cluster_account: None,
         pilot_of: Some(gateway.lz_id),
+        images: false,
         created_at: store::now(),
     };
     Ok((StatusCode::CREATED, Json(crate::domain::stations::register(&app, landing_zone).await?)))

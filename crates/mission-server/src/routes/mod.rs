@@ -16,6 +16,7 @@ pub(crate) mod missions;
 mod projects;
 pub(crate) mod stations;
 mod webhooks;
+mod images;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -34,13 +35,14 @@ pub use files::{RecoveryError, recover as recover_files, settle_stopped_replicas
 /// The OpenAPI document, generated from the handlers' annotations.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Mission Compute Service API", description = "Missions, their files, jobs, events and webhooks, cargo bays, stations, projects, mission types and sign-in configuration."),
+    info(title = "Mission Compute Service API", description = "Missions, their files, jobs, events and webhooks, container images, cargo bays, stations, projects, mission types and sign-in configuration."),
     paths(
         missions::create, missions::list, missions::get, missions::update, missions::set_args, missions::delete,
         files::list, files::upload, files::download, files::delete, archives::mission,
         events::stream, jobs::run, jobs::list, jobs::usage, jobs::events, jobs::get, jobs::update, jobs::stop, jobs::rerun, jobs::rerun_failed, jobs::run_array, jobs::get_array, jobs::stop_array, jobs::logs, jobs::results, jobs::result, archives::results,
         cargo_bays::list, cargo_bays::create, cargo_bays::get, cargo_bays::delete,
         webhooks::create, webhooks::list, webhooks::get, webhooks::delete, webhooks::deliveries,
+        images::import, images::list, images::get, images::delete,
         stations::list, stations::create, stations::get, stations::update, stations::delete, stations::members,
         stations::add_member, stations::remove_member, stations::landing_zones,
         stations::register_landing_zone, stations::remove_landing_zone,
@@ -247,9 +249,12 @@ pub fn router(app: AppState) -> Router {
         .route("/lz/pilots/{id}", axum::routing::delete(lz::remove_pilot))
         .route("/lz/jobs/{id}/logs/{stream}", post(lz::append_log))
         .route("/lz/jobs/{id}/files/{*path}", get(lz::input_file))
+        .route("/lz/jobs/{id}/image", get(lz::job_image))
         .route("/lz/jobs/{id}/results/{*path}", put(lz::upload_result).layer(DefaultBodyLimit::disable()))
         .route("/cargo-bays", get(cargo_bays::list).post(cargo_bays::create))
         .route("/cargo-bays/{id}", get(cargo_bays::get).delete(cargo_bays::delete))
+        .route("/images", get(images::list).post(images::import).layer(DefaultBodyLimit::disable()))
+        .route("/images/{id}", get(images::get).delete(images::delete))
         .route("/webhooks", get(webhooks::list).post(webhooks::create))
         .route("/webhooks/{id}", get(webhooks::get).delete(webhooks::delete))
         .route("/webhooks/{id}/deliveries", get(webhooks::deliveries))

@@ -53,6 +53,7 @@ fn mission(owner: Uuid, name: &str, at: DateTime<Utc>) -> Mission {
         args: Vec::new(),
         labels: Default::default(),
         retry: None,
+        image: None,
         user_id: owner,
         project_id: owner,
         created_at: at,
@@ -114,6 +115,7 @@ fn landing_zone(station_id: Uuid, name: &str) -> LandingZone {
         created_at: now(),
         cluster_account: None,
         pilot_of: None,
+        images: false,
     }
 }
 
@@ -342,6 +344,7 @@ pub async fn missions_with_every_filter(store: &Store) {
         labels: Some(mission_api::Labels::from([("team/x.y".to_owned(), "say \"hi\"".to_owned())])),
         retry: Some(serde_json::from_str(r#"{"max_attempts": 3, "on": ["lost"], "max_memory": 4096}"#).unwrap()),
         project_id: None,
+        image: Some(Some("solver:2.1".into())),
     };
     let later = t0 + seconds(500);
     let updated = store.update_mission(bob_private.mission_id, &changes, later).await.unwrap().unwrap();
@@ -359,6 +362,7 @@ pub async fn missions_with_every_filter(store: &Store) {
             args: vec!["a".into(), "b".into()],
             labels: changes.labels.clone().unwrap(),
             retry: changes.retry.clone(),
+            image: Some("solver:2.1".into()),
             updated_at: later,
             ..bob_private.clone()
         }
@@ -617,11 +621,11 @@ pub async fn stations_members_and_landing_zones(store: &Store) {
     // Online while its agent was heard from within the lease.
     let lease = Duration::from_secs(30);
     let resources = Resources { cpu_count: 16, memory_amount: 64 << 30, gpu_count: 2 };
-    store.lz_connected(gpu.lz_id, resources, t0).await.unwrap();
+    store.lz_connected(gpu.lz_id, resources, true, t0).await.unwrap();
     let zones = store.landing_zones(Some(lab.station_id), lease, t0 + seconds(10)).await.unwrap();
     assert_eq!(
-        zones.iter().map(|z| (z.name.as_str(), z.online, z.resources)).collect::<Vec<_>>(),
-        [("cpu-1", false, None), ("gpu-1", true, Some(resources))]
+        zones.iter().map(|z| (z.name.as_str(), z.online, z.resources, z.images)).collect::<Vec<_>>(),
+        [("cpu-1", false, None, false), ("gpu-1", true, Some(resources), true)]
     );
     assert!(!store.landing_zones(Some(lab.station_id), lease, t0 + seconds(31)).await.unwrap()[1].online);
     store.lz_seen(gpu.lz_id, t0 + seconds(30)).await.unwrap();

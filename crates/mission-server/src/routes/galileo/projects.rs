@@ -138,6 +138,7 @@ pub async fn create(
         public,
         labels: Default::default(),
         retry: None,
+        image: None,
         project_id: None,
     };
     let nested = match body.remove("settings") {
@@ -190,6 +191,7 @@ pub async fn update(
         labels: None,
         retry: None,
         project_id: None,
+        image: None,
     };
     let mut mission = missions::update(&app, who, mission_id, changes).await?;
     if let Some(args) = args {

@@ -1,0 +1,482 @@
+//! Jobs in container images on a process landing zone, with Podman.
+//!
+//! - Detection: the agent asks `podman version` when it starts; a host without a working Podman
+//!   takes no image jobs (its hello says so, and the server never places one there).
+//! - Images: a job's image comes from the server once per landing zone
+//!   (`GET /api/v1/lz/jobs/{id}/image`, checked against its digest), is loaded with
+//!   `podman load` and tagged `localhost/mission-image:{hex digest}`; later jobs of the same
+//!   image find it loaded. Past the cache size the agent is given, the least recently used
+//!   images no job runs in are removed.
+//! - Running ([`run_args`]): `podman run --rm` as the job's own uid (never root inside), with no
+//!   new privileges and no capabilities, only the job's work dir mounted (at the same path, and
+//!   the working directory), the job's environment, its GPUs (through CDI where the host has a
+//!   spec), the landing zone's network setting, and its cgroup as the container's parent
+//!   (`--cgroup-parent`): the job's limits hold for the container and measure it.
+//! - Containers carry the agent's label: a restarted agent removes those an earlier run left.
+//!
+//! On cgroup v1 hosts Podman needs `--runtime runc --cgroup-manager cgroupfs` (crun refuses
+//! hybrid hierarchies), and every container gets the agent's own open-file and process limits
+//! (Podman's defaults may exceed the host's hard limits).
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use mission_api::JobImage;
+use tokio::io::AsyncWriteExt;
+use uuid::Uuid;
+
+use crate::client::LzClient;
+
+/// How long one Podman command other than a container's run may take.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
+/// The repository loaded images are tagged in.
+const REPOSITORY: &str = "localhost/mission-image";
+
+/// The network a landing zone's containers get.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ContainerNetwork {
+    /// The host's own network.
+    #[default]
+    Host,
+    /// None: only loopback inside the container.
+    None,
+}
+
+impl ContainerNetwork {
+    fn as_arg(self) -> &'static str {
+        match self {
+            Self::Host => "host",
+            Self::None => "none",
+        }
+    }
+}
+
+impl std::str::FromStr for ContainerNetwork {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "host" => Ok(Self::Host),
+            "none" => Ok(Self::None),
+            other => Err(format!("{other:?} is not a container network (host, none)")),
+        }
+    }
+}
+
+/// How a process landing zone runs container images.
+#[derive(Debug, Clone)]
+pub struct ContainerConfig {
+    /// Run no image jobs, even where Podman is installed.
+    pub disabled: bool,
+    /// The most bytes of image archives kept loaded; past it the least recently used go.
+    pub cache_bytes: u64,
+    /// The containers' network.
+    pub network: ContainerNetwork,
+}
+
+impl Default for ContainerConfig {
+    fn default() -> Self {
+        Self { disabled: false, cache_bytes: 20 << 30, network: ContainerNetwork::Host }
+    }
+}
+
+/// A loaded image of the cache.
+#[derive(Debug)]
+struct Cached {
+    /// Its archive's size.
+    size: u64,
+    /// When it was last used, by the cache's clock.
+    used: u64,
+    /// Jobs that run in it now.
+    jobs: u32,
+}
+
+/// Podman on this host, and the images it holds for jobs.
+#[derive(Debug)]
+pub(crate) struct Podman {
+    /// Arguments before every subcommand (the runtime and cgroup manager the host needs).
+    global: Vec<String>,
+    /// `--ulimit` arguments: the agent's own limits.
+    ulimits: Vec<String>,
+    /// The label of this agent's containers (`mission.agent={hash}`).
+    label: String,
+    /// Where archives are downloaded to.
+    downloads: PathBuf,
+    config: ContainerConfig,
+    /// Whether the host has a CDI spec for NVIDIA GPUs.
+    cdi: bool,
+    /// Loaded images by hex digest, and the cache's clock.
+    cache: Mutex<(HashMap<String, Cached>, u64)>,
+    /// One image is loaded at a time: a second job of an image waits for the first's load.
+    loading: tokio::sync::Mutex<()>,
+}
+
+/// A container's run, as [`run_args`] writes it.
+#[derive(Debug)]
+pub(crate) struct ContainerRun<'a> {
+    pub name: String,
+    pub image: &'a str,
+    pub work_dir: &'a Path,
+    pub user: (u32, u32),
+    pub env: Vec<(&'a str, OsString)>,
+    pub cgroup_parent: Option<String>,
+    pub gpus: &'a [u32],
+    pub command: &'a [String],
+}
+
+impl Podman {
+    /// Finds a working Podman (`None`, saying why, where there is none or `config` disables
+    /// it), lists the images an earlier run loaded, and removes the containers it left.
+    pub async fn detect(data_dir: &Path, config: ContainerConfig, agent: &str) -> Result<Self, String> {
+        if config.disabled {
+            return Err("switched off on this landing zone (--no-images)".into());
+        }
+        let v1 = !Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+        let mut global = vec!["--cgroup-manager".to_owned(), "cgroupfs".to_owned()];
+        if v1 {
+            global.extend(["--runtime".to_owned(), "runc".to_owned()]);
+        }
+        let ulimits = [(rustix::process::Resource::Nofile, "nofile"), (rustix::process::Resource::Nproc, "nproc")]
+            .into_iter()
+            .flat_map(|(resource, name)| {
+                let limit = rustix::process::getrlimit(resource);
+                let value = |v: Option<u64>| v.map_or_else(|| "-1".to_owned(), |v| v.to_string());
+                ["--ulimit".to_owned(), format!("{name}={}:{}", value(limit.current), value(limit.maximum))]
+            })
+            .collect();
+        let downloads = data_dir.join("images");
+        crate::agent::private_dir(&downloads, 0o700).map_err(|e| format!("{}: {e}", downloads.display()))?;
+        let cdi = ["/etc/cdi", "/var/run/cdi"].iter().any(|dir| {
+            std::fs::read_dir(dir).is_ok_and(|entries| {
+                entries.flatten().any(|e| e.file_name().to_string_lossy().contains("nvidia"))
+            })
+        });
+        let podman = Self {
+            global,
+            ulimits,
+            label: format!("mission.agent={agent}"),
+            downloads,
+            config,
+            cdi,
+            cache: Mutex::new((HashMap::new(), 0)),
+            loading: tokio::sync::Mutex::new(()),
+        };
+        let version = podman.command(&["version", "--format", "{{.Client.Version}}"]).await?;
+        podman.sweep().await;
+        podman.list_loaded().await;
+        tracing::info!(version = version.trim(), cdi, "Podman runs the jobs that name an image");
+        Ok(podman)
+    }
+
+    /// What its containers' limits and network are, for a job's `limits`.
+    pub fn describe(&self) -> String {
+        format!("in a Podman container, network {}", self.config.network.as_arg())
+    }
+
+    /// Runs `podman {global} {args}`; answers its stdout, or why it failed.
+    async fn command(&self, args: &[&str]) -> Result<String, String> {
+        let mut command = tokio::process::Command::new("podman");
+        command.args(&self.global).args(args).stdin(std::process::Stdio::null()).kill_on_drop(true);
+        let output = tokio::time::timeout(COMMAND_TIMEOUT, command.output())
+            .await
+            .map_err(|_| format!("podman {} did not answer within {COMMAND_TIMEOUT:?}", args[0]))?
+            .map_err(|e| format!("cannot run podman: {e}"))?;
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            return Err(format!("podman {} failed ({}): {}", args[0], output.status, stderr.trim()));
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// Removes the containers of this agent that an earlier run left (killed with the agent).
+    async fn sweep(&self) {
+        let listed = self.command(&["ps", "-a", "-q", "--filter", &format!("label={}", self.label)]).await;
+        let ids: Vec<&str> = listed.as_deref().unwrap_or_default().split_whitespace().collect();
+        if ids.is_empty() {
+            return;
+        }
+        let mut args = vec!["rm", "-f", "-t", "0"];
+        args.extend(&ids);
+        match self.command(&args).await {
+            Ok(_) => tracing::info!("removed {} container(s) an earlier run of the agent left", ids.len()),
+            Err(why) => tracing::warn!("removing the containers an earlier run left failed: {why}"),
+        }
+    }
+
+    /// Fills the cache with the images an earlier run loaded.
+    async fn list_loaded(&self) {
+        let filter = format!("reference={REPOSITORY}");
+        let listed = self.command(&["images", "--format", "{{.Tag}} {{.Size}}", "--filter", &filter]).await;
+        let Ok(listed) = listed else { return };
+        let mut cache = self.cache.lock().expect("not poisoned");
+        for line in listed.lines() {
+            let Some(hex) = line.split_whitespace().next().filter(|tag| is_hex_digest(tag)) else { continue };
+            // The size is what `images` prints (rounded); the archive's is not known any more.
+            let size = parse_size(line.split_once(' ').map_or("", |(_, size)| size)).unwrap_or(0);
+            cache.0.insert(hex.to_owned(), Cached { size, used: 0, jobs: 0 });
+        }
+    }
+
+    /// The local name of `image`, loaded (from the server, for `job_id`) unless it is already;
+    /// the job then counts as running in it until [`Podman::release`].
+    pub async fn take(&self, client: &LzClient, job_id: Uuid, image: &JobImage) -> Result<String, String> {
+        let hex = image
+            .digest
+            .strip_prefix("sha256:")
+            .filter(|hex| is_hex_digest(hex))
+            .ok_or_else(|| format!("{:?} is not an image digest", image.digest))?;
+        let reference = format!("{REPOSITORY}:{hex}");
+        let _one_load = self.loading.lock().await;
+        if self.mark_used(hex) {
+            return Ok(reference);
+        }
+        let archive = self.download(client, job_id, hex).await?;
+        let size = std::fs::metadata(&archive).map(|m| m.len()).unwrap_or(0);
+        let loaded = self.load(&archive, &reference).await;
+        let _ = tokio::fs::remove_file(&archive).await;
+        loaded?;
+        {
+            let mut cache = self.cache.lock().expect("not poisoned");
+            cache.1 += 1;
+            let used = cache.1;
+            cache.0.insert(hex.to_owned(), Cached { size, used, jobs: 1 });
+        }
+        self.evict().await;
+        Ok(reference)
+    }
+
+    /// Counts a job in a loaded image; false where it is not loaded.
+    fn mark_used(&self, hex: &str) -> bool {
+        let mut cache = self.cache.lock().expect("not poisoned");
+        cache.1 += 1;
+        let now = cache.1;
+        match cache.0.get_mut(hex) {
+            Some(entry) => {
+                entry.used = now;
+                entry.jobs += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A job no longer runs in `reference` (from [`Podman::take`]).
+    pub async fn release(&self, reference: &str) {
+        let hex = reference.rsplit(':').next().unwrap_or_default();
+        if let Some(entry) = self.cache.lock().expect("not poisoned").0.get_mut(hex) {
+            entry.jobs = entry.jobs.saturating_sub(1);
+        }
+        self.evict().await;
+    }
+
+    /// Downloads the archive of `hex` for `job_id`, checked against its digest.
+    async fn download(&self, client: &LzClient, job_id: Uuid, hex: &str) -> Result<PathBuf, String> {
+        let path = self.downloads.join(format!("{hex}.{}.partial", Uuid::new_v4().simple()));
+        let result = async {
+            let mut body = client.job_image(job_id).await.map_err(|e| format!("downloading it: {e}"))?;
+            let mut out = tokio::fs::File::create(&path).await.map_err(|e| e.to_string())?;
+            let mut hasher = ring::digest::Context::new(&ring::digest::SHA256);
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.map_err(|e| format!("downloading it: {e}"))?;
+                hasher.update(&chunk);
+                out.write_all(&chunk).await.map_err(|e| e.to_string())?;
+            }
+            out.flush().await.map_err(|e| e.to_string())?;
+            let digest: String = hasher.finish().as_ref().iter().map(|b| format!("{b:02x}")).collect();
+            if digest != hex {
+                return Err("the download does not match its digest".to_owned());
+            }
+            Ok(())
+        }
+        .await;
+        match result {
+            Ok(()) => Ok(path),
+            Err(why) => {
+                let _ = tokio::fs::remove_file(&path).await;
+                Err(why)
+            }
+        }
+    }
+
+    /// Loads an archive and names it `reference` (only).
+    async fn load(&self, archive: &Path, reference: &str) -> Result<(), String> {
+        let archive = archive.to_str().ok_or("the archive's path is not UTF-8")?;
+        let output = self.command(&["load", "-q", "-i", archive]).await?;
+        let loaded = loaded_name(&output).ok_or_else(|| format!("podman load named no image: {}", output.trim()))?;
+        self.command(&["tag", &loaded, reference]).await?;
+        if loaded != reference && !loaded.starts_with("sha256:") {
+            // The archive's own name would keep the image after its eviction.
+            let _ = self.command(&["untag", &loaded, &loaded]).await;
+        }
+        Ok(())
+    }
+
+    /// Removes the least recently used images no job runs in, while the cache holds more than
+    /// its size.
+    async fn evict(&self) {
+        loop {
+            let victim = {
+                let cache = self.cache.lock().expect("not poisoned");
+                let total: u64 = cache.0.values().map(|c| c.size).sum();
+                if total <= self.config.cache_bytes {
+                    return;
+                }
+                cache.0.iter().filter(|(_, c)| c.jobs == 0).min_by_key(|(_, c)| c.used).map(|(hex, _)| hex.clone())
+            };
+            let Some(hex) = victim else { return };
+            let reference = format!("{REPOSITORY}:{hex}");
+            match self.command(&["rmi", &reference]).await {
+                Ok(_) => tracing::info!(%reference, "evicted from the image cache"),
+                Err(why) => tracing::warn!(%reference, "evicting the image failed: {why}"),
+            }
+            self.cache.lock().expect("not poisoned").0.remove(&hex);
+        }
+    }
+
+    /// The whole `podman` command line of a container's run.
+    pub fn run_command(&self, run: &ContainerRun) -> Vec<OsString> {
+        run_args(&self.global, &self.ulimits, &self.label, self.config.network, self.cdi, run)
+    }
+
+    /// Ends a container at once, wherever its processes are (`podman kill`), in the background.
+    pub fn kill(&self, name: &str) {
+        let mut command = tokio::process::Command::new("podman");
+        command.args(&self.global).args(["kill", "-s", "KILL", name]).stdin(std::process::Stdio::null());
+        command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+        if let Ok(mut child) = command.spawn() {
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(COMMAND_TIMEOUT, child.wait()).await;
+            });
+        }
+    }
+}
+
+/// The arguments of `podman` for a container's run (see the module docs).
+pub(crate) fn run_args(
+    global: &[String],
+    ulimits: &[String],
+    label: &str,
+    network: ContainerNetwork,
+    cdi: bool,
+    run: &ContainerRun,
+) -> Vec<OsString> {
+    let mut args: Vec<OsString> = global.iter().map(OsString::from).collect();
+    let dir = run.work_dir.as_os_str();
+    let mut volume = dir.to_owned();
+    volume.push(":");
+    volume.push(dir);
+    for arg in [
+        "run", "--rm", "--replace", "--pull=never", "--name", &run.name, "--label", label, "--security-opt",
+        "no-new-privileges", "--cap-drop", "all", "--network", network.as_arg(), "--user",
+        &format!("{}:{}", run.user.0, run.user.1),
+    ] {
+        args.push(arg.into());
+    }
+    args.extend(ulimits.iter().map(OsString::from));
+    args.extend(["-v".into(), volume, "-w".into(), dir.to_owned()]);
+    for (name, value) in &run.env {
+        let mut pair = OsString::from(format!("{name}="));
+        pair.push(value);
+        args.extend(["-e".into(), pair]);
+    }
+    if let Some(parent) = &run.cgroup_parent {
+        args.extend(["--cgroup-parent".into(), parent.into()]);
+    }
+    for gpu in run.gpus {
+        let device = if cdi { format!("nvidia.com/gpu={gpu}") } else { format!("/dev/nvidia{gpu}") };
+        args.extend(["--device".into(), device.into()]);
+    }
+    if !cdi && !run.gpus.is_empty() {
+        for device in ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"] {
+            if Path::new(device).exists() {
+                args.extend(["--device".into(), device.into()]);
+            }
+        }
+    }
+    args.push(run.image.into());
+    args.extend(run.command.iter().map(OsString::from));
+    args
+}
+
+/// Whether `text` is 64 lowercase hex digits.
+fn is_hex_digest(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// The image `podman load` named: the last of `Loaded image(s): a, b` lines.
+fn loaded_name(output: &str) -> Option<String> {
+    let line = output.lines().rev().find_map(|l| l.split_once("Loaded image").map(|(_, rest)| rest.to_owned()))?;
+    let names = line.split_once(':').map(|(_, names)| names)?;
+    names.split(',').map(str::trim).find(|n| !n.is_empty()).map(str::to_owned)
+}
+
+/// A size as `podman images` prints it (`204 MB`, `1.2 GB`), in bytes.
+fn parse_size(text: &str) -> Option<u64> {
+    let (number, unit) = text.trim().split_once(' ')?;
+    let number: f64 = number.parse().ok()?;
+    let scale = match unit.trim() {
+        "B" => 1.0,
+        "kB" | "KB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "TB" => 1e12,
+        _ => return None,
+    };
+    Some((number * scale) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_containers_run_mounts_only_its_work_dir_and_drops_every_privilege() {
+        let command = ["sh".to_owned(), "run.sh".to_owned()];
+        let run = ContainerRun {
+            name: "mission-1".into(),
+            image: "localhost/mission-image:ab",
+            work_dir: Path::new("/var/tmp/w/7"),
+            user: (2000001, 2000001),
+            env: vec![("HOME", "/var/tmp/w/7".into()), ("JOB_ID", "1".into())],
+            cgroup_parent: Some("/mission-lz/slot-1-2".into()),
+            gpus: &[1],
+            command: &command,
+        };
+        let global = ["--runtime".to_owned(), "runc".to_owned()];
+        let ulimits = ["--ulimit".to_owned(), "nofile=1024:4096".to_owned()];
+        let args = run_args(&global, &ulimits, "mission.agent=x", ContainerNetwork::None, true, &run);
+        let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
+        let line = args.join(" ");
+        assert!(line.starts_with("--runtime runc run --rm --replace --pull=never --name mission-1 --label mission.agent=x"));
+        for expected in [
+            "--security-opt no-new-privileges",
+            "--cap-drop all",
+            "--network none",
+            "--user 2000001:2000001",
+            "--ulimit nofile=1024:4096",
+            "-v /var/tmp/w/7:/var/tmp/w/7 -w /var/tmp/w/7",
+            "-e HOME=/var/tmp/w/7 -e JOB_ID=1",
+            "--cgroup-parent /mission-lz/slot-1-2",
+            "--device nvidia.com/gpu=1",
+        ] {
+            assert!(line.contains(expected), "{expected:?} in {line}");
+        }
+        assert!(line.ends_with("localhost/mission-image:ab sh run.sh"), "{line}");
+        assert_eq!(args.iter().filter(|a| **a == "-v").count(), 1, "only the work dir is mounted");
+    }
+
+    #[test]
+    fn what_podman_load_and_images_print_is_read() {
+        assert_eq!(loaded_name("Loaded image: localhost/mission-test:bookworm\n").as_deref(), Some("localhost/mission-test:bookworm"));
+        assert_eq!(loaded_name("Getting image source signatures\nLoaded image(s): a:1,b:2\n").as_deref(), Some("a:1"));
+        assert_eq!(loaded_name("Loaded image: sha256:c733f7d7\n").as_deref(), Some("sha256:c733f7d7"));
+        assert_eq!(loaded_name("nothing"), None);
+        assert_eq!(parse_size("204 MB"), Some(204_000_000));
+        assert_eq!(parse_size("1.5 GB"), Some(1_500_000_000));
+        assert_eq!(parse_size("lots"), None);
+    }
+}

@@ -178,8 +178,7 @@ mod tests {
         assert_eq!(ImageRef::parse(&digest), Ok(ImageRef::Digest(&digest)));
         assert_eq!(ImageRef::parse("python:3.12"), Ok(ImageRef::Name("python:3.12")));
         assert_eq!(ImageRef::parse("lab/solver-2"), Ok(ImageRef::Name("lab/solver-2")));
-        for bad in ["", "-x", "a b", "../etc", "sha256:12", &format!("sha256:{}", "AB".repeat(32)), &"a".repeat(129)]
-        {
+        for bad in ["", "-x", "a b", "../etc", "sha256:12", &format!("sha256:{}", "AB".repeat(32)), &"a".repeat(129)] {
             assert!(ImageRef::parse(bad).is_err(), "{bad:?}");
         }
         assert!(ImageRef::parse("../etc").unwrap_err().contains("not an image name"));

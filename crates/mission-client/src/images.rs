@@ -30,6 +30,18 @@ impl Client {
         request: &ImportImage,
         observer: Option<Arc<dyn TransferObserver>>,
     ) -> Result<Image, Error> {
+        // A refusal the server gives before it reads the body (a taken name) would reach the
+        // client as a broken connection while it still sends: ask first.
+        let me = self.whoami().await?.user_id;
+        if self.list_images().await?.iter().any(|i| i.owner_id == me && i.name == request.name) {
+            return Err(Error::Api(mission_api::Problem {
+                kind: "urn:mission:problem:conflict".into(),
+                title: "Conflict".into(),
+                status: 409,
+                detail: format!("you have an image named {:?} already", request.name),
+                field: Some("name".into()),
+            }));
+        }
         let file = tokio::fs::File::open(archive).await.map_err(|e| io_error(archive, e))?;
         let size = file.metadata().await.map_err(|e| io_error(archive, e))?.len();
         if let Some(o) = &observer {

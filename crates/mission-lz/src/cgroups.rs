@@ -467,26 +467,30 @@ impl JobCgroup {
 
     /// Whether the current job's memory reached its limit (v1: the kernel counts OOM kills in
     /// the group where they happened, which for a container is its own group below the job's,
-    /// gone with it; a limit hit here is the sign that remains).
+    /// gone with it; that its peak reached the limit is the sign that remains).
     pub fn limit_hit(&self) -> bool {
+        let read = |file: &str| {
+            std::fs::read_to_string(self.dirs[0].join(file)).ok().and_then(|s| s.trim().parse::<u64>().ok())
+        };
         !self.v2
-            && std::fs::read_to_string(self.dirs[0].join("memory.failcnt"))
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok())
-                .is_some_and(|n| n > 0)
+            && (read("memory.failcnt").is_some_and(|n| n > 0)
+                || self.limits.zip(read("memory.max_usage_in_bytes")).is_some_and(|(l, peak)| peak >= l.memory_bytes))
     }
 
-    /// The group's path below each hierarchy's root, where it is the same in all of them: what
-    /// a container engine takes as the parent of a container's own group (`--cgroup-parent`),
-    /// so that the job's limits hold for the container and measure it.
-    pub fn container_parent(&self) -> Option<String> {
+    /// The memory group's path below its hierarchy's root: what a container engine takes as the
+    /// parent of a container's own groups (`--cgroup-parent`, the same path in every
+    /// hierarchy), so that the job's memory limit holds for the container and measures it; and
+    /// whether its CPU group has that path too (v1 hierarchies may place the agent apart), so
+    /// that its CPU limit does as well.
+    pub fn container_parent(&self) -> Option<(String, bool)> {
         let below_root = |dir: &PathBuf| -> Option<String> {
             let rest = dir.strip_prefix(ROOT).ok()?;
             let rest = if self.v2 { rest } else { rest.strip_prefix(rest.iter().next()?).ok()? };
             Some(format!("/{}", rest.to_str()?))
         };
-        let first = below_root(&self.dirs[0])?;
-        self.dirs[1..].iter().all(|dir| below_root(dir).as_ref() == Some(&first)).then_some(first)
+        let memory = below_root(&self.dirs[0])?;
+        let cpu_too = self.dirs[1..].iter().all(|dir| below_root(dir).as_ref() == Some(&memory));
+        Some((memory, cpu_too))
     }
 
     /// Pids still in the group or in groups below it (a container's).
@@ -527,7 +531,7 @@ impl JobCgroup {
     fn remove(&self) {
         let mut dirs = self.dirs.clone();
         if !self.v2
-            && let Some(path) = self.container_parent()
+            && let Some((path, _)) = self.container_parent()
             && let Ok(hierarchies) = std::fs::read_dir(ROOT)
         {
             for hierarchy in hierarchies.flatten() {

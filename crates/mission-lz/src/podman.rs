@@ -33,6 +33,8 @@ use crate::client::LzClient;
 
 /// How long one Podman command other than a container's run may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
+/// The most processes Podman lets a container have (its own limit as it starts the runtime).
+const MAX_PROCESSES: u64 = 32_768;
 /// The repository loaded images are tagged in.
 const REPOSITORY: &str = "localhost/mission-image";
 
@@ -124,6 +126,8 @@ pub(crate) struct ContainerRun<'a> {
     pub user: (u32, u32),
     pub env: Vec<(&'a str, OsString)>,
     pub cgroup_parent: Option<String>,
+    /// CPUs to limit the container to itself, where the job's CPU group is not its parent.
+    pub cpus: Option<u32>,
     pub gpus: &'a [u32],
     pub command: &'a [String],
 }
@@ -140,20 +144,24 @@ impl Podman {
         if v1 {
             global.extend(["--runtime".to_owned(), "runc".to_owned()]);
         }
-        let ulimits = [(rustix::process::Resource::Nofile, "nofile"), (rustix::process::Resource::Nproc, "nproc")]
+        // Podman runs its runtime with at most 32768 processes: a container may not get more.
+        let limits = [
+            (rustix::process::Resource::Nofile, "nofile", u64::MAX),
+            (rustix::process::Resource::Nproc, "nproc", MAX_PROCESSES),
+        ];
+        let ulimits = limits
             .into_iter()
-            .flat_map(|(resource, name)| {
+            .flat_map(|(resource, name, most)| {
                 let limit = rustix::process::getrlimit(resource);
-                let value = |v: Option<u64>| v.map_or_else(|| "-1".to_owned(), |v| v.to_string());
+                let value = |v: Option<u64>| v.unwrap_or(most).min(most);
                 ["--ulimit".to_owned(), format!("{name}={}:{}", value(limit.current), value(limit.maximum))]
             })
             .collect();
         let downloads = data_dir.join("images");
         crate::agent::private_dir(&downloads, 0o700).map_err(|e| format!("{}: {e}", downloads.display()))?;
         let cdi = ["/etc/cdi", "/var/run/cdi"].iter().any(|dir| {
-            std::fs::read_dir(dir).is_ok_and(|entries| {
-                entries.flatten().any(|e| e.file_name().to_string_lossy().contains("nvidia"))
-            })
+            std::fs::read_dir(dir)
+                .is_ok_and(|entries| entries.flatten().any(|e| e.file_name().to_string_lossy().contains("nvidia")))
         });
         let podman = Self {
             global,
@@ -342,10 +350,11 @@ impl Podman {
         run_args(&self.global, &self.ulimits, &self.label, self.config.network, self.cdi, run)
     }
 
-    /// Ends a container at once, wherever its processes are (`podman kill`), in the background.
-    pub fn kill(&self, name: &str) {
+    /// Ends a container at once and removes it, wherever its processes are (`podman rm -f`), in
+    /// the background.
+    pub fn remove(&self, name: &str) {
         let mut command = tokio::process::Command::new("podman");
-        command.args(&self.global).args(["kill", "-s", "KILL", name]).stdin(std::process::Stdio::null());
+        command.args(&self.global).args(["rm", "-f", "-t", "0", name]).stdin(std::process::Stdio::null());
         command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
         if let Ok(mut child) = command.spawn() {
             tokio::spawn(async move {
@@ -370,8 +379,21 @@ pub(crate) fn run_args(
     volume.push(":");
     volume.push(dir);
     for arg in [
-        "run", "--rm", "--replace", "--pull=never", "--name", &run.name, "--label", label, "--security-opt",
-        "no-new-privileges", "--cap-drop", "all", "--network", network.as_arg(), "--user",
+        "run",
+        "--rm",
+        "--replace",
+        "--pull=never",
+        "--name",
+        &run.name,
+        "--label",
+        label,
+        "--security-opt",
+        "no-new-privileges",
+        "--cap-drop",
+        "all",
+        "--network",
+        network.as_arg(),
+        "--user",
         &format!("{}:{}", run.user.0, run.user.1),
     ] {
         args.push(arg.into());
@@ -385,6 +407,9 @@ pub(crate) fn run_args(
     }
     if let Some(parent) = &run.cgroup_parent {
         args.extend(["--cgroup-parent".into(), parent.into()]);
+    }
+    if let Some(cpus) = run.cpus {
+        args.extend(["--cpus".into(), cpus.to_string().into()]);
     }
     for gpu in run.gpus {
         let device = if cdi { format!("nvidia.com/gpu={gpu}") } else { format!("/dev/nvidia{gpu}") };
@@ -443,6 +468,7 @@ mod tests {
             user: (2000001, 2000001),
             env: vec![("HOME", "/var/tmp/w/7".into()), ("JOB_ID", "1".into())],
             cgroup_parent: Some("/mission-lz/slot-1-2".into()),
+            cpus: Some(2),
             gpus: &[1],
             command: &command,
         };
@@ -451,7 +477,9 @@ mod tests {
         let args = run_args(&global, &ulimits, "mission.agent=x", ContainerNetwork::None, true, &run);
         let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
         let line = args.join(" ");
-        assert!(line.starts_with("--runtime runc run --rm --replace --pull=never --name mission-1 --label mission.agent=x"));
+        assert!(
+            line.starts_with("--runtime runc run --rm --replace --pull=never --name mission-1 --label mission.agent=x")
+        );
         for expected in [
             "--security-opt no-new-privileges",
             "--cap-drop all",
@@ -460,7 +488,7 @@ mod tests {
             "--ulimit nofile=1024:4096",
             "-v /var/tmp/w/7:/var/tmp/w/7 -w /var/tmp/w/7",
             "-e HOME=/var/tmp/w/7 -e JOB_ID=1",
-            "--cgroup-parent /mission-lz/slot-1-2",
+            "--cgroup-parent /mission-lz/slot-1-2 --cpus 2",
             "--device nvidia.com/gpu=1",
         ] {
             assert!(line.contains(expected), "{expected:?} in {line}");
@@ -471,7 +499,10 @@ mod tests {
 
     #[test]
     fn what_podman_load_and_images_print_is_read() {
-        assert_eq!(loaded_name("Loaded image: localhost/mission-test:bookworm\n").as_deref(), Some("localhost/mission-test:bookworm"));
+        assert_eq!(
+            loaded_name("Loaded image: localhost/mission-test:bookworm\n").as_deref(),
+            Some("localhost/mission-test:bookworm")
+        );
         assert_eq!(loaded_name("Getting image source signatures\nLoaded image(s): a:1,b:2\n").as_deref(), Some("a:1"));
         assert_eq!(loaded_name("Loaded image: sha256:c733f7d7\n").as_deref(), Some("sha256:c733f7d7"));
         assert_eq!(loaded_name("nothing"), None);

@@ -60,7 +60,8 @@ impl ArchiveSniffer {
             self.broken = Some("it is not a tar archive (a header's checksum is not a number)".into());
             return;
         };
-        let sum: u64 = header.iter().enumerate().map(|(i, &b)| if (148..156).contains(&i) { 32 } else { u64::from(b) }).sum();
+        let sum: u64 =
+            header.iter().enumerate().map(|(i, &b)| if (148..156).contains(&i) { 32 } else { u64::from(b) }).sum();
         if sum != checksum {
             self.broken = Some("it is not a tar archive (a header's checksum does not match)".into());
             return;
@@ -101,10 +102,8 @@ impl ArchiveSniffer {
         } else if self.docker_manifest {
             Ok(ImageFormat::Docker)
         } else {
-            not(
-                "it holds neither an OCI image layout (oci-layout, index.json) nor a docker archive's manifest.json; \
-                 make one with `podman save --format oci-archive` or `docker save`",
-            )
+            not("it holds neither an OCI image layout (oci-layout, index.json) nor a docker archive's manifest.json; \
+                 make one with `podman save --format oci-archive` or `docker save`")
         }
     }
 }

@@ -12,8 +12,7 @@ use super::row::Columns;
 use super::{Store, StoreError, conflict_on_duplicate, to_micros, with_conn};
 
 const STATION_COLUMNS: &str = "station_id, name, description, owner_id, open, created_at, reclaim";
-const LZ_COLUMNS: &str =
-    "lz_id, station_id, name, cpu_count, memory_amount, gpu_count, last_seen_at, created_at, cluster_account, pilot_of, \
+const LZ_COLUMNS: &str = "lz_id, station_id, name, cpu_count, memory_amount, gpu_count, last_seen_at, created_at, cluster_account, pilot_of, \
      images";
 
 impl Store {

@@ -58,13 +58,8 @@ impl FakeAgent {
     /// Connects with `hello`.
     pub async fn hello(url: &str, token: &str, hello: &Hello) -> Self {
         let http = reqwest::Client::new();
-        let connected = http
-            .post(format!("{url}/api/v1/lz/connect"))
-            .bearer_auth(token)
-            .json(hello)
-            .send()
-            .await
-            .expect("connect");
+        let connected =
+            http.post(format!("{url}/api/v1/lz/connect")).bearer_auth(token).json(hello).send().await.expect("connect");
         assert_eq!(connected.status(), 200, "the agent connects");
         let mut orders = lines(connected);
         let welcome = serde_json::from_str(&orders.next().await.expect("a welcome")).expect("a welcome");

@@ -221,8 +221,12 @@ pub struct ContainerArgs {
           default_value_t = Size(mission_lz::ContainerConfig::default().cache_bytes))]
     cache: Size,
     /// The network of the containers: the host's, or none (loopback only).
-    #[arg(long = "lz-container-network", env = "MISSION_LZ_CONTAINER_NETWORK", value_name = "host|none",
-          default_value = "host")]
+    #[arg(
+        long = "lz-container-network",
+        env = "MISSION_LZ_CONTAINER_NETWORK",
+        value_name = "host|none",
+        default_value = "host"
+    )]
     network: mission_lz::ContainerNetwork,
 }
 

@@ -27,9 +27,13 @@ pub(super) fn local_station() -> Uuid {
 /// A `mission lz` agent process; killed when dropped.
 pub(super) struct Agent {
     child: Child,
-    lz_id: Uuid,
+    pub(super) lz_id: Uuid,
     /// Holds the agent's data dir, `data/`.
     dir: tempfile::TempDir,
+    /// Its landing zone's token, offer and extra flags, to start it again.
+    token: String,
+    offer: Offer,
+    extra: Vec<String>,
 }
 
 /// What an agent offers.
@@ -69,7 +73,7 @@ impl Agent {
     }
 
     /// Like [`Agent::start`], with `extra` flags for `mission lz`.
-    async fn start_with(
+    pub(super) async fn start_with(
         server: &TestServer,
         admin: &Client,
         station: Uuid,
@@ -82,45 +86,61 @@ impl Agent {
             .await
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("bin");
-        std::fs::create_dir_all(&bin).unwrap();
-        if offer.fake_gpus > 0 {
-            fake_nvidia_smi(&bin, offer.fake_gpus);
-        }
-        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-        let mut command = Command::new(BIN);
-        if let Some(uid) = offer.run_as {
-            // That user needs a copy of the binary it can reach, and a data dir of its own.
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-            std::fs::copy(BIN, bin.join("mission")).unwrap();
-            std::fs::create_dir(dir.path().join("data")).unwrap();
-            std::os::unix::fs::chown(dir.path().join("data"), Some(uid), Some(uid)).unwrap();
-            command = Command::new("setpriv");
-            command.args(["--reuid", &uid.to_string(), "--regid", &uid.to_string(), "--clear-groups", "--"]);
-            command.arg(bin.join("mission"));
-        }
-        let child = command
-            .args(["lz", "--server", &server.url, "--lz-cpus", &offer.cpus.to_string()])
-            .args(["--lz-memory", &offer.memory_mb.to_string(), "--data-dir"])
-            .arg(dir.path().join("data"))
-            .args(extra)
-            .env("MISSION_LZ_TOKEN", &registered.token)
-            .env("PATH", path)
-            .env_remove("MISSION_LZ_GPUS")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
+        let extra: Vec<String> = extra.iter().map(|e| (*e).to_owned()).collect();
+        let child = spawn_agent(server, dir.path(), &registered.token, offer, &extra);
         let lz_id = registered.landing_zone.lz_id;
         wait_until("the agent is online", || async {
             let lzs = admin.list_landing_zones(station).await.unwrap();
             lzs.iter().any(|lz| lz.lz_id == lz_id && lz.online && lz.resources.is_some())
         })
         .await;
-        Self { child, lz_id, dir }
+        Self { child, lz_id, dir, token: registered.token, offer, extra }
     }
+
+    /// Kills the agent with `SIGKILL` and waits for it to go.
+    pub(super) async fn kill_hard(&mut self) {
+        self.child.kill().await.unwrap();
+    }
+
+    /// Starts the agent again, with its data dir, token and flags.
+    pub(super) async fn restart(&mut self, server: &TestServer) {
+        self.child = spawn_agent(server, self.dir.path(), &self.token, self.offer, &self.extra);
+    }
+}
+
+/// Starts `mission lz` with the data dir `dir/data` (and its helpers in `dir/bin`).
+fn spawn_agent(server: &TestServer, dir: &Path, token: &str, offer: Offer, extra: &[String]) -> Child {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    if offer.fake_gpus > 0 {
+        fake_nvidia_smi(&bin, offer.fake_gpus);
+    }
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let mut command = Command::new(BIN);
+    if let Some(uid) = offer.run_as {
+        // That user needs a copy of the binary it can reach, and a data dir of its own.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::copy(BIN, bin.join("mission")).unwrap();
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        std::os::unix::fs::chown(dir.join("data"), Some(uid), Some(uid)).unwrap();
+        command = Command::new("setpriv");
+        command.args(["--reuid", &uid.to_string(), "--regid", &uid.to_string(), "--clear-groups", "--"]);
+        command.arg(bin.join("mission"));
+    }
+    command
+        .args(["lz", "--server", &server.url, "--lz-cpus", &offer.cpus.to_string()])
+        .args(["--lz-memory", &offer.memory_mb.to_string(), "--data-dir"])
+        .arg(dir.join("data"))
+        .args(extra)
+        .env("MISSION_LZ_TOKEN", token)
+        .env("PATH", path)
+        .env_remove("MISSION_LZ_GPUS")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
 }
 
 /// Polls `check` every 50 ms until it holds; fails after 60 s.

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+mod containers;
 mod fair_share;
 mod jobs;
 mod reclaim;

@@ -16,8 +16,8 @@
 //!   (see `workdirs`), and the job's user is handed back.
 
 use std::ffi::OsStr;
-use std::process::Stdio;
 use std::path::PathBuf;
+use std::process::Stdio;
 use std::sync::Arc;
 
 use mission_api::lz::{Assignment, Gpu};
@@ -85,7 +85,8 @@ impl ProcessRunner {
         .expect("sandbox detection does not panic")?;
         let (resources, gpus) = detect(config.overrides).await;
         let agent_label = work_root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let (podman, no_images) = match Podman::detect(&config.data_dir, config.containers.clone(), &agent_label).await {
+        let (podman, no_images) = match Podman::detect(&config.data_dir, config.containers.clone(), &agent_label).await
+        {
             Ok(podman) => (Some(podman), String::new()),
             Err(why) => {
                 tracing::info!("this landing zone runs no jobs in container images: {why}");
@@ -224,12 +225,13 @@ impl ProcessJob {
         }
     }
 
-    /// Kills its process group and whatever else runs in its cgroup (or container).
+    /// Kills its process group and whatever else runs in its cgroup; a container is removed
+    /// (its `podman run` then ends, as after the container's own end).
     fn kill_all(&self) {
-        if let (Program::Container { name, .. }, Some(podman)) = (&self.program, &self.runner.podman) {
-            podman.kill(name);
+        match (&self.program, &self.runner.podman) {
+            (Program::Container { name, .. }, Some(podman)) => podman.remove(name),
+            _ => self.signal_group(rustix::process::Signal::KILL),
         }
-        self.signal_group(rustix::process::Signal::KILL);
         if let Some(g) = &self.group {
             g.kill_all();
         }
@@ -276,6 +278,7 @@ impl JobHandle for ProcessJob {
         let (dir, user) = self.work.as_ref().expect("held until released");
         let (root, staged, uid) = (dir.path().to_path_buf(), dir.inputs().clone(), user.own_uid());
         let container = matches!(self.program, Program::Container { .. });
+        let cpu_measured = !matches!(self.program, Program::Container { cpu_measured: false, .. });
         let killed = exit.as_ref().is_ok_and(|exit| exit.code() == Some(CONTAINER_KILLED));
         let (oom, measured, results) = tokio::task::spawn_blocking(move || {
             let (oom, measured) = group.map_or((false, None), |g| {
@@ -290,7 +293,7 @@ impl JobHandle for ProcessJob {
         .await?;
         self.usage = Some(JobUsage {
             wall_time,
-            cpu_time: measured.and_then(|m| m.cpu_seconds),
+            cpu_time: measured.and_then(|m| m.cpu_seconds).filter(|_| cpu_measured),
             cpu_efficiency: None,
             peak_memory: measured.and_then(|m| m.peak_memory).map(|bytes| bytes.div_ceil(1 << 20)),
         });
@@ -381,21 +384,25 @@ fn launch(
     own.extend(index.as_deref().map(|i| (mission_api::lz::ARRAY_INDEX_VARIABLE, OsStr::new(i))));
     let started = match (image, &runner.podman) {
         (Some(image), Some(podman)) => {
-            let (uid, gid) = user.ids().unwrap_or_else(|| {
-                (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw())
-            });
+            let (uid, gid) = user
+                .ids()
+                .unwrap_or_else(|| (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw()));
+            let parent = group.as_ref().and_then(JobCgroup::container_parent);
+            let cpu_limited = parent.as_ref().is_some_and(|(_, cpu_too)| *cpu_too);
             let run = ContainerRun {
                 name: format!("mission-{}", job.job_id),
                 image,
                 work_dir: dir.path(),
                 user: (uid, gid),
                 env: own.iter().map(|(name, value)| (*name, value.to_os_string())).collect(),
-                cgroup_parent: group.as_ref().and_then(JobCgroup::container_parent),
+                cgroup_parent: parent.map(|(path, _)| path),
+                cpus: (group.is_some() && !cpu_limited).then_some(job.cpu_count),
                 gpus: &job.gpu_indices,
                 command: &job.command,
             };
             let limits = format!("{limits}; {}, as uid {uid}", podman.describe());
-            start_container(podman, &run).map(|child| (Program::Container { child, name: run.name }, limits))
+            let started = start_container(podman, &run);
+            started.map(|child| (Program::Container { child, name: run.name, cpu_measured: cpu_limited }, limits))
         }
         _ => {
             let procs = group.as_ref().map(JobCgroup::procs_files).unwrap_or_default();
@@ -434,7 +441,12 @@ fn start_container(podman: &Podman, run: &ContainerRun) -> std::io::Result<tokio
 /// attends it).
 enum Program {
     Sandboxed(JobProcess),
-    Container { child: tokio::process::Child, name: String },
+    Container {
+        child: tokio::process::Child,
+        name: String,
+        /// Whether the job's CPU group holds the container (and so measures its CPU time).
+        cpu_measured: bool,
+    },
 }
 
 impl Program {

@@ -103,7 +103,8 @@ async fn sees(app: &AppState, who: Principal, image: &Image) -> DomainResult<boo
     Ok(who.admin
         || image.owner_id == who.user_id
         || image.visibility == ImageVisibility::Public
-        || (image.visibility == ImageVisibility::Project && projects::role(app, who, image.project_id).await?.is_some()))
+        || (image.visibility == ImageVisibility::Project
+            && projects::role(app, who, image.project_id).await?.is_some()))
 }
 
 /// The images the caller sees (every one, for an admin), by name.

@@ -17,8 +17,8 @@ use mission_store::{self as store, JobFilter};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::{images, 
-    DomainError, DomainResult, MAX_FILTER_VALUES, checked_labels, checked_retry, missions, projects, stations,
+use super::{
+    DomainError, DomainResult, MAX_FILTER_VALUES, checked_labels, checked_retry, images, missions, projects, stations,
 };
 use crate::AppState;
 use crate::audit::{self, Change};

@@ -38,8 +38,7 @@ pub async fn import(
         match key.as_str() {
             "name" => (request.name, named) = (value.clone(), true),
             "visibility" => {
-                request.visibility =
-                    value.parse::<ImageVisibility>().map_err(|e| ApiError::invalid_field(key, e))?;
+                request.visibility = value.parse::<ImageVisibility>().map_err(|e| ApiError::invalid_field(key, e))?;
             }
             "project_id" => request.project_id = Some(parse_id("project_id", value)?),
             other => {

@@ -8,6 +8,7 @@ mod events;
 pub(crate) mod extract;
 pub(crate) mod files;
 mod galileo;
+mod images;
 pub(crate) mod jobs;
 mod lz;
 mod meta;
@@ -16,7 +17,6 @@ pub(crate) mod missions;
 mod projects;
 pub(crate) mod stations;
 mod webhooks;
-mod images;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -316,14 +316,14 @@ where
 
 /// Answers 413 at once when a request announces (`Content-Length`) a body over the route's
 /// limit, instead of reading it first. File uploads (`PUT …/{*path}`, and the galileo client's
-/// `POST …/projects/{id}/files`) have the file-size limit,
-/// which their handlers check the same way; every other body is at most
+/// `POST …/projects/{id}/files`) have the file-size limit, and image imports (`POST /images`) the
+/// image-size limit, which their handlers check the same way; every other body is at most
 /// [`MAX_JSON_BODY_BYTES`].
 async fn refuse_announced_oversize(request: Request, next: axum::middleware::Next) -> axum::response::Response {
     let matched = request.extensions().get::<axum::extract::MatchedPath>().map(|p| p.as_str());
     let upload = match *request.method() {
         axum::http::Method::PUT => matched.is_some_and(|p| p.ends_with("/{*path}")),
-        axum::http::Method::POST => matched.is_some_and(|p| p == galileo::UPLOAD_ROUTE),
+        axum::http::Method::POST => matched.is_some_and(|p| p == galileo::UPLOAD_ROUTE || p == "/api/v1/images"),
         _ => false,
     };
     let announced =

@@ -1,0 +1,190 @@
+//! Jobs in container images: an image imported into the service, named by a mission or a run,
+//! and run with Podman by `mission lz` agents, against the Debian test image that
+//! `scripts/install-test-deps.sh` builds (`MISSION_TEST_IMAGE`, an OCI archive). CI sets
+//! `MISSION_REQUIRE_PODMAN`, which makes a missing image or Podman a failure.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mission_client::{Client, ImageFormat, ImportImage, Job, JobResources, JobStatus, LogStream, UpdateMission, Uuid};
+use mission_testkit::TestServer;
+
+use super::jobs::{Agent, SHELL, TWO_CPUS, cluster, local_station, mission, wait_until};
+
+/// The test image's archive, or `None` (saying why) where there is none.
+fn test_image() -> Option<PathBuf> {
+    match std::env::var_os("MISSION_TEST_IMAGE") {
+        Some(path) => Some(path.into()),
+        None if std::env::var_os("MISSION_REQUIRE_PODMAN").is_some() => {
+            panic!("MISSION_REQUIRE_PODMAN is set, but MISSION_TEST_IMAGE names no image archive")
+        }
+        None => {
+            eprintln!("SKIPPED: MISSION_TEST_IMAGE names no image archive (scripts/install-test-deps.sh builds one)");
+            None
+        }
+    }
+}
+
+/// A copy of the test image that no other test (or earlier run) loaded: the archive with zero
+/// blocks of its own after its end (still the same image), so its digest is new. Removed from
+/// Podman's storage when dropped.
+struct FreshImage {
+    archive: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl FreshImage {
+    fn of(original: &std::path::Path) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let archive = dir.path().join("image.tar");
+        let mut bytes = std::fs::read(original).unwrap();
+        let blocks = 2 + (Uuid::new_v4().as_u128() % 4096) as usize;
+        bytes.extend(std::iter::repeat_n(0u8, 512 * blocks));
+        std::fs::write(&archive, bytes).unwrap();
+        Self { archive, _dir: dir }
+    }
+}
+
+impl Drop for FreshImage {
+    fn drop(&mut self) {
+        if let Ok(out) = std::process::Command::new("sha256sum").arg(&self.archive).output() {
+            let sum = String::from_utf8_lossy(&out.stdout);
+            let tag = format!("localhost/mission-image:{}", sum.split_whitespace().next().unwrap_or_default());
+            let _ = std::process::Command::new("podman").args(["rmi", "-f", &tag]).output();
+        }
+    }
+}
+
+/// `podman {args}`'s stdout.
+async fn podman(args: &[&str]) -> String {
+    let out = tokio::process::Command::new("podman").args(args).output().await.expect("podman runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Whether a container of `job` still exists.
+async fn container_of(job: &Job) -> bool {
+    !podman(&["ps", "-a", "-q", "--filter", &format!("name=mission-{}", job.job_id)]).await.trim().is_empty()
+}
+
+/// How many times landing zones downloaded an image, from the server's metrics.
+async fn image_downloads(server: &TestServer) -> u64 {
+    let metrics = reqwest::get(format!("{}/metrics", server.url)).await.unwrap().text().await.unwrap();
+    let line = r#"mission_http_request_duration_seconds_count{method="GET",route="/api/v1/lz/jobs/{id}/image"} "#;
+    metrics.lines().find_map(|l| l.strip_prefix(line)?.parse().ok()).unwrap_or(0)
+}
+
+/// A shell mission of `script` in the image `image`.
+async fn mission_in(client: &Client, image: &str, script: &str) -> Uuid {
+    let m = mission(client, SHELL, &[("run.sh", script)], &[]).await;
+    let changes = UpdateMission { image: Some(image.into()), ..Default::default() };
+    assert!(client.update_mission(m.mission_id, &changes).await.unwrap());
+    m.mission_id
+}
+
+/// Waits for a job and checks it completed, showing it and its stderr otherwise.
+async fn completed(client: &Client, job_id: Uuid) -> Job {
+    let done = client.wait_for_job(job_id).await.unwrap();
+    let stderr = client.job_logs(job_id, LogStream::Stderr).await.unwrap_or_default();
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}\nstderr: {stderr}");
+    done
+}
+
+fn memory(mb: u64) -> JobResources {
+    JobResources { cpu_count: Some(1), memory_amount: Some(mb), ..Default::default() }
+}
+
+#[tokio::test]
+async fn a_job_runs_in_its_image_as_its_own_uid_within_its_limits_and_returns_its_results() {
+    let Some(original) = test_image() else { return };
+    let fresh = FreshImage::of(&original);
+    let archive = fresh.archive.clone();
+    let (server, admin) = cluster(|_| {}).await;
+    let agent = Agent::start(&server, &admin, local_station(), "podman", TWO_CPUS).await;
+    let lzs = admin.list_landing_zones(local_station()).await.unwrap();
+    assert!(lzs.iter().any(|lz| lz.lz_id == agent.lz_id && lz.images), "the agent found Podman: {lzs:?}");
+    let alice = &server.client;
+
+    // Imported as streamed, stored by digest.
+    let request = ImportImage { name: "debian:bookworm".into(), ..Default::default() };
+    let image = alice.import_image(&archive, &request, None).await.unwrap();
+    let size = std::fs::metadata(&archive).unwrap().len();
+    let sum = tokio::process::Command::new("sha256sum").arg(&archive).output().await.unwrap().stdout;
+    let digest = format!("sha256:{}", String::from_utf8_lossy(&sum).split_whitespace().next().unwrap());
+    assert_eq!((&image.digest, image.size, image.format), (&digest, size, ImageFormat::Oci));
+    assert_eq!(alice.list_images().await.unwrap(), std::slice::from_ref(&image));
+    let again = alice.import_image(&archive, &request, None).await.unwrap_err();
+    assert!(again.to_string().contains("you have an image named \"debian:bookworm\" already"), "{again}");
+
+    // The job reads the image's own files, runs as a uid of its own, and its results come back.
+    let script = "cat /etc/debian_version\nid -u\npwd\necho made > out.txt\n";
+    let m = mission_in(alice, "debian:bookworm", script).await;
+    let job = alice.run_job_on_station(m, local_station(), memory(256)).await.unwrap();
+    assert_eq!(job.image.as_ref().map(|i| i.image_id), Some(image.image_id));
+    let done = completed(alice, job.job_id).await;
+    let stdout = alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("12."), "Debian 12's version file: {stdout}");
+    assert_ne!(lines[1], "0", "never root inside");
+    let limits = done.limits.unwrap_or_default();
+    assert!(limits.contains("in a Podman container") && limits.contains(&format!("as uid {}", lines[1])), "{limits}");
+    let results = alice.list_job_results(job.job_id).await.unwrap();
+    assert!(results.iter().any(|f| f.relative_path() == "out.txt"), "{results:?}");
+    assert!(!container_of(&job).await, "the container is removed");
+
+    // A second job of the image finds it loaded; a run may name the image by digest.
+    let by_digest = mission_in(alice, &image.digest, "echo again\n").await;
+    let job = alice.run_job_on_station(by_digest, local_station(), memory(256)).await.unwrap();
+    completed(alice, job.job_id).await;
+    assert_eq!(image_downloads(&server).await, 1, "the landing zone loaded the image once");
+
+    // Over its memory limit inside the container: out of memory.
+    let hog = mission_in(alice, "debian:bookworm", "dd if=/dev/zero of=/dev/null bs=300M count=1\n").await;
+    let job = alice.run_job_on_station(hog, local_station(), memory(100)).await.unwrap();
+    let done = alice.wait_for_job(job.job_id).await.unwrap();
+    assert_eq!((done.status, done.reason.as_deref()), (JobStatus::Failed, Some("out of memory")), "{done:?}");
+
+    // A stop kills the container.
+    let sleeper = mission_in(alice, "debian:bookworm", "echo up\nsleep 300\n").await;
+    let job = alice.run_job_on_station(sleeper, local_station(), memory(256)).await.unwrap();
+    wait_until("the sleeper runs", || async { container_of(&job).await }).await;
+    alice.stop_job(job.job_id).await.unwrap();
+    let done = alice.wait_for_job(job.job_id).await.unwrap();
+    assert_eq!(done.status, JobStatus::Stopped, "{done:?}");
+    wait_until("the stopped container is gone", || async { !container_of(&job).await }).await;
+
+    // An image in use is not deleted; an unknown name is refused naming the field.
+    let refused = alice.delete_image(image.image_id).await;
+    assert!(refused.is_ok(), "no job runs in it now: {refused:?}");
+    let job = alice.run_job_on_station(sleeper, local_station(), memory(256)).await.unwrap_err();
+    assert!(job.to_string().contains("mission.image: no image \"debian:bookworm\" that you see"), "{job}");
+}
+
+#[tokio::test]
+async fn an_agent_killed_mid_job_ends_its_container_when_it_restarts_and_a_network_of_none_is_kept() {
+    let Some(archive) = test_image() else { return };
+    let (server, admin) = cluster(|_| {}).await;
+    let alice = &server.client;
+    let request = ImportImage { name: "debian".into(), ..Default::default() };
+    alice.import_image(&archive, &request, None).await.unwrap();
+
+    // Without a network, a container sees loopback alone.
+    let none = ["--lz-container-network", "none"];
+    let mut agent = Agent::start_with(&server, &admin, local_station(), "offline", TWO_CPUS, &none).await;
+    let m = mission_in(alice, "debian", "ls /sys/class/net\n").await;
+    let job = alice.run_job_on_station(m, local_station(), memory(256)).await.unwrap();
+    completed(alice, job.job_id).await;
+    assert_eq!(alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap(), "lo\n");
+
+    // Killed mid-job, the agent leaves its container running; started again, it removes it,
+    // and the server counts the job lost, as for a process.
+    let sleeper = mission_in(alice, "debian", "sleep 300\n").await;
+    let job = alice.run_job_on_station(sleeper, local_station(), memory(256)).await.unwrap();
+    wait_until("the sleeper runs", || async { container_of(&job).await }).await;
+    agent.kill_hard().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(container_of(&job).await, "the container outlived the agent");
+    agent.restart(&server).await;
+    wait_until("the restarted agent removed the container", || async { !container_of(&job).await }).await;
+    let done = alice.wait_for_job(job.job_id).await.unwrap();
+    assert_eq!(done.status, JobStatus::Lost, "{done:?}");
+}

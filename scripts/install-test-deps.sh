@@ -8,6 +8,10 @@
 # - Debian's slurm-wlm, slurmdbd, mariadb-server and munge, for the Slurm landing zone
 #   (scripts/slurm-test-cluster.sh runs a one-node cluster of its own, with its accounting
 #   database; the package's own MariaDB is not used);
+# - Debian's podman, runc and debootstrap, for jobs in container images, and the test image they
+#   run: a minimal Debian root filesystem (debootstrap --variant=minbase bookworm), imported with
+#   podman import and saved as an OCI archive at target/test-image/debian-bookworm.tar (made once;
+#   scripts/test.sh names it in MISSION_TEST_IMAGE);
 # - a Python virtual environment at target/test-venv with, from PyPI, moto[server] (the
 #   S3-compatible server the cargo-bay tests start, scripts/s3-test-server.py), schemathesis
 #   (the API fuzzer of crates/mission-server/tests/api/fuzz.rs), maturin, pytest and mypy
@@ -45,6 +49,27 @@ if ! command -v unzip >/dev/null 2>&1; then
   echo "installing unzip (apt-get)" >&2
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq unzip >/dev/null
+fi
+
+if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; then
+  echo "installing podman, runc and debootstrap (apt-get)" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq podman runc debootstrap >/dev/null
+fi
+
+test_image=target/test-image/debian-bookworm.tar
+if [ ! -s "$test_image" ]; then
+  echo "building the test image $test_image (debootstrap, podman import)" >&2
+  rootfs="$(mktemp -d "${TMPDIR:-/tmp}/mission-test-rootfs.XXXXXX")"
+  $sudo debootstrap --variant=minbase bookworm "$rootfs" http://deb.debian.org/debian >/dev/null
+  # What no job needs: documentation, locales, package lists.
+  $sudo rm -rf "$rootfs"/usr/share/{doc,man,info,locale} "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*
+  mkdir -p "$(dirname "$test_image")"
+  $sudo tar -C "$rootfs" -c . | $sudo podman --cgroup-manager cgroupfs import - localhost/mission-test:bookworm >/dev/null
+  $sudo podman save -q --format oci-archive -o "$test_image.partial" localhost/mission-test:bookworm
+  $sudo podman rmi localhost/mission-test:bookworm >/dev/null
+  $sudo rm -rf "$rootfs"
+  mv "$test_image.partial" "$test_image"
 fi
 
 venv=target/test-venv

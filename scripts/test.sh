@@ -25,6 +25,9 @@ export MISSION_REQUIRE_CGROUPS=1
 export MISSION_REQUIRE_SANDBOX=1
 # And schemathesis fuzzes the API from its OpenAPI document (the script installs it).
 export MISSION_REQUIRE_SCHEMATHESIS=1
+# And jobs in container images run with Podman, in the Debian image the script builds.
+export MISSION_REQUIRE_PODMAN=1
+export MISSION_TEST_IMAGE="$PWD/target/test-image/debian-bookworm.tar"
 # And the unmodified galileo-sdk drives the server from its own virtualenv (the script makes it).
 export MISSION_REQUIRE_GALILEO=1
 # The PostgreSQL tests run on one server for the whole suite (each test makes a database of its

@@ -4,7 +4,7 @@
 //!   takes no image jobs (its hello says so, and the server never places one there).
 //! - Images: a job's image comes from the server once per landing zone
 //!   (`GET /api/v1/lz/jobs/{id}/image`, checked against its digest), is loaded with
-//!   `podman load` and tagged `localhost/mission-image:{hex digest}`; later jobs of the same
+//!   `podman pull` from the archive and tagged `localhost/mission-image:{hex digest}`; later jobs of the same
 //!   image find it loaded. Past the cache size the agent is given, the least recently used
 //!   images no job runs in are removed.
 //! - Running ([`run_args`]): `podman run --rm` as the job's own uid (never root inside), with no
@@ -310,15 +310,25 @@ impl Podman {
         }
     }
 
-    /// Loads an archive and names it `reference` (only).
+    /// Loads an archive (OCI, else docker) and names it `reference` (only: another name the
+    /// archive gave it would keep it past its eviction).
     async fn load(&self, archive: &Path, reference: &str) -> Result<(), String> {
         let archive = archive.to_str().ok_or("the archive's path is not UTF-8")?;
-        let output = self.command(&["load", "-q", "-i", archive]).await?;
-        let loaded = loaded_name(&output).ok_or_else(|| format!("podman load named no image: {}", output.trim()))?;
-        self.command(&["tag", &loaded, reference]).await?;
-        if loaded != reference && !loaded.starts_with("sha256:") {
-            // The archive's own name would keep the image after its eviction.
-            let _ = self.command(&["untag", &loaded, &loaded]).await;
+        // `pull` from the archive answers the image's id, which names it whatever names other
+        // agents give their images meanwhile (`load` answers a name).
+        let id = match self.command(&["pull", "-q", &format!("oci-archive:{archive}")]).await {
+            Ok(id) => id,
+            Err(oci) => self
+                .command(&["pull", "-q", &format!("docker-archive:{archive}")])
+                .await
+                .map_err(|docker| format!("neither an OCI archive ({oci}) nor a docker archive ({docker})"))?,
+        };
+        let id = id.lines().last().map(str::trim).filter(|id| !id.is_empty()).ok_or("podman pull answered no id")?;
+        self.command(&["tag", id, reference]).await?;
+        let names = self.command(&["image", "inspect", "--format", "{{join .RepoTags \"\\n\"}}", id]).await?;
+        for name in names.lines().map(str::trim).filter(|name| !name.is_empty() && *name != reference) {
+            // Where another image took the name meanwhile, this fails and changes nothing.
+            let _ = self.command(&["untag", id, name]).await;
         }
         Ok(())
     }
@@ -432,13 +442,6 @@ fn is_hex_digest(text: &str) -> bool {
     text.len() == 64 && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// The image `podman load` named: the last of `Loaded image(s): a, b` lines.
-fn loaded_name(output: &str) -> Option<String> {
-    let line = output.lines().rev().find_map(|l| l.split_once("Loaded image").map(|(_, rest)| rest.to_owned()))?;
-    let names = line.split_once(':').map(|(_, names)| names)?;
-    names.split(',').map(str::trim).find(|n| !n.is_empty()).map(str::to_owned)
-}
-
 /// A size as `podman images` prints it (`204 MB`, `1.2 GB`), in bytes.
 fn parse_size(text: &str) -> Option<u64> {
     let (number, unit) = text.trim().split_once(' ')?;
@@ -498,14 +501,7 @@ mod tests {
     }
 
     #[test]
-    fn what_podman_load_and_images_print_is_read() {
-        assert_eq!(
-            loaded_name("Loaded image: localhost/mission-test:bookworm\n").as_deref(),
-            Some("localhost/mission-test:bookworm")
-        );
-        assert_eq!(loaded_name("Getting image source signatures\nLoaded image(s): a:1,b:2\n").as_deref(), Some("a:1"));
-        assert_eq!(loaded_name("Loaded image: sha256:c733f7d7\n").as_deref(), Some("sha256:c733f7d7"));
-        assert_eq!(loaded_name("nothing"), None);
+    fn the_sizes_podman_images_prints_are_read() {
         assert_eq!(parse_size("204 MB"), Some(204_000_000));
         assert_eq!(parse_size("1.5 GB"), Some(1_500_000_000));
         assert_eq!(parse_size("lots"), None);

@@ -70,34 +70,45 @@ impl InputCache {
 
     async fn download_one(&self, client: &LzClient, job_id: Uuid, file: &InputFile) -> Result<(), String> {
         let path = MissionPath::parse(&file.path).map_err(|e| format!("{:?}: {e}", file.path))?;
-        let entry = self.dir.join(&file.sha256);
-        let mut body = client.input(job_id, &path).await.map_err(|e| format!("{path}: {e}"))?;
-        let partial = self.dir.join(format!("{}.{}.partial", file.sha256, Uuid::new_v4()));
-        let mut out = tokio::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&partial)
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut hasher = ring::digest::Context::new(&ring::digest::SHA256);
-        let result = async {
-            while let Some(chunk) = body.next().await {
-                let chunk = chunk.map_err(|e| format!("{path}: {e}"))?;
-                hasher.update(&chunk);
-                out.write_all(&chunk).await.map_err(|e| e.to_string())?;
-            }
-            out.flush().await.map_err(|e| e.to_string())?;
-            let digest: String = hasher.finish().as_ref().iter().map(|b| format!("{b:02x}")).collect();
-            if digest != file.sha256 {
-                return Err(format!("{path}: the download does not match its sha256"));
-            }
-            tokio::fs::rename(&partial, &entry).await.map_err(|e| e.to_string())
-        }
-        .await;
-        if result.is_err() {
-            let _ = tokio::fs::remove_file(&partial).await;
-        }
-        result
+        let body = client.input(job_id, &path).await.map_err(|e| format!("{path}: {e}"))?;
+        download_checked(body, &self.dir.join(&file.sha256), &file.sha256).await.map_err(|e| format!("{path}: {e}"))
     }
+}
+
+/// Writes `body` to `dest` (0600) when its SHA-256 is `sha256` (lowercase hex), through a
+/// partial file beside it that is renamed once the whole body is checked: `dest` is never
+/// half-written, and a download that breaks off or does not match leaves nothing.
+pub(crate) async fn download_checked(
+    mut body: impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
+    dest: &std::path::Path,
+    sha256: &str,
+) -> Result<(), String> {
+    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let partial = dest.with_file_name(format!("{name}.{}.partial", Uuid::new_v4().simple()));
+    let mut out = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&partial)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut hasher = ring::digest::Context::new(&ring::digest::SHA256);
+    let result = async {
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| e.to_string())?;
+            hasher.update(&chunk);
+            out.write_all(&chunk).await.map_err(|e| e.to_string())?;
+        }
+        out.flush().await.map_err(|e| e.to_string())?;
+        let digest: String = hasher.finish().as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        if digest != sha256 {
+            return Err("the download does not match its sha256".to_owned());
+        }
+        tokio::fs::rename(&partial, dest).await.map_err(|e| e.to_string())
+    }
+    .await;
+    if result.is_err() {
+        let _ = tokio::fs::remove_file(&partial).await;
+    }
+    result
 }

@@ -24,9 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use mission_api::JobImage;
-use tokio::io::AsyncWriteExt;
 use uuid::Uuid;
 
 use crate::client::LzClient;
@@ -283,31 +281,10 @@ impl Podman {
 
     /// Downloads the archive of `hex` for `job_id`, checked against its digest.
     async fn download(&self, client: &LzClient, job_id: Uuid, hex: &str) -> Result<PathBuf, String> {
-        let path = self.downloads.join(format!("{hex}.{}.partial", Uuid::new_v4().simple()));
-        let result = async {
-            let mut body = client.job_image(job_id).await.map_err(|e| format!("downloading it: {e}"))?;
-            let mut out = tokio::fs::File::create(&path).await.map_err(|e| e.to_string())?;
-            let mut hasher = ring::digest::Context::new(&ring::digest::SHA256);
-            while let Some(chunk) = body.next().await {
-                let chunk = chunk.map_err(|e| format!("downloading it: {e}"))?;
-                hasher.update(&chunk);
-                out.write_all(&chunk).await.map_err(|e| e.to_string())?;
-            }
-            out.flush().await.map_err(|e| e.to_string())?;
-            let digest: String = hasher.finish().as_ref().iter().map(|b| format!("{b:02x}")).collect();
-            if digest != hex {
-                return Err("the download does not match its digest".to_owned());
-            }
-            Ok(())
-        }
-        .await;
-        match result {
-            Ok(()) => Ok(path),
-            Err(why) => {
-                let _ = tokio::fs::remove_file(&path).await;
-                Err(why)
-            }
-        }
+        let path = self.downloads.join(format!("{hex}.{}.tar", Uuid::new_v4().simple()));
+        let body = client.job_image(job_id).await.map_err(|e| format!("downloading it: {e}"))?;
+        crate::cache::download_checked(body, &path, hex).await.map_err(|e| format!("downloading it: {e}"))?;
+        Ok(path)
     }
 
     /// Loads an archive (OCI, else docker) and names it `reference` (only: another name the

@@ -604,11 +604,149 @@ pub fn sbatch_args(job: &Assignment, dir: &JobDir, site: &SiteOptions, run_as: R
     site.finish(args, &dir.script())
 }
 
+/// The container engine a Slurm gateway's batch jobs run images with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerEngine {
+    /// Podman on the compute node: the image is pulled there from its archive on the shared
+    /// filesystem (kept in the node's storage for later jobs) and run as the job's account.
+    Podman,
+    /// Apptainer: the gateway converts the archive once into a SIF file on the shared
+    /// filesystem, which `apptainer exec` runs in the job's own allocation.
+    Apptainer,
+}
+
+impl std::str::FromStr for ContainerEngine {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "podman" => Ok(Self::Podman),
+            "apptainer" => Ok(Self::Apptainer),
+            other => Err(format!("{other:?} is not a container engine (podman, apptainer)")),
+        }
+    }
+}
+
+/// An image staged on the shared filesystem for a batch job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StagedImage {
+    /// Its digest's hex digits.
+    pub hex: String,
+    /// Its archive.
+    pub archive: PathBuf,
+    /// The SIF file made from it, for Apptainer.
+    pub sif: PathBuf,
+}
+
+/// `apptainer build` of `sif` from an image archive (`oci-archive://` or `docker-archive://`, as
+/// Apptainer's build specs name them): the conversion a gateway makes once per image.
+pub fn apptainer_build_args(sif: &Path, archive: &Path, oci: bool) -> Vec<String> {
+    let transport = if oci { "oci-archive" } else { "docker-archive" };
+    vec!["build".into(), sif.display().to_string(), format!("{transport}://{}", archive.display())]
+}
+
+/// `apptainer exec` of `command` in `sif`: file systems, PIDs, IPC and environment contained
+/// (`--containall`, `--cleanenv`), no home dir but the work dir bound at its own path and made
+/// the working directory, the job's variables passed by name (`--env NAME=$NAME`, expanded by
+/// the batch script), and the NVIDIA driver (`--nv`) where the job has GPUs.
+pub fn apptainer_exec_args(sif: &Path, work: &Path, vars: &[&str], gpus: bool, command: &[String]) -> Vec<String> {
+    let work = work.display().to_string();
+    let mut args: Vec<String> = ["exec", "--containall", "--cleanenv", "--no-home", "--bind"].map(String::from).into();
+    args.extend([format!("{work}:{work}"), "--pwd".into(), work]);
+    for var in vars {
+        args.extend(["--env".into(), format!("{var}=${var}")]);
+    }
+    if gpus {
+        args.push("--nv".into());
+    }
+    args.push(sif.display().to_string());
+    args.extend(command.iter().cloned());
+    args
+}
+
+/// The batch script's lines that run `job`'s command in its image with `engine` (instead of on
+/// the node), its variables `vars` passed in. The container runs in the background and the
+/// script waits for it, so that a cancel (`SIGTERM`) removes it at once.
+pub fn container_lines(
+    engine: ContainerEngine,
+    image: &StagedImage,
+    job: &Assignment,
+    work: &Path,
+    vars: &[&str],
+) -> String {
+    // `--env NAME=$NAME` is expanded by the shell; every other word is quoted as it is.
+    let words = |args: Vec<String>| {
+        let quoted: Vec<String> =
+            args.iter().map(|a| if a.contains("=$") { format!("\"{a}\"") } else { quote(a) }).collect();
+        quoted.join(" ")
+    };
+    match engine {
+        ContainerEngine::Apptainer => {
+            let args = apptainer_exec_args(&image.sif, work, vars, job.gpu_count > 0, &job.command);
+            format!("apptainer {} &\nwait $!", words(args))
+        }
+        ContainerEngine::Podman => {
+            let name = format!("mission-{}", job.job_id);
+            let reference = format!("localhost/mission-image:{}", image.hex);
+            let archive = image.archive.display().to_string();
+            let mut lines = String::new();
+            // Where cgroup v1 mixes with v2, Podman needs runc and its own cgroup manager; its
+            // runtime takes at most 32768 processes and the node's open-file limits.
+            lines.push_str("engine=\"podman --cgroup-manager cgroupfs\"\n");
+            lines.push_str("[ -e /sys/fs/cgroup/cgroup.controllers ] || engine=\"$engine --runtime runc\"\n");
+            lines.push_str(
+                "procs=$(awk '/^Max processes/ {print $4}' /proc/self/limits)\n\
+                 case $procs in ''|unlimited) procs=32768;; esac; [ \"$procs\" -gt 32768 ] && procs=32768\n",
+            );
+            lines.push_str(&format!(
+                "$engine image exists {image} || $engine tag \"$($engine pull -q {oci} 2>/dev/null || $engine pull -q {docker})\" {image} || exit 125\n",
+                image = quote(&reference),
+                oci = quote(&format!("oci-archive:{archive}")),
+                docker = quote(&format!("docker-archive:{archive}")),
+            ));
+            // The container's group lies under the job's (its memory group's path), which
+            // Slurm limits and counts.
+            lines.push_str(
+                "parent=$(awk -F: '$2 ~ /(^|,)memory(,|$)/ || $2 == \"\" {print $3; exit}' /proc/self/cgroup)\n",
+            );
+            lines.push_str(&format!("trap '$engine rm -f -t 0 {name} >/dev/null 2>&1' TERM INT\n"));
+            let mut args: Vec<String> = ["--rm", "--replace", "--pull=never", "--name", &name].map(String::from).into();
+            args.extend(
+                ["--security-opt", "no-new-privileges", "--cap-drop", "all", "--network", "host"].map(String::from),
+            );
+            args.extend([
+                "--memory".into(),
+                format!("{}m", job.memory_amount),
+                "--cpus".into(),
+                job.cpu_count.to_string(),
+            ]);
+            let work = work.display().to_string();
+            args.extend(["-v".into(), format!("{work}:{work}"), "-w".into(), work]);
+            for var in vars {
+                args.extend(["-e".into(), (*var).to_owned()]);
+            }
+            args.push(reference);
+            args.extend(job.command.iter().cloned());
+            // The job's own identity and limits, as the node gives them.
+            let node = "--user \"$(id -u):$(id -g)\" --cgroup-parent \"${parent:-/}\" \
+                        --ulimit \"nofile=$(ulimit -Sn):$(ulimit -Hn)\" --ulimit \"nproc=$procs:$procs\"";
+            lines.push_str(&format!("$engine run {node} {} &\nwait $!", words(args)));
+            lines
+        }
+    }
+}
+
 /// The batch script of `job`, staged in `dir`: it sets the job's environment (nothing of the
-/// agent's but `path`, the `PATH` jobs get), runs the command in the work dir, and writes its
-/// exit code to [`JobDir::exit_code`] (which tells how it ended where Slurm has forgotten the job
-/// and keeps no accounting).
-pub fn batch_script(job: &Assignment, dir: &JobDir, path: &str) -> String {
+/// agent's but `path`, the `PATH` jobs get), runs the command in the work dir (in its `image`
+/// where it has one, with the gateway's engine: see [`container_lines`]), and writes its exit
+/// code to [`JobDir::exit_code`] (which tells how it ended where Slurm has forgotten the job and
+/// keeps no accounting).
+pub fn batch_script(
+    job: &Assignment,
+    dir: &JobDir,
+    path: &str,
+    image: Option<(ContainerEngine, &StagedImage)>,
+) -> String {
     let work = dir.work();
     let exit_code = dir.exit_code();
     let mut vars = vec![
@@ -621,8 +759,9 @@ pub fn batch_script(job: &Assignment, dir: &JobDir, path: &str) -> String {
     vars.extend(job.array_index.map(|index| (mission_api::lz::ARRAY_INDEX_VARIABLE, index.to_string())));
     let mut script =
         format!("#!/bin/sh\n# Mission Compute job {} of mission {}\numask 077\n", job.job_id, job.mission_id);
-    for (name, value) in vars {
-        script.push_str(&format!("export {name}={}\n", quote(&value)));
+    let names: Vec<&str> = vars.iter().map(|(name, _)| *name).collect();
+    for (name, value) in &vars {
+        script.push_str(&format!("export {name}={}\n", quote(value)));
     }
     script.push_str("cd \"$HOME\" || exit 1\n");
     let stamp = |path: &Path| {
@@ -630,8 +769,18 @@ pub fn batch_script(job: &Assignment, dir: &JobDir, path: &str) -> String {
         format!("date +%s.%N > {path}.partial && mv {path}.partial {path}\n")
     };
     script.push_str(&stamp(&dir.started()));
-    let command: Vec<String> = job.command.iter().map(|arg| quote(arg)).collect();
-    script.push_str(&command.join(" "));
+    match image {
+        Some((engine, image)) => {
+            // The image's own PATH holds inside; Slurm's CUDA_VISIBLE_DEVICES passes in.
+            let mut passed: Vec<&str> = names.iter().copied().filter(|name| *name != "PATH").collect();
+            passed.push("CUDA_VISIBLE_DEVICES");
+            script.push_str(&container_lines(engine, image, job, &work, &passed));
+        }
+        None => {
+            let command: Vec<String> = job.command.iter().map(|arg| quote(arg)).collect();
+            script.push_str(&command.join(" "));
+        }
+    }
     script.push_str("\ncode=$?\n");
     script.push_str(&stamp(&dir.ended()));
     let exit_code = quote(&exit_code.to_string_lossy());
@@ -812,7 +961,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = JobDir::new(tmp.path(), assignment().job_id);
         std::fs::create_dir_all(dir.work()).unwrap();
-        std::fs::write(dir.script(), batch_script(&assignment(), &dir, "/usr/bin:/bin")).unwrap();
+        std::fs::write(dir.script(), batch_script(&assignment(), &dir, "/usr/bin:/bin", None)).unwrap();
         let status = std::process::Command::new("sh")
             .arg(dir.script())
             .env_clear()
@@ -848,5 +997,61 @@ mod tests {
         assert_eq!((jobs[0].job_id, jobs[0].pilot), (Some(id), None));
         assert_eq!((jobs[2].job_id, jobs[2].pilot), (None, Some(id)));
         assert_eq!((jobs[1].job_id, jobs[1].reason.as_deref()), (None, Some("QOSMaxJobsPerUserLimit")));
+    }
+
+    /// Apptainer's documented usage: `apptainer build [options] <image path> <build spec>` with
+    /// `oci-archive://` and `docker-archive://` build specs, and `apptainer exec [options]
+    /// <container> <command>` with `--containall`, `--cleanenv`, `--no-home`, `--bind src:dest`,
+    /// `--pwd`, `--env NAME=VALUE` and `--nv`.
+    #[test]
+    fn apptainer_converts_an_archive_once_and_execs_the_command_contained() {
+        let (sif, tar) = (Path::new("/shared/images/ab.sif"), Path::new("/shared/images/ab.tar"));
+        assert_eq!(
+            apptainer_build_args(sif, tar, true),
+            ["build", "/shared/images/ab.sif", "oci-archive:///shared/images/ab.tar"]
+        );
+        assert_eq!(apptainer_build_args(sif, tar, false)[2], "docker-archive:///shared/images/ab.tar");
+        let command = ["bash".to_owned(), "run.sh".to_owned()];
+        let args = apptainer_exec_args(sif, Path::new("/shared/work/j/work"), &["HOME", "JOB_ID"], true, &command);
+        assert_eq!(
+            args.join(" "),
+            "exec --containall --cleanenv --no-home --bind /shared/work/j/work:/shared/work/j/work --pwd \
+             /shared/work/j/work --env HOME=$HOME --env JOB_ID=$JOB_ID --nv /shared/images/ab.sif bash run.sh"
+        );
+        assert!(!apptainer_exec_args(sif, Path::new("/w"), &[], false, &command).contains(&"--nv".to_owned()));
+    }
+
+    /// A job in an image runs its command through the gateway's engine, in the background so
+    /// that a cancel removes its container, with the job's variables (not PATH) passed in.
+    #[test]
+    fn a_batch_script_runs_the_command_in_the_image_with_the_gateways_engine() {
+        let job = assignment();
+        let dir = JobDir::new(Path::new("/shared/work"), job.job_id);
+        let hex = "ab".repeat(32);
+        let image = StagedImage {
+            hex: hex.clone(),
+            archive: PathBuf::from(format!("/shared/work/images/{hex}.tar")),
+            sif: PathBuf::from(format!("/shared/work/images/{hex}.sif")),
+        };
+        let podman = batch_script(&job, &dir, "/usr/bin:/bin", Some((ContainerEngine::Podman, &image)));
+        let name = format!("mission-{}", job.job_id);
+        for expected in [
+            format!("$engine image exists 'localhost/mission-image:{hex}' || $engine tag"),
+            format!("pull -q 'oci-archive:/shared/work/images/{hex}.tar'"),
+            format!("trap '$engine rm -f -t 0 {name} >/dev/null 2>&1' TERM INT"),
+            "$engine run --user \"$(id -u):$(id -g)\" --cgroup-parent \"${parent:-/}\"".to_owned(),
+            "'--security-opt' 'no-new-privileges' '--cap-drop' 'all'".to_owned(),
+            "'--memory' '512m' '--cpus' '2'".to_owned(),
+            "'-e' 'HOME' '-e' 'MISSION_ID' '-e' 'JOB_ID' '-e' 'OMP_NUM_THREADS' '-e' 'CUDA_VISIBLE_DEVICES'".to_owned(),
+            format!("'localhost/mission-image:{hex}' 'sh' '-c'"),
+            " &\nwait $!\ncode=$?\n".to_owned(),
+        ] {
+            assert!(podman.contains(&expected), "{expected:?} in\n{podman}");
+        }
+        assert!(!podman.contains("'-e' 'PATH'"), "the image keeps its own PATH");
+        let apptainer = batch_script(&job, &dir, "/usr/bin:/bin", Some((ContainerEngine::Apptainer, &image)));
+        assert!(apptainer.contains("apptainer 'exec' '--containall'"), "{apptainer}");
+        assert!(apptainer.contains("'--env' \"HOME=$HOME\""), "{apptainer}");
+        assert!(apptainer.contains(&format!("'/shared/work/images/{hex}.sif' 'sh' '-c'")), "{apptainer}");
     }
 }

@@ -120,6 +120,12 @@ struct SlurmArgs {
     /// Seconds a pilot stays without a job before it leaves.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     pilot_idle: u64,
+    /// Run jobs that name a container image with this engine on the compute nodes: podman (the
+    /// image is pulled there from its archive on the shared filesystem) or apptainer (the
+    /// gateway converts it once into a SIF file there). Without it the gateway takes no image
+    /// jobs.
+    #[arg(long, env = "MISSION_LZ_CONTAINER_ENGINE", value_name = "podman|apptainer")]
+    container_engine: Option<mission_lz::slurm::ContainerEngine>,
     /// Longest wait, in seconds, between two questions to Slurm while nothing changes.
     #[arg(long, env = "MISSION_LZ_POLL_MAX", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=3600))]
     poll_max: u64,
@@ -155,6 +161,7 @@ impl SlurmArgs {
                 },
                 max_pilots: self.max_pilots,
             }),
+            containers: self.container_engine,
         })
     }
 }

@@ -12,7 +12,7 @@ use mission_testkit::TestServer;
 use super::jobs::{Agent, SHELL, TWO_CPUS, cluster, local_station, mission, wait_until};
 
 /// The test image's archive, or `None` (saying why) where there is none.
-fn test_image() -> Option<PathBuf> {
+pub(super) fn test_image() -> Option<PathBuf> {
     match std::env::var_os("MISSION_TEST_IMAGE") {
         Some(path) => Some(path.into()),
         None if std::env::var_os("MISSION_REQUIRE_PODMAN").is_some() => {
@@ -74,7 +74,7 @@ async fn image_downloads(server: &TestServer) -> u64 {
 }
 
 /// A shell mission of `script` in the image `image`.
-async fn mission_in(client: &Client, image: &str, script: &str) -> Uuid {
+pub(super) async fn mission_in(client: &Client, image: &str, script: &str) -> Uuid {
     let m = mission(client, SHELL, &[("run.sh", script)], &[]).await;
     let changes = UpdateMission { image: Some(image.into()), ..Default::default() };
     assert!(client.update_mission(m.mission_id, &changes).await.unwrap());
@@ -82,14 +82,14 @@ async fn mission_in(client: &Client, image: &str, script: &str) -> Uuid {
 }
 
 /// Waits for a job and checks it completed, showing it and its stderr otherwise.
-async fn completed(client: &Client, job_id: Uuid) -> Job {
+pub(super) async fn completed(client: &Client, job_id: Uuid) -> Job {
     let done = client.wait_for_job(job_id).await.unwrap();
     let stderr = client.job_logs(job_id, LogStream::Stderr).await.unwrap_or_default();
     assert_eq!(done.status, JobStatus::Completed, "{done:?}\nstderr: {stderr}");
     done
 }
 
-fn memory(mb: u64) -> JobResources {
+pub(super) fn memory(mb: u64) -> JobResources {
     JobResources { cpu_count: Some(1), memory_amount: Some(mb), ..Default::default() }
 }
 
@@ -138,10 +138,13 @@ async fn a_job_runs_in_its_image_as_its_own_uid_within_its_limits_and_returns_it
     assert_eq!(image_downloads(&server).await, 1, "the landing zone loaded the image once");
 
     // Over its memory limit inside the container: out of memory.
-    let hog = mission_in(alice, "debian:bookworm", "dd if=/dev/zero of=/dev/null bs=300M count=1\n").await;
-    let job = alice.run_job_on_station(hog, local_station(), memory(100)).await.unwrap();
+    // (The limit leaves the container's runtime room to start.)
+    let hog = mission_in(alice, "debian:bookworm", "dd if=/dev/zero of=/dev/null bs=600M count=1\n").await;
+    let job = alice.run_job_on_station(hog, local_station(), memory(256)).await.unwrap();
     let done = alice.wait_for_job(job.job_id).await.unwrap();
-    assert_eq!((done.status, done.reason.as_deref()), (JobStatus::Failed, Some("out of memory")), "{done:?}");
+    let stderr = alice.job_logs(job.job_id, LogStream::Stderr).await.unwrap_or_default();
+    let outcome = (done.status, done.reason.as_deref());
+    assert_eq!(outcome, (JobStatus::Failed, Some("out of memory")), "{done:?}\nstderr: {stderr}");
 
     // A stop kills the container.
     let sleeper = mission_in(alice, "debian:bookworm", "echo up\nsleep 300\n").await;
@@ -174,6 +177,21 @@ async fn an_agent_killed_mid_job_ends_its_container_when_it_restarts_and_a_netwo
     let job = alice.run_job_on_station(m, local_station(), memory(256)).await.unwrap();
     completed(alice, job.job_id).await;
     assert_eq!(alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap(), "lo\n");
+
+    // A mapped user's job runs as their account inside too: what it writes is theirs.
+    let maps = tempfile::tempdir().unwrap();
+    let map = maps.path().join("users.map");
+    std::fs::write(&map, "alice nobody\n").unwrap();
+    let map = map.display().to_string();
+    let mapped = ["--user-map", map.as_str()];
+    let mut mapped_agent = Agent::start_with(&server, &admin, local_station(), "mapped", TWO_CPUS, &mapped).await;
+    agent.kill_hard().await;
+    let writer = mission_in(alice, "debian", "id -u\necho made > mine.txt\nstat -c %u mine.txt\n").await;
+    let job = alice.run_job_on_station(writer, local_station(), memory(256)).await.unwrap();
+    completed(alice, job.job_id).await;
+    assert_eq!(alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap(), "65534\n65534\n");
+    mapped_agent.kill_hard().await;
+    agent.restart(&server).await;
 
     // Killed mid-job, the agent leaves its container running; started again, it removes it,
     // and the server counts the job lost, as for a process.

@@ -508,3 +508,34 @@ async fn a_job_cut_off_by_its_pilots_allocation_goes_back_in_the_queue() {
     let stopped = until_ended(alice, requeued.job_id).await;
     assert_eq!(stopped.status, JobStatus::Stopped, "{stopped:?}");
 }
+
+/// A gateway told to run images with Podman runs a job's command in its image on the node: the
+/// archive staged once on the shared filesystem, the job's work dir mounted, its results
+/// returned as for any Slurm job.
+#[tokio::test]
+async fn a_slurm_job_runs_in_its_image_with_podman_on_the_node() {
+    let Some(conf) = slurm_conf("a_slurm_job_runs_in_its_image_with_podman_on_the_node") else { return };
+    let Some(archive) = super::containers::test_image() else { return };
+    let (server, admin) = cluster(|_| {}).await;
+    let engine = ["--container-engine", "podman"];
+    let agent = SlurmAgent::start_with(&server, &admin, "podman-gateway", &conf, &engine).await;
+    let lzs = admin.list_landing_zones(local_station()).await.unwrap();
+    assert!(lzs.iter().any(|lz| lz.lz_id == agent.lz_id && lz.images), "{lzs:?}");
+    let alice = &server.client;
+    let request = mission_client::ImportImage { name: "debian".into(), ..Default::default() };
+    alice.import_image(&archive, &request, None).await.unwrap();
+    let script = "cat /etc/debian_version\necho \"in $PWD\"\necho made > out.txt\n";
+    let m = super::containers::mission_in(alice, "debian", script).await;
+    let job = alice.run_job_on_station(m, local_station(), super::containers::memory(512)).await.unwrap();
+    let done = alice.wait_for_job(job.job_id).await.unwrap();
+    let stderr = alice.job_logs(job.job_id, LogStream::Stderr).await.unwrap_or_default();
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}\nstderr: {stderr}\n{}", agent.log());
+    let stdout = alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap();
+    assert!(stdout.starts_with("12."), "Debian 12's version file: {stdout}");
+    assert!(stdout.contains(&format!("in {}", agent.work_dir(job.job_id).display())), "{stdout}");
+    let results = alice.list_job_results(job.job_id).await.unwrap();
+    assert!(results.iter().any(|f| f.relative_path() == "out.txt"), "{results:?}");
+    let staged = agent.work_root().join("images");
+    let archives: Vec<_> = std::fs::read_dir(&staged).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(archives.len(), 1, "the archive is staged once: {archives:?}");
+}

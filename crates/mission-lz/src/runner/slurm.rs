@@ -33,6 +33,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
+use mission_api::JobImage;
 use mission_api::lz::Assignment;
 use mission_api::{JobStatus, JobUsage, Resources};
 use tokio::sync::{Notify, oneshot, watch};
@@ -42,11 +43,12 @@ use uuid::Uuid;
 use super::{Finished, JobError, JobEvents, JobHandle, JobOutput, Offer, Outcome, OutputSource, Runner, Signal};
 use crate::agent::{Agent, AgentConfig, AgentError, private_dir};
 use crate::client::Backoff;
+use crate::client::LzClient;
 use crate::output::changed_files;
 use crate::sandbox::{UserMap, read_user_map};
 use crate::slurm::{
-    self, JobDir, SACCT_FORMAT, SACCT_USAGE_FORMAT, SINFO_FORMAT, SQUEUE_FORMAT, SiteOptions, SlurmJob, batch_script,
-    sbatch_args,
+    self, ContainerEngine, JobDir, SACCT_FORMAT, SACCT_USAGE_FORMAT, SINFO_FORMAT, SQUEUE_FORMAT, SiteOptions,
+    SlurmJob, StagedImage, batch_script, sbatch_args,
 };
 use crate::workdirs::{Staged, WorkDir};
 
@@ -65,6 +67,8 @@ pub struct SlurmConfig {
     pub poll: Backoff,
     /// Start pilots instead of one Slurm job per mission job.
     pub pilots: Option<Pilots>,
+    /// What runs jobs in container images; none: the gateway takes no image jobs.
+    pub containers: Option<ContainerEngine>,
 }
 
 /// How a gateway runs pilots.
@@ -86,6 +90,8 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often a running job's dir is looked at for its exit code, which tells the monitor to ask
 /// Slurm at once instead of at its next turn.
 const EXIT_CHECK: Duration = Duration::from_millis(200);
+/// How long converting an image for Apptainer may take.
+const IMAGE_CONVERSION_TIMEOUT: Duration = Duration::from_secs(1800);
 /// How long after a job's end accounting is asked for what it used: slurmctld hands a step's
 /// figures to slurmdbd a moment after the step ends.
 const USAGE_PATIENCE: Duration = Duration::from_secs(10);
@@ -160,6 +166,9 @@ pub(crate) struct SlurmRunner {
     servers: String,
     /// This program, which pilots run (from the shared filesystem).
     program: PathBuf,
+    /// One image is staged on the shared filesystem at a time (a second job of it waits, then
+    /// finds it there).
+    staging_images: tokio::sync::Mutex<()>,
 }
 
 impl SlurmRunner {
@@ -218,6 +227,7 @@ impl SlurmRunner {
             servers,
             program: std::env::current_exe()
                 .map_err(|e| AgentError::BatchSystem(format!("this program's path: {e}")))?,
+            staging_images: tokio::sync::Mutex::new(()),
         });
         let capacity = patiently("reading the cluster's nodes", || runner.capacity()).await?;
         *runner.offer.lock().expect("not poisoned") = capacity;
@@ -237,12 +247,17 @@ impl SlurmRunner {
 
     /// Runs a Slurm command; answers its stdout, or why it failed.
     async fn command(&self, program: &str, args: &[String]) -> Result<String, String> {
+        self.command_within(COMMAND_TIMEOUT, program, args).await
+    }
+
+    /// [`SlurmRunner::command`] that may take `limit`.
+    async fn command_within(&self, limit: Duration, program: &str, args: &[String]) -> Result<String, String> {
         let mut command = tokio::process::Command::new(program);
         command.args(args).env_clear().envs(self.command_env.iter().cloned()).kill_on_drop(true);
         command.stdin(std::process::Stdio::null());
-        let output = tokio::time::timeout(COMMAND_TIMEOUT, command.output())
+        let output = tokio::time::timeout(limit, command.output())
             .await
-            .map_err(|_| format!("{program} did not answer within {COMMAND_TIMEOUT:?}"))?
+            .map_err(|_| format!("{program} did not answer within {limit:?}"))?
             .map_err(|e| format!("cannot run {program}: {e}"))?;
         if !output.status.success() {
             let stderr = String::from_utf8_lossy(&output.stderr);
@@ -364,12 +379,23 @@ impl SlurmRunner {
     }
 
     /// Stages the job into its dir and submits it; answers its record, with Slurm's id.
-    async fn submit(self: &Arc<Self>, job: &Assignment, inputs: Vec<(PathBuf, PathBuf)>) -> Result<Record, JobError> {
+    async fn submit(
+        self: &Arc<Self>,
+        client: &LzClient,
+        job: &Assignment,
+        inputs: Vec<(PathBuf, PathBuf)>,
+    ) -> Result<Record, JobError> {
         let run_as = self.run_as(job)?;
+        let image = match (&job.image, self.config.containers) {
+            (Some(image), Some(engine)) => Some((engine, self.stage_image(client, job.job_id, image, engine).await?)),
+            _ => None,
+        };
         let dir = JobDir::new(&self.config.work_root, job.job_id);
         let staging = {
             let (runner, dir, job) = (self.clone(), dir.clone(), job.clone());
-            tokio::task::spawn_blocking(move || runner.stage(&job, &dir, &inputs, run_as))
+            tokio::task::spawn_blocking(move || {
+                runner.stage(&job, &dir, &inputs, run_as, image.as_ref().map(|(engine, staged)| (*engine, staged)))
+            })
         };
         let record = staging.await?.map_err(|e| {
             self.forget(job.job_id);
@@ -394,6 +420,61 @@ impl SlurmRunner {
         Ok(record)
     }
 
+    /// The job's image on the shared filesystem (`WORK_ROOT/images/`, readable by the accounts
+    /// jobs run as): its archive downloaded once per gateway and checked against its digest,
+    /// and for Apptainer the SIF file made from it once.
+    async fn stage_image(
+        &self,
+        client: &LzClient,
+        job_id: Uuid,
+        image: &JobImage,
+        engine: ContainerEngine,
+    ) -> Result<StagedImage, JobError> {
+        let fail = |why: String| JobError::Image(format!("{}: {why}", image.digest));
+        let hex = image
+            .digest
+            .strip_prefix("sha256:")
+            .filter(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()));
+        let hex = hex.ok_or_else(|| fail("not an image digest".into()))?;
+        let dir = self.config.work_root.join("images");
+        let staged = StagedImage {
+            hex: hex.to_owned(),
+            archive: dir.join(format!("{hex}.tar")),
+            sif: dir.join(format!("{hex}.sif")),
+        };
+        let _one_at_a_time = self.staging_images.lock().await;
+        private_dir(&dir, 0o711).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+        let readable = |path: &Path| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).map_err(|e| fail(e.to_string()))
+        };
+        if !staged.archive.exists() {
+            let body = client.job_image(job_id).await.map_err(|e| fail(format!("downloading it: {e}")))?;
+            crate::cache::download_checked(body, &staged.archive, hex)
+                .await
+                .map_err(|e| fail(format!("downloading it: {e}")))?;
+            readable(&staged.archive)?;
+        }
+        if engine == ContainerEngine::Apptainer && !staged.sif.exists() {
+            let partial = dir.join(format!("{hex}.{}.sif", Uuid::new_v4().simple()));
+            let mut converted = Err(String::new());
+            for oci in [true, false] {
+                let args = slurm::apptainer_build_args(&partial, &staged.archive, oci);
+                converted = self.command_within(IMAGE_CONVERSION_TIMEOUT, "apptainer", &args).await;
+                if converted.is_ok() {
+                    break;
+                }
+            }
+            if let Err(why) = converted {
+                let _ = std::fs::remove_file(&partial);
+                return Err(fail(format!("converting it to a SIF file: {why}")));
+            }
+            readable(&partial)?;
+            std::fs::rename(&partial, &staged.sif).map_err(|e| fail(e.to_string()))?;
+        }
+        Ok(staged)
+    }
+
     /// Makes the job's dir with its inputs and batch script (all the mapped account's, where
     /// the job runs as one), and records the job. Blocking.
     fn stage(
@@ -402,13 +483,14 @@ impl SlurmRunner {
         dir: &JobDir,
         inputs: &[(PathBuf, PathBuf)],
         run_as: slurm::RunAs,
+        image: Option<(ContainerEngine, &StagedImage)>,
     ) -> std::io::Result<Record> {
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         // A dir left by an earlier attempt of this job holds nothing anyone will collect.
         let _ = std::fs::remove_dir_all(dir.root());
         std::fs::DirBuilder::new().mode(0o700).create(dir.root())?;
         let staged = WorkDir::create_at(dir.work(), inputs)?;
-        let script = batch_script(job, dir, &self.job_path);
+        let script = batch_script(job, dir, &self.job_path, image);
         let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o700).open(dir.script())?;
         std::io::Write::write_all(&mut file, script.as_bytes())?;
         if let Some((uid, gid)) = run_as {
@@ -485,7 +567,7 @@ impl Runner for SlurmRunner {
             gpus: Vec::new(),
             max_jobs: Some(max_jobs),
             cluster_account: Some(self.account.clone()),
-            images: false,
+            images: self.config.containers.is_some() && self.config.pilots.is_none(),
         }
     }
 
@@ -496,6 +578,11 @@ impl Runner for SlurmRunner {
     }
 
     fn refusal(&self, job: &Assignment) -> Option<String> {
+        if job.image.is_some() && self.config.containers.is_none() {
+            return Some(
+                "refused by the landing zone: its jobs run in no container images (--container-engine)".into(),
+            );
+        }
         self.run_as(job).err().map(|e| e.to_string())
     }
 
@@ -505,7 +592,7 @@ impl Runner for SlurmRunner {
         inputs: Vec<(PathBuf, PathBuf)>,
         events: JobEvents,
     ) -> Result<SubmittedJob, JobError> {
-        let record = self.submit(job, inputs).await?;
+        let record = self.submit(events.client(), job, inputs).await?;
         self.follow(record, events)
     }
 

@@ -45,7 +45,9 @@ from ._types import (
     CargoBay,
     DeviceCode,
     FileListing,
+    Image,
     Job,
+    JobImage,
     JobTransition,
     JobUsage,
     PendingReason,
@@ -87,7 +89,9 @@ __all__ = [
     "CargoBay",
     "DeviceCode",
     "FileListing",
+    "Image",
     "Job",
+    "JobImage",
     "JobTransition",
     "JobUsage",
     "LandingZone",
@@ -204,6 +208,7 @@ def _mission_json(
     labels: Optional[Dict[str, str]] = None,
     retry: Optional[RetryPolicy] = None,
     project_id: Optional[Id] = None,
+    image: Optional[str] = None,
 ) -> str:
     """A mission's create or update request as JSON, without the fields not given."""
     return json.dumps(_drop_none({
@@ -211,7 +216,7 @@ def _mission_json(
         "destination_storage_id": destination_storage_id, "source_path": source_path,
         "destination_path": destination_path, "mission_type_id": mission_type_id,
         "settings": settings, "public": public, "labels": labels,
-        "retry": retry._request() if retry is not None else None, "project_id": project_id,
+        "retry": retry._request() if retry is not None else None, "project_id": project_id, "image": image,
     }))
 
 
@@ -329,13 +334,16 @@ class Client:
         labels: Optional[Dict[str, str]] = None,
         retry: Optional[RetryPolicy] = None,
         project_id: Optional[Id] = None,
+        image: Optional[str] = None,
     ) -> Mission:
         """A new mission of yours; ``labels`` (``key`` to ``value``) find it again with
         ``list_missions(labels=…)``; ``retry`` is the default policy of its jobs. It belongs to
         ``project_id`` (one you are a member of; your personal project by default), which its
-        jobs are charged to."""
+        jobs are charged to. Its jobs run in the container ``image`` (a name or ``sha256:``
+        digest of an image you see; see :meth:`import_image`) where it names one."""
         request = _mission_json(name, description, source_storage_id, destination_storage_id, source_path,
-                                destination_path, mission_type_id, settings, public, labels, retry, project_id)
+                                destination_path, mission_type_id, settings, public, labels, retry, project_id,
+                                image)
         return _one(Mission, self._native.create_mission(request))
 
     def update_mission(
@@ -351,13 +359,15 @@ class Client:
         labels: Optional[Dict[str, str]] = None,
         retry: Optional[RetryPolicy] = None,
         project_id: Optional[Id] = None,
+        image: Optional[str] = None,
     ) -> bool:
         """Changes the fields given (``labels`` replaces them all; ``retry`` is the new default
         policy of its jobs, ``RetryPolicy(1)`` none; ``project_id`` moves it to another project
-        of yours); ``False`` when the mission does not exist."""
+        of yours; ``image`` the image its jobs run in, ``""`` none); ``False`` when the mission
+        does not exist."""
         changes = _mission_json(name, description, source_storage_id, destination_storage_id, source_path,
                                 destination_path, settings=settings, labels=labels, retry=retry,
-                                project_id=project_id)
+                                project_id=project_id, image=image)
         return self._native.update_mission(_id(mission_id), changes)
 
     def update_mission_args(self, mission_id: Id, arg: List[str]) -> Mission:
@@ -430,6 +440,7 @@ class Client:
         after_any: Optional[List[Id]] = None,
         retry: Optional[RetryPolicy] = None,
         project_id: Optional[Id] = None,
+        image: Optional[str] = None,
     ) -> Job:
         """Starts a job of the mission on a station; absent resources come from the mission
         type's defaults (memory in megabytes, the time limit in minutes). ``labels`` (``key`` to
@@ -441,10 +452,12 @@ class Client:
         fails without running, its ``reason`` naming that job. While it waits, its
         ``pending_reason`` says why. ``retry`` (default: the mission's) tries it again after it
         fails, as the same job, its ``attempt`` counting. The job is charged to ``project_id``
-        (one you are a member of; the mission's by default)."""
+        (one you are a member of; the mission's by default). It runs in the container ``image``
+        (default: the mission's, if it names one)."""
         return self._run(mission_id, station_id, None, cpu_count=cpu_count, memory_amount=memory_amount,
                          gpu_count=gpu_count, time_limit=time_limit, labels=labels, log_cap=log_cap,
-                         after_ok=_ids(after_ok), after_any=_ids(after_any), retry=retry, project_id=project_id)
+                         after_ok=_ids(after_ok), after_any=_ids(after_any), retry=retry, project_id=project_id,
+                         image=image)
 
     def run_job_on_lz(
         self,
@@ -461,12 +474,14 @@ class Client:
         after_any: Optional[List[Id]] = None,
         retry: Optional[RetryPolicy] = None,
         project_id: Optional[Id] = None,
+        image: Optional[str] = None,
     ) -> Job:
         """Starts a job of the mission on one landing zone of a station (the options are
         ``run_job_on_station``'s)."""
         return self._run(mission_id, station_id, lz_id, cpu_count=cpu_count, memory_amount=memory_amount,
                          gpu_count=gpu_count, time_limit=time_limit, labels=labels, log_cap=log_cap,
-                         after_ok=_ids(after_ok), after_any=_ids(after_any), retry=retry, project_id=project_id)
+                         after_ok=_ids(after_ok), after_any=_ids(after_any), retry=retry, project_id=project_id,
+                         image=image)
 
     def _run(self, mission_id: Id, station_id: Id, lz_id: Optional[Id], retry: Optional[RetryPolicy],
              **options: object) -> Job:
@@ -898,6 +913,38 @@ class Client:
             "all": all,
         })
         return _one(Webhook, self._native.create_webhook(json.dumps(request)))
+
+    def import_image(
+        self,
+        archive: Union[str, "os.PathLike[str]"],
+        name: str,
+        visibility: str = "private",
+        project_id: Optional[Id] = None,
+        progress: Any = None,
+    ) -> Image:
+        """Imports a container image that missions' jobs run in: ``archive`` is an OCI or docker
+        archive (as ``podman save`` or ``docker save`` writes it, not compressed), streamed to the
+        service. ``name`` is unique among your images; ``visibility`` is ``"private"``,
+        ``"project"`` (the members of ``project_id``, your personal project by default, see it)
+        or ``"public"`` (admins). ``progress`` as for :meth:`upload`."""
+        request = json.dumps(_drop_none({"name": name, "visibility": visibility,
+                                         "project_id": _id(project_id) if project_id is not None else None}))
+        path = os.fspath(archive)
+        return _with_progress(progress, "import", lambda reporter: _one(
+            Image, self._native.import_image(path, request, reporter)))
+
+    def list_images(self) -> List[Image]:
+        """The images you see (every one, for an admin), by name."""
+        return _many(Image, self._native.list_images())
+
+    def get_image(self, image_id: Id) -> Image:
+        """One image; :class:`NotFound` when there is none you see."""
+        return _one(Image, self._native.get_image(_id(image_id)))
+
+    def delete_image(self, image_id: Id) -> bool:
+        """Deletes an image of yours (any, for an admin), unless a job that has not ended runs in
+        it; ``False`` when there is none you see."""
+        return self._native.delete_image(_id(image_id))
 
     def list_webhooks(self) -> List[Webhook]:
         """Your webhooks (everyone's, for an admin), oldest first."""

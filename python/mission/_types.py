@@ -129,6 +129,32 @@ class Mission(_Record):
     labels: Dict[str, str] = dataclasses.field(default_factory=dict)
     retry: Optional[RetryPolicy] = dataclasses.field(default=None, metadata={"of": RetryPolicy})
     project_id: Optional[str] = None
+    #: The container image its jobs run in (a name or ``sha256:`` digest), if it names one.
+    image: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Image(_Record):
+    """A container image that missions' jobs run in: an OCI or docker archive stored by the
+    service, by ``digest`` (``sha256:`` and the archive's SHA-256)."""
+
+    image_id: str
+    name: str
+    digest: str
+    size: int
+    format: str
+    visibility: str
+    owner_id: str
+    project_id: str
+    created_at: datetime.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class JobImage(_Record):
+    """The image a job runs in, as resolved when it was submitted."""
+
+    image_id: str
+    digest: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,6 +274,8 @@ class Job(_Record):
     position: Optional[QueuePosition] = dataclasses.field(default=None, metadata={"of": QueuePosition})
     usage: Optional[JobUsage] = dataclasses.field(default=None, metadata={"of": JobUsage})
     retry: Optional[RetryPolicy] = dataclasses.field(default=None, metadata={"of": RetryPolicy})
+    #: The container image it runs in, if it runs in one.
+    image: Optional[JobImage] = dataclasses.field(default=None, metadata={"of": JobImage})
     attempt: int = 1
     rerun_of: Optional[str] = None
     array_id: Optional[str] = None

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use mission_client::{
-    AuditQuery, Client, CreateCargoBay, CreateMission, CreateProject, CreateStation, CreateWebhook, ListDeliveries,
-    ListJobs, ListMissions, LogStream, ProjectBudget, ProjectLimits, RegisterLandingZone, RunJob, UpdateMission,
-    UpdateProject, UpdateStation, UsageQuery, UsageReportQuery,
+    AuditQuery, Client, CreateCargoBay, CreateMission, CreateProject, CreateStation, CreateWebhook, ImportImage,
+    ListDeliveries, ListJobs, ListMissions, LogStream, ProjectBudget, ProjectLimits, RegisterLandingZone, RunJob,
+    UpdateMission, UpdateProject, UpdateStation, UsageQuery, UsageReportQuery,
 };
 use pyo3::exceptions::PyTimeoutError;
 use pyo3::prelude::*;
@@ -485,6 +485,34 @@ impl NativeClient {
     fn create_webhook(&self, py: Python<'_>, webhook: &str) -> PyResult<String> {
         let webhook: CreateWebhook = request("create_webhook", webhook)?;
         block_on(py, self.client.create_webhook(&webhook)).map(|w| json(&w))
+    }
+
+    #[pyo3(signature = (archive, image, reporter))]
+    fn import_image(
+        &self,
+        py: Python<'_>,
+        archive: PathBuf,
+        image: &str,
+        reporter: Option<Py<PyAny>>,
+    ) -> PyResult<String> {
+        let image: ImportImage = request("import_image", image)?;
+        let shown = Shown::new("imported", false, reporter);
+        let import = self.client.import_image(&archive, &image, shown.options().observer);
+        block_on_ticking(py, import, |py| shown.show(py)).map(|i| json(&i))
+    }
+
+    fn list_images(&self, py: Python<'_>) -> PyResult<String> {
+        block_on(py, self.client.list_images()).map(|i| json(&i))
+    }
+
+    fn get_image(&self, py: Python<'_>, image_id: &str) -> PyResult<String> {
+        let id = parse_id("image_id", image_id)?;
+        block_on(py, self.client.get_image(id)).map(|i| json(&i))
+    }
+
+    fn delete_image(&self, py: Python<'_>, image_id: &str) -> PyResult<bool> {
+        let id = parse_id("image_id", image_id)?;
+        block_on(py, self.client.delete_image(id))
     }
 
     fn list_webhooks(&self, py: Python<'_>) -> PyResult<String> {

@@ -1,6 +1,7 @@
 """Jobs, on the server's embedded landing zone, through the package."""
 
 import datetime
+import os
 import uuid
 
 import pytest
@@ -234,3 +235,29 @@ def test_a_job_array_runs_one_job_per_index(client, tmp_path):
     assert client.stop_job_array(sets.array_id).size == 2
     with pytest.raises(mission.Invalid, match="range"):
         client.run_job_array(m.mission_id, LOCAL_STATION, range="9-1")
+
+
+def test_a_job_runs_in_an_imported_image(client, tmp_path):
+    archive = os.environ.get("MISSION_TEST_IMAGE")
+    if archive is None:
+        assert "MISSION_REQUIRE_PODMAN" not in os.environ, "MISSION_TEST_IMAGE names no image archive"
+        pytest.skip("MISSION_TEST_IMAGE names no image archive (scripts/install-test-deps.sh builds one)")
+    name = f"py-debian-{uuid.uuid4().hex[:8]}"
+    image = client.import_image(archive, name)
+    assert (image.name, image.format, image.visibility) == (name, "oci", "private")
+    assert image.digest.startswith("sha256:") and image.size == os.path.getsize(archive)
+    assert image in client.list_images()
+    assert client.get_image(image.image_id) == image
+
+    m = client.create_mission("py-in-image", mission_type_id=SHELL, settings={"filename": "run.sh"}, image=name)
+    assert m.image == name
+    client.upload(m.mission_id, script_folder(tmp_path, "cat /etc/debian_version\n") / "run.sh")
+    job = client.run_job_on_station(m.mission_id, LOCAL_STATION, memory_amount=256)
+    assert job.image == mission.JobImage(image_id=image.image_id, digest=image.digest)
+    done = client.wait_for_job(job.job_id, timeout=120)
+    assert done.status == "completed", (done, client.job_logs(job.job_id, stream="stderr"))
+    assert client.job_logs(job.job_id).startswith("12.")
+    with pytest.raises(mission.Invalid, match="no image"):
+        client.run_job_on_station(m.mission_id, LOCAL_STATION, image="no-such-image")
+    assert client.delete_image(image.image_id)
+    assert not client.delete_image(image.image_id)

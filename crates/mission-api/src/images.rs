@@ -132,6 +132,51 @@ pub struct Image {
     pub created_at: DateTime<Utc>,
 }
 
+/// The network a station's containers get ([`crate::Station::container_network`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum ContainerNetwork {
+    /// The host's own network.
+    #[default]
+    Host,
+    /// None: only loopback inside the container.
+    None,
+}
+
+impl ContainerNetwork {
+    /// The name used on the wire, in the CLI and by container engines.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Host => "host",
+            Self::None => "none",
+        }
+    }
+
+    /// The stricter of two settings (a landing zone may allow less than its station).
+    pub fn within(self, cap: Self) -> Self {
+        if self == Self::None || cap == Self::None { Self::None } else { Self::Host }
+    }
+}
+
+impl std::fmt::Display for ContainerNetwork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for ContainerNetwork {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "host" => Ok(Self::Host),
+            "none" => Ok(Self::None),
+            other => Err(format!("{other:?} is not a container network (host, none)")),
+        }
+    }
+}
+
 /// How a mission or a run names its image: by name, or by `sha256:` digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ImageRef<'a> {

@@ -133,6 +133,9 @@ pub struct Assignment {
     /// images ([`Hello::images`]) are given such jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<crate::jobs::JobImage>,
+    /// The network its container gets, as its station sets it (the landing zone may allow less).
+    #[serde(default)]
+    pub container_network: crate::ContainerNetwork,
 }
 
 /// The environment variable a job array's element finds its index in.

@@ -33,6 +33,10 @@ pub struct Station {
     /// back in line (default true).
     #[serde(default = "reclaims_by_default")]
     pub reclaim: bool,
+    /// The network of the containers its jobs run in (see [`crate::images`]): the host's
+    /// (default) or none. A landing zone may allow less (`mission lz --lz-container-network`).
+    #[serde(default)]
+    pub container_network: crate::ContainerNetwork,
     /// When it was created.
     pub created_at: DateTime<Utc>,
 }
@@ -56,6 +60,9 @@ pub struct CreateStation {
     /// Reclaim borrowed room for projects below their nominal (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reclaim: Option<bool>,
+    /// The network of the containers its jobs run in (default: the host's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_network: Option<crate::ContainerNetwork>,
 }
 
 /// Body of `PATCH /api/v1/stations/{id}` (its owner or an admin): what to change; absent
@@ -73,6 +80,9 @@ pub struct UpdateStation {
     /// Reclaim borrowed room for projects below their nominal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reclaim: Option<bool>,
+    /// The network of the containers its jobs run in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_network: Option<crate::ContainerNetwork>,
 }
 
 fn reclaims_by_default() -> bool {

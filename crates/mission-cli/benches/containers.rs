@@ -147,5 +147,5 @@ async fn main() {
             if ours <= allowed { "met" } else { "NOT met" }
         );
     }
-    let _ = std::process::Command::new("podman").args(["rmi", "-f", &loaded]).output();
+    let _ = std::process::Command::new("podman").args(["rmi", &loaded]).output();
 }

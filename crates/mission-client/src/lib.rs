@@ -50,13 +50,14 @@ pub use mission_api::labels;
 /// What a webhook receiver gets: the headers and the signed content.
 pub use mission_api::webhooks as webhook_signing;
 pub use mission_api::{
-    AuditEntry, AuditPage, AuthConfig, BudgetPeriod, BudgetStatus, CargoBay, CargoBayKind, CreateCargoBay,
-    CreateMission, CreateProject, CreateStation, CreateWebhook, DEFAULT_CARGO_BAY_ID, DEFAULT_STATION_NAME,
-    DeliveryStatus, DeviceAuthorization, Event, FileListing, Image, ImageFormat, ImageVisibility, ImportImage, Job,
-    JobArray, JobImage, JobPage, JobStatus, JobTransition, JobUsage, Labels, LandingZone, Mission, MissionPage,
-    MissionType, MissionTypeSummary, PendingKind, PendingReason, Problem, Project, ProjectBudget, ProjectLimits,
-    ProjectMember, ProjectPage, ProjectRole, RegisterLandingZone, RegisteredLandingZone, ResourceAmounts, Resources,
-    ResourcesInUse, RetryOn, RetryPolicy, RunJob, RunJobArray, Station, StationLimits, StationMember, UpdateJob,
-    UpdateMission, UpdateProject, UpdateStation, UsageGroup, UsageReport, UsageSummary, User, Webhook, WebhookDelivery,
+    AuditEntry, AuditPage, AuthConfig, BudgetPeriod, BudgetStatus, CargoBay, CargoBayKind, ContainerNetwork,
+    CreateCargoBay, CreateMission, CreateProject, CreateStation, CreateWebhook, DEFAULT_CARGO_BAY_ID,
+    DEFAULT_STATION_NAME, DeliveryStatus, DeviceAuthorization, Event, FileListing, Image, ImageFormat, ImageVisibility,
+    ImportImage, Job, JobArray, JobImage, JobPage, JobStatus, JobTransition, JobUsage, Labels, LandingZone, Mission,
+    MissionPage, MissionType, MissionTypeSummary, PendingKind, PendingReason, Problem, Project, ProjectBudget,
+    ProjectLimits, ProjectMember, ProjectPage, ProjectRole, RegisterLandingZone, RegisteredLandingZone,
+    ResourceAmounts, Resources, ResourcesInUse, RetryOn, RetryPolicy, RunJob, RunJobArray, Station, StationLimits,
+    StationMember, UpdateJob, UpdateMission, UpdateProject, UpdateStation, UsageGroup, UsageReport, UsageSummary, User,
+    Webhook, WebhookDelivery,
 };
 pub use uuid::Uuid;

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use mission_api::JobImage;
+use mission_api::{ContainerNetwork, JobImage};
 use uuid::Uuid;
 
 use crate::client::LzClient;
@@ -36,37 +36,6 @@ const MAX_PROCESSES: u64 = 32_768;
 /// The repository loaded images are tagged in.
 const REPOSITORY: &str = "localhost/mission-image";
 
-/// The network a landing zone's containers get.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ContainerNetwork {
-    /// The host's own network.
-    #[default]
-    Host,
-    /// None: only loopback inside the container.
-    None,
-}
-
-impl ContainerNetwork {
-    fn as_arg(self) -> &'static str {
-        match self {
-            Self::Host => "host",
-            Self::None => "none",
-        }
-    }
-}
-
-impl std::str::FromStr for ContainerNetwork {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "host" => Ok(Self::Host),
-            "none" => Ok(Self::None),
-            other => Err(format!("{other:?} is not a container network (host, none)")),
-        }
-    }
-}
-
 /// How a process landing zone runs container images.
 #[derive(Debug, Clone)]
 pub struct ContainerConfig {
@@ -74,7 +43,7 @@ pub struct ContainerConfig {
     pub disabled: bool,
     /// The most bytes of image archives kept loaded; past it the least recently used go.
     pub cache_bytes: u64,
-    /// The containers' network.
+    /// The most network its containers get (the station's setting, or none where this says so).
     pub network: ContainerNetwork,
 }
 
@@ -124,6 +93,8 @@ pub(crate) struct ContainerRun<'a> {
     pub user: (u32, u32),
     pub env: Vec<(&'a str, OsString)>,
     pub cgroup_parent: Option<String>,
+    /// The network its station gives it (this landing zone may allow less).
+    pub network: ContainerNetwork,
     /// CPUs to limit the container to itself, where the job's CPU group is not its parent.
     pub cpus: Option<u32>,
     pub gpus: &'a [u32],
@@ -178,9 +149,9 @@ impl Podman {
         Ok(podman)
     }
 
-    /// What its containers' limits and network are, for a job's `limits`.
-    pub fn describe(&self) -> String {
-        format!("in a Podman container, network {}", self.config.network.as_arg())
+    /// How a container runs, for a job's `limits`.
+    pub fn describe(&self, run: &ContainerRun) -> String {
+        format!("in a Podman container, network {}", run.network.within(self.config.network))
     }
 
     /// Runs `podman {global} {args}`; answers its stdout, or why it failed.
@@ -287,8 +258,8 @@ impl Podman {
         Ok(path)
     }
 
-    /// Loads an archive (OCI, else docker) and names it `reference` (only: another name the
-    /// archive gave it would keep it past its eviction).
+    /// Loads an archive (OCI, else docker) and names it `reference`, dropping the name the archive
+    /// gave it (which would keep it past its eviction).
     async fn load(&self, archive: &Path, reference: &str) -> Result<(), String> {
         let archive = archive.to_str().ok_or("the archive's path is not UTF-8")?;
         // `pull` from the archive answers the image's id, which names it whatever names other
@@ -303,7 +274,9 @@ impl Podman {
         let id = id.lines().last().map(str::trim).filter(|id| !id.is_empty()).ok_or("podman pull answered no id")?;
         self.command(&["tag", id, reference]).await?;
         let names = self.command(&["image", "inspect", "--format", "{{join .RepoTags \"\\n\"}}", id]).await?;
-        for name in names.lines().map(str::trim).filter(|name| !name.is_empty() && *name != reference) {
+        // Other digests of the same image (the same content archived twice) keep their names.
+        let ours = format!("{REPOSITORY}:");
+        for name in names.lines().map(str::trim).filter(|name| !name.is_empty() && !name.starts_with(&ours)) {
             // Where another image took the name meanwhile, this fails and changes nothing.
             let _ = self.command(&["untag", id, name]).await;
         }
@@ -334,7 +307,7 @@ impl Podman {
 
     /// The whole `podman` command line of a container's run.
     pub fn run_command(&self, run: &ContainerRun) -> Vec<OsString> {
-        run_args(&self.global, &self.ulimits, &self.label, self.config.network, self.cdi, run)
+        run_args(&self.global, &self.ulimits, &self.label, run.network.within(self.config.network), self.cdi, run)
     }
 
     /// Ends a container at once and removes it, wherever its processes are (`podman rm -f`), in
@@ -379,7 +352,7 @@ pub(crate) fn run_args(
         "--cap-drop",
         "all",
         "--network",
-        network.as_arg(),
+        network.as_str(),
         "--user",
         &format!("{}:{}", run.user.0, run.user.1),
     ] {
@@ -448,6 +421,7 @@ mod tests {
             user: (2000001, 2000001),
             env: vec![("HOME", "/var/tmp/w/7".into()), ("JOB_ID", "1".into())],
             cgroup_parent: Some("/mission-lz/slot-1-2".into()),
+            network: ContainerNetwork::Host,
             cpus: Some(2),
             gpus: &[1],
             command: &command,

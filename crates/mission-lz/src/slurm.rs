@@ -712,7 +712,15 @@ pub fn container_lines(
             lines.push_str(&format!("trap '$engine rm -f -t 0 {name} >/dev/null 2>&1' TERM INT\n"));
             let mut args: Vec<String> = ["--rm", "--replace", "--pull=never", "--name", &name].map(String::from).into();
             args.extend(
-                ["--security-opt", "no-new-privileges", "--cap-drop", "all", "--network", "host"].map(String::from),
+                [
+                    "--security-opt",
+                    "no-new-privileges",
+                    "--cap-drop",
+                    "all",
+                    "--network",
+                    job.container_network.as_str(),
+                ]
+                .map(String::from),
             );
             args.extend([
                 "--memory".into(),
@@ -917,6 +925,7 @@ mod tests {
             log_offsets: Default::default(),
             array_index: None,
             image: None,
+            container_network: Default::default(),
         }
     }
 

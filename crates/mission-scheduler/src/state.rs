@@ -636,6 +636,8 @@ impl State {
         let mut files: HashMap<Uuid, Vec<InputFile>> = HashMap::new();
         // Per (user, station): the user's name, and whether they operate the station.
         let mut operators: HashMap<(Uuid, Uuid), (String, bool)> = HashMap::new();
+        // Per station, for jobs in images: its containers' network.
+        let mut networks: HashMap<Uuid, mission_api::ContainerNetwork> = HashMap::new();
         let mut assignments = HashMap::new();
         for (lz_id, job_id) in runs {
             let Some(lz) = self.fleet.get(&lz_id) else { continue };
@@ -648,6 +650,12 @@ impl State {
                 let owner =
                     admin || self.store.station(lz.station_id).await?.is_some_and(|s| s.owner_id == Some(job.user_id));
                 entry.insert((user.map(|u| u.username).unwrap_or_default(), owner));
+            }
+            if job.image.is_some()
+                && let std::collections::hash_map::Entry::Vacant(entry) = networks.entry(lz.station_id)
+            {
+                let station = self.store.station(lz.station_id).await?;
+                entry.insert(station.map(|s| s.container_network).unwrap_or_default());
             }
             if let std::collections::hash_map::Entry::Vacant(entry) = files.entry(job.mission_id) {
                 let listed = self.store.mission_files(job.mission_id).await?;
@@ -681,6 +689,7 @@ impl State {
                     log_offsets,
                     array_index: job.array_index,
                     image: job.image.clone(),
+                    container_network: networks.get(&lz.station_id).copied().unwrap_or_default(),
                 },
             );
         }

@@ -902,14 +902,15 @@ async fn borrowed_room_is_reclaimed_for_a_project_below_its_nominal_and_the_borr
     assert_eq!(agent.runs().len(), 4);
 
     // Where the station does not reclaim, astro's job waits for room like any other.
-    h.store.update_station(DEFAULT_STATION_ID, None, None, Some(false)).await.unwrap();
+    let reclaim = |on| mission_api::UpdateStation { reclaim: Some(on), ..Default::default() };
+    h.store.update_station(DEFAULT_STATION_ID, &reclaim(false)).await.unwrap();
     h.ask(Call::StationChanged { station_id: DEFAULT_STATION_ID }).await.unwrap();
     let first = h.submit_job(of(&h, astro)).await.unwrap();
     assert_eq!(agent.orders(), (vec![], vec![]));
     assert_eq!(h.pending(first.job_id).await.unwrap().0, PendingKind::Resources);
 
     // Once it does, bio's newest job is stopped with the grace period; astro's waits for it.
-    h.store.update_station(DEFAULT_STATION_ID, None, None, Some(true)).await.unwrap();
+    h.store.update_station(DEFAULT_STATION_ID, &reclaim(true)).await.unwrap();
     h.ask(Call::StationChanged { station_id: DEFAULT_STATION_ID }).await.unwrap();
     assert_eq!(agent.orders(), (vec![], vec![(bios[3].job_id, 20)]));
     let (kind, detail) = h.pending(first.job_id).await.unwrap();

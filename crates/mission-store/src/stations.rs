@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use mission_api::{LandingZone, Resources, Station, StationMember};
+use mission_api::{LandingZone, Resources, Station, StationMember, UpdateStation};
 use uuid::Uuid;
 
 use super::audit::audited_write;
@@ -11,7 +11,7 @@ use super::jobs::FINAL_STATUSES;
 use super::row::Columns;
 use super::{Store, StoreError, conflict_on_duplicate, to_micros, with_conn};
 
-const STATION_COLUMNS: &str = "station_id, name, description, owner_id, open, created_at, reclaim";
+const STATION_COLUMNS: &str = "station_id, name, description, owner_id, open, created_at, reclaim, container_network";
 const LZ_COLUMNS: &str = "lz_id, station_id, name, cpu_count, memory_amount, gpu_count, last_seen_at, created_at, cluster_account, pilot_of, \
      images";
 
@@ -19,7 +19,7 @@ impl Store {
     /// Adds a station; a taken name is a [`StoreError::Conflict`].
     pub async fn insert_station(&self, station: &Station) -> Result<(), StoreError> {
         let result = audited_write!(self, |conn| {
-            sqlx::query(&format!("INSERT INTO stations ({STATION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"))
+            sqlx::query(&format!("INSERT INTO stations ({STATION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"))
                 .bind(station.station_id.to_string())
                 .bind(&station.name)
                 .bind(&station.description)
@@ -27,6 +27,7 @@ impl Store {
                 .bind(station.open)
                 .bind(to_micros(station.created_at))
                 .bind(station.reclaim)
+                .bind(station.container_network.as_str())
                 .execute(conn)
                 .await
                 .map(drop)
@@ -70,23 +71,19 @@ impl Store {
         })
     }
 
-    /// Changes what is given of a station's description and switches; false when there is no
-    /// such station.
-    pub async fn update_station(
-        &self,
-        station_id: Uuid,
-        description: Option<&str>,
-        open: Option<bool>,
-        reclaim: Option<bool>,
-    ) -> Result<bool, StoreError> {
+    /// Changes what `changes` gives of a station's description and switches (checked by the
+    /// caller); false when there is no such station.
+    pub async fn update_station(&self, station_id: Uuid, changes: &UpdateStation) -> Result<bool, StoreError> {
         let done = audited_write!(self, |conn| {
             sqlx::query(
                 "UPDATE stations SET description = COALESCE($1, description), open = COALESCE($2, open), \
-                 reclaim = COALESCE($3, reclaim) WHERE station_id = $4",
+                 reclaim = COALESCE($3, reclaim), container_network = COALESCE($4, container_network) \
+                 WHERE station_id = $5",
             )
-            .bind(description)
-            .bind(open)
-            .bind(reclaim)
+            .bind(changes.description.as_deref())
+            .bind(changes.open)
+            .bind(changes.reclaim)
+            .bind(changes.container_network.map(|n| n.as_str()))
             .bind(station_id.to_string())
             .execute(conn)
             .await
@@ -272,6 +269,7 @@ fn station_from_row(r: &impl Columns) -> Result<Station, StoreError> {
         owner_id: r.opt_uuid("owner_id")?,
         open: r.flag("open")?,
         reclaim: r.flag("reclaim")?,
+        container_network: r.text("container_network")?.parse().map_err(StoreError::Corrupt)?,
         created_at: r.time("created_at")?,
     })
 }

@@ -38,8 +38,12 @@ pub enum StationsCommand {
         /// project below its nominal waits for the room (default: they are reclaimed).
         #[arg(long)]
         no_reclaim: bool,
+        /// The network of the containers its jobs run in: the host's (default) or none.
+        #[arg(long, value_name = "host|none")]
+        container_network: Option<mission_client::ContainerNetwork>,
     },
-    /// Change a station's description, access or reclaiming (its owner or admins).
+    /// Change a station's description, access, reclaiming or containers' network (its owner or
+    /// admins).
     ///
     /// Reclaiming: a project may run beyond its nominal limits on a station while others leave
     /// room idle (`mission projects limits --borrow-cpus`). When a project below its nominal
@@ -58,6 +62,9 @@ pub enum StationsCommand {
         /// (false).
         #[arg(long, value_name = "BOOL")]
         reclaim: Option<bool>,
+        /// The network of the containers its jobs run in: the host's or none.
+        #[arg(long, value_name = "host|none")]
+        container_network: Option<mission_client::ContainerNetwork>,
     },
     /// Delete a station with its members and landing zones (admins).
     Delete {
@@ -187,24 +194,32 @@ impl StationsCommand {
                         ("access", access(&station).to_owned()),
                         ("owner", station.owner_id.map_or_else(|| "admins".to_owned(), |id| id.to_string())),
                         ("reclaims borrowed room", if station.reclaim { "yes" } else { "no" }.to_owned()),
+                        ("container network", station.container_network.to_string()),
                         ("description", station.description.clone()),
                     ],
                 );
                 println!();
                 out.table(&lzs, &["LANDING ZONE", "ID", "STATE", "OFFERS", "JOBS RUN"], lz_rows(&lzs));
             }
-            StationsCommand::Create { name, description, open, owner, no_reclaim } => {
-                let request =
-                    CreateStation { name, description, open: Some(open), owner_id: owner, reclaim: Some(!no_reclaim) };
+            StationsCommand::Create { name, description, open, owner, no_reclaim, container_network } => {
+                let request = CreateStation {
+                    name,
+                    description,
+                    open: Some(open),
+                    owner_id: owner,
+                    reclaim: Some(!no_reclaim),
+                    container_network,
+                };
                 let station = client.create_station(&request).await?;
                 out.done(&station, &format!("created station {} ({})", station.name, station.station_id));
             }
-            StationsCommand::Update { station, description, open, reclaim } => {
-                if description.is_none() && open.is_none() && reclaim.is_none() {
-                    bail!("nothing to change: give --description, --open or --reclaim");
+            StationsCommand::Update { station, description, open, reclaim, container_network } => {
+                let changes = UpdateStation { description, open, reclaim, container_network };
+                if changes == UpdateStation::default() {
+                    bail!("nothing to change: give --description, --open, --reclaim or --container-network");
                 }
                 let id = resolve_station(&client, &station).await?;
-                let station = client.update_station(id, &UpdateStation { description, open, reclaim }).await?;
+                let station = client.update_station(id, &changes).await?;
                 let reclaims = if station.reclaim { "reclaims" } else { "does not reclaim" };
                 out.done(
                     &station,

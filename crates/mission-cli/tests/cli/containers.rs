@@ -6,7 +6,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use mission_client::{Client, ImageFormat, ImportImage, Job, JobResources, JobStatus, LogStream, UpdateMission, Uuid};
+use mission_client::{
+    Client, ContainerNetwork, ImageFormat, ImportImage, Job, JobResources, JobStatus, LogStream, UpdateMission,
+    UpdateStation, Uuid,
+};
 use mission_testkit::TestServer;
 
 use super::jobs::{Agent, SHELL, TWO_CPUS, cluster, local_station, mission, wait_until};
@@ -50,7 +53,7 @@ impl Drop for FreshImage {
         if let Ok(out) = std::process::Command::new("sha256sum").arg(&self.archive).output() {
             let sum = String::from_utf8_lossy(&out.stdout);
             let tag = format!("localhost/mission-image:{}", sum.split_whitespace().next().unwrap_or_default());
-            let _ = std::process::Command::new("podman").args(["rmi", "-f", &tag]).output();
+            let _ = std::process::Command::new("podman").args(["rmi", &tag]).output();
         }
     }
 }
@@ -149,7 +152,12 @@ async fn a_job_runs_in_its_image_as_its_own_uid_within_its_limits_and_returns_it
     // A stop kills the container.
     let sleeper = mission_in(alice, "debian:bookworm", "echo up\nsleep 300\n").await;
     let job = alice.run_job_on_station(sleeper, local_station(), memory(256)).await.unwrap();
-    wait_until("the sleeper runs", || async { container_of(&job).await }).await;
+    wait_until("the sleeper runs", || async {
+        let now = alice.get_job(job.job_id).await.unwrap();
+        assert!(!now.status.is_final(), "{now:?}\n{:?}", alice.job_logs(job.job_id, LogStream::Stderr).await);
+        container_of(&job).await
+    })
+    .await;
     alice.stop_job(job.job_id).await.unwrap();
     let done = alice.wait_for_job(job.job_id).await.unwrap();
     assert_eq!(done.status, JobStatus::Stopped, "{done:?}");
@@ -163,33 +171,38 @@ async fn a_job_runs_in_its_image_as_its_own_uid_within_its_limits_and_returns_it
 }
 
 #[tokio::test]
-async fn an_agent_killed_mid_job_ends_its_container_when_it_restarts_and_a_network_of_none_is_kept() {
+async fn an_agent_killed_mid_job_ends_its_container_when_it_restarts_and_networks_and_accounts_are_kept() {
     let Some(archive) = test_image() else { return };
     let (server, admin) = cluster(|_| {}).await;
     let alice = &server.client;
     let request = ImportImage { name: "debian".into(), ..Default::default() };
     alice.import_image(&archive, &request, None).await.unwrap();
 
-    // Without a network, a container sees loopback alone.
-    let none = ["--lz-container-network", "none"];
-    let mut agent = Agent::start_with(&server, &admin, local_station(), "offline", TWO_CPUS, &none).await;
+    // A station whose containers get no network: they see loopback alone.
+    let mut agent = Agent::start(&server, &admin, local_station(), "podman", TWO_CPUS).await;
+    let network = |n| UpdateStation { container_network: Some(n), ..Default::default() };
+    admin.update_station(local_station(), &network(ContainerNetwork::None)).await.unwrap();
     let m = mission_in(alice, "debian", "ls /sys/class/net\n").await;
     let job = alice.run_job_on_station(m, local_station(), memory(256)).await.unwrap();
-    completed(alice, job.job_id).await;
+    let done = completed(alice, job.job_id).await;
+    assert!(done.limits.unwrap_or_default().contains("network none"));
     assert_eq!(alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap(), "lo\n");
+    admin.update_station(local_station(), &network(ContainerNetwork::Host)).await.unwrap();
 
-    // A mapped user's job runs as their account inside too: what it writes is theirs.
+    // A mapped user's job runs as their account inside too: what it writes is theirs. This
+    // landing zone allows its containers no network, whatever the station's.
     let maps = tempfile::tempdir().unwrap();
     let map = maps.path().join("users.map");
     std::fs::write(&map, "alice nobody\n").unwrap();
     let map = map.display().to_string();
-    let mapped = ["--user-map", map.as_str()];
+    let mapped = ["--user-map", map.as_str(), "--lz-container-network", "none"];
     let mut mapped_agent = Agent::start_with(&server, &admin, local_station(), "mapped", TWO_CPUS, &mapped).await;
     agent.kill_hard().await;
-    let writer = mission_in(alice, "debian", "id -u\necho made > mine.txt\nstat -c %u mine.txt\n").await;
+    let script = "id -u\necho made > mine.txt\nstat -c %u mine.txt\nls /sys/class/net\n";
+    let writer = mission_in(alice, "debian", script).await;
     let job = alice.run_job_on_station(writer, local_station(), memory(256)).await.unwrap();
     completed(alice, job.job_id).await;
-    assert_eq!(alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap(), "65534\n65534\n");
+    assert_eq!(alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap(), "65534\n65534\nlo\n");
     mapped_agent.kill_hard().await;
     agent.restart(&server).await;
 

@@ -396,11 +396,12 @@ fn launch(
                 user: (uid, gid),
                 env: own.iter().map(|(name, value)| (*name, value.to_os_string())).collect(),
                 cgroup_parent: parent.map(|(path, _)| path),
+                network: job.container_network,
                 cpus: (group.is_some() && !cpu_limited).then_some(job.cpu_count),
                 gpus: &job.gpu_indices,
                 command: &job.command,
             };
-            let limits = format!("{limits}; {}, as uid {uid}", podman.describe());
+            let limits = format!("{limits}; {}, as uid {uid}", podman.describe(&run));
             let started = start_container(podman, &run);
             started.map(|child| (Program::Container { child, name: run.name, cpu_measured: cpu_limited }, limits))
         }

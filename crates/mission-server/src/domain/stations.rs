@@ -68,6 +68,7 @@ pub async fn create(app: &AppState, who: Principal, req: CreateStation) -> Domai
         owner_id,
         open: req.open.unwrap_or(false),
         reclaim: req.reclaim.unwrap_or(true),
+        container_network: req.container_network.unwrap_or_default(),
         created_at: store::now(),
     };
     audit::note(who, Change::new("station.create", "station", station.station_id).named(&station.name).with(&station));
@@ -83,14 +84,14 @@ fn checked_description(description: String) -> DomainResult<String> {
     Ok(description)
 }
 
-/// Changes a station's description, whether it is open, and whether it reclaims borrowed room
-/// (its owner or an admin); answers the station as it is now.
+/// Changes a station's description, whether it is open, whether it reclaims borrowed room, and
+/// its containers' network (its owner or an admin); answers the station as it is now.
 pub async fn update(app: &AppState, who: Principal, station_id: Uuid, req: UpdateStation) -> DomainResult<Station> {
     let station = managed(app, who, station_id).await?;
     let given = serde_json::to_value(&req).unwrap_or_default();
-    let description = req.description.map(checked_description).transpose()?;
+    let description = req.description.clone().map(checked_description).transpose()?;
     audit::note(who, Change::new("station.update", "station", station_id).named(&station.name).with(given));
-    if !app.store.update_station(station_id, description.as_deref(), req.open, req.reclaim).await? {
+    if !app.store.update_station(station_id, &UpdateStation { description, ..req.clone() }).await? {
         return Err(DomainError::not_found("station", station_id));
     }
     if req.reclaim.is_some_and(|reclaim| reclaim != station.reclaim) {

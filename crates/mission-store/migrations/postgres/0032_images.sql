@@ -20,3 +20,5 @@ ALTER TABLE jobs ADD COLUMN image_digest TEXT;
 CREATE INDEX jobs_by_image ON jobs (image_id) WHERE image_id IS NOT NULL;
 
 ALTER TABLE landing_zones ADD COLUMN images BOOLEAN NOT NULL DEFAULT FALSE;
+
+ALTER TABLE stations ADD COLUMN container_network TEXT NOT NULL DEFAULT 'host' CHECK (container_network IN ('host', 'none'));

@@ -25,3 +25,6 @@ CREATE INDEX jobs_by_image ON jobs (image_id) WHERE image_id IS NOT NULL;
 
 -- Whether the landing zone's agent runs jobs in container images, as its last hello said.
 ALTER TABLE landing_zones ADD COLUMN images INTEGER NOT NULL DEFAULT 0;
+
+-- The network of the containers a station's jobs run in.
+ALTER TABLE stations ADD COLUMN container_network TEXT NOT NULL DEFAULT 'host' CHECK (container_network IN ('host', 'none'));

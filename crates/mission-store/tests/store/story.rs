@@ -580,17 +580,34 @@ pub async fn stations_members_and_landing_zones(store: &Store) {
         owner_id: Some(ada.user_id),
         open: false,
         reclaim: true,
+        container_network: Default::default(),
         created_at: t0,
     };
     store.insert_station(&lab).await.unwrap();
     let twin = Station { station_id: Uuid::new_v4(), ..lab.clone() };
     assert!(matches!(store.insert_station(&twin).await, Err(StoreError::Conflict(_))));
     // An update changes what it names and keeps the rest.
-    assert!(store.update_station(lab.station_id, Some("racks 1-4"), None, Some(false)).await.unwrap());
+    let changes = mission_api::UpdateStation {
+        description: Some("racks 1-4".into()),
+        reclaim: Some(false),
+        container_network: Some(mission_api::ContainerNetwork::None),
+        ..Default::default()
+    };
+    assert!(store.update_station(lab.station_id, &changes).await.unwrap());
     let changed = store.station(lab.station_id).await.unwrap().unwrap();
-    assert_eq!((changed.description.as_str(), changed.open, changed.reclaim), ("racks 1-4", false, false));
-    assert!(store.update_station(lab.station_id, Some(&lab.description), None, Some(true)).await.unwrap());
-    assert!(!store.update_station(Uuid::new_v4(), None, Some(true), None).await.unwrap());
+    assert_eq!(
+        (changed.description.as_str(), changed.open, changed.reclaim, changed.container_network),
+        ("racks 1-4", false, false, mission_api::ContainerNetwork::None)
+    );
+    let back = mission_api::UpdateStation {
+        description: Some(lab.description.clone()),
+        reclaim: Some(true),
+        container_network: Some(mission_api::ContainerNetwork::Host),
+        ..Default::default()
+    };
+    assert!(store.update_station(lab.station_id, &back).await.unwrap());
+    let opened = mission_api::UpdateStation { open: Some(true), ..Default::default() };
+    assert!(!store.update_station(Uuid::new_v4(), &opened).await.unwrap());
     assert_eq!(store.station(lab.station_id).await.unwrap(), Some(lab.clone()));
     let names = |stations: Vec<Station>| stations.into_iter().map(|s| s.name).collect::<Vec<_>>();
     assert_eq!(names(store.stations(None).await.unwrap()), ["lab", "local"]);
@@ -836,6 +853,7 @@ pub async fn job_listings_results_and_agents(store: &Store) {
         owner_id: None,
         open: true,
         reclaim: true,
+        container_network: Default::default(),
         created_at: now(),
     };
     store.insert_station(&lab).await.unwrap();

@@ -933,6 +933,21 @@ class Client:
         return _with_progress(progress, "import", lambda reporter: _one(
             Image, self._native.import_image(path, request, reporter)))
 
+    def register_image_reference(
+        self,
+        reference: str,
+        name: str,
+        visibility: str = "private",
+        project_id: Optional[Id] = None,
+    ) -> Image:
+        """Registers an image that landing zones pull from a container registry themselves:
+        ``reference`` is ``HOST[:PORT]/PATH[:TAG]@sha256:HEX``, pinned by its manifest's digest,
+        in a registry the server allows (admins may name any). The rest as for
+        :meth:`import_image`."""
+        request = json.dumps(_drop_none({"name": name, "reference": reference, "visibility": visibility,
+                                         "project_id": _id(project_id) if project_id is not None else None}))
+        return _one(Image, self._native.register_image_reference(request))
+
     def list_images(self) -> List[Image]:
         """The images you see (every one, for an admin), by name."""
         return _many(Image, self._native.list_images())

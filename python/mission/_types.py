@@ -147,6 +147,8 @@ class Image(_Record):
     owner_id: str
     project_id: str
     created_at: datetime.datetime
+    #: For an image landing zones pull from a registry: its reference.
+    reference: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,6 +157,7 @@ class JobImage(_Record):
 
     image_id: str
     digest: str
+    reference: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)

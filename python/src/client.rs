@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use mission_client::{
     AuditQuery, Client, CreateCargoBay, CreateMission, CreateProject, CreateStation, CreateWebhook, ImportImage,
-    ListDeliveries, ListJobs, ListMissions, LogStream, ProjectBudget, ProjectLimits, RegisterLandingZone, RunJob,
-    UpdateMission, UpdateProject, UpdateStation, UsageQuery, UsageReportQuery,
+    ListDeliveries, ListJobs, ListMissions, LogStream, ProjectBudget, ProjectLimits, RegisterImageReference,
+    RegisterLandingZone, RunJob, UpdateMission, UpdateProject, UpdateStation, UsageQuery, UsageReportQuery,
 };
 use pyo3::exceptions::PyTimeoutError;
 use pyo3::prelude::*;
@@ -499,6 +499,11 @@ impl NativeClient {
         let shown = Shown::new("imported", false, reporter);
         let import = self.client.import_image(&archive, &image, shown.options().observer);
         block_on_ticking(py, import, |py| shown.show(py)).map(|i| json(&i))
+    }
+
+    fn register_image_reference(&self, py: Python<'_>, image: &str) -> PyResult<String> {
+        let image: RegisterImageReference = request("register_image_reference", image)?;
+        block_on(py, self.client.register_image_reference(&image)).map(|i| json(&i))
     }
 
     fn list_images(&self, py: Python<'_>) -> PyResult<String> {

@@ -261,3 +261,13 @@ def test_a_job_runs_in_an_imported_image(client, tmp_path):
         client.run_job_on_station(m.mission_id, LOCAL_STATION, image="no-such-image")
     assert client.delete_image(image.image_id)
     assert not client.delete_image(image.image_id)
+
+
+def test_a_registry_image_is_registered_pinned_by_digest(client):
+    digest = "sha256:" + "ab" * 32
+    reference = f"registry.example.org/lab/solver:2.1@{digest}"
+    image = client.register_image_reference(reference, f"py-remote-{uuid.uuid4().hex[:8]}")
+    assert (image.format, image.digest, image.reference, image.size) == ("registry", digest, reference, 0)
+    with pytest.raises(mission.Invalid, match="needs @sha256"):
+        client.register_image_reference("registry.example.org/lab/solver:2.1", "py-tagged")
+    assert client.delete_image(image.image_id)

@@ -4,6 +4,12 @@
 //! whole (`POST /api/v1/images?name=…`, the archive as the body) and stored by the service. Its
 //! `digest` is the SHA-256 of the archive: landing zones keep the images they loaded by it.
 //!
+//! Where a site allows it, an image may instead be a reference into a container registry, pinned
+//! by its manifest's digest (`registry.example.org/lab/solver@sha256:…`,
+//! `POST /api/v1/images/references`): landing zones pull it from there themselves, and the
+//! image's `digest` is that manifest digest. Users other than admins may name only the
+//! registries the server allows (`mission server --image-registry`).
+//!
 //! Who sees an image ([`ImageVisibility`]): its owner; the members of its project; or everyone
 //! (only admins publish an image to everyone). Names are an owner's own: a mission that names an
 //! image finds the caller's own of that name first, then its project's, then a public one
@@ -69,6 +75,8 @@ pub enum ImageFormat {
     Oci,
     /// A docker archive (`docker save`, `podman save --format docker-archive`).
     Docker,
+    /// A reference into a container registry ([`Image::reference`]), pulled by landing zones.
+    Registry,
 }
 
 impl ImageFormat {
@@ -77,6 +85,7 @@ impl ImageFormat {
         match self {
             Self::Oci => "oci",
             Self::Docker => "docker",
+            Self::Registry => "registry",
         }
     }
 }
@@ -88,7 +97,8 @@ impl std::str::FromStr for ImageFormat {
         match s {
             "oci" => Ok(Self::Oci),
             "docker" => Ok(Self::Docker),
-            other => Err(format!("{other:?} is not an image format (oci, docker)")),
+            "registry" => Ok(Self::Registry),
+            other => Err(format!("{other:?} is not an image format (oci, docker, registry)")),
         }
     }
 }
@@ -108,6 +118,60 @@ pub struct ImportImage {
     pub project_id: Option<Uuid>,
 }
 
+/// Registers an image that is a registry reference (`POST /api/v1/images/references`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RegisterImageReference {
+    /// Its name (see [`check_image_name`]), unique among the caller's images.
+    pub name: String,
+    /// The image in a registry, pinned by its manifest's digest:
+    /// `HOST[:PORT]/PATH[:TAG]@sha256:HEX` (see [`RegistryReference`]).
+    pub reference: String,
+    /// Who sees it (default: its owner).
+    #[serde(default)]
+    pub visibility: ImageVisibility,
+    /// Its project (default: the caller's personal project).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<Uuid>,
+}
+
+/// A registry reference, read: `HOST[:PORT]/PATH[:TAG]@sha256:HEX`, the registry named
+/// explicitly (a host with a dot or a port, or `localhost`), pinned by digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryReference<'a> {
+    /// `HOST[:PORT]`.
+    pub registry: &'a str,
+    /// `sha256:HEX`.
+    pub digest: &'a str,
+}
+
+impl<'a> RegistryReference<'a> {
+    /// Reads `text`, or says what is wrong with it.
+    pub fn parse(text: &'a str) -> Result<Self, String> {
+        let bad = |why: &str| Err(format!("{text:?} is not a registry reference pinned by digest: {why}"));
+        let Some((name, digest)) = text.split_once('@') else {
+            return bad("it needs @sha256:… (a tag alone may change)");
+        };
+        if !matches!(ImageRef::parse(digest), Ok(ImageRef::Digest(_))) {
+            return bad("the part after @ is not sha256: and 64 lowercase hex digits");
+        }
+        let Some((registry, path)) = name.split_once('/') else { return bad("it names no registry host") };
+        let explicit = registry.contains('.') || registry.contains(':') || registry == "localhost";
+        let host_ok = registry.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b));
+        if !explicit || !host_ok || registry.is_empty() {
+            return bad("it must start with the registry's host (with a dot or a port, or localhost)");
+        }
+        let path_ok = !path.is_empty()
+            && path.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-/:".contains(&b))
+            && text.len() <= 512;
+        if !path_ok {
+            return bad("its repository path may hold lowercase letters, digits, and . _ - / : (tag)");
+        }
+        Ok(Self { registry, digest })
+    }
+}
+
 /// An image as the API returns it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -120,8 +184,11 @@ pub struct Image {
     pub digest: String,
     /// The archive's size in bytes.
     pub size: u64,
-    /// The kind of archive.
+    /// The kind of archive, or `registry`.
     pub format: ImageFormat,
+    /// For a registry image: the reference landing zones pull.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
     /// Who sees it.
     pub visibility: ImageVisibility,
     /// Who uploaded it.
@@ -216,6 +283,27 @@ pub fn check_image_name(name: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn registry_references_name_their_registry_and_are_pinned_by_digest() {
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        let good = format!("registry.example.org/lab/solver:2.1@{digest}");
+        assert_eq!(
+            RegistryReference::parse(&good),
+            Ok(RegistryReference { registry: "registry.example.org", digest: &digest })
+        );
+        let local = format!("127.0.0.1:5000/debian@{digest}");
+        assert_eq!(RegistryReference::parse(&local).unwrap().registry, "127.0.0.1:5000");
+        for bad in [
+            "registry.example.org/lab/solver:2.1".to_owned(),
+            format!("debian@{digest}"),
+            format!("library/debian@{digest}"),
+            format!("registry.example.org/Lab@{digest}"),
+            "registry.example.org/lab@sha256:12".to_owned(),
+        ] {
+            assert!(RegistryReference::parse(&bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn names_and_digests_are_told_apart_and_checked() {

@@ -249,8 +249,12 @@ impl Job {
 pub struct JobImage {
     /// The image (see [`crate::images`]).
     pub image_id: Uuid,
-    /// Its digest: `sha256:` and the hex SHA-256 of its archive.
+    /// Its digest: `sha256:` and the hex SHA-256 of its archive (a registry image's manifest
+    /// digest).
     pub digest: String,
+    /// For a registry image: the reference to pull.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
 }
 
 /// Where a queued job stands in line ([`Job::position`]): 1 is first.

@@ -40,7 +40,10 @@ pub use auth::{AuthConfig, DeviceAuthorization, OAuthError, TokenResponse};
 pub use cargo_bays::{CargoBay, CargoBayKind, CreateCargoBay, DEFAULT_CARGO_BAY_ID};
 pub use events::Event;
 pub use files::FileListing;
-pub use images::{ContainerNetwork, Image, ImageFormat, ImageRef, ImageVisibility, ImportImage};
+pub use images::{
+    ContainerNetwork, Image, ImageFormat, ImageRef, ImageVisibility, ImportImage, RegisterImageReference,
+    RegistryReference,
+};
 pub use jobs::{
     JOB_LOGS_FOLDER, Job, JobArray, JobImage, JobPage, JobStatus, JobTransition, JobUsage, KILLED_BY_SIGNAL_REASON,
     MAX_ARRAY_SIZE, MAX_ATTEMPTS, MAX_BACKOFF, MAX_DEPENDENCIES, MAX_RERUNS, MAX_TIME_LIMIT, MIN_LOG_CAP,

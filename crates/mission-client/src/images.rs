@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use futures_util::TryStreamExt;
-use mission_api::{Image, ImportImage};
+use mission_api::{Image, ImportImage, RegisterImageReference};
 use uuid::Uuid;
 
 use crate::client::read_json;
@@ -69,6 +69,12 @@ impl Client {
             o.file_done(&archive.to_string_lossy(), size, false);
         }
         Ok(image)
+    }
+
+    /// Registers an image that landing zones pull from a container registry, pinned by digest
+    /// (`HOST[:PORT]/PATH[:TAG]@sha256:HEX`).
+    pub async fn register_image_reference(&self, request: &RegisterImageReference) -> Result<Image, Error> {
+        self.send_json(reqwest::Method::POST, "/images/references", request).await
     }
 
     /// The images the caller sees (every one, for an admin), by name.

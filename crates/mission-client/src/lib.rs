@@ -55,9 +55,9 @@ pub use mission_api::{
     DEFAULT_STATION_NAME, DeliveryStatus, DeviceAuthorization, Event, FileListing, Image, ImageFormat, ImageVisibility,
     ImportImage, Job, JobArray, JobImage, JobPage, JobStatus, JobTransition, JobUsage, Labels, LandingZone, Mission,
     MissionPage, MissionType, MissionTypeSummary, PendingKind, PendingReason, Problem, Project, ProjectBudget,
-    ProjectLimits, ProjectMember, ProjectPage, ProjectRole, RegisterLandingZone, RegisteredLandingZone,
-    ResourceAmounts, Resources, ResourcesInUse, RetryOn, RetryPolicy, RunJob, RunJobArray, Station, StationLimits,
-    StationMember, UpdateJob, UpdateMission, UpdateProject, UpdateStation, UsageGroup, UsageReport, UsageSummary, User,
-    Webhook, WebhookDelivery,
+    ProjectLimits, ProjectMember, ProjectPage, ProjectRole, RegisterImageReference, RegisterLandingZone,
+    RegisteredLandingZone, ResourceAmounts, Resources, ResourcesInUse, RetryOn, RetryPolicy, RunJob, RunJobArray,
+    Station, StationLimits, StationMember, UpdateJob, UpdateMission, UpdateProject, UpdateStation, UsageGroup,
+    UsageReport, UsageSummary, User, Webhook, WebhookDelivery,
 };
 pub use uuid::Uuid;

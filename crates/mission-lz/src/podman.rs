@@ -3,7 +3,8 @@
 //! - Detection: the agent asks `podman version` when it starts; a host without a working Podman
 //!   takes no image jobs (its hello says so, and the server never places one there).
 //! - Images: a job's image comes from the server once per landing zone
-//!   (`GET /api/v1/lz/jobs/{id}/image`, checked against its digest), is loaded with
+//!   (`GET /api/v1/lz/jobs/{id}/image`, checked against its digest; a registry image is pulled
+//!   from its registry by its pinned reference instead), is loaded with
 //!   `podman pull` from the archive and tagged `localhost/mission-image:{hex digest}`; later jobs of the same
 //!   image find it loaded. Past the cache size the agent is given, the least recently used
 //!   images no job runs in are removed.
@@ -45,11 +46,18 @@ pub struct ContainerConfig {
     pub cache_bytes: u64,
     /// The most network its containers get (the station's setting, or none where this says so).
     pub network: ContainerNetwork,
+    /// Registries (`HOST[:PORT]`) pulled from without TLS verification (plain http).
+    pub insecure_registries: Vec<String>,
 }
 
 impl Default for ContainerConfig {
     fn default() -> Self {
-        Self { disabled: false, cache_bytes: 20 << 30, network: ContainerNetwork::Host }
+        Self {
+            disabled: false,
+            cache_bytes: 20 << 30,
+            network: ContainerNetwork::Host,
+            insecure_registries: Vec::new(),
+        }
     }
 }
 
@@ -211,11 +219,17 @@ impl Podman {
         if self.mark_used(hex) {
             return Ok(reference);
         }
-        let archive = self.download(client, job_id, hex).await?;
-        let size = std::fs::metadata(&archive).map(|m| m.len()).unwrap_or(0);
-        let loaded = self.load(&archive, &reference).await;
-        let _ = tokio::fs::remove_file(&archive).await;
-        loaded?;
+        let size = match &image.reference {
+            Some(remote) => self.pull(remote, &reference).await?,
+            None => {
+                let archive = self.download(client, job_id, hex).await?;
+                let size = std::fs::metadata(&archive).map(|m| m.len()).unwrap_or(0);
+                let loaded = self.load(&archive, &reference).await;
+                let _ = tokio::fs::remove_file(&archive).await;
+                loaded?;
+                size
+            }
+        };
         {
             let mut cache = self.cache.lock().expect("not poisoned");
             cache.1 += 1;
@@ -256,6 +270,18 @@ impl Podman {
         let body = client.job_image(job_id).await.map_err(|e| format!("downloading it: {e}"))?;
         crate::cache::download_checked(body, &path, hex).await.map_err(|e| format!("downloading it: {e}"))?;
         Ok(path)
+    }
+
+    /// Pulls `remote` (pinned by digest, so what comes is what was registered) from its registry
+    /// and names it `reference`; answers its size.
+    async fn pull(&self, remote: &str, reference: &str) -> Result<u64, String> {
+        let insecure = insecure(remote, &self.config.insecure_registries);
+        let tls = format!("--tls-verify={}", !insecure);
+        let id = self.command(&["pull", "-q", &tls, remote]).await.map_err(|e| format!("pulling {remote}: {e}"))?;
+        let id = id.lines().last().map(str::trim).filter(|id| !id.is_empty()).ok_or("podman pull answered no id")?;
+        self.command(&["tag", id, reference]).await?;
+        let size = self.command(&["image", "inspect", "--format", "{{.Size}}", id]).await?;
+        Ok(size.trim().parse().unwrap_or(0))
     }
 
     /// Loads an archive (OCI, else docker) and names it `reference`, dropping the name the archive
@@ -385,6 +411,12 @@ pub(crate) fn run_args(
     args.push(run.image.into());
     args.extend(run.command.iter().map(OsString::from));
     args
+}
+
+/// Whether `reference` lies in one of the `insecure` registries.
+pub(crate) fn insecure(reference: &str, insecure: &[String]) -> bool {
+    let registry = reference.split('/').next().unwrap_or_default();
+    insecure.iter().any(|host| host == registry)
 }
 
 /// Whether `text` is 64 lowercase hex digits.

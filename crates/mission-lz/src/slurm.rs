@@ -627,22 +627,50 @@ impl std::str::FromStr for ContainerEngine {
     }
 }
 
-/// An image staged on the shared filesystem for a batch job.
+/// An image staged for a batch job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StagedImage {
     /// Its digest's hex digits.
     pub hex: String,
-    /// Its archive.
-    pub archive: PathBuf,
+    /// Where the node (or the conversion) takes it from.
+    pub source: ImageSource,
     /// The SIF file made from it, for Apptainer.
     pub sif: PathBuf,
 }
 
-/// `apptainer build` of `sif` from an image archive (`oci-archive://` or `docker-archive://`, as
-/// Apptainer's build specs name them): the conversion a gateway makes once per image.
-pub fn apptainer_build_args(sif: &Path, archive: &Path, oci: bool) -> Vec<String> {
-    let transport = if oci { "oci-archive" } else { "docker-archive" };
-    vec!["build".into(), sif.display().to_string(), format!("{transport}://{}", archive.display())]
+/// Where a batch job's image comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageSource {
+    /// Its archive on the shared filesystem.
+    Archive(PathBuf),
+    /// A registry.
+    Registry {
+        /// The image's pinned reference.
+        reference: String,
+        /// Pulled without TLS verification.
+        insecure: bool,
+    },
+}
+
+/// `apptainer build` of `sif` from `source` (`oci-archive://` or `docker-archive://` for an
+/// archive, `docker://` for a registry, as Apptainer's build specs name them; `--nohttps` for an
+/// insecure registry): the conversion a gateway makes once per image.
+pub fn apptainer_build_args(sif: &Path, source: &ImageSource, oci: bool) -> Vec<String> {
+    let mut args = vec!["build".to_owned()];
+    let spec = match source {
+        ImageSource::Archive(archive) => {
+            let transport = if oci { "oci-archive" } else { "docker-archive" };
+            format!("{transport}://{}", archive.display())
+        }
+        ImageSource::Registry { reference, insecure } => {
+            if *insecure {
+                args.push("--nohttps".into());
+            }
+            format!("docker://{reference}")
+        }
+    };
+    args.extend([sif.display().to_string(), spec]);
+    args
 }
 
 /// `apptainer exec` of `command` in `sif`: file systems, PIDs, IPC and environment contained
@@ -688,7 +716,19 @@ pub fn container_lines(
         ContainerEngine::Podman => {
             let name = format!("mission-{}", job.job_id);
             let reference = format!("localhost/mission-image:{}", image.hex);
-            let archive = image.archive.display().to_string();
+            let pull = match &image.source {
+                ImageSource::Archive(archive) => {
+                    let archive = archive.display();
+                    format!(
+                        "$engine pull -q {} 2>/dev/null || $engine pull -q {}",
+                        quote(&format!("oci-archive:{archive}")),
+                        quote(&format!("docker-archive:{archive}"))
+                    )
+                }
+                ImageSource::Registry { reference, insecure } => {
+                    format!("$engine pull -q --tls-verify={} {}", !insecure, quote(reference))
+                }
+            };
             let mut lines = String::new();
             // Where cgroup v1 mixes with v2, Podman needs runc and its own cgroup manager; its
             // runtime takes at most 32768 processes and the node's open-file limits.
@@ -699,10 +739,8 @@ pub fn container_lines(
                  case $procs in ''|unlimited) procs=32768;; esac; [ \"$procs\" -gt 32768 ] && procs=32768\n",
             );
             lines.push_str(&format!(
-                "$engine image exists {image} || $engine tag \"$($engine pull -q {oci} 2>/dev/null || $engine pull -q {docker})\" {image} || exit 125\n",
+                "$engine image exists {image} || $engine tag \"$({pull})\" {image} || exit 125\n",
                 image = quote(&reference),
-                oci = quote(&format!("oci-archive:{archive}")),
-                docker = quote(&format!("docker-archive:{archive}")),
             ));
             // The container's group lies under the job's (its memory group's path), which
             // Slurm limits and counts.
@@ -1014,12 +1052,18 @@ mod tests {
     /// `--pwd`, `--env NAME=VALUE` and `--nv`.
     #[test]
     fn apptainer_converts_an_archive_once_and_execs_the_command_contained() {
-        let (sif, tar) = (Path::new("/shared/images/ab.sif"), Path::new("/shared/images/ab.tar"));
+        let sif = Path::new("/shared/images/ab.sif");
+        let tar = ImageSource::Archive(PathBuf::from("/shared/images/ab.tar"));
         assert_eq!(
-            apptainer_build_args(sif, tar, true),
+            apptainer_build_args(sif, &tar, true),
             ["build", "/shared/images/ab.sif", "oci-archive:///shared/images/ab.tar"]
         );
-        assert_eq!(apptainer_build_args(sif, tar, false)[2], "docker-archive:///shared/images/ab.tar");
+        assert_eq!(apptainer_build_args(sif, &tar, false)[2], "docker-archive:///shared/images/ab.tar");
+        let remote = ImageSource::Registry { reference: "127.0.0.1:5000/lab@sha256:ab".into(), insecure: true };
+        assert_eq!(
+            apptainer_build_args(sif, &remote, true),
+            ["build", "--nohttps", "/shared/images/ab.sif", "docker://127.0.0.1:5000/lab@sha256:ab"]
+        );
         let command = ["bash".to_owned(), "run.sh".to_owned()];
         let args = apptainer_exec_args(sif, Path::new("/shared/work/j/work"), &["HOME", "JOB_ID"], true, &command);
         assert_eq!(
@@ -1039,7 +1083,7 @@ mod tests {
         let hex = "ab".repeat(32);
         let image = StagedImage {
             hex: hex.clone(),
-            archive: PathBuf::from(format!("/shared/work/images/{hex}.tar")),
+            source: ImageSource::Archive(PathBuf::from(format!("/shared/work/images/{hex}.tar"))),
             sif: PathBuf::from(format!("/shared/work/images/{hex}.sif")),
         };
         let podman = batch_script(&job, &dir, "/usr/bin:/bin", Some((ContainerEngine::Podman, &image)));

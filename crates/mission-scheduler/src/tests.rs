@@ -318,7 +318,8 @@ async fn a_job_in_an_image_goes_only_to_a_landing_zone_that_takes_images() {
     let h = Harness::new().await;
     let (plain_lz, podman_lz) = (h.register("plain").await, h.register("podman").await);
     let (mut plain, _) = h.connect(&plain_lz, 4, Vec::new()).await;
-    let image = mission_api::JobImage { image_id: Uuid::new_v4(), digest: format!("sha256:{}", "a".repeat(64)) };
+    let digest = format!("sha256:{}", "a".repeat(64));
+    let image = mission_api::JobImage { image_id: Uuid::new_v4(), digest, reference: None };
     let boxed = h.submit_job(Job { image: Some(image.clone()), ..h.new_job(1) }).await.unwrap();
     assert_eq!(plain.runs(), Vec::<Uuid>::new(), "the plain LZ has room, but runs no images");
     let (kind, detail) = h.pending(boxed.job_id).await.unwrap();

@@ -109,6 +109,9 @@ pub struct ServerConfig {
     /// AWS itself. Admins may name any: an endpoint is a place the server sends requests to, so
     /// letting anyone choose it would let them probe the server's network.
     pub s3_endpoints: Vec<Url>,
+    /// Container registries (`HOST[:PORT]`) whose images users other than admins may register
+    /// (`POST /api/v1/images/references`): landing zones pull from them. Admins may name any.
+    pub image_registries: Vec<String>,
     /// URL prefixes users other than admins may register webhooks under (for the reason of
     /// `s3_endpoints`: the server POSTs to them). Admins may name any http(s) URL.
     pub webhook_targets: Vec<Url>,
@@ -163,6 +166,7 @@ impl ServerConfig {
             sign_in_limits: SignInLimits::default(),
             connection_limits: crate::serve::ConnectionLimits::default(),
             s3_endpoints: Vec::new(),
+            image_registries: Vec::new(),
             webhook_targets: Vec::new(),
             webhook_attempts: WebhookAttempts::default(),
             lz_lease: Duration::from_secs(30),

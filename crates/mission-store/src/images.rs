@@ -9,25 +9,29 @@ use super::row::Columns;
 use super::{Store, StoreError, conflict_on_duplicate, to_micros, with_conn};
 
 /// Columns of `images`, as [`image_from_row`] reads them.
-const IMAGE_COLUMNS: &str = "image_id, owner_id, project_id, name, digest, size, format, visibility, created_at";
+const IMAGE_COLUMNS: &str =
+    "image_id, owner_id, project_id, name, digest, size, format, visibility, created_at, reference";
 
 impl Store {
     /// Adds an image; [`StoreError::Conflict`] when its owner has one of that name.
     pub async fn insert_image(&self, image: &Image) -> Result<(), StoreError> {
         let result = audited_write!(self, |conn| {
-            sqlx::query(&format!("INSERT INTO images ({IMAGE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"))
-                .bind(image.image_id.to_string())
-                .bind(image.owner_id.to_string())
-                .bind(image.project_id.to_string())
-                .bind(&image.name)
-                .bind(&image.digest)
-                .bind(i64::try_from(image.size).unwrap_or(i64::MAX))
-                .bind(image.format.as_str())
-                .bind(image.visibility.as_str())
-                .bind(to_micros(image.created_at))
-                .execute(conn)
-                .await
-                .map(drop)
+            sqlx::query(&format!(
+                "INSERT INTO images ({IMAGE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+            ))
+            .bind(image.image_id.to_string())
+            .bind(image.owner_id.to_string())
+            .bind(image.project_id.to_string())
+            .bind(&image.name)
+            .bind(&image.digest)
+            .bind(i64::try_from(image.size).unwrap_or(i64::MAX))
+            .bind(image.format.as_str())
+            .bind(image.visibility.as_str())
+            .bind(to_micros(image.created_at))
+            .bind(&image.reference)
+            .execute(conn)
+            .await
+            .map(drop)
         });
         conflict_on_duplicate(result, || format!("you have an image named {:?} already", image.name))
     }
@@ -120,5 +124,6 @@ fn image_from_row(r: &impl Columns) -> Result<Image, StoreError> {
         format: r.text("format")?.parse().map_err(|e| corrupt("format", e))?,
         visibility: r.text("visibility")?.parse::<ImageVisibility>().map_err(|e| corrupt("visibility", e))?,
         created_at: r.time("created_at")?,
+        reference: r.opt_text("reference")?,
     })
 }

@@ -55,6 +55,7 @@ const JOB_ROW: &[(&str, Cast)] = &[
     ("retry", Cast::Text),
     ("image_id", Cast::Text),
     ("image_digest", Cast::Text),
+    ("image_reference", Cast::Text),
     ("attempt", Cast::Int),
     ("rerun_of", Cast::Text),
     ("array_id", Cast::Text),
@@ -1227,6 +1228,7 @@ fn insert_row(seq: u64, job: &Job) -> serde_json::Value {
         "retry": job.retry.as_ref().map(|r| serde_json::to_string(r).expect("policies serialise")),
         "image_id": job.image.as_ref().map(|i| i.image_id.to_string()),
         "image_digest": job.image.as_ref().map(|i| &i.digest),
+        "image_reference": job.image.as_ref().and_then(|i| i.reference.as_ref()),
         "attempt": job.attempt,
         "rerun_of": job.rerun_of.map(|id| id.to_string()),
         "array_id": job.array_id.map(|id| id.to_string()),
@@ -1303,7 +1305,9 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
         after_any: r.json("after_any")?,
         retry: r.opt_json("retry")?,
         image: match (r.opt_uuid("image_id")?, r.opt_text("image_digest")?) {
-            (Some(image_id), Some(digest)) => Some(mission_api::JobImage { image_id, digest }),
+            (Some(image_id), Some(digest)) => {
+                Some(mission_api::JobImage { image_id, digest, reference: r.opt_text("image_reference")? })
+            }
             _ => None,
         },
         attempt: r.count("attempt")? as u32,

@@ -6,12 +6,14 @@
 
 mod agent;
 mod browser;
+mod registry;
 mod s3;
 mod webhooks;
 
 pub use agent::{FakeAgent, Lines, lines};
 pub use browser::{Browser, ENTER, TAB};
 pub use mission_store::test_support::PostgresDatabase;
+pub use registry::Registry;
 pub use s3::S3Server;
 pub use webhooks::{Received, Receiver};
 

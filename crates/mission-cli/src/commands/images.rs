@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::bail;
 use clap::{Subcommand, ValueEnum};
-use mission_client::{Image, ImageVisibility, ImportImage, Uuid};
+use mission_client::{Image, ImageVisibility, ImportImage, RegisterImageReference, Uuid};
 
 use crate::output::Output;
 use crate::progress::TransferBar;
@@ -19,6 +19,22 @@ pub enum ImagesCommand {
         /// The archive.
         archive: PathBuf,
         /// Its name, unique among your images (`solver:2.1`, `lab/python`).
+        #[arg(long)]
+        name: String,
+        /// Who sees it: you (private), the members of its project, or everyone (public: admins).
+        #[arg(long, value_enum, default_value_t = Visibility::Private)]
+        visibility: Visibility,
+        /// Its project (default: your personal project).
+        #[arg(long)]
+        project: Option<Uuid>,
+    },
+    /// Register an image that landing zones pull from a container registry themselves, pinned
+    /// by its manifest's digest: `HOST[:PORT]/PATH[:TAG]@sha256:HEX`, in a registry the server
+    /// allows (`mission server --image-registry`; admins may name any).
+    Add {
+        /// The reference.
+        reference: String,
+        /// Its name, unique among your images.
         #[arg(long)]
         name: String,
         /// Who sees it: you (private), the members of its project, or everyone (public: admins).
@@ -50,6 +66,16 @@ pub enum Visibility {
     Public,
 }
 
+impl From<Visibility> for ImageVisibility {
+    fn from(visibility: Visibility) -> Self {
+        match visibility {
+            Visibility::Private => Self::Private,
+            Visibility::Project => Self::Project,
+            Visibility::Public => Self::Public,
+        }
+    }
+}
+
 /// `bytes` in the largest binary unit that keeps it readable.
 fn size_text(bytes: u64) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -72,12 +98,7 @@ impl ImagesCommand {
         let client = session::connect(server).await?;
         match self {
             ImagesCommand::Import { archive, name, visibility, project } => {
-                let visibility = match visibility {
-                    Visibility::Private => ImageVisibility::Private,
-                    Visibility::Project => ImageVisibility::Project,
-                    Visibility::Public => ImageVisibility::Public,
-                };
-                let request = ImportImage { name, visibility, project_id: project };
+                let request = ImportImage { name, visibility: visibility.into(), project_id: project };
                 let image = client.import_image(&archive, &request, TransferBar::for_terminal("import")).await?;
                 let message = format!(
                     "imported image {} ({}, {} archive, {}) as {}",
@@ -89,6 +110,13 @@ impl ImagesCommand {
                 );
                 out.done(&image, &message);
             }
+            ImagesCommand::Add { reference, name, visibility, project } => {
+                let request =
+                    RegisterImageReference { name, reference, visibility: visibility.into(), project_id: project };
+                let image = client.register_image_reference(&request).await?;
+                let message = format!("added image {} ({}) as {}", image.name, image.digest, image.image_id);
+                out.done(&image, &message);
+            }
             ImagesCommand::List => {
                 let images = client.list_images().await?;
                 let rows = images
@@ -98,7 +126,7 @@ impl ImagesCommand {
                             i.image_id.to_string(),
                             i.name.clone(),
                             short_digest(i),
-                            size_text(i.size),
+                            if i.reference.is_some() { "(registry)".to_owned() } else { size_text(i.size) },
                             i.visibility.to_string(),
                             i.created_at.format("%Y-%m-%d %H:%M").to_string(),
                         ]
@@ -114,6 +142,7 @@ impl ImagesCommand {
                     ("digest", image.digest.clone()),
                     ("size", format!("{} ({} bytes)", size_text(image.size), image.size)),
                     ("format", image.format.as_str().to_owned()),
+                    ("reference", image.reference.clone().unwrap_or_else(|| "-".into())),
                     ("visibility", image.visibility.to_string()),
                     ("project", image.project_id.to_string()),
                     ("owner", image.owner_id.to_string()),

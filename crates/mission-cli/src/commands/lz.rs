@@ -235,12 +235,21 @@ pub struct ContainerArgs {
         default_value = "host"
     )]
     network: mission_lz::ContainerNetwork,
+    /// A registry, `HOST[:PORT]`, to pull registry images from without TLS verification (plain
+    /// http); repeat the flag, or separate with commas.
+    #[arg(long = "lz-insecure-registry", env = "MISSION_LZ_INSECURE_REGISTRIES", value_delimiter = ',')]
+    insecure_registries: Vec<String>,
 }
 
 impl ContainerArgs {
     /// The agent's container settings.
     pub fn config(&self) -> mission_lz::ContainerConfig {
-        mission_lz::ContainerConfig { disabled: self.no_images, cache_bytes: self.cache.0, network: self.network }
+        mission_lz::ContainerConfig {
+            disabled: self.no_images,
+            cache_bytes: self.cache.0,
+            network: self.network,
+            insecure_registries: self.insecure_registries.clone(),
+        }
     }
 }
 

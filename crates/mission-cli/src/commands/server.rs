@@ -173,6 +173,11 @@ struct RunArgs {
     /// or separate with commas). AWS needs none; admins may name any endpoint.
     #[arg(long = "s3-endpoint", env = "MISSION_S3_ENDPOINTS", value_delimiter = ',')]
     s3_endpoints: Vec<url::Url>,
+    /// A container registry, `HOST[:PORT]`, whose images users other than admins may register
+    /// (`mission images add REFERENCE`; repeat the flag, or separate with commas). Landing zones
+    /// pull from it; admins may name any registry.
+    #[arg(long = "image-registry", env = "MISSION_IMAGE_REGISTRIES", value_delimiter = ',')]
+    image_registries: Vec<String>,
     /// A URL prefix users other than admins may register webhooks under, such as
     /// `https://hooks.example.org/` (repeat the flag, or separate with commas). The server POSTs
     /// events there, so it is a door into its network: allow only receivers you mean. Admins may
@@ -330,6 +335,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     config.bootstrap_admin = !args.no_bootstrap_admin;
     let shared_database = config.effective_database_url().is_postgres();
     config.s3_endpoints = args.s3_endpoints;
+    config.image_registries = args.image_registries;
     config.webhook_targets = args.webhook_targets;
     config.webhook_attempts.max_attempts = args.webhook_attempts;
     config.webhook_attempts.timeout = Duration::from_secs(args.webhook_timeout);

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use mission_client::{
-    Client, ContainerNetwork, ImageFormat, ImportImage, Job, JobResources, JobStatus, LogStream, UpdateMission,
-    UpdateStation, Uuid,
+    Client, ContainerNetwork, ImageFormat, ImportImage, Job, JobResources, JobStatus, LogStream,
+    RegisterImageReference, UpdateMission, UpdateStation, Uuid,
 };
 use mission_testkit::TestServer;
 
@@ -218,4 +218,50 @@ async fn an_agent_killed_mid_job_ends_its_container_when_it_restarts_and_network
     wait_until("the restarted agent removed the container", || async { !container_of(&job).await }).await;
     let done = alice.wait_for_job(job.job_id).await.unwrap();
     assert_eq!(done.status, JobStatus::Lost, "{done:?}");
+}
+
+/// Where the server allows a registry, an image may be a reference into it, pinned by digest:
+/// the landing zone pulls it from there itself (here from a registry on 127.0.0.1 serving the
+/// test image), and the server never serves its archive.
+#[tokio::test]
+async fn a_registry_image_is_pulled_by_the_landing_zone_from_an_allowed_registry() {
+    let Some(archive) = test_image() else { return };
+    let registry = mission_testkit::Registry::serve(&archive).await;
+    let allowed = registry.host.clone();
+    let (server, admin) = cluster(move |config| config.image_registries = vec![allowed]).await;
+    let insecure = ["--lz-insecure-registry", registry.host.as_str()];
+    let _agent = Agent::start_with(&server, &admin, local_station(), "puller", TWO_CPUS, &insecure).await;
+    let alice = &server.client;
+
+    // A registry the server does not allow, or a reference not pinned by digest, is refused.
+    let elsewhere = RegisterImageReference {
+        name: "elsewhere".into(),
+        reference: format!("registry.example.org/lab/debian@{}", registry.manifest_digest),
+        ..Default::default()
+    };
+    let refused = alice.register_image_reference(&elsewhere).await.unwrap_err().to_string();
+    assert!(refused.contains("the server does not allow registry \"registry.example.org\""), "{refused}");
+    let tagged = RegisterImageReference {
+        name: "tagged".into(),
+        reference: format!("{}/lab/debian:12", registry.host),
+        ..Default::default()
+    };
+    let refused = alice.register_image_reference(&tagged).await.unwrap_err().to_string();
+    assert!(refused.contains("it needs @sha256"), "{refused}");
+
+    let request = RegisterImageReference {
+        name: "debian-remote".into(),
+        reference: registry.reference("lab/debian"),
+        ..Default::default()
+    };
+    let image = alice.register_image_reference(&request).await.unwrap();
+    assert_eq!((image.format, image.digest.as_str()), (ImageFormat::Registry, registry.manifest_digest.as_str()));
+    let m = mission_in(alice, "debian-remote", "cat /etc/debian_version\n").await;
+    let job = alice.run_job_on_station(m, local_station(), memory(256)).await.unwrap();
+    assert_eq!(job.image.as_ref().and_then(|i| i.reference.clone()), Some(request.reference.clone()));
+    completed(alice, job.job_id).await;
+    assert!(alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap().starts_with("12."));
+    assert_eq!(image_downloads(&server).await, 0, "the server served no archive");
+    let hex = registry.manifest_digest.trim_start_matches("sha256:");
+    let _ = podman(&["rmi", &format!("localhost/mission-image:{hex}")]).await;
 }

@@ -166,6 +166,8 @@ pub(crate) struct SlurmRunner {
     servers: String,
     /// This program, which pilots run (from the shared filesystem).
     program: PathBuf,
+    /// Registries pulled from without TLS verification.
+    insecure_registries: Vec<String>,
     /// One image is staged on the shared filesystem at a time (a second job of it waits, then
     /// finds it there).
     staging_images: tokio::sync::Mutex<()>,
@@ -212,6 +214,7 @@ impl SlurmRunner {
             .map(|(_, path)| path.to_string_lossy().into_owned())
             .unwrap_or_default();
         let servers = config.servers.join(",");
+        let insecure_registries = config.containers.insecure_registries.clone();
         let mut config = slurm.clone();
         config.work_root = work_root;
         let runner = Arc::new(Self {
@@ -228,6 +231,7 @@ impl SlurmRunner {
             program: std::env::current_exe()
                 .map_err(|e| AgentError::BatchSystem(format!("this program's path: {e}")))?,
             staging_images: tokio::sync::Mutex::new(()),
+            insecure_registries,
         });
         let capacity = patiently("reading the cluster's nodes", || runner.capacity()).await?;
         *runner.offer.lock().expect("not poisoned") = capacity;
@@ -437,29 +441,35 @@ impl SlurmRunner {
             .filter(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()));
         let hex = hex.ok_or_else(|| fail("not an image digest".into()))?;
         let dir = self.config.work_root.join("images");
-        let staged = StagedImage {
-            hex: hex.to_owned(),
-            archive: dir.join(format!("{hex}.tar")),
-            sif: dir.join(format!("{hex}.sif")),
+        let archive = dir.join(format!("{hex}.tar"));
+        let source = match &image.reference {
+            Some(reference) => slurm::ImageSource::Registry {
+                reference: reference.clone(),
+                insecure: crate::podman::insecure(reference, &self.insecure_registries),
+            },
+            None => slurm::ImageSource::Archive(archive.clone()),
         };
+        let staged = StagedImage { hex: hex.to_owned(), source, sif: dir.join(format!("{hex}.sif")) };
         let _one_at_a_time = self.staging_images.lock().await;
         private_dir(&dir, 0o711).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
         let readable = |path: &Path| {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).map_err(|e| fail(e.to_string()))
         };
-        if !staged.archive.exists() {
+        if image.reference.is_none() && !archive.exists() {
             let body = client.job_image(job_id).await.map_err(|e| fail(format!("downloading it: {e}")))?;
-            crate::cache::download_checked(body, &staged.archive, hex)
+            crate::cache::download_checked(body, &archive, hex)
                 .await
                 .map_err(|e| fail(format!("downloading it: {e}")))?;
-            readable(&staged.archive)?;
+            readable(&archive)?;
         }
         if engine == ContainerEngine::Apptainer && !staged.sif.exists() {
             let partial = dir.join(format!("{hex}.{}.sif", Uuid::new_v4().simple()));
             let mut converted = Err(String::new());
-            for oci in [true, false] {
-                let args = slurm::apptainer_build_args(&partial, &staged.archive, oci);
+            // An archive may be either kind; a registry's image is one.
+            let kinds: &[bool] = if image.reference.is_some() { &[true] } else { &[true, false] };
+            for &oci in kinds {
+                let args = slurm::apptainer_build_args(&partial, &staged.source, oci);
                 converted = self.command_within(IMAGE_CONVERSION_TIMEOUT, "apptainer", &args).await;
                 if converted.is_ok() {
                     break;

@@ -1,5 +1,6 @@
 //! Container images: import (the archive streamed in, size-limited, stored whole or not at all),
-//! list, get, delete, and how a mission or a run request names one ([`resolve`]).
+//! registry references ([`register_reference`]), list, get, delete, and how a mission or a run
+//! request names one ([`resolve`]).
 //!
 //! An archive is stored in the service's default storage under `images/{image_id}`; its row is
 //! written only once the object is whole, and removed before the object is, so a crash leaves at
@@ -11,7 +12,9 @@
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use mission_api::images::check_image_name;
-use mission_api::{Image, ImageRef, ImageVisibility, ImportImage, JobImage};
+use mission_api::{
+    Image, ImageFormat, ImageRef, ImageVisibility, ImportImage, JobImage, RegisterImageReference, RegistryReference,
+};
 use object_store::path::Path as ObjectPath;
 use uuid::Uuid;
 
@@ -41,19 +44,11 @@ where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
-    check_image_name(&request.name).map_err(|e| DomainError::invalid("name", e))?;
-    if request.visibility == ImageVisibility::Public && !who.admin {
-        return Err(DomainError::Forbidden("only admins publish images to everyone".into()));
-    }
-    let project_id = request.project_id.unwrap_or(who.user_id);
-    projects::ensure_may_run(app, who, project_id, "project_id").await?;
+    let project_id = check_new(app, who, &request.name, request.visibility, request.project_id).await?;
     let max = app.config.max_image_bytes;
     let too_large = || DomainError::TooLarge(format!("the image is larger than max_image_size = {max} bytes"));
     if announced.is_some_and(|size| size > max) {
         return Err(too_large());
-    }
-    if app.store.images_named(Some(&request.name), None).await?.iter().any(|i| i.owner_id == who.user_id) {
-        return Err(DomainError::Conflict(format!("you have an image named {:?} already", request.name)));
     }
     let image_id = Uuid::new_v4();
     let key = archive_key(image_id);
@@ -83,6 +78,7 @@ where
         digest: format!("sha256:{}", written.sha256),
         size: written.size,
         format,
+        reference: None,
         visibility: request.visibility,
         owner_id: who.user_id,
         project_id,
@@ -95,6 +91,65 @@ where
         let _ = files.delete(&key).await;
         return Err(e.into());
     }
+    Ok(image)
+}
+
+/// Checks a new image's name (free among the caller's), visibility and project (default: the
+/// caller's personal project, which it answers).
+async fn check_new(
+    app: &AppState,
+    who: Principal,
+    name: &str,
+    visibility: ImageVisibility,
+    project_id: Option<Uuid>,
+) -> DomainResult<Uuid> {
+    check_image_name(name).map_err(|e| DomainError::invalid("name", e))?;
+    if visibility == ImageVisibility::Public && !who.admin {
+        return Err(DomainError::Forbidden("only admins publish images to everyone".into()));
+    }
+    let project_id = project_id.unwrap_or(who.user_id);
+    projects::ensure_may_run(app, who, project_id, "project_id").await?;
+    if app.store.images_named(Some(name), None).await?.iter().any(|i| i.owner_id == who.user_id) {
+        return Err(DomainError::Conflict(format!("you have an image named {name:?} already")));
+    }
+    Ok(project_id)
+}
+
+/// Registers an image that landing zones pull from a registry: a reference pinned by digest,
+/// into a registry the server allows (any, for an admin).
+pub async fn register_reference(
+    app: &AppState,
+    who: Principal,
+    request: RegisterImageReference,
+) -> DomainResult<Image> {
+    let reference = RegistryReference::parse(&request.reference).map_err(|e| DomainError::invalid("reference", e))?;
+    if !who.admin && !app.config.image_registries.iter().any(|allowed| allowed == reference.registry) {
+        return Err(DomainError::invalid(
+            "reference",
+            format!(
+                "the server does not allow registry {:?} (mission server --image-registry; admins may name any)",
+                reference.registry
+            ),
+        ));
+    }
+    let digest = reference.digest.to_owned();
+    let project_id = check_new(app, who, &request.name, request.visibility, request.project_id).await?;
+    let image = Image {
+        image_id: Uuid::new_v4(),
+        name: request.name,
+        digest,
+        size: 0,
+        format: ImageFormat::Registry,
+        reference: Some(request.reference),
+        visibility: request.visibility,
+        owner_id: who.user_id,
+        project_id,
+        created_at: mission_store::now(),
+    };
+    let change = Change::new("image.register", "image", image.image_id).named(&image.name);
+    let noted = serde_json::json!({ "reference": image.reference, "visibility": image.visibility });
+    audit::note(who, change.in_project(project_id).with(noted));
+    app.store.insert_image(&image).await?;
     Ok(image)
 }
 
@@ -131,7 +186,9 @@ pub async fn delete(app: &AppState, who: Principal, image_id: Uuid) -> DomainRes
     if !app.store.delete_image(image_id).await? {
         return Err(DomainError::not_found("image", image_id));
     }
-    app.bays.default_store().delete(&archive_key(image_id)).await.map_err(DomainError::internal)?;
+    if image.reference.is_none() {
+        app.bays.default_store().delete(&archive_key(image_id)).await.map_err(DomainError::internal)?;
+    }
     Ok(())
 }
 
@@ -159,8 +216,8 @@ pub async fn resolve(app: &AppState, who: Principal, field: &'static str, refere
     let chosen: Vec<&Image> = seen.iter().filter(|i| Some(tier(i)) == best).collect();
     match chosen.as_slice() {
         [] => Err(DomainError::invalid(field, format!("no image {reference:?} that you see"))),
-        [image] => Ok(JobImage { image_id: image.image_id, digest: image.digest.clone() }),
-        [first, ..] if digest.is_some() => Ok(JobImage { image_id: first.image_id, digest: first.digest.clone() }),
+        [image] => Ok(job_image(image)),
+        [first, ..] if digest.is_some() => Ok(job_image(first)),
         several => Err(DomainError::Conflict(format!(
             "{} images named {reference:?} are visible to you ({}); name one by its digest",
             several.len(),
@@ -182,4 +239,9 @@ pub async fn remove_orphans(store: &mission_store::Store, files: &crate::blobs::
         }
     }
     Ok(removed)
+}
+
+/// What a job carries of its image.
+fn job_image(image: &Image) -> JobImage {
+    JobImage { image_id: image.image_id, digest: image.digest.clone(), reference: image.reference.clone() }
 }

@@ -5,9 +5,9 @@ use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use mission_api::{Image, ImageVisibility, ImportImage};
+use mission_api::{Image, ImageVisibility, ImportImage, RegisterImageReference};
 
-use super::extract::{QueryPairs, parse_id};
+use super::extract::{ApiJson, QueryPairs, parse_id};
 use super::files::announced;
 use crate::AppState;
 use crate::auth::Principal;
@@ -53,6 +53,20 @@ pub async fn import(
     }
     let image = images::import(&app, who, request, announced(&headers), body.into_data_stream()).await?;
     Ok((StatusCode::CREATED, Json(image)))
+}
+
+/// Registers an image that landing zones pull from a container registry: `reference` is
+/// `HOST[:PORT]/PATH[:TAG]@sha256:HEX`, pinned by its manifest's digest, in a registry the server
+/// allows (`--image-registry`; admins may name any).
+#[utoipa::path(post, path = "/api/v1/images/references", tag = "images", request_body = RegisterImageReference,
+    responses((status = 201, body = Image), (status = 400, body = mission_api::Problem),
+        (status = 403, body = mission_api::Problem), (status = 409, body = mission_api::Problem)))]
+pub async fn register_reference(
+    State(app): State<AppState>,
+    who: Principal,
+    ApiJson(request): ApiJson<RegisterImageReference>,
+) -> ApiResult<(StatusCode, Json<Image>)> {
+    Ok((StatusCode::CREATED, Json(images::register_reference(&app, who, request).await?)))
 }
 
 /// Lists the images the caller sees (every one, for admins), by name.

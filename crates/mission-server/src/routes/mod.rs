@@ -42,7 +42,7 @@ pub use files::{RecoveryError, recover as recover_files, settle_stopped_replicas
         events::stream, jobs::run, jobs::list, jobs::usage, jobs::events, jobs::get, jobs::update, jobs::stop, jobs::rerun, jobs::rerun_failed, jobs::run_array, jobs::get_array, jobs::stop_array, jobs::logs, jobs::results, jobs::result, archives::results,
         cargo_bays::list, cargo_bays::create, cargo_bays::get, cargo_bays::delete,
         webhooks::create, webhooks::list, webhooks::get, webhooks::delete, webhooks::deliveries,
-        images::import, images::list, images::get, images::delete,
+        images::import, images::register_reference, images::list, images::get, images::delete,
         stations::list, stations::create, stations::get, stations::update, stations::delete, stations::members,
         stations::add_member, stations::remove_member, stations::landing_zones,
         stations::register_landing_zone, stations::remove_landing_zone,
@@ -254,6 +254,7 @@ pub fn router(app: AppState) -> Router {
         .route("/cargo-bays", get(cargo_bays::list).post(cargo_bays::create))
         .route("/cargo-bays/{id}", get(cargo_bays::get).delete(cargo_bays::delete))
         .route("/images", get(images::list).post(images::import).layer(DefaultBodyLimit::disable()))
+        .route("/images/references", post(images::register_reference))
         .route("/images/{id}", get(images::get).delete(images::delete))
         .route("/webhooks", get(webhooks::list).post(webhooks::create))
         .route("/webhooks/{id}", get(webhooks::get).delete(webhooks::delete))

@@ -6,8 +6,9 @@ CREATE TABLE images (
     name       TEXT NOT NULL,
     digest     TEXT NOT NULL,
     size       BIGINT NOT NULL,
-    format     TEXT NOT NULL CHECK (format IN ('oci', 'docker')),
+    format     TEXT NOT NULL CHECK (format IN ('oci', 'docker', 'registry')),
     visibility TEXT NOT NULL CHECK (visibility IN ('private', 'project', 'public')),
+    reference  TEXT,
     created_at BIGINT NOT NULL,
     UNIQUE (owner_id, name)
 );
@@ -17,6 +18,7 @@ CREATE INDEX images_by_digest ON images (digest);
 ALTER TABLE missions ADD COLUMN image TEXT;
 ALTER TABLE jobs ADD COLUMN image_id TEXT;
 ALTER TABLE jobs ADD COLUMN image_digest TEXT;
+ALTER TABLE jobs ADD COLUMN image_reference TEXT;
 CREATE INDEX jobs_by_image ON jobs (image_id) WHERE image_id IS NOT NULL;
 
 ALTER TABLE landing_zones ADD COLUMN images BOOLEAN NOT NULL DEFAULT FALSE;

@@ -8,8 +8,9 @@ CREATE TABLE images (
     name       TEXT NOT NULL,
     digest     TEXT NOT NULL,           -- sha256:{hex} of the archive
     size       INTEGER NOT NULL,
-    format     TEXT NOT NULL CHECK (format IN ('oci', 'docker')),
+    format     TEXT NOT NULL CHECK (format IN ('oci', 'docker', 'registry')),
     visibility TEXT NOT NULL CHECK (visibility IN ('private', 'project', 'public')),
+    reference  TEXT,                    -- a registry image's reference; NULL for an archive
     created_at INTEGER NOT NULL,
     UNIQUE (owner_id, name)
 );
@@ -21,6 +22,7 @@ ALTER TABLE missions ADD COLUMN image TEXT;
 -- The image a job runs in, as resolved when it was submitted.
 ALTER TABLE jobs ADD COLUMN image_id TEXT;
 ALTER TABLE jobs ADD COLUMN image_digest TEXT;
+ALTER TABLE jobs ADD COLUMN image_reference TEXT;
 CREATE INDEX jobs_by_image ON jobs (image_id) WHERE image_id IS NOT NULL;
 
 -- Whether the landing zone's agent runs jobs in container images, as its last hello said.

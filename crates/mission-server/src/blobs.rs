@@ -148,6 +148,16 @@ impl Location {
     pub fn key(&self, path: &MissionPath) -> ObjectPath {
         path.segments().fold(self.root.clone(), |key, segment| key.child(segment))
     }
+
+    /// Deletes a mission file, and in a local store the folders its deletion left empty, up to
+    /// (not including) this location's root: an empty folder must not stand where a later file
+    /// of the same name goes (object stores have no folders; a disk does).
+    pub async fn delete(&self, path: &MissionPath) -> Result<(), object_store::Error> {
+        let key = self.key(path);
+        self.files.delete(&key).await?;
+        self.files.remove_empty_folders(&key, &self.root).await;
+        Ok(())
+    }
 }
 
 /// One object store (the default storage or a cargo bay's).
@@ -384,15 +394,46 @@ impl FileStore {
         }
     }
 
-    /// Deletes every file of a mission in the default storage, and its jobs' results there.
+    /// Deletes every file of a mission in the default storage, and its jobs' results there, with
+    /// their folders (else every start would take the folder for an orphan mission's).
     pub async fn delete_mission(&self, mission_id: Uuid) -> Result<(), object_store::Error> {
         for prefix in [Self::mission_prefix(mission_id), Self::results_prefix(mission_id)] {
             let keys: Vec<_> = self.store.list(Some(&prefix)).map(|m| m.map(|m| m.location)).collect().await;
             for key in keys {
                 self.delete(&key?).await?;
             }
+            if let Some(folder) = self.local_folder(&prefix) {
+                let io = |e: std::io::Error| object_store::Error::Generic { store: "local", source: Box::new(e) };
+                let removed = tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&folder) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                    _ => Ok(()),
+                });
+                removed.await.map_err(|e| io(std::io::Error::other(e)))?.map_err(io)?;
+            }
         }
         Ok(())
+    }
+
+    /// Where `key` lies on disk, for a local store.
+    fn local_folder(&self, key: &ObjectPath) -> Option<std::path::PathBuf> {
+        let root = self.local_root.clone()?;
+        Some(key.parts().fold(root, |dir, part| dir.join(part.as_ref())))
+    }
+
+    /// In a local store: removes the folders above `key` that are empty, from the innermost up to
+    /// (not including) `stop_at`; a folder that is not empty ends it. Nothing for other stores.
+    pub async fn remove_empty_folders(&self, key: &ObjectPath, stop_at: &ObjectPath) {
+        let (Some(file), Some(stop)) = (self.local_folder(key), self.local_folder(stop_at)) else { return };
+        let _ = tokio::task::spawn_blocking(move || {
+            let mut dir = file.parent().map(std::path::Path::to_path_buf);
+            while let Some(folder) = dir {
+                if folder == stop || !folder.starts_with(&stop) || std::fs::remove_dir(&folder).is_err() {
+                    break;
+                }
+                dir = folder.parent().map(std::path::Path::to_path_buf);
+            }
+        })
+        .await;
     }
 
     /// Where the results of a job of `mission_id` live in the default storage.

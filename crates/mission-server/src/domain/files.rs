@@ -173,7 +173,7 @@ pub async fn delete(app: &AppState, who: Principal, mission_id: Uuid, path: &Mis
     audit::note(who, change.in_project(mission.project_id));
     // Row first, object second: a crash in between leaves an intent, never a row without content.
     app.store.delete_file_row(mission.mission_id, path.as_str()).await?;
-    place.files.delete(&place.key(path)).await.map_err(|e| storage_error(&place, e))?;
+    place.delete(path).await.map_err(|e| storage_error(&place, e))?;
     app.store.drop_intent(intent.intent_id).await?;
     Ok(())
 }

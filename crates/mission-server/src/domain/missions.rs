@@ -213,7 +213,7 @@ pub async fn delete(app: &AppState, who: Principal, mission_id: Uuid) -> DomainR
             let mut result = Ok(());
             for file in &indexed {
                 let path = mission_api::paths::MissionPath::parse(&file.path).expect("stored paths are valid");
-                result = result.and(place.files.delete(&place.key(&path)).await);
+                result = result.and(place.delete(&path).await);
             }
             result
         }

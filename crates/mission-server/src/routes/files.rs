@@ -335,7 +335,7 @@ async fn settle(
         }
         (IntentKind::Delete, _) | (IntentKind::Upload, None) => {
             store.delete_file_row(intent.mission_id, &intent.path).await?;
-            place.files.delete(&key).await.map_err(storage)?;
+            place.delete(path).await.map_err(storage)?;
         }
     }
     store.drop_intent(intent.intent_id).await?;

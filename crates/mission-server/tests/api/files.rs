@@ -515,3 +515,45 @@ async fn a_mission_downloads_as_one_zip_archive() {
     let (status, problem) = problem(http().get(&url).bearer_auth(&bob).send().await.unwrap()).await;
     assert_eq!(status, 404, "{problem:?}");
 }
+
+/// A folder is not left behind by the deletion of its last file: the path may then hold a file
+/// (found by fuzzing: `PUT 0/x`, `DELETE 0/x`, `PUT 0` was a 500), in the default storage and in
+/// a local cargo bay alike, and a deleted mission leaves no folder in the default storage.
+#[tokio::test]
+async fn a_deleted_files_empty_folder_goes_with_it_and_a_deleted_missions_folder_too() {
+    let server = TestServer::spawn().await;
+    server.add_user("root", true).await;
+    let root = server.sign_in("root").await;
+    let bay_dir = tempfile::tempdir().unwrap();
+    let bay = mission_client::CreateCargoBay {
+        path: Some(bay_dir.path().to_str().unwrap().to_owned()),
+        ..mission_client::CreateCargoBay::new("lab", mission_client::CargoBayKind::Local)
+    };
+    let bay = root.create_cargo_bay(&bay).await.unwrap().storage_id;
+    let src = tempfile::tempdir().unwrap();
+    write(src.path(), "x", b"content");
+    let file = src.path().join("x");
+    for storage in [None, Some(bay)] {
+        let request = CreateMission {
+            name: "folders".into(),
+            source_storage_id: storage,
+            source_path: storage.map(|_| "runs/7".into()),
+            ..Default::default()
+        };
+        let id = root.create_mission(&request).await.unwrap().mission_id;
+        assert!(root.upload(id, &file, Some("0/deep/x"), false).await.unwrap());
+        assert!(root.delete_file(id, "0/deep/x").await.unwrap());
+        assert!(root.upload(id, &file, Some("0"), false).await.unwrap(), "{storage:?}: the path holds a file now");
+        let listed: Vec<String> = root.get_mission_files(id).await.unwrap().iter().map(|f| f.relative_path()).collect();
+        assert_eq!(listed, ["0"]);
+        if storage.is_some() {
+            assert!(bay_dir.path().join("runs/7/0").is_file(), "the bay's folder holds the file");
+            assert!(root.delete_file(id, "0").await.unwrap());
+            assert!(bay_dir.path().join("runs/7").is_dir(), "the mission's own root in the bay stays");
+        }
+        let folder = server.data_dir.path().join("data/files/missions").join(id.to_string());
+        assert_eq!(folder.join("0").is_file(), storage.is_none(), "the default storage holds its files here");
+        root.delete_mission_by_id(id).await.unwrap();
+        assert!(!folder.exists(), "{storage:?}: {} is gone", folder.display());
+    }
+}

@@ -108,6 +108,16 @@ enum Command {
     ///   mission run MISSION --image solver:2.1 --follow
     #[command(subcommand, verbatim_doc_comment)]
     Images(ImagesCommand),
+    /// Print shell completions for `mission` to standard output.
+    ///
+    ///   mission completions bash > /etc/bash_completion.d/mission
+    ///   mission completions zsh > ~/.zfunc/_mission
+    ///   mission completions fish > ~/.config/fish/completions/mission.fish
+    #[command(verbatim_doc_comment)]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 fn init_logging(server: bool) {
@@ -118,8 +128,10 @@ fn init_logging(server: bool) {
         .ok()
         .and_then(|s| s.parse::<Targets>().ok())
         .unwrap_or_else(|| Targets::new().with_default(default));
+    // Colour only on a terminal: a log file or journal gets plain text (`grep ' ERROR '` works).
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::registry()
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi))
         .with(filter)
         .init();
 }
@@ -158,6 +170,12 @@ async fn run() -> ExitCode {
         Command::Types(cmd) => cmd.run(server, out).await,
         Command::Webhooks(cmd) => cmd.run(server, out).await,
         Command::Images(cmd) => cmd.run(server, out).await,
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "mission", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout(), &script).map_err(Into::into)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -699,3 +699,53 @@ async fn a_job_on_the_embedded_landing_zone_cannot_reach_the_server() {
     assert_eq!(stdout.matches("denied").count(), targets.len(), "{stdout}");
     assert!(!stdout.starts_with("uid=0\n"), "{stdout}");
 }
+
+/// `mission completions SHELL` prints a completion script from the CLI's own definitions.
+#[tokio::test]
+async fn completions_come_from_the_clis_definitions() {
+    let fx = Fixture::start().await;
+    let bash = fx.ok("ops", &["completions", "bash"]).await;
+    assert!(bash.contains("_mission()") && bash.contains("images") && bash.contains("--container-network"), "{bash}");
+    assert!(fx.ok("ops", &["completions", "zsh"]).await.starts_with("#compdef mission"));
+    assert!(fx.ok("ops", &["completions", "fish"]).await.contains("complete -c mission"));
+    let out = fx.run("ops", &["completions", "tcsh"]).await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid value 'tcsh'"));
+}
+
+/// Logs written anywhere but a terminal carry no colour codes (a journal or file stays
+/// greppable).
+#[tokio::test]
+async fn logs_to_a_file_hold_no_colour_codes() {
+    let home = tempfile::tempdir().unwrap();
+    let log = home.path().join("server.log");
+    let mut server = Command::new(BIN)
+        .args(["server", "--listen", "127.0.0.1:0", "--device-poll-interval", "0", "--data-dir"])
+        .arg(home.path().join("data"))
+        .env_remove("MISSION_SERVER")
+        .env("MISSION_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.starts_with("Sign in with:") {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("server banner");
+    // The embedded landing zone's agent logs as it starts.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&log).unwrap().contains(" INFO ") {
+        assert!(tokio::time::Instant::now() < deadline, "nothing logged at INFO");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server.kill().await.unwrap();
+    let written = std::fs::read_to_string(&log).unwrap();
+    assert!(!written.contains('\u{1b}'), "no escape codes: {written:?}");
+}

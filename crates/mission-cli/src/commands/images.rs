@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::bail;
-use clap::{Subcommand, ValueEnum};
+use clap::{Args, Subcommand, ValueEnum};
 use mission_client::{Image, ImageVisibility, ImportImage, RegisterImageReference, Uuid};
 
 use crate::output::Output;
@@ -18,15 +18,8 @@ pub enum ImagesCommand {
     Import {
         /// The archive.
         archive: PathBuf,
-        /// Its name, unique among your images (`solver:2.1`, `lab/python`).
-        #[arg(long)]
-        name: String,
-        /// Who sees it: you (private), the members of its project, or everyone (public: admins).
-        #[arg(long, value_enum, default_value_t = Visibility::Private)]
-        visibility: Visibility,
-        /// Its project (default: your personal project).
-        #[arg(long)]
-        project: Option<Uuid>,
+        #[command(flatten)]
+        new: NewImage,
     },
     /// Register an image that landing zones pull from a container registry themselves, pinned
     /// by its manifest's digest: `HOST[:PORT]/PATH[:TAG]@sha256:HEX`, in a registry the server
@@ -34,15 +27,8 @@ pub enum ImagesCommand {
     Add {
         /// The reference.
         reference: String,
-        /// Its name, unique among your images.
-        #[arg(long)]
-        name: String,
-        /// Who sees it: you (private), the members of its project, or everyone (public: admins).
-        #[arg(long, value_enum, default_value_t = Visibility::Private)]
-        visibility: Visibility,
-        /// Its project (default: your personal project).
-        #[arg(long)]
-        project: Option<Uuid>,
+        #[command(flatten)]
+        new: NewImage,
     },
     /// List the images you see (every one, for admins).
     List,
@@ -57,6 +43,20 @@ pub enum ImagesCommand {
         /// Its id.
         image: Uuid,
     },
+}
+
+/// What a new image is called and who sees it (`import` and `add` alike).
+#[derive(Debug, Args)]
+pub struct NewImage {
+    /// Its name, unique among your images (`solver:2.1`, `lab/python`).
+    #[arg(long)]
+    name: String,
+    /// Who sees it: you (private), the members of its project, or everyone (public: admins).
+    #[arg(long, value_enum, default_value_t = Visibility::Private)]
+    visibility: Visibility,
+    /// Its project (default: your personal project).
+    #[arg(long)]
+    project: Option<Uuid>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -97,8 +97,9 @@ impl ImagesCommand {
     pub async fn run(self, server: Option<&str>, out: Output) -> anyhow::Result<()> {
         let client = session::connect(server).await?;
         match self {
-            ImagesCommand::Import { archive, name, visibility, project } => {
-                let request = ImportImage { name, visibility: visibility.into(), project_id: project };
+            ImagesCommand::Import { archive, new } => {
+                let request =
+                    ImportImage { name: new.name, visibility: new.visibility.into(), project_id: new.project };
                 let image = client.import_image(&archive, &request, TransferBar::for_terminal("import")).await?;
                 let message = format!(
                     "imported image {} ({}, {} archive, {}) as {}",
@@ -110,9 +111,9 @@ impl ImagesCommand {
                 );
                 out.done(&image, &message);
             }
-            ImagesCommand::Add { reference, name, visibility, project } => {
-                let request =
-                    RegisterImageReference { name, reference, visibility: visibility.into(), project_id: project };
+            ImagesCommand::Add { reference, new } => {
+                let visibility = new.visibility.into();
+                let request = RegisterImageReference { name: new.name, reference, visibility, project_id: new.project };
                 let image = client.register_image_reference(&request).await?;
                 let message = format!("added image {} ({}) as {}", image.name, image.digest, image.image_id);
                 out.done(&image, &message);

@@ -749,3 +749,26 @@ async fn logs_to_a_file_hold_no_colour_codes() {
     let written = std::fs::read_to_string(&log).unwrap();
     assert!(!written.contains('\u{1b}'), "no escape codes: {written:?}");
 }
+
+/// `mission images` end to end through the binary: import (as JSON for scripts), list, get,
+/// and delete, with the errors a user meets.
+#[tokio::test]
+async fn image_commands_import_list_get_and_delete() {
+    let Some(archive) = containers::test_image() else { return };
+    let fx = Fixture::start().await;
+    fx.login("admin", "admin", &admin_password(&fx.data_dir)).await;
+    let archive = archive.to_str().unwrap();
+    let image = fx.json("admin", &["images", "import", archive, "--name", "debian:12"]).await;
+    assert_eq!((image["name"].as_str(), image["format"].as_str()), (Some("debian:12"), Some("oci")));
+    let id = image["image_id"].as_str().unwrap().to_owned();
+    let listed = fx.ok("admin", &["images", "list"]).await;
+    assert!(listed.starts_with("ID") && listed.contains("debian:12") && listed.contains("private"), "{listed}");
+    let shown = fx.ok("admin", &["images", "get", &id]).await;
+    assert!(shown.contains(image["digest"].as_str().unwrap()), "{shown}");
+    let again = fx.run("admin", &["images", "import", archive, "--name", "debian:12"]).await;
+    assert!(String::from_utf8_lossy(&again.stderr).contains("you have an image named \"debian:12\" already"));
+    let said = fx.ok("admin", &["images", "delete", &id]).await;
+    assert_eq!(said.trim(), format!("deleted image {id}"));
+    let gone = fx.run("admin", &["images", "delete", &id]).await;
+    assert!(!gone.status.success() && String::from_utf8_lossy(&gone.stderr).contains(&format!("no image {id}")));
+}

@@ -215,8 +215,13 @@ impl Podman {
             .filter(|hex| is_hex_digest(hex))
             .ok_or_else(|| format!("{:?} is not an image digest", image.digest))?;
         let reference = format!("{REPOSITORY}:{hex}");
+        // A loaded image needs no turn at the lock: only loads wait for each other.
+        if self.mark_used(hex) {
+            return Ok(reference);
+        }
         let _one_load = self.loading.lock().await;
         if self.mark_used(hex) {
+            // Loaded by the job before this one in line.
             return Ok(reference);
         }
         let size = match &image.reference {

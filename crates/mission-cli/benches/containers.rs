@@ -99,10 +99,11 @@ async fn main() {
             lives.push(between(&done, JobStatus::Staging, JobStatus::Completed));
         }
     }
-    let loaded = format!("localhost/mission-image:{}", {
+    let hex = {
         let image = client.list_images().await.unwrap().into_iter().find(|i| i.name == "bench-0").unwrap();
         image.digest.trim_start_matches("sha256:").to_owned()
-    });
+    };
+    let loaded = mission_testkit::podman_names_of(&hex).into_iter().next().expect("the landing zone named the image");
     // Bare runs: as the issue names them, and with the host's network as the jobs have it
     // (Podman's default network costs a namespace and its set-up).
     let bare_run = |extra: &[&str]| {
@@ -147,5 +148,5 @@ async fn main() {
             if ours <= allowed { "met" } else { "NOT met" }
         );
     }
-    let _ = std::process::Command::new("podman").args(["rmi", &loaded]).output();
+    mission_testkit::forget_podman_image(&hex);
 }

@@ -5,9 +5,12 @@
 //! - Images: a job's image comes from the server once per landing zone
 //!   (`GET /api/v1/lz/jobs/{id}/image`, checked against its digest; a registry image is pulled
 //!   from its registry by its pinned reference instead), is loaded with
-//!   `podman pull` from the archive and tagged `localhost/mission-image:{hex digest}`; later jobs of the same
-//!   image find it loaded. Past the cache size the agent is given, the least recently used
-//!   images no job runs in are removed.
+//!   `podman pull` from the archive and tagged `localhost/mission-image-{agent}:{hex digest}`;
+//!   later jobs of the same image find it loaded. Past the cache size the agent is given, the
+//!   least recently used images no job runs in are removed.
+//! - Each agent tags in a repository of its own: agents sharing a host's image storage never
+//!   count, evict or untag each other's images (removing a name another agent also gave the same
+//!   image only removes that name).
 //! - Running ([`run_args`]): `podman run --rm` as the job's own uid (never root inside), with no
 //!   new privileges and no capabilities, only the job's work dir mounted (at the same path, and
 //!   the working directory), the job's environment, its GPUs (through CDI where the host has a
@@ -34,7 +37,8 @@ use crate::client::LzClient;
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
 /// The most processes Podman lets a container have (its own limit as it starts the runtime).
 const MAX_PROCESSES: u64 = 32_768;
-/// The repository loaded images are tagged in.
+/// The repository loaded images are tagged in, followed by `-{agent}` (the Slurm runner's
+/// gateways tag in it as it is).
 const REPOSITORY: &str = "localhost/mission-image";
 
 /// How a process landing zone runs container images.
@@ -81,6 +85,8 @@ pub(crate) struct Podman {
     ulimits: Vec<String>,
     /// The label of this agent's containers (`mission.agent={hash}`).
     label: String,
+    /// The repository this agent tags its loaded images in (`{REPOSITORY}-{hash}`).
+    repository: String,
     /// Where archives are downloaded to.
     downloads: PathBuf,
     config: ContainerConfig,
@@ -144,6 +150,7 @@ impl Podman {
             global,
             ulimits,
             label: format!("mission.agent={agent}"),
+            repository: format!("{REPOSITORY}-{agent}"),
             downloads,
             config,
             cdi,
@@ -194,7 +201,7 @@ impl Podman {
 
     /// Fills the cache with the images an earlier run loaded.
     async fn list_loaded(&self) {
-        let filter = format!("reference={REPOSITORY}");
+        let filter = format!("reference={}", self.repository);
         let listed = self.command(&["images", "--format", "{{.Tag}} {{.Size}}", "--filter", &filter]).await;
         let Ok(listed) = listed else { return };
         let mut cache = self.cache.lock().expect("not poisoned");
@@ -214,7 +221,7 @@ impl Podman {
             .strip_prefix("sha256:")
             .filter(|hex| is_hex_digest(hex))
             .ok_or_else(|| format!("{:?} is not an image digest", image.digest))?;
-        let reference = format!("{REPOSITORY}:{hex}");
+        let reference = format!("{}:{hex}", self.repository);
         // A loaded image needs no turn at the lock: only loads wait for each other.
         if self.mark_used(hex) {
             return Ok(reference);
@@ -305,9 +312,9 @@ impl Podman {
         let id = id.lines().last().map(str::trim).filter(|id| !id.is_empty()).ok_or("podman pull answered no id")?;
         self.command(&["tag", id, reference]).await?;
         let names = self.command(&["image", "inspect", "--format", "{{join .RepoTags \"\\n\"}}", id]).await?;
-        // Other digests of the same image (the same content archived twice) keep their names.
-        let ours = format!("{REPOSITORY}:");
-        for name in names.lines().map(str::trim).filter(|name| !name.is_empty() && !name.starts_with(&ours)) {
+        // Other digests of the same image (the same content archived twice) and other agents'
+        // names keep their names.
+        for name in names.lines().map(str::trim).filter(|name| !name.is_empty() && !name.starts_with(REPOSITORY)) {
             // Where another image took the name meanwhile, this fails and changes nothing.
             let _ = self.command(&["untag", id, name]).await;
         }
@@ -327,7 +334,7 @@ impl Podman {
                 cache.0.iter().filter(|(_, c)| c.jobs == 0).min_by_key(|(_, c)| c.used).map(|(hex, _)| hex.clone())
             };
             let Some(hex) = victim else { return };
-            let reference = format!("{REPOSITORY}:{hex}");
+            let reference = format!("{}:{hex}", self.repository);
             match self.command(&["rmi", &reference]).await {
                 Ok(_) => tracing::info!(%reference, "evicted from the image cache"),
                 Err(why) => tracing::warn!(%reference, "evicting the image failed: {why}"),

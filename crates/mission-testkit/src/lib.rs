@@ -2,10 +2,12 @@
 //! and a temporary data dir, and signs users in through the real device flow; [`S3Server`] runs an
 //! S3-compatible server for cargo-bay tests; [`PostgresDatabase`] makes a fresh database on the
 //! PostgreSQL test server; [`Browser`] drives headless Chromium over WebDriver; [`Receiver`] takes
-//! webhook deliveries; [`FakeAgent`] speaks the landing-zone protocol by hand.
+//! webhook deliveries; [`FakeAgent`] speaks the landing-zone protocol by hand; [`Registry`] serves an image archive
+//! as a registry, and [`podman_names_of`] finds what agents named the images they loaded.
 
 mod agent;
 mod browser;
+mod podman;
 mod registry;
 mod s3;
 mod webhooks;
@@ -13,6 +15,7 @@ mod webhooks;
 pub use agent::{FakeAgent, Lines, lines};
 pub use browser::{Browser, ENTER, TAB};
 pub use mission_store::test_support::PostgresDatabase;
+pub use podman::{forget_podman_image, podman_names_of};
 pub use registry::Registry;
 pub use s3::S3Server;
 pub use webhooks::{Received, Receiver};

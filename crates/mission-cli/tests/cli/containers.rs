@@ -29,10 +29,11 @@ pub(super) fn test_image() -> Option<PathBuf> {
 }
 
 /// A copy of the test image that no other test (or earlier run) loaded: the archive with zero
-/// blocks of its own after its end (still the same image), so its digest is new. Removed from
-/// Podman's storage when dropped.
+/// blocks of its own after its end (still the same image), so its digest is new. The names
+/// agents gave it are removed when dropped (no other test's are).
 struct FreshImage {
     archive: PathBuf,
+    hex: String,
     _dir: tempfile::TempDir,
 }
 
@@ -44,17 +45,15 @@ impl FreshImage {
         let blocks = 2 + (Uuid::new_v4().as_u128() % 4096) as usize;
         bytes.extend(std::iter::repeat_n(0u8, 512 * blocks));
         std::fs::write(&archive, bytes).unwrap();
-        Self { archive, _dir: dir }
+        let sum = std::process::Command::new("sha256sum").arg(&archive).output().unwrap().stdout;
+        let hex = String::from_utf8_lossy(&sum).split_whitespace().next().unwrap().to_owned();
+        Self { archive, hex, _dir: dir }
     }
 }
 
 impl Drop for FreshImage {
     fn drop(&mut self) {
-        if let Ok(out) = std::process::Command::new("sha256sum").arg(&self.archive).output() {
-            let sum = String::from_utf8_lossy(&out.stdout);
-            let tag = format!("localhost/mission-image:{}", sum.split_whitespace().next().unwrap_or_default());
-            let _ = std::process::Command::new("podman").args(["rmi", &tag]).output();
-        }
+        mission_testkit::forget_podman_image(&self.hex);
     }
 }
 
@@ -111,8 +110,7 @@ async fn a_job_runs_in_its_image_as_its_own_uid_within_its_limits_and_returns_it
     let request = ImportImage { name: "debian:bookworm".into(), ..Default::default() };
     let image = alice.import_image(&archive, &request, None).await.unwrap();
     let size = std::fs::metadata(&archive).unwrap().len();
-    let sum = tokio::process::Command::new("sha256sum").arg(&archive).output().await.unwrap().stdout;
-    let digest = format!("sha256:{}", String::from_utf8_lossy(&sum).split_whitespace().next().unwrap());
+    let digest = format!("sha256:{}", fresh.hex);
     assert_eq!((&image.digest, image.size, image.format), (&digest, size, ImageFormat::Oci));
     assert_eq!(alice.list_images().await.unwrap(), std::slice::from_ref(&image));
     let again = alice.import_image(&archive, &request, None).await.unwrap_err();
@@ -172,11 +170,12 @@ async fn a_job_runs_in_its_image_as_its_own_uid_within_its_limits_and_returns_it
 
 #[tokio::test]
 async fn an_agent_killed_mid_job_ends_its_container_when_it_restarts_and_networks_and_accounts_are_kept() {
-    let Some(archive) = test_image() else { return };
+    let Some(original) = test_image() else { return };
+    let fresh = FreshImage::of(&original);
     let (server, admin) = cluster(|_| {}).await;
     let alice = &server.client;
     let request = ImportImage { name: "debian".into(), ..Default::default() };
-    alice.import_image(&archive, &request, None).await.unwrap();
+    alice.import_image(&fresh.archive, &request, None).await.unwrap();
 
     // A station whose containers get no network: they see loopback alone.
     let mut agent = Agent::start(&server, &admin, local_station(), "podman", TWO_CPUS).await;
@@ -262,6 +261,5 @@ async fn a_registry_image_is_pulled_by_the_landing_zone_from_an_allowed_registry
     completed(alice, job.job_id).await;
     assert!(alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap().starts_with("12."));
     assert_eq!(image_downloads(&server).await, 0, "the server served no archive");
-    let hex = registry.manifest_digest.trim_start_matches("sha256:");
-    let _ = podman(&["rmi", &format!("localhost/mission-image:{hex}")]).await;
+    mission_testkit::forget_podman_image(registry.manifest_digest.trim_start_matches("sha256:"));
 }

@@ -1,0 +1,26 @@
+//! The names `mission lz` agents give the images they load into this host's Podman storage
+//! (`localhost/mission-image-{agent}:{hex digest}`), for tests and benchmarks that run or tidy
+//! them.
+
+use std::process::Command;
+
+/// Every name an agent gave the image of archive digest `hex` (without `sha256:`).
+pub fn podman_names_of(hex: &str) -> Vec<String> {
+    let Ok(out) = Command::new("podman").args(["images", "--format", "{{.Repository}}:{{.Tag}}"]).output() else {
+        return Vec::new();
+    };
+    let tag = format!(":{hex}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|name| name.starts_with("localhost/mission-image") && name.ends_with(&tag))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Removes those names, never the image: tests load the same content under other digests, and
+/// removing an image while another test's agent names it takes the new name with it.
+pub fn forget_podman_image(hex: &str) {
+    for name in podman_names_of(hex) {
+        let _ = Command::new("podman").args(["untag", &name, &name]).output();
+    }
+}

@@ -6,13 +6,14 @@
 #![allow(rustdoc::bare_urls)]
 
 mod commands;
+mod config_file;
 mod output;
 mod progress;
 mod session;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use commands::auth::LoginCommand;
 use commands::cargo_bays::CargoBaysCommand;
@@ -143,7 +144,20 @@ fn main() -> ExitCode {
 }
 
 async fn run() -> ExitCode {
-    let cli = Cli::parse();
+    let command = Cli::command();
+    let applied = match config_file::apply(&command, std::env::args_os().collect()) {
+        Ok(applied) => applied,
+        Err(why) => {
+            eprintln!("error: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    let matches = command.clone().get_matches_from(&applied.argv);
+    if let Some(printed) = config_file::print_config_requested(&command, &matches, &applied) {
+        print!("{printed}");
+        return ExitCode::SUCCESS;
+    }
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let daemon = matches!(cli.command, Command::Server(_) | Command::Lz(_));
     if daemon {
         // What the server and agent write is theirs alone, whatever umask they were started with
@@ -171,7 +185,6 @@ async fn run() -> ExitCode {
         Command::Webhooks(cmd) => cmd.run(server, out).await,
         Command::Images(cmd) => cmd.run(server, out).await,
         Command::Completions { shell } => {
-            use clap::CommandFactory;
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "mission", &mut script);
             std::io::Write::write_all(&mut std::io::stdout(), &script).map_err(Into::into)

@@ -38,11 +38,23 @@ pub const EMBEDDED_LZ_NAME: &str = "local";
 /// backing off to --poll-max while nothing changes), shows Slurm's pending reason while a job
 /// waits, and, restarted, finds its jobs again by name.
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct LzCommand {
-    /// The landing zone's token (prefer the environment variable: arguments are visible to
-    /// other users of the host).
-    #[arg(long, env = "MISSION_LZ_TOKEN", hide_env_values = true)]
-    token: String,
+    #[command(subcommand)]
+    action: Option<LzAction>,
+    /// The landing zone's token (prefer the environment variable or the config file: arguments
+    /// are visible to other users of the host).
+    #[arg(long, env = "MISSION_LZ_TOKEN", hide_env_values = true, required = true)]
+    token: Option<String>,
+    /// Read settings from this TOML file: one key per flag, named as the flag with `_` for `-`
+    /// (`data_dir = "/var/lib/mission-lz"`, `server = "https://…"`). A flag or its environment
+    /// variable overrides the file; `mission lz default-config` prints an example.
+    #[arg(long, env = "MISSION_LZ_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Print the configuration the agent would run with (secrets redacted), each key saying
+    /// whether a flag, the environment, the config file or the default set it; then exit.
+    #[arg(long)]
+    print_config: bool,
     /// Folder for work dirs and the cache of input files.
     #[arg(long, env = "MISSION_LZ_DATA_DIR", default_value = "./mission-lz")]
     data_dir: PathBuf,
@@ -60,6 +72,13 @@ pub struct LzCommand {
     runner: RunnerChoice,
     #[command(flatten)]
     slurm: SlurmArgs,
+}
+
+/// What `mission lz` does instead of running the agent.
+#[derive(Debug, clap::Subcommand)]
+enum LzAction {
+    /// Print an example config file (for --config) documenting every key and its default.
+    DefaultConfig,
 }
 
 /// What runs a landing zone's jobs.
@@ -280,6 +299,14 @@ impl ResourceArgs {
 impl LzCommand {
     /// Runs the agent until Ctrl-C or SIGTERM.
     pub async fn run(self, server: Option<&str>) -> anyhow::Result<()> {
+        if let Some(LzAction::DefaultConfig) = self.action {
+            print!("{}", crate::config_file::example_of("lz"));
+            return Ok(());
+        }
+        let token = self.token.context("name the landing zone's token with --token (or MISSION_LZ_TOKEN)")?;
+        if let Some(file) = &self.config {
+            tracing::info!(file = %file.display(), "settings read from the config file");
+        }
         let server = server.context("name the server with --server URL (or MISSION_SERVER)")?;
         let runner = match self.runner {
             RunnerChoice::Process => mission_lz::RunnerKind::Process,
@@ -288,7 +315,7 @@ impl LzCommand {
         let config = mission_lz::AgentConfig {
             // Replicas of one service: --server URL1,URL2,… (tried in turn when a connection breaks).
             servers: server.split(',').map(str::trim).filter(|url| !url.is_empty()).map(str::to_owned).collect(),
-            token: self.token,
+            token,
             data_dir: self.data_dir,
             overrides: self.resources.overrides(),
             no_limits: self.resources.no_limits,

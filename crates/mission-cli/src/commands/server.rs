@@ -37,6 +37,8 @@ pub struct ServerCommand {
 enum ServerAction {
     /// Create a built-in account (a password is generated and printed unless --password-stdin).
     AddUser(AddUserArgs),
+    /// Print an example config file (for --config) documenting every key and its default.
+    DefaultConfig,
 }
 
 /// The embedded defaults, which the flags' defaults show: the configuration holds them, once.
@@ -47,6 +49,11 @@ fn defaults() -> ServerConfig {
 /// Where the server keeps its state.
 #[derive(Debug, Args)]
 struct StoreArgs {
+    /// Read settings from this TOML file: one key per flag, named as the flag with `_` for `-`
+    /// (`data_dir = "/var/lib/mission"`). A flag or its environment variable overrides the file;
+    /// `mission server default-config` prints an example documenting every key.
+    #[arg(long, env = "MISSION_SERVER_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Folder for the SQLite database, the signing key and the first admin's password.
     #[arg(long, env = "MISSION_DATA_DIR", default_value = "./mission-data")]
     data_dir: PathBuf,
@@ -62,6 +69,10 @@ struct StoreArgs {
 
 #[derive(Debug, Args)]
 struct RunArgs {
+    /// Print the configuration the server would run with (secrets redacted), each key saying
+    /// whether a flag, the environment, the config file or the default set it; then exit.
+    #[arg(long)]
+    print_config: bool,
     /// Address and port to listen on.
     #[arg(long, env = "MISSION_LISTEN", default_value = "127.0.0.1:8080")]
     listen: String,
@@ -256,6 +267,9 @@ struct AddUserArgs {
 
 impl StoreArgs {
     fn config(&self) -> ServerConfig {
+        if let Some(file) = &self.config {
+            tracing::info!(file = %file.display(), "settings read from the config file");
+        }
         let mut config = ServerConfig::new(&self.data_dir);
         config.database_url = self.database_url.clone();
         config.key_dir = self.key_dir.clone();
@@ -268,6 +282,10 @@ impl ServerCommand {
     pub async fn run(self) -> anyhow::Result<()> {
         match self.action {
             Some(ServerAction::AddUser(args)) => add_user(args).await,
+            Some(ServerAction::DefaultConfig) => {
+                print!("{}", crate::config_file::example_of("server"));
+                Ok(())
+            }
             None => serve(self.run).await,
         }
     }

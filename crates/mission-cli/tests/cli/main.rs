@@ -772,3 +772,100 @@ async fn image_commands_import_list_get_and_delete() {
     let gone = fx.run("admin", &["images", "delete", &id]).await;
     assert!(!gone.status.success() && String::from_utf8_lossy(&gone.stderr).contains(&format!("no image {id}")));
 }
+
+/// `mission server --config FILE` starts the server where the file says (its database URL from
+/// a file of its own, as systemd credentials deliver secrets); a variable and a flag override the
+/// file; an unknown key or a wrong value is refused naming the file's line. `mission lz` reads
+/// one too, its token from a file named by a variable.
+#[tokio::test]
+async fn a_config_file_configures_the_server_and_the_agent() {
+    let home = tempfile::tempdir().unwrap();
+    let path = |name: &str| home.path().join(name).display().to_string();
+    std::fs::write(path("database_url"), format!("sqlite://{}\n", path("elsewhere.db"))).unwrap();
+    let config = format!(
+        "# where the service keeps its state\ndata_dir = {:?}\ndatabase_url_file = {:?}\n\
+         listen = \"127.0.0.1:0\"\ndevice_poll_interval = 0\nmax_files_per_mission = 3\n",
+        path("data"),
+        path("database_url")
+    );
+    std::fs::write(path("server.toml"), &config).unwrap();
+    let mission = |args: &[&str]| {
+        let mut command = Command::new(BIN);
+        command.args(args).env_remove("MISSION_SERVER").env_remove("MISSION_MAX_FILES_PER_MISSION").kill_on_drop(true);
+        command
+    };
+
+    let mut server = mission(&["server", "--config", &path("server.toml")]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let url = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(url) = line.strip_prefix("Mission Compute Service listening on ") {
+                return url.to_owned();
+            }
+        }
+        panic!("no listening line");
+    })
+    .await
+    .expect("the server starts");
+    assert_eq!(reqwest::get(format!("{url}/healthz")).await.unwrap().status(), 200);
+    assert!(Path::new(&path("elsewhere.db")).exists(), "the database is where the secret's file says");
+    assert!(Path::new(&path("data")).join("initial-admin-password").exists());
+    server.kill().await.unwrap();
+
+    // Flag > environment > file > default, and where each came from.
+    let printed = |extra: &[&str], env: Option<&str>| {
+        let mut command = mission(&["server", "--config", &path("server.toml"), "--print-config"]);
+        command.args(extra);
+        if let Some(value) = env {
+            command.env("MISSION_MAX_FILES_PER_MISSION", value);
+        }
+        async move {
+            let out = command.output().await.unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8(out.stdout).unwrap()
+        }
+    };
+    let from_file = printed(&[], None).await;
+    assert!(from_file.contains("max_files_per_mission = 3  # file\n"), "{from_file}");
+    assert!(from_file.contains("database_url = \"[redacted]\"  # file\n"), "{from_file}");
+    assert!(from_file.contains("listen = \"127.0.0.1:0\"  # file\n"), "{from_file}");
+    assert!(from_file.contains("header_timeout = 30  # default\n"), "{from_file}");
+    assert!(!from_file.contains("elsewhere.db"), "secrets are never printed: {from_file}");
+    assert!(printed(&[], Some("5")).await.contains("max_files_per_mission = 5  # environment\n"));
+    let flag = printed(&["--max-files-per-mission", "4"], Some("5")).await;
+    assert!(flag.contains("max_files_per_mission = 4  # flag\n"), "{flag}");
+
+    // Nothing wrong is ignored.
+    for (line, expected) in [
+        (
+            "max_files_per_mision = 3",
+            "server.toml:7: max_files_per_mision: unknown key (mission server has no --max-files-per-mision flag",
+        ),
+        ("header_timeout = \"soon\"", "server.toml:7: header_timeout: invalid value 'soon' for '--header-timeout'"),
+        ("no_local_lz = \"yes\"", "server.toml:7: no_local_lz: expected true or false, not string"),
+    ] {
+        std::fs::write(path("server.toml"), format!("{config}{line}\n")).unwrap();
+        let out = mission(&["server", "--config", &path("server.toml")]).output().await.unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(expected), "{expected}: {stderr}");
+    }
+
+    // The agent: its server from the file, its token from a file a variable names.
+    std::fs::write(path("token"), "lz-secret-token\n").unwrap();
+    std::fs::write(path("lz.toml"), format!("server = \"{url}\"\ndata_dir = {:?}\n", path("lz"))).unwrap();
+    let out = mission(&["lz", "--config", &path("lz.toml"), "--print-config"])
+        .env_remove("MISSION_LZ_TOKEN")
+        .env("MISSION_LZ_TOKEN_FILE", path("token"))
+        .output()
+        .await
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(printed.contains("token = \"[redacted]\"  # environment\n"), "{printed}");
+    assert!(printed.contains(&format!("server = \"{url}\"  # file\n")), "{printed}");
+    assert!(!printed.contains("lz-secret-token"), "{printed}");
+    let example = mission(&["server", "default-config"]).output().await.unwrap();
+    let example = String::from_utf8(example.stdout).unwrap();
+    assert!(example.contains("#listen = \"127.0.0.1:8080\"\n") && example.contains("#database_url =\n"), "{example}");
+}

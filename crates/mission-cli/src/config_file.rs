@@ -74,10 +74,10 @@ pub fn apply(cli: &Command, argv: Vec<OsString>) -> Result<Applied, String> {
         };
         let here = at(key.span());
         let (name_of_flag, from_file) = match key.get_ref().strip_suffix("_file") {
-            Some(base) if find(daemon, base).is_some_and(is_secret) => (base, true),
+            Some(base) if find(name, daemon, base).is_some_and(is_secret) => (base, true),
             _ => (key.get_ref().as_str(), false),
         };
-        let Some(arg) = find(daemon, name_of_flag) else {
+        let Some(arg) = find(name, daemon, name_of_flag) else {
             let hint = key.get_ref().replace('_', "-");
             return Err(format!(
                 "{here}: unknown key (mission {name} has no --{hint} flag; `mission {name} --help` lists them)"
@@ -126,19 +126,23 @@ fn leaf<'a>(cli: &'a Command, matches: &'a ArgMatches) -> Option<Leaf<'a>> {
     })
 }
 
-/// The setting `key` names (its flag's long name with `_` for `-`).
-fn find<'a>(cmd: &'a Command, key: &str) -> Option<&'a Arg> {
-    if key.contains('-') || NOT_SETTINGS.contains(&key) {
+/// The setting of `mission {name}` (`cmd`) that `key` names (its flag's long name with `_` for `-`).
+fn find<'a>(name: &str, cmd: &'a Command, key: &str) -> Option<&'a Arg> {
+    if key.contains('-') {
         return None;
     }
-    let long = key.replace('_', "-");
-    cmd.get_arguments().find(|a| a.get_long() == Some(long.as_str()))
+    cmd.get_arguments().find(|a| key_of(name, a).as_deref() == Some(key))
 }
 
-/// The key of a setting.
-fn key_of(arg: &Arg) -> Option<String> {
-    let key = arg.get_long()?.replace('-', "_");
-    (!NOT_SETTINGS.contains(&arg.get_id().as_str())).then_some(key)
+/// The key of a setting of `mission {name}`; `None` for an argument that is none (the client's
+/// `--server` is not the server's).
+fn key_of(name: &str, arg: &Arg) -> Option<String> {
+    let id = arg.get_id().as_str();
+    let client_only = name == "server" && id == "server";
+    if NOT_SETTINGS.contains(&id) || client_only {
+        return None;
+    }
+    Some(arg.get_long()?.replace('-', "_"))
 }
 
 /// A flag whose value is a secret: its environment value is hidden from `--help`.
@@ -213,7 +217,7 @@ pub fn print_config_requested(cli: &Command, matches: &ArgMatches, applied: &App
 fn effective(name: &str, cmd: &Command, matches: &ArgMatches, added: &BTreeMap<String, &'static str>) -> String {
     let mut out = format!("# The configuration `mission {name}` runs with (flag > environment > file > default).\n");
     for arg in cmd.get_arguments() {
-        let Some(key) = key_of(arg) else { continue };
+        let Some(key) = key_of(name, arg) else { continue };
         let id = arg.get_id().as_str();
         let raw: Vec<String> = matches
             .get_raw(id)
@@ -269,10 +273,7 @@ pub fn example(name: &str, cmd: &Command) -> String {
          # A secret may come from a file instead: `KEY_file = \"/run/credentials/…\"`.\n"
     );
     for arg in cmd.get_arguments() {
-        let Some(key) = key_of(arg) else { continue };
-        if arg.is_global_set() && name != "lz" {
-            continue;
-        }
+        let Some(key) = key_of(name, arg) else { continue };
         out.push('\n');
         let mut help = arg.get_long_help().or(arg.get_help()).map(|h| h.to_string()).unwrap_or_default();
         if !help.ends_with(['.', ')', ':']) {

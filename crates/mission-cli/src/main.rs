@@ -46,6 +46,10 @@ struct Cli {
     /// Print JSON instead of tables, for scripts.
     #[arg(long, global = true)]
     json: bool,
+    /// Write log lines as text, or as JSON objects, one per line, for log shippers (each
+    /// request's lines carry its request id, as the X-Request-Id header of its answer does).
+    #[arg(long, global = true, env = "MISSION_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -121,7 +125,16 @@ enum Command {
     },
 }
 
-fn init_logging(server: bool) {
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// `TIME LEVEL target: message fields`, in colour on a terminal only.
+    Text,
+    /// `{"timestamp":…,"level":…,"fields":{"message":…},"target":…,"span":…,"spans":[…]}`.
+    Json,
+}
+
+fn init_logging(server: bool, format: LogFormat) {
     use tracing_subscriber::filter::{LevelFilter, Targets};
     use tracing_subscriber::prelude::*;
     let default = if server { LevelFilter::INFO } else { LevelFilter::WARN };
@@ -131,10 +144,12 @@ fn init_logging(server: bool) {
         .unwrap_or_else(|| Targets::new().with_default(default));
     // Colour only on a terminal: a log file or journal gets plain text (`grep ' ERROR '` works).
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::registry()
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi))
-        .with(filter)
-        .init();
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let layer = match format {
+        LogFormat::Text => layer.with_ansi(ansi).boxed(),
+        LogFormat::Json => layer.json().with_current_span(true).with_span_list(false).boxed(),
+    };
+    tracing_subscriber::registry().with(layer).with(filter).init();
 }
 
 fn main() -> ExitCode {
@@ -164,7 +179,7 @@ async fn run() -> ExitCode {
         // (their own code sets private modes; this covers what libraries create).
         rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     }
-    init_logging(daemon);
+    init_logging(daemon, cli.log_format);
     let out = Output { json: cli.json };
     let server = cli.server.as_deref();
     let result = match cli.command {

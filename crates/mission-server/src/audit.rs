@@ -8,12 +8,13 @@
 
 use std::time::Duration;
 
-use axum::extract::Request;
+use axum::extract::{MatchedPath, Request};
 use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::Response;
 use mission_store::audit::{self, Actor};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 pub use mission_store::audit::Change;
 
@@ -25,12 +26,26 @@ pub static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// How often entries past the retention window are removed.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
-/// Runs the request in an audit scope under its request id, which the response carries back.
+/// Runs the request in an audit scope and a log span under its request id, which the response
+/// carries back: every line logged for the request names it. A request that ends in a server
+/// error is logged at WARN, every other at DEBUG.
 pub async fn request_scope(request: Request, next: Next) -> Response {
     let given = request.headers().get(&REQUEST_ID).and_then(|v| v.to_str().ok()).filter(|id| usable(id));
     let request_id = given.map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
     let header = HeaderValue::from_str(&request_id).expect("request ids are header-safe");
-    let mut response = audit::scope(request_id, next.run(request)).await;
+    // The route's template, never the path: ids and file names stay out of the logs.
+    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_owned();
+    let span = tracing::info_span!("request", request_id = %request_id, method = %request.method(), route);
+    let started = std::time::Instant::now();
+    let mut response = audit::scope(request_id, next.run(request)).instrument(span.clone()).await;
+    let (status, elapsed_ms) = (response.status().as_u16(), started.elapsed().as_secs_f64() * 1000.0);
+    span.in_scope(|| {
+        if response.status().is_server_error() {
+            tracing::warn!(status, elapsed_ms, "request failed");
+        } else {
+            tracing::debug!(status, elapsed_ms, "request answered");
+        }
+    });
     response.headers_mut().insert(REQUEST_ID.clone(), header);
     response
 }

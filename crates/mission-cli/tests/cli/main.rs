@@ -713,41 +713,85 @@ async fn completions_come_from_the_clis_definitions() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid value 'tcsh'"));
 }
 
-/// Logs written anywhere but a terminal carry no colour codes (a journal or file stays
-/// greppable).
-#[tokio::test]
-async fn logs_to_a_file_hold_no_colour_codes() {
-    let home = tempfile::tempdir().unwrap();
-    let log = home.path().join("server.log");
+/// A `mission server` logging to `log` (with `extra` flags), and its URL once it serves.
+async fn server_logging_to(log: &Path, extra: &[&str]) -> (Child, String) {
+    let data_dir = log.with_extension("data");
     let mut server = Command::new(BIN)
         .args(["server", "--listen", "127.0.0.1:0", "--device-poll-interval", "0", "--data-dir"])
-        .arg(home.path().join("data"))
+        .arg(&data_dir)
+        .args(extra)
         .env_remove("MISSION_SERVER")
-        .env("MISSION_LOG", "info")
+        .env("MISSION_LOG", "info,mission_server::audit=debug")
         .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(log).unwrap())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
-    tokio::time::timeout(Duration::from_secs(30), async {
+    let url = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut url = None;
         while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(u) = line.strip_prefix("Mission Compute Service listening on ") {
+                url = Some(u.to_owned());
+            }
             if line.starts_with("Sign in with:") {
                 break;
             }
         }
+        url.expect("listening line")
     })
     .await
     .expect("server banner");
-    // The embedded landing zone's agent logs as it starts.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (server, url)
+}
+
+/// Waits until `log` holds a line `found` accepts.
+async fn wait_for_log_line(log: &Path, found: impl Fn(&str) -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(&log).unwrap().contains(" INFO ") {
-        assert!(tokio::time::Instant::now() < deadline, "nothing logged at INFO");
+    while !std::fs::read_to_string(log).unwrap().lines().any(&found) {
+        assert!(tokio::time::Instant::now() < deadline, "not logged: {}", std::fs::read_to_string(log).unwrap());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Logs written anywhere but a terminal carry no colour codes (a journal or file stays
+/// greppable); `--log-format json` writes one JSON object per line, and every line logged for
+/// a request names its request id, which the answer's `X-Request-Id` carries.
+#[tokio::test]
+async fn logs_to_a_file_hold_no_colour_codes_and_name_each_requests_id() {
+    let home = tempfile::tempdir().unwrap();
+    let log = home.path().join("server.log");
+    let (mut server, _) = server_logging_to(&log, &[]).await;
+    // The embedded landing zone's agent logs as it starts.
+    wait_for_log_line(&log, |line| line.contains(" INFO ")).await;
     server.kill().await.unwrap();
     let written = std::fs::read_to_string(&log).unwrap();
     assert!(!written.contains('\u{1b}'), "no escape codes: {written:?}");
+
+    let log = home.path().join("json.log");
+    let (mut server, url) = server_logging_to(&log, &["--log-format", "json"]).await;
+    let answer = reqwest::Client::new()
+        .get(format!("{url}/api/v1/missions/{}", uuid::Uuid::nil()))
+        .header("X-Request-Id", "trace-me-42")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.headers()["x-request-id"], "trace-me-42");
+    let logged = |line: &str| {
+        let line: serde_json::Value = serde_json::from_str(line).unwrap();
+        line["span"]["request_id"] == "trace-me-42"
+            && line["span"]["route"] == "/api/v1/missions/{id}"
+            && line["fields"]["message"] == "request answered"
+            && line["fields"]["status"] == 401
+    };
+    wait_for_log_line(&log, logged).await;
+    server.kill().await.unwrap();
+    let written = std::fs::read_to_string(&log).unwrap();
+    for line in written.lines() {
+        let parsed: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(parsed["level"].is_string() && parsed["timestamp"].is_string(), "{line}");
+    }
 }
 
 /// `mission images` end to end through the binary: import (as JSON for scripts), list, get,

@@ -3,9 +3,11 @@
 //! S3-compatible server for cargo-bay tests; [`PostgresDatabase`] makes a fresh database on the
 //! PostgreSQL test server; [`Browser`] drives headless Chromium over WebDriver; [`Receiver`] takes
 //! webhook deliveries; [`FakeAgent`] speaks the landing-zone protocol by hand; [`Registry`] serves an image archive
-//! as a registry, and [`podman_names_of`] finds what agents named the images they loaded.
+//! as a registry, and [`podman_names_of`] finds what agents named the images they loaded;
+//! [`api_compat`] finds the breaking changes between two OpenAPI documents.
 
 mod agent;
+pub mod api_compat;
 mod browser;
 mod podman;
 mod registry;

@@ -95,7 +95,8 @@ pub async fn set_args(
 /// Deletes the mission.
 #[utoipa::path(delete, path = "/api/v1/missions/{id}", tag = "missions",
     params(("id" = uuid::Uuid, Path, description = "mission id")),
-    responses((status = 204), (status = 403, body = mission_api::Problem), (status = 404, body = mission_api::Problem)))]
+    responses((status = 204), (status = 403, body = mission_api::Problem), (status = 404, body = mission_api::Problem),
+        (status = 409, body = mission_api::Problem, description = "the mission has jobs that have not finished")))]
 pub async fn delete(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<StatusCode> {
     missions::delete(&app, who, parse_id("mission_id", &id)?).await?;
     Ok(StatusCode::NO_CONTENT)

@@ -52,7 +52,7 @@ pub use files::{RecoveryError, recover as recover_files, settle_stopped_replicas
         mission_types::list, mission_types::get, mission_types::settings,
         meta::auth_config, meta::me,
     ),
-    components(schemas(mission_api::Problem)),
+    components(schemas(mission_api::Problem, mission_api::Event)),
     modifiers(&BearerAuth, &TruthfulDocument),
     security(("bearer" = [])),
 )]

@@ -208,3 +208,79 @@ async fn a_second_server_on_a_data_dir_is_refused() {
     // The first one is unharmed.
     server.client.list_missions(&Default::default()).await.unwrap();
 }
+
+/// The served OpenAPI document is `openapi/v1.json` as committed: every change to the API shows
+/// as a reviewed diff of that file. `MISSION_UPDATE_OPENAPI=1` rewrites it from the server.
+#[tokio::test]
+async fn the_served_document_is_the_one_in_the_repository() {
+    let server = TestServer::spawn().await;
+    let served: serde_json::Value =
+        http().get(format!("{}/api/v1/openapi.json", server.url)).send().await.unwrap().json().await.unwrap();
+    let served = serde_json::to_string_pretty(&served).unwrap() + "\n";
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../openapi/v1.json");
+    if std::env::var_os("MISSION_UPDATE_OPENAPI").is_some() {
+        std::fs::write(&path, &served).unwrap();
+    }
+    let kept = std::fs::read_to_string(&path).unwrap_or_default();
+    if kept != served {
+        let line = kept
+            .lines()
+            .zip(served.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(kept.lines().count().min(served.lines().count()));
+        let show = |text: &str| text.lines().skip(line.saturating_sub(3)).take(7).collect::<Vec<_>>().join("\n");
+        panic!(
+            "the served OpenAPI document differs from openapi/v1.json from line {}:\nkept:\n{}\nserved:\n{}\n\
+             Review the change, then run `MISSION_UPDATE_OPENAPI=1 cargo nextest run -p mission-server \
+             the_served_document` and commit the file.",
+            line + 1,
+            show(&kept),
+            show(&served)
+        );
+    }
+}
+
+/// `openapi/v1.json` breaks nothing a client of the last release's document
+/// (`openapi/v1.last-release.json`) relies on; and the check catches what it should, on a
+/// deliberately broken copy of today's document.
+#[test]
+fn the_api_keeps_what_the_last_release_promised() {
+    use mission_testkit::api_compat::breaking_changes;
+    let read = |name: &str| -> serde_json::Value {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../openapi").join(name);
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    };
+    let (released, current) = (read("v1.last-release.json"), read("v1.json"));
+    let broken = breaking_changes(&released, &current);
+    assert!(
+        broken.is_empty(),
+        "openapi/v1.json breaks clients of release {}:\n{}\nKeep the old shape, or mark the operation \
+         `deprecated` in a release first (README: the API's lifecycle).",
+        released["info"]["version"],
+        broken.join("\n")
+    );
+
+    let mut copy = current.clone();
+    let schemas = &mut copy["components"]["schemas"];
+    schemas["Mission"]["properties"].as_object_mut().unwrap().remove("name");
+    let statuses = schemas["JobStatus"]["enum"].as_array_mut().unwrap();
+    statuses.retain(|s| s != "lost");
+    copy["paths"]["/api/v1/jobs"]["get"]["parameters"].as_array_mut().unwrap().push(serde_json::json!(
+        {"in": "query", "name": "owner", "required": true, "schema": {"type": "string"}}
+    ));
+    copy["paths"]["/api/v1/missions/{id}"].as_object_mut().unwrap().remove("delete");
+    let caught = breaking_changes(&current, &copy);
+    for expected in [
+        "GET /api/v1/missions: 200 response (application/json): field missions[]: field name: removed",
+        "GET /api/v1/jobs: query parameter owner: new and required",
+        "DELETE /api/v1/missions/{id}: removed",
+    ] {
+        assert!(caught.iter().any(|c| c == expected), "{expected} not in {caught:#?}");
+    }
+    assert!(caught.iter().any(|c| c.ends_with("enum value \"lost\" removed")), "{caught:#?}");
+
+    // Deprecated in the release before, the operation may go.
+    let mut deprecated = current.clone();
+    deprecated["paths"]["/api/v1/missions/{id}"]["delete"]["deprecated"] = serde_json::Value::Bool(true);
+    assert!(!breaking_changes(&deprecated, &copy).iter().any(|c| c.starts_with("DELETE")));
+}

@@ -8,6 +8,7 @@
 # - Debian's slurm-wlm, slurmdbd, mariadb-server and munge, for the Slurm landing zone
 #   (scripts/slurm-test-cluster.sh runs a one-node cluster of its own, with its accounting
 #   database; the package's own MariaDB is not used);
+# - Debian's systemd, whose systemd-analyze verifies the service units of packaging/systemd;
 # - Debian's podman, runc and debootstrap, for jobs in container images, and the test image they
 #   run: a minimal Debian root filesystem (debootstrap --variant=minbase bookworm), imported with
 #   podman import and saved as an OCI archive at target/test-image/debian-bookworm.tar (made once;
@@ -49,6 +50,12 @@ if ! command -v unzip >/dev/null 2>&1; then
   echo "installing unzip (apt-get)" >&2
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq unzip >/dev/null
+fi
+
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  echo "installing systemd, for systemd-analyze (apt-get)" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq systemd >/dev/null
 fi
 
 if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; then

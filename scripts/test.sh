@@ -30,6 +30,8 @@ export MISSION_REQUIRE_PODMAN=1
 export MISSION_TEST_IMAGE="$PWD/target/test-image/debian-bookworm.tar"
 # And the unmodified galileo-sdk drives the server from its own virtualenv (the script makes it).
 export MISSION_REQUIRE_GALILEO=1
+# And systemd-analyze verifies the service units (the script installs systemd).
+export MISSION_REQUIRE_SYSTEMD=1
 # The PostgreSQL tests run on one server for the whole suite (each test makes a database of its
 # own on it), in a directory of this run's own, stopped and removed when the run ends.
 export MISSION_REQUIRE_POSTGRES=1

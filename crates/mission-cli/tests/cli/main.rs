@@ -956,3 +956,80 @@ async fn the_systemd_units_verify() {
         assert!(agent.contains(setting), "the agent's unit has {setting:?}");
     }
 }
+
+/// `scripts/release.sh` packs what a site installs: the binary, completions that load in bash,
+/// the units, example configs that are valid files, the OpenAPI document, and checksums that
+/// check.
+#[tokio::test]
+async fn the_release_archive_holds_what_a_site_installs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = tempfile::tempdir().unwrap();
+    let packed = Command::new("bash")
+        .arg(root.join("scripts/release.sh"))
+        .args(["--binary", BIN, "--out"])
+        .arg(out.path())
+        .output()
+        .await
+        .unwrap();
+    assert!(packed.status.success(), "{}", String::from_utf8_lossy(&packed.stderr));
+    let archive = PathBuf::from(String::from_utf8(packed.stdout).unwrap().trim());
+    let name = archive.file_name().unwrap().to_str().unwrap().strip_suffix(".tar.gz").unwrap().to_owned();
+    assert!(name.starts_with("mission-") && name.ends_with("-linux-gnu"), "{name}");
+    let unpacked = tempfile::tempdir().unwrap();
+    let tar = Command::new("tar").arg("-xzf").arg(&archive).arg("-C").arg(unpacked.path()).status().await.unwrap();
+    assert!(tar.success());
+    let dir = unpacked.path().join(&name);
+    for file in [
+        "mission",
+        "completions/mission.bash",
+        "completions/_mission",
+        "completions/mission.fish",
+        "systemd/mission-server.service",
+        "systemd/mission-lz.service",
+        "config/server.toml",
+        "config/lz.toml",
+        "openapi/v1.json",
+        "README.md",
+        "BUILD-INFO",
+        "SHA256SUMS",
+    ] {
+        assert!(dir.join(file).is_file(), "{file} is in the archive");
+    }
+    let sums =
+        Command::new("sha256sum").args(["-c", "--quiet", "SHA256SUMS"]).current_dir(&dir).output().await.unwrap();
+    assert!(sums.status.success(), "{}", String::from_utf8_lossy(&sums.stdout));
+    let summed = std::fs::read_to_string(dir.join("SHA256SUMS")).unwrap();
+    assert_eq!(summed.lines().count(), 11, "every file but itself: {summed}");
+    let info = std::fs::read_to_string(dir.join("BUILD-INFO")).unwrap();
+    assert!(info.lines().any(|l| l.starts_with("needs: glibc 2.")), "{info}");
+
+    let loaded = Command::new("bash")
+        .arg("-c")
+        .arg("source completions/mission.bash && complete -p mission")
+        .current_dir(&dir)
+        .output()
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&loaded.stdout).contains("-F _mission mission"), "{loaded:?}");
+
+    // Every key of the examples that has a default, set to it, makes a valid file.
+    for (daemon, example) in [("server", "config/server.toml"), ("lz", "config/lz.toml")] {
+        let text = std::fs::read_to_string(dir.join(example)).unwrap();
+        let set: String = text
+            .lines()
+            .filter_map(|l| l.strip_prefix('#').filter(|l| !l.starts_with(' ') && !l.ends_with('=') && !l.is_empty()))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(set.lines().count() > 10, "{set}");
+        let file = unpacked.path().join(format!("{daemon}.toml"));
+        std::fs::write(&file, &set).unwrap();
+        let mut command = Command::new(dir.join("mission"));
+        command.args([daemon, "--config"]).arg(&file).arg("--print-config").env_remove("MISSION_SERVER");
+        if daemon == "lz" {
+            command.env("MISSION_LZ_TOKEN", "t").env("MISSION_SERVER", "http://127.0.0.1:1");
+        }
+        let out = command.output().await.unwrap();
+        assert!(out.status.success(), "{daemon}: {}\n{set}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("# file\n"));
+    }
+}

@@ -263,3 +263,107 @@ async fn a_registry_image_is_pulled_by_the_landing_zone_from_an_allowed_registry
     assert_eq!(image_downloads(&server).await, 0, "the server served no archive");
     mission_testkit::forget_podman_image(registry.manifest_digest.trim_start_matches("sha256:"));
 }
+
+/// The server's container image (`packaging/Containerfile`), built here from the Debian test
+/// image (no registry is reachable) with the binary under test: it runs as a user of its own,
+/// keeps its state in the `/data` volume, passes its health check, and serves sign-in and
+/// missions.
+#[tokio::test]
+async fn the_server_image_builds_runs_unprivileged_and_serves() {
+    let Some(base) = test_image() else { return };
+    let context = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    std::fs::copy(root.join("packaging/Containerfile"), context.path().join("Containerfile")).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_mission"), context.path().join("mission")).unwrap();
+    let tag = format!("localhost/mission-server-test:{}", Uuid::new_v4().simple());
+    let name = format!("mission-server-test-{}", Uuid::new_v4().simple());
+    let _tidy = Tidy { container: name.clone(), image: tag.clone() };
+    let built = podman_ok(&[
+        "build",
+        "--format",
+        "docker",
+        "--build-arg",
+        &format!("BASE=oci-archive:{}", base.display()),
+        "-t",
+        &tag,
+        context.path().to_str().unwrap(),
+    ])
+    .await;
+    assert!(built.contains(&tag), "{built}");
+    let config = podman_ok(&["image", "inspect", "--format", "{{.Config.User}} {{json .Config.Volumes}}", &tag]).await;
+    assert_eq!(config.trim(), r#"10001:10001 {"/data":{}}"#);
+    let health = podman_ok(&["image", "inspect", "--format", "{{json .Config.Healthcheck.Test}}", &tag]).await;
+    assert!(health.contains("/healthz"), "{health}");
+
+    let data = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(data.path(), Some(10001), Some(10001)).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+    podman_ok(&[
+        "run",
+        "-d",
+        "--name",
+        &name,
+        "--network",
+        "host",
+        "--ulimit",
+        "nofile=4096:4096",
+        "--ulimit",
+        "nproc=4096:4096",
+        "-v",
+        &format!("{}:/data", data.path().display()),
+        "-e",
+        &format!("MISSION_LISTEN=127.0.0.1:{port}"),
+        "-e",
+        &format!("MISSION_PUBLIC_URL={url}"),
+        &tag,
+    ])
+    .await;
+    wait_until("the server in the container answers", || async {
+        reqwest::get(format!("{url}/healthz")).await.is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    podman_ok(&["healthcheck", "run", &name]).await;
+    let owner = podman_ok(&["exec", &name, "id", "-u"]).await;
+    assert_eq!(owner.trim(), "10001", "never root");
+
+    // Signed in as the first admin, whose password it saved in the volume; a mission is kept there.
+    let password = std::fs::read_to_string(data.path().join("initial-admin-password")).unwrap();
+    let (tokens, auth) = mission_testkit::device_sign_in(&url, "admin", password.trim()).await;
+    let admin = Client::with_tokens(&url, tokens, auth).unwrap();
+    let request = mission_client::CreateMission { name: "in a container".into(), ..Default::default() };
+    let created = admin.create_mission(&request).await.unwrap();
+    assert_eq!(admin.get_mission_by_id(created.mission_id).await.unwrap().name, "in a container");
+    assert!(data.path().join("mission.db").exists(), "the state is in the volume");
+}
+
+/// Runs `podman ARGS` as the landing zones do on this host, and answers its stdout (panics,
+/// saying why, where it fails).
+async fn podman_ok(args: &[&str]) -> String {
+    let out = tokio::process::Command::new("podman")
+        .args(["--runtime", "runc", "--cgroup-manager", "cgroupfs"])
+        .args(args)
+        .output()
+        .await
+        .expect("podman runs");
+    assert!(out.status.success(), "podman {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Removes a test's container and image when it ends, however it ends.
+struct Tidy {
+    container: String,
+    image: String,
+}
+
+impl Drop for Tidy {
+    fn drop(&mut self) {
+        let podman = || {
+            let mut command = std::process::Command::new("podman");
+            command.args(["--runtime", "runc", "--cgroup-manager", "cgroupfs"]);
+            command
+        };
+        let _ = podman().args(["rm", "-f", "-t", "0", &self.container]).output();
+        let _ = podman().args(["rmi", &self.image]).output();
+    }
+}

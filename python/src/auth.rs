@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use mission_client::saved::{self, SavedConfig};
+use mission_client::saved;
 use mission_client::{Client, DeviceAuth, DeviceAuthorization, LoginOptions, Prompt, Tokens};
 use pyo3::prelude::*;
 
@@ -123,6 +123,6 @@ impl NativeAuth {
 
     /// Remembers this server for clients made without one (as `mission login` does).
     fn remember_server(&self) -> PyResult<()> {
-        saved::save_config(&SavedConfig { server: Some(self.server_url.clone()) }).map_err(to_py)
+        saved::remember_server(&self.server_url).map_err(to_py)
     }
 }

@@ -122,6 +122,7 @@ fn parse_id(field: &str, id: &str) -> PyResult<Uuid> {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    mission_client::version::identify_as("mission-python", env!("CARGO_PKG_VERSION"));
     m.add_class::<client::NativeClient>()?;
     m.add_class::<auth::NativeAuth>()?;
     m.add_class::<follow::LogFollower>()?;

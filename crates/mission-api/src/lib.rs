@@ -33,6 +33,7 @@ pub mod problem;
 pub mod projects;
 pub mod stations;
 pub mod users;
+pub mod versions;
 pub mod webhooks;
 
 pub use audit::{AuditEntry, AuditPage};

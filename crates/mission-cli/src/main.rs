@@ -152,6 +152,30 @@ fn init_logging(server: bool, format: LogFormat) {
     tracing_subscriber::registry().with(layer).with(filter).init();
 }
 
+/// This `mission`'s version.
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Tells the user, once for each server version, that the server is newer than this `mission`
+/// (a newer minor or major version: its new features are missing here).
+fn warn_once_if_the_server_is_newer() {
+    use mission_api::versions::parse;
+    let Some(server) = mission_client::version::server_version_seen() else { return };
+    let (Some(theirs), Some(ours)) = (parse(&server), parse(VERSION)) else { return };
+    if (theirs.0, theirs.1) <= (ours.0, ours.1) {
+        return;
+    }
+    let Ok(mut config) = session::load_config() else { return };
+    if config.warned_server_version.as_deref() == Some(server.as_str()) {
+        return;
+    }
+    eprintln!(
+        "warning: the server runs Mission Compute Service {server}, newer than this mission ({VERSION}): \
+         what it added is missing here; upgrade mission (said once for this version)"
+    );
+    config.warned_server_version = Some(server);
+    let _ = session::save_config(&config);
+}
+
 fn main() -> ExitCode {
     // A landing zone starts each job through this same executable under another name.
     mission_lz::sandbox::spawner::run_if_invoked();
@@ -159,6 +183,7 @@ fn main() -> ExitCode {
 }
 
 async fn run() -> ExitCode {
+    mission_client::version::identify_as("mission-cli", VERSION);
     let command = Cli::command();
     let applied = match config_file::apply(&command, std::env::args_os().collect()) {
         Ok(applied) => applied,
@@ -205,6 +230,9 @@ async fn run() -> ExitCode {
             std::io::Write::write_all(&mut std::io::stdout(), &script).map_err(Into::into)
         }
     };
+    if !daemon {
+        warn_once_if_the_server_is_newer();
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -3,7 +3,7 @@
 
 use mission_client::Client;
 
-pub use mission_client::saved::{SavedConfig, save_config, server_url, token_file};
+pub use mission_client::saved::{load_config, remember_server, save_config, server_url, token_file};
 
 /// A client signed in with the stored refresh token.
 pub async fn connect(server: Option<&str>) -> anyhow::Result<Client> {

@@ -26,7 +26,7 @@ pub(crate) fn http_client() -> reqwest::Client {
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .tcp_nodelay(true)
-        .user_agent(concat!("mission-client/", env!("CARGO_PKG_VERSION")))
+        .user_agent(crate::version::user_agent())
         .build()
         .expect("the HTTP client builds")
 }
@@ -162,7 +162,10 @@ impl Client {
         let mut last = None;
         for base in &bases {
             match http.get(format!("{base}{API_PREFIX}/auth-config")).send().await {
-                Ok(response) => return read_json(response).await,
+                Ok(response) => {
+                    crate::version::note_server_version(response.headers());
+                    return read_json(response).await;
+                }
                 Err(e) if e.is_connect() => last = Some(e),
                 Err(e) => return Err(e.into()),
             }
@@ -276,6 +279,7 @@ impl Client {
                 }
                 Err(e) => return Err(e.into()),
             };
+            crate::version::note_server_version(response.headers());
             if response.status() == StatusCode::UNAUTHORIZED && self.can_renew().await {
                 let token = self.access_token(true).await?;
                 return Ok(build(&self.inner.http, url).bearer_auth(token).send().await?);

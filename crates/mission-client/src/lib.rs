@@ -31,6 +31,7 @@ mod missions;
 mod projects;
 pub mod saved;
 mod stations;
+pub mod version;
 mod webhooks;
 
 pub use audit::AuditQuery;

@@ -16,6 +16,9 @@ pub struct SavedConfig {
     /// Server URL remembered by `mission login`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<String>,
+    /// The newer server version the user was last told of (told once each).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warned_server_version: Option<String>,
 }
 
 /// `$MISSION_CONFIG`, else `$XDG_CONFIG_HOME/mission/config.json`, else
@@ -48,6 +51,13 @@ pub fn load_config() -> Result<SavedConfig, Error> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(SavedConfig::default()),
         Err(e) => Err(config_error(&path, e)),
     }
+}
+
+/// Remembers `url` as the server to use (`mission login` does), keeping the rest of the file.
+pub fn remember_server(url: &str) -> Result<(), Error> {
+    let mut config = load_config()?;
+    config.server = Some(url.to_owned());
+    save_config(&config)
 }
 
 /// Writes the config file (creating its folder).
@@ -104,7 +114,7 @@ mod tests {
     fn the_config_round_trips_without_absent_fields() {
         let empty = serde_json::to_string(&SavedConfig::default()).unwrap();
         assert_eq!(empty, "{}");
-        let config = SavedConfig { server: Some("http://127.0.0.1:1".into()) };
+        let config = SavedConfig { server: Some("http://127.0.0.1:1".into()), ..Default::default() };
         let back: SavedConfig = serde_json::from_str(&serde_json::to_string(&config).unwrap()).unwrap();
         assert_eq!(back, config);
     }

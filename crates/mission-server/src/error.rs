@@ -93,6 +93,12 @@ impl ApiError {
         )
     }
 
+    /// 400: a client of Mission's own older than the server serves, naming the version to
+    /// upgrade to.
+    pub fn client_too_old(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "urn:mission:problem:client-too-old", "Client too old", detail)
+    }
+
     /// 409: the request clashes with existing state.
     pub fn conflict(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, "urn:mission:problem:conflict", "Conflict", detail)

@@ -27,6 +27,7 @@ pub mod auth;
 pub mod blobs;
 pub mod cargo_bays;
 pub mod catalogue;
+pub mod client_versions;
 mod cluster;
 pub mod config;
 pub mod console;

@@ -5,7 +5,7 @@ use clap::Args;
 use mission_client::{Client, LoginOptions, Prompt};
 
 use crate::output::Output;
-use crate::session::{self, SavedConfig};
+use crate::session;
 
 /// Sign in to a server with the OAuth device flow and remember it.
 ///
@@ -39,7 +39,7 @@ impl LoginCommand {
         let tokens = auth.device_flow().await?;
         let client = Client::with_tokens(&url, tokens, auth)?;
         let me = client.whoami().await?;
-        session::save_config(&SavedConfig { server: Some(url.clone()) })?;
+        session::remember_server(&url)?;
         out.done(&me, &format!("Signed in to {url} as {}.", me.username));
         Ok(())
     }

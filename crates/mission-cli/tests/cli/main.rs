@@ -1033,3 +1033,56 @@ async fn the_release_archive_holds_what_a_site_installs() {
         assert!(String::from_utf8_lossy(&out.stdout).contains("# file\n"));
     }
 }
+
+/// `mission` names itself and its version to the server (`User-Agent: mission-cli/…`), and tells
+/// its user once that a server is newer than it knows: here a stand-in server on 127.0.0.1 that
+/// says it runs 9.1.0 (the real server of this build is as new as the CLI).
+#[tokio::test]
+async fn the_cli_names_its_version_and_warns_once_of_a_newer_server() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = heads.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).await.unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            seen.lock().unwrap().push(String::from_utf8_lossy(&head).to_lowercase());
+            // Where clients sign in: nowhere that answers, so the sign-in stops there.
+            let body = r#"{"auth_url":"http://127.0.0.1:1","audience":"mission-api","client_id":"mission-cli"}"#;
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nmission-server-version: 9.1.0\r\n\
+                 content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(answer.as_bytes()).await;
+        }
+    });
+    let home = tempfile::tempdir().unwrap();
+    let login = || {
+        Command::new(BIN)
+            .args(["login", "--no-browser", "--server", &url])
+            .env("HOME", home.path())
+            .env("MISSION_CONFIG", home.path().join("config.json"))
+            .env("MISSION_TOKEN_FILE", home.path().join("tokens"))
+            .env_remove("MISSION_SERVER")
+            .output()
+    };
+    let first = login().await.unwrap();
+    let stderr = String::from_utf8_lossy(&first.stderr);
+    assert!(!first.status.success(), "the sign-in goes nowhere: {stderr}");
+    let warning = format!(
+        "warning: the server runs Mission Compute Service 9.1.0, newer than this mission ({})",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(stderr.contains(&warning), "{stderr}");
+    let second = login().await.unwrap();
+    assert!(!String::from_utf8_lossy(&second.stderr).contains("warning:"), "told once");
+    let heads = heads.lock().unwrap();
+    let agent = format!("user-agent: mission-cli/{} mission-client/", env!("CARGO_PKG_VERSION"));
+    assert!(heads.iter().all(|head| head.contains(&agent)), "{heads:?}");
+}

@@ -299,6 +299,7 @@ pub fn router(app: AppState) -> Router {
             crate::serve::body_idle_timeout,
         ))
         .layer(axum::middleware::from_fn_with_state(app.clone(), crate::metrics::track))
+        .layer(axum::middleware::from_fn(crate::client_versions::check))
         .layer(axum::middleware::from_fn(crate::audit::request_scope))
         .with_state(app)
 }

@@ -284,3 +284,28 @@ fn the_api_keeps_what_the_last_release_promised() {
     deprecated["paths"]["/api/v1/missions/{id}"]["delete"]["deprecated"] = serde_json::Value::Bool(true);
     assert!(!breaking_changes(&deprecated, &copy).iter().any(|c| c.starts_with("DELETE")));
 }
+
+/// Every answer names the server's version; one of Mission's own clients older than the server
+/// serves is refused before it does anything, told what to upgrade to; others are served.
+#[tokio::test]
+async fn clients_learn_the_servers_version_and_too_old_ones_are_refused() {
+    let server = TestServer::spawn().await;
+    let version = env!("CARGO_PKG_VERSION");
+    let get = |agent: &str| http().get(format!("{}/api/v1/auth-config", server.url)).header("User-Agent", agent).send();
+    for served in ["curl/8.1.2", &format!("mission-cli/{version} mission-client/{version}"), "mission-python/99.0.0"] {
+        let answer = get(served).await.unwrap();
+        assert_eq!(answer.status(), 200, "{served}");
+        assert_eq!(answer.headers()["mission-server-version"], version);
+    }
+    let (status, p) = problem(get("mission-cli/0.0.9 mission-client/0.0.9").await.unwrap()).await;
+    assert_eq!((status, p.kind.as_str()), (400, "urn:mission:problem:client-too-old"));
+    assert!(
+        p.detail.contains("mission-cli 0.0.9 is older than this server")
+            && p.detail.ends_with("upgrade it to 0.1.0 or later"),
+        "{}",
+        p.detail
+    );
+    // The SDK's requests name it.
+    assert!(server.client.list_missions(&Default::default()).await.is_ok());
+    assert_eq!(mission_client::version::server_version_seen().as_deref(), Some(version));
+}

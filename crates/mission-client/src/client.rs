@@ -312,7 +312,19 @@ impl Client {
         path: &str,
         body: &impl serde::Serialize,
     ) -> Result<T, Error> {
-        read_json(self.send(path, |http, url| http.request(method.clone(), url).json(body)).await?).await
+        // A POST creates (or acts): every try of it (on the next replica, after a token renewal)
+        // carries one key, so the server runs it at most once.
+        let key = (method == reqwest::Method::POST).then(|| uuid::Uuid::new_v4().to_string());
+        let response = self
+            .send(path, |http, url| {
+                let request = http.request(method.clone(), url).json(body);
+                match &key {
+                    Some(key) => request.header("Idempotency-Key", key),
+                    None => request,
+                }
+            })
+            .await?;
+        read_json(response).await
     }
 }
 

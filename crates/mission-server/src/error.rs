@@ -99,6 +99,17 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "urn:mission:problem:client-too-old", "Client too old", detail)
     }
 
+    /// 422: an `Idempotency-Key` that another request used.
+    pub fn idempotency_key_reused(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "urn:mission:problem:idempotency-key-reused",
+            "Idempotency key reused",
+            detail,
+        )
+        .with_field("Idempotency-Key")
+    }
+
     /// 409: the request clashes with existing state.
     pub fn conflict(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, "urn:mission:problem:conflict", "Conflict", detail)

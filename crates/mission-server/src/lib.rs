@@ -35,6 +35,7 @@ pub mod domain;
 pub mod error;
 pub mod events;
 mod heap;
+pub mod idempotency;
 pub mod idp;
 mod image_archive;
 pub mod job_logs;

@@ -19,6 +19,7 @@ mod cluster;
 mod events;
 mod files;
 pub mod fsutil;
+mod idempotency;
 mod images;
 mod jobs;
 mod missions;
@@ -42,6 +43,7 @@ use uuid::Uuid;
 
 pub use self::cluster::{ClusterDb, Leadership, MAIL_CHANNEL, PathLock};
 pub use self::events::{EventFilter, NewEvent};
+pub use self::idempotency::{IdempotencyClaim, KeptAnswer};
 pub use self::jobs::{EndingJob, QueuedRow, UsageGrouping, UsageScope, UsedRow};
 pub use self::projects::{BudgetRecord, LimitsRecord, PERSONAL_MARK};
 

@@ -43,6 +43,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (30, "reclaim", include_str!("../migrations/postgres/0030_reclaim.sql")),
     (31, "audit", include_str!("../migrations/postgres/0031_audit.sql")),
     (32, "images", include_str!("../migrations/postgres/0032_images.sql")),
+    (33, "idempotency", include_str!("../migrations/postgres/0033_idempotency.sql")),
 ];
 
 /// Connections a replica holds at most.

@@ -63,6 +63,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (30, "reclaim", include_str!("../migrations/sqlite/0030_reclaim.sql")),
     (31, "audit", include_str!("../migrations/sqlite/0031_audit.sql")),
     (32, "images", include_str!("../migrations/sqlite/0032_images.sql")),
+    (33, "idempotency", include_str!("../migrations/sqlite/0033_idempotency.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

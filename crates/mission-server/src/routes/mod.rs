@@ -176,6 +176,14 @@ impl utoipa::Modify for TruthfulDocument {
                 }
                 let (in_path, in_query, body) =
                     (within(ParameterIn::Path), within(ParameterIn::Query), operation.request_body.is_some());
+                let json_or_none = operation
+                    .request_body
+                    .as_ref()
+                    .is_none_or(|body| body.content.keys().all(|media_type| media_type == "application/json"));
+                let idempotent = matches!(method, HttpMethod::Post) && json_or_none && !public;
+                if idempotent {
+                    operation.parameters.get_or_insert_with(Vec::new).push(idempotency_key_parameter());
+                }
                 let changes = !matches!(method, HttpMethod::Get);
                 let mut add = Vec::new();
                 if public {
@@ -191,6 +199,11 @@ impl utoipa::Modify for TruthfulDocument {
                 }
                 if !public && (in_path || changes) {
                     add.push(("403", "the caller may not do this"));
+                }
+                if idempotent {
+                    add.push(("400", "a malformed parameter or body"));
+                    add.push(("409", "a request with this Idempotency-Key still runs"));
+                    add.push(("422", "this Idempotency-Key was used for another request"));
                 }
                 if body {
                     add.push(("413", "the body is over its limit"));
@@ -211,6 +224,27 @@ impl utoipa::Modify for TruthfulDocument {
             }
         }
     }
+}
+
+/// The optional `Idempotency-Key` header of creating requests (see [`crate::idempotency`]).
+fn idempotency_key_parameter() -> utoipa::openapi::path::Parameter {
+    use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    let schema = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(crate::idempotency::MAX_KEY_CHARS))
+        .pattern(Some("^[!-~]+$"));
+    ParameterBuilder::new()
+        .name("Idempotency-Key")
+        .parameter_in(ParameterIn::Header)
+        .required(utoipa::openapi::Required::False)
+        .description(Some(
+            "Makes the request run at most once: a retry with the same key and request gets the first answer \
+             again (`Idempotent-Replayed: true`) for a day. A UUID makes a good key.",
+        ))
+        .schema(Some(schema))
+        .build()
 }
 
 /// The whole application router.
@@ -292,6 +326,7 @@ pub fn router(app: AppState) -> Router {
     }
     root.fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(app.clone(), crate::idempotency::once_per_key))
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
         .layer(axum::middleware::from_fn(refuse_announced_oversize))
         .layer(axum::middleware::from_fn_with_state(

@@ -8,6 +8,7 @@ mod device_flow;
 mod external;
 mod files;
 mod fuzz;
+mod idempotency;
 mod meta;
 mod mission_types;
 mod missions;

@@ -59,6 +59,7 @@ chapters!(
     webhooks_route_claim_and_deliver,
     projects_and_members,
     the_audit_trail,
+    idempotency_keys,
 );
 
 /// Makes the database at `url` look migrated by a newer version (a migration this one does not

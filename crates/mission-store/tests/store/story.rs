@@ -1312,3 +1312,37 @@ pub async fn the_audit_trail(store: &Store) {
     assert_eq!(store.prune_audit(now() + chrono::Duration::seconds(1)).await.unwrap(), 2);
     assert!(all(AuditFilter::default()).await.unwrap().is_empty());
 }
+
+/// Idempotency keys: the first request claims a key; the same request sees it running, then its
+/// kept answer; another request with the key is told so; a claim left unanswered is taken over
+/// once abandoned; a released key is free again; keys expire; keys are each user's own.
+pub async fn idempotency_keys(store: &Store) {
+    use mission_store::{IdempotencyClaim, KeptAnswer};
+    let (alice, bob) = (Uuid::new_v4(), Uuid::new_v4());
+    let at = now();
+    let minutes = |m: i64| chrono::Duration::minutes(m);
+    let claim = |user, key: &'static str, fingerprint: &'static str, now: DateTime<Utc>| async move {
+        store
+            .claim_idempotency_key(user, key, fingerprint, now, now - minutes(5), now - minutes(24 * 60))
+            .await
+            .unwrap()
+    };
+    assert_eq!(claim(alice, "k1", "create a", at).await, IdempotencyClaim::Claimed);
+    assert_eq!(claim(alice, "k1", "create a", at).await, IdempotencyClaim::Running);
+    assert_eq!(claim(alice, "k1", "create b", at).await, IdempotencyClaim::OtherRequest);
+    assert_eq!(claim(bob, "k1", "create b", at).await, IdempotencyClaim::Claimed, "keys are each user's own");
+    let answer =
+        KeptAnswer { status: 201, content_type: Some("application/json".into()), body: b"{\"id\":1}".to_vec() };
+    store.keep_idempotent_answer(alice, "k1", &answer).await.unwrap();
+    assert_eq!(claim(alice, "k1", "create a", at + minutes(10)).await, IdempotencyClaim::Answered(answer.clone()));
+    assert_eq!(claim(alice, "k1", "create b", at + minutes(10)).await, IdempotencyClaim::OtherRequest);
+
+    // Bob's claim never answered: after five minutes it is abandoned, and a retry takes it.
+    assert_eq!(claim(bob, "k1", "create b", at + minutes(4)).await, IdempotencyClaim::Running);
+    assert_eq!(claim(bob, "k1", "create b", at + minutes(6)).await, IdempotencyClaim::Claimed);
+    store.release_idempotency_key(bob, "k1").await.unwrap();
+    assert_eq!(claim(bob, "k1", "create c", at + minutes(7)).await, IdempotencyClaim::Claimed, "released");
+
+    // A day on, alice's key is forgotten: the same key names a new request.
+    assert_eq!(claim(alice, "k1", "create b", at + minutes(24 * 60 + 1)).await, IdempotencyClaim::Claimed);
+}

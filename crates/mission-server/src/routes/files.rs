@@ -64,7 +64,7 @@ pub async fn upload(
 }
 
 /// Parses a single `bytes=` range; `Ok(None)` means "send the whole file".
-fn parse_range(value: &HeaderValue, size: u64) -> Result<Option<GetRange>, ()> {
+fn parse_range(value: &HeaderValue, size: u64) -> Result<Option<std::ops::Range<u64>>, ()> {
     let Some(spec) = value.to_str().ok().and_then(|v| v.trim().strip_prefix("bytes=")) else { return Ok(None) };
     if spec.contains(',') {
         return Ok(None); // several ranges: answer with the whole file, which RFC 9110 allows
@@ -77,21 +77,21 @@ fn parse_range(value: &HeaderValue, size: u64) -> Result<Option<GetRange>, ()> {
             if n == 0 || size == 0 {
                 return Err(());
             }
-            GetRange::Bounded(size.saturating_sub(n)..size)
+            size.saturating_sub(n)..size
         }
         (a, "") => {
             let a: u64 = a.parse().map_err(|_| ())?;
             if a >= size {
                 return Err(());
             }
-            GetRange::Bounded(a..size)
+            a..size
         }
         (a, b) => {
             let (a, b): (u64, u64) = (a.parse().map_err(|_| ())?, b.parse().map_err(|_| ())?);
             if a > b || a >= size {
                 return Err(());
             }
-            GetRange::Bounded(a..b.min(size - 1) + 1)
+            a..b.min(size - 1) + 1
         }
     };
     Ok(Some(range))
@@ -137,19 +137,12 @@ pub(super) async fn serve(
     record: &FileRecord,
     headers: &HeaderMap,
 ) -> ApiResult<Response> {
-    let range = match headers.get(header::RANGE).map(|v| parse_range(v, record.size)).transpose() {
-        Ok(r) => r.flatten(),
-        Err(()) => {
-            let mut response =
-                ApiError::range_not_satisfiable(format!("the file has {} bytes", record.size)).into_response();
-            response.headers_mut().insert(
-                header::CONTENT_RANGE,
-                HeaderValue::from_str(&format!("bytes */{}", record.size)).expect("ascii"),
-            );
-            return Ok(response);
-        }
+    let range = match requested_range(headers, record.size) {
+        Ok(range) => range,
+        Err(refusal) => return Ok(*refusal),
     };
-    let result = match place.files.read(&place.key(path), range.clone(), record.e_tag.clone()).await {
+    let asked = range.clone().map(GetRange::Bounded);
+    let result = match place.files.read(&place.key(path), asked, record.e_tag.clone()).await {
         Ok(result) => result,
         Err(object_store::Error::NotFound { .. }) => {
             return Err(ApiError::not_found("file content", format!("{path} (gone from the mission's storage)")));
@@ -162,18 +155,51 @@ pub(super) async fn serve(
         Err(e) => return Err(storage_error(place, e).into()),
     };
     let served = result.range.clone();
-    let mut response = Response::new(Body::from_stream(result.into_stream()));
+    Ok(file_answer(Body::from_stream(result.into_stream()), served, record.size, &record.sha256, range.is_some()))
+}
+
+/// Answers the bytes of a file held in memory (a job's log kept in the database), honouring a
+/// single `Range` as [`serve`] does.
+pub(super) fn serve_bytes(bytes: Vec<u8>, sha256: &str, headers: &HeaderMap) -> Response {
+    let size = bytes.len() as u64;
+    let range = match requested_range(headers, size) {
+        Ok(range) => range,
+        Err(refusal) => return *refusal,
+    };
+    let served = range.clone().unwrap_or(0..size);
+    let body = axum::body::Bytes::from(bytes).slice(served.start as usize..served.end as usize);
+    file_answer(Body::from(body), served, size, sha256, range.is_some())
+}
+
+/// The single range a request's `Range` asks of a file of `size` bytes (`None`: all of it), or
+/// the 416 answer where it lies outside.
+fn requested_range(headers: &HeaderMap, size: u64) -> Result<Option<std::ops::Range<u64>>, Box<Response>> {
+    headers.get(header::RANGE).map(|v| parse_range(v, size)).transpose().map(Option::flatten).map_err(|()| {
+        let mut response = ApiError::range_not_satisfiable(format!("the file has {size} bytes")).into_response();
+        response
+            .headers_mut()
+            .insert(header::CONTENT_RANGE, HeaderValue::from_str(&format!("bytes */{size}")).expect("ascii"));
+        Box::new(response)
+    })
+}
+
+/// The answer carrying bytes `served` of a file of `size` bytes: 206 with its `Content-Range`
+/// where a range was asked.
+fn file_answer(body: Body, served: std::ops::Range<u64>, size: u64, sha256: &str, ranged: bool) -> Response {
+    let mut response = Response::new(body);
     let h = response.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-    h.insert(header::ETAG, HeaderValue::from_str(&format!("\"{}\"", record.sha256)).expect("hex"));
-    h.insert(header::CONTENT_LENGTH, HeaderValue::from((served.end - served.start) as u64));
-    if range.is_some() {
+    if let Ok(tag) = HeaderValue::from_str(&format!("\"{sha256}\"")) {
+        h.insert(header::ETAG, tag);
+    }
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(served.end - served.start));
+    if ranged {
         *response.status_mut() = StatusCode::PARTIAL_CONTENT;
-        let value = format!("bytes {}-{}/{}", served.start, served.end.saturating_sub(1), record.size);
+        let value = format!("bytes {}-{}/{size}", served.start, served.end.saturating_sub(1));
         response.headers_mut().insert(header::CONTENT_RANGE, HeaderValue::from_str(&value).expect("ascii"));
     }
-    Ok(response)
+    response
 }
 
 /// Deletes a file.

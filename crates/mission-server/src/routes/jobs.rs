@@ -16,7 +16,7 @@ use mission_api::{FileListing, Job, JobPage, RunJob, UpdateJob};
 use super::async_stream;
 use super::events::{Render, follow_log};
 use super::extract::{ApiJson, QueryPairs, page_number, page_size, parse_id, push_label_filter};
-use super::files::{parse_path, serve};
+use super::files::{parse_path, serve, serve_bytes};
 
 use crate::AppState;
 use crate::auth::Principal;
@@ -392,14 +392,10 @@ pub(super) async fn serve_result(
         let name = MissionPath::parse(stream.file_name()).expect("a valid file name");
         return match app.logs.location(job.mission_id, job.job_id) {
             Some(place) => serve(&place, &name, &record, headers).await,
-            // Kept in the database: the whole log (a `Range` is not honoured).
+            // Kept in the database: read whole, then the range asked of it.
             None => {
                 let bytes = app.logs.read(job.mission_id, job.job_id, stream, 0).await.map_err(ApiError::internal)?;
-                let mut response = Response::new(Body::from(bytes));
-                response
-                    .headers_mut()
-                    .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
-                Ok(response)
+                Ok(serve_bytes(bytes, &record.sha256, headers))
             }
         };
     }

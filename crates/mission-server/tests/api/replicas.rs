@@ -201,6 +201,20 @@ async fn any_replica_answers(a: TestServer, b: TestServer) {
             }
         });
         end.await.expect("the follower on the other replica sees the job end within 5 s");
+
+        // Its log honours a `Range`, kept in the database or as a file alike.
+        let log = format!("{}/api/v1/jobs/{}/results/mission-logs/stdout.log", follower_on.url, job.job_id);
+        let part = http().get(&log).bearer_auth(&token).header("range", "bytes=6-9").send().await.unwrap();
+        assert_eq!(part.status(), 206);
+        assert_eq!(part.headers()["content-range"], "bytes 6-9/21");
+        assert_eq!(part.text().await.unwrap(), "from");
+        let outside = http().get(&log).bearer_auth(&token).header("range", "bytes=21-").send().await.unwrap();
+        assert_eq!(
+            (outside.status().as_u16(), &outside.headers()["content-range"]),
+            (416, &"bytes */21".parse().unwrap())
+        );
+        let whole = http().get(&log).bearer_auth(&token).send().await.unwrap();
+        assert_eq!((whole.status().as_u16(), whole.text().await.unwrap()), (200, "hello from the agent\n".to_owned()));
     }
 }
 

@@ -47,7 +47,8 @@ cleanup() {
 }
 trap cleanup EXIT
 MISSION_TEST_POSTGRES_URL="$(bash scripts/postgres-test-server.sh start "$postgres_dir")"
-export MISSION_TEST_POSTGRES_URL
+MISSION_TEST_POSTGRES_CA="$(bash scripts/postgres-test-server.sh ca "$postgres_dir")"
+export MISSION_TEST_POSTGRES_URL MISSION_TEST_POSTGRES_CA
 MISSION_TEST_SLURM_CONF="$(bash scripts/slurm-test-cluster.sh start "$slurm_dir")"
 export MISSION_TEST_SLURM_CONF
 

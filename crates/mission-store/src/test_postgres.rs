@@ -34,11 +34,26 @@ impl PostgresDatabase {
         Some(Self { url: format!("{base}/{name}").parse().expect("a PostgreSQL URL") })
     }
 
+    /// The CA certificate that signed the test server's (`MISSION_TEST_POSTGRES_CA`, which
+    /// `scripts/test.sh` sets, or else the one of the script's default directory).
+    pub async fn ca_file() -> std::path::PathBuf {
+        if let Some(path) = std::env::var_os("MISSION_TEST_POSTGRES_CA") {
+            return path.into();
+        }
+        let out =
+            tokio::process::Command::new("bash").arg(Self::script()).arg("ca").output().await.expect("run the script");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).expect("a path").trim().into()
+    }
+
+    fn script() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/postgres-test-server.sh")
+    }
+
     async fn start_server() -> Option<String> {
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/postgres-test-server.sh");
         let out = tokio::time::timeout(
             Duration::from_secs(120),
-            tokio::process::Command::new("bash").arg(&script).arg("start").output(),
+            tokio::process::Command::new("bash").arg(Self::script()).arg("start").output(),
         )
         .await
         .expect("scripts/postgres-test-server.sh did not finish within 120 s")

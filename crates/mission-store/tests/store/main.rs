@@ -220,3 +220,39 @@ async fn postgres_shares_the_sign_in_brakes() {
     assert_eq!(db.brake_rate("codes:10.0.0.2", 3, window).await.unwrap(), Ok(()));
     assert_eq!(db.sweep_brakes().await.unwrap(), 0, "nothing is a day old");
 }
+
+/// With `sslmode=verify-full` and the CA that signed the test server's certificate (made by
+/// `scripts/postgres-test-server.sh`), the store speaks TLS to PostgreSQL; with a CA that did
+/// not sign it, opening is refused.
+#[tokio::test]
+async fn postgres_over_tls_verifies_the_servers_certificate() {
+    use mission_store::test_support::PostgresDatabase;
+    use sqlx::Connection;
+    let Some(database) = PostgresDatabase::create().await else { return };
+    let with_ca =
+        |ca: &std::path::Path| format!("{}?sslmode=verify-full&sslrootcert={}", database.url.expose(), ca.display());
+    let url = with_ca(&PostgresDatabase::ca_file().await);
+    let store = Store::open(&url.parse().unwrap()).await.unwrap();
+    store.ping().await.unwrap();
+    let mut connection = sqlx::PgConnection::connect(&url).await.unwrap();
+    let (tls,): (bool,) = sqlx::query_as("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        .fetch_one(&mut connection)
+        .await
+        .unwrap();
+    assert!(tls, "the connection is encrypted");
+
+    let other = tempfile::tempdir().unwrap();
+    let ca = other.path().join("other-ca.crt");
+    let made = std::process::Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=Another CA"])
+        .arg("-keyout")
+        .arg(other.path().join("other-ca.key"))
+        .arg("-out")
+        .arg(&ca)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let refused = Store::open(&with_ca(&ca).parse().unwrap()).await.unwrap_err().to_string();
+    assert!(refused.to_lowercase().contains("certificate"), "{refused}");
+    assert!(!refused.contains(&database.url.expose().split('@').next().unwrap()[11..]), "no password: {refused}");
+}

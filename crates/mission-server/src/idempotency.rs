@@ -4,7 +4,9 @@
 //! - A POST of the API (`/api/v1/…`) with a JSON body (or none) may carry `Idempotency-Key: KEY` (1 to 255 visible ASCII
 //!   characters; a UUID does). Keys are the caller's own.
 //! - The first request with a key claims it (in the database, so every replica sees it), runs,
-//!   and its answer is kept for [`KEPT_FOR`]; a retry with the same key and the same request
+//!   and its answer is kept for [`KEPT_FOR`], sealed with the server's sealing key (an answer may
+//!   carry a secret given once, a landing zone's token, which the database never holds in the
+//!   clear); a retry with the same key and the same request
 //!   (method, path, query and body) gets that answer again, marked `Idempotent-Replayed: true`,
 //!   and changes nothing.
 //! - The same key with another request is a 422; with the same request while the first still
@@ -83,7 +85,17 @@ async fn run_once(app: &AppState, request: Request, next: Next) -> Result<Respon
         .map_err(|e| ApiError::from(e).into_response())?;
     match claim {
         IdempotencyClaim::Claimed => {}
-        IdempotencyClaim::Answered(answer) => return Ok(replay(answer)),
+        IdempotencyClaim::Answered(answer) => {
+            let Some(body) = app.sealing.unseal(sealed_for(who.user_id, &key), &answer.body) else {
+                return Err(ApiError::conflict(
+                    "Idempotency-Key: the answer kept for this key cannot be read (the server's keys changed); \
+                     check whether the request took effect before sending it with a new key",
+                )
+                .with_field("Idempotency-Key")
+                .into_response());
+            };
+            return Ok(replay(KeptAnswer { body, ..answer }));
+        }
         IdempotencyClaim::Running => {
             return Err(ApiError::conflict(
                 "Idempotency-Key: a request with this key is still running; retry it in a moment",
@@ -112,13 +124,20 @@ async fn run_once(app: &AppState, request: Request, next: Next) -> Result<Respon
     let answer = KeptAnswer {
         status: head.status.as_u16(),
         content_type: head.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned),
-        body: body.to_vec(),
+        body: app.sealing.seal(sealed_for(who.user_id, &key), &body),
     };
     if let Err(e) = app.store.keep_idempotent_answer(who.user_id, &key, &answer).await {
         // The change is made: the client has its answer; only a retry would not find it.
         tracing::warn!("keeping the answer of an idempotent request: {e}");
     }
     Ok(Response::from_parts(head, Body::from(body)))
+}
+
+/// What a kept answer is sealed for: the user's key, so a sealed answer cannot be moved to
+/// another row.
+fn sealed_for(user_id: uuid::Uuid, key: &str) -> uuid::Uuid {
+    let digest = ring::digest::digest(&ring::digest::SHA256, &[user_id.as_bytes().as_slice(), key.as_bytes()].concat());
+    uuid::Uuid::from_slice(&digest.as_ref()[..16]).expect("16 bytes")
 }
 
 /// The kept answer, again.

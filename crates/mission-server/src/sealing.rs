@@ -1,4 +1,5 @@
-//! Sealing secrets the server must read back (cargo-bay credentials, webhook secrets) before they
+//! Sealing secrets the server must read back (cargo-bay credentials, webhook secrets, the answers
+//! kept for idempotency keys, which may carry a landing zone's token) before they
 //! go into the database: AES-256-GCM under a key kept beside the other keys (`cargo-bay-key`,
 //! mode 0600, created on first start; the name is older than its second use), each sealed box
 //! bound to the id of what it belongs to, so the database alone (a backup, a dump) reveals no

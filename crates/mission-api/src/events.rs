@@ -21,6 +21,23 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+/// One server-sent event of a `text/event-stream` answer, as the standard's fields carry it: the
+/// `event` name (absent: `message`), its `data` as text (JSON text where the operation says so),
+/// and its `id` where the stream is resumable. Only the API's description uses it: clients read
+/// streams line by line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ServerSentEvent {
+    /// The event's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// Its data.
+    pub data: String,
+    /// Its id (`Last-Event-ID` resumes after it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+}
+
 /// One event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -114,7 +114,7 @@ pub(super) async fn follow_log(
         ("after" = Option<u64>, Query, description = "start after this event number (as Last-Event-ID)"),
         ("all" = Option<bool>, Query, description = "everyone's events (admins only)"),
         ("Last-Event-ID" = Option<u64>, Header, description = "the last event number seen: the stream resumes after it")),
-    responses((status = 200, description = "server-sent events, each with an `id` (its number), an `event` (its kind) and `data`: JSON text holding one `Event` (components/schemas/Event)", content_type = "text/event-stream", body = String),
+    responses((status = 200, description = "server-sent events, each with an `id` (its number), an `event` (its kind) and `data`: JSON text holding one `Event` (components/schemas/Event)", content_type = "text/event-stream", body = mission_api::events::ServerSentEvent),
         (status = 400, body = mission_api::Problem)))]
 pub async fn stream(
     State(app): State<AppState>,

@@ -192,7 +192,7 @@ pub async fn usage(
 #[utoipa::path(get, path = "/api/v1/jobs/events", tag = "jobs",
     params(("mission_ids" = Option<Vec<uuid::Uuid>>, Query, description = "only these missions' jobs"),
         ("station_ids" = Option<Vec<uuid::Uuid>>, Query, description = "only jobs on these stations")),
-    responses((status = 200, description = "job events (server-sent events)", content_type = "text/event-stream"),
+    responses((status = 200, description = "job events (server-sent events)", content_type = "text/event-stream", body = mission_api::events::ServerSentEvent),
         (status = 400, body = mission_api::Problem)))]
 pub async fn events(State(app): State<AppState>, who: Principal, QueryPairs(query): QueryPairs) -> ApiResult<Response> {
     let (mut missions, mut stations) = (Vec::new(), Vec::new());
@@ -271,7 +271,8 @@ pub(super) const KEEP_ALIVE: Duration = Duration::from_secs(15);
     params(("id" = uuid::Uuid, Path, description = "job id"),
         ("stream" = Option<String>, Query, description = "stdout (default) or stderr"),
         ("follow" = Option<bool>, Query, description = "stream new output until the job ends (server-sent events)")),
-    responses((status = 200, description = "the log", content_type = "text/plain"),
+    responses((status = 200, description = "the log as text; with follow=true, server-sent events",
+            content((String = "text/plain"), (mission_api::events::ServerSentEvent = "text/event-stream"))),
         (status = 404, body = mission_api::Problem)))]
 pub async fn logs(
     State(app): State<AppState>,

@@ -4,6 +4,8 @@
 //! fails the test. `GET /jobs/events` and `GET /events` are left out: a stream that ends only
 //! when the client goes cannot be answered within a request timeout;
 //! `event_streams_refuse_bad_filters`, the console's tests and the CLI's event test cover them.
+//! A second run pins the ids in paths to resources of the test's own (an attacker tries ids
+//! that exist): the fuzzing that found a file put, deleted and put again as a folder a 500.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -12,33 +14,98 @@ use mission_testkit::TestServer;
 
 use crate::token_for;
 
+/// `target/test-venv/bin/schemathesis`, or `None` (saying why) where it is not installed.
+fn schemathesis() -> Option<PathBuf> {
+    let schemathesis = root().join("target/test-venv/bin/schemathesis");
+    if schemathesis.exists() {
+        return Some(schemathesis);
+    }
+    assert!(
+        std::env::var("MISSION_REQUIRE_SCHEMATHESIS").as_deref() != Ok("1"),
+        "schemathesis is required (MISSION_REQUIRE_SCHEMATHESIS=1) but {} is missing; run scripts/install-test-deps.sh",
+        schemathesis.display()
+    );
+    eprintln!("skipped: {} is missing; scripts/install-test-deps.sh installs it", schemathesis.display());
+    None
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
 #[tokio::test]
 async fn schemathesis_finds_nothing() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let schemathesis = root.join("target/test-venv/bin/schemathesis");
-    if !schemathesis.exists() {
-        assert!(
-            std::env::var("MISSION_REQUIRE_SCHEMATHESIS").as_deref() != Ok("1"),
-            "schemathesis is required (MISSION_REQUIRE_SCHEMATHESIS=1) but {} is missing; run scripts/install-test-deps.sh",
-            schemathesis.display()
-        );
-        eprintln!("skipped: {} is missing; scripts/install-test-deps.sh installs it", schemathesis.display());
-        return;
-    }
+    let Some(schemathesis) = schemathesis() else { return };
     // As an admin, so that no operation is closed to it (stations' management is admin's).
     let server = TestServer::spawn().await;
     server.add_user("root", true).await;
     let token = token_for(&server, "root").await;
+    fuzz(&schemathesis, &server, &token, "schemathesis.toml", &[]).await;
+}
+
+/// The same with the ids in paths pinned to resources of the fuzzer's own (see
+/// schemathesis-pinned.toml): a mission with a file in a folder, a job of it, a station and a
+/// cargo bay.
+#[tokio::test]
+async fn schemathesis_with_ids_of_real_resources_finds_nothing() {
+    let Some(schemathesis) = schemathesis() else { return };
+    let server = TestServer::spawn().await;
+    server.add_user("root", true).await;
+    let token = token_for(&server, "root").await;
+    let admin = server.sign_in("root").await;
+    let request = mission_client::CreateMission {
+        name: "pinned".into(),
+        mission_type_id: Some(mission_server::catalogue::SHELL),
+        settings: Some([("filename".to_owned(), "data/in.txt".to_owned())].into()),
+        ..Default::default()
+    };
+    let mission = admin.create_mission(&request).await.unwrap();
+    let inputs = tempfile::tempdir().unwrap();
+    std::fs::write(inputs.path().join("in.txt"), "0123456789").unwrap();
+    assert!(admin.upload(mission.mission_id, inputs.path().join("in.txt"), Some("data/in.txt"), false).await.unwrap());
+    let station = admin
+        .create_station(&mission_client::CreateStation { name: "pinned".into(), ..Default::default() })
+        .await
+        .unwrap();
+    // A landing zone that never comes: the job waits in the queue.
+    let lz = mission_client::RegisterLandingZone { name: "pinned".into(), cluster_account: None };
+    admin.register_landing_zone(station.station_id, &lz).await.unwrap();
+    let job = admin.run_job_on_station(mission.mission_id, station.station_id, Default::default()).await.unwrap();
+    let bay_dir = tempfile::tempdir().unwrap();
+    let bay = mission_client::CreateCargoBay {
+        path: Some(bay_dir.path().to_str().unwrap().to_owned()),
+        ..mission_client::CreateCargoBay::new("pinned", mission_client::CargoBayKind::Local)
+    };
+    let bay = admin.create_cargo_bay(&bay).await.unwrap();
+    let ids = [
+        ("MISSION_ID", mission.mission_id.to_string()),
+        ("JOB_ID", job.job_id.to_string()),
+        ("STATION_ID", station.station_id.to_string()),
+        ("BAY_ID", bay.storage_id.to_string()),
+    ];
+    fuzz(&schemathesis, &server, &token, "schemathesis-pinned.toml", &ids).await;
+}
+
+/// Runs schemathesis against `server` with `config` (beside this file) and `env`; fails with
+/// its report on any finding.
+async fn fuzz(schemathesis: &std::path::Path, server: &TestServer, token: &str, config: &str, env: &[(&str, String)]) {
     let examples = std::env::var("MISSION_FUZZ_EXAMPLES").unwrap_or_else(|_| "25".into());
     let seed = std::env::var("MISSION_FUZZ_SEED").unwrap_or_else(|_| "1".into());
-    let run = tokio::process::Command::new(&schemathesis)
+    let run = tokio::process::Command::new(schemathesis)
         .arg("--config-file")
-        .arg(root.join("crates/mission-server/tests/api/schemathesis.toml"))
+        .arg(root().join("crates/mission-server/tests/api").join(config))
         .args(["run", &format!("{}/api/v1/openapi.json", server.url), "--checks", "all"])
+        // A project has no budget until one is set: GET /projects/{id}/budget answers 404
+        // (documented), which the stateful phase takes for a project that vanished after its
+        // creation. The check cannot be turned off for one operation in that phase (the command
+        // line's checks win over the config file's), so it is off; the API tests read back what
+        // they create.
+        .args(["--exclude-checks", "ensure_resource_availability"])
         .args(["--max-examples", &examples, "--seed", &seed, "--no-color", "--suppress-health-check", "all"])
         .args(["--header", &format!("Authorization: Bearer {token}")])
         .args(["--request-timeout", "10", "--exclude-path", "/api/v1/jobs/events", "--exclude-path", "/api/v1/events"])
         .env("SCHEMATHESIS_HOOKS", "")
+        .envs(env.iter().map(|(name, value)| (*name, value.as_str())))
         .kill_on_drop(true)
         .output();
     let output =

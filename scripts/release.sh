@@ -11,28 +11,35 @@
 #   BUILD-INFO                 version, commit, target, the glibc it needs, the licence
 #   SHA256SUMS                 of every file above (`sha256sum -c SHA256SUMS` in the folder)
 # and prints the archive's path. `--binary PATH` packs a binary built already instead of building
-# one (the test suite packs the binary it tested); `--out DIR` writes somewhere else.
+# one (the test suite packs the binary it tested); `--out DIR` writes somewhere else;
+# `--glibc VERSION` builds against that glibc (2.17 for CentOS 7, 2.28 for RHEL 8) with
+# cargo-zigbuild, from any host (`cargo install cargo-zigbuild`, and zig: `pip install ziglang`).
+# A 2.17 build ran the Python package's tests here, jobs on the embedded landing zone included.
 #
 # The binary links glibc dynamically and needs the version BUILD-INFO names (the newest symbol
 # version it uses) or later: built on Debian 12, glibc 2.34 (RHEL 9, Ubuntu 22.04, Debian 12).
 # For older hosts (HPC login nodes on RHEL 8: 2.28, CentOS 7: 2.17, the oldest Rust supports),
-# build on the oldest system it must run on, or in a container of it, and pack that binary with
-# --binary; `cargo zigbuild --profile dist --target x86_64-unknown-linux-gnu.2.17` builds one
-# against glibc 2.17 from any host.
+# build with --glibc 2.17, or on the oldest system it must run on and pack that with --binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 binary=""
+glibc=""
 out=target/release-archive
 while [ $# -gt 0 ]; do
   case "$1" in
     --binary) binary="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
+    --glibc) glibc="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "release.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-if [ -z "$binary" ]; then
+if [ -z "$binary" ] && [ -n "$glibc" ]; then
+  command -v cargo-zigbuild >/dev/null 2>&1 || { echo "release.sh: --glibc needs cargo-zigbuild (cargo install cargo-zigbuild) and zig (pip install ziglang)" >&2; exit 1; }
+  cargo zigbuild --locked --profile dist --target "$(uname -m)-unknown-linux-gnu.$glibc" -p mission-cli >&2
+  binary="target/$(uname -m)-unknown-linux-gnu/dist/mission"
+elif [ -z "$binary" ]; then
   cargo build --locked --profile dist -p mission-cli >&2
   binary=target/dist/mission
 fi

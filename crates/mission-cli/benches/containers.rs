@@ -27,14 +27,6 @@ fn env_or(name: &str, default: usize) -> usize {
 }
 
 /// Podman's flags on this host, as the agent gives them.
-fn podman_flags() -> Vec<&'static str> {
-    let mut flags = vec!["--cgroup-manager", "cgroupfs"];
-    if !std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
-        flags.extend(["--runtime", "runc"]);
-    }
-    flags
-}
-
 /// Seconds between two transitions of a job's history.
 fn between(job: &mission_client::Job, from: JobStatus, to: JobStatus) -> Duration {
     let at = |status| job.history.iter().find(|t| t.status == status).map(|t| t.at).expect("in the history");
@@ -110,8 +102,7 @@ async fn main() {
         let mut times = Vec::new();
         for _ in 0..jobs {
             let started = Instant::now();
-            let status = std::process::Command::new("podman")
-                .args(podman_flags())
+            let status = mission_testkit::podman_command()
                 .args(["run", "--rm", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"])
                 .args(extra)
                 .args([loaded.as_str(), "true"])

@@ -17,7 +17,7 @@ mod webhooks;
 pub use agent::{FakeAgent, Lines, lines};
 pub use browser::{Browser, ENTER, TAB};
 pub use mission_store::test_support::PostgresDatabase;
-pub use podman::{forget_podman_image, podman_names_of};
+pub use podman::{forget_podman_image, podman_command, podman_names_of};
 pub use registry::Registry;
 pub use s3::S3Server;
 pub use webhooks::{Received, Receiver};

@@ -4,9 +4,20 @@
 
 use std::process::Command;
 
+/// `podman` with the global flags the landing zones give it on this host: cgroupfs, and runc on
+/// cgroup v1 hosts (crun refuses their hybrid hierarchies).
+pub fn podman_command() -> Command {
+    let mut command = Command::new("podman");
+    command.args(["--cgroup-manager", "cgroupfs"]);
+    if !std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+        command.args(["--runtime", "runc"]);
+    }
+    command
+}
+
 /// Every name an agent gave the image of archive digest `hex` (without `sha256:`).
 pub fn podman_names_of(hex: &str) -> Vec<String> {
-    let Ok(out) = Command::new("podman").args(["images", "--format", "{{.Repository}}:{{.Tag}}"]).output() else {
+    let Ok(out) = podman_command().args(["images", "--format", "{{.Repository}}:{{.Tag}}"]).output() else {
         return Vec::new();
     };
     let tag = format!(":{hex}");
@@ -21,6 +32,6 @@ pub fn podman_names_of(hex: &str) -> Vec<String> {
 /// removing an image while another test's agent names it takes the new name with it.
 pub fn forget_podman_image(hex: &str) {
     for name in podman_names_of(hex) {
-        let _ = Command::new("podman").args(["untag", &name, &name]).output();
+        let _ = podman_command().args(["untag", &name, &name]).output();
     }
 }

@@ -59,8 +59,8 @@ impl Drop for FreshImage {
 
 /// `podman {args}`'s stdout.
 async fn podman(args: &[&str]) -> String {
-    let out = tokio::process::Command::new("podman").args(args).output().await.expect("podman runs");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let out = tokio::process::Command::from(mission_testkit::podman_command()).args(args).output().await;
+    String::from_utf8_lossy(&out.expect("podman runs").stdout).into_owned()
 }
 
 /// Whether a container of `job` still exists.
@@ -340,12 +340,8 @@ async fn the_server_image_builds_runs_unprivileged_and_serves() {
 /// Runs `podman ARGS` as the landing zones do on this host, and answers its stdout (panics,
 /// saying why, where it fails).
 async fn podman_ok(args: &[&str]) -> String {
-    let out = tokio::process::Command::new("podman")
-        .args(["--runtime", "runc", "--cgroup-manager", "cgroupfs"])
-        .args(args)
-        .output()
-        .await
-        .expect("podman runs");
+    let out = tokio::process::Command::from(mission_testkit::podman_command()).args(args).output().await;
+    let out = out.expect("podman runs");
     assert!(out.status.success(), "podman {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -358,11 +354,7 @@ struct Tidy {
 
 impl Drop for Tidy {
     fn drop(&mut self) {
-        let podman = || {
-            let mut command = std::process::Command::new("podman");
-            command.args(["--runtime", "runc", "--cgroup-manager", "cgroupfs"]);
-            command
-        };
+        let podman = mission_testkit::podman_command;
         let _ = podman().args(["rm", "-f", "-t", "0", &self.container]).output();
         let _ = podman().args(["rmi", &self.image]).output();
     }

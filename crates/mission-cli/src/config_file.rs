@@ -34,14 +34,13 @@ pub struct Applied {
 
 /// Adds to `argv` what the config file of a `server` or `lz` command line sets (and secrets'
 /// files name), where no flag or variable sets it. Other command lines, and ones clap cannot
-/// read, come back as they are (clap then says what is wrong).
+/// read, come back as they are (clap then says what is wrong). `cli` is built
+/// ([`Command::build`]), so that subcommands hold the global arguments (`lz`'s `server`).
 pub fn apply(cli: &Command, argv: Vec<OsString>) -> Result<Applied, String> {
-    let mut cli = cli.clone();
-    cli.build();
     let Ok(probe) = cli.clone().ignore_errors(true).try_get_matches_from(&argv) else {
         return Ok(Applied { argv, ..Default::default() });
     };
-    let Some(Leaf { name, daemon, command: leaf_cmd, matches }) = leaf(&cli, &probe) else {
+    let Some(Leaf { name, daemon, command: leaf_cmd, matches }) = leaf(cli, &probe) else {
         return Ok(Applied { argv, ..Default::default() });
     };
     let mut applied = Applied { argv, ..Default::default() };
@@ -68,11 +67,8 @@ pub fn apply(cli: &Command, argv: Vec<OsString>) -> Result<Applied, String> {
     let table: BTreeMap<toml::Spanned<String>, toml::Spanned<toml::Value>> =
         toml::from_str(&text).map_err(|e| format!("{}: {}", path.display(), e.to_string().trim_end()))?;
     for (key, value) in table {
-        let at = |span: std::ops::Range<usize>| {
-            let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
-            format!("{}:{line}: {}", path.display(), key.get_ref())
-        };
-        let here = at(key.span());
+        let line = text[..key.span().start.min(text.len())].matches('\n').count() + 1;
+        let here = format!("{}:{line}: {}", path.display(), key.get_ref());
         let (name_of_flag, from_file) = match key.get_ref().strip_suffix("_file") {
             Some(base) if find(name, daemon, base).is_some_and(is_secret) => (base, true),
             _ => (key.get_ref().as_str(), false),
@@ -202,11 +198,10 @@ fn read_secret(path: &Path) -> Result<String, String> {
 }
 
 /// Whether `matches` (a whole command line) asks a daemon to print its configuration; if so,
-/// answers it as TOML, each key saying where its value came from.
+/// answers it as TOML, each key saying where its value came from. `cli` is built, as for
+/// [`apply`].
 pub fn print_config_requested(cli: &Command, matches: &ArgMatches, applied: &Applied) -> Option<String> {
-    let mut cli = cli.clone();
-    cli.build();
-    let leaf = leaf(&cli, matches)?;
+    let leaf = leaf(cli, matches)?;
     if !leaf.matches.try_get_one::<bool>("print_config").ok().flatten().copied().unwrap_or(false) {
         return None;
     }
@@ -356,13 +351,20 @@ mod tests {
         },
     }
 
+    /// The test command line, built as `mission`'s is.
+    fn cli() -> Command {
+        let mut cli = Cli::command();
+        cli.build();
+        cli
+    }
+
     fn applied(file: &str, args: &[&str]) -> Result<(ArgMatches, Applied), String> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("server.toml");
         std::fs::write(&path, file).unwrap();
         let mut argv: Vec<OsString> = vec!["mission".into(), "server".into(), "--config".into(), path.into()];
         argv.extend(args.iter().map(OsString::from));
-        let applied = apply(&Cli::command(), argv)?;
+        let applied = apply(&cli(), argv)?;
         let matches = Cli::command().try_get_matches_from(&applied.argv).map_err(|e| e.to_string())?;
         Ok((matches, applied))
     }
@@ -381,8 +383,7 @@ mod tests {
         let endpoints: Vec<&String> = server.get_many("s3_endpoints").unwrap().collect();
         assert_eq!(endpoints, ["a", "b"]);
         assert!(server.get_flag("no_local_lz"));
-        let printed =
-            effective("server", &Cli::command().find_subcommand("server").unwrap().clone(), server, &applied.sources);
+        let printed = effective("server", cli().find_subcommand("server").unwrap(), server, &applied.sources);
         assert!(printed.contains("listen = \"0.0.0.0:9000\"  # file\n"), "{printed}");
         assert!(printed.contains("limit = 2  # flag\n"), "{printed}");
         assert!(printed.contains("# database_url is not set\n"), "{printed}");
@@ -412,7 +413,7 @@ mod tests {
         let file = format!("database_url_file = {:?}\n", secret.display().to_string());
         let (matches, applied) = applied(&file, &["--print-config"]).unwrap();
         assert_eq!(server(&matches).get_one::<String>("database_url").unwrap(), "postgres://u:hunter2@db/mission");
-        let printed = print_config_requested(&Cli::command(), &matches, &applied).unwrap();
+        let printed = print_config_requested(&cli(), &matches, &applied).unwrap();
         assert!(printed.contains("database_url = \"[redacted]\"  # file") && !printed.contains("hunter2"), "{printed}");
         let error = self::applied("listen_file = \"/x\"\n", &[]).unwrap_err();
         assert!(error.contains("listen_file: unknown key"), "only secrets come from files: {error}");
@@ -420,7 +421,7 @@ mod tests {
 
     #[test]
     fn the_example_documents_every_key_and_reads_back() {
-        let server = Cli::command().find_subcommand("server").unwrap().clone();
+        let server = cli().find_subcommand("server").unwrap().clone();
         let example = example("server", &server);
         for key in [
             "#listen = \"127.0.0.1:8080\"",

@@ -184,7 +184,9 @@ fn main() -> ExitCode {
 
 async fn run() -> ExitCode {
     mission_client::version::identify_as("mission-cli", VERSION);
-    let command = Cli::command();
+    // Built once: the config file's keys and `--print-config` read its subcommands' arguments.
+    let mut command = Cli::command();
+    command.build();
     let applied = match config_file::apply(&command, std::env::args_os().collect()) {
         Ok(applied) => applied,
         Err(why) => {
@@ -192,7 +194,7 @@ async fn run() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let matches = command.clone().get_matches_from(&applied.argv);
+    let matches = command.try_get_matches_from_mut(&applied.argv).unwrap_or_else(|e| e.exit());
     if let Some(printed) = config_file::print_config_requested(&command, &matches, &applied) {
         print!("{printed}");
         return ExitCode::SUCCESS;

@@ -75,7 +75,7 @@ async fn run_once(app: &AppState, request: Request, next: Next) -> Result<Respon
     for part in [parts.method.as_str().as_bytes(), b"\n", target.as_bytes(), b"\n", &body] {
         hashed.update(part);
     }
-    let fingerprint: String = hashed.finish().as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    let fingerprint = crate::blobs::hex(hashed.finish().as_ref());
     let now = mission_store::now();
     let before = |age: Duration| now - chrono::Duration::from_std(age).expect("a short duration");
     let claim = app
@@ -138,6 +138,22 @@ async fn run_once(app: &AppState, request: Request, next: Next) -> Result<Respon
 fn sealed_for(user_id: uuid::Uuid, key: &str) -> uuid::Uuid {
     let digest = ring::digest::digest(&ring::digest::SHA256, &[user_id.as_bytes().as_slice(), key.as_bytes()].concat());
     uuid::Uuid::from_slice(&digest.as_ref()[..16]).expect("16 bytes")
+}
+
+/// Removes the keys past [`KEPT_FOR`] every hour until `shutdown`.
+pub async fn prune(store: mission_store::Store, shutdown: tokio_util::sync::CancellationToken) {
+    let mut every = tokio::time::interval(Duration::from_secs(3600));
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = every.tick() => {
+                let before = mission_store::now() - chrono::Duration::from_std(KEPT_FOR).expect("a day");
+                if let Err(e) = store.prune_idempotency_keys(before).await {
+                    tracing::warn!("pruning the idempotency keys: {e}");
+                }
+            }
+        }
+    }
 }
 
 /// The kept answer, again.

@@ -276,6 +276,7 @@ impl Server {
         let events = events::EventHub::new(store.clone());
         tasks.spawn(events.clone().run(config.event_retention, shutdown.clone()));
         tasks.spawn(audit::prune(store.clone(), config.audit_retention, shutdown.clone()));
+        tasks.spawn(idempotency::prune(store.clone(), shutdown.clone()));
         let webhooks = webhooks::Webhooks::new(store.clone(), sealing.clone(), config.webhook_attempts);
         tasks.spawn(webhooks.clone().run(events.clone(), shutdown.clone()));
         let app = Arc::new(App {

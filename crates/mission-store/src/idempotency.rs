@@ -35,7 +35,9 @@ pub enum IdempotencyClaim {
 impl Store {
     /// Claims `key` of `user_id` for the request of `fingerprint`, unless a request holds it:
     /// one that claimed it before `abandoned_before` and has no answer yet is taken to have died
-    /// with its server. Keys claimed before `expired_before` are forgotten first.
+    /// with its server, and one claimed before `expired_before` is forgotten (its row goes with
+    /// [`Store::prune_idempotency_keys`]). One statement where the key is new: every POST of
+    /// the SDK carries a key.
     pub async fn claim_idempotency_key(
         &self,
         user_id: Uuid,
@@ -46,22 +48,20 @@ impl Store {
         expired_before: DateTime<Utc>,
     ) -> Result<IdempotencyClaim, StoreError> {
         with_conn!(self, writer, |conn| {
-            sqlx::query("DELETE FROM idempotency_keys WHERE started_at < $1")
-                .bind(to_micros(expired_before))
-                .execute(&mut *conn)
-                .await?;
             let claimed = sqlx::query(
                 "INSERT INTO idempotency_keys (user_id, idempotency_key, fingerprint, started_at) \
                  VALUES ($1, $2, $3, $4) \
                  ON CONFLICT (user_id, idempotency_key) DO UPDATE SET fingerprint = excluded.fingerprint, \
                  started_at = excluded.started_at, status = NULL, content_type = NULL, body = NULL \
-                 WHERE idempotency_keys.status IS NULL AND idempotency_keys.started_at < $5",
+                 WHERE (idempotency_keys.status IS NULL AND idempotency_keys.started_at < $5) \
+                 OR idempotency_keys.started_at < $6",
             )
             .bind(user_id.to_string())
             .bind(key)
             .bind(fingerprint)
             .bind(to_micros(now))
             .bind(to_micros(abandoned_before))
+            .bind(to_micros(expired_before))
             .execute(&mut *conn)
             .await?
             .rows_affected();
@@ -111,6 +111,17 @@ impl Store {
             .await?;
         });
         Ok(())
+    }
+
+    /// Removes the keys claimed before `before`; answers how many.
+    pub async fn prune_idempotency_keys(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        with_conn!(self, writer, |conn| {
+            Ok(sqlx::query("DELETE FROM idempotency_keys WHERE started_at < $1")
+                .bind(to_micros(before))
+                .execute(conn)
+                .await?
+                .rows_affected())
+        })
     }
 
     /// Frees `key` for a retry (its request failed on the server's side).

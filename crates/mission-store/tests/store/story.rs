@@ -1345,4 +1345,8 @@ pub async fn idempotency_keys(store: &Store) {
 
     // A day on, alice's key is forgotten: the same key names a new request.
     assert_eq!(claim(alice, "k1", "create b", at + minutes(24 * 60 + 1)).await, IdempotencyClaim::Claimed);
+    // Pruning removes what expired (bob's key, claimed at +7 min) and keeps the rest.
+    assert_eq!(store.prune_idempotency_keys(at + minutes(8)).await.unwrap(), 1);
+    assert_eq!(claim(alice, "k1", "create b", at + minutes(24 * 60 + 2)).await, IdempotencyClaim::Running);
+    assert_eq!(claim(bob, "k1", "create b", at + minutes(9)).await, IdempotencyClaim::Claimed, "pruned");
 }

@@ -35,7 +35,7 @@ pub struct Mission {
     pub public: bool,
     /// Whether the mission is archived (hidden from `archived=false` listings).
     pub archived: bool,
-    /// Arguments passed to the mission's program, set with `PUT /missions/{id}/args`.
+    /// Arguments passed to the mission's program, set with `PATCH /missions/{id}`.
     pub args: Vec<String>,
     /// Its labels, set at create or with `PATCH /missions/{id}` (see [`crate::labels`]).
     #[serde(default)]
@@ -149,9 +149,12 @@ pub struct UpdateMission {
     /// A new container image for its jobs (a name or `sha256:` digest); `""`: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// New arguments for its program, in order; replaces the whole list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Vec<String>>,
 }
 
-/// Body of `PUT /api/v1/missions/{id}/args`.
+/// Body of `PUT /api/v1/missions/{id}/args` (deprecated: `PATCH` the mission's `args`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]

@@ -1,6 +1,6 @@
 //! Mission operations of spec §4: list, get, create, update, update arguments, delete.
 
-use mission_api::{CreateMission, Mission, MissionPage, UpdateMission, UpdateMissionArgs};
+use mission_api::{CreateMission, Mission, MissionPage, UpdateMission};
 use reqwest::Method;
 use uuid::Uuid;
 
@@ -152,8 +152,8 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn update_mission_args(&self, mission_id: Uuid, args: &[String]) -> Result<Mission, Error> {
-        let body = UpdateMissionArgs { args: args.to_vec() };
-        self.send_json(Method::PUT, &format!("/missions/{mission_id}/args"), &body).await
+        let update = UpdateMission { args: Some(args.to_vec()), ..Default::default() };
+        self.send_json(Method::PATCH, &format!("/missions/{mission_id}"), &update).await
     }
 
     /// Deletes the mission; [`Error::NotFound`] when there is none.

@@ -31,6 +31,7 @@ pub mod client_versions;
 mod cluster;
 pub mod config;
 pub mod console;
+pub mod deprecation;
 pub mod domain;
 pub mod error;
 pub mod events;

@@ -329,6 +329,7 @@ impl MissionsCommand {
                     retry: args.retry.policy(),
                     project_id: resolve_optional_project(&client, args.project.as_deref()).await?,
                     image: args.image,
+                    args: None,
                 };
                 if changes == UpdateMission::default() {
                     bail!(

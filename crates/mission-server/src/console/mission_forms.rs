@@ -208,7 +208,8 @@ pub async fn create(
         Err(e) => return Ok(form.refused(&sent, &refusal(e)?)),
     };
     if !args.is_empty() {
-        missions::set_args(&app, viewer.principal(), mission.mission_id, args).await?;
+        let update = UpdateMission { args: Some(args), ..Default::default() };
+        missions::update(&app, viewer.principal(), mission.mission_id, update).await?;
     }
     Ok(Redirect::to(&format!("/missions/{}", mission.mission_id)).into_response())
 }
@@ -240,21 +241,15 @@ pub async fn update(
     let form = MissionFormPage::new(&viewer, Some(mission.mission_id), mission_type);
     let sent = SentForm { public: mission.public, ..sent };
     let args = sent.args();
-    if let Err(e) = missions::check_args(&args) {
-        return Ok(form.refused(&sent, &e.into()));
-    }
     let request = UpdateMission {
         name: Some(sent.name.clone()),
         description: Some(sent.description.clone()),
         settings: mission_type.is_some().then(|| sent.settings.clone()),
+        args: (args != mission.args).then_some(args),
         ..Default::default()
     };
-    let principal = viewer.principal();
-    if let Err(e) = missions::update(&app, principal, mission.mission_id, request).await {
+    if let Err(e) = missions::update(&app, viewer.principal(), mission.mission_id, request).await {
         return Ok(form.refused(&sent, &refusal(e)?));
-    }
-    if args != mission.args {
-        missions::set_args(&app, principal, mission.mission_id, args).await?;
     }
     Ok(Redirect::to(&format!("/missions/{}", mission.mission_id)).into_response())
 }

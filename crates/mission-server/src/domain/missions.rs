@@ -126,6 +126,9 @@ pub async fn update(app: &AppState, who: Principal, mission_id: Uuid, req: Updat
     if let Some(settings) = &req.settings {
         check_settings(mission.mission_type_id, settings)?;
     }
+    if let Some(args) = &req.args {
+        check_args(args)?;
+    }
     let labels = req.labels.map(checked_labels).transpose()?;
     let retry = checked_retry(req.retry)?;
     check_storage(app, mission.user_id, "source_storage_id", req.source_storage_id).await?;
@@ -163,7 +166,7 @@ pub async fn update(app: &AppState, who: Principal, mission_id: Uuid, req: Updat
         destination_path: req.destination_path,
         settings: req.settings,
         archived: req.archived,
-        args: None,
+        args: req.args,
         labels,
         retry,
         project_id: req.project_id,
@@ -171,17 +174,6 @@ pub async fn update(app: &AppState, who: Principal, mission_id: Uuid, req: Updat
     };
     let change = Change::new("mission.update", "mission", mission.mission_id).named(&mission.name);
     audit::note(who, change.in_project(mission.project_id).with(&given));
-    let updated = app.store.update_mission(mission.mission_id, &changes, store::now()).await?;
-    updated.ok_or_else(|| DomainError::not_found("mission", mission.mission_id))
-}
-
-/// Replaces the mission's arguments.
-pub async fn set_args(app: &AppState, who: Principal, mission_id: Uuid, args: Vec<String>) -> DomainResult<Mission> {
-    let mission = writable(app, who, mission_id).await?;
-    check_args(&args)?;
-    let change = Change::new("mission.args.set", "mission", mission.mission_id).named(&mission.name);
-    audit::note(who, change.in_project(mission.project_id).with(serde_json::json!({ "args": args })));
-    let changes = MissionChanges { args: Some(args), ..Default::default() };
     let updated = app.store.update_mission(mission.mission_id, &changes, store::now()).await?;
     updated.ok_or_else(|| DomainError::not_found("mission", mission.mission_id))
 }

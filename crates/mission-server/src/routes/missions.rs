@@ -79,7 +79,7 @@ pub async fn update(
     Ok(Json(missions::update(&app, who, parse_id("mission_id", &id)?, req).await?))
 }
 
-/// Replaces the mission's arguments.
+/// Replaces the mission's arguments (deprecated: `PATCH` the mission's `args`).
 #[utoipa::path(put, path = "/api/v1/missions/{id}/args", tag = "missions", request_body = UpdateMissionArgs,
     params(("id" = uuid::Uuid, Path, description = "mission id")),
     responses((status = 200, body = Mission), (status = 400, body = mission_api::Problem), (status = 404, body = mission_api::Problem)))]
@@ -89,7 +89,8 @@ pub async fn set_args(
     Path(id): Path<String>,
     ApiJson(req): ApiJson<UpdateMissionArgs>,
 ) -> ApiResult<Json<Mission>> {
-    Ok(Json(missions::set_args(&app, who, parse_id("mission_id", &id)?, req.args).await?))
+    let update = UpdateMission { args: Some(req.args), ..Default::default() };
+    Ok(Json(missions::update(&app, who, parse_id("mission_id", &id)?, update).await?))
 }
 
 /// Deletes the mission.

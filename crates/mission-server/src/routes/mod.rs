@@ -27,6 +27,7 @@ use utoipa::OpenApi;
 use utoipa::openapi::RefOr;
 
 use crate::AppState;
+use crate::deprecation::MarkDeprecated;
 use crate::error::ApiError;
 
 pub use extract::MAX_JSON_BODY_BYTES;
@@ -53,7 +54,7 @@ pub use files::{RecoveryError, recover as recover_files, settle_stopped_replicas
         meta::auth_config, meta::me,
     ),
     components(schemas(mission_api::Problem, mission_api::Event)),
-    modifiers(&BearerAuth, &TruthfulDocument),
+    modifiers(&BearerAuth, &TruthfulDocument, &MarkDeprecated),
     security(("bearer" = [])),
 )]
 pub struct ApiDoc;
@@ -127,9 +128,9 @@ impl utoipa::Modify for TruthfulDocument {
                 field.pattern = Some((*pattern).to_owned());
             }
         }
-        if let Some(RefOr::T(Schema::Object(object))) = schemas.get_mut("UpdateMissionArgs")
-            && let Some(RefOr::T(Schema::Array(args))) = object.properties.get_mut("args")
-        {
+        for body in ["UpdateMission", "UpdateMissionArgs"] {
+            let Some(RefOr::T(Schema::Object(object))) = schemas.get_mut(body) else { continue };
+            let Some(RefOr::T(Schema::Array(args))) = object.properties.get_mut("args") else { continue };
             args.max_items = Some(crate::domain::missions::MAX_ARGS);
             if let ArrayItems::RefOrSchema(item) = &mut args.items
                 && let RefOr::T(Schema::Object(item)) = item.as_mut()
@@ -329,6 +330,7 @@ pub fn router(app: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(app.clone(), crate::idempotency::once_per_key))
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
         .layer(axum::middleware::from_fn(refuse_announced_oversize))
+        .layer(axum::middleware::from_fn(crate::deprecation::announce))
         .layer(axum::middleware::from_fn_with_state(
             app.config.connection_limits.body_idle_timeout,
             crate::serve::body_idle_timeout,

@@ -285,6 +285,77 @@ fn the_api_keeps_what_the_last_release_promised() {
     assert!(!breaking_changes(&deprecated, &copy).iter().any(|c| c.starts_with("DELETE")));
 }
 
+/// A deprecated operation is marked in the document, with its dates, and every answer to it,
+/// refusals included, says when it was deprecated (`Deprecation`, RFC 9745) and when it may go
+/// (`Sunset`, RFC 8594); its successor and every other operation say nothing of the kind.
+#[tokio::test]
+async fn a_deprecated_operation_says_so_in_the_document_and_in_every_answer() {
+    let server = TestServer::spawn().await;
+    let token = crate::token_for(&server, "alice").await;
+    let document: serde_json::Value =
+        http().get(format!("{}/api/v1/openapi.json", server.url)).send().await.unwrap().json().await.unwrap();
+    let mut deprecated = Vec::new();
+    for (path, item) in document["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            if operation["deprecated"] == true {
+                deprecated.push(format!("{} {path}", method.to_uppercase()));
+            }
+        }
+    }
+    assert_eq!(deprecated, ["PUT /api/v1/missions/{id}/args"]);
+    let operation = &document["paths"]["/api/v1/missions/{id}/args"]["put"];
+    let description = operation["description"].as_str().unwrap();
+    assert!(description.contains("since 2026-11-27; it may be removed from 2027-05-27 on"), "{description}");
+    assert!(description.contains("`PATCH /api/v1/missions/{id}` with `args`"), "{description}");
+
+    let mission = server
+        .client
+        .create_mission(&mission_client::CreateMission { name: "old script".into(), ..Default::default() })
+        .await
+        .unwrap();
+    let args_url = format!("{}/api/v1/missions/{}/args", server.url, mission.mission_id);
+    let put = |body: serde_json::Value| http().put(&args_url).bearer_auth(&token).json(&body).send();
+    let says_deprecated = |answer: &reqwest::Response| {
+        assert_eq!(answer.headers()["deprecation"], "@1795737600");
+        assert_eq!(answer.headers()["sunset"], "Thu, 27 May 2027 00:00:00 GMT");
+    };
+    let answer = put(serde_json::json!({"args": ["--steps", "3"]})).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    says_deprecated(&answer);
+    let stored = server.client.get_mission_by_id(mission.mission_id).await.unwrap();
+    assert_eq!(stored.args, ["--steps", "3"], "the deprecated operation still works");
+    let refused = put(serde_json::json!({"args": "not a list"})).await.unwrap();
+    assert_eq!(refused.status(), 400);
+    says_deprecated(&refused);
+
+    // The successor changes them without the headers, and so does the SDK (which uses it).
+    let patched = http()
+        .patch(format!("{}/api/v1/missions/{}", server.url, mission.mission_id))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({"args": ["--steps", "4"], "description": "both at once"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(patched.status(), 200);
+    assert!(patched.headers().get("deprecation").is_none() && patched.headers().get("sunset").is_none());
+    let mission: mission_client::Mission = patched.json().await.unwrap();
+    assert_eq!(mission.args, ["--steps", "4"]);
+    assert_eq!(mission.description, "both at once");
+    let updated = server.client.update_mission_args(mission.mission_id, &["5".into()]).await.unwrap();
+    assert_eq!(updated.args, ["5"]);
+    let (status, p) = problem(
+        http()
+            .patch(format!("{}/api/v1/missions/{}", server.url, mission.mission_id))
+            .bearer_auth(&token)
+            .json(&serde_json::json!({"args": ["nul\u{0}inside"]}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, p.field.as_deref()), (400, Some("args")), "{}", p.detail);
+}
+
 /// Every answer names the server's version; one of Mission's own clients older than the server
 /// serves is refused before it does anything, told what to upgrade to; others are served.
 #[tokio::test]

@@ -151,7 +151,10 @@ pub async fn create(
     request.settings = Some(settings);
     let mission = missions::create(&app, who, request).await?;
     let mission = match args {
-        Some(args) => missions::set_args(&app, who, mission.mission_id, args).await?,
+        Some(args) => {
+            let update = UpdateMission { args: Some(args), ..Default::default() };
+            missions::update(&app, who, mission.mission_id, update).await?
+        }
         None => mission,
     };
     Ok(ok(serde_json::json!({ "project": project(&mission) })))
@@ -192,11 +195,9 @@ pub async fn update(
         retry: None,
         project_id: None,
         image: None,
+        args,
     };
-    let mut mission = missions::update(&app, who, mission_id, changes).await?;
-    if let Some(args) = args {
-        mission = missions::set_args(&app, who, mission_id, args).await?;
-    }
+    let mission = missions::update(&app, who, mission_id, changes).await?;
     Ok(ok(serde_json::json!({ "project": project(&mission) })))
 }
 

@@ -28,6 +28,9 @@ pub struct LabelError {
     pub problem: String,
 }
 
+/// [`check_label_key`]'s rule as a regular expression, without anchors.
+pub const LABEL_KEY_PATTERN: &str = "[A-Za-z0-9][A-Za-z0-9._/-]{0,62}";
+
 /// Checks a key: the characters and length every label key must have.
 pub fn check_label_key(key: &str) -> Result<(), LabelError> {
     let refuse = |problem: String| Err(LabelError { key: key.to_owned(), problem });

@@ -59,6 +59,61 @@ pub use files::{RecoveryError, recover as recover_files, settle_stopped_replicas
 )]
 pub struct ApiDoc;
 
+/// The OpenAPI document as served: [`ApiDoc`] with the Rust doc links its descriptions took from
+/// the code (`[`MAX_ATTEMPTS`]`, `[`RunJob::retry`]`) written for the API's readers: a limit
+/// as its value, any other name as code.
+pub fn document() -> serde_json::Value {
+    let mut document = serde_json::to_value(ApiDoc::openapi()).expect("OpenAPI serialises");
+    rewrite_doc_links(&mut document);
+    document
+}
+
+/// The limits descriptions name, with their values.
+const DOCUMENTED_LIMITS: &[(&str, u64)] = &[
+    ("MAX_ARRAY_SIZE", mission_api::jobs::MAX_ARRAY_SIZE as u64),
+    ("MAX_ATTEMPTS", mission_api::jobs::MAX_ATTEMPTS as u64),
+    ("MAX_BACKOFF", mission_api::jobs::MAX_BACKOFF as u64),
+    ("MAX_DEPENDENCIES", mission_api::jobs::MAX_DEPENDENCIES as u64),
+    ("MIN_LOG_CAP", mission_api::jobs::MIN_LOG_CAP),
+    ("MAX_RERUNS", mission_api::MAX_RERUNS as u64),
+];
+
+fn rewrite_doc_links(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(fields) => {
+            for (key, field) in fields.iter_mut() {
+                match field {
+                    serde_json::Value::String(text) if key == "description" || key == "summary" => {
+                        *text = without_doc_links(text);
+                    }
+                    _ => rewrite_doc_links(field),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(rewrite_doc_links),
+        _ => {}
+    }
+}
+
+/// `text` with each ``[`path::Name`]`` as `` `Name` ``, or as its value where it names a limit.
+fn without_doc_links(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("[`") {
+        let Some(length) = rest[start + 2..].find("`]") else { break };
+        let path = &rest[start + 2..start + 2 + length];
+        let name = path.rsplit("::").next().unwrap_or(path);
+        out.push_str(&rest[..start]);
+        match DOCUMENTED_LIMITS.iter().find(|(limit, _)| *limit == name) {
+            Some((_, value)) => out.push_str(&value.to_string()),
+            None => out.push_str(&format!("`{name}`")),
+        }
+        rest = &rest[start + 2 + length + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
 struct BearerAuth;
 
 impl utoipa::Modify for BearerAuth {
@@ -109,15 +164,67 @@ const FIELD_RULES: &[(&str, &str, usize, &str)] = &[
     ("UpdateMission", "description", crate::domain::MAX_DESCRIPTION_CHARS, NO_NUL),
     ("CreateProject", "description", crate::domain::MAX_DESCRIPTION_CHARS, NO_NUL),
     ("UpdateProject", "description", crate::domain::MAX_DESCRIPTION_CHARS, NO_NUL),
+    ("RegisterLandingZone", "cluster_account", 32, "^[A-Za-z0-9_.][A-Za-z0-9_.-]*$"),
 ];
 
 /// A string without NUL.
 const NO_NUL: &str = r"^[^\u0000]*$";
 
+/// A string without control characters (Unicode's category Cc, as `char::is_control`).
+const NO_CONTROL: &str = r"^[^\u0000-\u001F\u007F-\u009F]*$";
+
+/// What the handlers check of query parameters the types alone do not say: (path, parameter,
+/// rule); a rule on a repeated parameter holds for each value.
+fn query_rules() -> Vec<(&'static str, &'static str, QueryRule)> {
+    use QueryRule::{DateTime, Pattern, Range};
+    let key = mission_api::labels::LABEL_KEY_PATTERN;
+    let label =
+        format!("^{key}=[^\\u0000-\\u001F\\u007F-\\u009F]{{0,{}}}$", mission_api::labels::MAX_LABEL_VALUE_BYTES);
+    vec![
+        ("/api/v1/audit", "actor", Pattern(".".into())),
+        ("/api/v1/audit", "since", DateTime),
+        ("/api/v1/audit", "until", DateTime),
+        ("/api/v1/audit", "format", Pattern("^(json|jsonl)$".into())),
+        ("/api/v1/jobs", "label", Pattern(label.clone())),
+        ("/api/v1/missions", "search", Pattern(NO_CONTROL.into())),
+        ("/api/v1/missions", "label", Pattern(label)),
+        ("/api/v1/jobs/usage", "since", DateTime),
+        ("/api/v1/usage", "group_by", Pattern(format!("^(project|user|label:{key})$"))),
+        ("/api/v1/usage", "since", DateTime),
+        ("/api/v1/usage", "until", DateTime),
+        ("/api/v1/usage", "format", Pattern("^(json|csv)$".into())),
+        ("/api/v1/webhooks/{id}/deliveries", "limit", Range(1, webhooks::DELIVERIES_PAGE.1.into())),
+    ]
+}
+
+/// A constraint on a query parameter's values.
+enum QueryRule {
+    /// A regular expression its values match.
+    Pattern(String),
+    /// Its least and greatest values.
+    Range(u64, u64),
+    /// An RFC 3339 time.
+    DateTime,
+}
+
+impl QueryRule {
+    fn apply(&self, schema: &mut utoipa::openapi::schema::Object) {
+        use utoipa::openapi::schema::{KnownFormat, SchemaFormat};
+        match self {
+            QueryRule::Pattern(pattern) => schema.pattern = Some(pattern.clone()),
+            QueryRule::Range(least, most) => {
+                schema.minimum = Some((*least).into());
+                schema.maximum = Some((*most).into());
+            }
+            QueryRule::DateTime => schema.format = Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)),
+        }
+    }
+}
+
 impl utoipa::Modify for TruthfulDocument {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         use utoipa::openapi::path::{HttpMethod, ParameterIn};
-        use utoipa::openapi::schema::{ArrayItems, Schema};
+        use utoipa::openapi::schema::{AdditionalProperties, ArrayItems, Schema};
         use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
         let schemas = &mut openapi.components.get_or_insert_with(Default::default).schemas;
         for (body, name, most, pattern) in FIELD_RULES {
@@ -137,6 +244,41 @@ impl utoipa::Modify for TruthfulDocument {
             {
                 item.max_length = Some(crate::domain::missions::MAX_ARG_BYTES);
                 item.pattern = Some(NO_NUL.to_owned());
+            }
+        }
+        for (path, name, rule) in query_rules() {
+            let item = openapi.paths.paths.get_mut(path).expect("a query rule's path is in the document");
+            let parameter = item
+                .get
+                .as_mut()
+                .and_then(|get| get.parameters.as_mut())
+                .and_then(|parameters| parameters.iter_mut().find(|p| p.name == name))
+                .expect("a query rule's parameter is in the document");
+            match &mut parameter.schema {
+                Some(RefOr::T(Schema::Object(object))) => rule.apply(object),
+                Some(RefOr::T(Schema::Array(array))) => match &mut array.items {
+                    ArrayItems::RefOrSchema(item) => match item.as_mut() {
+                        RefOr::T(Schema::Object(object)) => rule.apply(object),
+                        _ => panic!("{path} {name}: items are not an inline schema"),
+                    },
+                    ArrayItems::False => panic!("{path} {name}: no items"),
+                },
+                _ => panic!("{path} {name}: not an inline schema"),
+            }
+        }
+        if let Some(RefOr::T(Schema::Object(labels))) = schemas.get_mut("BTreeMap") {
+            use mission_api::labels::{LABEL_KEY_PATTERN, MAX_LABEL_VALUE_BYTES, MAX_LABELS};
+            labels.max_properties = Some(MAX_LABELS);
+            if let Some(names) = &mut labels.property_names
+                && let Schema::Object(names) = names.as_mut()
+            {
+                names.pattern = Some(format!("^{LABEL_KEY_PATTERN}$"));
+            }
+            if let AdditionalProperties::RefOr(RefOr::T(Schema::Object(values))) =
+                labels.additional_properties.as_deref_mut().expect("labels map strings to strings")
+            {
+                values.max_length = Some(MAX_LABEL_VALUE_BYTES);
+                values.pattern = Some(NO_CONTROL.to_owned());
             }
         }
         let problem = |description: &str| {
@@ -382,4 +524,18 @@ async fn no_route(request: Request) -> impl IntoResponse {
 
 async fn method_not_allowed(request: Request) -> impl IntoResponse {
     ApiError::method_not_allowed(request.method().as_str(), request.uri().path())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_doc_links;
+
+    #[test]
+    fn doc_links_read_as_code_and_limits_as_their_values() {
+        assert_eq!(
+            without_doc_links("at most [`MAX_ATTEMPTS`] tries (see [`crate::RunJob::retry`]); [`oops"),
+            "at most 20 tries (see `retry`); [`oops"
+        );
+        assert_eq!(without_doc_links("no links"), "no links");
+    }
 }

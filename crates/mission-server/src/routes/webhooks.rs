@@ -13,7 +13,7 @@ use crate::domain::webhooks;
 use crate::error::{ApiError, ApiResult};
 
 /// Deliveries one listing answers by default, and at most.
-const DELIVERIES_PAGE: (u32, u32) = (100, 1000);
+pub(super) const DELIVERIES_PAGE: (u32, u32) = (100, 1000);
 
 /// Registers a webhook. It gets the events its filter wants from now on, beginning with its own
 /// `webhook.created` (when the filter wants that). Without a `secret` the server makes one and

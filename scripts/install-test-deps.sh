@@ -93,6 +93,17 @@ if ! "$venv/bin/python" -c "import moto.server, boto3, schemathesis, pytest, myp
     'maturin>=1.7,<2' 'pytest>=8,<9' 'mypy>=1.10,<2' 'ipykernel>=6.29,<8' 'jupyter_client>=8,<9'
 fi
 
+# Jupyter Lab for the session tests, where a job's uid of its own can run it: the system's
+# Python (one under /root, as pyenv installs it, is out of its reach), outside /tmp (jobs get a
+# private one).
+jupyter="${MISSION_TEST_JUPYTER:-/opt/mission-test/jupyter}"
+if [ ! -x "$jupyter/bin/jupyter-lab" ]; then
+  echo "installing Jupyter Lab into $jupyter (pip, with /usr/bin/python3)" >&2
+  $sudo rm -rf "$jupyter"
+  $sudo /usr/bin/python3 -m venv "$jupyter"
+  $sudo "$jupyter/bin/pip" install --quiet --disable-pip-version-check 'jupyterlab>=4,<5' 'ipykernel>=6.29,<8'
+fi
+
 galileo=target/galileo-venv
 if ! "$galileo/bin/python" -c "import galileo_sdk" >/dev/null 2>&1; then
   echo "installing galileo-sdk 1.0.1 into $galileo (pip)" >&2

@@ -25,6 +25,8 @@ export MISSION_REQUIRE_CGROUPS=1
 export MISSION_REQUIRE_SANDBOX=1
 # And schemathesis fuzzes the API from its OpenAPI document (the script installs it).
 export MISSION_REQUIRE_SCHEMATHESIS=1
+# And a real Jupyter Lab runs as a session (the script installs it in /opt/mission-test/jupyter).
+export MISSION_REQUIRE_JUPYTER=1
 # And jobs in container images run with Podman, in the Debian image the script builds.
 export MISSION_REQUIRE_PODMAN=1
 export MISSION_TEST_IMAGE="$PWD/target/test-image/debian-bookworm.tar"

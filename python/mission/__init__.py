@@ -48,6 +48,7 @@ from ._types import (
     Image,
     Job,
     JobImage,
+    JobSession,
     JobTransition,
     JobUsage,
     PendingReason,
@@ -92,6 +93,7 @@ __all__ = [
     "Image",
     "Job",
     "JobImage",
+    "JobSession",
     "JobTransition",
     "JobUsage",
     "LandingZone",
@@ -193,6 +195,15 @@ def _run_json(station_id: Id, lz_id: Optional[Id], retry: Optional[RetryPolicy],
     """A run request, without the options not given."""
     return _drop_none({"station_id": station_id, "lz_id": lz_id, **options,
                        "retry": retry._request() if retry is not None else None})
+
+
+def _session(kind: Optional[str], idle_timeout: Optional[int]) -> Optional[Dict[str, Any]]:
+    """A run request's session, when one is asked for."""
+    if kind is None:
+        if idle_timeout is not None:
+            raise ValueError("idle_timeout is for sessions: give session= too")
+        return None
+    return _drop_none({"kind": kind, "idle_timeout": idle_timeout})
 
 
 def _mission_json(
@@ -441,6 +452,8 @@ class Client:
         retry: Optional[RetryPolicy] = None,
         project_id: Optional[Id] = None,
         image: Optional[str] = None,
+        session: Optional[str] = None,
+        idle_timeout: Optional[int] = None,
     ) -> Job:
         """Starts a job of the mission on a station; absent resources come from the mission
         type's defaults (memory in megabytes, the time limit in minutes). ``labels`` (``key`` to
@@ -453,11 +466,13 @@ class Client:
         ``pending_reason`` says why. ``retry`` (default: the mission's) tries it again after it
         fails, as the same job, its ``attempt`` counting. The job is charged to ``project_id``
         (one you are a member of; the mission's by default). It runs in the container ``image``
-        (default: the mission's, if it names one)."""
+        (default: the mission's, if it names one). With ``session`` (``web``, ``jupyter``,
+        ``vscode``) it is an interactive session: once its app answers, ``job.session.url`` is
+        where you open it; ``idle_timeout`` (minutes) ends it after that long without a request."""
         return self._run(mission_id, station_id, None, cpu_count=cpu_count, memory_amount=memory_amount,
                          gpu_count=gpu_count, time_limit=time_limit, labels=labels, log_cap=log_cap,
                          after_ok=_ids(after_ok), after_any=_ids(after_any), retry=retry, project_id=project_id,
-                         image=image)
+                         image=image, session=_session(session, idle_timeout))
 
     def run_job_on_lz(
         self,
@@ -475,13 +490,15 @@ class Client:
         retry: Optional[RetryPolicy] = None,
         project_id: Optional[Id] = None,
         image: Optional[str] = None,
+        session: Optional[str] = None,
+        idle_timeout: Optional[int] = None,
     ) -> Job:
         """Starts a job of the mission on one landing zone of a station (the options are
         ``run_job_on_station``'s)."""
         return self._run(mission_id, station_id, lz_id, cpu_count=cpu_count, memory_amount=memory_amount,
                          gpu_count=gpu_count, time_limit=time_limit, labels=labels, log_cap=log_cap,
                          after_ok=_ids(after_ok), after_any=_ids(after_any), retry=retry, project_id=project_id,
-                         image=image)
+                         image=image, session=_session(session, idle_timeout))
 
     def _run(self, mission_id: Id, station_id: Id, lz_id: Optional[Id], retry: Optional[RetryPolicy],
              **options: object) -> Job:

@@ -161,6 +161,18 @@ class JobImage(_Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class JobSession(_Record):
+    """The interactive session a job is: ``kind`` (``web``, ``jupyter``, ``vscode``), its
+    ``idle_timeout`` in minutes, and, once its app answers and while it runs, the ``url`` only its
+    owner can open."""
+
+    kind: str
+    idle_timeout: Optional[int] = None
+    url: Optional[str] = None
+    ready_at: Optional[datetime.datetime] = None
+
+
+@dataclasses.dataclass(frozen=True)
 class FileListing(_Record):
     """One file of a mission: ``path`` is its folder (``""`` at the top), ``name`` its name."""
 
@@ -284,6 +296,8 @@ class Job(_Record):
     array_id: Optional[str] = None
     array_index: Optional[int] = None
     project_id: Optional[str] = None
+    #: The interactive session it is, if it is one.
+    session: Optional[JobSession] = dataclasses.field(default=None, metadata={"of": JobSession})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 import datetime
 import os
+import time
 import uuid
 
 import pytest
@@ -271,3 +272,36 @@ def test_a_registry_image_is_registered_pinned_by_digest(client):
     with pytest.raises(mission.Invalid, match="needs @sha256"):
         client.register_image_reference("registry.example.org/lab/solver:2.1", "py-tagged")
     assert client.delete_image(image.image_id)
+
+
+def test_a_web_session_opens_at_its_url_for_its_owner(client, server, tmp_path):
+    import urllib.error
+    import urllib.request
+    app = ("import http.server, os\n"
+           "class H(http.server.BaseHTTPRequestHandler):\n"
+           "    def do_GET(self):\n"
+           "        body = f'hello from {self.path}'.encode()\n"
+           "        self.send_response(200); self.send_header('Content-Length', str(len(body))); self.end_headers()\n"
+           "        self.wfile.write(body)\n"
+           "http.server.HTTPServer(('127.0.0.1', int(os.environ['MISSION_SESSION_PORT'])), H).serve_forever()\n")
+    src = script_folder(tmp_path, "exec python3 app.py\n")
+    (src / "app.py").write_text(app)
+    m = client.create_and_upload_mission("py-session", src, mission_type_id=SHELL, settings={"filename": "run.sh"})
+    with pytest.raises(ValueError, match="session"):
+        client.run_job_on_station(m.mission_id, LOCAL_STATION, idle_timeout=5)
+    job = client.run_job_on_station(m.mission_id, LOCAL_STATION, session="web", idle_timeout=30)
+    assert (job.session.kind, job.session.idle_timeout, job.session.url) == ("web", 30, None)
+    deadline = datetime.datetime.now() + datetime.timedelta(seconds=60)
+    while client.get_job(job.job_id).session.url is None:
+        assert datetime.datetime.now() < deadline, "the session answers within a minute"
+        time.sleep(0.1)
+    url = client.get_job(job.job_id).session.url
+    _, token = server
+    request = urllib.request.Request(url + "notebook?x=1", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.read() == b"hello from /notebook?x=1"
+    client.stop_job(job.job_id)
+    assert client.wait_for_job(job.job_id, timeout=60).status == "stopped"
+    with pytest.raises(urllib.error.HTTPError) as gone:
+        urllib.request.urlopen(request, timeout=10)
+    assert gone.value.code == 410

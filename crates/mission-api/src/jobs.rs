@@ -171,6 +171,9 @@ pub struct Job {
     /// Its index in that array, which its program finds in `MISSION_ARRAY_INDEX`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array_index: Option<u32>,
+    /// The interactive session it is, if it is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<crate::JobSession>,
     /// Why it has not started yet, kept current while it waits: in the server's queue, or in a
     /// batch system's queue once placed on a gateway. Absent once it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -229,6 +232,7 @@ impl Job {
             rerun_of: None,
             array_id: None,
             array_index: None,
+            session: None,
             pending_reason: None,
             position: None,
             usage: None,
@@ -318,6 +322,10 @@ pub struct RunJob {
     /// absent: the mission's, if it names one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// Makes the job an interactive session, reached through the server at
+    /// `/sessions/{job_id}/` by its owner (see [`crate::sessions`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<crate::SessionRequest>,
 }
 
 /// A job's first attempt: the serde default of every `attempt` field, for messages written

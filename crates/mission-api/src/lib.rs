@@ -31,6 +31,7 @@ pub mod missions;
 pub mod paths;
 pub mod problem;
 pub mod projects;
+pub mod sessions;
 pub mod stations;
 pub mod users;
 pub mod versions;
@@ -59,6 +60,7 @@ pub use projects::{
     BudgetPeriod, BudgetStatus, CreateProject, Project, ProjectBudget, ProjectLimits, ProjectMember, ProjectPage,
     ProjectRole, ResourceAmounts, ResourcesInUse, SetProjectMember, StationLimits, UpdateProject,
 };
+pub use sessions::{JobSession, SessionKind, SessionRequest};
 pub use stations::{
     CreateStation, DEFAULT_STATION_NAME, LandingZone, RegisterLandingZone, RegisteredLandingZone, Resources, Station,
     StationMember, UpdateStation,

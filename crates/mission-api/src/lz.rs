@@ -133,6 +133,11 @@ pub struct Assignment {
     /// images ([`Hello::images`]) are given such jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<crate::jobs::JobImage>,
+    /// The interactive session it is, if it is one ([`crate::sessions`]): the agent picks its
+    /// port, serves it through a tunnel ([`Order::Tunnel`]) and ends it once idle for its idle
+    /// timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<crate::SessionRequest>,
     /// The network its container gets, as its station sets it (the landing zone may allow less).
     #[serde(default)]
     pub container_network: crate::ContainerNetwork,
@@ -183,6 +188,14 @@ pub enum Order {
         /// grace period; a user's stop kills at once. Older agents ignore it and kill at once.
         #[serde(default, skip_serializing_if = "is_zero")]
         grace_seconds: u32,
+    },
+    /// Open a tunnel for sessions to the replica at `url` (`GET {url}/api/v1/lz/tunnel`,
+    /// upgraded), unless one to it is open: the server proxies requests to this landing zone's
+    /// sessions through it.
+    Tunnel {
+        /// The replica's own URL; none: the URL the agent connects to (one replica).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        url: Option<String>,
     },
     /// Nothing new; the connection is alive.
     Ping,

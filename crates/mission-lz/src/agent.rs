@@ -139,6 +139,8 @@ pub(crate) struct Agent {
     pub cache: InputCache,
     /// The jobs this agent runs.
     pub jobs: Mutex<HashMap<Uuid, RunningJob>>,
+    /// The sessions among them, and the tunnels they are reached through.
+    pub sessions: crate::sessions::Sessions,
     /// Jobs that ended here whose final report the server has not taken yet. A hello names
     /// them as running: a server that came up meanwhile (restarted, or a replica that took the
     /// lead) would otherwise count them lost, since it takes no report before the hello.
@@ -191,6 +193,7 @@ impl Agent {
     /// Queues the report of a job's end: its final status, exit code and reason, and what it
     /// used where that was measured.
     pub fn report_end(&self, job_id: Uuid, (status, exit_code, reason): Outcome, usage: Option<JobUsage>) {
+        self.sessions.forget(job_id);
         let report = Report { exit_code, reason, usage, ..self.report_of(job_id, status, chrono::Utc::now()) };
         self.queue(report);
     }
@@ -225,7 +228,7 @@ impl Agent {
 
     /// Sets the stop switch of a job this agent runs, giving it `grace` after `SIGTERM`; a
     /// second stop may only shorten the grace (a user's stop of a job being reclaimed kills it).
-    fn stop_job(&self, job_id: Uuid, grace: std::time::Duration) {
+    pub(crate) fn stop_job(&self, job_id: Uuid, grace: std::time::Duration) {
         if let Some(job) = self.jobs.lock().expect("not poisoned").get(&job_id) {
             job.stop.send_if_modified(|stop| {
                 let shorter = stop.is_none_or(|given| grace < given);
@@ -336,6 +339,7 @@ async fn serve<R: Runner>(
         client: LzClient::new(&config.servers, &config.token, Timings::default())?,
         cache: InputCache::new(config.data_dir.join("cache")),
         jobs: Mutex::new(HashMap::new()),
+        sessions: Default::default(),
         unreported_ends: Mutex::new(HashSet::new()),
         reports,
         tasks: TaskTracker::new(),
@@ -437,6 +441,7 @@ async fn session<R: Runner>(agent: &Arc<Agent>, runner: &Arc<R>, hello: &Hello) 
             Ok(Some(Order::Stop { job_id, grace_seconds })) => {
                 agent.stop_job(job_id, std::time::Duration::from_secs(grace_seconds.into()));
             }
+            Ok(Some(Order::Tunnel { url })) => crate::sessions::open_tunnel(agent.clone(), url),
             Ok(Some(Order::Ping)) => {}
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
@@ -537,6 +542,7 @@ mod tests {
             client: LzClient::new(&[url], "token", Timings::default()).unwrap(),
             cache: InputCache::new(dir.path().to_path_buf()),
             jobs: Mutex::default(),
+            sessions: Default::default(),
             unreported_ends: Mutex::default(),
             reports,
             tasks: TaskTracker::new(),

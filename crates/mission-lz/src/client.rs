@@ -197,6 +197,32 @@ impl LzClient {
         Ok((welcome, orders))
     }
 
+    /// `POST /lz/jobs/{id}/session`: the session's port answers. A conflict (it was said
+    /// already, or the session ended) needs no retry.
+    pub async fn session_ready(&self, job_id: Uuid) -> Result<(), Failure> {
+        match self.send(self.request(Method::POST, &format!("/jobs/{job_id}/session"))).await {
+            Ok(_) | Err(Failure::Conflict(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `GET {base}/api/v1/lz/tunnel`, upgraded: a tunnel for sessions to the server at `base`.
+    pub async fn tunnel(&self, base: &str) -> Result<reqwest::Upgraded, String> {
+        let response = self
+            .http
+            .get(format!("{}{}", base.trim_end_matches('/'), mission_tunnel::PATH))
+            .bearer_auth(&self.token)
+            .header(reqwest::header::CONNECTION, "upgrade")
+            .header(reqwest::header::UPGRADE, mission_tunnel::PROTOCOL)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+            return Err(format!("{}: {}", response.status(), response.text().await.unwrap_or_default()));
+        }
+        response.upgrade().await.map_err(|e| e.to_string())
+    }
+
     /// `POST /lz/heartbeat`: renews the lease.
     pub async fn heartbeat(&self) -> Result<Heartbeat, Failure> {
         match self.send(self.request(Method::POST, "/heartbeat")).await {

@@ -26,6 +26,7 @@ mod output;
 mod podman;
 mod runner;
 pub mod sandbox;
+mod sessions;
 pub mod slurm;
 mod workdirs;
 

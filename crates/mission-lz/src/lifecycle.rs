@@ -30,27 +30,35 @@ use crate::runner::{
 
 /// Runs `job` on `runner` to its end, reporting every move; a stop switched on in `stop` ends it.
 pub(crate) async fn run<R: Runner>(runner: Arc<R>, agent: Arc<Agent>, job: Assignment, mut stop: StopSwitch) {
-    let (events, runs) = JobEvents::new(agent.clone(), job.job_id);
+    let (job_id, session) = (job.job_id, job.session.is_some());
     let started = async {
         if let Some(refusal) = runner.refusal(&job) {
             return Err(JobError::Refused(refusal));
         }
+        let (job, session_env) =
+            agent.sessions.prepare(job).map_err(|e| JobError::Launch(format!("preparing the session: {e}")))?;
+        let (events, runs) = JobEvents::new(agent.clone(), job_id, session_env);
         match agent.stage_inputs(&job, &mut stop).await? {
-            Inputs::Cached(inputs) => runner.start(&job, inputs, events).await.map(Some),
+            Inputs::Cached(inputs) => runner.start(&job, inputs, events).await.map(|handle| Some((handle, runs))),
             Inputs::Stopped => Ok(None),
         }
     };
     match started.await {
-        Ok(Some(handle)) => follow(&agent, job.job_id, handle, runs, stop).await,
-        Ok(None) => agent.report_end(job.job_id, stopped_before_start(), None),
-        Err(e) => agent.report_end(job.job_id, failed(&e), None),
+        Ok(Some((handle, runs))) => {
+            if session {
+                crate::sessions::watch_ready(agent.clone(), job_id);
+            }
+            follow(&agent, job_id, handle, runs, stop).await
+        }
+        Ok(None) => agent.report_end(job_id, stopped_before_start(), None),
+        Err(e) => agent.report_end(job_id, failed(&e), None),
     }
 }
 
 /// Follows `job_id`, which an earlier run of the agent left running, to its end, as [`run`] would
 /// have.
 pub(crate) async fn resume<R: Runner>(runner: Arc<R>, agent: Arc<Agent>, job_id: Uuid, stop: StopSwitch) {
-    let (events, runs) = JobEvents::new(agent.clone(), job_id);
+    let (events, runs) = JobEvents::new(agent.clone(), job_id, Vec::new());
     match runner.recover(job_id, events).await {
         Ok(handle) => follow(&agent, job_id, handle, runs, stop).await,
         Err(e) => agent.report_end(job_id, failed(&e), None),
@@ -98,7 +106,9 @@ async fn follow<H: JobHandle>(
             }
         }
     }
-    let finished = handle.finish(stopping.ordered.is_some()).await;
+    // A session ended for being idle ends as sessions do, with its results.
+    let idle = agent.sessions.idle_end(job_id);
+    let finished = handle.finish(stopping.ordered.is_some() && idle.is_none()).await;
     if forwarders.is_empty() {
         // What it wrote is sent now, in one read.
         forwarders = forward_output(agent, job_id, handle.output());
@@ -110,6 +120,10 @@ async fn follow<H: JobHandle>(
         Ok(Finished { outcome, .. }) if outcome.0 == JobStatus::Stopped => Ok(outcome),
         Ok(Finished { outcome, results }) => {
             agent.report(job_id, JobStatus::Uploading, None, None, None);
+            let outcome = match idle {
+                Some(reason) => (JobStatus::Completed, None, Some(reason)),
+                None => outcome,
+            };
             upload_results(&agent.client, job_id, results).await.map(|()| outcome)
         }
         Err(e) => Err(e),

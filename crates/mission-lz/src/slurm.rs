@@ -963,6 +963,7 @@ mod tests {
             log_offsets: Default::default(),
             array_index: None,
             image: None,
+            session: None,
             container_network: Default::default(),
         }
     }

@@ -132,6 +132,15 @@ pub enum Call {
         /// The moves.
         reports: Vec<Report>,
     },
+    /// Have a connected agent open a tunnel for its sessions to the replica at `url`
+    /// ([`Order::Tunnel`]); answered when the order is sent, a conflict when the agent is not
+    /// connected.
+    OpenTunnel {
+        /// The agent's LZ.
+        lz_id: Uuid,
+        /// The replica's own URL; none: the one the agent connects to.
+        url: Option<String>,
+    },
     /// A landing zone was registered or got a new token.
     Registered {
         /// The LZ.

@@ -689,6 +689,10 @@ impl State {
                     log_offsets,
                     array_index: job.array_index,
                     image: job.image.clone(),
+                    session: job.session.as_ref().map(|session| mission_api::SessionRequest {
+                        kind: session.kind,
+                        idle_timeout: session.idle_timeout,
+                    }),
                     container_network: networks.get(&lz.station_id).copied().unwrap_or_default(),
                 },
             );
@@ -762,6 +766,17 @@ impl State {
                 }
                 self.forget_tokens();
                 return reply.send(Ok(Outcome::Done));
+            }
+            Call::OpenTunnel { lz_id, url } => {
+                let connection = self.fleet.get_quiet_mut(&lz_id).and_then(|lz| lz.connection.as_ref());
+                let result = match connection {
+                    Some(connection) => {
+                        connection.send(Order::Tunnel { url });
+                        Ok(Outcome::Done)
+                    }
+                    None => Err(SchedulerError::Conflict("the session's landing zone is not connected".into())),
+                };
+                return reply.send(result);
             }
             Call::Demand { lz_id } => return reply.send(Ok(Outcome::Demand { demand: self.demand(lz_id) })),
             Call::RemovePilot { station_id, lz_id } => {

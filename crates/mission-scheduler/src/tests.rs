@@ -249,6 +249,7 @@ impl FakeAgent {
             match order {
                 Order::Run(assignment) => runs.push(assignment.job_id),
                 Order::Stop { job_id, grace_seconds } => stops.push((job_id, grace_seconds)),
+                Order::Tunnel { .. } => panic!("no session asked for a tunnel"),
                 Order::Ping => {}
             }
         }

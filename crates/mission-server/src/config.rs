@@ -82,6 +82,9 @@ pub struct ServerConfig {
     /// URL clients and token issuers use to reach this server; `http://{listen address}` when
     /// absent. Also the `iss` of tokens the built-in provider signs.
     pub public_url: Option<Url>,
+    /// The URL agents reach this replica itself at, where they open session tunnels; absent:
+    /// the URL each agent connects to (right for one server).
+    pub advertise_url: Option<Url>,
     /// Built-in or external identity provider.
     pub auth: AuthMode,
     /// The API audience access tokens must name.
@@ -154,6 +157,7 @@ impl ServerConfig {
             key_dir: None,
             storage: None,
             public_url: None,
+            advertise_url: None,
             auth: AuthMode::Builtin,
             audience: DEFAULT_AUDIENCE.to_owned(),
             client_id: mission_api::DEFAULT_CLIENT_ID.to_owned(),

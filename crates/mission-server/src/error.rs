@@ -150,6 +150,16 @@ impl ApiError {
         Self::new(StatusCode::BAD_GATEWAY, "urn:mission:problem:cargo-bay", "Cargo bay failed", detail)
     }
 
+    /// 502: a session's landing zone or app could not be reached.
+    pub fn session_unreachable(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_GATEWAY, "urn:mission:problem:session-unreachable", "Session unreachable", detail)
+    }
+
+    /// 410: the session ended.
+    pub fn session_ended(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::GONE, "urn:mission:problem:session-ended", "Session ended", detail)
+    }
+
     /// 503: the server holds as many connections as it may.
     pub fn too_many_connections() -> Self {
         Self::new(

@@ -46,6 +46,7 @@ mod routes;
 pub mod scheduler;
 pub mod sealing;
 pub mod serve;
+pub mod sessions;
 pub mod users;
 pub mod webhooks;
 
@@ -104,6 +105,8 @@ pub struct App {
     pub(crate) tasks: tokio_util::task::TaskTracker,
     /// Cancelled once the connections are done: the spawned tasks end.
     shutdown: tokio_util::sync::CancellationToken,
+    /// The tunnels agents opened to this replica for their sessions.
+    pub tunnels: Arc<sessions::Tunnels>,
     /// Serialises the commit of concurrent changes to one file.
     path_locks: locks::PathLocks,
     metrics: Metrics,
@@ -280,6 +283,7 @@ impl Server {
         tasks.spawn(idempotency::prune(store.clone(), shutdown.clone()));
         let webhooks = webhooks::Webhooks::new(store.clone(), sealing.clone(), config.webhook_attempts);
         tasks.spawn(webhooks.clone().run(events.clone(), shutdown.clone()));
+        let connection_limits = config.connection_limits;
         let app = Arc::new(App {
             store,
             config,
@@ -297,6 +301,7 @@ impl Server {
             closing: tokio::sync::watch::channel(false).0,
             tasks,
             shutdown,
+            tunnels: Arc::new(sessions::Tunnels::new(connection_limits.max_connections)),
             path_locks: locks::PathLocks::new(cluster),
             metrics: Metrics::default(),
         });

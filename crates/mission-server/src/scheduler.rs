@@ -260,6 +260,11 @@ impl Scheduler {
         self.call(Call::Heartbeat { lz_id }).await.map(drop)
     }
 
+    /// Has a connected agent open a tunnel for its sessions to the replica at `url`.
+    pub async fn open_tunnel(&self, lz_id: Uuid, url: Option<String>) -> SchedulerResult<()> {
+        self.call(Call::OpenTunnel { lz_id, url }).await.map(drop)
+    }
+
     /// An agent reports its jobs' moves.
     pub async fn reports(&self, lz: LzIdentity, reports: Vec<Report>) -> SchedulerResult<()> {
         self.call(Call::Reports { lz, reports }).await.map(drop)

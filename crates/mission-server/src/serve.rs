@@ -93,7 +93,8 @@ pub async fn serve(
             });
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout);
-            let connection = builder.serve_connection(TokioIo::new(tcp), service);
+            // Upgrades: agents' session tunnels, and WebSockets through the sessions' proxy.
+            let connection = builder.serve_connection(TokioIo::new(tcp), service).with_upgrades();
             let mut connection = std::pin::pin!(connection);
             tokio::select! {
                 _ = connection.as_mut() => return,

@@ -60,6 +60,9 @@ const JOB_ROW: &[(&str, Cast)] = &[
     ("rerun_of", Cast::Text),
     ("array_id", Cast::Text),
     ("array_index", Cast::Int),
+    ("session", Cast::Text),
+    ("session_url", Cast::Text),
+    ("session_ready_at", Cast::Int),
     ("exit_code", Cast::Int),
     ("reason", Cast::Text),
     ("limits", Cast::Text),
@@ -388,6 +391,30 @@ impl Store {
                 .execute(conn)
                 .await?;
             Ok(())
+        })
+    }
+
+    /// Records that a running session's port answered: where its owner opens it, from `at`.
+    /// False when the job is no running session of `lz_id`, or was ready already.
+    pub async fn mark_session_ready(
+        &self,
+        job_id: Uuid,
+        lz_id: Uuid,
+        url: &str,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        with_conn!(self, writer, |conn| {
+            let updated = sqlx::query(
+                "UPDATE jobs SET session_url = $1, session_ready_at = $2 WHERE job_id = $3 AND lz_id = $4 \
+                 AND status = 'running' AND session IS NOT NULL AND session_ready_at IS NULL",
+            )
+            .bind(url)
+            .bind(to_micros(at))
+            .bind(job_id.to_string())
+            .bind(lz_id.to_string())
+            .execute(conn)
+            .await?;
+            Ok(updated.rows_affected() == 1)
         })
     }
 
@@ -1233,6 +1260,12 @@ fn insert_row(seq: u64, job: &Job) -> serde_json::Value {
         "rerun_of": job.rerun_of.map(|id| id.to_string()),
         "array_id": job.array_id.map(|id| id.to_string()),
         "array_index": job.array_index,
+        "session": job.session.as_ref().map(|session| {
+            let request = mission_api::SessionRequest { kind: session.kind, idle_timeout: session.idle_timeout };
+            serde_json::to_string(&request).expect("requests serialise")
+        }),
+        "session_url": job.session.as_ref().and_then(|session| session.url.as_ref()),
+        "session_ready_at": job.session.as_ref().and_then(|session| session.ready_at).map(to_micros),
         "exit_code": job.exit_code,
         "reason": job.reason,
         "limits": job.limits,
@@ -1272,6 +1305,16 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
         .map(|code| i32::try_from(code).map_err(|_| StoreError::Corrupt(format!("exit code {code}"))))
         .transpose()?;
     let cpu_count = r.int("cpu_count")? as u32;
+    let status = parse_status(&r.text("status")?)?;
+    let session = match r.opt_json::<mission_api::SessionRequest>("session")? {
+        Some(request) => Some(mission_api::JobSession {
+            // Where it is opened, while it runs.
+            url: r.opt_text("session_url")?.filter(|_| status == JobStatus::Running),
+            ready_at: r.opt_time("session_ready_at")?,
+            ..mission_api::JobSession::requested(request)
+        }),
+        None => None,
+    };
     let usage = r.opt_real("wall_time")?.map(|wall_time| {
         Ok::<_, StoreError>(
             mission_api::JobUsage {
@@ -1291,7 +1334,7 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
         station_id: r.uuid("station_id")?,
         requested_lz_id: r.opt_uuid("requested_lz_id")?,
         lz_id: r.opt_uuid("lz_id")?,
-        status: parse_status(&r.text("status")?)?,
+        status,
         cpu_count,
         memory_amount: r.count("memory_amount")?,
         gpu_count: r.int("gpu_count")? as u32,
@@ -1314,6 +1357,7 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
         rerun_of: r.opt_uuid("rerun_of")?,
         array_id: r.opt_uuid("array_id")?,
         array_index: r.opt_int("array_index")?.map(|i| i as u32),
+        session,
         pending_reason: pending_from_row(r)?,
         position: None,
         exit_code,

@@ -44,6 +44,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (31, "audit", include_str!("../migrations/postgres/0031_audit.sql")),
     (32, "images", include_str!("../migrations/postgres/0032_images.sql")),
     (33, "idempotency", include_str!("../migrations/postgres/0033_idempotency.sql")),
+    (34, "sessions", include_str!("../migrations/postgres/0034_sessions.sql")),
 ];
 
 /// Connections a replica holds at most.

@@ -64,6 +64,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (31, "audit", include_str!("../migrations/sqlite/0031_audit.sql")),
     (32, "images", include_str!("../migrations/sqlite/0032_images.sql")),
     (33, "idempotency", include_str!("../migrations/sqlite/0033_idempotency.sql")),
+    (34, "sessions", include_str!("../migrations/sqlite/0034_sessions.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

@@ -26,12 +26,29 @@ use crate::session;
 ///   mission run 3f2a… --after-ok 9c1e…     (starts once job 9c1e… has completed)
 ///   mission run 3f2a… --retry 3 --retry-on out_of_memory --max-memory 16000
 ///   mission run 3f2a… --array 1-100 -- --seed {}   (100 jobs; `mission jobs array ID` says how far)
+///   mission run 3f2a… --session jupyter --gpus 1 --open   (Jupyter Lab, opened in your browser)
+///   mission run --again 9c1e…   (the same job, or session, once more)
 ///
 /// While it waits, `mission jobs get JOB` says why (its pending reason).
 #[derive(Debug, Args)]
 pub struct RunCommand {
     /// Mission id.
-    mission: Uuid,
+    #[arg(required_unless_present = "again")]
+    mission: Option<Uuid>,
+    /// Start an ended job (a session, say) again with the same settings, instead of a mission.
+    #[arg(long, value_name = "JOB", conflicts_with_all = ["mission", "array", "session"])]
+    again: Option<Uuid>,
+    /// Make the job an interactive session: `web` runs the mission's command, which serves HTTP
+    /// on $MISSION_SESSION_PORT; `jupyter` runs Jupyter Lab, `vscode` code-server (from the
+    /// job's PATH). Waits until it answers and prints the URL only you can open it at.
+    #[arg(long, value_name = "KIND", conflicts_with = "array")]
+    session: Option<mission_client::SessionKind>,
+    /// With --session: end it after this long without a request (90m, 2h, 1d).
+    #[arg(long, value_name = "DURATION", value_parser = parse_time_limit, requires = "session")]
+    idle_timeout: Option<u32>,
+    /// Open the session in a browser once it answers (with --session or --again).
+    #[arg(long)]
+    open: bool,
     /// Station name or id.
     #[arg(long, default_value = mission_client::DEFAULT_STATION_NAME)]
     station: String,
@@ -301,6 +318,41 @@ async fn wait(client: &Client, job_id: Uuid) -> anyhow::Result<Job> {
     Ok(job)
 }
 
+/// Waits until a session's app answers (its URL is known) or the job ends, showing its status.
+async fn wait_for_session(client: &Client, job_id: Uuid) -> anyhow::Result<Job> {
+    let bar = crate::progress::status_line();
+    let job = loop {
+        let job = client.get_job(job_id).await?;
+        if job.status.is_final() || job.session.as_ref().is_some_and(|session| session.url.is_some()) {
+            break job;
+        }
+        if let Some(bar) = &bar {
+            let doing =
+                if job.status == JobStatus::Running { "waiting for its app to answer" } else { job.status.as_str() };
+            bar.set_message(format!("session {job_id}: {doing}"));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    };
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    Ok(job)
+}
+
+/// Opens `url` in the desktop's browser, saying so when none could be started.
+fn open_in_browser(url: &str) {
+    let opener = if cfg!(target_os = "macos") { "open" } else { "xdg-open" };
+    let opened = std::process::Command::new(opener)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    if let Err(e) = opened {
+        eprintln!("could not open a browser ({opener}: {e}); open {url} yourself");
+    }
+}
+
 /// Prints a job's stdout and stderr to ours as they are written, until it ends.
 async fn follow(client: &Client, job_id: Uuid) -> anyhow::Result<()> {
     let out = client.follow_job_logs(job_id, LogStream::Stdout, |s| {
@@ -407,6 +459,12 @@ impl RunCommand {
     /// Starts the job, and waits or follows if asked.
     pub async fn run(self, server: Option<&str>, out: Output) -> anyhow::Result<()> {
         let client = session::connect(server).await?;
+        let then = Then { open: self.open, wait: self.wait, follow: self.follow };
+        if let Some(ended) = self.again {
+            let job = client.rerun_job(ended).await?;
+            return then.started(&client, job, out).await;
+        }
+        let mission = self.mission.expect("clap requires a mission without --again");
         let station_id = resolve_station(&client, &self.station).await?;
         let lz_id = match &self.lz {
             Some(lz) => Some(resolve_lz(&client, station_id, lz).await?),
@@ -425,12 +483,13 @@ impl RunCommand {
             after_any: self.after_any,
             retry: self.retry.policy(),
             project_id: resolve_optional_project(&client, self.project.as_deref()).await?,
-            image: self.image,
+            image: self.image.clone(),
+            session: self.session.map(|kind| mission_client::SessionRequest { kind, idle_timeout: self.idle_timeout }),
         };
-        if let Some(range) = self.array {
+        if let Some(range) = self.array.clone() {
             let array =
                 RunJobArray { run: request, range: Some(range), arguments: self.arguments, argument_sets: Vec::new() };
-            let array = client.run_job_array(self.mission, &array).await?;
+            let array = client.run_job_array(mission, &array).await?;
             if !self.wait {
                 out.done(&array, &format!("started job array {} ({} jobs)", array.array_id, array.size));
                 return Ok(());
@@ -447,7 +506,37 @@ impl RunCommand {
             }
             return Ok(());
         }
-        let job = client.run_job(self.mission, &request).await?;
+        let job = client.run_job(mission, &request).await?;
+        then.started(&client, job, out).await
+    }
+}
+
+/// What `mission run` does once the job started.
+struct Then {
+    open: bool,
+    wait: bool,
+    follow: bool,
+}
+
+impl Then {
+    /// Waits, follows, or, for a session, shows where it is.
+    async fn started(self, client: &Client, job: Job, out: Output) -> anyhow::Result<()> {
+        if job.session.is_some() {
+            let job = wait_for_session(client, job.job_id).await?;
+            let url = job.session.as_ref().and_then(|session| session.url.clone());
+            let Some(url) = url else {
+                out.done(&job, &format!("session {} {}", job.job_id, job.status));
+                return check_completed(&job);
+            };
+            if self.open {
+                open_in_browser(&url);
+            }
+            out.done(
+                &job,
+                &format!("session {} is ready at {url}\n(stop it with `mission jobs stop {}`)", job.job_id, job.job_id),
+            );
+            return Ok(());
+        }
         if !self.wait && !self.follow {
             out.done(&job, &format!("started job {} ({})", job.job_id, job.status));
             return Ok(());
@@ -456,10 +545,10 @@ impl RunCommand {
             eprintln!("started job {}", job.job_id);
         }
         let job = if self.follow {
-            follow(&client, job.job_id).await?;
+            follow(client, job.job_id).await?;
             client.get_job(job.job_id).await?
         } else {
-            wait(&client, job.job_id).await?
+            wait(client, job.job_id).await?
         };
         out.done(&job, &format!("job {} {}", job.job_id, job.status));
         check_completed(&job)

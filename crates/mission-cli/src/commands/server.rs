@@ -81,6 +81,11 @@ struct RunArgs {
     /// URL clients and token issuers use to reach this server (default: http://LISTEN).
     #[arg(long, env = "MISSION_PUBLIC_URL")]
     public_url: Option<url::Url>,
+    /// With several replicas: the URL agents reach this replica itself at (not the load
+    /// balancer), where they open the tunnels of interactive sessions (default: the URL each
+    /// agent connects to, right for one server).
+    #[arg(long, env = "MISSION_ADVERTISE_URL")]
+    advertise_url: Option<url::Url>,
     /// Use this external OIDC identity provider (e.g. https://TENANT.auth0.com/) instead of the
     /// built-in one; needs --audience.
     #[arg(long, env = "MISSION_AUTH_URL", requires = "audience")]
@@ -308,6 +313,7 @@ fn raise_open_file_limit() -> usize {
 async fn serve(args: RunArgs) -> anyhow::Result<()> {
     let mut config = args.store.config();
     config.public_url = args.public_url;
+    config.advertise_url = args.advertise_url;
     if let Some(auth_url) = args.auth_url {
         config.auth = AuthMode::External { auth_url };
     }

@@ -30,10 +30,11 @@ pub(super) struct Agent {
     pub(super) lz_id: Uuid,
     /// Holds the agent's data dir, `data/`.
     dir: tempfile::TempDir,
-    /// Its landing zone's token, offer and extra flags, to start it again.
+    /// Its landing zone's token, offer, extra flags and environment, to start it again.
     token: String,
     offer: Offer,
     extra: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 /// What an agent offers.
@@ -81,20 +82,34 @@ impl Agent {
         offer: Offer,
         extra: &[&str],
     ) -> Self {
+        Self::start_with_env(server, admin, station, name, offer, extra, &[]).await
+    }
+
+    /// Like [`Agent::start_with`], with `env` set for `mission lz` (and so its jobs' `PATH`).
+    pub(super) async fn start_with_env(
+        server: &TestServer,
+        admin: &Client,
+        station: Uuid,
+        name: &str,
+        offer: Offer,
+        extra: &[&str],
+        env: &[(&str, String)],
+    ) -> Self {
         let registered = admin
             .register_landing_zone(station, &RegisterLandingZone { name: name.into(), cluster_account: None })
             .await
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let extra: Vec<String> = extra.iter().map(|e| (*e).to_owned()).collect();
-        let child = spawn_agent(server, dir.path(), &registered.token, offer, &extra);
+        let env: Vec<(String, String)> = env.iter().map(|(name, value)| ((*name).to_owned(), value.clone())).collect();
+        let child = spawn_agent(server, dir.path(), &registered.token, offer, &extra, &env);
         let lz_id = registered.landing_zone.lz_id;
         wait_until("the agent is online", || async {
             let lzs = admin.list_landing_zones(station).await.unwrap();
             lzs.iter().any(|lz| lz.lz_id == lz_id && lz.online && lz.resources.is_some())
         })
         .await;
-        Self { child, lz_id, dir, token: registered.token, offer, extra }
+        Self { child, lz_id, dir, token: registered.token, offer, extra, env }
     }
 
     /// Kills the agent with `SIGKILL` and waits for it to go.
@@ -104,12 +119,19 @@ impl Agent {
 
     /// Starts the agent again, with its data dir, token and flags.
     pub(super) async fn restart(&mut self, server: &TestServer) {
-        self.child = spawn_agent(server, self.dir.path(), &self.token, self.offer, &self.extra);
+        self.child = spawn_agent(server, self.dir.path(), &self.token, self.offer, &self.extra, &self.env);
     }
 }
 
 /// Starts `mission lz` with the data dir `dir/data` (and its helpers in `dir/bin`).
-fn spawn_agent(server: &TestServer, dir: &Path, token: &str, offer: Offer, extra: &[String]) -> Child {
+fn spawn_agent(
+    server: &TestServer,
+    dir: &Path,
+    token: &str,
+    offer: Offer,
+    extra: &[String],
+    env: &[(String, String)],
+) -> Child {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     if offer.fake_gpus > 0 {
@@ -135,6 +157,7 @@ fn spawn_agent(server: &TestServer, dir: &Path, token: &str, offer: Offer, extra
         .args(extra)
         .env("MISSION_LZ_TOKEN", token)
         .env("PATH", path)
+        .envs(env.iter().map(|(name, value)| (name, value)))
         .env_remove("MISSION_LZ_GPUS")
         .stdout(Stdio::null())
         .stderr(Stdio::null())

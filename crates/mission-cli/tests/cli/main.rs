@@ -13,6 +13,7 @@ mod fair_share;
 mod jobs;
 mod reclaim;
 mod replicas;
+mod sessions;
 mod slurm;
 mod webhooks;
 

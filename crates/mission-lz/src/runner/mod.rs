@@ -192,13 +192,24 @@ pub(crate) struct JobEvents {
     agent: Arc<Agent>,
     job_id: Uuid,
     running: watch::Sender<bool>,
+    session_env: Vec<(&'static str, String)>,
 }
 
 impl JobEvents {
-    /// Events of `job_id`, and the switch that tells when it runs.
-    pub fn new(agent: Arc<Agent>, job_id: Uuid) -> (Self, watch::Receiver<bool>) {
+    /// Events of `job_id`, and the switch that tells when it runs; a session's program gets
+    /// `session_env` ([`crate::sessions::Sessions::prepare`]).
+    pub fn new(
+        agent: Arc<Agent>,
+        job_id: Uuid,
+        session_env: Vec<(&'static str, String)>,
+    ) -> (Self, watch::Receiver<bool>) {
         let (running, runs) = watch::channel(false);
-        (Self { agent, job_id, running }, runs)
+        (Self { agent, job_id, running, session_env }, runs)
+    }
+
+    /// What a session's program finds in its environment (nothing for other jobs).
+    pub fn session_env(&self) -> &[(&'static str, String)] {
+        &self.session_env
     }
 
     /// The way to the server (to fetch what the job needs).

@@ -21,7 +21,9 @@ use std::process::Stdio;
 use std::sync::Arc;
 
 use mission_api::lz::{Assignment, Gpu};
-use mission_api::{JobStatus, JobUsage, KILLED_BY_SIGNAL_REASON, OUT_OF_MEMORY_REASON, Resources, TIME_LIMIT_REASON};
+use mission_api::{
+    ContainerNetwork, JobStatus, JobUsage, KILLED_BY_SIGNAL_REASON, OUT_OF_MEMORY_REASON, Resources, TIME_LIMIT_REASON,
+};
 
 use super::{Finished, JobError, JobEvents, JobHandle, JobOutput, Offer, OutputSource, Runner, Signal};
 use crate::agent::{AgentConfig, AgentError, default_work_root, private_dir};
@@ -138,6 +140,13 @@ impl Runner for ProcessRunner {
         if job.image.is_some() && self.podman.is_none() {
             return Some(format!("refused by the landing zone: it runs no container images ({})", self.no_images));
         }
+        if job.session.is_some() && job.image.is_some() && job.container_network == ContainerNetwork::None {
+            return Some(
+                "refused: a session in an image needs its station's container network to be host (its port is \
+                 reached on the host's loopback)"
+                    .into(),
+            );
+        }
         self.sandbox.refusal(job)
     }
 
@@ -156,7 +165,8 @@ impl Runner for ProcessRunner {
         };
         let launched = {
             let (runner, job, image) = (self.clone(), job.clone(), image.clone());
-            tokio::task::spawn_blocking(move || launch(&runner, &job, &inputs, image.as_deref())).await
+            let session_env = events.session_env().to_vec();
+            tokio::task::spawn_blocking(move || launch(&runner, &job, &inputs, image.as_deref(), &session_env)).await
         };
         let launched = match launched {
             Ok(Ok(launched)) => launched,
@@ -352,6 +362,7 @@ fn launch(
     job: &Assignment,
     inputs: &[(PathBuf, PathBuf)],
     image: Option<&str>,
+    session_env: &[(&'static str, String)],
 ) -> Result<Launched, JobError> {
     let program = job.command.first().ok_or_else(|| JobError::Launch("the job's command is empty".into()))?;
     let user = runner.sandbox.user_of(&job.username).map_err(JobError::Launch)?;
@@ -382,6 +393,7 @@ fn launch(
         ("CUDA_VISIBLE_DEVICES", gpus.as_ref()),
     ];
     own.extend(index.as_deref().map(|i| (mission_api::lz::ARRAY_INDEX_VARIABLE, OsStr::new(i))));
+    own.extend(session_env.iter().map(|(name, value)| (*name, OsStr::new(value))));
     let started = match (image, &runner.podman) {
         (Some(image), Some(podman)) => {
             let (uid, gid) = user

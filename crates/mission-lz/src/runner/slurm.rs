@@ -588,6 +588,13 @@ impl Runner for SlurmRunner {
     }
 
     fn refusal(&self, job: &Assignment) -> Option<String> {
+        if job.session.is_some() {
+            return Some(
+                "refused by the landing zone: it submits jobs to Slurm, on nodes its agent cannot reach; run \
+                 sessions on a process landing zone or on this gateway's pilots"
+                    .into(),
+            );
+        }
         if job.image.is_some() && self.config.containers.is_none() {
             return Some(
                 "refused by the landing zone: its jobs run in no container images (--container-engine)".into(),

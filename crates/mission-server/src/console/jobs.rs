@@ -137,6 +137,8 @@ pub async fn list(State(app): State<AppState>, viewer: Viewer, Query(query): Que
 #[template(path = "console/job.html")]
 struct JobPageView {
     frame: Frame,
+    /// Whether the viewer started it (a session opens for its owner alone).
+    own: bool,
     job: Job,
     mission_name: String,
     finished: bool,
@@ -169,9 +171,23 @@ pub async fn show(State(app): State<AppState>, viewer: Viewer, Path(id): Path<St
             })
             .collect();
     }
-    let template =
-        JobPageView { frame: Frame::new(&viewer, "jobs"), job, mission_name, finished, stdout, stderr, results };
+    let own = job.user_id == viewer.user.user_id;
+    let frame = Frame::new(&viewer, "jobs");
+    let template = JobPageView { frame, own, job, mission_name, finished, stdout, stderr, results };
     Ok(page(StatusCode::OK, &template))
+}
+
+/// `POST /jobs/{id}/again`: starts an ended job (a session, say) again with the same settings,
+/// then shows the new job.
+pub async fn again(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Path(id): Path<String>,
+    Form(form): Form<CsrfForm>,
+) -> PageResult {
+    viewer.check_csrf(&form.csrf)?;
+    let job = jobs::rerun(&app, viewer.principal(), parse_id("job_id", &id)?).await?;
+    Ok(Redirect::to(&format!("/jobs/{}", job.job_id)).into_response())
 }
 
 /// `POST /jobs/{id}/stop`: stops the job, then shows it.

@@ -53,6 +53,7 @@ pub fn router() -> Router<AppState> {
         .route("/jobs", get(jobs::list))
         .route("/jobs/{id}", get(jobs::show))
         .route("/jobs/{id}/stop", post(jobs::stop))
+        .route("/jobs/{id}/again", post(jobs::again))
         .route("/projects", get(projects::list))
         .route("/projects/{id}", get(projects::show))
         .route("/stations", get(stations::list))
@@ -203,6 +204,9 @@ pub fn file_href(base: &str, relative_path: &str) -> String {
         relative_path.split('/').map(|s| percent_encoding::utf8_percent_encode(s, KEEP).to_string()).collect();
     format!("{base}/{}", segments.join("/"))
 }
+
+/// The cookies the console sets, which the sessions' proxy keeps from the apps.
+pub const OWN_COOKIES: [&str; 2] = [session::COOKIE, oauth::FLOW_COOKIE];
 
 /// `value` encoded for a URL's query.
 pub fn query_value(value: &str) -> String {

@@ -26,7 +26,7 @@ use crate::error::ApiError;
 use crate::idp::random_secret;
 
 /// The cookie that carries a sign-in in flight: `state`, verifier and the page to go back to.
-const FLOW_COOKIE: &str = "mission_oauth";
+pub(crate) const FLOW_COOKIE: &str = "mission_oauth";
 /// How long a person may spend at the provider.
 const FLOW_LIFETIME_SECS: i64 = 600;
 

@@ -124,6 +124,13 @@ pub async fn api_principal(parts: &Parts, app: &AppState) -> Result<Option<Princ
     Ok(Some(viewer.principal()))
 }
 
+/// The signed-in user of a browser's request, by its session cookie alone: for the sessions'
+/// proxy, whose apps send their own requests (their own CSRF defences, and `SameSite=Lax`
+/// keeps other sites' forms from carrying the cookie).
+pub async fn cookie_principal(app: &AppState, headers: &HeaderMap) -> Result<Option<Principal>, StoreError> {
+    Ok(find(app, headers).await?.map(|viewer| viewer.principal()))
+}
+
 /// Where a page that needs a signed-in viewer sends a browser without one.
 pub struct SignInFirst(String);
 

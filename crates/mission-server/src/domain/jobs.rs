@@ -117,6 +117,9 @@ pub async fn submit_array(
     req: RunJobArray,
 ) -> DomainResult<JobArray> {
     let (size, elements) = req.elements().map_err(|(field, problem)| DomainError::invalid(field, problem))?;
+    if req.run.session.is_some() {
+        return Err(DomainError::invalid("run.session", "a session is one job, not an array; start it on its own"));
+    }
     let template = new_job(app, who, mission_id, req.run.clone()).await?;
     let array_id = Uuid::new_v4();
     let given = merged(json!({ "mission_id": template.mission_id, "size": size }), &req.run);
@@ -230,6 +233,7 @@ async fn new_job(app: &AppState, who: Principal, mission_id: Uuid, req: RunJob) 
         (None, Some(image)) => Some(images::resolve(app, who, "mission.image", image).await?),
         (None, None) => None,
     };
+    let session = req.session.map(checked_session).transpose()?;
     // Fail now, not after the run, when the results could not be stored.
     app.bays.results(&app.store, &mission, Uuid::nil()).await?;
     Ok(Job {
@@ -245,8 +249,18 @@ async fn new_job(app: &AppState, who: Principal, mission_id: Uuid, req: RunJob) 
         after_any,
         retry,
         image,
+        session,
         ..Job::queued(mission.mission_id, who.user_id, station.station_id, command, store::now())
     })
+}
+
+/// A run request's session, checked.
+fn checked_session(request: mission_api::SessionRequest) -> DomainResult<mission_api::JobSession> {
+    use mission_api::sessions::MAX_IDLE_TIMEOUT;
+    if request.idle_timeout.is_some_and(|minutes| !(1..=MAX_IDLE_TIMEOUT).contains(&minutes)) {
+        return Err(DomainError::invalid("session.idle_timeout", format!("expected minutes, 1 to {MAX_IDLE_TIMEOUT}")));
+    }
+    Ok(mission_api::JobSession::requested(request))
 }
 
 /// Starts an ended job of the caller's again as a new job (its `rerun_of` naming this one): the
@@ -320,6 +334,7 @@ async fn start_again(app: &AppState, who: Principal, old: Job) -> DomainResult<J
         image: old.image,
         array_id: old.array_id,
         array_index: old.array_index,
+        session: old.session.map(|session| mission_api::JobSession { url: None, ready_at: None, ..session }),
         ..fresh
     };
     let change = Change::new("job.rerun", "job", job.job_id).in_project(job.project_id);

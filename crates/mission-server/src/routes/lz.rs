@@ -182,6 +182,22 @@ pub async fn input_file(
     serve_mission_file(&app, &mission, &path, &headers).await
 }
 
+/// The port of a session running on the agent's LZ answers: its owner may open it, at the URL
+/// its job now shows. Said once; again, or for a job that is no running session, it is a 409.
+pub async fn session_ready(
+    State(app): State<AppState>,
+    Agent(lz): Agent,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let job = placed_job(&app, &lz, &id).await?;
+    let url = format!("{}{}", app.public_url, mission_api::sessions::base_path(job.job_id));
+    if app.store.mark_session_ready(job.job_id, lz.lz_id, &url, mission_store::now()).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::conflict(format!("job {} is no running session waiting for its port", job.job_id)))
+    }
+}
+
 /// Downloads the image archive of a job placed on the agent's LZ.
 pub async fn job_image(State(app): State<AppState>, Agent(lz): Agent, Path(id): Path<String>) -> ApiResult<Response> {
     let job = placed_job(&app, &lz, &id).await?;

@@ -10,7 +10,7 @@ pub(crate) mod files;
 mod galileo;
 mod images;
 pub(crate) mod jobs;
-mod lz;
+pub(crate) mod lz;
 mod meta;
 mod mission_types;
 pub(crate) mod missions;
@@ -427,6 +427,8 @@ pub fn router(app: AppState) -> Router {
         .route("/lz/jobs/{id}/logs/{stream}", post(lz::append_log))
         .route("/lz/jobs/{id}/files/{*path}", get(lz::input_file))
         .route("/lz/jobs/{id}/image", get(lz::job_image))
+        .route("/lz/jobs/{id}/session", post(lz::session_ready))
+        .route("/lz/tunnel", get(crate::sessions::agent_tunnel))
         .route("/lz/jobs/{id}/results/{*path}", put(lz::upload_result).layer(DefaultBodyLimit::disable()))
         .route("/cargo-bays", get(cargo_bays::list).post(cargo_bays::create))
         .route("/cargo-bays/{id}", get(cargo_bays::get).delete(cargo_bays::delete))
@@ -460,6 +462,9 @@ pub fn router(app: AppState) -> Router {
     let mut root = Router::new()
         .nest(mission_api::API_PREFIX, api)
         .nest(galileo::PREFIX, galileo::router())
+        .route("/sessions/{job_id}", axum::routing::any(crate::sessions::to_root))
+        .route("/sessions/{job_id}/", axum::routing::any(crate::sessions::proxy))
+        .route("/sessions/{job_id}/{*rest}", axum::routing::any(crate::sessions::proxy))
         .route("/healthz", get(meta::healthz))
         .route("/readyz", get(meta::readyz))
         .route("/metrics", get(meta::metrics))
@@ -502,11 +507,14 @@ where
 /// [`MAX_JSON_BODY_BYTES`].
 async fn refuse_announced_oversize(request: Request, next: axum::middleware::Next) -> axum::response::Response {
     let matched = request.extensions().get::<axum::extract::MatchedPath>().map(|p| p.as_str());
-    let upload = match *request.method() {
-        axum::http::Method::PUT => matched.is_some_and(|p| p.ends_with("/{*path}")),
-        axum::http::Method::POST => matched.is_some_and(|p| p == galileo::UPLOAD_ROUTE || p == "/api/v1/images"),
-        _ => false,
-    };
+    // A session's app takes what it takes: its bodies stream through, never held here.
+    let session = matched.is_some_and(|p| p.starts_with("/sessions/"));
+    let upload = session
+        || match *request.method() {
+            axum::http::Method::PUT => matched.is_some_and(|p| p.ends_with("/{*path}")),
+            axum::http::Method::POST => matched.is_some_and(|p| p == galileo::UPLOAD_ROUTE || p == "/api/v1/images"),
+            _ => false,
+        };
     let announced =
         request.headers().get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     match announced {

@@ -126,6 +126,7 @@ async fn queue_and_drain(mut service: Service) {
                     held.push(job.job_id);
                 }
                 Order::Stop { job_id, .. } => panic!("nothing was stopped, yet job {job_id} was"),
+                Order::Tunnel { .. } => panic!("no session was asked for, yet a tunnel was"),
                 Order::Ping => unreachable!("next_order skips pings"),
             }
         }

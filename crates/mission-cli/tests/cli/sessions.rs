@@ -1,0 +1,481 @@
+//! Interactive sessions end to end: the real server on a free port, a real `mission lz` agent,
+//! and a web app in a session job reached through the server's proxy and the agent's tunnel.
+
+use std::time::Duration;
+
+use mission_client::{Client, Job, JobStatus, RunJob, SessionKind, SessionRequest, Uuid};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::jobs::{Agent, SHELL, TWO_CPUS, cluster, local_station, mission};
+
+/// A web app on the standard library alone: it says what it received, takes uploads, and
+/// echoes WebSocket messages (RFC 6455, unfragmented frames) on any path that asks for one.
+const APP: &str = r#"
+import base64, hashlib, http.server, os
+PORT = int(os.environ["MISSION_SESSION_PORT"])
+TOKEN = os.environ["MISSION_SESSION_TOKEN"]
+class App(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def reply(self, text):
+        data = text.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_GET(self):
+        if self.headers.get("Upgrade", "").lower() == "websocket":
+            return self.echo()
+        token = "ok" if self.headers.get("x-mission-session-token") == TOKEN else "missing"
+        self.reply(f"path={self.path}\ntoken={token}\nauthorization={self.headers.get('Authorization')}\n"
+                   f"cookie={self.headers.get('Cookie')}\nbase={os.environ['MISSION_SESSION_BASE_PATH']}\n")
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.reply(f"received={len(body)} sha256={hashlib.sha256(body).hexdigest()}\n")
+    def echo(self):
+        key = self.headers["Sec-WebSocket-Key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", base64.b64encode(hashlib.sha1(key.encode()).digest()).decode())
+        self.end_headers()
+        self.wfile.flush()
+        while True:
+            head = self.rfile.read(2)
+            if len(head) < 2:
+                return
+            opcode, length = head[0] & 15, head[1] & 127
+            if length == 126:
+                length = int.from_bytes(self.rfile.read(2), "big")
+            elif length == 127:
+                length = int.from_bytes(self.rfile.read(8), "big")
+            mask = self.rfile.read(4) if head[1] & 128 else b"\0\0\0\0"
+            data = bytes(b ^ mask[i % 4] for i, b in enumerate(self.rfile.read(length)))
+            if opcode == 8:
+                self.wfile.write(b"\x88\x00")
+                self.wfile.flush()
+                return
+            if length < 126:
+                size = bytes([length])
+            elif length < 65536:
+                size = bytes([126]) + length.to_bytes(2, "big")
+            else:
+                size = bytes([127]) + length.to_bytes(8, "big")
+            self.wfile.write(bytes([0x80 | opcode]) + size + data)
+            self.wfile.flush()
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", PORT), App).serve_forever()
+"#;
+
+/// Starts a `web` session of a mission that runs [`APP`]; answers it once its URL is known.
+async fn start_web_session(client: &Client) -> Job {
+    let app = mission(client, SHELL, &[("run.sh", "exec python3 app.py\n"), ("app.py", APP)], &[]).await;
+    let request = RunJob {
+        station_id: local_station(),
+        session: Some(SessionRequest { kind: SessionKind::Web, idle_timeout: None }),
+        ..Default::default()
+    };
+    let job = client.run_job(app.mission_id, &request).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let job = client.get_job(job.job_id).await.unwrap();
+            assert!(!job.status.is_final(), "the session ended before it answered: {job:?}");
+            if job.session.as_ref().is_some_and(|session| session.url.is_some()) {
+                return job;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the session answers within a minute")
+}
+
+#[tokio::test]
+async fn a_web_session_is_reached_through_the_server_by_its_owner_alone() {
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let job = start_web_session(&server.client).await;
+    let session = job.session.clone().unwrap();
+    assert_eq!(session.kind, SessionKind::Web);
+    assert!(session.ready_at.is_some());
+    let url = session.url.unwrap();
+    assert_eq!(url, format!("{}/sessions/{}/", server.url, job.job_id));
+
+    let alice = mission_testkit::device_sign_in(&server.url, "alice", mission_testkit::PASSWORD).await.0.access_token;
+    server.add_user("bob", false).await;
+    let bob = mission_testkit::device_sign_in(&server.url, "bob", mission_testkit::PASSWORD).await.0.access_token;
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+
+    // Its owner reaches the app, which sees the path under the session's root and the
+    // session's secret, and none of Mission's credentials.
+    let page = http
+        .get(format!("{url}hello?x=1"))
+        .bearer_auth(&alice)
+        .header("Cookie", "mission_session=not-for-the-app; theme=dark")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let text = page.text().await.unwrap();
+    for seen in [
+        "path=/hello?x=1",
+        "token=ok",
+        "authorization=None",
+        "cookie=theme=dark\n",
+        &format!("base=/sessions/{}/", job.job_id),
+    ] {
+        assert!(text.contains(seen), "{seen} not in {text}");
+    }
+    // A body goes through whole.
+    let upload: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let digest = ring::digest::digest(&ring::digest::SHA256, &upload);
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    let posted = http.post(format!("{url}upload")).bearer_auth(&alice).body(upload).send().await.unwrap();
+    assert_eq!(posted.text().await.unwrap(), format!("received=3000000 sha256={hex}\n"));
+
+    // Nobody else: another user as if there were no such session, an anonymous program told
+    // to sign in, an anonymous browser sent to sign in.
+    let as_bob = http.get(&url).bearer_auth(&bob).send().await.unwrap();
+    assert_eq!(as_bob.status(), 404);
+    let anonymous = http.get(&url).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+    let browser = http.get(&url).header("Accept", "text/html").send().await.unwrap();
+    assert_eq!(browser.status(), 303);
+    let to = browser.headers()["location"].to_str().unwrap();
+    assert!(to.starts_with("/sign-in?next=%2Fsessions%2F"), "{to}");
+    let root = http.get(format!("{}/sessions/{}", server.url, job.job_id)).bearer_auth(&alice).send().await.unwrap();
+    assert_eq!(root.headers()["location"], format!("/sessions/{}/", job.job_id));
+
+    // WebSockets: a short and a long message echoed; bob is refused the upgrade.
+    let address = server.url.trim_start_matches("http://");
+    let path = format!("/sessions/{}/echo", job.job_id);
+    let mut socket = WebSocket::open(address, &path, &alice).await.unwrap();
+    assert_eq!(socket.echo(b"ping").await, b"ping");
+    let long: Vec<u8> = (0..200_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    assert_eq!(socket.echo(&long).await, long);
+    let refused = WebSocket::open(address, &path, &bob).await.unwrap_err();
+    assert!(refused.starts_with("HTTP/1.1 404"), "{refused}");
+
+    // Once the job is stopped, the session is gone.
+    server.client.stop_job(job.job_id).await.unwrap();
+    let ended = server.client.wait_for_job(job.job_id).await.unwrap();
+    assert_eq!(ended.status, JobStatus::Stopped);
+    assert_eq!(ended.session.unwrap().url, None, "an ended session has no URL");
+    let gone = http.get(&url).bearer_auth(&alice).send().await.unwrap();
+    assert_eq!(gone.status(), 410);
+}
+
+/// A WebSocket client of just what the tests need: masked frames out, unmasked frames in.
+#[derive(Debug)]
+struct WebSocket(tokio::net::TcpStream);
+
+impl WebSocket {
+    /// Opens `path` on `address` with `token`; the status line and headers when refused.
+    async fn open(address: &str, path: &str, token: &str) -> Result<Self, String> {
+        let mut tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\nConnection: Upgrade\r\n\
+             Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        );
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8];
+            tokio::time::timeout(Duration::from_secs(10), tcp.read_exact(&mut byte)).await.unwrap().unwrap();
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).unwrap();
+        if !head.starts_with("HTTP/1.1 101") {
+            return Err(head);
+        }
+        // RFC 6455's own example key and answer.
+        assert!(head.to_ascii_lowercase().contains("sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo="), "{head}");
+        Ok(WebSocket(tcp))
+    }
+
+    /// Sends one frame of `opcode` (1 text, 2 binary) holding `message`.
+    async fn send(&mut self, opcode: u8, message: &[u8]) {
+        let mask = [0x12u8, 0x34, 0x56, 0x78];
+        let mut frame = vec![0x80 | opcode];
+        match message.len() {
+            n if n < 126 => frame.push(0x80 | n as u8),
+            n if n < 65536 => {
+                frame.push(0x80 | 126);
+                frame.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+            n => {
+                frame.push(0x80 | 127);
+                frame.extend_from_slice(&(n as u64).to_be_bytes());
+            }
+        }
+        frame.extend_from_slice(&mask);
+        frame.extend(message.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        self.0.write_all(&frame).await.unwrap();
+    }
+
+    /// The next whole frame: its opcode and payload.
+    async fn receive(&mut self) -> (u8, Vec<u8>) {
+        tokio::time::timeout(Duration::from_secs(30), async {
+            let mut head = [0u8; 2];
+            self.0.read_exact(&mut head).await.unwrap();
+            assert_eq!(head[0] & 0x80, 0x80, "one final frame");
+            let length = match head[1] & 127 {
+                126 => u64::from(self.0.read_u16().await.unwrap()),
+                127 => self.0.read_u64().await.unwrap(),
+                n => u64::from(n),
+            };
+            let mut data = vec![0; length as usize];
+            self.0.read_exact(&mut data).await.unwrap();
+            (head[0] & 15, data)
+        })
+        .await
+        .expect("a frame within 30 s")
+    }
+
+    /// Sends `message` as one binary frame and reads the frame that comes back.
+    async fn echo(&mut self, message: &[u8]) -> Vec<u8> {
+        self.send(2, message).await;
+        let (opcode, data) = self.receive().await;
+        assert_eq!(opcode, 2, "a binary frame back");
+        data
+    }
+}
+
+/// Unused ids are 404s, like sessions of others.
+#[tokio::test]
+async fn no_session_by_an_unknown_or_malformed_id() {
+    let (server, _admin) = cluster(|_| {}).await;
+    let alice = mission_testkit::device_sign_in(&server.url, "alice", mission_testkit::PASSWORD).await.0.access_token;
+    let http = reqwest::Client::new();
+    for id in [Uuid::new_v4().to_string(), "not-an-id".to_owned()] {
+        let answer = http.get(format!("{}/sessions/{id}/x", server.url)).bearer_auth(&alice).send().await.unwrap();
+        assert_eq!(answer.status(), 404, "{id}");
+    }
+}
+
+/// A session with an idle timeout ends once nothing went through it for that long: as a
+/// session ends, `completed`, saying why, with its results returned.
+#[tokio::test]
+async fn an_idle_session_ends_with_its_results() {
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let client = &server.client;
+    let app =
+        mission(client, SHELL, &[("run.sh", "echo saved > notebook.txt\nexec python3 app.py\n"), ("app.py", APP)], &[])
+            .await;
+    let request = RunJob {
+        station_id: local_station(),
+        session: Some(SessionRequest { kind: SessionKind::Web, idle_timeout: Some(1) }),
+        ..Default::default()
+    };
+    let job = client.run_job(app.mission_id, &request).await.unwrap();
+    let alice = mission_testkit::device_sign_in(&server.url, "alice", mission_testkit::PASSWORD).await.0.access_token;
+    let url = format!("{}/sessions/{}/", server.url, job.job_id);
+    // Used now and then for a while, it stays.
+    let http = reqwest::Client::new();
+    let started = tokio::time::Instant::now();
+    let mut used = 0;
+    while used < 3 {
+        let answer = http.get(&url).bearer_auth(&alice).send().await.unwrap();
+        if answer.status() == 200 {
+            used += 1;
+            tokio::time::sleep(Duration::from_secs(20)).await;
+        } else {
+            assert_eq!(answer.status(), 503, "starting");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert!(started.elapsed() < Duration::from_secs(120));
+    }
+    assert!(!client.get_job(job.job_id).await.unwrap().status.is_final(), "in use, it runs on");
+    let last_use = tokio::time::Instant::now() - Duration::from_secs(20);
+    let ended = tokio::time::timeout(Duration::from_secs(150), client.wait_for_job(job.job_id)).await.unwrap().unwrap();
+    assert!(last_use.elapsed() >= Duration::from_secs(60), "it ended {:?} after its last use", last_use.elapsed());
+    assert_eq!(ended.status, JobStatus::Completed, "{ended:?}");
+    assert_eq!(ended.reason.as_deref(), Some("idle timeout: no request for 1 minute(s)"));
+    let results: Vec<String> =
+        client.list_job_results(job.job_id).await.unwrap().iter().map(|f| f.relative_path()).collect();
+    assert!(results.contains(&"notebook.txt".to_owned()), "{results:?}");
+}
+
+/// `mission run --session` waits for the app and prints where it is; `--again` starts the
+/// same session once more after it ended.
+#[tokio::test]
+async fn the_cli_starts_a_session_and_starts_it_again() {
+    let fx = super::Fixture::start().await;
+    let password = super::admin_password(&fx.data_dir);
+    fx.login("admin", "admin", &password).await;
+    let src = fx.home.path().join("app");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("run.sh"), "exec python3 app.py\n").unwrap();
+    std::fs::write(src.join("app.py"), APP).unwrap();
+    let create = ["missions", "create", "--name", "app", "--type", "shell", "--setting", "filename=run.sh", "--upload"];
+    let mut args: Vec<&str> = create.to_vec();
+    args.push(src.to_str().unwrap());
+    let created = fx.json("admin", &args).await;
+    let mission_id = created["mission_id"].as_str().unwrap().to_owned();
+
+    let first = fx.json("admin", &["run", &mission_id, "--session", "web"]).await;
+    let job_id = first["job_id"].as_str().unwrap().to_owned();
+    assert_eq!(first["status"], "running");
+    assert_eq!(first["session"]["kind"], "web");
+    assert_eq!(first["session"]["url"], format!("{}/sessions/{job_id}/", fx.url));
+    let text = fx.ok("admin", &["jobs", "stop", &job_id]).await;
+    assert!(!text.is_empty());
+
+    let bad = fx.run("admin", &["run", &mission_id, "--session", "desktop"]).await;
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("expected web, jupyter or vscode"));
+
+    // Once it ended, the same session again, as a new job.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while fx.json("admin", &["jobs", "get", &job_id]).await["status"] == "running" {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .unwrap();
+    let again = fx.ok("admin", &["run", "--again", &job_id]).await;
+    assert!(again.contains("is ready at ") && again.contains("/sessions/"), "{again}");
+    assert!(!again.contains(&job_id), "a new job: {again}");
+}
+
+/// In the console a session's owner opens it from its job's page, in headless Chromium (the
+/// console's cookie carries the sign-in), and starts it again once it ended.
+#[tokio::test]
+async fn the_console_opens_a_session_and_starts_it_again() {
+    let Some(browser) = mission_testkit::Browser::start().await else { return };
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let job = start_web_session(&server.client).await;
+    browser.sign_in_to_console(&server.url, "alice", mission_testkit::PASSWORD).await;
+    browser.goto(&format!("{}/jobs/{}", server.url, job.job_id)).await;
+    assert!(browser.text("#job-session").await.starts_with("web"));
+    let href = browser.property("#open-session", "href").await;
+    assert_eq!(href.as_str().unwrap(), format!("{}/sessions/{}/", server.url, job.job_id));
+    browser.goto(href.as_str().unwrap()).await;
+    let page = browser.text("body").await;
+    assert!(page.contains("path=/\n") && page.contains("token=ok") && page.contains("cookie=None"), "{page}");
+    browser.screenshot("session-opened").await;
+
+    server.client.stop_job(job.job_id).await.unwrap();
+    server.client.wait_for_job(job.job_id).await.unwrap();
+    browser.goto(&format!("{}/jobs/{}", server.url, job.job_id)).await;
+    assert_eq!(browser.count("#open-session").await, 0, "an ended session has nothing to open");
+    browser.click("#again").await;
+    let again = browser.current_url().await;
+    assert!(again.contains("/jobs/") && !again.contains(&job.job_id.to_string()), "{again}");
+    let new_id = Uuid::parse_str(again.rsplit('/').next().unwrap()).unwrap();
+    let rerun = server.client.get_job(new_id).await.unwrap();
+    assert_eq!((rerun.rerun_of, rerun.session.map(|s| s.kind)), (Some(job.job_id), Some(SessionKind::Web)));
+}
+
+/// A real Jupyter Lab as a `jupyter` session: through the proxy, its REST API starts a kernel
+/// and its WebSocket API runs a cell, as a browser front end does; then Jupyter Lab's page
+/// loads in headless Chromium, signed in by the console's cookie alone.
+#[tokio::test]
+async fn jupyter_lab_runs_a_cell_through_the_proxy() {
+    let venv = std::env::var_os("MISSION_TEST_JUPYTER").map_or_else(
+        || std::path::PathBuf::from("/opt/mission-test/jupyter/bin"),
+        |venv| std::path::PathBuf::from(venv).join("bin"),
+    );
+    if !venv.join("jupyter-lab").exists() {
+        assert!(
+            std::env::var("MISSION_REQUIRE_JUPYTER").as_deref() != Ok("1"),
+            "Jupyter Lab is required (MISSION_REQUIRE_JUPYTER=1) but {} is missing",
+            venv.join("jupyter-lab").display()
+        );
+        return eprintln!("skipped: Jupyter Lab is not installed (scripts/install-test-deps.sh installs it)");
+    }
+    let (server, admin) = cluster(|_| {}).await;
+    // Jupyter on the agent's PATH, which its jobs get.
+    let path = format!("{}:{}", venv.display(), std::env::var("PATH").unwrap_or_default());
+    let _agent = Agent::start_with_env(&server, &admin, local_station(), "lz1", TWO_CPUS, &[], &[("PATH", path)]).await;
+    let client = &server.client;
+    let notebook = mission(client, SHELL, &[("run.sh", "echo unused\n"), ("data.txt", "six times seven\n")], &[]).await;
+    let request = RunJob {
+        station_id: local_station(),
+        time_limit: Some(10),
+        session: Some(SessionRequest { kind: SessionKind::Jupyter, idle_timeout: None }),
+        ..Default::default()
+    };
+    let job = client.run_job(notebook.mission_id, &request).await.unwrap();
+    let url = tokio::time::timeout(Duration::from_secs(90), async {
+        loop {
+            let job = client.get_job(job.job_id).await.unwrap();
+            if job.status.is_final() {
+                let stderr = client.job_logs(job.job_id, mission_client::LogStream::Stderr).await.unwrap();
+                panic!("Jupyter ended before it answered: {job:?}\n{stderr}");
+            }
+            if let Some(url) = job.session.and_then(|session| session.url) {
+                return url;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("Jupyter answers within 90 s");
+    let token = mission_testkit::device_sign_in(&server.url, "alice", mission_testkit::PASSWORD).await.0.access_token;
+    let http = reqwest::Client::new();
+
+    // Its REST API: the proxy presents Jupyter's token, so the owner's own sign-in is enough.
+    let status = http.get(format!("{url}api/status")).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(status.status(), 200, "{}", status.text().await.unwrap());
+    let contents: serde_json::Value =
+        http.get(format!("{url}api/contents")).bearer_auth(&token).send().await.unwrap().json().await.unwrap();
+    let names: Vec<&str> =
+        contents["content"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&"data.txt"), "the mission's files are in its work dir: {names:?}");
+    let kernel: serde_json::Value = http
+        .post(format!("{url}api/kernels"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({"name": "python3"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let kernel_id = kernel["id"].as_str().unwrap_or_else(|| panic!("a kernel: {kernel}"));
+
+    // Its WebSocket API: a cell runs, and its output comes back.
+    let address = server.url.trim_start_matches("http://");
+    let path = format!("/sessions/{}/api/kernels/{kernel_id}/channels", job.job_id);
+    let mut channels = WebSocket::open(address, &path, &token).await.unwrap();
+    let execute = serde_json::json!({
+        "header": {"msg_id": "cell-1", "username": "alice", "session": "test", "msg_type": "execute_request",
+                   "version": "5.3", "date": "2026-11-27T00:00:00Z"},
+        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+        "content": {"code": "print(6 * 7, open('data.txt').read().strip())", "silent": false,
+                    "store_history": false, "user_expressions": {}, "allow_stdin": false, "stop_on_error": true},
+    });
+    channels.send(1, execute.to_string().as_bytes()).await;
+    let printed = loop {
+        let (opcode, data) = channels.receive().await;
+        if opcode != 1 {
+            continue;
+        }
+        let message: serde_json::Value = serde_json::from_slice(&data).unwrap();
+        if message["msg_type"] == "stream" && message["parent_header"]["msg_id"] == "cell-1" {
+            break message["content"]["text"].as_str().unwrap().to_owned();
+        }
+        assert_ne!(message["msg_type"], "error", "{message}");
+    };
+    assert_eq!(printed, "42 six times seven\n");
+
+    // In a browser, signed in to the console, Jupyter Lab's page and its assets load.
+    if let Some(browser) = mission_testkit::Browser::start().await {
+        browser.sign_in_to_console(&server.url, "alice", mission_testkit::PASSWORD).await;
+        browser.goto(&format!("{url}lab")).await;
+        // Its file browser lists the mission's files: its scripts, styles and API calls all
+        // came through the proxy.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while browser.count(".jp-DirListing-item[title*='data.txt']").await == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "Jupyter Lab's file browser did not list data.txt");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        assert!(browser.title().await.contains("JupyterLab"), "{}", browser.title().await);
+        browser.screenshot("jupyter-lab").await;
+    }
+    client.stop_job(job.job_id).await.unwrap();
+}

@@ -1,0 +1,310 @@
+//! The agent's side of interactive sessions ([`mission_api::sessions`]).
+//!
+//! Before a session job starts, the agent picks a free loopback port and a secret for it
+//! ([`Sessions::prepare`]): its program finds them in `MISSION_SESSION_PORT` and
+//! `MISSION_SESSION_TOKEN`, and the built-in kinds get their command (Jupyter Lab, VS Code)
+//! with them. Once the port answers, the server hears that the session is ready
+//! ([`watch_ready`]). When the server orders a tunnel ([`open_tunnel`]), the agent opens one out
+//! to it and serves the requests that come through it ([`mission_tunnel`]) by forwarding each
+//! to its session's port, WebSockets included. A request for a job that is no session of this
+//! agent's is a 404. Every tunnel of every replica ends here, so the agent is where a session's
+//! traffic is seen whole: a session with an idle timeout ends once nothing went through it
+//! for that long ([`Sessions::idle_end`]).
+
+use std::collections::{HashMap, HashSet};
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use mission_api::SessionKind;
+use mission_api::lz::Assignment;
+use mission_api::sessions::{BASE_PATH_VARIABLE, PORT_VARIABLE, TOKEN_HEADER, TOKEN_VARIABLE, base_path};
+use uuid::Uuid;
+
+use crate::agent::Agent;
+
+/// How often a starting session's port is tried.
+const READY_POLL: Duration = Duration::from_millis(200);
+
+/// How long an idle session's program has between `SIGTERM` and `SIGKILL` (to save its work).
+const IDLE_GRACE: Duration = Duration::from_secs(10);
+
+/// The sessions this agent runs, and the tunnels it holds open.
+#[derive(Debug, Default)]
+pub(crate) struct Sessions {
+    ports: Mutex<HashMap<Uuid, SessionPort>>,
+    /// The base URLs of the servers a tunnel is open to.
+    tunnels: Mutex<HashSet<String>>,
+    /// Sessions ended for being idle, with the reason their final report gives.
+    idled: Mutex<HashMap<Uuid, String>>,
+}
+
+/// Where a session's app listens, the secret every request to it carries, and when traffic
+/// last went through.
+#[derive(Debug, Clone)]
+struct SessionPort {
+    port: u16,
+    secret: String,
+    kind: SessionKind,
+    idle_timeout: Option<Duration>,
+    last_active: Arc<AtomicU64>,
+}
+
+/// Milliseconds since the agent's first look at the clock: when a session last had traffic.
+fn now_ms() -> u64 {
+    static START: LazyLock<Instant> = LazyLock::new(Instant::now);
+    START.elapsed().as_millis() as u64
+}
+
+impl Sessions {
+    /// Prepares a session for `job`: a port and a secret; answers the job as it runs (a
+    /// built-in kind's command in place of the mission's) and the environment its program gets.
+    pub fn prepare(&self, job: Assignment) -> std::io::Result<(Assignment, Vec<(&'static str, String)>)> {
+        let Some(request) = job.session else { return Ok((job, Vec::new())) };
+        let kind = request.kind;
+        let port = free_loopback_port()?;
+        let secret = random_secret()?;
+        let base = base_path(job.job_id);
+        let mut env = vec![
+            (PORT_VARIABLE, port.to_string()),
+            (BASE_PATH_VARIABLE, base.clone()),
+            (TOKEN_VARIABLE, secret.clone()),
+        ];
+        let command = match kind {
+            SessionKind::Web => job.command.clone(),
+            SessionKind::Jupyter => {
+                // Jupyter takes its token from the environment, never from a command line that
+                // other users of the host could read.
+                env.push(("JUPYTER_TOKEN", secret.clone()));
+                vec![
+                    "jupyter".into(),
+                    "lab".into(),
+                    "--no-browser".into(),
+                    "--ip=127.0.0.1".into(),
+                    format!("--port={port}"),
+                    "--ServerApp.port_retries=0".into(),
+                    format!("--ServerApp.base_url={base}"),
+                ]
+            }
+            SessionKind::Vscode => vec![
+                "code-server".into(),
+                "--auth=none".into(),
+                format!("--bind-addr=127.0.0.1:{port}"),
+                format!("--abs-proxy-base-path={}", base.trim_end_matches('/')),
+            ],
+        };
+        let session = SessionPort {
+            port,
+            secret,
+            kind,
+            idle_timeout: request.idle_timeout.map(|minutes| Duration::from_secs(u64::from(minutes) * 60)),
+            last_active: Arc::new(AtomicU64::new(now_ms())),
+        };
+        self.ports.lock().expect("not poisoned").insert(job.job_id, session);
+        Ok((Assignment { command, ..job }, env))
+    }
+
+    /// The session of `job_id` ended.
+    pub fn forget(&self, job_id: Uuid) {
+        self.ports.lock().expect("not poisoned").remove(&job_id);
+    }
+
+    /// Why the session of `job_id` was ended, if it was for being idle: its end then counts as
+    /// the session's normal end (`completed`, its results returned), not as a stop.
+    pub fn idle_end(&self, job_id: Uuid) -> Option<String> {
+        self.idled.lock().expect("not poisoned").remove(&job_id)
+    }
+
+    fn port(&self, job_id: Uuid) -> Option<SessionPort> {
+        self.ports.lock().expect("not poisoned").get(&job_id).cloned()
+    }
+}
+
+/// 32 random hex digits.
+fn random_secret() -> std::io::Result<String> {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 16];
+    ring::rand::SystemRandom::new().fill(&mut bytes).map_err(|_| std::io::Error::other("no randomness"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A port of the loopback interface no one listens on now (the app binds it next; another
+/// program could take it first, and the session then fails to start, as a port clash does).
+fn free_loopback_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port())
+}
+
+/// Tries a started session's port until it answers, then tells the server (once), which shows
+/// the session's URL from then on; gives up when the session ends first. Then, for a session
+/// with an idle timeout, ends it once nothing went through it for that long.
+pub(crate) fn watch_ready(agent: Arc<Agent>, job_id: Uuid) {
+    tokio::spawn(async move {
+        let idle_timeout = loop {
+            let Some(session) = agent.sessions.port(job_id) else { return };
+            if tokio::net::TcpStream::connect(("127.0.0.1", session.port)).await.is_ok() {
+                session.last_active.store(now_ms(), Ordering::Relaxed);
+                break session.idle_timeout;
+            }
+            tokio::time::sleep(READY_POLL).await;
+        };
+        if let Err(e) = agent.client.delivered(|| agent.client.session_ready(job_id)).await {
+            tracing::warn!(%job_id, "telling the server that the session is ready: {e}");
+        }
+        let Some(idle_timeout) = idle_timeout else { return };
+        let look_every = (idle_timeout / 6).clamp(Duration::from_secs(1), Duration::from_secs(30));
+        loop {
+            tokio::time::sleep(look_every).await;
+            let Some(session) = agent.sessions.port(job_id) else { return };
+            let idle = Duration::from_millis(now_ms().saturating_sub(session.last_active.load(Ordering::Relaxed)));
+            if idle >= idle_timeout {
+                let minutes = idle_timeout.as_secs() / 60;
+                let reason = format!("idle timeout: no request for {minutes} minute(s)");
+                agent.sessions.idled.lock().expect("not poisoned").insert(job_id, reason);
+                agent.stop_job(job_id, IDLE_GRACE);
+                return;
+            }
+        }
+    });
+}
+
+/// Opens a tunnel for sessions to the server at `url` (the one the agent connects to when
+/// none), unless one is open to it, and serves it until it closes.
+pub(crate) fn open_tunnel(agent: Arc<Agent>, url: Option<String>) {
+    let base = url.unwrap_or_else(|| agent.client.server().to_owned());
+    if !agent.sessions.tunnels.lock().expect("not poisoned").insert(base.clone()) {
+        return;
+    }
+    tokio::spawn(async move {
+        match agent.client.tunnel(&base).await {
+            Ok(io) => {
+                let serving = agent.clone();
+                let service = hyper::service::service_fn(move |request| forward(serving.clone(), request));
+                if let Err(e) = mission_tunnel::serve(io, service).await {
+                    tracing::debug!("the session tunnel to {base} closed: {e}");
+                }
+            }
+            Err(e) => tracing::warn!("opening a session tunnel to {base}: {e}"),
+        }
+        agent.sessions.tunnels.lock().expect("not poisoned").remove(&base);
+    });
+}
+
+/// One request from the tunnel, forwarded to its session's app.
+async fn forward(agent: Arc<Agent>, request: Request<Incoming>) -> Result<Response<mission_tunnel::Body>, Infallible> {
+    let job_id = request
+        .headers()
+        .get(mission_tunnel::SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| Uuid::parse_str(v).ok());
+    let Some((job_id, session)) = job_id.and_then(|id| agent.sessions.port(id).map(|session| (id, session))) else {
+        return Ok(answer(StatusCode::NOT_FOUND, "no such session on this landing zone"));
+    };
+    session.last_active.store(now_ms(), Ordering::Relaxed);
+    match to_app(request, &session).await {
+        Ok(response) => Ok(response),
+        Err(e) => {
+            tracing::debug!(%job_id, "forwarding to the session's app: {e}");
+            Ok(answer(StatusCode::BAD_GATEWAY, &format!("the session's app did not answer on its port: {e}")))
+        }
+    }
+}
+
+async fn to_app(
+    request: Request<Incoming>,
+    session: &SessionPort,
+) -> Result<Response<mission_tunnel::Body>, mission_tunnel::BoxError> {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", session.port)).await?;
+    let _ = tcp.set_nodelay(true);
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
+    tokio::spawn(connection.with_upgrades());
+
+    let (mut parts, body) = request.into_parts();
+    let upgrade = parts.headers.remove(mission_tunnel::UPGRADE_HEADER);
+    parts.headers.remove(mission_tunnel::SESSION_HEADER);
+    // The app sees the host the browser asked for, as apps that check a WebSocket's origin
+    // against their host (Jupyter) need.
+    let host = parts.headers.get("x-forwarded-host").cloned();
+    let host = host.unwrap_or_else(|| HeaderValue::from_str(&format!("127.0.0.1:{}", session.port)).expect("ASCII"));
+    parts.headers.insert(header::HOST, host);
+    let secret = HeaderValue::from_str(&session.secret).expect("tokens are ASCII");
+    parts.headers.insert(TOKEN_HEADER, secret.clone());
+    if session.kind == SessionKind::Jupyter {
+        let token = HeaderValue::from_str(&format!("token {}", session.secret)).expect("ASCII");
+        parts.headers.insert(header::AUTHORIZATION, token);
+    }
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    parts.uri = path.parse()?;
+    parts.version = hyper::Version::HTTP_11;
+
+    let Some(protocol) = upgrade else {
+        let response = sender.send_request(Request::from_parts(parts, mission_tunnel::boxed(body))).await?;
+        let (mut parts, body) = response.into_parts();
+        mission_tunnel::strip_hop_by_hop(&mut parts.headers);
+        return Ok(Response::from_parts(parts, mission_tunnel::boxed(body)));
+    };
+    parts.headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    parts.headers.insert(header::UPGRADE, protocol);
+    let mut response = sender.send_request(Request::from_parts(parts, mission_tunnel::empty())).await?;
+    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        let (mut parts, body) = response.into_parts();
+        mission_tunnel::strip_hop_by_hop(&mut parts.headers);
+        return Ok(Response::from_parts(parts, mission_tunnel::boxed(body)));
+    }
+    let mut headers = response.headers().clone();
+    mission_tunnel::strip_hop_by_hop(&mut headers);
+    let upgraded = hyper::upgrade::on(&mut response).await?;
+    let (to_server, from_app) = mission_tunnel::channel_body();
+    let upgraded = Active { io: TokioIo::new(upgraded), last_active: session.last_active.clone() };
+    tokio::spawn(mission_tunnel::splice(upgraded, body, to_server));
+    let mut answer = Response::new(from_app);
+    *answer.headers_mut() = headers;
+    answer.headers_mut().insert(mission_tunnel::UPGRADED_HEADER, HeaderValue::from_static("1"));
+    Ok(answer)
+}
+
+/// A plain-text answer of the agent's own.
+fn answer(status: StatusCode, text: &str) -> Response<mission_tunnel::Body> {
+    let mut response = Response::new(mission_tunnel::full(format!("{text}\n")));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
+}
+
+/// An upgraded connection to a session's app whose every read and write counts as activity.
+struct Active<IO> {
+    io: IO,
+    last_active: Arc<AtomicU64>,
+}
+
+impl<IO: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Active<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        self.last_active.store(now_ms(), Ordering::Relaxed);
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Active<IO> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        self.last_active.store(now_ms(), Ordering::Relaxed);
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,373 @@
+//! Interactive sessions through the server: the proxy at `/sessions/{job_id}/…` and the
+//! tunnels agents open for it.
+//!
+//! A session is a job ([`mission_api::sessions`]) whose app serves HTTP on a loopback port of its
+//! landing zone. Its owner alone reaches it, here, with a bearer token or the console's cookie;
+//! everyone else gets a 404, as for a job they may not see. The proxy strips Mission's own
+//! credentials (a bearer token, the console's cookies) before a request goes on (an app's own
+//! `Authorization` scheme passes),
+//! and sends it through the tunnel of the job's landing zone ([`mission_tunnel`]): one
+//! connection per agent and replica, which the agent opens out when this replica orders it to
+//! ([`Order::Tunnel`](mission_api::lz::Order::Tunnel)), so the compute host needs no inbound port.
+//! WebSockets travel the same way, each upgraded connection bounded as the tunnel's streams are.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use hyper::client::conn::http2::SendRequest;
+use hyper_util::rt::TokioIo;
+use mission_api::{Job, JobStatus, SessionKind};
+use tokio::sync::{Notify, Semaphore};
+use uuid::Uuid;
+
+use crate::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::routes::lz::Agent;
+
+/// How long a request waits for the agent to open a tunnel it was ordered to.
+const TUNNEL_WAIT: Duration = Duration::from_secs(10);
+
+/// The tunnels agents opened to this replica, by landing zone, and the upgraded connections
+/// (WebSockets) that go through them.
+pub struct Tunnels {
+    open: Mutex<HashMap<Uuid, OpenTunnel>>,
+    /// Woken whenever a tunnel opens.
+    opened: Notify,
+    /// One permit per upgraded connection of a client: they outlive the server's connection
+    /// slots, so they have a bound of their own.
+    upgraded: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for Tunnels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let open = self.open.lock().map(|open| open.len()).unwrap_or_default();
+        f.debug_struct("Tunnels").field("open", &open).finish_non_exhaustive()
+    }
+}
+
+struct OpenTunnel {
+    /// Tells this tunnel from a later one of the same agent.
+    serial: u64,
+    sender: SendRequest<mission_tunnel::Body>,
+}
+
+impl Tunnels {
+    /// No tunnels yet; at most `max_upgraded` upgraded client connections at once.
+    pub fn new(max_upgraded: usize) -> Self {
+        Tunnels {
+            open: Mutex::new(HashMap::new()),
+            opened: Notify::new(),
+            upgraded: Arc::new(Semaphore::new(max_upgraded)),
+        }
+    }
+
+    /// The open tunnel of `lz_id`, if one is.
+    fn sender(&self, lz_id: Uuid) -> Option<SendRequest<mission_tunnel::Body>> {
+        let mut open = self.open.lock().expect("not poisoned");
+        match open.get(&lz_id) {
+            Some(tunnel) if !tunnel.sender.is_closed() => Some(tunnel.sender.clone()),
+            Some(_) => {
+                open.remove(&lz_id);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// A tunnel to `lz_id`: the open one, or a new one the agent is ordered to open.
+    async fn to(&self, app: &AppState, lz_id: Uuid) -> ApiResult<SendRequest<mission_tunnel::Body>> {
+        let deadline = tokio::time::Instant::now() + TUNNEL_WAIT;
+        let mut ordered = false;
+        loop {
+            let opened = self.opened.notified();
+            tokio::pin!(opened);
+            opened.as_mut().enable();
+            if let Some(sender) = self.sender(lz_id) {
+                return Ok(sender);
+            }
+            if !ordered {
+                let url = app.config.advertise_url.as_ref().map(|url| url.as_str().trim_end_matches('/').to_owned());
+                app.scheduler.open_tunnel(lz_id, url).await.map_err(|e| {
+                    ApiError::session_unreachable(format!("the session's landing zone cannot be reached: {e}"))
+                })?;
+                ordered = true;
+            }
+            if tokio::time::timeout_at(deadline, opened).await.is_err() {
+                return Err(ApiError::session_unreachable(format!(
+                    "the session's landing zone did not open a tunnel to this server within {}s (with several \
+                     replicas, each needs --advertise-url, the URL agents reach it at)",
+                    TUNNEL_WAIT.as_secs()
+                )));
+            }
+        }
+    }
+
+    /// Takes the tunnel an agent opened: speaks HTTP/2 over it once upgraded, until it closes.
+    fn adopt(self: Arc<Self>, app: &AppState, lz_id: Uuid, upgrade: hyper::upgrade::OnUpgrade) {
+        static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut closing = app.closing.subscribe();
+        app.tasks.spawn(async move {
+            let io = match upgrade.await {
+                Ok(upgraded) => TokioIo::new(upgraded),
+                Err(e) => return tracing::warn!(%lz_id, "a session tunnel did not upgrade: {e}"),
+            };
+            let (sender, connection) = match mission_tunnel::client(io).await {
+                Ok(client) => client,
+                Err(e) => return tracing::warn!(%lz_id, "a session tunnel's HTTP/2 handshake failed: {e}"),
+            };
+            self.open.lock().expect("not poisoned").insert(lz_id, OpenTunnel { serial, sender });
+            self.opened.notify_waiters();
+            tracing::debug!(%lz_id, "session tunnel open");
+            tokio::select! {
+                ended = connection => if let Err(e) = ended {
+                    tracing::debug!(%lz_id, "session tunnel closed: {e}");
+                },
+                _ = closing.wait_for(|closing| *closing) => {}
+            }
+            let mut open = self.open.lock().expect("not poisoned");
+            if open.get(&lz_id).is_some_and(|tunnel| tunnel.serial == serial) {
+                open.remove(&lz_id);
+            }
+        });
+    }
+}
+
+/// `GET /api/v1/lz/tunnel`: an agent opens a tunnel for its sessions (`Upgrade:
+/// mission-tunnel`).
+pub async fn agent_tunnel(State(app): State<AppState>, Agent(lz): Agent, mut request: Request) -> ApiResult<Response> {
+    let asks = request.headers().get(header::UPGRADE).and_then(|v| v.to_str().ok());
+    if !asks.is_some_and(|protocol| protocol.eq_ignore_ascii_case(mission_tunnel::PROTOCOL)) {
+        return Err(ApiError::invalid(format!("a tunnel is opened with Upgrade: {}", mission_tunnel::PROTOCOL)));
+    }
+    let upgrade = hyper::upgrade::on(&mut request);
+    app.tunnels.clone().adopt(&app, lz.lz_id, upgrade);
+    Ok(upgrade_answer(mission_tunnel::PROTOCOL))
+}
+
+/// A `101 Switching Protocols` to `protocol`.
+fn upgrade_answer(protocol: &str) -> Response {
+    let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    headers.insert(header::UPGRADE, HeaderValue::from_str(protocol).expect("a header's value"));
+    response
+}
+
+/// `/sessions/{job_id}`: the session's root is `/sessions/{job_id}/`, where relative links
+/// resolve under it.
+pub async fn to_root(request: Request) -> Response {
+    Redirect::permanent(&format!("{}/", request.uri().path())).into_response()
+}
+
+/// `/sessions/{job_id}/…`, any method: the request, forwarded to the session's app.
+pub async fn proxy(State(app): State<AppState>, request: Request) -> Response {
+    match forward(&app, request).await {
+        Ok(response) => response,
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+async fn forward(app: &AppState, mut request: Request) -> Result<Response, Response> {
+    let path = request.uri().path().to_owned();
+    let raw_id = path.trim_start_matches("/sessions/").split('/').next().unwrap_or_default();
+    let no_session = || ApiError::not_found("session", raw_id).into_response();
+    let job_id = Uuid::parse_str(raw_id).map_err(|_| no_session())?;
+    let Some(user_id) = caller(app, request.headers()).await? else {
+        return Err(sign_in_first(request.headers(), &path));
+    };
+    let job = match app.store.job_row(job_id).await.map_err(|e| ApiError::from(e).into_response())? {
+        Some(job) if job.user_id == user_id => job,
+        _ => return Err(no_session()),
+    };
+    let (kind, lz_id) = reachable(&job).map_err(|refusal| {
+        let starting = refusal.status() == StatusCode::SERVICE_UNAVAILABLE;
+        let mut refusal = refusal.into_response();
+        if starting {
+            refusal.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+        }
+        refusal
+    })?;
+    let sender = app.tunnels.to(app, lz_id).await.map_err(IntoResponse::into_response)?;
+
+    // What the app sees: the path under the session's root for a web app, the whole path for
+    // apps told their base path; none of Mission's own credentials.
+    let prefix = format!("/sessions/{job_id}");
+    let seen = match kind {
+        SessionKind::Web => path.strip_prefix(&prefix).filter(|rest| !rest.is_empty()).unwrap_or("/"),
+        SessionKind::Jupyter | SessionKind::Vscode => &path,
+    };
+    let query = request.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
+    let upgrade = requested_upgrade(request.headers());
+    let mut headers = request.headers().clone();
+    mission_tunnel::strip_hop_by_hop(&mut headers);
+    if bearer(&headers).is_some() {
+        headers.remove(header::AUTHORIZATION);
+    }
+    strip_own_cookies(&mut headers);
+    headers.insert(mission_tunnel::SESSION_HEADER, HeaderValue::from_str(&job_id.to_string()).expect("an id"));
+    if let Some(host) = request.headers().get(header::HOST) {
+        headers.insert("x-forwarded-host", host.clone());
+    }
+    let scheme = if app.public_url.starts_with("https://") { "https" } else { "http" };
+    headers.insert("x-forwarded-proto", HeaderValue::from_static(scheme));
+
+    let (body, to_app) = match &upgrade {
+        Some(protocol) => {
+            headers.insert(mission_tunnel::UPGRADE_HEADER, protocol.clone());
+            let (to_app, body) = mission_tunnel::channel_body();
+            (body, Some(to_app))
+        }
+        None => (mission_tunnel::boxed(std::mem::take(request.body_mut())), None),
+    };
+    let mut forwarded = hyper::Request::builder()
+        .method(request.method().clone())
+        .uri(format!("http://session{seen}{query}"))
+        .body(body)
+        .map_err(|e| ApiError::invalid(format!("the request cannot be forwarded: {e}")).into_response())?;
+    *forwarded.headers_mut() = headers;
+    let permit = match upgrade {
+        Some(_) => Some(
+            app.tunnels
+                .upgraded
+                .clone()
+                .try_acquire_owned()
+                .map_err(|_| ApiError::too_many_connections().into_response())?,
+        ),
+        None => None,
+    };
+    let mut sender = sender;
+    let answer = sender.send_request(forwarded).await.map_err(|e| {
+        ApiError::session_unreachable(format!("the session's landing zone did not answer: {e}")).into_response()
+    })?;
+    let (mut parts, from_app) = answer.into_parts();
+    let upgraded = parts.headers.remove(mission_tunnel::UPGRADED_HEADER).is_some();
+    mission_tunnel::strip_hop_by_hop(&mut parts.headers);
+    match (upgrade, to_app, upgraded) {
+        (Some(protocol), Some(to_app), true) => {
+            let client = hyper::upgrade::on(&mut request);
+            tokio::spawn(async move {
+                let _permit = permit;
+                if let Ok(client) = client.await {
+                    mission_tunnel::splice(TokioIo::new(client), from_app, to_app).await;
+                }
+            });
+            let mut response = upgrade_answer(protocol.to_str().unwrap_or("websocket"));
+            response.headers_mut().extend(parts.headers);
+            Ok(response)
+        }
+        _ => Ok(Response::from_parts(parts, Body::new(from_app))),
+    }
+}
+
+/// The bearer token of a request's `Authorization`, if that is what it holds; another scheme
+/// (an app's own, say Jupyter's `token …`) is the app's business.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
+}
+
+/// The signed-in caller, by bearer token or console cookie; `None` when the request carries
+/// neither (a token that fails is refused, as on the API).
+async fn caller(app: &AppState, headers: &HeaderMap) -> Result<Option<Uuid>, Response> {
+    if let Some(token) = bearer(headers) {
+        let principal = app.auth.authenticate(token).await.map_err(IntoResponse::into_response)?;
+        return Ok(Some(principal.user_id));
+    }
+    let principal = crate::console::session::cookie_principal(app, headers).await;
+    Ok(principal.map_err(|e| ApiError::from(e).into_response())?.map(|p| p.user_id))
+}
+
+/// An anonymous request: a browser goes to sign in and comes back; a program is told to.
+fn sign_in_first(headers: &HeaderMap, path: &str) -> Response {
+    let browser = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("text/html"));
+    if browser {
+        return Redirect::to(&format!("/sign-in?next={}", crate::console::query_value(path))).into_response();
+    }
+    ApiError::unauthorized("sign in: a session is reached with a bearer token or the console's session").into_response()
+}
+
+/// A session job that can be reached now: its kind and landing zone; otherwise why not.
+fn reachable(job: &Job) -> Result<(SessionKind, Uuid), ApiError> {
+    let Some(session) = &job.session else {
+        return Err(ApiError::not_found("session", job.job_id));
+    };
+    if job.status.is_final() {
+        let ended =
+            format!("the session ended ({}); start it again with `mission run --again {}`", job.status, job.job_id);
+        return Err(ApiError::session_ended(ended));
+    }
+    match (job.status, job.lz_id, &session.url) {
+        (JobStatus::Running, Some(lz_id), Some(_)) => Ok((session.kind, lz_id)),
+        (status, _, _) => {
+            let detail = match status {
+                JobStatus::Running => "the session's app is starting: its port does not answer yet".to_owned(),
+                other => format!("the session has not started yet ({other})"),
+            };
+            Err(ApiError::unavailable(detail))
+        }
+    }
+}
+
+/// The protocol a request asks to upgrade to (`Connection: upgrade` with `Upgrade`).
+fn requested_upgrade(headers: &HeaderMap) -> Option<HeaderValue> {
+    let connection = headers.get_all(header::CONNECTION).iter().filter_map(|v| v.to_str().ok());
+    let asks = connection.flat_map(|v| v.split(',')).any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
+    asks.then(|| headers.get(header::UPGRADE).cloned()).flatten()
+}
+
+/// Removes the console's cookies from `Cookie`, keeping the app's own.
+fn strip_own_cookies(headers: &mut HeaderMap) {
+    let own = |pair: &str| {
+        let name = pair.split_once('=').map_or(pair, |(name, _)| name).trim();
+        crate::console::OWN_COOKIES.contains(&name)
+    };
+    let kept: Vec<String> = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .map(str::trim)
+        .filter(|pair| !pair.is_empty() && !own(pair))
+        .map(str::to_owned)
+        .collect();
+    headers.remove(header::COOKIE);
+    if !kept.is_empty()
+        && let Ok(value) = HeaderValue::from_str(&kept.join("; "))
+    {
+        headers.insert(header::COOKIE, value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_consoles_cookies_stay_behind() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::COOKIE, HeaderValue::from_static("mission_session=secret; _xsrf=abc; mission_oauth=x"));
+        headers.append(header::COOKIE, HeaderValue::from_static("theme=dark"));
+        strip_own_cookies(&mut headers);
+        assert_eq!(headers.get_all(header::COOKIE).iter().collect::<Vec<_>>(), ["_xsrf=abc; theme=dark"]);
+        let mut only_ours = HeaderMap::new();
+        only_ours.insert(header::COOKIE, HeaderValue::from_static("mission_session=secret"));
+        strip_own_cookies(&mut only_ours);
+        assert!(only_ours.get(header::COOKIE).is_none());
+    }
+
+    #[test]
+    fn an_upgrade_is_asked_for_by_connection_and_upgrade_together() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        assert_eq!(requested_upgrade(&headers), None);
+        headers.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, Upgrade"));
+        assert_eq!(requested_upgrade(&headers).unwrap(), "websocket");
+    }
+}

@@ -25,6 +25,17 @@ pub const TOKEN_HEADER: &str = "x-mission-session-token";
 /// Longest idle timeout, in minutes (a week).
 pub const MAX_IDLE_TIMEOUT: u32 = 10_080;
 
+/// How long before its time limit a session's owner is warned (`session.ending`).
+pub const ENDING_WARNING_MINUTES: u32 = 10;
+
+/// Body of the agent's `POST /api/v1/lz/jobs/{id}/session/ending`: the session reaches its time
+/// limit in `minutes_left` minutes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionEnding {
+    /// Minutes until its time limit ends it.
+    pub minutes_left: u32,
+}
+
 /// What serves a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

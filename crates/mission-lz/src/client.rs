@@ -206,6 +206,16 @@ impl LzClient {
         }
     }
 
+    /// `POST /lz/jobs/{id}/session/ending`: the session reaches its time limit in
+    /// `minutes_left` minutes. A conflict (said already, or the session ended) needs no retry.
+    pub async fn session_ending(&self, job_id: Uuid, minutes_left: u32) -> Result<(), Failure> {
+        let body = mission_api::sessions::SessionEnding { minutes_left };
+        match self.send(self.request(Method::POST, &format!("/jobs/{job_id}/session/ending")).json(&body)).await {
+            Ok(_) | Err(Failure::Conflict(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// `GET {base}/api/v1/lz/tunnel`, upgraded: a tunnel for sessions to the server at `base`.
     pub async fn tunnel(&self, base: &str) -> Result<reqwest::Upgraded, String> {
         let response = self

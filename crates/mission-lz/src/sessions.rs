@@ -25,7 +25,9 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use mission_api::SessionKind;
 use mission_api::lz::Assignment;
-use mission_api::sessions::{BASE_PATH_VARIABLE, PORT_VARIABLE, TOKEN_HEADER, TOKEN_VARIABLE, base_path};
+use mission_api::sessions::{
+    BASE_PATH_VARIABLE, ENDING_WARNING_MINUTES, PORT_VARIABLE, TOKEN_HEADER, TOKEN_VARIABLE, base_path,
+};
 use uuid::Uuid;
 
 use crate::agent::Agent;
@@ -55,6 +57,8 @@ struct SessionPort {
     kind: SessionKind,
     idle_timeout: Option<Duration>,
     last_active: Arc<AtomicU64>,
+    /// When its owner is to be warned that it nears its time limit, and the minutes then left.
+    warn_at: Option<(Instant, u32)>,
 }
 
 /// Milliseconds since the agent's first look at the clock: when a session last had traffic.
@@ -106,6 +110,10 @@ impl Sessions {
             kind,
             idle_timeout: request.idle_timeout.map(|minutes| Duration::from_secs(u64::from(minutes) * 60)),
             last_active: Arc::new(AtomicU64::new(now_ms())),
+            warn_at: job.time_limit.map(|limit| {
+                let left = limit.min(ENDING_WARNING_MINUTES);
+                (Instant::now() + Duration::from_secs(u64::from(limit - left) * 60), left)
+            }),
         };
         self.ports.lock().expect("not poisoned").insert(job.job_id, session);
         Ok((Assignment { command, ..job }, env))
@@ -142,33 +150,52 @@ fn free_loopback_port() -> std::io::Result<u16> {
 }
 
 /// Tries a started session's port until it answers, then tells the server (once), which shows
-/// the session's URL from then on; gives up when the session ends first. Then, for a session
+/// the session's URL from then on; gives up when the session ends first. Then, while it runs:
+/// warns its owner (through the server) [`ENDING_WARNING_MINUTES`] before its time limit, and,
 /// with an idle timeout, ends it once nothing went through it for that long.
 pub(crate) fn watch_ready(agent: Arc<Agent>, job_id: Uuid) {
     tokio::spawn(async move {
-        let idle_timeout = loop {
+        let session = loop {
             let Some(session) = agent.sessions.port(job_id) else { return };
             if tokio::net::TcpStream::connect(("127.0.0.1", session.port)).await.is_ok() {
                 session.last_active.store(now_ms(), Ordering::Relaxed);
-                break session.idle_timeout;
+                break session;
             }
             tokio::time::sleep(READY_POLL).await;
         };
         if let Err(e) = agent.client.delivered(|| agent.client.session_ready(job_id)).await {
             tracing::warn!(%job_id, "telling the server that the session is ready: {e}");
         }
-        let Some(idle_timeout) = idle_timeout else { return };
-        let look_every = (idle_timeout / 6).clamp(Duration::from_secs(1), Duration::from_secs(30));
+        let mut warn_at = session.warn_at;
+        let look_every =
+            session.idle_timeout.map(|idle| (idle / 6).clamp(Duration::from_secs(1), Duration::from_secs(30)));
         loop {
-            tokio::time::sleep(look_every).await;
+            let next = match (warn_at, look_every) {
+                (None, None) => return,
+                (Some((at, _)), None) => at,
+                (None, Some(every)) => Instant::now() + every,
+                (Some((at, _)), Some(every)) => at.min(Instant::now() + every),
+            };
+            tokio::time::sleep_until(next.into()).await;
             let Some(session) = agent.sessions.port(job_id) else { return };
-            let idle = Duration::from_millis(now_ms().saturating_sub(session.last_active.load(Ordering::Relaxed)));
-            if idle >= idle_timeout {
-                let minutes = idle_timeout.as_secs() / 60;
-                let reason = format!("idle timeout: no request for {minutes} minute(s)");
-                agent.sessions.idled.lock().expect("not poisoned").insert(job_id, reason);
-                agent.stop_job(job_id, IDLE_GRACE);
-                return;
+            if let Some((at, minutes_left)) = warn_at
+                && Instant::now() >= at
+            {
+                warn_at = None;
+                let warned = agent.client.delivered(|| agent.client.session_ending(job_id, minutes_left)).await;
+                if let Err(e) = warned {
+                    tracing::warn!(%job_id, "warning the session's owner of its time limit: {e}");
+                }
+            }
+            if let Some(idle_timeout) = session.idle_timeout {
+                let idle = Duration::from_millis(now_ms().saturating_sub(session.last_active.load(Ordering::Relaxed)));
+                if idle >= idle_timeout {
+                    let minutes = idle_timeout.as_secs() / 60;
+                    let reason = format!("idle timeout: no request for {minutes} minute(s)");
+                    agent.sessions.idled.lock().expect("not poisoned").insert(job_id, reason);
+                    agent.stop_job(job_id, IDLE_GRACE);
+                    return;
+                }
             }
         }
     });

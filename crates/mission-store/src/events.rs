@@ -61,6 +61,25 @@ impl NewEvent {
         }
     }
 
+    /// An event about a job of `user_id`'s (of mission `mission_id`), carrying `data`.
+    pub fn job(
+        kind: &str,
+        user_id: Uuid,
+        mission_id: Uuid,
+        job_id: Uuid,
+        data: &serde_json::Value,
+        at: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            at: to_micros(at),
+            kind: kind.to_owned(),
+            user_id: Some(user_id.to_string()),
+            mission_id: Some(mission_id.to_string()),
+            job_id: Some(job_id.to_string()),
+            data: data.to_string(),
+        }
+    }
+
     /// An event about a project, for `user_id` (one of its members), carrying `data`.
     pub fn project(kind: &str, user_id: Uuid, data: &serde_json::Value, at: DateTime<Utc>) -> Self {
         Self {

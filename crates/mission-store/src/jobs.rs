@@ -418,6 +418,36 @@ impl Store {
         })
     }
 
+    /// Warns the owner of a running session of `lz_id` that it nears its time limit: a
+    /// `session.ending` event carrying `data`, once. False when the job is no such session, or
+    /// its owner was warned already.
+    pub async fn warn_session_ending(
+        &self,
+        job_id: Uuid,
+        lz_id: Uuid,
+        data: &serde_json::Value,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        use crate::events::{NewEvent, commit_with_events, events_json};
+        with_conn!(self, writer, |conn| {
+            let mut tx = conn.begin().await?;
+            let warned = sqlx::query(
+                "UPDATE jobs SET session_warned_at = $1 WHERE job_id = $2 AND lz_id = $3 AND status = 'running' \
+                 AND session IS NOT NULL AND session_warned_at IS NULL RETURNING user_id, mission_id",
+            )
+            .bind(to_micros(at))
+            .bind(job_id.to_string())
+            .bind(lz_id.to_string())
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some(row) = warned else { return Ok(false) };
+            let (user_id, mission_id) = (row.uuid("user_id")?, row.uuid("mission_id")?);
+            let event = NewEvent::job("session.ending", user_id, mission_id, job_id, data, at);
+            commit_with_events!(self, tx, events_json(&[event]));
+            Ok(true)
+        })
+    }
+
     /// Of `job_ids`, the jobs placed on `lz_id` (in submission order), with what their end needs:
     /// their mission, whether their output passed its log cap, and the mission's destination
     /// cargo bay. One read for a batch of an agent's reports.

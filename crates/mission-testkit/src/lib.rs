@@ -47,6 +47,33 @@ pub async fn device_sign_in(url: &str, username: &str, password: &str) -> (missi
     (auth.finish(pending).await.expect("tokens"), auth)
 }
 
+/// Signs `username` in to the web console at `url` through its sign-in form, as a browser
+/// does; answers the session's `Cookie` header value (`mission_session=…`).
+pub async fn console_cookie(url: &str, username: &str, password: &str) -> String {
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("a client");
+    let set_cookie = |response: &reqwest::Response, name: &str| {
+        response
+            .headers()
+            .get_all(reqwest::header::SET_COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find_map(|v| v.split(';').next()?.strip_prefix(&format!("{name}=")).map(str::to_owned))
+            .unwrap_or_else(|| panic!("no {name} cookie"))
+    };
+    let form = http.get(format!("{url}/sign-in")).send().await.expect("GET /sign-in");
+    let csrf = set_cookie(&form, "mission_sign_in");
+    let fields = [("username", username), ("password", password), ("csrf", csrf.as_str())];
+    let signed_in = http
+        .post(format!("{url}/sign-in"))
+        .header(reqwest::header::COOKIE, format!("mission_sign_in={csrf}"))
+        .form(&fields)
+        .send()
+        .await
+        .expect("POST /sign-in");
+    assert!(signed_in.status().is_redirection(), "signing in to the console: {}", signed_in.status());
+    format!("mission_session={}", set_cookie(&signed_in, "mission_session"))
+}
+
 /// The repository's root, where `scripts/` lives.
 fn workspace_root() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")

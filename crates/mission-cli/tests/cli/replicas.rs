@@ -36,6 +36,19 @@ impl Replica {
         listen: &str,
         issuer: Option<&str>,
     ) -> Self {
+        Self::start_with(database, s3, shared, data, listen, issuer, &[]).await
+    }
+
+    /// Like [`Replica::start`], with `extra` flags.
+    async fn start_with(
+        database: &str,
+        s3: &S3Server,
+        shared: &Path,
+        data: &Path,
+        listen: &str,
+        issuer: Option<&str>,
+        extra: &[&str],
+    ) -> Self {
         let mut command = Command::new(BIN);
         command
             .args(["server", "--listen", listen, "--device-poll-interval", "0", "--lz-lease", LEASE])
@@ -48,6 +61,7 @@ impl Replica {
             .env("MISSION_STORAGE_ACCESS_KEY_ID", &s3.access_key_id)
             .env("MISSION_STORAGE_SECRET_ACCESS_KEY", &s3.secret_access_key)
             .env("MISSION_DATABASE_URL", database)
+            .args(extra)
             .env_remove("MISSION_SERVER")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -195,4 +209,69 @@ async fn the_leader_is_killed_and_every_job_completes_once() {
     })
     .await;
     drop((a, b, agents));
+}
+
+/// A session runs on an agent connected to one replica and is opened through the other: the
+/// other replica has the agent (through the leader) open a tunnel to it, at its --advertise-url.
+#[tokio::test]
+async fn a_session_is_reached_through_a_replica_its_agent_is_not_connected_to() {
+    let Some(database) = PostgresDatabase::create().await else { return };
+    let Some(s3) = S3Server::start().await else { return };
+    let database = database.url.expose().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let (a_address, b_address) = (free_address(), free_address());
+    let (a_url, b_url) = (format!("http://{a_address}"), format!("http://{b_address}"));
+    let a = Replica::start_with(
+        &database,
+        &s3,
+        dir.path(),
+        &dir.path().join("a"),
+        &a_address,
+        None,
+        &["--advertise-url", &a_url],
+    )
+    .await;
+    let b = Replica::start_with(
+        &database,
+        &s3,
+        dir.path(),
+        &dir.path().join("b"),
+        &b_address,
+        Some(&a.url),
+        &["--advertise-url", &b_url],
+    )
+    .await;
+    let password = std::fs::read_to_string(dir.path().join("a/initial-admin-password")).unwrap();
+    let token = mission_testkit::device_sign_in(&a.url, "admin", password.trim()).await.0.access_token;
+    let on_a = Client::with_access_token(&a.url, &token).unwrap();
+    let lz = on_a
+        .register_landing_zone(local_station(), &RegisterLandingZone { name: "node".into(), cluster_account: None })
+        .await
+        .unwrap();
+    // The agent knows replica A alone.
+    let _agent = agent(&a.url, &lz.token, dir.path().join("node"));
+    wait_until("the agent is online", || async {
+        on_a.list_landing_zones(local_station()).await.unwrap().iter().any(|lz| lz.online)
+    })
+    .await;
+    let app =
+        mission(&on_a, SHELL, &[("run.sh", "exec python3 app.py\n"), ("app.py", super::sessions::APP)], &[]).await;
+    let request = mission_client::RunJob {
+        station_id: local_station(),
+        session: Some(mission_client::SessionRequest { kind: mission_client::SessionKind::Web, idle_timeout: None }),
+        ..Default::default()
+    };
+    let job = on_a.run_job(app.mission_id, &request).await.unwrap();
+    wait_until("the session answers", || async {
+        on_a.get_job(job.job_id).await.unwrap().session.and_then(|s| s.url).is_some()
+    })
+    .await;
+    let http = reqwest::Client::new();
+    for replica in [&b.url, &a.url] {
+        let page =
+            http.get(format!("{replica}/sessions/{}/through", job.job_id)).bearer_auth(&token).send().await.unwrap();
+        assert_eq!(page.status(), 200, "through {replica}");
+        assert!(page.text().await.unwrap().contains("path=/through"));
+    }
+    on_a.stop_job(job.job_id).await.unwrap();
 }

@@ -10,7 +10,7 @@ use super::jobs::{Agent, SHELL, TWO_CPUS, cluster, local_station, mission};
 
 /// A web app on the standard library alone: it says what it received, takes uploads, and
 /// echoes WebSocket messages (RFC 6455, unfragmented frames) on any path that asks for one.
-const APP: &str = r#"
+pub(super) const APP: &str = r#"
 import base64, hashlib, http.server, os
 PORT = int(os.environ["MISSION_SESSION_PORT"])
 TOKEN = os.environ["MISSION_SESSION_TOKEN"]
@@ -478,4 +478,45 @@ async fn jupyter_lab_runs_a_cell_through_the_proxy() {
         browser.screenshot("jupyter-lab").await;
     }
     client.stop_job(job.job_id).await.unwrap();
+}
+
+/// A session near its time limit warns its owner: a `session.ending` event (which webhooks
+/// deliver too), once, and a banner on its job's page.
+#[tokio::test]
+async fn a_session_near_its_time_limit_warns_its_owner() {
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let client = &server.client;
+    let mut events = client
+        .watch_events(&mission_client::WatchEvents { kinds: vec!["session".into()], ..Default::default() })
+        .await
+        .unwrap();
+    let app = mission(client, SHELL, &[("run.sh", "exec python3 app.py\n"), ("app.py", APP)], &[]).await;
+    let request = RunJob {
+        station_id: local_station(),
+        time_limit: Some(3),
+        session: Some(SessionRequest { kind: SessionKind::Web, idle_timeout: None }),
+        ..Default::default()
+    };
+    let job = client.run_job(app.mission_id, &request).await.unwrap();
+    // Its limit is under the warning's ten minutes: the warning comes as soon as it answers.
+    let event = tokio::time::timeout(Duration::from_secs(60), events.next()).await.unwrap().unwrap();
+    assert_eq!((event.kind.as_str(), event.job_id), ("session.ending", Some(job.job_id)));
+    assert_eq!(event.data["minutes_left"], 3);
+    assert_eq!(event.data["time_limit"], 3);
+    assert!(event.data["detail"].as_str().unwrap().contains("save your work"));
+
+    let cookie = mission_testkit::console_cookie(&server.url, "alice", mission_testkit::PASSWORD).await;
+    let page = reqwest::Client::new()
+        .get(format!("{}/jobs/{}", server.url, job.job_id))
+        .header("Cookie", cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("id=\"session-ending\""), "{page}");
+    client.stop_job(job.job_id).await.unwrap();
+    assert!(tokio::time::timeout(Duration::from_secs(2), events.next()).await.is_err(), "one warning");
 }

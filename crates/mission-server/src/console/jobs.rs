@@ -139,6 +139,8 @@ struct JobPageView {
     frame: Frame,
     /// Whether the viewer started it (a session opens for its owner alone).
     own: bool,
+    /// For a running session near its time limit: when the limit ends it.
+    ending: Option<String>,
     job: Job,
     mission_name: String,
     finished: bool,
@@ -172,9 +174,21 @@ pub async fn show(State(app): State<AppState>, viewer: Viewer, Path(id): Path<St
             .collect();
     }
     let own = job.user_id == viewer.user.user_id;
+    let ending = session_ending(&job, chrono::Utc::now());
     let frame = Frame::new(&viewer, "jobs");
-    let template = JobPageView { frame, own, job, mission_name, finished, stdout, stderr, results };
+    let template = JobPageView { frame, own, ending, job, mission_name, finished, stdout, stderr, results };
     Ok(page(StatusCode::OK, &template))
+}
+
+/// When a running session's time limit ends it, if that is within the warning's minutes of
+/// `now`, as the page's banner says it.
+fn session_ending(job: &Job, now: chrono::DateTime<chrono::Utc>) -> Option<String> {
+    use mission_api::sessions::ENDING_WARNING_MINUTES;
+    let (_, Some(started), Some(limit)) = (job.session.as_ref()?, job.started_at, job.time_limit) else { return None };
+    let ends = started + chrono::Duration::minutes(limit.into());
+    let near = job.status == mission_api::JobStatus::Running
+        && ends - now <= chrono::Duration::minutes(ENDING_WARNING_MINUTES.into());
+    near.then(|| ends.format("%H:%M UTC").to_string())
 }
 
 /// `POST /jobs/{id}/again`: starts an ended job (a session, say) again with the same settings,

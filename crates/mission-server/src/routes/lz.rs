@@ -198,6 +198,28 @@ pub async fn session_ready(
     }
 }
 
+/// A session running on the agent's LZ nears its time limit: its owner gets a `session.ending`
+/// event (and its webhooks), once.
+pub async fn session_ending(
+    State(app): State<AppState>,
+    Agent(lz): Agent,
+    Path(id): Path<String>,
+    ApiJson(ending): ApiJson<mission_api::sessions::SessionEnding>,
+) -> ApiResult<StatusCode> {
+    let job = placed_job(&app, &lz, &id).await?;
+    let minutes = ending.minutes_left;
+    let data = serde_json::json!({
+        "minutes_left": minutes,
+        "time_limit": job.time_limit,
+        "detail": format!("the session reaches its time limit in {minutes} minute(s); save your work"),
+    });
+    if app.store.warn_session_ending(job.job_id, lz.lz_id, &data, mission_store::now()).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::conflict(format!("job {} is no running session, or was warned already", job.job_id)))
+    }
+}
+
 /// Downloads the image archive of a job placed on the agent's LZ.
 pub async fn job_image(State(app): State<AppState>, Agent(lz): Agent, Path(id): Path<String>) -> ApiResult<Response> {
     let job = placed_job(&app, &lz, &id).await?;

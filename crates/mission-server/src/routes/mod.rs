@@ -428,6 +428,7 @@ pub fn router(app: AppState) -> Router {
         .route("/lz/jobs/{id}/files/{*path}", get(lz::input_file))
         .route("/lz/jobs/{id}/image", get(lz::job_image))
         .route("/lz/jobs/{id}/session", post(lz::session_ready))
+        .route("/lz/jobs/{id}/session/ending", post(lz::session_ending))
         .route("/lz/tunnel", get(crate::sessions::agent_tunnel))
         .route("/lz/jobs/{id}/results/{*path}", put(lz::upload_result).layer(DefaultBodyLimit::disable()))
         .route("/cargo-bays", get(cargo_bays::list).post(cargo_bays::create))

@@ -3,3 +3,5 @@
 ALTER TABLE jobs ADD COLUMN session TEXT;
 ALTER TABLE jobs ADD COLUMN session_url TEXT;
 ALTER TABLE jobs ADD COLUMN session_ready_at INTEGER;
+-- When its owner was warned that it nears its time limit (a `session.ending` event).
+ALTER TABLE jobs ADD COLUMN session_warned_at INTEGER;

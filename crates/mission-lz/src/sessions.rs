@@ -59,7 +59,15 @@ struct SessionPort {
     last_active: Arc<AtomicU64>,
     /// When its owner is to be warned that it nears its time limit, and the minutes then left.
     warn_at: Option<(Instant, u32)>,
+    /// Connections to its app that are free for the next request.
+    idle: Arc<Mutex<Vec<AppConnection>>>,
 }
+
+/// A kept-alive HTTP/1.1 connection to a session's app.
+type AppConnection = hyper::client::conn::http1::SendRequest<mission_tunnel::Body>;
+
+/// Connections kept per session for the next requests.
+const IDLE_CONNECTIONS: usize = 8;
 
 /// Milliseconds since the agent's first look at the clock: when a session last had traffic.
 fn now_ms() -> u64 {
@@ -110,6 +118,7 @@ impl Sessions {
             kind,
             idle_timeout: request.idle_timeout.map(|minutes| Duration::from_secs(u64::from(minutes) * 60)),
             last_active: Arc::new(AtomicU64::new(now_ms())),
+            idle: Arc::default(),
             warn_at: job.time_limit.map(|limit| {
                 let left = limit.min(ENDING_WARNING_MINUTES);
                 (Instant::now() + Duration::from_secs(u64::from(limit - left) * 60), left)
@@ -231,7 +240,9 @@ async fn forward(agent: Arc<Agent>, request: Request<Incoming>) -> Result<Respon
         .and_then(|v| v.to_str().ok())
         .and_then(|v| Uuid::parse_str(v).ok());
     let Some((job_id, session)) = job_id.and_then(|id| agent.sessions.port(id).map(|session| (id, session))) else {
-        return Ok(answer(StatusCode::NOT_FOUND, "no such session on this landing zone"));
+        let mut refusal = answer(StatusCode::NOT_FOUND, "no such session on this landing zone");
+        refusal.headers_mut().insert(mission_tunnel::NO_SESSION_HEADER, HeaderValue::from_static("1"));
+        return Ok(refusal);
     };
     session.last_active.store(now_ms(), Ordering::Relaxed);
     match to_app(request, &session).await {
@@ -247,10 +258,7 @@ async fn to_app(
     request: Request<Incoming>,
     session: &SessionPort,
 ) -> Result<Response<mission_tunnel::Body>, mission_tunnel::BoxError> {
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", session.port)).await?;
-    let _ = tcp.set_nodelay(true);
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
-    tokio::spawn(connection.with_upgrades());
+    let mut sender = connection(session).await?;
 
     let (mut parts, body) = request.into_parts();
     let upgrade = parts.headers.remove(mission_tunnel::UPGRADE_HEADER);
@@ -271,7 +279,9 @@ async fn to_app(
     parts.version = hyper::Version::HTTP_11;
 
     let Some(protocol) = upgrade else {
-        let response = sender.send_request(Request::from_parts(parts, mission_tunnel::boxed(body))).await?;
+        let response = sender.send_request(Request::from_parts(parts, mission_tunnel::boxed(body))).await;
+        give_back(session, sender);
+        let response = response?;
         let (mut parts, body) = response.into_parts();
         mission_tunnel::strip_hop_by_hop(&mut parts.headers);
         return Ok(Response::from_parts(parts, mission_tunnel::boxed(body)));
@@ -294,6 +304,34 @@ async fn to_app(
     *answer.headers_mut() = headers;
     answer.headers_mut().insert(mission_tunnel::UPGRADED_HEADER, HeaderValue::from_static("1"));
     Ok(answer)
+}
+
+/// A free kept-alive connection to the session's app, or a new one.
+async fn connection(session: &SessionPort) -> Result<AppConnection, mission_tunnel::BoxError> {
+    while let Some(sender) = session.idle.lock().expect("not poisoned").pop() {
+        if sender.is_ready() {
+            return Ok(sender);
+        }
+    }
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", session.port)).await?;
+    let _ = tcp.set_nodelay(true);
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
+    tokio::spawn(connection.with_upgrades());
+    Ok(sender)
+}
+
+/// Keeps `sender` for the session's next request once its answer has been read (unless the
+/// app closes it, or enough are kept).
+fn give_back(session: &SessionPort, mut sender: AppConnection) {
+    let idle = session.idle.clone();
+    tokio::spawn(async move {
+        if sender.ready().await.is_ok() {
+            let mut idle = idle.lock().expect("not poisoned");
+            if idle.len() < IDLE_CONNECTIONS {
+                idle.push(sender);
+            }
+        }
+    });
 }
 
 /// A plain-text answer of the agent's own.

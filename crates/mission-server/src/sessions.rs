@@ -32,10 +32,25 @@ use crate::routes::lz::Agent;
 /// How long a request waits for the agent to open a tunnel it was ordered to.
 const TUNNEL_WAIT: Duration = Duration::from_secs(10);
 
+/// How long a replica trusts what it read of a running session (its owner, kind and landing
+/// zone) before reading it again: not a read of the database per request. A session that ended
+/// meanwhile is no longer known to its agent, which says so, and the route is read again.
+const ROUTE_TTL: Duration = Duration::from_secs(2);
+
+/// Where a running, ready session's requests go.
+#[derive(Debug, Clone, Copy)]
+struct Route {
+    user_id: Uuid,
+    kind: SessionKind,
+    lz_id: Uuid,
+}
+
 /// The tunnels agents opened to this replica, by landing zone, and the upgraded connections
 /// (WebSockets) that go through them.
 pub struct Tunnels {
     open: Mutex<HashMap<Uuid, OpenTunnel>>,
+    /// Routes of sessions read lately, by job, with when they were read.
+    routes: Mutex<HashMap<Uuid, (tokio::time::Instant, Route)>>,
     /// Woken whenever a tunnel opens.
     opened: Notify,
     /// One permit per upgraded connection of a client: they outlive the server's connection
@@ -60,10 +75,31 @@ impl Tunnels {
     /// No tunnels yet; at most `max_upgraded` upgraded client connections at once.
     pub fn new(max_upgraded: usize) -> Self {
         Tunnels {
+            routes: Mutex::new(HashMap::new()),
             open: Mutex::new(HashMap::new()),
             opened: Notify::new(),
             upgraded: Arc::new(Semaphore::new(max_upgraded)),
         }
+    }
+
+    /// The route of session `job_id` read within [`ROUTE_TTL`], if there is one.
+    fn cached_route(&self, job_id: Uuid) -> Option<Route> {
+        let routes = self.routes.lock().expect("not poisoned");
+        routes.get(&job_id).filter(|(read, _)| read.elapsed() < ROUTE_TTL).map(|(_, route)| *route)
+    }
+
+    /// Remembers the route of session `job_id`, just read.
+    fn remember_route(&self, job_id: Uuid, route: Route) {
+        let mut routes = self.routes.lock().expect("not poisoned");
+        if routes.len() >= 10_000 {
+            routes.retain(|_, (read, _)| read.elapsed() < ROUTE_TTL);
+        }
+        routes.insert(job_id, (tokio::time::Instant::now(), route));
+    }
+
+    /// Forgets the route of session `job_id` (its agent no longer knows it).
+    fn forget_route(&self, job_id: Uuid) {
+        self.routes.lock().expect("not poisoned").remove(&job_id);
     }
 
     /// The open tunnel of `lz_id`, if one is.
@@ -181,18 +217,14 @@ async fn forward(app: &AppState, mut request: Request) -> Result<Response, Respo
     let Some(user_id) = caller(app, request.headers()).await? else {
         return Err(sign_in_first(request.headers(), &path));
     };
-    let job = match app.store.job_row(job_id).await.map_err(|e| ApiError::from(e).into_response())? {
-        Some(job) if job.user_id == user_id => job,
-        _ => return Err(no_session()),
+    let route = match app.tunnels.cached_route(job_id) {
+        Some(route) => route,
+        None => read_route(app, job_id, user_id).await?.ok_or_else(no_session)?,
     };
-    let (kind, lz_id) = reachable(&job).map_err(|refusal| {
-        let starting = refusal.status() == StatusCode::SERVICE_UNAVAILABLE;
-        let mut refusal = refusal.into_response();
-        if starting {
-            refusal.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
-        }
-        refusal
-    })?;
+    if route.user_id != user_id {
+        return Err(no_session());
+    }
+    let Route { kind, lz_id, .. } = route;
     let sender = app.tunnels.to(app, lz_id).await.map_err(IntoResponse::into_response)?;
 
     // What the app sees: the path under the session's root for a web app, the whole path for
@@ -246,6 +278,13 @@ async fn forward(app: &AppState, mut request: Request) -> Result<Response, Respo
         ApiError::session_unreachable(format!("the session's landing zone did not answer: {e}")).into_response()
     })?;
     let (mut parts, from_app) = answer.into_parts();
+    if parts.headers.contains_key(mission_tunnel::NO_SESSION_HEADER) {
+        // Ended, or its agent started again without it: the job says which.
+        app.tunnels.forget_route(job_id);
+        read_route(app, job_id, user_id).await?;
+        let lost = "the session's landing zone no longer runs it (its agent started again?)";
+        return Err(ApiError::session_unreachable(lost).into_response());
+    }
     let upgraded = parts.headers.remove(mission_tunnel::UPGRADED_HEADER).is_some();
     mission_tunnel::strip_hop_by_hop(&mut parts.headers);
     match (upgrade, to_app, upgraded) {
@@ -271,6 +310,27 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
+}
+
+/// Reads where session `job_id`'s requests go, and remembers it; `None` for a job that is no
+/// session `user_id` may open; the refusal for one that cannot be reached now (ended: 410;
+/// starting: 503).
+async fn read_route(app: &AppState, job_id: Uuid, user_id: Uuid) -> Result<Option<Route>, Response> {
+    let job = match app.store.job_row(job_id).await.map_err(|e| ApiError::from(e).into_response())? {
+        Some(job) if job.user_id == user_id => job,
+        _ => return Ok(None),
+    };
+    let (kind, lz_id) = reachable(&job).map_err(|refusal| {
+        let starting = refusal.status() == StatusCode::SERVICE_UNAVAILABLE;
+        let mut refusal = refusal.into_response();
+        if starting {
+            refusal.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+        }
+        refusal
+    })?;
+    let route = Route { user_id: job.user_id, kind, lz_id };
+    app.tunnels.remember_route(job_id, route);
+    Ok(Some(route))
 }
 
 /// The signed-in caller, by bearer token or console cookie; `None` when the request carries

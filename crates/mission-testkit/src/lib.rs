@@ -13,6 +13,7 @@ mod podman;
 mod registry;
 mod s3;
 mod webhooks;
+mod websocket;
 
 pub use agent::{FakeAgent, Lines, lines};
 pub use browser::{Browser, ENTER, TAB};
@@ -21,6 +22,7 @@ pub use podman::{forget_podman_image, podman_command, podman_names_of};
 pub use registry::Registry;
 pub use s3::S3Server;
 pub use webhooks::{Received, Receiver};
+pub use websocket::WebSocket;
 
 use std::sync::Arc;
 
@@ -46,6 +48,75 @@ pub async fn device_sign_in(url: &str, username: &str, password: &str) -> (missi
     assert_eq!(page.status(), 200, "approval failed");
     (auth.finish(pending).await.expect("tokens"), auth)
 }
+
+/// A web app for sessions' tests and benchmarks, on Python's standard library alone: files of
+/// its work dir by their paths; any other `GET` says what it received (path, whether the
+/// session's secret came, `Authorization`, `Cookie`, base path); a `POST` the size and SHA-256
+/// of its body; a WebSocket on any path echoes each message (one frame each). It prints
+/// `PORT=…` first.
+pub const SESSION_APP: &str = r#"
+import base64, hashlib, http.server, os
+PORT = int(os.environ["MISSION_SESSION_PORT"])
+TOKEN = os.environ["MISSION_SESSION_TOKEN"]
+class App(http.server.SimpleHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes: without this, Nagle's algorithm holds the
+    # body for the client's delayed ACK (40 ms a request).
+    disable_nagle_algorithm = True
+    def reply(self, text):
+        data = text.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_GET(self):
+        if self.headers.get("Upgrade", "").lower() == "websocket":
+            return self.echo()
+        if os.path.isfile(self.path.lstrip("/").split("?")[0]):
+            return super().do_GET()
+        token = "ok" if self.headers.get("x-mission-session-token") == TOKEN else "missing"
+        self.reply(f"path={self.path}\ntoken={token}\nauthorization={self.headers.get('Authorization')}\n"
+                   f"cookie={self.headers.get('Cookie')}\nbase={os.environ['MISSION_SESSION_BASE_PATH']}\n")
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.reply(f"received={len(body)} sha256={hashlib.sha256(body).hexdigest()}\n")
+    def echo(self):
+        key = self.headers["Sec-WebSocket-Key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", base64.b64encode(hashlib.sha1(key.encode()).digest()).decode())
+        self.end_headers()
+        self.wfile.flush()
+        while True:
+            head = self.rfile.read(2)
+            if len(head) < 2:
+                return
+            opcode, length = head[0] & 15, head[1] & 127
+            if length == 126:
+                length = int.from_bytes(self.rfile.read(2), "big")
+            elif length == 127:
+                length = int.from_bytes(self.rfile.read(8), "big")
+            mask = self.rfile.read(4) if head[1] & 128 else b"\0\0\0\0"
+            data = bytes(b ^ mask[i % 4] for i, b in enumerate(self.rfile.read(length)))
+            if opcode == 8:
+                self.wfile.write(b"\x88\x00")
+                self.wfile.flush()
+                return
+            if length < 126:
+                size = bytes([length])
+            elif length < 65536:
+                size = bytes([126]) + length.to_bytes(2, "big")
+            else:
+                size = bytes([127]) + length.to_bytes(8, "big")
+            self.wfile.write(bytes([0x80 | opcode]) + size + data)
+            self.wfile.flush()
+    def log_message(self, *args):
+        pass
+print(f"PORT={PORT}", flush=True)
+http.server.ThreadingHTTPServer(("127.0.0.1", PORT), App).serve_forever()
+"#;
 
 /// Signs `username` in to the web console at `url` through its sign-in form, as a browser
 /// does; answers the session's `Cookie` header value (`mission_session=…`).

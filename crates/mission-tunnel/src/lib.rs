@@ -42,11 +42,21 @@ pub const UPGRADE_HEADER: &str = "mission-upgrade";
 /// The header of an answer whose app agreed to the upgrade (it answered `101`).
 pub const UPGRADED_HEADER: &str = "mission-upgraded";
 
+/// The header of the agent's own 404 for a session it does not run (the app's 404s have none).
+pub const NO_SESSION_HEADER: &str = "mission-no-session";
+
 /// Bytes of one read from an upgraded connection.
 const READ_BYTES: usize = 16 * 1024;
 
 /// Chunks that may wait in a [`channel_body`] for the other end to take them.
 const CHUNKS_IN_FLIGHT: usize = 8;
+
+/// HTTP/2 flow-control windows of a stream and of the whole tunnel, and the largest frame: what
+/// one end may have in flight unread. Large enough for a download at memory speed; still a
+/// bound (a slow reader holds a stream's window at most).
+const STREAM_WINDOW: u32 = 4 << 20;
+const TUNNEL_WINDOW: u32 = 16 << 20;
+const MAX_FRAME: u32 = 256 << 10;
 
 /// How often each end pings the other on an idle tunnel, and how long it waits for the answer
 /// before taking the tunnel for dead.
@@ -166,7 +176,9 @@ where
     let mut builder = hyper::client::conn::http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
-        .adaptive_window(true)
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(TUNNEL_WINDOW)
+        .max_frame_size(MAX_FRAME)
         .keep_alive_interval(KEEP_ALIVE.0)
         .keep_alive_timeout(KEEP_ALIVE.1)
         .keep_alive_while_idle(true);
@@ -185,7 +197,9 @@ where
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
-        .adaptive_window(true)
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(TUNNEL_WINDOW)
+        .max_frame_size(MAX_FRAME)
         .keep_alive_interval(KEEP_ALIVE.0)
         .keep_alive_timeout(KEEP_ALIVE.1);
     builder.serve_connection(TokioIo::new(io), service).await

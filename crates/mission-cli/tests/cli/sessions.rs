@@ -4,69 +4,11 @@
 use std::time::Duration;
 
 use mission_client::{Client, Job, JobStatus, RunJob, SessionKind, SessionRequest, Uuid};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use mission_testkit::WebSocket;
 
 use super::jobs::{Agent, SHELL, TWO_CPUS, cluster, local_station, mission};
 
-/// A web app on the standard library alone: it says what it received, takes uploads, and
-/// echoes WebSocket messages (RFC 6455, unfragmented frames) on any path that asks for one.
-pub(super) const APP: &str = r#"
-import base64, hashlib, http.server, os
-PORT = int(os.environ["MISSION_SESSION_PORT"])
-TOKEN = os.environ["MISSION_SESSION_TOKEN"]
-class App(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def reply(self, text):
-        data = text.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-    def do_GET(self):
-        if self.headers.get("Upgrade", "").lower() == "websocket":
-            return self.echo()
-        token = "ok" if self.headers.get("x-mission-session-token") == TOKEN else "missing"
-        self.reply(f"path={self.path}\ntoken={token}\nauthorization={self.headers.get('Authorization')}\n"
-                   f"cookie={self.headers.get('Cookie')}\nbase={os.environ['MISSION_SESSION_BASE_PATH']}\n")
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.reply(f"received={len(body)} sha256={hashlib.sha256(body).hexdigest()}\n")
-    def echo(self):
-        key = self.headers["Sec-WebSocket-Key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-        self.send_response(101)
-        self.send_header("Upgrade", "websocket")
-        self.send_header("Connection", "Upgrade")
-        self.send_header("Sec-WebSocket-Accept", base64.b64encode(hashlib.sha1(key.encode()).digest()).decode())
-        self.end_headers()
-        self.wfile.flush()
-        while True:
-            head = self.rfile.read(2)
-            if len(head) < 2:
-                return
-            opcode, length = head[0] & 15, head[1] & 127
-            if length == 126:
-                length = int.from_bytes(self.rfile.read(2), "big")
-            elif length == 127:
-                length = int.from_bytes(self.rfile.read(8), "big")
-            mask = self.rfile.read(4) if head[1] & 128 else b"\0\0\0\0"
-            data = bytes(b ^ mask[i % 4] for i, b in enumerate(self.rfile.read(length)))
-            if opcode == 8:
-                self.wfile.write(b"\x88\x00")
-                self.wfile.flush()
-                return
-            if length < 126:
-                size = bytes([length])
-            elif length < 65536:
-                size = bytes([126]) + length.to_bytes(2, "big")
-            else:
-                size = bytes([127]) + length.to_bytes(8, "big")
-            self.wfile.write(bytes([0x80 | opcode]) + size + data)
-            self.wfile.flush()
-    def log_message(self, *args):
-        pass
-http.server.ThreadingHTTPServer(("127.0.0.1", PORT), App).serve_forever()
-"#;
+pub(super) use mission_testkit::SESSION_APP as APP;
 
 /// Starts a `web` session of a mission that runs [`APP`]; answers it once its URL is known.
 async fn start_web_session(client: &Client) -> Job {
@@ -164,82 +106,6 @@ async fn a_web_session_is_reached_through_the_server_by_its_owner_alone() {
     assert_eq!(ended.session.unwrap().url, None, "an ended session has no URL");
     let gone = http.get(&url).bearer_auth(&alice).send().await.unwrap();
     assert_eq!(gone.status(), 410);
-}
-
-/// A WebSocket client of just what the tests need: masked frames out, unmasked frames in.
-#[derive(Debug)]
-struct WebSocket(tokio::net::TcpStream);
-
-impl WebSocket {
-    /// Opens `path` on `address` with `token`; the status line and headers when refused.
-    async fn open(address: &str, path: &str, token: &str) -> Result<Self, String> {
-        let mut tcp = tokio::net::TcpStream::connect(address).await.unwrap();
-        let request = format!(
-            "GET {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\nConnection: Upgrade\r\n\
-             Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
-        );
-        tcp.write_all(request.as_bytes()).await.unwrap();
-        let mut head = Vec::new();
-        while !head.ends_with(b"\r\n\r\n") {
-            let mut byte = [0u8];
-            tokio::time::timeout(Duration::from_secs(10), tcp.read_exact(&mut byte)).await.unwrap().unwrap();
-            head.push(byte[0]);
-        }
-        let head = String::from_utf8(head).unwrap();
-        if !head.starts_with("HTTP/1.1 101") {
-            return Err(head);
-        }
-        // RFC 6455's own example key and answer.
-        assert!(head.to_ascii_lowercase().contains("sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo="), "{head}");
-        Ok(WebSocket(tcp))
-    }
-
-    /// Sends one frame of `opcode` (1 text, 2 binary) holding `message`.
-    async fn send(&mut self, opcode: u8, message: &[u8]) {
-        let mask = [0x12u8, 0x34, 0x56, 0x78];
-        let mut frame = vec![0x80 | opcode];
-        match message.len() {
-            n if n < 126 => frame.push(0x80 | n as u8),
-            n if n < 65536 => {
-                frame.push(0x80 | 126);
-                frame.extend_from_slice(&(n as u16).to_be_bytes());
-            }
-            n => {
-                frame.push(0x80 | 127);
-                frame.extend_from_slice(&(n as u64).to_be_bytes());
-            }
-        }
-        frame.extend_from_slice(&mask);
-        frame.extend(message.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-        self.0.write_all(&frame).await.unwrap();
-    }
-
-    /// The next whole frame: its opcode and payload.
-    async fn receive(&mut self) -> (u8, Vec<u8>) {
-        tokio::time::timeout(Duration::from_secs(30), async {
-            let mut head = [0u8; 2];
-            self.0.read_exact(&mut head).await.unwrap();
-            assert_eq!(head[0] & 0x80, 0x80, "one final frame");
-            let length = match head[1] & 127 {
-                126 => u64::from(self.0.read_u16().await.unwrap()),
-                127 => self.0.read_u64().await.unwrap(),
-                n => u64::from(n),
-            };
-            let mut data = vec![0; length as usize];
-            self.0.read_exact(&mut data).await.unwrap();
-            (head[0] & 15, data)
-        })
-        .await
-        .expect("a frame within 30 s")
-    }
-
-    /// Sends `message` as one binary frame and reads the frame that comes back.
-    async fn echo(&mut self, message: &[u8]) -> Vec<u8> {
-        self.send(2, message).await;
-        let (opcode, data) = self.receive().await;
-        assert_eq!(opcode, 2, "a binary frame back");
-        data
-    }
 }
 
 /// Unused ids are 404s, like sessions of others.
@@ -519,4 +385,47 @@ async fn a_session_near_its_time_limit_warns_its_owner() {
     assert!(page.contains("id=\"session-ending\""), "{page}");
     client.stop_job(job.job_id).await.unwrap();
     assert!(tokio::time::timeout(Duration::from_secs(2), events.next()).await.is_err(), "one warning");
+}
+
+/// A huge WebSocket message to an app that does not read it holds neither end's memory: the
+/// tunnel's flow control makes the sender wait. The server is a process of its own here, so
+/// its memory can be read.
+#[tokio::test]
+async fn a_huge_message_to_an_app_that_does_not_read_waits_instead_of_filling_memory() {
+    let fx = super::Fixture::start().await;
+    let password = super::admin_password(&fx.data_dir);
+    fx.login("admin", "admin", &password).await;
+    let src = fx.home.path().join("app");
+    std::fs::create_dir_all(&src).unwrap();
+    // It takes the WebSocket, then reads nothing.
+    let app = APP.replace("            head = self.rfile.read(2)", "            __import__('time').sleep(600)");
+    std::fs::write(src.join("run.sh"), "exec python3 app.py\n").unwrap();
+    std::fs::write(src.join("app.py"), app).unwrap();
+    let create = ["missions", "create", "--name", "app", "--type", "shell", "--setting", "filename=run.sh", "--upload"];
+    let mut args: Vec<&str> = create.to_vec();
+    args.push(src.to_str().unwrap());
+    let mission_id = fx.json("admin", &args).await["mission_id"].as_str().unwrap().to_owned();
+    let job = fx.json("admin", &["run", &mission_id, "--session", "web"]).await;
+    let job_id = job["job_id"].as_str().unwrap().to_owned();
+    let token = mission_testkit::device_sign_in(&fx.url, "admin", password.trim()).await.0.access_token;
+
+    let pid = fx.server.id().unwrap();
+    let rss = || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).unwrap();
+        line.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap()
+    };
+    let address = fx.url.trim_start_matches("http://").to_owned();
+    let mut socket = WebSocket::open(&address, &format!("/sessions/{job_id}/echo"), &token).await.unwrap();
+    let before = rss();
+    const HUGE: usize = 256 << 20;
+    let sending = tokio::spawn(async move {
+        socket.send(2, &vec![b'x'; HUGE]).await;
+    });
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!sending.is_finished(), "the sender waits for a reader that never comes");
+    let grown = rss().saturating_sub(before);
+    assert!(grown < 32 << 10, "the server grew by {grown} KiB while a 256 MiB message waited");
+    sending.abort();
+    fx.ok("admin", &["jobs", "stop", &job_id]).await;
 }

@@ -46,7 +46,7 @@ pub(crate) async fn run<R: Runner>(runner: Arc<R>, agent: Arc<Agent>, job: Assig
     match started.await {
         Ok(Some((handle, runs))) => {
             if session {
-                crate::sessions::watch_ready(agent.clone(), job_id);
+                crate::sessions::watch(agent.clone(), job_id);
             }
             follow(&agent, job_id, handle, runs, stop).await
         }

@@ -4,7 +4,7 @@
 //! ([`Sessions::prepare`]): its program finds them in `MISSION_SESSION_PORT` and
 //! `MISSION_SESSION_TOKEN`, and the built-in kinds get their command (Jupyter Lab, VS Code)
 //! with them. Once the port answers, the server hears that the session is ready
-//! ([`watch_ready`]). When the server orders a tunnel ([`open_tunnel`]), the agent opens one out
+//! ([`watch`]). When the server orders a tunnel ([`open_tunnel`]), the agent opens one out
 //! to it and serves the requests that come through it ([`mission_tunnel`]) by forwarding each
 //! to its session's port, WebSockets included. A request for a job that is no session of this
 //! agent's is a 404. Every tunnel of every replica ends here, so the agent is where a session's
@@ -41,7 +41,7 @@ const IDLE_GRACE: Duration = Duration::from_secs(10);
 /// The sessions this agent runs, and the tunnels it holds open.
 #[derive(Debug, Default)]
 pub(crate) struct Sessions {
-    ports: Mutex<HashMap<Uuid, SessionPort>>,
+    ports: Mutex<HashMap<Uuid, Arc<SessionPort>>>,
     /// The base URLs of the servers a tunnel is open to.
     tunnels: Mutex<HashSet<String>>,
     /// Sessions ended for being idle, with the reason their final report gives.
@@ -50,17 +50,17 @@ pub(crate) struct Sessions {
 
 /// Where a session's app listens, the secret every request to it carries, and when traffic
 /// last went through.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct SessionPort {
     port: u16,
     secret: String,
     kind: SessionKind,
     idle_timeout: Option<Duration>,
-    last_active: Arc<AtomicU64>,
+    last_active: AtomicU64,
     /// When its owner is to be warned that it nears its time limit, and the minutes then left.
     warn_at: Option<(Instant, u32)>,
     /// Connections to its app that are free for the next request.
-    idle: Arc<Mutex<Vec<AppConnection>>>,
+    idle: Mutex<Vec<AppConnection>>,
 }
 
 /// A kept-alive HTTP/1.1 connection to a session's app.
@@ -117,14 +117,14 @@ impl Sessions {
             secret,
             kind,
             idle_timeout: request.idle_timeout.map(|minutes| Duration::from_secs(u64::from(minutes) * 60)),
-            last_active: Arc::new(AtomicU64::new(now_ms())),
-            idle: Arc::default(),
+            last_active: AtomicU64::new(now_ms()),
+            idle: Mutex::default(),
             warn_at: job.time_limit.map(|limit| {
                 let left = limit.min(ENDING_WARNING_MINUTES);
                 (Instant::now() + Duration::from_secs(u64::from(limit - left) * 60), left)
             }),
         };
-        self.ports.lock().expect("not poisoned").insert(job.job_id, session);
+        self.ports.lock().expect("not poisoned").insert(job.job_id, Arc::new(session));
         Ok((Assignment { command, ..job }, env))
     }
 
@@ -139,7 +139,7 @@ impl Sessions {
         self.idled.lock().expect("not poisoned").remove(&job_id)
     }
 
-    fn port(&self, job_id: Uuid) -> Option<SessionPort> {
+    fn port(&self, job_id: Uuid) -> Option<Arc<SessionPort>> {
         self.ports.lock().expect("not poisoned").get(&job_id).cloned()
     }
 }
@@ -162,7 +162,7 @@ fn free_loopback_port() -> std::io::Result<u16> {
 /// the session's URL from then on; gives up when the session ends first. Then, while it runs:
 /// warns its owner (through the server) [`ENDING_WARNING_MINUTES`] before its time limit, and,
 /// with an idle timeout, ends it once nothing went through it for that long.
-pub(crate) fn watch_ready(agent: Arc<Agent>, job_id: Uuid) {
+pub(crate) fn watch(agent: Arc<Agent>, job_id: Uuid) {
     tokio::spawn(async move {
         let session = loop {
             let Some(session) = agent.sessions.port(job_id) else { return };
@@ -256,7 +256,7 @@ async fn forward(agent: Arc<Agent>, request: Request<Incoming>) -> Result<Respon
 
 async fn to_app(
     request: Request<Incoming>,
-    session: &SessionPort,
+    session: &Arc<SessionPort>,
 ) -> Result<Response<mission_tunnel::Body>, mission_tunnel::BoxError> {
     let mut sender = connection(session).await?;
 
@@ -298,7 +298,7 @@ async fn to_app(
     mission_tunnel::strip_hop_by_hop(&mut headers);
     let upgraded = hyper::upgrade::on(&mut response).await?;
     let (to_server, from_app) = mission_tunnel::channel_body();
-    let upgraded = Active { io: TokioIo::new(upgraded), last_active: session.last_active.clone() };
+    let upgraded = Active { io: TokioIo::new(upgraded), session: session.clone() };
     tokio::spawn(mission_tunnel::splice(upgraded, body, to_server));
     let mut answer = Response::new(from_app);
     *answer.headers_mut() = headers;
@@ -322,11 +322,11 @@ async fn connection(session: &SessionPort) -> Result<AppConnection, mission_tunn
 
 /// Keeps `sender` for the session's next request once its answer has been read (unless the
 /// app closes it, or enough are kept).
-fn give_back(session: &SessionPort, mut sender: AppConnection) {
-    let idle = session.idle.clone();
+fn give_back(session: &Arc<SessionPort>, mut sender: AppConnection) {
+    let session = session.clone();
     tokio::spawn(async move {
         if sender.ready().await.is_ok() {
-            let mut idle = idle.lock().expect("not poisoned");
+            let mut idle = session.idle.lock().expect("not poisoned");
             if idle.len() < IDLE_CONNECTIONS {
                 idle.push(sender);
             }
@@ -345,7 +345,7 @@ fn answer(status: StatusCode, text: &str) -> Response<mission_tunnel::Body> {
 /// An upgraded connection to a session's app whose every read and write counts as activity.
 struct Active<IO> {
     io: IO,
-    last_active: Arc<AtomicU64>,
+    session: Arc<SessionPort>,
 }
 
 impl<IO: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Active<IO> {
@@ -354,14 +354,14 @@ impl<IO: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Active<IO> {
         cx: &mut Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        self.last_active.store(now_ms(), Ordering::Relaxed);
+        self.session.last_active.store(now_ms(), Ordering::Relaxed);
         Pin::new(&mut self.io).poll_read(cx, buf)
     }
 }
 
 impl<IO: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Active<IO> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        self.last_active.store(now_ms(), Ordering::Relaxed);
+        self.session.last_active.store(now_ms(), Ordering::Relaxed);
         Pin::new(&mut self.io).poll_write(cx, buf)
     }
 

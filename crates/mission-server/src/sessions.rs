@@ -225,7 +225,7 @@ async fn forward(app: &AppState, mut request: Request) -> Result<Response, Respo
         return Err(no_session());
     }
     let Route { kind, lz_id, .. } = route;
-    let sender = app.tunnels.to(app, lz_id).await.map_err(IntoResponse::into_response)?;
+    let mut sender = app.tunnels.to(app, lz_id).await.map_err(IntoResponse::into_response)?;
 
     // What the app sees: the path under the session's root for a web app, the whole path for
     // apps told their base path; none of Mission's own credentials.
@@ -273,7 +273,6 @@ async fn forward(app: &AppState, mut request: Request) -> Result<Response, Respo
         ),
         None => None,
     };
-    let mut sender = sender;
     let answer = sender.send_request(forwarded).await.map_err(|e| {
         ApiError::session_unreachable(format!("the session's landing zone did not answer: {e}")).into_response()
     })?;

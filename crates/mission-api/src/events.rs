@@ -12,6 +12,8 @@
 //! - `files.changed`: `data` has `path` and `change` (`uploaded` or `deleted`);
 //! - `session.ending`: a session nears its time limit (10 minutes before, or at once when its
 //!   limit is shorter): `data` has `minutes_left`, `time_limit` and `detail` in words;
+//! - `shell.opened`: its owner opened a shell in a running job (`mission jobs shell`): `data`
+//!   has `command` (absent for an interactive shell), `tty` and `detail` in words;
 //! - `project.budget_warning`, to each member of a project that has spent 80% of its budget this
 //!   period: `data` has `project_id`, `project`, `period`, `period_start`, `cpu_hours`,
 //!   `gpu_hours`, `spent_cpu_hours`, `spent_gpu_hours` and `detail` in words.

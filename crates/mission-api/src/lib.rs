@@ -32,6 +32,7 @@ pub mod paths;
 pub mod problem;
 pub mod projects;
 pub mod sessions;
+pub mod shell;
 pub mod stations;
 pub mod users;
 pub mod versions;

@@ -141,6 +141,8 @@ pub(crate) struct Agent {
     pub jobs: Mutex<HashMap<Uuid, RunningJob>>,
     /// The sessions among them, and the tunnels they are reached through.
     pub sessions: crate::sessions::Sessions,
+    /// The running jobs a shell can be opened in.
+    pub shells: crate::shell::Shells,
     /// Jobs that ended here whose final report the server has not taken yet. A hello names
     /// them as running: a server that came up meanwhile (restarted, or a replica that took the
     /// lead) would otherwise count them lost, since it takes no report before the hello.
@@ -340,6 +342,7 @@ async fn serve<R: Runner>(
         cache: InputCache::new(config.data_dir.join("cache")),
         jobs: Mutex::new(HashMap::new()),
         sessions: Default::default(),
+        shells: Default::default(),
         unreported_ends: Mutex::new(HashSet::new()),
         reports,
         tasks: TaskTracker::new(),
@@ -543,6 +546,7 @@ mod tests {
             cache: InputCache::new(dir.path().to_path_buf()),
             jobs: Mutex::default(),
             sessions: Default::default(),
+            shells: Default::default(),
             unreported_ends: Mutex::default(),
             reports,
             tasks: TaskTracker::new(),

@@ -27,6 +27,7 @@ mod podman;
 mod runner;
 pub mod sandbox;
 mod sessions;
+mod shell;
 pub mod slurm;
 mod workdirs;
 

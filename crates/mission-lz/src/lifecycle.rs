@@ -106,6 +106,7 @@ async fn follow<H: JobHandle>(
             }
         }
     }
+    agent.shells.forget(job_id);
     // A session ended for being idle ends as sessions do, with its results.
     let idle = agent.sessions.idle_end(job_id);
     let finished = handle.finish(stopping.ordered.is_some() && idle.is_none()).await;

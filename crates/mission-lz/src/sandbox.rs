@@ -517,6 +517,8 @@ impl Sandbox {
                 .namespaces
                 .is_ok()
                 .then(|| Namespaces { masked: self.masked.clone(), private_tmp: self.private_tmp }),
+            join: None,
+            terminal: false,
             dir: dir.to_owned(),
             env: env
                 .into_iter()

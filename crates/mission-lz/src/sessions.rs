@@ -232,8 +232,11 @@ pub(crate) fn open_tunnel(agent: Arc<Agent>, url: Option<String>) {
     });
 }
 
-/// One request from the tunnel, forwarded to its session's app.
+/// One request from the tunnel, forwarded to its session's app (or a job shell's WebSocket).
 async fn forward(agent: Arc<Agent>, request: Request<Incoming>) -> Result<Response<mission_tunnel::Body>, Infallible> {
+    if request.headers().contains_key(mission_tunnel::SHELL_HEADER) {
+        return Ok(crate::shell::open(&agent, request).await);
+    }
     let job_id = request
         .headers()
         .get(mission_tunnel::SESSION_HEADER)
@@ -335,7 +338,7 @@ fn give_back(session: &Arc<SessionPort>, mut sender: AppConnection) {
 }
 
 /// A plain-text answer of the agent's own.
-fn answer(status: StatusCode, text: &str) -> Response<mission_tunnel::Body> {
+pub(crate) fn answer(status: StatusCode, text: &str) -> Response<mission_tunnel::Body> {
     let mut response = Response::new(mission_tunnel::full(format!("{text}\n")));
     *response.status_mut() = status;
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));

@@ -336,6 +336,51 @@ function kindFields(select) {
   show();
 }
 
+// A terminal on a shell in a running job (GET /api/v1/jobs/{id}/shell): messages whose first
+// byte names their channel, 0 input, 1 and 2 output, 3 the exit (JSON), 4 a new size (JSON).
+function terminal(box) {
+  const status = document.getElementById("terminal-status");
+  const term = new Terminal({ cursorBlink: true, fontSize: 14, scrollback: 5000 });
+  const fit = new FitAddon.FitAddon();
+  term.loadAddon(fit);
+  term.open(box);
+  fit.fit();
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  const address = `${scheme}//${location.host}/api/v1/jobs/${box.dataset.job}/shell?cols=${term.cols}&rows=${term.rows}`;
+  const socket = new WebSocket(address);
+  socket.binaryType = "arraybuffer";
+  const encoder = new TextEncoder();
+  const send = (channel, bytes) => {
+    if (socket.readyState !== WebSocket.OPEN) return;
+    const message = new Uint8Array(bytes.length + 1);
+    message[0] = channel;
+    message.set(bytes, 1);
+    socket.send(message);
+  };
+  let ended = false;
+  socket.addEventListener("open", () => {
+    status.textContent = "Connected";
+    term.focus();
+  });
+  socket.addEventListener("message", (event) => {
+    const data = new Uint8Array(event.data);
+    if (data[0] === 1 || data[0] === 2) {
+      term.write(data.subarray(1));
+    } else if (data[0] === 3) {
+      const exit = JSON.parse(new TextDecoder().decode(data.subarray(1)));
+      ended = true;
+      status.textContent = exit.error ? `Ended: ${exit.error}` : `The shell exited with ${exit.exit_code}`;
+    }
+  });
+  socket.addEventListener("close", () => {
+    if (!ended) status.textContent = "Disconnected: is the job still running?";
+    box.dataset.closed = "true";
+  });
+  term.onData((typed) => send(0, encoder.encode(typed)));
+  term.onResize(({ cols, rows }) => send(4, encoder.encode(JSON.stringify({ cols, rows }))));
+  window.addEventListener("resize", () => fit.fit());
+}
+
 document.documentElement.classList.add("js");
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -350,6 +395,8 @@ document.addEventListener("DOMContentLoaded", () => {
   if (run) runDialog(run);
   const jobs = document.querySelector("table#jobs[data-events]");
   if (jobs) liveJobs(jobs);
+  const shell = document.getElementById("terminal");
+  if (shell) terminal(shell);
   const job = document.querySelector('#job[data-finished="false"]');
   if (job) liveJob(job);
 });

@@ -47,6 +47,7 @@ pub mod scheduler;
 pub mod sealing;
 pub mod serve;
 pub mod sessions;
+pub mod shell;
 pub mod users;
 pub mod webhooks;
 

@@ -26,6 +26,7 @@ use tokio::sync::{Notify, Semaphore};
 use uuid::Uuid;
 
 use crate::AppState;
+use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::routes::lz::Agent;
 
@@ -209,7 +210,7 @@ pub async fn proxy(State(app): State<AppState>, request: Request) -> Response {
     }
 }
 
-async fn forward(app: &AppState, mut request: Request) -> Result<Response, Response> {
+async fn forward(app: &AppState, request: Request) -> Result<Response, Response> {
     let path = request.uri().path().to_owned();
     let raw_id = path.trim_start_matches("/sessions/").split('/').next().unwrap_or_default();
     let no_session = || ApiError::not_found("session", raw_id).into_response();
@@ -225,7 +226,6 @@ async fn forward(app: &AppState, mut request: Request) -> Result<Response, Respo
         return Err(no_session());
     }
     let Route { kind, lz_id, .. } = route;
-    let mut sender = app.tunnels.to(app, lz_id).await.map_err(IntoResponse::into_response)?;
 
     // What the app sees: the path under the session's root for a web app, the whole path for
     // apps told their base path; none of Mission's own credentials.
@@ -249,58 +249,91 @@ async fn forward(app: &AppState, mut request: Request) -> Result<Response, Respo
     let scheme = if app.public_url.starts_with("https://") { "https" } else { "http" };
     headers.insert("x-forwarded-proto", HeaderValue::from_static(scheme));
 
-    let (body, to_app) = match &upgrade {
+    let answer = match upgrade {
         Some(protocol) => {
-            headers.insert(mission_tunnel::UPGRADE_HEADER, protocol.clone());
-            let (to_app, body) = mission_tunnel::channel_body();
-            (body, Some(to_app))
+            let protocol = protocol.to_str().unwrap_or("websocket").to_owned();
+            through_tunnel(app, lz_id, request, format!("http://session{seen}{query}"), headers, &protocol).await
         }
-        None => (mission_tunnel::boxed(std::mem::take(request.body_mut())), None),
+        None => send(app, lz_id, request, format!("http://session{seen}{query}"), headers).await,
     };
-    let mut forwarded = hyper::Request::builder()
-        .method(request.method().clone())
-        .uri(format!("http://session{seen}{query}"))
-        .body(body)
-        .map_err(|e| ApiError::invalid(format!("the request cannot be forwarded: {e}")).into_response())?;
-    *forwarded.headers_mut() = headers;
-    let permit = match upgrade {
-        Some(_) => Some(
-            app.tunnels
-                .upgraded
-                .clone()
-                .try_acquire_owned()
-                .map_err(|_| ApiError::too_many_connections().into_response())?,
-        ),
-        None => None,
-    };
-    let answer = sender.send_request(forwarded).await.map_err(|e| {
-        ApiError::session_unreachable(format!("the session's landing zone did not answer: {e}")).into_response()
-    })?;
-    let (mut parts, from_app) = answer.into_parts();
-    if parts.headers.contains_key(mission_tunnel::NO_SESSION_HEADER) {
+    let answer = answer.map_err(IntoResponse::into_response)?;
+    if answer.headers().contains_key(mission_tunnel::NO_SESSION_HEADER) {
         // Ended, or its agent started again without it: the job says which.
         app.tunnels.forget_route(job_id);
         read_route(app, job_id, user_id).await?;
         let lost = "the session's landing zone no longer runs it (its agent started again?)";
         return Err(ApiError::session_unreachable(lost).into_response());
     }
+    Ok(answer)
+}
+
+/// Sends `request` (its method and body) to `uri` through the tunnel of `lz_id` with `headers`
+/// in place of its own, and answers what comes back.
+async fn send(app: &AppState, lz_id: Uuid, request: Request, uri: String, headers: HeaderMap) -> ApiResult<Response> {
+    let (parts, body) = request.into_parts();
+    let answer = to_agent(app, lz_id, parts.method, uri, headers, mission_tunnel::boxed(body)).await?;
+    let (mut parts, from_app) = answer.into_parts();
+    mission_tunnel::strip_hop_by_hop(&mut parts.headers);
+    Ok(Response::from_parts(parts, Body::new(from_app)))
+}
+
+/// Sends a request through the tunnel of `lz_id` (one the agent is ordered to open, if none is).
+async fn to_agent(
+    app: &AppState,
+    lz_id: Uuid,
+    method: axum::http::Method,
+    uri: String,
+    headers: HeaderMap,
+    body: mission_tunnel::Body,
+) -> ApiResult<hyper::Response<hyper::body::Incoming>> {
+    let mut sender = app.tunnels.to(app, lz_id).await?;
+    let mut forwarded = hyper::Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(body)
+        .map_err(|e| ApiError::invalid(format!("the request cannot be forwarded: {e}")))?;
+    *forwarded.headers_mut() = headers;
+    sender
+        .send_request(forwarded)
+        .await
+        .map_err(|e| ApiError::session_unreachable(format!("the session's landing zone did not answer: {e}")))
+}
+
+/// Sends the upgrade `request` asks for (to `protocol`) to `uri` through the tunnel of `lz_id`
+/// with `headers` in place of its own. Where the other end agrees, answers `101` and splices
+/// the client's upgraded connection to it, within the bound of upgraded connections; else
+/// answers what came back.
+pub(crate) async fn through_tunnel(
+    app: &AppState,
+    lz_id: Uuid,
+    mut request: Request,
+    uri: String,
+    mut headers: HeaderMap,
+    protocol: &str,
+) -> ApiResult<Response> {
+    let permit = app.tunnels.upgraded.clone().try_acquire_owned().map_err(|_| ApiError::too_many_connections())?;
+    headers.insert(
+        mission_tunnel::UPGRADE_HEADER,
+        HeaderValue::from_str(protocol).map_err(|e| ApiError::invalid(e.to_string()))?,
+    );
+    let (to_far_end, body) = mission_tunnel::channel_body();
+    let answer = to_agent(app, lz_id, request.method().clone(), uri, headers, body).await?;
+    let (mut parts, from_far_end) = answer.into_parts();
     let upgraded = parts.headers.remove(mission_tunnel::UPGRADED_HEADER).is_some();
     mission_tunnel::strip_hop_by_hop(&mut parts.headers);
-    match (upgrade, to_app, upgraded) {
-        (Some(protocol), Some(to_app), true) => {
-            let client = hyper::upgrade::on(&mut request);
-            tokio::spawn(async move {
-                let _permit = permit;
-                if let Ok(client) = client.await {
-                    mission_tunnel::splice(TokioIo::new(client), from_app, to_app).await;
-                }
-            });
-            let mut response = upgrade_answer(protocol.to_str().unwrap_or("websocket"));
-            response.headers_mut().extend(parts.headers);
-            Ok(response)
-        }
-        _ => Ok(Response::from_parts(parts, Body::new(from_app))),
+    if !upgraded {
+        return Ok(Response::from_parts(parts, Body::new(from_far_end)));
     }
+    let client = hyper::upgrade::on(&mut request);
+    tokio::spawn(async move {
+        let _permit = permit;
+        if let Ok(client) = client.await {
+            mission_tunnel::splice(TokioIo::new(client), from_far_end, to_far_end).await;
+        }
+    });
+    let mut response = upgrade_answer(protocol);
+    response.headers_mut().extend(parts.headers);
+    Ok(response)
 }
 
 /// The bearer token of a request's `Authorization`, if that is what it holds; another scheme
@@ -335,12 +368,18 @@ async fn read_route(app: &AppState, job_id: Uuid, user_id: Uuid) -> Result<Optio
 /// The signed-in caller, by bearer token or console cookie; `None` when the request carries
 /// neither (a token that fails is refused, as on the API).
 async fn caller(app: &AppState, headers: &HeaderMap) -> Result<Option<Uuid>, Response> {
+    let principal = caller_principal(app, headers).await.map_err(IntoResponse::into_response)?;
+    Ok(principal.map(|(principal, _)| principal.user_id))
+}
+
+/// The signed-in caller, by bearer token or console cookie (then with `true`); `None` when
+/// the request carries neither (a token that fails is refused, as on the API).
+pub(crate) async fn caller_principal(app: &AppState, headers: &HeaderMap) -> ApiResult<Option<(Principal, bool)>> {
     if let Some(token) = bearer(headers) {
-        let principal = app.auth.authenticate(token).await.map_err(IntoResponse::into_response)?;
-        return Ok(Some(principal.user_id));
+        return Ok(Some((app.auth.authenticate(token).await?, false)));
     }
-    let principal = crate::console::session::cookie_principal(app, headers).await;
-    Ok(principal.map_err(|e| ApiError::from(e).into_response())?.map(|p| p.user_id))
+    let principal = crate::console::session::cookie_principal(app, headers).await?;
+    Ok(principal.map(|principal| (principal, true)))
 }
 
 /// An anonymous request: a browser goes to sign in and comes back; a program is told to.
@@ -375,7 +414,7 @@ fn reachable(job: &Job) -> Result<(SessionKind, Uuid), ApiError> {
 }
 
 /// The protocol a request asks to upgrade to (`Connection: upgrade` with `Upgrade`).
-fn requested_upgrade(headers: &HeaderMap) -> Option<HeaderValue> {
+pub(crate) fn requested_upgrade(headers: &HeaderMap) -> Option<HeaderValue> {
     let connection = headers.get_all(header::CONNECTION).iter().filter_map(|v| v.to_str().ok());
     let asks = connection.flat_map(|v| v.split(',')).any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
     asks.then(|| headers.get(header::UPGRADE).cloned()).flatten()

@@ -448,6 +448,35 @@ impl Store {
         })
     }
 
+    /// Records that `user_id` opens a shell in `job_id`, which must be theirs and running: a
+    /// `shell.opened` event with `data`, and the audit entry noted for it, in one transaction.
+    /// Answers the landing zone the job runs on; `None` when it is not such a job.
+    pub async fn open_shell(
+        &self,
+        job_id: Uuid,
+        user_id: Uuid,
+        data: &serde_json::Value,
+        at: DateTime<Utc>,
+    ) -> Result<Option<Uuid>, StoreError> {
+        use crate::events::{NewEvent, commit_with_events, events_json};
+        with_conn!(self, writer, |conn| {
+            let mut tx = conn.begin().await?;
+            let running = sqlx::query(
+                "SELECT lz_id, mission_id FROM jobs WHERE job_id = $1 AND user_id = $2 AND status = 'running' \
+                 AND lz_id IS NOT NULL",
+            )
+            .bind(job_id.to_string())
+            .bind(user_id.to_string())
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some(row) = running else { return Ok(None) };
+            let (lz_id, mission_id) = (row.uuid("lz_id")?, row.uuid("mission_id")?);
+            let event = NewEvent::job("shell.opened", user_id, mission_id, job_id, data, at);
+            commit_with_events!(self, tx, events_json(&[event]));
+            Ok(Some(lz_id))
+        })
+    }
+
     /// Of `job_ids`, the jobs placed on `lz_id` (in submission order), with what their end needs:
     /// their mission, whether their output passed its log cap, and the mission's destination
     /// cargo bay. One read for a batch of an agent's reports.

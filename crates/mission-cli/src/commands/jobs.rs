@@ -150,6 +150,14 @@ pub enum JobsCommand {
         /// Job id.
         job: Uuid,
     },
+    /// Open a shell inside a running job of yours: as its user, in its work dir, environment
+    /// and sandbox, through the service (no SSH, no port on the host). Every opening is audited.
+    ///
+    ///   mission jobs shell 9c1e…                       an interactive shell
+    ///   mission jobs shell 9c1e… -- nvidia-smi         one command; its exit code is ours
+    ///   mission jobs shell 9c1e… -- 'ps aux | head'    a command line, run by sh -c
+    #[command(verbatim_doc_comment)]
+    Shell(super::shell::ShellArgs),
     /// Start an ended job again as a new job (same mission, command, resources, labels, retry
     /// policy), or with `--failed --mission M` every job of the mission that failed or was lost
     /// and was not rerun yet, leaving the completed ones alone.
@@ -621,6 +629,12 @@ impl JobsCommand {
                     _ => format!("stopping job {} (its landing zone kills it now)", job.job_id),
                 };
                 out.done(&job, &message);
+            }
+            JobsCommand::Shell(args) => {
+                let code = super::shell::run(&client, args).await?;
+                if code != 0 {
+                    std::process::exit(code);
+                }
             }
             JobsCommand::Array { array, stop } => {
                 let array =

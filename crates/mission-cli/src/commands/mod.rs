@@ -12,6 +12,7 @@ pub mod missions;
 pub mod projects;
 pub mod retries;
 pub mod server;
+pub mod shell;
 pub mod sizes;
 pub mod stations;
 pub mod types;

@@ -14,6 +14,7 @@ mod jobs;
 mod reclaim;
 mod replicas;
 mod sessions;
+mod shell;
 mod slurm;
 mod webhooks;
 

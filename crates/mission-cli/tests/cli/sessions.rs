@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use mission_client::{Client, Job, JobStatus, RunJob, SessionKind, SessionRequest, Uuid};
 use mission_testkit::WebSocket;
+use mission_tunnel::websocket::Opcode;
 
 use super::jobs::{Agent, SHELL, TWO_CPUS, cluster, local_station, mission};
 
@@ -315,13 +316,13 @@ async fn jupyter_lab_runs_a_cell_through_the_proxy() {
         "content": {"code": "print(6 * 7, open('data.txt').read().strip())", "silent": false,
                     "store_history": false, "user_expressions": {}, "allow_stdin": false, "stop_on_error": true},
     });
-    channels.send(1, execute.to_string().as_bytes()).await;
+    channels.send(Opcode::Text, execute.to_string().as_bytes()).await;
     let printed = loop {
-        let (opcode, data) = channels.receive().await;
-        if opcode != 1 {
+        let frame = channels.receive().await.expect("the kernel's answer");
+        if frame.opcode != Opcode::Text {
             continue;
         }
-        let message: serde_json::Value = serde_json::from_slice(&data).unwrap();
+        let message: serde_json::Value = serde_json::from_slice(&frame.payload).unwrap();
         if message["msg_type"] == "stream" && message["parent_header"]["msg_id"] == "cell-1" {
             break message["content"]["text"].as_str().unwrap().to_owned();
         }
@@ -420,7 +421,7 @@ async fn a_huge_message_to_an_app_that_does_not_read_waits_instead_of_filling_me
     let before = rss();
     const HUGE: usize = 256 << 20;
     let sending = tokio::spawn(async move {
-        socket.send(2, &vec![b'x'; HUGE]).await;
+        socket.send(Opcode::Binary, &vec![b'x'; HUGE]).await;
     });
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(!sending.is_finished(), "the sender waits for a reader that never comes");

@@ -222,6 +222,11 @@ impl JobEvents {
         self.agent.report(self.job_id, JobStatus::Staging, None, Some(reason), None);
     }
 
+    /// Shells can be opened in it with `starter` from now until it ends.
+    pub fn shells_open(&self, starter: Arc<dyn crate::shell::ShellStarter>) {
+        self.agent.shells.offer(self.job_id, starter);
+    }
+
     /// Its program started at `at`; `limits` says how its limits are enforced.
     pub fn running(&self, at: chrono::DateTime<chrono::Utc>, limits: String) {
         self.agent.report_started(self.job_id, at, limits);

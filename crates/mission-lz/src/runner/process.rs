@@ -31,7 +31,9 @@ use crate::cgroups::{Cgroups, JobCgroup};
 use crate::detect::detect;
 use crate::output::changed_files;
 use crate::podman::{ContainerRun, Podman};
+use crate::sandbox::spawner::Plan;
 use crate::sandbox::{JobProcess, JobUser, Launcher, Sandbox, SandboxError};
+use crate::shell::ShellStarter;
 use crate::workdirs::{WorkDir, WorkDirs};
 
 /// The process runner of one agent.
@@ -173,7 +175,10 @@ impl Runner for ProcessRunner {
             Ok(Err(e)) => return Err(self.released_image(image, e).await),
             Err(e) => return Err(self.released_image(image, e.into()).await),
         };
-        let Launched { mut program, group, limits, dir, user } = launched;
+        let Launched { mut program, group, limits, dir, user, plan } = launched;
+        if let (Some(plan), Program::Sandboxed(process)) = (plan, &program) {
+            events.shells_open(Arc::new(SandboxShell { runner: self.clone(), plan, pid: process.pid }));
+        }
         events.running(chrono::Utc::now(), limits);
         let pipes = program.take_pipes();
         Ok(ProcessJob {
@@ -351,6 +356,9 @@ struct Launched {
     dir: WorkDir,
     /// Whom it runs as.
     user: JobUser,
+    /// How its program was started, where it runs sandboxed on the host: shells in it start
+    /// the same way.
+    plan: Option<Plan>,
 }
 
 /// Stages the job and starts its program, in one blocking step: a work dir gets the mission's
@@ -415,18 +423,19 @@ fn launch(
             };
             let limits = format!("{limits}; {}, as uid {uid}", podman.describe(&run));
             let started = start_container(podman, &run);
-            started.map(|child| (Program::Container { child, name: run.name, cpu_measured: cpu_limited }, limits))
+            let started = started.map(|child| Program::Container { child, name: run.name, cpu_measured: cpu_limited });
+            started.map(|program| (program, limits, None))
         }
         _ => {
             let procs = group.as_ref().map(JobCgroup::procs_files).unwrap_or_default();
             let env = runner.job_env.iter().map(|(name, value)| (*name, value.as_os_str())).chain(own);
             let plan = runner.sandbox.plan(&job.command, env, dir.path(), &user, &procs);
             let limits = format!("{limits}; {}", runner.sandbox.describe_job(&user));
-            runner.launcher.start_job(&plan).map(|child| (Program::Sandboxed(child), limits))
+            runner.launcher.start_job(&plan).map(|child| (Program::Sandboxed(child), limits, Some(plan)))
         }
     };
     match started {
-        Ok((program, limits)) => Ok(Launched { program, group, limits, dir, user }),
+        Ok((program, limits, plan)) => Ok(Launched { program, group, limits, dir, user, plan }),
         Err(e) => {
             if let Some(g) = group {
                 runner.cgroups.give_back(g);
@@ -448,6 +457,27 @@ fn start_container(podman: &Podman, run: &ContainerRun) -> std::io::Result<tokio
     command.envs(["PATH", "HOME"].into_iter().filter_map(|name| Some((name, std::env::var_os(name)?))));
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     command.spawn()
+}
+
+/// Starts shells in a job that runs sandboxed on the host: as its program started, in its
+/// namespaces.
+struct SandboxShell {
+    runner: Arc<ProcessRunner>,
+    /// How the job's program started.
+    plan: Plan,
+    /// The job's process: the init of its namespaces, where it has them.
+    pid: u32,
+}
+
+impl ShellStarter for SandboxShell {
+    fn start(
+        &self,
+        program: Vec<std::ffi::OsString>,
+        terminal: bool,
+        stdio: [std::os::fd::BorrowedFd<'_>; 3],
+    ) -> std::io::Result<JobProcess> {
+        self.runner.launcher.start_with(&self.plan.shell(self.pid, program, terminal), stdio)
+    }
 }
 
 /// A job's running program: sandboxed on the host, or a container (the `podman run` that

@@ -3,7 +3,7 @@
 
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::ExitStatus;
 use std::sync::{Mutex, mpsc};
@@ -75,6 +75,15 @@ impl Launcher {
     /// Starts a job's process as `plan` says, with stdin from `/dev/null` and stdout and stderr
     /// piped. Blocking.
     pub(crate) fn start_job(&self, plan: &Plan) -> io::Result<JobProcess> {
+        let (stdout, stdout_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        let (stderr, stderr_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        let mut process = self.start_with(plan, [self.dev_null.as_fd(), stdout_w.as_fd(), stderr_w.as_fd()])?;
+        (process.stdout, process.stderr) = (Some(stdout), Some(stderr));
+        Ok(process)
+    }
+
+    /// Starts a process as `plan` says with `stdio` as its stdin, stdout and stderr. Blocking.
+    pub(crate) fn start_with(&self, plan: &Plan, stdio: [BorrowedFd<'_>; 3]) -> io::Result<JobProcess> {
         let encoded = plan.encode();
         if encoded.len() > spawner::MAX_PLAN {
             return Err(io::Error::other(format!(
@@ -82,11 +91,10 @@ impl Launcher {
                 spawner::MAX_PLAN / 1024
             )));
         }
-        let (stdout, stdout_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-        let (stderr, stderr_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         let (status, status_w) =
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK)?;
-        let fds = [self.dev_null.as_fd(), stdout_w.as_fd(), stderr_w.as_fd(), status_w.as_fd()];
+        let [stdin, stdout, stderr] = stdio;
+        let fds = [stdin, stdout, stderr, status_w.as_fd()];
         let mut spawner = self.spawner.lock().expect("not poisoned");
         let mut socket = match spawner.take() {
             Some(socket) => socket,
@@ -101,7 +109,7 @@ impl Launcher {
         let answer = receive(&socket).map_err(|e| io::Error::other(format!("the job spawner is gone: {e}")))?;
         *spawner = Some(socket);
         let (pid, pidfd) = answer.map_err(io::Error::other)?;
-        Ok(JobProcess { pid, pidfd, stdout: Some(stdout), stderr: Some(stderr), status })
+        Ok(JobProcess { pid, pidfd, stdout: None, stderr: None, status })
     }
 
     /// Has the launcher's thread start a spawner, and answers the socket to it.

@@ -51,6 +51,11 @@ pub(crate) struct Plan {
     pub ids: Option<(u32, u32)>,
     /// New mount and PID namespaces, with these directories masked.
     pub namespaces: Option<Namespaces>,
+    /// The mount and PID namespaces of this process (a running job's init) to enter instead:
+    /// a shell in the job.
+    pub join: Option<u32>,
+    /// Its stdin is a terminal, to be its controlling terminal in a session of its own.
+    pub terminal: bool,
     /// The program's working directory.
     pub dir: PathBuf,
     /// The program's whole environment, as `NAME=value`.
@@ -69,6 +74,18 @@ pub(crate) struct Namespaces {
 }
 
 impl Plan {
+    /// How `program` starts in the running job that `self` started, whose process (the init
+    /// of its namespaces, where it has them) is `pid`: as the job's user, in its cgroups, work
+    /// dir, environment and namespaces; on a terminal (its stdin) with `terminal`.
+    pub fn shell(&self, pid: u32, program: Vec<OsString>, terminal: bool) -> Plan {
+        let mut env = self.env.clone();
+        if terminal {
+            env.push("TERM=xterm-256color".into());
+        }
+        let join = self.namespaces.is_some().then_some(pid);
+        Plan { namespaces: None, join, terminal, env, program, ..self.clone() }
+    }
+
     /// The plan as arguments, each ended by a NUL, the way it travels to the spawner.
     pub fn encode(&self) -> Vec<u8> {
         let mut args: Vec<OsString> = Vec::new();
@@ -86,6 +103,12 @@ impl Plan {
             if namespaces.private_tmp {
                 args.push("--private-tmp".into());
             }
+        }
+        if let Some(pid) = self.join {
+            args.extend(["--join".into(), pid.to_string().into()]);
+        }
+        if self.terminal {
+            args.push("--terminal".into());
         }
         args.extend(["--dir".into(), self.dir.clone().into()]);
         for var in &self.env {
@@ -127,6 +150,12 @@ impl Plan {
                     plan.namespaces.as_mut().expect("checked above").masked.push(dir);
                 }
                 "--private-tmp" => plan.namespaces.as_mut().expect("checked above").private_tmp = true,
+                "--join" => {
+                    let raw = value(&mut args, "--join")?;
+                    let pid = raw.to_str().and_then(|pid| pid.parse().ok()).ok_or("--join needs a pid")?;
+                    plan.join = Some(pid);
+                }
+                "--terminal" => plan.terminal = true,
                 "--dir" => plan.dir = value(&mut args, "--dir")?.into(),
                 "--env" => plan.env.push(value(&mut args, "--env")?),
                 "--" => {
@@ -136,6 +165,9 @@ impl Plan {
                     }
                     if plan.dir.as_os_str().is_empty() {
                         return Err("--dir is required".into());
+                    }
+                    if plan.join.is_some() && plan.namespaces.is_some() {
+                        return Err("--join enters namespaces; --namespaces makes new ones: not both".into());
                     }
                     return Ok(plan);
                 }
@@ -158,8 +190,16 @@ impl Plan {
             if let Some(namespaces) = &self.namespaces {
                 namespaces.enter(status).map_err(|e| format!("setting up the job's namespaces: {e}"))?;
                 // Only the program's process, pid 2 of the namespace, comes back here.
+            } else if let Some(pid) = self.join {
+                join(pid, status).map_err(|e| format!("entering the namespaces of the job (pid {pid}): {e}"))?;
+                // Only the program's process, in the job's namespaces, comes back here.
             } else {
                 drop(status);
+            }
+            if self.terminal {
+                check(libc::setsid())
+                    .and_then(|()| check(libc::ioctl(0, libc::TIOCSCTTY, 0)))
+                    .map_err(|e| format!("taking the terminal: {e}"))?;
             }
             // The job's processes are the OOM killer's first choice, before the agent's.
             let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
@@ -168,7 +208,11 @@ impl Plan {
                     .and_then(|()| check(libc::setresgid(gid, gid, gid)))
                     .and_then(|()| check(libc::setresuid(uid, uid, uid)))
                     .map_err(|e| format!("switching to uid {uid}: {e}"))?;
-                if self.namespaces.is_none() {
+                if self.join.is_some() {
+                    // Changing users cleared the parent-death signal: the process that waits
+                    // for it takes it along when the agent ends it.
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                } else if self.namespaces.is_none() {
                     // Changing users cleared the parent-death signal (in a namespace, the
                     // namespace's end takes the program instead).
                     die_with_parent();
@@ -225,8 +269,40 @@ impl Namespaces {
                     drop(status);
                     Ok(())
                 }
-                program => init(program, status.as_raw_fd()),
+                program => wait_for_program(program, status.as_raw_fd()),
             }
+        }
+    }
+}
+
+/// Enters the mount and PID namespaces of process `pid` (a running job's init) and forks the
+/// program's process there (a PID namespace is entered by children only). This process, still
+/// the agent's child, stays outside to wait for it and pass its wait status up. Only the
+/// program's process returns; it dies with this one.
+///
+/// # Safety
+/// The process must have one thread.
+unsafe fn join(pid: u32, status: OwnedFd) -> io::Result<()> {
+    // A process that ended (even one not reaped yet) has no namespaces left to enter.
+    let ended = |e: io::Error| match e.kind() {
+        io::ErrorKind::NotFound => io::Error::other("the job's processes have ended"),
+        _ => e,
+    };
+    let pid_namespace = std::fs::File::open(format!("/proc/{pid}/ns/pid")).map_err(ended)?;
+    let mount_namespace = std::fs::File::open(format!("/proc/{pid}/ns/mnt")).map_err(ended)?;
+    // SAFETY: see the caller.
+    unsafe {
+        check(libc::setns(pid_namespace.as_raw_fd(), libc::CLONE_NEWPID))?;
+        check(libc::setns(mount_namespace.as_raw_fd(), libc::CLONE_NEWNS))?;
+        drop((pid_namespace, mount_namespace));
+        match libc::fork() {
+            -1 => Err(io::Error::last_os_error()),
+            0 => {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                drop(status);
+                Ok(())
+            }
+            program => wait_for_program(program, status.as_raw_fd()),
         }
     }
 }
@@ -368,7 +444,10 @@ fn become_job(plan: Plan, [stdin, stdout, stderr, status]: [OwnedFd; 4]) -> Stri
             OwnedFd::from_raw_fd(STATUS_FD)
         };
         close_all_but(STATUS_FD, true);
-        libc::setpgid(0, 0);
+        // A program on a terminal takes a session of its own instead (see `Plan::run`).
+        if !plan.terminal {
+            libc::setpgid(0, 0);
+        }
         libc::prctl(libc::PR_SET_NAME, c"mission-lz-job".as_ptr());
         plan.run(status).unwrap_err()
     }
@@ -424,10 +503,11 @@ unsafe fn close_all_but(keep: libc::c_int, stdio: bool) {
     }
 }
 
-/// The namespace's init: reaps every process handed to it until the program ends, then passes
-/// the program's wait status up and ends (which ends the namespace) with the program's exit
+/// The namespace's init (or the process that waits outside the namespaces a shell joined):
+/// reaps every process handed to it until the program ends, then passes the program's wait
+/// status up and ends (which ends a namespace it is the init of) with the program's exit
 /// code, or 128 + the signal that killed it (pid 1 cannot be killed by its own signal).
-unsafe fn init(program: libc::pid_t, status_out: libc::c_int) -> ! {
+unsafe fn wait_for_program(program: libc::pid_t, status_out: libc::c_int) -> ! {
     // SAFETY: see the caller.
     unsafe {
         close_all_but(status_out, false);
@@ -474,6 +554,8 @@ mod tests {
             cgroups: vec!["/sys/fs/cgroup/memory/j/cgroup.procs".into(), "/a b/cgroup.procs".into()],
             ids: Some((2_000_000_001, 2_000_000_001)),
             namespaces: Some(Namespaces { masked: vec!["/var/lib/mission".into()], private_tmp: true }),
+            join: None,
+            terminal: false,
             dir: "/var/tmp/work/1".into(),
             env: vec!["PATH=/bin".into(), "EMPTY=".into()],
             program: vec!["sh".into(), "run.sh".into(), "--".into(), "--user".into()],
@@ -481,6 +563,9 @@ mod tests {
         assert_eq!(Plan::decode(&plan.encode()), Ok(plan));
         let bare = Plan { dir: "/".into(), program: vec!["true".into()], ..Plan::default() };
         assert_eq!(Plan::decode(&bare.encode()), Ok(bare));
+        let shell =
+            Plan { join: Some(4242), terminal: true, dir: "/".into(), program: vec!["sh".into()], ..Plan::default() };
+        assert_eq!(Plan::decode(&shell.encode()), Ok(shell));
     }
 
     #[test]
@@ -494,6 +579,8 @@ mod tests {
             (encode(&["--dir", "/", "--user", "5", "--", "true"]), "UID:GID"),
             (encode(&["--dir", "/", "--mask", "/d", "--", "true"]), "needs --namespaces"),
             (encode(&["--dir", "/", "--bogus", "--", "true"]), "unknown argument"),
+            (encode(&["--namespaces", "--join", "7", "--dir", "/", "--", "true"]), "not both"),
+            (encode(&["--join", "x", "--dir", "/", "--", "true"]), "--join needs a pid"),
             (b"--dir\0/\0--\0true".to_vec(), "ends with a NUL"),
         ] {
             let error = Plan::decode(&bad).unwrap_err();

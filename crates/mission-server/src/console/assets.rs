@@ -1,7 +1,8 @@
 //! The console's stylesheet and script, compiled into the binary and served under names that
 //! carry a hash of their content (`/assets/console.1a2b3c4d5e.css`), so browsers may keep them
-//! for a year and still fetch a new version the moment it ships. Written by hand: no library is
-//! vendored, and nothing is fetched from anywhere else.
+//! for a year and still fetch a new version the moment it ships. Written by hand, but for the
+//! terminal's xterm.js (`assets/vendor/xterm`, see its README); nothing is fetched from anywhere
+//! else.
 
 use std::sync::LazyLock;
 
@@ -32,6 +33,8 @@ fn address(stem: &str, extension: &str, content: &str) -> String {
 
 const CSS_TEXT: &str = include_str!("../../assets/console.css");
 const JS_TEXT: &str = include_str!("../../assets/console.js");
+const XTERM_JS_TEXT: &str = include_str!("../../assets/vendor/xterm/xterm.js");
+const XTERM_CSS_TEXT: &str = include_str!("../../assets/vendor/xterm/xterm.css");
 
 /// The stylesheet: light and dark, narrow and wide screens.
 pub static CSS: Asset = Asset {
@@ -47,10 +50,24 @@ pub static JS: Asset = Asset {
     address: LazyLock::new(|| address("console", "js", JS_TEXT)),
 };
 
+/// xterm.js and its fit add-on, for the terminal page alone.
+pub static XTERM_JS: Asset = Asset {
+    content: XTERM_JS_TEXT,
+    content_type: "text/javascript; charset=utf-8",
+    address: LazyLock::new(|| address("xterm", "js", XTERM_JS_TEXT)),
+};
+
+/// xterm.js's stylesheet.
+pub static XTERM_CSS: Asset = Asset {
+    content: XTERM_CSS_TEXT,
+    content_type: "text/css; charset=utf-8",
+    address: LazyLock::new(|| address("xterm", "css", XTERM_CSS_TEXT)),
+};
+
 /// `GET /assets/{name}`: an asset under its current address, cacheable for a year.
 pub async fn serve(Path(name): Path<String>) -> Response {
     let wanted = format!("/assets/{name}");
-    match [&CSS, &JS].into_iter().find(|asset| asset.address() == wanted) {
+    match [&CSS, &JS, &XTERM_JS, &XTERM_CSS].into_iter().find(|asset| asset.address() == wanted) {
         Some(asset) => (
             [
                 (header::CONTENT_TYPE, HeaderValue::from_static(asset.content_type)),

@@ -180,6 +180,36 @@ pub async fn show(State(app): State<AppState>, viewer: Viewer, Path(id): Path<St
     Ok(page(StatusCode::OK, &template))
 }
 
+#[derive(Template)]
+#[template(path = "console/terminal.html")]
+struct TerminalPage {
+    frame: Frame,
+    job: Job,
+    xterm_js: &'static str,
+    xterm_css: &'static str,
+}
+
+/// The terminal page's policy: the console's, but styles may also be set by the page's script
+/// (xterm.js measures and colours its cells with style elements of its own).
+const TERMINAL_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
+                               img-src 'self' data:; connect-src 'self'; form-action 'self'; \
+                               frame-ancestors 'none'; base-uri 'none'";
+
+/// `GET /jobs/{id}/terminal`: a terminal on a shell in a running job of the viewer's (as
+/// `mission jobs shell`), over `GET /api/v1/jobs/{id}/shell`.
+pub async fn terminal(State(app): State<AppState>, viewer: Viewer, Path(id): Path<String>) -> PageResult {
+    let job = jobs::get(&app, viewer.principal(), parse_id("job_id", &id)?).await?;
+    if job.user_id != viewer.user.user_id {
+        return Err(crate::error::ApiError::not_found("job", job.job_id).into());
+    }
+    let frame = Frame::new(&viewer, "jobs");
+    let (xterm_js, xterm_css) = (super::assets::XTERM_JS.address(), super::assets::XTERM_CSS.address());
+    let mut response = page(StatusCode::OK, &TerminalPage { frame, job, xterm_js, xterm_css });
+    let policy = axum::http::HeaderValue::from_static(TERMINAL_POLICY);
+    response.headers_mut().insert(axum::http::header::CONTENT_SECURITY_POLICY, policy);
+    Ok(response)
+}
+
 /// When a running session's time limit ends it, if that is within the warning's minutes of
 /// `now`, as the page's banner says it.
 fn session_ending(job: &Job, now: chrono::DateTime<chrono::Utc>) -> Option<String> {

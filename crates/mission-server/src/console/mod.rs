@@ -54,6 +54,7 @@ pub fn router() -> Router<AppState> {
         .route("/jobs/{id}", get(jobs::show))
         .route("/jobs/{id}/stop", post(jobs::stop))
         .route("/jobs/{id}/again", post(jobs::again))
+        .route("/jobs/{id}/terminal", get(jobs::terminal))
         .route("/projects", get(projects::list))
         .route("/projects/{id}", get(projects::show))
         .route("/stations", get(stations::list))
@@ -84,13 +85,11 @@ async fn home(viewer: Result<Viewer, Response>) -> Response {
 async fn protect(request: Request, next: axum::middleware::Next) -> Response {
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; \
+    // A page may ask for a policy of its own (the terminal's, whose library writes styles).
+    headers.entry(header::CONTENT_SECURITY_POLICY).or_insert(HeaderValue::from_static(
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; \
              form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-        ),
-    );
+    ));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     headers.insert("x-frame-options", HeaderValue::from_static("DENY"));

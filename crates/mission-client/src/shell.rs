@@ -1,0 +1,110 @@
+//! The job shell ([`mission_api::shell`]): a shell, or a command, in a running job of yours,
+//! over a WebSocket through the service.
+
+use mission_api::shell::{Channel, MAX_MESSAGE_BYTES, ShellExit, ShellQuery, TerminalSize};
+use mission_tunnel::websocket::{self, Opcode, Role};
+use reqwest::StatusCode;
+use uuid::Uuid;
+
+use crate::client::{Client, check};
+use crate::error::Error;
+
+type Upgraded = reqwest::Upgraded;
+
+/// What a shell sends: input, the end of input, and its terminal's size.
+#[derive(Debug)]
+pub struct ShellInput(websocket::Writer<tokio::io::WriteHalf<Upgraded>>);
+
+/// What a shell answers, message by message.
+#[derive(Debug)]
+pub struct ShellOutput(websocket::Reader<tokio::io::ReadHalf<Upgraded>>);
+
+/// One message from a shell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShellEvent {
+    /// Bytes of its output (all of it, on a terminal).
+    Stdout(Vec<u8>),
+    /// Bytes of its error output.
+    Stderr(Vec<u8>),
+    /// How it ended: the last message.
+    Exit(ShellExit),
+}
+
+impl Client {
+    /// Opens a shell (or runs `query.command`) in `job_id`, a running job of the caller's, as
+    /// its user in its sandbox. The server records each opening (a `shell.opened` event and an
+    /// audit entry).
+    pub async fn open_shell(&self, job_id: Uuid, query: &ShellQuery) -> Result<(ShellInput, ShellOutput), Error> {
+        let key = websocket::new_key();
+        let response = self
+            .send_once(&format!("/jobs/{job_id}/shell"), |http, url| {
+                http.get(url)
+                    .query(query)
+                    .header("Connection", "Upgrade")
+                    .header("Upgrade", "websocket")
+                    .header("Sec-WebSocket-Version", "13")
+                    .header("Sec-WebSocket-Key", &key)
+            })
+            .await?;
+        if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+            check(response).await?;
+            return Err(Error::Protocol("the service did not open a WebSocket to the shell".into()));
+        }
+        let accept = response.headers().get("sec-websocket-accept").and_then(|v| v.to_str().ok());
+        if accept != Some(websocket::accept_key(&key).as_str()) {
+            return Err(Error::Protocol("the shell's WebSocket handshake answered the wrong key".into()));
+        }
+        let (reader, writer) = websocket::split(response.upgrade().await?, Role::Client, MAX_MESSAGE_BYTES);
+        Ok((ShellInput(writer), ShellOutput(reader)))
+    }
+}
+
+impl ShellInput {
+    /// Sends `bytes` to the shell's input.
+    pub async fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.0.send(Opcode::Binary, &Channel::Stdin.message(bytes)).await
+    }
+
+    /// Ends the input of a command without a terminal (as closing a pipe does).
+    pub async fn close(&mut self) -> std::io::Result<()> {
+        self.0.send(Opcode::Binary, &Channel::Stdin.message(&[])).await
+    }
+
+    /// Tells the shell its terminal's new size.
+    pub async fn resize(&mut self, size: TerminalSize) -> std::io::Result<()> {
+        let size = serde_json::to_vec(&size).expect("serializable");
+        self.0.send(Opcode::Binary, &Channel::Resize.message(&size)).await
+    }
+
+    /// Ends the shell (it is killed).
+    pub async fn hang_up(mut self) -> std::io::Result<()> {
+        self.0.close(websocket::CLOSE_NORMAL, "").await
+    }
+}
+
+impl ShellOutput {
+    /// The shell's next message; `None` once it closed the connection.
+    pub async fn next(&mut self) -> Result<Option<ShellEvent>, Error> {
+        loop {
+            let message = self.0.receive().await.map_err(|e| Error::Protocol(format!("the shell's WebSocket: {e}")))?;
+            let Some(message) = message else { return Ok(None) };
+            match message.opcode {
+                Opcode::Close => return Ok(None),
+                Opcode::Binary => match Channel::of(&message.payload) {
+                    Some((Channel::Stdout, bytes)) => return Ok(Some(ShellEvent::Stdout(bytes.to_vec()))),
+                    Some((Channel::Stderr, bytes)) => return Ok(Some(ShellEvent::Stderr(bytes.to_vec()))),
+                    Some((Channel::Exit, exit)) => {
+                        let exit = serde_json::from_slice(exit)
+                            .map_err(|e| Error::Protocol(format!("the shell's exit message: {e}")))?;
+                        return Ok(Some(ShellEvent::Exit(exit)));
+                    }
+                    _ => continue,
+                },
+                _ => continue,
+            }
+        }
+    }
+}

@@ -348,6 +348,29 @@ impl Podman {
         run_args(&self.global, &self.ulimits, &self.label, run.network.within(self.config.network), self.cdi, run)
     }
 
+    /// The whole command line (`podman` first) that runs `program` in the running container `name`, as
+    /// `user` in `work_dir` (`podman exec`: the container's environment, namespaces and
+    /// limits), on a terminal (its stdin) with `terminal`.
+    pub fn exec_command(
+        &self,
+        name: &str,
+        user: (u32, u32),
+        work_dir: &Path,
+        terminal: bool,
+        program: &[OsString],
+    ) -> Vec<OsString> {
+        let mut args: Vec<OsString> = vec!["podman".into()];
+        args.extend(self.global.iter().map(OsString::from));
+        args.extend(["exec".into(), "-i".into()]);
+        if terminal {
+            args.extend(["-t".into(), "-e".into(), "TERM=xterm-256color".into()]);
+        }
+        args.extend(["--user".into(), format!("{}:{}", user.0, user.1).into(), "-w".into(), work_dir.into()]);
+        args.push(name.into());
+        args.extend(program.iter().cloned());
+        args
+    }
+
     /// Ends a container at once and removes it, wherever its processes are (`podman rm -f`), in
     /// the background.
     pub fn remove(&self, name: &str) {

@@ -108,8 +108,7 @@ async fn start(
     let key = header("sec-websocket-key").ok_or_else(|| bad("a WebSocket handshake needs Sec-WebSocket-Key"))?;
     let Some((starter, mut ended)) = agent.shells.get(job_id) else {
         let why = if agent.jobs.lock().expect("not poisoned").contains_key(&job_id) {
-            "no shell opens in this job: it runs in a container image or through a batch system, or has not \
-             started yet"
+            "no shell opens in this job: it runs through a batch system, or has not started yet"
         } else {
             "the job does not run on this landing zone (any more)"
         };

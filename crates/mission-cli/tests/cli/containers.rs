@@ -91,6 +91,25 @@ pub(super) async fn completed(client: &Client, job_id: Uuid) -> Job {
     done
 }
 
+/// Runs `command` in a shell in `job_id` through the SDK; answers its output once it exited 0.
+async fn shell(client: &Client, job_id: Uuid, command: &str, tty: bool) -> String {
+    use mission_client::ShellEvent;
+    let query = mission_api::shell::ShellQuery { command: Some(command.into()), tty: Some(tty), ..Default::default() };
+    let (_input, mut output) = client.open_shell(job_id, &query).await.unwrap();
+    let mut printed = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(30), output.next()).await.unwrap().unwrap() {
+            Some(ShellEvent::Stdout(bytes) | ShellEvent::Stderr(bytes)) => printed.extend(bytes),
+            Some(ShellEvent::Exit(exit)) => {
+                let printed = String::from_utf8_lossy(&printed).into_owned();
+                assert_eq!(exit.exit_code, Some(0), "{exit:?}: {printed}");
+                return printed;
+            }
+            None => panic!("the shell closed before it exited"),
+        }
+    }
+}
+
 pub(super) fn memory(mb: u64) -> JobResources {
     JobResources { cpu_count: Some(1), memory_amount: Some(mb), ..Default::default() }
 }
@@ -156,6 +175,12 @@ async fn a_job_runs_in_its_image_as_its_own_uid_within_its_limits_and_returns_it
         container_of(&job).await
     })
     .await;
+    // A shell opens in the container: the image's files, the job's uid, a terminal on demand.
+    let ran = shell(alice, job.job_id, "cat /etc/debian_version; id -u; pwd", false).await;
+    let uid = done.limits.as_deref().unwrap_or_default().split("as uid ").nth(1).unwrap_or_default();
+    let lines: Vec<&str> = ran.lines().collect();
+    assert!(lines[0].starts_with("12.") && uid.starts_with(lines[1]) && lines[2].contains("mission"), "{ran}");
+    assert!(shell(alice, job.job_id, "tty", true).await.starts_with("/dev/pts/"));
     alice.stop_job(job.job_id).await.unwrap();
     let done = alice.wait_for_job(job.job_id).await.unwrap();
     assert_eq!(done.status, JobStatus::Stopped, "{done:?}");

@@ -176,8 +176,18 @@ impl Runner for ProcessRunner {
             Err(e) => return Err(self.released_image(image, e.into()).await),
         };
         let Launched { mut program, group, limits, dir, user, plan } = launched;
-        if let (Some(plan), Program::Sandboxed(process)) = (plan, &program) {
-            events.shells_open(Arc::new(SandboxShell { runner: self.clone(), plan, pid: process.pid }));
+        match (plan, &program) {
+            (Some(plan), Program::Sandboxed(process)) => {
+                events.shells_open(Arc::new(SandboxShell { runner: self.clone(), plan, pid: process.pid }));
+            }
+            (_, Program::Container { name, .. }) => {
+                let user = user
+                    .ids()
+                    .unwrap_or_else(|| (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw()));
+                let (name, work_dir) = (name.clone(), dir.path().to_owned());
+                events.shells_open(Arc::new(ContainerShell { runner: self.clone(), name, user, work_dir }));
+            }
+            _ => {}
         }
         events.running(chrono::Utc::now(), limits);
         let pipes = program.take_pipes();
@@ -477,6 +487,43 @@ impl ShellStarter for SandboxShell {
         stdio: [std::os::fd::BorrowedFd<'_>; 3],
     ) -> std::io::Result<JobProcess> {
         self.runner.launcher.start_with(&self.plan.shell(self.pid, program, terminal), stdio)
+    }
+}
+
+/// Starts shells in a job that runs in a container, with `podman exec` (started by the
+/// spawner, which gives it its terminal).
+struct ContainerShell {
+    runner: Arc<ProcessRunner>,
+    /// The container's name.
+    name: String,
+    /// The uid and gid the job runs as in it.
+    user: (u32, u32),
+    work_dir: PathBuf,
+}
+
+impl ShellStarter for ContainerShell {
+    fn start(
+        &self,
+        program: Vec<std::ffi::OsString>,
+        terminal: bool,
+        stdio: [std::os::fd::BorrowedFd<'_>; 3],
+    ) -> std::io::Result<JobProcess> {
+        let podman = self.runner.podman.as_ref().ok_or_else(|| std::io::Error::other("no Podman here"))?;
+        let plan = Plan {
+            terminal,
+            dir: "/".into(),
+            env: ["PATH", "HOME"]
+                .into_iter()
+                .filter_map(|name| {
+                    let mut var = std::ffi::OsString::from(format!("{name}="));
+                    var.push(std::env::var_os(name)?);
+                    Some(var)
+                })
+                .collect(),
+            program: podman.exec_command(&self.name, self.user, &self.work_dir, terminal, &program),
+            ..Plan::default()
+        };
+        self.runner.launcher.start_with(&plan, stdio)
     }
 }
 

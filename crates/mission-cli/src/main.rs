@@ -113,6 +113,16 @@ enum Command {
     ///   mission run MISSION --image solver:2.1 --follow
     #[command(subcommand, verbatim_doc_comment)]
     Images(ImagesCommand),
+    /// Joins stdin and stdout to a port of this host's loopback: how a Slurm landing zone's
+    /// agent reaches a session's app on a node (it runs this with `srun`). Not for people.
+    #[command(hide = true)]
+    LzRelay {
+        /// The port.
+        port: u16,
+        /// Only say whether the port answers (exit 0) or not (exit 1).
+        #[arg(long)]
+        probe: bool,
+    },
     /// Print shell completions for `mission` to standard output.
     ///
     ///   mission completions bash > /etc/bash_completion.d/mission
@@ -226,6 +236,18 @@ async fn run() -> ExitCode {
         Command::Types(cmd) => cmd.run(server, out).await,
         Command::Webhooks(cmd) => cmd.run(server, out).await,
         Command::Images(cmd) => cmd.run(server, out).await,
+        Command::LzRelay { port, probe: true } => {
+            return if mission_lz::relay::probe(port).await { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+        }
+        Command::LzRelay { port, probe: false } => {
+            return match mission_lz::relay::relay(port).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("mission lz-relay: 127.0.0.1:{port}: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Command::Completions { shell } => {
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "mission", &mut script);

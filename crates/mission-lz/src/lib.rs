@@ -24,6 +24,7 @@ pub mod detect;
 mod lifecycle;
 mod output;
 mod podman;
+pub mod relay;
 mod runner;
 pub mod sandbox;
 mod sessions;

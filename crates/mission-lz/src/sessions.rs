@@ -61,6 +61,137 @@ struct SessionPort {
     warn_at: Option<(Instant, u32)>,
     /// Connections to its app that are free for the next request.
     idle: Mutex<Vec<AppConnection>>,
+    /// How its app is reached.
+    reach: Mutex<Reach>,
+}
+
+/// How the agent reaches a session's app.
+#[derive(Debug, Clone)]
+pub(crate) enum Reach {
+    /// On the agent's own loopback (the process runner's jobs).
+    Loopback,
+    /// Not yet: the batch system has not started the job.
+    Waiting,
+    /// On a batch system's node, through a command that runs in the job's allocation.
+    Node(NodeCommand),
+}
+
+/// A command that runs `mission lz-relay` inside a running batch job (`srun --jobid … --overlap
+/// … mission lz-relay`), as the job's account, with the batch system's environment.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeCommand {
+    /// The program and its arguments, up to the relay's own.
+    pub program: Vec<std::ffi::OsString>,
+    pub env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    /// The uid and gid it runs as, where not the agent's.
+    pub ids: Option<(u32, u32)>,
+}
+
+impl NodeCommand {
+    /// The command after `prefix` (a program that then runs it), with `args` after it.
+    pub fn wrapped(&self, prefix: &[&str], args: &[std::ffi::OsString]) -> tokio::process::Command {
+        let mut words = prefix.iter().map(std::ffi::OsString::from).chain(self.program.iter().cloned());
+        let mut command = tokio::process::Command::new(words.next().expect("a program"));
+        command.args(words).args(args).env_clear().envs(self.env.iter().cloned());
+        if let Some((uid, gid)) = self.ids {
+            command.uid(uid).gid(gid);
+        }
+        command
+    }
+
+    /// The command with `args` after it, its stdin and stdout piped.
+    fn command(&self, args: &[&str]) -> tokio::process::Command {
+        let args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+        let mut command = self.wrapped(&[], &args);
+        command.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
+        command.stderr(std::process::Stdio::null()).kill_on_drop(true);
+        command
+    }
+}
+
+/// How long a probe of an app on a node may take.
+const NODE_PROBE_LIMIT: Duration = Duration::from_secs(30);
+
+/// How often a starting session's port is tried on a node (each try starts a job step).
+const NODE_READY_POLL: Duration = Duration::from_secs(2);
+
+impl Reach {
+    /// Whether the app answers on `port`.
+    async fn probe(&self, port: u16) -> bool {
+        match self {
+            Reach::Loopback => tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok(),
+            Reach::Waiting => false,
+            Reach::Node(node) => {
+                let mut command = node.command(&["--probe", &port.to_string()]);
+                command.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
+                let status = tokio::time::timeout(NODE_PROBE_LIMIT, command.status()).await;
+                matches!(status, Ok(Ok(status)) if status.success())
+            }
+        }
+    }
+
+    /// How long between two probes.
+    fn poll(&self) -> Duration {
+        match self {
+            Reach::Loopback => READY_POLL,
+            Reach::Waiting | Reach::Node(_) => NODE_READY_POLL,
+        }
+    }
+
+    /// A connection to the app on `port`.
+    async fn connect(&self, port: u16) -> std::io::Result<Box<dyn AppIo>> {
+        match self {
+            Reach::Loopback => {
+                let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+                let _ = tcp.set_nodelay(true);
+                Ok(Box::new(tcp))
+            }
+            Reach::Waiting => Err(std::io::Error::other("the job has not started yet")),
+            Reach::Node(node) => {
+                let mut child = node.command(&[&port.to_string()]).spawn()?;
+                let (stdout, stdin) = (child.stdout.take(), child.stdin.take());
+                let (Some(stdout), Some(stdin)) = (stdout, stdin) else {
+                    return Err(std::io::Error::other("no pipes to the relay"));
+                };
+                Ok(Box::new(Relayed { io: tokio::io::join(stdout, stdin), _relay: child }))
+            }
+        }
+    }
+}
+
+/// A connection to a session's app.
+pub(crate) trait AppIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> AppIo for T {}
+
+/// A connection through a relay on a node; the relay ends with it.
+struct Relayed {
+    io: tokio::io::Join<tokio::process::ChildStdout, tokio::process::ChildStdin>,
+    _relay: tokio::process::Child,
+}
+
+impl tokio::io::AsyncRead for Relayed {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Relayed {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
 }
 
 /// A kept-alive HTTP/1.1 connection to a session's app.
@@ -119,6 +250,7 @@ impl Sessions {
             idle_timeout: request.idle_timeout.map(|minutes| Duration::from_secs(u64::from(minutes) * 60)),
             last_active: AtomicU64::new(now_ms()),
             idle: Mutex::default(),
+            reach: Mutex::new(Reach::Loopback),
             warn_at: job.time_limit.map(|limit| {
                 let left = limit.min(ENDING_WARNING_MINUTES);
                 (Instant::now() + Duration::from_secs(u64::from(limit - left) * 60), left)
@@ -126,6 +258,14 @@ impl Sessions {
         };
         self.ports.lock().expect("not poisoned").insert(job.job_id, Arc::new(session));
         Ok((Assignment { command, ..job }, env))
+    }
+
+    /// The app of `job_id`'s session is reached as `reach` from now on (nothing for a job that
+    /// is no session).
+    pub fn reach(&self, job_id: Uuid, reach: Reach) {
+        if let Some(session) = self.port(job_id) {
+            *session.reach.lock().expect("not poisoned") = reach;
+        }
     }
 
     /// The session of `job_id` ended.
@@ -166,11 +306,12 @@ pub(crate) fn watch(agent: Arc<Agent>, job_id: Uuid) {
     tokio::spawn(async move {
         let session = loop {
             let Some(session) = agent.sessions.port(job_id) else { return };
-            if tokio::net::TcpStream::connect(("127.0.0.1", session.port)).await.is_ok() {
+            let reach = session.reach.lock().expect("not poisoned").clone();
+            if reach.probe(session.port).await {
                 session.last_active.store(now_ms(), Ordering::Relaxed);
                 break session;
             }
-            tokio::time::sleep(READY_POLL).await;
+            tokio::time::sleep(reach.poll()).await;
         };
         if let Err(e) = agent.client.delivered(|| agent.client.session_ready(job_id)).await {
             tracing::warn!(%job_id, "telling the server that the session is ready: {e}");
@@ -316,9 +457,9 @@ async fn connection(session: &SessionPort) -> Result<AppConnection, mission_tunn
             return Ok(sender);
         }
     }
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", session.port)).await?;
-    let _ = tcp.set_nodelay(true);
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
+    let reach = session.reach.lock().expect("not poisoned").clone();
+    let io = reach.connect(session.port).await?;
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
     tokio::spawn(connection.with_upgrades());
     Ok(sender)
 }

@@ -43,7 +43,45 @@ const READ_BYTES: usize = 16 * 1024;
 pub(crate) trait ShellStarter: Send + Sync + 'static {
     /// Starts `program` in the job with `stdio` as its stdin, stdout and stderr, on a terminal
     /// (its stdin) with `terminal`. Blocking.
-    fn start(&self, program: Vec<OsString>, terminal: bool, stdio: [BorrowedFd<'_>; 3]) -> io::Result<JobProcess>;
+    fn start(&self, program: Vec<OsString>, terminal: bool, stdio: [BorrowedFd<'_>; 3]) -> io::Result<ShellProcess>;
+}
+
+/// A shell's pid and the signal that ends it.
+struct Ender(Option<u32>, rustix::process::Signal);
+
+impl Ender {
+    fn end(&self) {
+        if let Some(pid) = self.0.and_then(|pid| rustix::process::Pid::from_raw(pid as i32)) {
+            let _ = rustix::process::kill_process(pid, self.1);
+        }
+    }
+}
+
+/// A shell's process, as its starter started it.
+pub(crate) enum ShellProcess {
+    /// Started by the agent's spawner: in a job's sandbox, or `podman exec`.
+    Spawned(JobProcess),
+    /// A plain child of the agent (`srun` into a batch system's job), which `SIGTERM` ends
+    /// with what it started.
+    Child(tokio::process::Child),
+}
+
+impl ShellProcess {
+    /// What ends it: `SIGKILL` for a process in a sandbox, `SIGTERM` for `srun` (which passes
+    /// it on to the job step, then leaves). Its pid stays its own until it is waited for.
+    fn ender(&self) -> Ender {
+        match self {
+            Self::Spawned(process) => Ender(Some(process.pid), rustix::process::Signal::KILL),
+            Self::Child(child) => Ender(child.id(), rustix::process::Signal::TERM),
+        }
+    }
+
+    async fn wait(&mut self) -> io::Result<std::process::ExitStatus> {
+        match self {
+            Self::Spawned(process) => process.wait().await,
+            Self::Child(child) => child.wait().await,
+        }
+    }
 }
 
 /// The running jobs a shell can be opened in.
@@ -204,7 +242,7 @@ async fn read(output: &mut pipe::Receiver, buffer: &mut [u8]) -> io::Result<usiz
 /// Relays between the WebSocket and the process until the process ends (then its output, and
 /// how it ended), the client goes, or the job ends (both kill the process).
 async fn relay<R, W>(
-    process: JobProcess,
+    mut process: ShellProcess,
     io: ShellIo,
     mut from_client: websocket::Reader<R>,
     mut to_client: websocket::Writer<W>,
@@ -244,11 +282,8 @@ async fn relay<R, W>(
         .collect();
 
     let mut stdin = Some(stdin);
-    let kill = || {
-        if let Some(pid) = rustix::process::Pid::from_raw(process.pid as i32) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-        }
-    };
+    let ender = process.ender();
+    let kill = || ender.end();
     let waited = process.wait();
     tokio::pin!(waited);
     let mut error = None;

@@ -783,7 +783,7 @@ pub fn container_lines(
 }
 
 /// The batch script of `job`, staged in `dir`: it sets the job's environment (nothing of the
-/// agent's but `path`, the `PATH` jobs get), runs the command in the work dir (in its `image`
+/// agent's but `path`, the `PATH` jobs get, and a session's `session_env`), runs the command in the work dir (in its `image`
 /// where it has one, with the gateway's engine: see [`container_lines`]), and writes its exit
 /// code to [`JobDir::exit_code`] (which tells how it ended where Slurm has forgotten the job and
 /// keeps no accounting).
@@ -792,6 +792,7 @@ pub fn batch_script(
     dir: &JobDir,
     path: &str,
     image: Option<(ContainerEngine, &StagedImage)>,
+    session_env: &[(&'static str, String)],
 ) -> String {
     let work = dir.work();
     let exit_code = dir.exit_code();
@@ -803,6 +804,7 @@ pub fn batch_script(
         ("OMP_NUM_THREADS", job.cpu_count.to_string()),
     ];
     vars.extend(job.array_index.map(|index| (mission_api::lz::ARRAY_INDEX_VARIABLE, index.to_string())));
+    vars.extend(session_env.iter().cloned());
     let mut script =
         format!("#!/bin/sh\n# Mission Compute job {} of mission {}\numask 077\n", job.job_id, job.mission_id);
     let names: Vec<&str> = vars.iter().map(|(name, _)| *name).collect();
@@ -1009,7 +1011,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = JobDir::new(tmp.path(), assignment().job_id);
         std::fs::create_dir_all(dir.work()).unwrap();
-        std::fs::write(dir.script(), batch_script(&assignment(), &dir, "/usr/bin:/bin", None)).unwrap();
+        std::fs::write(dir.script(), batch_script(&assignment(), &dir, "/usr/bin:/bin", None, &[])).unwrap();
         let status = std::process::Command::new("sh")
             .arg(dir.script())
             .env_clear()
@@ -1087,7 +1089,7 @@ mod tests {
             source: ImageSource::Archive(PathBuf::from(format!("/shared/work/images/{hex}.tar"))),
             sif: PathBuf::from(format!("/shared/work/images/{hex}.sif")),
         };
-        let podman = batch_script(&job, &dir, "/usr/bin:/bin", Some((ContainerEngine::Podman, &image)));
+        let podman = batch_script(&job, &dir, "/usr/bin:/bin", Some((ContainerEngine::Podman, &image)), &[]);
         let name = format!("mission-{}", job.job_id);
         for expected in [
             format!("$engine image exists 'localhost/mission-image:{hex}' || $engine tag"),
@@ -1103,7 +1105,7 @@ mod tests {
             assert!(podman.contains(&expected), "{expected:?} in\n{podman}");
         }
         assert!(!podman.contains("'-e' 'PATH'"), "the image keeps its own PATH");
-        let apptainer = batch_script(&job, &dir, "/usr/bin:/bin", Some((ContainerEngine::Apptainer, &image)));
+        let apptainer = batch_script(&job, &dir, "/usr/bin:/bin", Some((ContainerEngine::Apptainer, &image)), &[]);
         assert!(apptainer.contains("apptainer 'exec' '--containall'"), "{apptainer}");
         assert!(apptainer.contains("'--env' \"HOME=$HOME\""), "{apptainer}");
         assert!(apptainer.contains(&format!("'/shared/work/images/{hex}.sif' 'sh' '-c'")), "{apptainer}");

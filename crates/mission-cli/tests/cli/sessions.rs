@@ -11,8 +11,9 @@ use super::jobs::{Agent, SHELL, TWO_CPUS, cluster, local_station, mission};
 
 pub(super) use mission_testkit::SESSION_APP as APP;
 
-/// Starts a `web` session of a mission that runs [`APP`]; answers it once its URL is known.
-async fn start_web_session(client: &Client) -> Job {
+/// Starts a `web` session of a mission that runs [`APP`] on the local station; answers it once
+/// its URL is known.
+pub(super) async fn start_web_session(client: &Client) -> Job {
     let app = mission(client, SHELL, &[("run.sh", "exec python3 app.py\n"), ("app.py", APP)], &[]).await;
     let request = RunJob {
         station_id: local_station(),
@@ -20,7 +21,7 @@ async fn start_web_session(client: &Client) -> Job {
         ..Default::default()
     };
     let job = client.run_job(app.mission_id, &request).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(60), async {
+    tokio::time::timeout(Duration::from_secs(120), async {
         loop {
             let job = client.get_job(job.job_id).await.unwrap();
             assert!(!job.status.is_final(), "the session ended before it answered: {job:?}");
@@ -31,7 +32,7 @@ async fn start_web_session(client: &Client) -> Job {
         }
     })
     .await
-    .expect("the session answers within a minute")
+    .expect("the session answers within two minutes")
 }
 
 #[tokio::test]

@@ -539,3 +539,60 @@ async fn a_slurm_job_runs_in_its_image_with_podman_on_the_node() {
     let archives: Vec<_> = std::fs::read_dir(&staged).unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(archives.len(), 1, "the archive is staged once: {archives:?}");
 }
+
+/// A session and shells in a Slurm job: the app on the node is reached through `srun` into the
+/// job's allocation and `mission lz-relay` there (HTTP and a WebSocket), and a shell runs there
+/// as a job step, on pipes or on a terminal.
+#[tokio::test]
+async fn a_session_and_a_shell_reach_into_a_running_slurm_job() {
+    use mission_api::shell::ShellQuery;
+    use mission_client::ShellEvent;
+    let Some(conf) = slurm_conf("a_session_and_a_shell_reach_into_a_running_slurm_job") else { return };
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = SlurmAgent::start(&server, &admin, "cluster", &conf).await;
+    let alice = &server.client;
+    let job = super::sessions::start_web_session(alice).await;
+    let running = alice.get_job(job.job_id).await.unwrap();
+    let url = job.session.clone().and_then(|s| s.url).unwrap();
+
+    let token = mission_testkit::device_sign_in(&server.url, "alice", mission_testkit::PASSWORD).await.0.access_token;
+    let page = reqwest::Client::new().get(format!("{url}hello")).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let text = page.text().await.unwrap();
+    assert!(text.contains("path=/hello") && text.contains("token=ok"), "{text}");
+    let address = server.url.trim_start_matches("http://");
+    let path = format!("/sessions/{}/echo", job.job_id);
+    let mut socket = mission_testkit::WebSocket::open(address, &path, &token).await.unwrap();
+    assert_eq!(socket.echo(b"through srun").await, b"through srun");
+
+    // Shells run in the job's allocation, in its work dir.
+    let run = |command: &str, tty: bool| {
+        let query = ShellQuery { command: Some(command.into()), tty: Some(tty), ..ShellQuery::default() };
+        async move {
+            let (_input, mut output) = alice.open_shell(job.job_id, &query).await.unwrap();
+            let mut printed = Vec::new();
+            loop {
+                match tokio::time::timeout(Duration::from_secs(60), output.next()).await.unwrap().unwrap() {
+                    // (`srun` says on stderr how a task that failed ended.)
+                    Some(ShellEvent::Stdout(bytes)) => printed.extend(bytes),
+                    Some(ShellEvent::Stderr(_)) => {}
+                    Some(ShellEvent::Exit(exit)) => {
+                        return (exit.exit_code, String::from_utf8_lossy(&printed).into_owned());
+                    }
+                    None => panic!("closed before the exit"),
+                }
+            }
+        }
+    };
+    let (code, printed) = run("echo $SLURM_JOB_ID; pwd; exit 4", false).await;
+    let lines: Vec<&str> = printed.lines().collect();
+    assert_eq!(code, Some(4), "{printed}");
+    assert_eq!(lines.first().copied(), Some(slurm_id(&running).as_str()), "{printed}");
+    assert!(lines.get(1).is_some_and(|dir| dir.ends_with("/work")), "{printed}");
+    let (code, printed) = run("tty", true).await;
+    assert_eq!(code, Some(0), "{printed}");
+    assert!(printed.starts_with("/dev/pts/"), "{printed}");
+
+    alice.stop_job(job.job_id).await.unwrap();
+    until_ended(alice, job.job_id).await;
+}

@@ -222,6 +222,11 @@ impl JobEvents {
         self.agent.report(self.job_id, JobStatus::Staging, None, Some(reason), None);
     }
 
+    /// Its session's app (if it is a session) is reached as `reach` from now on.
+    pub fn session_reach(&self, reach: crate::sessions::Reach) {
+        self.agent.sessions.reach(self.job_id, reach);
+    }
+
     /// Shells can be opened in it with `starter` from now until it ends.
     pub fn shells_open(&self, starter: Arc<dyn crate::shell::ShellStarter>) {
         self.agent.shells.offer(self.job_id, starter);

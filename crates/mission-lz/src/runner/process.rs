@@ -33,7 +33,7 @@ use crate::output::changed_files;
 use crate::podman::{ContainerRun, Podman};
 use crate::sandbox::spawner::Plan;
 use crate::sandbox::{JobProcess, JobUser, Launcher, Sandbox, SandboxError};
-use crate::shell::ShellStarter;
+use crate::shell::{ShellProcess, ShellStarter};
 use crate::workdirs::{WorkDir, WorkDirs};
 
 /// The process runner of one agent.
@@ -485,8 +485,9 @@ impl ShellStarter for SandboxShell {
         program: Vec<std::ffi::OsString>,
         terminal: bool,
         stdio: [std::os::fd::BorrowedFd<'_>; 3],
-    ) -> std::io::Result<JobProcess> {
-        self.runner.launcher.start_with(&self.plan.shell(self.pid, program, terminal), stdio)
+    ) -> std::io::Result<ShellProcess> {
+        let plan = self.plan.shell(self.pid, program, terminal);
+        self.runner.launcher.start_with(&plan, stdio).map(ShellProcess::Spawned)
     }
 }
 
@@ -507,7 +508,7 @@ impl ShellStarter for ContainerShell {
         program: Vec<std::ffi::OsString>,
         terminal: bool,
         stdio: [std::os::fd::BorrowedFd<'_>; 3],
-    ) -> std::io::Result<JobProcess> {
+    ) -> std::io::Result<ShellProcess> {
         let podman = self.runner.podman.as_ref().ok_or_else(|| std::io::Error::other("no Podman here"))?;
         let plan = Plan {
             terminal,
@@ -523,7 +524,7 @@ impl ShellStarter for ContainerShell {
             program: podman.exec_command(&self.name, self.user, &self.work_dir, terminal, &program),
             ..Plan::default()
         };
-        self.runner.launcher.start_with(&plan, stdio)
+        self.runner.launcher.start_with(&plan, stdio).map(ShellProcess::Spawned)
     }
 }
 

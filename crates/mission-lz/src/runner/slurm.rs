@@ -17,6 +17,10 @@
 //!    stop cancels it (`scancel`: Slurm sends `SIGTERM`, and `SIGKILL` after the cluster's
 //!    `KillWait`, which stands for the grace period a stop order gives).
 //!
+//! Once a job runs, its session's app (if it is a session) and shells in it are reached through
+//! its own allocation: `srun --jobid … --overlap` running `mission lz-relay` (see
+//! [`crate::relay`]) or the shell's command on its node, as the job's account.
+//!
 //! With pilots (`--pilots`), the gateway takes no job itself: while its station has queued work
 //! that no connected landing zone takes, it starts pilot jobs (up to `--max-pilots`), each an agent
 //! inside a Slurm allocation that connects as an ephemeral landing zone of the station and runs
@@ -46,6 +50,8 @@ use crate::client::Backoff;
 use crate::client::LzClient;
 use crate::output::changed_files;
 use crate::sandbox::{UserMap, read_user_map};
+use crate::sessions::{NodeCommand, Reach};
+use crate::shell::{ShellProcess, ShellStarter};
 use crate::slurm::{
     self, ContainerEngine, JobDir, SACCT_FORMAT, SACCT_USAGE_FORMAT, SINFO_FORMAT, SQUEUE_FORMAT, SiteOptions,
     SlurmJob, StagedImage, batch_script, sbatch_args,
@@ -388,8 +394,10 @@ impl SlurmRunner {
         client: &LzClient,
         job: &Assignment,
         inputs: Vec<(PathBuf, PathBuf)>,
+        session_env: &[(&'static str, String)],
     ) -> Result<Record, JobError> {
         let run_as = self.run_as(job)?;
+        let session_env = session_env.to_vec();
         let image = match (&job.image, self.config.containers) {
             (Some(image), Some(engine)) => Some((engine, self.stage_image(client, job.job_id, image, engine).await?)),
             _ => None,
@@ -398,7 +406,8 @@ impl SlurmRunner {
         let staging = {
             let (runner, dir, job) = (self.clone(), dir.clone(), job.clone());
             tokio::task::spawn_blocking(move || {
-                runner.stage(&job, &dir, &inputs, run_as, image.as_ref().map(|(engine, staged)| (*engine, staged)))
+                let image = image.as_ref().map(|(engine, staged)| (*engine, staged));
+                runner.stage(&job, &dir, &inputs, run_as, image, &session_env)
             })
         };
         let record = staging.await?.map_err(|e| {
@@ -494,13 +503,14 @@ impl SlurmRunner {
         inputs: &[(PathBuf, PathBuf)],
         run_as: slurm::RunAs,
         image: Option<(ContainerEngine, &StagedImage)>,
+        session_env: &[(&'static str, String)],
     ) -> std::io::Result<Record> {
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         // A dir left by an earlier attempt of this job holds nothing anyone will collect.
         let _ = std::fs::remove_dir_all(dir.root());
         std::fs::DirBuilder::new().mode(0o700).create(dir.root())?;
         let staged = WorkDir::create_at(dir.work(), inputs)?;
-        let script = batch_script(job, dir, &self.job_path, image);
+        let script = batch_script(job, dir, &self.job_path, image, session_env);
         let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o700).open(dir.script())?;
         std::io::Write::write_all(&mut file, script.as_bytes())?;
         if let Some((uid, gid)) = run_as {
@@ -537,6 +547,7 @@ impl SlurmRunner {
             exited: false,
             cancelled: false,
             usage: None,
+            reach_as: None,
             record,
         })
     }
@@ -588,10 +599,10 @@ impl Runner for SlurmRunner {
     }
 
     fn refusal(&self, job: &Assignment) -> Option<String> {
-        if job.session.is_some() {
+        if job.session.is_some() && job.image.is_some() {
             return Some(
-                "refused by the landing zone: it submits jobs to Slurm, on nodes its agent cannot reach; run \
-                 sessions on a process landing zone or on this gateway's pilots"
+                "refused by the landing zone: a session in an image runs on a process landing zone or on this \
+                 gateway's pilots, not as a Slurm job"
                     .into(),
             );
         }
@@ -609,8 +620,14 @@ impl Runner for SlurmRunner {
         inputs: Vec<(PathBuf, PathBuf)>,
         events: JobEvents,
     ) -> Result<SubmittedJob, JobError> {
-        let record = self.submit(events.client(), job, inputs).await?;
-        self.follow(record, events)
+        if job.session.is_some() {
+            events.session_reach(Reach::Waiting);
+        }
+        let session_env = events.session_env().to_vec();
+        let record = self.submit(events.client(), job, inputs, &session_env).await?;
+        let mut submitted = self.follow(record, events)?;
+        submitted.reach_as = Some(self.run_as(job)?);
+        Ok(submitted)
     }
 
     fn recovered(&self) -> Vec<(Uuid, u32)> {
@@ -655,14 +672,67 @@ pub(crate) struct SubmittedJob {
     cancelled: bool,
     /// What accounting answers of its usage, asked as it ends.
     usage: Option<oneshot::Receiver<Option<JobUsage>>>,
+    /// The account `srun` reaches into it as, for its session and shells (`Some(None)`: the
+    /// gateway's own); `None` for a job an earlier run of the agent submitted.
+    reach_as: Option<slurm::RunAs>,
 }
 
 impl SubmittedJob {
-    /// Tells that the job runs, from when its script says it started.
+    /// Tells that the job runs, from when its script says it started; from then on its session
+    /// (if it is one) and shells in it are reached through `srun` into its allocation.
     async fn started(&mut self) {
         let at = started_at(&self.dir).await;
         self.running = true;
+        if let Some(run_as) = self.reach_as {
+            let relay = [self.runner.program.as_os_str().to_owned(), "lz-relay".into()];
+            self.events.session_reach(Reach::Node(self.runner.srun_into(&self.slurm_id, run_as, &relay)));
+            let shell = SlurmShell { srun: self.runner.srun_into(&self.slurm_id, run_as, &[]), work: self.dir.work() };
+            self.events.shells_open(Arc::new(shell));
+        }
         self.events.running(at, format!("Slurm job {}: its limits are Slurm's", self.slurm_id));
+    }
+}
+
+/// Starts shells in a Slurm job: `srun --overlap` into its allocation (with `--pty` on a
+/// terminal, under `setsid --ctty`, so that `srun` has the terminal and sees its resizes).
+struct SlurmShell {
+    /// `srun` into the job, without its program.
+    srun: NodeCommand,
+    work: PathBuf,
+}
+
+impl ShellStarter for SlurmShell {
+    fn start(
+        &self,
+        program: Vec<OsString>,
+        terminal: bool,
+        stdio: [std::os::fd::BorrowedFd<'_>; 3],
+    ) -> std::io::Result<ShellProcess> {
+        let mut args: Vec<OsString> = vec![format!("--chdir={}", self.work.display()).into()];
+        if terminal {
+            args.push("--pty".into());
+        }
+        args.extend(program);
+        let prefix: &[&str] = if terminal { &["setsid", "--ctty"] } else { &[] };
+        let mut command = self.srun.wrapped(prefix, &args);
+        let [stdin, stdout, stderr] = stdio;
+        command.stdin(stdin.try_clone_to_owned()?).stdout(stdout.try_clone_to_owned()?);
+        command.stderr(stderr.try_clone_to_owned()?).kill_on_drop(true);
+        command.spawn().map(ShellProcess::Child)
+    }
+}
+
+impl SlurmRunner {
+    /// `srun` into the running Slurm job `slurm_id` (one task on its first node, beside its
+    /// own), as `run_as`, running `args`; unbuffered (`srun` holds a task's output back until a
+    /// line ends otherwise, and a WebSocket's frames have no lines).
+    fn srun_into(&self, slurm_id: &str, run_as: slurm::RunAs, args: &[OsString]) -> NodeCommand {
+        let mut program: Vec<OsString> =
+            ["srun", &format!("--jobid={slurm_id}"), "--overlap", "--nodes=1", "--ntasks=1", "--quiet", "--unbuffered"]
+                .map(OsString::from)
+                .to_vec();
+        program.extend(args.iter().cloned());
+        NodeCommand { program, env: self.command_env.clone(), ids: run_as }
     }
 }
 

@@ -87,6 +87,10 @@ pub struct SessionRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 10080))]
     pub idle_timeout: Option<u32>,
+    /// Whether the managers of the project its job is charged to may open it too (its owner's
+    /// choice; nobody else ever may).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub share_with_managers: bool,
 }
 
 /// A job's `session`, when it is one.
@@ -98,6 +102,9 @@ pub struct JobSession {
     /// Its idle timeout in minutes, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout: Option<u32>,
+    /// Whether its project's managers may open it too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub share_with_managers: bool,
     /// Where its owner opens it, once its port answers, while it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
@@ -109,7 +116,17 @@ pub struct JobSession {
 impl JobSession {
     /// A session as requested, not ready yet.
     pub fn requested(request: SessionRequest) -> Self {
-        JobSession { kind: request.kind, idle_timeout: request.idle_timeout, url: None, ready_at: None }
+        let SessionRequest { kind, idle_timeout, share_with_managers } = request;
+        JobSession { kind, idle_timeout, share_with_managers, url: None, ready_at: None }
+    }
+
+    /// The request it was started with (to start it again, say).
+    pub fn request(&self) -> SessionRequest {
+        SessionRequest {
+            kind: self.kind,
+            idle_timeout: self.idle_timeout,
+            share_with_managers: self.share_with_managers,
+        }
     }
 }
 

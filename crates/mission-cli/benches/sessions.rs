@@ -39,7 +39,7 @@ fn session_request(station: Uuid) -> RunJob {
         station_id: station,
         cpu_count: Some(1),
         memory_amount: Some(256),
-        session: Some(SessionRequest { kind: SessionKind::Web, idle_timeout: None }),
+        session: Some(SessionRequest { kind: SessionKind::Web, idle_timeout: None, share_with_managers: false }),
         ..Default::default()
     }
 }

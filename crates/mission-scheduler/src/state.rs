@@ -689,10 +689,7 @@ impl State {
                     log_offsets,
                     array_index: job.array_index,
                     image: job.image.clone(),
-                    session: job.session.as_ref().map(|session| mission_api::SessionRequest {
-                        kind: session.kind,
-                        idle_timeout: session.idle_timeout,
-                    }),
+                    session: job.session.as_ref().map(mission_api::JobSession::request),
                     container_network: networks.get(&lz.station_id).copied().unwrap_or_default(),
                 },
             );

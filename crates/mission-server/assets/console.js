@@ -118,8 +118,25 @@ function liveJob(header) {
   events.addEventListener("error", checkSession);
   events.addEventListener("job", (event) => {
     const job = JSON.parse(event.data);
-    if (job.job_id === jobId) setState(document.getElementById("job-status"), job.status);
+    if (job.job_id !== jobId) return;
+    setState(document.getElementById("job-status"), job.status);
+    // Its owner's buttons (Terminal, Open) come with the page of a running job.
+    if (job.status === "running" && header.dataset.own === "true" && header.dataset.status !== "running") {
+      window.location.reload();
+    }
   });
+  // A session that is starting gets its Open button once its app answers.
+  if (document.querySelector("#job-session[data-starting]") && header.dataset.own === "true") {
+    const timer = setInterval(async () => {
+      const answer = await fetch(`/api/v1/jobs/${jobId}`);
+      if (!answer.ok) return;
+      const job = await answer.json();
+      if (job.session && job.session.url) {
+        clearInterval(timer);
+        window.location.reload();
+      }
+    }, 2000);
+  }
 }
 
 // A form marked data-autosubmit (the mission-type choice) goes as soon as a choice is made; its

@@ -2,11 +2,11 @@
 //! tunnels agents open for it.
 //!
 //! A session is a job ([`mission_api::sessions`]) whose app serves HTTP on a loopback port of its
-//! landing zone. Its owner alone reaches it, here, with a bearer token or the console's cookie;
-//! everyone else gets a 404, as for a job they may not see. The proxy strips Mission's own
-//! credentials (a bearer token, the console's cookies) before a request goes on (an app's own
-//! `Authorization` scheme passes),
-//! and sends it through the tunnel of the job's landing zone ([`mission_tunnel`]): one
+//! landing zone. Its owner alone reaches it, here, with a bearer token or the console's cookie
+//! (and the managers of its job's project, where its owner shares it with them); everyone else
+//! gets a 404, as for a job they may not see. The proxy strips Mission's own credentials (a
+//! bearer token, the console's cookies) before a request goes on (an app's own `Authorization`
+//! scheme passes), and sends it through the tunnel of the job's landing zone ([`mission_tunnel`]): one
 //! connection per agent and replica, which the agent opens out when this replica orders it to
 //! ([`Order::Tunnel`](mission_api::lz::Order::Tunnel)), so the compute host needs no inbound port.
 //! WebSockets travel the same way, each upgraded connection bounded as the tunnel's streams are.
@@ -21,7 +21,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::TokioIo;
-use mission_api::{Job, JobStatus, SessionKind};
+use mission_api::{Job, JobStatus, ProjectRole, SessionKind};
 use tokio::sync::{Notify, Semaphore};
 use uuid::Uuid;
 
@@ -39,11 +39,20 @@ const TUNNEL_WAIT: Duration = Duration::from_secs(10);
 const ROUTE_TTL: Duration = Duration::from_secs(2);
 
 /// Where a running, ready session's requests go.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Route {
     user_id: Uuid,
     kind: SessionKind,
     lz_id: Uuid,
+    /// Who else may open it: the managers of its job's project, where its owner shares it.
+    managers: Arc<[Uuid]>,
+}
+
+impl Route {
+    /// Whether `user_id` may open the session: its owner, or a manager it is shared with.
+    fn opens_for(&self, user_id: Uuid) -> bool {
+        self.user_id == user_id || self.managers.contains(&user_id)
+    }
 }
 
 /// The tunnels agents opened to this replica, by landing zone, and the upgraded connections
@@ -86,7 +95,7 @@ impl Tunnels {
     /// The route of session `job_id` read within [`ROUTE_TTL`], if there is one.
     fn cached_route(&self, job_id: Uuid) -> Option<Route> {
         let routes = self.routes.lock().expect("not poisoned");
-        routes.get(&job_id).filter(|(read, _)| read.elapsed() < ROUTE_TTL).map(|(_, route)| *route)
+        routes.get(&job_id).filter(|(read, _)| read.elapsed() < ROUTE_TTL).map(|(_, route)| route.clone())
     }
 
     /// Remembers the route of session `job_id`, just read.
@@ -222,7 +231,7 @@ async fn forward(app: &AppState, request: Request) -> Result<Response, Response>
         Some(route) => route,
         None => read_route(app, job_id, user_id).await?.ok_or_else(no_session)?,
     };
-    if route.user_id != user_id {
+    if !route.opens_for(user_id) {
         return Err(no_session());
     }
     let Route { kind, lz_id, .. } = route;
@@ -348,10 +357,19 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 /// session `user_id` may open; the refusal for one that cannot be reached now (ended: 410;
 /// starting: 503).
 async fn read_route(app: &AppState, job_id: Uuid, user_id: Uuid) -> Result<Option<Route>, Response> {
-    let job = match app.store.job_row(job_id).await.map_err(|e| ApiError::from(e).into_response())? {
-        Some(job) if job.user_id == user_id => job,
-        _ => return Ok(None),
+    let failed = |e: mission_store::StoreError| ApiError::from(e).into_response();
+    let Some(job) = app.store.job_row(job_id).await.map_err(failed)? else { return Ok(None) };
+    let shared = job.session.as_ref().is_some_and(|s| s.share_with_managers) && job.project_id != job.user_id;
+    let managers: Arc<[Uuid]> = match shared {
+        true => {
+            let members = app.store.project_members(job.project_id).await.map_err(failed)?;
+            members.into_iter().filter(|m| m.role == ProjectRole::Manager).map(|m| m.user_id).collect()
+        }
+        false => Arc::new([]),
     };
+    if job.user_id != user_id && !managers.contains(&user_id) {
+        return Ok(None);
+    }
     let (kind, lz_id) = reachable(&job).map_err(|refusal| {
         let starting = refusal.status() == StatusCode::SERVICE_UNAVAILABLE;
         let mut refusal = refusal.into_response();
@@ -360,8 +378,8 @@ async fn read_route(app: &AppState, job_id: Uuid, user_id: Uuid) -> Result<Optio
         }
         refusal
     })?;
-    let route = Route { user_id: job.user_id, kind, lz_id };
-    app.tunnels.remember_route(job_id, route);
+    let route = Route { user_id: job.user_id, kind, lz_id, managers };
+    app.tunnels.remember_route(job_id, route.clone());
     Ok(Some(route))
 }
 

@@ -1319,10 +1319,7 @@ fn insert_row(seq: u64, job: &Job) -> serde_json::Value {
         "rerun_of": job.rerun_of.map(|id| id.to_string()),
         "array_id": job.array_id.map(|id| id.to_string()),
         "array_index": job.array_index,
-        "session": job.session.as_ref().map(|session| {
-            let request = mission_api::SessionRequest { kind: session.kind, idle_timeout: session.idle_timeout };
-            serde_json::to_string(&request).expect("requests serialise")
-        }),
+        "session": job.session.as_ref().map(|session| serde_json::to_string(&session.request()).expect("requests serialise")),
         "session_url": job.session.as_ref().and_then(|session| session.url.as_ref()),
         "session_ready_at": job.session.as_ref().and_then(|session| session.ready_at).map(to_micros),
         "exit_code": job.exit_code,

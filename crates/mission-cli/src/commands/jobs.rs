@@ -46,6 +46,10 @@ pub struct RunCommand {
     /// With --session: end it after this long without a request (90m, 2h, 1d).
     #[arg(long, value_name = "DURATION", value_parser = parse_time_limit, requires = "session")]
     idle_timeout: Option<u32>,
+    /// With --session: the managers of the project the job is charged to (--project) may open
+    /// it too.
+    #[arg(long, requires = "session")]
+    share_with_managers: bool,
     /// Open the session in a browser once it answers (with --session or --again).
     #[arg(long)]
     open: bool,
@@ -492,7 +496,11 @@ impl RunCommand {
             retry: self.retry.policy(),
             project_id: resolve_optional_project(&client, self.project.as_deref()).await?,
             image: self.image.clone(),
-            session: self.session.map(|kind| mission_client::SessionRequest { kind, idle_timeout: self.idle_timeout }),
+            session: self.session.map(|kind| mission_client::SessionRequest {
+                kind,
+                idle_timeout: self.idle_timeout,
+                share_with_managers: self.share_with_managers,
+            }),
         };
         if let Some(range) = self.array.clone() {
             let array =

@@ -258,7 +258,11 @@ async fn a_session_is_reached_through_a_replica_its_agent_is_not_connected_to() 
         mission(&on_a, SHELL, &[("run.sh", "exec python3 app.py\n"), ("app.py", super::sessions::APP)], &[]).await;
     let request = mission_client::RunJob {
         station_id: local_station(),
-        session: Some(mission_client::SessionRequest { kind: mission_client::SessionKind::Web, idle_timeout: None }),
+        session: Some(mission_client::SessionRequest {
+            kind: mission_client::SessionKind::Web,
+            idle_timeout: None,
+            share_with_managers: false,
+        }),
         ..Default::default()
     };
     let job = on_a.run_job(app.mission_id, &request).await.unwrap();

@@ -17,7 +17,7 @@ pub(super) async fn start_web_session(client: &Client) -> Job {
     let app = mission(client, SHELL, &[("run.sh", "exec python3 app.py\n"), ("app.py", APP)], &[]).await;
     let request = RunJob {
         station_id: local_station(),
-        session: Some(SessionRequest { kind: SessionKind::Web, idle_timeout: None }),
+        session: Some(SessionRequest { kind: SessionKind::Web, idle_timeout: None, share_with_managers: false }),
         ..Default::default()
     };
     let job = client.run_job(app.mission_id, &request).await.unwrap();
@@ -134,7 +134,7 @@ async fn an_idle_session_ends_with_its_results() {
             .await;
     let request = RunJob {
         station_id: local_station(),
-        session: Some(SessionRequest { kind: SessionKind::Web, idle_timeout: Some(1) }),
+        session: Some(SessionRequest { kind: SessionKind::Web, idle_timeout: Some(1), share_with_managers: false }),
         ..Default::default()
     };
     let job = client.run_job(app.mission_id, &request).await.unwrap();
@@ -264,7 +264,7 @@ async fn jupyter_lab_runs_a_cell_through_the_proxy() {
     let request = RunJob {
         station_id: local_station(),
         time_limit: Some(10),
-        session: Some(SessionRequest { kind: SessionKind::Jupyter, idle_timeout: None }),
+        session: Some(SessionRequest { kind: SessionKind::Jupyter, idle_timeout: None, share_with_managers: false }),
         ..Default::default()
     };
     let job = client.run_job(notebook.mission_id, &request).await.unwrap();
@@ -352,9 +352,17 @@ async fn jupyter_lab_runs_a_cell_through_the_proxy() {
 /// deliver too), once, and a banner on its job's page.
 #[tokio::test]
 async fn a_session_near_its_time_limit_warns_its_owner() {
-    let (server, admin) = cluster(|_| {}).await;
+    let receiver = mission_testkit::Receiver::start(|_, _| 204).await;
+    let target = format!("{}/hooks/", receiver.url);
+    let (server, admin) = cluster(|config| config.webhook_targets = vec![target.parse().unwrap()]).await;
     let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
     let client = &server.client;
+    let hook = mission_client::CreateWebhook {
+        url: format!("{target}ending"),
+        kinds: vec!["session.ending".into()],
+        ..Default::default()
+    };
+    client.create_webhook(&hook).await.unwrap();
     let mut events = client
         .watch_events(&mission_client::WatchEvents { kinds: vec!["session".into()], ..Default::default() })
         .await
@@ -363,7 +371,7 @@ async fn a_session_near_its_time_limit_warns_its_owner() {
     let request = RunJob {
         station_id: local_station(),
         time_limit: Some(3),
-        session: Some(SessionRequest { kind: SessionKind::Web, idle_timeout: None }),
+        session: Some(SessionRequest { kind: SessionKind::Web, idle_timeout: None, share_with_managers: false }),
         ..Default::default()
     };
     let job = client.run_job(app.mission_id, &request).await.unwrap();
@@ -373,6 +381,13 @@ async fn a_session_near_its_time_limit_warns_its_owner() {
     assert_eq!(event.data["minutes_left"], 3);
     assert_eq!(event.data["time_limit"], 3);
     assert!(event.data["detail"].as_str().unwrap().contains("save your work"));
+    // A webhook delivers it too.
+    let delivered = receiver.wait_until("the warning's delivery", |received| !received.is_empty()).await;
+    let delivered = delivered[0].json();
+    assert_eq!(
+        (delivered["kind"].as_str(), delivered["data"]["minutes_left"].as_u64()),
+        (Some("session.ending"), Some(3))
+    );
 
     let cookie = mission_testkit::console_cookie(&server.url, "alice", mission_testkit::PASSWORD).await;
     let page = reqwest::Client::new()
@@ -430,4 +445,59 @@ async fn a_huge_message_to_an_app_that_does_not_read_waits_instead_of_filling_me
     assert!(grown < 32 << 10, "the server grew by {grown} KiB while a 256 MiB message waited");
     sending.abort();
     fx.ok("admin", &["jobs", "stop", &job_id]).await;
+}
+
+/// A session its owner shares with the managers of the project its job is charged to: they open
+/// it; a member who is no manager does not, nor does a manager open a session not shared.
+#[tokio::test]
+async fn a_shared_session_opens_for_its_projects_managers_alone() {
+    use mission_client::{CreateProject, ProjectRole};
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let project = admin.create_project(&CreateProject { name: "lab".into(), description: None }).await.unwrap();
+    for (user, role) in [("alice", ProjectRole::Member), ("carol", ProjectRole::Manager), ("bob", ProjectRole::Member)]
+    {
+        if user != "alice" {
+            server.add_user(user, false).await;
+        }
+        admin.set_project_member(project.project_id, user, role).await.unwrap();
+    }
+    let alice = &server.client;
+    let app = mission(alice, SHELL, &[("run.sh", "exec python3 app.py\n"), ("app.py", APP)], &[]).await;
+    let start = |share_with_managers: bool| {
+        let session = SessionRequest { kind: SessionKind::Web, idle_timeout: None, share_with_managers };
+        let request = RunJob {
+            station_id: local_station(),
+            project_id: Some(project.project_id),
+            session: Some(session),
+            ..Default::default()
+        };
+        async move { alice.run_job(app.mission_id, &request).await.unwrap() }
+    };
+    let (shared, unshared) = (start(true).await, start(false).await);
+    assert!(shared.session.as_ref().unwrap().share_with_managers);
+    let http = reqwest::Client::new();
+    let sign_in = |user| mission_testkit::device_sign_in(&server.url, user, mission_testkit::PASSWORD);
+    let (carol, bob) = (sign_in("carol").await.0.access_token, sign_in("bob").await.0.access_token);
+    let status = |job: Uuid, token: String| {
+        let url = format!("{}/sessions/{job}/", server.url);
+        let http = http.clone();
+        async move { http.get(url).bearer_auth(token).send().await.unwrap().status().as_u16() }
+    };
+    super::jobs::wait_until("both sessions answer", || async {
+        let ready = |id| async move { alice.get_job(id).await.unwrap().session.is_some_and(|s| s.url.is_some()) };
+        ready(shared.job_id).await && ready(unshared.job_id).await
+    })
+    .await;
+    assert_eq!(status(shared.job_id, carol.clone()).await, 200, "a manager opens a shared session");
+    assert_eq!(status(shared.job_id, bob.clone()).await, 404, "a member who is no manager does not");
+    assert_eq!(status(unshared.job_id, carol).await, 404, "nor does a manager open one not shared");
+    // The job's page shows the manager the session's Open button (and no terminal).
+    let cookie = mission_testkit::console_cookie(&server.url, "carol", mission_testkit::PASSWORD).await;
+    let page = http.get(format!("{}/jobs/{}", server.url, shared.job_id)).header("Cookie", cookie).send().await;
+    let page = page.unwrap().text().await.unwrap();
+    assert!(page.contains("id=\"open-session\"") && !page.contains("id=\"open-terminal\""), "{page}");
+    for job in [shared, unshared] {
+        alice.stop_job(job.job_id).await.unwrap();
+    }
 }

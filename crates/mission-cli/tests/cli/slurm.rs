@@ -596,3 +596,57 @@ async fn a_session_and_a_shell_reach_into_a_running_slurm_job() {
     alice.stop_job(job.job_id).await.unwrap();
     until_ended(alice, job.job_id).await;
 }
+
+/// A session on a gateway's pilot: the pilot, a landing zone inside a Slurm allocation, runs it
+/// as a process landing zone does and opens the tunnel to it from the node; a shell opens in it.
+#[tokio::test]
+async fn a_session_runs_on_a_pilot() {
+    use mission_api::shell::ShellQuery;
+    use mission_client::{RunJob, SessionKind, SessionRequest, ShellEvent};
+    let Some(conf) = slurm_conf("a_session_runs_on_a_pilot") else { return };
+    let (server, admin) = cluster(|_| {}).await;
+    let pilots = ["--pilots", "--max-pilots", "1", "--pilot-cpus", "1", "--pilot-memory", "1024", "--pilot-time", "10"];
+    let gateway = SlurmAgent::start_with(&server, &admin, "gateway", &conf, &pilots).await;
+    let alice = &server.client;
+    let files = [("run.sh", "exec python3 app.py\n"), ("app.py", mission_testkit::SESSION_APP)];
+    let app = mission(alice, SHELL, &files, &[]).await;
+    let request = RunJob {
+        station_id: local_station(),
+        cpu_count: Some(1),
+        memory_amount: Some(256),
+        session: Some(SessionRequest { kind: SessionKind::Web, idle_timeout: None, share_with_managers: false }),
+        ..Default::default()
+    };
+    let job = alice.run_job(app.mission_id, &request).await.unwrap();
+    wait_until("the session on a pilot answers", || async {
+        let now = alice.get_job(job.job_id).await.unwrap();
+        assert!(!now.status.is_final(), "{now:?}");
+        now.session.is_some_and(|s| s.url.is_some())
+    })
+    .await;
+    let running = alice.get_job(job.job_id).await.unwrap();
+    let url = running.session.as_ref().and_then(|s| s.url.clone());
+    let lzs = admin.list_landing_zones(local_station()).await.unwrap();
+    let lz = lzs.iter().find(|lz| Some(lz.lz_id) == running.lz_id).unwrap();
+    assert_eq!(lz.pilot_of, Some(gateway.lz_id), "it runs on the gateway's pilot");
+
+    let token = mission_testkit::device_sign_in(&server.url, "alice", mission_testkit::PASSWORD).await.0.access_token;
+    let page = reqwest::Client::new().get(format!("{}hello", url.unwrap())).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("token=ok"));
+    let query = ShellQuery { command: Some("echo \"$JOB_ID\"".into()), ..ShellQuery::default() };
+    let (_input, mut output) = alice.open_shell(job.job_id, &query).await.unwrap();
+    let mut printed = Vec::new();
+    let exit = loop {
+        match tokio::time::timeout(Duration::from_secs(60), output.next()).await.unwrap().unwrap() {
+            Some(ShellEvent::Stdout(bytes)) => printed.extend(bytes),
+            Some(ShellEvent::Stderr(_)) => {}
+            Some(ShellEvent::Exit(exit)) => break exit,
+            None => panic!("closed before the exit"),
+        }
+    };
+    assert_eq!(exit.exit_code, Some(0));
+    assert_eq!(String::from_utf8_lossy(&printed), format!("{}\n", job.job_id), "the shell has the job's environment");
+    alice.stop_job(job.job_id).await.unwrap();
+    until_ended(alice, job.job_id).await;
+}

@@ -137,8 +137,12 @@ pub async fn list(State(app): State<AppState>, viewer: Viewer, Query(query): Que
 #[template(path = "console/job.html")]
 struct JobPageView {
     frame: Frame,
-    /// Whether the viewer started it (a session opens for its owner alone).
+    /// Whether the viewer started it (a shell opens for its owner alone, and a session starts
+    /// again for them).
     own: bool,
+    /// Whether the viewer may open its session: its owner, or a manager of its project it is
+    /// shared with.
+    opens: bool,
     /// For a running session near its time limit: when the limit ends it.
     ending: Option<String>,
     job: Job,
@@ -174,9 +178,14 @@ pub async fn show(State(app): State<AppState>, viewer: Viewer, Path(id): Path<St
             .collect();
     }
     let own = job.user_id == viewer.user.user_id;
+    let shared = job.session.as_ref().is_some_and(|s| s.share_with_managers) && job.project_id != job.user_id;
+    let opens = own
+        || (shared
+            && crate::domain::projects::role(&app, viewer.principal(), job.project_id).await?
+                == Some(mission_api::ProjectRole::Manager));
     let ending = session_ending(&job, chrono::Utc::now());
     let frame = Frame::new(&viewer, "jobs");
-    let template = JobPageView { frame, own, ending, job, mission_name, finished, stdout, stderr, results };
+    let template = JobPageView { frame, own, opens, ending, job, mission_name, finished, stdout, stderr, results };
     Ok(page(StatusCode::OK, &template))
 }
 

@@ -1,6 +1,7 @@
-//! Interactive sessions benchmark (issue 38), against the real release `mission server` with
-//! its embedded landing zone, a session's app reached through the proxy and, in the same run,
-//! directly on its loopback port:
+//! Interactive sessions benchmark (issue 38), against the real release `mission server`, a
+//! session's app reached through the proxy and, in the same run, directly on its loopback port,
+//! twice: on the server's embedded landing zone (reached in-process) and on a landing zone of its
+//! own (`mission lz`, reached through the HTTP/2 tunnel it opens):
 //!
 //! - HTTP request latency, p50 and p99 over `BENCH_SESSION_REQUESTS` sequential requests on a
 //!   kept-alive connection (target: through the proxy within 2× of directly);
@@ -107,36 +108,11 @@ async fn round_trips(address: &str, path: &str, token: &str, n: usize) -> Durati
     percentile(&times, 0.5)
 }
 
-#[tokio::main]
-async fn main() {
-    let requests = env_or("BENCH_SESSION_REQUESTS", 1000);
-    let idle_sessions = env_or("BENCH_IDLE_SESSIONS", 100);
-    let root = tempfile::tempdir().unwrap();
-    // Room for every idle session on the embedded landing zone: 256 MB and one CPU each.
-    let cpus = (idle_sessions + 2).to_string();
-    let memory = ((idle_sessions + 2) * 256).to_string();
-    let service =
-        SignedIn::start_with(root.path(), "bench", "bench password 1", &["--lz-cpus", &cpus, "--lz-memory", &memory])
-            .await;
+/// Latency, download throughput and WebSocket round trips of a session of `mission` on
+/// `station`, through the proxy against directly, printed under `label`.
+async fn measure(service: &SignedIn, mission: Uuid, station: Uuid, requests: usize, label: &str) {
     let (client, token) = (&service.client, &service.access_token);
-    let station = client.list_stations().await.unwrap().into_iter().find(|s| s.name == "local").unwrap().station_id;
-    let src = root.path().join("app");
-    std::fs::create_dir_all(&src).unwrap();
-    std::fs::write(src.join("app.py"), APP).unwrap();
-    std::fs::write(
-        src.join("run.sh"),
-        "head -c 104857600 /dev/zero > big.bin\necho small > small.txt\nexec python3 app.py\n",
-    )
-    .unwrap();
-    let mission = shell_mission(client, "session bench", &src).await.mission_id;
-    // The idle sessions serve no big file.
-    let idle_src = root.path().join("idle");
-    std::fs::create_dir_all(&idle_src).unwrap();
-    std::fs::write(idle_src.join("app.py"), APP).unwrap();
-    std::fs::write(idle_src.join("run.sh"), "exec python3 app.py\n").unwrap();
-    let idle_mission = shell_mission(client, "idle sessions", &idle_src).await.mission_id;
-    let server_pid = service.server.id().unwrap();
-
+    println!("== {label}");
     let (job_id, port) = start_session(client, mission, station).await;
     let proxied = format!("{}/sessions/{job_id}", service.url);
     let direct = format!("http://127.0.0.1:{port}");
@@ -170,7 +146,64 @@ async fn main() {
     println!("  proxied  {}  (+{})", ms(proxied_rtt), ms(proxied_rtt.saturating_sub(direct_rtt)));
     client.stop_job(job_id).await.unwrap();
     assert_eq!(client.wait_for_job(job_id).await.unwrap().status, JobStatus::Stopped);
+}
 
+#[tokio::main]
+async fn main() {
+    let requests = env_or("BENCH_SESSION_REQUESTS", 1000);
+    let idle_sessions = env_or("BENCH_IDLE_SESSIONS", 100);
+    let root = tempfile::tempdir().unwrap();
+    // Room for every idle session on the embedded landing zone: 256 MB and one CPU each.
+    let cpus = (idle_sessions + 2).to_string();
+    let memory = ((idle_sessions + 2) * 256).to_string();
+    let service =
+        SignedIn::start_with(root.path(), "bench", "bench password 1", &["--lz-cpus", &cpus, "--lz-memory", &memory])
+            .await;
+    let (client, token) = (&service.client, &service.access_token);
+    let station = client.list_stations().await.unwrap().into_iter().find(|s| s.name == "local").unwrap().station_id;
+    let src = root.path().join("app");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("app.py"), APP).unwrap();
+    std::fs::write(
+        src.join("run.sh"),
+        "head -c 104857600 /dev/zero > big.bin\necho small > small.txt\nexec python3 app.py\n",
+    )
+    .unwrap();
+    let mission = shell_mission(client, "session bench", &src).await.mission_id;
+    // The idle sessions serve no big file.
+    let idle_src = root.path().join("idle");
+    std::fs::create_dir_all(&idle_src).unwrap();
+    std::fs::write(idle_src.join("app.py"), APP).unwrap();
+    std::fs::write(idle_src.join("run.sh"), "exec python3 app.py\n").unwrap();
+    let idle_mission = shell_mission(client, "idle sessions", &idle_src).await.mission_id;
+    let server_pid = service.server.id().unwrap();
+
+    measure(&service, mission, station, requests, "the embedded landing zone, reached in-process").await;
+    // A landing zone of its own on a station of its own, as a remote host's would be.
+    let remote = client
+        .create_station(&mission_client::CreateStation { name: "remote".into(), ..Default::default() })
+        .await
+        .unwrap()
+        .station_id;
+    let registered = client
+        .register_landing_zone(
+            remote,
+            &mission_client::RegisterLandingZone { name: "remote".into(), cluster_account: None },
+        )
+        .await
+        .unwrap();
+    let _agent = tokio::process::Command::new(common::bin())
+        .args(["lz", "--server", &service.url, "--lz-cpus", "2", "--lz-memory", "1024", "--data-dir"])
+        .arg(root.path().join("remote-lz"))
+        .env("MISSION_LZ_TOKEN", &registered.token)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    measure(&service, mission, remote, requests, "a landing zone of its own (mission lz), through its tunnel").await;
+
+    let server_address = service.url.trim_start_matches("http://").to_owned();
     // Idle sessions: the server before, and with each running and a WebSocket open to it.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let before = rss_kib(server_pid);

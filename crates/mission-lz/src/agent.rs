@@ -56,6 +56,9 @@ pub struct AgentConfig {
     pub containers: ContainerConfig,
     /// Stop when no job has run for this long (a pilot inside a batch job leaves so).
     pub idle_exit: Option<std::time::Duration>,
+    /// For the landing zone embedded in a server: the in-process tunnel its sessions are
+    /// reached through (none: only tunnels the agent opens out).
+    pub local_tunnel: Option<mission_tunnel::LocalTunnel>,
 }
 
 /// What runs a landing zone's jobs.
@@ -79,6 +82,7 @@ impl std::fmt::Debug for AgentConfig {
             .field("runner", &self.runner)
             .field("containers", &self.containers)
             .field("idle_exit", &self.idle_exit)
+            .field("local_tunnel", &self.local_tunnel)
             .finish()
     }
 }
@@ -353,6 +357,9 @@ async fn serve<R: Runner>(
         agent.spawn_job(job_id, attempt, move |stop| lifecycle::resume(runner, agent2, job_id, stop));
     }
     let reporter = tokio::spawn(deliver_reports(agent.clone(), queue));
+    if let Some(local) = &config.local_tunnel {
+        local.serve(crate::sessions::local_service(agent.clone()));
+    }
     runner.attach(&agent);
     let result = tokio::select! {
         result = connect_loop(&agent, &runner) => result,

@@ -60,7 +60,12 @@ pub(crate) async fn run<R: Runner>(runner: Arc<R>, agent: Arc<Agent>, job: Assig
 pub(crate) async fn resume<R: Runner>(runner: Arc<R>, agent: Arc<Agent>, job_id: Uuid, stop: StopSwitch) {
     let (events, runs) = JobEvents::new(agent.clone(), job_id, Vec::new());
     match runner.recover(job_id, events).await {
-        Ok(handle) => follow(&agent, job_id, handle, runs, stop).await,
+        Ok(handle) => {
+            if agent.sessions.is_session(job_id) {
+                crate::sessions::watch(agent.clone(), job_id);
+            }
+            follow(&agent, job_id, handle, runs, stop).await
+        }
         Err(e) => agent.report_end(job_id, failed(&e), None),
     }
 }

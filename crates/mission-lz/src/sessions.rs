@@ -19,7 +19,6 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -63,6 +62,16 @@ struct SessionPort {
     idle: Mutex<Vec<AppConnection>>,
     /// How its app is reached.
     reach: Mutex<Reach>,
+}
+
+/// A session as a batch system's job's record keeps it: its port, secret, kind and idle
+/// timeout (minutes).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) struct SavedSession {
+    port: u16,
+    secret: String,
+    kind: SessionKind,
+    idle_timeout: Option<u32>,
 }
 
 /// How the agent reaches a session's app.
@@ -260,6 +269,35 @@ impl Sessions {
         Ok((Assignment { command, ..job }, env))
     }
 
+    /// What a later run of the agent needs to reach the session of `job_id` again (a batch
+    /// system's job outlives its agent), if it is one.
+    pub fn saved(&self, job_id: Uuid) -> Option<SavedSession> {
+        let session = self.port(job_id)?;
+        let idle_timeout = session.idle_timeout.map(|idle| (idle.as_secs() / 60) as u32);
+        Some(SavedSession { port: session.port, secret: session.secret.clone(), kind: session.kind, idle_timeout })
+    }
+
+    /// Takes back the session of `job_id` that an earlier run of the agent started, unreached
+    /// until its runner says how to reach it. (Its time-limit warning was given, or is lost.)
+    pub fn restore(&self, job_id: Uuid, saved: SavedSession) {
+        let session = SessionPort {
+            port: saved.port,
+            secret: saved.secret,
+            kind: saved.kind,
+            idle_timeout: saved.idle_timeout.map(|minutes| Duration::from_secs(u64::from(minutes) * 60)),
+            last_active: AtomicU64::new(now_ms()),
+            warn_at: None,
+            idle: Mutex::default(),
+            reach: Mutex::new(Reach::Waiting),
+        };
+        self.ports.lock().expect("not poisoned").insert(job_id, Arc::new(session));
+    }
+
+    /// Whether `job_id` is a session of this agent's.
+    pub fn is_session(&self, job_id: Uuid) -> bool {
+        self.port(job_id).is_some()
+    }
+
     /// The app of `job_id`'s session is reached as `reach` from now on (nothing for a job that
     /// is no session).
     pub fn reach(&self, job_id: Uuid, reach: Reach) {
@@ -362,7 +400,10 @@ pub(crate) fn open_tunnel(agent: Arc<Agent>, url: Option<String>) {
         match agent.client.tunnel(&base).await {
             Ok(io) => {
                 let serving = agent.clone();
-                let service = hyper::service::service_fn(move |request| forward(serving.clone(), request));
+                let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+                    let forwarded = forward(serving.clone(), request.map(mission_tunnel::boxed));
+                    async move { Ok::<_, Infallible>(forwarded.await) }
+                });
                 if let Err(e) = mission_tunnel::serve(io, service).await {
                     tracing::debug!("the session tunnel to {base} closed: {e}");
                 }
@@ -373,10 +414,16 @@ pub(crate) fn open_tunnel(agent: Arc<Agent>, url: Option<String>) {
     });
 }
 
+/// The agent's sessions served in-process to the server it is embedded in (see
+/// [`mission_tunnel::LocalTunnel`]): the same handling as a tunnel's requests get, by a call.
+pub(crate) fn local_service(agent: Arc<Agent>) -> mission_tunnel::LocalService {
+    Arc::new(move |request| Box::pin(forward(agent.clone(), request)))
+}
+
 /// One request from the tunnel, forwarded to its session's app (or a job shell's WebSocket).
-async fn forward(agent: Arc<Agent>, request: Request<Incoming>) -> Result<Response<mission_tunnel::Body>, Infallible> {
+async fn forward(agent: Arc<Agent>, request: Request<mission_tunnel::Body>) -> Response<mission_tunnel::Body> {
     if request.headers().contains_key(mission_tunnel::SHELL_HEADER) {
-        return Ok(crate::shell::open(&agent, request).await);
+        return crate::shell::open(&agent, request).await;
     }
     let job_id = request
         .headers()
@@ -386,20 +433,20 @@ async fn forward(agent: Arc<Agent>, request: Request<Incoming>) -> Result<Respon
     let Some((job_id, session)) = job_id.and_then(|id| agent.sessions.port(id).map(|session| (id, session))) else {
         let mut refusal = answer(StatusCode::NOT_FOUND, "no such session on this landing zone");
         refusal.headers_mut().insert(mission_tunnel::NO_SESSION_HEADER, HeaderValue::from_static("1"));
-        return Ok(refusal);
+        return refusal;
     };
     session.last_active.store(now_ms(), Ordering::Relaxed);
     match to_app(request, &session).await {
-        Ok(response) => Ok(response),
+        Ok(response) => response,
         Err(e) => {
             tracing::debug!(%job_id, "forwarding to the session's app: {e}");
-            Ok(answer(StatusCode::BAD_GATEWAY, &format!("the session's app did not answer on its port: {e}")))
+            answer(StatusCode::BAD_GATEWAY, &format!("the session's app did not answer on its port: {e}"))
         }
     }
 }
 
 async fn to_app(
-    request: Request<Incoming>,
+    request: Request<mission_tunnel::Body>,
     session: &Arc<SessionPort>,
 ) -> Result<Response<mission_tunnel::Body>, mission_tunnel::BoxError> {
     let mut sender = connection(session).await?;

@@ -19,7 +19,6 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hyper::body::Incoming;
 use hyper::header::HeaderValue;
 use hyper::{Request, Response, StatusCode};
 use mission_api::shell::{Channel, MAX_MESSAGE_BYTES, ShellExit, ShellQuery, TerminalSize};
@@ -125,7 +124,7 @@ impl Shells {
 
 /// A shell's WebSocket from the tunnel: starts its process and relays it; an HTTP refusal when
 /// it cannot.
-pub(crate) async fn open(agent: &Agent, request: Request<Incoming>) -> Response<mission_tunnel::Body> {
+pub(crate) async fn open(agent: &Agent, request: Request<mission_tunnel::Body>) -> Response<mission_tunnel::Body> {
     match start(agent, request).await {
         Ok(response) => response,
         Err((status, why)) => crate::sessions::answer(status, &why),
@@ -134,10 +133,11 @@ pub(crate) async fn open(agent: &Agent, request: Request<Incoming>) -> Response<
 
 async fn start(
     agent: &Agent,
-    request: Request<Incoming>,
+    request: Request<mission_tunnel::Body>,
 ) -> Result<Response<mission_tunnel::Body>, (StatusCode, String)> {
     let bad = |why: &str| (StatusCode::BAD_REQUEST, why.to_owned());
-    let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let (parts, from_client) = request.into_parts();
+    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let job_id = header(mission_tunnel::SESSION_HEADER).and_then(|id| Uuid::parse_str(&id).ok());
     let job_id = job_id.ok_or_else(|| bad("no job named"))?;
     let query: ShellQuery = serde_urlencoded::from_str(&header(mission_tunnel::SHELL_HEADER).unwrap_or_default())
@@ -172,7 +172,6 @@ async fn start(
 
     let accept = HeaderValue::from_str(&websocket::accept_key(&key)).expect("base64 is a header value");
     let (to_server, body) = mission_tunnel::channel_body();
-    let from_client = request.into_body();
     let (near, far) = tokio::io::duplex(64 * 1024);
     tokio::spawn(mission_tunnel::splice(near, from_client, to_server));
     tokio::spawn(async move {

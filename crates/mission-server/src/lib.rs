@@ -323,8 +323,12 @@ impl Server {
     }
 
     /// Registers the embedded landing zone `name` on the default station (or gives it a new token
-    /// if it exists) and answers the token its agent connects with.
-    pub async fn embedded_lz_token(&self, name: &str) -> Result<String, mission_store::StoreError> {
+    /// if it exists) and answers the token its agent connects with, and the in-process tunnel
+    /// through which this server reaches its sessions (the agent serves it).
+    pub async fn embedded_lz(
+        &self,
+        name: &str,
+    ) -> Result<(String, mission_tunnel::LocalTunnel), mission_store::StoreError> {
         let token = idp::random_secret();
         let lz_id = self
             .app
@@ -337,7 +341,9 @@ impl Server {
             name: name.into(),
             cluster_account: None,
         });
-        Ok(token)
+        let tunnel = mission_tunnel::LocalTunnel::default();
+        self.app.tunnels.attach_local(lz_id, tunnel.clone());
+        Ok((token, tunnel))
     }
 
     /// The URL clients reach this server at.

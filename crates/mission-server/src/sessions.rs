@@ -59,6 +59,8 @@ impl Route {
 /// (WebSockets) that go through them.
 pub struct Tunnels {
     open: Mutex<HashMap<Uuid, OpenTunnel>>,
+    /// The embedded landing zone's in-process tunnel, where this server runs one.
+    local: Mutex<Option<(Uuid, mission_tunnel::LocalTunnel)>>,
     /// Routes of sessions read lately, by job, with when they were read.
     routes: Mutex<HashMap<Uuid, (tokio::time::Instant, Route)>>,
     /// Woken whenever a tunnel opens.
@@ -75,6 +77,26 @@ impl std::fmt::Debug for Tunnels {
     }
 }
 
+/// How a request reaches a landing zone's agent.
+enum ToAgent {
+    /// Through the tunnel it opened.
+    Tunnel(SendRequest<mission_tunnel::Body>),
+    /// By a call: it is embedded in this process.
+    Local(mission_tunnel::LocalService),
+}
+
+impl ToAgent {
+    async fn send(
+        self,
+        request: hyper::Request<mission_tunnel::Body>,
+    ) -> Result<hyper::Response<mission_tunnel::Body>, hyper::Error> {
+        match self {
+            ToAgent::Tunnel(mut sender) => Ok(sender.send_request(request).await?.map(mission_tunnel::boxed)),
+            ToAgent::Local(service) => Ok(service(request).await),
+        }
+    }
+}
+
 struct OpenTunnel {
     /// Tells this tunnel from a later one of the same agent.
     serial: u64,
@@ -87,6 +109,7 @@ impl Tunnels {
         Tunnels {
             routes: Mutex::new(HashMap::new()),
             open: Mutex::new(HashMap::new()),
+            local: Mutex::new(None),
             opened: Notify::new(),
             upgraded: Arc::new(Semaphore::new(max_upgraded)),
         }
@@ -112,6 +135,17 @@ impl Tunnels {
         self.routes.lock().expect("not poisoned").remove(&job_id);
     }
 
+    /// The embedded landing zone `lz_id` is reached through `tunnel`, in this process.
+    pub fn attach_local(&self, lz_id: Uuid, tunnel: mission_tunnel::LocalTunnel) {
+        *self.local.lock().expect("not poisoned") = Some((lz_id, tunnel));
+    }
+
+    /// The in-process service of `lz_id`, if it is the embedded landing zone and its agent is up.
+    fn local(&self, lz_id: Uuid) -> Option<mission_tunnel::LocalService> {
+        let local = self.local.lock().expect("not poisoned");
+        local.as_ref().filter(|(id, _)| *id == lz_id).and_then(|(_, tunnel)| tunnel.service())
+    }
+
     /// The open tunnel of `lz_id`, if one is.
     fn sender(&self, lz_id: Uuid) -> Option<SendRequest<mission_tunnel::Body>> {
         let mut open = self.open.lock().expect("not poisoned");
@@ -125,8 +159,17 @@ impl Tunnels {
         }
     }
 
-    /// A tunnel to `lz_id`: the open one, or a new one the agent is ordered to open.
-    async fn to(&self, app: &AppState, lz_id: Uuid) -> ApiResult<SendRequest<mission_tunnel::Body>> {
+    /// The way to `lz_id`: in-process for the embedded landing zone; else its open tunnel, or
+    /// a new one the agent is ordered to open.
+    async fn to(&self, app: &AppState, lz_id: Uuid) -> ApiResult<ToAgent> {
+        if let Some(service) = self.local(lz_id) {
+            return Ok(ToAgent::Local(service));
+        }
+        self.remote(app, lz_id).await.map(ToAgent::Tunnel)
+    }
+
+    /// The open tunnel of `lz_id`, or a new one the agent is ordered to open.
+    async fn remote(&self, app: &AppState, lz_id: Uuid) -> ApiResult<SendRequest<mission_tunnel::Body>> {
         let deadline = tokio::time::Instant::now() + TUNNEL_WAIT;
         let mut ordered = false;
         loop {
@@ -286,7 +329,7 @@ async fn send(app: &AppState, lz_id: Uuid, request: Request, uri: String, header
     Ok(Response::from_parts(parts, Body::new(from_app)))
 }
 
-/// Sends a request through the tunnel of `lz_id` (one the agent is ordered to open, if none is).
+/// Sends a request to the agent of `lz_id` (through a tunnel it is ordered to open, if none is).
 async fn to_agent(
     app: &AppState,
     lz_id: Uuid,
@@ -294,8 +337,8 @@ async fn to_agent(
     uri: String,
     headers: HeaderMap,
     body: mission_tunnel::Body,
-) -> ApiResult<hyper::Response<hyper::body::Incoming>> {
-    let mut sender = app.tunnels.to(app, lz_id).await?;
+) -> ApiResult<hyper::Response<mission_tunnel::Body>> {
+    let sender = app.tunnels.to(app, lz_id).await?;
     let mut forwarded = hyper::Request::builder()
         .method(method)
         .uri(uri)
@@ -303,7 +346,7 @@ async fn to_agent(
         .map_err(|e| ApiError::invalid(format!("the request cannot be forwarded: {e}")))?;
     *forwarded.headers_mut() = headers;
     sender
-        .send_request(forwarded)
+        .send(forwarded)
         .await
         .map_err(|e| ApiError::session_unreachable(format!("the session's landing zone did not answer: {e}")))
 }

@@ -57,6 +57,36 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The body of every request and answer through the tunnel.
 pub type Body = UnsyncBoxBody<Bytes, BoxError>;
 
+/// An agent's handling of one request from the tunnel, called in-process.
+pub type LocalService = std::sync::Arc<
+    dyn Fn(hyper::Request<Body>) -> std::pin::Pin<Box<dyn Future<Output = hyper::Response<Body>> + Send>> + Send + Sync,
+>;
+
+/// A tunnel within one process: the server's embedded landing zone serves the requests for its
+/// sessions by a call ([`LocalService`]), with no connection, HTTP/2 framing or task between
+/// the two ends. The server keeps one for the embedded landing zone; its agent, once up, puts
+/// its service in it.
+#[derive(Clone, Default)]
+pub struct LocalTunnel(std::sync::Arc<std::sync::OnceLock<LocalService>>);
+
+impl std::fmt::Debug for LocalTunnel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalTunnel").field("served", &self.0.get().is_some()).finish()
+    }
+}
+
+impl LocalTunnel {
+    /// The agent serves the tunnel's requests with `service` from now on.
+    pub fn serve(&self, service: LocalService) {
+        let _ = self.0.set(service);
+    }
+
+    /// The agent's service, once it serves.
+    pub fn service(&self) -> Option<LocalService> {
+        self.0.get().cloned()
+    }
+}
+
 /// An empty body.
 pub fn empty() -> Body {
     Empty::new().map_err(|never| match never {}).boxed_unsync()

@@ -323,6 +323,7 @@ impl LzCommand {
             containers: self.containers.config(),
             runner,
             idle_exit: self.idle_exit.map(std::time::Duration::from_secs),
+            local_tunnel: None,
         };
         mission_lz::run(config, super::server::shutdown_signal()).await?;
         Ok(())

@@ -399,7 +399,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         (false, None) => Some(super::lz::EMBEDDED_LZ_NAME.to_owned()),
     };
     let agent = if let Some(local_lz) = local_lz {
-        let token = server.embedded_lz_token(&local_lz).await?;
+        let (token, local_tunnel) = server.embedded_lz(&local_lz).await?;
         let config = mission_lz::AgentConfig {
             servers: vec![server.local_url()],
             token,
@@ -411,6 +411,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
             containers: args.local_lz_containers.config(),
             runner: mission_lz::RunnerKind::Process,
             idle_exit: None,
+            local_tunnel: Some(local_tunnel),
         };
         println!("Embedded landing zone {local_lz:?} on station {:?}.", mission_api::DEFAULT_STATION_NAME);
         Some(tokio::spawn(mission_lz::run(config, wait(stopping.clone()))))

@@ -549,7 +549,7 @@ async fn a_session_and_a_shell_reach_into_a_running_slurm_job() {
     use mission_client::ShellEvent;
     let Some(conf) = slurm_conf("a_session_and_a_shell_reach_into_a_running_slurm_job") else { return };
     let (server, admin) = cluster(|_| {}).await;
-    let _agent = SlurmAgent::start(&server, &admin, "cluster", &conf).await;
+    let mut agent = SlurmAgent::start(&server, &admin, "cluster", &conf).await;
     let alice = &server.client;
     let job = super::sessions::start_web_session(alice).await;
     let running = alice.get_job(job.job_id).await.unwrap();
@@ -592,6 +592,15 @@ async fn a_session_and_a_shell_reach_into_a_running_slurm_job() {
     let (code, printed) = run("tty", true).await;
     assert_eq!(code, Some(0), "{printed}");
     assert!(printed.starts_with("/dev/pts/"), "{printed}");
+
+    // The gateway's agent is killed and starts again: it takes the session back from its record.
+    agent.restart(&admin).await;
+    wait_until("the session answers after the agent's restart", || async {
+        let page = reqwest::Client::new().get(format!("{url}hello")).bearer_auth(&token).send().await.unwrap();
+        page.status() == 200
+    })
+    .await;
+    assert_eq!(run("echo again", false).await, (Some(0), "again\n".to_owned()));
 
     alice.stop_job(job.job_id).await.unwrap();
     until_ended(alice, job.job_id).await;

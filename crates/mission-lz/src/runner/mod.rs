@@ -222,6 +222,16 @@ impl JobEvents {
         self.agent.report(self.job_id, JobStatus::Staging, None, Some(reason), None);
     }
 
+    /// Its session (if it is one) as its record keeps it for a later run of the agent.
+    pub fn saved_session(&self) -> Option<crate::sessions::SavedSession> {
+        self.agent.sessions.saved(self.job_id)
+    }
+
+    /// It is a session an earlier run of the agent started, as its record kept it.
+    pub fn restore_session(&self, saved: crate::sessions::SavedSession) {
+        self.agent.sessions.restore(self.job_id, saved);
+    }
+
     /// Its session's app (if it is a session) is reached as `reach` from now on.
     pub fn session_reach(&self, reach: crate::sessions::Reach) {
         self.agent.sessions.reach(self.job_id, reach);

@@ -50,7 +50,7 @@ use crate::client::Backoff;
 use crate::client::LzClient;
 use crate::output::changed_files;
 use crate::sandbox::{UserMap, read_user_map};
-use crate::sessions::{NodeCommand, Reach};
+use crate::sessions::{NodeCommand, Reach, SavedSession};
 use crate::shell::{ShellProcess, ShellStarter};
 use crate::slurm::{
     self, ContainerEngine, JobDir, SACCT_FORMAT, SACCT_USAGE_FORMAT, SINFO_FORMAT, SQUEUE_FORMAT, SiteOptions,
@@ -146,6 +146,19 @@ struct Record {
     /// Where its output starts in the job's logs.
     #[serde(default)]
     log_offsets: mission_api::lz::LogOffsets,
+    /// The account `srun` reaches into it as (for its session and shells), once submitted.
+    #[serde(default)]
+    reach_as: Option<ReachAs>,
+    /// Its session, where it is one: a restarted agent reaches it again.
+    #[serde(default)]
+    session: Option<SavedSession>,
+}
+
+/// The account a job's session and shells are reached as: a struct, so that a record tells the
+/// gateway's own account (`run_as: null`) from none recorded (no `reach_as`).
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+struct ReachAs {
+    run_as: slurm::RunAs,
 }
 
 /// The Slurm runner of one agent.
@@ -395,6 +408,7 @@ impl SlurmRunner {
         job: &Assignment,
         inputs: Vec<(PathBuf, PathBuf)>,
         session_env: &[(&'static str, String)],
+        session: Option<SavedSession>,
     ) -> Result<Record, JobError> {
         let run_as = self.run_as(job)?;
         let session_env = session_env.to_vec();
@@ -426,7 +440,7 @@ impl SlurmRunner {
             return Err(JobError::BatchSystem(format!("sbatch answered no job id: {answer:?}")));
         }
         tracing::info!(job_id = %job.job_id, %slurm_id, "submitted to Slurm");
-        let record = Record { slurm_id: Some(slurm_id), ..record };
+        let record = Record { slurm_id: Some(slurm_id), reach_as: Some(ReachAs { run_as }), session, ..record };
         if let Err(e) = self.save(&record) {
             tracing::warn!(job_id = %job.job_id, "cannot record Slurm's id of the job: {e}");
         }
@@ -522,6 +536,8 @@ impl SlurmRunner {
             staged: staged.into_iter().map(|(path, (size, modified))| (path, size, modified)).collect(),
             attempt: job.attempt,
             log_offsets: job.log_offsets,
+            reach_as: None,
+            session: None,
         };
         self.save(&record)?;
         Ok(record)
@@ -547,7 +563,7 @@ impl SlurmRunner {
             exited: false,
             cancelled: false,
             usage: None,
-            reach_as: None,
+            reach_as: record.reach_as.map(|reach| reach.run_as),
             record,
         })
     }
@@ -624,10 +640,9 @@ impl Runner for SlurmRunner {
             events.session_reach(Reach::Waiting);
         }
         let session_env = events.session_env().to_vec();
-        let record = self.submit(events.client(), job, inputs, &session_env).await?;
-        let mut submitted = self.follow(record, events)?;
-        submitted.reach_as = Some(self.run_as(job)?);
-        Ok(submitted)
+        let session = events.saved_session();
+        let record = self.submit(events.client(), job, inputs, &session_env, session).await?;
+        self.follow(record, events)
     }
 
     fn recovered(&self) -> Vec<(Uuid, u32)> {
@@ -641,6 +656,9 @@ impl Runner for SlurmRunner {
             return Err(JobError::Agent("the agent lost its record of the job".to_owned()));
         };
         tracing::info!(%job_id, slurm_id = ?record.slurm_id, "resuming a Slurm job");
+        if let Some(session) = record.session.clone() {
+            events.restore_session(session);
+        }
         self.follow(record, events)
     }
 
@@ -673,7 +691,7 @@ pub(crate) struct SubmittedJob {
     /// What accounting answers of its usage, asked as it ends.
     usage: Option<oneshot::Receiver<Option<JobUsage>>>,
     /// The account `srun` reaches into it as, for its session and shells (`Some(None)`: the
-    /// gateway's own); `None` for a job an earlier run of the agent submitted.
+    /// gateway's own); `None` for a job an agent before version 0.2 submitted.
     reach_as: Option<slurm::RunAs>,
 }
 

@@ -183,13 +183,18 @@ pub async fn input_file(
 }
 
 /// The port of a session running on the agent's LZ answers: its owner may open it, at the URL
-/// its job now shows. Said once; again, or for a job that is no running session, it is a 409.
+/// its job now shows. Again of a ready session, it changes nothing; for a job that is no
+/// running session, it is a 409.
 pub async fn session_ready(
     State(app): State<AppState>,
     Agent(lz): Agent,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
     let job = placed_job(&app, &lz, &id).await?;
+    // A restarted agent says it again of a session it takes back.
+    if job.status == mission_api::JobStatus::Running && job.session.as_ref().is_some_and(|s| s.ready_at.is_some()) {
+        return Ok(StatusCode::NO_CONTENT);
+    }
     let url = format!("{}{}", app.public_url, mission_api::sessions::base_path(job.job_id));
     if app.store.mark_session_ready(job.job_id, lz.lz_id, &url, mission_store::now()).await? {
         Ok(StatusCode::NO_CONTENT)

@@ -72,6 +72,7 @@ from ._types import (
     Station,
     StationMember,
     Tokens,
+    ShellRun,
     TransferSummary,
     UsageSummary,
     User,
@@ -117,6 +118,7 @@ __all__ = [
     "Station",
     "StationMember",
     "Tokens",
+    "ShellRun",
     "TransferSummary",
     "UsageSummary",
     "User",
@@ -650,6 +652,17 @@ class Client:
     def wait_for_job(self, job_id: Id, timeout: Optional[float] = None) -> Job:
         """Waits until the job ends and answers it; ``TimeoutError`` after ``timeout`` seconds."""
         return _one(Job, self._native.wait_for_job(_id(job_id), timeout))
+
+    def run_in_job(self, job_id: Id, command: str, input: bytes = b"") -> ShellRun:
+        """Runs ``command`` (a command line, run by ``sh -c`` in the job's work dir) inside a
+        running job of yours, as its user in its sandbox, with ``input`` on its stdin; answers
+        how it ended and what it wrote. The service audits each run (``mission jobs shell``
+        opens an interactive shell the same way).
+
+            run = client.run_in_job(job.job_id, "nvidia-smi --query-gpu=utilization.gpu --format=csv")
+            print(run.exit_code, run.stdout)
+        """
+        return _one(ShellRun, self._native.run_in_job(_id(job_id), command, input))
 
     def job_logs(self, job_id: Id, stream: str = "stdout") -> str:
         """What the job wrote to ``stream`` (``"stdout"`` or ``"stderr"``) so far."""

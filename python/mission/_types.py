@@ -344,6 +344,17 @@ class User(_Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class ShellRun(_Record):
+    """How a command run in a job ended: its exit code (128 + a signal that killed it; ``None``
+    when it could not run to its end, ``error`` then saying why) and its output."""
+
+    exit_code: Optional[int]
+    stdout: str
+    stderr: str
+    error: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
 class TransferSummary(_Record):
     """What a download did: files moved, files left alone (same content already there), bytes moved."""
 

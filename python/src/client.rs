@@ -259,6 +259,19 @@ impl NativeClient {
         }
     }
 
+    /// Runs a command line in a running job of the caller's; answers its exit code, output and
+    /// error output (as text) as JSON.
+    fn run_in_job(&self, py: Python<'_>, job_id: &str, command: &str, input: &[u8]) -> PyResult<String> {
+        let id = parse_id("job_id", job_id)?;
+        let run = block_on(py, self.client.run_in_job(id, command, input))?;
+        Ok(json(&serde_json::json!({
+            "exit_code": run.exit_code,
+            "stdout": String::from_utf8_lossy(&run.stdout),
+            "stderr": String::from_utf8_lossy(&run.stderr),
+            "error": run.error,
+        })))
+    }
+
     fn job_logs(&self, py: Python<'_>, job_id: &str, stream: &str) -> PyResult<String> {
         let id = parse_id("job_id", job_id)?;
         block_on(py, self.client.job_logs(id, log_stream(stream)?))

@@ -85,6 +85,24 @@ def test_a_wait_times_out_and_a_stop_ends_the_job(client, tmp_path):
     assert "cpu_count" in str(invalid.value)
 
 
+def test_a_command_runs_inside_a_running_job(client, tmp_path):
+    src = script_folder(tmp_path, "echo ready > marker.txt\nexec sleep 600\n")
+    m = client.create_and_upload_mission("py-shell", src, mission_type_id=SHELL, settings={"filename": "run.sh"})
+    job = client.run_job_on_station(m.mission_id, LOCAL_STATION, cpu_count=1, memory_amount=64, time_limit=5)
+    deadline = time.monotonic() + 60
+    while client.get_job(job.job_id).status != "running":
+        assert time.monotonic() < deadline, "the job never ran"
+        time.sleep(0.2)
+    run = client.run_in_job(job.job_id, 'cat marker.txt; tr a-z A-Z; echo "$JOB_ID" >&2; exit 3', input=b"quiet\n")
+    assert isinstance(run, mission.ShellRun)
+    assert (run.exit_code, run.stdout, run.stderr.strip()) == (3, "ready\nQUIET\n", job.job_id), run
+    client.stop_job(job.job_id)
+    assert client.wait_for_job(job.job_id, timeout=60).status == "stopped"
+    with pytest.raises(mission.Conflict) as ended:
+        client.run_in_job(job.job_id, "true")
+    assert "not running" in str(ended.value)
+
+
 def test_a_follow_yields_output_as_it_is_written_and_ends_with_the_job(client, tmp_path):
     job = run_script(client, tmp_path, "py-follow", "for i in 1 2 3; do echo line $i; sleep 0.3; done\necho err >&2\nexit 3\n")
     follow = client.follow_job_logs(job.job_id)

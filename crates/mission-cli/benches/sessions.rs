@@ -179,13 +179,22 @@ async fn main() {
     let server_pid = service.server.id().unwrap();
 
     measure(&service, mission, station, requests, "the embedded landing zone, reached in-process").await;
-    // A landing zone of its own on a station of its own, as a remote host's would be.
-    let remote = client
-        .create_station(&mission_client::CreateStation { name: "remote".into(), ..Default::default() })
-        .await
-        .unwrap()
-        .station_id;
-    let registered = client
+    // A landing zone of its own on a station of its own, as a remote host's would be (an admin
+    // registers them; the bench's user may run there, the station being open).
+    let mut add = std::process::Command::new(common::bin())
+        .args(["server", "add-user", "bench-admin", "--admin", "--password-stdin", "--data-dir"])
+        .arg(root.path().join("data"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut add.stdin.take().unwrap(), b"bench admin password 1").unwrap();
+    assert!(add.wait().unwrap().success());
+    let (tokens, auth) = common::sign_in(&service.url, "bench-admin", "bench admin password 1").await;
+    let admin = Client::with_tokens(&service.url, tokens, auth).unwrap();
+    let open = mission_client::CreateStation { name: "remote".into(), open: Some(true), ..Default::default() };
+    let remote = admin.create_station(&open).await.unwrap().station_id;
+    let registered = admin
         .register_landing_zone(
             remote,
             &mission_client::RegisterLandingZone { name: "remote".into(), cluster_account: None },

@@ -59,6 +59,62 @@ impl Client {
     }
 }
 
+/// What [`Client::run_in_job`] collected of a command's run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ShellRun {
+    /// Its exit code (128 + a signal that killed it); `None` when it could not run to its end.
+    pub exit_code: Option<i32>,
+    /// Its output.
+    pub stdout: Vec<u8>,
+    /// Its error output.
+    pub stderr: Vec<u8>,
+    /// Why it could not run to its end, if it could not.
+    pub error: Option<String>,
+}
+
+impl Client {
+    /// Runs `command` (a command line, run by `sh -c` in the job's work dir) in `job_id`, a
+    /// running job of the caller's, without a terminal, with `input` on its stdin, and collects
+    /// its output and exit code.
+    pub async fn run_in_job(&self, job_id: Uuid, command: &str, input: &[u8]) -> Result<ShellRun, Error> {
+        let query = ShellQuery { command: Some(command.to_owned()), tty: Some(false), ..ShellQuery::default() };
+        let (mut to_shell, mut output) = self.open_shell(job_id, &query).await?;
+        // A command that ends without reading its input leaves the rest unsent; how it ended
+        // comes on the output either way.
+        let feed = async move {
+            for chunk in input.chunks(64 * 1024) {
+                if to_shell.write(chunk).await.is_err() {
+                    break;
+                }
+            }
+            let _ = to_shell.close().await;
+            // Held open until the output ends: dropping it would close the connection.
+            std::future::pending::<()>().await
+        };
+        let collect = async {
+            let mut run = ShellRun::default();
+            loop {
+                match output.next().await? {
+                    Some(ShellEvent::Stdout(bytes)) => run.stdout.extend(bytes),
+                    Some(ShellEvent::Stderr(bytes)) => run.stderr.extend(bytes),
+                    Some(ShellEvent::Exit(exit)) => {
+                        (run.exit_code, run.error) = (exit.exit_code, exit.error);
+                        return Ok(run);
+                    }
+                    None => {
+                        run.error = Some("the connection to the shell closed before it ended".into());
+                        return Ok(run);
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            run = collect => run,
+            () = feed => unreachable!("input is held open until the output ends"),
+        }
+    }
+}
+
 impl ShellInput {
     /// Sends `bytes` to the shell's input.
     pub async fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {

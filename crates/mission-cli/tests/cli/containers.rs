@@ -91,23 +91,12 @@ pub(super) async fn completed(client: &Client, job_id: Uuid) -> Job {
     done
 }
 
-/// Runs `command` in a shell in `job_id` through the SDK; answers its output once it exited 0.
+/// Runs `command` in a shell in `job_id` (on a terminal with `tty`); answers its output once
+/// it exited 0.
 async fn shell(client: &Client, job_id: Uuid, command: &str, tty: bool) -> String {
-    use mission_client::ShellEvent;
-    let query = mission_api::shell::ShellQuery { command: Some(command.into()), tty: Some(tty), ..Default::default() };
-    let (_input, mut output) = client.open_shell(job_id, &query).await.unwrap();
-    let mut printed = Vec::new();
-    loop {
-        match tokio::time::timeout(Duration::from_secs(30), output.next()).await.unwrap().unwrap() {
-            Some(ShellEvent::Stdout(bytes) | ShellEvent::Stderr(bytes)) => printed.extend(bytes),
-            Some(ShellEvent::Exit(exit)) => {
-                let printed = String::from_utf8_lossy(&printed).into_owned();
-                assert_eq!(exit.exit_code, Some(0), "{exit:?}: {printed}");
-                return printed;
-            }
-            None => panic!("the shell closed before it exited"),
-        }
-    }
+    let (code, printed) = super::shell::run_in(client, job_id, command, tty).await;
+    assert_eq!(code, Some(0), "{printed}");
+    printed
 }
 
 pub(super) fn memory(mb: u64) -> JobResources {

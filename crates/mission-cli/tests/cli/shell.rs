@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use mission_api::shell::ShellQuery;
+use mission_client::{ShellEvent, Uuid};
 use mission_testkit::WebSocket;
 use mission_tunnel::websocket::Opcode;
 
@@ -33,6 +35,32 @@ async fn running_job(fx: &Fixture) -> String {
     .await
     .expect("the job runs within a minute");
     job_id
+}
+
+/// Runs `command` in `job_id` through the SDK, on a terminal with `tty` (where all its output
+/// is stdout); answers its exit code and stdout.
+pub(super) async fn run_in(
+    client: &mission_client::Client,
+    job_id: Uuid,
+    command: &str,
+    tty: bool,
+) -> (Option<i32>, String) {
+    let run = if tty {
+        let query = ShellQuery { command: Some(command.into()), tty: Some(true), ..ShellQuery::default() };
+        let (_input, mut output) = client.open_shell(job_id, &query).await.unwrap();
+        let mut run = mission_client::ShellRun::default();
+        loop {
+            match tokio::time::timeout(Duration::from_secs(60), output.next()).await.unwrap().unwrap() {
+                Some(ShellEvent::Stdout(bytes)) => run.stdout.extend(bytes),
+                Some(ShellEvent::Stderr(bytes)) => run.stderr.extend(bytes),
+                Some(ShellEvent::Exit(exit)) => break mission_client::ShellRun { exit_code: exit.exit_code, ..run },
+                None => panic!("the shell closed before it exited"),
+            }
+        }
+    } else {
+        tokio::time::timeout(Duration::from_secs(60), client.run_in_job(job_id, command, b"")).await.unwrap().unwrap()
+    };
+    (run.exit_code, String::from_utf8_lossy(&run.stdout).into_owned())
 }
 
 /// Whether a process of this host runs with exactly `cmdline` (its words joined by spaces).

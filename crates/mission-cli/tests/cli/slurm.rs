@@ -545,8 +545,6 @@ async fn a_slurm_job_runs_in_its_image_with_podman_on_the_node() {
 /// as a job step, on pipes or on a terminal.
 #[tokio::test]
 async fn a_session_and_a_shell_reach_into_a_running_slurm_job() {
-    use mission_api::shell::ShellQuery;
-    use mission_client::ShellEvent;
     let Some(conf) = slurm_conf("a_session_and_a_shell_reach_into_a_running_slurm_job") else { return };
     let (server, admin) = cluster(|_| {}).await;
     let mut agent = SlurmAgent::start(&server, &admin, "cluster", &conf).await;
@@ -566,24 +564,8 @@ async fn a_session_and_a_shell_reach_into_a_running_slurm_job() {
     assert_eq!(socket.echo(b"through srun").await, b"through srun");
 
     // Shells run in the job's allocation, in its work dir.
-    let run = |command: &str, tty: bool| {
-        let query = ShellQuery { command: Some(command.into()), tty: Some(tty), ..ShellQuery::default() };
-        async move {
-            let (_input, mut output) = alice.open_shell(job.job_id, &query).await.unwrap();
-            let mut printed = Vec::new();
-            loop {
-                match tokio::time::timeout(Duration::from_secs(60), output.next()).await.unwrap().unwrap() {
-                    // (`srun` says on stderr how a task that failed ended.)
-                    Some(ShellEvent::Stdout(bytes)) => printed.extend(bytes),
-                    Some(ShellEvent::Stderr(_)) => {}
-                    Some(ShellEvent::Exit(exit)) => {
-                        return (exit.exit_code, String::from_utf8_lossy(&printed).into_owned());
-                    }
-                    None => panic!("closed before the exit"),
-                }
-            }
-        }
-    };
+    // (`srun` says on stderr how a task that failed ended: only stdout is looked at.)
+    let run = |command: &'static str, tty: bool| super::shell::run_in(alice, job.job_id, command, tty);
     let (code, printed) = run("echo $SLURM_JOB_ID; pwd; exit 4", false).await;
     let lines: Vec<&str> = printed.lines().collect();
     assert_eq!(code, Some(4), "{printed}");
@@ -610,8 +592,7 @@ async fn a_session_and_a_shell_reach_into_a_running_slurm_job() {
 /// as a process landing zone does and opens the tunnel to it from the node; a shell opens in it.
 #[tokio::test]
 async fn a_session_runs_on_a_pilot() {
-    use mission_api::shell::ShellQuery;
-    use mission_client::{RunJob, SessionKind, SessionRequest, ShellEvent};
+    use mission_client::{RunJob, SessionKind, SessionRequest};
     let Some(conf) = slurm_conf("a_session_runs_on_a_pilot") else { return };
     let (server, admin) = cluster(|_| {}).await;
     let pilots = ["--pilots", "--max-pilots", "1", "--pilot-cpus", "1", "--pilot-memory", "1024", "--pilot-time", "10"];
@@ -643,19 +624,8 @@ async fn a_session_runs_on_a_pilot() {
     let page = reqwest::Client::new().get(format!("{}hello", url.unwrap())).bearer_auth(&token).send().await.unwrap();
     assert_eq!(page.status(), 200);
     assert!(page.text().await.unwrap().contains("token=ok"));
-    let query = ShellQuery { command: Some("echo \"$JOB_ID\"".into()), ..ShellQuery::default() };
-    let (_input, mut output) = alice.open_shell(job.job_id, &query).await.unwrap();
-    let mut printed = Vec::new();
-    let exit = loop {
-        match tokio::time::timeout(Duration::from_secs(60), output.next()).await.unwrap().unwrap() {
-            Some(ShellEvent::Stdout(bytes)) => printed.extend(bytes),
-            Some(ShellEvent::Stderr(_)) => {}
-            Some(ShellEvent::Exit(exit)) => break exit,
-            None => panic!("closed before the exit"),
-        }
-    };
-    assert_eq!(exit.exit_code, Some(0));
-    assert_eq!(String::from_utf8_lossy(&printed), format!("{}\n", job.job_id), "the shell has the job's environment");
+    let (code, printed) = super::shell::run_in(alice, job.job_id, "echo \"$JOB_ID\"", false).await;
+    assert_eq!((code, printed), (Some(0), format!("{}\n", job.job_id)), "the shell has the job's environment");
     alice.stop_job(job.job_id).await.unwrap();
     until_ended(alice, job.job_id).await;
 }

@@ -146,7 +146,8 @@ async fn start(
     let key = header("sec-websocket-key").ok_or_else(|| bad("a WebSocket handshake needs Sec-WebSocket-Key"))?;
     let Some((starter, mut ended)) = agent.shells.get(job_id) else {
         let why = if agent.jobs.lock().expect("not poisoned").contains_key(&job_id) {
-            "no shell opens in this job: it runs through a batch system, or has not started yet"
+            "no shell opens in this job yet: it has not started running (a batch system's job waits in its \
+             queue until it does)"
         } else {
             "the job does not run on this landing zone (any more)"
         };

@@ -74,6 +74,10 @@ struct Cached {
     used: u64,
     /// Jobs that run in it now.
     jobs: u32,
+    /// Its image id, where this agent loaded it: containers run by id, which no other agent's
+    /// name changes (concurrent tags and untags of one image in Podman's storage may lose a
+    /// name) can take away. An image found at start-up runs by its name.
+    id: Option<String>,
 }
 
 /// Podman on this host, and the images it holds for jobs.
@@ -209,7 +213,7 @@ impl Podman {
             let Some(hex) = line.split_whitespace().next().filter(|tag| is_hex_digest(tag)) else { continue };
             // The size is what `images` prints (rounded); the archive's is not known any more.
             let size = parse_size(line.split_once(' ').map_or("", |(_, size)| size)).unwrap_or(0);
-            cache.0.insert(hex.to_owned(), Cached { size, used: 0, jobs: 0 });
+            cache.0.insert(hex.to_owned(), Cached { size, used: 0, jobs: 0, id: None });
         }
     }
 
@@ -231,22 +235,21 @@ impl Podman {
             // Loaded by the job before this one in line.
             return Ok(reference);
         }
-        let size = match &image.reference {
+        let (size, id) = match &image.reference {
             Some(remote) => self.pull(remote, &reference).await?,
             None => {
                 let archive = self.download(client, job_id, hex).await?;
                 let size = std::fs::metadata(&archive).map(|m| m.len()).unwrap_or(0);
                 let loaded = self.load(&archive, &reference).await;
                 let _ = tokio::fs::remove_file(&archive).await;
-                loaded?;
-                size
+                (size, loaded?)
             }
         };
         {
             let mut cache = self.cache.lock().expect("not poisoned");
             cache.1 += 1;
             let used = cache.1;
-            cache.0.insert(hex.to_owned(), Cached { size, used, jobs: 1 });
+            cache.0.insert(hex.to_owned(), Cached { size, used, jobs: 1, id: Some(id) });
         }
         self.evict().await;
         Ok(reference)
@@ -285,20 +288,20 @@ impl Podman {
     }
 
     /// Pulls `remote` (pinned by digest, so what comes is what was registered) from its registry
-    /// and names it `reference`; answers its size.
-    async fn pull(&self, remote: &str, reference: &str) -> Result<u64, String> {
+    /// and names it `reference`; answers its size and id.
+    async fn pull(&self, remote: &str, reference: &str) -> Result<(u64, String), String> {
         let insecure = insecure(remote, &self.config.insecure_registries);
         let tls = format!("--tls-verify={}", !insecure);
         let id = self.command(&["pull", "-q", &tls, remote]).await.map_err(|e| format!("pulling {remote}: {e}"))?;
         let id = id.lines().last().map(str::trim).filter(|id| !id.is_empty()).ok_or("podman pull answered no id")?;
         self.command(&["tag", id, reference]).await?;
         let size = self.command(&["image", "inspect", "--format", "{{.Size}}", id]).await?;
-        Ok(size.trim().parse().unwrap_or(0))
+        Ok((size.trim().parse().unwrap_or(0), id.to_owned()))
     }
 
     /// Loads an archive (OCI, else docker) and names it `reference`, dropping the name the archive
-    /// gave it (which would keep it past its eviction).
-    async fn load(&self, archive: &Path, reference: &str) -> Result<(), String> {
+    /// gave it (which would keep it past its eviction); answers its id.
+    async fn load(&self, archive: &Path, reference: &str) -> Result<String, String> {
         let archive = archive.to_str().ok_or("the archive's path is not UTF-8")?;
         // `pull` from the archive answers the image's id, which names it whatever names other
         // agents give their images meanwhile (`load` answers a name).
@@ -318,7 +321,7 @@ impl Podman {
             // Where another image took the name meanwhile, this fails and changes nothing.
             let _ = self.command(&["untag", id, name]).await;
         }
-        Ok(())
+        Ok(id.to_owned())
     }
 
     /// Removes the least recently used images no job runs in, while the cache holds more than
@@ -341,6 +344,14 @@ impl Podman {
             }
             self.cache.lock().expect("not poisoned").0.remove(&hex);
         }
+    }
+
+    /// What a container of `reference` (from [`Podman::take`]) runs: the image's id where this
+    /// agent loaded it (see [`Cached::id`]), else the name.
+    pub fn runnable(&self, reference: &str) -> String {
+        let hex = reference.rsplit(':').next().unwrap_or_default();
+        let id = self.cache.lock().expect("not poisoned").0.get(hex).and_then(|cached| cached.id.clone());
+        id.unwrap_or_else(|| reference.to_owned())
     }
 
     /// The whole `podman` command line of a container's run.

@@ -419,9 +419,10 @@ fn launch(
                 .unwrap_or_else(|| (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw()));
             let parent = group.as_ref().and_then(JobCgroup::container_parent);
             let cpu_limited = parent.as_ref().is_some_and(|(_, cpu_too)| *cpu_too);
+            let runnable = podman.runnable(image);
             let run = ContainerRun {
                 name: format!("mission-{}", job.job_id),
-                image,
+                image: &runnable,
                 work_dir: dir.path(),
                 user: (uid, gid),
                 env: own.iter().map(|(name, value)| (*name, value.to_os_string())).collect(),

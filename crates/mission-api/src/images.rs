@@ -107,6 +107,7 @@ impl std::str::FromStr for ImageFormat {
 /// archive).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct ImportImage {
     /// Its name (see [`check_image_name`]), unique among the caller's images.
     pub name: String,

@@ -34,6 +34,7 @@ pub mod projects;
 pub mod sessions;
 pub mod shell;
 pub mod stations;
+pub mod tar;
 pub mod users;
 pub mod versions;
 pub mod webhooks;

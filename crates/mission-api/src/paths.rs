@@ -6,6 +6,9 @@ use serde::{Deserialize, Serialize};
 
 /// Longest mission path accepted, in bytes.
 pub const MAX_PATH_BYTES: usize = 1024;
+/// Longest object key accepted, in bytes, as S3 limits them: a file's key (its storage's
+/// prefix, its mission's folder there, its path) may be no longer, whatever the storage.
+pub const MAX_OBJECT_KEY_BYTES: usize = 1024;
 /// Longest single path segment accepted, in bytes: a file name may have 255, and an upload in
 /// progress adds `#` and a number to it.
 pub const MAX_SEGMENT_BYTES: usize = 240;
@@ -47,6 +50,18 @@ pub enum PathError {
     /// Longer than [`MAX_PATH_BYTES`] or with a segment over [`MAX_SEGMENT_BYTES`].
     #[error("path is too long (at most {MAX_PATH_BYTES} bytes, {MAX_SEGMENT_BYTES} per segment)")]
     TooLong,
+    /// Within [`MAX_PATH_BYTES`], but its object key, under its storage's folder, is longer than
+    /// [`MAX_OBJECT_KEY_BYTES`].
+    #[error(
+        "path is too long for its storage: under the storage's folder ({folder_bytes} bytes) its object key would \
+         be {key_bytes} bytes, and object keys are at most {MAX_OBJECT_KEY_BYTES}"
+    )]
+    KeyTooLong {
+        /// The bytes of the folder the path is under (a cargo bay's prefix and a mission's folder).
+        folder_bytes: usize,
+        /// The bytes of the whole key.
+        key_bytes: usize,
+    },
 }
 
 impl MissionPath {

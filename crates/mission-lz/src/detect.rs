@@ -90,7 +90,7 @@ mod tests {
 
     #[test]
     fn reads_the_h100_fixture() {
-        let out = include_str!("../../../../shared/fixtures/nvidia-smi/h100-query-noheader.csv");
+        let out = include_str!("../../../fixtures/nvidia-smi/h100-query-noheader.csv");
         let gpus = parse_nvidia_smi(out);
         assert_eq!(gpus.len(), 1);
         assert_eq!(gpus[0].index, 0);

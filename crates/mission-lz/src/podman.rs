@@ -5,9 +5,15 @@
 //! - Images: a job's image comes from the server once per landing zone
 //!   (`GET /api/v1/lz/jobs/{id}/image`, checked against its digest; a registry image is pulled
 //!   from its registry by its pinned reference instead), is loaded with
-//!   `podman pull` from the archive and tagged `localhost/mission-image-{agent}:{hex digest}`;
-//!   later jobs of the same image find it loaded. Past the cache size the agent is given, the
-//!   least recently used images no job runs in are removed.
+//!   `podman pull` from the archive, without the names the archive gives ([`names`]), and tagged
+//!   `localhost/mission-image-{agent}:{hex digest}`; later jobs of the same image find it loaded.
+//!   Past the cache size the agent is given, the least recently used images no job runs in are
+//!   removed.
+//! - An image is what its digest says, or it is not run: the agent records the id of the image it
+//!   loaded for each digest (in its data dir) and runs containers by that id, never by a name
+//!   (anyone with access to the host's image storage may move a name). At start-up, a name of its
+//!   repository whose image is not the one recorded for that digest is dropped, and the image is
+//!   loaded again when a job needs it.
 //! - Each agent tags in a repository of its own: agents sharing a host's image storage never
 //!   count, evict or untag each other's images (removing a name another agent also gave the same
 //!   image only removes that name).
@@ -32,6 +38,8 @@ use mission_api::{ContainerNetwork, JobImage};
 use uuid::Uuid;
 
 use crate::client::LzClient;
+
+mod names;
 
 /// How long one Podman command other than a container's run may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
@@ -74,10 +82,9 @@ struct Cached {
     used: u64,
     /// Jobs that run in it now.
     jobs: u32,
-    /// Its image id, where this agent loaded it: containers run by id, which no other agent's
-    /// name changes (concurrent tags and untags of one image in Podman's storage may lose a
-    /// name) can take away. An image found at start-up runs by its name.
-    id: Option<String>,
+    /// Its image id, as this agent loaded it: containers run by id, which no name change in
+    /// Podman's storage (another agent's, or anyone's) can take away or point elsewhere.
+    id: String,
 }
 
 /// Podman on this host, and the images it holds for jobs.
@@ -93,6 +100,8 @@ pub(crate) struct Podman {
     repository: String,
     /// Where archives are downloaded to.
     downloads: PathBuf,
+    /// Where the id of the image loaded for each digest is recorded (a file per hex digest).
+    loaded_ids: PathBuf,
     config: ContainerConfig,
     /// Whether the host has a CDI spec for NVIDIA GPUs.
     cdi: bool,
@@ -145,7 +154,10 @@ impl Podman {
             })
             .collect();
         let downloads = data_dir.join("images");
-        crate::agent::private_dir(&downloads, 0o700).map_err(|e| format!("{}: {e}", downloads.display()))?;
+        let loaded_ids = data_dir.join("image-ids");
+        for dir in [&downloads, &loaded_ids] {
+            crate::agent::private_dir(dir, 0o700).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
         let cdi = ["/etc/cdi", "/var/run/cdi"].iter().any(|dir| {
             std::fs::read_dir(dir)
                 .is_ok_and(|entries| entries.flatten().any(|e| e.file_name().to_string_lossy().contains("nvidia")))
@@ -156,6 +168,7 @@ impl Podman {
             label: format!("mission.agent={agent}"),
             repository: format!("{REPOSITORY}-{agent}"),
             downloads,
+            loaded_ids,
             config,
             cdi,
             cache: Mutex::new((HashMap::new(), 0)),
@@ -203,18 +216,45 @@ impl Podman {
         }
     }
 
-    /// Fills the cache with the images an earlier run loaded.
+    /// Fills the cache with the images an earlier run loaded, each by the id recorded for its
+    /// digest; a name whose image is not that one is dropped.
     async fn list_loaded(&self) {
         let filter = format!("reference={}", self.repository);
-        let listed = self.command(&["images", "--format", "{{.Tag}} {{.Size}}", "--filter", &filter]).await;
+        let format = "{{.Tag}} {{.ID}} {{.Size}}";
+        let listed = self.command(&["images", "--no-trunc", "--format", format, "--filter", &filter]).await;
         let Ok(listed) = listed else { return };
-        let mut cache = self.cache.lock().expect("not poisoned");
         for line in listed.lines() {
-            let Some(hex) = line.split_whitespace().next().filter(|tag| is_hex_digest(tag)) else { continue };
+            let mut words = line.splitn(3, ' ');
+            let (Some(hex), Some(id)) = (words.next().filter(|tag| is_hex_digest(tag)), words.next()) else { continue };
+            let id = id.strip_prefix("sha256:").unwrap_or(id);
             // The size is what `images` prints (rounded); the archive's is not known any more.
-            let size = parse_size(line.split_once(' ').map_or("", |(_, size)| size)).unwrap_or(0);
-            cache.0.insert(hex.to_owned(), Cached { size, used: 0, jobs: 0, id: None });
+            let size = parse_size(words.next().unwrap_or_default()).unwrap_or(0);
+            let recorded = std::fs::read_to_string(self.loaded_ids.join(hex)).unwrap_or_default();
+            if recorded.trim() == id {
+                let cached = Cached { size, used: 0, jobs: 0, id: id.to_owned() };
+                self.cache.lock().expect("not poisoned").0.insert(hex.to_owned(), cached);
+                continue;
+            }
+            let reference = format!("{}:{hex}", self.repository);
+            tracing::warn!(
+                %reference, found = id, loaded = recorded.trim(),
+                "the image named for this digest is not the one this agent loaded: its name is dropped (the image \
+                 is loaded again when a job needs it)"
+            );
+            if let Err(why) = self.command(&["untag", id, &reference]).await {
+                tracing::warn!(%reference, "dropping the name failed: {why}");
+            }
+            let _ = std::fs::remove_file(self.loaded_ids.join(hex));
         }
+    }
+
+    /// Records that the image loaded for digest `hex` has id `id`.
+    fn record_id(&self, hex: &str, id: &str) -> Result<(), String> {
+        let id = id.strip_prefix("sha256:").unwrap_or(id);
+        let partial = self.loaded_ids.join(format!("{hex}.partial"));
+        std::fs::write(&partial, id)
+            .and_then(|()| std::fs::rename(&partial, self.loaded_ids.join(hex)))
+            .map_err(|e| format!("recording the loaded image's id: {e}"))
     }
 
     /// The local name of `image`, loaded (from the server, for `job_id`) unless it is already;
@@ -245,11 +285,12 @@ impl Podman {
                 (size, loaded?)
             }
         };
+        self.record_id(hex, &id)?;
         {
             let mut cache = self.cache.lock().expect("not poisoned");
             cache.1 += 1;
             let used = cache.1;
-            cache.0.insert(hex.to_owned(), Cached { size, used, jobs: 1, id: Some(id) });
+            cache.0.insert(hex.to_owned(), Cached { size, used, jobs: 1, id });
         }
         self.evict().await;
         Ok(reference)
@@ -299,9 +340,16 @@ impl Podman {
         Ok((size.trim().parse().unwrap_or(0), id.to_owned()))
     }
 
-    /// Loads an archive (OCI, else docker) and names it `reference`, dropping the name the archive
-    /// gave it (which would keep it past its eviction); answers its id.
+    /// Loads an archive (OCI, else docker) without the names it gives ([`names`]) and names it
+    /// `reference`; answers its id.
     async fn load(&self, archive: &Path, reference: &str) -> Result<String, String> {
+        let unnamed = archive.to_owned();
+        let stripped = tokio::task::spawn_blocking(move || names::strip(&unnamed)).await.map_err(|e| e.to_string())?;
+        match stripped {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(%reference, "loading the image without the {n} name(s) its archive gives"),
+            Err(why) => return Err(format!("the image archive cannot be loaded: {why}")),
+        }
         let archive = archive.to_str().ok_or("the archive's path is not UTF-8")?;
         // `pull` from the archive answers the image's id, which names it whatever names other
         // agents give their images meanwhile (`load` answers a name).
@@ -314,13 +362,6 @@ impl Podman {
         };
         let id = id.lines().last().map(str::trim).filter(|id| !id.is_empty()).ok_or("podman pull answered no id")?;
         self.command(&["tag", id, reference]).await?;
-        let names = self.command(&["image", "inspect", "--format", "{{join .RepoTags \"\\n\"}}", id]).await?;
-        // Other digests of the same image (the same content archived twice) and other agents'
-        // names keep their names.
-        for name in names.lines().map(str::trim).filter(|name| !name.is_empty() && !name.starts_with(REPOSITORY)) {
-            // Where another image took the name meanwhile, this fails and changes nothing.
-            let _ = self.command(&["untag", id, name]).await;
-        }
         Ok(id.to_owned())
     }
 
@@ -337,6 +378,7 @@ impl Podman {
                 cache.0.iter().filter(|(_, c)| c.jobs == 0).min_by_key(|(_, c)| c.used).map(|(hex, _)| hex.clone())
             };
             let Some(hex) = victim else { return };
+            let _ = std::fs::remove_file(self.loaded_ids.join(&hex));
             let reference = format!("{}:{hex}", self.repository);
             match self.command(&["rmi", &reference]).await {
                 Ok(_) => tracing::info!(%reference, "evicted from the image cache"),
@@ -346,12 +388,11 @@ impl Podman {
         }
     }
 
-    /// What a container of `reference` (from [`Podman::take`]) runs: the image's id where this
-    /// agent loaded it (see [`Cached::id`]), else the name.
-    pub fn runnable(&self, reference: &str) -> String {
+    /// What a container of `reference` (from [`Podman::take`]) runs: the id of the image this
+    /// agent loaded for it (see [`Cached::id`]); `None` where it holds none.
+    pub fn runnable(&self, reference: &str) -> Option<String> {
         let hex = reference.rsplit(':').next().unwrap_or_default();
-        let id = self.cache.lock().expect("not poisoned").0.get(hex).and_then(|cached| cached.id.clone());
-        id.unwrap_or_else(|| reference.to_owned())
+        self.cache.lock().expect("not poisoned").0.get(hex).map(|cached| cached.id.clone())
     }
 
     /// The whole `podman` command line of a container's run.

@@ -422,7 +422,7 @@ pub(crate) fn local_service(agent: Arc<Agent>) -> mission_tunnel::LocalService {
 
 /// One request from the tunnel, forwarded to its session's app (or a job shell's WebSocket).
 async fn forward(agent: Arc<Agent>, request: Request<mission_tunnel::Body>) -> Response<mission_tunnel::Body> {
-    if request.headers().contains_key(mission_tunnel::SHELL_HEADER) {
+    if mission_tunnel::is_shell(&request) {
         return crate::shell::open(&agent, request).await;
     }
     let job_id = request
@@ -453,7 +453,7 @@ async fn to_app(
 
     let (mut parts, body) = request.into_parts();
     let upgrade = parts.headers.remove(mission_tunnel::UPGRADE_HEADER);
-    parts.headers.remove(mission_tunnel::SESSION_HEADER);
+    mission_tunnel::strip_tunnel_headers(&mut parts.headers);
     // The app sees the host the browser asked for, as apps that check a WebSocket's origin
     // against their host (Jupyter) need.
     let host = parts.headers.get("x-forwarded-host").cloned();
@@ -475,6 +475,7 @@ async fn to_app(
         let response = response?;
         let (mut parts, body) = response.into_parts();
         mission_tunnel::strip_hop_by_hop(&mut parts.headers);
+        mission_tunnel::strip_tunnel_headers(&mut parts.headers);
         return Ok(Response::from_parts(parts, mission_tunnel::boxed(body)));
     };
     parts.headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
@@ -483,10 +484,12 @@ async fn to_app(
     if response.status() != StatusCode::SWITCHING_PROTOCOLS {
         let (mut parts, body) = response.into_parts();
         mission_tunnel::strip_hop_by_hop(&mut parts.headers);
+        mission_tunnel::strip_tunnel_headers(&mut parts.headers);
         return Ok(Response::from_parts(parts, mission_tunnel::boxed(body)));
     }
     let mut headers = response.headers().clone();
     mission_tunnel::strip_hop_by_hop(&mut headers);
+    mission_tunnel::strip_tunnel_headers(&mut headers);
     let upgraded = hyper::upgrade::on(&mut response).await?;
     let (to_server, from_app) = mission_tunnel::channel_body();
     let upgraded = Active { io: TokioIo::new(upgraded), session: session.clone() };

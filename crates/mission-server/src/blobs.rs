@@ -149,6 +149,18 @@ impl Location {
         path.segments().fold(self.root.clone(), |key, segment| key.child(segment))
     }
 
+    /// The object key a new file at `path` is written to, where it is within
+    /// [`MAX_OBJECT_KEY_BYTES`](mission_api::paths::MAX_OBJECT_KEY_BYTES) (S3 refuses longer ones).
+    pub fn new_key(&self, path: &MissionPath) -> Result<ObjectPath, mission_api::paths::PathError> {
+        let key = self.key(path);
+        let key_bytes = key.as_ref().len();
+        if key_bytes > mission_api::paths::MAX_OBJECT_KEY_BYTES {
+            let folder_bytes = self.root.as_ref().len();
+            return Err(mission_api::paths::PathError::KeyTooLong { folder_bytes, key_bytes });
+        }
+        Ok(key)
+    }
+
     /// Deletes a mission file, and in a local store the folders its deletion left empty, up to
     /// (not including) this location's root: an empty folder must not stand where a later file
     /// of the same name goes (object stores have no folders; a disk does).

@@ -1,12 +1,31 @@
 //! Tells what kind of image archive an upload is, as its bytes stream in: a tar archive (each
 //! header's checksum checked) that holds an OCI image layout (`oci-layout` and `index.json`) or
 //! a docker archive (`manifest.json`). Nothing is kept but the names of the archive's top-level
-//! files; the landing zone's container engine reads the image itself.
+//! files and its index or manifest, read for the names it gives its images: an archive that
+//! names one in the landing zones' own namespace (`mission-image…`, where agents name what they
+//! loaded) is refused. The landing zone's container engine reads the image itself, and loads it
+//! with no name of the archive's (the agent takes them out first).
+//!
+//! A refusal is known as soon as the bytes that show it arrive ([`ArchiveSniffer::refusal`]):
+//! the upload stops there instead of being read and stored whole.
 
 use mission_api::ImageFormat;
+use mission_api::tar::{self, BLOCK, Header};
 
-/// The size of a tar block.
-const BLOCK: usize = 512;
+/// The most bytes of an index or manifest read (real ones hold a few hundred).
+const MAX_METADATA: u64 = 1 << 20;
+
+/// The repository name prefix agents give the images they load (`localhost/mission-image-{agent}`).
+const AGENTS_NAMESPACE: &str = "mission-image";
+
+/// An archive's file that names its images.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Naming {
+    /// An OCI layout's `index.json`: names in `manifests[].annotations`.
+    OciIndex,
+    /// A docker archive's `manifest.json`: names in `[].RepoTags`.
+    DockerManifest,
+}
 
 /// Reads a tar stream a chunk at a time; see the module docs.
 #[derive(Debug, Default)]
@@ -23,6 +42,8 @@ pub struct ArchiveSniffer {
     docker_manifest: bool,
     /// The end-of-archive block was read.
     ended: bool,
+    /// The index or manifest being read: which, its bytes so far, and how many are still to come.
+    naming: Option<(Naming, Vec<u8>, u64)>,
     /// Why the stream is not a tar archive, once that is known.
     broken: Option<String>,
 }
@@ -38,6 +59,7 @@ impl ArchiveSniffer {
             if self.skip > 0 {
                 let n = (self.skip.min(bytes.len() as u64)) as usize;
                 self.skip -= n as u64;
+                self.read_naming(&bytes[..n]);
                 bytes = &bytes[n..];
                 continue;
             }
@@ -51,38 +73,77 @@ impl ArchiveSniffer {
         }
     }
 
-    fn read_header(&mut self, header: &[u8]) {
-        if header.iter().all(|&b| b == 0) {
+    fn read_header(&mut self, block: &[u8]) {
+        let block: &[u8; BLOCK] = block.try_into().expect("a whole block");
+        if block.iter().all(|&b| b == 0) {
             self.ended = true;
             return;
         }
-        let Some(checksum) = octal(&header[148..156]) else {
-            self.broken = Some("it is not a tar archive (a header's checksum is not a number)".into());
+        let header = match Header::parse(block) {
+            Ok(header) => header,
+            Err(why) => {
+                self.broken = Some(format!("it is not a tar archive ({why})"));
+                return;
+            }
+        };
+        let Some(padded) = header.padded_size() else {
+            self.broken = Some(format!("it is not a tar archive (an entry claims {} bytes)", header.size));
             return;
         };
-        let sum: u64 =
-            header.iter().enumerate().map(|(i, &b)| if (148..156).contains(&i) { 32 } else { u64::from(b) }).sum();
-        if sum != checksum {
-            self.broken = Some("it is not a tar archive (a header's checksum does not match)".into());
-            return;
-        }
-        let Some(size) = entry_size(&header[124..136]) else {
-            self.broken = Some("it is not a tar archive (an entry's size is not a number)".into());
-            return;
-        };
-        self.skip = size.div_ceil(BLOCK as u64) * BLOCK as u64;
-        let name = field(&header[..100]);
-        let name = name.strip_prefix("./").unwrap_or(&name);
-        // Only regular files at the top level tell the format (ustar's prefix field is for long
-        // names, which these are not).
-        if matches!(header[156], b'0' | 0) && field(&header[345..500]).is_empty() {
-            match name {
-                "oci-layout" => self.oci_layout = true,
-                "index.json" => self.oci_index = true,
-                "manifest.json" => self.docker_manifest = true,
-                _ => {}
+        self.skip = padded;
+        let size = header.size;
+        let name = tar::clean_path(&header.path);
+        let name = name.as_str();
+        // Only regular files at the top level tell the format. (An archive may hide a name
+        // behind a pax header; the agent, which reads those too, takes every name out before
+        // it loads an image.)
+        if header.is_file() {
+            let naming = match name {
+                "oci-layout" => {
+                    self.oci_layout = true;
+                    None
+                }
+                "index.json" => {
+                    self.oci_index = true;
+                    Some(Naming::OciIndex)
+                }
+                "manifest.json" => {
+                    self.docker_manifest = true;
+                    Some(Naming::DockerManifest)
+                }
+                _ => None,
+            };
+            if let Some(naming) = naming {
+                if size > MAX_METADATA {
+                    self.broken = Some(format!("its {name} is larger than {MAX_METADATA} bytes"));
+                    return;
+                }
+                self.naming = Some((naming, Vec::with_capacity(size as usize), size));
+                self.read_naming(&[]);
             }
         }
+    }
+
+    /// Takes `data`, the next bytes of the current entry (padding included), where it is the
+    /// index or manifest; once it is whole, checks the names it gives.
+    fn read_naming(&mut self, data: &[u8]) {
+        let Some((naming, read, left)) = &mut self.naming else { return };
+        let n = (*left).min(data.len() as u64) as usize;
+        read.extend_from_slice(&data[..n]);
+        *left -= n as u64;
+        if *left > 0 {
+            return;
+        }
+        let (naming, read) = (*naming, std::mem::take(read));
+        self.naming = None;
+        if let Err(why) = check_names(naming, &read) {
+            self.broken = Some(why);
+        }
+    }
+
+    /// Why the stream is refused, as soon as that is known (before it ends).
+    pub fn refusal(&self) -> Option<&str> {
+        self.broken.as_deref()
     }
 
     /// What the whole stream was: the image format, or why it is not an image archive.
@@ -108,56 +169,68 @@ impl ArchiveSniffer {
     }
 }
 
-/// A NUL- or space-terminated text field of a header.
-fn field(bytes: &[u8]) -> String {
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    String::from_utf8_lossy(&bytes[..end]).into_owned()
-}
-
-/// An octal number field (spaces and NULs around it allowed).
-fn octal(bytes: &[u8]) -> Option<u64> {
-    let text = std::str::from_utf8(bytes).ok()?.trim_matches(|c: char| c == ' ' || c == '\0');
-    if text.is_empty() {
-        return Some(0);
-    }
-    u64::from_str_radix(text, 8).ok()
-}
-
-/// An entry's size: octal, or GNU's base-256 for sizes of 8 GiB and more.
-fn entry_size(bytes: &[u8]) -> Option<u64> {
-    if bytes[0] & 0x80 != 0 {
-        let mut size: u64 = u64::from(bytes[0] & 0x7f);
-        for &b in &bytes[1..] {
-            size = size.checked_mul(256)?.checked_add(u64::from(b))?;
+/// Refuses an index or manifest that is no JSON of its kind, or that names an image in the
+/// agents' namespace.
+fn check_names(naming: Naming, json: &[u8]) -> Result<(), String> {
+    let (file, names): (&str, Vec<String>) = match naming {
+        Naming::OciIndex => {
+            #[derive(serde::Deserialize)]
+            struct Index {
+                #[serde(default)]
+                manifests: Vec<Descriptor>,
+            }
+            #[derive(serde::Deserialize)]
+            struct Descriptor {
+                #[serde(default)]
+                annotations: std::collections::BTreeMap<String, String>,
+            }
+            let index: Index =
+                serde_json::from_slice(json).map_err(|e| format!("its index.json is not an OCI image index: {e}"))?;
+            // The annotations Podman names an image by (containerd's first, as Podman reads them).
+            let naming = ["io.containerd.image.name", "org.opencontainers.image.ref.name"];
+            let names = index
+                .manifests
+                .into_iter()
+                .flat_map(|mut d| naming.into_iter().filter_map(move |key| d.annotations.remove(key)))
+                .collect();
+            ("index.json", names)
         }
-        return Some(size);
+        Naming::DockerManifest => {
+            #[derive(serde::Deserialize)]
+            struct Entry {
+                #[serde(rename = "RepoTags", default)]
+                repo_tags: Option<Vec<String>>,
+            }
+            let entries: Vec<Entry> = serde_json::from_slice(json)
+                .map_err(|e| format!("its manifest.json is not a docker archive's manifest: {e}"))?;
+            ("manifest.json", entries.into_iter().flat_map(|e| e.repo_tags.unwrap_or_default()).collect())
+        }
+    };
+    match names.iter().find(|name| in_agents_namespace(name)) {
+        Some(name) => Err(format!(
+            "its {file} names an image {name:?}, in the namespace landing zones name the images they load in \
+             ({AGENTS_NAMESPACE}…): save the image under another name (or none)"
+        )),
+        None => Ok(()),
     }
-    octal(bytes)
+}
+
+/// Whether an image name (`[registry/]path[:tag]`, any case) has a repository whose last part
+/// starts with [`AGENTS_NAMESPACE`].
+fn in_agents_namespace(name: &str) -> bool {
+    let repository = name.split(['@']).next().unwrap_or(name);
+    let last = repository.rsplit('/').next().unwrap_or(repository);
+    last.to_ascii_lowercase().starts_with(AGENTS_NAMESPACE)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A tar archive of `files` (name, content), as `tar` writes it.
+    /// A tar archive of regular `files` (name, content).
     fn tar(files: &[(&str, &[u8])]) -> Vec<u8> {
-        let mut out = Vec::new();
-        for (name, content) in files {
-            let mut header = [0u8; BLOCK];
-            header[..name.len()].copy_from_slice(name.as_bytes());
-            header[100..108].copy_from_slice(b"0000644\0");
-            header[124..136].copy_from_slice(format!("{:011o}\0", content.len()).as_bytes());
-            header[156] = b'0';
-            header[257..263].copy_from_slice(b"ustar\0");
-            header[148..156].copy_from_slice(b"        ");
-            let sum: u64 = header.iter().map(|&b| u64::from(b)).sum();
-            header[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
-            out.extend_from_slice(&header);
-            out.extend_from_slice(content);
-            out.resize(out.len().div_ceil(BLOCK) * BLOCK, 0);
-        }
-        out.extend_from_slice(&[0; 2 * BLOCK]);
-        out
+        let entries: Vec<(&str, u8, &[u8])> = files.iter().map(|(name, data)| (*name, b'0', *data)).collect();
+        tar::archive(&entries)
     }
 
     /// Feeds `bytes` in chunks of `chunk` bytes.
@@ -178,6 +251,39 @@ mod tests {
             assert_eq!(sniff(&oci, chunk), Ok(ImageFormat::Oci), "chunk {chunk}");
             assert_eq!(sniff(&docker, chunk), Ok(ImageFormat::Docker), "chunk {chunk}");
         }
+    }
+
+    #[test]
+    fn an_archive_naming_an_image_in_the_agents_namespace_is_refused_as_soon_as_its_names_arrive() {
+        let layer = vec![7u8; 4000];
+        let victim = br#"[{"Config":"c.json","RepoTags":["localhost/mission-image-lz1:0123abcd"],"Layers":[]}]"#;
+        let docker = tar(&[("manifest.json", victim), ("layer.tar", &layer)]);
+        let mut sniffer = ArchiveSniffer::default();
+        sniffer.feed(&docker[..2 * BLOCK]);
+        let why = sniffer.refusal().expect("refused before the layer arrives").to_owned();
+        assert!(why.contains("mission-image-lz1"), "{why}");
+        let index = br#"{"schemaVersion":2,"manifests":[{"annotations":
+            {"org.opencontainers.image.ref.name":"Mission-Image-x:1"}}]}"#;
+        let oci = tar(&[("oci-layout", b"{}"), ("index.json", index)]);
+        assert!(sniff(&oci, 7).unwrap_err().contains("Mission-Image-x"));
+        // Other names, or none, are fine (the agent loads the image without them).
+        let named = tar(&[("manifest.json", br#"[{"RepoTags":["docker.io/library/debian:12","mission:1"]}]"#)]);
+        assert_eq!(sniff(&named, 3), Ok(ImageFormat::Docker));
+        let unnamed = tar(&[("oci-layout", b"{}"), ("index.json", br#"{"manifests":[{}]}"#)]);
+        assert_eq!(sniff(&unnamed, 100), Ok(ImageFormat::Oci));
+        assert!(sniff(&tar(&[("manifest.json", b"{not json")]), 64).unwrap_err().contains("not a docker archive"));
+    }
+
+    #[test]
+    fn an_entry_of_any_claimed_size_is_refused_without_overflow() {
+        let mut huge = tar(&[("layer.tar", b"")]);
+        // 2^64 - 1 in base-256: a size that fits, but not once rounded up to whole blocks.
+        let block: &mut [u8; BLOCK] = (&mut huge[..BLOCK]).try_into().unwrap();
+        block[124..128].copy_from_slice(&[0x80, 0, 0, 0]);
+        block[128..136].copy_from_slice(&[0xff; 8]);
+        tar::seal(block);
+        let why = sniff(&huge, 512).unwrap_err();
+        assert!(why.contains("claims 18446744073709551615 bytes"), "{why}");
     }
 
     #[test]

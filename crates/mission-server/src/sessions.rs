@@ -12,11 +12,12 @@
 //! WebSockets travel the same way, each upgraded connection bounded as the tunnel's streams are.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use hyper::client::conn::http2::SendRequest;
@@ -290,10 +291,17 @@ async fn forward(app: &AppState, request: Request) -> Result<Response, Response>
     let upgrade = requested_upgrade(request.headers());
     let mut headers = request.headers().clone();
     mission_tunnel::strip_hop_by_hop(&mut headers);
-    if bearer(&headers).is_some() {
-        headers.remove(header::AUTHORIZATION);
-    }
+    mission_tunnel::strip_tunnel_headers(&mut headers);
+    strip_bearer_tokens(&mut headers);
     strip_own_cookies(&mut headers);
+    headers.remove(crate::console::session::CSRF_HEADER);
+    // Who asked, as this server saw it: never what the client says it is.
+    headers.remove("x-forwarded-for");
+    if let Some(ConnectInfo(peer)) = request.extensions().get::<ConnectInfo<SocketAddr>>()
+        && let Ok(peer) = HeaderValue::from_str(&peer.ip().to_string())
+    {
+        headers.insert("x-forwarded-for", peer);
+    }
     headers.insert(mission_tunnel::SESSION_HEADER, HeaderValue::from_str(&job_id.to_string()).expect("an id"));
     if let Some(host) = request.headers().get(header::HOST) {
         headers.insert("x-forwarded-host", host.clone());
@@ -301,14 +309,15 @@ async fn forward(app: &AppState, request: Request) -> Result<Response, Response>
     let scheme = if app.public_url.starts_with("https://") { "https" } else { "http" };
     headers.insert("x-forwarded-proto", HeaderValue::from_static(scheme));
 
+    let uri = format!("http://{}{seen}{query}", mission_tunnel::SESSION_AUTHORITY);
     let answer = match upgrade {
         Some(protocol) => {
             let protocol = protocol.to_str().unwrap_or("websocket").to_owned();
-            through_tunnel(app, lz_id, request, format!("http://session{seen}{query}"), headers, &protocol).await
+            through_tunnel(app, lz_id, request, uri, headers, &protocol).await
         }
-        None => send(app, lz_id, request, format!("http://session{seen}{query}"), headers).await,
+        None => send(app, lz_id, request, uri, headers).await,
     };
-    let answer = answer.map_err(IntoResponse::into_response)?;
+    let mut answer = answer.map_err(IntoResponse::into_response)?;
     if answer.headers().contains_key(mission_tunnel::NO_SESSION_HEADER) {
         // Ended, or its agent started again without it: the job says which.
         app.tunnels.forget_route(job_id);
@@ -316,6 +325,7 @@ async fn forward(app: &AppState, request: Request) -> Result<Response, Response>
         let lost = "the session's landing zone no longer runs it (its agent started again?)";
         return Err(ApiError::session_unreachable(lost).into_response());
     }
+    mission_tunnel::strip_tunnel_headers(answer.headers_mut());
     Ok(answer)
 }
 
@@ -373,6 +383,7 @@ pub(crate) async fn through_tunnel(
     let (mut parts, from_far_end) = answer.into_parts();
     let upgraded = parts.headers.remove(mission_tunnel::UPGRADED_HEADER).is_some();
     mission_tunnel::strip_hop_by_hop(&mut parts.headers);
+    mission_tunnel::strip_tunnel_headers(&mut parts.headers);
     if !upgraded {
         return Ok(Response::from_parts(parts, Body::new(from_far_end)));
     }
@@ -388,12 +399,27 @@ pub(crate) async fn through_tunnel(
     Ok(response)
 }
 
-/// The bearer token of a request's `Authorization`, if that is what it holds; another scheme
-/// (an app's own, say Jupyter's `token …`) is the app's business.
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
+/// The token of a bearer `Authorization` value; `None` for another scheme (an app's own, say
+/// Jupyter's `token …`, which is the app's business).
+fn bearer_token(value: &HeaderValue) -> Option<&str> {
+    let (scheme, token) = value.to_str().ok()?.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
+}
+
+/// The bearer token of a request, from the first of its `Authorization` headers that holds one.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers.get_all(header::AUTHORIZATION).iter().find_map(bearer_token)
+}
+
+/// Removes every bearer `Authorization` value, wherever it stands among several; the app's own
+/// schemes stay.
+fn strip_bearer_tokens(headers: &mut HeaderMap) {
+    let kept: Vec<HeaderValue> =
+        headers.get_all(header::AUTHORIZATION).iter().filter(|v| bearer_token(v).is_none()).cloned().collect();
+    headers.remove(header::AUTHORIZATION);
+    for value in kept {
+        headers.append(header::AUTHORIZATION, value);
+    }
 }
 
 /// Reads where session `job_id`'s requests go, and remembers it; `None` for a job that is no

@@ -85,8 +85,8 @@ async fn open(app: &AppState, id: &str, request: Request) -> Result<Response, Ap
     let query = serde_urlencoded::to_string(&query).map_err(ApiError::internal)?;
     forwarded.insert(mission_tunnel::SHELL_HEADER, HeaderValue::from_str(&query).map_err(ApiError::internal)?);
     forwarded.insert("sec-websocket-key", key);
-    let answer =
-        crate::sessions::through_tunnel(app, lz_id, request, "http://shell/".into(), forwarded, "websocket").await?;
+    let shell_uri = format!("http://{}/", mission_tunnel::SHELL_AUTHORITY);
+    let answer = crate::sessions::through_tunnel(app, lz_id, request, shell_uri, forwarded, "websocket").await?;
     if answer.status() == StatusCode::SWITCHING_PROTOCOLS || answer.status().is_success() {
         return Ok(answer);
     }

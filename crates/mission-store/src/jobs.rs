@@ -1560,7 +1560,7 @@ mod tests {
     async fn the_sqlite_batch_write_finds_each_job_by_its_id() {
         use sqlx::{Connection, Row};
         let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:").await.unwrap();
-        crate::migrate(&mut conn, crate::sqlite::MIGRATIONS).await.unwrap();
+        crate::sqlite::migrate(&mut conn, crate::sqlite::MIGRATIONS).await.unwrap();
         let statements: Vec<&str> = SQLITE_SAVE_JOBS
             .split(";\n")
             .map(str::trim)

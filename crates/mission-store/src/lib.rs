@@ -462,7 +462,7 @@ mod migration_tests {
         let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:").await.unwrap();
         let (before, projects) = super::sqlite::MIGRATIONS.split_at(25);
         assert_eq!(projects[0].1, "projects");
-        super::migrate(&mut conn, before).await.unwrap();
+        super::sqlite::migrate(&mut conn, before).await.unwrap();
         let station = super::DEFAULT_STATION_ID.to_string();
         for statement in [
             "INSERT INTO users (user_id, username, created_at) VALUES ('u1', 'ada', 5), ('u2', 'bob', 6)".to_owned(),
@@ -476,7 +476,7 @@ mod migration_tests {
         ] {
             sqlx::query(&statement).execute(&mut conn).await.unwrap();
         }
-        super::migrate(&mut conn, super::sqlite::MIGRATIONS).await.unwrap();
+        super::sqlite::migrate(&mut conn, super::sqlite::MIGRATIONS).await.unwrap();
         let rows = sqlx::query(
             "SELECT p.project_id, p.name, p.personal_of, p.created_at, m.user_id, m.role FROM projects p \
              JOIN project_members m USING (project_id) ORDER BY p.name",

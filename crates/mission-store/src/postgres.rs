@@ -45,6 +45,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (32, "images", include_str!("../migrations/postgres/0032_images.sql")),
     (33, "idempotency", include_str!("../migrations/postgres/0033_idempotency.sql")),
     (34, "sessions", include_str!("../migrations/postgres/0034_sessions.sql")),
+    (35, "jobs_outlive_hosts", include_str!("../migrations/postgres/0035_jobs_outlive_hosts.sql")),
 ];
 
 /// Connections a replica holds at most.

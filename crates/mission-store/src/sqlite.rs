@@ -65,6 +65,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (32, "images", include_str!("../migrations/sqlite/0032_images.sql")),
     (33, "idempotency", include_str!("../migrations/sqlite/0033_idempotency.sql")),
     (34, "sessions", include_str!("../migrations/sqlite/0034_sessions.sql")),
+    (35, "jobs_outlive_hosts", include_str!("../migrations/sqlite/0035_jobs_outlive_hosts.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.
@@ -91,6 +92,29 @@ struct Readers {
     next: AtomicUsize,
 }
 
+/// Brings the database behind `conn` to the schema of `migrations` with its foreign keys off,
+/// as SQLite's own procedure for changing a table's schema asks: a migration that rebuilds a table
+/// (the only way SQLite changes a constraint) drops the old one, which with foreign keys on would
+/// delete every row that refers to it. Foreign keys come back on once every reference is checked.
+pub(super) async fn migrate(conn: &mut SqliteConnection, migrations: &Migrations) -> Result<(), StoreError> {
+    sqlx::query("PRAGMA foreign_keys = OFF").execute(&mut *conn).await?;
+    let migrated = super::migrate(conn, migrations).await;
+    let dangling: Vec<(String, Option<i64>, String)> = match migrated {
+        Ok(()) => sqlx::query_as("PRAGMA foreign_key_check").fetch_all(&mut *conn).await?,
+        Err(_) => Vec::new(),
+    };
+    sqlx::query("PRAGMA foreign_keys = ON").execute(&mut *conn).await?;
+    migrated?;
+    match dangling.first() {
+        Some((table, row, parent)) => Err(StoreError::Corrupt(format!(
+            "after migrating, {} rows refer to rows that do not exist (the first: row {} of {table}, to {parent})",
+            dangling.len(),
+            row.map_or_else(|| "?".to_owned(), |r| r.to_string()),
+        ))),
+        None => Ok(()),
+    }
+}
+
 impl Sqlite {
     /// Opens (creating if needed) the database at `url` (`sqlite://PATH`) and migrates it.
     pub(super) async fn open(url: &DatabaseUrl) -> Result<Self, StoreError> {
@@ -112,7 +136,7 @@ impl Sqlite {
             }
         }
         let mut writer = options.connect().await?;
-        super::migrate(&mut writer, MIGRATIONS).await?;
+        migrate(&mut writer, MIGRATIONS).await?;
         let mut connections = Vec::with_capacity(READERS);
         for _ in 0..READERS {
             connections.push(tokio::sync::Mutex::new(options.connect().await?));

@@ -42,7 +42,7 @@ pub fn breaking_changes(old: &Value, new: &Value) -> Vec<String> {
             let at = format!("{} {path}", method.to_uppercase());
             match new_paths.get(path).and_then(|item| item.get(method)) {
                 None => check.found.push(format!("{at}: removed")),
-                Some(new_op) => check.operation(&at, old_op, new_op),
+                Some(new_op) => check.operation(&at, path, old_op, new_op),
             }
         }
     }
@@ -59,21 +59,23 @@ struct Check<'a> {
 }
 
 impl Check<'_> {
-    fn operation(&mut self, at: &str, old: &Value, new: &Value) {
-        let params = |op: &Value| -> BTreeMap<(String, String), Value> {
-            op["parameters"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|p| {
-                    (
-                        (p["in"].as_str().unwrap_or("").to_owned(), p["name"].as_str().unwrap_or("").to_owned()),
-                        p.clone(),
-                    )
-                })
-                .collect()
+    fn operation(&mut self, at: &str, path: &str, old: &Value, new: &Value) {
+        // A "path" parameter its path has no `{name}` for was never one a client could send: an
+        // error of the document, which a later one may correct by naming where it really goes
+        // (the query). It is compared as that.
+        let placed = |p: &Value, fixes: Option<&BTreeMap<(String, String), Value>>| {
+            let (place, name) = (p["in"].as_str().unwrap_or(""), p["name"].as_str().unwrap_or(""));
+            let phantom = place == "path" && !path.contains(&format!("{{{name}}}"));
+            let corrected = fixes.is_some_and(|new| new.contains_key(&("query".to_owned(), name.to_owned())));
+            let place = if phantom && corrected { "query" } else { place };
+            (place.to_owned(), name.to_owned())
         };
-        let (old_params, new_params) = (params(old), params(new));
+        let params =
+            |op: &Value, fixes: Option<&BTreeMap<(String, String), Value>>| -> BTreeMap<(String, String), Value> {
+                op["parameters"].as_array().into_iter().flatten().map(|p| (placed(p, fixes), p.clone())).collect()
+            };
+        let new_params = params(new, None);
+        let old_params = params(old, Some(&new_params));
         for ((place, name), old_param) in &old_params {
             let here = format!("{at}: {place} parameter {name}");
             match new_params.get(&(place.clone(), name.clone())) {
@@ -82,7 +84,10 @@ impl Check<'_> {
                     if is_required(new_param) && !is_required(old_param) {
                         self.found.push(format!("{here}: now required"));
                     }
-                    self.schema(&here, &old_param["schema"], &new_param["schema"], Direction::Request);
+                    // A parameter is there or not: `null` is no value it can have.
+                    let (old_schema, new_schema) =
+                        (without_null(&old_param["schema"]), without_null(&new_param["schema"]));
+                    self.schema(&here, &old_schema, &new_schema, Direction::Request);
                 }
             }
         }
@@ -101,6 +106,8 @@ impl Check<'_> {
             match new_body["content"].get(media) {
                 None if !new_body.is_null() => self.found.push(format!("{here}: no longer accepted")),
                 None => self.found.push(format!("{here}: removed")),
+                // Raw bytes are what the client has, whatever the schema says of them.
+                Some(_) if !is_json(media) => {}
                 Some(new_content) => {
                     self.schema(&here, &old_content["schema"], &new_content["schema"], Direction::Request);
                 }
@@ -256,6 +263,22 @@ fn names(list: &Value) -> BTreeSet<String> {
     list.as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_owned)).collect()
 }
 
+/// `schema` without `null` among its types.
+fn without_null(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    if let Some(types) = schema.get_mut("type").and_then(Value::as_array_mut) {
+        types.retain(|t| t != "null");
+    }
+    schema
+}
+
+/// Whether a media type's bodies are JSON (`application/json`, `application/problem+json`…),
+/// whose schema says what a client sends or reads; of other bodies (raw bytes) it only describes.
+fn is_json(media: &str) -> bool {
+    let essence = media.split(';').next().unwrap_or(media).trim();
+    essence == "application/json" || essence.ends_with("+json")
+}
+
 fn is_required(item: &Value) -> bool {
     item["required"] == Value::Bool(true)
 }
@@ -328,6 +351,32 @@ mod tests {
             d["components"]["schemas"]["Create"]["properties"]["name"]["type"] = json!(["string", "null"]);
         });
         assert_eq!(added, Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_documented_path_parameter_the_path_lacks_may_move_to_the_query_and_raw_bodies_may_say_bytes() {
+        let mut old = document();
+        old["paths"]["/missions"]["post"] = json!({
+            "parameters": [{"in": "path", "name": "label", "required": true, "schema": {"type": "string"}}],
+            "requestBody": {"content": {"application/octet-stream":
+                {"schema": {"type": "array", "items": {"type": "integer"}}}}},
+            "responses": {}
+        });
+        let mut new = old.clone();
+        new["paths"]["/missions"]["post"]["parameters"][0]["in"] = json!("query");
+        new["paths"]["/missions"]["post"]["requestBody"]["content"]["application/octet-stream"]["schema"] =
+            json!({"type": "string", "format": "binary"});
+        assert_eq!(breaking_changes(&old, &new), Vec::<String>::new());
+        // A real path parameter may not move, nor a query one appear from nowhere.
+        let mut elsewhere = new.clone();
+        elsewhere["paths"]["/missions"]["post"]["parameters"][0]["name"] = json!("other");
+        assert_eq!(
+            breaking_changes(&old, &elsewhere),
+            [
+                "POST /missions: path parameter label: removed",
+                "POST /missions: query parameter other: new and required"
+            ]
+        );
     }
 
     #[test]

@@ -75,9 +75,20 @@ class App(http.server.SimpleHTTPRequestHandler):
             return self.echo()
         if os.path.isfile(self.path.lstrip("/").split("?")[0]):
             return super().do_GET()
+        if self.path == "/tunnel-headers":
+            # An app that answers with headers of the tunnel's own: none may reach the server.
+            self.send_response(200)
+            for name in ("Mission-No-Session", "Mission-Upgraded", "Mission-Shell"):
+                self.send_header(name, "1")
+            self.send_header("Content-Length", "0")
+            return self.end_headers()
         token = "ok" if self.headers.get("x-mission-session-token") == TOKEN else "missing"
+        tunnel = ",".join(sorted(name.lower() for name in self.headers.keys() if name.lower().startswith("mission-")))
         self.reply(f"path={self.path}\ntoken={token}\nauthorization={self.headers.get('Authorization')}\n"
-                   f"cookie={self.headers.get('Cookie')}\nbase={os.environ['MISSION_SESSION_BASE_PATH']}\n")
+                   f"authorizations={self.headers.get_all('Authorization')}\n"
+                   f"cookie={self.headers.get('Cookie')}\nbase={os.environ['MISSION_SESSION_BASE_PATH']}\n"
+                   f"csrf={self.headers.get('X-CSRF-Token')}\nforwarded_for={self.headers.get('X-Forwarded-For')}\n"
+                   f"tunnel_headers={tunnel}\n")
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         self.reply(f"received={len(body)} sha256={hashlib.sha256(body).hexdigest()}\n")

@@ -18,11 +18,24 @@ pub const PROTOCOL: &str = "mission-tunnel";
 /// Where agents open tunnels, on each replica.
 pub const PATH: &str = "/api/v1/lz/tunnel";
 
+/// The authority of every request for a session's app: `http://session/{path seen by the app}`.
+pub const SESSION_AUTHORITY: &str = "session";
+
+/// The authority of a job shell's WebSocket: `http://shell/`. The agent takes a request for a
+/// shell by its authority alone, which the server writes (a client's request reaches a session's
+/// app under [`SESSION_AUTHORITY`] whatever it carries), never by a header.
+pub const SHELL_AUTHORITY: &str = "shell";
+
+/// The prefix of every header of the tunnel's own. No client's header with it crosses the
+/// server's proxy, nor an app's back ([`strip_tunnel_headers`]).
+pub const HEADER_PREFIX: &str = "mission-";
+
 /// The header that names a request's session (its job id).
 pub const SESSION_HEADER: &str = "mission-session";
 
 /// The header of a job shell's WebSocket (whose job [`SESSION_HEADER`] names): its query
-/// (`mission_api::shell::ShellQuery`, URL-encoded as a query string is). The agent answers it itself.
+/// (`mission_api::shell::ShellQuery`, URL-encoded as a query string is). It is read only from a
+/// request for [`SHELL_AUTHORITY`].
 pub const SHELL_HEADER: &str = "mission-shell";
 
 /// The header of a request that asks the app for an upgrade: the client's `Upgrade` value.
@@ -147,6 +160,22 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// Removes every header of the tunnel's own ([`HEADER_PREFIX`]): from a client's request before
+/// the server adds its own, and from an app's answer before the agent adds its own, so that no
+/// header a client or an app sends changes what either end does.
+pub fn strip_tunnel_headers(headers: &mut HeaderMap) {
+    let own: Vec<HeaderName> =
+        headers.keys().filter(|name| name.as_str().starts_with(HEADER_PREFIX)).cloned().collect();
+    for name in own {
+        headers.remove(name);
+    }
+}
+
+/// Whether a request through the tunnel is for a job shell: its authority is [`SHELL_AUTHORITY`].
+pub fn is_shell<B>(request: &hyper::Request<B>) -> bool {
+    request.uri().authority().is_some_and(|authority| authority.as_str() == SHELL_AUTHORITY)
+}
+
 /// Copies an upgraded connection's bytes both ways until both directions end: what arrives in
 /// `from_peer` (the tunnel stream's incoming body) is written to `io`, and what `io` reads goes
 /// to `to_peer` (the other direction's [`channel_body`]). Each direction waits for its reader,
@@ -247,6 +276,22 @@ mod tests {
         let mut left: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
         left.sort();
         assert_eq!(left, ["accept", "sec-websocket-key"]);
+    }
+
+    #[test]
+    fn no_header_of_the_tunnels_own_crosses_and_only_the_shell_authority_makes_a_shell() {
+        let mut headers = HeaderMap::new();
+        for name in ["mission-shell", "Mission-Session", "mission-upgraded", "mission-no-session", "missionary"] {
+            headers.append(HeaderName::from_bytes(name.as_bytes()).unwrap(), "1".parse().unwrap());
+        }
+        strip_tunnel_headers(&mut headers);
+        assert_eq!(headers.keys().map(HeaderName::as_str).collect::<Vec<_>>(), ["missionary"]);
+
+        let request = |uri: &str| hyper::Request::builder().uri(uri).body(()).unwrap();
+        assert!(is_shell(&request("http://shell/")));
+        assert!(!is_shell(&request("http://session/shell")));
+        assert!(!is_shell(&request("http://session//shell/")));
+        assert!(!is_shell(&request("/")));
     }
 
     #[tokio::test]

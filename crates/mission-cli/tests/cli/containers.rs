@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use mission_client::{
     Client, ContainerNetwork, ImageFormat, ImportImage, Job, JobResources, JobStatus, LogStream,
     RegisterImageReference, UpdateMission, UpdateStation, Uuid,
@@ -231,6 +232,119 @@ async fn an_agent_killed_mid_job_ends_its_container_when_it_restarts_and_network
     wait_until("the restarted agent removed the container", || async { !container_of(&job).await }).await;
     let done = alice.wait_for_job(job.job_id).await.unwrap();
     assert_eq!(done.status, JobStatus::Lost, "{done:?}");
+}
+
+/// The name an OCI archive's index gives its image (`podman save` writes the one it saved).
+fn name_in_archive(archive: &std::path::Path) -> String {
+    let index = std::process::Command::new("tar").arg("-xOf").arg(archive).arg("index.json").output().unwrap();
+    let index: serde_json::Value = serde_json::from_slice(&index.stdout).expect("the archive has an index.json");
+    let name = &index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"];
+    name.as_str().expect("the test image's archive names its image").to_owned()
+}
+
+/// An image of the host's own, made of one file (it holds no shell: no job runs in it), removed
+/// when dropped.
+struct HostImage {
+    id: String,
+}
+
+impl HostImage {
+    async fn named(name: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("marker"), "the host's image\n").unwrap();
+        let tar = dir.path().join("rootfs.tar");
+        let made =
+            std::process::Command::new("tar").arg("-C").arg(dir.path()).arg("-cf").arg(&tar).arg("marker").status();
+        assert!(made.unwrap().success());
+        let id = podman(&["import", "-q", tar.to_str().unwrap()]).await;
+        let id = id.trim().trim_start_matches("sha256:").to_owned();
+        assert!(!id.is_empty(), "podman import answered an id");
+        podman(&["tag", &id, name]).await;
+        Self { id }
+    }
+}
+
+impl Drop for HostImage {
+    fn drop(&mut self) {
+        let _ = mission_testkit::podman_command().args(["rmi", "-f", &self.id]).output();
+    }
+}
+
+/// The id of the image `name` names.
+async fn image_id_of(name: &str) -> String {
+    podman(&["image", "inspect", "--format", "{{.Id}}", name]).await.trim().to_owned()
+}
+
+/// An image is what its digest says, whatever names say: its archive's names are not loaded (a
+/// host image keeps a name the archive also gives), and where someone moves the agent's name of
+/// it to another image, the agent started again drops that name and loads the image again.
+#[tokio::test]
+async fn an_image_is_what_its_digest_says_whatever_names_say() {
+    let Some(original) = test_image() else { return };
+    let fresh = FreshImage::of(&original);
+    let archive_name = name_in_archive(&fresh.archive);
+    let host = HostImage::named(&archive_name).await;
+    let (server, admin) = cluster(|_| {}).await;
+    let alice = &server.client;
+    let request = ImportImage { name: "debian".into(), ..Default::default() };
+    alice.import_image(&fresh.archive, &request, None).await.unwrap();
+    let mut agent = Agent::start(&server, &admin, local_station(), "podman", TWO_CPUS).await;
+    let m = mission_in(alice, "debian", "cat /etc/debian_version\n").await;
+    let job = alice.run_job_on_station(m, local_station(), memory(256)).await.unwrap();
+    completed(alice, job.job_id).await;
+    let version = alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap();
+    assert!(version.starts_with("12."), "{version}");
+    assert_eq!(image_id_of(&archive_name).await, host.id, "the host's image keeps its name");
+
+    // Someone with the host's image storage moves the agent's name of the image to theirs.
+    let names = mission_testkit::podman_names_of(&fresh.hex);
+    assert_eq!(names.len(), 1, "{names:?}");
+    let loaded = image_id_of(&names[0]).await;
+    podman(&["tag", &host.id, &names[0]]).await;
+    assert_eq!(image_id_of(&names[0]).await, host.id);
+    agent.kill_hard().await;
+    agent.restart(&server).await;
+    let job = alice.run_job_on_station(m, local_station(), memory(256)).await.unwrap();
+    completed(alice, job.job_id).await;
+    assert_eq!(alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap(), version, "the image of its digest ran");
+    assert_eq!(image_id_of(&names[0]).await, loaded, "the name is the loaded image's again");
+    assert_eq!(image_id_of(&archive_name).await, host.id);
+}
+
+/// An archive that names an image in the landing zones' namespace is refused at import, as soon
+/// as its index arrives: the rest of the body is not read.
+#[tokio::test]
+async fn an_archive_naming_an_agents_image_is_refused_before_its_layers_are_read() {
+    let (server, _admin) = cluster(|_| {}).await;
+    let token = mission_testkit::device_sign_in(&server.url, "alice", mission_testkit::PASSWORD).await.0.access_token;
+    // A tar whose first entry is a docker manifest naming an agent's image, then 256 MiB of layer.
+    let manifest = br#"[{"Config":"c.json","RepoTags":["localhost/mission-image-0123456789abcdef:00"],"Layers":[]}]"#;
+    let mut head = mission_api::tar::Header::block("manifest.json", b'0', manifest.len() as u64).to_vec();
+    head.extend_from_slice(manifest);
+    head.resize(1024, 0);
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = sent.clone();
+    let chunks = std::iter::once(head).chain(std::iter::repeat_n(vec![0u8; 1 << 20], 256));
+    let body = futures_util::stream::iter(chunks).map(move |chunk| {
+        counted.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok::<_, std::io::Error>(chunk)
+    });
+    let answer = reqwest::Client::new()
+        .post(format!("{}/api/v1/images?name=poisoned", server.url))
+        .bearer_auth(&token)
+        .header("Content-Type", "application/octet-stream")
+        .body(reqwest::Body::wrap_stream(body))
+        .send()
+        .await;
+    let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
+    // The server answers and closes as soon as it knows; the client may be cut off sending.
+    if let Ok(answer) = answer {
+        assert_eq!(answer.status(), 400);
+        let text = answer.text().await.unwrap();
+        assert!(text.contains("mission-image-0123456789abcdef"), "{text}");
+    }
+    assert!(sent < 64 << 20, "{sent} bytes were taken of a body refused in its first kilobyte");
+    assert!(server.client.list_images().await.unwrap().is_empty());
 }
 
 /// Where the server allows a registry, an image may be a reference into it, pinned by digest:

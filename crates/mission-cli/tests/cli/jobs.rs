@@ -50,10 +50,9 @@ pub(super) struct Offer {
 
 pub(super) const TWO_CPUS: Offer = Offer { cpus: 2, memory_mb: 4096, fake_gpus: 0, run_as: None };
 
-/// A fake `nvidia-smi` printing `count` GPUs like the H100 captured in ../shared/fixtures.
+/// A fake `nvidia-smi` printing `count` GPUs like the H100 captured in the repository's `fixtures/`.
 fn fake_nvidia_smi(dir: &Path, count: u32) {
-    let fixture =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/nvidia-smi/h100-query-noheader.csv");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/nvidia-smi/h100-query-noheader.csv");
     let line = std::fs::read_to_string(fixture).unwrap();
     let line = line.trim();
     let mut script = String::from("#!/bin/sh\n");
@@ -505,10 +504,24 @@ async fn stopping_queued_and_running_jobs() {
     }
     // The queued job never ran.
     assert!(alice.get_job(queued.job_id).await.unwrap().started_at.is_none());
+    // A job that asks for the landing zone by its id, and ends.
+    let quick = mission(alice, SHELL, &[("run.sh", "echo done\n")], &[]).await;
+    let asked = RunJob { station_id: local_station(), lz_id: Some(agent.lz_id), ..Default::default() };
+    let asked = alice.run_job(quick.mission_id, &asked).await.unwrap();
+    assert_eq!(alice.wait_for_job(asked.job_id).await.unwrap().status, JobStatus::Completed);
+    let usage = alice.job_usage(&Default::default()).await.unwrap();
 
     // With its jobs ended the LZ can go: its agent's order stream ends and its token, which the
     // server had cached from the agent's requests, is refused on the agent's next connect.
     admin.remove_landing_zone(local_station(), agent.lz_id).await.unwrap();
+    // The jobs outlive it, with their history and usage: the one that asked for it no longer
+    // names it.
+    for (job, status) in [(asked.job_id, JobStatus::Completed), (running.job_id, JobStatus::Stopped)] {
+        let kept = alice.get_job(job).await.unwrap();
+        assert_eq!((kept.status, kept.requested_lz_id, kept.lz_id), (status, None, None), "{kept:?}");
+        assert!(!kept.history.is_empty());
+    }
+    assert_eq!(alice.job_usage(&Default::default()).await.unwrap(), usage);
     let exit = tokio::time::timeout(Duration::from_secs(30), agent.child.wait()).await;
     let exit = exit.expect("the agent of a removed LZ stops").unwrap();
     assert!(!exit.success(), "{exit:?}");

@@ -447,13 +447,9 @@ async fn a_huge_message_to_an_app_that_does_not_read_waits_instead_of_filling_me
     fx.ok("admin", &["jobs", "stop", &job_id]).await;
 }
 
-/// A session its owner shares with the managers of the project its job is charged to: they open
-/// it; a member who is no manager does not, nor does a manager open a session not shared.
-#[tokio::test]
-async fn a_shared_session_opens_for_its_projects_managers_alone() {
+/// The project `lab`: alice (the fixture's client) and bob its members, carol its manager.
+async fn lab(server: &mission_testkit::TestServer, admin: &Client) -> Uuid {
     use mission_client::{CreateProject, ProjectRole};
-    let (server, admin) = cluster(|_| {}).await;
-    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
     let project = admin.create_project(&CreateProject { name: "lab".into(), description: None }).await.unwrap();
     for (user, role) in [("alice", ProjectRole::Member), ("carol", ProjectRole::Manager), ("bob", ProjectRole::Member)]
     {
@@ -462,19 +458,91 @@ async fn a_shared_session_opens_for_its_projects_managers_alone() {
         }
         admin.set_project_member(project.project_id, user, role).await.unwrap();
     }
+    project.project_id
+}
+
+/// Starts a `web` session of [`APP`] charged to `project`, shared with its managers or not.
+async fn start_in(client: &Client, project: Uuid, share_with_managers: bool) -> Job {
+    let app = mission(client, SHELL, &[("run.sh", "exec python3 app.py\n"), ("app.py", APP)], &[]).await;
+    let session = SessionRequest { kind: SessionKind::Web, idle_timeout: None, share_with_managers };
+    let request =
+        RunJob { station_id: local_station(), project_id: Some(project), session: Some(session), ..Default::default() };
+    client.run_job(app.mission_id, &request).await.unwrap()
+}
+
+/// No header a client sends changes what the agent does, and none of the tunnel's own reaches
+/// the app or comes back from it: a WebSocket upgrade carrying the agent's shell header reaches
+/// the app (its owner's and a manager's alike), so no shell runs unaudited; the app sees no
+/// bearer token wherever it stands among several `Authorization` headers, no console CSRF
+/// token, and the address the server saw the client at, not the one the client claims.
+#[tokio::test]
+async fn no_header_a_client_or_an_app_sends_crosses_the_tunnel() {
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let project = lab(&server, &admin).await;
+    let job = start_in(&server.client, project, true).await;
+    let job_id = job.job_id.to_string();
+    super::jobs::wait_until("the session answers", || async {
+        server.client.get_job(job.job_id).await.unwrap().session.is_some_and(|s| s.url.is_some())
+    })
+    .await;
+    let sign_in = |user| mission_testkit::device_sign_in(&server.url, user, mission_testkit::PASSWORD);
+    let (alice, carol) = (sign_in("alice").await.0.access_token, sign_in("carol").await.0.access_token);
+    let address = server.url.trim_start_matches("http://");
+    let http = reqwest::Client::new();
+    let url = format!("{}/sessions/{job_id}", server.url);
+    for token in [&alice, &carol] {
+        let bearer = format!("Bearer {token}");
+        let smuggled = [
+            ("Authorization", bearer.as_str()),
+            ("Mission-Shell", "command=echo smuggled"),
+            ("Mission-Session", job_id.as_str()),
+        ];
+        let mut socket = WebSocket::open_with(address, &format!("/sessions/{job_id}/echo"), &smuggled).await.unwrap();
+        assert_eq!(socket.echo(b"ping").await, b"ping", "the app's echo answers, not a shell");
+
+        let page = http
+            .get(format!("{url}/hello"))
+            .header("Authorization", "Basic YXBwOnVzZXI=")
+            .header("Authorization", &bearer)
+            .header("X-CSRF-Token", "console-csrf")
+            .header("X-Forwarded-For", "203.0.113.9")
+            .header("Mission-Shell", "command=id")
+            .header("Mission-Upgrade", "websocket")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(page.status(), 200);
+        let text = page.text().await.unwrap();
+        for seen in
+            ["authorizations=['Basic YXBwOnVzZXI=']", "csrf=None", "forwarded_for=127.0.0.1\n", "tunnel_headers=\n"]
+        {
+            assert!(text.contains(seen), "{seen} not in {text}");
+        }
+        let answer = http.get(format!("{url}/tunnel-headers")).bearer_auth(token).send().await.unwrap();
+        assert_eq!(answer.status(), 200, "the app's own 'no session' header is no agent's");
+        let tunnel: Vec<_> = ["mission-no-session", "mission-upgraded", "mission-shell"]
+            .into_iter()
+            .filter(|name| answer.headers().contains_key(*name))
+            .collect();
+        assert!(tunnel.is_empty(), "the app's {tunnel:?} came through");
+    }
+    // Every shell is audited: none ran, so none is in the audit trail.
+    let query = mission_client::AuditQuery { target: Some(job_id.clone()), ..Default::default() };
+    let audit = admin.audit_jsonl(&query).await.unwrap();
+    assert!(!audit.contains("job.shell"), "{audit}");
+    server.client.stop_job(job.job_id).await.unwrap();
+}
+
+/// A session its owner shares with the managers of the project its job is charged to: they open
+/// it; a member who is no manager does not, nor does a manager open a session not shared.
+#[tokio::test]
+async fn a_shared_session_opens_for_its_projects_managers_alone() {
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let project = lab(&server, &admin).await;
     let alice = &server.client;
-    let app = mission(alice, SHELL, &[("run.sh", "exec python3 app.py\n"), ("app.py", APP)], &[]).await;
-    let start = |share_with_managers: bool| {
-        let session = SessionRequest { kind: SessionKind::Web, idle_timeout: None, share_with_managers };
-        let request = RunJob {
-            station_id: local_station(),
-            project_id: Some(project.project_id),
-            session: Some(session),
-            ..Default::default()
-        };
-        async move { alice.run_job(app.mission_id, &request).await.unwrap() }
-    };
-    let (shared, unshared) = (start(true).await, start(false).await);
+    let (shared, unshared) = (start_in(alice, project, true).await, start_in(alice, project, false).await);
     assert!(shared.session.as_ref().unwrap().share_with_managers);
     let http = reqwest::Client::new();
     let sign_in = |user| mission_testkit::device_sign_in(&server.url, user, mission_testkit::PASSWORD);

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use mission_client::{CreateWebhook, DeliveryStatus, Error, ListDeliveries, RunJob, WebhookDelivery};
+use mission_client::{CreateWebhook, DeliveryStatus, Error, ListDeliveries, RunJob, Uuid, WebhookDelivery};
 use mission_server::WebhookAttempts;
 use mission_testkit::{Received, Receiver};
 
@@ -84,6 +84,17 @@ async fn webhooks_deliver_signed_events_and_try_failures_again() {
     let flaky = alice.create_webhook(&CreateWebhook { kinds: completed(), ..hook("/hooks/flaky") }).await.unwrap();
     let flaky_secret = flaky.secret.clone().expect("the server made a secret and answered it");
     let down = alice.create_webhook(&CreateWebhook { kinds: completed(), ..hook("/hooks/down") }).await.unwrap();
+    // Only missions one may read: bob names alice's (private) one, or one that does not exist.
+    for mission_id in [m.mission_id, Uuid::new_v4()] {
+        let unreadable = CreateWebhook { mission_ids: vec![mission_id], ..hook("/hooks/bob") };
+        match bob.create_webhook(&unreadable).await {
+            Err(Error::Api(problem)) => {
+                assert_eq!(problem.status, 400, "{problem:?}");
+                assert!(problem.detail.contains(&format!("no mission {mission_id} that you may read")), "{problem:?}");
+            }
+            other => panic!("a webhook on mission {mission_id} was not refused: {other:?}"),
+        }
+    }
     let bobs = bob.create_webhook(&hook("/hooks/bob")).await.unwrap();
     assert_eq!(alice.list_webhooks().await.unwrap().len(), 3);
     assert_eq!(bob.list_webhooks().await.unwrap(), [mission_client::Webhook { secret: None, ..bobs.clone() }]);

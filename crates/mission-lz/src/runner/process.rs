@@ -419,7 +419,9 @@ fn launch(
                 .unwrap_or_else(|| (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw()));
             let parent = group.as_ref().and_then(JobCgroup::container_parent);
             let cpu_limited = parent.as_ref().is_some_and(|(_, cpu_too)| *cpu_too);
-            let runnable = podman.runnable(image);
+            // Taken for this job, so loaded: the id of what was loaded for its digest (never a
+            // name, which anyone with the host's image storage may move).
+            let runnable = podman.runnable(image).unwrap_or_default();
             let run = ContainerRun {
                 name: format!("mission-{}", job.job_id),
                 image: &runnable,
@@ -433,7 +435,10 @@ fn launch(
                 command: &job.command,
             };
             let limits = format!("{limits}; {}, as uid {uid}", podman.describe(&run));
-            let started = start_container(podman, &run);
+            let started = match runnable.is_empty() {
+                true => Err(std::io::Error::other(format!("the image {image} is not loaded on this landing zone"))),
+                false => start_container(podman, &run),
+            };
             let started = started.map(|child| Program::Container { child, name: run.name, cpu_measured: cpu_limited });
             started.map(|program| (program, limits, None))
         }

@@ -69,9 +69,9 @@ where
     check_room(&limits, usage, announced.unwrap_or(0))?;
 
     let place = app.bays.source(&app.store, &mission).await?;
+    let key = place.new_key(path).map_err(|e| DomainError::invalid("path", e.to_string()))?;
     let intent = Intent::new(IntentKind::Upload, mission.mission_id, path.as_str());
     app.store.begin_intent(&intent).await?;
-    let key = place.key(path);
     let allowance = limits.max_file_bytes.min(user_room(&limits, usage));
     let fail = |e: WriteError| match e {
         WriteError::TooLarge(_) => check_room(&limits, usage, allowance + 1).err().unwrap_or_else(|| {

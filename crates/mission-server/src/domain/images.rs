@@ -54,12 +54,21 @@ where
     let key = archive_key(image_id);
     let files = app.bays.default_store();
     let mut sniffer = ArchiveSniffer::default();
-    let body = body.inspect(|chunk| {
-        if let Ok(bytes) = chunk {
-            sniffer.feed(bytes);
+    // The upload stops at the first chunk that shows it is no image archive we take: what
+    // follows is neither read nor stored.
+    let body = body.map(|chunk| {
+        let bytes = chunk.map_err(|e| e.to_string())?;
+        sniffer.feed(&bytes);
+        match sniffer.refusal() {
+            Some(why) => Err(why.to_owned()),
+            None => Ok(bytes),
         }
     });
-    let received = files.receive(&key, body, max).await.map_err(|e| match e {
+    let received = files.receive(&key, body, max).await;
+    if let Some(why) = sniffer.refusal() {
+        return Err(DomainError::Rejected(format!("the body is not an image archive: {why}")));
+    }
+    let received = received.map_err(|e| match e {
         WriteError::TooLarge(_) => too_large(),
         WriteError::Body(detail) => DomainError::Rejected(format!("the upload did not complete: {detail}")),
         WriteError::Storage(e) => DomainError::internal(e),

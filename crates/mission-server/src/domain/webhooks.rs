@@ -73,6 +73,16 @@ pub async fn create(app: &AppState, who: Principal, req: CreateWebhook) -> Domai
         }
     }
     let kinds = req.kinds.iter().map(|kind| check_kind("kinds", kind)).collect::<DomainResult<Vec<_>>>()?;
+    // Only missions the caller may read: an unknown one and another's are refused alike.
+    for &mission_id in &req.mission_ids {
+        match super::missions::readable(app, who, mission_id).await {
+            Ok(_) => {}
+            Err(DomainError::NotFound { .. }) => {
+                return Err(DomainError::invalid("mission_ids", format!("no mission {mission_id} that you may read")));
+            }
+            Err(other) => return Err(other),
+        }
+    }
     let (secret, made) = match req.secret {
         Some(secret) => {
             let printable = secret.bytes().all(|b| b.is_ascii_graphic());

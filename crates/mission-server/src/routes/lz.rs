@@ -258,7 +258,8 @@ pub async fn upload_result(
         app.store.mission(job.mission_id).await?.ok_or_else(|| ApiError::not_found("mission", job.mission_id))?;
     let place = app.bays.results(&app.store, &mission, job.job_id).await?;
     let max = app.config.file_limits.max_file_bytes;
-    let written = place.files.write(&place.key(&path), body.into_data_stream(), max).await.map_err(|e| match e {
+    let key = place.new_key(&path).map_err(|e| ApiError::invalid_field("path", e.to_string()))?;
+    let written = place.files.write(&key, body.into_data_stream(), max).await.map_err(|e| match e {
         WriteError::TooLarge(_) => ApiError::too_large(format!("the file is larger than max_file_size = {max} bytes")),
         WriteError::Body(detail) => ApiError::invalid(format!("the upload did not complete: {detail}")),
         WriteError::Storage(e) => storage_error(&place, e).into(),

@@ -197,6 +197,12 @@ fn query_rules() -> Vec<(&'static str, &'static str, QueryRule)> {
     ]
 }
 
+/// The schema of raw bytes: `{"type": "string", "format": "binary"}`.
+fn binary_string() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+    ObjectBuilder::new().schema_type(Type::String).format(Some(SchemaFormat::KnownFormat(KnownFormat::Binary))).into()
+}
+
 /// A constraint on a query parameter's values.
 enum QueryRule {
     /// A regular expression its values match.
@@ -311,11 +317,15 @@ impl utoipa::Modify for TruthfulDocument {
                 }
                 let within =
                     |place: ParameterIn| operation.parameters.iter().flatten().any(|p| p.parameter_in == place);
-                // A raw body may be empty (an empty file).
+                // A raw body may be empty (an empty file), and is bytes: a binary string, not
+                // the array of integers a `Vec<u8>` would say.
                 if let Some(body) = &mut operation.request_body
                     && body.content.keys().all(|media_type| media_type == "application/octet-stream")
                 {
                     body.required = Some(utoipa::openapi::Required::False);
+                    for content in body.content.values_mut() {
+                        content.schema = Some(RefOr::T(binary_string()));
+                    }
                 }
                 let (in_path, in_query, body) =
                     (within(ParameterIn::Path), within(ParameterIn::Query), operation.request_body.is_some());

@@ -215,6 +215,17 @@ async fn path_traversal_is_refused_over_raw_http() {
         );
         assert_eq!(raw_request(&server, get).await.0, 400, "{attempt}");
     }
+    // A path within the longest a path may be, whose object key under the mission's folder
+    // (`missions/{id}/`) is longer than S3 takes: refused, naming the limit.
+    let deep = format!("{}/{}", vec!["d".repeat(240); 4].join("/"), "f".repeat(30));
+    assert!(deep.len() <= mission_api::paths::MAX_PATH_BYTES);
+    let request = format!(
+        "PUT /api/v1/missions/{id}/files/{deep} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
+         Content-Length: 4\r\nConnection: close\r\n\r\nevil"
+    );
+    let (status, text) = raw_request(&server, request).await;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("\"field\":\"path\"") && text.contains("object keys are at most 1024"), "{text}");
     assert!(server.client.get_mission_files(id).await.unwrap().is_empty());
     // Nothing was written anywhere under the data dir but the database and the key.
     let mut stack = vec![server.app.config.data_dir.join("files")];

@@ -780,6 +780,46 @@ pub async fn job_batches_and_history(store: &Store) {
     assert!(owners.contains(&(first.job_id, m.user_id, JobStatus::Completed)));
 }
 
+/// Jobs outlive the hosts they ran on: deleting a landing zone keeps the ended jobs that asked
+/// for it or ran on it (their history and usage included; the landing zone they name becomes
+/// none), and deleting a station keeps its jobs, which go on naming it.
+pub async fn jobs_outlive_their_landing_zone_and_station(store: &Store) {
+    let (m, _) = mission_with_lz(store).await;
+    let lab = Station {
+        station_id: Uuid::new_v4(),
+        name: "short-lived".into(),
+        description: String::new(),
+        owner_id: None,
+        open: true,
+        reclaim: false,
+        container_network: Default::default(),
+        created_at: now(),
+    };
+    store.insert_station(&lab).await.unwrap();
+    let lz = landing_zone(lab.station_id, "gone-soon");
+    store.insert_landing_zone(&lz, "gone-soon-token-hash").await.unwrap();
+    let asked = Job { requested_lz_id: Some(lz.lz_id), ..job(&m, lab.station_id) };
+    let placed = JobUpdate { lz_id: Some(Some(lz.lz_id)), ..moved(asked.job_id, JobStatus::Assigned) };
+    let usage = mission_api::JobUsage { wall_time: 30.0, cpu_time: Some(20.0), ..Default::default() };
+    let ended = JobUpdate { usage: Some(usage), ..moved(asked.job_id, JobStatus::Completed) };
+    store.save_jobs(&numbered(store, std::slice::from_ref(&asked)).await, &[placed], &[]).await.unwrap();
+    store.save_jobs(&[], &[moved(asked.job_id, JobStatus::Running), ended], &[]).await.unwrap();
+    let before = store.job(asked.job_id).await.unwrap().unwrap();
+    let usage = store.usage_summary(m.user_id, &[], None).await.unwrap();
+    assert_eq!(usage.jobs, 1);
+
+    assert!(store.delete_landing_zone(lab.station_id, lz.lz_id).await.unwrap());
+    let kept = store.job(asked.job_id).await.unwrap().expect("the job outlives its landing zone");
+    assert_eq!((kept.requested_lz_id, kept.lz_id), (None, None));
+    assert_eq!(kept.history, before.history);
+    assert_eq!(store.usage_summary(m.user_id, &[], None).await.unwrap(), usage);
+
+    assert!(store.delete_station(lab.station_id).await.unwrap());
+    let kept = store.job(asked.job_id).await.unwrap().expect("the job outlives its station");
+    assert_eq!((kept.station_id, kept.status, kept.history.len()), (lab.station_id, JobStatus::Completed, 4));
+    assert_eq!(store.usage_summary(m.user_id, &[], None).await.unwrap(), usage);
+}
+
 /// An array's progress follows every write of its elements, in batches of any mix: new elements,
 /// moves (several of one element in a batch), moves that keep the status, and deletion.
 pub async fn array_progress_follows_every_write(store: &Store) {

@@ -85,6 +85,10 @@ pub struct ServerConfig {
     /// The URL agents reach this replica itself at, where they open session tunnels; absent:
     /// the URL each agent connects to (right for one server).
     pub advertise_url: Option<Url>,
+    /// Where sessions are served from an origin of their own, one host per session
+    /// (`https://*.sessions.example.org`); absent: under the console's origin, at
+    /// `/sessions/{job_id}/` (see [`crate::sessions`] for which is safe for which apps).
+    pub sessions_url: Option<SessionsUrl>,
     /// Built-in or external identity provider.
     pub auth: AuthMode,
     /// The API audience access tokens must name.
@@ -158,6 +162,7 @@ impl ServerConfig {
             storage: None,
             public_url: None,
             advertise_url: None,
+            sessions_url: None,
             auth: AuthMode::Builtin,
             audience: DEFAULT_AUDIENCE.to_owned(),
             client_id: mission_api::DEFAULT_CLIENT_ID.to_owned(),
@@ -342,5 +347,103 @@ mod tests {
         s3.secret_access_key = Some("s3cret-key".into());
         let shown = format!("{:?}", Storage::S3(s3));
         assert!(!shown.contains("s3cret-key") && shown.contains("redacted"), "{shown}");
+    }
+}
+
+/// Where sessions get origins of their own: `SCHEME://*.SUFFIX[:PORT]`, each session at
+/// `SCHEME://{job_id}.SUFFIX[:PORT]` (a wildcard DNS name and certificate point them all at the
+/// service). Without a port, sessions are served on the public URL's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionsUrl {
+    https: bool,
+    /// The host after `*.`, lowercase.
+    suffix: String,
+    port: Option<u16>,
+}
+
+impl std::str::FromStr for SessionsUrl {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<Self, String> {
+        let wrong = |why: &str| {
+            format!("{raw:?} is no sessions URL ({why}); expected one such as https://*.sessions.example.org")
+        };
+        let (scheme, rest) = raw.split_once("://").ok_or_else(|| wrong("no scheme"))?;
+        let https = match scheme.to_ascii_lowercase().as_str() {
+            "https" => true,
+            "http" => false,
+            _ => return Err(wrong("the scheme is http or https")),
+        };
+        let authority = rest.strip_suffix('/').unwrap_or(rest);
+        if authority.contains(['/', '?', '#', '@']) {
+            return Err(wrong("only a scheme and a host: no path, query or user"));
+        }
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port.parse::<u16>().map_err(|_| wrong("the port is no number"))?)),
+            None => (authority, None),
+        };
+        let suffix = host.strip_prefix("*.").ok_or_else(|| wrong("the host begins with `*.`, the session's label"))?;
+        let valid = |label: &str| {
+            !label.is_empty() && label.len() <= 63 && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        };
+        if !suffix.split('.').all(valid) {
+            return Err(wrong("the host after `*.` is a DNS name"));
+        }
+        Ok(SessionsUrl { https, suffix: suffix.to_ascii_lowercase(), port })
+    }
+}
+
+impl SessionsUrl {
+    /// Whether sessions are served over https (their cookies are then `Secure`).
+    pub fn https(&self) -> bool {
+        self.https
+    }
+
+    /// The origin of session `job_id`, with `default_port` (the public URL's) where the sessions
+    /// URL names none.
+    pub fn origin(&self, job_id: uuid::Uuid, default_port: Option<u16>) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        match self.port.or(default_port) {
+            Some(port) => format!("{scheme}://{job_id}.{}:{port}", self.suffix),
+            None => format!("{scheme}://{job_id}.{}", self.suffix),
+        }
+    }
+
+    /// The session a request's `Host` (`{job_id}.SUFFIX[:PORT]`, any case) names, if it names one.
+    pub fn session_of_host(&self, host: &str) -> Option<uuid::Uuid> {
+        let name = match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => host,
+        };
+        let (label, suffix) = name.split_once('.')?;
+        if !suffix.trim_end_matches('.').eq_ignore_ascii_case(&self.suffix) {
+            return None;
+        }
+        uuid::Uuid::parse_str(label).ok().filter(|id| id.to_string().eq_ignore_ascii_case(label))
+    }
+}
+
+#[cfg(test)]
+mod sessions_url_tests {
+    use super::SessionsUrl;
+
+    #[test]
+    fn a_sessions_url_is_a_wildcard_host_and_names_each_session_by_its_own() {
+        let url: SessionsUrl = "https://*.Sessions.example.org".parse().unwrap();
+        let job = uuid::Uuid::new_v4();
+        assert_eq!(url.origin(job, None), format!("https://{job}.sessions.example.org"));
+        assert_eq!(url.session_of_host(&format!("{job}.sessions.EXAMPLE.org")), Some(job));
+        assert_eq!(url.session_of_host(&format!("{job}.sessions.example.org:443")), Some(job));
+        assert_eq!(url.session_of_host("sessions.example.org"), None);
+        assert_eq!(url.session_of_host(&format!("{job}.evil.example.org")), None);
+        assert_eq!(url.session_of_host(&format!("x{job}.sessions.example.org")), None);
+        let local: SessionsUrl = "http://*.localhost".parse().unwrap();
+        assert_eq!(local.origin(job, Some(8080)), format!("http://{job}.localhost:8080"));
+        let with_port: SessionsUrl = "http://*.localhost:9000/".parse().unwrap();
+        assert_eq!(with_port.origin(job, Some(8080)), format!("http://{job}.localhost:9000"));
+        for wrong in ["https://sessions.example.org", "ftp://*.x.org", "https://*.x.org/path", "https://*.", "*.x.org"]
+        {
+            assert!(wrong.parse::<SessionsUrl>().is_err(), "{wrong}");
+        }
     }
 }

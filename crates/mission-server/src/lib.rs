@@ -58,7 +58,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 pub use config::{
-    AuthMode, FileLimits, ProjectGroups, S3Storage, ServerConfig, SignInLimits, Storage, WebhookAttempts,
+    AuthMode, FileLimits, ProjectGroups, S3Storage, ServerConfig, SessionsUrl, SignInLimits, Storage, WebhookAttempts,
 };
 use mission_store::Store;
 pub use mission_store::fsutil::create_private_dir;

@@ -2,14 +2,30 @@
 //! tunnels agents open for it.
 //!
 //! A session is a job ([`mission_api::sessions`]) whose app serves HTTP on a loopback port of its
-//! landing zone. Its owner alone reaches it, here, with a bearer token or the console's cookie
-//! (and the managers of its job's project, where its owner shares it with them); everyone else
-//! gets a 404, as for a job they may not see. The proxy strips Mission's own credentials (a
-//! bearer token, the console's cookies) before a request goes on (an app's own `Authorization`
-//! scheme passes), and sends it through the tunnel of the job's landing zone ([`mission_tunnel`]): one
-//! connection per agent and replica, which the agent opens out when this replica orders it to
+//! landing zone. Its owner alone reaches it (and the managers of its job's project, where its
+//! owner shares it with them); everyone else gets a 404, as for a job they may not see. The proxy
+//! strips Mission's own credentials (every bearer token, the console's cookies and CSRF token)
+//! and every header of the tunnel's own before a request goes on (an app's own `Authorization`
+//! scheme passes; `X-Forwarded-For` is the address this server saw), and sends it through the
+//! tunnel of the job's landing zone ([`mission_tunnel`]): one connection per agent and replica,
+//! which the agent opens out when this replica orders it to
 //! ([`Order::Tunnel`](mission_api::lz::Order::Tunnel)), so the compute host needs no inbound port.
 //! WebSockets travel the same way, each upgraded connection bounded as the tunnel's streams are.
+//! No cookie an app sets may be named like Mission's own, nor name a domain.
+//!
+//! Where a session's pages run matters, since they run whatever its app sends:
+//! - **On an origin of its own** (`--sessions-url https://*.sessions.example.org`): each session
+//!   at `https://{job_id}.sessions.example.org/sessions/{job_id}/`, where no page of the console,
+//!   the API or another session is same-origin, and the console's cookie is never sent. A browser
+//!   that opens a session from the console (with its cookie) is sent there through a one-time
+//!   handshake ([`HANDSHAKE_PATH`]) that sets a cookie of that session's alone ([`APP_COOKIE`]);
+//!   nothing else is served on a session's host. Programs keep reaching sessions with a bearer
+//!   token at the console's origin (no browser sends one by itself). This is the mode for apps
+//!   one does not trust.
+//! - **Under the console's origin** (no sessions URL): the app's pages are same-origin with the
+//!   console, so an app's scripts could read console pages and act as whoever opens the session.
+//!   The app's cookies are kept to its own path (a `Path` that reaches the console or the API
+//!   becomes the session's root). Only for apps one trusts as one trusts the console.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -20,6 +36,7 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
+use base64::Engine as _;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::TokioIo;
 use mission_api::{Job, JobStatus, ProjectRole, SessionKind};
@@ -38,6 +55,33 @@ const TUNNEL_WAIT: Duration = Duration::from_secs(10);
 /// zone) before reading it again: not a read of the database per request. A session that ended
 /// meanwhile is no longer known to its agent, which says so, and the route is read again.
 const ROUTE_TTL: Duration = Duration::from_secs(2);
+
+/// Where a session's own origin hands a browser its cookie: `{origin}{HANDSHAKE_PATH}?code=…&next=…`.
+pub const HANDSHAKE_PATH: &str = "/_mission/handshake";
+
+/// The cookie that lets a browser into one session on that session's own origin (host-only, so
+/// no other origin gets it).
+pub const APP_COOKIE: &str = "mission_app";
+
+/// How long a handshake's code may wait to be used (once).
+const HANDSHAKE_TTL: Duration = Duration::from_secs(60);
+
+/// How long a session's cookie lets its holder in (the route is checked on every request, so a
+/// manager the session is no longer shared with is refused before it expires).
+const APP_COOKIE_TTL: Duration = Duration::from_secs(12 * 3600);
+
+/// What a handshake's code and a session's cookie say, sealed for the session's job
+/// ([`crate::sealing`]): no one else can make one, nor move one to another session.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Pass {
+    /// `handshake` or `cookie`: one is never taken for the other.
+    purpose: String,
+    user_id: Uuid,
+    /// Seconds since the epoch.
+    expires: i64,
+    /// Tells a handshake's code from every other, so it is used once.
+    nonce: u64,
+}
 
 /// Where a running, ready session's requests go.
 #[derive(Debug, Clone)]
@@ -64,6 +108,8 @@ pub struct Tunnels {
     local: Mutex<Option<(Uuid, mission_tunnel::LocalTunnel)>>,
     /// Routes of sessions read lately, by job, with when they were read.
     routes: Mutex<HashMap<Uuid, (tokio::time::Instant, Route)>>,
+    /// Handshake codes used on this replica (their nonces), with when they expire.
+    spent: Mutex<HashMap<u64, i64>>,
     /// Woken whenever a tunnel opens.
     opened: Notify,
     /// One permit per upgraded connection of a client: they outlive the server's connection
@@ -109,6 +155,7 @@ impl Tunnels {
     pub fn new(max_upgraded: usize) -> Self {
         Tunnels {
             routes: Mutex::new(HashMap::new()),
+            spent: Mutex::new(HashMap::new()),
             open: Mutex::new(HashMap::new()),
             local: Mutex::new(None),
             opened: Notify::new(),
@@ -268,9 +315,21 @@ async fn forward(app: &AppState, request: Request) -> Result<Response, Response>
     let raw_id = path.trim_start_matches("/sessions/").split('/').next().unwrap_or_default();
     let no_session = || ApiError::not_found("session", raw_id).into_response();
     let job_id = Uuid::parse_str(raw_id).map_err(|_| no_session())?;
-    let Some(user_id) = caller(app, request.headers()).await? else {
+    let Some((user_id, by_cookie)) = caller(app, request.headers()).await? else {
         return Err(sign_in_first(request.headers(), &path));
     };
+    let route = authorized_route(app, job_id, user_id).await?;
+    if by_cookie && let Some(sessions) = &app.config.sessions_url {
+        // A browser: the app's pages open on the session's own origin, never on this one.
+        let next = request.uri().path_and_query().map_or(path.clone(), |p| p.as_str().to_owned());
+        return Ok(hand_over(app, sessions, job_id, user_id, &next));
+    }
+    to_app(app, job_id, user_id, route, request, false).await
+}
+
+/// The route of session `job_id` if `user_id` may open it; the refusal otherwise.
+async fn authorized_route(app: &AppState, job_id: Uuid, user_id: Uuid) -> Result<Route, Response> {
+    let no_session = || ApiError::not_found("session", job_id).into_response();
     let route = match app.tunnels.cached_route(job_id) {
         Some(route) => route,
         None => read_route(app, job_id, user_id).await?.ok_or_else(no_session)?,
@@ -278,7 +337,21 @@ async fn forward(app: &AppState, request: Request) -> Result<Response, Response>
     if !route.opens_for(user_id) {
         return Err(no_session());
     }
+    Ok(route)
+}
+
+/// `request`, from `user_id` whom `route` lets in, forwarded to session `job_id`'s app; the
+/// answer for a page of the session's own origin where `own_origin`, else of the console's.
+async fn to_app(
+    app: &AppState,
+    job_id: Uuid,
+    user_id: Uuid,
+    route: Route,
+    request: Request,
+    own_origin: bool,
+) -> Result<Response, Response> {
     let Route { kind, lz_id, .. } = route;
+    let path = request.uri().path().to_owned();
 
     // What the app sees: the path under the session's root for a web app, the whole path for
     // apps told their base path; none of Mission's own credentials.
@@ -306,8 +379,11 @@ async fn forward(app: &AppState, request: Request) -> Result<Response, Response>
     if let Some(host) = request.headers().get(header::HOST) {
         headers.insert("x-forwarded-host", host.clone());
     }
-    let scheme = if app.public_url.starts_with("https://") { "https" } else { "http" };
-    headers.insert("x-forwarded-proto", HeaderValue::from_static(scheme));
+    let https = match (&app.config.sessions_url, own_origin) {
+        (Some(sessions), true) => sessions.https(),
+        _ => app.public_url.starts_with("https://"),
+    };
+    headers.insert("x-forwarded-proto", HeaderValue::from_static(if https { "https" } else { "http" }));
 
     let uri = format!("http://{}{seen}{query}", mission_tunnel::SESSION_AUTHORITY);
     let answer = match upgrade {
@@ -326,7 +402,213 @@ async fn forward(app: &AppState, request: Request) -> Result<Response, Response>
         return Err(ApiError::session_unreachable(lost).into_response());
     }
     mission_tunnel::strip_tunnel_headers(answer.headers_mut());
+    keep_app_cookies_to_the_app(answer.headers_mut(), job_id, own_origin);
     Ok(answer)
+}
+
+/// A session's URL: on its own origin where the server has a sessions URL, else under the
+/// console's.
+pub fn session_url(app: &AppState, job_id: Uuid) -> String {
+    let base = mission_api::sessions::base_path(job_id);
+    match &app.config.sessions_url {
+        Some(sessions) => format!("{}{base}", sessions.origin(job_id, public_port(app))),
+        None => format!("{}{base}", app.public_url),
+    }
+}
+
+/// The port of the service's public URL, where it names one.
+fn public_port(app: &AppState) -> Option<u16> {
+    url::Url::parse(&app.public_url).ok().and_then(|url| url.port())
+}
+
+/// Sends a browser that opened session `job_id` on the console (signed in as `user_id`) to the
+/// session's own origin, with a one-time code that gets it the session's cookie there, then
+/// `next` (the path and query it asked for).
+fn hand_over(
+    app: &AppState,
+    sessions: &crate::config::SessionsUrl,
+    job_id: Uuid,
+    user_id: Uuid,
+    next: &str,
+) -> Response {
+    let code = seal_pass(app, job_id, "handshake", user_id, HANDSHAKE_TTL);
+    let origin = sessions.origin(job_id, public_port(app));
+    let to = format!("{origin}{HANDSHAKE_PATH}?code={code}&next={}", crate::console::query_value(next));
+    let mut response = Redirect::to(&to).into_response();
+    private_answer(response.headers_mut());
+    response
+}
+
+/// A pass of `purpose` for `user_id` into session `job_id`, valid for `ttl`, sealed and encoded
+/// for a URL or a cookie.
+fn seal_pass(app: &AppState, job_id: Uuid, purpose: &str, user_id: Uuid, ttl: Duration) -> String {
+    let expires = chrono::Utc::now().timestamp() + ttl.as_secs() as i64;
+    let pass = Pass { purpose: purpose.to_owned(), user_id, expires, nonce: rand_nonce() };
+    let sealed = app.sealing.seal(job_id, &serde_json::to_vec(&pass).expect("a pass serialises"));
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sealed)
+}
+
+/// The pass of `purpose` into session `job_id` that `encoded` holds, if it is one and has not
+/// expired.
+fn open_pass(app: &AppState, job_id: Uuid, purpose: &str, encoded: &str) -> Option<Pass> {
+    let sealed = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(encoded).ok()?;
+    let pass: Pass = serde_json::from_slice(&app.sealing.unseal(job_id, &sealed)?).ok()?;
+    (pass.purpose == purpose && pass.expires > chrono::Utc::now().timestamp()).then_some(pass)
+}
+
+fn rand_nonce() -> u64 {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 8];
+    ring::rand::SystemRandom::new().fill(&mut bytes).expect("the system has randomness");
+    u64::from_le_bytes(bytes)
+}
+
+/// Answers a redirect or handshake that carries a code: not cached, no referrer sent on.
+fn private_answer(headers: &mut HeaderMap) {
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+}
+
+/// Every request whose `Host` is a session's own ([`crate::config::SessionsUrl`]): that session
+/// and its handshake, nothing else (not the API, not the console). Other requests go on.
+pub async fn on_own_origin(State(app): State<AppState>, request: Request, next: axum::middleware::Next) -> Response {
+    let Some(sessions) = app.config.sessions_url.clone() else { return next.run(request).await };
+    let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok()).or(request.uri().host());
+    let Some(job_id) = host.and_then(|host| sessions.session_of_host(host)) else {
+        return next.run(request).await;
+    };
+    match serve_own_origin(&app, job_id, request).await {
+        Ok(response) | Err(response) => response,
+    }
+}
+
+async fn serve_own_origin(app: &AppState, job_id: Uuid, request: Request) -> Result<Response, Response> {
+    let path = request.uri().path().to_owned();
+    if path == HANDSHAKE_PATH {
+        return Ok(complete_handshake(app, job_id, &request));
+    }
+    let root = mission_api::sessions::base_path(job_id);
+    if path == root.trim_end_matches('/') || !path.starts_with(&root) {
+        // Nothing but the session lives on its host.
+        return Ok(Redirect::to(&root).into_response());
+    }
+    let cookie = cookie_value(request.headers(), APP_COOKIE);
+    let pass = cookie.and_then(|cookie| open_pass(app, job_id, "cookie", &cookie));
+    let Some(pass) = pass else {
+        // Through the console, which signs the browser in and hands the session over.
+        let browser = request.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok());
+        if browser.is_some_and(|accept| accept.contains("text/html")) {
+            let next = request.uri().path_and_query().map_or(path.clone(), |p| p.as_str().to_owned());
+            return Ok(Redirect::to(&format!("{}{next}", app.public_url)).into_response());
+        }
+        let why = "sign in: a session's own origin is entered from the console (its link hands the session over)";
+        return Err(ApiError::unauthorized(why).into_response());
+    };
+    let route = authorized_route(app, job_id, pass.user_id).await?;
+    to_app(app, job_id, pass.user_id, route, request, true).await
+}
+
+/// `{HANDSHAKE_PATH}?code=…&next=…` on session `job_id`'s origin: a code made for this session
+/// within the last minute, not used before, becomes the session's cookie, and the browser goes
+/// on to `next` (a path of the session's).
+fn complete_handshake(app: &AppState, job_id: Uuid, request: &Request) -> Response {
+    #[derive(serde::Deserialize)]
+    struct Handshake {
+        code: String,
+        next: Option<String>,
+    }
+    let refused = |why: &str| {
+        let mut refusal =
+            ApiError::unauthorized(format!("{why}: open the session again from the console")).into_response();
+        private_answer(refusal.headers_mut());
+        refusal
+    };
+    let Ok(handshake) = serde_urlencoded::from_str::<Handshake>(request.uri().query().unwrap_or("")) else {
+        return refused("the handshake has no code");
+    };
+    let Some(pass) = open_pass(app, job_id, "handshake", &handshake.code) else {
+        return refused("the handshake's code is not this session's, or it expired");
+    };
+    {
+        let now = chrono::Utc::now().timestamp();
+        let mut spent = app.tunnels.spent.lock().expect("not poisoned");
+        spent.retain(|_, expires| *expires > now);
+        if spent.insert(pass.nonce, pass.expires).is_some() {
+            drop(spent);
+            return refused("the handshake's code was used already");
+        }
+    }
+    let root = mission_api::sessions::base_path(job_id);
+    let next = handshake.next.filter(|next| next.starts_with(&root)).unwrap_or(root);
+    let cookie = seal_pass(app, job_id, "cookie", pass.user_id, APP_COOKIE_TTL);
+    let secure = app.config.sessions_url.as_ref().is_some_and(|s| s.https());
+    let cookie = format!(
+        "{APP_COOKIE}={cookie}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax{}",
+        APP_COOKIE_TTL.as_secs(),
+        if secure { "; Secure" } else { "" }
+    );
+    let mut response = Redirect::to(&next).into_response();
+    private_answer(response.headers_mut());
+    if let Ok(cookie) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    response
+}
+
+/// The value of cookie `name` in a request's `Cookie` headers.
+fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|pair| pair.trim().strip_prefix(name)?.strip_prefix('=').map(str::to_owned))
+}
+
+/// Whether a cookie's name is like one of Mission's (`mission…`, with or without a `__Host-` or
+/// `__Secure-` prefix): no app may set one, and none reaches an app.
+fn named_like_ours(name: &str) -> bool {
+    let name = name.trim().to_ascii_lowercase();
+    let name = name.strip_prefix("__host-").or_else(|| name.strip_prefix("__secure-")).unwrap_or(&name);
+    name.starts_with("mission")
+}
+
+/// Keeps the cookies an app sets to the app: none named like ours, none for a domain (which on
+/// a session's own origin would reach every other session), and under the console's origin
+/// none whose path reaches beyond the session's root (it becomes the root).
+fn keep_app_cookies_to_the_app(headers: &mut HeaderMap, job_id: Uuid, own_origin: bool) {
+    let root = mission_api::sessions::base_path(job_id);
+    let kept: Vec<HeaderValue> = headers
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .filter_map(|value| {
+            let value = value.to_str().ok()?;
+            let mut parts = value.split(';');
+            let pair = parts.next()?.trim();
+            if named_like_ours(pair.split_once('=').map_or(pair, |(name, _)| name)) {
+                return None;
+            }
+            let mut attributes: Vec<String> = Vec::new();
+            for attribute in parts.map(str::trim).filter(|a| !a.is_empty()) {
+                let name = attribute.split_once('=').map_or(attribute, |(name, _)| name).trim().to_ascii_lowercase();
+                match name.as_str() {
+                    "domain" => {}
+                    "path" if !own_origin => {
+                        let path = attribute.split_once('=').map_or("", |(_, path)| path.trim());
+                        let within = path == root.trim_end_matches('/') || path.starts_with(&root);
+                        attributes.push(if within { attribute.to_owned() } else { format!("Path={root}") });
+                    }
+                    _ => attributes.push(attribute.to_owned()),
+                }
+            }
+            let rebuilt = std::iter::once(pair.to_owned()).chain(attributes).collect::<Vec<_>>().join("; ");
+            HeaderValue::from_str(&rebuilt).ok()
+        })
+        .collect();
+    headers.remove(header::SET_COOKIE);
+    for value in kept {
+        headers.append(header::SET_COOKIE, value);
+    }
 }
 
 /// Sends `request` (its method and body) to `uri` through the tunnel of `lz_id` with `headers`
@@ -452,11 +734,11 @@ async fn read_route(app: &AppState, job_id: Uuid, user_id: Uuid) -> Result<Optio
     Ok(Some(route))
 }
 
-/// The signed-in caller, by bearer token or console cookie; `None` when the request carries
-/// neither (a token that fails is refused, as on the API).
-async fn caller(app: &AppState, headers: &HeaderMap) -> Result<Option<Uuid>, Response> {
+/// The signed-in caller, by bearer token or console cookie (then with `true`); `None` when
+/// the request carries neither (a token that fails is refused, as on the API).
+async fn caller(app: &AppState, headers: &HeaderMap) -> Result<Option<(Uuid, bool)>, Response> {
     let principal = caller_principal(app, headers).await.map_err(IntoResponse::into_response)?;
-    Ok(principal.map(|(principal, _)| principal.user_id))
+    Ok(principal.map(|(principal, by_cookie)| (principal.user_id, by_cookie)))
 }
 
 /// The signed-in caller, by bearer token or console cookie (then with `true`); `None` when
@@ -507,12 +789,9 @@ pub(crate) fn requested_upgrade(headers: &HeaderMap) -> Option<HeaderValue> {
     asks.then(|| headers.get(header::UPGRADE).cloned()).flatten()
 }
 
-/// Removes the console's cookies from `Cookie`, keeping the app's own.
+/// Removes Mission's cookies (the console's, a session's own) from `Cookie`, keeping the app's.
 fn strip_own_cookies(headers: &mut HeaderMap) {
-    let own = |pair: &str| {
-        let name = pair.split_once('=').map_or(pair, |(name, _)| name).trim();
-        crate::console::OWN_COOKIES.contains(&name)
-    };
+    let own = |pair: &str| named_like_ours(pair.split_once('=').map_or(pair, |(name, _)| name));
     let kept: Vec<String> = headers
         .get_all(header::COOKIE)
         .iter()
@@ -545,6 +824,39 @@ mod tests {
         only_ours.insert(header::COOKIE, HeaderValue::from_static("mission_session=secret"));
         strip_own_cookies(&mut only_ours);
         assert!(only_ours.get(header::COOKIE).is_none());
+    }
+
+    #[test]
+    fn an_apps_cookies_stay_the_apps() {
+        let job_id = Uuid::new_v4();
+        let set = |own_origin: bool, cookies: &[&str]| {
+            let mut headers = HeaderMap::new();
+            for cookie in cookies {
+                headers.append(header::SET_COOKIE, HeaderValue::from_str(cookie).unwrap());
+            }
+            keep_app_cookies_to_the_app(&mut headers, job_id, own_origin);
+            headers.get_all(header::SET_COOKIE).iter().map(|v| v.to_str().unwrap().to_owned()).collect::<Vec<_>>()
+        };
+        let planted = [
+            "mission_session=planted; Path=/",
+            "__Host-Mission_session=x; Path=/; Secure",
+            "mission_app=y",
+            "theme=dark; Path=/api/v1; HttpOnly",
+            &format!("_xsrf=1; Path=/sessions/{job_id}/lab; Domain=example.org"),
+            "plain=1",
+        ];
+        assert_eq!(
+            set(false, &planted),
+            [
+                format!("theme=dark; Path=/sessions/{job_id}/; HttpOnly"),
+                format!("_xsrf=1; Path=/sessions/{job_id}/lab"),
+                "plain=1".to_owned()
+            ]
+        );
+        assert_eq!(
+            set(true, &planted),
+            ["theme=dark; Path=/api/v1; HttpOnly", &format!("_xsrf=1; Path=/sessions/{job_id}/lab"), "plain=1"]
+        );
     }
 
     #[test]

@@ -178,6 +178,12 @@ impl Browser {
         self.call(Method::POST, "/execute/sync", json!({ "script": script, "args": args })).await
     }
 
+    /// Runs `script` in the page as an asynchronous function body: it answers by calling
+    /// `arguments[arguments.length - 1]` with its result (within the WebDriver's script timeout).
+    pub async fn execute_async(&self, script: &str, args: Value) -> Value {
+        self.call(Method::POST, "/execute/async", json!({ "script": script, "args": args })).await
+    }
+
     /// The browser's cookie `name` for the current page's site (`value`, `httpOnly`, `sameSite`, …).
     pub async fn cookie(&self, name: &str) -> Value {
         self.call(Method::GET, &format!("/cookie/{name}"), Value::Null).await

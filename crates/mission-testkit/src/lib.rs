@@ -75,6 +75,14 @@ class App(http.server.SimpleHTTPRequestHandler):
             return self.echo()
         if os.path.isfile(self.path.lstrip("/").split("?")[0]):
             return super().do_GET()
+        if self.path == "/set-cookies":
+            # An app that sets cookies named like Mission's, and for paths and domains beyond it.
+            self.send_response(200)
+            for cookie in ("mission_session=planted; Path=/", "theme=dark; Path=/api/v1",
+                           "wide=1; Domain=localhost; Path=/", "own=1"):
+                self.send_header("Set-Cookie", cookie)
+            self.send_header("Content-Length", "0")
+            return self.end_headers()
         if self.path == "/tunnel-headers":
             # An app that answers with headers of the tunnel's own: none may reach the server.
             self.send_response(200)

@@ -86,6 +86,14 @@ struct RunArgs {
     /// agent connects to, right for one server).
     #[arg(long, env = "MISSION_ADVERTISE_URL")]
     advertise_url: Option<url::Url>,
+    /// Serve interactive sessions from origins of their own, one host per session, such as
+    /// https://*.sessions.example.org (a wildcard DNS name and certificate for it, pointing at
+    /// this service; without a port, the public URL's). A browser reaches a session there with a
+    /// cookie of that session alone, set by a one-time redirect from the console. This is the
+    /// safe mode for apps you do not trust: without it, sessions are served under the console's
+    /// own origin (/sessions/{job_id}/), where an app's pages could act as whoever opens them.
+    #[arg(long, env = "MISSION_SESSIONS_URL", value_name = "URL")]
+    sessions_url: Option<mission_server::SessionsUrl>,
     /// Use this external OIDC identity provider (e.g. https://TENANT.auth0.com/) instead of the
     /// built-in one; needs --audience.
     #[arg(long, env = "MISSION_AUTH_URL", requires = "audience")]
@@ -314,6 +322,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     let mut config = args.store.config();
     config.public_url = args.public_url;
     config.advertise_url = args.advertise_url;
+    config.sessions_url = args.sessions_url;
     if let Some(auth_url) = args.auth_url {
         config.auth = AuthMode::External { auth_url };
     }

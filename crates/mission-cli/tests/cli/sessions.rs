@@ -71,6 +71,12 @@ async fn a_web_session_is_reached_through_the_server_by_its_owner_alone() {
     ] {
         assert!(text.contains(seen), "{seen} not in {text}");
     }
+    // Under the console's origin, no cookie the app sets is named like the console's, names a
+    // domain, or reaches the console or the API.
+    let planted = http.get(format!("{url}set-cookies")).bearer_auth(&alice).send().await.unwrap();
+    let cookies: Vec<&str> = planted.headers().get_all("set-cookie").iter().map(|v| v.to_str().unwrap()).collect();
+    let root = format!("Path=/sessions/{}/", job.job_id);
+    assert_eq!(cookies, [format!("theme=dark; {root}"), format!("wide=1; {root}"), "own=1".to_owned()]);
     // A body goes through whole.
     let upload: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
     let digest = ring::digest::digest(&ring::digest::SHA256, &upload);
@@ -468,6 +474,113 @@ async fn start_in(client: &Client, project: Uuid, share_with_managers: bool) -> 
     let request =
         RunJob { station_id: local_station(), project_id: Some(project), session: Some(session), ..Default::default() };
     client.run_job(app.mission_id, &request).await.unwrap()
+}
+
+/// With a sessions URL, each session has an origin of its own: a browser coming from the
+/// console is handed over with a one-time code that sets a cookie of that session alone; that
+/// host serves the session and nothing else, and no other session's cookie opens it. Programs
+/// still reach it with a bearer token at the console's origin.
+#[tokio::test]
+async fn a_session_on_its_own_origin_is_entered_by_a_one_time_handshake() {
+    let (server, admin) = cluster(|config| config.sessions_url = Some("http://*.localhost".parse().unwrap())).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let (job, other) = (start_web_session(&server.client).await, start_web_session(&server.client).await);
+    let address: std::net::SocketAddr = server.url.trim_start_matches("http://").parse().unwrap();
+    let origin = |job: &Job| format!("http://{}.localhost:{}", job.job_id, address.port());
+    let root = |job: &Job| format!("{}/sessions/{}/", origin(job), job.job_id);
+    assert_eq!(job.session.as_ref().unwrap().url.as_deref(), Some(root(&job).as_str()));
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .resolve(&format!("{}.localhost", job.job_id), address)
+        .resolve(&format!("{}.localhost", other.job_id), address)
+        .build()
+        .unwrap();
+    let console = mission_testkit::console_cookie(&server.url, "alice", mission_testkit::PASSWORD).await;
+    let alice = mission_testkit::device_sign_in(&server.url, "alice", mission_testkit::PASSWORD).await.0.access_token;
+    let location = |answer: &reqwest::Response| answer.headers()["location"].to_str().unwrap().to_owned();
+
+    // From the console, a browser is handed over: the code once, then the session's cookie.
+    let from_console = format!("{}/sessions/{}/hello?x=1", server.url, job.job_id);
+    let handed = http.get(&from_console).header("Cookie", &console).send().await.unwrap();
+    assert_eq!(handed.status(), 303);
+    let handshake = location(&handed);
+    assert!(handshake.starts_with(&format!("{}/_mission/handshake?code=", origin(&job))), "{handshake}");
+    let entered = http.get(&handshake).send().await.unwrap();
+    assert_eq!(entered.status(), 303);
+    assert_eq!(location(&entered), format!("/sessions/{}/hello?x=1", job.job_id));
+    let set = entered.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(set.starts_with("mission_app=") && set.contains("HttpOnly") && !set.contains("Domain"), "{set}");
+    let cookie = set.split(';').next().unwrap().to_owned();
+    assert_eq!(http.get(&handshake).send().await.unwrap().status(), 401, "a code is used once");
+
+    // On its own origin, the session's cookie opens it, and the app sees none of Mission's.
+    let page = http.get(format!("{}hello", root(&job))).header("Cookie", format!("{cookie}; theme=dark")).send();
+    let page = page.await.unwrap();
+    assert_eq!(page.status(), 200);
+    let text = page.text().await.unwrap();
+    assert!(text.contains("path=/hello") && text.contains("cookie=theme=dark\n"), "{text}");
+    // Nothing else lives on its host: not the API, not the console, not another session.
+    for elsewhere in ["/api/v1/jobs".to_owned(), "/missions".to_owned(), format!("/sessions/{}/", other.job_id)] {
+        let answer = http.get(format!("{}{elsewhere}", origin(&job))).header("Cookie", &cookie);
+        let answer = answer.bearer_auth(&alice).send().await.unwrap();
+        assert_eq!((answer.status().as_u16(), location(&answer)), (303, root(&job).replace(&origin(&job), "")));
+    }
+    // Its cookie opens no other session, nor does the console's cookie open it.
+    let wrong = http.get(root(&other)).header("Cookie", &cookie).send().await.unwrap();
+    assert_eq!(wrong.status(), 401);
+    let console_there = http.get(root(&job)).header("Cookie", &console).header("Accept", "text/html").send().await;
+    let console_there = console_there.unwrap();
+    assert_eq!(console_there.status(), 303, "to the console, to be handed over");
+    assert_eq!(location(&console_there), format!("{}/sessions/{}/", server.url, job.job_id));
+    // A program keeps its bearer token at the console's origin.
+    let program = http.get(&from_console).bearer_auth(&alice).send().await.unwrap();
+    assert_eq!(program.status(), 200);
+    for job in [job, other] {
+        server.client.stop_job(job.job_id).await.unwrap();
+    }
+}
+
+/// In Chromium, a page of a session on its own origin cannot read the console, the API or
+/// another session, and the cookies it plants reach neither.
+#[tokio::test]
+async fn a_sessions_page_cannot_read_the_console_the_api_or_another_session() {
+    let Some(browser) = mission_testkit::Browser::start().await else { return };
+    let (server, admin) = cluster(|config| config.sessions_url = Some("http://*.localhost".parse().unwrap())).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "lz1", TWO_CPUS).await;
+    let (job, other) = (start_web_session(&server.client).await, start_web_session(&server.client).await);
+    browser.sign_in_to_console(&server.url, "alice", mission_testkit::PASSWORD).await;
+    for session in [&other, &job] {
+        browser.goto(&format!("{}/sessions/{}/hello", server.url, session.job_id)).await;
+        let page = browser.text("body").await;
+        assert!(page.contains("path=/hello") && page.contains("cookie=None"), "{page}");
+    }
+    let here = browser.current_url().await;
+    assert!(here.starts_with(&format!("http://{}.localhost:", job.job_id)), "{here}");
+
+    let read = |url: String| {
+        let script = "const done = arguments[arguments.length - 1]; \
+            fetch(arguments[0], {credentials: 'include'}).then(r => r.text()).then(t => done('read: ' + t), \
+            e => done('refused: ' + e));";
+        let browser = &browser;
+        async move { browser.execute_async(script, serde_json::json!([url])).await.as_str().unwrap().to_owned() }
+    };
+    let port = here.split(':').nth(2).unwrap().split('/').next().unwrap();
+    let other_root = format!("http://{}.localhost:{port}/sessions/{}/hello", other.job_id, other.job_id);
+    for url in [format!("{}/api/v1/jobs", server.url), format!("{}/missions", server.url), other_root] {
+        let got = read(url.clone()).await;
+        assert!(got.starts_with("refused: "), "{url}: {got}");
+    }
+    let own_api = read("/api/v1/jobs".to_owned()).await;
+    assert!(own_api.starts_with("read: path=/\n"), "its own host serves only the session: {own_api}");
+    // The cookies it plants stay on its host, and none is named like the console's.
+    browser.goto(&format!("http://{}.localhost:{port}/sessions/{}/set-cookies", job.job_id, job.job_id)).await;
+    assert!(browser.cookie("mission_session").await.get("value").is_none());
+    browser.goto(&format!("{}/missions", server.url)).await;
+    assert_eq!(browser.text("h1").await, "Missions", "the console still knows who signed in");
+    browser.screenshot("session-own-origin").await;
+    for job in [job, other] {
+        server.client.stop_job(job.job_id).await.unwrap();
+    }
 }
 
 /// No header a client sends changes what the agent does, and none of the tunnel's own reaches

@@ -195,7 +195,7 @@ pub async fn session_ready(
     if job.status == mission_api::JobStatus::Running && job.session.as_ref().is_some_and(|s| s.ready_at.is_some()) {
         return Ok(StatusCode::NO_CONTENT);
     }
-    let url = format!("{}{}", app.public_url, mission_api::sessions::base_path(job.job_id));
+    let url = crate::sessions::session_url(&app, job.job_id);
     if app.store.mark_session_ready(job.job_id, lz.lz_id, &url, mission_store::now()).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {

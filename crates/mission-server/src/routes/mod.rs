@@ -497,6 +497,8 @@ pub fn router(app: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(app.clone(), crate::metrics::track))
         .layer(axum::middleware::from_fn(crate::client_versions::check))
         .layer(axum::middleware::from_fn(crate::audit::request_scope))
+        // A session's own host serves that session alone, before anything else looks at it.
+        .layer(axum::middleware::from_fn_with_state(app.clone(), crate::sessions::on_own_origin))
         .with_state(app)
 }
 

@@ -215,7 +215,9 @@ impl Store {
                 sqlx::query(
                     "SELECT (SELECT size FROM mission_files WHERE mission_id = $1 AND path = $2) AS existing_size, \
                      COALESCE((SELECT files FROM mission_file_usage WHERE mission_id = $1), 0) AS mission_files, \
-                     COALESCE((SELECT bytes FROM user_file_usage WHERE user_id = $3), 0) AS user_bytes",
+                     COALESCE((SELECT bytes FROM user_file_usage WHERE user_id = $3), 0) \
+                       + (SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM images \
+                          WHERE owner_id = $3 AND reference IS NULL) AS user_bytes",
                 )
                 .bind(mission_id.to_string())
                 .bind(path)
@@ -254,6 +256,8 @@ impl Store {
                  COALESCE((SELECT bytes FROM user_file_usage u WHERE u.user_id = $2), 0) \
                    + (SELECT CAST(COALESCE(SUM(reserved_bytes), 0) AS BIGINT) FROM file_intents o \
                       WHERE o.user_id = $2 AND o.intent_id != i.intent_id) \
+                   + (SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM images m \
+                      WHERE m.owner_id = $2 AND m.reference IS NULL) \
                    AS user_bytes \
                  FROM file_intents i WHERE i.intent_id = $1",
             )

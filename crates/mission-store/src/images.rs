@@ -12,28 +12,66 @@ use super::{Store, StoreError, conflict_on_duplicate, to_micros, with_conn};
 const IMAGE_COLUMNS: &str =
     "image_id, owner_id, project_id, name, digest, size, format, visibility, created_at, reference";
 
+/// The bytes a user's files, uploads in flight and image archives hold (what `max_user_bytes`
+/// bounds).
+const OWNER_BYTES: &str = "SELECT COALESCE((SELECT bytes FROM user_file_usage WHERE user_id = $1), 0) \
+    + (SELECT CAST(COALESCE(SUM(reserved_bytes), 0) AS BIGINT) FROM file_intents WHERE user_id = $1) \
+    + (SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM images WHERE owner_id = $1 AND reference IS NULL)";
+
 impl Store {
-    /// Adds an image; [`StoreError::Conflict`] when its owner has one of that name.
-    pub async fn insert_image(&self, image: &Image) -> Result<(), StoreError> {
-        let result = audited_write!(self, |conn| {
-            sqlx::query(&format!(
-                "INSERT INTO images ({IMAGE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
-            ))
-            .bind(image.image_id.to_string())
-            .bind(image.owner_id.to_string())
-            .bind(image.project_id.to_string())
-            .bind(&image.name)
-            .bind(&image.digest)
-            .bind(i64::try_from(image.size).unwrap_or(i64::MAX))
-            .bind(image.format.as_str())
-            .bind(image.visibility.as_str())
-            .bind(to_micros(image.created_at))
-            .bind(&image.reference)
-            .execute(conn)
-            .await
-            .map(drop)
+    /// The bytes `user_id`'s files, uploads in flight and image archives hold.
+    pub async fn owner_bytes(&self, user_id: Uuid) -> Result<u64, StoreError> {
+        let bytes: i64 = with_conn!(self, reader, |conn| {
+            sqlx::query_scalar(OWNER_BYTES).bind(user_id.to_string()).fetch_one(conn).await?
         });
-        conflict_on_duplicate(result, || format!("you have an image named {:?} already", image.name))
+        Ok(bytes.max(0) as u64)
+    }
+
+    /// Adds an image where its owner's bytes ([`Store::owner_bytes`]) stay within `owner_room`
+    /// with it; else answers them (`Ok(Err(bytes))`) and adds nothing (a registry image, whose
+    /// archive the service does not hold, passes `u64::MAX`). The check and the insert are one
+    /// transaction that holds the owner's row, as uploads' reservations do, so parallel imports
+    /// and uploads cannot all pass. [`StoreError::Conflict`] when its owner has an image of that
+    /// name.
+    pub async fn insert_image(&self, image: &Image, owner_room: u64) -> Result<Result<(), u64>, StoreError> {
+        let lock_owner = format!("SELECT user_id FROM users WHERE user_id = $1{}", self.for_update());
+        let insert = format!("INSERT INTO images ({IMAGE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)");
+        let mut used = 0u64;
+        let result = audited_write!(self, |conn| {
+            let inserted: Result<bool, sqlx::Error> = async {
+                sqlx::query(&lock_owner).bind(image.owner_id.to_string()).execute(&mut *conn).await?;
+                let bytes: i64 =
+                    sqlx::query_scalar(OWNER_BYTES).bind(image.owner_id.to_string()).fetch_one(&mut *conn).await?;
+                used = bytes.max(0) as u64;
+                if used.saturating_add(image.size) > owner_room {
+                    return Ok(false);
+                }
+                sqlx::query(&insert)
+                    .bind(image.image_id.to_string())
+                    .bind(image.owner_id.to_string())
+                    .bind(image.project_id.to_string())
+                    .bind(&image.name)
+                    .bind(&image.digest)
+                    .bind(i64::try_from(image.size).unwrap_or(i64::MAX))
+                    .bind(image.format.as_str())
+                    .bind(image.visibility.as_str())
+                    .bind(to_micros(image.created_at))
+                    .bind(&image.reference)
+                    .execute(&mut *conn)
+                    .await?;
+                Ok(true)
+            }
+            .await;
+            inserted
+        });
+        match result {
+            Ok(true) => Ok(Ok(())),
+            Ok(false) => Ok(Err(used)),
+            Err(e) => {
+                let named = || format!("you have an image named {:?} already", image.name);
+                conflict_on_duplicate(Err::<(), _>(e), named).map(|()| Ok(()))
+            }
+        }
     }
 
     /// One image, by id.

@@ -416,7 +416,7 @@ pub struct UploadUsage {
     pub existing_size: Option<u64>,
     /// Files the mission holds.
     pub mission_files: u64,
-    /// Bytes all files of the owner's missions hold.
+    /// Bytes all files of the owner's missions and the owner's image archives hold.
     pub user_bytes: u64,
 }
 

@@ -347,6 +347,31 @@ async fn an_archive_naming_an_agents_image_is_refused_before_its_layers_are_read
     assert!(server.client.list_images().await.unwrap().is_empty());
 }
 
+/// Image archives count against their owner's bytes (`max_user_bytes`), with their files: an
+/// import that would take them over it is refused, and so is a file upload past what the images
+/// left.
+#[tokio::test]
+async fn images_count_against_their_owners_bytes() {
+    let (server, _admin) = cluster(|config| config.file_limits.max_user_bytes = 64 << 10).await;
+    let alice = &server.client;
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("small.tar");
+    let layer = vec![7u8; 40 << 10];
+    std::fs::write(&archive, mission_api::tar::archive(&[("layer.tar", b'0', &layer), ("manifest.json", b'0', b"[]")]))
+        .unwrap();
+    let first = ImportImage { name: "small".into(), ..Default::default() };
+    alice.import_image(&archive, &first, None).await.unwrap();
+    let second = ImportImage { name: "again".into(), ..Default::default() };
+    let refused = alice.import_image(&archive, &second, None).await.unwrap_err();
+    assert!(refused.to_string().contains("max_user_bytes = 65536"), "{refused}");
+    let m = mission(alice, SHELL, &[("run.sh", "true\n")], &[]).await;
+    let big = dir.path().join("big.bin");
+    std::fs::write(&big, vec![1u8; 30 << 10]).unwrap();
+    let upload = alice.upload(m.mission_id, &big, Some("big.bin"), false).await.unwrap_err();
+    assert!(upload.to_string().contains("max_user_bytes"), "{upload}");
+    assert_eq!(alice.list_images().await.unwrap().len(), 1);
+}
+
 /// Where the server allows a registry, an image may be a reference into it, pinned by digest:
 /// the landing zone pulls it from there itself (here from a registry on 127.0.0.1 serving the
 /// test image), and the server never serves its archive.

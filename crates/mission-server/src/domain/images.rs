@@ -45,10 +45,22 @@ where
     E: std::fmt::Display,
 {
     let project_id = check_new(app, who, &request.name, request.visibility, request.project_id).await?;
+    // Image archives count against their owner's bytes, with their files.
+    let owner_room = app.config.file_limits.max_user_bytes;
+    let over_owner = |used: u64| {
+        DomainError::TooLarge(format!(
+            "the image would take your files and images over max_user_bytes = {owner_room} bytes ({used} bytes in use)"
+        ))
+    };
+    let used = app.store.owner_bytes(who.user_id).await?;
+    let room = owner_room.saturating_sub(used);
     let max = app.config.max_image_bytes;
     let too_large = || DomainError::TooLarge(format!("the image is larger than max_image_size = {max} bytes"));
     if announced.is_some_and(|size| size > max) {
         return Err(too_large());
+    }
+    if announced.is_some_and(|size| size > room) {
+        return Err(over_owner(used));
     }
     let image_id = Uuid::new_v4();
     let key = archive_key(image_id);
@@ -64,11 +76,12 @@ where
             None => Ok(bytes),
         }
     });
-    let received = files.receive(&key, body, max).await;
+    let received = files.receive(&key, body, max.min(room)).await;
     if let Some(why) = sniffer.refusal() {
         return Err(DomainError::Rejected(format!("the body is not an image archive: {why}")));
     }
     let received = received.map_err(|e| match e {
+        WriteError::TooLarge(_) if room < max => over_owner(used),
         WriteError::TooLarge(_) => too_large(),
         WriteError::Body(detail) => DomainError::Rejected(format!("the upload did not complete: {detail}")),
         WriteError::Storage(e) => DomainError::internal(e),
@@ -96,9 +109,16 @@ where
     let change = Change::new("image.import", "image", image_id).named(&image.name);
     let noted = serde_json::json!({ "digest": image.digest, "size": image.size, "visibility": image.visibility });
     audit::note(who, change.in_project(project_id).with(noted));
-    if let Err(e) = app.store.insert_image(&image).await {
-        let _ = files.delete(&key).await;
-        return Err(e.into());
+    match app.store.insert_image(&image, owner_room).await {
+        Ok(Ok(())) => {}
+        Ok(Err(used)) => {
+            let _ = files.delete(&key).await;
+            return Err(over_owner(used));
+        }
+        Err(e) => {
+            let _ = files.delete(&key).await;
+            return Err(e.into());
+        }
     }
     Ok(image)
 }
@@ -158,7 +178,8 @@ pub async fn register_reference(
     let change = Change::new("image.register", "image", image.image_id).named(&image.name);
     let noted = serde_json::json!({ "reference": image.reference, "visibility": image.visibility });
     audit::note(who, change.in_project(project_id).with(noted));
-    app.store.insert_image(&image).await?;
+    // A registry's image holds none of the service's bytes.
+    app.store.insert_image(&image, u64::MAX).await?.map_err(|_| DomainError::internal("no room for no bytes"))?;
     Ok(image)
 }
 

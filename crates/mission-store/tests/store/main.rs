@@ -53,6 +53,7 @@ chapters!(
     stations_members_and_landing_zones,
     job_batches_and_history,
     jobs_outlive_their_landing_zone_and_station,
+    images_count_against_their_owners_bytes,
     array_progress_follows_every_write,
     a_failing_batch_leaves_nothing_written,
     job_listings_results_and_agents,

@@ -820,6 +820,35 @@ pub async fn jobs_outlive_their_landing_zone_and_station(store: &Store) {
     assert_eq!(store.usage_summary(m.user_id, &[], None).await.unwrap(), usage);
 }
 
+/// Image archives count against their owner's bytes, with their files: an image that would take
+/// them over the room given is not added; a registry image holds none of them.
+pub async fn images_count_against_their_owners_bytes(store: &Store) {
+    let (m, _) = mission_with_lz(store).await;
+    let owner = m.user_id;
+    let image = |name: &str, size: u64, reference: Option<&str>| mission_api::Image {
+        image_id: Uuid::new_v4(),
+        name: name.into(),
+        digest: format!("sha256:{}", "ab".repeat(32)),
+        size,
+        format: if reference.is_some() { mission_api::ImageFormat::Registry } else { mission_api::ImageFormat::Oci },
+        reference: reference.map(str::to_owned),
+        visibility: mission_api::ImageVisibility::Private,
+        owner_id: owner,
+        project_id: owner,
+        created_at: now(),
+    };
+    assert_eq!(store.insert_image(&image("a", 100, None), 150).await.unwrap(), Ok(()));
+    assert_eq!(store.insert_image(&image("b", 100, None), 150).await.unwrap(), Err(100), "over the room");
+    let reference = image("c", 0, Some("registry.example/c@sha256:ab"));
+    assert_eq!(store.insert_image(&reference, u64::MAX).await.unwrap(), Ok(()));
+    assert!(matches!(store.insert_image(&image("a", 1, None), u64::MAX).await, Err(StoreError::Conflict(_))));
+    assert_eq!(store.owner_bytes(owner).await.unwrap(), 100);
+    upload(store, &file(&m, "data.bin", 20)).await;
+    assert_eq!(store.owner_bytes(owner).await.unwrap(), 120);
+    assert_eq!(store.upload_usage(m.mission_id, owner, "other.bin").await.unwrap().user_bytes, 120);
+    assert_eq!(store.images_named(Some("b"), None).await.unwrap().len(), 0, "the refused image is not there");
+}
+
 /// An array's progress follows every write of its elements, in batches of any mix: new elements,
 /// moves (several of one element in a batch), moves that keep the status, and deletion.
 pub async fn array_progress_follows_every_write(store: &Store) {

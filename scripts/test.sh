@@ -10,7 +10,9 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
 
-# Formatting first: it fails in a second instead of after the build.
+# The repository stands alone (nothing read from beside it), and formatting: both fail in a
+# second instead of after the build.
+bash scripts/check-standalone.sh
 cargo fmt --all -- --check
 cargo fmt --manifest-path python/Cargo.toml -- --check
 

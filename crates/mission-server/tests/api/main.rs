@@ -1,6 +1,7 @@
 //! End-to-end tests of the server over HTTP on a free port, through the SDK and raw requests.
 
 mod audit;
+mod authorization;
 mod browser;
 mod cargo_bays;
 mod console;

@@ -1,6 +1,6 @@
 //! The REST surface the `galileo-sdk` 1.0.1 Python client speaks, under
 //! `/galileo/user_interface/v1`, so scripts written for the service this interface came from
-//! run unchanged against this one (`../shared/spec/galileo-wire.md` describes that client).
+//! run unchanged against this one (`python/tests/test_galileo.py` drives that client, from PyPI).
 //!
 //! Every route here translates a galileo request into the `/api/v1` handler that does the work
 //! (same ownership rules, same limits, same validation) and the answer into the envelope and

@@ -129,7 +129,9 @@ impl Store {
         })
     }
 
-    /// Deletes a mission; true when it existed.
+    /// Deletes a mission, with its files' rows and its jobs' results index and logs (the files go
+    /// with it); its jobs stay, with their history and usage (accounting and budgets count them).
+    /// True when it existed.
     pub async fn delete_mission(&self, mission_id: Uuid) -> Result<bool, StoreError> {
         with_conn!(self, writer, |conn| {
             let mut tx = conn.begin().await?;
@@ -138,6 +140,14 @@ impl Store {
                 .fetch_optional(&mut *tx)
                 .await?;
             let Some(row) = deleted else { return Ok(false) };
+            let mut of_its_jobs = vec!["job_results"];
+            // Replicas keep jobs' output in the database; one server, in files the server removes.
+            of_its_jobs.extend(self.on_postgres().then_some("job_log_chunks"));
+            for table in of_its_jobs {
+                let sql =
+                    format!("DELETE FROM {table} WHERE job_id IN (SELECT job_id FROM jobs WHERE mission_id = $1)");
+                sqlx::query(&sql).bind(mission_id.to_string()).execute(&mut *tx).await?;
+            }
             let owner = row.uuid("user_id")?;
             commit_with_events!(self, tx, events_json(&[NewEvent::mission_deleted(mission_id, owner, super::now())]));
             Ok(true)

@@ -326,8 +326,14 @@ async fn shell_and_python_missions_run_and_return_results() {
     assert_eq!(alice.list_jobs(&failed).await.unwrap().len(), 1);
     // A finished job cannot be stopped; a mission with no unfinished job can be deleted.
     assert!(matches!(alice.stop_job(job.job_id).await, Err(Error::Api(p)) if p.status == 409));
+    // Its jobs stay, with their history and usage; their results go with the mission.
+    let usage = alice.job_usage(&Default::default()).await.unwrap();
     alice.delete_mission_by_id(python.mission_id).await.unwrap();
-    assert!(matches!(alice.get_job(job.job_id).await, Err(Error::NotFound(_))));
+    let kept = alice.get_job(job.job_id).await.unwrap();
+    assert_eq!((kept.status, kept.history.len()), (done.status, done.history.len()));
+    assert!(alice.list_job_results(job.job_id).await.unwrap().is_empty());
+    assert_eq!(alice.job_usage(&Default::default()).await.unwrap(), usage);
+    assert!(matches!(alice.rerun_job(job.job_id).await, Err(Error::NotFound(_))), "its mission is gone");
 }
 
 #[tokio::test]

@@ -179,8 +179,9 @@ pub async fn update(app: &AppState, who: Principal, mission_id: Uuid, req: Updat
 }
 
 /// Deletes a mission without unfinished jobs, with its files (those it indexed, in a cargo bay)
-/// and its jobs' logs. Its rows go first: objects a failure leaves behind are logged (and, in
-/// the default storage, removed by start-up recovery).
+/// and its jobs' logs and results index; its jobs stay, with their history and usage, which
+/// accounting and budgets count. Its rows go first: objects a failure leaves behind are logged
+/// (and, in the default storage, removed by start-up recovery).
 pub async fn delete(app: &AppState, who: Principal, mission_id: Uuid) -> DomainResult<()> {
     let mission = writable(app, who, mission_id).await?;
     let running = app.store.mission_unfinished_jobs(mission.mission_id).await?;

@@ -1,7 +1,8 @@
--- Version 35: a job outlives the hosts it ran on. Deleting a landing zone no longer deletes the
--- jobs that asked for it (their request's landing zone becomes NULL, as their placement's did
--- already), and deleting a station keeps its jobs, which go on naming it: accounting, budgets
--- and the audit trail read them after the host is gone.
+-- Version 35: a job outlives the hosts it ran on and the mission it ran. Deleting a landing zone
+-- no longer deletes the jobs that asked for it (their request's landing zone becomes NULL, as
+-- their placement's did already); deleting a station or a mission keeps their jobs, which go on
+-- naming them: accounting, budgets and the audit trail read them after those are gone (a
+-- project's spend is summed from its jobs, so deleting a mission must not give it back).
 --
 -- SQLite changes a constraint only by rebuilding the table (https://sqlite.org/lang_altertable.html,
 -- "making other kinds of table schema changes"). Migrations run with foreign keys off
@@ -9,7 +10,7 @@
 CREATE TABLE jobs_rebuilt (
     job_id          TEXT PRIMARY KEY,
     seq             INTEGER NOT NULL UNIQUE,   -- submission order: FIFO per station
-    mission_id      TEXT NOT NULL REFERENCES missions(mission_id) ON DELETE CASCADE,
+    mission_id      TEXT NOT NULL,             -- kept when its mission is deleted
     user_id         TEXT NOT NULL REFERENCES users(user_id) ON DELETE CASCADE,
     station_id      TEXT NOT NULL,             -- kept when its station is deleted
     requested_lz_id TEXT REFERENCES landing_zones(lz_id) ON DELETE SET NULL,

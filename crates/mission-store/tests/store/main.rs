@@ -52,7 +52,7 @@ chapters!(
     cargo_bays,
     stations_members_and_landing_zones,
     job_batches_and_history,
-    jobs_outlive_their_landing_zone_and_station,
+    jobs_outlive_their_hosts_and_mission,
     images_count_against_their_owners_bytes,
     array_progress_follows_every_write,
     a_failing_batch_leaves_nothing_written,
@@ -188,8 +188,9 @@ async fn postgres_keeps_job_logs_in_chunks() {
     let (size, sha256, _) = db.log_summary(job.job_id, "stdout").await.unwrap().unwrap();
     let digest = ring::digest::digest(&ring::digest::SHA256, b"hello world\n");
     assert_eq!((size, sha256), (12, digest.as_ref().iter().map(|b| format!("{b:02x}")).collect::<String>()));
-    // The chunks go with the job.
+    // The chunks go with the job's mission (the job stays, for accounting).
     store.delete_mission(mission.mission_id).await.unwrap();
+    assert!(store.job(job.job_id).await.unwrap().is_some());
     assert_eq!(db.log_state(job.job_id, "stdout").await.unwrap(), (0, None));
 }
 

@@ -780,10 +780,10 @@ pub async fn job_batches_and_history(store: &Store) {
     assert!(owners.contains(&(first.job_id, m.user_id, JobStatus::Completed)));
 }
 
-/// Jobs outlive the hosts they ran on: deleting a landing zone keeps the ended jobs that asked
-/// for it or ran on it (their history and usage included; the landing zone they name becomes
-/// none), and deleting a station keeps its jobs, which go on naming it.
-pub async fn jobs_outlive_their_landing_zone_and_station(store: &Store) {
+/// Jobs outlive the hosts they ran on and their mission: deleting a landing zone keeps the ended
+/// jobs that asked for it or ran on it (their history and usage included; the landing zone they
+/// name becomes none), and deleting a station or a mission keeps its jobs, which go on naming it.
+pub async fn jobs_outlive_their_hosts_and_mission(store: &Store) {
     let (m, _) = mission_with_lz(store).await;
     let lab = Station {
         station_id: Uuid::new_v4(),
@@ -818,6 +818,11 @@ pub async fn jobs_outlive_their_landing_zone_and_station(store: &Store) {
     let kept = store.job(asked.job_id).await.unwrap().expect("the job outlives its station");
     assert_eq!((kept.station_id, kept.status, kept.history.len()), (lab.station_id, JobStatus::Completed, 4));
     assert_eq!(store.usage_summary(m.user_id, &[], None).await.unwrap(), usage);
+
+    assert!(store.delete_mission(m.mission_id).await.unwrap());
+    let kept = store.job(asked.job_id).await.unwrap().expect("the job outlives its mission");
+    assert_eq!((kept.mission_id, kept.history.len()), (m.mission_id, 4));
+    assert_eq!(store.usage_summary(m.user_id, &[], None).await.unwrap(), usage, "its usage still counts");
 }
 
 /// Image archives count against their owner's bytes, with their files: an image that would take
@@ -888,9 +893,9 @@ pub async fn array_progress_follows_every_write(store: &Store) {
     assert!(store.job_array(array_id, Some(m.user_id)).await.unwrap().is_some());
     assert!(store.job_array(array_id, Some(Uuid::new_v4())).await.unwrap().is_none(), "someone else's array");
     assert!(store.job_array(Uuid::new_v4(), None).await.unwrap().is_none());
-    // Deleting the mission deletes its jobs, and with them the array.
+    // Deleting the mission keeps its jobs, and with them the array's progress.
     assert!(store.delete_mission(m.mission_id).await.unwrap());
-    assert!(store.job_array(array_id, None).await.unwrap().is_none());
+    assert_eq!(counts(progress().await), (4, 0, 1, 1, 1, 1));
 }
 
 pub async fn a_failing_batch_leaves_nothing_written(store: &Store) {
@@ -1077,10 +1082,12 @@ pub async fn job_listings_results_and_agents(store: &Store) {
     assert_eq!(store.job_result(&jobs[0], "missing").await.unwrap(), None);
     assert!(store.job_results(&jobs[1]).await.unwrap().is_empty());
 
-    // A mission's deletion takes its jobs and their results along.
+    // A mission's deletion takes its jobs' results along; the jobs stay, for accounting.
+    let listed = store.jobs(&all).await.unwrap().1;
     assert!(store.delete_mission(m.mission_id).await.unwrap());
-    assert!(store.job(jobs[0].job_id).await.unwrap().is_none());
-    assert_eq!(store.jobs(&all).await.unwrap().1, 2);
+    assert!(store.job(jobs[0].job_id).await.unwrap().is_some());
+    assert!(store.job_results(&jobs[0]).await.unwrap().is_empty());
+    assert_eq!(store.jobs(&all).await.unwrap().1, listed);
 }
 
 pub async fn the_event_log_in_commit_order(store: &Store) {

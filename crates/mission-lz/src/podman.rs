@@ -39,7 +39,7 @@ use uuid::Uuid;
 
 use crate::client::LzClient;
 
-mod names;
+pub(crate) mod names;
 
 /// How long one Podman command other than a container's run may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(600);

@@ -8,6 +8,8 @@
 //! in place, without the names: JSON allows the blanks that keep each file its size, so no other
 //! byte of the archive moves.
 //!
+//! A Slurm gateway takes the names out of the archive it stages for its nodes the same way.
+//!
 //! Both readers are covered: containers/image reads a docker archive's first `manifest.json`
 //! (by cleaned path, a symbolic link followed), an OCI archive is unpacked, its last `index.json`
 //! written wins. Every entry whose cleaned path is either file is rewritten, and an archive where
@@ -27,7 +29,7 @@ const NAME_ANNOTATIONS: [&str; 2] = ["org.opencontainers.image.ref.name", "io.co
 
 /// Rewrites the archive at `path` without the names it gives its images; answers how many it
 /// gave.
-pub(super) fn strip(path: &Path) -> Result<usize, String> {
+pub(crate) fn strip(path: &Path) -> Result<usize, String> {
     let mut file = File::options().read(true).write(true).open(path).map_err(|e| e.to_string())?;
     let length = file.metadata().map_err(|e| e.to_string())?.len();
     let cut = || "the archive ends in the middle of an entry".to_owned();

@@ -484,6 +484,13 @@ impl SlurmRunner {
             crate::cache::download_checked(body, &archive, hex)
                 .await
                 .map_err(|e| fail(format!("downloading it: {e}")))?;
+            // A node's Podman loads it by the agent's name alone (see `podman::names`).
+            let unnamed = archive.clone();
+            let stripped = tokio::task::spawn_blocking(move || crate::podman::names::strip(&unnamed)).await;
+            if let Err(why) = stripped.map_err(|e| e.to_string()).and_then(|stripped| stripped) {
+                let _ = std::fs::remove_file(&archive);
+                return Err(fail(format!("the image archive cannot be loaded: {why}")));
+            }
             readable(&archive)?;
         }
         if engine == ContainerEngine::Apptainer && !staged.sif.exists() {

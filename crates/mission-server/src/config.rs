@@ -254,7 +254,7 @@ pub struct FileLimits {
     pub max_file_bytes: u64,
     /// Most files one mission may hold.
     pub max_files_per_mission: u64,
-    /// Most bytes all files of one user's missions may hold together.
+    /// Most bytes all files of one user's missions and the user's image archives may hold together.
     pub max_user_bytes: u64,
 }
 

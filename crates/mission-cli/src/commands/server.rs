@@ -144,7 +144,7 @@ struct RunArgs {
     /// Most files one mission may hold.
     #[arg(long, env = "MISSION_MAX_FILES_PER_MISSION", default_value_t = defaults().file_limits.max_files_per_mission)]
     max_files_per_mission: u64,
-    /// Most bytes all files of one user's missions may hold (K/M/G/T suffixes allowed).
+    /// Most bytes all files of one user's missions and their image archives may hold (K/M/G/T suffixes allowed).
     #[arg(long, env = "MISSION_MAX_USER_BYTES", default_value_t = Size(defaults().file_limits.max_user_bytes))]
     max_user_bytes: Size,
     /// Largest container image archive one may import (`mission images import`; K/M/G/T

@@ -5,8 +5,9 @@
 //! A runner that can start processes in its jobs says so for each job once it runs
 //! ([`Shells::offer`]), and the agent forgets the job when it ends ([`Shells::forget`]), which
 //! also ends the shells still open in it. The server sends a shell's WebSocket through the
-//! tunnel as it sends a session's ([`mission_tunnel`]), with [`mission_tunnel::SHELL_HEADER`]
-//! naming the job and holding the query. The agent starts the process first (so a failure is
+//! tunnel as it sends a session's ([`mission_tunnel`]), to the authority
+//! [`mission_tunnel::SHELL_AUTHORITY`] (which only the server writes: no header a client sends
+//! makes a shell), with [`mission_tunnel::SHELL_HEADER`] holding the query. The agent starts the process first (so a failure is
 //! an HTTP answer, not a broken WebSocket), on a pseudo-terminal or on pipes, then accepts the
 //! WebSocket and relays: input and terminal sizes in, output out, and how the process ended
 //! last. Closing the WebSocket kills the process; what it started in the job runs on, as it

@@ -9,7 +9,9 @@
 //! connection, and its flow control bounds what either end buffers for a slow reader.
 //!
 //! A request names its session (a job id) in [`SESSION_HEADER`] and carries the path and query
-//! the app sees. An upgrade (a WebSocket) cannot travel as one in HTTP/2, so it goes as a request
+//! the app sees, under the authority [`SESSION_AUTHORITY`]; a job shell's goes to
+//! [`SHELL_AUTHORITY`]. Headers of the tunnel's own ([`HEADER_PREFIX`]) are the server's and the
+//! agent's alone: neither end lets a client's or an app's through ([`strip_tunnel_headers`]). An upgrade (a WebSocket) cannot travel as one in HTTP/2, so it goes as a request
 //! whose [`UPGRADE_HEADER`] holds the client's `Upgrade` value: the agent asks the app for the
 //! upgrade, and where the app agrees, answers `200` with [`UPGRADED_HEADER`] and the app's `101`
 //! headers. From then on the request's body carries the client's bytes to the app and the

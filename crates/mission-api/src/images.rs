@@ -19,6 +19,18 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+/// The repository landing zones name the images they load in (`{AGENTS_REPOSITORY}-{agent}:{hex
+/// digest}`): no archive may name an image there, and agents load archives without their names.
+pub const AGENTS_REPOSITORY: &str = "localhost/mission-image";
+
+/// The annotations of an OCI index's descriptors that name an image to Podman (containerd's is
+/// read first); a docker archive names its images in its manifest's `RepoTags`.
+pub const NAME_ANNOTATIONS: [&str; 2] = ["io.containerd.image.name", "org.opencontainers.image.ref.name"];
+
+/// The most bytes of an image archive's `index.json` or `manifest.json` read (real ones hold a
+/// few hundred).
+pub const MAX_ARCHIVE_INDEX_BYTES: u64 = 1 << 20;
+
 /// The longest image name.
 pub const MAX_IMAGE_NAME: usize = 128;
 

@@ -47,7 +47,7 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
 const MAX_PROCESSES: u64 = 32_768;
 /// The repository loaded images are tagged in, followed by `-{agent}` (the Slurm runner's
 /// gateways tag in it as it is).
-const REPOSITORY: &str = "localhost/mission-image";
+const REPOSITORY: &str = mission_api::images::AGENTS_REPOSITORY;
 
 /// How a process landing zone runs container images.
 #[derive(Debug, Clone)]
@@ -343,12 +343,9 @@ impl Podman {
     /// Loads an archive (OCI, else docker) without the names it gives ([`names`]) and names it
     /// `reference`; answers its id.
     async fn load(&self, archive: &Path, reference: &str) -> Result<String, String> {
-        let unnamed = archive.to_owned();
-        let stripped = tokio::task::spawn_blocking(move || names::strip(&unnamed)).await.map_err(|e| e.to_string())?;
-        match stripped {
-            Ok(0) => {}
-            Ok(n) => tracing::debug!(%reference, "loading the image without the {n} name(s) its archive gives"),
-            Err(why) => return Err(format!("the image archive cannot be loaded: {why}")),
+        let removed = names::strip_before_loading(archive.to_owned()).await?;
+        if removed > 0 {
+            tracing::debug!(%reference, "loading the image without the {removed} name(s) its archive gives");
         }
         let archive = archive.to_str().ok_or("the archive's path is not UTF-8")?;
         // `pull` from the archive answers the image's id, which names it whatever names other

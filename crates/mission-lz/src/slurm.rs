@@ -715,7 +715,7 @@ pub fn container_lines(
         }
         ContainerEngine::Podman => {
             let name = format!("mission-{}", job.job_id);
-            let reference = format!("localhost/mission-image:{}", image.hex);
+            let reference = format!("{}:{}", mission_api::images::AGENTS_REPOSITORY, image.hex);
             let pull = match &image.source {
                 ImageSource::Archive(archive) => {
                     let archive = archive.display();

@@ -10,13 +10,8 @@
 //! the upload stops there instead of being read and stored whole.
 
 use mission_api::ImageFormat;
+use mission_api::images::{AGENTS_REPOSITORY, MAX_ARCHIVE_INDEX_BYTES, NAME_ANNOTATIONS};
 use mission_api::tar::{self, BLOCK, Header};
-
-/// The most bytes of an index or manifest read (real ones hold a few hundred).
-const MAX_METADATA: u64 = 1 << 20;
-
-/// The repository name prefix agents give the images they load (`localhost/mission-image-{agent}`).
-const AGENTS_NAMESPACE: &str = "mission-image";
 
 /// An archive's file that names its images.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,8 +109,8 @@ impl ArchiveSniffer {
                 _ => None,
             };
             if let Some(naming) = naming {
-                if size > MAX_METADATA {
-                    self.broken = Some(format!("its {name} is larger than {MAX_METADATA} bytes"));
+                if size > MAX_ARCHIVE_INDEX_BYTES {
+                    self.broken = Some(format!("its {name} is larger than {MAX_ARCHIVE_INDEX_BYTES} bytes"));
                     return;
                 }
                 self.naming = Some((naming, Vec::with_capacity(size as usize), size));
@@ -186,12 +181,10 @@ fn check_names(naming: Naming, json: &[u8]) -> Result<(), String> {
             }
             let index: Index =
                 serde_json::from_slice(json).map_err(|e| format!("its index.json is not an OCI image index: {e}"))?;
-            // The annotations Podman names an image by (containerd's first, as Podman reads them).
-            let naming = ["io.containerd.image.name", "org.opencontainers.image.ref.name"];
             let names = index
                 .manifests
                 .into_iter()
-                .flat_map(|mut d| naming.into_iter().filter_map(move |key| d.annotations.remove(key)))
+                .flat_map(|mut d| NAME_ANNOTATIONS.into_iter().filter_map(move |key| d.annotations.remove(key)))
                 .collect();
             ("index.json", names)
         }
@@ -209,18 +202,24 @@ fn check_names(naming: Naming, json: &[u8]) -> Result<(), String> {
     match names.iter().find(|name| in_agents_namespace(name)) {
         Some(name) => Err(format!(
             "its {file} names an image {name:?}, in the namespace landing zones name the images they load in \
-             ({AGENTS_NAMESPACE}…): save the image under another name (or none)"
+             ({}…): save the image under another name (or none)",
+            agents_namespace()
         )),
         None => Ok(()),
     }
 }
 
-/// Whether an image name (`[registry/]path[:tag]`, any case) has a repository whose last part
-/// starts with [`AGENTS_NAMESPACE`].
+/// The last part of [`AGENTS_REPOSITORY`] (`mission-image`): a name whose repository's last part
+/// starts with it, from whichever registry, is the agents'.
+fn agents_namespace() -> &'static str {
+    AGENTS_REPOSITORY.rsplit('/').next().unwrap_or(AGENTS_REPOSITORY)
+}
+
+/// Whether an image name (`[registry/]path[:tag]`, any case) is in [`agents_namespace`].
 fn in_agents_namespace(name: &str) -> bool {
     let repository = name.split(['@']).next().unwrap_or(name);
     let last = repository.rsplit('/').next().unwrap_or(repository);
-    last.to_ascii_lowercase().starts_with(AGENTS_NAMESPACE)
+    last.to_ascii_lowercase().starts_with(agents_namespace())
 }
 
 #[cfg(test)]

@@ -80,7 +80,7 @@ struct Pass {
     /// Seconds since the epoch.
     expires: i64,
     /// Tells a handshake's code from every other, so it is used once.
-    nonce: u64,
+    nonce: String,
 }
 
 /// Where a running, ready session's requests go.
@@ -109,7 +109,7 @@ pub struct Tunnels {
     /// Routes of sessions read lately, by job, with when they were read.
     routes: Mutex<HashMap<Uuid, (tokio::time::Instant, Route)>>,
     /// Handshake codes used on this replica (their nonces), with when they expire.
-    spent: Mutex<HashMap<u64, i64>>,
+    spent: Mutex<HashMap<String, i64>>,
     /// Woken whenever a tunnel opens.
     opened: Notify,
     /// One permit per upgraded connection of a client: they outlive the server's connection
@@ -443,7 +443,7 @@ fn hand_over(
 /// for a URL or a cookie.
 fn seal_pass(app: &AppState, job_id: Uuid, purpose: &str, user_id: Uuid, ttl: Duration) -> String {
     let expires = chrono::Utc::now().timestamp() + ttl.as_secs() as i64;
-    let pass = Pass { purpose: purpose.to_owned(), user_id, expires, nonce: rand_nonce() };
+    let pass = Pass { purpose: purpose.to_owned(), user_id, expires, nonce: crate::idp::random_secret() };
     let sealed = app.sealing.seal(job_id, &serde_json::to_vec(&pass).expect("a pass serialises"));
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sealed)
 }
@@ -456,13 +456,6 @@ fn open_pass(app: &AppState, job_id: Uuid, purpose: &str, encoded: &str) -> Opti
     (pass.purpose == purpose && pass.expires > chrono::Utc::now().timestamp()).then_some(pass)
 }
 
-fn rand_nonce() -> u64 {
-    use ring::rand::SecureRandom;
-    let mut bytes = [0u8; 8];
-    ring::rand::SystemRandom::new().fill(&mut bytes).expect("the system has randomness");
-    u64::from_le_bytes(bytes)
-}
-
 /// Answers a redirect or handshake that carries a code: not cached, no referrer sent on.
 fn private_answer(headers: &mut HeaderMap) {
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -472,11 +465,10 @@ fn private_answer(headers: &mut HeaderMap) {
 /// Every request whose `Host` is a session's own ([`crate::config::SessionsUrl`]): that session
 /// and its handshake, nothing else (not the API, not the console). Other requests go on.
 pub async fn on_own_origin(State(app): State<AppState>, request: Request, next: axum::middleware::Next) -> Response {
-    let Some(sessions) = app.config.sessions_url.clone() else { return next.run(request).await };
     let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok()).or(request.uri().host());
-    let Some(job_id) = host.and_then(|host| sessions.session_of_host(host)) else {
-        return next.run(request).await;
-    };
+    let session =
+        app.config.sessions_url.as_ref().zip(host).and_then(|(sessions, host)| sessions.session_of_host(host));
+    let Some(job_id) = session else { return next.run(request).await };
     match serve_own_origin(&app, job_id, request).await {
         Ok(response) | Err(response) => response,
     }
@@ -492,8 +484,8 @@ async fn serve_own_origin(app: &AppState, job_id: Uuid, request: Request) -> Res
         // Nothing but the session lives on its host.
         return Ok(Redirect::to(&root).into_response());
     }
-    let cookie = cookie_value(request.headers(), APP_COOKIE);
-    let pass = cookie.and_then(|cookie| open_pass(app, job_id, "cookie", &cookie));
+    let cookie = crate::console::session::cookie(request.headers(), APP_COOKIE);
+    let pass = cookie.and_then(|cookie| open_pass(app, job_id, "cookie", cookie));
     let Some(pass) = pass else {
         // Through the console, which signs the browser in and hands the session over.
         let browser = request.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok());
@@ -533,7 +525,7 @@ fn complete_handshake(app: &AppState, job_id: Uuid, request: &Request) -> Respon
         let now = chrono::Utc::now().timestamp();
         let mut spent = app.tunnels.spent.lock().expect("not poisoned");
         spent.retain(|_, expires| *expires > now);
-        if spent.insert(pass.nonce, pass.expires).is_some() {
+        if spent.insert(pass.nonce.clone(), pass.expires).is_some() {
             drop(spent);
             return refused("the handshake's code was used already");
         }
@@ -542,31 +534,17 @@ fn complete_handshake(app: &AppState, job_id: Uuid, request: &Request) -> Respon
     let next = handshake.next.filter(|next| next.starts_with(&root)).unwrap_or(root);
     let cookie = seal_pass(app, job_id, "cookie", pass.user_id, APP_COOKIE_TTL);
     let secure = app.config.sessions_url.as_ref().is_some_and(|s| s.https());
-    let cookie = format!(
-        "{APP_COOKIE}={cookie}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax{}",
-        APP_COOKIE_TTL.as_secs(),
-        if secure { "; Secure" } else { "" }
-    );
+    let max_age = APP_COOKIE_TTL.as_secs() as i64;
     let mut response = Redirect::to(&next).into_response();
     private_answer(response.headers_mut());
-    if let Ok(cookie) = HeaderValue::from_str(&cookie) {
-        response.headers_mut().insert(header::SET_COOKIE, cookie);
-    }
+    let cookie = crate::console::session::cookie_header(APP_COOKIE, &cookie, "/", max_age, secure);
+    response.headers_mut().insert(header::SET_COOKIE, cookie);
     response
 }
 
-/// The value of cookie `name` in a request's `Cookie` headers.
-fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|pair| pair.trim().strip_prefix(name)?.strip_prefix('=').map(str::to_owned))
-}
-
-/// Whether a cookie's name is like one of Mission's (`mission…`, with or without a `__Host-` or
-/// `__Secure-` prefix): no app may set one, and none reaches an app.
+/// Whether a cookie's name is like one of Mission's ([`crate::console::OWN_COOKIES`], all
+/// `mission…`; with or without a `__Host-` or `__Secure-` prefix): no app may set one, and none
+/// reaches an app.
 fn named_like_ours(name: &str) -> bool {
     let name = name.trim().to_ascii_lowercase();
     let name = name.strip_prefix("__host-").or_else(|| name.strip_prefix("__secure-")).unwrap_or(&name);
@@ -824,6 +802,14 @@ mod tests {
         only_ours.insert(header::COOKIE, HeaderValue::from_static("mission_session=secret"));
         strip_own_cookies(&mut only_ours);
         assert!(only_ours.get(header::COOKIE).is_none());
+    }
+
+    #[test]
+    fn every_cookie_of_ours_is_named_like_ours() {
+        for name in crate::console::OWN_COOKIES {
+            assert!(named_like_ours(name), "{name}");
+        }
+        assert!(!named_like_ours("_xsrf") && !named_like_ours("theme"));
     }
 
     #[test]

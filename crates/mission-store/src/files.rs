@@ -212,13 +212,12 @@ impl Store {
     pub async fn upload_usage(&self, mission_id: Uuid, user_id: Uuid, path: &str) -> Result<UploadUsage, StoreError> {
         with_conn!(self, reader, |conn| {
             let row = {
-                sqlx::query(
+                sqlx::query(&format!(
                     "SELECT (SELECT size FROM mission_files WHERE mission_id = $1 AND path = $2) AS existing_size, \
                      COALESCE((SELECT files FROM mission_file_usage WHERE mission_id = $1), 0) AS mission_files, \
-                     COALESCE((SELECT bytes FROM user_file_usage WHERE user_id = $3), 0) \
-                       + (SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM images \
-                          WHERE owner_id = $3 AND reference IS NULL) AS user_bytes",
-                )
+                     COALESCE((SELECT bytes FROM user_file_usage WHERE user_id = $3), 0) + {} AS user_bytes",
+                    super::images::archive_bytes_of("$3")
+                ))
                 .bind(mission_id.to_string())
                 .bind(path)
                 .bind(user_id.to_string())
@@ -245,7 +244,7 @@ impl Store {
         with_conn!(self, writer, |conn| {
             let mut tx = conn.begin().await?;
             sqlx::query(&lock_owner).bind(user_id.to_string()).execute(&mut *tx).await?;
-            let row = sqlx::query(
+            let row = sqlx::query(&format!(
                 "SELECT \
                  (SELECT size FROM mission_files f WHERE f.mission_id = i.mission_id AND f.path = i.path) \
                    AS existing_size, \
@@ -256,11 +255,10 @@ impl Store {
                  COALESCE((SELECT bytes FROM user_file_usage u WHERE u.user_id = $2), 0) \
                    + (SELECT CAST(COALESCE(SUM(reserved_bytes), 0) AS BIGINT) FROM file_intents o \
                       WHERE o.user_id = $2 AND o.intent_id != i.intent_id) \
-                   + (SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM images m \
-                      WHERE m.owner_id = $2 AND m.reference IS NULL) \
-                   AS user_bytes \
+                   + {} AS user_bytes \
                  FROM file_intents i WHERE i.intent_id = $1",
-            )
+                super::images::archive_bytes_of("$2")
+            ))
             .bind(intent_id.to_string())
             .bind(user_id.to_string())
             .fetch_one(&mut *tx)

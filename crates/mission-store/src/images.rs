@@ -12,17 +12,28 @@ use super::{Store, StoreError, conflict_on_duplicate, to_micros, with_conn};
 const IMAGE_COLUMNS: &str =
     "image_id, owner_id, project_id, name, digest, size, format, visibility, created_at, reference";
 
-/// The bytes a user's files, uploads in flight and image archives hold (what `max_user_bytes`
-/// bounds).
-const OWNER_BYTES: &str = "SELECT COALESCE((SELECT bytes FROM user_file_usage WHERE user_id = $1), 0) \
-    + (SELECT CAST(COALESCE(SUM(reserved_bytes), 0) AS BIGINT) FROM file_intents WHERE user_id = $1) \
-    + (SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM images WHERE owner_id = $1 AND reference IS NULL)";
+/// An SQL expression: the bytes the image archives of the user bound as `user` (`$N`) hold. A
+/// registry image holds none of the service's.
+pub(super) fn archive_bytes_of(user: &str) -> String {
+    format!("(SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM images WHERE owner_id = {user} AND reference IS NULL)")
+}
+
+/// The bytes the user bound as `$1` holds in files, uploads in flight and image archives (what
+/// `max_user_bytes` bounds).
+fn owner_bytes_sql() -> String {
+    format!(
+        "SELECT COALESCE((SELECT bytes FROM user_file_usage WHERE user_id = $1), 0) \
+         + (SELECT CAST(COALESCE(SUM(reserved_bytes), 0) AS BIGINT) FROM file_intents WHERE user_id = $1) + {}",
+        archive_bytes_of("$1")
+    )
+}
 
 impl Store {
     /// The bytes `user_id`'s files, uploads in flight and image archives hold.
     pub async fn owner_bytes(&self, user_id: Uuid) -> Result<u64, StoreError> {
+        let sql = owner_bytes_sql();
         let bytes: i64 = with_conn!(self, reader, |conn| {
-            sqlx::query_scalar(OWNER_BYTES).bind(user_id.to_string()).fetch_one(conn).await?
+            sqlx::query_scalar(&sql).bind(user_id.to_string()).fetch_one(conn).await?
         });
         Ok(bytes.max(0) as u64)
     }
@@ -36,12 +47,13 @@ impl Store {
     pub async fn insert_image(&self, image: &Image, owner_room: u64) -> Result<Result<(), u64>, StoreError> {
         let lock_owner = format!("SELECT user_id FROM users WHERE user_id = $1{}", self.for_update());
         let insert = format!("INSERT INTO images ({IMAGE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)");
+        let owner_bytes = owner_bytes_sql();
         let mut used = 0u64;
         let result = audited_write!(self, |conn| {
             let inserted: Result<bool, sqlx::Error> = async {
                 sqlx::query(&lock_owner).bind(image.owner_id.to_string()).execute(&mut *conn).await?;
                 let bytes: i64 =
-                    sqlx::query_scalar(OWNER_BYTES).bind(image.owner_id.to_string()).fetch_one(&mut *conn).await?;
+                    sqlx::query_scalar(&owner_bytes).bind(image.owner_id.to_string()).fetch_one(&mut *conn).await?;
                 used = bytes.max(0) as u64;
                 if used.saturating_add(image.size) > owner_room {
                     return Ok(false);

@@ -523,15 +523,15 @@ mod migration_tests {
 /// Brings the database behind `conn` to the schema of `migrations`, holding the database's
 /// migration lock (on PostgreSQL an advisory lock, so replicas started together migrate once;
 /// SQLite's single writer needs none) while it refuses a schema newer than the newest of them
-/// and applies those not yet applied.
-async fn migrate<C: sqlx::migrate::Migrate>(conn: &mut C, migrations: &Migrations) -> Result<(), StoreError> {
+/// and applies those not yet applied; answers how many it applied.
+async fn migrate<C: sqlx::migrate::Migrate>(conn: &mut C, migrations: &Migrations) -> Result<usize, StoreError> {
     conn.lock().await?;
     let outcome = migrate_locked(conn, migrations).await;
     conn.unlock().await?;
     outcome
 }
 
-async fn migrate_locked<C: sqlx::migrate::Migrate>(conn: &mut C, migrations: &Migrations) -> Result<(), StoreError> {
+async fn migrate_locked<C: sqlx::migrate::Migrate>(conn: &mut C, migrations: &Migrations) -> Result<usize, StoreError> {
     use std::borrow::Cow;
 
     use sqlx::migrate::{Migration, MigrationType, Migrator};
@@ -555,7 +555,8 @@ async fn migrate_locked<C: sqlx::migrate::Migrate>(conn: &mut C, migrations: &Mi
         ..Migrator::DEFAULT
     };
     migrator.run_direct(conn).await?;
-    Ok(())
+    let pending = migrations.iter().filter(|(version, ..)| !applied.iter().any(|m| m.version == *version));
+    Ok(pending.count())
 }
 
 /// The outcome of an insert, with a uniqueness violation turned into [`StoreError::Conflict`]

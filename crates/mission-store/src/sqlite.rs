@@ -95,13 +95,14 @@ struct Readers {
 /// Brings the database behind `conn` to the schema of `migrations` with its foreign keys off,
 /// as SQLite's own procedure for changing a table's schema asks: a migration that rebuilds a table
 /// (the only way SQLite changes a constraint) drops the old one, which with foreign keys on would
-/// delete every row that refers to it. Foreign keys come back on once every reference is checked.
+/// delete every row that refers to it. Foreign keys come back on once every reference is checked
+/// (where a migration ran: the check reads every table that refers to another).
 pub(super) async fn migrate(conn: &mut SqliteConnection, migrations: &Migrations) -> Result<(), StoreError> {
     sqlx::query("PRAGMA foreign_keys = OFF").execute(&mut *conn).await?;
     let migrated = super::migrate(conn, migrations).await;
     let dangling: Vec<(String, Option<i64>, String)> = match migrated {
-        Ok(()) => sqlx::query_as("PRAGMA foreign_key_check").fetch_all(&mut *conn).await?,
-        Err(_) => Vec::new(),
+        Ok(applied) if applied > 0 => sqlx::query_as("PRAGMA foreign_key_check").fetch_all(&mut *conn).await?,
+        _ => Vec::new(),
     };
     sqlx::query("PRAGMA foreign_keys = ON").execute(&mut *conn).await?;
     migrated?;

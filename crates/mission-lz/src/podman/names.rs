@@ -17,19 +17,21 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use mission_api::images::{MAX_ARCHIVE_INDEX_BYTES, NAME_ANNOTATIONS};
 use mission_api::tar::{self, BLOCK, Header};
 
-/// The most bytes of an index, manifest or extended header read.
-const MAX_METADATA: u64 = 1 << 20;
-
-/// The annotations of an OCI descriptor that name an image to Podman.
-const NAME_ANNOTATIONS: [&str; 2] = ["org.opencontainers.image.ref.name", "io.containerd.image.name"];
+/// [`strip`] on a blocking thread, for the agent's tasks; a failure says the archive cannot be
+/// loaded, and why.
+pub(crate) async fn strip_before_loading(path: PathBuf) -> Result<usize, String> {
+    let stripped = tokio::task::spawn_blocking(move || strip(&path)).await.map_err(|e| e.to_string());
+    stripped.and_then(|stripped| stripped).map_err(|why| format!("the image archive cannot be loaded: {why}"))
+}
 
 /// Rewrites the archive at `path` without the names it gives its images; answers how many it
 /// gave.
-pub(crate) fn strip(path: &Path) -> Result<usize, String> {
+fn strip(path: &Path) -> Result<usize, String> {
     let mut file = File::options().read(true).write(true).open(path).map_err(|e| e.to_string())?;
     let length = file.metadata().map_err(|e| e.to_string())?.len();
     let cut = || "the archive ends in the middle of an entry".to_owned();
@@ -101,10 +103,10 @@ fn unnamed(naming: &str, json: &[u8]) -> Result<(Vec<u8>, usize), String> {
     Ok((out, count))
 }
 
-/// The `size` bytes at `offset`, at most [`MAX_METADATA`] of them.
+/// The `size` bytes at `offset`, at most [`MAX_ARCHIVE_INDEX_BYTES`] of them.
 fn read_bounded(file: &mut File, offset: u64, size: u64, what: &str) -> Result<Vec<u8>, String> {
-    if size > MAX_METADATA {
-        return Err(format!("{what} is larger than {MAX_METADATA} bytes"));
+    if size > MAX_ARCHIVE_INDEX_BYTES {
+        return Err(format!("{what} is larger than {MAX_ARCHIVE_INDEX_BYTES} bytes"));
     }
     let mut bytes = vec![0; size as usize];
     read_at(file, offset, &mut bytes)?;

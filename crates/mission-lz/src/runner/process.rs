@@ -421,10 +421,10 @@ fn launch(
             let cpu_limited = parent.as_ref().is_some_and(|(_, cpu_too)| *cpu_too);
             // Taken for this job, so loaded: the id of what was loaded for its digest (never a
             // name, which anyone with the host's image storage may move).
-            let runnable = podman.runnable(image).unwrap_or_default();
+            let runnable = podman.runnable(image);
             let run = ContainerRun {
                 name: format!("mission-{}", job.job_id),
-                image: &runnable,
+                image: runnable.as_deref().unwrap_or(image),
                 work_dir: dir.path(),
                 user: (uid, gid),
                 env: own.iter().map(|(name, value)| (*name, value.to_os_string())).collect(),
@@ -435,9 +435,9 @@ fn launch(
                 command: &job.command,
             };
             let limits = format!("{limits}; {}, as uid {uid}", podman.describe(&run));
-            let started = match runnable.is_empty() {
-                true => Err(std::io::Error::other(format!("the image {image} is not loaded on this landing zone"))),
-                false => start_container(podman, &run),
+            let started = match runnable {
+                Some(_) => start_container(podman, &run),
+                None => Err(std::io::Error::other(format!("the image {image} is not loaded on this landing zone"))),
             };
             let started = started.map(|child| Program::Container { child, name: run.name, cpu_measured: cpu_limited });
             started.map(|program| (program, limits, None))

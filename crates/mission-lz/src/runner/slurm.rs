@@ -485,11 +485,9 @@ impl SlurmRunner {
                 .await
                 .map_err(|e| fail(format!("downloading it: {e}")))?;
             // A node's Podman loads it by the agent's name alone (see `podman::names`).
-            let unnamed = archive.clone();
-            let stripped = tokio::task::spawn_blocking(move || crate::podman::names::strip(&unnamed)).await;
-            if let Err(why) = stripped.map_err(|e| e.to_string()).and_then(|stripped| stripped) {
+            if let Err(why) = crate::podman::names::strip_before_loading(archive.clone()).await {
                 let _ = std::fs::remove_file(&archive);
-                return Err(fail(format!("the image archive cannot be loaded: {why}")));
+                return Err(fail(why));
             }
             readable(&archive)?;
         }

@@ -204,8 +204,10 @@ pub fn file_href(base: &str, relative_path: &str) -> String {
     format!("{base}/{}", segments.join("/"))
 }
 
-/// The cookies the console sets, which the sessions' proxy keeps from the apps.
-pub const OWN_COOKIES: [&str; 2] = [session::COOKIE, oauth::FLOW_COOKIE];
+/// Every cookie Mission sets: the console's and a session's own on its origin. The sessions'
+/// proxy keeps every cookie named like these (`mission…`) from the apps, both ways.
+pub const OWN_COOKIES: [&str; 4] =
+    [session::COOKIE, oauth::FLOW_COOKIE, sign_in::FORM_COOKIE, crate::sessions::APP_COOKIE];
 
 /// `value` encoded for a URL's query.
 pub fn query_value(value: &str) -> String {

@@ -97,7 +97,13 @@ pub async fn end(app: &AppState, viewer: &Viewer) -> Result<HeaderValue, StoreEr
 
 /// A `Set-Cookie` value: `HttpOnly`, `SameSite=Lax`, `Secure` on an HTTPS server.
 pub fn set_cookie(app: &AppState, name: &str, value: &str, path: &str, max_age: i64) -> HeaderValue {
-    let secure = if app.public_url.starts_with("https://") { "; Secure" } else { "" };
+    cookie_header(name, value, path, max_age, app.public_url.starts_with("https://"))
+}
+
+/// A `Set-Cookie` value: `HttpOnly`, `SameSite=Lax`, and `Secure` where the origin it is set on
+/// is `https` (`secure`).
+pub fn cookie_header(name: &str, value: &str, path: &str, max_age: i64, secure: bool) -> HeaderValue {
+    let secure = if secure { "; Secure" } else { "" };
     HeaderValue::from_str(&format!("{name}={value}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Lax{secure}"))
         .expect("cookie values are URL-safe base64")
 }

@@ -21,7 +21,7 @@ use crate::idp::random_secret;
 use crate::idp::routes::{PasswordRefused, password_sign_in};
 
 /// The cookie that carries the sign-in form's CSRF value.
-const FORM_COOKIE: &str = "mission_sign_in";
+pub(crate) const FORM_COOKIE: &str = "mission_sign_in";
 /// How long a sign-in form may be left open.
 const FORM_LIFETIME_SECS: i64 = 3600;
 

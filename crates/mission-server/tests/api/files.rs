@@ -202,12 +202,14 @@ async fn path_traversal_is_refused_over_raw_http() {
         "file%231".to_owned(),
         long,
     ];
-    for attempt in &attempts {
-        let request = format!(
-            "PUT /api/v1/missions/{id}/files/{attempt} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
+    let put = |path: &str| {
+        format!(
+            "PUT /api/v1/missions/{id}/files/{path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
              Content-Length: 4\r\nConnection: close\r\n\r\nevil"
-        );
-        let (status, text) = raw_request(&server, request).await;
+        )
+    };
+    for attempt in &attempts {
+        let (status, text) = raw_request(&server, put(attempt)).await;
         assert_eq!(status, 400, "{attempt}: {text}");
         assert!(text.contains("application/problem+json") && text.contains("\"field\":\"path\""), "{attempt}: {text}");
         let get = format!(
@@ -219,11 +221,7 @@ async fn path_traversal_is_refused_over_raw_http() {
     // (`missions/{id}/`) is longer than S3 takes: refused, naming the limit.
     let deep = format!("{}/{}", vec!["d".repeat(240); 4].join("/"), "f".repeat(30));
     assert!(deep.len() <= mission_api::paths::MAX_PATH_BYTES);
-    let request = format!(
-        "PUT /api/v1/missions/{id}/files/{deep} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
-         Content-Length: 4\r\nConnection: close\r\n\r\nevil"
-    );
-    let (status, text) = raw_request(&server, request).await;
+    let (status, text) = raw_request(&server, put(&deep)).await;
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("\"field\":\"path\"") && text.contains("object keys are at most 1024"), "{text}");
     assert!(server.client.get_mission_files(id).await.unwrap().is_empty());

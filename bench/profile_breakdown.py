@@ -20,11 +20,11 @@ PARTS = [
     ("SQLite (sqlx worker threads)", lambda comm, stack: "sqlite3" in stack or comm.startswith("sqlx")),
     ("agent (mission_lz)", lambda comm, stack: "mission_lz::" in stack),
     ("spawner: forks of job processes", lambda comm, stack: "tokio::" not in stack),
-    ("event hub and webhooks router", lambda comm, stack: "mission_server::events::" in stack
-        or "mission_server::webhooks::" in stack),
-    ("scheduler task", lambda comm, stack: "mission_server::scheduler::" in stack),
+    ("event hub and webhooks router", lambda comm, stack: "mission_server::services::events::" in stack
+        or "mission_server::services::webhooks::" in stack),
+    ("scheduler task", lambda comm, stack: "mission_server::services::scheduler::" in stack),
     ("HTTP server and route handlers", lambda comm, stack: any(
-        s in stack for s in ("hyper::", "axum", "mission_server::routes::", "mission_server::serve::"))),
+        s in stack for s in ("hyper::", "axum", "mission_server::http::"))),
     ("HTTP client (agent)", lambda comm, stack: "reqwest" in stack or "hyper_util::client" in stack),
     ("thread wake-ups and parking (futex, epoll)", lambda comm, stack: any(
         s in stack for s in ("futex", "park", "epoll"))),

@@ -10,9 +10,10 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
 
-# The repository stands alone (nothing read from beside it), and formatting: both fail in a
-# second instead of after the build.
+# The repository stands alone (nothing read from beside it), the server crate's floors hold
+# (scripts/check-floors.py), and formatting: all fail in a second instead of after the build.
 bash scripts/check-standalone.sh
+python3 scripts/check-floors.py
 cargo fmt --all -- --check
 cargo fmt --manifest-path python/Cargo.toml -- --check
 

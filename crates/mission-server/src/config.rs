@@ -87,7 +87,7 @@ pub struct ServerConfig {
     pub advertise_url: Option<Url>,
     /// Where sessions are served from an origin of their own, one host per session
     /// (`https://*.sessions.example.org`); absent: under the console's origin, at
-    /// `/sessions/{job_id}/` (see [`crate::sessions`] for which is safe for which apps).
+    /// `/sessions/{job_id}/` (see [`crate::http::sessions`] for which is safe for which apps).
     pub sessions_url: Option<SessionsUrl>,
     /// Built-in or external identity provider.
     pub auth: AuthMode,
@@ -111,7 +111,7 @@ pub struct ServerConfig {
     /// Brakes on guessing at the built-in provider's sign-in.
     pub sign_in_limits: SignInLimits,
     /// Timeouts and the bound on connections.
-    pub connection_limits: crate::serve::ConnectionLimits,
+    pub connection_limits: ConnectionLimits,
     /// S3 endpoints (URLs) that users other than admins may name in their cargo bays, besides
     /// AWS itself. Admins may name any: an endpoint is a place the server sends requests to, so
     /// letting anyone choose it would let them probe the server's network.
@@ -130,7 +130,7 @@ pub struct ServerConfig {
     /// misses nothing.
     pub event_retention: Duration,
     /// The most bytes kept of each output stream of a job (jobs may ask for less): past it,
-    /// output is dropped except its last quarter-cap bytes. See [`crate::job_logs`].
+    /// output is dropped except its last quarter-cap bytes. See [`crate::services::job_logs`].
     pub job_log_cap: u64,
     /// The largest image archive one may import, in bytes.
     pub max_image_bytes: u64,
@@ -142,7 +142,7 @@ pub struct ServerConfig {
     pub project_groups: Option<ProjectGroups>,
     /// Which queued job a station takes first: fair-share (the default) or first come, first
     /// served.
-    pub queue_order: crate::scheduler::QueueOrder,
+    pub queue_order: mission_scheduler::QueueOrder,
     /// How long a job whose borrowed room is reclaimed for another project may take to end
     /// after `SIGTERM`, before `SIGKILL`.
     pub reclaim_grace: Duration,
@@ -173,19 +173,19 @@ impl ServerConfig {
             jwks_min_refetch: Duration::from_secs(30),
             file_limits: FileLimits::default(),
             sign_in_limits: SignInLimits::default(),
-            connection_limits: crate::serve::ConnectionLimits::default(),
+            connection_limits: ConnectionLimits::default(),
             s3_endpoints: Vec::new(),
             image_registries: Vec::new(),
             webhook_targets: Vec::new(),
             webhook_attempts: WebhookAttempts::default(),
             lz_lease: Duration::from_secs(30),
             max_running_jobs_per_user: None,
-            queue_order: crate::scheduler::QueueOrder::DEFAULT,
-            reclaim_grace: crate::scheduler::Policy::DEFAULT_RECLAIM_GRACE,
+            queue_order: mission_scheduler::QueueOrder::DEFAULT,
+            reclaim_grace: mission_scheduler::Policy::DEFAULT_RECLAIM_GRACE,
             audit_retention: Duration::from_secs(365 * 24 * 3600),
             project_groups: None,
             event_retention: Duration::from_secs(7 * 24 * 3600),
-            job_log_cap: crate::job_logs::DEFAULT_LOG_CAP,
+            job_log_cap: DEFAULT_LOG_CAP,
             max_image_bytes: 20 << 30,
             bootstrap_admin: true,
         }
@@ -309,7 +309,7 @@ impl std::str::FromStr for Storage {
             bucket: bucket.to_owned(),
             prefix: prefix.trim_matches('/').to_owned(),
             endpoint: None,
-            region: crate::cargo_bays::DEFAULT_REGION.to_owned(),
+            region: DEFAULT_REGION.to_owned(),
             access_key_id: None,
             secret_access_key: None,
         }))
@@ -332,6 +332,35 @@ impl std::fmt::Debug for Storage {
         }
     }
 }
+
+/// The limits on connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Most connections served at once; more are refused with a 503.
+    pub max_connections: usize,
+    /// Longest wait for a request's headers, counted from when the connection is ready for
+    /// one (so also the keep-alive idle timeout).
+    pub header_timeout: Duration,
+    /// Longest a request body may send nothing.
+    pub body_idle_timeout: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 4096,
+            header_timeout: Duration::from_secs(30),
+            body_idle_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The most bytes kept of each output stream of a job by default (see
+/// `crate::services::job_logs`).
+pub const DEFAULT_LOG_CAP: u64 = 64 * 1024 * 1024;
+
+/// The S3 region of a bucket whose settings name none.
+pub const DEFAULT_REGION: &str = "us-east-1";
 
 #[cfg(test)]
 mod tests {

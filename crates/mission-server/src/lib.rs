@@ -1,55 +1,28 @@
 //! The Mission Compute service: HTTP API, built-in identity provider and store.
 //!
-//! Layout:
-//! - [`config`]: what the flags set; [`Server`] turns a config and a bound listener into a running
-//!   service (the binary and the tests share this one entry point);
-//! - `routes`: the HTTP surface, one module per resource, with problem+json errors from [`error`];
-//!   [`domain`]: what the routes, the console and the galileo façade all call (validation and
-//!   authorization), resource by resource;
-//! - [`auth`]: bearer-token verification (built-in key or an external provider's JWKS);
-//!   [`agent_tokens`]: which landing zone an agent's token belongs to;
-//! - [`idp`]: the built-in OAuth 2.0 device-flow provider and its `/activate` page;
-//! - [`blobs`]: object storage for files; [`cargo_bays`]: storage locations users add;
-//! - [`serve`]: connections, with their timeouts and bound;
-//! - [`scheduler`]: the handle on the scheduler (`mission-scheduler`), which places jobs on
-//!   landing zones and tracks them; [`job_logs`]: their output;
-//!   `cluster`: several replicas on one PostgreSQL database (the scheduler's leader, mail
-//!   between replicas, broadcasts); `locks`: per-file locks, in the database across replicas;
-//! - [`events`]: the feed of new events behind the event streams and [`webhooks`] (the log itself
-//!   is the store's);
-//! - [`catalogue`]: the built-in mission types; [`users`]: accounts. The database (SQLite or
-//!   PostgreSQL) is the `mission-store` crate's.
+//! The crate is built in floors, each using only the ones below it:
+//! - [`http`]: the edge (the API's routes, the web console, the galileo façade, the sessions
+//!   proxy, sign-in, problem+json errors, connections);
+//! - [`domain`]: what the service does, resource by resource, with its validation and
+//!   authorization: the routes, the console and the façade all call it;
+//! - [`services`]: what the running server holds (the scheduler's handle and the replicas'
+//!   cluster, object storage, job logs, events, webhooks, the built-in provider's keys);
+//! - [`config`]: what the flags set, a leaf.
+//!
+//! This root builds the floors: [`Server`] turns a config and a bound listener into a running
+//! service (the binary and the tests share this one entry point), and [`App`] is what it holds,
+//! the one handle the edge and the domain are given. The database (SQLite or PostgreSQL) is the
+//! `mission-store` crate's.
 
-pub mod agent_tokens;
-pub mod archive;
-pub mod audit;
-pub mod auth;
-pub mod blobs;
-pub mod cargo_bays;
-pub mod catalogue;
-pub mod client_versions;
-mod cluster;
 pub mod config;
-pub mod console;
-pub mod deprecation;
 pub mod domain;
-pub mod error;
-pub mod events;
-mod heap;
-pub mod idempotency;
-pub mod idp;
-mod image_archive;
-pub mod job_logs;
-mod locks;
-mod metrics;
-mod routes;
-pub mod scheduler;
-pub mod sealing;
-pub mod serve;
-pub mod sessions;
-pub mod shell;
-pub mod users;
-pub mod webhooks;
+pub mod http;
+pub mod services;
+
+// The paths other crates and the tests name.
+pub use domain::{catalogue, users};
+pub use http::serve;
+pub use services::{agent_tokens, blobs, idp, job_logs, scheduler};
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -60,15 +33,18 @@ use tokio::net::TcpListener;
 pub use config::{
     AuthMode, FileLimits, ProjectGroups, S3Storage, ServerConfig, SessionsUrl, SignInLimits, Storage, WebhookAttempts,
 };
+pub use http::routes::{ApiDoc, RecoveryError};
 use mission_store::Store;
 pub use mission_store::fsutil::create_private_dir;
-pub use routes::{ApiDoc, RecoveryError};
 pub use users::BootstrapAdmin;
 
-use auth::Authenticator;
-use idp::BuiltinIdp;
-use metrics::Metrics;
+use domain::{audit, bay_storage};
+use http::auth::Authenticator;
+use http::metrics::Metrics;
+use http::{idempotency, routes, sessions};
 use mission_store::fsutil;
+use services::idp::BuiltinIdp;
+use services::{events, locks, sealing, webhooks};
 
 /// Shared state of the running service.
 #[derive(Debug)]
@@ -86,7 +62,7 @@ pub struct App {
     /// Bearer-token verification.
     pub auth: Authenticator,
     /// Where mission files' bytes live: the default storage and the cargo bays.
-    pub bays: cargo_bays::CargoBays,
+    pub bays: bay_storage::CargoBays,
     /// Places jobs on landing zones and follows them.
     pub scheduler: scheduler::Scheduler,
     /// Landing-zone agents' tokens.
@@ -243,7 +219,7 @@ impl Server {
             sealing::SealingKey::load(&key_dir)
                 .map_err(|source| StartError::DataDir { path: key_dir.clone(), source })?,
         );
-        let bays = cargo_bays::CargoBays::new(sealing.clone(), files);
+        let bays = bay_storage::CargoBays::new(sealing.clone(), files);
         // With several replicas another one may be mid-upload right now: what a stopped replica
         // left is not this start's to settle.
         if store.cluster().is_none() {

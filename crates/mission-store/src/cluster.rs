@@ -1,6 +1,6 @@
 //! What server replicas on one PostgreSQL database share besides the data, as SQL: the lock and
 //! epoch of the scheduler's leader, the mail between replicas, and notifications. The replicas'
-//! protocol on top of it is `mission_server::cluster`.
+//! protocol on top of it is `mission_server::services::cluster`.
 
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool};

@@ -1,4 +1,4 @@
-//! Idempotency keys (see `mission_server::idempotency`): who claimed which key for which
+//! Idempotency keys (see `mission_server::http::idempotency`): who claimed which key for which
 //! request, and the answer it got.
 
 use chrono::{DateTime, Utc};

@@ -1,4 +1,4 @@
-//! The web console's sign-in sessions (see `mission_server::console::session`).
+//! The web console's sign-in sessions (see `mission_server::http::console::session`).
 
 use chrono::{DateTime, Utc};
 

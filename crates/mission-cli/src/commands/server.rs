@@ -123,7 +123,7 @@ struct RunArgs {
     #[arg(long, env = "MISSION_STORAGE_ENDPOINT")]
     storage_endpoint: Option<String>,
     /// With --storage s3://…: the region to sign for.
-    #[arg(long, env = "MISSION_STORAGE_REGION", default_value = mission_server::cargo_bays::DEFAULT_REGION)]
+    #[arg(long, env = "MISSION_STORAGE_REGION", default_value = mission_server::config::DEFAULT_REGION)]
     storage_region: String,
     /// With --storage s3://…: the access key id (prefer the environment variable).
     #[arg(long, env = "MISSION_STORAGE_ACCESS_KEY_ID", hide_env_values = true)]

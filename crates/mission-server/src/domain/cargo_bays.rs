@@ -11,9 +11,9 @@ use uuid::Uuid;
 
 use super::{DomainError, DomainResult, checked_name, outbound_url};
 use crate::AppState;
-use crate::audit::{self, Change};
-use crate::auth::Principal;
-use crate::cargo_bays::{CargoBays, Credentials, is_refusal, storage_segments};
+use crate::domain::Principal;
+use crate::domain::audit::{self, Change};
+use crate::domain::bay_storage::{CargoBays, Credentials, is_refusal, storage_segments};
 
 /// Longest S3 credential field, in bytes (AWS session tokens run to a few KiB).
 const MAX_SECRET_BYTES: usize = 8192;

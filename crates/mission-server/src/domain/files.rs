@@ -17,11 +17,11 @@ use uuid::Uuid;
 
 use super::{DomainError, DomainResult, missions};
 use crate::AppState;
-use crate::FileLimits;
-use crate::audit::{self, Change};
-use crate::auth::Principal;
-use crate::blobs::WriteError;
-use crate::cargo_bays::storage_error;
+use crate::config::FileLimits;
+use crate::domain::Principal;
+use crate::domain::audit::{self, Change};
+use crate::domain::bay_storage::storage_error;
+use crate::services::blobs::WriteError;
 
 /// The files of a mission the caller may read, by path.
 pub async fn list(app: &AppState, who: Principal, mission_id: Uuid) -> DomainResult<Vec<FileListing>> {

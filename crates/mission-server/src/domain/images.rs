@@ -20,10 +20,10 @@ use uuid::Uuid;
 
 use super::{DomainError, DomainResult, projects};
 use crate::AppState;
-use crate::audit::{self, Change};
-use crate::auth::Principal;
-use crate::blobs::WriteError;
-use crate::image_archive::ArchiveSniffer;
+use crate::domain::Principal;
+use crate::domain::audit::{self, Change};
+use crate::domain::image_archive::ArchiveSniffer;
+use crate::services::blobs::WriteError;
 
 /// Where an image's archive lies in the default storage.
 pub fn archive_key(image_id: Uuid) -> ObjectPath {
@@ -258,7 +258,10 @@ pub async fn resolve(app: &AppState, who: Principal, field: &'static str, refere
 
 /// Removes the archives of images that have no row (a crash between the object and its row);
 /// answers how many. Call only while no import runs (at start-up, without replicas).
-pub async fn remove_orphans(store: &mission_store::Store, files: &crate::blobs::FileStore) -> DomainResult<usize> {
+pub async fn remove_orphans(
+    store: &mission_store::Store,
+    files: &crate::services::blobs::FileStore,
+) -> DomainResult<usize> {
     let known: std::collections::HashSet<Uuid> = store.image_ids().await?.into_iter().collect();
     let listed = files.list_keys(&ObjectPath::from("images")).await.map_err(DomainError::internal)?;
     let mut removed = 0;

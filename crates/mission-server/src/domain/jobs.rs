@@ -21,10 +21,10 @@ use super::{
     DomainError, DomainResult, MAX_FILTER_VALUES, checked_labels, checked_retry, images, missions, projects, stations,
 };
 use crate::AppState;
-use crate::audit::{self, Change};
-use crate::auth::Principal;
-use crate::catalogue;
-use crate::job_logs::LogStream;
+use crate::domain::Principal;
+use crate::domain::audit::{self, Change};
+use crate::domain::catalogue;
+use crate::services::job_logs::LogStream;
 
 /// How many elements of a job array one write queues.
 const ARRAY_CHUNK: usize = 5_000;
@@ -153,7 +153,7 @@ pub async fn submit_array(
         queued += n;
     }
     if size as usize > ARRAY_CHUNK {
-        crate::heap::release_free_pages();
+        crate::services::heap::release_free_pages();
     }
     let array = app.store.job_array(array_id, None).await?;
     array.ok_or_else(|| DomainError::internal(format!("job array {array_id} was queued but is not stored")))

@@ -15,10 +15,10 @@ use super::{
     DomainError, DomainResult, check_description, checked_labels, checked_name, checked_retry, images, projects,
 };
 use crate::AppState;
-use crate::audit::{self, Change};
-use crate::auth::Principal;
-use crate::cargo_bays::storage_segments;
-use crate::catalogue;
+use crate::domain::Principal;
+use crate::domain::audit::{self, Change};
+use crate::domain::bay_storage::storage_segments;
+use crate::domain::catalogue;
 
 /// Longest storage path, in bytes.
 pub const MAX_STORAGE_PATH_BYTES: usize = 1024;

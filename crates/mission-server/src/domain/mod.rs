@@ -1,27 +1,44 @@
 //! The domain layer: what the service does, with its validation and authorization, as typed
 //! functions under the edges that call them.
 //!
-//! A function here takes the [`AppState`](crate::AppState), the [`Principal`](crate::auth::Principal)
+//! A function here takes the [`AppState`](crate::AppState), the [`Principal`]
 //! acting and typed arguments (ids already parsed, bodies already decoded), and answers a
 //! wire type or a [`DomainError`]. The REST handlers, the console and the galileo façade call
 //! the same functions; only the HTTP edge turns a [`DomainError`] into an
-//! [`ApiError`](crate::error::ApiError) (and logs a store failure's cause there, once).
+//! [`ApiError`](crate::http::error::ApiError) (and logs a store failure's cause there, once).
 //!
 //! One module per resource: [`projects`], [`missions`] and their [`files`], [`jobs`],
-//! [`stations`] (with their landing zones), [`cargo_bays`], [`webhooks`], and reading the
-//! [`audit`] trail.
+//! [`stations`] (with their landing zones), [`cargo_bays`] and where a mission's files live
+//! ([`bay_storage`]), [`images`] (with the check of an archive, `image_archive`),
+//! [`webhooks`], [`users`], the built-in mission types ([`catalogue`]), and the [`audit`] trail.
+//!
+//! This is the middle floor: it uses [`crate::services`] and [`crate::config`], and knows
+//! nothing of HTTP ([`crate::http`] is above it).
 
 pub mod audit;
+pub mod bay_storage;
 pub mod cargo_bays;
+pub mod catalogue;
 pub mod files;
+pub(crate) mod image_archive;
 pub mod images;
 pub mod jobs;
 pub mod missions;
 pub mod projects;
 pub mod stations;
+pub mod users;
 pub mod webhooks;
 
 use mission_store::StoreError;
+
+/// The signed-in user an operation is done for (the HTTP edge says who: `crate::http::auth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Principal {
+    /// The user's id.
+    pub user_id: uuid::Uuid,
+    /// Whether the user is an administrator.
+    pub admin: bool,
+}
 
 /// Why an operation was refused or failed.
 #[derive(Debug, thiserror::Error)]

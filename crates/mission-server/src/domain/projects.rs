@@ -20,8 +20,8 @@ use super::{DomainError, DomainResult, check_description, checked_name};
 use serde_json::json;
 
 use crate::AppState;
-use crate::audit::{self, Change};
-use crate::auth::Principal;
+use crate::domain::Principal;
+use crate::domain::audit::{self, Change};
 
 /// Creates a shared project (admins only).
 pub async fn create(app: &AppState, who: Principal, req: CreateProject) -> DomainResult<Project> {

@@ -13,9 +13,9 @@ use uuid::Uuid;
 
 use super::{DomainError, DomainResult, checked_name, member_named, user_named};
 use crate::AppState;
-use crate::audit::{self, Change};
-use crate::auth::Principal;
-use crate::idp::{hash_secret, random_secret};
+use crate::domain::Principal;
+use crate::domain::audit::{self, Change};
+use crate::services::idp::{hash_secret, random_secret};
 
 /// Longest station description, in characters.
 const MAX_DESCRIPTION_CHARS: usize = 2000;

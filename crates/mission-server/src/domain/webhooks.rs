@@ -11,9 +11,8 @@ use uuid::Uuid;
 
 use super::{DomainError, DomainResult, outbound_url};
 use crate::AppState;
-use crate::audit::{self, Change};
-use crate::auth::Principal;
-use crate::events::check_kind;
+use crate::domain::Principal;
+use crate::domain::audit::{self, Change};
 
 /// Webhooks one user may have.
 pub const MAX_WEBHOOKS_PER_USER: u32 = 25;
@@ -98,7 +97,7 @@ pub async fn create(app: &AppState, who: Principal, req: CreateWebhook) -> Domai
             }
             (secret, false)
         }
-        None => (crate::idp::random_secret(), true),
+        None => (crate::services::idp::random_secret(), true),
     };
     let webhook = Webhook {
         webhook_id: Uuid::new_v4(),
@@ -153,6 +152,26 @@ pub async fn deliveries(
 ) -> DomainResult<Vec<WebhookDelivery>> {
     let webhook_id = visible(app, who, webhook_id).await?.webhook.webhook_id;
     Ok(app.store.deliveries(webhook_id, status, before, limit).await?)
+}
+
+/// Longest kind filter, in bytes.
+const MAX_KIND_BYTES: usize = 64;
+
+/// Checks a kind filter given as `field`: lowercase letters, dots and underscores.
+pub fn check_kind(field: &str, kind: &str) -> DomainResult<String> {
+    let valid = !kind.is_empty()
+        && kind.len() <= MAX_KIND_BYTES
+        && kind.bytes().all(|b| b.is_ascii_lowercase() || b == b'.' || b == b'_');
+    if !valid {
+        return Err(DomainError::invalid(
+            field,
+            format!(
+                "expected a kind such as job, job.completed or mission.created (lowercase letters, dots, \
+                 underscores; at most {MAX_KIND_BYTES} bytes), got {kind:?}"
+            ),
+        ));
+    }
+    Ok(kind.to_owned())
 }
 
 #[cfg(test)]

@@ -108,6 +108,11 @@ pub struct JobTransition {
 pub struct Job {
     /// Identifier of the job.
     pub job_id: Uuid,
+    /// Its number: unique in the service and given in the order jobs are submitted, so a later
+    /// job has a larger one (the Slurm commands show it as the job's id). Accepted wherever a
+    /// job's id is. 0 until the scheduler has queued it.
+    #[serde(default)]
+    pub number: u64,
     /// The mission it runs.
     pub mission_id: Uuid,
     /// The user who started it (the mission's owner).
@@ -171,6 +176,10 @@ pub struct Job {
     /// Its index in that array, which its program finds in `MISSION_ARRAY_INDEX`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array_index: Option<u32>,
+    /// The number of that array: its first element's [`number`](Self::number) (element `N_I`,
+    /// in Slurm's words, is the element of index `I` of the array numbered `N`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_number: Option<u64>,
     /// The interactive session it is, if it is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<crate::JobSession>,
@@ -200,6 +209,49 @@ pub struct Job {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
+/// A job as its caller names it: by id, or by [number](Job::number).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobRef {
+    /// Its UUID.
+    Id(Uuid),
+    /// Its number (`4711`).
+    Number(u64),
+}
+
+impl JobRef {
+    /// A UUID or a number in decimal digits; `None` for anything else.
+    pub fn parse(raw: &str) -> Option<Self> {
+        if !raw.is_empty() && raw.bytes().all(|b| b.is_ascii_digit()) {
+            return raw.parse().ok().map(Self::Number);
+        }
+        Uuid::try_parse(raw).ok().map(Self::Id)
+    }
+}
+
+impl std::str::FromStr for JobRef {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<Self, String> {
+        Self::parse(raw).ok_or_else(|| format!("{raw:?} is neither a job's id (a UUID) nor its number"))
+    }
+}
+
+impl std::fmt::Display for JobRef {
+    /// As a path of the API takes it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Id(id) => id.fmt(f),
+            Self::Number(number) => number.fmt(f),
+        }
+    }
+}
+
+impl From<Uuid> for JobRef {
+    fn from(id: Uuid) -> Self {
+        Self::Id(id)
+    }
+}
+
 impl Job {
     /// A new job of `mission_id` by `user_id` on `station_id` running `command`, queued `now`
     /// (its history the one move to `queued`), asking for one CPU, 1024 MB and no GPU, charged to
@@ -208,6 +260,7 @@ impl Job {
     pub fn queued(mission_id: Uuid, user_id: Uuid, station_id: Uuid, command: Vec<String>, now: DateTime<Utc>) -> Self {
         Self {
             job_id: Uuid::new_v4(),
+            number: 0,
             mission_id,
             user_id,
             project_id: user_id,
@@ -232,6 +285,7 @@ impl Job {
             rerun_of: None,
             array_id: None,
             array_index: None,
+            array_number: None,
             session: None,
             pending_reason: None,
             position: None,
@@ -855,6 +909,9 @@ fn parse_range(range: &str) -> Option<(u32, u32)> {
 pub struct JobArray {
     /// The array (`GET /jobs?array_id=` lists its elements).
     pub array_id: Uuid,
+    /// Its number: its first element's ([`Job::array_number`]).
+    #[serde(default)]
+    pub number: u64,
     /// The mission its elements run.
     pub mission_id: Uuid,
     /// Elements in all.

@@ -236,9 +236,9 @@ impl Client {
         self.run_job(mission.mission_id, &run_request(station_id, lz_id, JobResources::default())).await
     }
 
-    /// One job with its history.
-    pub async fn get_job(&self, job_id: Uuid) -> Result<Job, Error> {
-        self.get_json(&format!("/jobs/{job_id}"), &[]).await
+    /// One job with its history, named by id or by number.
+    pub async fn get_job(&self, job: impl Into<mission_api::JobRef>) -> Result<Job, Error> {
+        self.get_json(&format!("/jobs/{}", job.into()), &[]).await
     }
 
     /// The caller's jobs matching `options`, newest first (without their histories).

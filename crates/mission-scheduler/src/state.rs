@@ -714,8 +714,10 @@ impl State {
                     if let Some(first) = jobs.first() {
                         self.check_queue_room(first, jobs.len() as u64)?;
                     }
-                    for job in jobs {
-                        self.submit(job).await?;
+                    let mut array_number = None;
+                    for mut job in jobs {
+                        job.array_number = job.array_number.or(array_number);
+                        array_number = self.submit(job).await?.array_number;
                     }
                     Ok(Outcome::Done)
                 }
@@ -959,6 +961,11 @@ impl State {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
+        job.number = seq;
+        if job.array_id.is_some() && job.array_number.is_none() {
+            // The first element queued numbers its array.
+            job.array_number = Some(seq);
+        }
         if let Standing::Fails(why) = standing {
             // Never to run: it ends as it is written, without a trip through the queue.
             let now = store::now();

@@ -60,6 +60,7 @@ const JOB_ROW: &[(&str, Cast)] = &[
     ("rerun_of", Cast::Text),
     ("array_id", Cast::Text),
     ("array_index", Cast::Int),
+    ("array_seq", Cast::Int),
     ("session", Cast::Text),
     ("session_url", Cast::Text),
     ("session_ready_at", Cast::Int),
@@ -330,8 +331,8 @@ impl Store {
         with_conn!(self, reader, |conn: Db| {
             let rows = {
                 let mut q: QueryBuilder<Db> = QueryBuilder::new(
-                    "SELECT element.mission_id, c.status, c.n FROM job_array_counts c, \
-                     (SELECT mission_id, user_id FROM jobs WHERE array_id = ",
+                    "SELECT element.mission_id, element.array_seq, c.status, c.n FROM job_array_counts c, \
+                     (SELECT mission_id, user_id, array_seq FROM jobs WHERE array_id = ",
                 );
                 q.push_bind(array_id.to_string());
                 q.push(" LIMIT 1) element WHERE c.array_id = ").push_bind(array_id.to_string());
@@ -341,8 +342,12 @@ impl Store {
                 q.build().fetch_all(conn).await?
             };
             let Some(first) = rows.first() else { return Ok(None) };
-            let mut array =
-                mission_api::JobArray { array_id, mission_id: first.uuid("mission_id")?, ..Default::default() };
+            let mut array = mission_api::JobArray {
+                array_id,
+                number: first.opt_int("array_seq")?.map_or(0, |n| n as u64),
+                mission_id: first.uuid("mission_id")?,
+                ..Default::default()
+            };
             for row in &rows {
                 let n = row.count("n")?;
                 array.size += n;
@@ -811,6 +816,15 @@ impl Store {
                 })
                 .collect()
         })
+    }
+
+    /// The id of the job numbered `number`, if there is one.
+    pub async fn job_numbered(&self, number: u64) -> Result<Option<Uuid>, StoreError> {
+        let Ok(number) = i64::try_from(number) else { return Ok(None) };
+        let id: Option<String> = with_conn!(self, reader, |conn| {
+            sqlx::query_scalar("SELECT job_id FROM jobs WHERE seq = $1").bind(number).fetch_optional(conn).await?
+        });
+        id.map(|id| Uuid::parse_str(&id).map_err(|_| StoreError::Corrupt(format!("job id {id:?}")))).transpose()
     }
 
     /// The sequence number the next job is given: one past the last job's.
@@ -1319,6 +1333,7 @@ fn insert_row(seq: u64, job: &Job) -> serde_json::Value {
         "rerun_of": job.rerun_of.map(|id| id.to_string()),
         "array_id": job.array_id.map(|id| id.to_string()),
         "array_index": job.array_index,
+        "array_seq": job.array_number,
         "session": job.session.as_ref().map(|session| serde_json::to_string(&session.request()).expect("requests serialise")),
         "session_url": job.session.as_ref().and_then(|session| session.url.as_ref()),
         "session_ready_at": job.session.as_ref().and_then(|session| session.ready_at).map(to_micros),
@@ -1384,6 +1399,7 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
     });
     Ok(Job {
         job_id: r.uuid("job_id")?,
+        number: r.count("seq")?,
         mission_id: r.uuid("mission_id")?,
         user_id: r.uuid("user_id")?,
         project_id: r.uuid("project_id")?,
@@ -1413,6 +1429,7 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
         rerun_of: r.opt_uuid("rerun_of")?,
         array_id: r.opt_uuid("array_id")?,
         array_index: r.opt_int("array_index")?.map(|i| i as u32),
+        array_number: r.opt_int("array_seq")?.map(|n| n as u64),
         session,
         pending_reason: pending_from_row(r)?,
         position: None,

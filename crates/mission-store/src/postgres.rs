@@ -46,6 +46,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (33, "idempotency", include_str!("../migrations/postgres/0033_idempotency.sql")),
     (34, "sessions", include_str!("../migrations/postgres/0034_sessions.sql")),
     (35, "jobs_outlive_hosts", include_str!("../migrations/postgres/0035_jobs_outlive_hosts.sql")),
+    (36, "job_numbers", include_str!("../migrations/postgres/0036_job_numbers.sql")),
 ];
 
 /// Connections a replica holds at most.

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 use anyhow::bail;
 use clap::{Args, Subcommand};
-use mission_client::{Client, Job, JobArray, JobStatus, ListJobs, LogStream, RunJob, RunJobArray, UsageQuery, Uuid};
+use mission_client::{
+    Client, Job, JobArray, JobRef, JobStatus, ListJobs, LogStream, RunJob, RunJobArray, UsageQuery, Uuid,
+};
 
 use super::files::{TransferArgs, report_download};
 use super::labels::{apply_label_changes, labels_text, parse_label_arg};
@@ -120,13 +122,13 @@ pub enum JobsCommand {
     List(ListArgs),
     /// Show one job with its history.
     Get {
-        /// Job id.
-        job: Uuid,
+        /// The job: its id, or its number.
+        job: JobRef,
     },
     /// Print a job's output (stdout to stdout, stderr to stderr).
     Logs {
-        /// Job id.
-        job: Uuid,
+        /// The job: its id, or its number.
+        job: JobRef,
         /// Keep printing new output until the job ends.
         #[arg(long, short)]
         follow: bool,
@@ -134,8 +136,8 @@ pub enum JobsCommand {
     /// Set a job's labels: `jobs label JOB sweep=lr-0.1 seed=3`. Each key=value sets that label;
     /// `key-` removes it; other labels stay.
     Label {
-        /// Job id.
-        job: Uuid,
+        /// The job: its id, or its number.
+        job: JobRef,
         /// Labels to set (key=value) or remove (key-).
         #[arg(required = true, value_name = "KEY=VALUE|KEY-")]
         changes: Vec<String>,
@@ -151,8 +153,8 @@ pub enum JobsCommand {
     },
     /// Stop a job: dequeue it, or kill its processes.
     Stop {
-        /// Job id.
-        job: Uuid,
+        /// The job: its id, or its number.
+        job: JobRef,
     },
     /// Open a shell inside a running job of yours: as its user, in its work dir, environment
     /// and sandbox, through the service (no SSH, no port on the host). Every opening is audited.
@@ -170,9 +172,9 @@ pub enum JobsCommand {
     ///   mission jobs rerun --failed --mission 3f2a…
     #[command(verbatim_doc_comment)]
     Rerun {
-        /// Job id.
+        /// The job: its id, or its number.
         #[arg(required_unless_present = "failed", conflicts_with = "failed")]
-        job: Option<Uuid>,
+        job: Option<JobRef>,
         /// Rerun the failed jobs of `--mission`.
         #[arg(long, requires = "mission")]
         failed: bool,
@@ -182,8 +184,8 @@ pub enum JobsCommand {
     },
     /// Download a job's results (new or changed files and its logs) into a directory.
     Download {
-        /// Job id.
-        job: Uuid,
+        /// The job: its id, or its number.
+        job: JobRef,
         /// Directory to write into (created if needed; default: the current one), as
         /// `mission files download -o` takes it.
         #[arg(long, short = 'o', value_name = "DIR", conflicts_with = "dest")]
@@ -196,8 +198,8 @@ pub enum JobsCommand {
     },
     /// List a job's result files.
     Results {
-        /// Job id.
-        job: Uuid,
+        /// The job: its id, or its number.
+        job: JobRef,
     },
     /// Sum what your ended jobs used: how many, wall and CPU hours, CPU-hours held (CPUs asked
     /// for × wall time), mean CPU efficiency, and how many asked for more than twice the memory
@@ -245,9 +247,19 @@ pub struct ListArgs {
     items: u32,
 }
 
+/// A job's number as Slurm's commands write it: `4711`, or `4700_3` for element 3 of the array
+/// numbered 4700.
+fn job_number(job: &Job) -> String {
+    match (job.array_number, job.array_index) {
+        (Some(array), Some(index)) => format!("{} ({array}_{index})", job.number),
+        _ => job.number.to_string(),
+    }
+}
+
 fn show(out: Output, job: &Job) {
     let mut fields = vec![
         ("job", job.job_id.to_string()),
+        ("number", job_number(job)),
         ("status", job.status.to_string()),
         ("mission", job.mission_id.to_string()),
         ("project", job.project_id.to_string()),
@@ -315,6 +327,14 @@ fn show(out: Output, job: &Job) {
 
 /// Waits for a job to end (on the event stream) with a live status line on a terminal; answers
 /// the final job.
+/// The id of the job `named`: as given, or looked up by its number.
+async fn job_id(client: &Client, named: JobRef) -> anyhow::Result<Uuid> {
+    Ok(match named {
+        JobRef::Id(id) => id,
+        JobRef::Number(_) => client.get_job(named).await?.job_id,
+    })
+}
+
 async fn wait(client: &Client, job_id: Uuid) -> anyhow::Result<Job> {
     let bar = crate::progress::status_line();
     let job = client
@@ -619,19 +639,21 @@ impl JobsCommand {
                 out.table(&page, &["JOB", "STATUS", "MISSION", "PROJECT", "CREATED", "LABELS", "REASON"], rows);
             }
             JobsCommand::Get { job } => show(out, &client.get_job(job).await?),
-            JobsCommand::Logs { job, follow: true } => follow(&client, job).await?,
+            JobsCommand::Logs { job, follow: true } => follow(&client, job_id(&client, job).await?).await?,
             JobsCommand::Logs { job, follow: false } => {
+                let job = job_id(&client, job).await?;
                 print!("{}", client.job_logs(job, LogStream::Stdout).await?);
                 eprint!("{}", client.job_logs(job, LogStream::Stderr).await?);
             }
             JobsCommand::Label { job, changes } => {
-                let mut labels = client.get_job(job).await?.labels;
+                let job = client.get_job(job).await?;
+                let mut labels = job.labels;
                 apply_label_changes(&mut labels, changes)?;
-                let job = client.set_job_labels(job, &labels).await?;
+                let job = client.set_job_labels(job.job_id, &labels).await?;
                 out.done(&job, &format!("job {} labels: {}", job.job_id, labels_text(&job.labels)));
             }
             JobsCommand::Stop { job } => {
-                let job = client.stop_job(job).await?;
+                let job = client.stop_job(job_id(&client, job).await?).await?;
                 let message = match job.status {
                     JobStatus::Stopped => format!("stopped job {}", job.job_id),
                     _ => format!("stopping job {} (its landing zone kills it now)", job.job_id),
@@ -657,7 +679,7 @@ impl JobsCommand {
                 );
             }
             JobsCommand::Rerun { job: Some(job), .. } => {
-                let job = client.rerun_job(job).await?;
+                let job = client.rerun_job(job_id(&client, job).await?).await?;
                 out.done(
                     &job,
                     &format!("started job {} again as job {}", job.rerun_of.unwrap_or_default(), job.job_id),
@@ -698,13 +720,14 @@ impl JobsCommand {
                 );
             }
             JobsCommand::Results { job } => {
-                let files = client.list_job_results(job).await?;
+                let files = client.list_job_results(job_id(&client, job).await?).await?;
                 let rows =
                     files.iter().map(|f| vec![f.relative_path(), f.file_size.to_string(), f.sha256.clone()]).collect();
                 out.table(&files, &["PATH", "SIZE", "SHA256"], rows);
             }
             JobsCommand::Download { job, output, dest, transfer } => {
                 let dest = output.or(dest).unwrap_or_else(|| PathBuf::from("."));
+                let job = job_id(&client, job).await?;
                 let summary = client.download_job_results_with(job, &dest, &transfer.options("download")).await?;
                 report_download(out, &summary, &dest);
             }

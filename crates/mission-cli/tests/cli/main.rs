@@ -1088,3 +1088,71 @@ async fn the_cli_names_its_version_and_warns_once_of_a_newer_server() {
     let agent = format!("user-agent: mission-cli/{} mission-client/", env!("CARGO_PKG_VERSION"));
     assert!(heads.iter().all(|head| head.contains(&agent)), "{heads:?}");
 }
+
+/// Every job has a number, given in submission order and taken wherever a job's id is: by the
+/// API, the CLI and the console; an array's number is its first element's. Someone else's job
+/// is as unknown by number as by id.
+#[tokio::test]
+async fn jobs_are_known_by_their_numbers() {
+    let fx = Fixture::start().await;
+    let password = admin_password(&fx.data_dir);
+    fx.login("admin", "admin", &password).await;
+    let src = fx.home.path().join("numbered");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("run.sh"), "echo \"number $1\"\n").unwrap();
+    let args = ["missions", "create", "--name", "numbered", "--type", "shell", "--setting", "filename=run.sh"];
+    let created = fx.json("admin", &[&args[..], &["--upload", src.to_str().unwrap()]].concat()).await;
+    let mission = created["mission_id"].as_str().unwrap().to_owned();
+
+    let mut numbers = Vec::new();
+    for _ in 0..3 {
+        let job = fx.json("admin", &["run", &mission, "--wait"]).await;
+        let number = job["number"].as_u64().unwrap();
+        assert!(number > 0, "{job}");
+        // By number, the same job: the CLI, and the API's path.
+        let shown = fx.json("admin", &["jobs", "get", &number.to_string()]).await;
+        assert_eq!(shown["job_id"], job["job_id"]);
+        assert_eq!(shown["number"], number);
+        numbers.push(number);
+    }
+    assert!(numbers.windows(2).all(|pair| pair[0] < pair[1]), "in submission order: {numbers:?}");
+    let last = numbers[2].to_string();
+    let logs = fx.run("admin", &["jobs", "logs", &last]).await;
+    assert_eq!(String::from_utf8_lossy(&logs.stdout), "number \n");
+    let table = fx.ok("admin", &["jobs", "get", &last]).await;
+    let number_line = table.lines().find(|line| line.starts_with("number:"));
+    assert_eq!(number_line.map(|line| line.split_whitespace().collect::<Vec<_>>()), Some(vec!["number:", &last]));
+
+    // An array: consecutive numbers, each element knowing the array's (its first element's).
+    let array = fx.json("admin", &["run", &mission, "--array", "0-2", "--wait"]).await;
+    assert!(array["number"].as_u64().unwrap() > numbers[2], "{array}");
+    let listed = fx.json("admin", &["jobs", "list", "--array", array["array_id"].as_str().unwrap()]).await;
+    let mut elements: Vec<(u64, u64, u64)> = listed["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            (j["array_index"].as_u64().unwrap(), j["number"].as_u64().unwrap(), j["array_number"].as_u64().unwrap())
+        })
+        .collect();
+    elements.sort();
+    let first = elements[0].1;
+    assert_eq!(array["number"].as_u64(), Some(first));
+    assert_eq!(elements, [(0, first, first), (1, first + 1, first), (2, first + 2, first)]);
+
+    // Someone else's number reads as no job at all, named by the number asked for.
+    fx.add_user("eve", "eves own passphrase").await;
+    fx.login("eve", "eve", "eves own passphrase").await;
+    for asked in [last.clone(), "999999".to_owned()] {
+        let out = fx.run("eve", &["jobs", "get", &asked]).await;
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(&format!("no job {asked}")), "{stderr}");
+    }
+    let stop = fx.run("eve", &["jobs", "stop", &last]).await;
+    assert!(String::from_utf8_lossy(&stop.stderr).contains(&format!("no job {last}")));
+
+    // Neither a UUID nor a number: refused before anything is asked.
+    let bad = fx.run("admin", &["jobs", "get", "12ab"]).await;
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("neither a job's id (a UUID) nor its number"));
+}

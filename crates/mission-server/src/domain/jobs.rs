@@ -9,8 +9,8 @@
 use std::collections::HashSet;
 
 use mission_api::{
-    FileListing, Job, JobArray, JobPage, JobStatus, JobTransition, MAX_TIME_LIMIT, RerunJobs, RunJob, RunJobArray,
-    UpdateJob,
+    FileListing, Job, JobArray, JobPage, JobRef, JobStatus, JobTransition, MAX_TIME_LIMIT, RerunJobs, RunJob,
+    RunJobArray, UpdateJob,
 };
 use mission_scheduler::SchedulerError;
 use mission_store::{self as store, JobFilter};
@@ -28,6 +28,22 @@ use crate::services::job_logs::LogStream;
 
 /// How many elements of a job array one write queues.
 const ARRAY_CHUNK: usize = 5_000;
+
+/// The id of the job `named`. A number names a job only to those who may read it: to anyone
+/// else it is as unknown as a number never given, and the refusal names the number.
+pub async fn resolve(app: &AppState, who: Principal, named: JobRef) -> DomainResult<Uuid> {
+    let number = match named {
+        JobRef::Id(id) => return Ok(id),
+        JobRef::Number(number) => number,
+    };
+    let unknown = || DomainError::NotFound { what: "job", id: number.to_string() };
+    let job_id = app.store.job_numbered(number).await?.ok_or_else(unknown)?;
+    match readable(app, who, job_id).await {
+        Ok(_) => Ok(job_id),
+        Err(DomainError::NotFound { .. }) => Err(unknown()),
+        Err(e) => Err(e),
+    }
+}
 
 /// A job the caller may read (without its history).
 pub async fn readable(app: &AppState, who: Principal, job_id: Uuid) -> DomainResult<Job> {
@@ -127,6 +143,8 @@ pub async fn submit_array(
         who,
         Change::new("job_array.submit", "job_array", array_id).in_project(template.project_id).with(given),
     );
+    // The first chunk's first element numbers the array; the later chunks are told its number.
+    let mut array_number = None;
     let mut elements = elements.map(|(index, arguments)| {
         let mut job = template.clone();
         job.job_id = Uuid::new_v4();
@@ -140,7 +158,10 @@ pub async fn submit_array(
     // with it the array; should a later chunk fail, the elements queued so far are stopped.
     let mut queued = 0;
     while queued < size {
-        let chunk: Vec<Job> = elements.by_ref().take(ARRAY_CHUNK).collect();
+        let mut chunk: Vec<Job> = elements.by_ref().take(ARRAY_CHUNK).collect();
+        for job in &mut chunk {
+            job.array_number = array_number;
+        }
         let n = chunk.len() as u32;
         if let Err(e) = app.scheduler.submit_many(chunk).await {
             if queued > 0 {
@@ -151,6 +172,9 @@ pub async fn submit_array(
             return Err(e.into());
         }
         queued += n;
+        if array_number.is_none() && queued < size {
+            array_number = app.store.job_array(array_id, None).await?.map(|array| array.number);
+        }
     }
     if size as usize > ARRAY_CHUNK {
         crate::services::heap::release_free_pages();

@@ -42,12 +42,21 @@ impl ApiError {
 
     /// 400: an id in the path or query is not a UUID.
     pub fn invalid_id(field: &str, value: &str) -> Self {
+        Self::malformed_id(field, value, "is not a UUID")
+    }
+
+    /// 400: a job's id in the path is neither a UUID nor a job number.
+    pub fn invalid_job_id(field: &str, value: &str) -> Self {
+        Self::malformed_id(field, value, "is neither a job's id (a UUID) nor its number")
+    }
+
+    fn malformed_id(field: &str, value: &str, problem: &str) -> Self {
         let shown: String = value.chars().take(64).collect();
         Self::new(
             StatusCode::BAD_REQUEST,
             "urn:mission:problem:invalid-id",
             "Invalid id",
-            format!("{field}: {shown:?} is not a UUID"),
+            format!("{field}: {shown:?} {problem}"),
         )
         .with_field(field)
     }

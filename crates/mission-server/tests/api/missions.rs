@@ -341,3 +341,26 @@ async fn bad_input_is_a_clear_400() {
     // Nothing half-written: the mission is as it was.
     assert_eq!(server.client.get_mission_by_id(id).await.unwrap(), mission);
 }
+
+/// A job's path takes its id or its number; anything else is a malformed id, and a number no
+/// job has (or one of a job the caller may not see) is no job, named by the number.
+#[tokio::test]
+async fn job_paths_take_an_id_or_a_number() {
+    let server = TestServer::spawn().await;
+    let token = token_for(&server, "alice").await;
+    let base = format!("{}/api/v1", server.url);
+    for path in ["jobs/12ab", "jobs/-1", "jobs/1.5", "jobs/%2031", "jobs/99999999999999999999999"] {
+        let response = http().get(format!("{base}/{path}")).bearer_auth(&token).send().await.unwrap();
+        let (status, p) = problem(response).await;
+        assert_eq!(status, 400, "{path}");
+        assert_eq!(p.kind, "urn:mission:problem:invalid-id", "{path}");
+        assert!(p.detail.contains("neither a job's id (a UUID) nor its number"), "{path}: {p:?}");
+    }
+    for path in ["jobs/4711", "jobs/4711/results", "jobs/00000000-0000-4000-8000-000000000000"] {
+        let (status, p) = problem(http().get(format!("{base}/{path}")).bearer_auth(&token).send().await.unwrap()).await;
+        assert_eq!(status, 404, "{path}");
+        if path.contains("4711") {
+            assert!(p.detail.contains("no job 4711"), "{path}: {p:?}");
+        }
+    }
+}

@@ -18,7 +18,7 @@ use super::sign_in::CsrfForm;
 use super::{Frame, PageResult, file_href, page, query_value};
 use crate::AppState;
 use crate::domain::jobs;
-use crate::http::routes::extract::parse_id;
+use crate::http::routes::extract::{job_id, parse_id};
 use crate::services::job_logs::LogStream;
 use mission_store::JobFilter;
 
@@ -155,7 +155,7 @@ struct JobPageView {
 
 /// `GET /jobs/{id}`: one job.
 pub async fn show(State(app): State<AppState>, viewer: Viewer, Path(id): Path<String>) -> PageResult {
-    let job = jobs::get(&app, viewer.principal(), parse_id("job_id", &id)?).await?;
+    let job = jobs::get(&app, viewer.principal(), job_id(&app, viewer.principal(), &id).await?).await?;
     let mission_name = app.store.mission(job.mission_id).await?.map_or_else(|| "(deleted)".to_owned(), |m| m.name);
     let finished = job.status.is_final();
     let (mut stdout, mut stderr) = (String::new(), String::new());
@@ -210,7 +210,7 @@ const TERMINAL_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 
 /// `GET /jobs/{id}/terminal`: a terminal on a shell in a running job of the viewer's (as
 /// `mission jobs shell`), over `GET /api/v1/jobs/{id}/shell`.
 pub async fn terminal(State(app): State<AppState>, viewer: Viewer, Path(id): Path<String>) -> PageResult {
-    let job = jobs::get(&app, viewer.principal(), parse_id("job_id", &id)?).await?;
+    let job = jobs::get(&app, viewer.principal(), job_id(&app, viewer.principal(), &id).await?).await?;
     if job.user_id != viewer.user.user_id {
         return Err(crate::http::error::ApiError::not_found("job", job.job_id).into());
     }
@@ -242,7 +242,7 @@ pub async fn again(
     Form(form): Form<CsrfForm>,
 ) -> PageResult {
     viewer.check_csrf(&form.csrf)?;
-    let job = jobs::rerun(&app, viewer.principal(), parse_id("job_id", &id)?).await?;
+    let job = jobs::rerun(&app, viewer.principal(), job_id(&app, viewer.principal(), &id).await?).await?;
     Ok(Redirect::to(&format!("/jobs/{}", job.job_id)).into_response())
 }
 
@@ -254,6 +254,6 @@ pub async fn stop(
     Form(form): Form<CsrfForm>,
 ) -> PageResult {
     viewer.check_csrf(&form.csrf)?;
-    let job = jobs::stop(&app, viewer.principal(), parse_id("job_id", &id)?).await?;
+    let job = jobs::stop(&app, viewer.principal(), job_id(&app, viewer.principal(), &id).await?).await?;
     Ok(Redirect::to(&format!("/jobs/{}", job.job_id)).into_response())
 }

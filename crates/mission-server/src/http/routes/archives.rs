@@ -12,7 +12,7 @@ use futures_util::StreamExt;
 use mission_api::paths::MissionPath;
 use mission_api::{FileListing, Job};
 
-use super::extract::parse_id;
+use super::extract::{job_id, parse_id};
 use super::{async_stream, files, jobs};
 use crate::AppState;
 use crate::domain::Principal;
@@ -39,11 +39,11 @@ pub async fn mission(State(app): State<AppState>, who: Principal, Path(id): Path
 /// A job's results as one zip archive: every result file and the two logs, as
 /// `GET /api/v1/jobs/{id}/results` lists them.
 #[utoipa::path(get, path = "/api/v1/jobs/{id}/archive", tag = "jobs",
-    params(("id" = uuid::Uuid, Path, description = "job id")),
+    params(("id" = String, Path, description = "the job's id (a UUID) or its number")),
     responses((status = 200, description = "a zip archive of the job's results and logs", content_type = "application/zip"),
         (status = 404, body = mission_api::Problem)))]
 pub async fn results(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Response> {
-    let job = crate::domain::jobs::readable(&app, who, parse_id("job_id", &id)?).await?;
+    let job = crate::domain::jobs::readable(&app, who, job_id(&app, who, &id).await?).await?;
     let listing = crate::domain::jobs::result_listing(&app, &job).await?;
     results_archive(app, job, &listing)
 }

@@ -7,7 +7,10 @@ use axum::http::request::Parts;
 use mission_api::MAX_ITEMS_PER_PAGE;
 use uuid::Uuid;
 
+use crate::AppState;
+use crate::domain::Principal;
 use crate::http::error::ApiError;
+use mission_api::JobRef;
 
 /// Largest JSON body the API accepts.
 pub const MAX_JSON_BODY_BYTES: usize = 1024 * 1024;
@@ -58,6 +61,12 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryPairs {
             .map(QueryPairs)
             .map_err(|e| ApiError::invalid(format!("malformed query string: {e}")))
     }
+}
+
+/// The job a path names by id or by number (`4711`), as its caller may know it.
+pub async fn job_id(app: &AppState, who: Principal, raw: &str) -> Result<Uuid, ApiError> {
+    let named = JobRef::parse(raw).ok_or_else(|| ApiError::invalid_job_id("job_id", raw))?;
+    Ok(crate::domain::jobs::resolve(app, who, named).await?)
 }
 
 /// Parses an id from the path or query, naming `field` when it is not a UUID.

@@ -15,7 +15,7 @@ use mission_api::{FileListing, Job, JobPage, RunJob, UpdateJob};
 
 use super::async_stream;
 use super::events::{Render, follow_log};
-use super::extract::{ApiJson, QueryPairs, page_number, page_size, parse_id, push_label_filter};
+use super::extract::{ApiJson, QueryPairs, job_id, page_number, page_size, parse_id, push_label_filter};
 use super::files::{parse_path, serve, serve_bytes};
 
 use crate::AppState;
@@ -82,7 +82,7 @@ pub async fn stop_array(
 /// station, landing zone, command, resources (as the last attempt asked for them), time limit,
 /// labels, log cap and retry policy. Of the jobs it waited for, one that was started again is
 /// replaced by its newest rerun.
-#[utoipa::path(post, path = "/api/v1/jobs/{id}/rerun", tag = "jobs", params(("id" = uuid::Uuid, Path, description = "job id")),
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/rerun", tag = "jobs", params(("id" = String, Path, description = "the job's id (a UUID) or its number")),
     responses((status = 201, body = Job), (status = 404, body = mission_api::Problem),
         (status = 409, body = mission_api::Problem, description = "the job has not ended")))]
 pub async fn rerun(
@@ -90,7 +90,7 @@ pub async fn rerun(
     who: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<(StatusCode, Json<Job>)> {
-    Ok((StatusCode::CREATED, Json(jobs::rerun(&app, who, parse_id("job_id", &id)?).await?)))
+    Ok((StatusCode::CREATED, Json(jobs::rerun(&app, who, job_id(&app, who, &id).await?).await?)))
 }
 
 /// Starts again, as [`rerun`] does each, every job of the mission that failed or was lost and
@@ -231,15 +231,15 @@ pub(super) fn event_stream(events: impl futures_util::Stream<Item = Bytes> + Sen
 }
 
 /// One job, with its history.
-#[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs", params(("id" = uuid::Uuid, Path, description = "job id")),
+#[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "the job's id (a UUID) or its number")),
     responses((status = 200, body = Job), (status = 404, body = mission_api::Problem)))]
 pub async fn get(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Json<Job>> {
-    Ok(Json(jobs::get(&app, who, parse_id("job_id", &id)?).await?))
+    Ok(Json(jobs::get(&app, who, job_id(&app, who, &id).await?).await?))
 }
 
 /// Changes a job: its labels (the whole map is replaced). Answers the job as it stands.
 #[utoipa::path(patch, path = "/api/v1/jobs/{id}", tag = "jobs", request_body = UpdateJob,
-    params(("id" = uuid::Uuid, Path, description = "job id")),
+    params(("id" = String, Path, description = "the job's id (a UUID) or its number")),
     responses((status = 200, body = Job), (status = 400, body = mission_api::Problem),
         (status = 404, body = mission_api::Problem)))]
 pub async fn update(
@@ -248,17 +248,17 @@ pub async fn update(
     Path(id): Path<String>,
     ApiJson(req): ApiJson<UpdateJob>,
 ) -> ApiResult<Json<Job>> {
-    Ok(Json(jobs::update(&app, who, parse_id("job_id", &id)?, req).await?))
+    Ok(Json(jobs::update(&app, who, job_id(&app, who, &id).await?, req).await?))
 }
 
 /// Stops a job: a queued one leaves the queue, a placed one has its process tree killed by its
 /// landing zone. Answers the job as it stands after the request (a placed job turns `stopped`
 /// once its LZ confirms).
-#[utoipa::path(post, path = "/api/v1/jobs/{id}/stop", tag = "jobs", params(("id" = uuid::Uuid, Path, description = "job id")),
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/stop", tag = "jobs", params(("id" = String, Path, description = "the job's id (a UUID) or its number")),
     responses((status = 200, body = Job), (status = 404, body = mission_api::Problem),
         (status = 409, body = mission_api::Problem, description = "the job has ended already")))]
 pub async fn stop(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Json<Job>> {
-    Ok(Json(jobs::stop(&app, who, parse_id("job_id", &id)?).await?))
+    Ok(Json(jobs::stop(&app, who, job_id(&app, who, &id).await?).await?))
 }
 
 /// How long a log follower or event stream waits in silence before sending a keep-alive comment.
@@ -268,7 +268,7 @@ pub(super) const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// whose `data` events carry chunks as JSON strings and whose last event, `end`, carries the
 /// job's final status.
 #[utoipa::path(get, path = "/api/v1/jobs/{id}/logs", tag = "jobs",
-    params(("id" = uuid::Uuid, Path, description = "job id"),
+    params(("id" = String, Path, description = "the job's id (a UUID) or its number"),
         ("stream" = Option<String>, Query, description = "stdout (default) or stderr"),
         ("follow" = Option<bool>, Query, description = "stream new output until the job ends (server-sent events)")),
     responses((status = 200, description = "the log as text; with follow=true, server-sent events",
@@ -280,7 +280,7 @@ pub async fn logs(
     Path(id): Path<String>,
     QueryPairs(query): QueryPairs,
 ) -> ApiResult<Response> {
-    let job = jobs::readable(&app, who, parse_id("job_id", &id)?).await?;
+    let job = jobs::readable(&app, who, job_id(&app, who, &id).await?).await?;
     let mut stream = LogStream::Stdout;
     let mut follow = false;
     for (key, value) in &query {
@@ -355,19 +355,19 @@ fn log_of(path: &MissionPath) -> Option<LogStream> {
 
 /// Lists a job's results: every new or changed file of its work dir, and its two logs under
 /// `mission-logs/`.
-#[utoipa::path(get, path = "/api/v1/jobs/{id}/results", tag = "jobs", params(("id" = uuid::Uuid, Path, description = "job id")),
+#[utoipa::path(get, path = "/api/v1/jobs/{id}/results", tag = "jobs", params(("id" = String, Path, description = "the job's id (a UUID) or its number")),
     responses((status = 200, body = [FileListing]), (status = 404, body = mission_api::Problem)))]
 pub async fn results(
     State(app): State<AppState>,
     who: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Vec<FileListing>>> {
-    Ok(Json(jobs::results(&app, who, parse_id("job_id", &id)?).await?))
+    Ok(Json(jobs::results(&app, who, job_id(&app, who, &id).await?).await?))
 }
 
 /// Downloads one result file (honours a single `Range`).
 #[utoipa::path(get, path = "/api/v1/jobs/{id}/results/{path}", tag = "jobs",
-    params(("id" = uuid::Uuid, Path, description = "job id"), ("path" = String, Path, description = "result path")),
+    params(("id" = String, Path, description = "the job's id (a UUID) or its number"), ("path" = String, Path, description = "result path")),
     responses((status = 200, description = "the file", content_type = "application/octet-stream"),
         (status = 404, body = mission_api::Problem)))]
 pub async fn result(
@@ -376,7 +376,7 @@ pub async fn result(
     Path((id, raw_path)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    let job = jobs::readable(&app, who, parse_id("job_id", &id)?).await?;
+    let job = jobs::readable(&app, who, job_id(&app, who, &id).await?).await?;
     serve_result(&app, &job, &parse_path(&raw_path)?, &headers).await
 }
 

@@ -241,6 +241,8 @@ class JobArray(_Record):
     completed: int
     failed: int
     stopped: int
+    #: Its number: its first element's.
+    number: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -295,6 +297,10 @@ class Job(_Record):
     rerun_of: Optional[str] = None
     array_id: Optional[str] = None
     array_index: Optional[int] = None
+    #: Its number: unique in the service, given in submission order.
+    number: int = 0
+    #: The number of its array (its first element's), if it is an element of one.
+    array_number: Optional[int] = None
     project_id: Optional[str] = None
     #: The interactive session it is, if it is one.
     session: Optional[JobSession] = dataclasses.field(default=None, metadata={"of": JobSession})

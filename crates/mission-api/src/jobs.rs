@@ -183,6 +183,10 @@ pub struct Job {
     /// The interactive session it is, if it is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<crate::JobSession>,
+    /// The batch script it runs, in the directory it was submitted from, if it is a batch job
+    /// ([`crate::batch`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<crate::JobBatch>,
     /// Why it has not started yet, kept current while it waits: in the server's queue, or in a
     /// batch system's queue once placed on a gateway. Absent once it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -287,6 +291,7 @@ impl Job {
             array_index: None,
             array_number: None,
             session: None,
+            batch: None,
             pending_reason: None,
             position: None,
             usage: None,

@@ -19,6 +19,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod batch;
 pub mod cargo_bays;
 pub mod events;
 pub mod files;
@@ -41,6 +42,7 @@ pub mod webhooks;
 
 pub use audit::{AuditEntry, AuditPage};
 pub use auth::{AuthConfig, DeviceAuthorization, OAuthError, TokenResponse};
+pub use batch::{JobBatch, SubmitBatchJob};
 pub use cargo_bays::{CargoBay, CargoBayKind, CreateCargoBay, DEFAULT_CARGO_BAY_ID};
 pub use events::Event;
 pub use files::FileListing;

@@ -64,8 +64,21 @@ pub struct Hello {
     /// Whether it runs jobs in container images (it has a container engine).
     #[serde(default)]
     pub images: bool,
+    /// The directories it shares with the hosts users submit batch jobs from (`--shared-path`),
+    /// absolute: only batch jobs submitted under one of them run here ([`crate::batch`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_paths: Vec<String>,
     /// Agent version.
     pub version: String,
+}
+
+/// Whether `dir` (absolute, clean) lies in one of `shared` (absolute): `/home/ada/run` lies in
+/// `/home` and in `/`, not in `/ho`.
+pub fn shares(shared: &[String], dir: &str) -> bool {
+    shared.iter().any(|root| {
+        let root = root.trim_end_matches('/');
+        dir == root || root.is_empty() || dir.strip_prefix(root).is_some_and(|rest| rest.starts_with('/'))
+    })
 }
 
 /// Answer of `POST /api/v1/lz/connect`.
@@ -141,6 +154,16 @@ pub struct Assignment {
     /// The network its container gets, as its station sets it (the landing zone may allow less).
     #[serde(default)]
     pub container_network: crate::ContainerNetwork,
+    /// The batch script it runs, if it is a batch job ([`crate::batch`]): in its directory, as
+    /// its user's mapped account, with its output in files there; nothing staged or collected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<crate::JobBatch>,
+    /// Its number ([`crate::Job::number`]), and its array's, for the `SLURM_*` variables.
+    #[serde(default)]
+    pub number: u64,
+    /// Its array's number, if it is an element of one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_number: Option<u64>,
 }
 
 /// The environment variable a job array's element finds its index in.

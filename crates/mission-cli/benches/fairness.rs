@@ -85,6 +85,7 @@ async fn main() {
             max_jobs: None,
             cluster_account: None,
             images: false,
+            shared_paths: Vec::new(),
             version: "bench".into(),
         };
         let mut session = scheduler.connect(identity.clone(), hello).await.unwrap();

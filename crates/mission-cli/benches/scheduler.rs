@@ -138,6 +138,7 @@ async fn main() {
             max_jobs: None,
             cluster_account: None,
             images: false,
+            shared_paths: Vec::new(),
             version: "bench".into(),
         };
         let session = scheduler.connect(identity.clone(), hello).await.unwrap();

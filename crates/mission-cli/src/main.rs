@@ -10,6 +10,7 @@ mod config_file;
 mod output;
 mod progress;
 mod session;
+mod slurm;
 
 use std::process::ExitCode;
 
@@ -52,6 +53,19 @@ struct Cli {
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// What `mission slurm-commands` does.
+#[derive(Debug, Subcommand)]
+enum SlurmCommandsCommand {
+    /// Link each Slurm command to this executable in DIR (put DIR on your PATH).
+    Install {
+        /// The directory (made if missing).
+        dir: std::path::PathBuf,
+        /// Replace files of those names already there.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -113,6 +127,17 @@ enum Command {
     ///   mission run MISSION --image solver:2.1 --follow
     #[command(subcommand, verbatim_doc_comment)]
     Images(ImagesCommand),
+    /// Slurm's commands (sbatch, squeue, sacct, scancel, scontrol) spoken by this executable.
+    ///
+    /// Invoked under one of those names, `mission` reads that command's options and prints what
+    /// it prints, as your saved `mission login` session: workflow tools that run jobs through
+    /// Slurm's commands run them on this service unchanged. Batch jobs run in the directory they
+    /// were submitted from, as your own account, on landing zones that share it.
+    ///
+    ///   mission slurm-commands install ~/.local/bin
+    ///   sbatch --wrap 'hostname' && squeue --me
+    #[command(subcommand, verbatim_doc_comment)]
+    SlurmCommands(SlurmCommandsCommand),
     /// Joins stdin and stdout to a port of this host's loopback: how a Slurm landing zone's
     /// agent reaches a session's app on a node (it runs this with `srun`). Not for people.
     #[command(hide = true)]
@@ -189,6 +214,10 @@ fn warn_once_if_the_server_is_newer() {
 fn main() -> ExitCode {
     // A landing zone starts each job through this same executable under another name.
     mission_lz::sandbox::spawner::run_if_invoked();
+    // Invoked as `sbatch`, `squeue`, …: a Slurm command, read as Slurm reads it.
+    if let Some(command) = slurm::invoked_as() {
+        return slurm::main(command);
+    }
     tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime").block_on(run())
 }
 
@@ -236,6 +265,15 @@ async fn run() -> ExitCode {
         Command::Types(cmd) => cmd.run(server, out).await,
         Command::Webhooks(cmd) => cmd.run(server, out).await,
         Command::Images(cmd) => cmd.run(server, out).await,
+        Command::SlurmCommands(SlurmCommandsCommand::Install { dir, force }) => match slurm::install(&dir, force) {
+            Ok(made) => {
+                for link in made {
+                    println!("{}", link.display());
+                }
+                Ok(())
+            }
+            Err(e) => Err(e),
+        },
         Command::LzRelay { port, probe: true } => {
             return if mission_lz::relay::probe(port).await { ExitCode::SUCCESS } else { ExitCode::FAILURE };
         }

@@ -223,6 +223,12 @@ impl Client {
         self.send_json(Method::POST, &format!("/missions/{mission_id}/jobs"), request).await
     }
 
+    /// Queues a batch job: a script run in the directory it was submitted from, as the user's
+    /// own account (see [`mission_api::batch`]; what `sbatch` sends).
+    pub async fn submit_batch_job(&self, request: &mission_api::SubmitBatchJob) -> Result<Job, Error> {
+        self.send_json(Method::POST, "/jobs", request).await
+    }
+
     /// Creates a mission, uploads `directory` to it and starts a job on the station, or on the
     /// landing zone `lz_id` (spec rule 4). The job gets the mission type's default resources.
     pub async fn create_mission_and_run_job(

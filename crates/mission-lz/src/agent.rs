@@ -59,6 +59,10 @@ pub struct AgentConfig {
     /// For the landing zone embedded in a server: the in-process tunnel its sessions are
     /// reached through (none: only tunnels the agent opens out).
     pub local_tunnel: Option<mission_tunnel::LocalTunnel>,
+    /// The directories this host shares with the hosts users submit batch jobs from (absolute;
+    /// `/` for the landing zone embedded in a server, which shares its host's): see
+    /// [`mission_api::batch`].
+    pub shared_paths: Vec<String>,
 }
 
 /// What runs a landing zone's jobs.
@@ -402,6 +406,7 @@ async fn connect_loop<R: Runner>(agent: &Arc<Agent>, runner: &Arc<R>) -> Result<
             max_jobs: offer.max_jobs,
             cluster_account: offer.cluster_account,
             images: offer.images,
+            shared_paths: offer.shared_paths,
             version: env!("CARGO_PKG_VERSION").to_owned(),
         };
         match session(agent, runner, &hello).await {

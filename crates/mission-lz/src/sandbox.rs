@@ -441,6 +441,11 @@ impl Sandbox {
         }
     }
 
+    /// Whether mission user `username` has an account of their own here (the user map's).
+    pub fn maps(&self, username: &str) -> bool {
+        self.mapped.contains_key(username)
+    }
+
     /// The user the job of mission user `username` runs as: the account the user map names for
     /// them, else as [`Sandbox::job_user`] says.
     pub fn user_of(&self, username: &str) -> Result<JobUser, String> {

@@ -967,6 +967,9 @@ mod tests {
             image: None,
             session: None,
             container_network: Default::default(),
+            batch: None,
+            number: 0,
+            array_number: None,
         }
     }
 

@@ -73,6 +73,8 @@ pub(super) struct LzState {
     pub max_jobs: Option<u32>,
     /// It runs jobs in container images.
     pub images: bool,
+    /// The directories it runs batch jobs in ([`mission_api::lz::Hello::shared_paths`]).
+    pub shared_paths: Vec<String>,
 }
 
 impl LzState {
@@ -91,6 +93,7 @@ impl LzState {
             jobs: HashMap::new(),
             max_jobs: None,
             images: false,
+            shared_paths: Vec::new(),
         }
     }
 
@@ -113,12 +116,23 @@ impl LzState {
         self.free_cpu >= i64::from(job.cpu_count)
             && self.free_memory >= job.memory_amount as i64
             && self.free_gpus.len() >= job.gpu_count as usize
-            && (self.images || !job.needs_image)
+            && self.takes(job)
     }
 
-    /// Whether it could ever run `job`: large enough, and taking images where the job runs in one.
+    /// Whether it could ever run `job`: large enough, taking images where the job runs in one,
+    /// sharing a batch job's directory.
     pub fn could_hold(&self, job: &Queued) -> bool {
-        (self.images || !job.needs_image) && self.could_hold_shape(job.cpu_count, job.memory_amount, job.gpu_count)
+        self.takes(job) && self.could_hold_shape(job.cpu_count, job.memory_amount, job.gpu_count)
+    }
+
+    /// Whether it runs jobs of `job`'s kind: in an image, or in a batch job's directory.
+    fn takes(&self, job: &Queued) -> bool {
+        (self.images || !job.needs_image) && job.workdir.as_deref().is_none_or(|dir| self.shares(dir))
+    }
+
+    /// Whether it runs batch jobs submitted in `dir`.
+    pub fn shares(&self, dir: &str) -> bool {
+        mission_api::lz::shares(&self.shared_paths, dir)
     }
 
     pub fn could_hold_shape(&self, cpu: u32, memory: u64, gpu: u32) -> bool {

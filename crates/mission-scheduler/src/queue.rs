@@ -74,6 +74,8 @@ pub(crate) struct Queued {
     pub ran: bool,
     /// It runs in a container image: only landing zones that take images may hold it.
     pub needs_image: bool,
+    /// A batch job's directory: only landing zones that share it may hold it.
+    pub workdir: Option<Arc<str>>,
 }
 
 impl Queued {
@@ -90,6 +92,7 @@ impl Queued {
             time_limit: job.time_limit,
             ran: false,
             needs_image: job.image.is_some(),
+            workdir: job.batch.as_ref().map(|batch| Arc::from(batch.workdir.as_str())),
         }
     }
 
@@ -823,6 +826,7 @@ mod tests {
             time_limit: None,
             ran: false,
             needs_image: false,
+            workdir: None,
         }
     }
 

@@ -64,6 +64,10 @@ use super::{
 use mission_store::audit::AuditNote;
 use mission_store::{self as store, JobUpdate, LzIdentity, Store, StoreError};
 
+/// What a placement pass asks of landing zones about a job, to answer once per kind of job:
+/// its CPUs, megabytes and GPUs, whether it runs in an image, and a batch job's directory.
+type Kind = (u32, u64, u32, bool, Option<Arc<str>>);
+
 /// Most events handled in one batch, so a flood of them still gets answers in steady steps.
 const MAX_BATCH: usize = 256;
 
@@ -306,6 +310,7 @@ impl State {
                         time_limit: row.time_limit,
                         ran: row.ran,
                         needs_image: row.image_id.is_some(),
+                        workdir: row.workdir.map(Arc::from),
                     };
                     queue.insert(key, row.seq, entry, waits);
                     if waits {
@@ -691,6 +696,9 @@ impl State {
                     image: job.image.clone(),
                     session: job.session.as_ref().map(mission_api::JobSession::request),
                     container_network: networks.get(&lz.station_id).copied().unwrap_or_default(),
+                    batch: job.batch.clone(),
+                    number: job.number,
+                    array_number: job.array_number,
                 },
             );
         }
@@ -954,6 +962,24 @@ impl State {
                 ),
             });
         }
+        if let Some(batch) = &job.batch {
+            let shares = match job.requested_lz_id {
+                Some(lz_id) => self.fleet.get(&lz_id).is_some_and(|lz| lz.shares(&batch.workdir)),
+                None => self.fleet.of_station(job.station_id).any(|(_, lz)| lz.shares(&batch.workdir)),
+            };
+            if !shares {
+                let whom =
+                    if job.requested_lz_id.is_some() { "the landing zone" } else { "no landing zone of the station" };
+                return Err(SchedulerError::invalid_field(
+                    "batch.workdir",
+                    format!(
+                        "{whom} runs batch jobs in {}: a landing zone runs them under the directories it shares \
+                         with the hosts jobs are submitted from (`mission lz --shared-path DIR`)",
+                        batch.workdir
+                    ),
+                ));
+            }
+        }
         self.check_queue_room(&job, 1)?;
         let standing = self.wait_for(job.job_id, job.user_id, &job.after_ok, &job.after_any).await?;
         if let Standing::Unknown(field, dep) = standing {
@@ -1112,6 +1138,7 @@ impl State {
         let mut lz = LzState::new(who.station_id, who.name.clone(), Some(hello.resources), gpus);
         lz.max_jobs = hello.max_jobs;
         lz.images = hello.images;
+        lz.shared_paths = hello.shared_paths;
         lz.connection = Some(Connection { id: session, sessions: self.sessions.clone() });
         let until = Instant::now() + self.lease;
         lz.lease_until = Some(until);
@@ -1522,7 +1549,7 @@ impl State {
         key: &QueueKey,
         job: &Queued,
         reserved: &HashSet<Uuid>,
-        could_hold: &mut HashMap<(u32, u64, u32, bool), bool>,
+        could_hold: &mut HashMap<Kind, bool>,
         now: chrono::DateTime<chrono::Utc>,
         reclaiming_for: Option<Uuid>,
     ) -> (Verdict, Option<PendingReason>) {
@@ -1632,15 +1659,16 @@ impl State {
             Some(lz_id) => self.fleet.get(&lz_id).is_some_and(|l| l.station_id == key.station_id && l.could_hold(job)),
             // Over every LZ online, those the pass holds (out of the index) too.
             None => *could_hold
-                .entry((job.cpu_count, job.memory_amount, job.gpu_count, job.needs_image))
+                .entry((job.cpu_count, job.memory_amount, job.gpu_count, job.needs_image, job.workdir.clone()))
                 .or_insert_with(|| lzs.all.iter().map(lz).any(|l| l.connection.is_some() && l.could_hold(job))),
         };
         if any_could {
             return (Verdict::PassOver, Some(behind()));
         }
         let images = if job.needs_image { " in a container image" } else { "" };
+        let shared = job.workdir.as_deref().map(|dir| format!(", sharing {dir}")).unwrap_or_default();
         let why = format!(
-            "no landing zone online could hold it ({} CPUs, {} MB, {} GPUs{images})",
+            "no landing zone online could hold it ({} CPUs, {} MB, {} GPUs{images}{shared})",
             job.cpu_count, job.memory_amount, job.gpu_count
         );
         (Verdict::PassOver, Some(pending(PendingKind::NoLandingZone, why)))

@@ -147,6 +147,7 @@ impl Harness {
             max_jobs: None,
             cluster_account: None,
             images: false,
+            shared_paths: Vec::new(),
             version: "test".into(),
         };
         self.connect_with(lz, hello).await
@@ -335,6 +336,7 @@ async fn a_job_in_an_image_goes_only_to_a_landing_zone_that_takes_images() {
         max_jobs: None,
         cluster_account: None,
         images: true,
+        shared_paths: Vec::new(),
         version: "test".into(),
     };
     let (mut podman, _) = h.connect_with(&podman_lz, hello).await;
@@ -386,6 +388,7 @@ async fn a_batch_gateway_takes_jobs_by_count_and_says_why_they_wait() {
         max_jobs: Some(3),
         cluster_account: Some("alice".into()),
         images: false,
+        shared_paths: Vec::new(),
         version: "test".into(),
     };
     let (mut gateway, _) = h.connect_with(&lz, hello).await;

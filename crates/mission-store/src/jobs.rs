@@ -61,6 +61,7 @@ const JOB_ROW: &[(&str, Cast)] = &[
     ("array_id", Cast::Text),
     ("array_index", Cast::Int),
     ("array_seq", Cast::Int),
+    ("batch", Cast::Text),
     ("session", Cast::Text),
     ("session_url", Cast::Text),
     ("session_ready_at", Cast::Int),
@@ -115,7 +116,7 @@ static POSTGRES_INSERT_JOBS: LazyLock<String> = LazyLock::new(postgres_insert_jo
 macro_rules! queued_columns {
     () => {
         "seq, job_id, user_id, project_id, station_id, requested_lz_id, cpu_count, memory_amount, gpu_count, \
-        attempt, retry, after_ok, after_any, time_limit, ran, image_id"
+        attempt, retry, after_ok, after_any, time_limit, ran, image_id, batch"
     };
 }
 
@@ -127,7 +128,7 @@ const QUEUED_PAGE_ROWS: i64 = 20_000;
 const SQLITE_QUEUED_PAGE: &str = concat!(
     "SELECT json_group_array(json_array(seq, job_id, user_id, project_id, station_id, requested_lz_id, cpu_count, \
     memory_amount, gpu_count, attempt, json(retry), json(after_ok), json(after_any), time_limit, \
-    json(IIF(ran, 'true', 'false')), image_id)) FROM (SELECT ",
+    json(IIF(ran, 'true', 'false')), image_id, json_extract(batch, '$.workdir'))) FROM (SELECT ",
     queued_columns!(),
     " FROM jobs WHERE status = 'queued' AND seq > ? ORDER BY seq LIMIT ?)"
 );
@@ -782,6 +783,7 @@ impl Store {
                         time_limit: r.opt_int("time_limit")?.map(|minutes| minutes as u32),
                         ran: r.flag("ran")?,
                         image_id: r.opt_uuid("image_id")?,
+                        workdir: r.opt_json::<mission_api::JobBatch>("batch")?.map(|batch| batch.workdir),
                     });
                 }
                 Ok(())
@@ -1334,6 +1336,7 @@ fn insert_row(seq: u64, job: &Job) -> serde_json::Value {
         "array_id": job.array_id.map(|id| id.to_string()),
         "array_index": job.array_index,
         "array_seq": job.array_number,
+        "batch": job.batch.as_ref().map(|batch| serde_json::to_string(batch).expect("a batch serialises")),
         "session": job.session.as_ref().map(|session| serde_json::to_string(&session.request()).expect("requests serialise")),
         "session_url": job.session.as_ref().and_then(|session| session.url.as_ref()),
         "session_ready_at": job.session.as_ref().and_then(|session| session.ready_at).map(to_micros),
@@ -1430,6 +1433,7 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
         array_id: r.opt_uuid("array_id")?,
         array_index: r.opt_int("array_index")?.map(|i| i as u32),
         array_number: r.opt_int("array_seq")?.map(|n| n as u64),
+        batch: r.opt_json("batch")?,
         session,
         pending_reason: pending_from_row(r)?,
         position: None,
@@ -1479,6 +1483,8 @@ pub struct QueuedRow {
     pub ran: bool,
     /// The container image it runs in: only landing zones that take images may hold it.
     pub image_id: Option<Uuid>,
+    /// A batch job's directory: only landing zones that share it may hold it.
+    pub workdir: Option<String>,
 }
 
 /// How [`Store::usage_by`] groups jobs.

@@ -50,6 +50,7 @@ impl FakeAgent {
             max_jobs: None,
             cluster_account: None,
             images: false,
+            shared_paths: Vec::new(),
             version: "test".into(),
         };
         Self::hello(url, token, &hello).await

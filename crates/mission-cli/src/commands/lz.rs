@@ -67,6 +67,11 @@ pub struct LzCommand {
     /// Stop when no job has run for this many seconds (a pilot inside a batch job leaves so).
     #[arg(long, env = "MISSION_LZ_IDLE_EXIT", value_name = "SECONDS")]
     idle_exit: Option<u64>,
+    /// A directory this host shares with the hosts users submit batch jobs from (`sbatch`):
+    /// batch jobs submitted under it run here, in their directory, as their user's mapped
+    /// account (--user-map). Repeat for several (`--shared-path /home --shared-path /scratch`).
+    #[arg(long = "shared-path", value_name = "DIR", value_parser = absolute_dir)]
+    shared_paths: Vec<String>,
     /// What runs the jobs: child processes on this host, or Slurm.
     #[arg(long, env = "MISSION_LZ_RUNNER", value_enum, default_value_t = RunnerChoice::Process)]
     runner: RunnerChoice,
@@ -324,8 +329,19 @@ impl LzCommand {
             runner,
             idle_exit: self.idle_exit.map(std::time::Duration::from_secs),
             local_tunnel: None,
+            shared_paths: self.shared_paths,
         };
         mission_lz::run(config, super::server::shutdown_signal()).await?;
         Ok(())
     }
+}
+
+/// A `--shared-path`: an absolute directory, kept as given without a trailing `/`.
+fn absolute_dir(value: &str) -> Result<String, String> {
+    let path = std::path::Path::new(value);
+    if !path.is_absolute() || path.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+        return Err(format!("{value:?}: expected an absolute directory without `..`"));
+    }
+    let trimmed = value.trim_end_matches('/');
+    Ok(if trimmed.is_empty() { "/".to_owned() } else { trimmed.to_owned() })
 }

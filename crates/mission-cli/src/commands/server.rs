@@ -421,6 +421,8 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
             runner: mission_lz::RunnerKind::Process,
             idle_exit: None,
             local_tunnel: Some(local_tunnel),
+            // The embedded landing zone runs on the host users submit from.
+            shared_paths: vec!["/".to_owned()],
         };
         println!("Embedded landing zone {local_lz:?} on station {:?}.", mission_api::DEFAULT_STATION_NAME);
         Some(tokio::spawn(mission_lz::run(config, wait(stopping.clone()))))

@@ -5,6 +5,7 @@
 //! - [`process`]: child processes of the agent on its own host, under cgroup limits in a sandbox;
 //! - [`slurm`]: jobs of a Slurm cluster, submitted from its login node.
 
+mod batch;
 pub mod process;
 pub mod slurm;
 
@@ -32,6 +33,8 @@ pub(crate) struct Offer {
     pub cluster_account: Option<String>,
     /// Whether it runs jobs in container images.
     pub images: bool,
+    /// The directories it runs batch jobs in (see [`mission_api::lz::Hello::shared_paths`]).
+    pub shared_paths: Vec<String>,
 }
 
 /// Why a job could not run to its end on this landing zone. Its text is the job's `reason`.

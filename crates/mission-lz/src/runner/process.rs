@@ -49,6 +49,8 @@ pub(crate) struct ProcessRunner {
     /// What runs jobs in container images, or why nothing does.
     podman: Option<Podman>,
     no_images: String,
+    /// Where batch jobs may run (see [`crate::AgentConfig::shared_paths`]).
+    shared_paths: Vec<String>,
 }
 
 /// The exit status `podman run` answers for a container that was killed (`SIGKILL`).
@@ -121,6 +123,7 @@ impl ProcessRunner {
             gpus,
             podman,
             no_images,
+            shared_paths: config.shared_paths.clone(),
         }))
     }
 }
@@ -135,6 +138,7 @@ impl Runner for ProcessRunner {
             max_jobs: None,
             cluster_account: None,
             images: self.podman.is_some(),
+            shared_paths: self.shared_paths.clone(),
         }
     }
 
@@ -148,6 +152,11 @@ impl Runner for ProcessRunner {
                  reached on the host's loopback)"
                     .into(),
             );
+        }
+        if let Some(batch) = &job.batch
+            && let Some(why) = super::batch::refusal(&self.shared_paths, self.sandbox.maps(&job.username), job, batch)
+        {
+            return Some(why);
         }
         self.sandbox.refusal(job)
     }
@@ -206,6 +215,7 @@ impl Runner for ProcessRunner {
             timed_out: false,
             usage: None,
             work: Some((dir, user)),
+            batch: job.batch.is_some(),
         })
     }
 }
@@ -241,6 +251,8 @@ pub(crate) struct ProcessJob {
     usage: Option<JobUsage>,
     /// Where it runs and whom as, until they are handed back.
     work: Option<(WorkDir, JobUser)>,
+    /// It is a batch job: its files are in its own directory, and none are collected.
+    batch: bool,
 }
 
 impl ProcessJob {
@@ -304,6 +316,7 @@ impl JobHandle for ProcessJob {
         let (root, staged, uid) = (dir.path().to_path_buf(), dir.inputs().clone(), user.own_uid());
         let container = matches!(self.program, Program::Container { .. });
         let cpu_measured = !matches!(self.program, Program::Container { cpu_measured: false, .. });
+        let batch = self.batch;
         let killed = exit.as_ref().is_ok_and(|exit| exit.code() == Some(CONTAINER_KILLED));
         let (oom, measured, results) = tokio::task::spawn_blocking(move || {
             let (oom, measured) = group.map_or((false, None), |g| {
@@ -313,7 +326,7 @@ impl JobHandle for ProcessJob {
                 (oom, Some(measured))
             });
             runner.sandbox.end(uid);
-            (oom, measured, changed_files(&root, &staged))
+            (oom, measured, if batch { Vec::new() } else { changed_files(&root, &staged) })
         })
         .await?;
         self.usage = Some(JobUsage {
@@ -444,10 +457,27 @@ fn launch(
         }
         _ => {
             let procs = group.as_ref().map(JobCgroup::procs_files).unwrap_or_default();
-            let env = runner.job_env.iter().map(|(name, value)| (*name, value.as_os_str())).chain(own);
-            let plan = runner.sandbox.plan(&job.command, env, dir.path(), &user, &procs);
+            let plan = match &job.batch {
+                Some(batch) => {
+                    super::batch::prepare(job, batch, dir.path(), user.ids(), &runner.job_env).map(|start| {
+                        let mut plan = runner.sandbox.plan(&start.command, start.env, &start.workdir, &user, &procs);
+                        // A batch job sees the host's /tmp, as a Slurm job does: it may have been
+                        // submitted from there.
+                        if let Some(namespaces) = plan.namespaces.as_mut() {
+                            namespaces.private_tmp = false;
+                        }
+                        plan
+                    })
+                }
+                None => {
+                    let env = runner.job_env.iter().map(|(name, value)| (*name, value.as_os_str())).chain(own);
+                    Ok(runner.sandbox.plan(&job.command, env, dir.path(), &user, &procs))
+                }
+            };
             let limits = format!("{limits}; {}", runner.sandbox.describe_job(&user));
-            runner.launcher.start_job(&plan).map(|child| (Program::Sandboxed(child), limits, Some(plan)))
+            plan.and_then(|plan| {
+                runner.launcher.start_job(&plan).map(|child| (Program::Sandboxed(child), limits, Some(plan)))
+            })
         }
     };
     match started {

@@ -610,6 +610,8 @@ impl Runner for SlurmRunner {
             max_jobs: Some(max_jobs),
             cluster_account: Some(self.account.clone()),
             images: self.config.containers.is_some() && self.config.pilots.is_none(),
+            // Batch jobs go to process landing zones only, so far.
+            shared_paths: Vec::new(),
         }
     }
 

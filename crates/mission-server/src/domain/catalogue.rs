@@ -136,6 +136,9 @@ const FILENAME: SettingDef = SettingDef {
 /// The id of the `shell` mission type, which runs a script from the mission's files.
 pub const SHELL: Uuid = uuid!("99e803ea-1829-42ba-be3d-294fb6a5e640");
 
+/// The id of the `command` mission type, which runs a command line from its settings.
+pub const COMMAND: Uuid = uuid!("ac11c23f-e8dc-4620-b3f5-efe47ca1f12d");
+
 static CATALOGUE: &[MissionTypeDef] = &[
     MissionTypeDef {
         id: SHELL,
@@ -198,7 +201,7 @@ static CATALOGUE: &[MissionTypeDef] = &[
         resources: DEFAULT_RESOURCES,
     },
     MissionTypeDef {
-        id: uuid!("ac11c23f-e8dc-4620-b3f5-efe47ca1f12d"),
+        id: COMMAND,
         name: "command",
         version: "1",
         description: "Runs a command line given in the settings, in the mission's folder.",

@@ -216,7 +216,7 @@ async fn display_name(app: &AppState, who: Principal) -> DomainResult<String> {
 }
 
 /// A new queued job of the mission from a run request, checked.
-async fn new_job(app: &AppState, who: Principal, mission_id: Uuid, req: RunJob) -> DomainResult<Job> {
+pub(super) async fn new_job(app: &AppState, who: Principal, mission_id: Uuid, req: RunJob) -> DomainResult<Job> {
     let mission = missions::writable(app, who, mission_id).await?;
     let station = stations::visible(app, who, req.station_id).await?;
     let type_id = mission.mission_type_id.ok_or_else(|| {

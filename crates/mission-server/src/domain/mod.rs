@@ -16,6 +16,7 @@
 //! nothing of HTTP ([`crate::http`] is above it).
 
 pub mod audit;
+pub mod batch;
 pub mod bay_storage;
 pub mod cargo_bays;
 pub mod catalogue;

@@ -40,6 +40,20 @@ pub async fn run(
     Ok((StatusCode::CREATED, Json(jobs::submit(&app, who, parse_id("mission_id", &id)?, req).await?)))
 }
 
+/// Queues a batch job (what `sbatch` sends): a script run in the directory it was submitted
+/// from, as its user's account on a landing zone sharing that directory, its output in files
+/// there. It needs no mission: it goes in its user's `batch jobs` mission of its project.
+#[utoipa::path(post, path = "/api/v1/jobs", tag = "jobs", request_body = mission_api::SubmitBatchJob,
+    responses((status = 201, body = Job), (status = 400, body = mission_api::Problem),
+        (status = 404, body = mission_api::Problem)))]
+pub async fn submit_batch(
+    State(app): State<AppState>,
+    who: Principal,
+    ApiJson(req): ApiJson<mission_api::SubmitBatchJob>,
+) -> ApiResult<(StatusCode, Json<Job>)> {
+    Ok((StatusCode::CREATED, Json(crate::domain::batch::submit(&app, who, req).await?)))
+}
+
 /// Starts a job array: one job per element, each the run request with the element's index in
 /// `MISSION_ARRAY_INDEX` and its arguments after the mission's; all queued at once.
 #[utoipa::path(post, path = "/api/v1/missions/{id}/job-arrays", tag = "jobs", request_body = mission_api::RunJobArray,

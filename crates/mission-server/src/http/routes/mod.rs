@@ -40,7 +40,7 @@ pub use files::{RecoveryError, recover as recover_files, settle_stopped_replicas
     paths(
         missions::create, missions::list, missions::get, missions::update, missions::set_args, missions::delete,
         files::list, files::upload, files::download, files::delete, archives::mission,
-        events::stream, jobs::run, jobs::list, jobs::usage, jobs::events, jobs::get, jobs::update, jobs::stop, crate::http::shell::open_shell, jobs::rerun, jobs::rerun_failed, jobs::run_array, jobs::get_array, jobs::stop_array, jobs::logs, jobs::results, jobs::result, archives::results,
+        events::stream, jobs::run, jobs::submit_batch, jobs::list, jobs::usage, jobs::events, jobs::get, jobs::update, jobs::stop, crate::http::shell::open_shell, jobs::rerun, jobs::rerun_failed, jobs::run_array, jobs::get_array, jobs::stop_array, jobs::logs, jobs::results, jobs::result, archives::results,
         cargo_bays::list, cargo_bays::create, cargo_bays::get, cargo_bays::delete,
         webhooks::create, webhooks::list, webhooks::get, webhooks::delete, webhooks::deliveries,
         images::import, images::register_reference, images::list, images::get, images::delete,
@@ -417,7 +417,7 @@ pub fn router(app: AppState) -> Router {
         .route("/missions/{id}/job-arrays", post(jobs::run_array))
         .route("/job-arrays/{id}", get(jobs::get_array))
         .route("/job-arrays/{id}/stop", post(jobs::stop_array))
-        .route("/jobs", get(jobs::list))
+        .route("/jobs", get(jobs::list).post(jobs::submit_batch))
         .route("/jobs/events", get(jobs::events))
         .route("/jobs/usage", get(jobs::usage))
         .route("/events", get(events::stream))

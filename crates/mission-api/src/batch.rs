@@ -1,0 +1,148 @@
+//! Batch jobs: a script submitted as it is, run in the directory it was submitted from, as the
+//! user's own account on the host, writing its output to files there: Slurm's model, which the
+//! `sbatch` of `mission` speaks (`POST /api/v1/jobs`).
+//!
+//! Such a job runs only on a landing zone that shares its directory with the host it was
+//! submitted from (the paths a landing zone shares are in its [`Hello`](crate::lz::Hello)), and
+//! only as the account its user is mapped to there: another uid could not write the user's files.
+//! Its mission is its user's `batch jobs` mission in its project, made on first use; it stages no
+//! files and returns no results (they are in the directory already).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::jobs::RunJob;
+
+/// The largest batch script, in bytes. Slurm's default is 4 MiB, but a request body of the API
+/// is at most 1 MiB, with the environment beside the script; scripts are a few kB.
+pub const MAX_SCRIPT_BYTES: usize = 512 << 10;
+
+/// The most bytes of a batch job's environment, names and values together.
+pub const MAX_ENVIRONMENT_BYTES: usize = 256 << 10;
+
+/// The longest job name, in bytes.
+pub const MAX_JOB_NAME_BYTES: usize = 256;
+
+/// What a batch job runs and where: [`Job::batch`](crate::Job::batch).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct JobBatch {
+    /// Its name (`sbatch -J`); the script's file name, or `wrap`, by default.
+    pub name: String,
+    /// The script's text, as it was when submitted.
+    pub script: String,
+    /// The script's arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub arguments: Vec<String>,
+    /// The directory it runs in, absolute: where it was submitted from, or `sbatch -D`.
+    pub workdir: String,
+    /// Where its standard output goes, relative to `workdir` or absolute, with `sbatch -o`'s
+    /// patterns (`%j`, `%x`, `%A`, `%a`, `%u`, `%N`, `%%`) filled in as it starts.
+    pub stdout: String,
+    /// Where its standard error goes, likewise; absent: with its standard output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
+    /// Its environment (`sbatch --export`), to which the `SLURM_*` variables are added.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub environment: BTreeMap<String, String>,
+    /// A comment (`sbatch --comment`), shown back by `squeue` and `sacct`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    /// The name of the station it asked for, as `sbatch -p` named it (its partition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+}
+
+/// `POST /api/v1/jobs`: a batch job, with the resources, place and dependencies of a run request
+/// ([`RunJob`]; its `session` and `image` are refused: a batch job runs on the host).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SubmitBatchJob {
+    /// What it runs and where.
+    pub batch: JobBatch,
+    /// Its resources, station, project and dependencies.
+    pub run: RunJob,
+}
+
+/// What `sbatch -o`'s patterns stand for in one job.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OutputNames<'a> {
+    /// `%j`: the job's number.
+    pub number: u64,
+    /// `%x`: its name.
+    pub name: &'a str,
+    /// `%A`: its array's number (its own where it is none).
+    pub array_number: Option<u64>,
+    /// `%a`: its index in its array.
+    pub array_index: Option<u32>,
+    /// `%u`: its user's name.
+    pub user: &'a str,
+    /// `%N`: the short name of the host it runs on.
+    pub node: &'a str,
+}
+
+/// The default `sbatch -o`: `slurm-%j.out`, or `slurm-%A_%a.out` for an array's element.
+pub fn default_output(array: bool) -> &'static str {
+    if array { "slurm-%A_%a.out" } else { "slurm-%j.out" }
+}
+
+/// `pattern` with Slurm's file-name patterns filled in: `%j` (and `%J`), `%x`, `%A`, `%a`, `%u`,
+/// `%N`, `%%`; a number may pad a numeric one with zeros (`%4a`). Others stay as written.
+pub fn fill_output_pattern(pattern: &str, names: &OutputNames<'_>) -> String {
+    let mut out = String::with_capacity(pattern.len() + 16);
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        let mut width = String::new();
+        while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+            width.push(*d);
+            chars.next();
+        }
+        let width: usize = width.parse().unwrap_or(0).min(10);
+        let number = |n: u64| format!("{n:0width$}");
+        match chars.next() {
+            Some('%') => out.push('%'),
+            Some('j' | 'J') => out.push_str(&number(names.number)),
+            Some('A') => out.push_str(&number(names.array_number.unwrap_or(names.number))),
+            Some('a') => out.push_str(&names.array_index.map_or_else(|| "4294967294".to_owned(), |i| number(i.into()))),
+            Some('x') => out.push_str(names.name),
+            Some('u') => out.push_str(names.user),
+            Some('N') => out.push_str(names.node),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_patterns_are_filled_as_slurm_fills_them() {
+        let names = OutputNames {
+            number: 4711,
+            name: "fit",
+            array_number: Some(4700),
+            array_index: Some(3),
+            user: "ada",
+            node: "n1",
+        };
+        assert_eq!(fill_output_pattern("slurm-%j.out", &names), "slurm-4711.out");
+        assert_eq!(fill_output_pattern("%x-%A_%a.%u.%N.log", &names), "fit-4700_3.ada.n1.log");
+        assert_eq!(fill_output_pattern("100%%-%4a-%q", &names), "100%-0003-%q");
+        let single = OutputNames { array_number: None, array_index: None, ..names };
+        assert_eq!(fill_output_pattern("%A", &single), "4711");
+        assert_eq!(fill_output_pattern("trailing%", &single), "trailing%");
+    }
+}

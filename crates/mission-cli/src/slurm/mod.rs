@@ -1,0 +1,227 @@
+//! Slurm's commands, spoken by `mission`: invoked as `sbatch`, `squeue`, `sacct`, `scancel`,
+//! `scontrol`, `sinfo` or `sacctmgr` (links to it, which `mission slurm-commands install DIR`
+//! makes, as busybox does), it reads their command lines and prints what they print, talking to
+//! the service with the session `mission login` saved. Workflow tools that drive a cluster
+//! through these commands drive the service unchanged.
+//!
+//! The service's words in Slurm's: a station is a partition, a landing zone a node, a project
+//! an account, a job's number its job id (`4700_3` for an element of an array).
+
+mod options;
+mod sacct;
+mod sbatch;
+mod scancel;
+mod scontrol;
+mod squeue;
+mod values;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::ExitCode;
+
+use mission_client::{Client, Job, JobStatus, ListJobs, Uuid};
+
+/// The names `mission` answers to as a Slurm command.
+pub const COMMANDS: [&str; 5] = ["sbatch", "squeue", "sacct", "scancel", "scontrol"];
+
+/// The Slurm command `mission` was invoked as, if it was invoked as one.
+pub fn invoked_as() -> Option<&'static str> {
+    let argv0 = std::env::args_os().next()?;
+    let name = Path::new(&argv0).file_name()?.to_str()?.to_owned();
+    COMMANDS.into_iter().find(|command| *command == name)
+}
+
+/// Runs the Slurm command `name` with the rest of the command line; its exit code.
+pub fn main(name: &'static str) -> ExitCode {
+    let args: Vec<String> = std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned()).collect();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+    let code = runtime.block_on(async {
+        match name {
+            "sbatch" => sbatch::run(&args).await,
+            "squeue" => squeue::run(&args).await,
+            "sacct" => sacct::run(&args).await,
+            "scancel" => scancel::run(&args).await,
+            "scontrol" => scontrol::run(&args).await,
+            _ => unreachable!("only the names in COMMANDS"),
+        }
+    });
+    ExitCode::from(code)
+}
+
+/// Makes `dir/NAME` a link to this executable for every Slurm command it speaks; answers the
+/// links made. An existing file of that name is left alone unless `force`.
+pub fn install(dir: &Path, force: bool) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    let exe = std::env::current_exe()?;
+    std::fs::create_dir_all(dir)?;
+    let mut made = Vec::new();
+    for name in COMMANDS {
+        let link = dir.join(name);
+        if link.symlink_metadata().is_ok() {
+            if !force {
+                anyhow::bail!("{} exists; give --force to replace it", link.display());
+            }
+            std::fs::remove_file(&link)?;
+        }
+        std::os::unix::fs::symlink(&exe, &link)?;
+        made.push(link);
+    }
+    Ok(made)
+}
+
+/// A failure in Slurm's words: what the command prints (`sbatch: error: …`) and its exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub message: String,
+    pub code: u8,
+    /// Printed as it is, not after `COMMAND: error: `.
+    pub plain: bool,
+}
+
+impl Failure {
+    pub fn new(code: u8, message: impl Into<String>) -> Self {
+        Self { message: message.into(), code, plain: false }
+    }
+
+    /// A failure printed in words of its own (`slurm_load_jobs error: …`).
+    pub fn plain(code: u8, message: impl Into<String>) -> Self {
+        Self { message: message.into(), code, plain: true }
+    }
+}
+
+impl From<mission_client::Error> for Failure {
+    fn from(e: mission_client::Error) -> Self {
+        Self::new(1, e.to_string())
+    }
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(e: anyhow::Error) -> Self {
+        Self::new(1, e.to_string())
+    }
+}
+
+/// Prints `failure` as `command` prints its errors; its exit code.
+pub fn report(command: &str, result: Result<(), Failure>) -> u8 {
+    match result {
+        Ok(()) => 0,
+        Err(failure) => {
+            if failure.plain {
+                eprintln!("{}", failure.message);
+            } else if !failure.message.is_empty() {
+                eprintln!("{command}: error: {}", failure.message);
+            }
+            failure.code
+        }
+    }
+}
+
+/// What the commands look up besides jobs: the stations (partitions), landing zones (nodes)
+/// and projects (accounts) by id and name, and who is signed in.
+pub struct Site {
+    pub client: Client,
+    pub username: String,
+    pub user_id: Uuid,
+    stations: HashMap<Uuid, String>,
+    nodes: HashMap<Uuid, String>,
+    accounts: HashMap<Uuid, String>,
+}
+
+impl Site {
+    /// Signs in with the saved session and reads the names.
+    pub async fn open() -> Result<Self, Failure> {
+        let client = crate::session::connect(None).await?;
+        let me = client.whoami().await?;
+        let mut site = Self {
+            client,
+            username: me.username.clone(),
+            user_id: me.user_id,
+            stations: HashMap::new(),
+            nodes: HashMap::new(),
+            accounts: HashMap::from([(me.user_id, me.username)]),
+        };
+        for station in site.client.list_stations().await? {
+            for lz in site.client.list_landing_zones(station.station_id).await.unwrap_or_default() {
+                site.nodes.insert(lz.lz_id, lz.name);
+            }
+            site.stations.insert(station.station_id, station.name);
+        }
+        let mut page = 1;
+        loop {
+            let projects = site.client.list_projects(page, mission_api::MAX_ITEMS_PER_PAGE).await?;
+            let more = projects.projects.len() as u32 == mission_api::MAX_ITEMS_PER_PAGE;
+            site.accounts.extend(projects.projects.into_iter().map(|p| (p.project_id, p.name)));
+            if !more {
+                break;
+            }
+            page += 1;
+        }
+        Ok(site)
+    }
+
+    pub fn partition(&self, station_id: Uuid) -> &str {
+        self.stations.get(&station_id).map_or("", String::as_str)
+    }
+
+    pub fn node(&self, lz_id: Option<Uuid>) -> &str {
+        lz_id.and_then(|id| self.nodes.get(&id)).map_or("", String::as_str)
+    }
+
+    pub fn account(&self, project_id: Uuid) -> &str {
+        self.accounts.get(&project_id).map_or("", String::as_str)
+    }
+
+    /// The station a partition names.
+    pub fn station_named(&self, name: &str) -> Option<Uuid> {
+        self.stations.iter().find(|(_, n)| *n == name).map(|(id, _)| *id)
+    }
+
+    /// The landing zone a node names.
+    pub fn node_named(&self, name: &str) -> Option<Uuid> {
+        self.nodes.iter().find(|(_, n)| *n == name).map(|(id, _)| *id)
+    }
+
+    /// The project an account names.
+    pub fn account_named(&self, name: &str) -> Option<Uuid> {
+        self.accounts.iter().find(|(_, n)| *n == name).map(|(id, _)| *id)
+    }
+
+    /// The caller's jobs (everyone's, for admins) in `statuses` (every status when empty),
+    /// newest first.
+    pub async fn jobs(&self, statuses: &[JobStatus]) -> Result<Vec<Job>, Failure> {
+        let mut all = Vec::new();
+        let mut page = 1;
+        loop {
+            let options = ListJobs {
+                statuses: statuses.to_vec(),
+                page,
+                items: mission_api::MAX_ITEMS_PER_PAGE,
+                ..Default::default()
+            };
+            let jobs = self.client.list_jobs(&options).await?;
+            let more = jobs.len() as u32 == mission_api::MAX_ITEMS_PER_PAGE;
+            all.extend(jobs);
+            if !more {
+                return Ok(all);
+            }
+            page += 1;
+        }
+    }
+
+    /// The user who started `job`: the signed-in user's name for their own jobs (an admin sees
+    /// others' by id).
+    pub fn user_of(&self, job: &Job) -> String {
+        if job.user_id == self.user_id { self.username.clone() } else { job.user_id.to_string() }
+    }
+}
+
+/// A job's name: its batch name, or its mission's command.
+pub fn job_name(job: &Job) -> String {
+    match &job.batch {
+        Some(batch) => batch.name.clone(),
+        None => job.command.first().map(|c| c.rsplit('/').next().unwrap_or(c).to_owned()).unwrap_or_default(),
+    }
+}
+
+/// The statuses of jobs that have not ended.
+pub const UNFINISHED: [JobStatus; 5] =
+    [JobStatus::Queued, JobStatus::Assigned, JobStatus::Staging, JobStatus::Running, JobStatus::Uploading];

@@ -1,0 +1,155 @@
+//! Batch jobs (`POST /api/v1/jobs`, what `sbatch` sends): a script run in the directory it was
+//! submitted from, as its user's own account, with its output in files there (see
+//! [`mission_api::batch`]).
+//!
+//! A batch job needs no mission made first: it belongs to its user's `batch jobs` mission in the
+//! project it is charged to, made on first use (a `command` mission with no files), so it is
+//! listed, charged, audited and stopped like every other job. Its command reads `bash SCRIPT
+//! ARGS…` for people; the landing zone runs the script it carries.
+
+use mission_api::{CreateMission, Job, JobBatch, SubmitBatchJob, batch};
+use mission_store::MissionFilter;
+use serde_json::json;
+use uuid::Uuid;
+
+use super::audit::{self, Change};
+use super::{DomainError, DomainResult, Principal, catalogue, jobs, missions, projects};
+use crate::AppState;
+
+/// The name of a user's mission of batch jobs in a project.
+pub const BATCH_MISSION: &str = "batch jobs";
+
+/// Queues a batch job: checked, in its user's batch mission of its project.
+pub async fn submit(app: &AppState, who: Principal, req: SubmitBatchJob) -> DomainResult<Job> {
+    let SubmitBatchJob { batch, run } = req;
+    check(&batch)?;
+    if run.session.is_some() {
+        return Err(DomainError::invalid("run.session", "a batch job is not an interactive session"));
+    }
+    if run.image.is_some() {
+        return Err(DomainError::invalid("run.image", "a batch job runs on its host as its user, not in an image"));
+    }
+    let project_id = run.project_id.unwrap_or(who.user_id);
+    projects::ensure_may_run(app, who, project_id, "run.project_id").await?;
+    let mission_id = batch_mission(app, who, project_id).await?;
+    let mut job = jobs::new_job(app, who, mission_id, run).await?;
+    job.command = std::iter::once("bash".to_owned())
+        .chain(std::iter::once(batch.name.clone()))
+        .chain(batch.arguments.iter().cloned())
+        .collect();
+    let given = json!({
+        "mission_id": mission_id,
+        "name": batch.name,
+        "workdir": batch.workdir,
+        "station_id": job.station_id,
+        "cpu_count": job.cpu_count,
+        "memory_amount": job.memory_amount,
+        "gpu_count": job.gpu_count,
+    });
+    audit::note(who, Change::new("job.submit", "job", job.job_id).in_project(job.project_id).with(given));
+    job.batch = Some(batch);
+    Ok(app.scheduler.submit(job).await?)
+}
+
+/// What is wrong with a batch job's description, if anything.
+fn check(batch: &JobBatch) -> DomainResult<()> {
+    if batch.script.len() > batch::MAX_SCRIPT_BYTES {
+        return Err(DomainError::invalid(
+            "batch.script",
+            format!("the script is larger than {} bytes", batch::MAX_SCRIPT_BYTES),
+        ));
+    }
+    if batch.script.contains('\0') {
+        return Err(DomainError::invalid("batch.script", "the script holds a NUL byte"));
+    }
+    let name = batch.name.trim();
+    if name.is_empty() || name.len() > batch::MAX_JOB_NAME_BYTES || name.chars().any(char::is_control) {
+        return Err(DomainError::invalid(
+            "batch.name",
+            format!("expected 1 to {} bytes without control characters", batch::MAX_JOB_NAME_BYTES),
+        ));
+    }
+    check_path("batch.workdir", &batch.workdir, true)?;
+    check_path("batch.stdout", &batch.stdout, false)?;
+    if let Some(stderr) = &batch.stderr {
+        check_path("batch.stderr", stderr, false)?;
+    }
+    let mut bytes = 0;
+    for (name, value) in &batch.environment {
+        let valid = !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !valid {
+            return Err(DomainError::invalid(
+                "batch.environment",
+                format!("{name:?} is not a variable name (letters, digits and _, not starting with a digit)"),
+            ));
+        }
+        if value.contains('\0') {
+            return Err(DomainError::invalid("batch.environment", format!("{name}: the value holds a NUL byte")));
+        }
+        bytes += name.len() + value.len() + 2;
+    }
+    if bytes > batch::MAX_ENVIRONMENT_BYTES {
+        return Err(DomainError::invalid(
+            "batch.environment",
+            format!("larger than {} bytes", batch::MAX_ENVIRONMENT_BYTES),
+        ));
+    }
+    for (field, text) in
+        [("batch.arguments", batch.arguments.join("")), ("batch.comment", batch.comment.clone().unwrap_or_default())]
+    {
+        if text.contains('\0') {
+            return Err(DomainError::invalid(field, "holds a NUL byte"));
+        }
+    }
+    Ok(())
+}
+
+/// A directory or file a batch job names: no NUL, no `..`; the directory absolute.
+fn check_path(field: &str, path: &str, absolute: bool) -> DomainResult<()> {
+    if path.is_empty() || path.len() > 4096 || path.contains('\0') {
+        return Err(DomainError::invalid(field, "expected a path of 1 to 4096 bytes without NUL"));
+    }
+    if absolute && !path.starts_with('/') {
+        return Err(DomainError::invalid(field, format!("{path:?} is not absolute")));
+    }
+    if path.split('/').any(|segment| segment == "..") {
+        return Err(DomainError::invalid(field, format!("{path:?} goes up a directory (..)")));
+    }
+    Ok(())
+}
+
+/// The user's batch mission in `project_id`, made if it does not exist yet (one at a time per
+/// user and project, so two first submissions make one mission).
+async fn batch_mission(app: &AppState, who: Principal, project_id: Uuid) -> DomainResult<Uuid> {
+    // The lock table is keyed by a mission's id and a path; a user's id and this path name no
+    // mission's file.
+    let _one_at_a_time = app.path_locks.lock(who.user_id, &format!("batch-mission/{project_id}")).await?;
+    let filter = MissionFilter {
+        user_ids: vec![who.user_id],
+        project_ids: vec![project_id],
+        names: vec![BATCH_MISSION.to_owned()],
+        mission_type_ids: vec![catalogue::COMMAND],
+        page: 1,
+        items: 1,
+        ..Default::default()
+    };
+    if let Some(mission) = app.store.list_missions(&filter).await?.0.into_iter().next() {
+        return Ok(mission.mission_id);
+    }
+    let created = missions::create(
+        app,
+        who,
+        CreateMission {
+            name: BATCH_MISSION.to_owned(),
+            description: Some("Batch jobs submitted with sbatch: each runs the script it was submitted with.".into()),
+            mission_type_id: Some(catalogue::COMMAND),
+            settings: Some([("command".to_owned(), "bash".to_owned())].into()),
+            project_id: Some(project_id),
+            ..Default::default()
+        },
+    )
+    .await?;
+    Ok(created.mission_id)
+}

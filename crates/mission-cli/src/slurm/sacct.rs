@@ -223,7 +223,7 @@ fn field(name: &str, job: &Job, site: &Site, step: bool) -> String {
         "Comment" => job.batch.as_ref().and_then(|b| b.comment.clone()).unwrap_or_default(),
         "User" if step => String::new(),
         "User" => site.user_of(job),
-        "Timelimit" => values::time_limit(job.time_limit),
+        "Timelimit" => job.time_limit.map_or_else(|| "UNLIMITED".to_owned(), |m| values::elapsed(u64::from(m) * 60)),
         "WorkDir" => job.batch.as_ref().map(|b| b.workdir.clone()).unwrap_or_default(),
         "Reason" => reason(job).to_owned(),
         _ => String::new(),

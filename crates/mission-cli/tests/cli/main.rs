@@ -16,6 +16,7 @@ mod replicas;
 mod sessions;
 mod shell;
 mod slurm;
+mod slurm_commands;
 mod webhooks;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mission");

@@ -101,7 +101,6 @@ pub(super) fn prepare(
         ("SLURM_JOBID", number),
         ("SLURM_JOB_NAME", batch.name.clone()),
         ("SLURM_JOB_USER", job.username.clone()),
-        ("SLURM_SUBMIT_DIR", batch.workdir.clone()),
         ("SLURM_JOB_NODELIST", host.clone()),
         ("SLURM_NODELIST", host.clone()),
         ("SLURMD_NODENAME", host.clone()),
@@ -118,6 +117,10 @@ pub(super) fn prepare(
     ];
     for (name, value) in run {
         set(name, value.into());
+    }
+    // Where sbatch ran, which its environment says; else where the job runs.
+    if !batch.environment.contains_key("SLURM_SUBMIT_DIR") {
+        set("SLURM_SUBMIT_DIR", batch.workdir.clone().into());
     }
     if let (Some(array), Some(index)) = (job.array_number, job.array_index) {
         set("SLURM_ARRAY_JOB_ID", array.to_string().into());

@@ -1,0 +1,319 @@
+//! Slurm's commands spoken by `mission`, end to end: a real account of this host (made with
+//! `useradd`), signed in with its own session, runs the links `mission slurm-commands install`
+//! makes from its own home directory against a real server's embedded landing zone, which runs
+//! its batch jobs there as that account. What they print is held to what the real Slurm prints
+//! (the captures in `fixtures/slurm`).
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use tokio::process::Command;
+
+use super::{BIN, Fixture};
+
+/// A host account made for the test, removed when dropped.
+struct Account {
+    name: String,
+    uid: u32,
+    gid: u32,
+    home: PathBuf,
+}
+
+impl Account {
+    fn create() -> Self {
+        let name = format!("msl{}", &uuid_hex()[..8]);
+        let made = std::process::Command::new("useradd").args(["-m", "-s", "/bin/bash", &name]).status().unwrap();
+        assert!(made.success(), "useradd {name}");
+        let home = PathBuf::from(format!("/home/{name}"));
+        let meta = std::fs::metadata(&home).unwrap();
+        Self { name, uid: meta.uid(), gid: meta.gid(), home }
+    }
+}
+
+impl Drop for Account {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("userdel").args(["-r", "-f", &self.name]).output();
+    }
+}
+
+fn uuid_hex() -> String {
+    mission_client::Uuid::new_v4().simple().to_string()
+}
+
+/// The account's shell for the commands: its uid and groups, its home, the links on its PATH.
+struct Shell<'a> {
+    account: &'a Account,
+    bin: PathBuf,
+}
+
+impl Shell<'_> {
+    /// Runs `program ARGS` as the account in `dir` (its home by default), with `stdin`.
+    async fn run_in(&self, dir: &Path, program: &str, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut command = Command::new("setpriv");
+        command
+            .args([
+                "--reuid",
+                &self.account.uid.to_string(),
+                "--regid",
+                &self.account.gid.to_string(),
+                "--init-groups",
+                "--",
+            ])
+            .arg(program)
+            .args(args)
+            .current_dir(dir)
+            .env_clear()
+            .env("HOME", &self.account.home)
+            .env("USER", &self.account.name)
+            .env("PATH", format!("{}:/usr/local/bin:/usr/bin:/bin", self.bin.display()))
+            .env("LANG", "C.UTF-8")
+            .stdin(if stdin.is_some() { std::process::Stdio::piped() } else { std::process::Stdio::null() })
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().unwrap();
+        if let Some(input) = stdin {
+            use tokio::io::AsyncWriteExt;
+            child.stdin.take().unwrap().write_all(input.as_bytes()).await.unwrap();
+        }
+        tokio::time::timeout(Duration::from_secs(120), child.wait_with_output()).await.expect("finished").unwrap()
+    }
+
+    async fn run(&self, program: &str, args: &[&str]) -> Output {
+        self.run_in(&self.account.home, program, args, None).await
+    }
+
+    /// Runs and expects success; its standard output.
+    async fn ok(&self, program: &str, args: &[&str]) -> String {
+        let out = self.run(program, args).await;
+        assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The lines a capture of the real Slurm holds (without its `exit=` line), and its exit code.
+fn captured(name: &str) -> (Vec<String>, i32) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/slurm").join(format!("{name}.txt"));
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    let code = lines.pop().and_then(|l| l.strip_prefix("exit=").and_then(|c| c.parse().ok())).unwrap();
+    (lines, code)
+}
+
+/// Waits until `sacct` says the job `number` ended; its state.
+async fn ended(shell: &Shell<'_>, number: &str) -> String {
+    for _ in 0..600 {
+        let state = shell.ok("sacct", &["-X", "-n", "-P", "-j", number, "-o", "State"]).await;
+        let state = state.trim().to_owned();
+        if !matches!(state.as_str(), "PENDING" | "CONFIGURING" | "RUNNING" | "COMPLETING" | "") {
+            return state;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("job {number} did not end");
+}
+
+#[tokio::test]
+async fn sbatch_squeue_sacct_scancel_and_scontrol_as_a_mapped_account() {
+    if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
+        assert!(std::env::var_os("MISSION_REQUIRE_SANDBOX").is_none(), "the suite must run as root");
+        eprintln!("SKIPPED: running batch jobs as a host account needs root");
+        return;
+    }
+    let account = Account::create();
+    let maps = tempfile::tempdir().unwrap();
+    let map = maps.path().join("users.map");
+    std::fs::write(&map, format!("{} {}\n", account.name, account.name)).unwrap();
+    let fx = Fixture::start_with(&["--user-map", map.to_str().unwrap()]).await;
+    let password = "a long test passphrase";
+    fx.add_user(&account.name, password).await;
+
+    // The account signs in with a session of its own, and links the commands into its ~/bin.
+    let bin = account.home.join("bin");
+    let shell = Shell { account: &account, bin: bin.clone() };
+    sign_in(&fx, &shell, password).await;
+    let installed = shell.ok(BIN, &["slurm-commands", "install", bin.to_str().unwrap()]).await;
+    assert_eq!(installed.lines().count(), 5, "{installed}");
+
+    // sbatch --wrap: the job runs in the submit directory as the account, its output in
+    // slurm-%j.out there; --parsable prints the number alone.
+    let number = shell.ok("sbatch", &["--parsable", "--wrap", "echo \"$SLURM_JOB_ID $(id -un) $(pwd)\""]).await;
+    let number = number.trim().to_owned();
+    assert!(number.parse::<u64>().is_ok(), "{number:?}");
+    assert_eq!(ended(&shell, &number).await, "COMPLETED");
+    let out = std::fs::read_to_string(account.home.join(format!("slurm-{number}.out"))).unwrap();
+    assert_eq!(out, format!("{number} {} {}\n", account.name, account.home.display()));
+    let written = std::fs::metadata(account.home.join(format!("slurm-{number}.out"))).unwrap();
+    assert_eq!((written.uid(), written.gid()), (account.uid, account.gid), "the account's file");
+
+    // A script: #SBATCH lines, the command line winning over them, the SLURM_* environment,
+    // -o patterns, -D, and the script's arguments.
+    let work = account.home.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::os::unix::fs::chown(&work, Some(account.uid), Some(account.gid)).unwrap();
+    let script = "#!/bin/bash\n#SBATCH --job-name=from-script\n#SBATCH -c 2 --mem=300M\n#SBATCH --time=1:30\n\
+                  #SBATCH --output=out-%x-%j.txt\n# a comment\n#SBATCH --comment=\"a b\"\n\
+                  echo \"name=$SLURM_JOB_NAME cpus=$SLURM_CPUS_PER_TASK ntasks=$SLURM_NTASKS args=$*\"\n\
+                  echo \"submit=$SLURM_SUBMIT_DIR nodes=$SLURM_NNODES node=$SLURMD_NODENAME\"\n\
+                  echo to-stderr >&2\n";
+    std::fs::write(account.home.join("job.sh"), script).unwrap();
+    let submitted = shell.ok("sbatch", &["-J", "from-cli", "-D", "work", "job.sh", "one", "two"]).await;
+    let number = submitted.trim().strip_prefix("Submitted batch job ").expect(&submitted).to_owned();
+    assert_eq!(ended(&shell, &number).await, "COMPLETED");
+    let out = std::fs::read_to_string(work.join(format!("out-from-cli-{number}.txt"))).unwrap();
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("name=from-cli cpus=2 ntasks=1 args=one two"));
+    let host = rustix::system::uname().nodename().to_string_lossy().split('.').next().unwrap().to_owned();
+    assert_eq!(lines.next(), Some(format!("submit={} nodes=1 node={host}", account.home.display()).as_str()));
+    assert_eq!(lines.next(), Some("to-stderr"), "stderr goes with stdout without -e");
+    let fields = "JobID,JobName,State,ExitCode,AllocCPUS,ReqMem,Timelimit,Comment,WorkDir";
+    let row = shell.ok("sacct", &["-X", "-n", "-P", "-j", &number, "-o", fields]).await;
+    assert_eq!(row.trim(), format!("{number}|from-cli|COMPLETED|0:0|2|300M|00:02:00|a b|{}", work.display()));
+
+    // --wait exits with the job's code; sacct says FAILED and 3:0, as Slurm does.
+    let failing = shell.run("sbatch", &["--wait", "--wrap", "exit 3"]).await;
+    assert_eq!(failing.status.code(), Some(3), "{}", stderr(&failing));
+    let number =
+        String::from_utf8_lossy(&failing.stdout).trim().strip_prefix("Submitted batch job ").unwrap().to_owned();
+    let row = shell.ok("sacct", &["-X", "-n", "-P", "-j", &number, "-o", "JobID,JobIDRaw,State,ExitCode"]).await;
+    assert_eq!(row.trim(), format!("{number}|{number}|FAILED|3:0"));
+    let (sacct_layout, _) = captured("sacct");
+    let default = shell.ok("sacct", &["-j", &number]).await;
+    let mut lines = default.lines();
+    assert_eq!(lines.next(), Some(sacct_layout[0].as_str()), "the header of the real sacct");
+    assert_eq!(lines.next(), Some(sacct_layout[1].as_str()));
+    assert!(lines.next().unwrap().starts_with(&format!("{number:<12} ")), "{default}");
+    assert!(lines.next().unwrap().starts_with(&format!("{:<12} ", format!("{number}.batch"))), "{default}");
+
+    // A running job: squeue, scontrol show job, then scancel; sacct says CANCELLED.
+    let sleeper = shell.ok("sbatch", &["--parsable", "-J", "sleeper", "--wrap", "sleep 60"]).await.trim().to_owned();
+    let mut running = String::new();
+    for _ in 0..300 {
+        running = shell.ok("squeue", &["--me", "-h", "-o", "%i %j %T %t"]).await;
+        if running.contains("RUNNING") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(running.trim(), format!("{sleeper} sleeper RUNNING R"));
+    let (squeue_layout, _) = captured("squeue");
+    let table = shell.ok("squeue", &[]).await;
+    assert_eq!(table.lines().next(), Some(squeue_layout[0].as_str()), "the header of the real squeue");
+    assert!(table.lines().nth(1).unwrap().trim_start().starts_with(&format!("{sleeper} ")), "{table}");
+    let shown = shell.ok("scontrol", &["show", "job", &sleeper]).await;
+    assert!(shown.starts_with(&format!("JobId={sleeper} JobName=sleeper\n")), "{shown}");
+    assert!(shown.contains("   JobState=RUNNING Reason=None"), "{shown}");
+    assert!(shown.contains(&format!("   StdOut={}/slurm-{sleeper}.out\n", account.home.display())), "{shown}");
+    shell.ok("scancel", &[&sleeper]).await;
+    assert_eq!(ended(&shell, &sleeper).await, "CANCELLED");
+    let hosts = shell.ok("scontrol", &["show", "hostnames", "n[1-3],m5"]).await;
+    assert_eq!(hosts.lines().collect::<Vec<_>>(), captured("scontrol-hostnames").0);
+
+    // Bad input: Slurm's words and exit codes, and nothing queued.
+    let before = shell.ok("sacct", &["-X", "-n", "-P", "-o", "JobID", "-S", "2000-01-01"]).await;
+    for (args, capture) in [
+        (vec!["nonexistent.sh"], "sbatch-no-script"),
+        (vec!["--mem=lots", "--wrap", "true"], "sbatch-bad-mem"),
+        (vec!["--time=abc", "--wrap", "true"], "sbatch-bad-time"),
+        (vec!["-c", "x", "--wrap", "true"], "sbatch-bad-cpus"),
+        (vec!["--gres=foo:2", "--wrap", "true"], "sbatch-bad-gres"),
+        (vec!["-p", "nopart", "--wrap", "true"], "sbatch-bad-partition"),
+    ] {
+        let out = shell.run("sbatch", &args).await;
+        let (lines, code) = captured(capture);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {}", stderr(&out));
+        assert_eq!(stderr(&out).lines().collect::<Vec<_>>(), lines, "{args:?}");
+    }
+    let out = shell.run("sbatch", &["-A", "no-such-account", "--wrap", "true"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out).trim(),
+        "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified"
+    );
+    // Someone else's job is no job at all, by its number as by anything else.
+    let theirs = admins_job(&fx).await.to_string();
+    let out = shell.run("scontrol", &["show", "job", &theirs]).await;
+    assert_eq!((out.status.code(), stderr(&out).trim()), (Some(1), "slurm_load_jobs error: Invalid job id specified"));
+    let out = shell.run("scancel", &[&theirs]).await;
+    let refused = format!("scancel: error: Kill job error on job id {theirs}: Invalid job id specified");
+    assert_eq!((out.status.code(), stderr(&out).trim()), (Some(1), refused.as_str()));
+    let out = shell.run("sbatch", &["--dependency", &format!("afterok:{theirs}"), "--wrap", "true"]).await;
+    assert_eq!(stderr(&out).trim(), "sbatch: error: Batch job submission failed: Job dependency problem");
+    let after = shell.ok("sacct", &["-X", "-n", "-P", "-o", "JobID", "-S", "2000-01-01"]).await;
+    assert_eq!(before, after, "nothing was queued");
+
+    // An option this service does not honour: one warning, and the job runs.
+    let out = shell.run("sbatch", &["--mail-type=ALL", "--qos", "high", "--wrap", "true"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let warnings = stderr(&out);
+    let warnings: Vec<&str> = warnings.lines().collect();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(warnings[0].starts_with("sbatch: warning: --mail-type is not supported"), "{warnings:?}");
+    assert!(warnings[1].starts_with("sbatch: warning: --qos is not supported"), "{warnings:?}");
+}
+
+/// The number of a job of the admin's (a mission's job, run with the CLI).
+async fn admins_job(fx: &Fixture) -> u64 {
+    let password = super::admin_password(&fx.data_dir);
+    fx.login("admin", "admin", &password).await;
+    let src = fx.home.path().join("admins");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("run.sh"), "true\n").unwrap();
+    let args =
+        ["missions", "create", "--name", "admins", "--type", "shell", "--setting", "filename=run.sh", "--upload"];
+    let created = fx.json("admin", &[&args[..], &[src.to_str().unwrap()]].concat()).await;
+    let job = fx.json("admin", &["run", created["mission_id"].as_str().unwrap(), "--wait"]).await;
+    job["number"].as_u64().unwrap()
+}
+
+/// `mission login` as the account, approving its code as the account's mission user.
+async fn sign_in(fx: &Fixture, shell: &Shell<'_>, password: &str) {
+    use tokio::io::AsyncBufReadExt;
+    let mut command = Command::new("setpriv");
+    command
+        .args([
+            "--reuid",
+            &shell.account.uid.to_string(),
+            "--regid",
+            &shell.account.gid.to_string(),
+            "--init-groups",
+            "--",
+        ])
+        .arg(BIN)
+        .args(["login", "--no-browser", "--server", &fx.url])
+        .current_dir(&shell.account.home)
+        .env_clear()
+        .env("HOME", &shell.account.home)
+        .env("PATH", "/usr/bin:/bin")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command.spawn().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let code = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(code) = line.split("enter the code ").nth(1) {
+                return code.trim().to_owned();
+            }
+        }
+        panic!("login printed no code");
+    })
+    .await
+    .unwrap();
+    let form = [
+        ("user_code", code.as_str()),
+        ("username", shell.account.name.as_str()),
+        ("password", password),
+        ("action", "approve"),
+    ];
+    let page = reqwest::Client::new().post(format!("{}/activate", fx.url)).form(&form).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output()).await.unwrap().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

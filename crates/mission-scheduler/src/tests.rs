@@ -344,6 +344,46 @@ async fn a_job_in_an_image_goes_only_to_a_landing_zone_that_takes_images() {
     assert_eq!((assignment.job_id, assignment.image), (boxed.job_id, Some(image)));
 }
 
+/// A batch job goes only to a landing zone that shares its directory, and is refused at once
+/// where none of its station's does: it would never run.
+#[tokio::test(start_paused = true)]
+async fn a_batch_job_goes_only_to_a_landing_zone_sharing_its_directory() {
+    let h = Harness::new().await;
+    let (plain_lz, shared_lz) = (h.register("plain").await, h.register("shared").await);
+    let (mut plain, _) = h.connect(&plain_lz, 4, Vec::new()).await;
+    let batch = |dir: &str| mission_api::JobBatch {
+        name: "fit".into(),
+        script: "#!/bin/sh\ntrue\n".into(),
+        workdir: dir.into(),
+        stdout: "slurm-%j.out".into(),
+        ..Default::default()
+    };
+    let refused = h.submit_job(Job { batch: Some(batch("/home/ada/run")), ..h.new_job(1) }).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("no landing zone of the station runs batch jobs in /home/ada/run"),
+        "{refused}"
+    );
+    let hello = |paths: &[&str]| Hello {
+        resources: Resources { cpu_count: 2, memory_amount: 8192, gpu_count: 0 },
+        gpus: Vec::new(),
+        running: Vec::new(),
+        max_jobs: None,
+        cluster_account: None,
+        images: false,
+        shared_paths: paths.iter().map(|p| p.to_string()).collect(),
+        version: "test".into(),
+    };
+    let (mut shared, _) = h.connect_with(&shared_lz, hello(&["/home", "/scratch/"])).await;
+    let elsewhere = h.submit_job(Job { batch: Some(batch("/homework/x")), ..h.new_job(1) }).await.unwrap_err();
+    assert!(elsewhere.to_string().contains("runs batch jobs in /homework/x"), "a prefix is not a parent: {elsewhere}");
+    let job = h.submit_job(Job { batch: Some(batch("/home/ada/run")), ..h.new_job(1) }).await.unwrap();
+    assert_eq!(plain.runs(), Vec::<Uuid>::new(), "the plain LZ has room, but shares nothing");
+    let Ok(Order::Run(assignment)) = shared.orders.try_recv() else { panic!("the batch job is sent") };
+    assert_eq!(assignment.job_id, job.job_id);
+    assert_eq!(assignment.batch.map(|b| b.workdir), Some("/home/ada/run".to_owned()));
+    assert_eq!(assignment.number, job.number);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_waiting_job_keeps_the_lz_it_holds_while_room_frees_elsewhere() {
     let h = Harness::new().await;

@@ -39,7 +39,8 @@ pub struct JobBatch {
     /// The directory it runs in, absolute: where it was submitted from, or `sbatch -D`.
     pub workdir: String,
     /// Where its standard output goes, relative to `workdir` or absolute, with `sbatch -o`'s
-    /// patterns (`%j`, `%x`, `%A`, `%a`, `%u`, `%N`, `%%`) filled in as it starts.
+    /// patterns (`%j`, `%x`, `%A`, `%a`, `%u`, `%N`, `%%`) filled in as it starts. Empty: into
+    /// the job's logs, as any job's (what `srun` outside an allocation follows).
     pub stdout: String,
     /// Where its standard error goes, likewise; absent: with its standard output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -47,6 +48,9 @@ pub struct JobBatch {
     /// Its environment (`sbatch --export`), to which the `SLURM_*` variables are added.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub environment: BTreeMap<String, String>,
+    /// The output files are appended to (`--open-mode=append`), not truncated.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub append: bool,
     /// A comment (`sbatch --comment`), shown back by `squeue` and `sacct`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<String>,

@@ -127,7 +127,7 @@ enum Command {
     ///   mission run MISSION --image solver:2.1 --follow
     #[command(subcommand, verbatim_doc_comment)]
     Images(ImagesCommand),
-    /// Slurm's commands (sbatch, squeue, sacct, scancel, scontrol) spoken by this executable.
+    /// Slurm's commands (sbatch, srun, squeue, sacct, scancel, scontrol, sinfo, sacctmgr) spoken here.
     ///
     /// Invoked under one of those names, `mission` reads that command's options and prints what
     /// it prints, as your saved `mission login` session: workflow tools that run jobs through

@@ -386,7 +386,7 @@ fn open_in_browser(url: &str) {
 }
 
 /// Prints a job's stdout and stderr to ours as they are written, until it ends.
-async fn follow(client: &Client, job_id: Uuid) -> anyhow::Result<()> {
+pub(crate) async fn follow(client: &Client, job_id: Uuid) -> anyhow::Result<()> {
     let out = client.follow_job_logs(job_id, LogStream::Stdout, |s| {
         let mut o = std::io::stdout().lock();
         let _ = o.write_all(s.as_bytes());

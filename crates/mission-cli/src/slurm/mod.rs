@@ -1,5 +1,5 @@
 //! Slurm's commands, spoken by `mission`: invoked as `sbatch`, `squeue`, `sacct`, `scancel`,
-//! `scontrol`, `sinfo` or `sacctmgr` (links to it, which `mission slurm-commands install DIR`
+//! `scontrol`, `srun`, `sinfo` or `sacctmgr` (links to it, which `mission slurm-commands install DIR`
 //! makes, as busybox does), it reads their command lines and prints what they print, talking to
 //! the service with the session `mission login` saved. Workflow tools that drive a cluster
 //! through these commands drive the service unchanged.
@@ -9,10 +9,13 @@
 
 mod options;
 mod sacct;
+mod sacctmgr;
 mod sbatch;
 mod scancel;
 mod scontrol;
+mod sinfo;
 mod squeue;
+mod srun;
 mod values;
 
 use std::collections::HashMap;
@@ -22,7 +25,7 @@ use std::process::ExitCode;
 use mission_client::{Client, Job, JobStatus, ListJobs, Uuid};
 
 /// The names `mission` answers to as a Slurm command.
-pub const COMMANDS: [&str; 5] = ["sbatch", "squeue", "sacct", "scancel", "scontrol"];
+pub const COMMANDS: [&str; 8] = ["sbatch", "squeue", "sacct", "scancel", "scontrol", "srun", "sinfo", "sacctmgr"];
 
 /// The Slurm command `mission` was invoked as, if it was invoked as one.
 pub fn invoked_as() -> Option<&'static str> {
@@ -42,6 +45,9 @@ pub fn main(name: &'static str) -> ExitCode {
             "sacct" => sacct::run(&args).await,
             "scancel" => scancel::run(&args).await,
             "scontrol" => scontrol::run(&args).await,
+            "srun" => srun::run(&args).await,
+            "sinfo" => sinfo::run(&args).await,
+            "sacctmgr" => sacctmgr::run(&args).await,
             _ => unreachable!("only the names in COMMANDS"),
         }
     });
@@ -124,6 +130,10 @@ pub struct Site {
     stations: HashMap<Uuid, String>,
     nodes: HashMap<Uuid, String>,
     accounts: HashMap<Uuid, String>,
+    /// The stations, in the order the service lists them.
+    pub partitions: Vec<mission_client::Station>,
+    /// Their landing zones.
+    pub landing_zones: Vec<mission_client::LandingZone>,
 }
 
 impl Site {
@@ -138,12 +148,16 @@ impl Site {
             stations: HashMap::new(),
             nodes: HashMap::new(),
             accounts: HashMap::from([(me.user_id, me.username)]),
+            partitions: Vec::new(),
+            landing_zones: Vec::new(),
         };
         for station in site.client.list_stations().await? {
             for lz in site.client.list_landing_zones(station.station_id).await.unwrap_or_default() {
-                site.nodes.insert(lz.lz_id, lz.name);
+                site.nodes.insert(lz.lz_id, lz.name.clone());
+                site.landing_zones.push(lz);
             }
-            site.stations.insert(station.station_id, station.name);
+            site.stations.insert(station.station_id, station.name.clone());
+            site.partitions.push(station);
         }
         let mut page = 1;
         loop {
@@ -183,6 +197,13 @@ impl Site {
     /// The project an account names.
     pub fn account_named(&self, name: &str) -> Option<Uuid> {
         self.accounts.iter().find(|(_, n)| *n == name).map(|(id, _)| *id)
+    }
+
+    /// The accounts (projects) the signed-in user may charge, their personal one first.
+    pub fn own_accounts(&self) -> Vec<&str> {
+        let mut accounts = vec![self.account(self.user_id)];
+        accounts.extend(self.accounts.iter().filter(|(id, _)| **id != self.user_id).map(|(_, name)| name.as_str()));
+        accounts
     }
 
     /// The caller's jobs (everyone's, for admins) in `statuses` (every status when empty),

@@ -12,7 +12,7 @@ use super::values::{parse_megabytes, parse_time_limit};
 use super::{Failure, Site, report};
 
 /// Every option of Slurm 22.05's `sbatch`, and which this service honours.
-const OPTIONS: &[Spec] = &[
+pub(super) const OPTIONS: &[Spec] = &[
     value("account", Some('A')),
     value("array", Some('a')),
     value("chdir", Some('D')),
@@ -41,6 +41,10 @@ const OPTIONS: &[Spec] = &[
     flag("wait", Some('W')),
     value("wrap", None),
     flag("hold", Some('H')),
+    // One node: per node is per job.
+    value("gpus-per-node", None),
+    value("ntasks-per-node", None),
+    value("open-mode", None),
     ignored("acctg-freq", None, Takes::Value),
     ignored("batch", None, Takes::Value),
     ignored("bb", None, Takes::Value),
@@ -66,7 +70,6 @@ const OPTIONS: &[Spec] = &[
     ignored("gid", None, Takes::Value),
     ignored("gpu-bind", None, Takes::Value),
     ignored("gpu-freq", None, Takes::Value),
-    ignored("gpus-per-node", None, Takes::Value),
     ignored("gpus-per-socket", None, Takes::Value),
     ignored("gpus-per-task", None, Takes::Value),
     ignored("gres-flags", None, Takes::Value),
@@ -88,9 +91,7 @@ const OPTIONS: &[Spec] = &[
     ignored("nodefile", Some('F'), Takes::Value),
     ignored("ntasks-per-core", None, Takes::Value),
     ignored("ntasks-per-gpu", None, Takes::Value),
-    ignored("ntasks-per-node", None, Takes::Value),
     ignored("ntasks-per-socket", None, Takes::Value),
-    ignored("open-mode", None, Takes::Value),
     ignored("overcommit", Some('O'), Takes::Nothing),
     ignored("oversubscribe", Some('s'), Takes::Nothing),
     ignored("power", None, Takes::Value),
@@ -276,7 +277,7 @@ fn warn_of_ignored(given: &Parsed) {
 }
 
 /// The batch job `given` asks for.
-async fn request(
+pub(super) async fn request(
     given: &Parsed,
     site: &Site,
     script: String,
@@ -297,7 +298,7 @@ async fn request(
             })
             .transpose()
     };
-    let ntasks = number("ntasks")?.unwrap_or(1);
+    let ntasks = number("ntasks")?.or(number("ntasks-per-node")?).unwrap_or(1);
     let per_task = number("cpus-per-task")?;
     let cpu_count = ntasks * per_task.unwrap_or(1);
     if let Some(nodes) = given.last("nodes") {
@@ -368,6 +369,11 @@ async fn request(
     let workdir = workdir.to_string_lossy().into_owned();
     let stdout = given.last("output").unwrap_or(mission_api::batch::default_output(false)).to_owned();
     let stderr = given.last("error").map(str::to_owned);
+    let append = match given.last("open-mode") {
+        None | Some("truncate") => false,
+        Some("append") => true,
+        Some(_) => return Err(Failure::new(255, "Invalid --open-mode specification")),
+    };
     let name =
         given.last("job-name").map(str::to_owned).or_else(|| std::env::var("SBATCH_JOB_NAME").ok()).unwrap_or(name);
     let mut environment = exported(given.last("export"))?;
@@ -386,6 +392,10 @@ async fn request(
     if let Some(gpus) = gpu_count {
         slurm.push(("SLURM_GPUS", gpus.to_string()));
     }
+    if given.last("open-mode").is_some() {
+        // What srun inside the job opens its output files with.
+        slurm.push(("SLURM_OPEN_MODE", if append { "a" } else { "t" }.to_owned()));
+    }
     environment.extend(slurm.into_iter().map(|(k, v)| (k.to_owned(), v)));
     Ok(SubmitBatchJob {
         batch: JobBatch {
@@ -395,6 +405,7 @@ async fn request(
             workdir,
             stdout,
             stderr,
+            append,
             environment,
             comment: given.last("comment").map(str::to_owned),
             partition,
@@ -417,7 +428,7 @@ async fn request(
 /// GPUs from `-G/--gpus [type:]N` or `--gres gpu[:type]:N`.
 fn gpus(given: &Parsed) -> Result<Option<u32>, Failure> {
     let count = |text: &str| text.rsplit(':').next().and_then(|n| n.parse::<u32>().ok());
-    if let Some(gpus) = given.last("gpus") {
+    if let Some(gpus) = given.last("gpus").or(given.last("gpus-per-node")) {
         return count(gpus).map(Some).ok_or_else(|| Failure::new(1, "Invalid --gpus specification"));
     }
     let Some(gres) = given.last("gres") else { return Ok(None) };

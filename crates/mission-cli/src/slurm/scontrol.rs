@@ -31,6 +31,16 @@ async fn control(args: &[String]) -> Result<(), Failure> {
             }
             Err(_) => Err(Failure::new(1, "Host list is empty")),
         },
+        ["show", "config"] => {
+            // What tools read to tune themselves: jobs stay listed long after they end here.
+            println!("Configuration data as of {}", chrono::Local::now().format("%Y-%m-%dT%H:%M:%S"));
+            println!("{:<24}= mission", "ClusterName");
+            println!("{:<24}= 86400 sec", "MinJobAge");
+            println!("{:<24}= 1000000", "MaxArraySize");
+            println!("{:<24}= 22.05.8", "SLURM_VERSION");
+            Ok(())
+        }
+        ["show", "partition" | "partitions", rest @ ..] => show_partitions(rest.first().copied()).await,
         ["show", "job" | "jobs", id] => show_job(id, oneliner).await,
         ["show", "job" | "jobs"] => show_job("", oneliner).await,
         ["--version"] | ["-V"] | ["version"] => {
@@ -46,6 +56,48 @@ async fn control(args: &[String]) -> Result<(), Failure> {
             ),
         )),
     }
+}
+
+/// `scontrol show partition [NAME]`: the stations, as Slurm describes partitions.
+async fn show_partitions(name: Option<&str>) -> Result<(), Failure> {
+    let site = Site::open().await?;
+    let mut out = String::new();
+    for station in site.partitions.iter().filter(|s| name.is_none_or(|n| n == s.name)) {
+        let lzs: Vec<_> = site.landing_zones.iter().filter(|lz| lz.station_id == station.station_id).collect();
+        let cpus: u32 = lzs.iter().filter_map(|lz| lz.resources).map(|r| r.cpu_count).sum();
+        let nodes: Vec<&str> = lzs.iter().map(|lz| lz.name.as_str()).collect();
+        let default = station.name == mission_api::DEFAULT_STATION_NAME;
+        out.push_str(&format!(
+            "PartitionName={}
+",
+            station.name
+        ));
+        out.push_str(
+            "   AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL
+",
+        );
+        out.push_str(&format!(
+            "   Default={} Hidden=NO MaxNodes=1 MaxTime=UNLIMITED MinNodes=0
+",
+            if default { "YES" } else { "NO" }
+        ));
+        out.push_str(&format!(
+            "   Nodes={}
+",
+            if nodes.is_empty() { "(null)".to_owned() } else { nodes.join(",") }
+        ));
+        out.push_str(&format!(
+            "   State=UP TotalCPUs={cpus} TotalNodes={}
+
+",
+            nodes.len()
+        ));
+    }
+    if out.is_empty() {
+        return Err(Failure::plain(1, "Partition not found"));
+    }
+    print!("{out}");
+    Ok(())
 }
 
 async fn show_job(id: &str, oneliner: bool) -> Result<(), Failure> {

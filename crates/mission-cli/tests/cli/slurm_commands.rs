@@ -139,7 +139,7 @@ async fn sbatch_squeue_sacct_scancel_and_scontrol_as_a_mapped_account() {
     let shell = Shell { account: &account, bin: bin.clone() };
     sign_in(&fx, &shell, password).await;
     let installed = shell.ok(BIN, &["slurm-commands", "install", bin.to_str().unwrap()]).await;
-    assert_eq!(installed.lines().count(), 5, "{installed}");
+    assert_eq!(installed.lines().count(), 8, "{installed}");
 
     // sbatch --wrap: the job runs in the submit directory as the account, its output in
     // slurm-%j.out there; --parsable prints the number alone.

@@ -26,9 +26,15 @@ pub(super) struct BatchStart {
 }
 
 /// Opens the output files as the job's user (truncated, as Slurm's default open mode does),
-/// then runs the rest of the arguments.
-const REDIRECT: &str =
-    r#"out=$1 err=$2; shift 2; if [ -n "$err" ]; then exec "$@" >"$out" 2>"$err"; else exec "$@" >"$out" 2>&1; fi"#;
+/// then runs the rest of the arguments; without an output file, the output stays the job's log.
+const REDIRECT: &str = r#"out=$1 err=$2; shift 2
+if [ -z "$out" ]; then exec "$@"; fi
+if [ -n "$err" ]; then exec "$@" >"$out" 2>"$err"; else exec "$@" >"$out" 2>&1; fi"#;
+
+/// [`REDIRECT`], appending (`--open-mode=append`).
+const APPEND: &str = r#"out=$1 err=$2; shift 2
+if [ -z "$out" ]; then exec "$@"; fi
+if [ -n "$err" ]; then exec "$@" >>"$out" 2>>"$err"; else exec "$@" >>"$out" 2>&1; fi"#;
 
 /// The name of the script's copy in the job's private work dir.
 const SCRIPT_FILE: &str = ".mission-batch-script";
@@ -80,7 +86,8 @@ pub(super) fn prepare(
     };
     let stdout = fill_output_pattern(&batch.stdout, &names);
     let stderr = batch.stderr.as_deref().map(|pattern| fill_output_pattern(pattern, &names)).unwrap_or_default();
-    let mut command = vec!["/bin/sh".to_owned(), "-c".to_owned(), REDIRECT.to_owned(), "sh".to_owned(), stdout, stderr];
+    let redirect = if batch.append { APPEND } else { REDIRECT };
+    let mut command = vec!["/bin/sh".to_owned(), "-c".to_owned(), redirect.to_owned(), "sh".to_owned(), stdout, stderr];
     command.extend(["/bin/bash".to_owned(), script.to_string_lossy().into_owned()]);
     command.extend(batch.arguments.iter().cloned());
 

@@ -70,7 +70,9 @@ fn check(batch: &JobBatch) -> DomainResult<()> {
         ));
     }
     check_path("batch.workdir", &batch.workdir, true)?;
-    check_path("batch.stdout", &batch.stdout, false)?;
+    if !batch.stdout.is_empty() {
+        check_path("batch.stdout", &batch.stdout, false)?;
+    }
     if let Some(stderr) = &batch.stderr {
         check_path("batch.stderr", stderr, false)?;
     }

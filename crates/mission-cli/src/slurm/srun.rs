@@ -1,0 +1,220 @@
+//! `srun`: inside a batch job (`SLURM_JOB_ID` set), runs its command as a step of that job: `-n`
+//! tasks on this landing zone, each told its rank (`SLURM_PROCID`), their output in `--output`/
+//! `--error` where given (as submitit's and snakemake's job scripts call it). Outside one, it
+//! queues a batch job of the command and streams its output as it runs, exiting with its code,
+//! as `mission run --follow` does.
+
+use std::process::Stdio;
+
+use mission_api::batch::{OutputNames, fill_output_pattern};
+use mission_client::JobStatus;
+
+use super::options::{self, Parsed, Spec, Takes, flag, ignored, value};
+use super::{Failure, Site, report, sbatch};
+
+const OPTIONS: &[Spec] = &[
+    value("account", Some('A')),
+    value("chdir", Some('D')),
+    value("comment", None),
+    value("cpus-per-task", Some('c')),
+    value("error", Some('e')),
+    value("export", None),
+    value("gpus", Some('G')),
+    value("gpus-per-node", None),
+    value("gres", None),
+    flag("help", Some('h')),
+    value("job-name", Some('J')),
+    value("mem", None),
+    value("mem-per-cpu", None),
+    value("nodelist", Some('w')),
+    value("nodes", Some('N')),
+    value("ntasks", Some('n')),
+    value("ntasks-per-node", None),
+    value("open-mode", None),
+    value("output", Some('o')),
+    value("partition", Some('p')),
+    flag("quiet", Some('Q')),
+    value("time", Some('t')),
+    flag("unbuffered", Some('u')),
+    flag("usage", None),
+    flag("verbose", Some('v')),
+    flag("version", Some('V')),
+    value("jobid", None),
+    ignored("cpu-bind", None, Takes::Value),
+    ignored("mpi", None, Takes::Value),
+    ignored("label", Some('l'), Takes::Nothing),
+    ignored("kill-on-bad-exit", Some('K'), Takes::Optional),
+    ignored("overlap", None, Takes::Nothing),
+    ignored("exact", None, Takes::Nothing),
+    ignored("exclusive", None, Takes::Optional),
+    ignored("pty", None, Takes::Nothing),
+    ignored("input", Some('i'), Takes::Value),
+    ignored("mem-bind", None, Takes::Value),
+    ignored("distribution", Some('m'), Takes::Value),
+    ignored("constraint", Some('C'), Takes::Value),
+    ignored("qos", Some('q'), Takes::Value),
+    ignored("signal", None, Takes::Value),
+    ignored("wait", Some('W'), Takes::Value),
+    ignored("gpu-bind", None, Takes::Value),
+    ignored("cpu-freq", None, Takes::Value),
+    ignored("hint", None, Takes::Value),
+];
+
+pub async fn run(args: &[String]) -> u8 {
+    match step_or_job(args).await {
+        Ok(code) => code,
+        Err(failure) => report("srun", Err(failure)),
+    }
+}
+
+async fn step_or_job(args: &[String]) -> Result<u8, Failure> {
+    let given = options::parse(args, OPTIONS, true)
+        .map_err(|e| Failure::new(1, format!("{e}\nTry \"srun --help\" for more information")))?;
+    if given.has("version") {
+        println!("slurm 22.05.8 (mission {})", env!("CARGO_PKG_VERSION"));
+        return Ok(0);
+    }
+    if given.has("help") || given.has("usage") {
+        println!("Usage: srun [OPTIONS...] executable [args...]");
+        return Ok(0);
+    }
+    if given.operands.is_empty() {
+        return Err(Failure::new(1, "No command given to execute."));
+    }
+    match std::env::var("SLURM_JOB_ID") {
+        Ok(job) if given.last("jobid").is_none_or(|id| id == job) => step(&given, &job).await,
+        _ => job(&given).await,
+    }
+}
+
+/// The command as `-n` tasks of the batch job this runs in.
+async fn step(given: &Parsed, job: &str) -> Result<u8, Failure> {
+    let tasks: u32 = match given.last("ntasks").or(given.last("ntasks-per-node")) {
+        Some(n) => n
+            .parse()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| Failure::new(1, format!("Invalid numeric value \"{n}\" for --ntasks.")))?,
+        None => 1,
+    };
+    let append = match given.last("open-mode") {
+        Some("append") => true,
+        Some("truncate") => false,
+        Some(_) => return Err(Failure::new(1, "Invalid --open-mode specification")),
+        None => std::env::var("SLURM_OPEN_MODE").is_ok_and(|mode| mode.starts_with('a')),
+    };
+    let var = |name: &str| std::env::var(name).ok();
+    let (name, user, node) = (
+        var("SLURM_JOB_NAME").unwrap_or_default(),
+        var("USER").unwrap_or_default(),
+        var("SLURMD_NODENAME").unwrap_or_default(),
+    );
+    let names = OutputNames {
+        number: job.parse().unwrap_or(0),
+        name: &name,
+        array_number: var("SLURM_ARRAY_JOB_ID").and_then(|n| n.parse().ok()),
+        array_index: var("SLURM_ARRAY_TASK_ID").and_then(|n| n.parse().ok()),
+        user: &user,
+        node: &node,
+    };
+    let open = |pattern: &str, task: u32| -> Result<std::fs::File, Failure> {
+        let path = fill_output_pattern(&pattern.replace("%t", &task.to_string()).replace("%s", "0"), &names);
+        std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(&path)
+            .map_err(|e| Failure::new(1, format!("Could not open stdout file {path}: {e}")))
+    };
+    let mut children = Vec::new();
+    for task in 0..tasks {
+        let mut command = tokio::process::Command::new(&given.operands[0]);
+        command.args(&given.operands[1..]);
+        if let Some(dir) = given.last("chdir") {
+            command.current_dir(dir);
+        }
+        for (name, value) in [
+            ("SLURM_STEP_ID", "0".to_owned()),
+            ("SLURM_STEPID", "0".to_owned()),
+            ("SLURM_PROCID", task.to_string()),
+            ("SLURM_LOCALID", task.to_string()),
+            ("SLURM_NODEID", "0".to_owned()),
+            ("SLURM_STEP_NUM_TASKS", tasks.to_string()),
+            ("SLURM_STEP_NUM_NODES", "1".to_owned()),
+            ("SLURM_NTASKS", tasks.to_string()),
+        ] {
+            command.env(name, value);
+        }
+        let stdout = given.last("output").map(|p| open(p, task)).transpose()?;
+        let stderr = match (given.last("error"), &stdout) {
+            (Some(pattern), _) => Some(open(pattern, task)?),
+            (None, Some(out)) => Some(out.try_clone().map_err(|e| Failure::new(1, e.to_string()))?),
+            (None, None) => None,
+        };
+        command.stdout(stdout.map_or_else(Stdio::inherit, Stdio::from));
+        command.stderr(stderr.map_or_else(Stdio::inherit, Stdio::from));
+        let child = command.spawn().map_err(|e| Failure::new(2, format!("execve(): {}: {e}", given.operands[0])))?;
+        children.push(child);
+    }
+    let mut code = 0u8;
+    for (task, mut child) in children.into_iter().enumerate() {
+        let status = child.wait().await.map_err(|e| Failure::new(1, e.to_string()))?;
+        use std::os::unix::process::ExitStatusExt;
+        let this = match (status.code(), status.signal()) {
+            (Some(c), _) => c as u8,
+            (None, Some(signal)) => 128 + signal as u8,
+            _ => 1,
+        };
+        if this != 0 {
+            eprintln!("srun: error: {node}: task {task}: Exited with exit code {this}");
+            if code == 0 {
+                code = this;
+            }
+        }
+    }
+    Ok(code)
+}
+
+/// The command as a batch job of its own, its output followed; the job's exit code.
+async fn job(given: &Parsed) -> Result<u8, Failure> {
+    let quoted: Vec<String> = given.operands.iter().map(|word| shell_quote(word)).collect();
+    let script = format!("#!/bin/sh\nexec {}\n", quoted.join(" "));
+    let name = given.operands[0].rsplit('/').next().unwrap_or(&given.operands[0]).to_owned();
+    let site = Site::open().await?;
+    let mut request = sbatch::request(given, &site, script, name, Vec::new()).await?;
+    if given.last("output").is_none() {
+        // Into the job's log, which this follows.
+        request.batch.stdout.clear();
+    }
+    let job = site.client.submit_batch_job(&request).await.map_err(|e| {
+        Failure::new(
+            1,
+            format!(
+                "Unable to allocate resources: {}",
+                e.problem().map_or_else(|| e.to_string(), |p| p.detail.clone())
+            ),
+        )
+    })?;
+    if !given.has("quiet") {
+        eprintln!("srun: job {} queued and waiting for resources", job.number);
+    }
+    crate::commands::jobs::follow(&site.client, job.job_id).await?;
+    let ended = site.client.wait_for_job(job.job_id).await?;
+    Ok(match ended.status {
+        JobStatus::Completed => 0,
+        _ => {
+            let code = ended.exit_code.filter(|c| (1..=255).contains(c)).unwrap_or(1) as u8;
+            eprintln!("srun: error: {}: task 0: Exited with exit code {code}", site.node(ended.lz_id));
+            code
+        }
+    })
+}
+
+/// `word` quoted for a POSIX shell.
+fn shell_quote(word: &str) -> String {
+    if !word.is_empty() && word.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b)) {
+        return word.to_owned();
+    }
+    format!("'{}'", word.replace('\'', r"'\''"))
+}

@@ -104,6 +104,18 @@ if [ ! -x "$jupyter/bin/jupyter-lab" ]; then
   $sudo "$jupyter/bin/pip" install --quiet --disable-pip-version-check 'jupyterlab>=4,<5' 'ipykernel>=6.29,<8'
 fi
 
+# The workflow tools the Slurm commands are driven by, unchanged from PyPI: snakemake with its
+# Slurm executor plugin, and submitit. With the system's Python, outside /tmp, as Jupyter above:
+# the host account the tests run them as (and its batch jobs) must reach it.
+workflows="${MISSION_TEST_WORKFLOWS:-/opt/mission-test/workflows}"
+if ! "$workflows/bin/python" -c "import snakemake, snakemake_executor_plugin_slurm, submitit" >/dev/null 2>&1; then
+  echo "installing snakemake, its Slurm executor plugin and submitit into $workflows (pip, with /usr/bin/python3)" >&2
+  $sudo rm -rf "$workflows"
+  $sudo /usr/bin/python3 -m venv "$workflows"
+  $sudo "$workflows/bin/pip" install --quiet --disable-pip-version-check 'snakemake==9.27.1' \
+    'snakemake-executor-plugin-slurm==2.8.0' 'submitit==1.5.4'
+fi
+
 galileo=target/galileo-venv
 if ! "$galileo/bin/python" -c "import galileo_sdk" >/dev/null 2>&1; then
   echo "installing galileo-sdk 1.0.1 into $galileo (pip)" >&2

@@ -33,6 +33,9 @@ export MISSION_REQUIRE_JUPYTER=1
 # And jobs in container images run with Podman, in the Debian image the script builds.
 export MISSION_REQUIRE_PODMAN=1
 export MISSION_TEST_IMAGE="$PWD/target/test-image/debian-bookworm.tar"
+# And snakemake (with its Slurm executor plugin) and submitit, unchanged from PyPI, drive the
+# service through its Slurm commands (the script installs them in /opt/mission-test/workflows).
+export MISSION_REQUIRE_WORKFLOWS=1
 # And the unmodified galileo-sdk drives the server from its own virtualenv (the script makes it).
 export MISSION_REQUIRE_GALILEO=1
 # And systemd-analyze verifies the service units (the script installs systemd).

@@ -69,7 +69,59 @@ pub struct SubmitBatchJob {
     pub batch: JobBatch,
     /// Its resources, station, project and dependencies.
     pub run: RunJob,
+    /// Makes it a job array, as `sbatch --array` writes one ([`ArraySpec`]): `0-15`, `1,3,7-9`,
+    /// `0-99:10`, with `%N` for at most N elements running at once. The answer is its first
+    /// element, whose number is the array's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<String>,
 }
+
+/// A job array's indices and its throttle, as `sbatch --array` takes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArraySpec {
+    /// The indices, ascending, each once.
+    pub indices: Vec<u32>,
+    /// At most this many elements run at once (`%N`).
+    pub max_running: Option<u32>,
+}
+
+impl ArraySpec {
+    /// Reads `0-15`, `1,3,7-9`, `0-99:10` and any of them with `%N` after.
+    pub fn parse(spec: &str) -> Result<Self, String> {
+        let invalid = || format!("invalid job array specification {spec:?}");
+        let (ranges, max_running) = match spec.split_once('%') {
+            Some((ranges, max)) => (ranges, Some(max.parse::<u32>().ok().filter(|m| *m > 0).ok_or_else(invalid)?)),
+            None => (spec, None),
+        };
+        let mut indices = Vec::new();
+        for range in ranges.split(',') {
+            let (span, step) = match range.split_once(':') {
+                Some((span, step)) => (span, step.parse::<u32>().ok().filter(|s| *s > 0).ok_or_else(invalid)?),
+                None => (range, 1),
+            };
+            let (first, last) = span.split_once('-').unwrap_or((span, span));
+            let first: u32 = first.parse().map_err(|_| invalid())?;
+            let last: u32 = last.parse().map_err(|_| invalid())?;
+            if last < first || last >= MAX_ARRAY_INDEX {
+                return Err(invalid());
+            }
+            let count = (last - first) / step + 1;
+            if indices.len() as u64 + u64::from(count) > u64::from(crate::jobs::MAX_ARRAY_SIZE) {
+                return Err(format!("a job array has at most {} elements", crate::jobs::MAX_ARRAY_SIZE));
+            }
+            indices.extend((first..=last).step_by(step as usize));
+        }
+        indices.sort_unstable();
+        indices.dedup();
+        if indices.is_empty() {
+            return Err(invalid());
+        }
+        Ok(Self { indices, max_running })
+    }
+}
+
+/// One past the largest array index.
+pub const MAX_ARRAY_INDEX: u32 = 1 << 31;
 
 /// What `sbatch -o`'s patterns stand for in one job.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -131,6 +183,19 @@ pub fn fill_output_pattern(pattern: &str, names: &OutputNames<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn array_specifications_are_read_as_sbatch_reads_them() {
+        let spec = |s: &str| ArraySpec::parse(s).map(|a| (a.indices, a.max_running));
+        assert_eq!(spec("0-3"), Ok((vec![0, 1, 2, 3], None)));
+        assert_eq!(spec("1,3,7-9"), Ok((vec![1, 3, 7, 8, 9], None)));
+        assert_eq!(spec("0-9:4%2"), Ok((vec![0, 4, 8], Some(2))));
+        assert_eq!(spec("5,5,1"), Ok((vec![1, 5], None)));
+        for bad in ["", "x", "3-1", "1-5:0", "0-3%0", "0-3%", "-1", "1-"] {
+            assert!(ArraySpec::parse(bad).is_err(), "{bad}");
+        }
+        assert!(ArraySpec::parse("0-2000000").is_err(), "too many");
+    }
 
     #[test]
     fn output_patterns_are_filled_as_slurm_fills_them() {

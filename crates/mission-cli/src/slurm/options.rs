@@ -45,6 +45,8 @@ pub struct Given {
     pub value: Option<String>,
     /// It is in the table and honoured.
     pub honoured: bool,
+    /// It is in the table (honoured or not).
+    pub known: bool,
 }
 
 /// What a command line holds: the options in order, then the operands.
@@ -55,6 +57,15 @@ pub struct Parsed {
 }
 
 impl Parsed {
+    /// The first option not in the table, as getopt_long reports it (`invalid option -- '1'`,
+    /// `unrecognized option '--foo'`): what Slurm's query commands refuse.
+    pub fn unknown(&self) -> Option<String> {
+        self.options.iter().find(|o| !o.known).map(|o| match o.long.strip_prefix('-') {
+            Some(letter) => format!("invalid option -- '{letter}'"),
+            None => format!("unrecognized option '--{}'", o.long),
+        })
+    }
+
     /// The last value given for `long` (the last one wins, as in Slurm).
     pub fn last(&self, long: &str) -> Option<&str> {
         self.options.iter().rev().find(|o| o.long == long).and_then(|o| o.value.as_deref())
@@ -111,7 +122,7 @@ pub fn parse(args: &[String], table: &'static [Spec], stop_at_operand: bool) -> 
                 Found::One(spec) => spec,
                 Found::Many => return Err(OptionError::Ambiguous(format!("--{name}"))),
                 Found::None => {
-                    parsed.options.push(Given { long: name.to_owned(), value: joined, honoured: false });
+                    parsed.options.push(Given { long: name.to_owned(), value: joined, honoured: false, known: false });
                     continue;
                 }
             };
@@ -127,13 +138,18 @@ pub fn parse(args: &[String], table: &'static [Spec], stop_at_operand: bool) -> 
                     None => return Err(OptionError::MissingValue(format!("--{}", spec.long))),
                 },
             };
-            parsed.options.push(Given { long: spec.long.to_owned(), value, honoured: spec.honoured });
+            parsed.options.push(Given { long: spec.long.to_owned(), value, honoured: spec.honoured, known: true });
             continue;
         }
         if let Some(letters) = arg.strip_prefix('-').filter(|l| !l.is_empty()) {
             for (at, letter) in letters.char_indices() {
                 let Some(spec) = table.iter().find(|s| s.short == Some(letter)) else {
-                    parsed.options.push(Given { long: format!("-{letter}"), value: None, honoured: false });
+                    parsed.options.push(Given {
+                        long: format!("-{letter}"),
+                        value: None,
+                        honoured: false,
+                        known: false,
+                    });
                     continue;
                 };
                 let rest = &letters[at + letter.len_utf8()..];
@@ -149,7 +165,7 @@ pub fn parse(args: &[String], table: &'static [Spec], stop_at_operand: bool) -> 
                         None => return Err(OptionError::MissingValue(format!("-{letter}"))),
                     },
                 };
-                parsed.options.push(Given { long: spec.long.to_owned(), value, honoured: spec.honoured });
+                parsed.options.push(Given { long: spec.long.to_owned(), value, honoured: spec.honoured, known: true });
                 if spec.takes != Takes::Nothing {
                     break;
                 }
@@ -228,7 +244,10 @@ mod tests {
     #[test]
     fn unknown_ambiguous_and_missing_values() {
         let parsed = parse(&args("--bogus=1 -q --wrap"), TABLE, true).unwrap();
-        assert_eq!(parsed.options[0], Given { long: "bogus".into(), value: Some("1".into()), honoured: false });
+        assert_eq!(
+            parsed.options[0],
+            Given { long: "bogus".into(), value: Some("1".into()), honoured: false, known: false }
+        );
         assert_eq!(parsed.options[1].long, "-q");
         assert_eq!(parse(&args("--ti 5"), TABLE, true), Err(OptionError::Ambiguous("--ti".into())));
         assert_eq!(parse(&args("--time"), TABLE, true), Err(OptionError::MissingValue("--time".into())));

@@ -51,6 +51,9 @@ pub async fn run(args: &[String]) -> u8 {
 async fn account(args: &[String]) -> Result<(), Failure> {
     let given = options::parse(args, OPTIONS, false)
         .map_err(|e| Failure::new(1, format!("{e}\nTry \"sacct --help\" for more information")))?;
+    if let Some(unknown) = given.unknown() {
+        return Err(Failure::plain(1, format!("sacct: {unknown}\nTry \"sacct --help\" for more information")));
+    }
     if given.has("version") {
         println!("slurm 22.05.8 (mission {})", env!("CARGO_PKG_VERSION"));
         return Ok(());

@@ -143,10 +143,23 @@ async fn submit(args: &[String]) -> Result<(), Failure> {
     let site = Site::open().await?;
     let request = request(&all, &site, script, name, arguments).await?;
     let job = site.client.submit_batch_job(&request).await.map_err(submission_failure)?;
+    // An array is known by its number, its first element's.
+    let number = job.array_number.unwrap_or(job.number);
     if all.has("parsable") {
-        println!("{}", job.number);
+        println!("{number}");
     } else if !all.has("quiet") {
-        println!("Submitted batch job {}", job.number);
+        println!("Submitted batch job {number}");
+    }
+    if all.has("wait") && job.array_id.is_some() {
+        // Every element, as Slurm waits for: the exit code is the highest of theirs.
+        let mut code = 0;
+        for element in array_elements(&site, &job).await? {
+            let ended = site.client.wait_for_job(element).await?;
+            if ended.status != JobStatus::Completed {
+                code = code.max(ended.exit_code.filter(|c| (1..=255).contains(c)).unwrap_or(1) as u8);
+            }
+        }
+        return if code == 0 { Ok(()) } else { Err(Failure::new(code, "")) };
     }
     if all.has("wait") {
         let ended = site.client.wait_for_job(job.job_id).await?;
@@ -157,6 +170,27 @@ async fn submit(args: &[String]) -> Result<(), Failure> {
         return Err(Failure::new(code, ""));
     }
     Ok(())
+}
+
+/// The ids of the elements of the array `first` is the first element of.
+async fn array_elements(site: &Site, first: &mission_client::Job) -> Result<Vec<Uuid>, Failure> {
+    let mut ids = Vec::new();
+    let mut page = 1;
+    loop {
+        let options = mission_client::ListJobs {
+            array_ids: first.array_id.into_iter().collect(),
+            page,
+            items: mission_api::MAX_ITEMS_PER_PAGE,
+            ..Default::default()
+        };
+        let jobs = site.client.list_jobs(&options).await?;
+        let more = jobs.len() as u32 == mission_api::MAX_ITEMS_PER_PAGE;
+        ids.extend(jobs.into_iter().map(|job| job.job_id));
+        if !more {
+            return Ok(ids);
+        }
+        page += 1;
+    }
 }
 
 /// The script, its name and its arguments: `--wrap`'s command, or the file named first (its
@@ -328,9 +362,14 @@ pub(super) async fn request(
         Some(time) => parse_time_limit(time).map_err(|()| Failure::new(255, "Invalid --time specification"))?,
         None => None,
     };
-    if given.last("array").is_some() {
-        return Err(Failure::new(1, "Batch job submission failed: job arrays are not taken by this service yet"));
-    }
+    let array = match given.last("array") {
+        Some(spec) => Some((
+            spec.to_owned(),
+            mission_api::batch::ArraySpec::parse(spec)
+                .map_err(|_| Failure::new(1, "Batch job submission failed: Invalid job array specification"))?,
+        )),
+        None => None,
+    };
     if given.has("hold") {
         return Err(Failure::new(1, "Batch job submission failed: held jobs (-H) are not taken by this service yet"));
     }
@@ -367,7 +406,7 @@ pub(super) async fn request(
         None => cwd.clone(),
     };
     let workdir = workdir.to_string_lossy().into_owned();
-    let stdout = given.last("output").unwrap_or(mission_api::batch::default_output(false)).to_owned();
+    let stdout = given.last("output").unwrap_or(mission_api::batch::default_output(array.is_some())).to_owned();
     let stderr = given.last("error").map(str::to_owned);
     let append = match given.last("open-mode") {
         None | Some("truncate") => false,
@@ -391,6 +430,14 @@ pub(super) async fn request(
     }
     if let Some(gpus) = gpu_count {
         slurm.push(("SLURM_GPUS", gpus.to_string()));
+    }
+    if let Some((_, spec)) = &array {
+        let (first, last) = (spec.indices[0], spec.indices[spec.indices.len() - 1]);
+        slurm.push(("SLURM_ARRAY_TASK_COUNT", spec.indices.len().to_string()));
+        slurm.push(("SLURM_ARRAY_TASK_MIN", first.to_string()));
+        slurm.push(("SLURM_ARRAY_TASK_MAX", last.to_string()));
+        let step = spec.indices.windows(2).map(|w| w[1] - w[0]).min().unwrap_or(1);
+        slurm.push(("SLURM_ARRAY_TASK_STEP", step.to_string()));
     }
     if given.last("open-mode").is_some() {
         // What srun inside the job opens its output files with.
@@ -422,6 +469,7 @@ pub(super) async fn request(
             project_id,
             ..Default::default()
         },
+        array: array.map(|(spec, _)| spec),
     })
 }
 

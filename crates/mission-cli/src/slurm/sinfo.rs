@@ -52,6 +52,9 @@ fn state(lz: &LandingZone) -> &'static str {
 async fn info(args: &[String]) -> Result<(), Failure> {
     let given = options::parse(args, OPTIONS, false)
         .map_err(|e| Failure::new(1, format!("{e}\nTry \"sinfo --help\" for more information")))?;
+    if let Some(unknown) = given.unknown() {
+        return Err(Failure::plain(1, format!("sinfo: {unknown}\nTry \"sinfo --help\" for more information")));
+    }
     if given.has("version") {
         println!("slurm 22.05.8 (mission {})", env!("CARGO_PKG_VERSION"));
         return Ok(());

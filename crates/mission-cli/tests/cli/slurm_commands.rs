@@ -119,27 +119,41 @@ async fn ended(shell: &Shell<'_>, number: &str) -> String {
     panic!("job {number} did not end");
 }
 
-#[tokio::test]
-async fn sbatch_squeue_sacct_scancel_and_scontrol_as_a_mapped_account() {
+/// Whether this test can run: it makes host accounts and runs jobs as them, as root.
+fn as_root() -> bool {
     if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
         assert!(std::env::var_os("MISSION_REQUIRE_SANDBOX").is_none(), "the suite must run as root");
         eprintln!("SKIPPED: running batch jobs as a host account needs root");
-        return;
+        return false;
     }
-    let account = Account::create();
+    true
+}
+
+/// A server whose embedded landing zone maps `account`'s mission user to it; the account
+/// signed in with a session of its own, the commands linked into its ~/bin.
+async fn service_for(account: &Account) -> (Fixture, tempfile::TempDir) {
     let maps = tempfile::tempdir().unwrap();
     let map = maps.path().join("users.map");
     std::fs::write(&map, format!("{} {}\n", account.name, account.name)).unwrap();
     let fx = Fixture::start_with(&["--user-map", map.to_str().unwrap()]).await;
     let password = "a long test passphrase";
     fx.add_user(&account.name, password).await;
-
-    // The account signs in with a session of its own, and links the commands into its ~/bin.
     let bin = account.home.join("bin");
-    let shell = Shell { account: &account, bin: bin.clone() };
+    let shell = Shell { account, bin: bin.clone() };
     sign_in(&fx, &shell, password).await;
     let installed = shell.ok(BIN, &["slurm-commands", "install", bin.to_str().unwrap()]).await;
     assert_eq!(installed.lines().count(), 8, "{installed}");
+    (fx, maps)
+}
+
+#[tokio::test]
+async fn sbatch_squeue_sacct_scancel_and_scontrol_as_a_mapped_account() {
+    if !as_root() {
+        return;
+    }
+    let account = Account::create();
+    let (fx, _maps) = service_for(&account).await;
+    let shell = Shell { account: &account, bin: account.home.join("bin") };
 
     // sbatch --wrap: the job runs in the submit directory as the account, its output in
     // slurm-%j.out there; --parsable prints the number alone.
@@ -214,6 +228,56 @@ async fn sbatch_squeue_sacct_scancel_and_scontrol_as_a_mapped_account() {
     assert_eq!(ended(&shell, &sleeper).await, "CANCELLED");
     let hosts = shell.ok("scontrol", &["show", "hostnames", "n[1-3],m5"]).await;
     assert_eq!(hosts.lines().collect::<Vec<_>>(), captured("scontrol-hostnames").0);
+
+    // An array with a throttle: N_I ids, %A_%a files, the SLURM_ARRAY_* environment, and never
+    // more than two elements running at once.
+    let script = "#!/bin/bash\n#SBATCH --array=1-5%2\n\
+                  echo \"$SLURM_ARRAY_JOB_ID $SLURM_ARRAY_TASK_ID $SLURM_ARRAY_TASK_COUNT $SLURM_ARRAY_TASK_MIN $SLURM_ARRAY_TASK_MAX\"\n\
+                  sleep 0.3\n";
+    std::fs::write(account.home.join("array.sh"), script).unwrap();
+    let waited = shell.run("sbatch", &["--wait", "array.sh"]).await;
+    assert!(waited.status.success(), "{}", stderr(&waited));
+    let array = String::from_utf8_lossy(&waited.stdout).trim().strip_prefix("Submitted batch job ").unwrap().to_owned();
+    for index in 1..=5 {
+        let out = std::fs::read_to_string(account.home.join(format!("slurm-{array}_{index}.out"))).unwrap();
+        assert_eq!(out, format!("{array} {index} 5 1 5\n"));
+    }
+    let rows = shell.ok("sacct", &["-X", "-n", "-P", "-j", &array, "-o", "JobID,State,Start,End"]).await;
+    let rows: Vec<Vec<&str>> = rows.lines().map(|l| l.split('|').collect()).collect();
+    let ids: Vec<&str> = rows.iter().map(|r| r[0]).collect();
+    assert_eq!(ids, (1..=5).map(|i| format!("{array}_{i}")).collect::<Vec<_>>());
+    for row in &rows {
+        let running_with = rows.iter().filter(|other| other[2] <= row[2] && other[3] > row[2]).count();
+        assert!(running_with <= 2, "at most two at once: {rows:?}");
+    }
+
+    // srun outside a job streams the output of a job of its own and exits with its code; inside
+    // one, it runs -n tasks there, each knowing its rank, into --output patterns.
+    let out = shell.run("srun", &["sh", "-c", "echo out; echo err >&2; exit 5"]).await;
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
+    assert!(stderr(&out).contains("err\n"), "{}", stderr(&out));
+    let script = "#!/bin/bash\nsrun -n 2 --output=task-%j-%t.out sh -c 'echo rank $SLURM_PROCID of $SLURM_NTASKS'\n";
+    std::fs::write(account.home.join("steps.sh"), script).unwrap();
+    let waited = shell.run("sbatch", &["--wait", "steps.sh"]).await;
+    assert!(waited.status.success(), "{}", stderr(&waited));
+    let job = String::from_utf8_lossy(&waited.stdout).trim().strip_prefix("Submitted batch job ").unwrap().to_owned();
+    for rank in 0..2 {
+        let out = std::fs::read_to_string(account.home.join(format!("task-{job}-{rank}.out"))).unwrap();
+        assert_eq!(out, format!("rank {rank} of 2\n"));
+    }
+
+    // sinfo: the station as a partition, the embedded landing zone as its node, in the real
+    // sinfo's layout; sacctmgr: the accounts the user may charge.
+    let (sinfo_layout, _) = captured("sinfo");
+    let table = shell.ok("sinfo", &[]).await;
+    assert_eq!(table.lines().next(), Some(sinfo_layout[0].as_str()));
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[..4], ["local*", "up", "infinite", "1"], "{table}");
+    let accounts = shell.ok("sacctmgr", &["-n", "-s", "list", "user", &account.name, "format=account%256"]).await;
+    assert_eq!(accounts.trim(), format!("~{}", account.name));
+    let user = shell.ok("sacctmgr", &["-n", "-P", "show", "user", &account.name, "format=User,DefaultAccount"]).await;
+    assert_eq!(user.trim(), format!("{0}|~{0}", account.name));
 
     // Bad input: Slurm's words and exit codes, and nothing queued.
     let before = shell.ok("sacct", &["-X", "-n", "-P", "-o", "JobID", "-S", "2000-01-01"]).await;
@@ -316,4 +380,100 @@ async fn sign_in(fx: &Fixture, shell: &Shell<'_>, password: &str) {
     assert_eq!(page.status(), 200);
     let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output()).await.unwrap().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The workflow tools' virtualenv (scripts/install-test-deps.sh makes it), if it is there.
+fn workflow_tools() -> Option<PathBuf> {
+    let venv = std::env::var_os("MISSION_TEST_WORKFLOWS")
+        .map_or_else(|| PathBuf::from("/opt/mission-test/workflows"), PathBuf::from)
+        .join("bin");
+    if venv.join("snakemake").exists() {
+        return Some(venv);
+    }
+    assert!(
+        std::env::var("MISSION_REQUIRE_WORKFLOWS").as_deref() != Ok("1"),
+        "snakemake and submitit are required (MISSION_REQUIRE_WORKFLOWS=1) but {} is missing",
+        venv.join("snakemake").display()
+    );
+    eprintln!("skipped: the workflow tools are not installed (scripts/install-test-deps.sh installs them)");
+    None
+}
+
+/// Workflow tools from PyPI, unchanged, as their users run them: snakemake with its Slurm
+/// executor plugin runs a workflow of 11 jobs across 3 rules (each job a batch job whose
+/// snakemake runs its rule through srun), and submitit runs a function and an array of them
+/// (`map_array`, at most two at once) and returns their results.
+#[tokio::test]
+async fn snakemake_and_submitit_run_unchanged() {
+    if !as_root() {
+        return;
+    }
+    let Some(tools) = workflow_tools() else { return };
+    let account = Account::create();
+    let (_fx, _maps) = service_for(&account).await;
+    let shell = Shell { account: &account, bin: account.home.join("bin") };
+    let work = account.home.join("workflow");
+    std::fs::create_dir_all(&work).unwrap();
+    let snakefile = r#"N = range(5)
+
+rule all:
+    input: "summary.txt"
+
+rule make:
+    output: "data/{i}.txt"
+    shell: "echo {wildcards.i} > {output}"
+
+rule square:
+    input: "data/{i}.txt"
+    output: "squared/{i}.txt"
+    shell: "n=$(cat {input}); echo $((n * n)) > {output}"
+
+rule summary:
+    input: expand("squared/{i}.txt", i=N)
+    output: "summary.txt"
+    shell: "cat {input} | awk '{{s += $1}} END {{print s}}' > {output}"
+"#;
+    std::fs::write(work.join("Snakefile"), snakefile).unwrap();
+    let script = r#"import submitit
+
+def add(a, b):
+    return a + b
+
+executor = submitit.AutoExecutor(folder="submitit-logs", cluster="slurm")
+executor.update_parameters(timeout_min=5, slurm_array_parallelism=2)
+job = executor.submit(add, 2, 3)
+print("single", job.result())
+jobs = executor.map_array(add, [1, 2, 3], [10, 20, 30])
+print("array", [j.result() for j in jobs], len({j.job_id.split("_")[0] for j in jobs}))
+"#;
+    std::fs::write(work.join("functions.py"), script).unwrap();
+    let chown = std::process::Command::new("chown").args(["-R", &format!("{0}:{0}", account.name)]).arg(&work).status();
+    assert!(chown.unwrap().success());
+
+    let snakemake = tools.join("snakemake").display().to_string();
+    let args = [
+        "--executor",
+        "slurm",
+        "--jobs",
+        "10",
+        "--latency-wait",
+        "10",
+        "--slurm-init-seconds-before-status-checks",
+        "1",
+        "--seconds-between-status-checks",
+        "1",
+    ];
+    let out = shell.run_in(&work, &snakemake, &args, None).await;
+    let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("12 of 12 steps (100%) done"), "{log}");
+    assert_eq!(std::fs::read_to_string(work.join("summary.txt")).unwrap(), "30\n");
+    // Each rule's job was a batch job of the service, named as the plugin names them.
+    let jobs = shell.ok("sacct", &["-X", "-n", "-P", "-o", "JobName,State", "-S", "2000-01-01"]).await;
+    assert_eq!(jobs.lines().filter(|l| l.ends_with("|COMPLETED")).count(), 11, "{jobs}");
+
+    let python = tools.join("python").display().to_string();
+    let out = shell.run_in(&work, &python, &["functions.py"], None).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "single 5\narray [11, 22, 33] 1\n");
 }

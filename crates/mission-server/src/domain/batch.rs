@@ -7,6 +7,7 @@
 //! listed, charged, audited and stopped like every other job. Its command reads `bash SCRIPT
 //! ARGS…` for people; the landing zone runs the script it carries.
 
+use mission_api::batch::ArraySpec;
 use mission_api::{CreateMission, Job, JobBatch, SubmitBatchJob, batch};
 use mission_store::MissionFilter;
 use serde_json::json;
@@ -21,8 +22,9 @@ pub const BATCH_MISSION: &str = "batch jobs";
 
 /// Queues a batch job: checked, in its user's batch mission of its project.
 pub async fn submit(app: &AppState, who: Principal, req: SubmitBatchJob) -> DomainResult<Job> {
-    let SubmitBatchJob { batch, run } = req;
+    let SubmitBatchJob { batch, run, array } = req;
     check(&batch)?;
+    let array = array.map(|spec| ArraySpec::parse(&spec).map_err(|e| DomainError::invalid("array", e))).transpose()?;
     if run.session.is_some() {
         return Err(DomainError::invalid("run.session", "a batch job is not an interactive session"));
     }
@@ -46,9 +48,32 @@ pub async fn submit(app: &AppState, who: Principal, req: SubmitBatchJob) -> Doma
         "memory_amount": job.memory_amount,
         "gpu_count": job.gpu_count,
     });
-    audit::note(who, Change::new("job.submit", "job", job.job_id).in_project(job.project_id).with(given));
     job.batch = Some(batch);
-    Ok(app.scheduler.submit(job).await?)
+    let Some(array) = array else {
+        audit::note(who, Change::new("job.submit", "job", job.job_id).in_project(job.project_id).with(given));
+        return Ok(app.scheduler.submit(job).await?);
+    };
+    let array_id = Uuid::new_v4();
+    let size = array.indices.len() as u32;
+    let given = json!({ "size": size, "max_running": array.max_running, "batch": given });
+    audit::note(who, Change::new("job_array.submit", "job_array", array_id).in_project(job.project_id).with(given));
+    // `%N`: element k waits for element k-N to end, so at most N run at once (N chains, each
+    // one element at a time).
+    let ids: Vec<Uuid> = (0..size).map(|_| Uuid::new_v4()).collect();
+    let max = array.max_running.map(|m| m as usize);
+    let elements = array.indices.iter().enumerate().map(|(k, &index)| {
+        let mut element = job.clone();
+        element.job_id = ids[k];
+        element.array_id = Some(array_id);
+        element.array_index = Some(index);
+        if let Some(max) = max.filter(|max| k >= *max) {
+            element.after_any.push(ids[k - max]);
+        }
+        element
+    });
+    jobs::queue_elements(app, array_id, size, elements).await?;
+    let first = app.store.job_row(ids[0]).await?;
+    first.ok_or_else(|| DomainError::internal(format!("job array {array_id} was queued but is not stored")))
 }
 
 /// What is wrong with a batch job's description, if anything.

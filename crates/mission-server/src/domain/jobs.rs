@@ -143,9 +143,7 @@ pub async fn submit_array(
         who,
         Change::new("job_array.submit", "job_array", array_id).in_project(template.project_id).with(given),
     );
-    // The first chunk's first element numbers the array; the later chunks are told its number.
-    let mut array_number = None;
-    let mut elements = elements.map(|(index, arguments)| {
+    let elements = elements.map(|(index, arguments)| {
         let mut job = template.clone();
         job.job_id = Uuid::new_v4();
         job.array_id = Some(array_id);
@@ -153,12 +151,27 @@ pub async fn submit_array(
         job.command.extend(arguments);
         job
     });
-    // In chunks, each one write: memory stays flat however large the array. The elements differ
-    // in nothing any check looks at, so the first chunk is accepted whole or refused whole, and
-    // with it the array; should a later chunk fail, the elements queued so far are stopped.
+    queue_elements(app, array_id, size, elements).await
+}
+
+/// Queues the `size` `elements` of the array `array_id` and answers how it stands. In chunks,
+/// each one write: memory stays flat however large the array. The elements differ in nothing
+/// any check looks at, so the first chunk is accepted whole or refused whole, and with it the
+/// array; should a later chunk fail, the elements queued so far are stopped. The first chunk's
+/// first element numbers the array; the later chunks are told its number.
+pub(super) async fn queue_elements(
+    app: &AppState,
+    array_id: Uuid,
+    size: u32,
+    mut elements: impl Iterator<Item = Job>,
+) -> DomainResult<JobArray> {
+    let mut array_number = None;
     let mut queued = 0;
     while queued < size {
         let mut chunk: Vec<Job> = elements.by_ref().take(ARRAY_CHUNK).collect();
+        if chunk.is_empty() {
+            break;
+        }
         for job in &mut chunk {
             job.array_number = array_number;
         }

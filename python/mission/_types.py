@@ -287,6 +287,7 @@ class Job(_Record):
     log_truncated: bool = False
     after_ok: List[str] = dataclasses.field(default_factory=list)
     after_any: List[str] = dataclasses.field(default_factory=list)
+    after_not_ok: List[str] = dataclasses.field(default_factory=list)
     pending_reason: Optional[PendingReason] = dataclasses.field(default=None, metadata={"of": PendingReason})
     position: Optional[QueuePosition] = dataclasses.field(default=None, metadata={"of": QueuePosition})
     usage: Optional[JobUsage] = dataclasses.field(default=None, metadata={"of": JobUsage})

@@ -158,6 +158,9 @@ pub struct Job {
     /// Jobs that must end, however, before it may start ([`RunJob::after_any`]).
     #[serde(default)]
     pub after_any: Vec<Uuid>,
+    /// Jobs that must end without completing before it may start ([`RunJob::after_not_ok`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after_not_ok: Vec<Uuid>,
     /// How it is tried again after it fails: its run request's policy, or its mission's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryPolicy>,
@@ -283,6 +286,7 @@ impl Job {
             log_truncated: false,
             after_ok: Vec::new(),
             after_any: Vec::new(),
+            after_not_ok: Vec::new(),
             retry: None,
             image: None,
             attempt: first_attempt(),
@@ -370,6 +374,10 @@ pub struct RunJob {
     /// Jobs of the same user that must end first, whatever their outcome.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after_any: Vec<Uuid>,
+    /// Jobs of the same user that must end without completing first (failed, stopped, lost:
+    /// Slurm's `afternotok`). Should one complete, this job ends `failed` without running.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after_not_ok: Vec<Uuid>,
     /// How to try the job again should it fail; absent: the mission's default, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryPolicy>,
@@ -542,7 +550,7 @@ pub const KILLED_BY_SIGNAL_REASON: &str = "killed by signal";
 /// The reason a job that ran past its time limit fails with, whatever ran it.
 pub const TIME_LIMIT_REASON: &str = "time limit";
 
-/// The most jobs one job may wait for, `after_ok` and `after_any` together.
+/// The most jobs one job may wait for, `after_ok`, `after_any` and `after_not_ok` together.
 pub const MAX_DEPENDENCIES: usize = 1000;
 
 /// Why a job has not started yet ([`Job::pending_reason`]).

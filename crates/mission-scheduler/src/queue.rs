@@ -686,6 +686,8 @@ struct Waits {
     ok: HashSet<Uuid>,
     /// Jobs that must end, however.
     any: HashSet<Uuid>,
+    /// Jobs that must end without completing.
+    not_ok: HashSet<Uuid>,
 }
 
 /// How a job's end bears on one that waited for it.
@@ -705,25 +707,27 @@ pub(super) struct Dependencies {
 }
 
 impl Dependencies {
-    /// Records that `job_id` waits for `ok` to complete and `any` to end (both already rid of
-    /// jobs that have); nothing when both are empty.
-    pub fn wait(&mut self, job_id: Uuid, ok: HashSet<Uuid>, any: HashSet<Uuid>) {
-        if ok.is_empty() && any.is_empty() {
+    /// Records that `job_id` waits for `ok` to complete, `any` to end and `not_ok` to end
+    /// without completing (all already rid of jobs that have ended); nothing when all are empty.
+    pub fn wait(&mut self, job_id: Uuid, ok: HashSet<Uuid>, any: HashSet<Uuid>, not_ok: HashSet<Uuid>) {
+        if ok.is_empty() && any.is_empty() && not_ok.is_empty() {
             return;
         }
-        for dep in ok.iter().chain(&any) {
+        for dep in ok.iter().chain(&any).chain(&not_ok) {
             self.dependents.entry(*dep).or_default().push(job_id);
         }
-        self.waits.insert(job_id, Waits { ok, any });
+        self.waits.insert(job_id, Waits { ok, any, not_ok });
     }
 
     /// Whether a queued job still waits for another; the first it waits for, if it does, with
     /// whether that one must complete (rather than just end) and how many more there are.
     pub fn waiting_for(&self, job_id: Uuid) -> Option<(Uuid, bool, usize)> {
         let waits = self.waits.get(&job_id)?;
-        let more = waits.ok.len() + waits.any.len() - 1;
+        let more = waits.ok.len() + waits.any.len() + waits.not_ok.len() - 1;
         let first = |set: &HashSet<Uuid>| set.iter().min().copied();
-        first(&waits.ok).map(|id| (id, true, more)).or_else(|| first(&waits.any).map(|id| (id, false, more)))
+        first(&waits.ok)
+            .map(|id| (id, true, more))
+            .or_else(|| first(&waits.any).or_else(|| first(&waits.not_ok)).map(|id| (id, false, more)))
     }
 
     /// A job ended `status`: what that settles for those that waited for it. The job itself no
@@ -738,8 +742,14 @@ impl Dependencies {
                 settled.push(Settled::Failed(waiter, format!("the job it waited for, {job_id}, ended {status}")));
                 continue;
             }
+            if waits.not_ok.remove(&job_id) && status == JobStatus::Completed {
+                self.waits.remove(&waiter);
+                let why = format!("the job it waited for to end without completing, {job_id}, completed");
+                settled.push(Settled::Failed(waiter, why));
+                continue;
+            }
             waits.any.remove(&job_id);
-            if waits.ok.is_empty() && waits.any.is_empty() {
+            if waits.ok.is_empty() && waits.any.is_empty() && waits.not_ok.is_empty() {
                 self.waits.remove(&waiter);
                 settled.push(Settled::Free(waiter));
             }
@@ -762,9 +772,9 @@ mod tests {
     fn an_end_frees_or_fails_who_waited_for_it() {
         let [a, b, c, d] = [1, 2, 3, 4].map(Uuid::from_u128);
         let mut deps = Dependencies::default();
-        deps.wait(c, [a].into(), [b].into());
-        deps.wait(d, [a].into(), HashSet::new());
-        deps.wait(b, HashSet::new(), HashSet::new());
+        deps.wait(c, [a].into(), [b].into(), HashSet::new());
+        deps.wait(d, [a].into(), HashSet::new(), HashSet::new());
+        deps.wait(b, HashSet::new(), HashSet::new(), HashSet::new());
         assert_eq!(deps.waiting_for(b), None, "waiting for nothing is not waiting");
         assert_eq!(deps.waiting_for(c), Some((a, true, 1)));
         // b ends stopped: c waited for it to end, however; it still waits for a.
@@ -776,8 +786,8 @@ mod tests {
 
         // A failed dependency fails its after_ok waiter once, and its after_any waiter goes on.
         let [e, f, g] = [5, 6, 7].map(Uuid::from_u128);
-        deps.wait(f, [e].into(), HashSet::new());
-        deps.wait(g, HashSet::new(), [e].into());
+        deps.wait(f, [e].into(), HashSet::new(), HashSet::new());
+        deps.wait(g, HashSet::new(), [e].into(), HashSet::new());
         let settled = deps.ended(e, JobStatus::Failed);
         assert!(
             settled.iter().any(|s| matches!(s, Settled::Failed(id, why) if *id == f && why.ends_with("ended failed")))
@@ -785,6 +795,15 @@ mod tests {
         assert!(settled.iter().any(|s| matches!(s, Settled::Free(id) if *id == g)));
         assert_eq!(deps.waiting_for(g), None);
         assert!(deps.ended(e, JobStatus::Failed).is_empty(), "an end settles once");
+
+        // after_not_ok: a failure frees the waiter, a completion fails it.
+        let [h, i, j, k] = [8, 9, 10, 11].map(Uuid::from_u128);
+        deps.wait(i, HashSet::new(), HashSet::new(), [h].into());
+        deps.wait(k, HashSet::new(), HashSet::new(), [j].into());
+        assert_eq!(deps.waiting_for(i), Some((h, false, 0)));
+        assert!(matches!(deps.ended(h, JobStatus::Failed)[..], [Settled::Free(id)] if id == i));
+        let settled = deps.ended(j, JobStatus::Completed);
+        assert!(matches!(&settled[..], [Settled::Failed(id, why)] if *id == k && why.ends_with("completed")));
     }
 
     #[test]

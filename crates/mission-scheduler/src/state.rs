@@ -298,7 +298,7 @@ impl State {
             self.store
                 .queued_jobs(|row| {
                     let key = QueueKey { station_id: row.station_id, project_id: row.project_id, user_id: row.user_id };
-                    let waits = !row.after_ok.is_empty() || !row.after_any.is_empty();
+                    let waits = !row.after_ok.is_empty() || !row.after_any.is_empty() || !row.after_not_ok.is_empty();
                     let entry = Queued {
                         job_id: row.job_id,
                         requested_lz_id: row.requested_lz_id,
@@ -314,7 +314,7 @@ impl State {
                     };
                     queue.insert(key, row.seq, entry, waits);
                     if waits {
-                        waiting.push((row.job_id, row.user_id, row.after_ok, row.after_any));
+                        waiting.push((row.job_id, row.user_id, [row.after_ok, row.after_any, row.after_not_ok]));
                     }
                 })
                 .await?;
@@ -347,8 +347,8 @@ impl State {
                 None => self.lose(placed, "its landing zone was removed"),
             }
         }
-        for (job_id, user_id, after_ok, after_any) in waiting {
-            match self.wait_for(job_id, user_id, &after_ok, &after_any).await? {
+        for (job_id, user_id, [after_ok, after_any, after_not_ok]) in waiting {
+            match self.wait_for(job_id, user_id, &after_ok, &after_any, &after_not_ok).await? {
                 Standing::Waits if self.dependencies.waiting_for(job_id).is_none() => {
                     self.queue.lock().expect("not poisoned").let_go(job_id);
                 }
@@ -981,7 +981,7 @@ impl State {
             }
         }
         self.check_queue_room(&job, 1)?;
-        let standing = self.wait_for(job.job_id, job.user_id, &job.after_ok, &job.after_any).await?;
+        let standing = self.wait_for(job.job_id, job.user_id, &job.after_ok, &job.after_any, &job.after_not_ok).await?;
         if let Standing::Unknown(field, dep) = standing {
             return Err(SchedulerError::invalid_field(field, format!("you have no job {dep}")));
         }
@@ -1025,22 +1025,23 @@ impl State {
         Ok(job)
     }
 
-    /// Records what a queued job waits for: of `after_ok` and `after_any`, the jobs that have
-    /// not ended. Records nothing when one of them ended without completing or is not a job of
-    /// `user_id`'s.
+    /// Records what a queued job waits for: of `after_ok`, `after_any` and `after_not_ok`, the
+    /// jobs that have not ended. Records nothing when one of `after_ok` ended without completing,
+    /// one of `after_not_ok` completed, or one is not a job of `user_id`'s.
     async fn wait_for(
         &mut self,
         job_id: Uuid,
         user_id: Uuid,
         after_ok: &[Uuid],
         after_any: &[Uuid],
+        after_not_ok: &[Uuid],
     ) -> Result<Standing, StoreError> {
         let mut unfinished: HashMap<Uuid, Uuid> = HashMap::new();
         let mut ended: HashMap<Uuid, JobStatus> = HashMap::new();
         let mut unknown = Vec::new();
         {
             let queue = self.queue.lock().expect("not poisoned");
-            for &dep in after_ok.iter().chain(after_any) {
+            for &dep in after_ok.iter().chain(after_any).chain(after_not_ok) {
                 let owner = queue.get(dep).map(|(key, _, _)| key.user_id);
                 if let Some(owner) = owner.or_else(|| self.fleet.placed(&dep).map(|p| p.key.user_id)) {
                     unfinished.insert(dep, owner);
@@ -1058,7 +1059,7 @@ impl State {
                 ended.insert(dep, status);
             }
         }
-        for (field, deps) in [("after_ok", after_ok), ("after_any", after_any)] {
+        for (field, deps) in [("after_ok", after_ok), ("after_any", after_any), ("after_not_ok", after_not_ok)] {
             let mine = |dep: &Uuid| unfinished.get(dep) == Some(&user_id) || ended.contains_key(dep);
             if let Some(dep) = deps.iter().find(|dep| !mine(dep)) {
                 return Ok(Standing::Unknown(field, *dep));
@@ -1069,8 +1070,11 @@ impl State {
         {
             return Ok(Standing::Fails(format!("the job it waited for, {dep}, ended {status}")));
         }
+        if let Some(dep) = after_not_ok.iter().find(|dep| ended.get(dep) == Some(&JobStatus::Completed)) {
+            return Ok(Standing::Fails(format!("the job it waited for to end without completing, {dep}, completed")));
+        }
         let open = |deps: &[Uuid]| deps.iter().filter(|d| unfinished.contains_key(d)).copied().collect();
-        self.dependencies.wait(job_id, open(after_ok), open(after_any));
+        self.dependencies.wait(job_id, open(after_ok), open(after_any), open(after_not_ok));
         Ok(Standing::Waits)
     }
 

@@ -50,6 +50,7 @@ const JOB_ROW: &[(&str, Cast)] = &[
     ("log_truncated", Cast::Flag),
     ("after_ok", Cast::Text),
     ("after_any", Cast::Text),
+    ("after_not_ok", Cast::Text),
     ("pending_kind", Cast::Text),
     ("pending_detail", Cast::Text),
     ("retry", Cast::Text),
@@ -116,7 +117,7 @@ static POSTGRES_INSERT_JOBS: LazyLock<String> = LazyLock::new(postgres_insert_jo
 macro_rules! queued_columns {
     () => {
         "seq, job_id, user_id, project_id, station_id, requested_lz_id, cpu_count, memory_amount, gpu_count, \
-        attempt, retry, after_ok, after_any, time_limit, ran, image_id, batch"
+        attempt, retry, after_ok, after_any, time_limit, ran, image_id, batch, after_not_ok"
     };
 }
 
@@ -128,7 +129,8 @@ const QUEUED_PAGE_ROWS: i64 = 20_000;
 const SQLITE_QUEUED_PAGE: &str = concat!(
     "SELECT json_group_array(json_array(seq, job_id, user_id, project_id, station_id, requested_lz_id, cpu_count, \
     memory_amount, gpu_count, attempt, json(retry), json(after_ok), json(after_any), time_limit, \
-    json(IIF(ran, 'true', 'false')), image_id, json_extract(batch, '$.workdir'))) FROM (SELECT ",
+    json(IIF(ran, 'true', 'false')), image_id, json_extract(batch, '$.workdir'), json(COALESCE(after_not_ok, '[]')))) \
+    FROM (SELECT ",
     queued_columns!(),
     " FROM jobs WHERE status = 'queued' AND seq > ? ORDER BY seq LIMIT ?)"
 );
@@ -784,6 +786,7 @@ impl Store {
                         ran: r.flag("ran")?,
                         image_id: r.opt_uuid("image_id")?,
                         workdir: r.opt_json::<mission_api::JobBatch>("batch")?.map(|batch| batch.workdir),
+                        after_not_ok: r.opt_json("after_not_ok")?.unwrap_or_default(),
                     });
                 }
                 Ok(())
@@ -1325,6 +1328,8 @@ fn insert_row(seq: u64, job: &Job) -> serde_json::Value {
         "log_truncated": job.log_truncated,
         "after_ok": serde_json::to_string(&job.after_ok).expect("ids serialise"),
         "after_any": serde_json::to_string(&job.after_any).expect("ids serialise"),
+        "after_not_ok": (!job.after_not_ok.is_empty())
+            .then(|| serde_json::to_string(&job.after_not_ok).expect("ids serialise")),
         "pending_kind": job.pending_reason.as_ref().map(|p| p.kind.as_str()),
         "pending_detail": job.pending_reason.as_ref().map(|p| &p.detail),
         "retry": job.retry.as_ref().map(|r| serde_json::to_string(r).expect("policies serialise")),
@@ -1421,6 +1426,7 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
         log_truncated: r.flag("log_truncated")?,
         after_ok: r.json("after_ok")?,
         after_any: r.json("after_any")?,
+        after_not_ok: r.opt_json("after_not_ok")?.unwrap_or_default(),
         retry: r.opt_json("retry")?,
         image: match (r.opt_uuid("image_id")?, r.opt_text("image_digest")?) {
             (Some(image_id), Some(digest)) => {
@@ -1485,6 +1491,8 @@ pub struct QueuedRow {
     pub image_id: Option<Uuid>,
     /// A batch job's directory: only landing zones that share it may hold it.
     pub workdir: Option<String>,
+    /// Jobs it waits for to end without completing.
+    pub after_not_ok: Vec<Uuid>,
 }
 
 /// How [`Store::usage_by`] groups jobs.

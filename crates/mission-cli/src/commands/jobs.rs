@@ -91,6 +91,10 @@ pub struct RunCommand {
     /// several.
     #[arg(long, value_name = "JOB")]
     after_any: Vec<Uuid>,
+    /// A job of yours that must end without completing (fail, be stopped or lost) before this
+    /// one starts; repeat for several. Should it complete, this job fails without running.
+    #[arg(long, value_name = "JOB")]
+    after_not_ok: Vec<Uuid>,
     #[command(flatten)]
     retry: RetryArgs,
     /// The project (name or id) to charge the job to; default: the mission's.
@@ -513,6 +517,7 @@ impl RunCommand {
             log_cap: self.log_cap.map(|size| size.0),
             after_ok: self.after_ok,
             after_any: self.after_any,
+            after_not_ok: self.after_not_ok,
             retry: self.retry.policy(),
             project_id: resolve_optional_project(&client, self.project.as_deref()).await?,
             image: self.image.clone(),

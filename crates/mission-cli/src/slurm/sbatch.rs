@@ -398,7 +398,7 @@ pub(super) async fn request(
         })?),
         None => None,
     };
-    let (after_ok, after_any) = dependencies(given.last("dependency"), site).await?;
+    let [after_ok, after_any, after_not_ok] = dependencies(given.last("dependency"), site).await?;
 
     let cwd = std::env::current_dir().map_err(|e| Failure::new(1, format!("the current directory: {e}")))?;
     let workdir = match given.last("chdir") {
@@ -466,6 +466,7 @@ pub(super) async fn request(
             time_limit,
             after_ok,
             after_any,
+            after_not_ok,
             project_id,
             ..Default::default()
         },
@@ -493,11 +494,11 @@ fn gpus(given: &Parsed) -> Result<Option<u32>, Failure> {
     Ok(total)
 }
 
-/// The jobs a `--dependency` names, by kind: `afterok:ID[:ID…]` and `afterany:…`, joined by
+/// The jobs a `--dependency` names, by kind: `afterok:ID[:ID…]`, `afterany:…` and `afternotok:…`, joined by
 /// commas (all must hold); each number is looked up as the caller may see it.
-async fn dependencies(spec: Option<&str>, site: &Site) -> Result<(Vec<Uuid>, Vec<Uuid>), Failure> {
-    let (mut after_ok, mut after_any) = (Vec::new(), Vec::new());
-    let Some(spec) = spec.filter(|s| !s.is_empty()) else { return Ok((after_ok, after_any)) };
+async fn dependencies(spec: Option<&str>, site: &Site) -> Result<[Vec<Uuid>; 3], Failure> {
+    let (mut after_ok, mut after_any, mut after_not_ok) = (Vec::new(), Vec::new(), Vec::new());
+    let Some(spec) = spec.filter(|s| !s.is_empty()) else { return Ok([after_ok, after_any, after_not_ok]) };
     let problem = || Failure::new(1, "Batch job submission failed: Job dependency problem");
     if spec.contains('?') {
         return Err(Failure::new(
@@ -510,6 +511,7 @@ async fn dependencies(spec: Option<&str>, site: &Site) -> Result<(Vec<Uuid>, Vec
         let list = match pieces.next().unwrap_or_default() {
             "afterok" => &mut after_ok,
             "afterany" => &mut after_any,
+            "afternotok" => &mut after_not_ok,
             _ => return Err(problem()),
         };
         let before = list.len();
@@ -522,7 +524,7 @@ async fn dependencies(spec: Option<&str>, site: &Site) -> Result<(Vec<Uuid>, Vec
             return Err(problem());
         }
     }
-    Ok((after_ok, after_any))
+    Ok([after_ok, after_any, after_not_ok])
 }
 
 /// The variables `--export` passes: all of this environment (`ALL`, the default), none
@@ -575,7 +577,7 @@ slurm-%j.out (or --output/--error). Options may also be given in #SBATCH lines o
   -w, --nodelist=LZ           the landing zone to run on
   -A, --account=PROJECT       the project to charge
       --comment=TEXT          a comment
-  -d, --dependency=afterok:ID[:ID],afterany:ID
+  -d, --dependency=afterok|afterany|afternotok:ID[:ID],…
       --export=ALL|NONE|VARS  the environment passed
       --wrap=COMMAND          a script of this one command
       --parsable              print only the job id

@@ -197,6 +197,21 @@ async fn sbatch_squeue_sacct_scancel_and_scontrol_as_a_mapped_account() {
         String::from_utf8_lossy(&failing.stdout).trim().strip_prefix("Submitted batch job ").unwrap().to_owned();
     let row = shell.ok("sacct", &["-X", "-n", "-P", "-j", &number, "-o", "JobID,JobIDRaw,State,ExitCode"]).await;
     assert_eq!(row.trim(), format!("{number}|{number}|FAILED|3:0"));
+    // Dependencies by number: afternotok on the failed job runs, on a completed one never does;
+    // afterok and afterany wait for theirs.
+    let first = shell.ok("sbatch", &["--parsable", "--wrap", "sleep 0.5"]).await.trim().to_owned();
+    let deps = [
+        ("afternotok", number.as_str(), "COMPLETED"),
+        ("afternotok", first.as_str(), "FAILED"),
+        ("afterok", first.as_str(), "COMPLETED"),
+        ("afterany", number.as_str(), "COMPLETED"),
+        ("afterok", number.as_str(), "FAILED"),
+    ];
+    for (kind, on, ends) in deps {
+        let spec = format!("--dependency={kind}:{on}");
+        let waiter = shell.ok("sbatch", &["--parsable", &spec, "--wrap", "true"]).await.trim().to_owned();
+        assert_eq!(ended(&shell, &waiter).await, ends, "{spec}");
+    }
     let (sacct_layout, _) = captured("sacct");
     let default = shell.ok("sacct", &["-j", &number]).await;
     let mut lines = default.lines();

@@ -261,7 +261,7 @@ pub(super) async fn new_job(app: &AppState, who: Principal, mission_id: Uuid, re
             format!("expected bytes, {} to {server_cap} (the server's --job-log-cap)", mission_api::MIN_LOG_CAP),
         ));
     }
-    let (after_ok, after_any) = checked_dependencies(req.after_ok, req.after_any)?;
+    let [after_ok, after_any, after_not_ok] = checked_dependencies([req.after_ok, req.after_any, req.after_not_ok])?;
     let retry = checked_retry(req.retry)?.or_else(|| mission.retry.clone());
     let project_id = req.project_id.unwrap_or(mission.project_id);
     projects::ensure_may_run(app, who, project_id, "project_id").await?;
@@ -284,6 +284,7 @@ pub(super) async fn new_job(app: &AppState, who: Principal, mission_id: Uuid, re
         log_cap,
         after_ok,
         after_any,
+        after_not_ok,
         retry,
         image,
         session,
@@ -342,14 +343,16 @@ pub async fn rerun_failed(app: &AppState, who: Principal, mission_id: Uuid) -> D
 
 /// Submits a new job made from an ended one (see [`rerun`]), whose station the caller may use.
 async fn start_again(app: &AppState, who: Principal, old: Job) -> DomainResult<Job> {
-    let (mut after_ok, mut after_any) = (old.after_ok.clone(), old.after_any.clone());
-    for dep in after_ok.iter_mut().chain(after_any.iter_mut()) {
+    let (mut after_ok, mut after_any, mut after_not_ok) =
+        (old.after_ok.clone(), old.after_any.clone(), old.after_not_ok.clone());
+    for dep in after_ok.iter_mut().chain(after_any.iter_mut()).chain(after_not_ok.iter_mut()) {
         *dep = app.store.newest_rerun(*dep).await?.unwrap_or(*dep);
     }
     let fresh = Job::queued(old.mission_id, old.user_id, old.station_id, Vec::new(), store::now());
     let job = Job {
         after_ok,
         after_any,
+        after_not_ok,
         rerun_of: Some(old.job_id),
         history: vec![JobTransition {
             status: JobStatus::Queued,
@@ -390,21 +393,27 @@ fn merged(fields: serde_json::Value, given: impl serde::Serialize) -> serde_json
 
 /// The jobs a new job waits for, each named once; whether they exist and are the caller's is
 /// the scheduler's to check, since only it knows which have ended, and how, at that moment.
-fn checked_dependencies(mut after_ok: Vec<Uuid>, mut after_any: Vec<Uuid>) -> DomainResult<(Vec<Uuid>, Vec<Uuid>)> {
-    for list in [&mut after_ok, &mut after_any] {
+fn checked_dependencies(mut lists: [Vec<Uuid>; 3]) -> DomainResult<[Vec<Uuid>; 3]> {
+    const FIELDS: [&str; 3] = ["after_ok", "after_any", "after_not_ok"];
+    for list in &mut lists {
         list.sort_unstable();
         list.dedup();
     }
-    if let Some(both) = after_ok.iter().find(|id| after_any.binary_search(id).is_ok()) {
-        return Err(DomainError::invalid("after_any", format!("job {both} is in after_ok too; name it once")));
+    for (later, field) in FIELDS.iter().enumerate().skip(1) {
+        for earlier in 0..later {
+            if let Some(both) = lists[later].iter().find(|id| lists[earlier].binary_search(id).is_ok()) {
+                let other = FIELDS[earlier];
+                return Err(DomainError::invalid(*field, format!("job {both} is in {other} too; name it once")));
+            }
+        }
     }
-    if after_ok.len() + after_any.len() > mission_api::MAX_DEPENDENCIES {
+    if lists.iter().map(Vec::len).sum::<usize>() > mission_api::MAX_DEPENDENCIES {
         return Err(DomainError::invalid(
             "after_ok",
             format!("a job may wait for at most {} jobs", mission_api::MAX_DEPENDENCIES),
         ));
     }
-    Ok((after_ok, after_any))
+    Ok(lists)
 }
 
 /// Changes a job of the caller's: its labels (the whole map is replaced). Answers the job as it

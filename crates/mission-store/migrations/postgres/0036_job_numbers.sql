@@ -5,5 +5,8 @@
 -- JSON document (`batch`, see mission_api::batch).
 ALTER TABLE jobs ADD COLUMN array_seq BIGINT;
 ALTER TABLE jobs ADD COLUMN batch TEXT;
+-- The jobs a job waits for to end without completing (Slurm's afternotok), a JSON array; NULL
+-- for none.
+ALTER TABLE jobs ADD COLUMN after_not_ok TEXT;
 UPDATE jobs SET array_seq = (SELECT MIN(e.seq) FROM jobs AS e WHERE e.array_id = jobs.array_id)
     WHERE array_id IS NOT NULL;

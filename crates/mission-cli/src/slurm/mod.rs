@@ -235,6 +235,71 @@ impl Site {
     }
 }
 
+/// Reads a query command's line (`squeue`, `sacct`, …): an option it does not know is refused,
+/// as Slurm's query commands refuse one.
+pub fn read_query(command: &str, args: &[String], table: &'static [options::Spec]) -> Result<options::Parsed, Failure> {
+    let try_help = format!("Try \"{command} --help\" for more information");
+    let given = options::parse(args, table, false).map_err(|e| Failure::new(1, format!("{e}\n{try_help}")))?;
+    match given.unknown() {
+        Some(unknown) => Err(Failure::plain(1, format!("{command}: {unknown}\n{try_help}"))),
+        None => Ok(given),
+    }
+}
+
+/// What `--version` prints: the Slurm release these commands speak, and ours.
+pub fn print_version() {
+    println!("slurm 22.05.8 (mission {})", env!("CARGO_PKG_VERSION"));
+}
+
+/// The jobs the selection options common to the query commands keep: names (`-n`/`--name`),
+/// users (`-u`), `--me`, states, partitions (`-p`) and accounts (`-A`), each a comma list that
+/// may be repeated.
+pub struct Selection<'a> {
+    names: Vec<&'a str>,
+    users: Vec<&'a str>,
+    me: bool,
+    states: Vec<&'static str>,
+    partitions: Vec<&'a str>,
+    accounts: Vec<&'a str>,
+}
+
+impl<'a> Selection<'a> {
+    /// The selection `given` makes, its states and accounts under the option names `state_option`
+    /// and `account_option` (they differ between the commands).
+    pub fn of(given: &'a options::Parsed, state_option: &str, account_option: &str) -> Self {
+        let list = |option: &str| given.all(option).flat_map(|v| v.split(',')).collect::<Vec<&'a str>>();
+        Self {
+            names: list("name"),
+            users: list("user"),
+            me: given.has("me"),
+            states: list(state_option).into_iter().filter_map(values::state_named).collect(),
+            partitions: list("partition"),
+            accounts: list(account_option),
+        }
+    }
+
+    /// Whether any selection option was given.
+    pub fn selects(&self) -> bool {
+        self.me
+            || !(self.names.is_empty()
+                && self.users.is_empty()
+                && self.states.is_empty()
+                && self.partitions.is_empty()
+                && self.accounts.is_empty())
+    }
+
+    /// Whether `job` is among those selected.
+    pub fn keeps(&self, job: &Job, site: &Site) -> bool {
+        let any = |list: &[&str], value: &str| list.is_empty() || list.contains(&value);
+        any(&self.names, &job_name(job))
+            && any(&self.users, &site.user_of(job))
+            && (!self.me || job.user_id == site.user_id)
+            && (self.states.is_empty() || self.states.contains(&values::state(job)))
+            && any(&self.partitions, site.partition(job.station_id))
+            && any(&self.accounts, site.account(job.project_id))
+    }
+}
+
 /// A job's name: its batch name, or its mission's command.
 pub fn job_name(job: &Job) -> String {
     match &job.batch {

@@ -5,10 +5,10 @@
 use chrono::{DateTime, Local, NaiveDate, NaiveDateTime, TimeZone, Utc};
 use mission_client::Job;
 
-use super::options::{self, Spec, Takes, flag, ignored, value};
+use super::options::{Spec, Takes, flag, ignored, value};
 use super::squeue::{reason, seconds_run};
 use super::values::{self, JobSpec};
-use super::{Failure, Site, job_name, report};
+use super::{Failure, Selection, Site, job_name, print_version, read_query, report};
 
 const OPTIONS: &[Spec] = &[
     value("jobs", Some('j')),
@@ -49,13 +49,9 @@ pub async fn run(args: &[String]) -> u8 {
 }
 
 async fn account(args: &[String]) -> Result<(), Failure> {
-    let given = options::parse(args, OPTIONS, false)
-        .map_err(|e| Failure::new(1, format!("{e}\nTry \"sacct --help\" for more information")))?;
-    if let Some(unknown) = given.unknown() {
-        return Err(Failure::plain(1, format!("sacct: {unknown}\nTry \"sacct --help\" for more information")));
-    }
+    let given = read_query("sacct", args, OPTIONS)?;
     if given.has("version") {
-        println!("slurm 22.05.8 (mission {})", env!("CARGO_PKG_VERSION"));
+        print_version();
         return Ok(());
     }
     let format = given.last("format").unwrap_or(if given.has("brief") {
@@ -102,16 +98,8 @@ async fn account(args: &[String]) -> Result<(), Failure> {
     // A job counts in a window if it was submitted before its end and had not ended before its start.
     jobs.retain(|job| since.is_none_or(|since| job.finished_at.is_none_or(|end| end >= since)));
     jobs.retain(|job| until.is_none_or(|until| job.created_at <= until));
-    let names: Vec<&str> = given.all("name").flat_map(|n| n.split(',')).collect();
-    jobs.retain(|job| names.is_empty() || names.contains(&job_name(job).as_str()));
-    let users: Vec<&str> = given.all("user").flat_map(|u| u.split(',')).collect();
-    jobs.retain(|job| users.is_empty() || users.contains(&site.user_of(job).as_str()));
-    let states: Vec<&str> = given.all("state").flat_map(|s| s.split(',')).filter_map(values::state_named).collect();
-    jobs.retain(|job| states.is_empty() || states.contains(&values::state(job)));
-    let partitions: Vec<&str> = given.all("partition").flat_map(|p| p.split(',')).collect();
-    jobs.retain(|job| partitions.is_empty() || partitions.contains(&site.partition(job.station_id)));
-    let accounts: Vec<&str> = given.all("accounts").flat_map(|a| a.split(',')).collect();
-    jobs.retain(|job| accounts.is_empty() || accounts.contains(&site.account(job.project_id)));
+    let selection = Selection::of(&given, "state", "accounts");
+    jobs.retain(|job| selection.keeps(job, &site));
     jobs.sort_by_key(|job| job.number);
 
     if given.has("json") {

@@ -21,7 +21,7 @@ async fn show(args: &[String]) -> Result<(), Failure> {
             "-s" | "--associations" => with_assocs = true,
             "-i" | "--immediate" | "-Q" | "--quiet" => {}
             "-V" | "--version" => {
-                println!("slurm 22.05.8 (mission {})", env!("CARGO_PKG_VERSION"));
+                super::print_version();
                 return Ok(());
             }
             other => words.push(other),

@@ -11,40 +11,52 @@ use super::options::{self, Parsed, Spec, Takes, flag, ignored, value};
 use super::values::{parse_megabytes, parse_time_limit};
 use super::{Failure, Site, report};
 
-/// Every option of Slurm 22.05's `sbatch`, and which this service honours.
-pub(super) const OPTIONS: &[Spec] = &[
-    value("account", Some('A')),
+/// An option table of `name`: the options that describe a job, which `sbatch` and `srun` share
+/// (and [`request`] reads), then `extra`.
+macro_rules! job_options {
+    ($vis:vis $name:ident, $($extra:expr),* $(,)?) => {
+        $vis const $name: &[Spec] = &[
+            value("account", Some('A')),
+            value("chdir", Some('D')),
+            value("comment", None),
+            value("cpus-per-task", Some('c')),
+            value("error", Some('e')),
+            value("export", None),
+            value("gpus", Some('G')),
+            // One node: per node is per job.
+            value("gpus-per-node", None),
+            value("gres", None),
+            flag("help", Some('h')),
+            value("job-name", Some('J')),
+            value("mem", None),
+            value("mem-per-cpu", None),
+            value("nodelist", Some('w')),
+            value("nodes", Some('N')),
+            value("ntasks", Some('n')),
+            value("ntasks-per-node", None),
+            value("open-mode", None),
+            value("output", Some('o')),
+            value("partition", Some('p')),
+            flag("quiet", Some('Q')),
+            value("time", Some('t')),
+            flag("usage", None),
+            flag("verbose", Some('v')),
+            flag("version", Some('V')),
+            $($extra),*
+        ];
+    };
+}
+pub(super) use job_options;
+
+// Every option of Slurm 22.05's `sbatch`, and which this service honours.
+job_options!(
+    pub(super) OPTIONS,
     value("array", Some('a')),
-    value("chdir", Some('D')),
-    value("comment", None),
-    value("cpus-per-task", Some('c')),
     value("dependency", Some('d')),
-    value("error", Some('e')),
-    value("export", None),
-    value("gpus", Some('G')),
-    value("gres", None),
-    flag("help", Some('h')),
-    value("job-name", Some('J')),
-    value("mem", None),
-    value("mem-per-cpu", None),
-    value("nodelist", Some('w')),
-    value("nodes", Some('N')),
-    value("ntasks", Some('n')),
-    value("output", Some('o')),
     flag("parsable", None),
-    value("partition", Some('p')),
-    flag("quiet", Some('Q')),
-    value("time", Some('t')),
-    flag("usage", None),
-    flag("verbose", Some('v')),
-    flag("version", Some('V')),
     flag("wait", Some('W')),
     value("wrap", None),
     flag("hold", Some('H')),
-    // One node: per node is per job.
-    value("gpus-per-node", None),
-    value("ntasks-per-node", None),
-    value("open-mode", None),
     ignored("acctg-freq", None, Takes::Value),
     ignored("batch", None, Takes::Value),
     ignored("bb", None, Takes::Value),
@@ -116,7 +128,7 @@ pub(super) const OPTIONS: &[Spec] = &[
     ignored("use-min-nodes", None, Takes::Nothing),
     ignored("wait-all-nodes", None, Takes::Value),
     ignored("wckey", None, Takes::Value),
-];
+);
 
 /// `sbatch ARGS`: its exit code.
 pub async fn run(args: &[String]) -> u8 {
@@ -131,7 +143,7 @@ async fn submit(args: &[String]) -> Result<(), Failure> {
         return Ok(());
     }
     if given.has("version") {
-        println!("slurm 22.05.8 (mission {})", env!("CARGO_PKG_VERSION"));
+        super::print_version();
         return Ok(());
     }
     let (script, name, arguments) = script_of(&given)?;

@@ -1,9 +1,9 @@
 //! `scancel`: stops jobs, named by id (`4711`, `4700_3`, `4700` for a whole array) or picked by
 //! name, user and state.
 
-use super::options::{self, Spec, Takes, flag, ignored, value};
-use super::values::{self, JobSpec};
-use super::{Failure, Site, UNFINISHED, job_name, report};
+use super::options::{Spec, Takes, flag, ignored, value};
+use super::values::JobSpec;
+use super::{Failure, Selection, Site, UNFINISHED, print_version, read_query, report};
 
 const OPTIONS: &[Spec] = &[
     value("name", Some('n')),
@@ -32,13 +32,9 @@ pub async fn run(args: &[String]) -> u8 {
 }
 
 async fn cancel(args: &[String]) -> Result<(), Failure> {
-    let given = options::parse(args, OPTIONS, false)
-        .map_err(|e| Failure::new(1, format!("{e}\nTry \"scancel --help\" for more information")))?;
-    if let Some(unknown) = given.unknown() {
-        return Err(Failure::plain(1, format!("scancel: {unknown}\nTry \"scancel --help\" for more information")));
-    }
+    let given = read_query("scancel", args, OPTIONS)?;
     if given.has("version") {
-        println!("slurm 22.05.8 (mission {})", env!("CARGO_PKG_VERSION"));
+        print_version();
         return Ok(());
     }
     if let Some(signal) = given.last("signal") {
@@ -54,25 +50,14 @@ async fn cancel(args: &[String]) -> Result<(), Failure> {
     for id in given.operands.iter().flat_map(|o| o.split(',')) {
         specs.push((id.to_owned(), JobSpec::parse(id).ok_or_else(|| Failure::new(1, format!("Invalid job id {id}")))?));
     }
-    let filters = ["name", "user", "state", "partition", "account", "me"].iter().any(|f| given.has(f));
+    let selection = Selection::of(&given, "state", "account");
+    let filters = selection.selects();
     if specs.is_empty() && !filters {
         return Err(Failure::new(1, "No job identification provided"));
     }
     let site = Site::open().await?;
     let mut jobs = site.jobs(&UNFINISHED).await?;
-    let names: Vec<&str> = given.all("name").flat_map(|n| n.split(',')).collect();
-    let users: Vec<&str> = given.all("user").flat_map(|u| u.split(',')).collect();
-    let states: Vec<&str> = given.all("state").flat_map(|s| s.split(',')).filter_map(values::state_named).collect();
-    let partitions: Vec<&str> = given.all("partition").flat_map(|p| p.split(',')).collect();
-    let accounts: Vec<&str> = given.all("account").flat_map(|a| a.split(',')).collect();
-    jobs.retain(|job| {
-        (names.is_empty() || names.contains(&job_name(job).as_str()))
-            && (users.is_empty() || users.contains(&site.user_of(job).as_str()))
-            && (!given.has("me") || job.user_id == site.user_id)
-            && (states.is_empty() || states.contains(&values::state(job)))
-            && (partitions.is_empty() || partitions.contains(&site.partition(job.station_id)))
-            && (accounts.is_empty() || accounts.contains(&site.account(job.project_id)))
-    });
+    jobs.retain(|job| selection.keeps(job, &site));
     let mut failed = false;
     if !specs.is_empty() {
         for (id, spec) in &specs {

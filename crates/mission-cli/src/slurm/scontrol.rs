@@ -44,7 +44,7 @@ async fn control(args: &[String]) -> Result<(), Failure> {
         ["show", "job" | "jobs", id] => show_job(id, oneliner).await,
         ["show", "job" | "jobs"] => show_job("", oneliner).await,
         ["--version"] | ["-V"] | ["version"] => {
-            println!("slurm 22.05.8 (mission {})", env!("CARGO_PKG_VERSION"));
+            super::print_version();
             Ok(())
         }
         _ => Err(Failure::new(

@@ -3,9 +3,9 @@
 
 use mission_client::LandingZone;
 
-use super::options::{self, Spec, Takes, flag, ignored, value};
+use super::options::{Spec, Takes, flag, ignored, value};
 use super::squeue::{percent_columns, render};
-use super::{Failure, Site, report};
+use super::{Failure, Site, print_version, read_query, report};
 
 const OPTIONS: &[Spec] = &[
     value("format", Some('o')),
@@ -50,13 +50,9 @@ fn state(lz: &LandingZone) -> &'static str {
 }
 
 async fn info(args: &[String]) -> Result<(), Failure> {
-    let given = options::parse(args, OPTIONS, false)
-        .map_err(|e| Failure::new(1, format!("{e}\nTry \"sinfo --help\" for more information")))?;
-    if let Some(unknown) = given.unknown() {
-        return Err(Failure::plain(1, format!("sinfo: {unknown}\nTry \"sinfo --help\" for more information")));
-    }
+    let given = read_query("sinfo", args, OPTIONS)?;
     if given.has("version") {
-        println!("slurm 22.05.8 (mission {})", env!("CARGO_PKG_VERSION"));
+        print_version();
         return Ok(());
     }
     if given.has("help") {

@@ -3,9 +3,9 @@
 
 use mission_client::Job;
 
-use super::options::{self, Spec, Takes, flag, ignored, value};
+use super::options::{Spec, Takes, flag, ignored, value};
 use super::values::{self, JobSpec};
-use super::{Failure, Site, UNFINISHED, job_name, report};
+use super::{Failure, Selection, Site, UNFINISHED, job_name, print_version, read_query, report};
 
 const OPTIONS: &[Spec] = &[
     value("account", Some('A')),
@@ -45,13 +45,9 @@ pub async fn run(args: &[String]) -> u8 {
 }
 
 async fn list(args: &[String]) -> Result<(), Failure> {
-    let given = options::parse(args, OPTIONS, false)
-        .map_err(|e| Failure::new(1, format!("{e}\nTry \"squeue --help\" for more information")))?;
-    if let Some(unknown) = given.unknown() {
-        return Err(Failure::plain(1, format!("squeue: {unknown}\nTry \"squeue --help\" for more information")));
-    }
+    let given = read_query("squeue", args, OPTIONS)?;
     if given.has("version") {
-        println!("slurm 22.05.8 (mission {})", env!("CARGO_PKG_VERSION"));
+        print_version();
         return Ok(());
     }
     if given.has("help") {
@@ -86,18 +82,9 @@ async fn list(args: &[String]) -> Result<(), Failure> {
             return Err(Failure::plain(1, "slurm_load_jobs error: Invalid job id specified"));
         }
     }
-    let me_only = given.has("me");
-    let users: Vec<&str> = given.all("user").flat_map(|u| u.split(',')).collect();
-    jobs.retain(|job| {
-        let user = site.user_of(job);
-        (!me_only || job.user_id == site.user_id) && (users.is_empty() || users.contains(&user.as_str()))
-    });
-    let names: Vec<&str> = given.all("name").flat_map(|n| n.split(',')).collect();
-    jobs.retain(|job| names.is_empty() || names.contains(&job_name(job).as_str()));
-    let partitions: Vec<&str> = given.all("partition").flat_map(|p| p.split(',')).collect();
-    jobs.retain(|job| partitions.is_empty() || partitions.contains(&site.partition(job.station_id)));
-    let accounts: Vec<&str> = given.all("account").flat_map(|a| a.split(',')).collect();
-    jobs.retain(|job| accounts.is_empty() || accounts.contains(&site.account(job.project_id)));
+    // Its states were applied above, with squeue's default of the unfinished ones.
+    let selection = Selection::of(&given, "", "account");
+    jobs.retain(|job| selection.keeps(job, &site));
     // Oldest first, as squeue sorts pending jobs by priority and then id.
     jobs.sort_by_key(|job| job.number);
 

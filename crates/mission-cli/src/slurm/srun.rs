@@ -10,35 +10,12 @@ use mission_api::batch::{OutputNames, fill_output_pattern};
 use mission_client::JobStatus;
 
 use super::options::{self, Parsed, Spec, Takes, flag, ignored, value};
-use super::{Failure, Site, report, sbatch};
+use super::sbatch::{self, job_options};
+use super::{Failure, Site, report};
 
-const OPTIONS: &[Spec] = &[
-    value("account", Some('A')),
-    value("chdir", Some('D')),
-    value("comment", None),
-    value("cpus-per-task", Some('c')),
-    value("error", Some('e')),
-    value("export", None),
-    value("gpus", Some('G')),
-    value("gpus-per-node", None),
-    value("gres", None),
-    flag("help", Some('h')),
-    value("job-name", Some('J')),
-    value("mem", None),
-    value("mem-per-cpu", None),
-    value("nodelist", Some('w')),
-    value("nodes", Some('N')),
-    value("ntasks", Some('n')),
-    value("ntasks-per-node", None),
-    value("open-mode", None),
-    value("output", Some('o')),
-    value("partition", Some('p')),
-    flag("quiet", Some('Q')),
-    value("time", Some('t')),
+job_options!(
+    OPTIONS,
     flag("unbuffered", Some('u')),
-    flag("usage", None),
-    flag("verbose", Some('v')),
-    flag("version", Some('V')),
     value("jobid", None),
     ignored("cpu-bind", None, Takes::Value),
     ignored("mpi", None, Takes::Value),
@@ -58,7 +35,7 @@ const OPTIONS: &[Spec] = &[
     ignored("gpu-bind", None, Takes::Value),
     ignored("cpu-freq", None, Takes::Value),
     ignored("hint", None, Takes::Value),
-];
+);
 
 pub async fn run(args: &[String]) -> u8 {
     match step_or_job(args).await {
@@ -71,7 +48,7 @@ async fn step_or_job(args: &[String]) -> Result<u8, Failure> {
     let given = options::parse(args, OPTIONS, true)
         .map_err(|e| Failure::new(1, format!("{e}\nTry \"srun --help\" for more information")))?;
     if given.has("version") {
-        println!("slurm 22.05.8 (mission {})", env!("CARGO_PKG_VERSION"));
+        super::print_version();
         return Ok(0);
     }
     if given.has("help") || given.has("usage") {

@@ -39,7 +39,7 @@ pub async fn mission(State(app): State<AppState>, who: Principal, Path(id): Path
 /// A job's results as one zip archive: every result file and the two logs, as
 /// `GET /api/v1/jobs/{id}/results` lists them.
 #[utoipa::path(get, path = "/api/v1/jobs/{id}/archive", tag = "jobs",
-    params(("id" = String, Path, description = "the job's id (a UUID) or its number")),
+    params(("id" = String, Path, description = "the job's id (a UUID) or its number", pattern = r"^([0-9]{1,19}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$")),
     responses((status = 200, description = "a zip archive of the job's results and logs", content_type = "application/zip"),
         (status = 404, body = mission_api::Problem)))]
 pub async fn results(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Response> {

@@ -96,7 +96,7 @@ pub async fn stop_array(
 /// station, landing zone, command, resources (as the last attempt asked for them), time limit,
 /// labels, log cap and retry policy. Of the jobs it waited for, one that was started again is
 /// replaced by its newest rerun.
-#[utoipa::path(post, path = "/api/v1/jobs/{id}/rerun", tag = "jobs", params(("id" = String, Path, description = "the job's id (a UUID) or its number")),
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/rerun", tag = "jobs", params(("id" = String, Path, description = "the job's id (a UUID) or its number", pattern = r"^([0-9]{1,19}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$")),
     responses((status = 201, body = Job), (status = 404, body = mission_api::Problem),
         (status = 409, body = mission_api::Problem, description = "the job has not ended")))]
 pub async fn rerun(
@@ -245,7 +245,7 @@ pub(super) fn event_stream(events: impl futures_util::Stream<Item = Bytes> + Sen
 }
 
 /// One job, with its history.
-#[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "the job's id (a UUID) or its number")),
+#[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "the job's id (a UUID) or its number", pattern = r"^([0-9]{1,19}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$")),
     responses((status = 200, body = Job), (status = 404, body = mission_api::Problem)))]
 pub async fn get(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Json<Job>> {
     Ok(Json(jobs::get(&app, who, job_id(&app, who, &id).await?).await?))
@@ -253,7 +253,7 @@ pub async fn get(State(app): State<AppState>, who: Principal, Path(id): Path<Str
 
 /// Changes a job: its labels (the whole map is replaced). Answers the job as it stands.
 #[utoipa::path(patch, path = "/api/v1/jobs/{id}", tag = "jobs", request_body = UpdateJob,
-    params(("id" = String, Path, description = "the job's id (a UUID) or its number")),
+    params(("id" = String, Path, description = "the job's id (a UUID) or its number", pattern = r"^([0-9]{1,19}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$")),
     responses((status = 200, body = Job), (status = 400, body = mission_api::Problem),
         (status = 404, body = mission_api::Problem)))]
 pub async fn update(
@@ -268,7 +268,7 @@ pub async fn update(
 /// Stops a job: a queued one leaves the queue, a placed one has its process tree killed by its
 /// landing zone. Answers the job as it stands after the request (a placed job turns `stopped`
 /// once its LZ confirms).
-#[utoipa::path(post, path = "/api/v1/jobs/{id}/stop", tag = "jobs", params(("id" = String, Path, description = "the job's id (a UUID) or its number")),
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/stop", tag = "jobs", params(("id" = String, Path, description = "the job's id (a UUID) or its number", pattern = r"^([0-9]{1,19}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$")),
     responses((status = 200, body = Job), (status = 404, body = mission_api::Problem),
         (status = 409, body = mission_api::Problem, description = "the job has ended already")))]
 pub async fn stop(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Json<Job>> {
@@ -282,7 +282,7 @@ pub(super) const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// whose `data` events carry chunks as JSON strings and whose last event, `end`, carries the
 /// job's final status.
 #[utoipa::path(get, path = "/api/v1/jobs/{id}/logs", tag = "jobs",
-    params(("id" = String, Path, description = "the job's id (a UUID) or its number"),
+    params(("id" = String, Path, description = "the job's id (a UUID) or its number", pattern = r"^([0-9]{1,19}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$"),
         ("stream" = Option<String>, Query, description = "stdout (default) or stderr"),
         ("follow" = Option<bool>, Query, description = "stream new output until the job ends (server-sent events)")),
     responses((status = 200, description = "the log as text; with follow=true, server-sent events",
@@ -369,7 +369,7 @@ fn log_of(path: &MissionPath) -> Option<LogStream> {
 
 /// Lists a job's results: every new or changed file of its work dir, and its two logs under
 /// `mission-logs/`.
-#[utoipa::path(get, path = "/api/v1/jobs/{id}/results", tag = "jobs", params(("id" = String, Path, description = "the job's id (a UUID) or its number")),
+#[utoipa::path(get, path = "/api/v1/jobs/{id}/results", tag = "jobs", params(("id" = String, Path, description = "the job's id (a UUID) or its number", pattern = r"^([0-9]{1,19}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$")),
     responses((status = 200, body = [FileListing]), (status = 404, body = mission_api::Problem)))]
 pub async fn results(
     State(app): State<AppState>,
@@ -381,7 +381,7 @@ pub async fn results(
 
 /// Downloads one result file (honours a single `Range`).
 #[utoipa::path(get, path = "/api/v1/jobs/{id}/results/{path}", tag = "jobs",
-    params(("id" = String, Path, description = "the job's id (a UUID) or its number"), ("path" = String, Path, description = "result path")),
+    params(("id" = String, Path, description = "the job's id (a UUID) or its number", pattern = r"^([0-9]{1,19}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$"), ("path" = String, Path, description = "result path")),
     responses((status = 200, description = "the file", content_type = "application/octet-stream"),
         (status = 404, body = mission_api::Problem)))]
 pub async fn result(

@@ -4,6 +4,8 @@
 # holding
 #   mission                    the binary (cargo's `dist` profile: fat LTO, stripped)
 #   completions/               for bash (mission.bash), zsh (_mission) and fish (mission.fish)
+#   slurm-commands/            sbatch, srun, squeue, sacct, scancel, scontrol, sinfo, sacctmgr:
+#                              links to ../mission, which answers as each (put it on PATH)
 #   systemd/                   the hardened units of packaging/systemd
 #   config/                    example config files documenting every key (server.toml, lz.toml)
 #   openapi/v1.json            the HTTP API's OpenAPI document
@@ -57,6 +59,7 @@ install -m 0755 "$binary" "$stage/mission"
 "$stage/mission" completions bash > "$stage/completions/mission.bash"
 "$stage/mission" completions zsh > "$stage/completions/_mission"
 "$stage/mission" completions fish > "$stage/completions/mission.fish"
+"$stage/mission" slurm-commands install "$stage/slurm-commands" --link-to ../mission > /dev/null
 install -m 0644 packaging/systemd/*.service "$stage/systemd/"
 "$stage/mission" server default-config > "$stage/config/server.toml"
 "$stage/mission" lz default-config > "$stage/config/lz.toml"

@@ -65,6 +65,10 @@ enum SlurmCommandsCommand {
         /// Replace files of those names already there.
         #[arg(long)]
         force: bool,
+        /// What the links point to, as written (default: this executable's absolute path):
+        /// `../mission` makes links that move with the folder they are in.
+        #[arg(long, value_name = "PATH")]
+        link_to: Option<std::path::PathBuf>,
     },
 }
 
@@ -265,15 +269,17 @@ async fn run() -> ExitCode {
         Command::Types(cmd) => cmd.run(server, out).await,
         Command::Webhooks(cmd) => cmd.run(server, out).await,
         Command::Images(cmd) => cmd.run(server, out).await,
-        Command::SlurmCommands(SlurmCommandsCommand::Install { dir, force }) => match slurm::install(&dir, force) {
-            Ok(made) => {
-                for link in made {
-                    println!("{}", link.display());
+        Command::SlurmCommands(SlurmCommandsCommand::Install { dir, force, link_to }) => {
+            match slurm::install(&dir, link_to.as_deref(), force) {
+                Ok(made) => {
+                    for link in made {
+                        println!("{}", link.display());
+                    }
+                    Ok(())
                 }
-                Ok(())
+                Err(e) => Err(e),
             }
-            Err(e) => Err(e),
-        },
+        }
         Command::LzRelay { port, probe: true } => {
             return if mission_lz::relay::probe(port).await { ExitCode::SUCCESS } else { ExitCode::FAILURE };
         }

@@ -54,10 +54,14 @@ pub fn main(name: &'static str) -> ExitCode {
     ExitCode::from(code)
 }
 
-/// Makes `dir/NAME` a link to this executable for every Slurm command it speaks; answers the
-/// links made. An existing file of that name is left alone unless `force`.
-pub fn install(dir: &Path, force: bool) -> anyhow::Result<Vec<std::path::PathBuf>> {
-    let exe = std::env::current_exe()?;
+/// Makes `dir/NAME` a link to this executable (or to `target`, as written: `../mission` in the
+/// release archive) for every Slurm command it speaks; answers the links made. An existing file
+/// of that name is left alone unless `force`.
+pub fn install(dir: &Path, target: Option<&Path>, force: bool) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    let exe = match target {
+        Some(target) => target.to_owned(),
+        None => std::env::current_exe()?,
+    };
     std::fs::create_dir_all(dir)?;
     let mut made = Vec::new();
     for name in COMMANDS {

@@ -1005,6 +1005,13 @@ async fn the_release_archive_holds_what_a_site_installs() {
     assert_eq!(summed.lines().count(), 11, "every file but itself: {summed}");
     let info = std::fs::read_to_string(dir.join("BUILD-INFO")).unwrap();
     assert!(info.lines().any(|l| l.starts_with("needs: glibc 2.")), "{info}");
+    // The Slurm commands: links that move with the folder, each answering as its command.
+    for command in ["sbatch", "srun", "squeue", "sacct", "scancel", "scontrol", "sinfo", "sacctmgr"] {
+        let link = dir.join("slurm-commands").join(command);
+        assert_eq!(std::fs::read_link(&link).unwrap(), Path::new("../mission"), "{command}");
+        let version = Command::new(&link).arg("--version").output().await.unwrap();
+        assert!(String::from_utf8_lossy(&version.stdout).starts_with("slurm 22.05.8 (mission "), "{command}");
+    }
 
     let loaded = Command::new("bash")
         .arg("-c")

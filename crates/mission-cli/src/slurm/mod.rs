@@ -140,31 +140,48 @@ pub struct Site {
     pub landing_zones: Vec<mission_client::LandingZone>,
 }
 
+/// What a command looks up besides the stations: the landing zones, the projects.
+#[derive(Debug, Clone, Copy)]
+pub struct Needs {
+    pub nodes: bool,
+    pub accounts: bool,
+}
+
 impl Site {
-    /// Signs in with the saved session and reads the names.
+    /// Signs in with the saved session and reads every name.
     pub async fn open() -> Result<Self, Failure> {
+        Self::open_for(Needs { nodes: true, accounts: true }).await
+    }
+
+    /// Signs in and reads the stations' names, and the landing zones' and projects' where the
+    /// command `needs` them (a submission names them rarely, and each is a request or more).
+    pub async fn open_for(needs: Needs) -> Result<Self, Failure> {
         let client = crate::session::connect(None).await?;
         let me = client.whoami().await?;
+        // A personal project is named after its user (mission_store::projects::PERSONAL_MARK).
+        let personal = format!("~{}", me.username);
         let mut site = Self {
             client,
             username: me.username.clone(),
             user_id: me.user_id,
             stations: HashMap::new(),
             nodes: HashMap::new(),
-            accounts: HashMap::from([(me.user_id, me.username)]),
+            accounts: HashMap::from([(me.user_id, personal)]),
             partitions: Vec::new(),
             landing_zones: Vec::new(),
         };
         for station in site.client.list_stations().await? {
-            for lz in site.client.list_landing_zones(station.station_id).await.unwrap_or_default() {
-                site.nodes.insert(lz.lz_id, lz.name.clone());
-                site.landing_zones.push(lz);
+            if needs.nodes {
+                for lz in site.client.list_landing_zones(station.station_id).await.unwrap_or_default() {
+                    site.nodes.insert(lz.lz_id, lz.name.clone());
+                    site.landing_zones.push(lz);
+                }
             }
             site.stations.insert(station.station_id, station.name.clone());
             site.partitions.push(station);
         }
         let mut page = 1;
-        loop {
+        while needs.accounts {
             let projects = site.client.list_projects(page, mission_api::MAX_ITEMS_PER_PAGE).await?;
             let more = projects.projects.len() as u32 == mission_api::MAX_ITEMS_PER_PAGE;
             site.accounts.extend(projects.projects.into_iter().map(|p| (p.project_id, p.name)));

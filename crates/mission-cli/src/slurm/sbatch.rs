@@ -152,7 +152,7 @@ async fn submit(args: &[String]) -> Result<(), Failure> {
     let mut all = directives;
     all.options.extend(given.options);
     warn_of_ignored(&all);
-    let site = Site::open().await?;
+    let site = Site::open_for(needs(&all)).await?;
     let request = request(&all, &site, script, name, arguments).await?;
     let job = site.client.submit_batch_job(&request).await.map_err(submission_failure)?;
     // An array is known by its number, its first element's.
@@ -202,6 +202,15 @@ async fn array_elements(site: &Site, first: &mission_client::Job) -> Result<Vec<
             return Ok(ids);
         }
         page += 1;
+    }
+}
+
+/// What a submission looks up: landing zones only when it names one, projects only when it
+/// names one.
+pub(super) fn needs(given: &Parsed) -> super::Needs {
+    super::Needs {
+        nodes: given.last("nodelist").is_some(),
+        accounts: given.last("account").is_some() || std::env::var_os("SBATCH_ACCOUNT").is_some(),
     }
 }
 
@@ -435,7 +444,7 @@ pub(super) async fn request(
         ("SLURM_NTASKS", ntasks.to_string()),
         ("SLURM_NPROCS", ntasks.to_string()),
         ("SLURM_JOB_PARTITION", partition.clone().unwrap_or_else(|| site.partition(station_id).to_owned())),
-        ("SLURM_JOB_ACCOUNT", project_id.map_or_else(|| site.username.clone(), |p| site.account(p).to_owned())),
+        ("SLURM_JOB_ACCOUNT", site.account(project_id.unwrap_or(site.user_id)).to_owned()),
     ];
     if let Some(per_task) = per_task {
         slurm.push(("SLURM_CPUS_PER_TASK", per_task.to_string()));

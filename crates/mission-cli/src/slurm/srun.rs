@@ -158,7 +158,8 @@ async fn job(given: &Parsed) -> Result<u8, Failure> {
     let quoted: Vec<String> = given.operands.iter().map(|word| shell_quote(word)).collect();
     let script = format!("#!/bin/sh\nexec {}\n", quoted.join(" "));
     let name = given.operands[0].rsplit('/').next().unwrap_or(&given.operands[0]).to_owned();
-    let site = Site::open().await?;
+    // The nodes' names too: a failure names the node it ran on.
+    let site = Site::open_for(super::Needs { nodes: true, ..sbatch::needs(given) }).await?;
     let mut request = sbatch::request(given, &site, script, name, Vec::new()).await?;
     if given.last("output").is_none() {
         // Into the job's log, which this follows.

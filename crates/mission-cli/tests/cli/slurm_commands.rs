@@ -175,6 +175,7 @@ async fn sbatch_squeue_sacct_scancel_and_scontrol_as_a_mapped_account() {
                   #SBATCH --output=out-%x-%j.txt\n# a comment\n#SBATCH --comment=\"a b\"\n\
                   echo \"name=$SLURM_JOB_NAME cpus=$SLURM_CPUS_PER_TASK ntasks=$SLURM_NTASKS args=$*\"\n\
                   echo \"submit=$SLURM_SUBMIT_DIR nodes=$SLURM_NNODES node=$SLURMD_NODENAME\"\n\
+                  echo \"account=$SLURM_JOB_ACCOUNT partition=$SLURM_JOB_PARTITION mem=$SLURM_MEM_PER_NODE\"\n\
                   echo to-stderr >&2\n";
     std::fs::write(account.home.join("job.sh"), script).unwrap();
     let submitted = shell.ok("sbatch", &["-J", "from-cli", "-D", "work", "job.sh", "one", "two"]).await;
@@ -185,6 +186,7 @@ async fn sbatch_squeue_sacct_scancel_and_scontrol_as_a_mapped_account() {
     assert_eq!(lines.next(), Some("name=from-cli cpus=2 ntasks=1 args=one two"));
     let host = rustix::system::uname().nodename().to_string_lossy().split('.').next().unwrap().to_owned();
     assert_eq!(lines.next(), Some(format!("submit={} nodes=1 node={host}", account.home.display()).as_str()));
+    assert_eq!(lines.next(), Some(format!("account=~{} partition=local mem=300", account.name).as_str()));
     assert_eq!(lines.next(), Some("to-stderr"), "stderr goes with stdout without -e");
     let fields = "JobID,JobName,State,ExitCode,AllocCPUS,ReqMem,Timelimit,Comment,WorkDir";
     let row = shell.ok("sacct", &["-X", "-n", "-P", "-j", &number, "-o", fields]).await;

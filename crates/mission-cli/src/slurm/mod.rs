@@ -181,13 +181,11 @@ impl Site {
             site.partitions.push(station);
         }
         let mut page = 1;
-        while needs.accounts {
+        let mut more = needs.accounts;
+        while more {
             let projects = site.client.list_projects(page, mission_api::MAX_ITEMS_PER_PAGE).await?;
-            let more = projects.projects.len() as u32 == mission_api::MAX_ITEMS_PER_PAGE;
+            more = projects.projects.len() as u32 == mission_api::MAX_ITEMS_PER_PAGE;
             site.accounts.extend(projects.projects.into_iter().map(|p| (p.project_id, p.name)));
-            if !more {
-                break;
-            }
             page += 1;
         }
         Ok(site)

@@ -289,10 +289,7 @@ async fn every_operation_answers_every_principal_as_it_may() {
             }
             // The owner (the admin for what an admin made) reads each resource: the refusals
             // above are refusals of something that is there.
-            let reads_it = match principal {
-                Principal::Owner | Principal::Admin => true,
-                _ => false,
-            };
+            let reads_it = matches!(principal, Principal::Owner | Principal::Admin);
             if reads_it && op.method == Method::GET && op.path.ends_with("/{id}") && status != 200 {
                 wrong.push(format!("{at}: the resource's owner could not read it"));
             }

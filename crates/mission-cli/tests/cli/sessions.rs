@@ -237,7 +237,15 @@ async fn the_console_opens_a_session_and_starts_it_again() {
     browser.goto(&format!("{}/jobs/{}", server.url, job.job_id)).await;
     assert_eq!(browser.count("#open-session").await, 0, "an ended session has nothing to open");
     browser.click("#again").await;
-    let again = browser.current_url().await;
+    // The form's answer navigates on its own time: wait for the new job's page.
+    let mut again = browser.current_url().await;
+    for _ in 0..100 {
+        if !again.contains(&job.job_id.to_string()) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        again = browser.current_url().await;
+    }
     assert!(again.contains("/jobs/") && !again.contains(&job.job_id.to_string()), "{again}");
     let new_id = Uuid::parse_str(again.rsplit('/').next().unwrap()).unwrap();
     let rerun = server.client.get_job(new_id).await.unwrap();

@@ -48,6 +48,13 @@ capture scontrol-show-job scontrol show job "$running"
 capture scontrol-show-held scontrol show job "$held"
 capture scontrol-hostnames scontrol show hostnames "n[1-3],m5"
 capture scancel-unknown scancel 999999
+capture scontrol-hold-running scontrol hold "$running"
+capture scontrol-hold-unknown scontrol hold 999999
+capture scontrol-release-unknown scontrol release 999999
+capture scontrol-requeue-pending scontrol requeue "$held"
+capture scontrol-release scontrol release "$held"
+capture scontrol-requeue-running scontrol requeue "$running"
+capture scontrol-requeue-unknown scontrol requeue 999999
 capture sacct sacct -j "$done_ok,$failing"
 capture sacct-parsable sacct -X -n -P -j "$done_ok,$failing" -o JobID,JobIDRaw,JobName,State,ExitCode,Elapsed,AllocCPUS,ReqMem
 capture sacct-p sacct -X -p -j "$done_ok" -o JobID,State,ExitCode

@@ -212,7 +212,7 @@ class JobUsage(_Record):
 @dataclasses.dataclass(frozen=True)
 class PendingReason(_Record):
     """Why a job has not started yet: ``kind`` is one of no_landing_zone, resources, priority,
-    dependency, quota, batch_system, backoff; ``detail`` says it in words (which landing zone, which
+    dependency, quota, batch_system, backoff, held; ``detail`` says it in words (which landing zone, which
     resources, which job, how many jobs ahead)."""
 
     kind: str

@@ -74,6 +74,10 @@ pub struct SubmitBatchJob {
     /// element, whose number is the array's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<String>,
+    /// Queues it held (`sbatch --hold`): it does not start until released
+    /// (`POST /api/v1/jobs/{id}/release`, `scontrol release`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hold: bool,
 }
 
 /// A job array's indices and its throttle, as `sbatch --array` takes them.

@@ -582,9 +582,23 @@ pub enum PendingKind {
     BatchSystem,
     /// An attempt failed, and its retry policy has the next wait a while first.
     Backoff,
+    /// Its user holds it (`POST /api/v1/jobs/{id}/hold`, `sbatch --hold`) until they release it.
+    Held,
 }
 
 impl PendingKind {
+    /// Every kind.
+    pub const ALL: [Self; 8] = [
+        Self::NoLandingZone,
+        Self::Resources,
+        Self::Priority,
+        Self::Dependency,
+        Self::Quota,
+        Self::BatchSystem,
+        Self::Backoff,
+        Self::Held,
+    ];
+
     /// The wire name (`"no_landing_zone"`, …).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -595,6 +609,7 @@ impl PendingKind {
             Self::Quota => "quota",
             Self::BatchSystem => "batch_system",
             Self::Backoff => "backoff",
+            Self::Held => "held",
         }
     }
 }
@@ -603,18 +618,7 @@ impl std::str::FromStr for PendingKind {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [
-            Self::NoLandingZone,
-            Self::Resources,
-            Self::Priority,
-            Self::Dependency,
-            Self::Quota,
-            Self::BatchSystem,
-            Self::Backoff,
-        ]
-        .into_iter()
-        .find(|kind| kind.as_str() == s)
-        .ok_or_else(|| format!("unknown pending reason {s:?}"))
+        Self::ALL.into_iter().find(|kind| kind.as_str() == s).ok_or_else(|| format!("unknown pending reason {s:?}"))
     }
 }
 

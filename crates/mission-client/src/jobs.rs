@@ -311,6 +311,22 @@ impl Client {
         self.send_json(Method::POST, &format!("/jobs/{job_id}/stop"), &serde_json::json!({})).await
     }
 
+    /// Holds a queued job: it keeps its place in line but does not start until released.
+    pub async fn hold_job(&self, job_id: Uuid) -> Result<Job, Error> {
+        self.send_json(Method::POST, &format!("/jobs/{job_id}/hold"), &serde_json::json!({})).await
+    }
+
+    /// Releases a held job: it starts once what else it waits for has ended.
+    pub async fn release_job(&self, job_id: Uuid) -> Result<Job, Error> {
+        self.send_json(Method::POST, &format!("/jobs/{job_id}/release"), &serde_json::json!({})).await
+    }
+
+    /// Puts a running job back in line at its old place: its landing zone stops it and it runs
+    /// again when placed.
+    pub async fn requeue_job(&self, job_id: Uuid) -> Result<Job, Error> {
+        self.send_json(Method::POST, &format!("/jobs/{job_id}/requeue"), &serde_json::json!({})).await
+    }
+
     /// Starts a job array: one job per element of `request` (a range with arguments in which
     /// `{}` stands for the index, or a list of argument sets), each with its index in
     /// `MISSION_ARRAY_INDEX`; answers the array with its progress.

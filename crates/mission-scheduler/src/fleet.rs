@@ -32,9 +32,10 @@ pub(super) struct Placed {
     pub pending_reason: Option<PendingReason>,
     /// A user stopped it: when it ends, it ends `stopped`.
     pub stop_requested: bool,
-    /// It borrowed room that is being reclaimed (see `reclaim.rs`): when it ends, it goes back
-    /// in line, told this.
-    pub reclaim: Option<String>,
+    /// It is being stopped to go back in line (its borrowed room is reclaimed, see `reclaim.rs`,
+    /// or its user asked for a requeue): when it ends without completing, it goes back in line,
+    /// told this.
+    pub requeue_reason: Option<String>,
 }
 
 /// An agent's order stream; dropping it ends the stream (the agent then connects again).

@@ -72,6 +72,32 @@ pub trait Replicas: Send + Sync + std::fmt::Debug + 'static {
     fn broadcast_job_ended(&self, job_id: Uuid);
 }
 
+/// What a user may ask of one of their unfinished jobs besides stopping it (Slurm's
+/// `scontrol hold|release|requeue`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobControl {
+    /// Keep a queued job out of placement until released: it keeps its place in line, and its
+    /// pending reason says it is held. Held jobs stay held across restarts.
+    Hold,
+    /// Let a held job be placed again (once what else it waits for has ended).
+    Release,
+    /// Stop a placed job (`SIGTERM`, then the reclaim grace) and put it back in line at its old
+    /// place, as its next run.
+    Requeue,
+}
+
+impl JobControl {
+    /// The verb, as the audit trail and the API's paths say it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Hold => "hold",
+            Self::Release => "release",
+            Self::Requeue => "requeue",
+        }
+    }
+}
+
 /// A request to the scheduler.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "call", rename_all = "snake_case")]
@@ -99,6 +125,18 @@ pub enum Call {
         /// The job.
         job_id: Uuid,
         /// Who asks, for the job's history.
+        by: String,
+        /// The audit entries of the request, written with the change.
+        #[serde(default)]
+        audit: Vec<AuditNote>,
+    },
+    /// Hold a queued job, release a held one, or requeue a placed one ([`JobControl`]).
+    Control {
+        /// The job.
+        job_id: Uuid,
+        /// What is asked.
+        control: JobControl,
+        /// Who asks, for the job's pending reason and history.
         by: String,
         /// The audit entries of the request, written with the change.
         #[serde(default)]

@@ -84,14 +84,17 @@ fn victims_on(
         room.1 += p.entry.memory_amount as i64;
         room.2 += p.gpu_indices.len() as i64;
     };
-    for stopping in lz.jobs.values().filter(|p| p.reclaim.is_some()) {
+    for stopping in lz.jobs.values().filter(|p| p.requeue_reason.is_some()) {
         frees(&mut room, stopping);
     }
     if fits(room) {
         return Some((Vec::new(), 0));
     }
-    let mut candidates: Vec<_> =
-        lz.jobs.values().filter(|p| p.reclaim.is_none() && !p.stop_requested && p.key.project_id != project).collect();
+    let mut candidates: Vec<_> = lz
+        .jobs
+        .values()
+        .filter(|p| p.requeue_reason.is_none() && !p.stop_requested && p.key.project_id != project)
+        .collect();
     candidates.sort_unstable_by_key(|p| std::cmp::Reverse(p.seq));
     // CPUs and GPUs each project gives up by the jobs chosen so far.
     let mut given: HashMap<Uuid, (u64, u64)> = HashMap::new();

@@ -59,7 +59,8 @@ use super::limits::Limits;
 use super::queue::{Dependencies, Policies, Queue, QueueKey, Queued, Settled};
 use super::reclaim::{self, Plan};
 use super::{
-    Call, Event, Host, Outcome, Policy, QueueOrder, Responder, SchedulerError, SchedulerResult, SessionId, Sessions,
+    Call, Event, Host, JobControl, Outcome, Policy, QueueOrder, Responder, SchedulerError, SchedulerResult, SessionId,
+    Sessions,
 };
 use mission_store::audit::AuditNote;
 use mission_store::{self as store, JobUpdate, LzIdentity, Store, StoreError};
@@ -182,6 +183,10 @@ pub struct State {
     dependencies: Dependencies,
     /// Queued retries held back until their backoff ends.
     backoffs: HashMap<Uuid, Instant>,
+    /// Queued jobs their users hold ([`JobControl::Hold`]): out of placement until released,
+    /// whatever else they wait for. The store keeps the hold as the job's pending reason
+    /// ([`PendingKind::Held`]), which no pass rewrites since none looks at a held job.
+    held: HashSet<Uuid>,
     /// When leases end, soonest first: every lease given, the stale ones (renewed since, or
     /// ended) dropped as they come to the top, so the next end is found without a walk over
     /// the fleet.
@@ -239,6 +244,7 @@ impl State {
             policies: Policies::default(),
             dependencies: Dependencies::default(),
             backoffs: HashMap::new(),
+            held: HashSet::new(),
             lease_ends: BinaryHeap::new(),
             reasons: HashMap::new(),
             holds: HashMap::new(),
@@ -291,6 +297,7 @@ impl State {
     async fn load_jobs(&mut self) -> Result<(), StoreError> {
         self.next_seq = self.store.next_job_seq().await?;
         let mut waiting = Vec::new();
+        let mut held = HashSet::new();
         // Filled aside, so that readers of positions never wait for the stream.
         let mut queue = Queue::new(self.fair_share);
         {
@@ -299,6 +306,9 @@ impl State {
                 .queued_jobs(|row| {
                     let key = QueueKey { station_id: row.station_id, project_id: row.project_id, user_id: row.user_id };
                     let waits = !row.after_ok.is_empty() || !row.after_any.is_empty() || !row.after_not_ok.is_empty();
+                    if row.held {
+                        held.insert(row.job_id);
+                    }
                     let entry = Queued {
                         job_id: row.job_id,
                         requested_lz_id: row.requested_lz_id,
@@ -312,7 +322,7 @@ impl State {
                         needs_image: row.image_id.is_some(),
                         workdir: row.workdir.map(Arc::from),
                     };
-                    queue.insert(key, row.seq, entry, waits);
+                    queue.insert(key, row.seq, entry, waits || row.held);
                     if waits {
                         waiting.push((row.job_id, row.user_id, [row.after_ok, row.after_any, row.after_not_ok]));
                     }
@@ -326,6 +336,7 @@ impl State {
             queue.set_usage(project, user, self.fleet.usage.of_project(project), of_member);
         }
         *self.queue.lock().expect("not poisoned") = queue;
+        self.held = held;
         for (seq, job) in self.store.placed_jobs().await? {
             let entry = Queued::of(&job, self.policies.share(job.retry.as_ref()));
             let placed = Placed {
@@ -337,7 +348,7 @@ impl State {
                 reason: job.reason,
                 pending_reason: job.pending_reason,
                 stop_requested: false,
-                reclaim: None,
+                requeue_reason: None,
             };
             match job.lz_id.filter(|id| self.fleet.get(id).is_some()) {
                 Some(lz_id) => {
@@ -410,6 +421,7 @@ impl State {
         self.holds.remove(&job_id);
         self.backoffs.remove(&job_id);
         self.reclaims.remove(&job_id);
+        self.held.remove(&job_id);
         Some(taken)
     }
 
@@ -420,10 +432,10 @@ impl State {
         self.back_in_line(placed, update, false);
     }
 
-    /// Puts a job whose borrowed room was reclaimed, and which has left its LZ, back in line at
-    /// its original place, saying why.
-    fn reclaimed(&mut self, mut placed: Placed) {
-        let why = placed.reclaim.take().unwrap_or_default();
+    /// Puts a job stopped to go back in line (its borrowed room reclaimed, or a requeue asked
+    /// for), and which has left its LZ, back in line at its original place, saying why.
+    fn requeue_stopped(&mut self, mut placed: Placed) {
+        let why = placed.requeue_reason.take().unwrap_or_default();
         self.requeue(placed, &why);
     }
 
@@ -530,8 +542,12 @@ impl State {
         }
     }
 
-    /// Lets a held job be placed, clearing the reason it was held for.
+    /// Lets a held job be placed, clearing the reason it was held for; a job its user holds
+    /// stays held.
     fn let_go(&mut self, job_id: Uuid) {
+        if self.held.contains(&job_id) {
+            return;
+        }
         let mut queue = self.queue.lock().expect("not poisoned");
         if queue.let_go(job_id) {
             let station = queue.get(job_id).map(|(key, _, _)| key.station_id);
@@ -602,7 +618,7 @@ impl State {
                     None => continue,
                 },
                 Pending::Stop(job_id) => {
-                    let reclaimed = self.fleet.placed(&job_id).is_some_and(|p| p.reclaim.is_some());
+                    let reclaimed = self.fleet.placed(&job_id).is_some_and(|p| p.requeue_reason.is_some());
                     Order::Stop { job_id, grace_seconds: if reclaimed { self.reclaim_grace } else { 0 } }
                 }
             };
@@ -737,6 +753,15 @@ impl State {
                 let stopped = self.stop(job_id, by);
                 self.audit_if_done(&stopped, audit);
                 stopped.map(|()| Outcome::Done)
+            }
+            Call::Control { job_id, control, by, audit } => {
+                let done = match control {
+                    JobControl::Hold => self.hold(job_id, &by),
+                    JobControl::Release => self.release(job_id),
+                    JobControl::Requeue => self.requeue_placed(job_id, &by),
+                };
+                self.audit_if_done(&done, audit);
+                done.map(|()| Outcome::Done)
             }
             Call::Connect { lz, hello, session } => {
                 self.connect(lz, *hello, session).await.map(|welcome| Outcome::Welcome { welcome: Box::new(welcome) })
@@ -1002,7 +1027,12 @@ impl State {
             self.batch.inserts.push((seq, job.clone()));
             return Ok(job);
         }
+        let user_held = job.pending_reason.as_ref().is_some_and(|r| r.kind == PendingKind::Held);
         let held = match self.dependencies.waiting_for(job.job_id) {
+            _ if user_held => {
+                self.held.insert(job.job_id);
+                true
+            }
             Some((dep, must_complete, more)) => {
                 job.pending_reason = Some(dependency_reason(dep, must_complete, more));
                 true
@@ -1115,7 +1145,7 @@ impl State {
         let placed = lz.jobs.get_mut(&job_id).expect("held there");
         placed.stop_requested = true;
         // A user's stop wins over a reclaim: the job ends rather than going back in line.
-        placed.reclaim = None;
+        placed.requeue_reason = None;
         if lz.connection.is_some() {
             self.batch.orders.push((lz_id, Pending::Stop(job_id)));
             return Ok(());
@@ -1126,6 +1156,73 @@ impl State {
         self.fleet.release(lz_id, job_id);
         self.end(job_id, JobStatus::Stopped, format!("stopped by {by}"));
         self.dirty.insert(station);
+        Ok(())
+    }
+
+    /// Holds a queued job: it keeps its place in line but is not placed until released. Holding
+    /// a held job again changes nothing.
+    fn hold(&mut self, job_id: Uuid, by: &str) -> SchedulerResult<()> {
+        let taken = self.queue.lock().expect("not poisoned").remove(job_id);
+        let Some((key, seq, entry)) = taken else {
+            return Err(SchedulerError::Conflict("only a queued job can be held; this one has left the queue".into()));
+        };
+        self.queue.lock().expect("not poisoned").insert(key, seq, entry, true);
+        if self.held.insert(job_id) {
+            // The LZ it held in the last pass may go to others now.
+            self.holds.remove(&job_id);
+            self.reasons.remove(&job_id);
+            self.reclaims.remove(&job_id);
+            self.dirty.insert(key.station_id);
+            self.batch.pending.push((job_id, Some(held_reason(by))));
+        }
+        Ok(())
+    }
+
+    /// Releases a held job: it may be placed once what else it waits for (other jobs, a retry's
+    /// backoff) has ended. Releasing a job that is not held changes nothing.
+    fn release(&mut self, job_id: Uuid) -> SchedulerResult<()> {
+        if self.queue.lock().expect("not poisoned").get(job_id).is_none() {
+            return Err(SchedulerError::Conflict(
+                "only a queued job can be released; this one has left the queue".into(),
+            ));
+        }
+        if !self.held.remove(&job_id) {
+            return Ok(());
+        }
+        if let Some((dep, must_complete, more)) = self.dependencies.waiting_for(job_id) {
+            self.batch.pending.push((job_id, Some(dependency_reason(dep, must_complete, more))));
+        } else if self.backoffs.contains_key(&job_id) {
+            self.batch
+                .pending
+                .push((job_id, Some(pending(PendingKind::Backoff, "waits out its retry's backoff".into()))));
+        } else {
+            self.let_go(job_id);
+        }
+        Ok(())
+    }
+
+    /// Stops a placed job to put it back in line at its old place (as a reclaim does); a queued
+    /// job stays where it is.
+    fn requeue_placed(&mut self, job_id: Uuid, by: &str) -> SchedulerResult<()> {
+        if self.queue.lock().expect("not poisoned").get(job_id).is_some() {
+            return Ok(());
+        }
+        let Some(lz_id) = self.fleet.holder(&job_id) else {
+            return Err(SchedulerError::Conflict(
+                "the job has ended: only an unfinished job can be requeued (a rerun starts an ended one again)".into(),
+            ));
+        };
+        let lz = self.fleet.get_quiet_mut(&lz_id).expect("holders are LZs");
+        let placed = lz.jobs.get_mut(&job_id).expect("held there");
+        if placed.stop_requested {
+            return Err(SchedulerError::Conflict("the job is being stopped".into()));
+        }
+        placed.requeue_reason = Some(format!("requeued by {by}; back in line at its old place"));
+        if lz.connection.is_some() {
+            self.batch.orders.push((lz_id, Pending::Stop(job_id)));
+        } else if let Some(placed) = self.fleet.release(lz_id, job_id) {
+            self.requeue_stopped(placed);
+        }
         Ok(())
     }
 
@@ -1155,13 +1252,13 @@ impl State {
         let (mut resend, mut requeue, mut ends) = (Vec::new(), Vec::new(), Vec::new());
         for (id, placed) in &lz.jobs {
             if running.contains(id) {
-                if placed.stop_requested || placed.reclaim.is_some() {
+                if placed.stop_requested || placed.requeue_reason.is_some() {
                     self.batch.orders.push((who.lz_id, Pending::Stop(*id)));
                 }
                 continue;
             }
             match placed.status {
-                _ if placed.reclaim.is_some() => requeue.push(*id),
+                _ if placed.requeue_reason.is_some() => requeue.push(*id),
                 JobStatus::Assigned if !placed.stop_requested => resend.push(*id),
                 JobStatus::Assigned | JobStatus::Staging if !placed.stop_requested => requeue.push(*id),
                 _ if placed.stop_requested => {
@@ -1181,8 +1278,8 @@ impl State {
         }
         self.end_released(ended);
         for placed in requeued {
-            if placed.reclaim.is_some() {
-                self.reclaimed(placed);
+            if placed.requeue_reason.is_some() {
+                self.requeue_stopped(placed);
             } else {
                 self.requeue(placed, "its landing zone restarted before the job started");
             }
@@ -1229,7 +1326,7 @@ impl State {
                 continue;
             }
             let mut status = report.status;
-            if status.is_final() && placed.reclaim.is_some() && status != JobStatus::Completed {
+            if status.is_final() && placed.requeue_reason.is_some() && status != JobStatus::Completed {
                 reclaimed.push(report.job_id);
                 continue;
             }
@@ -1290,7 +1387,7 @@ impl State {
         }
         for id in reclaimed {
             if let Some(placed) = self.fleet.release(who.lz_id, id) {
-                self.reclaimed(placed);
+                self.requeue_stopped(placed);
             }
         }
         Ok(())
@@ -1312,8 +1409,8 @@ impl State {
         let held = self.fleet.release_all(lz_id);
         self.fleet.remove(lz_id);
         for placed in held {
-            if placed.reclaim.is_some() {
-                self.reclaimed(placed);
+            if placed.requeue_reason.is_some() {
+                self.requeue_stopped(placed);
             } else if placed.stop_requested {
                 self.end(placed.entry.job_id, JobStatus::Stopped, "stopped; its pilot ended".into());
             } else {
@@ -1386,7 +1483,7 @@ impl State {
             self.dirty.extend(station);
             for placed in self.fleet.release_all(lz_id) {
                 match placed.status {
-                    _ if placed.reclaim.is_some() => requeued.push(placed),
+                    _ if placed.requeue_reason.is_some() => requeued.push(placed),
                     JobStatus::Assigned | JobStatus::Staging if !placed.stop_requested => requeued.push(placed),
                     _ if placed.stop_requested => {
                         ends.push((placed, JobStatus::Stopped, "stopped; its landing zone went silent"))
@@ -1401,8 +1498,8 @@ impl State {
         }
         self.end_released(ends);
         for placed in requeued {
-            if placed.reclaim.is_some() {
-                self.reclaimed(placed);
+            if placed.requeue_reason.is_some() {
+                self.requeue_stopped(placed);
             } else {
                 self.requeue(placed, "its landing zone went silent before the job started");
             }
@@ -1537,7 +1634,7 @@ impl State {
         let Some(lz) = self.fleet.get_quiet_mut(&plan.lz_id) else { return };
         for victim in &plan.victims {
             if let Some(placed) = lz.jobs.get_mut(victim) {
-                placed.reclaim = Some(why.clone());
+                placed.requeue_reason = Some(why.clone());
                 self.batch.orders.push((plan.lz_id, Pending::Stop(*victim)));
             }
         }
@@ -1710,7 +1807,7 @@ impl State {
             reason: None,
             pending_reason: None,
             stop_requested: false,
-            reclaim: None,
+            requeue_reason: None,
         };
         self.fleet.hold(lz_id, placed);
     }
@@ -1789,6 +1886,11 @@ fn pending(kind: PendingKind, detail: String) -> PendingReason {
 }
 
 /// The pending reason of a job that waits for `dep` to complete (or end) and `more` others.
+/// The pending reason of a job its user holds.
+fn held_reason(by: &str) -> PendingReason {
+    pending(PendingKind::Held, format!("held by {by} until released"))
+}
+
 fn dependency_reason(dep: Uuid, must_complete: bool, more: usize) -> PendingReason {
     let end = if must_complete { "complete" } else { "end" };
     let more = if more > 0 { format!(" (and {more} more)") } else { String::new() };

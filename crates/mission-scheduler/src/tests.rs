@@ -13,7 +13,9 @@ use uuid::Uuid;
 
 use super::queue::Queue;
 use super::state::{PassWork, State};
-use super::{Call, Event, Host, Outcome, Policy, QueueOrder, Responder, SchedulerError, SchedulerResult, Sessions};
+use super::{
+    Call, Event, Host, JobControl, Outcome, Policy, QueueOrder, Responder, SchedulerError, SchedulerResult, Sessions,
+};
 use mission_api::lz::LogOffsets;
 use mission_store::{self as store, DEFAULT_STATION_ID, LzIdentity, Store};
 
@@ -665,6 +667,54 @@ async fn a_job_waits_for_its_dependencies_and_fails_with_one_that_failed() {
     theirs.after_ok = vec![fine.job_id];
     let refused = h.submit_job(theirs).await.unwrap_err();
     assert!(matches!(&refused, SchedulerError::Invalid { field: Some(f), .. } if f == "after_ok"), "{refused:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_job_keeps_its_place_across_a_restart_and_a_requeued_one_runs_again() {
+    let mut h = Harness::new().await;
+    let lz = h.register("box").await;
+    let (_, _) = h.connect(&lz, 1, Vec::new()).await;
+    let control =
+        |job_id: Uuid, control: JobControl| Call::Control { job_id, control, by: "ann".into(), audit: Vec::new() };
+    let running = h.submit(1).await;
+    let held = h.submit(1).await;
+    let after = h.submit(1).await;
+    h.ask(control(held.job_id, JobControl::Hold)).await.unwrap();
+    assert_eq!(h.pending(held.job_id).await, Some((PendingKind::Held, "held by ann until released".into())));
+
+    // The hold outlives a restart; the job behind it goes first when room frees.
+    h.hand_over().await;
+    let (mut agent, _) = h.connect(&lz, 1, vec![running.job_id]).await;
+    h.report(&agent, running.job_id, JobStatus::Running).await;
+    assert_eq!(h.pending(held.job_id).await.map(|p| p.0), Some(PendingKind::Held));
+    h.report(&agent, running.job_id, JobStatus::Completed).await;
+    assert_eq!(agent.runs(), [after.job_id], "a held job is passed over");
+    h.report(&agent, after.job_id, JobStatus::Running).await;
+
+    // Released, it waits its turn; a requeued job is stopped with the grace and goes back in
+    // line at its old place, ahead of the released one.
+    h.ask(control(held.job_id, JobControl::Release)).await.unwrap();
+    assert_eq!(agent.runs(), Vec::<Uuid>::new());
+    h.ask(control(after.job_id, JobControl::Requeue)).await.unwrap();
+    let (_, stops) = agent.orders();
+    assert_eq!(stops.len(), 1);
+    assert_eq!(stops[0].0, after.job_id);
+    h.report(&agent, after.job_id, JobStatus::Stopped).await;
+    assert_eq!(h.status(after.job_id).await, JobStatus::Queued);
+    assert_eq!(agent.runs(), [held.job_id], "the released job was ahead of the requeued one");
+    let job = h.store.job(after.job_id).await.unwrap().unwrap();
+    assert_eq!(
+        job.history.last().and_then(|t| t.detail.as_deref()),
+        Some("requeued by ann; back in line at its old place")
+    );
+
+    // Only a queued job is held; an ended one is not requeued.
+    let refused = h.ask(control(held.job_id, JobControl::Hold)).await.unwrap_err();
+    assert!(matches!(refused, SchedulerError::Conflict(_)), "{refused:?}");
+    h.report(&agent, held.job_id, JobStatus::Completed).await;
+    let refused = h.ask(control(held.job_id, JobControl::Requeue)).await.unwrap_err();
+    assert!(matches!(refused, SchedulerError::Conflict(_)), "{refused:?}");
+    assert_eq!(agent.runs(), [after.job_id]);
 }
 
 #[tokio::test(start_paused = true)]

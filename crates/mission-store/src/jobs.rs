@@ -117,7 +117,7 @@ static POSTGRES_INSERT_JOBS: LazyLock<String> = LazyLock::new(postgres_insert_jo
 macro_rules! queued_columns {
     () => {
         "seq, job_id, user_id, project_id, station_id, requested_lz_id, cpu_count, memory_amount, gpu_count, \
-        attempt, retry, after_ok, after_any, time_limit, ran, image_id, batch, after_not_ok"
+        attempt, retry, after_ok, after_any, time_limit, ran, image_id, batch, after_not_ok, pending_kind"
     };
 }
 
@@ -129,7 +129,8 @@ const QUEUED_PAGE_ROWS: i64 = 20_000;
 const SQLITE_QUEUED_PAGE: &str = concat!(
     "SELECT json_group_array(json_array(seq, job_id, user_id, project_id, station_id, requested_lz_id, cpu_count, \
     memory_amount, gpu_count, attempt, json(retry), json(after_ok), json(after_any), time_limit, \
-    json(IIF(ran, 'true', 'false')), image_id, json_extract(batch, '$.workdir'), json(COALESCE(after_not_ok, '[]')))) \
+    json(IIF(ran, 'true', 'false')), image_id, json_extract(batch, '$.workdir'), json(COALESCE(after_not_ok, '[]')), \
+    json(IIF(pending_kind IS 'held', 'true', 'false')))) \
     FROM (SELECT ",
     queued_columns!(),
     " FROM jobs WHERE status = 'queued' AND seq > ? ORDER BY seq LIMIT ?)"
@@ -787,6 +788,7 @@ impl Store {
                         image_id: r.opt_uuid("image_id")?,
                         workdir: r.opt_json::<mission_api::JobBatch>("batch")?.map(|batch| batch.workdir),
                         after_not_ok: r.opt_json("after_not_ok")?.unwrap_or_default(),
+                        held: r.opt_text("pending_kind")?.as_deref() == Some(mission_api::PendingKind::Held.as_str()),
                     });
                 }
                 Ok(())
@@ -1493,6 +1495,8 @@ pub struct QueuedRow {
     pub workdir: Option<String>,
     /// Jobs it waits for to end without completing.
     pub after_not_ok: Vec<Uuid>,
+    /// Its user holds it (its pending reason is `held`).
+    pub held: bool,
 }
 
 /// How [`Store::usage_by`] groups jobs.

@@ -391,9 +391,6 @@ pub(super) async fn request(
         )),
         None => None,
     };
-    if given.has("hold") {
-        return Err(Failure::new(1, "Batch job submission failed: held jobs (-H) are not taken by this service yet"));
-    }
     let partition = given.last("partition").map(str::to_owned).or_else(|| std::env::var("SBATCH_PARTITION").ok());
     let station_id = match &partition {
         Some(name) => site.station_named(name).ok_or_else(|| {
@@ -492,6 +489,7 @@ pub(super) async fn request(
             ..Default::default()
         },
         array: array.map(|(spec, _)| spec),
+        hold: given.has("hold"),
     })
 }
 

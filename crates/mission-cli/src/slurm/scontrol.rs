@@ -1,5 +1,6 @@
-//! `scontrol`: `show job ID` in Slurm's `Key=Value` lines, and `show hostnames LIST` (a node list
-//! expanded, one name a line).
+//! `scontrol`: `show job ID` in Slurm's `Key=Value` lines, `show hostnames LIST` (a node list
+//! expanded, one name a line), `show partition`, `show config`, and `hold`, `release` and
+//! `requeue` of jobs.
 
 use mission_client::Job;
 
@@ -43,6 +44,7 @@ async fn control(args: &[String]) -> Result<(), Failure> {
         ["show", "partition" | "partitions", rest @ ..] => show_partitions(rest.first().copied()).await,
         ["show", "job" | "jobs", id] => show_job(id, oneliner).await,
         ["show", "job" | "jobs"] => show_job("", oneliner).await,
+        ["hold" | "release" | "requeue", ids @ ..] if !ids.is_empty() => change_jobs(words[0], ids).await,
         ["--version"] | ["-V"] | ["version"] => {
             super::print_version();
             Ok(())
@@ -50,12 +52,59 @@ async fn control(args: &[String]) -> Result<(), Failure> {
         _ => Err(Failure::new(
             1,
             format!(
-                "invalid or unsupported command: {}; this service answers `scontrol show job [ID]` and `scontrol \
-                 show hostnames LIST`",
+                "invalid or unsupported command: {}; this service answers `scontrol show job|partition|config \
+                 [ID]`, `scontrol show hostnames LIST` and `scontrol hold|release|requeue JOB_LIST`",
                 args.join(" ")
             ),
         )),
     }
+}
+
+/// `scontrol hold|release|requeue JOB_LIST`: ids (`4711`, `4700_3`, `4700` for every element of
+/// an array) separated by commas or spaces. As Slurm does, holding or releasing a job that has
+/// started changes nothing, and requeueing a pending one is an error.
+async fn change_jobs(verb: &str, ids: &[&str]) -> Result<(), Failure> {
+    let site = Site::open().await?;
+    let jobs = site.jobs(&super::UNFINISHED).await?;
+    let mut failed = false;
+    for id in ids.iter().flat_map(|ids| ids.split(',')).filter(|id| !id.is_empty()) {
+        let spec = JobSpec::parse(id).ok_or_else(|| Failure::new(1, format!("Invalid job id specified: {id}")))?;
+        let matching: Vec<&Job> = jobs.iter().filter(|job| spec.matches(job)).collect();
+        if matching.is_empty() {
+            let number = match spec {
+                JobSpec::Number(n) | JobSpec::Element(n, _) => n,
+            };
+            // An ended job is no longer pending, running or held: Slurm says so for requeue;
+            // hold and release leave it be.
+            let known = site.client.get_job(mission_api::JobRef::Number(number)).await.is_ok();
+            match (known, verb) {
+                (false, "requeue") => eprintln!("Invalid job id specified for job {id}"),
+                (false, _) => {
+                    eprintln!("Invalid job id specified for job {id}");
+                    eprintln!("slurm_suspend error: Invalid job id specified");
+                }
+                (true, _) => continue,
+            }
+            failed = true;
+            continue;
+        }
+        for job in matching {
+            let queued = job.status == mission_client::JobStatus::Queued;
+            let done = match verb {
+                "hold" if queued => site.client.hold_job(job.job_id).await,
+                "release" if queued => site.client.release_job(job.job_id).await,
+                "requeue" if queued => {
+                    eprintln!("Job is pending execution for job {}", values::job_id(job));
+                    failed = true;
+                    continue;
+                }
+                "requeue" => site.client.requeue_job(job.job_id).await,
+                _ => continue,
+            };
+            done?;
+        }
+    }
+    if failed { Err(Failure::new(1, "")) } else { Ok(()) }
 }
 
 /// `scontrol show partition [NAME]`: the stations, as Slurm describes partitions.
@@ -168,7 +217,8 @@ fn record(job: &Job, site: &Site) -> Vec<Vec<String>> {
             kv("MCS_label", "N/A".into()),
         ],
         vec![
-            kv("Priority", "1".into()),
+            // A held job's priority is 0, which is how tools tell it is held.
+            kv("Priority", if reason(job) == "JobHeldUser" { "0" } else { "1" }.into()),
             kv("Nice", "0".into()),
             kv("Account", site.account(job.project_id).to_owned()),
             kv("QOS", "normal".into()),

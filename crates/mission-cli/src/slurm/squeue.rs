@@ -270,6 +270,7 @@ pub(super) fn reason(job: &Job) -> &'static str {
         Some(PendingKind::NoLandingZone) => "ReqNodeNotAvail",
         Some(PendingKind::BatchSystem) => "Resources",
         Some(PendingKind::Backoff) => "BeginTime",
+        Some(PendingKind::Held) => "JobHeldUser",
         None => "None",
     }
 }

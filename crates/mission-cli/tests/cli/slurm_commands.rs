@@ -222,17 +222,63 @@ async fn sbatch_squeue_sacct_scancel_and_scontrol_as_a_mapped_account() {
     assert!(lines.next().unwrap().starts_with(&format!("{number:<12} ")), "{default}");
     assert!(lines.next().unwrap().starts_with(&format!("{:<12} ", format!("{number}.batch"))), "{default}");
 
-    // A running job: squeue, scontrol show job, then scancel; sacct says CANCELLED.
-    let sleeper = shell.ok("sbatch", &["--parsable", "-J", "sleeper", "--wrap", "sleep 60"]).await.trim().to_owned();
-    let mut running = String::new();
-    for _ in 0..300 {
-        running = shell.ok("squeue", &["--me", "-h", "-o", "%i %j %T %t"]).await;
-        if running.contains("RUNNING") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    // A held job waits, priority 0, until released; requeueing it while it waits is Slurm's
+    // error, and so is holding a job never given.
+    let held = shell.ok("sbatch", &["--parsable", "-H", "--wrap", "true"]).await.trim().to_owned();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let waiting = shell.ok("squeue", &["-h", "-j", &held, "-o", "%i %T %r"]).await;
+    assert_eq!(waiting.trim(), format!("{held} PENDING JobHeldUser"));
+    let shown = shell.ok("scontrol", &["show", "job", &held]).await;
+    assert!(shown.contains("   Priority=0 ") && shown.contains("   JobState=PENDING Reason=JobHeldUser"), "{shown}");
+    let out = shell.run("scontrol", &["requeue", &held]).await;
+    assert_eq!(
+        (out.status.code(), stderr(&out).trim()),
+        (Some(1), format!("Job is pending execution for job {held}").as_str())
+    );
+    for (verb, capture) in [("hold", "scontrol-hold-unknown"), ("release", "scontrol-release-unknown")] {
+        let out = shell.run("scontrol", &[verb, "999999"]).await;
+        let (lines, code) = captured(capture);
+        assert_eq!(
+            (out.status.code(), stderr(&out).lines().map(str::to_owned).collect()),
+            (Some(code), lines),
+            "{verb}"
+        );
     }
-    assert_eq!(running.trim(), format!("{sleeper} sleeper RUNNING R"));
+    shell.ok("scontrol", &["release", &held]).await;
+    assert_eq!(ended(&shell, &held).await, "COMPLETED");
+
+    // A running job: squeue, scontrol show job, requeue (it runs again), then scancel; sacct
+    // says CANCELLED.
+    let sleeper = shell
+        .ok("sbatch", &["--parsable", "-J", "sleeper", "--wrap", "echo x >> starts; sleep 60"])
+        .await
+        .trim()
+        .to_owned();
+    let squeue_running = async || {
+        for _ in 0..300 {
+            let running = shell.ok("squeue", &["--me", "-h", "-o", "%i %j %T %t"]).await;
+            if running.contains("RUNNING") {
+                return running;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the job did not start");
+    };
+    assert_eq!(squeue_running().await.trim(), format!("{sleeper} sleeper RUNNING R"));
+    let starts = account.home.join("starts");
+    let started = async |times: usize| {
+        for _ in 0..300 {
+            if std::fs::read_to_string(&starts).is_ok_and(|s| s.lines().count() == times) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the job did not start {times} times");
+    };
+    started(1).await;
+    shell.ok("scontrol", &["requeue", &sleeper]).await;
+    started(2).await;
+    assert_eq!(squeue_running().await.trim(), format!("{sleeper} sleeper RUNNING R"));
     let (squeue_layout, _) = captured("squeue");
     let table = shell.ok("squeue", &[]).await;
     assert_eq!(table.lines().next(), Some(squeue_layout[0].as_str()), "the header of the real squeue");

@@ -8,7 +8,7 @@
 //! ARGS…` for people; the landing zone runs the script it carries.
 
 use mission_api::batch::ArraySpec;
-use mission_api::{CreateMission, Job, JobBatch, SubmitBatchJob, batch};
+use mission_api::{CreateMission, Job, JobBatch, PendingKind, PendingReason, SubmitBatchJob, batch};
 use mission_store::MissionFilter;
 use serde_json::json;
 use uuid::Uuid;
@@ -22,7 +22,7 @@ pub const BATCH_MISSION: &str = "batch jobs";
 
 /// Queues a batch job: checked, in its user's batch mission of its project.
 pub async fn submit(app: &AppState, who: Principal, req: SubmitBatchJob) -> DomainResult<Job> {
-    let SubmitBatchJob { batch, run, array } = req;
+    let SubmitBatchJob { batch, run, array, hold } = req;
     check(&batch)?;
     let array = array.map(|spec| ArraySpec::parse(&spec).map_err(|e| DomainError::invalid("array", e))).transpose()?;
     if run.session.is_some() {
@@ -49,6 +49,10 @@ pub async fn submit(app: &AppState, who: Principal, req: SubmitBatchJob) -> Doma
         "gpu_count": job.gpu_count,
     });
     job.batch = Some(batch);
+    if hold {
+        job.pending_reason =
+            Some(PendingReason { kind: PendingKind::Held, detail: "held at submission until released".into() });
+    }
     let Some(array) = array else {
         audit::note(who, Change::new("job.submit", "job", job.job_id).in_project(job.project_id).with(given));
         return Ok(app.scheduler.submit(job).await?);

@@ -12,7 +12,7 @@ use mission_api::{
     FileListing, Job, JobArray, JobPage, JobRef, JobStatus, JobTransition, MAX_TIME_LIMIT, RerunJobs, RunJob,
     RunJobArray, UpdateJob,
 };
-use mission_scheduler::SchedulerError;
+use mission_scheduler::{JobControl, SchedulerError};
 use mission_store::{self as store, JobFilter};
 use serde_json::json;
 use uuid::Uuid;
@@ -440,6 +440,25 @@ pub async fn stop(app: &AppState, who: Principal, job_id: Uuid) -> DomainResult<
     let by = display_name(app, who).await?;
     audit::note(who, Change::new("job.stop", "job", job.job_id).in_project(job.project_id));
     app.scheduler.stop(job.job_id, by).await?;
+    app.store.job(job.job_id).await?.ok_or_else(|| DomainError::not_found("job", job.job_id))
+}
+
+/// Holds a queued job of the caller's, releases a held one, or requeues a placed one
+/// ([`JobControl`]). Answers the job as it stands after (a requeued job turns `queued` once its
+/// landing zone has stopped it); a conflict if it has ended, or cannot be so changed now.
+pub async fn control(app: &AppState, who: Principal, job_id: Uuid, control: JobControl) -> DomainResult<Job> {
+    let job = changeable(app, who, job_id).await?;
+    if job.status.is_final() {
+        return Err(DomainError::Conflict(format!("the job has ended already ({})", job.status)));
+    }
+    let by = display_name(app, who).await?;
+    let action = match control {
+        JobControl::Hold => "job.hold",
+        JobControl::Release => "job.release",
+        JobControl::Requeue => "job.requeue",
+    };
+    audit::note(who, Change::new(action, "job", job.job_id).in_project(job.project_id));
+    app.scheduler.control(job.job_id, control, by).await?;
     app.store.job(job.job_id).await?.ok_or_else(|| DomainError::not_found("job", job.job_id))
 }
 

@@ -23,8 +23,8 @@ use crate::services::agent_tokens::AgentTokens;
 use crate::services::cluster::Cluster;
 use crate::services::job_logs::{JobLogs, LogStream};
 pub use mission_scheduler::{
-    Call, Event, Host, Outcome, Policy, Queue, QueueOrder, Replicas, Responder, SchedulerError, SchedulerResult,
-    SessionId, Sessions, State, stand_in_line,
+    Call, Event, Host, JobControl, Outcome, Policy, Queue, QueueOrder, Replicas, Responder, SchedulerError,
+    SchedulerResult, SessionId, Sessions, State, stand_in_line,
 };
 use mission_store::audit;
 use mission_store::{LzIdentity, Store, StoreError};
@@ -217,6 +217,11 @@ impl Scheduler {
     /// Stops a job: dequeues it, or has its LZ kill it.
     pub async fn stop(&self, job_id: Uuid, by: String) -> SchedulerResult<()> {
         self.call(Call::Stop { job_id, by, audit: audit::take() }).await.map(drop)
+    }
+
+    /// Holds, releases or requeues a job ([`JobControl`]).
+    pub async fn control(&self, job_id: Uuid, control: JobControl, by: String) -> SchedulerResult<()> {
+        self.call(Call::Control { job_id, control, by, audit: audit::take() }).await.map(drop)
     }
 
     /// An agent connects: its resources are recorded and its orders start.

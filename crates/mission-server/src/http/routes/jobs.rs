@@ -24,6 +24,7 @@ use crate::domain::{MAX_FILTER_VALUES, jobs};
 use crate::http::error::{ApiError, ApiResult};
 use crate::services::events::Watch;
 use crate::services::job_logs::LogStream;
+use crate::services::scheduler::JobControl;
 use mission_store::JobFilter;
 
 /// Starts a job from a mission on a station, or on one landing zone of it.
@@ -273,6 +274,35 @@ pub async fn update(
         (status = 409, body = mission_api::Problem, description = "the job has ended already")))]
 pub async fn stop(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Json<Job>> {
     Ok(Json(jobs::stop(&app, who, job_id(&app, who, &id).await?).await?))
+}
+
+/// Holds a queued job: it keeps its place in line but does not start until released (Slurm's
+/// `scontrol hold`); its pending reason says `held`. Holding a held job changes nothing.
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/hold", tag = "jobs", params(("id" = String, Path, description = "the job's id (a UUID) or its number", pattern = r"^([0-9]{1,19}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$")),
+    responses((status = 200, body = Job), (status = 404, body = mission_api::Problem),
+        (status = 409, body = mission_api::Problem, description = "the job is not queued")))]
+pub async fn hold(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Json<Job>> {
+    Ok(Json(jobs::control(&app, who, job_id(&app, who, &id).await?, JobControl::Hold).await?))
+}
+
+/// Releases a held job: it starts once what else it waits for has ended (Slurm's `scontrol
+/// release`). Releasing a job that is not held changes nothing.
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/release", tag = "jobs", params(("id" = String, Path, description = "the job's id (a UUID) or its number", pattern = r"^([0-9]{1,19}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$")),
+    responses((status = 200, body = Job), (status = 404, body = mission_api::Problem),
+        (status = 409, body = mission_api::Problem, description = "the job is not queued")))]
+pub async fn release(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Json<Job>> {
+    Ok(Json(jobs::control(&app, who, job_id(&app, who, &id).await?, JobControl::Release).await?))
+}
+
+/// Puts a running job back in line at its old place (Slurm's `scontrol requeue`): its landing
+/// zone stops it (`SIGTERM`, then the reclaim grace) and it runs again when placed, its output
+/// going on after the earlier run's. A queued job stays where it is. Answers the job as it stands
+/// (`queued` once its landing zone has stopped it).
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/requeue", tag = "jobs", params(("id" = String, Path, description = "the job's id (a UUID) or its number", pattern = r"^([0-9]{1,19}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$")),
+    responses((status = 200, body = Job), (status = 404, body = mission_api::Problem),
+        (status = 409, body = mission_api::Problem, description = "the job has ended, or is being stopped")))]
+pub async fn requeue(State(app): State<AppState>, who: Principal, Path(id): Path<String>) -> ApiResult<Json<Job>> {
+    Ok(Json(jobs::control(&app, who, job_id(&app, who, &id).await?, JobControl::Requeue).await?))
 }
 
 /// How long a log follower or event stream waits in silence before sending a keep-alive comment.

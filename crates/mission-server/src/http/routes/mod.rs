@@ -40,7 +40,7 @@ pub use files::{RecoveryError, recover as recover_files, settle_stopped_replicas
     paths(
         missions::create, missions::list, missions::get, missions::update, missions::set_args, missions::delete,
         files::list, files::upload, files::download, files::delete, archives::mission,
-        events::stream, jobs::run, jobs::submit_batch, jobs::list, jobs::usage, jobs::events, jobs::get, jobs::update, jobs::stop, crate::http::shell::open_shell, jobs::rerun, jobs::rerun_failed, jobs::run_array, jobs::get_array, jobs::stop_array, jobs::logs, jobs::results, jobs::result, archives::results,
+        events::stream, jobs::run, jobs::submit_batch, jobs::list, jobs::usage, jobs::events, jobs::get, jobs::update, jobs::stop, jobs::hold, jobs::release, jobs::requeue, crate::http::shell::open_shell, jobs::rerun, jobs::rerun_failed, jobs::run_array, jobs::get_array, jobs::stop_array, jobs::logs, jobs::results, jobs::result, archives::results,
         cargo_bays::list, cargo_bays::create, cargo_bays::get, cargo_bays::delete,
         webhooks::create, webhooks::list, webhooks::get, webhooks::delete, webhooks::deliveries,
         images::import, images::register_reference, images::list, images::get, images::delete,
@@ -423,6 +423,9 @@ pub fn router(app: AppState) -> Router {
         .route("/events", get(events::stream))
         .route("/jobs/{id}", get(jobs::get).patch(jobs::update))
         .route("/jobs/{id}/stop", post(jobs::stop))
+        .route("/jobs/{id}/hold", post(jobs::hold))
+        .route("/jobs/{id}/release", post(jobs::release))
+        .route("/jobs/{id}/requeue", post(jobs::requeue))
         .route("/jobs/{id}/shell", get(crate::http::shell::open_shell))
         .route("/jobs/{id}/rerun", post(jobs::rerun))
         .route("/jobs/{id}/logs", get(jobs::logs))

@@ -57,6 +57,69 @@ pub struct JobBatch {
     /// The name of the station it asked for, as `sbatch -p` named it (its partition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<String>,
+    /// `sbatch` options the service does not honour itself but a Slurm gateway passes on to
+    /// the real `sbatch` (`--mail-type=END`, `--constraint=avx512`, `--exclusive`): each one
+    /// option as one argument, of those [`PASSED_ON`] names. Another landing zone ignores them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub directives: Vec<String>,
+}
+
+/// The `sbatch` options a Slurm gateway passes on to the real `sbatch` as the user gave them:
+/// requests of the cluster's scheduler that change neither who the job runs as, nor where its
+/// files are, nor what the service placed it for (its resources, time, dependencies and array
+/// are the service's own; `--uid`, `--gid`, `--chdir`, `--output` and `--export` are the
+/// gateway's). The gateway's site options come after them, so a site's `--qos` wins.
+pub const PASSED_ON: &[&str] = &[
+    "acctg-freq",
+    "begin",
+    "constraint",
+    "contiguous",
+    "cores-per-socket",
+    "cpu-freq",
+    "deadline",
+    "distribution",
+    "exclude",
+    "exclusive",
+    "gpu-bind",
+    "gpu-freq",
+    "gres-flags",
+    "hint",
+    "licenses",
+    "mail-type",
+    "mail-user",
+    "mem-bind",
+    "mincpus",
+    "nice",
+    "no-requeue",
+    "ntasks-per-core",
+    "ntasks-per-socket",
+    "overcommit",
+    "oversubscribe",
+    "prefer",
+    "profile",
+    "qos",
+    "requeue",
+    "reservation",
+    "signal",
+    "sockets-per-node",
+    "spread-job",
+    "switches",
+    "thread-spec",
+    "threads-per-core",
+    "time-min",
+    "tmp",
+    "wckey",
+];
+
+/// The most directives one batch job passes on.
+pub const MAX_DIRECTIVES: usize = 64;
+
+/// Whether `directive` is one option of [`PASSED_ON`] (`--name` or `--name=value`), in one
+/// argument without control characters.
+pub fn is_passed_on(directive: &str) -> bool {
+    let Some(option) = directive.strip_prefix("--") else { return false };
+    let name = option.split_once('=').map_or(option, |(name, _)| name);
+    PASSED_ON.contains(&name) && directive.len() <= 1024 && !directive.chars().any(char::is_control)
 }
 
 /// `POST /api/v1/jobs`: a batch job, with the resources, place and dependencies of a run request

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 use chrono::{DateTime, Utc};
 use mission_client::{Client, CreateMission, JobResources, RegisterLandingZone, Uuid};
 
-use common::{bin, percentile, spawn_server_with};
+use common::{SlurmCluster, bin, percentile, spawn_server_with};
 
 /// One way of running the jobs, measured.
 struct Measured {
@@ -58,42 +58,8 @@ impl Measured {
     }
 }
 
-/// A test cluster: the one `MISSION_TEST_SLURM_CONF` names, or one started for the benchmark.
-struct Cluster {
-    conf: String,
-    started: Option<tempfile::TempDir>,
-}
-
-impl Cluster {
-    fn up() -> Self {
-        if let Ok(conf) = std::env::var("MISSION_TEST_SLURM_CONF") {
-            return Self { conf, started: None };
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/slurm-test-cluster.sh");
-        let out = std::process::Command::new("bash").arg(&script).arg("start").arg(dir.path()).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        Self { conf: String::from_utf8(out.stdout).unwrap().trim().to_owned(), started: Some(dir) }
-    }
-
-    fn command(&self, program: &str) -> std::process::Command {
-        let mut command = std::process::Command::new(program);
-        command.env("SLURM_CONF", &self.conf);
-        command
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if let Some(dir) = &self.started {
-            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/slurm-test-cluster.sh");
-            let _ = std::process::Command::new("bash").arg(script).arg("stop").arg(dir.path()).status();
-        }
-    }
-}
-
 /// The baseline: `sbatch --wrap` per job, each job writing when it started.
-fn plain_sbatch(cluster: &Cluster, jobs: usize, dir: &Path) -> Measured {
+fn plain_sbatch(cluster: &SlurmCluster, jobs: usize, dir: &Path) -> Measured {
     let started = Instant::now();
     let mut submitted = Vec::with_capacity(jobs);
     for _ in 0..jobs {
@@ -152,7 +118,7 @@ fn calls(dir: &Path, program: &str) -> usize {
 #[allow(clippy::too_many_arguments)]
 async fn through_our_api(
     name: &'static str,
-    cluster: &Cluster,
+    cluster: &SlurmCluster,
     client: &Client,
     station: Uuid,
     mission: Uuid,
@@ -224,7 +190,7 @@ async fn through_our_api(
 #[tokio::main]
 async fn main() {
     let jobs: usize = std::env::var("BENCH_SLURM_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
-    let cluster = Cluster::up();
+    let cluster = SlurmCluster::up();
     let home = tempfile::tempdir().unwrap();
     let (_server, url) = spawn_server_with(&home.path().join("data"), &["--no-local-lz"]).await;
     let password = std::fs::read_to_string(home.path().join("data/initial-admin-password")).unwrap();

@@ -9,6 +9,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use mission_api::JobBatch;
+use mission_api::batch::{OutputNames, fill_output_pattern};
 use mission_api::lz::Assignment;
 use mission_api::{JobStatus, JobUsage, Resources};
 use uuid::Uuid;
@@ -795,7 +797,6 @@ pub fn batch_script(
     session_env: &[(&'static str, String)],
 ) -> String {
     let work = dir.work();
-    let exit_code = dir.exit_code();
     let mut vars = vec![
         ("HOME", work.to_string_lossy().into_owned()),
         ("PATH", path.to_owned()),
@@ -812,10 +813,6 @@ pub fn batch_script(
         script.push_str(&format!("export {name}={}\n", quote(value)));
     }
     script.push_str("cd \"$HOME\" || exit 1\n");
-    let stamp = |path: &Path| {
-        let path = quote(&path.to_string_lossy());
-        format!("date +%s.%N > {path}.partial && mv {path}.partial {path}\n")
-    };
     script.push_str(&stamp(&dir.started()));
     match image {
         Some((engine, image)) => {
@@ -829,13 +826,117 @@ pub fn batch_script(
             script.push_str(&command.join(" "));
         }
     }
-    script.push_str("\ncode=$?\n");
-    script.push_str(&stamp(&dir.ended()));
-    let exit_code = quote(&exit_code.to_string_lossy());
-    script.push_str(&format!(
-        "echo \"$code\" > {exit_code}.partial && mv {exit_code}.partial {exit_code}\nexit \"$code\"\n"
-    ));
+    script.push_str(&ending(dir));
     script
+}
+
+/// The name of a batch job's script as the gateway keeps it, in the job's private dir (the
+/// user's): the script runs as submitted, whatever happens to the user's file after.
+pub const BATCH_SCRIPT_COPY: &str = "batch-script";
+
+/// `pattern` (a batch job's `-o`/`-e`) for the real `sbatch`: this service's patterns filled in
+/// with the job's number and names, `%N` left for Slurm to fill with the node, and any other `%`
+/// escaped so Slurm takes it as written.
+fn output_for_slurm(pattern: &str, job: &Assignment, name: &str) -> String {
+    const NODE: &str = "\u{0}N";
+    let names = OutputNames {
+        number: job.number,
+        name,
+        array_number: job.array_number,
+        array_index: job.array_index,
+        user: &job.username,
+        node: NODE,
+    };
+    fill_output_pattern(pattern, &names).replace('%', "%%").replace(NODE, "%N")
+}
+
+/// The `sbatch` arguments that submit `job`, a batch job of `batch` staged in `dir`: its
+/// resources and time limit as the service placed it, its directory and output files, its
+/// comment, the directives it passes on ([`mission_api::batch::PASSED_ON`]), then the site's
+/// options; the script's path goes last. Without output files its output goes to the job's
+/// logs, as any job's.
+pub fn batch_sbatch_args(
+    job: &Assignment,
+    batch: &JobBatch,
+    dir: &JobDir,
+    site: &SiteOptions,
+    run_as: RunAs,
+) -> Vec<String> {
+    let mut args = one_task(format!("{JOB_NAME_PREFIX}{}", job.job_id), job.cpu_count, job.memory_amount);
+    args.push(format!("--chdir={}", batch.workdir));
+    if batch.stdout.is_empty() {
+        args.push(format!("--output={}", dir.log("stdout").display()));
+        args.push(format!("--error={}", dir.log("stderr").display()));
+    } else {
+        args.push(format!("--output={}", output_for_slurm(&batch.stdout, job, &batch.name)));
+        if let Some(stderr) = &batch.stderr {
+            args.push(format!("--error={}", output_for_slurm(stderr, job, &batch.name)));
+        }
+    }
+    if batch.append {
+        args.push("--open-mode=append".to_owned());
+    }
+    args.push("--export=ALL".to_owned());
+    if job.gpu_count > 0 {
+        args.push(format!("--gres=gpu:{}", job.gpu_count));
+    }
+    if let Some(minutes) = job.time_limit {
+        args.push(format!("--time={minutes}"));
+    }
+    if let Some(comment) = &batch.comment {
+        args.push(format!("--comment={comment}"));
+    }
+    args.extend(batch.directives.iter().filter(|d| mission_api::batch::is_passed_on(d)).cloned());
+    if let Some((uid, gid)) = run_as {
+        args.push(format!("--uid={uid}"));
+        args.push(format!("--gid={gid}"));
+    }
+    site.finish(args, &dir.script())
+}
+
+/// The script the gateway submits for `job`, a batch job of `batch` whose script was copied to
+/// `copy`: the environment it was submitted with, but for the `SLURM_*` variables, which are the
+/// real Slurm's inside its job (its `srun` and MPI read them), and `SLURM_SUBMIT_DIR`, which is
+/// where `sbatch` ran on the login host; the job's number in `MISSION_JOB_NUMBER`; then the copy
+/// with its arguments, between the stamps the gateway follows the job by.
+pub fn batch_job_script(job: &Assignment, batch: &JobBatch, dir: &JobDir, copy: &Path) -> String {
+    let mut script = format!("#!/bin/sh\n# Mission Compute batch job {} ({})\n", job.number, job.job_id);
+    let submitted = batch.environment.iter().filter(|(name, _)| !name.starts_with("SLURM_"));
+    for (name, value) in submitted {
+        script.push_str(&format!("export {name}={}\n", quote(value)));
+    }
+    let submit_dir = batch.environment.get("SLURM_SUBMIT_DIR").unwrap_or(&batch.workdir);
+    let ours = [
+        ("SLURM_SUBMIT_DIR", submit_dir.clone()),
+        ("MISSION_JOB_NUMBER", job.number.to_string()),
+        ("MISSION_ID", job.mission_id.to_string()),
+        ("JOB_ID", job.job_id.to_string()),
+    ];
+    for (name, value) in ours {
+        script.push_str(&format!("export {name}={}\n", quote(&value)));
+    }
+    script.push_str(&stamp(&dir.started()));
+    let mut command = vec![quote("/bin/bash"), quote(&copy.to_string_lossy())];
+    command.extend(batch.arguments.iter().map(|arg| quote(arg)));
+    script.push_str(&command.join(" "));
+    script.push_str(&ending(dir));
+    script
+}
+
+/// A script's line writing the time now to `path` (whole once there: written aside, then moved).
+fn stamp(path: &Path) -> String {
+    let path = quote(&path.to_string_lossy());
+    format!("date +%s.%N > {path}.partial && mv {path}.partial {path}\n")
+}
+
+/// A script's last lines after its program: the end's stamp, the program's exit code written to
+/// the job's dir, and the script's exit with it.
+fn ending(dir: &JobDir) -> String {
+    let exit_code = quote(&dir.exit_code().to_string_lossy());
+    format!(
+        "\ncode=$?\n{}echo \"$code\" > {exit_code}.partial && mv {exit_code}.partial {exit_code}\nexit \"$code\"\n",
+        stamp(&dir.ended())
+    )
 }
 
 /// `text` as one word of a POSIX shell command line.

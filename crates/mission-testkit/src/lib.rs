@@ -9,6 +9,7 @@
 mod agent;
 pub mod api_compat;
 mod browser;
+mod host_account;
 mod podman;
 mod registry;
 mod s3;
@@ -17,6 +18,7 @@ mod websocket;
 
 pub use agent::{FakeAgent, Lines, lines};
 pub use browser::{Browser, ENTER, TAB};
+pub use host_account::HostAccount;
 pub use mission_store::test_support::PostgresDatabase;
 pub use podman::{forget_podman_image, podman_command, podman_names_of};
 pub use registry::Registry;

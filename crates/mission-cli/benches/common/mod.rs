@@ -307,3 +307,38 @@ pub async fn shell_mission(client: &mission_client::Client, name: &str, src: &Pa
     };
     client.create_and_upload_mission(&request, src).await.unwrap()
 }
+
+/// A test cluster: the one `MISSION_TEST_SLURM_CONF` names, or one started for the benchmark.
+pub struct SlurmCluster {
+    pub conf: String,
+    started: Option<tempfile::TempDir>,
+}
+
+impl SlurmCluster {
+    pub fn up() -> Self {
+        if let Ok(conf) = std::env::var("MISSION_TEST_SLURM_CONF") {
+            return Self { conf, started: None };
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/slurm-test-cluster.sh");
+        let out = std::process::Command::new("bash").arg(&script).arg("start").arg(dir.path()).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        Self { conf: String::from_utf8(out.stdout).unwrap().trim().to_owned(), started: Some(dir) }
+    }
+
+    /// `program` with the cluster's `SLURM_CONF`.
+    pub fn command(&self, program: &str) -> std::process::Command {
+        let mut command = std::process::Command::new(program);
+        command.env("SLURM_CONF", &self.conf);
+        command
+    }
+}
+
+impl Drop for SlurmCluster {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.started {
+            let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/slurm-test-cluster.sh");
+            let _ = std::process::Command::new("bash").arg(script).arg("stop").arg(dir.path()).status();
+        }
+    }
+}

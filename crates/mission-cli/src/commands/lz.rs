@@ -69,7 +69,8 @@ pub struct LzCommand {
     idle_exit: Option<u64>,
     /// A directory this host shares with the hosts users submit batch jobs from (`sbatch`):
     /// batch jobs submitted under it run here, in their directory, as their user's mapped
-    /// account (--user-map). Repeat for several (`--shared-path /home --shared-path /scratch`).
+    /// account (--user-map); a Slurm gateway passes them to the real `sbatch` with their
+    /// directives. Repeat for several (`--shared-path /home --shared-path /scratch`).
     #[arg(long = "shared-path", value_name = "DIR", value_parser = absolute_dir)]
     shared_paths: Vec<String>,
     /// What runs the jobs: child processes on this host, or Slurm.

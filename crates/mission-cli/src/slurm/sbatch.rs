@@ -325,10 +325,33 @@ fn warn_of_ignored(given: &Parsed) {
         }
         warned.push(&option.long);
         let shown = if option.long.starts_with('-') { option.long.clone() } else { format!("--{}", option.long) };
-        eprintln!(
-            "sbatch: warning: {shown} is not supported by this site's scheduler (Mission Compute Service); ignored"
-        );
+        if mission_api::batch::PASSED_ON.contains(&option.long.as_str()) {
+            eprintln!(
+                "sbatch: warning: {shown} is not supported by this site's scheduler (Mission Compute Service); \
+                 ignored unless the job runs on a Slurm gateway, which passes it on"
+            );
+        } else {
+            eprintln!(
+                "sbatch: warning: {shown} is not supported by this site's scheduler (Mission Compute Service); ignored"
+            );
+        }
     }
+}
+
+/// The options of `given` a Slurm gateway passes on to the real `sbatch`
+/// ([`mission_api::batch::PASSED_ON`]), each as one argument.
+fn passed_on(given: &Parsed) -> Vec<String> {
+    given
+        .options
+        .iter()
+        .filter(|o| o.known && !o.honoured && mission_api::batch::PASSED_ON.contains(&o.long.as_str()))
+        .map(|o| match &o.value {
+            Some(value) => format!("--{}={value}", o.long),
+            None => format!("--{}", o.long),
+        })
+        .filter(|directive| mission_api::batch::is_passed_on(directive))
+        .take(mission_api::batch::MAX_DIRECTIVES)
+        .collect()
 }
 
 /// The batch job `given` asks for.
@@ -474,6 +497,7 @@ pub(super) async fn request(
             environment,
             comment: given.last("comment").map(str::to_owned),
             partition,
+            directives: passed_on(given),
         },
         run: RunJob {
             station_id,

@@ -421,6 +421,76 @@ async fn a_root_gateway_runs_each_users_jobs_as_their_mapped_account_and_refuses
     );
 }
 
+/// A batch job (`sbatch` of `mission`, `POST /api/v1/jobs`) under a path the gateway shares goes
+/// to the real `sbatch` as its user's mapped account, in its directory, its output in the file
+/// it names (the service's patterns filled in, `%N` by Slurm), with its comment and the
+/// directives the service passes on; one under a path no landing zone shares is refused.
+#[tokio::test]
+async fn a_gateway_passes_batch_jobs_to_sbatch_with_their_directives() {
+    let Some(conf) = slurm_conf("a_gateway_passes_batch_jobs_to_sbatch_with_their_directives") else { return };
+    if whoami() != "root" {
+        assert!(std::env::var_os("MISSION_REQUIRE_SANDBOX").is_none(), "the suite must run as root");
+        eprintln!("SKIPPED: running batch jobs as a mapped account needs root");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let (server, admin) = cluster(|_| {}).await;
+    let maps = tempfile::tempdir().unwrap();
+    let map = maps.path().join("users.map");
+    std::fs::write(&map, "alice nobody\n").unwrap();
+    let shared = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let shared_dir = shared.path().display().to_string();
+    let flags = ["--user-map", map.to_str().unwrap(), "--shared-path", &shared_dir];
+    let agent = SlurmAgent::spawned(&server, &admin, "site", &conf, "root", &flags).await;
+    std::fs::set_permissions(agent.dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    agent.until_online(&admin).await;
+
+    let alice = &server.client;
+    let script = "#!/bin/bash\necho \"$MISSION_JOB_NUMBER $(id -u) $(pwd) $GREETING $1\"\n";
+    let batch = |workdir: &str| mission_api::SubmitBatchJob {
+        batch: mission_api::JobBatch {
+            name: "on-slurm".into(),
+            script: script.into(),
+            arguments: vec!["arg".into()],
+            workdir: workdir.into(),
+            stdout: "out-%j-%x-%N.txt".into(),
+            environment: [("GREETING".to_owned(), "hello".to_owned())].into(),
+            comment: Some("through the gateway".into()),
+            directives: vec!["--nice=7".into()],
+            ..Default::default()
+        },
+        run: mission_api::RunJob { station_id: local_station(), memory_amount: Some(64), ..Default::default() },
+        array: None,
+        hold: false,
+    };
+    let job = alice.submit_batch_job(&batch(&shared_dir)).await.unwrap();
+    let done = until_ended(alice, job.job_id).await;
+    assert_eq!(done.status, JobStatus::Completed, "{done:?} {}", agent.log());
+    let node = scontrol(&conf, &slurm_id(&done)).await;
+    let words: Vec<&str> = node.split_whitespace().collect();
+    let value =
+        |key: &str| words.iter().find_map(|w| w.strip_prefix(&format!("{key}="))).unwrap_or_default().to_owned();
+    assert_eq!(value("Nice"), "7", "{node}");
+    assert_eq!(value("WorkDir"), shared_dir, "{node}");
+    assert!(node.contains("Comment=through the gateway"), "{node}");
+    // %N is Slurm's: the node's host name.
+    let prefix = format!("out-{}-on-slurm-", done.number);
+    let files: Vec<String> = std::fs::read_dir(shared.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let out = files.iter().find(|f| f.starts_with(&prefix)).unwrap_or_else(|| panic!("{files:?}\n{node}"));
+    let host = out.strip_prefix(&prefix).and_then(|rest| rest.strip_suffix(".txt")).unwrap();
+    assert!(!host.is_empty() && !host.contains('%'), "{out}");
+    let written = std::fs::read_to_string(shared.path().join(out)).unwrap();
+    assert_eq!(written, format!("{} 65534 {shared_dir} hello arg\n", done.number));
+
+    // Nothing shares /nowhere: refused at submission, not queued forever.
+    let refused = alice.submit_batch_job(&batch("/nowhere")).await.unwrap_err();
+    assert!(refused.to_string().contains("batch.workdir"), "{refused}");
+}
+
 #[tokio::test]
 async fn pilots_run_many_short_jobs_with_our_dispatch_and_leave_when_idle() {
     let Some(conf) = slurm_conf("pilots_run_many_short_jobs_with_our_dispatch_and_leave_when_idle") else { return };

@@ -11,40 +11,13 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
+use mission_testkit::HostAccount;
+
 use super::{BIN, Fixture};
-
-/// A host account made for the test, removed when dropped.
-struct Account {
-    name: String,
-    uid: u32,
-    gid: u32,
-    home: PathBuf,
-}
-
-impl Account {
-    fn create() -> Self {
-        let name = format!("msl{}", &uuid_hex()[..8]);
-        let made = std::process::Command::new("useradd").args(["-m", "-s", "/bin/bash", &name]).status().unwrap();
-        assert!(made.success(), "useradd {name}");
-        let home = PathBuf::from(format!("/home/{name}"));
-        let meta = std::fs::metadata(&home).unwrap();
-        Self { name, uid: meta.uid(), gid: meta.gid(), home }
-    }
-}
-
-impl Drop for Account {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("userdel").args(["-r", "-f", &self.name]).output();
-    }
-}
-
-fn uuid_hex() -> String {
-    mission_client::Uuid::new_v4().simple().to_string()
-}
 
 /// The account's shell for the commands: its uid and groups, its home, the links on its PATH.
 struct Shell<'a> {
-    account: &'a Account,
+    account: &'a HostAccount,
     bin: PathBuf,
 }
 
@@ -131,7 +104,7 @@ fn as_root() -> bool {
 
 /// A server whose embedded landing zone maps `account`'s mission user to it; the account
 /// signed in with a session of its own, the commands linked into its ~/bin.
-async fn service_for(account: &Account) -> (Fixture, tempfile::TempDir) {
+async fn service_for(account: &HostAccount) -> (Fixture, tempfile::TempDir) {
     let maps = tempfile::tempdir().unwrap();
     let map = maps.path().join("users.map");
     std::fs::write(&map, format!("{} {}\n", account.name, account.name)).unwrap();
@@ -151,7 +124,7 @@ async fn sbatch_squeue_sacct_scancel_and_scontrol_as_a_mapped_account() {
     if !as_root() {
         return;
     }
-    let account = Account::create();
+    let account = HostAccount::create("msl");
     let (fx, _maps) = service_for(&account).await;
     let shell = Shell { account: &account, bin: account.home.join("bin") };
 
@@ -472,7 +445,7 @@ async fn snakemake_and_submitit_run_unchanged() {
         return;
     }
     let Some(tools) = workflow_tools() else { return };
-    let account = Account::create();
+    let account = HostAccount::create("msl");
     let (_fx, _maps) = service_for(&account).await;
     let shell = Shell { account: &account, bin: account.home.join("bin") };
     let work = account.home.join("workflow");

@@ -187,6 +187,9 @@ pub(crate) struct SlurmRunner {
     program: PathBuf,
     /// Registries pulled from without TLS verification.
     insecure_registries: Vec<String>,
+    /// The directories the cluster shares with the hosts batch jobs are submitted from
+    /// (`--shared-path`): batch jobs under them go to the real `sbatch` as they are.
+    shared_paths: Vec<String>,
     /// One image is staged on the shared filesystem at a time (a second job of it waits, then
     /// finds it there).
     staging_images: tokio::sync::Mutex<()>,
@@ -234,6 +237,7 @@ impl SlurmRunner {
             .unwrap_or_default();
         let servers = config.servers.join(",");
         let insecure_registries = config.containers.insecure_registries.clone();
+        let shared_paths = config.shared_paths.clone();
         let mut config = slurm.clone();
         config.work_root = work_root;
         let runner = Arc::new(Self {
@@ -251,6 +255,7 @@ impl SlurmRunner {
                 .map_err(|e| AgentError::BatchSystem(format!("this program's path: {e}")))?,
             staging_images: tokio::sync::Mutex::new(()),
             insecure_registries,
+            shared_paths,
         });
         let capacity = patiently("reading the cluster's nodes", || runner.capacity()).await?;
         *runner.offer.lock().expect("not poisoned") = capacity;
@@ -428,7 +433,10 @@ impl SlurmRunner {
             self.forget(job.job_id);
             JobError::Staging(e.to_string())
         })?;
-        let args = sbatch_args(job, &dir, &self.config.site, run_as);
+        let args = match &job.batch {
+            Some(batch) => slurm::batch_sbatch_args(job, batch, &dir, &self.config.site, run_as),
+            None => sbatch_args(job, &dir, &self.config.site, run_as),
+        };
         let answer = self.command("sbatch", &args).await.map_err(|why| {
             self.forget(job.job_id);
             JobError::BatchSystem(why)
@@ -529,7 +537,15 @@ impl SlurmRunner {
         let _ = std::fs::remove_dir_all(dir.root());
         std::fs::DirBuilder::new().mode(0o700).create(dir.root())?;
         let staged = WorkDir::create_at(dir.work(), inputs)?;
-        let script = batch_script(job, dir, &self.job_path, image, session_env);
+        let script = match &job.batch {
+            Some(batch) => {
+                let copy = dir.root().join(slurm::BATCH_SCRIPT_COPY);
+                let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o500).open(&copy)?;
+                std::io::Write::write_all(&mut file, batch.script.as_bytes())?;
+                slurm::batch_job_script(job, batch, dir, &copy)
+            }
+            None => batch_script(job, dir, &self.job_path, image, session_env),
+        };
         let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o700).open(dir.script())?;
         std::io::Write::write_all(&mut file, script.as_bytes())?;
         if let Some((uid, gid)) = run_as {
@@ -610,8 +626,8 @@ impl Runner for SlurmRunner {
             max_jobs: Some(max_jobs),
             cluster_account: Some(self.account.clone()),
             images: self.config.containers.is_some() && self.config.pilots.is_none(),
-            // Batch jobs go to process landing zones only, so far.
-            shared_paths: Vec::new(),
+            // Pilots take no batch jobs: they run as the gateway's account.
+            shared_paths: if self.config.pilots.is_none() { self.shared_paths.clone() } else { Vec::new() },
         }
     }
 
@@ -622,6 +638,10 @@ impl Runner for SlurmRunner {
     }
 
     fn refusal(&self, job: &Assignment) -> Option<String> {
+        if let Some(batch) = &job.batch {
+            let mapped = self.user_map.as_ref().is_some_and(|map| map.contains_key(&job.username));
+            return super::batch::refusal(&self.shared_paths, mapped, job, batch);
+        }
         if job.session.is_some() && job.image.is_some() {
             return Some(
                 "refused by the landing zone: a session in an image runs on a process landing zone or on this \

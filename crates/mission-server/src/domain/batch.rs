@@ -127,6 +127,18 @@ fn check(batch: &JobBatch) -> DomainResult<()> {
             format!("larger than {} bytes", batch::MAX_ENVIRONMENT_BYTES),
         ));
     }
+    if batch.directives.len() > batch::MAX_DIRECTIVES {
+        return Err(DomainError::invalid("batch.directives", format!("more than {}", batch::MAX_DIRECTIVES)));
+    }
+    if let Some(bad) = batch.directives.iter().find(|d| !batch::is_passed_on(d)) {
+        return Err(DomainError::invalid(
+            "batch.directives",
+            format!(
+                "{bad:?} is not an sbatch option a Slurm gateway passes on (--name or --name=value of {})",
+                batch::PASSED_ON.join(", ")
+            ),
+        ));
+    }
     for (field, text) in
         [("batch.arguments", batch.arguments.join("")), ("batch.comment", batch.comment.clone().unwrap_or_default())]
     {

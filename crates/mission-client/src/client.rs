@@ -14,7 +14,7 @@ use mission_api::{API_PREFIX, AuthConfig, PROBLEM_CONTENT_TYPE, Problem, User};
 use reqwest::{RequestBuilder, Response, StatusCode};
 use serde::de::DeserializeOwned;
 
-use crate::auth::{DeviceAuth, Prompt, Tokens};
+use crate::auth::{DeviceAuth, Prompt, Tokens, session_cache};
 use crate::error::Error;
 
 /// Renew the access token when it has less than this left.
@@ -189,10 +189,30 @@ impl Client {
 
     /// Signs in to the server at `base_url` ([`DeviceAuth::initialize`]: refresh from the token
     /// file, or the device flow) and returns a client that renews its token by itself.
+    /// A session still valid in the token file's cache ([`crate::auth::session_cache`]) is taken
+    /// as it is, without a request.
     pub async fn login(base_url: &str, options: LoginOptions) -> Result<Self, Error> {
+        let server = normalise_bases(base_url)?.join(",");
+        if let Some((auth, tokens)) = Self::cached_session(&server, &options)? {
+            return Self::with_tokens(base_url, tokens, auth.prompt(options.prompt));
+        }
         let auth = Self::device_auth(base_url, &options).await?;
         let tokens = auth.initialize().await?;
+        session_cache::write(&auth, &server, &tokens);
         Self::with_tokens(base_url, tokens, auth)
+    }
+
+    /// The session the cache beside the token file of `options` keeps for `server`, if it is
+    /// the token file's and lasts a while yet.
+    fn cached_session(server: &str, options: &LoginOptions) -> Result<Option<(DeviceAuth, Tokens)>, Error> {
+        let path = match &options.token_file {
+            Some(path) if path.as_os_str().is_empty() => return Ok(None),
+            Some(path) => path.clone(),
+            None => crate::auth::token_file::default_token_file(),
+        };
+        let Some(stored) = crate::auth::token_file::read(&path)? else { return Ok(None) };
+        let (client_id, audience) = (options.client_id.as_deref(), options.audience.as_deref());
+        Ok(session_cache::read(&path, server, &stored.refresh_token, client_id, audience, RENEW_MARGIN))
     }
 
     /// The base URL requests go to now (of several replicas', the one that last answered).
@@ -246,6 +266,7 @@ impl Client {
         {
             let tokens = auth.refresh(&refresh_token).await?;
             auth.store(&tokens)?;
+            session_cache::write(&auth, &self.inner.base_urls.join(","), &tokens);
             session.access_token = tokens.access_token;
             session.expires_at = Some(tokens.expires_at);
             session.renew = Some((auth, tokens.refresh_token));

@@ -14,6 +14,7 @@
 //! - the token file is written atomically with mode 0600.
 
 mod browser;
+pub(crate) mod session_cache;
 pub mod token_file;
 
 use std::path::PathBuf;

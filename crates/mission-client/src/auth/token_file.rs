@@ -73,8 +73,9 @@ pub fn write(path: &Path, token: &StoredToken) -> Result<(), Error> {
     std::fs::rename(&tmp, path).map_err(fail)
 }
 
-/// Removes the token file; a missing file is fine.
+/// Removes the token file, and the access token cached beside it; a missing file is fine.
 pub fn remove(path: &Path) -> Result<(), Error> {
+    super::session_cache::remove(path);
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             Err(Error::TokenFile { path: path.to_owned(), source: e })

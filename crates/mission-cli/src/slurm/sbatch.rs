@@ -625,7 +625,9 @@ slurm-%j.out (or --output/--error). Options may also be given in #SBATCH lines o
       --wrap=COMMAND          a script of this one command
       --parsable              print only the job id
   -W, --wait                  wait for the job, and exit with its exit code
+  -H, --hold                  hold it until `scontrol release ID`
   -Q, --quiet                 print nothing but errors
 
-Options this service does not honour are accepted with a warning.
+Options this service does not honour are accepted with a warning; a Slurm gateway passes
+those its Slurm can (--mail-type, --constraint, --exclusive, --qos…) on to the real sbatch.
 ";

@@ -189,7 +189,7 @@ impl Client {
 
     /// Signs in to the server at `base_url` ([`DeviceAuth::initialize`]: refresh from the token
     /// file, or the device flow) and returns a client that renews its token by itself.
-    /// A session still valid in the token file's cache ([`crate::auth::session_cache`]) is taken
+    /// A session still valid in the token file's cache (`FILE.session`, see `auth::session_cache`) is taken
     /// as it is, without a request.
     pub async fn login(base_url: &str, options: LoginOptions) -> Result<Self, Error> {
         let server = normalise_bases(base_url)?.join(",");

@@ -64,7 +64,7 @@ async fn cancel(args: &[String]) -> Result<(), Failure> {
             let matching: Vec<_> = jobs.iter().filter(|job| spec.matches(job)).collect();
             if matching.is_empty() && !filters {
                 // An ended job is left be silently, as Slurm does; one never seen is an error.
-                let known = site.client.get_job(mission_api::JobRef::Number(spec_number(*spec))).await.is_ok();
+                let known = site.client.get_job(mission_api::JobRef::Number(spec.number())).await.is_ok();
                 if !known {
                     eprintln!("scancel: error: Kill job error on job id {id}: Invalid job id specified");
                     failed = true;
@@ -80,10 +80,4 @@ async fn cancel(args: &[String]) -> Result<(), Failure> {
         }
     }
     if failed { Err(Failure::new(1, "")) } else { Ok(()) }
-}
-
-fn spec_number(spec: JobSpec) -> u64 {
-    match spec {
-        JobSpec::Number(n) | JobSpec::Element(n, _) => n,
-    }
 }

@@ -71,12 +71,9 @@ async fn change_jobs(verb: &str, ids: &[&str]) -> Result<(), Failure> {
         let spec = JobSpec::parse(id).ok_or_else(|| Failure::new(1, format!("Invalid job id specified: {id}")))?;
         let matching: Vec<&Job> = jobs.iter().filter(|job| spec.matches(job)).collect();
         if matching.is_empty() {
-            let number = match spec {
-                JobSpec::Number(n) | JobSpec::Element(n, _) => n,
-            };
             // An ended job is no longer pending, running or held: Slurm says so for requeue;
             // hold and release leave it be.
-            let known = site.client.get_job(mission_api::JobRef::Number(number)).await.is_ok();
+            let known = site.client.get_job(mission_api::JobRef::Number(spec.number())).await.is_ok();
             match (known, verb) {
                 (false, "requeue") => eprintln!("Invalid job id specified for job {id}"),
                 (false, _) => {

@@ -186,6 +186,13 @@ impl JobSpec {
         }
     }
 
+    /// The job number it names (an array's, for an element).
+    pub fn number(self) -> u64 {
+        match self {
+            Self::Number(n) | Self::Element(n, _) => n,
+        }
+    }
+
     /// Whether `job` is the one this names.
     pub fn matches(self, job: &Job) -> bool {
         match self {

@@ -7,8 +7,6 @@
 //! sign-in, another server or another client id never finds a stale one. A cache that cannot be
 //! read or written is only a miss.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Local};
@@ -88,21 +86,8 @@ pub(crate) fn write(auth: &DeviceAuth, server: &str, tokens: &Tokens) {
         access_token: tokens.access_token.clone(),
         expires_at: tokens.expires_at,
     };
-    let path = path_of(token_file);
-    let mut tmp = path.clone().into_os_string();
-    tmp.push(format!(".tmp-{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .and_then(|mut file| file.write_all(&serde_json::to_vec(&cached).expect("the cache serialises")))
-        .and_then(|()| std::fs::rename(&tmp, &path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
+    let bytes = serde_json::to_vec(&cached).expect("the cache serialises");
+    let _ = super::token_file::write_private(&path_of(token_file), &bytes, false);
 }
 
 /// Forgets the cache of `token_file` (at sign-out, with the token file).

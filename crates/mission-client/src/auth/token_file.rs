@@ -58,19 +58,34 @@ pub fn read(path: &Path) -> Result<Option<StoredToken>, Error> {
 /// Writes the token file atomically (temp file in the same folder, fsync, rename) with mode 0600,
 /// so a crash never leaves a torn file and no other user can read the token at any moment.
 pub fn write(path: &Path, token: &StoredToken) -> Result<(), Error> {
-    let fail = |source| Error::TokenFile { path: path.to_owned(), source };
+    let bytes = serde_json::to_vec_pretty(token).expect("the token record serialises");
+    write_private(path, &bytes, true).map_err(|source| Error::TokenFile { path: path.to_owned(), source })
+}
+
+/// Writes `bytes` to `path` whole or not at all: to a temp file of mode 0600 in the same folder
+/// (synced first where `sync`), renamed over `path`; the temp file is removed on failure.
+pub(crate) fn write_private(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("token");
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let mut file =
-        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).map_err(fail)?;
-    let bytes = serde_json::to_vec_pretty(token).expect("the token record serialises");
-    file.write_all(&bytes).and_then(|()| file.sync_all()).map_err(fail)?;
-    drop(file);
-    std::fs::rename(&tmp, path).map_err(fail)
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut file| {
+            file.write_all(bytes)?;
+            if sync { file.sync_all() } else { Ok(()) }
+        })
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// Removes the token file, and the access token cached beside it; a missing file is fine.

@@ -593,17 +593,27 @@ pub fn sbatch_args(job: &Assignment, dir: &JobDir, site: &SiteOptions, run_as: R
         format!("--error={}", dir.log("stderr").display()),
         "--export=ALL".to_owned(),
     ]);
+    push_gpus_and_time(&mut args, job);
+    push_run_as(&mut args, run_as);
+    site.finish(args, &dir.script())
+}
+
+/// `--gres` for the GPUs `job` was placed with, and `--time` for its limit.
+fn push_gpus_and_time(args: &mut Vec<String>, job: &Assignment) {
     if job.gpu_count > 0 {
         args.push(format!("--gres=gpu:{}", job.gpu_count));
     }
     if let Some(minutes) = job.time_limit {
         args.push(format!("--time={minutes}"));
     }
+}
+
+/// `--uid` and `--gid` where the job runs as a mapped account.
+fn push_run_as(args: &mut Vec<String>, run_as: RunAs) {
     if let Some((uid, gid)) = run_as {
         args.push(format!("--uid={uid}"));
         args.push(format!("--gid={gid}"));
     }
-    site.finish(args, &dir.script())
 }
 
 /// The container engine a Slurm gateway's batch jobs run images with.
@@ -877,20 +887,12 @@ pub fn batch_sbatch_args(
         args.push("--open-mode=append".to_owned());
     }
     args.push("--export=ALL".to_owned());
-    if job.gpu_count > 0 {
-        args.push(format!("--gres=gpu:{}", job.gpu_count));
-    }
-    if let Some(minutes) = job.time_limit {
-        args.push(format!("--time={minutes}"));
-    }
+    push_gpus_and_time(&mut args, job);
     if let Some(comment) = &batch.comment {
         args.push(format!("--comment={comment}"));
     }
     args.extend(batch.directives.iter().filter(|d| mission_api::batch::is_passed_on(d)).cloned());
-    if let Some((uid, gid)) = run_as {
-        args.push(format!("--uid={uid}"));
-        args.push(format!("--gid={gid}"));
-    }
+    push_run_as(&mut args, run_as);
     site.finish(args, &dir.script())
 }
 

@@ -20,16 +20,37 @@ use crate::error::Error;
 /// Renew the access token when it has less than this left.
 const RENEW_MARGIN: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
 
-/// The HTTP client every part of the SDK uses: bounded connect time, no global timeout (uploads
-/// and log follows run long), `TCP_NODELAY`.
-pub(crate) fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
+/// An HTTP client of the SDK for requests to `urls`: bounded connect time, no global timeout
+/// (uploads and log follows run long), `TCP_NODELAY`. Reading the system's trusted roots costs
+/// milliseconds, paid by every process (each `sbatch` of a workflow is one), so a client for
+/// `http://` addresses alone skips it; such a client refuses a redirect to `https://` by name
+/// instead of failing on a certificate it cannot check.
+pub(crate) fn http_client<'a>(urls: impl IntoIterator<Item = &'a str>) -> reqwest::Client {
+    let builder = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .tcp_nodelay(true)
-        .user_agent(crate::version::user_agent())
-        .build()
-        .expect("the HTTP client builds")
+        .user_agent(crate::version::user_agent());
+    let plain = urls.into_iter().all(|url| url.get(..7).is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://")));
+    let builder = if plain {
+        let redirects = reqwest::redirect::Policy::custom(|attempt| {
+            if attempt.url().scheme() != "http" {
+                let to = attempt.url().to_string();
+                attempt.error(format!("the server redirects to {to}: use that address instead"))
+            } else if attempt.previous().len() >= MAX_REDIRECTS {
+                attempt.error("too many redirects")
+            } else {
+                attempt.follow()
+            }
+        });
+        builder.tls_built_in_root_certs(false).redirect(redirects)
+    } else {
+        builder
+    };
+    builder.build().expect("the HTTP client builds")
 }
+
+/// Redirects a client follows, as many as reqwest's default policy.
+const MAX_REDIRECTS: usize = 10;
 
 /// Options of [`Client::login`]: the spec's client parameters and where tokens go.
 ///
@@ -151,14 +172,15 @@ impl Client {
     fn from_session(base_urls: Vec<String>, session: Session) -> Self {
         let current = std::sync::atomic::AtomicUsize::new(0);
         let session = tokio::sync::Mutex::new(session);
-        Self { inner: Arc::new(Inner { http: http_client(), base_urls, current, session }) }
+        let http = http_client(base_urls.iter().map(String::as_str));
+        Self { inner: Arc::new(Inner { http, base_urls, current, session }) }
     }
 
     /// Asks the server where clients sign in (`GET /api/v1/auth-config`, no token needed); of
     /// several replicas' URLs, the first that answers.
     pub async fn auth_config(base_url: &str) -> Result<AuthConfig, Error> {
         let bases = normalise_bases(base_url)?;
-        let http = http_client();
+        let http = http_client(bases.iter().map(String::as_str));
         let mut last = None;
         for base in &bases {
             match http.get(format!("{base}{API_PREFIX}/auth-config")).send().await {
@@ -393,4 +415,41 @@ pub(crate) async fn check(response: Response) -> Result<Response, Error> {
         StatusCode::FORBIDDEN => Error::Forbidden(problem),
         _ => Error::Api(problem),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_client_of_an_http_address_names_a_redirect_to_https_instead_of_following_it() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = Vec::new();
+            while !request.ends_with(b"\r\n\r\n") {
+                let mut byte = [0];
+                assert_eq!(stream.read(&mut byte).await.unwrap(), 1, "the request ends early");
+                request.push(byte[0]);
+            }
+            let answer = "HTTP/1.1 308 Permanent Redirect\r\nlocation: https://127.0.0.1:9/api/v1/me\r\ncontent-length: 0\r\n\r\n";
+            stream.write_all(answer.as_bytes()).await.unwrap();
+        });
+        let client = Client::with_access_token(&url, "a token").unwrap();
+        let error = tokio::time::timeout(Duration::from_secs(30), client.whoami()).await.unwrap().unwrap_err();
+        let mut said = error.to_string();
+        let mut source = std::error::Error::source(&error);
+        while let Some(cause) = source {
+            said.push_str(&format!(": {cause}"));
+            source = cause.source();
+        }
+        assert!(
+            said.contains("the server redirects to https://127.0.0.1:9/api/v1/me: use that address instead"),
+            "{said}"
+        );
+        server.await.unwrap();
+    }
 }

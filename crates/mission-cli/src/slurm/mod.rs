@@ -147,6 +147,20 @@ pub struct Needs {
     pub accounts: bool,
 }
 
+/// Every project the signed-in user can see, page by page.
+async fn all_projects(client: &Client) -> Result<Vec<mission_client::Project>, mission_client::Error> {
+    let mut all = Vec::new();
+    for page in 1.. {
+        let projects = client.list_projects(page, mission_api::MAX_ITEMS_PER_PAGE).await?.projects;
+        let more = projects.len() as u32 == mission_api::MAX_ITEMS_PER_PAGE;
+        all.extend(projects);
+        if !more {
+            break;
+        }
+    }
+    Ok(all)
+}
+
 impl Site {
     /// Signs in with the saved session and reads every name.
     pub async fn open() -> Result<Self, Failure> {
@@ -157,38 +171,28 @@ impl Site {
     /// command `needs` them (a submission names them rarely, and each is a request or more).
     pub async fn open_for(needs: Needs) -> Result<Self, Failure> {
         let client = crate::session::connect(None).await?;
-        let me = client.whoami().await?;
-        // A personal project is named after its user (mission_store::projects::PERSONAL_MARK).
-        let personal = format!("~{}", me.username);
-        let mut site = Self {
-            client,
-            username: me.username.clone(),
-            user_id: me.user_id,
-            stations: HashMap::new(),
-            nodes: HashMap::new(),
-            accounts: HashMap::from([(me.user_id, personal)]),
-            partitions: Vec::new(),
-            landing_zones: Vec::new(),
+        // Side by side: each is a round trip, and a workflow runs a command a job.
+        let projects = async { if needs.accounts { all_projects(&client).await } else { Ok(Vec::new()) } };
+        let (me, stations, projects) = tokio::try_join!(client.whoami(), client.list_stations(), projects)?;
+        let landing_zones = if needs.nodes {
+            let each = stations.iter().map(|station| client.list_landing_zones(station.station_id));
+            futures_util::future::join_all(each).await.into_iter().flat_map(Result::unwrap_or_default).collect()
+        } else {
+            Vec::new()
         };
-        for station in site.client.list_stations().await? {
-            if needs.nodes {
-                for lz in site.client.list_landing_zones(station.station_id).await.unwrap_or_default() {
-                    site.nodes.insert(lz.lz_id, lz.name.clone());
-                    site.landing_zones.push(lz);
-                }
-            }
-            site.stations.insert(station.station_id, station.name.clone());
-            site.partitions.push(station);
-        }
-        let mut page = 1;
-        let mut more = needs.accounts;
-        while more {
-            let projects = site.client.list_projects(page, mission_api::MAX_ITEMS_PER_PAGE).await?;
-            more = projects.projects.len() as u32 == mission_api::MAX_ITEMS_PER_PAGE;
-            site.accounts.extend(projects.projects.into_iter().map(|p| (p.project_id, p.name)));
-            page += 1;
-        }
-        Ok(site)
+        // A personal project is named after its user (mission_store::projects::PERSONAL_MARK).
+        let mut accounts = HashMap::from([(me.user_id, format!("~{}", me.username))]);
+        accounts.extend(projects.into_iter().map(|p| (p.project_id, p.name)));
+        Ok(Self {
+            client,
+            username: me.username,
+            user_id: me.user_id,
+            stations: stations.iter().map(|s| (s.station_id, s.name.clone())).collect(),
+            nodes: landing_zones.iter().map(|lz: &mission_client::LandingZone| (lz.lz_id, lz.name.clone())).collect(),
+            accounts,
+            partitions: stations,
+            landing_zones,
+        })
     }
 
     pub fn partition(&self, station_id: Uuid) -> &str {

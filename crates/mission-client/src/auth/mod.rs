@@ -129,7 +129,8 @@ impl PendingSignIn {
 /// ```
 #[derive(Debug, Clone)]
 pub struct DeviceAuth {
-    http: reqwest::Client,
+    /// Built on first use: a command signed in by its cached session never needs it.
+    http: std::sync::OnceLock<reqwest::Client>,
     auth_url: String,
     client_id: String,
     audience: String,
@@ -152,7 +153,7 @@ impl DeviceAuth {
     /// ```
     pub fn new(auth_url: &str, audience: &str) -> Self {
         Self {
-            http: crate::client::http_client(),
+            http: std::sync::OnceLock::new(),
             auth_url: auth_url.trim_end_matches('/').to_owned(),
             client_id: DEFAULT_CLIENT_ID.to_owned(),
             audience: audience.to_owned(),
@@ -185,6 +186,10 @@ impl DeviceAuth {
     /// The token file in use, if any.
     pub fn token_file_path(&self) -> Option<&std::path::Path> {
         self.token_file.as_deref()
+    }
+
+    fn http(&self) -> &reqwest::Client {
+        self.http.get_or_init(|| crate::client::http_client([self.auth_url.as_str()]))
     }
 
     /// The identity provider's base URL.
@@ -221,7 +226,7 @@ impl DeviceAuth {
             ("audience", self.audience.as_str()),
             ("scope", DEVICE_FLOW_SCOPE),
         ];
-        let response = self.http.post(format!("{}/oauth/device/code", self.auth_url)).form(&form).send().await?;
+        let response = self.http().post(format!("{}/oauth/device/code", self.auth_url)).form(&form).send().await?;
         let status = response.status();
         let body = response.bytes().await?;
         if !status.is_success() {
@@ -269,7 +274,7 @@ impl DeviceAuth {
                 ("device_code", pending.authorization.device_code.as_str()),
                 ("client_id", self.client_id.as_str()),
             ];
-            let outcome = match self.http.post(format!("{}/oauth/token", self.auth_url)).form(&form).send().await {
+            let outcome = match self.http().post(format!("{}/oauth/token", self.auth_url)).form(&form).send().await {
                 Ok(response) => {
                     let status = response.status().as_u16();
                     match response.bytes().await {
@@ -300,7 +305,7 @@ impl DeviceAuth {
     pub async fn refresh(&self, refresh_token: &str) -> Result<Tokens, Error> {
         let form =
             [("client_id", self.client_id.as_str()), ("grant_type", "refresh_token"), ("refresh_token", refresh_token)];
-        let response = self.http.post(format!("{}/oauth/token", self.auth_url)).form(&form).send().await?;
+        let response = self.http().post(format!("{}/oauth/token", self.auth_url)).form(&form).send().await?;
         let status = response.status();
         let body = response.bytes().await?;
         if !status.is_success() {
@@ -313,7 +318,7 @@ impl DeviceAuth {
     /// without a revocation endpoint only lose the file.
     pub async fn revoke(&self, refresh_token: &str) -> Result<(), Error> {
         let form = [("token", refresh_token), ("token_type_hint", "refresh_token"), ("client_id", &self.client_id)];
-        let response = self.http.post(format!("{}/oauth/revoke", self.auth_url)).form(&form).send().await?;
+        let response = self.http().post(format!("{}/oauth/revoke", self.auth_url)).form(&form).send().await?;
         if let Some(path) = &self.token_file {
             token_file::remove(path)?;
         }

@@ -130,6 +130,13 @@ fn workflow_dir(root: &Path, name: &str, jobs: usize) -> PathBuf {
     dir
 }
 
+/// A workflow's time, printed as soon as it ends: a long run stopped on the other side keeps it.
+fn report_workflow(name: &str, jobs: usize, took: Duration) {
+    let secs = took.as_secs_f64();
+    println!("{name:<10} {secs:>8.1} s  {:>6.1} jobs/s", jobs as f64 / secs);
+    std::io::Write::flush(&mut std::io::stdout()).unwrap();
+}
+
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -253,6 +260,7 @@ async fn main() {
         let at = Instant::now();
         ok(on_us(snakemake.to_str().unwrap(), &dir).args(SNAKEMAKE_ARGS).output(), "snakemake on us");
         let on_ours = at.elapsed();
+        report_workflow("ours", workflow_jobs, on_ours);
         let dir = workflow_dir(&theirs, "workflow", workflow_jobs);
         // The plugin's job step drops every SLURM_* variable but a few before its `srun`, so
         // that `srun` finds the cluster only at the default place, as on a real cluster.
@@ -270,10 +278,7 @@ async fn main() {
         if linked {
             let _ = std::fs::remove_file(default_conf);
         }
-        for (name, took) in [("ours", on_ours), ("Slurm's", on_slurm_time)] {
-            let secs = took.as_secs_f64();
-            println!("{name:<10} {secs:>8.1} s  {:>6.1} jobs/s", workflow_jobs as f64 / secs);
-        }
+        report_workflow("Slurm's", workflow_jobs, on_slurm_time);
         println!("ours / Slurm's time: {:.2}", on_ours.as_secs_f64() / on_slurm_time.as_secs_f64());
     }
     drop(service);

@@ -14,15 +14,16 @@ mod sbatch;
 mod scancel;
 mod scontrol;
 mod sinfo;
+mod site;
 mod squeue;
 mod srun;
 mod values;
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::process::ExitCode;
 
-use mission_client::{Client, Job, JobStatus, ListJobs, Uuid};
+use mission_client::{Job, JobStatus};
+pub use site::{Needs, Site};
 
 /// The names `mission` answers to as a Slurm command.
 pub const COMMANDS: [&str; 8] = ["sbatch", "squeue", "sacct", "scancel", "scontrol", "srun", "sinfo", "sacctmgr"];
@@ -122,139 +123,6 @@ pub fn report(command: &str, result: Result<(), Failure>) -> u8 {
             }
             failure.code
         }
-    }
-}
-
-/// What the commands look up besides jobs: the stations (partitions), landing zones (nodes)
-/// and projects (accounts) by id and name, and who is signed in.
-pub struct Site {
-    pub client: Client,
-    pub username: String,
-    pub user_id: Uuid,
-    stations: HashMap<Uuid, String>,
-    nodes: HashMap<Uuid, String>,
-    accounts: HashMap<Uuid, String>,
-    /// The stations, in the order the service lists them.
-    pub partitions: Vec<mission_client::Station>,
-    /// Their landing zones.
-    pub landing_zones: Vec<mission_client::LandingZone>,
-}
-
-/// What a command looks up besides the stations: the landing zones, the projects.
-#[derive(Debug, Clone, Copy)]
-pub struct Needs {
-    pub nodes: bool,
-    pub accounts: bool,
-}
-
-/// Every project the signed-in user can see, page by page.
-async fn all_projects(client: &Client) -> Result<Vec<mission_client::Project>, mission_client::Error> {
-    let mut all = Vec::new();
-    for page in 1.. {
-        let projects = client.list_projects(page, mission_api::MAX_ITEMS_PER_PAGE).await?.projects;
-        let more = projects.len() as u32 == mission_api::MAX_ITEMS_PER_PAGE;
-        all.extend(projects);
-        if !more {
-            break;
-        }
-    }
-    Ok(all)
-}
-
-impl Site {
-    /// Signs in with the saved session and reads every name.
-    pub async fn open() -> Result<Self, Failure> {
-        Self::open_for(Needs { nodes: true, accounts: true }).await
-    }
-
-    /// Signs in and reads the stations' names, and the landing zones' and projects' where the
-    /// command `needs` them (a submission names them rarely, and each is a request or more).
-    pub async fn open_for(needs: Needs) -> Result<Self, Failure> {
-        let client = crate::session::connect(None).await?;
-        // Side by side: each is a round trip, and a workflow runs a command a job.
-        let projects = async { if needs.accounts { all_projects(&client).await } else { Ok(Vec::new()) } };
-        let (me, stations, projects) = tokio::try_join!(client.whoami(), client.list_stations(), projects)?;
-        let landing_zones = if needs.nodes {
-            let each = stations.iter().map(|station| client.list_landing_zones(station.station_id));
-            futures_util::future::join_all(each).await.into_iter().flat_map(Result::unwrap_or_default).collect()
-        } else {
-            Vec::new()
-        };
-        // A personal project is named after its user (mission_store::projects::PERSONAL_MARK).
-        let mut accounts = HashMap::from([(me.user_id, format!("~{}", me.username))]);
-        accounts.extend(projects.into_iter().map(|p| (p.project_id, p.name)));
-        Ok(Self {
-            client,
-            username: me.username,
-            user_id: me.user_id,
-            stations: stations.iter().map(|s| (s.station_id, s.name.clone())).collect(),
-            nodes: landing_zones.iter().map(|lz: &mission_client::LandingZone| (lz.lz_id, lz.name.clone())).collect(),
-            accounts,
-            partitions: stations,
-            landing_zones,
-        })
-    }
-
-    pub fn partition(&self, station_id: Uuid) -> &str {
-        self.stations.get(&station_id).map_or("", String::as_str)
-    }
-
-    pub fn node(&self, lz_id: Option<Uuid>) -> &str {
-        lz_id.and_then(|id| self.nodes.get(&id)).map_or("", String::as_str)
-    }
-
-    pub fn account(&self, project_id: Uuid) -> &str {
-        self.accounts.get(&project_id).map_or("", String::as_str)
-    }
-
-    /// The station a partition names.
-    pub fn station_named(&self, name: &str) -> Option<Uuid> {
-        self.stations.iter().find(|(_, n)| *n == name).map(|(id, _)| *id)
-    }
-
-    /// The landing zone a node names.
-    pub fn node_named(&self, name: &str) -> Option<Uuid> {
-        self.nodes.iter().find(|(_, n)| *n == name).map(|(id, _)| *id)
-    }
-
-    /// The project an account names.
-    pub fn account_named(&self, name: &str) -> Option<Uuid> {
-        self.accounts.iter().find(|(_, n)| *n == name).map(|(id, _)| *id)
-    }
-
-    /// The accounts (projects) the signed-in user may charge, their personal one first.
-    pub fn own_accounts(&self) -> Vec<&str> {
-        let mut accounts = vec![self.account(self.user_id)];
-        accounts.extend(self.accounts.iter().filter(|(id, _)| **id != self.user_id).map(|(_, name)| name.as_str()));
-        accounts
-    }
-
-    /// The caller's jobs (everyone's, for admins) in `statuses` (every status when empty),
-    /// newest first.
-    pub async fn jobs(&self, statuses: &[JobStatus]) -> Result<Vec<Job>, Failure> {
-        let mut all = Vec::new();
-        let mut page = 1;
-        loop {
-            let options = ListJobs {
-                statuses: statuses.to_vec(),
-                page,
-                items: mission_api::MAX_ITEMS_PER_PAGE,
-                ..Default::default()
-            };
-            let jobs = self.client.list_jobs(&options).await?;
-            let more = jobs.len() as u32 == mission_api::MAX_ITEMS_PER_PAGE;
-            all.extend(jobs);
-            if !more {
-                return Ok(all);
-            }
-            page += 1;
-        }
-    }
-
-    /// The user who started `job`: the signed-in user's name for their own jobs (an admin sees
-    /// others' by id).
-    pub fn user_of(&self, job: &Job) -> String {
-        if job.user_id == self.user_id { self.username.clone() } else { job.user_id.to_string() }
     }
 }
 

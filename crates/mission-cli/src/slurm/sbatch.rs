@@ -152,9 +152,15 @@ async fn submit(args: &[String]) -> Result<(), Failure> {
     let mut all = directives;
     all.options.extend(given.options);
     warn_of_ignored(&all);
-    let site = Site::open_for(needs(&all)).await?;
+    let needs = needs(&all);
+    let site = Site::open_for(needs).await?;
+    let station = partition(&all).unwrap_or_else(|| mission_api::DEFAULT_STATION_NAME.to_owned());
+    let site = site.knowing_station(&station, needs).await?;
     let request = request(&all, &site, script, name, arguments).await?;
-    let job = site.client.submit_batch_job(&request).await.map_err(submission_failure)?;
+    let job = site.client.submit_batch_job(&request).await.map_err(|e| {
+        site.forget_cached();
+        submission_failure(e)
+    })?;
     // An array is known by its number, its first element's.
     let number = job.array_number.unwrap_or(job.number);
     if all.has("parsable") {
@@ -212,6 +218,11 @@ pub(super) fn needs(given: &Parsed) -> super::Needs {
         nodes: given.last("nodelist").is_some(),
         accounts: given.last("account").is_some() || std::env::var_os("SBATCH_ACCOUNT").is_some(),
     }
+}
+
+/// The partition a submission names (`-p`, else `SBATCH_PARTITION`), if it names one.
+fn partition(given: &Parsed) -> Option<String> {
+    given.last("partition").map(str::to_owned).or_else(|| std::env::var("SBATCH_PARTITION").ok())
 }
 
 /// The script, its name and its arguments: `--wrap`'s command, or the file named first (its
@@ -414,7 +425,7 @@ pub(super) async fn request(
         )),
         None => None,
     };
-    let partition = given.last("partition").map(str::to_owned).or_else(|| std::env::var("SBATCH_PARTITION").ok());
+    let partition = partition(given);
     let station_id = match &partition {
         Some(name) => site.station_named(name).ok_or_else(|| {
             Failure::new(

@@ -315,6 +315,18 @@ async fn sbatch_squeue_sacct_scancel_and_scontrol_as_a_mapped_account() {
     let user = shell.ok("sacctmgr", &["-n", "-P", "show", "user", &account.name, "format=User,DefaultAccount"]).await;
     assert_eq!(user.trim(), format!("{0}|~{0}", account.name));
 
+    // Who the account is and the stations are read once a minute, not at every submission (a
+    // workflow runs sbatch once a job); a station made since is read afresh when named.
+    shell.ok("sbatch", &["--parsable", "--output=/dev/null", "--wrap", "true"]).await;
+    let asked = requests(&fx, "/api/v1/me").await;
+    shell.ok("sbatch", &["--parsable", "--output=/dev/null", "--wrap", "true"]).await;
+    assert_eq!(requests(&fx, "/api/v1/me").await, asked, "the second submission asked who it is again");
+    fx.login("admin", "admin", &super::admin_password(&fx.data_dir)).await;
+    fx.ok("admin", &["stations", "create", "fresh", "--open"]).await;
+    let out = shell.run("sbatch", &["-p", "fresh", "--wrap", "true"]).await;
+    assert!(!stderr(&out).contains("invalid partition"), "{}", stderr(&out));
+    assert!(requests(&fx, "/api/v1/me").await > asked, "the station was looked up afresh");
+
     // Bad input: Slurm's words and exit codes, and nothing queued.
     let before = shell.ok("sacct", &["-X", "-n", "-P", "-o", "JobID", "-S", "2000-01-01"]).await;
     for (args, capture) in [
@@ -356,6 +368,13 @@ async fn sbatch_squeue_sacct_scancel_and_scontrol_as_a_mapped_account() {
     assert_eq!(warnings.len(), 2, "{warnings:?}");
     assert!(warnings[0].starts_with("sbatch: warning: --mail-type is not supported"), "{warnings:?}");
     assert!(warnings[1].starts_with("sbatch: warning: --qos is not supported"), "{warnings:?}");
+}
+
+/// How many requests the server answered on `route` (its metrics).
+async fn requests(fx: &Fixture, route: &str) -> u64 {
+    let metrics = reqwest::get(format!("{}/metrics", fx.url)).await.unwrap().text().await.unwrap();
+    let series = format!("mission_http_request_duration_seconds_count{{method=\"GET\",route=\"{route}\"}} ");
+    metrics.lines().find_map(|line| line.strip_prefix(&series)).map_or(0, |n| n.parse().unwrap())
 }
 
 /// The number of a job of the admin's (a mission's job, run with the CLI).

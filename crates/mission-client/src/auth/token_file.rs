@@ -64,7 +64,7 @@ pub fn write(path: &Path, token: &StoredToken) -> Result<(), Error> {
 
 /// Writes `bytes` to `path` whole or not at all: to a temp file of mode 0600 in the same folder
 /// (synced first where `sync`), renamed over `path`; the temp file is removed on failure.
-pub(crate) fn write_private(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
+pub fn write_private(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),

@@ -224,13 +224,12 @@ mod cache {
         /// The cache of `client` (none for a client without a refresh token).
         pub async fn of(client: &Client) -> Option<Self> {
             let tokens = client.tokens().await?;
-            let digest = ring::digest::digest(&ring::digest::SHA256, tokens.refresh_token.as_bytes());
             let mut path = crate::session::token_file().into_os_string();
             path.push(".slurm-site");
             Some(Self {
                 path: path.into(),
                 server: client.base_urls(),
-                refresh_token_sha256: digest.as_ref().iter().map(|b| format!("{b:02x}")).collect(),
+                refresh_token_sha256: mission_client::auth::sha256_hex(&tokens.refresh_token),
             })
         }
 

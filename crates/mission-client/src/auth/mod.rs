@@ -28,6 +28,7 @@ use mission_api::{
 use tokio::time::Instant;
 
 use crate::error::{Error, SignInError};
+pub use session_cache::sha256_hex;
 pub use token_file::{StoredToken, default_token_file};
 
 /// Lifetime assumed for a device code whose provider does not say (`expires_in` absent).

@@ -35,7 +35,9 @@ fn path_of(token_file: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-fn sha256_hex(text: &str) -> String {
+/// The hex SHA-256 of `text`: how the caches beside the token file name the refresh token they
+/// belong to, without keeping it.
+pub fn sha256_hex(text: &str) -> String {
     ring::digest::digest(&ring::digest::SHA256, text.as_bytes()).as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 

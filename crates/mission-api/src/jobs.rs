@@ -190,6 +190,14 @@ pub struct Job {
     /// ([`crate::batch`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<crate::JobBatch>,
+    /// The GA4GH TES task it runs, if it is one ([`crate::tes`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub task: Option<Box<crate::tes::JobTask>>,
+    /// When a stop was ordered for it on its landing zone, if one was: until it has ended, it
+    /// is stopping.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_ordered_at: Option<DateTime<Utc>>,
     /// Why it has not started yet, kept current while it waits: in the server's queue, or in a
     /// batch system's queue once placed on a gateway. Absent once it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -296,6 +304,8 @@ impl Job {
             array_number: None,
             session: None,
             batch: None,
+            task: None,
+            stop_ordered_at: None,
             pending_reason: None,
             position: None,
             usage: None,

@@ -13,6 +13,7 @@
 //! - [`jobs`]: jobs, their states, history and run requests; [`labels`]: the `key=value` labels
 //!   jobs carry; [`lz`]: the landing-zone protocol;
 //! - [`problem`]: the `application/problem+json` error body every endpoint returns on failure;
+//! - [`tes`]: the GA4GH Task Execution Service's tasks, which run as jobs;
 //! - [`projects`]: the teams that own missions and are charged for jobs, and their members;
 //! - [`users`]: the signed-in user as `GET /api/v1/me` reports it;
 //! - [`webhooks`]: URLs that events are POSTed to, signed, and their deliveries.
@@ -36,6 +37,7 @@ pub mod sessions;
 pub mod shell;
 pub mod stations;
 pub mod tar;
+pub mod tes;
 pub mod users;
 pub mod versions;
 pub mod webhooks;

@@ -158,6 +158,11 @@ pub struct Assignment {
     /// its user's mapped account, with its output in files there; nothing staged or collected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<crate::JobBatch>,
+    /// The GA4GH TES task it runs, if it is one ([`crate::tes`]): its inputs fetched and put in
+    /// place, then its executors run one after another, each in its image, then its outputs
+    /// uploaded; `command` and `image` are its first executor's, for what is shown of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<Box<crate::tes::TaskAssignment>>,
     /// Its number ([`crate::Job::number`]), and its array's, for the `SLURM_*` variables.
     #[serde(default)]
     pub number: u64,
@@ -250,12 +255,26 @@ pub struct Report {
     /// are taken as they come.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
+    /// What the attempt of a TES task left (with a final status): its executors' logs, its
+    /// outputs, what the landing zone has to say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_log: Option<Box<crate::tes::TesTaskLog>>,
 }
 
 impl Report {
     /// A job's move to `status` at `at`, saying nothing more.
     pub fn new(job_id: Uuid, status: JobStatus, at: DateTime<Utc>) -> Self {
-        Self { job_id, status, at, exit_code: None, reason: None, limits: None, usage: None, attempt: None }
+        Self {
+            job_id,
+            status,
+            at,
+            exit_code: None,
+            reason: None,
+            limits: None,
+            usage: None,
+            attempt: None,
+            task_log: None,
+        }
     }
 }
 

@@ -63,6 +63,8 @@ const JOB_ROW: &[(&str, Cast)] = &[
     ("array_index", Cast::Int),
     ("array_seq", Cast::Int),
     ("batch", Cast::Text),
+    ("task", Cast::Text),
+    ("stop_ordered_at", Cast::Int),
     ("session", Cast::Text),
     ("session_url", Cast::Text),
     ("session_ready_at", Cast::Int),
@@ -424,6 +426,22 @@ impl Store {
             .execute(conn)
             .await?;
             Ok(updated.rows_affected() == 1)
+        })
+    }
+
+    /// Notes that a stop was ordered at `at` for `job_id`, unless it has ended (or a stop was
+    /// ordered before).
+    pub async fn note_stop_ordered(&self, job_id: Uuid, at: DateTime<Utc>) -> Result<(), StoreError> {
+        with_conn!(self, writer, |conn| {
+            sqlx::query(
+                "UPDATE jobs SET stop_ordered_at = $1 WHERE job_id = $2 AND stop_ordered_at IS NULL \
+                 AND status IN ('assigned', 'staging', 'running', 'uploading')",
+            )
+            .bind(to_micros(at))
+            .bind(job_id.to_string())
+            .execute(conn)
+            .await?;
+            Ok(())
         })
     }
 
@@ -1344,6 +1362,8 @@ fn insert_row(seq: u64, job: &Job) -> serde_json::Value {
         "array_index": job.array_index,
         "array_seq": job.array_number,
         "batch": job.batch.as_ref().map(|batch| serde_json::to_string(batch).expect("a batch serialises")),
+        "task": job.task.as_ref().map(|task| serde_json::to_string(task).expect("a task serialises")),
+        "stop_ordered_at": job.stop_ordered_at.map(to_micros),
         "session": job.session.as_ref().map(|session| serde_json::to_string(&session.request()).expect("requests serialise")),
         "session_url": job.session.as_ref().and_then(|session| session.url.as_ref()),
         "session_ready_at": job.session.as_ref().and_then(|session| session.ready_at).map(to_micros),
@@ -1442,6 +1462,8 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
         array_index: r.opt_int("array_index")?.map(|i| i as u32),
         array_number: r.opt_int("array_seq")?.map(|n| n as u64),
         batch: r.opt_json("batch")?,
+        task: r.opt_json("task")?,
+        stop_ordered_at: r.opt_time("stop_ordered_at")?,
         session,
         pending_reason: pending_from_row(r)?,
         position: None,
@@ -1571,6 +1593,9 @@ where
     push_any_of(q, "array_id", f.array_ids.iter().map(Uuid::to_string));
     push_any_of(q, "status", f.statuses.iter().map(|s| s.as_str().to_owned()));
     push_labels(q, &f.labels);
+    if f.tasks_only {
+        q.push(" AND task IS NOT NULL");
+    }
 }
 
 #[cfg(test)]

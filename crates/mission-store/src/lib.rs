@@ -32,6 +32,7 @@ mod row;
 mod sessions;
 mod sqlite;
 mod stations;
+mod tasks;
 #[cfg(feature = "test-support")]
 mod test_postgres;
 mod url;
@@ -697,6 +698,8 @@ pub struct JobFilter {
     /// Labels the job has, every one (`key`, `value`; keys checked by
     /// [`mission_api::labels::check_label_key`]).
     pub labels: Vec<(String, String)>,
+    /// Only jobs that run GA4GH TES tasks.
+    pub tasks_only: bool,
     /// Only jobs submitted no later than the job with this sequence number: where a page starts
     /// when the caller knows it (the scheduler finds it in its queue without a walk), so that
     /// reading a deep page does not skip row after row.

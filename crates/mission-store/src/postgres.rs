@@ -47,6 +47,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (34, "sessions", include_str!("../migrations/postgres/0034_sessions.sql")),
     (35, "jobs_outlive_hosts", include_str!("../migrations/postgres/0035_jobs_outlive_hosts.sql")),
     (36, "job_numbers", include_str!("../migrations/postgres/0036_job_numbers.sql")),
+    (37, "tes_tasks", include_str!("../migrations/postgres/0037_tes_tasks.sql")),
 ];
 
 /// Connections a replica holds at most.

@@ -67,6 +67,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (34, "sessions", include_str!("../migrations/sqlite/0034_sessions.sql")),
     (35, "jobs_outlive_hosts", include_str!("../migrations/sqlite/0035_jobs_outlive_hosts.sql")),
     (36, "job_numbers", include_str!("../migrations/sqlite/0036_job_numbers.sql")),
+    (37, "tes_tasks", include_str!("../migrations/sqlite/0037_tes_tasks.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

@@ -713,6 +713,7 @@ impl State {
                     session: job.session.as_ref().map(mission_api::JobSession::request),
                     container_network: networks.get(&lz.station_id).copied().unwrap_or_default(),
                     batch: job.batch.clone(),
+                    task: job.task.as_ref().map(|task| Box::new(task.assignment())),
                     number: job.number,
                     array_number: job.array_number,
                 },

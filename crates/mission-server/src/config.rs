@@ -119,6 +119,9 @@ pub struct ServerConfig {
     /// Container registries (`HOST[:PORT]`) whose images users other than admins may register
     /// (`POST /api/v1/images/references`): landing zones pull from them. Admins may name any.
     pub image_registries: Vec<String>,
+    /// Directories of the server's host that GA4GH TES tasks may name `file://` inputs and
+    /// outputs under (the server reads and writes them, as itself); none by default.
+    pub tes_file_roots: Vec<PathBuf>,
     /// URL prefixes users other than admins may register webhooks under (for the reason of
     /// `s3_endpoints`: the server POSTs to them). Admins may name any http(s) URL.
     pub webhook_targets: Vec<Url>,
@@ -176,6 +179,7 @@ impl ServerConfig {
             connection_limits: ConnectionLimits::default(),
             s3_endpoints: Vec::new(),
             image_registries: Vec::new(),
+            tes_file_roots: Vec::new(),
             webhook_targets: Vec::new(),
             webhook_attempts: WebhookAttempts::default(),
             lz_lease: Duration::from_secs(30),

@@ -202,6 +202,11 @@ struct RunArgs {
     /// pull from it; admins may name any registry.
     #[arg(long = "image-registry", env = "MISSION_IMAGE_REGISTRIES", value_delimiter = ',')]
     image_registries: Vec<String>,
+    /// A directory of this host that GA4GH TES tasks may name `file://` inputs and outputs under
+    /// (repeat the flag, or separate with commas). The server reads and writes there as itself,
+    /// for whoever submits a task: allow only directories every user may share.
+    #[arg(long = "tes-file-root", env = "MISSION_TES_FILE_ROOTS", value_delimiter = ',')]
+    tes_file_roots: Vec<PathBuf>,
     /// A URL prefix users other than admins may register webhooks under, such as
     /// `https://hooks.example.org/` (repeat the flag, or separate with commas). The server POSTs
     /// events there, so it is a door into its network: allow only receivers you mean. Admins may
@@ -369,6 +374,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     let shared_database = config.effective_database_url().is_postgres();
     config.s3_endpoints = args.s3_endpoints;
     config.image_registries = args.image_registries;
+    config.tes_file_roots = args.tes_file_roots;
     config.webhook_targets = args.webhook_targets;
     config.webhook_attempts.max_attempts = args.webhook_attempts;
     config.webhook_attempts.timeout = Duration::from_secs(args.webhook_timeout);

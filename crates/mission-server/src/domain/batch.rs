@@ -8,13 +8,12 @@
 //! ARGS…` for people; the landing zone runs the script it carries.
 
 use mission_api::batch::ArraySpec;
-use mission_api::{CreateMission, Job, JobBatch, PendingKind, PendingReason, SubmitBatchJob, batch};
-use mission_store::MissionFilter;
+use mission_api::{Job, JobBatch, PendingKind, PendingReason, SubmitBatchJob, batch};
 use serde_json::json;
 use uuid::Uuid;
 
 use super::audit::{self, Change};
-use super::{DomainError, DomainResult, Principal, catalogue, jobs, missions, projects};
+use super::{DomainError, DomainResult, Principal, jobs, missions, projects};
 use crate::AppState;
 
 /// The name of a user's mission of batch jobs in a project.
@@ -163,36 +162,8 @@ fn check_path(field: &str, path: &str, absolute: bool) -> DomainResult<()> {
     Ok(())
 }
 
-/// The user's batch mission in `project_id`, made if it does not exist yet (one at a time per
-/// user and project, so two first submissions make one mission).
+/// The user's batch mission in `project_id`, made on first use.
 async fn batch_mission(app: &AppState, who: Principal, project_id: Uuid) -> DomainResult<Uuid> {
-    // The lock table is keyed by a mission's id and a path; a user's id and this path name no
-    // mission's file.
-    let _one_at_a_time = app.path_locks.lock(who.user_id, &format!("batch-mission/{project_id}")).await?;
-    let filter = MissionFilter {
-        user_ids: vec![who.user_id],
-        project_ids: vec![project_id],
-        names: vec![BATCH_MISSION.to_owned()],
-        mission_type_ids: vec![catalogue::COMMAND],
-        page: 1,
-        items: 1,
-        ..Default::default()
-    };
-    if let Some(mission) = app.store.list_missions(&filter).await?.0.into_iter().next() {
-        return Ok(mission.mission_id);
-    }
-    let created = missions::create(
-        app,
-        who,
-        CreateMission {
-            name: BATCH_MISSION.to_owned(),
-            description: Some("Batch jobs submitted with sbatch: each runs the script it was submitted with.".into()),
-            mission_type_id: Some(catalogue::COMMAND),
-            settings: Some([("command".to_owned(), "bash".to_owned())].into()),
-            project_id: Some(project_id),
-            ..Default::default()
-        },
-    )
-    .await?;
-    Ok(created.mission_id)
+    let description = "Batch jobs submitted with sbatch: each runs the script it was submitted with.";
+    missions::own_mission(app, who, project_id, BATCH_MISSION, description).await
 }

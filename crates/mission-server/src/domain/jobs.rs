@@ -439,6 +439,9 @@ pub async fn stop(app: &AppState, who: Principal, job_id: Uuid) -> DomainResult<
     }
     let by = display_name(app, who).await?;
     audit::note(who, Change::new("job.stop", "job", job.job_id).in_project(job.project_id));
+    if job.status.is_placed() {
+        app.store.note_stop_ordered(job.job_id, store::now()).await?;
+    }
     app.scheduler.stop(job.job_id, by).await?;
     app.store.job(job.job_id).await?.ok_or_else(|| DomainError::not_found("job", job.job_id))
 }

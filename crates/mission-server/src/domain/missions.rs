@@ -221,6 +221,47 @@ pub async fn delete(app: &AppState, who: Principal, mission_id: Uuid) -> DomainR
     Ok(())
 }
 
+/// The user's mission named `name` in `project_id` that the jobs submitted without one run in
+/// (a `command` mission with no files: batch jobs, TES tasks), made on first use with
+/// `description`, one at a time per user and project, so two first submissions make one.
+pub(super) async fn own_mission(
+    app: &AppState,
+    who: Principal,
+    project_id: Uuid,
+    name: &str,
+    description: &str,
+) -> DomainResult<Uuid> {
+    // The lock table is keyed by a mission's id and a path; a user's id and this path name no
+    // mission's file.
+    let _one_at_a_time = app.path_locks.lock(who.user_id, &format!("own-mission/{project_id}/{name}")).await?;
+    let filter = MissionFilter {
+        user_ids: vec![who.user_id],
+        project_ids: vec![project_id],
+        names: vec![name.to_owned()],
+        mission_type_ids: vec![catalogue::COMMAND],
+        page: 1,
+        items: 1,
+        ..Default::default()
+    };
+    if let Some(mission) = app.store.list_missions(&filter).await?.0.into_iter().next() {
+        return Ok(mission.mission_id);
+    }
+    let created = create(
+        app,
+        who,
+        CreateMission {
+            name: name.to_owned(),
+            description: Some(description.to_owned()),
+            mission_type_id: Some(catalogue::COMMAND),
+            settings: Some([("command".to_owned(), "bash".to_owned())].into()),
+            project_id: Some(project_id),
+            ..Default::default()
+        },
+    )
+    .await?;
+    Ok(created.mission_id)
+}
+
 /// Arguments within [`MAX_ARGS`] and [`MAX_ARG_BYTES`], without NUL.
 pub fn check_args(args: &[String]) -> DomainResult<()> {
     if args.len() > MAX_ARGS {

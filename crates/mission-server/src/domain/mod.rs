@@ -27,6 +27,7 @@ pub mod jobs;
 pub mod missions;
 pub mod projects;
 pub mod stations;
+pub mod tes;
 pub mod users;
 pub mod webhooks;
 

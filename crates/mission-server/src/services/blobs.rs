@@ -374,6 +374,16 @@ impl FileStore {
         self.store.get_opts(key, options).await
     }
 
+    /// What the store says of the object at `key`.
+    pub async fn head(&self, key: &ObjectPath) -> Result<object_store::ObjectMeta, object_store::Error> {
+        self.store.head(key).await
+    }
+
+    /// What the store says of every object under the folder `prefix`.
+    pub async fn list_meta(&self, prefix: &ObjectPath) -> Result<Vec<object_store::ObjectMeta>, object_store::Error> {
+        self.store.list(Some(prefix)).collect::<Vec<_>>().await.into_iter().collect()
+    }
+
     /// The object's e_tag, `None` when there is no object.
     pub async fn e_tag(&self, key: &ObjectPath) -> Result<Option<String>, object_store::Error> {
         match self.store.head(key).await {

@@ -17,7 +17,7 @@ use mission_api::{DEFAULT_CARGO_BAY_ID, FileListing, JOB_LOGS_FOLDER, Job, Landi
 use serde::Deserialize;
 
 use super::async_stream;
-use super::extract::{ApiJson, parse_id};
+use super::extract::{ApiJson, QueryPairs, parse_id};
 use super::files::{parse_path, serve_mission_file};
 use crate::AppState;
 use crate::domain::bay_storage::storage_error;
@@ -109,6 +109,14 @@ pub async fn reports(
     for job in ending.iter().filter(|job| job.log_truncated) {
         app.logs.seal(job.mission_id, job.job_id).await.map_err(ApiError::internal)?;
     }
+    // A task's log is kept before its end is, so that a task read as ended has it.
+    for report in &reports {
+        if let Some(log) = &report.task_log
+            && ending.iter().any(|job| job.job_id == report.job_id)
+        {
+            app.store.save_task_log(report.job_id, report.attempt.unwrap_or(1), log).await?;
+        }
+    }
     app.scheduler.reports(lz, reports).await?;
     for job in ending {
         if let Some(bay) = job.destination_storage_id.filter(|bay| *bay != DEFAULT_CARGO_BAY_ID) {
@@ -182,6 +190,87 @@ pub async fn input_file(
     serve_mission_file(&app, &mission, &path, &headers).await
 }
 
+/// The files of input `n` of a TES task placed on the agent's LZ that the service fetches for
+/// it, each with what names its content.
+pub async fn task_input_listing(
+    State(app): State<AppState>,
+    Agent(lz): Agent,
+    Path((id, n)): Path<(String, usize)>,
+) -> ApiResult<Json<mission_api::tes::InputListing>> {
+    let job = placed_job(&app, &lz, &id).await?;
+    Ok(Json(crate::domain::tes::input_listing(&app, &job, n).await?))
+}
+
+/// The content of file input `n` of a TES task placed on the agent's LZ.
+pub async fn task_input_content(
+    State(app): State<AppState>,
+    Agent(lz): Agent,
+    Path((id, n)): Path<(String, usize)>,
+) -> ApiResult<Response> {
+    task_input(app, lz, id, n, String::new()).await
+}
+
+/// A file of directory input `n` of a TES task placed on the agent's LZ, by its path under it.
+pub async fn task_input_file(
+    State(app): State<AppState>,
+    Agent(lz): Agent,
+    Path((id, n, path)): Path<(String, usize, String)>,
+) -> ApiResult<Response> {
+    task_input(app, lz, id, n, path).await
+}
+
+/// A file of input `n` of a TES task placed on `lz` (`path` under a directory input, empty for a
+/// file input), streamed from where it is stored.
+async fn task_input(app: AppState, lz: LzIdentity, id: String, n: usize, path: String) -> ApiResult<Response> {
+    let job = placed_job(&app, &lz, &id).await?;
+    let result = crate::domain::tes::input_file(&app, &job, n, &path).await?;
+    let size = result.meta.size;
+    let body = axum::body::Body::from_stream(result.into_stream());
+    Ok(axum::response::IntoResponse::into_response(([(axum::http::header::CONTENT_LENGTH, size.to_string())], body)))
+}
+
+/// Stores file output `n` of a TES task placed on the agent's LZ; answers where it went and its
+/// size.
+pub async fn task_output_content(
+    State(app): State<AppState>,
+    Agent(lz): Agent,
+    Path((id, n)): Path<(String, usize)>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> ApiResult<Json<mission_api::tes::StoredOutput>> {
+    task_output(app, lz, id, n, String::new(), headers, body).await
+}
+
+/// Stores a file of directory output `n` of a TES task placed on the agent's LZ, by its path
+/// under the output's URL; answers where it went and its size.
+pub async fn task_output_file(
+    State(app): State<AppState>,
+    Agent(lz): Agent,
+    Path((id, n, path)): Path<(String, usize, String)>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> ApiResult<Json<mission_api::tes::StoredOutput>> {
+    task_output(app, lz, id, n, path, headers, body).await
+}
+
+/// Stores a file of output `n` of a TES task placed on `lz` (`path` under a directory output,
+/// empty for a file output).
+async fn task_output(
+    app: AppState,
+    lz: LzIdentity,
+    id: String,
+    n: usize,
+    path: String,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> ApiResult<Json<mission_api::tes::StoredOutput>> {
+    let job = placed_job(&app, &lz, &id).await?;
+    let announced = headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let (url, size) =
+        crate::domain::tes::store_output(&app, &job, n, &path, announced, body.into_data_stream()).await?;
+    Ok(Json(mission_api::tes::StoredOutput { url, size }))
+}
+
 /// The port of a session running on the agent's LZ answers: its owner may open it, at the URL
 /// its job now shows. Again of a ready session, it changes nothing; for a job that is no
 /// running session, it is a 409.
@@ -225,10 +314,22 @@ pub async fn session_ending(
     }
 }
 
-/// Downloads the image archive of a job placed on the agent's LZ.
-pub async fn job_image(State(app): State<AppState>, Agent(lz): Agent, Path(id): Path<String>) -> ApiResult<Response> {
+/// Downloads the image archive of a job placed on the agent's LZ (`?digest=`: of one of its
+/// task's executors).
+pub async fn job_image(
+    State(app): State<AppState>,
+    Agent(lz): Agent,
+    Path(id): Path<String>,
+    QueryPairs(query): QueryPairs,
+) -> ApiResult<Response> {
     let job = placed_job(&app, &lz, &id).await?;
-    let image = job.image.ok_or_else(|| ApiError::not_found("image of job", job.job_id))?;
+    // A TES task's executors may each run in an image of their own, named by its digest.
+    let digest = query.into_iter().find(|(key, _)| key == "digest").map(|(_, digest)| digest);
+    let image = match (digest, &job.task) {
+        (Some(digest), Some(task)) => task.images.iter().find(|image| image.digest == digest).cloned(),
+        _ => job.image,
+    };
+    let image = image.ok_or_else(|| ApiError::not_found("image of job", job.job_id))?;
     let key = crate::domain::images::archive_key(image.image_id);
     let read = app.bays.default_store().read(&key, None, None).await.map_err(|e| match e {
         object_store::Error::NotFound { .. } => ApiError::not_found("image", image.image_id),

@@ -16,6 +16,7 @@ mod mission_types;
 pub(crate) mod missions;
 mod projects;
 pub(crate) mod stations;
+mod tes;
 mod webhooks;
 
 use axum::Router;
@@ -441,6 +442,11 @@ pub fn router(app: AppState) -> Router {
         .route("/lz/jobs/{id}/logs/{stream}", post(lz::append_log))
         .route("/lz/jobs/{id}/files/{*path}", get(lz::input_file))
         .route("/lz/jobs/{id}/image", get(lz::job_image))
+        .route("/lz/jobs/{id}/inputs/{n}", get(lz::task_input_listing))
+        .route("/lz/jobs/{id}/inputs/{n}/content", get(lz::task_input_content))
+        .route("/lz/jobs/{id}/inputs/{n}/files/{*path}", get(lz::task_input_file))
+        .route(TASK_OUTPUT_ROUTE, put(lz::task_output_content).layer(DefaultBodyLimit::disable()))
+        .route("/lz/jobs/{id}/outputs/{n}/files/{*path}", put(lz::task_output_file).layer(DefaultBodyLimit::disable()))
         .route("/lz/jobs/{id}/session", post(lz::session_ready))
         .route("/lz/jobs/{id}/session/ending", post(lz::session_ending))
         .route("/lz/tunnel", get(crate::http::sessions::agent_tunnel))
@@ -477,6 +483,7 @@ pub fn router(app: AppState) -> Router {
     let mut root = Router::new()
         .nest(mission_api::API_PREFIX, api)
         .nest(galileo::PREFIX, galileo::router())
+        .nest(mission_api::tes::TES_PREFIX, tes::router())
         .route("/sessions/{job_id}", axum::routing::any(crate::http::sessions::to_root))
         .route("/sessions/{job_id}/", axum::routing::any(crate::http::sessions::proxy))
         .route("/sessions/{job_id}/{*rest}", axum::routing::any(crate::http::sessions::proxy))
@@ -528,7 +535,9 @@ async fn refuse_announced_oversize(request: Request, next: axum::middleware::Nex
     let session = matched.is_some_and(|p| p.starts_with("/sessions/"));
     let upload = session
         || match *request.method() {
-            axum::http::Method::PUT => matched.is_some_and(|p| p.ends_with("/{*path}")),
+            axum::http::Method::PUT => matched.is_some_and(|p| {
+                p.ends_with("/{*path}") || p.strip_prefix(mission_api::API_PREFIX) == Some(TASK_OUTPUT_ROUTE)
+            }),
             axum::http::Method::POST => matched.is_some_and(|p| p == galileo::UPLOAD_ROUTE || p == "/api/v1/images"),
             _ => false,
         };
@@ -542,6 +551,9 @@ async fn refuse_announced_oversize(request: Request, next: axum::middleware::Nex
         _ => next.run(request).await,
     }
 }
+
+/// Where an agent uploads a TES task's file output: a body as large as a file.
+const TASK_OUTPUT_ROUTE: &str = "/lz/jobs/{id}/outputs/{n}/content";
 
 async fn no_route(request: Request) -> impl IntoResponse {
     ApiError::no_route(request.uri().path())

@@ -202,9 +202,17 @@ impl Agent {
 
     /// Queues the report of a job's end: its final status, exit code and reason, and what it
     /// used where that was measured.
-    pub fn report_end(&self, job_id: Uuid, (status, exit_code, reason): Outcome, usage: Option<JobUsage>) {
+    pub fn report_end(
+        &self,
+        job_id: Uuid,
+        (status, exit_code, reason): Outcome,
+        usage: Option<JobUsage>,
+        task_log: Option<mission_api::tes::TesTaskLog>,
+    ) {
         self.sessions.forget(job_id);
-        let report = Report { exit_code, reason, usage, ..self.report_of(job_id, status, chrono::Utc::now()) };
+        let task_log = task_log.map(Box::new);
+        let report =
+            Report { exit_code, reason, usage, task_log, ..self.report_of(job_id, status, chrono::Utc::now()) };
         self.queue(report);
     }
 
@@ -277,6 +285,14 @@ impl Agent {
     /// runner; a failure is the job's reason.
     pub async fn stage_inputs(&self, job: &Assignment, stop: &mut StopSwitch) -> Result<Inputs, JobError> {
         self.report(job.job_id, JobStatus::Staging, None, None, None);
+        if let Some(task) = &job.task {
+            return tokio::select! {
+                staged = self.cache.stage_task(&self.client, job.job_id, task) => {
+                    staged.map(Inputs::Cached).map_err(|e| JobError::Staging(format!("an input could not be fetched: {e}")))
+                }
+                _ = stop_ordered(stop) => Ok(Inputs::Stopped),
+            };
+        }
         let mut downloaded = false;
         loop {
             match self.cache.lookup(&job.files) {
@@ -575,7 +591,7 @@ mod tests {
         let (server, agent, queue, _cache) = listener_and_agent().await;
         let (ended, running) = (Uuid::new_v4(), Uuid::new_v4());
         agent.spawn_job(running, 1, |_stop| std::future::pending());
-        agent.report_end(ended, (JobStatus::Completed, Some(0), None), None);
+        agent.report_end(ended, (JobStatus::Completed, Some(0), None), None, None);
         let mut named = agent.running_or_unreported();
         named.sort();
         let mut both = vec![ended, running];
@@ -604,10 +620,10 @@ mod tests {
         agent.spawn_job(running, 1, move |mut stop| async move {
             let grace = stop.wait_for(Option::is_some).await.unwrap().expect("stopped");
             assert!(grace.is_zero(), "killed at once");
-            agent2.report_end(running, (JobStatus::Stopped, None, Some("stopped".into())), None);
+            agent2.report_end(running, (JobStatus::Stopped, None, Some("stopped".into())), None, None);
             settled2.store(true, std::sync::atomic::Ordering::SeqCst);
         });
-        agent.report_end(ended, (JobStatus::Completed, Some(0), None), None);
+        agent.report_end(ended, (JobStatus::Completed, Some(0), None), None, None);
         let reporter = tokio::spawn(deliver_reports(agent.clone(), queue));
         let taken = tokio::spawn(async move {
             let (mut connection, _) = server.accept().await.unwrap();

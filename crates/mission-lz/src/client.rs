@@ -10,6 +10,7 @@ use futures_util::{Stream, StreamExt};
 use mission_api::RegisteredLandingZone;
 use mission_api::lz::{Demand, Hello, Order, Report, Welcome};
 use mission_api::paths::MissionPath;
+use mission_api::tes::{InputListing, StoredOutput};
 use reqwest::{Method, RequestBuilder, StatusCode};
 use uuid::Uuid;
 
@@ -264,12 +265,15 @@ impl LzClient {
         Ok(self.send(self.request(Method::GET, &url_path)).await?.bytes_stream())
     }
 
-    /// `GET /lz/jobs/{id}/image`: the archive of the image a job runs in, as a stream of chunks.
+    /// `GET /lz/jobs/{id}/image?digest=`: the archive of the image `digest` a job runs in (one
+    /// of its task's executors' images), as a stream of chunks.
     pub async fn job_image(
         &self,
         job_id: Uuid,
+        digest: &str,
     ) -> Result<impl Stream<Item = reqwest::Result<bytes::Bytes>> + use<>, Failure> {
-        Ok(self.send(self.request(Method::GET, &format!("/jobs/{job_id}/image"))).await?.bytes_stream())
+        let request = self.request(Method::GET, &format!("/jobs/{job_id}/image")).query(&[("digest", digest)]);
+        Ok(self.send(request).await?.bytes_stream())
     }
 
     /// `PUT /lz/jobs/{id}/results/{path}`: a result file of a job, streamed from `file`, tried up
@@ -291,6 +295,67 @@ impl LzClient {
             attempt += 1;
             tokio::time::sleep(delays.next().expect("endless")).await;
         }
+    }
+
+    /// `GET /lz/jobs/{id}/inputs/{n}`: the files of input `n` of a TES task that the service
+    /// fetches for the agent.
+    pub async fn task_input_listing(&self, job_id: Uuid, n: usize) -> Result<InputListing, Failure> {
+        let response = self.send(self.request(Method::GET, &format!("/jobs/{job_id}/inputs/{n}"))).await?;
+        response.json().await.map_err(|e| Failure::Retry(format!("cannot read the input's listing: {e}")))
+    }
+
+    /// `GET /lz/jobs/{id}/inputs/{n}/content` (a file input), or `…/files/{path}` (a file of a
+    /// directory input): its content, as a stream of chunks.
+    pub async fn task_input(
+        &self,
+        job_id: Uuid,
+        n: usize,
+        path: &str,
+    ) -> Result<impl Stream<Item = reqwest::Result<bytes::Bytes>> + use<>, Failure> {
+        let url_path = if path.is_empty() {
+            format!("/jobs/{job_id}/inputs/{n}/content")
+        } else {
+            let path = MissionPath::parse(path).map_err(|e| Failure::Local(format!("{path:?}: {e}")))?;
+            format!("/jobs/{job_id}/inputs/{n}/files/{}", path.to_url_path())
+        };
+        Ok(self.send(self.request(Method::GET, &url_path)).await?.bytes_stream())
+    }
+
+    /// `PUT /lz/jobs/{id}/outputs/{n}/content` (a file output), or `…/files/{path}` (a file of a
+    /// directory output), streamed from the open `file`: where it went and its size.
+    pub async fn put_task_output(
+        &self,
+        job_id: Uuid,
+        n: usize,
+        path: &str,
+        file: std::fs::File,
+    ) -> Result<StoredOutput, Failure> {
+        let url_path = if path.is_empty() {
+            format!("/jobs/{job_id}/outputs/{n}/content")
+        } else {
+            let path = MissionPath::parse(path).map_err(|e| Failure::Local(format!("{path:?}: {e}")))?;
+            format!("/jobs/{job_id}/outputs/{n}/files/{}", path.to_url_path())
+        };
+        let opened = tokio::fs::File::from_std(file);
+        let size = opened.metadata().await.map_err(|e| Failure::Local(e.to_string()))?.len();
+        let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::new(opened));
+        let request = self.request(Method::PUT, &url_path).header(reqwest::header::CONTENT_LENGTH, size).body(body);
+        let response = self.send(request).await?;
+        response.json().await.map_err(|e| Failure::Retry(format!("cannot read where the output went: {e}")))
+    }
+
+    /// `GET url` of a web input of a TES task, with neither the agent's token nor anything else
+    /// of the service; `validators` (an entity tag, a modification time) make it conditional.
+    pub async fn fetch_web(
+        &self,
+        url: &str,
+        validators: &[(reqwest::header::HeaderName, String)],
+    ) -> Result<reqwest::Response, String> {
+        let mut request = self.http.get(url);
+        for (name, value) in validators {
+            request = request.header(name, value);
+        }
+        request.send().await.map_err(|e| format!("{url}: {e}"))
     }
 
     /// `GET /lz/demand`: what the gateway's station has queued that its pilots could run.

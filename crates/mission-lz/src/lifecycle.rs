@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use mission_api::JobStatus;
 use mission_api::lz::Assignment;
+use mission_api::tes::{TesOutputFileLog, TesTaskLog};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -26,6 +27,7 @@ use crate::cache::Inputs;
 use crate::output::{forward_file, forward_pipe, upload_results};
 use crate::runner::{
     Finished, JobError, JobEvents, JobHandle, JobOutput, Outcome, OutputSource, Runner, Signal, StopSwitch,
+    TaskFinished,
 };
 
 /// Runs `job` on `runner` to its end, reporting every move; a stop switched on in `stop` ends it.
@@ -50,8 +52,8 @@ pub(crate) async fn run<R: Runner>(runner: Arc<R>, agent: Arc<Agent>, job: Assig
             }
             follow(&agent, job_id, handle, runs, stop).await
         }
-        Ok(None) => agent.report_end(job_id, stopped_before_start(), None),
-        Err(e) => agent.report_end(job_id, failed(&e), None),
+        Ok(None) => agent.report_end(job_id, stopped_before_start(), None, None),
+        Err(e) => agent.report_end(job_id, failed(&e), None, None),
     }
 }
 
@@ -66,7 +68,7 @@ pub(crate) async fn resume<R: Runner>(runner: Arc<R>, agent: Arc<Agent>, job_id:
             }
             follow(&agent, job_id, handle, runs, stop).await
         }
-        Err(e) => agent.report_end(job_id, failed(&e), None),
+        Err(e) => agent.report_end(job_id, failed(&e), None, None),
     }
 }
 
@@ -122,9 +124,15 @@ async fn follow<H: JobHandle>(
     for forwarder in forwarders {
         let _ = forwarder.await;
     }
+    let mut task_log = None;
     let outcome = match finished {
+        Ok(Finished { outcome, task: Some(task), .. }) => {
+            let (outcome, log) = finish_task(agent, job_id, outcome, task).await;
+            task_log = Some(log);
+            Ok(outcome)
+        }
         Ok(Finished { outcome, .. }) if outcome.0 == JobStatus::Stopped => Ok(outcome),
-        Ok(Finished { outcome, results }) => {
+        Ok(Finished { outcome, results, .. }) => {
             agent.report(job_id, JobStatus::Uploading, None, None, None);
             let outcome = match idle {
                 Some(reason) => (JobStatus::Completed, None, Some(reason)),
@@ -138,12 +146,56 @@ async fn follow<H: JobHandle>(
     let outcome = outcome.unwrap_or_else(|e| failed(&e));
     if H::RELEASE_BEFORE_REPORT {
         handle.release().await;
-        agent.report_end(job_id, outcome, usage);
+        agent.report_end(job_id, outcome, usage, task_log);
     } else {
         // The report goes first: the next job waits for it, not for the clean-up.
-        agent.report_end(job_id, outcome, usage);
+        agent.report_end(job_id, outcome, usage, task_log);
         handle.release().await;
     }
+}
+
+/// Ends a TES task's run: a completed one's outputs are uploaded (the first that cannot be
+/// fails it, naming it); answers how it ended and its log.
+async fn finish_task(agent: &Arc<Agent>, job_id: Uuid, outcome: Outcome, task: TaskFinished) -> (Outcome, TesTaskLog) {
+    let start_time = task.logs.first().and_then(|log| log.start_time.clone());
+    let mut outcome = outcome;
+    let mut uploaded = Vec::new();
+    if outcome.0 == JobStatus::Completed {
+        agent.report(job_id, JobStatus::Uploading, None, None, None);
+        match task.outputs {
+            Ok(files) => {
+                for file in files {
+                    let opened = crate::runner::task::open_beneath(&file.place, rustix::fs::OFlags::RDONLY)
+                        .map_err(|e| crate::client::Failure::Local(format!("{}: {e}", file.inside)));
+                    let stored = match opened {
+                        Ok(opened) => agent.client.put_task_output(job_id, file.n, &file.under, opened).await,
+                        Err(e) => Err(e),
+                    };
+                    match stored {
+                        Ok(stored) => uploaded.push(TesOutputFileLog {
+                            url: stored.url,
+                            path: file.inside,
+                            size_bytes: stored.size.to_string(),
+                        }),
+                        Err(e) => {
+                            outcome = (JobStatus::Failed, None, Some(format!("uploading output {}: {e}", file.inside)));
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(why) => outcome = (JobStatus::Failed, None, Some(why)),
+        }
+    }
+    let log = TesTaskLog {
+        logs: task.logs,
+        metadata: Some([("job_id".to_owned(), job_id.to_string())].into()),
+        start_time,
+        end_time: Some(chrono::Utc::now().to_rfc3339()),
+        outputs: uploaded,
+        system_logs: outcome.2.clone().filter(|_| outcome.0 != JobStatus::Completed).map(|reason| vec![reason]),
+    };
+    (outcome, log)
 }
 
 /// What stop orders asked of a job so far.

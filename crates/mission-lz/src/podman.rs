@@ -126,6 +126,19 @@ pub(crate) struct ContainerRun<'a> {
     pub cpus: Option<u32>,
     pub gpus: &'a [u32],
     pub command: &'a [String],
+    /// How a TES task's executor differs: see [`TaskContainer`].
+    pub task: Option<TaskContainer<'a>>,
+}
+
+/// What a TES task's executor runs with instead of a job's work dir: the task's own mounts, each
+/// at its path inside the container; the directory it names, or the image's own; and standard
+/// input, where it reads a file.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TaskContainer<'a> {
+    /// `(host path, container path)`, parents before what is mounted inside them.
+    pub mounts: &'a [(PathBuf, String)],
+    pub workdir: Option<&'a str>,
+    pub stdin: bool,
 }
 
 impl Podman {
@@ -323,7 +336,8 @@ impl Podman {
     /// Downloads the archive of `hex` for `job_id`, checked against its digest.
     async fn download(&self, client: &LzClient, job_id: Uuid, hex: &str) -> Result<PathBuf, String> {
         let path = self.downloads.join(format!("{hex}.{}.tar", Uuid::new_v4().simple()));
-        let body = client.job_image(job_id).await.map_err(|e| format!("downloading it: {e}"))?;
+        let body =
+            client.job_image(job_id, &format!("sha256:{hex}")).await.map_err(|e| format!("downloading it: {e}"))?;
         crate::cache::download_checked(body, &path, hex).await.map_err(|e| format!("downloading it: {e}"))?;
         Ok(path)
     }
@@ -420,6 +434,18 @@ impl Podman {
         args
     }
 
+    /// Sends `signal` (`TERM`) to a container's processes (`podman kill`), in the background.
+    pub fn signal(&self, name: &str, signal: &str) {
+        let mut command = tokio::process::Command::new("podman");
+        command.args(&self.global).args(["kill", "--signal", signal, name]).stdin(std::process::Stdio::null());
+        command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+        if let Ok(mut child) = command.spawn() {
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(COMMAND_TIMEOUT, child.wait()).await;
+            });
+        }
+    }
+
     /// Ends a container at once and removes it, wherever its processes are (`podman rm -f`), in
     /// the background.
     pub fn remove(&self, name: &str) {
@@ -469,7 +495,23 @@ pub(crate) fn run_args(
         args.push(arg.into());
     }
     args.extend(ulimits.iter().map(OsString::from));
-    args.extend(["-v".into(), volume, "-w".into(), dir.to_owned()]);
+    match &run.task {
+        None => args.extend(["-v".into(), volume, "-w".into(), dir.to_owned()]),
+        Some(task) => {
+            for (host, inside) in task.mounts {
+                let mut volume = host.as_os_str().to_owned();
+                volume.push(":");
+                volume.push(inside);
+                args.extend(["-v".into(), volume]);
+            }
+            if let Some(workdir) = task.workdir {
+                args.extend(["-w".into(), workdir.into()]);
+            }
+            if task.stdin {
+                args.push("-i".into());
+            }
+        }
+    }
     for (name, value) in &run.env {
         let mut pair = OsString::from(format!("{name}="));
         pair.push(value);
@@ -541,6 +583,7 @@ mod tests {
             cpus: Some(2),
             gpus: &[1],
             command: &command,
+            task: None,
         };
         let global = ["--runtime".to_owned(), "runc".to_owned()];
         let ulimits = ["--ulimit".to_owned(), "nofile=1024:4096".to_owned()];

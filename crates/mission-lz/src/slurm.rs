@@ -1071,6 +1071,7 @@ mod tests {
             session: None,
             container_network: Default::default(),
             batch: None,
+            task: None,
             number: 0,
             array_number: None,
         }

@@ -8,6 +8,7 @@
 mod batch;
 pub mod process;
 pub mod slurm;
+pub(crate) mod task;
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -161,10 +162,18 @@ pub(crate) trait JobHandle: Send + 'static {
 }
 
 /// How a job ended, and the new or changed files of its work dir (each path, and its path
-/// relative to the work dir).
+/// relative to the work dir); for a TES task, what its run left instead.
 pub(crate) struct Finished {
     pub outcome: Outcome,
     pub results: Vec<(PathBuf, String)>,
+    pub task: Option<TaskFinished>,
+}
+
+/// What a TES task's run left: each executor's log, as far as they ran, and the files its
+/// outputs upload (or which output is not there).
+pub(crate) struct TaskFinished {
+    pub logs: Vec<mission_api::tes::TesExecutorLog>,
+    pub outputs: Result<Vec<task::OutputFile>, String>,
 }
 
 /// How the agent asks a job to end.

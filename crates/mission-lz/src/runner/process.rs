@@ -25,7 +25,7 @@ use mission_api::{
     ContainerNetwork, JobStatus, JobUsage, KILLED_BY_SIGNAL_REASON, OUT_OF_MEMORY_REASON, Resources, TIME_LIMIT_REASON,
 };
 
-use super::{Finished, JobError, JobEvents, JobHandle, JobOutput, Offer, OutputSource, Runner, Signal};
+use super::{Finished, JobError, JobEvents, JobHandle, JobOutput, Offer, OutputSource, Runner, Signal, task};
 use crate::agent::{AgentConfig, AgentError, default_work_root, private_dir};
 use crate::cgroups::{Cgroups, JobCgroup};
 use crate::detect::detect;
@@ -167,24 +167,34 @@ impl Runner for ProcessRunner {
         inputs: Vec<(PathBuf, PathBuf)>,
         events: JobEvents,
     ) -> Result<ProcessJob, JobError> {
-        let image = match (&job.image, &self.podman) {
-            (Some(image), Some(podman)) => {
-                let taken = podman.take(events.client(), job.job_id, image).await;
-                Some(taken.map_err(|e| JobError::Image(format!("{}: {e}", image.digest)))?)
-            }
-            _ => None,
+        // A task's executors each run in an image of their own.
+        let wanted: Vec<&mission_api::JobImage> = match (&job.task, &job.image) {
+            (Some(task), _) => task.executors.iter().map(|executor| &executor.image).collect(),
+            (None, image) => image.iter().collect(),
         };
+        let mut images = Vec::with_capacity(wanted.len());
+        if let Some(podman) = &self.podman {
+            for image in wanted {
+                match podman.take(events.client(), job.job_id, image).await {
+                    Ok(taken) => images.push(taken),
+                    Err(e) => {
+                        let e = JobError::Image(format!("{}: {e}", image.digest));
+                        return Err(self.released_images(images, e).await);
+                    }
+                }
+            }
+        }
         let launched = {
-            let (runner, job, image) = (self.clone(), job.clone(), image.clone());
+            let (runner, job, images) = (self.clone(), job.clone(), images.clone());
             let session_env = events.session_env().to_vec();
-            tokio::task::spawn_blocking(move || launch(&runner, &job, &inputs, image.as_deref(), &session_env)).await
+            tokio::task::spawn_blocking(move || launch(&runner, &job, &inputs, &images, &session_env)).await
         };
         let launched = match launched {
             Ok(Ok(launched)) => launched,
-            Ok(Err(e)) => return Err(self.released_image(image, e).await),
-            Err(e) => return Err(self.released_image(image, e.into()).await),
+            Ok(Err(e)) => return Err(self.released_images(images, e).await),
+            Err(e) => return Err(self.released_images(images, e.into()).await),
         };
-        let Launched { mut program, group, limits, dir, user, plan } = launched;
+        let Launched { mut program, group, limits, dir, user, plan, task } = launched;
         match (plan, &program) {
             (Some(plan), Program::Sandboxed(process)) => {
                 events.shells_open(Arc::new(SandboxShell { runner: self.clone(), plan, pid: process.pid }));
@@ -204,7 +214,8 @@ impl Runner for ProcessRunner {
             runner: self.clone(),
             pid: program.pid(),
             program,
-            image,
+            images,
+            task,
             group,
             pipes: Some(JobOutput { offsets: job.log_offsets, source: OutputSource::Pipes(pipes) }),
             started: std::time::Instant::now(),
@@ -221,10 +232,17 @@ impl Runner for ProcessRunner {
 }
 
 impl ProcessRunner {
-    /// Hands back the image a job that could not start took; answers `e`, why.
-    async fn released_image(&self, image: Option<String>, e: JobError) -> JobError {
-        if let (Some(image), Some(podman)) = (image, &self.podman) {
-            podman.release(&image).await;
+    /// Podman, where this landing zone runs images.
+    pub(crate) fn podman(&self) -> Option<&Podman> {
+        self.podman.as_ref()
+    }
+
+    /// Hands back the images a job that could not start took; answers `e`, why.
+    async fn released_images(&self, images: Vec<String>, e: JobError) -> JobError {
+        if let Some(podman) = &self.podman {
+            for image in images {
+                podman.release(&image).await;
+            }
         }
         e
     }
@@ -234,8 +252,10 @@ impl ProcessRunner {
 pub(crate) struct ProcessJob {
     runner: Arc<ProcessRunner>,
     program: Program,
-    /// The local name of the image it runs in, if it runs in one.
-    image: Option<String>,
+    /// The local names of the images it runs in (a task's executors', one each).
+    images: Vec<String>,
+    /// The task it runs, if it is one, and where its files are.
+    task: Option<(mission_api::tes::TaskAssignment, task::Layout)>,
     /// Its process group's id (its own pid).
     pid: Option<rustix::process::Pid>,
     group: Option<JobCgroup>,
@@ -267,6 +287,12 @@ impl ProcessJob {
     fn kill_all(&self) {
         match (&self.program, &self.runner.podman) {
             (Program::Container { name, .. }, Some(podman)) => podman.remove(name),
+            (Program::Task { running, .. }, Some(podman)) => {
+                running.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
+                if let Some(name) = running.container.lock().expect("not poisoned").as_deref() {
+                    podman.remove(name);
+                }
+            }
             _ => self.signal_group(rustix::process::Signal::KILL),
         }
         if let Some(g) = &self.group {
@@ -298,6 +324,15 @@ impl JobHandle for ProcessJob {
 
     async fn signal(&mut self, signal: Signal) {
         match signal {
+            // A task's executor running now is asked to end; no later one starts.
+            Signal::Term if matches!(self.program, Program::Task { .. }) => {
+                if let (Program::Task { running, .. }, Some(podman)) = (&self.program, &self.runner.podman) {
+                    running.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
+                    if let Some(name) = running.container.lock().expect("not poisoned").as_deref() {
+                        podman.signal(name, "TERM");
+                    }
+                }
+            }
             // The program may end in its own time (the init of its namespace ignores the signal).
             Signal::Term => self.signal_group(rustix::process::Signal::TERM),
             Signal::Kill => self.kill_all(),
@@ -314,11 +349,12 @@ impl JobHandle for ProcessJob {
         let (runner, group) = (self.runner.clone(), self.group.take());
         let (dir, user) = self.work.as_ref().expect("held until released");
         let (root, staged, uid) = (dir.path().to_path_buf(), dir.inputs().clone(), user.own_uid());
-        let container = matches!(self.program, Program::Container { .. });
+        let container = matches!(self.program, Program::Container { .. } | Program::Task { .. });
         let cpu_measured = !matches!(self.program, Program::Container { cpu_measured: false, .. });
         let batch = self.batch;
         let killed = exit.as_ref().is_ok_and(|exit| exit.code() == Some(CONTAINER_KILLED));
-        let (oom, measured, results) = tokio::task::spawn_blocking(move || {
+        let task = self.task.clone();
+        let (oom, measured, results, outputs) = tokio::task::spawn_blocking(move || {
             let (oom, measured) = group.map_or((false, None), |g| {
                 let oom = g.oom_killed() || (container && killed && g.limit_hit());
                 let measured = g.measure();
@@ -326,7 +362,11 @@ impl JobHandle for ProcessJob {
                 (oom, Some(measured))
             });
             runner.sandbox.end(uid);
-            (oom, measured, if batch { Vec::new() } else { changed_files(&root, &staged) })
+            match &task {
+                Some((task, layout)) => (oom, measured, Vec::new(), Some(task::outputs(task, layout, &root))),
+                None if batch => (oom, measured, Vec::new(), None),
+                None => (oom, measured, changed_files(&root, &staged), None),
+            }
         })
         .await?;
         self.usage = Some(JobUsage {
@@ -337,16 +377,27 @@ impl JobHandle for ProcessJob {
         });
         let exit = exit.map_err(JobError::Wait)?;
         use std::os::unix::process::ExitStatusExt;
+        let ended = match &mut self.program {
+            Program::Task { end, .. } => end.take(),
+            _ => None,
+        };
+        let failed_executor = ended.as_ref().and_then(|end| end.failed);
         let outcome = match (exit.code(), exit.signal()) {
             _ if stopped => (JobStatus::Stopped, exit.code(), Some("stopped".into())),
             _ if self.timed_out => (JobStatus::Failed, None, Some(TIME_LIMIT_REASON.into())),
             _ if oom => (JobStatus::Failed, exit.code(), Some(OUT_OF_MEMORY_REASON.into())),
+            (Some(code), _) if failed_executor.is_some() => {
+                let i = failed_executor.expect("guarded");
+                (JobStatus::Failed, Some(code), Some(format!("executor {i} exited with status {code}")))
+            }
             (Some(0), _) => (JobStatus::Completed, Some(0), None),
             (Some(code), _) => (JobStatus::Failed, Some(code), Some(format!("exit status {code}"))),
             (None, Some(signal)) => (JobStatus::Failed, None, Some(format!("{KILLED_BY_SIGNAL_REASON} {signal}"))),
             (None, None) => (JobStatus::Failed, None, Some("ended without an exit status".into())),
         };
-        Ok(Finished { outcome, results })
+        let task =
+            outputs.map(|outputs| super::TaskFinished { logs: ended.map(|end| end.logs).unwrap_or_default(), outputs });
+        Ok(Finished { outcome, results, task })
     }
 
     async fn usage(&mut self) -> Option<JobUsage> {
@@ -354,8 +405,10 @@ impl JobHandle for ProcessJob {
     }
 
     async fn release(mut self) {
-        if let (Some(image), Some(podman)) = (self.image.take(), &self.runner.podman) {
-            podman.release(&image).await;
+        if let Some(podman) = &self.runner.podman {
+            for image in std::mem::take(&mut self.images) {
+                podman.release(&image).await;
+            }
         }
         if let Some((dir, user)) = self.work.take() {
             // The dir is the agent's again before its user may go to another job.
@@ -382,6 +435,8 @@ struct Launched {
     /// How its program was started, where it runs sandboxed on the host: shells in it start
     /// the same way.
     plan: Option<Plan>,
+    /// The task it runs, if it is one, and where its files are.
+    task: Option<(mission_api::tes::TaskAssignment, task::Layout)>,
 }
 
 /// Stages the job and starts its program, in one blocking step: a work dir gets the mission's
@@ -389,12 +444,13 @@ struct Launched {
 /// in its own process group with `MISSION_ID`, `JOB_ID`, `OMP_NUM_THREADS` and
 /// `CUDA_VISIBLE_DEVICES`. Nothing is made when an input is not cached yet.
 fn launch(
-    runner: &ProcessRunner,
+    runner: &Arc<ProcessRunner>,
     job: &Assignment,
     inputs: &[(PathBuf, PathBuf)],
-    image: Option<&str>,
+    images: &[String],
     session_env: &[(&'static str, String)],
 ) -> Result<Launched, JobError> {
+    let image = images.first().map(String::as_str);
     let program = job.command.first().ok_or_else(|| JobError::Launch("the job's command is empty".into()))?;
     let user = runner.sandbox.user_of(&job.username).map_err(JobError::Launch)?;
     // Copies, not links: the job may change its inputs, and the cache must not change.
@@ -425,7 +481,39 @@ fn launch(
     ];
     own.extend(index.as_deref().map(|i| (mission_api::lz::ARRAY_INDEX_VARIABLE, OsStr::new(i))));
     own.extend(session_env.iter().map(|(name, value)| (*name, OsStr::new(value))));
+    let mut task = None;
     let started = match (image, &runner.podman) {
+        (Some(_), Some(podman)) if job.task.is_some() => {
+            let assigned = job.task.as_deref().expect("guarded");
+            let (uid, gid) = user
+                .ids()
+                .unwrap_or_else(|| (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw()));
+            let parent = group.as_ref().and_then(JobCgroup::container_parent);
+            let cpu_limited = parent.as_ref().is_some_and(|(_, cpu_too)| *cpu_too);
+            let layout = task::Layout::of(assigned);
+            let limits =
+                format!("{limits}; a task of {} executors, each {}, as uid {uid}", assigned.executors.len(), {
+                    let run = ContainerRun {
+                        name: String::new(),
+                        image: "",
+                        work_dir: dir.path(),
+                        user: (uid, gid),
+                        env: Vec::new(),
+                        cgroup_parent: None,
+                        network: job.container_network,
+                        cpus: None,
+                        gpus: &[],
+                        command: &[],
+                        task: None,
+                    };
+                    podman.describe(&run)
+                });
+            let started = start_task(runner, job, assigned, &layout, images, dir.path(), (uid, gid), &own, {
+                (parent.map(|(path, _)| path), (group.is_some() && !cpu_limited).then_some(job.cpu_count))
+            });
+            task = Some((assigned.clone(), layout));
+            started.map(|program| (program, limits, None))
+        }
         (Some(image), Some(podman)) => {
             let (uid, gid) = user
                 .ids()
@@ -446,6 +534,7 @@ fn launch(
                 cpus: (group.is_some() && !cpu_limited).then_some(job.cpu_count),
                 gpus: &job.gpu_indices,
                 command: &job.command,
+                task: None,
             };
             let limits = format!("{limits}; {}, as uid {uid}", podman.describe(&run));
             let started = match runnable {
@@ -481,7 +570,7 @@ fn launch(
         }
     };
     match started {
-        Ok((program, limits, plan)) => Ok(Launched { program, group, limits, dir, user, plan }),
+        Ok((program, limits, plan)) => Ok(Launched { program, group, limits, dir, user, plan, task }),
         Err(e) => {
             if let Some(g) = group {
                 runner.cgroups.give_back(g);
@@ -492,6 +581,60 @@ fn launch(
             Err(JobError::Launch(format!("could not start {what}: {e}")))
         }
     }
+}
+
+/// Starts a TES task's executors, one after another in the background (see [`task::run`]): the
+/// directories its layout needs are made in the work dir `root`, the job's user's, and its
+/// output goes into a pair of pipes whose read ends the job's logs take.
+#[allow(clippy::too_many_arguments)]
+fn start_task(
+    runner: &Arc<ProcessRunner>,
+    job: &Assignment,
+    assigned: &mission_api::tes::TaskAssignment,
+    layout: &task::Layout,
+    images: &[String],
+    root: &std::path::Path,
+    user: (u32, u32),
+    own: &[(&'static str, &OsStr)],
+    (cgroup_parent, cpus): (Option<String>, Option<u32>),
+) -> std::io::Result<Program> {
+    let podman = runner.podman.as_ref().ok_or_else(|| std::io::Error::other("no Podman here"))?;
+    for dir in layout.dirs(root) {
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700).create(&dir)?;
+        std::os::unix::fs::chown(&dir, Some(user.0), Some(user.1))?;
+    }
+    let mut runnable = Vec::with_capacity(images.len());
+    for image in images {
+        runnable.push(
+            podman.runnable(image).ok_or_else(|| {
+                std::io::Error::other(format!("the image {image} is not loaded on this landing zone"))
+            })?,
+        );
+    }
+    let (out_read, out_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let (err_read, err_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let running = Arc::new(task::Running::default());
+    let run = task::TaskRun {
+        runner: runner.clone(),
+        job_id: job.job_id,
+        root: root.to_owned(),
+        layout: layout.clone(),
+        task: assigned.clone(),
+        images: runnable,
+        user,
+        env: runner
+            .job_env
+            .iter()
+            .cloned()
+            .chain(own.iter().map(|(name, value)| (*name, value.to_os_string())))
+            .collect(),
+        cgroup_parent,
+        network: job.container_network,
+        cpus,
+        gpus: job.gpu_indices.clone(),
+    };
+    let handle = tokio::spawn(task::run(run, [out_write, err_write], running.clone()));
+    Ok(Program::Task { handle, running, pipes: [Some(out_read), Some(err_read)], end: None })
 }
 
 /// Starts `podman run` for a container job, in a process group of its own (a `SIGTERM` to it
@@ -574,6 +717,15 @@ enum Program {
         /// Whether the job's CPU group holds the container (and so measures its CPU time).
         cpu_measured: bool,
     },
+    /// A TES task's executors, run one after another by a task of the agent's.
+    Task {
+        handle: tokio::task::JoinHandle<task::TaskEnd>,
+        running: Arc<task::Running>,
+        /// The read ends of the job's stdout and stderr, until taken.
+        pipes: [Option<std::os::fd::OwnedFd>; 2],
+        /// How it ended, once it did, until `finish` takes it.
+        end: Option<task::TaskEnd>,
+    },
 }
 
 impl Program {
@@ -582,6 +734,7 @@ impl Program {
         match self {
             Self::Sandboxed(child) => rustix::process::Pid::from_raw(child.pid as i32),
             Self::Container { child, .. } => child.id().and_then(|pid| rustix::process::Pid::from_raw(pid as i32)),
+            Self::Task { .. } => None,
         }
     }
 
@@ -593,6 +746,7 @@ impl Program {
                 child.stdout.take().and_then(|out| out.into_owned_fd().ok()),
                 child.stderr.take().and_then(|err| err.into_owned_fd().ok()),
             ],
+            Self::Task { pipes, .. } => [pipes[0].take(), pipes[1].take()],
         }
     }
 
@@ -601,6 +755,16 @@ impl Program {
         match self {
             Self::Sandboxed(child) => child.wait().await,
             Self::Container { child, .. } => child.wait().await,
+            Self::Task { handle, end, .. } => {
+                if end.is_none() {
+                    *end = Some(handle.await.map_err(std::io::Error::other)?);
+                }
+                let ended = end.as_ref().expect("set");
+                // The exit code of the executor that failed the task, else 0, as a wait status.
+                let code = ended.failed.and_then(|i| ended.logs.get(i)).map_or(0, |log| log.exit_code);
+                use std::os::unix::process::ExitStatusExt;
+                Ok(std::process::ExitStatus::from_raw((code & 0xff) << 8))
+            }
         }
     }
 }

@@ -488,7 +488,8 @@ impl SlurmRunner {
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).map_err(|e| fail(e.to_string()))
         };
         if image.reference.is_none() && !archive.exists() {
-            let body = client.job_image(job_id).await.map_err(|e| fail(format!("downloading it: {e}")))?;
+            let body =
+                client.job_image(job_id, &image.digest).await.map_err(|e| fail(format!("downloading it: {e}")))?;
             crate::cache::download_checked(body, &archive, hex)
                 .await
                 .map_err(|e| fail(format!("downloading it: {e}")))?;
@@ -646,6 +647,13 @@ impl Runner for SlurmRunner {
             return Some(
                 "refused by the landing zone: a session in an image runs on a process landing zone or on this \
                  gateway's pilots, not as a Slurm job"
+                    .into(),
+            );
+        }
+        if job.task.is_some() {
+            return Some(
+                "refused by the landing zone: a GA4GH TES task runs on a process landing zone or on this gateway's \
+                 pilots, not as a Slurm job"
                     .into(),
             );
         }
@@ -860,7 +868,7 @@ impl JobHandle for SubmittedJob {
             self.record.staged.iter().map(|(path, size, modified)| (path.clone(), (*size, *modified))).collect(),
         );
         let results = tokio::task::spawn_blocking(move || changed_files(&work, &staged)).await?;
-        Ok(Finished { outcome, results })
+        Ok(Finished { outcome, results, task: None })
     }
 
     async fn usage(&mut self) -> Option<JobUsage> {

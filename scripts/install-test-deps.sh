@@ -17,7 +17,8 @@
 #   S3-compatible server the cargo-bay tests start, scripts/s3-test-server.py), schemathesis
 #   (the API fuzzer of crates/mission-server/tests/api/fuzz.rs), maturin, pytest and mypy
 #   (the Python package's build, tests and type check), and ipykernel with jupyter_client (the
-#   real Jupyter kernel python/tests/test_notebook.py runs the package in);
+#   real Jupyter kernel python/tests/test_notebook.py runs the package in), and py-tes (the
+#   GA4GH TES client crates/mission-cli/tests/cli/tes_with_py_tes.py drives unchanged);
 # - a second virtualenv at target/galileo-venv with the unmodified galileo-sdk 1.0.1 from PyPI,
 #   which python/tests/test_galileo.py drives against the server (it pins old packages that
 #   cannot share the first one).
@@ -80,17 +81,17 @@ if [ ! -s "$test_image" ]; then
 fi
 
 venv=target/test-venv
-if ! "$venv/bin/python" -c "import moto.server, boto3, schemathesis, pytest, mypy, ipykernel, jupyter_client" >/dev/null 2>&1 || [ ! -x "$venv/bin/maturin" ]; then
+if ! "$venv/bin/python" -c "import moto.server, boto3, schemathesis, pytest, mypy, ipykernel, jupyter_client, tes" >/dev/null 2>&1 || [ ! -x "$venv/bin/maturin" ]; then
   if ! python3 -c "import venv, ensurepip" >/dev/null 2>&1; then
     echo "installing python3-venv (apt-get)" >&2
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >/dev/null
   fi
-  echo "installing moto[server], schemathesis, maturin, pytest, mypy and a Jupyter kernel into $venv (pip)" >&2
+  echo "installing moto[server], schemathesis, maturin, pytest, mypy, a Jupyter kernel and py-tes into $venv (pip)" >&2
   rm -rf "$venv"
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check 'moto[server]>=5.1,<6' 'schemathesis>=4.32,<5' \
-    'maturin>=1.7,<2' 'pytest>=8,<9' 'mypy>=1.10,<2' 'ipykernel>=6.29,<8' 'jupyter_client>=8,<9'
+    'maturin>=1.7,<2' 'pytest>=8,<9' 'mypy>=1.10,<2' 'ipykernel>=6.29,<8' 'jupyter_client>=8,<9' 'py-tes==1.1.4'
 fi
 
 # Jupyter Lab for the session tests, where a job's uid of its own can run it: the system's

@@ -17,6 +17,7 @@ mod sessions;
 mod shell;
 mod slurm;
 mod slurm_commands;
+mod tes;
 mod webhooks;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mission");

@@ -1,0 +1,394 @@
+//! GA4GH TES tasks end to end: tasks sent to `/ga4gh/tes/v1` as a TES client sends them, run
+//! by a `mission lz` agent with Podman in the Debian test image (see `containers`), their
+//! inputs fetched from inline content, a web server on 127.0.0.1 and the service's own storage,
+//! their outputs stored in a mission.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use mission_client::{ImportImage, Uuid};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use mission_testkit::S3Server;
+
+use super::containers::test_image;
+use super::jobs::{Agent, TWO_CPUS, cluster, local_station};
+
+/// A web server on 127.0.0.1 serving `/hello.txt` (with an entity tag, answering a conditional
+/// request that names it with 304) and 404 for anything else; counts full answers of
+/// `/hello.txt` and 304s.
+struct WebServer {
+    url: String,
+    sent: Arc<AtomicUsize>,
+    not_modified: Arc<AtomicUsize>,
+}
+
+const HELLO: &str = "hello from the web\n";
+
+impl WebServer {
+    async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (sent, not_modified) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let counters = (sent.clone(), not_modified.clone());
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let (sent, not_modified) = (counters.0.clone(), counters.1.clone());
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buffer = [0; 4096];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buffer)).await {
+                            Ok(Ok(n)) if n > 0 => request.extend_from_slice(&buffer[..n]),
+                            _ => return,
+                        }
+                    }
+                    let request = String::from_utf8_lossy(&request).to_ascii_lowercase();
+                    let answer = if !request.starts_with("get /hello.txt ") {
+                        "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned()
+                    } else if request.contains("if-none-match: \"v1\"") {
+                        not_modified.fetch_add(1, Ordering::SeqCst);
+                        "HTTP/1.1 304 Not Modified\r\netag: \"v1\"\r\nconnection: close\r\n\r\n".to_owned()
+                    } else {
+                        sent.fetch_add(1, Ordering::SeqCst);
+                        format!(
+                            "HTTP/1.1 200 OK\r\netag: \"v1\"\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{HELLO}",
+                            HELLO.len()
+                        )
+                    };
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        Self { url, sent, not_modified }
+    }
+}
+
+/// A TES client: the bearer token of a signed-in user, and the API's base URL.
+struct Tes {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl Tes {
+    async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let response =
+            self.http.post(format!("{}{path}", self.base)).bearer_auth(&self.token).json(body).send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let response = self.http.get(format!("{}{path}", self.base)).bearer_auth(&self.token).send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Creates `task`; its id.
+    async fn create(&self, task: &Value) -> String {
+        let (status, answer) = self.post("/tasks", task).await;
+        assert_eq!(status, 200, "{answer}");
+        answer["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Waits until the task `id` is in a final state; answers it, in full.
+    async fn ended(&self, id: &str) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+        loop {
+            let (status, task) = self.get(&format!("/tasks/{id}?view=FULL")).await;
+            assert_eq!(status, 200, "{task}");
+            let state = task["state"].as_str().unwrap().to_owned();
+            if ["COMPLETE", "EXECUTOR_ERROR", "SYSTEM_ERROR", "CANCELED", "PREEMPTED"].contains(&state.as_str()) {
+                return task;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "task {id} did not end: {task}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn state(&self, id: &str) -> String {
+        let (_, task) = self.get(&format!("/tasks/{id}")).await;
+        task["state"].as_str().unwrap_or_default().to_owned()
+    }
+}
+
+#[tokio::test]
+async fn tes_tasks_fetch_their_inputs_run_their_executors_in_order_and_store_their_outputs() {
+    let Some(archive) = test_image() else { return };
+    let Some(s3) = S3Server::start().await else { return };
+    let endpoint: url::Url = s3.endpoint.parse().unwrap();
+    let (server, admin) = cluster(move |c| c.s3_endpoints = vec![endpoint]).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "podman", TWO_CPUS).await;
+    let alice = &server.client;
+    let request = ImportImage { name: "debian".into(), ..Default::default() };
+    alice.import_image(&archive, &request, None).await.unwrap();
+    let token = alice.tokens().await.unwrap().access_token;
+    let tes = Tes { http: reqwest::Client::new(), base: format!("{}/ga4gh/tes/v1", server.url), token };
+    let web = WebServer::start().await;
+    let create = mission_client::CreateMission { name: "tes results".into(), ..Default::default() };
+    let results = alice.create_mission(&create).await.unwrap().mission_id;
+
+    // The service says what it is, without a token.
+    let info: Value = reqwest::get(format!("{}/service-info", tes.base)).await.unwrap().json().await.unwrap();
+    assert_eq!(info["type"]["artifact"], "tes");
+    assert!(info["storage"].as_array().unwrap().iter().any(|s| s == "mission://"), "{info}");
+
+    // Two executors share a volume; the second's stdout goes to a file that is an output too;
+    // a directory output lists each of its files.
+    let task = json!({
+        "name": "two steps",
+        "inputs": [
+            {"path": "/data/in.txt", "content": "abc\n"},
+            {"path": "/data/web.txt", "url": format!("{}/hello.txt", web.url)}
+        ],
+        "executors": [
+            {"image": "debian", "command": ["sh", "-c", "cat /data/in.txt /data/web.txt > /vol/both.txt"]},
+            {"image": "debian", "command": ["sh", "-c",
+                "wc -c < /vol/both.txt; mkdir -p /out/dir; cp /vol/both.txt /out/dir/a.txt; echo x > /out/dir/b.txt"],
+             "stdout": "/out/count.txt", "env": {"GREETING": "hi"}}
+        ],
+        "volumes": ["/vol"],
+        "outputs": [
+            {"path": "/out/count.txt", "url": format!("mission://{results}/count.txt")},
+            {"path": "/out/dir", "url": format!("mission://{results}/dir"), "type": "DIRECTORY"}
+        ],
+        "tags": {"workflow": "test"}
+    });
+    let id = tes.create(&task).await;
+    let done = tes.ended(&id).await;
+    assert_eq!(done["state"], "COMPLETE", "{done}");
+    let log = &done["logs"][0];
+    let executors = log["logs"].as_array().unwrap();
+    assert_eq!(executors.len(), 2, "{log}");
+    assert!(executors.iter().all(|e| e["exit_code"] == 0), "{log}");
+    let both = "abc\nhello from the web\n";
+    assert_eq!(executors[1]["stdout"], format!("{}\n", both.len()));
+    let outputs: Vec<(String, String)> = log["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| (o["url"].as_str().unwrap().to_owned(), o["size_bytes"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(
+        outputs,
+        [
+            (format!("mission://{results}/count.txt"), format!("{}", format!("{}\n", both.len()).len())),
+            (format!("mission://{results}/dir/a.txt"), both.len().to_string()),
+            (format!("mission://{results}/dir/b.txt"), "2".to_owned()),
+        ]
+    );
+    let dir = tempfile::tempdir().unwrap();
+    alice.download_file(results, "dir/a.txt", &dir.path().join("a.txt")).await.unwrap();
+    assert_eq!(std::fs::read_to_string(dir.path().join("a.txt")).unwrap(), both);
+    // The task is a job of its caller's, labelled with its tags.
+    let job = alice.get_job(Uuid::parse_str(&id).unwrap()).await.unwrap();
+    assert_eq!(job.labels.get("workflow").map(String::as_str), Some("test"));
+
+    // The same web input again crosses the network as a conditional request answered 304.
+    assert_eq!(web.sent.load(Ordering::SeqCst), 1);
+    let again = tes.create(&task).await;
+    assert_eq!(tes.ended(&again).await["state"], "COMPLETE");
+    assert_eq!((web.sent.load(Ordering::SeqCst), web.not_modified.load(Ordering::SeqCst)), (1, 1));
+
+    // Through an S3 cargo bay of the caller's: a file and a directory written, then read back
+    // by another task, as a file and as a prefix.
+    let bay = mission_client::CreateCargoBay {
+        bucket: Some(s3.bucket.clone()),
+        endpoint: Some(s3.endpoint.clone()),
+        region: Some(s3.region.clone()),
+        access_key_id: Some(s3.access_key_id.clone()),
+        secret_access_key: Some(s3.secret_access_key.clone()),
+        ..mission_client::CreateCargoBay::new("tes bucket", mission_client::CargoBayKind::S3)
+    };
+    alice.create_cargo_bay(&bay).await.unwrap();
+    let bucket = &s3.bucket;
+    let writes = json!({
+        "executors": [{"image": "debian", "command": ["sh", "-c",
+            "echo one > /out/one.txt; mkdir -p /out/many/deep; echo a > /out/many/a.txt; echo b > /out/many/deep/b.txt"]}],
+        "outputs": [
+            {"path": "/out/one.txt", "url": format!("s3://{bucket}/tes/one.txt")},
+            {"path": "/out/many", "url": format!("s3://{bucket}/tes/many"), "type": "DIRECTORY"}
+        ]
+    });
+    let written = tes.ended(&tes.create(&writes).await).await;
+    assert_eq!(written["state"], "COMPLETE", "{written}");
+    assert_eq!(written["logs"][0]["outputs"].as_array().unwrap().len(), 3, "{written}");
+    let reads = json!({
+        "inputs": [
+            {"path": "/in/one.txt", "url": format!("s3://{bucket}/tes/one.txt")},
+            {"path": "/in/many", "url": format!("s3://{bucket}/tes/many"), "type": "DIRECTORY"}
+        ],
+        "executors": [{"image": "debian", "command": ["sh", "-c", "cat /in/one.txt /in/many/a.txt /in/many/deep/b.txt"]}]
+    });
+    let read = tes.ended(&tes.create(&reads).await).await;
+    assert_eq!(read["state"], "COMPLETE", "{read}");
+    assert_eq!(read["logs"][0]["logs"][0]["stdout"], "one\na\nb\n");
+
+    // An executor that fails ends the task, unless it ignores its error.
+    let failing = json!({"executors": [
+        {"image": "debian", "command": ["sh", "-c", "exit 3"], "ignore_error": true},
+        {"image": "debian", "command": ["sh", "-c", "exit 4"]},
+        {"image": "debian", "command": ["true"]}
+    ]});
+    let failed = tes.ended(&tes.create(&failing).await).await;
+    assert_eq!(failed["state"], "EXECUTOR_ERROR", "{failed}");
+    let codes: Vec<i64> =
+        failed["logs"][0]["logs"].as_array().unwrap().iter().map(|e| e["exit_code"].as_i64().unwrap()).collect();
+    assert_eq!(codes, [3, 4]);
+
+    // An input that cannot be fetched is a system error that names it.
+    let missing = format!("{}/missing.txt", web.url);
+    let broken =
+        json!({"inputs": [{"path": "/in", "url": missing}], "executors": [{"image": "debian", "command": ["true"]}]});
+    let broken = tes.ended(&tes.create(&broken).await).await;
+    assert_eq!(broken["state"], "SYSTEM_ERROR", "{broken}");
+    let said = broken["logs"][0]["system_logs"].to_string();
+    assert!(said.contains(&missing) && said.contains("404"), "{said}");
+
+    // Cancelled while it runs.
+    let long = tes.create(&json!({"executors": [{"image": "debian", "command": ["sleep", "300"]}]})).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while tes.state(&long).await != "RUNNING" {
+        assert!(tokio::time::Instant::now() < deadline, "the task never ran");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, _) = tes.post(&format!("/tasks/{long}:cancel"), &json!({})).await;
+    assert_eq!(status, 200);
+    assert_eq!(tes.ended(&long).await["state"], "CANCELED");
+
+    // Listing: the three views, newest first, a page at a time; filters by name and tag.
+    let (_, minimal) = tes.get("/tasks?page_size=2").await;
+    let first = minimal["tasks"].as_array().unwrap();
+    assert_eq!(first.len(), 2);
+    assert_eq!(first[0]["id"], long.as_str());
+    assert_eq!(first[0].as_object().unwrap().len(), 2, "MINIMAL is the id and state: {}", first[0]);
+    let token = minimal["next_page_token"].as_str().expect("a next page").to_owned();
+    let (_, rest) = tes.get(&format!("/tasks?page_size=100&page_token={token}")).await;
+    assert_eq!(rest["tasks"].as_array().unwrap().len(), 5, "{rest}");
+    assert!(rest.get("next_page_token").is_none(), "{rest}");
+    let (_, basic) = tes.get("/tasks?view=BASIC&name_prefix=two&tag_key=workflow&tag_value=test").await;
+    let basic = basic["tasks"].as_array().unwrap();
+    assert_eq!(basic.len(), 2);
+    assert!(basic[0]["inputs"][0].get("content").is_none(), "BASIC leaves inline content out: {}", basic[0]);
+    assert!(basic[0]["logs"][0]["logs"][0].get("stdout").is_none());
+    let (_, full) = tes.get(&format!("/tasks/{id}?view=FULL")).await;
+    assert_eq!(full["inputs"][0]["content"], "abc\n");
+    let (_, by_state) = tes.get("/tasks?state=EXECUTOR_ERROR").await;
+    assert_eq!(by_state["tasks"].as_array().unwrap().len(), 1);
+
+    // Bad tasks are refused, naming what is wrong, and nothing is queued.
+    let jobs_before = alice.list_jobs(&Default::default()).await.unwrap().len();
+    let refused = [
+        (json!({"executors": []}), "executors"),
+        (json!({"executors": [{"image": "no-such-image", "command": ["true"]}]}), "no-such-image"),
+        (
+            json!({"inputs": [{"path": "/x", "url": "ftp://example.org/x"}], "executors": [{"image": "debian", "command": ["true"]}]}),
+            "ftp",
+        ),
+        (
+            json!({"inputs": [{"path": "/x", "url": "file:///etc/passwd"}], "executors": [{"image": "debian", "command": ["true"]}]}),
+            "--tes-file-root",
+        ),
+        (
+            json!({"inputs": [{"path": "/x", "url": "s3://nobodys-bucket/x"}], "executors": [{"image": "debian", "command": ["true"]}]}),
+            "no S3 cargo bay",
+        ),
+        (
+            json!({"inputs": [{"path": "relative", "content": "x"}], "executors": [{"image": "debian", "command": ["true"]}]}),
+            "absolute",
+        ),
+    ];
+    for (task, says) in refused {
+        let (status, problem) = tes.post("/tasks", &task).await;
+        assert_eq!(status, 400, "{task}: {problem}");
+        assert!(problem["detail"].as_str().unwrap().contains(says), "{task}: {problem}");
+    }
+    let huge = json!({"inputs": [{"path": "/x", "content": "x".repeat(1 << 20)}], "executors": [{"image": "debian", "command": ["true"]}]});
+    let (status, _) = tes.post("/tasks", &huge).await;
+    assert_eq!(status, 413);
+    assert_eq!(alice.list_jobs(&Default::default()).await.unwrap().len(), jobs_before, "nothing was queued");
+
+    // Someone else's task is no task at all.
+    server.add_user("bob", false).await;
+    let bob = server.sign_in("bob").await;
+    let bobs = Tes { token: bob.tokens().await.unwrap().access_token, ..tes };
+    let (status, _) = bobs.get(&format!("/tasks/{id}")).await;
+    assert_eq!(status, 404);
+    let (status, _) = bobs.post(&format!("/tasks/{id}:cancel"), &json!({})).await;
+    assert_eq!(status, 404);
+}
+
+/// The test venv's Python, with py-tes and boto3 (`scripts/install-test-deps.sh`), or `None`
+/// (saying why) where it is not installed, unless `MISSION_REQUIRE_S3=1` makes that a failure.
+fn test_python() -> Option<std::path::PathBuf> {
+    let python = std::env::var_os("MISSION_TEST_PYTHON").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-venv/bin/python"),
+        std::path::PathBuf::from,
+    );
+    let has_py_tes = std::process::Command::new(&python)
+        .args(["-c", "import tes, boto3"])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if has_py_tes {
+        return Some(python);
+    }
+    assert!(
+        std::env::var("MISSION_REQUIRE_S3").as_deref() != Ok("1"),
+        "py-tes is required but {} cannot import it; run scripts/install-test-deps.sh",
+        python.display()
+    );
+    eprintln!("SKIPPED: {} has no py-tes (scripts/install-test-deps.sh installs it)", python.display());
+    None
+}
+
+/// py-tes 1.1.4 from PyPI, unchanged, creates, waits for, reads in all three views, lists a page
+/// at a time and cancels tasks, with inline, web and S3 inputs and an S3 directory output
+/// (`tes_with_py_tes.py`).
+#[tokio::test]
+async fn py_tes_drives_tasks_unchanged() {
+    let Some(archive) = test_image() else { return };
+    let Some(python) = test_python() else { return };
+    let Some(s3) = S3Server::start().await else { return };
+    let endpoint: url::Url = s3.endpoint.parse().unwrap();
+    let (server, admin) = cluster(move |c| c.s3_endpoints = vec![endpoint]).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "podman", TWO_CPUS).await;
+    let alice = &server.client;
+    alice.import_image(&archive, &ImportImage { name: "debian".into(), ..Default::default() }, None).await.unwrap();
+    let bay = mission_client::CreateCargoBay {
+        bucket: Some(s3.bucket.clone()),
+        endpoint: Some(s3.endpoint.clone()),
+        region: Some(s3.region.clone()),
+        access_key_id: Some(s3.access_key_id.clone()),
+        secret_access_key: Some(s3.secret_access_key.clone()),
+        ..mission_client::CreateCargoBay::new("tes bucket", mission_client::CargoBayKind::S3)
+    };
+    alice.create_cargo_bay(&bay).await.unwrap();
+    let web = WebServer::start().await;
+    let given = json!({
+        "url": server.url,
+        "token": alice.tokens().await.unwrap().access_token,
+        "web": web.url,
+        "endpoint": s3.endpoint,
+        "region": s3.region,
+        "bucket": s3.bucket,
+        "access_key_id": s3.access_key_id,
+        "secret_access_key": s3.secret_access_key,
+    });
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cli/tes_with_py_tes.py");
+    let mut child = tokio::process::Command::new(&python)
+        .arg(script)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(given.to_string().as_bytes()).await.unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(600), child.wait_with_output()).await.unwrap().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "py-tes: {said}");
+    assert!(said.contains("py-tes: all checks passed"), "{said}");
+}

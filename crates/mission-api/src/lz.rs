@@ -68,8 +68,31 @@ pub struct Hello {
     /// absolute: only batch jobs submitted under one of them run here ([`crate::batch`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shared_paths: Vec<String>,
+    /// Megabytes free where it keeps jobs' files, as it connects; none where it cannot tell (a
+    /// batch-system gateway, whose jobs run on the cluster's nodes). A job that needs more disk
+    /// than this is not placed here ([`crate::tes::JobTask::disk_mb`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_mb: Option<u64>,
     /// Agent version.
     pub version: String,
+}
+
+impl Hello {
+    /// A plain host's hello: `resources`, no GPUs to hand out, no jobs running, no images, no
+    /// shared directories, its disk unknown, from agent `version`.
+    pub fn plain(resources: Resources, version: impl Into<String>) -> Self {
+        Self {
+            resources,
+            gpus: Vec::new(),
+            running: Vec::new(),
+            max_jobs: None,
+            cluster_account: None,
+            images: false,
+            shared_paths: Vec::new(),
+            disk_mb: None,
+            version: version.into(),
+        }
+    }
 }
 
 /// Whether `dir` (absolute, clean) lies in one of `shared` (absolute): `/home/ada/run` lies in

@@ -302,9 +302,10 @@ pub struct TesTask {
     /// What it asks for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<TesResources>,
-    /// What it runs, one after another; at least one. (A MINIMAL view leaves them out, as it
-    /// shows only the id and state.)
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// What it runs, one after another; at least one. A MINIMAL view shows none: the schema
+    /// says that view is only the id and state, and that a task always has `executors`, so it
+    /// is an empty list there.
+    #[serde(default)]
     pub executors: Vec<TesExecutor>,
     /// Empty directories every executor sees at these paths.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -356,9 +357,18 @@ pub struct JobTask {
     pub task: TesTask,
     /// Its executors' images, in order.
     pub images: Vec<crate::JobImage>,
+    /// Megabytes its landing zone must have free for its files (`resources.disk_gb`), 0 where
+    /// it asks for none: it is placed only where that much is free.
+    #[serde(default)]
+    pub disk_mb: u64,
 }
 
 impl JobTask {
+    /// Megabytes free on a landing zone a job needs ([`JobTask::disk_mb`]), 0 for none.
+    pub fn disk_mb_of(job: &crate::Job) -> u64 {
+        job.task.as_ref().map_or(0, |task| task.disk_mb)
+    }
+
     /// The task as its landing zone is given it.
     pub fn assignment(&self) -> TaskAssignment {
         let inputs = self.task.inputs.iter().flatten().map(|input| TaskInput {

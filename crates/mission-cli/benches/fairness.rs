@@ -78,16 +78,7 @@ async fn main() {
         let lz_id = store.rotate_lz_token(DEFAULT_STATION_ID, &name, &format!("hash {i}"), now()).await.unwrap();
         let identity = LzIdentity { lz_id, station_id: DEFAULT_STATION_ID, name, cluster_account: None };
         scheduler.registered(identity.clone());
-        let hello = Hello {
-            resources: Resources { cpu_count: CPUS_PER_LZ, memory_amount: 16_384, gpu_count: 0 },
-            gpus: Vec::new(),
-            running: Vec::new(),
-            max_jobs: None,
-            cluster_account: None,
-            images: false,
-            shared_paths: Vec::new(),
-            version: "bench".into(),
-        };
+        let hello = Hello::plain(Resources { cpu_count: CPUS_PER_LZ, memory_amount: 16_384, gpu_count: 0 }, "bench");
         let mut session = scheduler.connect(identity.clone(), hello).await.unwrap();
         let (scheduler, charged, held) = (scheduler.clone(), charged.clone(), held.clone());
         // The agent: each job it is told to run ends after its run time.

@@ -131,16 +131,8 @@ async fn main() {
         scheduler.registered(identity.clone());
         let cpus = LZ_CPUS[i % LZ_CPUS.len()];
         capacity += cpus as usize;
-        let hello = Hello {
-            resources: Resources { cpu_count: cpus, memory_amount: u64::from(cpus) * 1024, gpu_count: 0 },
-            gpus: Vec::new(),
-            running: Vec::new(),
-            max_jobs: None,
-            cluster_account: None,
-            images: false,
-            shared_paths: Vec::new(),
-            version: "bench".into(),
-        };
+        let resources = Resources { cpu_count: cpus, memory_amount: u64::from(cpus) * 1024, gpu_count: 0 };
+        let hello = Hello::plain(resources, "bench");
         let session = scheduler.connect(identity.clone(), hello).await.unwrap();
         fleet.push(Lz { identity, session, running: VecDeque::new() });
     }

@@ -423,6 +423,7 @@ async fn connect_loop<R: Runner>(agent: &Arc<Agent>, runner: &Arc<R>) -> Result<
             cluster_account: offer.cluster_account,
             images: offer.images,
             shared_paths: offer.shared_paths,
+            disk_mb: offer.disk_mb,
             version: env!("CARGO_PKG_VERSION").to_owned(),
         };
         match session(agent, runner, &hello).await {

@@ -52,6 +52,13 @@ pub struct WorkDir {
 
 impl WorkDirs {
     /// Work dirs under `root` (which exists).
+    /// Megabytes free to unprivileged users on the filesystem the work dirs are on, where it
+    /// can be read.
+    pub fn free_mb(&self) -> Option<u64> {
+        let stats = rustix::fs::statvfs(&self.root).ok()?;
+        Some(stats.f_bavail.saturating_mul(stats.f_frsize) / 1_000_000)
+    }
+
     pub fn new(root: PathBuf) -> Self {
         Self { root, idle: Mutex::new(HashMap::new()) }
     }

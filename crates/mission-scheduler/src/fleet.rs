@@ -76,6 +76,8 @@ pub(super) struct LzState {
     pub images: bool,
     /// The directories it runs batch jobs in ([`mission_api::lz::Hello::shared_paths`]).
     pub shared_paths: Vec<String>,
+    /// Megabytes free for jobs' files as its agent last connected; `None` where unknown.
+    pub disk_mb: Option<u64>,
 }
 
 impl LzState {
@@ -95,6 +97,7 @@ impl LzState {
             max_jobs: None,
             images: false,
             shared_paths: Vec::new(),
+            disk_mb: None,
         }
     }
 
@@ -126,9 +129,18 @@ impl LzState {
         self.takes(job) && self.could_hold_shape(job.cpu_count, job.memory_amount, job.gpu_count)
     }
 
-    /// Whether it runs jobs of `job`'s kind: in an image, or in a batch job's directory.
+    /// Whether it runs jobs of `job`'s kind: in an image, in a batch job's directory, with the
+    /// disk it needs.
     fn takes(&self, job: &Queued) -> bool {
-        (self.images || !job.needs_image) && job.workdir.as_deref().is_none_or(|dir| self.shares(dir))
+        (self.images || !job.needs_image)
+            && job.workdir.as_deref().is_none_or(|dir| self.shares(dir))
+            && self.has_disk(job.disk_mb)
+    }
+
+    /// Whether it has `mb` megabytes free for a job's files, as far as it said (an LZ that did
+    /// not say is not ruled out).
+    pub fn has_disk(&self, mb: u64) -> bool {
+        mb == 0 || self.disk_mb.is_none_or(|free| free >= mb)
     }
 
     /// Whether it runs batch jobs submitted in `dir`.

@@ -76,6 +76,8 @@ pub(crate) struct Queued {
     pub needs_image: bool,
     /// A batch job's directory: only landing zones that share it may hold it.
     pub workdir: Option<Arc<str>>,
+    /// Megabytes of disk it needs free (a TES task's `disk_gb`), 0 for none.
+    pub disk_mb: u64,
 }
 
 impl Queued {
@@ -93,6 +95,7 @@ impl Queued {
             ran: false,
             needs_image: job.image.is_some(),
             workdir: job.batch.as_ref().map(|batch| Arc::from(batch.workdir.as_str())),
+            disk_mb: mission_api::tes::JobTask::disk_mb_of(job),
         }
     }
 
@@ -846,6 +849,7 @@ mod tests {
             ran: false,
             needs_image: false,
             workdir: None,
+            disk_mb: 0,
         }
     }
 

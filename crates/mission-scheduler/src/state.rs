@@ -321,6 +321,7 @@ impl State {
                         ran: row.ran,
                         needs_image: row.image_id.is_some(),
                         workdir: row.workdir.map(Arc::from),
+                        disk_mb: row.disk_mb,
                     };
                     queue.insert(key, row.seq, entry, waits || row.held);
                     if waits {
@@ -988,6 +989,24 @@ impl State {
                 ),
             });
         }
+        let disk = mission_api::tes::JobTask::disk_mb_of(&job);
+        if disk > 0 {
+            // Only tasks ask for disk: a look at each of the station's LZs is a look for them.
+            let has_disk = match job.requested_lz_id {
+                Some(lz_id) => self.fleet.get(&lz_id).is_some_and(|lz| lz.has_disk(disk)),
+                None => self.fleet.of_station(job.station_id).any(|(_, lz)| lz.has_disk(disk)),
+            };
+            if !has_disk {
+                let most = self.fleet.of_station(job.station_id).filter_map(|(_, lz)| lz.disk_mb).max();
+                return Err(SchedulerError::invalid_field(
+                    "resources.disk_gb",
+                    format!(
+                        "no landing zone of the station has {disk} MB free for a task's files (the most is {} MB)",
+                        most.unwrap_or(0)
+                    ),
+                ));
+            }
+        }
         if let Some(batch) = &job.batch {
             let shares = match job.requested_lz_id {
                 Some(lz_id) => self.fleet.get(&lz_id).is_some_and(|lz| lz.shares(&batch.workdir)),
@@ -1241,6 +1260,7 @@ impl State {
         lz.max_jobs = hello.max_jobs;
         lz.images = hello.images;
         lz.shared_paths = hello.shared_paths;
+        lz.disk_mb = hello.disk_mb;
         lz.connection = Some(Connection { id: session, sessions: self.sessions.clone() });
         let until = Instant::now() + self.lease;
         lz.lease_until = Some(until);

@@ -142,17 +142,7 @@ impl Harness {
 
     /// Connects an agent offering `cpus` CPUs, saying it still runs `running`.
     async fn connect(&self, lz: &LzIdentity, cpus: u32, running: Vec<Uuid>) -> (FakeAgent, Welcome) {
-        let hello = Hello {
-            resources: Resources { cpu_count: cpus, memory_amount: 8192, gpu_count: 0 },
-            gpus: Vec::new(),
-            running,
-            max_jobs: None,
-            cluster_account: None,
-            images: false,
-            shared_paths: Vec::new(),
-            version: "test".into(),
-        };
-        self.connect_with(lz, hello).await
+        self.connect_with(lz, Hello { running, ..hello(cpus) }).await
     }
 
     async fn connect_with(&self, lz: &LzIdentity, hello: Hello) -> (FakeAgent, Welcome) {
@@ -331,17 +321,7 @@ async fn a_job_in_an_image_goes_only_to_a_landing_zone_that_takes_images() {
     assert!(detail.ends_with("1 CPUs, 256 MB, 0 GPUs in a container image)"), "{detail}");
     let on_the_host = h.submit(1).await;
     assert_eq!(plain.runs(), [on_the_host.job_id], "a job behind it still starts");
-    let hello = Hello {
-        resources: Resources { cpu_count: 2, memory_amount: 8192, gpu_count: 0 },
-        gpus: Vec::new(),
-        running: Vec::new(),
-        max_jobs: None,
-        cluster_account: None,
-        images: true,
-        shared_paths: Vec::new(),
-        version: "test".into(),
-    };
-    let (mut podman, _) = h.connect_with(&podman_lz, hello).await;
+    let (mut podman, _) = h.connect_with(&podman_lz, Hello { images: true, ..hello(2) }).await;
     let Ok(Order::Run(assignment)) = podman.orders.try_recv() else { panic!("the image job is sent") };
     assert_eq!((assignment.job_id, assignment.image), (boxed.job_id, Some(image)));
 }
@@ -365,17 +345,8 @@ async fn a_batch_job_goes_only_to_a_landing_zone_sharing_its_directory() {
         refused.to_string().contains("no landing zone of the station runs batch jobs in /home/ada/run"),
         "{refused}"
     );
-    let hello = |paths: &[&str]| Hello {
-        resources: Resources { cpu_count: 2, memory_amount: 8192, gpu_count: 0 },
-        gpus: Vec::new(),
-        running: Vec::new(),
-        max_jobs: None,
-        cluster_account: None,
-        images: false,
-        shared_paths: paths.iter().map(|p| p.to_string()).collect(),
-        version: "test".into(),
-    };
-    let (mut shared, _) = h.connect_with(&shared_lz, hello(&["/home", "/scratch/"])).await;
+    let sharing = Hello { shared_paths: vec!["/home".into(), "/scratch/".into()], ..hello(2) };
+    let (mut shared, _) = h.connect_with(&shared_lz, sharing).await;
     let elsewhere = h.submit_job(Job { batch: Some(batch("/homework/x")), ..h.new_job(1) }).await.unwrap_err();
     assert!(elsewhere.to_string().contains("runs batch jobs in /homework/x"), "a prefix is not a parent: {elsewhere}");
     let job = h.submit_job(Job { batch: Some(batch("/home/ada/run")), ..h.new_job(1) }).await.unwrap();
@@ -423,17 +394,13 @@ async fn a_batch_gateway_takes_jobs_by_count_and_says_why_they_wait() {
     let mut lz = h.register("slurm").await;
     lz.cluster_account = Some("alice".into());
     // The largest node has 2 CPUs; the gateway keeps up to 3 jobs in its batch system.
-    let hello = Hello {
+    let gateway = Hello {
         resources: Resources { cpu_count: 2, memory_amount: 8192, gpu_count: 2 },
-        gpus: Vec::new(),
-        running: Vec::new(),
         max_jobs: Some(3),
         cluster_account: Some("alice".into()),
-        images: false,
-        shared_paths: Vec::new(),
-        version: "test".into(),
+        ..hello(2)
     };
-    let (mut gateway, _) = h.connect_with(&lz, hello).await;
+    let (mut gateway, _) = h.connect_with(&lz, gateway).await;
     let jobs = [h.submit(2).await, h.submit(2).await, h.submit(2).await, h.submit(2).await];
     let ids: Vec<Uuid> = jobs.iter().map(|j| j.job_id).collect();
     assert_eq!(gateway.runs(), ids[..3], "three whole-node jobs at once: the batch system queues them");
@@ -1044,4 +1011,32 @@ async fn borrowed_room_is_reclaimed_for_a_project_below_its_nominal_and_the_borr
     let third = h.submit_job(of(&h, astro)).await.unwrap();
     assert_eq!(agent.orders(), (vec![], vec![]));
     assert_eq!(h.status(third.job_id).await, JobStatus::Queued);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_task_that_needs_disk_goes_where_that_much_is_free() {
+    let h = Harness::new().await;
+    let (small, large) = (h.register("small").await, h.register("large").await);
+    let (mut small_agent, _) = h.connect_with(&small, Hello { disk_mb: Some(100), ..hello(2) }).await;
+    let (mut large_agent, _) = h.connect_with(&large, Hello { disk_mb: Some(5_000), ..hello(2) }).await;
+    let needing = |disk_mb| {
+        let task = mission_api::tes::JobTask { task: Default::default(), images: Vec::new(), disk_mb };
+        Job { task: Some(Box::new(task)), ..h.new_job(1) }
+    };
+    let refused = h.submit_job(needing(10_000)).await.unwrap_err();
+    assert!(refused.to_string().contains("no landing zone of the station has 10000 MB free"), "{refused}");
+    assert!(refused.to_string().contains("the most is 5000 MB"), "{refused}");
+    // The small LZ has the most free CPUs after the first job, yet not the disk.
+    let first = h.submit_job(needing(1_000)).await.unwrap();
+    let second = h.submit_job(needing(1_000)).await.unwrap();
+    assert_eq!(large_agent.runs(), [first.job_id, second.job_id]);
+    assert!(small_agent.runs().is_empty());
+    // A job that asks for no disk may go anywhere.
+    let plain = h.submit(1).await;
+    assert_eq!(small_agent.runs(), [plain.job_id]);
+}
+
+/// What a plain agent offering `cpus` CPUs (and 8 GB) says as it connects.
+fn hello(cpus: u32) -> Hello {
+    Hello::plain(Resources { cpu_count: cpus, memory_amount: 8192, gpu_count: 0 }, "test")
 }

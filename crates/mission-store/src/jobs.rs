@@ -119,7 +119,7 @@ static POSTGRES_INSERT_JOBS: LazyLock<String> = LazyLock::new(postgres_insert_jo
 macro_rules! queued_columns {
     () => {
         "seq, job_id, user_id, project_id, station_id, requested_lz_id, cpu_count, memory_amount, gpu_count, \
-        attempt, retry, after_ok, after_any, time_limit, ran, image_id, batch, after_not_ok, pending_kind"
+        attempt, retry, after_ok, after_any, time_limit, ran, image_id, batch, after_not_ok, pending_kind, task"
     };
 }
 
@@ -132,7 +132,7 @@ const SQLITE_QUEUED_PAGE: &str = concat!(
     "SELECT json_group_array(json_array(seq, job_id, user_id, project_id, station_id, requested_lz_id, cpu_count, \
     memory_amount, gpu_count, attempt, json(retry), json(after_ok), json(after_any), time_limit, \
     json(IIF(ran, 'true', 'false')), image_id, json_extract(batch, '$.workdir'), json(COALESCE(after_not_ok, '[]')), \
-    json(IIF(pending_kind IS 'held', 'true', 'false')))) \
+    json(IIF(pending_kind IS 'held', 'true', 'false')), COALESCE(json_extract(task, '$.disk_mb'), 0))) \
     FROM (SELECT ",
     queued_columns!(),
     " FROM jobs WHERE status = 'queued' AND seq > ? ORDER BY seq LIMIT ?)"
@@ -807,6 +807,7 @@ impl Store {
                         workdir: r.opt_json::<mission_api::JobBatch>("batch")?.map(|batch| batch.workdir),
                         after_not_ok: r.opt_json("after_not_ok")?.unwrap_or_default(),
                         held: r.opt_text("pending_kind")?.as_deref() == Some(mission_api::PendingKind::Held.as_str()),
+                        disk_mb: r.opt_json::<mission_api::tes::JobTask>("task")?.map_or(0, |task| task.disk_mb),
                     });
                 }
                 Ok(())
@@ -1519,6 +1520,9 @@ pub struct QueuedRow {
     pub after_not_ok: Vec<Uuid>,
     /// Its user holds it (its pending reason is `held`).
     pub held: bool,
+    /// Megabytes of disk it needs free ([`mission_api::tes::JobTask::disk_mb`]).
+    #[serde(default)]
+    pub disk_mb: u64,
 }
 
 /// How [`Store::usage_by`] groups jobs.

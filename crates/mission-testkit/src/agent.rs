@@ -43,16 +43,7 @@ impl FakeAgent {
 
     /// [`FakeAgent::connect`], saying that it still runs the jobs `running`.
     pub async fn reconnect(url: &str, token: &str, resources: Resources, running: Vec<uuid::Uuid>) -> Self {
-        let hello = Hello {
-            resources,
-            gpus: Vec::new(),
-            running,
-            max_jobs: None,
-            cluster_account: None,
-            images: false,
-            shared_paths: Vec::new(),
-            version: "test".into(),
-        };
+        let hello = Hello { running, ..Hello::plain(resources, "test") };
         Self::hello(url, token, &hello).await
     }
 

@@ -61,7 +61,7 @@ def main() -> None:
 
     # The three views, and a page at a time.
     minimal = client.get_task(task_id, view="MINIMAL")
-    assert (minimal.id, minimal.state, minimal.executors) == (task_id, "COMPLETE", None), minimal
+    assert (minimal.id, minimal.state, minimal.executors) == (task_id, "COMPLETE", []), minimal
     basic = client.get_task(task_id, view="BASIC")
     assert basic.inputs[0].content is None and basic.executors, basic
     assert full.inputs[0].content == "inline\n", full

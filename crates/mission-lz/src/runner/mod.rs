@@ -36,6 +36,8 @@ pub(crate) struct Offer {
     pub images: bool,
     /// The directories it runs batch jobs in (see [`mission_api::lz::Hello::shared_paths`]).
     pub shared_paths: Vec<String>,
+    /// Megabytes free for jobs' files (see [`mission_api::lz::Hello::disk_mb`]).
+    pub disk_mb: Option<u64>,
 }
 
 /// Why a job could not run to its end on this landing zone. Its text is the job's `reason`.

@@ -139,6 +139,7 @@ impl Runner for ProcessRunner {
             cluster_account: None,
             images: self.podman.is_some(),
             shared_paths: self.shared_paths.clone(),
+            disk_mb: self.work_dirs.free_mb(),
         }
     }
 

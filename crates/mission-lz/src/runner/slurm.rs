@@ -629,6 +629,8 @@ impl Runner for SlurmRunner {
             images: self.config.containers.is_some() && self.config.pilots.is_none(),
             // Pilots take no batch jobs: they run as the gateway's account.
             shared_paths: if self.config.pilots.is_none() { self.shared_paths.clone() } else { Vec::new() },
+            // Its jobs' files are on the cluster's nodes, out of its sight.
+            disk_mb: None,
         }
     }
 

@@ -81,6 +81,7 @@ pub async fn create(app: &AppState, who: Principal, mut task: TesTask) -> Domain
         images.push(images::resolve(app, who, "executors.image", &executor.image).await?);
     }
     let mut resources = task.resources.clone().unwrap_or_default();
+    check_sizes(&resources)?;
     let parameters = backend_parameters(&mut resources)?;
     let tags = task.tags.clone().unwrap_or_default();
     let project = parameters.get("project").or_else(|| tags.get(PROJECT_TAG));
@@ -109,6 +110,7 @@ pub async fn create(app: &AppState, who: Principal, mut task: TesTask) -> Domain
         project_id: Some(project_id),
         ..Default::default()
     };
+    let disk_mb = resources.disk_gb.map_or(0, megabytes);
     task.resources = task.resources.is_some().then_some(resources);
     let description = "Tasks submitted through the GA4GH TES API: each runs its executors, one after another.";
     let mission_id = missions::own_mission(app, who, project_id, TASK_MISSION, description).await?;
@@ -124,10 +126,27 @@ pub async fn create(app: &AppState, who: Principal, mut task: TesTask) -> Domain
         "gpu_count": job.gpu_count,
         "executors": task.executors.len(),
     });
-    job.task = Some(Box::new(JobTask { task, images }));
+    job.task = Some(Box::new(JobTask { task, images, disk_mb }));
     audit::note(who, Change::new("task.create", "job", job.job_id).in_project(job.project_id).with(given));
     let job = app.scheduler.submit(job).await?;
     Ok(TesCreateTaskResponse { id: job.job_id.to_string() })
+}
+
+/// Refuses CPUs, memory or disk no task could ask for: fewer than one CPU, a negative, infinite
+/// or absurd amount. (`preemptible` asks nothing of us: every job may be requeued when room it
+/// borrowed is reclaimed, and shows PREEMPTED then.)
+fn check_sizes(resources: &mission_api::tes::TesResources) -> DomainResult<()> {
+    if resources.cpu_cores.is_some_and(|cpus| cpus < 1) {
+        return Err(DomainError::invalid("resources.cpu_cores", "expected at least 1 CPU"));
+    }
+    // A petabyte: more than any host has, and still exact in megabytes.
+    const MOST_GB: f64 = 1e6;
+    for (field, gb) in [("resources.ram_gb", resources.ram_gb), ("resources.disk_gb", resources.disk_gb)] {
+        if gb.is_some_and(|gb| !(0.0..=MOST_GB).contains(&gb)) {
+            return Err(DomainError::invalid(field, format!("expected gigabytes from 0 to {MOST_GB}")));
+        }
+    }
+    Ok(())
 }
 
 /// Megabytes for `gb` gigabytes (as the schema means them, 10^9 bytes), rounded up.
@@ -437,7 +456,7 @@ pub struct TaskQuery {
     pub state: Option<TesState>,
     /// Tags a task has, every one; an empty value matches any value of its key.
     pub tags: Vec<(String, String)>,
-    /// Tasks per page, 1 to [`tes::MAX_PAGE_SIZE`].
+    /// Tasks per page: 0 for the default, more than [`tes::MAX_PAGE_SIZE`] for that many.
     pub page_size: u32,
     /// Where the page starts: a `next_page_token` given before.
     pub page_token: Option<String>,
@@ -455,6 +474,7 @@ const SCAN_ROUNDS: u32 = 20;
 
 /// A page of the tasks the caller may read (everyone's, for an admin), newest first.
 pub async fn list(app: &AppState, who: Principal, query: TaskQuery) -> DomainResult<TesListTasksResponse> {
+    // Funnel's reading of the schema's "must be less than 2048; defaults to 256".
     let page_size = match query.page_size {
         0 => tes::DEFAULT_PAGE_SIZE,
         size => size.min(tes::MAX_PAGE_SIZE),

@@ -33,6 +33,21 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// What runs our own document at `server`: every check, all its operations but the event
+/// streams (see the module's doc).
+fn our_document(server: &TestServer) -> Vec<String> {
+    let schema = format!("{}/api/v1/openapi.json", server.url);
+    let mut args = vec![schema, "--checks".into(), "all".into()];
+    // A project has no budget until one is set: GET /projects/{id}/budget answers 404
+    // (documented), which the stateful phase takes for a project that vanished after its
+    // creation. The check cannot be turned off for one operation in that phase (the command
+    // line's checks win over the config file's), so it is off; the API tests read back what
+    // they create.
+    args.extend(["--exclude-checks", "ensure_resource_availability"].map(String::from));
+    args.extend(["--exclude-path", "/api/v1/jobs/events", "--exclude-path", "/api/v1/events"].map(String::from));
+    args
+}
+
 #[tokio::test]
 async fn schemathesis_finds_nothing() {
     let Some(schemathesis) = schemathesis() else { return };
@@ -40,7 +55,7 @@ async fn schemathesis_finds_nothing() {
     let server = TestServer::spawn().await;
     server.add_user("root", true).await;
     let token = token_for(&server, "root").await;
-    fuzz(&schemathesis, &server, &token, "schemathesis.toml", &[]).await;
+    fuzz(&schemathesis, &token, &our_document(&server), "schemathesis.toml", &[]).await;
 }
 
 /// The same with the ids in paths pinned to resources of the fuzzer's own (see
@@ -83,27 +98,73 @@ async fn schemathesis_with_ids_of_real_resources_finds_nothing() {
         ("STATION_ID", station.station_id.to_string()),
         ("BAY_ID", bay.storage_id.to_string()),
     ];
-    fuzz(&schemathesis, &server, &token, "schemathesis-pinned.toml", &ids).await;
+    fuzz(&schemathesis, &token, &our_document(&server), "schemathesis-pinned.toml", &ids).await;
 }
 
-/// Runs schemathesis against `server` with `config` (beside this file) and `env`; fails with
-/// its report on any finding.
-async fn fuzz(schemathesis: &std::path::Path, server: &TestServer, token: &str, config: &str, env: &[(&str, String)]) {
+/// GA4GH TES against the official TES 1.1 schema, not ours (ga4gh-tes-1.1.openapi.yaml, as
+/// published), as a user who may run jobs: the one change is where the schema's service-info
+/// parts are read from, a copy beside it rather than GitHub.
+#[tokio::test]
+async fn schemathesis_against_the_official_tes_schema_finds_nothing() {
+    let Some(schemathesis) = schemathesis() else { return };
+    let server = TestServer::spawn().await;
+    let token = token_for(&server, "alice").await;
+    // What a task needs to be accepted: the image the schema's example names, and a landing zone on the default station (that never comes: tasks wait in the queue).
+    server.add_user("root", true).await;
+    let admin = server.sign_in("root").await;
+    let stations = admin.list_stations().await.unwrap();
+    let default = stations.iter().find(|s| s.name == mission_api::DEFAULT_STATION_NAME).unwrap();
+    let lz = mission_client::RegisterLandingZone { name: "tes".into(), cluster_account: None };
+    admin.register_landing_zone(default.station_id, &lz).await.unwrap();
+    let alice = server.sign_in("alice").await;
+    let archive = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(archive.path(), mission_api::tar::archive(&[("manifest.json", b'0', b"[]")])).unwrap();
+    let import = mission_client::ImportImage { name: "ubuntu:20.04".into(), ..Default::default() };
+    alice.import_image(archive.path(), &import, None).await.unwrap();
+    let here = root().join("crates/mission-server/tests/api");
+    let schemas = tempfile::tempdir().unwrap();
+    std::fs::copy(here.join("ga4gh-service-info-1.0.0.yaml"), schemas.path().join("service-info.yaml")).unwrap();
+    let official = std::fs::read_to_string(here.join("ga4gh-tes-1.1.openapi.yaml")).unwrap();
+    let remote = "https://raw.githubusercontent.com/ga4gh-discovery/ga4gh-service-info/v1.0.0/service-info.yaml";
+    assert!(official.contains(remote), "the TES schema names service-info at {remote}");
+    let schema = schemas.path().join("tes.yaml");
+    std::fs::write(&schema, official.replace(remote, "service-info.yaml")).unwrap();
+    let base = format!("{}{}", server.url, mission_api::tes::TES_PREFIX);
+    // A task with every part shown, which GET /tasks/{id} reads in the views the fuzzer picks.
+    let outputs = mission_client::CreateMission { name: "out".into(), ..Default::default() };
+    let mission = alice.create_mission(&outputs).await.unwrap();
+    let task = serde_json::json!({
+        "name": "seeded", "description": "every part",
+        "inputs": [{"name": "in", "path": "/data/in.txt", "content": "hello\n"}],
+        "outputs": [{"path": "/data/out.txt", "url": format!("mission://{}/out.txt", mission.mission_id)}],
+        "resources": {"cpu_cores": 1, "ram_gb": 0.5, "backend_parameters": {"time_limit_minutes": "5"}},
+        "executors": [{"image": "ubuntu:20.04", "command": ["cp", "/data/in.txt", "/data/out.txt"],
+                       "workdir": "/data", "env": {"A": "1"}, "ignore_error": false}],
+        "volumes": ["/scratch"], "tags": {"seeded": "yes"},
+    });
+    let created = crate::http().post(format!("{base}/tasks")).bearer_auth(&token).json(&task).send().await.unwrap();
+    assert_eq!(created.status(), 200);
+    let created: serde_json::Value = created.json().await.unwrap();
+    let task_id = created["id"].as_str().unwrap().to_owned();
+    // Its checks are chosen in the config file, as one is off for some operations there.
+    let target = [schema.to_str().unwrap().to_owned(), "--url".into(), base];
+    fuzz(&schemathesis, &token, &target, "schemathesis-tes.toml", &[("TASK_ID", task_id)]).await;
+}
+
+/// Runs schemathesis on `target` (the schema's location, then what selects its operations or
+/// says where they are) with `config` (beside this file) and `env`; fails with its report on
+/// any finding.
+async fn fuzz(schemathesis: &std::path::Path, token: &str, target: &[String], config: &str, env: &[(&str, String)]) {
     let examples = std::env::var("MISSION_FUZZ_EXAMPLES").unwrap_or_else(|_| "25".into());
     let seed = std::env::var("MISSION_FUZZ_SEED").unwrap_or_else(|_| "1".into());
     let run = tokio::process::Command::new(schemathesis)
         .arg("--config-file")
         .arg(root().join("crates/mission-server/tests/api").join(config))
-        .args(["run", &format!("{}/api/v1/openapi.json", server.url), "--checks", "all"])
-        // A project has no budget until one is set: GET /projects/{id}/budget answers 404
-        // (documented), which the stateful phase takes for a project that vanished after its
-        // creation. The check cannot be turned off for one operation in that phase (the command
-        // line's checks win over the config file's), so it is off; the API tests read back what
-        // they create.
-        .args(["--exclude-checks", "ensure_resource_availability"])
+        .arg("run")
+        .args(target)
         .args(["--max-examples", &examples, "--seed", &seed, "--no-color", "--suppress-health-check", "all"])
         .args(["--header", &format!("Authorization: Bearer {token}")])
-        .args(["--request-timeout", "10", "--exclude-path", "/api/v1/jobs/events", "--exclude-path", "/api/v1/events"])
+        .args(["--request-timeout", "10"])
         .env("SCHEMATHESIS_HOOKS", "")
         .envs(env.iter().map(|(name, value)| (*name, value.as_str())))
         .kill_on_drop(true)
@@ -112,6 +173,7 @@ async fn fuzz(schemathesis: &std::path::Path, server: &TestServer, token: &str, 
         tokio::time::timeout(Duration::from_secs(600), run).await.expect("schemathesis within 10 min").unwrap();
     let report = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(output.status.success(), "schemathesis found problems:\n{report}");
+    eprintln!("{report}");
 }
 
 /// The event streams' and the webhook deliveries' listing's query parameters (which

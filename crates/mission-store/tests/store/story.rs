@@ -955,6 +955,9 @@ pub async fn job_listings_results_and_agents(store: &Store) {
     });
     jobs[5].after_ok = vec![jobs[2].job_id];
     jobs[5].after_any = vec![jobs[3].job_id, jobs[4].job_id];
+    // A TES task's disk, which placement reads from its document.
+    let task = mission_api::tes::JobTask { task: Default::default(), images: Vec::new(), disk_mb: 1234 };
+    jobs[4].task = Some(Box::new(task));
     store.save_jobs(&numbered(store, &jobs).await, &[], &[]).await.unwrap();
     // A log cap asked for is kept; a job whose output passed it is found among others.
     assert_eq!(store.job_row(jobs[1].job_id).await.unwrap().unwrap().log_cap, Some(4096));
@@ -1062,6 +1065,7 @@ pub async fn job_listings_results_and_agents(store: &Store) {
         assert_eq!(row.requested_lz_id, job.requested_lz_id);
         assert_eq!((&row.after_ok, &row.after_any), (&job.after_ok, &job.after_any));
         assert_eq!(row.retry, job.retry);
+        assert_eq!(row.disk_mb, if job.task.is_some() { 1234 } else { 0 });
     }
     assert_eq!(store.mission_unfinished_jobs(m.mission_id).await.unwrap(), 3);
     assert_eq!(store.mission_unfinished_jobs(bobs.mission_id).await.unwrap(), 2);

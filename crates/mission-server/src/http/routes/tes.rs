@@ -5,9 +5,11 @@
 use axum::Json;
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::routing::get;
+use axum::http::{HeaderValue, Method, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
 use mission_api::tes::{
-    MAX_PAGE_SIZE, TesCancelTaskResponse, TesCreateTaskResponse, TesListTasksResponse, TesState, TesTask, TesView,
+    TesCancelTaskResponse, TesCreateTaskResponse, TesListTasksResponse, TesState, TesTask, TesView,
 };
 
 use super::extract::{ApiJson, QueryPairs};
@@ -22,7 +24,7 @@ pub fn router() -> Router<AppState> {
         .route("/service-info", get(service_info))
         .route("/tasks", get(list).post(create))
         // `POST /tasks/{id}:cancel`: the action is the id's suffix, in the same path segment.
-        .route("/tasks/{id}", get(get_one).post(cancel))
+        .route("/tasks/{id}", any(task))
 }
 
 /// Who we are, the storage URLs tasks may use and the backend parameters they may give; asks
@@ -56,13 +58,12 @@ async fn list(
             }
             "tag_key" => keys.push(value),
             "tag_value" => values.push(value),
+            // Any int32 is schema-valid: less than one is the default (see tes::list).
             "page_size" => {
-                query.page_size = value.parse().ok().filter(|n| (1..=MAX_PAGE_SIZE).contains(n)).ok_or_else(|| {
-                    ApiError::invalid_field(
-                        "page_size",
-                        format!("expected an integer from 1 to {MAX_PAGE_SIZE}, got {value:?}"),
-                    )
-                })?;
+                let size: i32 = value
+                    .parse()
+                    .map_err(|_| ApiError::invalid_field("page_size", format!("expected an integer, got {value:?}")))?;
+                query.page_size = u32::try_from(size).unwrap_or(0);
             }
             "page_token" => query.page_token = Some(value),
             "view" => query.view = view(&value)?,
@@ -88,31 +89,39 @@ fn view(value: &str) -> Result<TesView, ApiError> {
     }
 }
 
-/// One task, as `view` shows it (MINIMAL by default).
-async fn get_one(
+/// `/tasks/{id}` (GET: the task, as `view` shows it, MINIMAL by default) and
+/// `/tasks/{id}:cancel` (POST: cancels it). The router sees one path segment for both, so the
+/// methods each takes are decided here: any other is a 405 whose `Allow` names that path's own.
+async fn task(
     State(app): State<AppState>,
-    who: Principal,
+    method: Method,
+    who: Result<Principal, ApiError>,
     Path(id): Path<String>,
     QueryPairs(pairs): QueryPairs,
-) -> ApiResult<Json<TesTask>> {
-    let mut shown = TesView::Minimal;
-    for (key, value) in pairs {
-        if key == "view" {
-            shown = view(&value)?;
+) -> ApiResult<Response> {
+    let (allowed, cancel) = match id.strip_suffix(":cancel") {
+        Some(id) => ("POST", Some(id)),
+        None => ("GET, HEAD", None),
+    };
+    match (&method, cancel) {
+        (&Method::POST, Some(id)) => {
+            tes::cancel(&app, who?, id).await?;
+            Ok(Json(TesCancelTaskResponse {}).into_response())
+        }
+        (&Method::GET | &Method::HEAD, None) => {
+            let mut shown = TesView::Minimal;
+            for (key, value) in pairs {
+                if key == "view" {
+                    shown = view(&value)?;
+                }
+            }
+            Ok(Json(tes::get(&app, who?, &id, shown).await?).into_response())
+        }
+        _ => {
+            let path = format!("{}/tasks/{id}", mission_api::tes::TES_PREFIX);
+            let mut refusal = ApiError::method_not_allowed(method.as_str(), &path).into_response();
+            refusal.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allowed));
+            Ok(refusal)
         }
     }
-    Ok(Json(tes::get(&app, who, &id, shown).await?))
-}
-
-/// `POST /tasks/{id}:cancel`: cancels a task of the caller's.
-async fn cancel(
-    State(app): State<AppState>,
-    who: Principal,
-    Path(id): Path<String>,
-) -> ApiResult<Json<TesCancelTaskResponse>> {
-    let Some(id) = id.strip_suffix(":cancel") else {
-        return Err(ApiError::method_not_allowed("POST", &format!("{}/tasks/{id}", mission_api::tes::TES_PREFIX)));
-    };
-    tes::cancel(&app, who, id).await?;
-    Ok(Json(TesCancelTaskResponse {}))
 }

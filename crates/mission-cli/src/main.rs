@@ -82,6 +82,10 @@ enum Command {
     Logout,
     /// Show who you are signed in as.
     Whoami,
+    /// Print a fresh access token for clients that take a bearer token (GA4GH TES engines such
+    /// as Snakemake's TES executor, curl). It lasts the server's access-token lifetime (an hour
+    /// by default); `--json` adds when it expires.
+    Token,
     /// Manage missions.
     #[command(subcommand)]
     Missions(MissionsCommand),
@@ -258,6 +262,7 @@ async fn run() -> ExitCode {
         Command::Login(cmd) => cmd.run(server, out).await,
         Command::Logout => commands::auth::logout(server, out).await,
         Command::Whoami => commands::auth::whoami(server, out).await,
+        Command::Token => commands::auth::token(server, out).await,
         Command::Missions(cmd) => cmd.run(server, out).await,
         Command::Files(cmd) => cmd.run(server, out).await,
         Command::CargoBays(cmd) => cmd.run(server, out).await,

@@ -279,6 +279,17 @@ impl Client {
         self.get_json("/me", &[]).await
     }
 
+    /// Tokens renewed now, for a client of another kind to use (a TES engine, `curl`): the
+    /// access token then lasts the server's whole access-token lifetime. `None` where this
+    /// client holds a bare access token it cannot renew.
+    pub async fn renewed_tokens(&self) -> Result<Option<Tokens>, Error> {
+        if !self.can_renew().await {
+            return Ok(None);
+        }
+        self.access_token(true).await?;
+        Ok(self.tokens().await)
+    }
+
     /// A valid access token, renewed first when it is about to expire (or `force`).
     async fn access_token(&self, force: bool) -> Result<String, Error> {
         let mut session = self.inner.session.lock().await;

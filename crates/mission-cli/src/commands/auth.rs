@@ -1,4 +1,4 @@
-//! `mission login`, `logout`, `whoami`: signing in with the device flow.
+//! `mission login`, `logout`, `whoami`, `token`: signing in with the device flow.
 
 use anyhow::Context;
 use clap::Args;
@@ -62,6 +62,19 @@ pub async fn logout(server: Option<&str>, out: Output) -> anyhow::Result<()> {
 }
 
 /// Show the signed-in user.
+/// `mission token`: a renewed access token, alone on a line (or with its expiry, as JSON).
+pub async fn token(server: Option<&str>, out: Output) -> anyhow::Result<()> {
+    let client = session::connect(server).await?;
+    let tokens = client.renewed_tokens().await?.context("no renewable sign-in: run `mission login` first")?;
+    if out.json {
+        let expires_at = tokens.expires_at.to_rfc3339();
+        println!("{}", serde_json::json!({"access_token": tokens.access_token, "expires_at": expires_at}));
+    } else {
+        println!("{}", tokens.access_token);
+    }
+    Ok(())
+}
+
 pub async fn whoami(server: Option<&str>, out: Output) -> anyhow::Result<()> {
     let client = session::connect(server).await?;
     let me = client.whoami().await?;

@@ -211,6 +211,14 @@ async fn first_start_login_and_mission_commands() {
     assert_eq!(std::fs::metadata(&tokens).unwrap().permissions().mode() & 0o777, 0o600);
     let me = fx.json("admin", &["whoami"]).await;
     assert_eq!((me["username"].as_str(), me["admin"].as_bool()), (Some("admin"), Some(true)));
+    // An access token for other clients (a TES engine, curl): one line, accepted by the API.
+    let token = fx.ok("admin", &["token"]).await;
+    assert_eq!(token.lines().count(), 1, "{token}");
+    let me =
+        reqwest::Client::new().get(format!("{}/api/v1/me", fx.url)).bearer_auth(token.trim()).send().await.unwrap();
+    assert_eq!(me.json::<serde_json::Value>().await.unwrap()["username"], "admin");
+    let token = fx.json("admin", &["token"]).await;
+    assert!(token["access_token"].is_string() && token["expires_at"].is_string(), "{token}");
 
     // Types.
     let types = fx.ok("admin", &["types", "list"]).await;

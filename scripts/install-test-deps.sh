@@ -105,16 +105,56 @@ if [ ! -x "$jupyter/bin/jupyter-lab" ]; then
   $sudo "$jupyter/bin/pip" install --quiet --disable-pip-version-check 'jupyterlab>=4,<5' 'ipykernel>=6.29,<8'
 fi
 
-# The workflow tools the Slurm commands are driven by, unchanged from PyPI: snakemake with its
-# Slurm executor plugin, and submitit. With the system's Python, outside /tmp, as Jupyter above:
+# The workflow tools the Slurm commands and the TES API are driven by, unchanged from PyPI:
+# snakemake with its Slurm and TES executor plugins and its S3 storage plugin, and submitit. With the system's Python, outside /tmp, as Jupyter above:
 # the host account the tests run them as (and its batch jobs) must reach it.
 workflows="${MISSION_TEST_WORKFLOWS:-/opt/mission-test/workflows}"
-if ! "$workflows/bin/python" -c "import snakemake, snakemake_executor_plugin_slurm, submitit" >/dev/null 2>&1; then
-  echo "installing snakemake, its Slurm executor plugin and submitit into $workflows (pip, with /usr/bin/python3)" >&2
+if ! "$workflows/bin/python" -c "import snakemake, snakemake_executor_plugin_slurm, snakemake_executor_plugin_tes, snakemake_storage_plugin_s3, submitit" >/dev/null 2>&1; then
+  echo "installing snakemake, its Slurm and TES executor and S3 storage plugins and submitit into $workflows (pip, with /usr/bin/python3)" >&2
   $sudo rm -rf "$workflows"
   $sudo /usr/bin/python3 -m venv "$workflows"
   $sudo "$workflows/bin/pip" install --quiet --disable-pip-version-check 'snakemake==9.27.1' \
-    'snakemake-executor-plugin-slurm==2.8.0' 'submitit==1.5.4'
+    'snakemake-executor-plugin-slurm==2.8.0' 'snakemake-executor-plugin-tes==0.1.3' \
+    'snakemake-storage-plugin-s3==0.3.6' 'submitit==1.5.4'
+fi
+
+# The image Snakemake's TES executor runs its jobs in: the test image with Debian's Python and
+# the same snakemake as above with its S3 storage plugin (a job fetches its inputs and stores its
+# outputs in S3 itself), `python` and `pip` on the PATH as the plugin's job script calls them.
+# Its wheels are made here, with this host's pip and trust store, and installed in the image from
+# them. Each job script first `pip install`s the storage plugin: the image's pip takes it, without
+# its dependencies (installed already), from a copy of its wheel, offline as the tests run.
+# Made once from the test image, as target/test-image/snakemake-bookworm.tar.
+snakemake_image=target/test-image/snakemake-bookworm.tar
+if [ ! -s "$snakemake_image" ]; then
+  echo "building the Snakemake job image $snakemake_image (podman build on the test image)" >&2
+  context="$(mktemp -d "${TMPDIR:-/tmp}/mission-snakemake-image.XXXXXX")"
+  "$workflows/bin/pip" wheel --quiet --disable-pip-version-check -w "$context/wheels" \
+    'snakemake==9.27.1' 'snakemake-storage-plugin-s3==0.3.6'
+  cat > "$context/Containerfile" <<'CONTAINERFILE'
+FROM localhost/mission-test:bookworm
+RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      python3 python3-venv >/dev/null \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /usr/share/doc /usr/share/man
+COPY wheels /tmp/wheels
+RUN python3 -m venv /opt/snakemake \
+ && /opt/snakemake/bin/pip install -q --no-index --find-links /tmp/wheels --disable-pip-version-check \
+      'snakemake==9.27.1' 'snakemake-storage-plugin-s3==0.3.6' \
+ && mkdir /opt/wheels && cp /tmp/wheels/snakemake_storage_plugin_s3-*.whl /opt/wheels/ \
+ && rm -rf /tmp/wheels \
+ && printf '[global]\nno-index = true\nfind-links = /opt/wheels\n[install]\nno-deps = true\n' > /etc/pip.conf \
+ && find /opt/snakemake/lib/python3.11/site-packages/botocore/data -mindepth 1 -maxdepth 1 \
+      ! -name s3 ! -name sts ! -name '*.json' -exec rm -rf {} + \
+ && printf '#!/bin/sh\nexec /opt/snakemake/bin/python "$@"\n' > /usr/local/bin/python \
+ && printf '#!/bin/sh\nexec /opt/snakemake/bin/pip "$@"\n' > /usr/local/bin/pip \
+ && chmod 755 /usr/local/bin/python /usr/local/bin/pip
+CONTAINERFILE
+  $sudo podman --cgroup-manager cgroupfs load -q -i "$test_image" >/dev/null
+  $sudo podman --cgroup-manager cgroupfs build -q --network host -t localhost/mission-test:snakemake "$context" >/dev/null
+  $sudo podman save -q --format oci-archive -o "$snakemake_image.partial" localhost/mission-test:snakemake
+  $sudo podman rmi localhost/mission-test:snakemake localhost/mission-test:bookworm >/dev/null
+  rm -rf "$context"
+  mv "$snakemake_image.partial" "$snakemake_image"
 fi
 
 galileo=target/galileo-venv

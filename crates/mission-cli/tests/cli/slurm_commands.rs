@@ -437,8 +437,29 @@ async fn sign_in(fx: &Fixture, shell: &Shell<'_>, password: &str) {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// A workflow of 12 steps (11 jobs and `all`) over 3 rules: 5 numbers made, squared, summed to 30.
+pub(super) const SQUARES_SNAKEFILE: &str = r#"N = range(5)
+
+rule all:
+    input: "summary.txt"
+
+rule make:
+    output: "data/{i}.txt"
+    shell: "echo {wildcards.i} > {output}"
+
+rule square:
+    input: "data/{i}.txt"
+    output: "squared/{i}.txt"
+    shell: "n=$(cat {input}); echo $((n * n)) > {output}"
+
+rule summary:
+    input: expand("squared/{i}.txt", i=N)
+    output: "summary.txt"
+    shell: "cat {input} | awk '{{s += $1}} END {{print s}}' > {output}"
+"#;
+
 /// The workflow tools' virtualenv (scripts/install-test-deps.sh makes it), if it is there.
-fn workflow_tools() -> Option<PathBuf> {
+pub(super) fn workflow_tools() -> Option<PathBuf> {
     let venv = std::env::var_os("MISSION_TEST_WORKFLOWS")
         .map_or_else(|| PathBuf::from("/opt/mission-test/workflows"), PathBuf::from)
         .join("bin");
@@ -469,26 +490,7 @@ async fn snakemake_and_submitit_run_unchanged() {
     let shell = Shell { account: &account, bin: account.home.join("bin") };
     let work = account.home.join("workflow");
     std::fs::create_dir_all(&work).unwrap();
-    let snakefile = r#"N = range(5)
-
-rule all:
-    input: "summary.txt"
-
-rule make:
-    output: "data/{i}.txt"
-    shell: "echo {wildcards.i} > {output}"
-
-rule square:
-    input: "data/{i}.txt"
-    output: "squared/{i}.txt"
-    shell: "n=$(cat {input}); echo $((n * n)) > {output}"
-
-rule summary:
-    input: expand("squared/{i}.txt", i=N)
-    output: "summary.txt"
-    shell: "cat {input} | awk '{{s += $1}} END {{print s}}' > {output}"
-"#;
-    std::fs::write(work.join("Snakefile"), snakefile).unwrap();
+    std::fs::write(work.join("Snakefile"), SQUARES_SNAKEFILE).unwrap();
     let script = r#"import submitit
 
 def add(a, b):

@@ -155,7 +155,8 @@ async fn tes_tasks_fetch_their_inputs_run_their_executors_in_order_and_store_the
             {"path": "/out/count.txt", "url": format!("mission://{results}/count.txt")},
             {"path": "/out/dir", "url": format!("mission://{results}/dir"), "type": "DIRECTORY"}
         ],
-        "tags": {"workflow": "test"}
+        "tags": {"workflow": "test"},
+        "resources": {"cpu_cores": 1, "ram_gb": 0.5, "disk_gb": 0.01, "preemptible": true}
     });
     let id = tes.create(&task).await;
     let done = tes.ended(&id).await;
@@ -264,7 +265,9 @@ async fn tes_tasks_fetch_their_inputs_run_their_executors_in_order_and_store_the
     let first = minimal["tasks"].as_array().unwrap();
     assert_eq!(first.len(), 2);
     assert_eq!(first[0]["id"], long.as_str());
-    assert_eq!(first[0].as_object().unwrap().len(), 2, "MINIMAL is the id and state: {}", first[0]);
+    let shown: Vec<&String> = first[0].as_object().unwrap().keys().collect();
+    assert_eq!(shown, ["executors", "id", "state"], "MINIMAL is the id and state: {}", first[0]);
+    assert_eq!(first[0]["executors"], serde_json::json!([]), "no executors in MINIMAL: {}", first[0]);
     let token = minimal["next_page_token"].as_str().expect("a next page").to_owned();
     let (_, rest) = tes.get(&format!("/tasks?page_size=100&page_token={token}")).await;
     assert_eq!(rest["tasks"].as_array().unwrap().len(), 5, "{rest}");
@@ -300,6 +303,13 @@ async fn tes_tasks_fetch_their_inputs_run_their_executors_in_order_and_store_the
             json!({"inputs": [{"path": "relative", "content": "x"}], "executors": [{"image": "debian", "command": ["true"]}]}),
             "absolute",
         ),
+        // More disk than the landing zone has free (it said how much as it connected).
+        (
+            json!({"resources": {"disk_gb": 900000}, "executors": [{"image": "debian", "command": ["true"]}]}),
+            "MB free for a task's files",
+        ),
+        (json!({"resources": {"ram_gb": -1}, "executors": [{"image": "debian", "command": ["true"]}]}), "ram_gb"),
+        (json!({"resources": {"cpu_cores": 0}, "executors": [{"image": "debian", "command": ["true"]}]}), "cpu_cores"),
     ];
     for (task, says) in refused {
         let (status, problem) = tes.post("/tasks", &task).await;
@@ -391,4 +401,91 @@ async fn py_tes_drives_tasks_unchanged() {
     let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "py-tes: {said}");
     assert!(said.contains("py-tes: all checks passed"), "{said}");
+}
+
+/// The image snakemake's TES executor runs its jobs in (the test image with snakemake and its
+/// S3 storage plugin, which scripts/install-test-deps.sh builds beside it), or `None` (saying
+/// why) where it is not there.
+fn snakemake_image(test_image: &std::path::Path) -> Option<std::path::PathBuf> {
+    let image = test_image.with_file_name("snakemake-bookworm.tar");
+    if image.exists() {
+        return Some(image);
+    }
+    assert!(
+        std::env::var("MISSION_REQUIRE_WORKFLOWS").as_deref() != Ok("1"),
+        "the workflow tools are required (MISSION_REQUIRE_WORKFLOWS=1) but {} is missing",
+        image.display()
+    );
+    eprintln!("skipped: {} is missing (scripts/install-test-deps.sh builds it)", image.display());
+    None
+}
+
+/// Snakemake with its TES executor plugin and S3 as its default storage, from PyPI, unchanged:
+/// a workflow of 11 jobs across 3 rules, each job a TES task in the Snakemake image whose
+/// snakemake reads its inputs from and writes its outputs to the S3 test server.
+#[tokio::test]
+async fn snakemake_runs_a_workflow_as_tes_tasks_on_s3() {
+    let Some(test_image) = test_image() else { return };
+    let Some(image) = snakemake_image(&test_image) else { return };
+    let Some(tools) = super::slurm_commands::workflow_tools() else { return };
+    let Some(s3) = S3Server::start().await else { return };
+    let (server, admin) = cluster(|_| {}).await;
+    let _agent = Agent::start(&server, &admin, local_station(), "podman", TWO_CPUS).await;
+    let alice = &server.client;
+    alice.import_image(&image, &ImportImage { name: "snakemake".into(), ..Default::default() }, None).await.unwrap();
+    let work = tempfile::tempdir().unwrap();
+    std::fs::write(work.path().join("Snakefile"), super::slurm_commands::SQUARES_SNAKEFILE).unwrap();
+    let token = alice.tokens().await.unwrap().access_token;
+    let prefix = format!("s3://{}/workflow", s3.bucket);
+    // py-tes 0.4 (the plugin's) adds `/v1/tasks` to the URL it is given.
+    let tes_url = format!("{}/ga4gh/tes", server.url);
+    let args = [
+        "--executor",
+        "tes",
+        "--tes-url",
+        &tes_url,
+        "--container-image",
+        "snakemake",
+        "--default-storage-provider",
+        "s3",
+        "--default-storage-prefix",
+        &prefix,
+        "--storage-s3-endpoint-url",
+        &s3.endpoint,
+        "--storage-s3-access-key",
+        &s3.access_key_id,
+        "--storage-s3-secret-key",
+        &s3.secret_access_key,
+        "--jobs",
+        "10",
+        "--seconds-between-status-checks",
+        "1",
+    ];
+    let run = tokio::process::Command::new(tools.join("snakemake"))
+        .args(args)
+        .current_dir(work.path())
+        .env("SNAKEMAKE_TES_TOKEN", &token)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(900), run).await.expect("the workflow within 15 min").unwrap();
+    let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let tes = Tes { http: reqwest::Client::new(), base: format!("{tes_url}/v1"), token };
+    if !out.status.success() {
+        // The plugin reads a Funnel log of its CI's on a failed task: what the tasks said instead.
+        let (_, tasks) = tes.get("/tasks?view=FULL").await;
+        panic!("snakemake failed: {log}\ntasks: {tasks:#}");
+    }
+    assert!(log.contains("12 of 12 steps (100%) done"), "{log}");
+    // The result is in the bucket, where snakemake's storage put it.
+    let read = format!(
+        "import boto3; print(boto3.client('s3', endpoint_url='{}', aws_access_key_id='{}', \
+         aws_secret_access_key='{}', region_name='{}').get_object(Bucket='{}', \
+         Key='workflow/summary.txt')['Body'].read().decode(), end='')",
+        s3.endpoint, s3.access_key_id, s3.secret_access_key, s3.region, s3.bucket
+    );
+    let summary = std::process::Command::new(tools.join("python")).args(["-c", &read]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&summary.stdout), "30\n", "{}", String::from_utf8_lossy(&summary.stderr));
+    // Each rule's job was a task of alice's, ended COMPLETE.
+    let (_, listed) = tes.get("/tasks?view=BASIC&state=COMPLETE").await;
+    assert_eq!(listed["tasks"].as_array().unwrap().len(), 11, "{listed}");
 }

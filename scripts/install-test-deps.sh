@@ -13,6 +13,10 @@
 #   run: a minimal Debian root filesystem (debootstrap --variant=minbase bookworm), imported with
 #   podman import and saved as an OCI archive at target/test-image/debian-bookworm.tar (made once;
 #   scripts/test.sh names it in MISSION_TEST_IMAGE);
+# - Jupyter Lab, and the workflow tools from PyPI (snakemake with its Slurm and TES executor
+#   plugins and S3 storage plugin, submitit) in virtualenvs under /opt/mission-test, and the job
+#   image Snakemake's TES executor runs in (the test image with snakemake, built offline from
+#   wheels made here: target/test-image/snakemake-bookworm.tar);
 # - a Python virtual environment at target/test-venv with, from PyPI, moto[server] (the
 #   S3-compatible server the cargo-bay tests start, scripts/s3-test-server.py), schemathesis
 #   (the API fuzzer of crates/mission-server/tests/api/fuzz.rs), maturin, pytest and mypy

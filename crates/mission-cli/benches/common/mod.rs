@@ -228,6 +228,11 @@ impl SignedIn {
 
     /// [`SignedIn::start`] with `extra` flags for the server.
     pub async fn start_with(root: &Path, username: &str, password: &str, extra: &[&str]) -> Self {
+        Self::start_as(root, username, password, false, extra).await
+    }
+
+    /// [`SignedIn::start_with`], the user an administrator where `admin`.
+    pub async fn start_as(root: &Path, username: &str, password: &str, admin: bool, extra: &[&str]) -> Self {
         use mission_client::auth::token_file::{self, StoredToken};
         let home = root.join("home");
         std::fs::create_dir_all(&home).unwrap();
@@ -235,6 +240,7 @@ impl SignedIn {
         let mut add = std::process::Command::new(bin())
             .args(["server", "add-user", username, "--password-stdin", "--data-dir"])
             .arg(&data_dir)
+            .args(admin.then_some("--admin"))
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .spawn()

@@ -20,13 +20,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use mission_client::{Client, JobResources, JobStatus, ListJobs, RegisterLandingZone, RunJob};
 
-use common::{Deployment, Service, bin, percentile, rss_kib};
+use common::{Deployment, Service, percentile, rss_kib};
 
 const SCRIPT: &str = "read line < input.txt\n";
 
@@ -248,15 +247,7 @@ async fn main() {
         .register_landing_zone(lab.station_id, &RegisterLandingZone { name: "idle".into(), cluster_account: None })
         .await
         .unwrap();
-    let agent = tokio::process::Command::new(bin())
-        .args(["lz", "--server", &url, "--data-dir"])
-        .arg(home.path().join("lz"))
-        .env("MISSION_LZ_TOKEN", &registered.token)
-        .env("MISSION_LOG", "warn")
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let agent = common::spawn_agent(&url, &registered.token, &home.path().join("lz"), &[]);
     while !client.list_landing_zones(lab.station_id).await.unwrap().iter().any(|lz| lz.online) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

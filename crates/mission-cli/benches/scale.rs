@@ -19,12 +19,11 @@
 mod common;
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use mission_client::{Client, JobStatus, ListJobs, RegisterLandingZone, RunJob, RunJobArray};
 
-use common::{Deployment, Service, bin, percentile, rss_kib};
+use common::{Deployment, Service, percentile, rss_kib};
 
 const SCRIPT: &str = "true\n";
 const ARRAY_REQUEST: usize = 100_000;
@@ -79,15 +78,7 @@ async fn setup(home: &Path, deployment: Deployment) -> Setup {
 
 /// Starts the registered landing zone's agent.
 fn agent(home: &Path, url: &str, token: &str) -> tokio::process::Child {
-    tokio::process::Command::new(bin())
-        .args(["lz", "--server", url, "--data-dir"])
-        .arg(home.join("lz"))
-        .env("MISSION_LZ_TOKEN", token)
-        .env("MISSION_LOG", "warn")
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap()
+    common::spawn_agent(url, token, &home.join("lz"), &[])
 }
 
 /// A server whose agent drains an array in turns.

@@ -201,15 +201,8 @@ async fn main() {
         )
         .await
         .unwrap();
-    let _agent = tokio::process::Command::new(common::bin())
-        .args(["lz", "--server", &service.url, "--lz-cpus", "2", "--lz-memory", "1024", "--data-dir"])
-        .arg(root.path().join("remote-lz"))
-        .env("MISSION_LZ_TOKEN", &registered.token)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let flags = ["--lz-cpus", "2", "--lz-memory", "1024"];
+    let _agent = common::spawn_agent(&service.url, &registered.token, &root.path().join("remote-lz"), &flags);
     measure(&service, mission, remote, requests, "a landing zone of its own (mission lz), through its tunnel").await;
 
     let server_address = service.url.trim_start_matches("http://").to_owned();

@@ -18,13 +18,12 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use mission_client::{ImportImage, JobResources, JobStatus, RegisterLandingZone, UpdateMission};
 use serde_json::{Value, json};
 
-use common::{SignedIn, bin, percentile, shell_mission};
+use common::{SignedIn, percentile, shell_mission};
 
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -73,16 +72,7 @@ async fn main() {
     for name in ["lz-a", "lz-b"] {
         let registered = RegisterLandingZone { name: name.into(), cluster_account: None };
         let registered = client.register_landing_zone(station, &registered).await.unwrap();
-        let agent = tokio::process::Command::new(bin())
-            .args(["lz", "--server", &url, "--lz-cpus", "2", "--data-dir"])
-            .arg(root.path().join(name))
-            .env("MISSION_LZ_TOKEN", &registered.token)
-            .env("MISSION_LOG", "warn")
-            .stdout(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        agents.push(agent);
+        agents.push(common::spawn_agent(&url, &registered.token, &root.path().join(name), &["--lz-cpus", "2"]));
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     while client.list_landing_zones(station).await.unwrap().iter().filter(|lz| lz.online).count() < 2 {
@@ -165,15 +155,7 @@ async fn main() {
         s3.bucket
     );
     assert!(std::process::Command::new(python).args(["-c", &put]).status().unwrap().success());
-    let bay = mission_client::CreateCargoBay {
-        bucket: Some(s3.bucket.clone()),
-        endpoint: Some(s3.endpoint.clone()),
-        region: Some(s3.region.clone()),
-        access_key_id: Some(s3.access_key_id.clone()),
-        secret_access_key: Some(s3.secret_access_key.clone()),
-        ..mission_client::CreateCargoBay::new("bench bucket", mission_client::CargoBayKind::S3)
-    };
-    client.create_cargo_bay(&bay).await.unwrap();
+    client.create_cargo_bay(&s3.cargo_bay("bench bucket")).await.unwrap();
     let content = |route: &str| route.contains("/inputs/{n}/content") || route.contains("/inputs/{n}/files/");
     let listing = |route: &str| route.ends_with("/inputs/{n}");
     let (fetched_before, listed_before) = (requests(&url, content).await, requests(&url, listing).await);

@@ -24,6 +24,18 @@ pub struct S3Server {
 }
 
 impl S3Server {
+    /// A request for an S3 cargo bay named `name` of the whole bucket, with the server's key.
+    pub fn cargo_bay(&self, name: &str) -> mission_client::CreateCargoBay {
+        mission_client::CreateCargoBay {
+            bucket: Some(self.bucket.clone()),
+            endpoint: Some(self.endpoint.clone()),
+            region: Some(self.region.clone()),
+            access_key_id: Some(self.access_key_id.clone()),
+            secret_access_key: Some(self.secret_access_key.clone()),
+            ..mission_client::CreateCargoBay::new(name, mission_client::CargoBayKind::S3)
+        }
+    }
+
     /// Starts the server, or returns `None` (saying why) where its Python environment is not
     /// installed — unless `MISSION_REQUIRE_S3=1` (set by `scripts/test.sh`, which installs it)
     /// makes that a failure.

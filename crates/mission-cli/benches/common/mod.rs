@@ -17,6 +17,23 @@ pub fn bin() -> String {
     std::env::var("BENCH_MISSION_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mission").to_owned())
 }
 
+/// Starts a landing zone's agent (`mission lz`, its `flags` added) with its `token`, connecting
+/// to `url`, its files in `data_dir`; it logs at `warn`, its output dropped, and is killed when
+/// dropped.
+pub fn spawn_agent(url: &str, token: &str, data_dir: &Path, flags: &[&str]) -> tokio::process::Child {
+    tokio::process::Command::new(bin())
+        .args(["lz", "--server", url])
+        .args(flags)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("MISSION_LZ_TOKEN", token)
+        .env("MISSION_LOG", "warn")
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
 /// Starts `mission server` on a free port over `data_dir`; returns the process and its URL.
 pub async fn spawn_server(data_dir: &Path) -> (tokio::process::Child, String) {
     spawn_server_with(data_dir, &[]).await

@@ -196,15 +196,7 @@ async fn tes_tasks_fetch_their_inputs_run_their_executors_in_order_and_store_the
 
     // Through an S3 cargo bay of the caller's: a file and a directory written, then read back
     // by another task, as a file and as a prefix.
-    let bay = mission_client::CreateCargoBay {
-        bucket: Some(s3.bucket.clone()),
-        endpoint: Some(s3.endpoint.clone()),
-        region: Some(s3.region.clone()),
-        access_key_id: Some(s3.access_key_id.clone()),
-        secret_access_key: Some(s3.secret_access_key.clone()),
-        ..mission_client::CreateCargoBay::new("tes bucket", mission_client::CargoBayKind::S3)
-    };
-    alice.create_cargo_bay(&bay).await.unwrap();
+    alice.create_cargo_bay(&s3.cargo_bay("tes bucket")).await.unwrap();
     let bucket = &s3.bucket;
     let writes = json!({
         "executors": [{"image": "debian", "command": ["sh", "-c",
@@ -367,15 +359,7 @@ async fn py_tes_drives_tasks_unchanged() {
     let _agent = Agent::start(&server, &admin, local_station(), "podman", TWO_CPUS).await;
     let alice = &server.client;
     alice.import_image(&archive, &ImportImage { name: "debian".into(), ..Default::default() }, None).await.unwrap();
-    let bay = mission_client::CreateCargoBay {
-        bucket: Some(s3.bucket.clone()),
-        endpoint: Some(s3.endpoint.clone()),
-        region: Some(s3.region.clone()),
-        access_key_id: Some(s3.access_key_id.clone()),
-        secret_access_key: Some(s3.secret_access_key.clone()),
-        ..mission_client::CreateCargoBay::new("tes bucket", mission_client::CargoBayKind::S3)
-    };
-    alice.create_cargo_bay(&bay).await.unwrap();
+    alice.create_cargo_bay(&s3.cargo_bay("tes bucket")).await.unwrap();
     let web = WebServer::start().await;
     let given = json!({
         "url": server.url,

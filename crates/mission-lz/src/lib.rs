@@ -4,6 +4,9 @@
 //! (the host needs no inbound port), advertises what the host offers, and runs the jobs the
 //! server places on it, on the host itself or, from a cluster's login node, in Slurm. Layout:
 //! - [`agent`]: the connection — hello, the order stream, heartbeats, reports, reconnects;
+//! - `config`: how an agent is run; `dirs`: its own directories; `error`: why it stopped;
+//! - `jobs`: the jobs an agent runs, the reports it owes of them, and what a job's life may
+//!   use of the agent (its `JobContext`);
 //! - [`client`]: the agent's side of the LZ protocol, its paths and its one retry policy;
 //! - `lifecycle`: a job's life from staging to its final report, the same on every runner;
 //! - `runner`: what runs jobs — the seam (start a job, and a handle on it), and its `process`
@@ -20,7 +23,11 @@ pub mod agent;
 mod cache;
 pub mod cgroups;
 pub mod client;
+mod config;
 pub mod detect;
+mod dirs;
+mod error;
+mod jobs;
 mod lifecycle;
 mod output;
 mod podman;
@@ -32,9 +39,12 @@ mod shell;
 pub mod slurm;
 mod workdirs;
 
-pub use agent::{AgentConfig, AgentError, RunnerKind, default_work_root, run};
+pub use agent::run;
 pub use client::Backoff;
+pub use config::{AgentConfig, RunnerKind};
 pub use detect::Overrides;
+pub use dirs::default_work_root;
+pub use error::AgentError;
 pub use mission_api::ContainerNetwork;
 pub use podman::ContainerConfig;
 pub use runner::slurm::{Pilots, SlurmConfig};

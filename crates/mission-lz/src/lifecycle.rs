@@ -22,8 +22,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::agent::Agent;
 use crate::cache::Inputs;
+use crate::jobs::JobContext;
 use crate::output::{forward_file, forward_pipe, upload_results};
 use crate::runner::{
     Finished, JobError, JobEvents, JobHandle, JobOutput, Outcome, OutputSource, Runner, Signal, StopSwitch,
@@ -31,16 +31,16 @@ use crate::runner::{
 };
 
 /// Runs `job` on `runner` to its end, reporting every move; a stop switched on in `stop` ends it.
-pub(crate) async fn run<R: Runner>(runner: Arc<R>, agent: Arc<Agent>, job: Assignment, mut stop: StopSwitch) {
+pub(crate) async fn run<R: Runner>(runner: Arc<R>, ctx: JobContext, job: Assignment, mut stop: StopSwitch) {
     let (job_id, session) = (job.job_id, job.session.is_some());
     let started = async {
         if let Some(refusal) = runner.refusal(&job) {
             return Err(JobError::Refused(refusal));
         }
         let (job, session_env) =
-            agent.sessions.prepare(job).map_err(|e| JobError::Launch(format!("preparing the session: {e}")))?;
-        let (events, runs) = JobEvents::new(agent.clone(), job_id, session_env);
-        match agent.stage_inputs(&job, &mut stop).await? {
+            ctx.sessions.prepare(job).map_err(|e| JobError::Launch(format!("preparing the session: {e}")))?;
+        let (events, runs) = JobEvents::new(ctx.clone(), job_id, session_env);
+        match ctx.stage_inputs(&job, &mut stop).await? {
             Inputs::Cached(inputs) => runner.start(&job, inputs, events).await.map(|handle| Some((handle, runs))),
             Inputs::Stopped => Ok(None),
         }
@@ -48,27 +48,27 @@ pub(crate) async fn run<R: Runner>(runner: Arc<R>, agent: Arc<Agent>, job: Assig
     match started.await {
         Ok(Some((handle, runs))) => {
             if session {
-                crate::sessions::watch(agent.clone(), job_id);
+                crate::sessions::watch(ctx.clone(), job_id);
             }
-            follow(&agent, job_id, handle, runs, stop).await
+            follow(&ctx, job_id, handle, runs, stop).await
         }
-        Ok(None) => agent.report_end(job_id, stopped_before_start(), None, None),
-        Err(e) => agent.report_end(job_id, failed(&e), None, None),
+        Ok(None) => ctx.report_end(job_id, stopped_before_start(), None, None),
+        Err(e) => ctx.report_end(job_id, failed(&e), None, None),
     }
 }
 
 /// Follows `job_id`, which an earlier run of the agent left running, to its end, as [`run`] would
 /// have.
-pub(crate) async fn resume<R: Runner>(runner: Arc<R>, agent: Arc<Agent>, job_id: Uuid, stop: StopSwitch) {
-    let (events, runs) = JobEvents::new(agent.clone(), job_id, Vec::new());
+pub(crate) async fn resume<R: Runner>(runner: Arc<R>, ctx: JobContext, job_id: Uuid, stop: StopSwitch) {
+    let (events, runs) = JobEvents::new(ctx.clone(), job_id, Vec::new());
     match runner.recover(job_id, events).await {
         Ok(handle) => {
-            if agent.sessions.is_session(job_id) {
-                crate::sessions::watch(agent.clone(), job_id);
+            if ctx.sessions.is_session(job_id) {
+                crate::sessions::watch(ctx.clone(), job_id);
             }
-            follow(&agent, job_id, handle, runs, stop).await
+            follow(&ctx, job_id, handle, runs, stop).await
         }
-        Err(e) => agent.report_end(job_id, failed(&e), None, None),
+        Err(e) => ctx.report_end(job_id, failed(&e), None, None),
     }
 }
 
@@ -85,7 +85,7 @@ fn stopped_before_start() -> Outcome {
 /// Follows a started job to its end: streams its output once it runs, signals it on a stop,
 /// uploads its results, and reports its end with what it used.
 async fn follow<H: JobHandle>(
-    agent: &Arc<Agent>,
+    ctx: &JobContext,
     job_id: Uuid,
     mut handle: H,
     mut runs: watch::Receiver<bool>,
@@ -101,7 +101,7 @@ async fn follow<H: JobHandle>(
         }
         let running = *runs.borrow_and_update();
         if forwarders.is_empty() && running {
-            forwarders = forward_output(agent, job_id, handle.output());
+            forwarders = forward_output(ctx, job_id, handle.output());
         }
         tokio::select! {
             () = handle.wait() => break,
@@ -113,13 +113,13 @@ async fn follow<H: JobHandle>(
             }
         }
     }
-    agent.shells.forget(job_id);
+    ctx.shells.forget(job_id);
     // A session ended for being idle ends as sessions do, with its results.
-    let idle = agent.sessions.idle_end(job_id);
+    let idle = ctx.sessions.idle_end(job_id);
     let finished = handle.finish(stopping.ordered.is_some() && idle.is_none()).await;
     if forwarders.is_empty() {
         // What it wrote is sent now, in one read.
-        forwarders = forward_output(agent, job_id, handle.output());
+        forwarders = forward_output(ctx, job_id, handle.output());
     }
     for forwarder in forwarders {
         let _ = forwarder.await;
@@ -127,18 +127,18 @@ async fn follow<H: JobHandle>(
     let mut task_log = None;
     let outcome = match finished {
         Ok(Finished { outcome, task: Some(task), .. }) => {
-            let (outcome, log) = finish_task(agent, job_id, outcome, task).await;
+            let (outcome, log) = finish_task(ctx, job_id, outcome, task).await;
             task_log = Some(log);
             Ok(outcome)
         }
         Ok(Finished { outcome, .. }) if outcome.0 == JobStatus::Stopped => Ok(outcome),
         Ok(Finished { outcome, results, .. }) => {
-            agent.report(job_id, JobStatus::Uploading, None, None, None);
+            ctx.book.report(job_id, JobStatus::Uploading, None, None, None);
             let outcome = match idle {
                 Some(reason) => (JobStatus::Completed, None, Some(reason)),
                 None => outcome,
             };
-            upload_results(&agent.client, job_id, results).await.map(|()| outcome)
+            upload_results(&ctx.client, job_id, results).await.map(|()| outcome)
         }
         Err(e) => Err(e),
     };
@@ -146,29 +146,29 @@ async fn follow<H: JobHandle>(
     let outcome = outcome.unwrap_or_else(|e| failed(&e));
     if H::RELEASE_BEFORE_REPORT {
         handle.release().await;
-        agent.report_end(job_id, outcome, usage, task_log);
+        ctx.report_end(job_id, outcome, usage, task_log);
     } else {
         // The report goes first: the next job waits for it, not for the clean-up.
-        agent.report_end(job_id, outcome, usage, task_log);
+        ctx.report_end(job_id, outcome, usage, task_log);
         handle.release().await;
     }
 }
 
 /// Ends a TES task's run: a completed one's outputs are uploaded (the first that cannot be
 /// fails it, naming it); answers how it ended and its log.
-async fn finish_task(agent: &Arc<Agent>, job_id: Uuid, outcome: Outcome, task: TaskFinished) -> (Outcome, TesTaskLog) {
+async fn finish_task(ctx: &JobContext, job_id: Uuid, outcome: Outcome, task: TaskFinished) -> (Outcome, TesTaskLog) {
     let start_time = task.logs.first().and_then(|log| log.start_time.clone());
     let mut outcome = outcome;
     let mut uploaded = Vec::new();
     if outcome.0 == JobStatus::Completed {
-        agent.report(job_id, JobStatus::Uploading, None, None, None);
+        ctx.book.report(job_id, JobStatus::Uploading, None, None, None);
         match task.outputs {
             Ok(files) => {
                 for file in files {
                     let opened = crate::runner::task::open_beneath(&file.place, rustix::fs::OFlags::RDONLY)
                         .map_err(|e| crate::client::Failure::Local(format!("{}: {e}", file.inside)));
                     let stored = match opened {
-                        Ok(opened) => agent.client.put_task_output(job_id, file.n, &file.under, opened).await,
+                        Ok(opened) => ctx.client.put_task_output(job_id, file.n, &file.under, opened).await,
                         Err(e) => Err(e),
                     };
                     match stored {
@@ -236,7 +236,7 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 /// Starts sending a job's stdout and stderr to the server.
-fn forward_output(agent: &Arc<Agent>, job_id: Uuid, output: JobOutput) -> Vec<tokio::task::JoinHandle<()>> {
+fn forward_output(ctx: &JobContext, job_id: Uuid, output: JobOutput) -> Vec<tokio::task::JoinHandle<()>> {
     let JobOutput { offsets, source } = output;
     let streams = ["stdout", "stderr"];
     match source {
@@ -244,18 +244,18 @@ fn forward_output(agent: &Arc<Agent>, job_id: Uuid, output: JobOutput) -> Vec<to
             .into_iter()
             .zip(pipes)
             .map(|(stream, fd)| {
-                let agent = agent.clone();
+                let ctx = ctx.clone();
                 let pipe = fd.and_then(|fd| tokio::net::unix::pipe::Receiver::from_owned_fd(fd).ok());
-                tokio::spawn(async move { forward_pipe(&agent.client, job_id, stream, offsets.of(stream), pipe).await })
+                tokio::spawn(async move { forward_pipe(&ctx.client, job_id, stream, offsets.of(stream), pipe).await })
             })
             .collect(),
         OutputSource::Files { paths, ended } => streams
             .into_iter()
             .zip(paths)
             .map(|(stream, path)| {
-                let (agent, ended) = (agent.clone(), ended.clone());
+                let (ctx, ended) = (ctx.clone(), ended.clone());
                 tokio::spawn(async move {
-                    forward_file(&agent.client, job_id, stream, offsets.of(stream), path, ended).await;
+                    forward_file(&ctx.client, job_id, stream, offsets.of(stream), path, ended).await;
                 })
             })
             .collect(),

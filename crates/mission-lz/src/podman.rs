@@ -169,7 +169,7 @@ impl Podman {
         let downloads = data_dir.join("images");
         let loaded_ids = data_dir.join("image-ids");
         for dir in [&downloads, &loaded_ids] {
-            crate::agent::private_dir(dir, 0o700).map_err(|e| format!("{}: {e}", dir.display()))?;
+            crate::dirs::private_dir(dir, 0o700).map_err(|e| format!("{}: {e}", dir.display()))?;
         }
         let cdi = ["/etc/cdi", "/var/run/cdi"].iter().any(|dir| {
             std::fs::read_dir(dir)

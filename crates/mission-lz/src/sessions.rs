@@ -29,7 +29,7 @@ use mission_api::sessions::{
 };
 use uuid::Uuid;
 
-use crate::agent::Agent;
+use crate::jobs::JobContext;
 
 /// How often a starting session's port is tried.
 const READY_POLL: Duration = Duration::from_millis(200);
@@ -270,7 +270,7 @@ impl Sessions {
     }
 
     /// What a later run of the agent needs to reach the session of `job_id` again (a batch
-    /// system's job outlives its agent), if it is one.
+    /// system's job outlives its ctx), if it is one.
     pub fn saved(&self, job_id: Uuid) -> Option<SavedSession> {
         let session = self.port(job_id)?;
         let idle_timeout = session.idle_timeout.map(|idle| (idle.as_secs() / 60) as u32);
@@ -340,10 +340,10 @@ fn free_loopback_port() -> std::io::Result<u16> {
 /// the session's URL from then on; gives up when the session ends first. Then, while it runs:
 /// warns its owner (through the server) [`ENDING_WARNING_MINUTES`] before its time limit, and,
 /// with an idle timeout, ends it once nothing went through it for that long.
-pub(crate) fn watch(agent: Arc<Agent>, job_id: Uuid) {
+pub(crate) fn watch(ctx: JobContext, job_id: Uuid) {
     tokio::spawn(async move {
         let session = loop {
-            let Some(session) = agent.sessions.port(job_id) else { return };
+            let Some(session) = ctx.sessions.port(job_id) else { return };
             let reach = session.reach.lock().expect("not poisoned").clone();
             if reach.probe(session.port).await {
                 session.last_active.store(now_ms(), Ordering::Relaxed);
@@ -351,7 +351,7 @@ pub(crate) fn watch(agent: Arc<Agent>, job_id: Uuid) {
             }
             tokio::time::sleep(reach.poll()).await;
         };
-        if let Err(e) = agent.client.delivered(|| agent.client.session_ready(job_id)).await {
+        if let Err(e) = ctx.client.delivered(|| ctx.client.session_ready(job_id)).await {
             tracing::warn!(%job_id, "telling the server that the session is ready: {e}");
         }
         let mut warn_at = session.warn_at;
@@ -365,12 +365,12 @@ pub(crate) fn watch(agent: Arc<Agent>, job_id: Uuid) {
                 (Some((at, _)), Some(every)) => at.min(Instant::now() + every),
             };
             tokio::time::sleep_until(next.into()).await;
-            let Some(session) = agent.sessions.port(job_id) else { return };
+            let Some(session) = ctx.sessions.port(job_id) else { return };
             if let Some((at, minutes_left)) = warn_at
                 && Instant::now() >= at
             {
                 warn_at = None;
-                let warned = agent.client.delivered(|| agent.client.session_ending(job_id, minutes_left)).await;
+                let warned = ctx.client.delivered(|| ctx.client.session_ending(job_id, minutes_left)).await;
                 if let Err(e) = warned {
                     tracing::warn!(%job_id, "warning the session's owner of its time limit: {e}");
                 }
@@ -380,8 +380,8 @@ pub(crate) fn watch(agent: Arc<Agent>, job_id: Uuid) {
                 if idle >= idle_timeout {
                     let minutes = idle_timeout.as_secs() / 60;
                     let reason = format!("idle timeout: no request for {minutes} minute(s)");
-                    agent.sessions.idled.lock().expect("not poisoned").insert(job_id, reason);
-                    agent.stop_job(job_id, IDLE_GRACE);
+                    ctx.sessions.idled.lock().expect("not poisoned").insert(job_id, reason);
+                    ctx.book.stop_job(job_id, IDLE_GRACE);
                     return;
                 }
             }
@@ -391,15 +391,15 @@ pub(crate) fn watch(agent: Arc<Agent>, job_id: Uuid) {
 
 /// Opens a tunnel for sessions to the server at `url` (the one the agent connects to when
 /// none), unless one is open to it, and serves it until it closes.
-pub(crate) fn open_tunnel(agent: Arc<Agent>, url: Option<String>) {
-    let base = url.unwrap_or_else(|| agent.client.server().to_owned());
-    if !agent.sessions.tunnels.lock().expect("not poisoned").insert(base.clone()) {
+pub(crate) fn open_tunnel(ctx: JobContext, url: Option<String>) {
+    let base = url.unwrap_or_else(|| ctx.client.server().to_owned());
+    if !ctx.sessions.tunnels.lock().expect("not poisoned").insert(base.clone()) {
         return;
     }
     tokio::spawn(async move {
-        match agent.client.tunnel(&base).await {
+        match ctx.client.tunnel(&base).await {
             Ok(io) => {
-                let serving = agent.clone();
+                let serving = ctx.clone();
                 let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
                     let forwarded = forward(serving.clone(), request.map(mission_tunnel::boxed));
                     async move { Ok::<_, Infallible>(forwarded.await) }
@@ -410,27 +410,27 @@ pub(crate) fn open_tunnel(agent: Arc<Agent>, url: Option<String>) {
             }
             Err(e) => tracing::warn!("opening a session tunnel to {base}: {e}"),
         }
-        agent.sessions.tunnels.lock().expect("not poisoned").remove(&base);
+        ctx.sessions.tunnels.lock().expect("not poisoned").remove(&base);
     });
 }
 
 /// The agent's sessions served in-process to the server it is embedded in (see
 /// [`mission_tunnel::LocalTunnel`]): the same handling as a tunnel's requests get, by a call.
-pub(crate) fn local_service(agent: Arc<Agent>) -> mission_tunnel::LocalService {
-    Arc::new(move |request| Box::pin(forward(agent.clone(), request)))
+pub(crate) fn local_service(ctx: JobContext) -> mission_tunnel::LocalService {
+    Arc::new(move |request| Box::pin(forward(ctx.clone(), request)))
 }
 
 /// One request from the tunnel, forwarded to its session's app (or a job shell's WebSocket).
-async fn forward(agent: Arc<Agent>, request: Request<mission_tunnel::Body>) -> Response<mission_tunnel::Body> {
+async fn forward(ctx: JobContext, request: Request<mission_tunnel::Body>) -> Response<mission_tunnel::Body> {
     if mission_tunnel::is_shell(&request) {
-        return crate::shell::open(&agent, request).await;
+        return crate::shell::open(&ctx, request).await;
     }
     let job_id = request
         .headers()
         .get(mission_tunnel::SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| Uuid::parse_str(v).ok());
-    let Some((job_id, session)) = job_id.and_then(|id| agent.sessions.port(id).map(|session| (id, session))) else {
+    let Some((job_id, session)) = job_id.and_then(|id| ctx.sessions.port(id).map(|session| (id, session))) else {
         let mut refusal = answer(StatusCode::NOT_FOUND, "no such session on this landing zone");
         refusal.headers_mut().insert(mission_tunnel::NO_SESSION_HEADER, HeaderValue::from_static("1"));
         return refusal;

@@ -13,6 +13,7 @@
 //! last. Closing the WebSocket kills the process; what it started in the job runs on, as it
 //! would after a logout, until the job ends.
 
+use crate::jobs::JobContext;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io;
@@ -29,7 +30,6 @@ use tokio::net::unix::pipe;
 use tokio::sync::{mpsc, watch};
 use uuid::Uuid;
 
-use crate::agent::Agent;
 use crate::sandbox::JobProcess;
 
 /// How long the output of a process that ended may take to drain (what it started in the
@@ -125,15 +125,15 @@ impl Shells {
 
 /// A shell's WebSocket from the tunnel: starts its process and relays it; an HTTP refusal when
 /// it cannot.
-pub(crate) async fn open(agent: &Agent, request: Request<mission_tunnel::Body>) -> Response<mission_tunnel::Body> {
-    match start(agent, request).await {
+pub(crate) async fn open(ctx: &JobContext, request: Request<mission_tunnel::Body>) -> Response<mission_tunnel::Body> {
+    match start(ctx, request).await {
         Ok(response) => response,
         Err((status, why)) => crate::sessions::answer(status, &why),
     }
 }
 
 async fn start(
-    agent: &Agent,
+    ctx: &JobContext,
     request: Request<mission_tunnel::Body>,
 ) -> Result<Response<mission_tunnel::Body>, (StatusCode, String)> {
     let bad = |why: &str| (StatusCode::BAD_REQUEST, why.to_owned());
@@ -145,8 +145,8 @@ async fn start(
         .map_err(|e| bad(&format!("the shell's query: {e}")))?;
     query.check().map_err(|e| bad(&e))?;
     let key = header("sec-websocket-key").ok_or_else(|| bad("a WebSocket handshake needs Sec-WebSocket-Key"))?;
-    let Some((starter, mut ended)) = agent.shells.get(job_id) else {
-        let why = if agent.jobs.lock().expect("not poisoned").contains_key(&job_id) {
+    let Some((starter, mut ended)) = ctx.shells.get(job_id) else {
+        let why = if ctx.book.runs(job_id) {
             "no shell opens in this job yet: it has not started running (a batch system's job waits in its \
              queue until it does)"
         } else {

@@ -19,7 +19,8 @@ use mission_api::{JobStatus, JobUsage, Resources};
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::agent::Agent;
+use crate::client::LzClient;
+use crate::jobs::JobContext;
 
 /// What a landing zone offers, as its hello says it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,8 +125,8 @@ pub(crate) trait Runner: Send + Sync + 'static {
     }
 
     /// The agent is up (its client made, its jobs resumed): start what works beside the jobs.
-    fn attach(self: &Arc<Self>, agent: &Arc<Agent>) {
-        let _ = agent;
+    fn attach(self: &Arc<Self>, client: &Arc<LzClient>) {
+        let _ = client;
     }
 
     /// Whether its jobs run on when the agent stops (a batch system's, which a restarted agent
@@ -203,7 +204,7 @@ pub(crate) enum OutputSource {
 
 /// What a runner tells the agent about a job it started, while it runs.
 pub(crate) struct JobEvents {
-    agent: Arc<Agent>,
+    ctx: JobContext,
     job_id: Uuid,
     running: watch::Sender<bool>,
     session_env: Vec<(&'static str, String)>,
@@ -213,12 +214,12 @@ impl JobEvents {
     /// Events of `job_id`, and the switch that tells when it runs; a session's program gets
     /// `session_env` ([`crate::sessions::Sessions::prepare`]).
     pub fn new(
-        agent: Arc<Agent>,
+        ctx: JobContext,
         job_id: Uuid,
         session_env: Vec<(&'static str, String)>,
     ) -> (Self, watch::Receiver<bool>) {
         let (running, runs) = watch::channel(false);
-        (Self { agent, job_id, running, session_env }, runs)
+        (Self { ctx, job_id, running, session_env }, runs)
     }
 
     /// What a session's program finds in its environment (nothing for other jobs).
@@ -228,37 +229,37 @@ impl JobEvents {
 
     /// The way to the server (to fetch what the job needs).
     pub fn client(&self) -> &crate::client::LzClient {
-        &self.agent.client
+        &self.ctx.client
     }
 
     /// It waits to run (in a batch system's queue): `reason` says why.
     pub fn waiting(&self, reason: String) {
-        self.agent.report(self.job_id, JobStatus::Staging, None, Some(reason), None);
+        self.ctx.book.report(self.job_id, JobStatus::Staging, None, Some(reason), None);
     }
 
     /// Its session (if it is one) as its record keeps it for a later run of the agent.
     pub fn saved_session(&self) -> Option<crate::sessions::SavedSession> {
-        self.agent.sessions.saved(self.job_id)
+        self.ctx.sessions.saved(self.job_id)
     }
 
     /// It is a session an earlier run of the agent started, as its record kept it.
     pub fn restore_session(&self, saved: crate::sessions::SavedSession) {
-        self.agent.sessions.restore(self.job_id, saved);
+        self.ctx.sessions.restore(self.job_id, saved);
     }
 
     /// Its session's app (if it is a session) is reached as `reach` from now on.
     pub fn session_reach(&self, reach: crate::sessions::Reach) {
-        self.agent.sessions.reach(self.job_id, reach);
+        self.ctx.sessions.reach(self.job_id, reach);
     }
 
     /// Shells can be opened in it with `starter` from now until it ends.
     pub fn shells_open(&self, starter: Arc<dyn crate::shell::ShellStarter>) {
-        self.agent.shells.offer(self.job_id, starter);
+        self.ctx.shells.offer(self.job_id, starter);
     }
 
     /// Its program started at `at`; `limits` says how its limits are enforced.
     pub fn running(&self, at: chrono::DateTime<chrono::Utc>, limits: String) {
-        self.agent.report_started(self.job_id, at, limits);
+        self.ctx.book.report_started(self.job_id, at, limits);
         self.running.send_replace(true);
     }
 }

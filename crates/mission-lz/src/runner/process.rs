@@ -26,9 +26,11 @@ use mission_api::{
 };
 
 use super::{Finished, JobError, JobEvents, JobHandle, JobOutput, Offer, OutputSource, Runner, Signal, task};
-use crate::agent::{AgentConfig, AgentError, default_work_root, private_dir};
 use crate::cgroups::{Cgroups, JobCgroup};
+use crate::config::AgentConfig;
 use crate::detect::detect;
+use crate::dirs::{default_work_root, private_dir};
+use crate::error::AgentError;
 use crate::output::changed_files;
 use crate::podman::{ContainerRun, Podman};
 use crate::sandbox::spawner::Plan;

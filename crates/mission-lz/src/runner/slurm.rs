@@ -45,9 +45,11 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{Finished, JobError, JobEvents, JobHandle, JobOutput, Offer, Outcome, OutputSource, Runner, Signal};
-use crate::agent::{Agent, AgentConfig, AgentError, private_dir};
 use crate::client::Backoff;
 use crate::client::LzClient;
+use crate::config::AgentConfig;
+use crate::dirs::private_dir;
+use crate::error::AgentError;
 use crate::output::changed_files;
 use crate::sandbox::{UserMap, read_user_map};
 use crate::sessions::{NodeCommand, Reach, SavedSession};
@@ -634,9 +636,9 @@ impl Runner for SlurmRunner {
         }
     }
 
-    fn attach(self: &Arc<Self>, agent: &Arc<Agent>) {
+    fn attach(self: &Arc<Self>, client: &Arc<LzClient>) {
         if self.config.pilots.is_some() {
-            tokio::spawn(fly_pilots(Arc::downgrade(self), agent.clone()));
+            tokio::spawn(fly_pilots(Arc::downgrade(self), client.clone()));
         }
     }
 
@@ -925,7 +927,7 @@ struct Flying {
 
 /// Starts pilots while the station has work no connected landing zone takes, and removes those
 /// whose Slurm job ended, until the runner is gone.
-async fn fly_pilots(runner: Weak<SlurmRunner>, agent: Arc<Agent>) {
+async fn fly_pilots(runner: Weak<SlurmRunner>, client: Arc<LzClient>) {
     let mut flying: HashMap<Uuid, Flying> = HashMap::new();
     // Pilots an earlier run of this gateway started (found by their names, and their dirs in its
     // work root: another gateway of the account has its own) are followed on, so that they are
@@ -966,12 +968,12 @@ async fn fly_pilots(runner: Weak<SlurmRunner>, agent: Arc<Agent>) {
             let pilot = flying.remove(&lz_id).expect("listed above");
             runner.monitor.unwatch(lz_id);
             tracing::info!(%lz_id, slurm_id = %pilot.slurm_id, "pilot ended");
-            if let Err(e) = agent.client.delivered(|| agent.client.remove_pilot(lz_id)).await {
+            if let Err(e) = client.delivered(|| client.remove_pilot(lz_id)).await {
                 tracing::warn!(%lz_id, "removing the pilot failed: {e}");
             }
             let _ = std::fs::remove_dir_all(slurm::PilotDir::new(&runner.config.work_root, lz_id).root());
         }
-        let demand = match agent.client.demand().await {
+        let demand = match client.demand().await {
             Ok(demand) => demand,
             Err(e) => {
                 tracing::debug!("asking for the station's demand failed: {e}");
@@ -984,7 +986,7 @@ async fn fly_pilots(runner: Weak<SlurmRunner>, agent: Arc<Agent>) {
         let wanted = demand.queued_cpus.div_ceil(per_pilot) as usize;
         let room = (pilots.max_pilots as usize).saturating_sub(flying.len());
         for _ in 0..wanted.saturating_sub(starting).min(room) {
-            match runner.launch_pilot(&agent, &pilots.pilot).await {
+            match runner.launch_pilot(&client, &pilots.pilot).await {
                 Ok((lz_id, slurm_id)) => {
                     let sightings = runner.monitor.watch(lz_id, &slurm_id);
                     flying.insert(lz_id, Flying { slurm_id, sightings, running_since: None });
@@ -1000,8 +1002,8 @@ async fn fly_pilots(runner: Weak<SlurmRunner>, agent: Arc<Agent>) {
 
 impl SlurmRunner {
     /// Registers a pilot and submits its Slurm job; answers its landing zone and Slurm's id.
-    async fn launch_pilot(&self, agent: &Agent, pilot: &slurm::Pilot) -> Result<(Uuid, String), String> {
-        let registered = agent.client.register_pilot().await.map_err(|e| e.to_string())?;
+    async fn launch_pilot(&self, client: &LzClient, pilot: &slurm::Pilot) -> Result<(Uuid, String), String> {
+        let registered = client.register_pilot().await.map_err(|e| e.to_string())?;
         let lz_id = registered.landing_zone.lz_id;
         let dir = slurm::PilotDir::new(&self.config.work_root, lz_id);
         let script = slurm::pilot_script(&dir, pilot, &self.program, &self.servers, &self.job_path);
@@ -1027,7 +1029,7 @@ impl SlurmRunner {
             }
             Err(why) => {
                 let _ = std::fs::remove_dir_all(dir.root());
-                let _ = agent.client.remove_pilot(lz_id).await;
+                let _ = client.remove_pilot(lz_id).await;
                 Err(why)
             }
         }

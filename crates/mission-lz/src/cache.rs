@@ -78,17 +78,17 @@ impl InputCache {
 
     /// Downloads `files` (inputs of job `job_id`) into the cache, each checked against its
     /// SHA-256 (whose form [`Self::lookup`] checked).
-    pub async fn download(&self, client: &LzClient, job_id: Uuid, files: &[&InputFile]) -> Result<(), String> {
+    pub async fn download(&self, client: &LzClient, job_id: Uuid, files: &[&InputFile]) -> Result<(), InputError> {
         for file in files {
             self.download_one(client, job_id, file).await?;
         }
         Ok(())
     }
 
-    async fn download_one(&self, client: &LzClient, job_id: Uuid, file: &InputFile) -> Result<(), String> {
-        let path = MissionPath::parse(&file.path).map_err(|e| format!("{:?}: {e}", file.path))?;
-        let body = client.input(job_id, &path).await.map_err(|e| format!("{path}: {e}"))?;
-        download_checked(body, &self.dir.join(&file.sha256), &file.sha256).await.map_err(|e| format!("{path}: {e}"))
+    async fn download_one(&self, client: &LzClient, job_id: Uuid, file: &InputFile) -> Result<(), InputError> {
+        let path = MissionPath::parse(&file.path).map_err(InputError::at(format!("{:?}", file.path)))?;
+        let body = client.input(job_id, &path).await.map_err(InputError::at(&path))?;
+        download_checked(body, &self.dir.join(&file.sha256), &file.sha256).await.map_err(InputError::at(&path))
     }
 }
 
@@ -101,7 +101,7 @@ impl InputCache {
         client: &LzClient,
         job_id: Uuid,
         task: &TaskAssignment,
-    ) -> Result<Vec<(PathBuf, PathBuf)>, String> {
+    ) -> Result<Vec<(PathBuf, PathBuf)>, InputError> {
         let mut staged = Vec::new();
         for (n, input) in task.inputs.iter().enumerate() {
             let at = Path::new(TASK_INPUTS).join(n.to_string());
@@ -112,13 +112,15 @@ impl InputCache {
                     let _fetching = self.fetching(&sha256).await;
                     if !entry.exists() {
                         let body = futures_util::stream::iter([Ok(bytes::Bytes::from(text.clone()))]);
-                        download_checked(body, &entry, &sha256).await?;
+                        download_checked(body, &entry, &sha256)
+                            .await
+                            .map_err(InputError::at(format!("inputs[{n}]")))?;
                     }
                     staged.push((at, entry));
                 }
                 InputSource::Web { url } => staged.push((at, self.fetch_web(client, url).await?)),
                 InputSource::Service { url } => {
-                    let listing = client.task_input_listing(job_id, n).await.map_err(|e| format!("{url}: {e}"))?;
+                    let listing = client.task_input_listing(job_id, n).await.map_err(InputError::at(url))?;
                     for file in listing.files {
                         let key = format!("{url}\n{}\n{}\n{}", file.path, file.version, file.size);
                         let key = format!("url-{}", sha256_hex(key.as_bytes()));
@@ -126,15 +128,14 @@ impl InputCache {
                         let _fetching = self.fetching(&key).await;
                         if !std::fs::metadata(&entry).is_ok_and(|m| m.len() == file.size) {
                             let what = if file.path.is_empty() { url.clone() } else { format!("{url}/{}", file.path) };
-                            let body =
-                                client.task_input(job_id, n, &file.path).await.map_err(|e| format!("{what}: {e}"))?;
-                            download_sized(body, &entry, Some(file.size)).await.map_err(|e| format!("{what}: {e}"))?;
+                            let body = client.task_input(job_id, n, &file.path).await.map_err(InputError::at(&what))?;
+                            download_sized(body, &entry, Some(file.size)).await.map_err(InputError::at(&what))?;
                         }
                         let under = if file.path.is_empty() {
                             at.clone()
                         } else {
-                            let path =
-                                MissionPath::parse(&file.path).map_err(|e| format!("{url}: {:?}: {e}", file.path))?;
+                            let path = MissionPath::parse(&file.path)
+                                .map_err(InputError::at(format!("{url}: {:?}", file.path)))?;
                             path.segments().fold(at.clone(), |dir, segment| dir.join(segment))
                         };
                         staged.push((under, entry));
@@ -153,7 +154,7 @@ impl InputCache {
 
     /// A web input in the cache: fetched, or checked against its validators where an earlier
     /// task fetched it.
-    async fn fetch_web(&self, client: &LzClient, url: &str) -> Result<PathBuf, String> {
+    async fn fetch_web(&self, client: &LzClient, url: &str) -> Result<PathBuf, InputError> {
         use reqwest::header::{ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED};
         let key = format!("url-{}", sha256_hex(format!("web\n{url}").as_bytes()));
         let (entry, kept) = (self.dir.join(&key), self.dir.join(format!("{key}.validators")));
@@ -167,23 +168,84 @@ impl InputCache {
             validators.extend(cached.etag.clone().map(|tag| (IF_NONE_MATCH, tag)));
             validators.extend(cached.last_modified.clone().map(|at| (IF_MODIFIED_SINCE, at)));
         }
-        let response = client.fetch_web(url, &validators).await?;
+        let response = client.fetch_web(url, &validators).await.map_err(InputError::at(url))?;
         let status = response.status();
         if status == reqwest::StatusCode::NOT_MODIFIED && cached.is_some() {
             return Ok(entry);
         }
         if !status.is_success() {
-            return Err(format!("{url}: {status}"));
+            return Err(InputError { input: url.to_owned(), cause: InputCause::Status(status) });
         }
         let header = |name| {
             response.headers().get(name).and_then(|v: &reqwest::header::HeaderValue| v.to_str().ok()).map(str::to_owned)
         };
         let fresh = WebValidators { etag: header(ETAG), last_modified: header(LAST_MODIFIED) };
         let size = response.content_length();
-        download_sized(response.bytes_stream(), &entry, size).await.map_err(|e| format!("{url}: {e}"))?;
+        download_sized(response.bytes_stream(), &entry, size).await.map_err(InputError::at(url))?;
         let _ = std::fs::write(&kept, serde_json::to_vec(&fresh).expect("validators serialise"));
         Ok(entry)
     }
+}
+
+/// Why an input could not be brought into the cache: which one (its path in the mission, or
+/// its URL), and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{input}: {cause}")]
+pub(crate) struct InputError {
+    /// The input's path or URL.
+    pub input: String,
+    /// Why.
+    pub cause: InputCause,
+}
+
+impl InputError {
+    /// Makes errors of the input `input` (for `map_err`).
+    fn at<E: Into<InputCause>>(input: impl std::fmt::Display) -> impl FnOnce(E) -> Self {
+        let input = input.to_string();
+        move |cause| Self { input, cause: cause.into() }
+    }
+}
+
+/// Why an input could not be fetched.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum InputCause {
+    /// Its path is no path in a mission.
+    #[error(transparent)]
+    Path(#[from] mission_api::paths::PathError),
+    /// The service would not give it.
+    #[error(transparent)]
+    Service(#[from] crate::client::Failure),
+    /// Its web server could not be reached.
+    #[error(transparent)]
+    Web(#[from] reqwest::Error),
+    /// Its web server answered with this status.
+    #[error("{0}")]
+    Status(reqwest::StatusCode),
+    /// The download failed, or was not what it should be.
+    #[error(transparent)]
+    Download(#[from] DownloadError),
+}
+
+/// Why a download into the cache left nothing there.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DownloadError {
+    /// The body broke off.
+    #[error(transparent)]
+    Body(#[from] reqwest::Error),
+    /// The cache could not be written.
+    #[error(transparent)]
+    Write(#[from] std::io::Error),
+    /// Fewer or more bytes came than were announced.
+    #[error("{came} bytes came, {announced} were announced")]
+    Size {
+        /// Bytes that came.
+        came: u64,
+        /// Bytes announced.
+        announced: u64,
+    },
+    /// Its SHA-256 is not the one it should have.
+    #[error("the download does not match its sha256")]
+    Digest,
 }
 
 /// What a web server said names the content it sent.
@@ -204,9 +266,9 @@ async fn download_sized(
     body: impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
     dest: &Path,
     size: Option<u64>,
-) -> Result<(), String> {
-    download_to(body, dest, |_, written| match size {
-        Some(size) if size != written => Err(format!("{written} bytes came, {size} were announced")),
+) -> Result<(), DownloadError> {
+    download_to(body, dest, |_, came| match size {
+        Some(announced) if announced != came => Err(DownloadError::Size { came, announced }),
         _ => Ok(()),
     })
     .await
@@ -219,11 +281,8 @@ pub(crate) async fn download_checked(
     body: impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
     dest: &std::path::Path,
     sha256: &str,
-) -> Result<(), String> {
-    download_to(body, dest, |digest, _| {
-        if digest == sha256 { Ok(()) } else { Err("the download does not match its sha256".to_owned()) }
-    })
-    .await
+) -> Result<(), DownloadError> {
+    download_to(body, dest, |digest, _| if digest == sha256 { Ok(()) } else { Err(DownloadError::Digest) }).await
 }
 
 /// Writes `body` to `dest` (0600) through a partial file beside it, renamed once `check` takes
@@ -232,30 +291,24 @@ pub(crate) async fn download_checked(
 async fn download_to(
     mut body: impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
     dest: &std::path::Path,
-    check: impl FnOnce(&str, u64) -> Result<(), String>,
-) -> Result<(), String> {
+    check: impl FnOnce(&str, u64) -> Result<(), DownloadError>,
+) -> Result<(), DownloadError> {
     let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let partial = dest.with_file_name(format!("{name}.{}.partial", Uuid::new_v4().simple()));
-    let mut out = tokio::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&partial)
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut out = tokio::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&partial).await?;
     let mut hasher = ring::digest::Context::new(&ring::digest::SHA256);
     let mut size = 0;
     let result = async {
         while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| e.to_string())?;
+            let chunk = chunk?;
             hasher.update(&chunk);
             size += chunk.len() as u64;
-            out.write_all(&chunk).await.map_err(|e| e.to_string())?;
+            out.write_all(&chunk).await?;
         }
-        out.flush().await.map_err(|e| e.to_string())?;
+        out.flush().await?;
         let digest: String = hasher.finish().as_ref().iter().map(|b| format!("{b:02x}")).collect();
         check(&digest, size)?;
-        tokio::fs::rename(&partial, dest).await.map_err(|e| e.to_string())
+        Ok(tokio::fs::rename(&partial, dest).await?)
     }
     .await;
     if result.is_err() {

@@ -177,9 +177,9 @@ impl Cgroups {
 
     /// A group for a job, set to its limits: an idle one (preferring one with these limits
     /// already) or a new one.
-    pub fn take(&self, cpus: u32, memory_mb: u64) -> Result<JobCgroup, String> {
+    pub fn take(&self, cpus: u32, memory_mb: u64) -> Result<JobCgroup, CgroupError> {
         if let Host::Unavailable(why) = &self.host {
-            return Err(why.clone());
+            return Err(CgroupError::Unavailable(why.clone()));
         }
         let limits = Limits { memory_bytes: memory_mb * 1024 * 1024, cpu_quota_us: u64::from(cpus) * CPU_PERIOD_US };
         let reused = {
@@ -221,11 +221,11 @@ impl Cgroups {
     }
 
     /// A new, unlimited group.
-    fn create(&self) -> Result<JobCgroup, String> {
+    fn create(&self) -> Result<JobCgroup, CgroupError> {
         let name = format!("{GROUP_PREFIX}{}-{}", std::process::id(), Uuid::new_v4().simple());
-        let fail = |what: &Path, e: std::io::Error| format!("{}: {e}", what.display());
+        let fail = CgroupError::file;
         let group = match &self.host {
-            Host::Unavailable(why) => return Err(why.clone()),
+            Host::Unavailable(why) => return Err(CgroupError::Unavailable(why.clone())),
             Host::V1 { memory, cpu, cpuacct, .. } => {
                 let mut dirs = vec![memory.join(&name), cpu.join(&name)];
                 dirs.extend(cpuacct.as_ref().map(|parent| parent.join(&name)));
@@ -252,16 +252,38 @@ impl Cgroups {
     }
 }
 
+/// Why a job's group could not be made or set to its limits.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    /// This host has no cgroups the agent can use (the words say why).
+    #[error("{0}")]
+    Unavailable(String),
+    /// A file or directory of the cgroup tree could not be made or written.
+    #[error("{}: {source}", path.display())]
+    File {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+impl CgroupError {
+    fn file(path: &Path, source: std::io::Error) -> Self {
+        Self::File { path: path.to_owned(), source }
+    }
+}
+
 impl Host {
     fn detect_v1() -> Self {
-        let parent = |controller: &str, dir: &str| -> Result<PathBuf, String> {
+        let parent = |controller: &str, dir: &str| -> Result<PathBuf, CgroupError> {
             let own = own_group(controller).unwrap_or_else(|| "/".into());
             let mut base = Path::new(ROOT).join(dir).join(own.trim_start_matches('/'));
             if !base.is_dir() {
                 base = Path::new(ROOT).join(dir); // a cgroup namespace shows "/" paths differently
             }
             let parent = base.join("mission-lz");
-            std::fs::create_dir_all(&parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+            std::fs::create_dir_all(&parent).map_err(|e| CgroupError::file(&parent, e))?;
             Ok(parent)
         };
         match (parent("memory", "memory"), parent("cpu", "cpu")) {
@@ -272,7 +294,7 @@ impl Host {
                 let cpuacct = separate.then(|| parent("cpuacct", "cpuacct").ok()).flatten();
                 Self::V1 { memory, cpu, cpuacct, memsw }
             }
-            (Err(e), _) | (_, Err(e)) => Self::Unavailable(format!("cgroup v1: {e}")),
+            (Err(e), _) | (_, Err(e)) => Self::Unavailable(format!("cgroup v1: cannot create {e}")),
         }
     }
 
@@ -330,12 +352,12 @@ impl Drop for Cgroups {
 impl JobCgroup {
     /// Sets the limits (writing only those that changed) and notes the OOM count, for a job
     /// about to start in the group.
-    fn start_job(&mut self, host: &Host, limits: Limits) -> Result<(), String> {
-        let fail = |what: &Path, e: std::io::Error| format!("{}: {e}", what.display());
+    fn start_job(&mut self, host: &Host, limits: Limits) -> Result<(), CgroupError> {
+        let fail = CgroupError::file;
         let old = self.limits.take();
         let memory = limits.memory_bytes.to_string();
         match host {
-            Host::Unavailable(why) => return Err(why.clone()),
+            Host::Unavailable(why) => return Err(CgroupError::Unavailable(why.clone())),
             Host::V1 { memsw, .. } => {
                 if old.map(|l| l.memory_bytes) != Some(limits.memory_bytes) {
                     // The swap limit may never be below the memory limit: when the limits grow

@@ -101,6 +101,22 @@ impl Failure {
     }
 }
 
+/// Why a tunnel for sessions could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum TunnelError {
+    /// The server could not be reached, or the upgrade broke off.
+    #[error(transparent)]
+    Http(#[from] reqwest::Error),
+    /// The server answered without switching protocols.
+    #[error("{status}: {detail}")]
+    Refused {
+        /// Its status.
+        status: StatusCode,
+        /// What it said.
+        detail: String,
+    },
+}
+
 /// What answered a heartbeat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Heartbeat {
@@ -218,7 +234,7 @@ impl LzClient {
     }
 
     /// `GET {base}/api/v1/lz/tunnel`, upgraded: a tunnel for sessions to the server at `base`.
-    pub async fn tunnel(&self, base: &str) -> Result<reqwest::Upgraded, String> {
+    pub async fn tunnel(&self, base: &str) -> Result<reqwest::Upgraded, TunnelError> {
         let response = self
             .http
             .get(format!("{}{}", base.trim_end_matches('/'), mission_tunnel::PATH))
@@ -226,12 +242,12 @@ impl LzClient {
             .header(reqwest::header::CONNECTION, "upgrade")
             .header(reqwest::header::UPGRADE, mission_tunnel::PROTOCOL)
             .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        if response.status() != StatusCode::SWITCHING_PROTOCOLS {
-            return Err(format!("{}: {}", response.status(), response.text().await.unwrap_or_default()));
+            .await?;
+        let status = response.status();
+        if status != StatusCode::SWITCHING_PROTOCOLS {
+            return Err(TunnelError::Refused { status, detail: response.text().await.unwrap_or_default() });
         }
-        response.upgrade().await.map_err(|e| e.to_string())
+        Ok(response.upgrade().await?)
     }
 
     /// `POST /lz/heartbeat`: renews the lease.
@@ -350,12 +366,12 @@ impl LzClient {
         &self,
         url: &str,
         validators: &[(reqwest::header::HeaderName, String)],
-    ) -> Result<reqwest::Response, String> {
+    ) -> Result<reqwest::Response, reqwest::Error> {
         let mut request = self.http.get(url);
         for (name, value) in validators {
             request = request.header(name, value);
         }
-        request.send().await.map_err(|e| format!("{url}: {e}"))
+        request.send().await
     }
 
     /// `GET /lz/demand`: what the gateway's station has queued that its pilots could run.

@@ -268,7 +268,7 @@ impl JobContext {
                     let missing: Vec<&InputFile> = missing.into_iter().map(|i| &job.files[i]).collect();
                     tokio::select! {
                         fetched = self.cache.download(&self.client, job.job_id, &missing) => {
-                            fetched.map_err(JobError::Staging)?;
+                            fetched.map_err(|e| JobError::Staging(e.to_string()))?;
                         }
                         _ = stop_ordered(stop) => return Ok(Inputs::Stopped),
                     }

@@ -141,12 +141,76 @@ pub(crate) struct TaskContainer<'a> {
     pub stdin: bool,
 }
 
+/// Why Podman could not do what the agent asked of it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PodmanError {
+    /// The landing zone's operator switched images off.
+    #[error("switched off on this landing zone (--no-images)")]
+    Disabled,
+    /// A directory of the agent's for images cannot be used.
+    #[error("{0}: {1}")]
+    Dir(PathBuf, std::io::Error),
+    /// `podman` cannot be run.
+    #[error("cannot run podman: {0}")]
+    Spawn(std::io::Error),
+    /// A `podman` command did not answer in time.
+    #[error("podman {0} did not answer within {COMMAND_TIMEOUT:?}")]
+    Timeout(String),
+    /// A `podman` command failed, saying this.
+    #[error("podman {command} failed ({status}): {stderr}")]
+    Failed {
+        /// Its subcommand.
+        command: String,
+        /// How it exited.
+        status: std::process::ExitStatus,
+        /// What it said.
+        stderr: String,
+    },
+    /// `podman pull` answered no image id.
+    #[error("podman pull answered no id")]
+    NoId,
+    /// What names the image is not a digest.
+    #[error("{0:?} is not an image digest")]
+    NotADigest(String),
+    /// Its archive could not be fetched from the service.
+    #[error("downloading it: {0}")]
+    Fetch(#[from] crate::client::Failure),
+    /// Its archive's download failed or does not match its digest.
+    #[error("downloading it: {0}")]
+    Download(#[from] crate::cache::DownloadError),
+    /// Its registry would not give it.
+    #[error("pulling {remote}: {source}")]
+    Pull {
+        /// The registry reference.
+        remote: String,
+        /// Why.
+        source: Box<PodmanError>,
+    },
+    /// The archive's names cannot be taken out before it is loaded.
+    #[error("the image archive cannot be loaded: {0}")]
+    Archive(#[from] names::ArchiveError),
+    /// The archive's path is not UTF-8, which Podman's command line needs.
+    #[error("the image archive's path is not UTF-8")]
+    NonUtf8Path,
+    /// The archive is neither kind Podman loads.
+    #[error("neither an OCI archive ({oci}) nor a docker archive ({docker})")]
+    NotAnArchive {
+        /// Why it is no OCI archive.
+        oci: Box<PodmanError>,
+        /// Why it is no docker archive.
+        docker: Box<PodmanError>,
+    },
+    /// The id of an image loaded could not be recorded.
+    #[error("recording the loaded image's id: {0}")]
+    Record(std::io::Error),
+}
+
 impl Podman {
     /// Finds a working Podman (`None`, saying why, where there is none or `config` disables
     /// it), lists the images an earlier run loaded, and removes the containers it left.
-    pub async fn detect(data_dir: &Path, config: ContainerConfig, agent: &str) -> Result<Self, String> {
+    pub async fn detect(data_dir: &Path, config: ContainerConfig, agent: &str) -> Result<Self, PodmanError> {
         if config.disabled {
-            return Err("switched off on this landing zone (--no-images)".into());
+            return Err(PodmanError::Disabled);
         }
         let v1 = !Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
         let mut global = vec!["--cgroup-manager".to_owned(), "cgroupfs".to_owned()];
@@ -169,7 +233,7 @@ impl Podman {
         let downloads = data_dir.join("images");
         let loaded_ids = data_dir.join("image-ids");
         for dir in [&downloads, &loaded_ids] {
-            crate::dirs::private_dir(dir, 0o700).map_err(|e| format!("{}: {e}", dir.display()))?;
+            crate::dirs::private_dir(dir, 0o700).map_err(|e| PodmanError::Dir(dir.clone(), e))?;
         }
         let cdi = ["/etc/cdi", "/var/run/cdi"].iter().any(|dir| {
             std::fs::read_dir(dir)
@@ -200,16 +264,16 @@ impl Podman {
     }
 
     /// Runs `podman {global} {args}`; answers its stdout, or why it failed.
-    async fn command(&self, args: &[&str]) -> Result<String, String> {
+    async fn command(&self, args: &[&str]) -> Result<String, PodmanError> {
         let mut command = tokio::process::Command::new("podman");
         command.args(&self.global).args(args).stdin(std::process::Stdio::null()).kill_on_drop(true);
         let output = tokio::time::timeout(COMMAND_TIMEOUT, command.output())
             .await
-            .map_err(|_| format!("podman {} did not answer within {COMMAND_TIMEOUT:?}", args[0]))?
-            .map_err(|e| format!("cannot run podman: {e}"))?;
+            .map_err(|_| PodmanError::Timeout(args[0].to_owned()))?
+            .map_err(PodmanError::Spawn)?;
         if !output.status.success() {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            return Err(format!("podman {} failed ({}): {}", args[0], output.status, stderr.trim()));
+            let stderr = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+            return Err(PodmanError::Failed { command: args[0].to_owned(), status: output.status, stderr });
         }
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
@@ -262,22 +326,22 @@ impl Podman {
     }
 
     /// Records that the image loaded for digest `hex` has id `id`.
-    fn record_id(&self, hex: &str, id: &str) -> Result<(), String> {
+    fn record_id(&self, hex: &str, id: &str) -> Result<(), PodmanError> {
         let id = id.strip_prefix("sha256:").unwrap_or(id);
         let partial = self.loaded_ids.join(format!("{hex}.partial"));
         std::fs::write(&partial, id)
             .and_then(|()| std::fs::rename(&partial, self.loaded_ids.join(hex)))
-            .map_err(|e| format!("recording the loaded image's id: {e}"))
+            .map_err(PodmanError::Record)
     }
 
     /// The local name of `image`, loaded (from the server, for `job_id`) unless it is already;
     /// the job then counts as running in it until [`Podman::release`].
-    pub async fn take(&self, client: &LzClient, job_id: Uuid, image: &JobImage) -> Result<String, String> {
+    pub async fn take(&self, client: &LzClient, job_id: Uuid, image: &JobImage) -> Result<String, PodmanError> {
         let hex = image
             .digest
             .strip_prefix("sha256:")
             .filter(|hex| is_hex_digest(hex))
-            .ok_or_else(|| format!("{:?} is not an image digest", image.digest))?;
+            .ok_or_else(|| PodmanError::NotADigest(image.digest.clone()))?;
         let reference = format!("{}:{hex}", self.repository);
         // A loaded image needs no turn at the lock: only loads wait for each other.
         if self.mark_used(hex) {
@@ -334,21 +398,21 @@ impl Podman {
     }
 
     /// Downloads the archive of `hex` for `job_id`, checked against its digest.
-    async fn download(&self, client: &LzClient, job_id: Uuid, hex: &str) -> Result<PathBuf, String> {
+    async fn download(&self, client: &LzClient, job_id: Uuid, hex: &str) -> Result<PathBuf, PodmanError> {
         let path = self.downloads.join(format!("{hex}.{}.tar", Uuid::new_v4().simple()));
-        let body =
-            client.job_image(job_id, &format!("sha256:{hex}")).await.map_err(|e| format!("downloading it: {e}"))?;
-        crate::cache::download_checked(body, &path, hex).await.map_err(|e| format!("downloading it: {e}"))?;
+        let body = client.job_image(job_id, &format!("sha256:{hex}")).await?;
+        crate::cache::download_checked(body, &path, hex).await?;
         Ok(path)
     }
 
     /// Pulls `remote` (pinned by digest, so what comes is what was registered) from its registry
     /// and names it `reference`; answers its size and id.
-    async fn pull(&self, remote: &str, reference: &str) -> Result<(u64, String), String> {
+    async fn pull(&self, remote: &str, reference: &str) -> Result<(u64, String), PodmanError> {
         let insecure = insecure(remote, &self.config.insecure_registries);
         let tls = format!("--tls-verify={}", !insecure);
-        let id = self.command(&["pull", "-q", &tls, remote]).await.map_err(|e| format!("pulling {remote}: {e}"))?;
-        let id = id.lines().last().map(str::trim).filter(|id| !id.is_empty()).ok_or("podman pull answered no id")?;
+        let id = self.command(&["pull", "-q", &tls, remote]).await;
+        let id = id.map_err(|e| PodmanError::Pull { remote: remote.to_owned(), source: Box::new(e) })?;
+        let id = id.lines().last().map(str::trim).filter(|id| !id.is_empty()).ok_or(PodmanError::NoId)?;
         self.command(&["tag", id, reference]).await?;
         let size = self.command(&["image", "inspect", "--format", "{{.Size}}", id]).await?;
         Ok((size.trim().parse().unwrap_or(0), id.to_owned()))
@@ -356,12 +420,12 @@ impl Podman {
 
     /// Loads an archive (OCI, else docker) without the names it gives ([`names`]) and names it
     /// `reference`; answers its id.
-    async fn load(&self, archive: &Path, reference: &str) -> Result<String, String> {
+    async fn load(&self, archive: &Path, reference: &str) -> Result<String, PodmanError> {
         let removed = names::strip_before_loading(archive.to_owned()).await?;
         if removed > 0 {
             tracing::debug!(%reference, "loading the image without the {removed} name(s) its archive gives");
         }
-        let archive = archive.to_str().ok_or("the archive's path is not UTF-8")?;
+        let archive = archive.to_str().ok_or(PodmanError::NonUtf8Path)?;
         // `pull` from the archive answers the image's id, which names it whatever names other
         // agents give their images meanwhile (`load` answers a name).
         let id = match self.command(&["pull", "-q", &format!("oci-archive:{archive}")]).await {
@@ -369,9 +433,9 @@ impl Podman {
             Err(oci) => self
                 .command(&["pull", "-q", &format!("docker-archive:{archive}")])
                 .await
-                .map_err(|docker| format!("neither an OCI archive ({oci}) nor a docker archive ({docker})"))?,
+                .map_err(|docker| PodmanError::NotAnArchive { oci: Box::new(oci), docker: Box::new(docker) })?,
         };
-        let id = id.lines().last().map(str::trim).filter(|id| !id.is_empty()).ok_or("podman pull answered no id")?;
+        let id = id.lines().last().map(str::trim).filter(|id| !id.is_empty()).ok_or(PodmanError::NoId)?;
         self.command(&["tag", id, reference]).await?;
         Ok(id.to_owned())
     }

@@ -193,7 +193,7 @@ struct UidPool {
 impl UidPool {
     /// A uid no running job uses: one this agent holds already, or a newly claimed one whose
     /// leftover processes (of an agent that died) are killed first.
-    fn take(&self) -> Result<ClaimedUid, String> {
+    fn take(&self) -> Result<ClaimedUid, UidError> {
         if let Some(claimed) = self.idle.lock().expect("not poisoned").pop() {
             return Ok(claimed);
         }
@@ -206,26 +206,42 @@ impl UidPool {
                 return Ok(claimed);
             }
         }
-        Err(format!("every job uid of {}-{} is in use on this host", self.first, self.last))
+        Err(UidError::AllInUse { first: self.first, last: self.last })
     }
 }
 
+/// Why no uid could be had for a job.
+#[derive(Debug, thiserror::Error)]
+pub enum UidError {
+    /// Every uid of the range runs a job (of this agent or another on the host).
+    #[error("every job uid of {first}-{last} is in use on this host")]
+    AllInUse {
+        /// The range's first uid.
+        first: u32,
+        /// Its last.
+        last: u32,
+    },
+    /// A uid's lock file cannot be opened or locked.
+    #[error("{}: {source}", path.display())]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
 /// Locks `uid`'s lock file; `None` when another agent holds it.
-fn claim(uid: u32) -> Result<Option<ClaimedUid>, String> {
+fn claim(uid: u32) -> Result<Option<ClaimedUid>, UidError> {
     use std::os::unix::fs::OpenOptionsExt;
     let path = Path::new(UID_LOCKS).join(uid.to_string());
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(&path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(&path);
+    let lock_failed = |source| UidError::Lock { path: path.clone(), source };
+    let file = file.map_err(lock_failed)?;
     match file.try_lock() {
         Ok(()) => Ok(Some(ClaimedUid { uid, _lock: file })),
         Err(std::fs::TryLockError::WouldBlock) => Ok(None),
-        Err(std::fs::TryLockError::Error(e)) => Err(format!("{}: {e}", path.display())),
+        Err(std::fs::TryLockError::Error(e)) => Err(lock_failed(e)),
     }
 }
 
@@ -367,7 +383,7 @@ impl Sandbox {
 
     /// Starts `true` in a sandbox as a job would be.
     fn probe(&self, launcher: &Launcher) -> Result<(), String> {
-        let user = self.job_user()?;
+        let user = self.job_user().map_err(|e| e.to_string())?;
         let plan = self.plan(&["true".into()], crate::runner::process::base_env(), Path::new("/"), &user, &[]);
         let ended = launcher.start_job(&plan).and_then(|mut process| {
             let mut stderr = String::new();
@@ -448,7 +464,7 @@ impl Sandbox {
 
     /// The user the job of mission user `username` runs as: the account the user map names for
     /// them, else as [`Sandbox::job_user`] says.
-    pub fn user_of(&self, username: &str) -> Result<JobUser, String> {
+    pub fn user_of(&self, username: &str) -> Result<JobUser, UidError> {
         match self.mapped.get(username) {
             Some((_, uid, gid)) => {
                 Ok(JobUser { ids: Some((*uid, *gid)), claimed: None, account: Some(username.into()) })
@@ -458,7 +474,7 @@ impl Sandbox {
     }
 
     /// The user a job runs as, where no account is mapped to its user.
-    pub fn job_user(&self) -> Result<JobUser, String> {
+    pub fn job_user(&self) -> Result<JobUser, UidError> {
         Ok(match &self.users {
             JobUsers::PerJob(pool) => {
                 let claimed = pool.take()?;

@@ -22,19 +22,68 @@ use std::path::{Path, PathBuf};
 use mission_api::images::{MAX_ARCHIVE_INDEX_BYTES, NAME_ANNOTATIONS};
 use mission_api::tar::{self, BLOCK, Header};
 
-/// [`strip`] on a blocking thread, for the agent's tasks; a failure says the archive cannot be
-/// loaded, and why.
-pub(crate) async fn strip_before_loading(path: PathBuf) -> Result<usize, String> {
-    let stripped = tokio::task::spawn_blocking(move || strip(&path)).await.map_err(|e| e.to_string());
-    stripped.and_then(|stripped| stripped).map_err(|why| format!("the image archive cannot be loaded: {why}"))
+/// Why an image archive cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ArchiveError {
+    /// It cannot be read or written.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// It ends in the middle of an entry.
+    #[error("the archive ends in the middle of an entry")]
+    Cut,
+    /// A tar header is not one.
+    #[error("{0}")]
+    Header(String),
+    /// A pax header's size is not a number.
+    #[error("a pax size is not a number")]
+    PaxSize,
+    /// An entry the names are read from is larger than they may be.
+    #[error("{what} is larger than {MAX_ARCHIVE_INDEX_BYTES} bytes")]
+    TooLarge {
+        /// Which entry.
+        what: String,
+    },
+    /// Its `manifest.json` or `index.json` is not a regular file.
+    #[error("its {0} is not a regular file")]
+    NotAFile(String),
+    /// Its `manifest.json` or `index.json` cannot be read or rewritten.
+    #[error("its {name}: {why}")]
+    Naming {
+        /// Which file.
+        name: String,
+        /// Why.
+        why: NamingError,
+    },
+    /// The blocking task that read it failed.
+    #[error("{0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// Why the names of a `manifest.json` or `index.json` cannot be taken out.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NamingError {
+    /// It is not JSON.
+    #[error("not JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A manifest that is not a list of images.
+    #[error("not a list of images")]
+    NotAList,
+    /// Without its names it is no shorter (it cannot be written back in place).
+    #[error("cannot be written back within its size")]
+    TooLong,
+}
+
+/// [`strip`] on a blocking thread, for the agent's tasks.
+pub(crate) async fn strip_before_loading(path: PathBuf) -> Result<usize, ArchiveError> {
+    tokio::task::spawn_blocking(move || strip(&path)).await?
 }
 
 /// Rewrites the archive at `path` without the names it gives its images; answers how many it
 /// gave.
-fn strip(path: &Path) -> Result<usize, String> {
-    let mut file = File::options().read(true).write(true).open(path).map_err(|e| e.to_string())?;
-    let length = file.metadata().map_err(|e| e.to_string())?.len();
-    let cut = || "the archive ends in the middle of an entry".to_owned();
+fn strip(path: &Path) -> Result<usize, ArchiveError> {
+    let mut file = File::options().read(true).write(true).open(path)?;
+    let length = file.metadata()?.len();
+    let cut = || ArchiveError::Cut;
     let (mut offset, mut removed) = (0, 0);
     // What a pax or GNU header says of the next entry: its path, its size.
     let (mut long_path, mut long_size): (Option<String>, Option<u64>) = (None, None);
@@ -44,7 +93,7 @@ fn strip(path: &Path) -> Result<usize, String> {
         if block.iter().all(|&b| b == 0) {
             return Ok(removed);
         }
-        let mut header = Header::parse(&block)?;
+        let mut header = Header::parse(&block).map_err(ArchiveError::Header)?;
         header.size = long_size.take().unwrap_or(header.size);
         let data = offset + BLOCK as u64;
         let next = header.padded_size().and_then(|n| n.checked_add(data)).filter(|&next| next <= length);
@@ -56,7 +105,7 @@ fn strip(path: &Path) -> Result<usize, String> {
                 for (key, value) in tar::pax_records(&extended) {
                     match key {
                         "path" => long_path = Some(value.to_owned()),
-                        "size" => long_size = Some(value.parse().map_err(|_| "a pax size is not a number")?),
+                        "size" => long_size = Some(value.parse().map_err(|_| ArchiveError::PaxSize)?),
                         _ => {}
                     }
                 }
@@ -65,13 +114,12 @@ fn strip(path: &Path) -> Result<usize, String> {
                 let name = tar::clean_path(&long_path.take().unwrap_or(header.path.clone()));
                 if name == "manifest.json" || name == "index.json" {
                     if !header.is_file() {
-                        return Err(format!("its {name} is not a regular file"));
+                        return Err(ArchiveError::NotAFile(name));
                     }
                     let json = read_bounded(&mut file, data, header.size, &name)?;
-                    let (unnamed, count) = unnamed(&name, &json).map_err(|e| format!("its {name}: {e}"))?;
-                    file.seek(SeekFrom::Start(data))
-                        .and_then(|_| file.write_all(&unnamed))
-                        .map_err(|e| e.to_string())?;
+                    let (unnamed, count) =
+                        unnamed(&name, &json).map_err(|why| ArchiveError::Naming { name: name.clone(), why })?;
+                    file.seek(SeekFrom::Start(data)).and_then(|_| file.write_all(&unnamed))?;
                     removed += count;
                 }
             }
@@ -82,12 +130,12 @@ fn strip(path: &Path) -> Result<usize, String> {
 
 /// `json` (the `naming` file) without the names it gives, padded with blanks to its size; and
 /// how many names it gave.
-fn unnamed(naming: &str, json: &[u8]) -> Result<(Vec<u8>, usize), String> {
-    let mut value: serde_json::Value = serde_json::from_slice(json).map_err(|e| format!("not JSON: {e}"))?;
+fn unnamed(naming: &str, json: &[u8]) -> Result<(Vec<u8>, usize), NamingError> {
+    let mut value: serde_json::Value = serde_json::from_slice(json)?;
     let mut count = 0;
     if naming == "manifest.json" {
-        for entry in value.as_array_mut().ok_or("not a list of images")? {
-            let tags = entry.as_object_mut().ok_or("not a list of images")?.remove("RepoTags");
+        for entry in value.as_array_mut().ok_or(NamingError::NotAList)? {
+            let tags = entry.as_object_mut().ok_or(NamingError::NotAList)?.remove("RepoTags");
             count += tags.as_ref().and_then(|tags| tags.as_array()).map_or(0, Vec::len);
         }
     } else if let Some(manifests) = value.get_mut("manifests").and_then(|m| m.as_array_mut()) {
@@ -95,26 +143,26 @@ fn unnamed(naming: &str, json: &[u8]) -> Result<(Vec<u8>, usize), String> {
             count += NAME_ANNOTATIONS.iter().filter(|key| annotations.remove(**key).is_some()).count();
         }
     }
-    let mut out = serde_json::to_vec(&value).map_err(|e| e.to_string())?;
+    let mut out = serde_json::to_vec(&value)?;
     if out.len() > json.len() {
-        return Err("cannot be written back within its size".into());
+        return Err(NamingError::TooLong);
     }
     out.resize(json.len(), b' ');
     Ok((out, count))
 }
 
 /// The `size` bytes at `offset`, at most [`MAX_ARCHIVE_INDEX_BYTES`] of them.
-fn read_bounded(file: &mut File, offset: u64, size: u64, what: &str) -> Result<Vec<u8>, String> {
+fn read_bounded(file: &mut File, offset: u64, size: u64, what: &str) -> Result<Vec<u8>, ArchiveError> {
     if size > MAX_ARCHIVE_INDEX_BYTES {
-        return Err(format!("{what} is larger than {MAX_ARCHIVE_INDEX_BYTES} bytes"));
+        return Err(ArchiveError::TooLarge { what: what.to_owned() });
     }
     let mut bytes = vec![0; size as usize];
     read_at(file, offset, &mut bytes)?;
     Ok(bytes)
 }
 
-fn read_at(file: &mut File, offset: u64, into: &mut [u8]) -> Result<(), String> {
-    file.seek(SeekFrom::Start(offset)).and_then(|_| file.read_exact(into)).map_err(|e| e.to_string())
+fn read_at(file: &mut File, offset: u64, into: &mut [u8]) -> std::io::Result<()> {
+    file.seek(SeekFrom::Start(offset)).and_then(|_| file.read_exact(into))
 }
 
 #[cfg(test)]
@@ -123,11 +171,12 @@ mod tests {
 
     use super::*;
 
+    /// What [`strip`] answers of `archive` (its error in words), and the archive after.
     fn stripped(archive: &[u8]) -> (Result<usize, String>, Vec<u8>) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.tar");
         std::fs::write(&path, archive).unwrap();
-        let result = strip(&path);
+        let result = strip(&path).map_err(|e| e.to_string());
         (result, std::fs::read(&path).unwrap())
     }
 

@@ -98,7 +98,7 @@ impl ProcessRunner {
             Ok(podman) => (Some(podman), String::new()),
             Err(why) => {
                 tracing::info!("this landing zone runs no jobs in container images: {why}");
-                (None, why)
+                (None, why.to_string())
             }
         };
         let cgroups = if config.no_limits {
@@ -455,7 +455,7 @@ fn launch(
 ) -> Result<Launched, JobError> {
     let image = images.first().map(String::as_str);
     let program = job.command.first().ok_or_else(|| JobError::Launch("the job's command is empty".into()))?;
-    let user = runner.sandbox.user_of(&job.username).map_err(JobError::Launch)?;
+    let user = runner.sandbox.user_of(&job.username).map_err(|e| JobError::Launch(e.to_string()))?;
     // Copies, not links: the job may change its inputs, and the cache must not change.
     let dir = match runner.work_dirs.stage(job.user_id, user.ids(), inputs) {
         Ok(dir) => dir,

@@ -109,12 +109,78 @@ const USAGE_PATIENCE: Duration = Duration::from_secs(10);
 const STARTUP_PATIENCE: Duration = Duration::from_secs(120);
 const STARTUP_RETRY: Backoff = Backoff { first: Duration::from_millis(500), max: Duration::from_secs(10) };
 
+/// Why a command on the login node (Slurm's, or Apptainer's) gave no answer.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CommandError {
+    /// It did not answer in time.
+    #[error("{program} did not answer within {limit:?}")]
+    Timeout {
+        /// The program.
+        program: String,
+        /// How long it had.
+        limit: Duration,
+    },
+    /// It cannot be run.
+    #[error("cannot run {program}: {source}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It failed, saying this.
+    #[error("{program} failed ({status}): {stderr}")]
+    Failed {
+        /// The program.
+        program: String,
+        /// How it exited.
+        status: std::process::ExitStatus,
+        /// What it said.
+        stderr: String,
+    },
+    /// It wrote what is not UTF-8.
+    #[error("{program} wrote something that is not UTF-8")]
+    NotUtf8 {
+        /// The program.
+        program: String,
+    },
+}
+
+/// Why what the agent asked of Slurm gave no usable answer.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SlurmError {
+    /// The command gave no answer.
+    #[error(transparent)]
+    Command(#[from] CommandError),
+    /// Its answer could not be read.
+    #[error(transparent)]
+    Output(#[from] slurm::ParseError),
+    /// `sinfo` lists no node that takes jobs.
+    #[error("Slurm lists no node that takes jobs")]
+    NoNodes,
+    /// The records of the jobs an earlier run submitted cannot be read.
+    #[error("reading the job records: {0}")]
+    Records(std::io::Error),
+    /// The service would not register a pilot.
+    #[error("registering a pilot: {0}")]
+    Register(#[from] crate::client::Failure),
+    /// A pilot's directory could not be written.
+    #[error("{}: {source}", path.display())]
+    PilotDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
 /// Runs a start-up step until it succeeds, retrying with backoff for [`STARTUP_PATIENCE`]; a
 /// cluster that is briefly busy or still coming up must not leave the landing zone offline.
-async fn patiently<T, F, Fut>(what: &str, mut step: F) -> Result<T, AgentError>
+async fn patiently<T, E, F, Fut>(what: &str, mut step: F) -> Result<T, AgentError>
 where
+    E: std::fmt::Display,
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
+    Fut: std::future::Future<Output = Result<T, E>>,
 {
     let deadline = tokio::time::Instant::now() + STARTUP_PATIENCE;
     let mut delays = STARTUP_RETRY.delays();
@@ -276,38 +342,40 @@ impl SlurmRunner {
     }
 
     /// Runs a Slurm command; answers its stdout, or why it failed.
-    async fn command(&self, program: &str, args: &[String]) -> Result<String, String> {
+    async fn command(&self, program: &str, args: &[String]) -> Result<String, CommandError> {
         self.command_within(COMMAND_TIMEOUT, program, args).await
     }
 
     /// [`SlurmRunner::command`] that may take `limit`.
-    async fn command_within(&self, limit: Duration, program: &str, args: &[String]) -> Result<String, String> {
+    async fn command_within(&self, limit: Duration, program: &str, args: &[String]) -> Result<String, CommandError> {
         let mut command = tokio::process::Command::new(program);
         command.args(args).env_clear().envs(self.command_env.iter().cloned()).kill_on_drop(true);
         command.stdin(std::process::Stdio::null());
-        let output = tokio::time::timeout(limit, command.output())
-            .await
-            .map_err(|_| format!("{program} did not answer within {limit:?}"))?
-            .map_err(|e| format!("cannot run {program}: {e}"))?;
+        let program = program.to_owned();
+        let output = match tokio::time::timeout(limit, command.output()).await {
+            Err(_) => return Err(CommandError::Timeout { program, limit }),
+            Ok(Err(source)) => return Err(CommandError::Spawn { program, source }),
+            Ok(Ok(output)) => output,
+        };
         if !output.status.success() {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            return Err(format!("{program} failed ({}): {}", output.status, stderr.trim()));
+            let stderr = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+            return Err(CommandError::Failed { program, status: output.status, stderr });
         }
-        String::from_utf8(output.stdout).map_err(|_| format!("{program} wrote something that is not UTF-8"))
+        String::from_utf8(output.stdout).map_err(|_| CommandError::NotUtf8 { program })
     }
 
     /// The largest node that takes jobs, from `sinfo`.
-    async fn capacity(&self) -> Result<Resources, String> {
+    async fn capacity(&self) -> Result<Resources, SlurmError> {
         let mut args = vec!["-h".to_owned(), "-N".to_owned(), "-o".to_owned(), SINFO_FORMAT.to_owned()];
         if let Some(partition) = &self.config.site.partition {
             args.push(format!("--partition={partition}"));
         }
-        let nodes = slurm::parse_nodes(&self.command("sinfo", &args).await?).map_err(|e| e.to_string())?;
-        slurm::capacity(&nodes).ok_or_else(|| "Slurm lists no node that takes jobs".to_owned())
+        let nodes = slurm::parse_nodes(&self.command("sinfo", &args).await?)?;
+        slurm::capacity(&nodes).ok_or(SlurmError::NoNodes)
     }
 
     /// All the jobs of the agent's account(s) Slurm still lists (one `squeue`).
-    async fn queue(&self) -> Result<Vec<SlurmJob>, String> {
+    async fn queue(&self) -> Result<Vec<SlurmJob>, SlurmError> {
         let mut args = ["-h", "-t", "all", "-O", SQUEUE_FORMAT].map(str::to_owned).to_vec();
         match &self.user_map {
             // The jobs run as the mapped accounts.
@@ -320,17 +388,14 @@ impl SlurmRunner {
             }
             None => args.push("--me".to_owned()),
         }
-        slurm::parse_queue(&self.command("squeue", &args).await?).map_err(|e| e.to_string())
+        Ok(slurm::parse_queue(&self.command("squeue", &args).await?)?)
     }
 
     /// What accounting knows of these jobs (one `sacct`); empty where the cluster keeps none.
     async fn accounting(&self, slurm_ids: &[String]) -> Vec<SlurmJob> {
         let args = ["-n", "-P", "-X", "-o", SACCT_FORMAT, "-j", &slurm_ids.join(",")].map(str::to_owned);
-        match self
-            .command("sacct", &args)
-            .await
-            .and_then(|out| slurm::parse_accounting(&out).map_err(|e| e.to_string()))
-        {
+        let read = async { Ok::<_, SlurmError>(slurm::parse_accounting(&self.command("sacct", &args).await?)?) };
+        match read.await {
             Ok(jobs) => jobs,
             Err(why) => {
                 tracing::debug!("no accounting for jobs Slurm no longer lists: {why}");
@@ -340,9 +405,9 @@ impl SlurmRunner {
     }
 
     /// What these ended jobs used, by Slurm's id, as far as accounting has it (one `sacct`).
-    async fn usage(&self, slurm_ids: &[String]) -> Result<HashMap<String, JobUsage>, String> {
+    async fn usage(&self, slurm_ids: &[String]) -> Result<HashMap<String, JobUsage>, SlurmError> {
         let args = ["-n", "-P", "--noconvert", "-o", SACCT_USAGE_FORMAT, "-j", &slurm_ids.join(",")].map(str::to_owned);
-        slurm::parse_usage(&self.command("sacct", &args).await?).map_err(|e| e.to_string())
+        Ok(slurm::parse_usage(&self.command("sacct", &args).await?)?)
     }
 
     fn record_path(&self, job_id: Uuid) -> PathBuf {
@@ -366,9 +431,9 @@ impl SlurmRunner {
     /// Finds the jobs an earlier run of the agent submitted: each record whose job Slurm still
     /// lists by name, or that has Slurm's id. A record of a job never submitted is dropped (the
     /// server puts the job back in its queue when the agent does not name it).
-    async fn find_earlier_jobs(&self) -> Result<(), String> {
+    async fn find_earlier_jobs(&self) -> Result<(), SlurmError> {
         let mut records = Vec::new();
-        for entry in std::fs::read_dir(&self.records).map_err(|e| e.to_string())?.flatten() {
+        for entry in std::fs::read_dir(&self.records).map_err(SlurmError::Records)?.flatten() {
             let path = entry.path();
             let read = std::fs::read(&path).ok().and_then(|bytes| serde_json::from_slice::<Record>(&bytes).ok());
             match read {
@@ -441,7 +506,7 @@ impl SlurmRunner {
         };
         let answer = self.command("sbatch", &args).await.map_err(|why| {
             self.forget(job.job_id);
-            JobError::BatchSystem(why)
+            JobError::BatchSystem(why.to_string())
         })?;
         // `--parsable` answers `id` or `id;cluster`.
         let slurm_id = answer.trim().split(';').next().unwrap_or_default().to_owned();
@@ -498,13 +563,13 @@ impl SlurmRunner {
             // A node's Podman loads it by the agent's name alone (see `podman::names`).
             if let Err(why) = crate::podman::names::strip_before_loading(archive.clone()).await {
                 let _ = std::fs::remove_file(&archive);
-                return Err(fail(why));
+                return Err(fail(format!("the image archive cannot be loaded: {why}")));
             }
             readable(&archive)?;
         }
         if engine == ContainerEngine::Apptainer && !staged.sif.exists() {
             let partial = dir.join(format!("{hex}.{}.sif", Uuid::new_v4().simple()));
-            let mut converted = Err(String::new());
+            let mut converted = Ok(String::new());
             // An archive may be either kind; a registry's image is one.
             let kinds: &[bool] = if image.reference.is_some() { &[true] } else { &[true, false] };
             for &oci in kinds {
@@ -1002,8 +1067,8 @@ async fn fly_pilots(runner: Weak<SlurmRunner>, client: Arc<LzClient>) {
 
 impl SlurmRunner {
     /// Registers a pilot and submits its Slurm job; answers its landing zone and Slurm's id.
-    async fn launch_pilot(&self, client: &LzClient, pilot: &slurm::Pilot) -> Result<(Uuid, String), String> {
-        let registered = client.register_pilot().await.map_err(|e| e.to_string())?;
+    async fn launch_pilot(&self, client: &LzClient, pilot: &slurm::Pilot) -> Result<(Uuid, String), SlurmError> {
+        let registered = client.register_pilot().await?;
         let lz_id = registered.landing_zone.lz_id;
         let dir = slurm::PilotDir::new(&self.config.work_root, lz_id);
         let script = slurm::pilot_script(&dir, pilot, &self.program, &self.servers, &self.job_path);
@@ -1018,8 +1083,11 @@ impl SlurmRunner {
             create(dir.script(), 0o700, &script)
         })();
         let submitted = match written {
-            Ok(()) => self.command("sbatch", &slurm::pilot_sbatch_args(lz_id, &dir, pilot, &self.config.site)).await,
-            Err(e) => Err(format!("{}: {e}", dir.root().display())),
+            Ok(()) => {
+                let args = slurm::pilot_sbatch_args(lz_id, &dir, pilot, &self.config.site);
+                self.command("sbatch", &args).await.map_err(SlurmError::from)
+            }
+            Err(source) => Err(SlurmError::PilotDir { path: dir.root().to_owned(), source }),
         };
         match submitted {
             Ok(answer) => {
@@ -1132,7 +1200,7 @@ impl Monitor {
 
     /// One `squeue` for every job (and one `sacct` for those it no longer lists), and one `sacct`
     /// for the usage of those that ended; answers whether anything changed, or is still awaited.
-    async fn turn(&self, runner: &SlurmRunner) -> Result<bool, String> {
+    async fn turn(&self, runner: &SlurmRunner) -> Result<bool, SlurmError> {
         let awaited = self.account(runner).await;
         Ok(self.look(runner).await? || awaited)
     }
@@ -1176,7 +1244,7 @@ impl Monitor {
 
     /// One `squeue` for every watched job (and one `sacct` for those it no longer lists);
     /// answers whether anything changed.
-    async fn look(&self, runner: &SlurmRunner) -> Result<bool, String> {
+    async fn look(&self, runner: &SlurmRunner) -> Result<bool, SlurmError> {
         if self.watched.lock().expect("not poisoned").is_empty() {
             return Ok(false);
         }

@@ -413,7 +413,7 @@ pub(crate) async fn run(run: TaskRun, out: [OwnedFd; 2], running: Arc<Running>) 
         let exit_code = log.as_ref().map_or(-1, |(code, _, _)| *code);
         let (stdout, stderr) = match &log {
             Ok((_, out, err)) => (Some(out.clone()), Some(err.clone())),
-            Err(why) => (None, Some(why.clone())),
+            Err(why) => (None, Some(why.to_string())),
         };
         end.logs.push(TesExecutorLog {
             start_time: Some(started_at.to_rfc3339()),
@@ -430,6 +430,31 @@ pub(crate) async fn run(run: TaskRun, out: [OwnedFd; 2], running: Arc<Running>) 
     end
 }
 
+/// Why an executor could not be run to its end.
+#[derive(Debug, thiserror::Error)]
+enum ExecutorError {
+    /// Its `stdin` is in none of the task's mounts.
+    #[error("stdin {0}: not mounted")]
+    StdinNotMounted(String),
+    /// Its `stdin` cannot be opened (within its mount, following no link).
+    #[error("stdin {path}: {source}")]
+    Stdin {
+        /// The path inside the container.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// This landing zone has no Podman.
+    #[error("no Podman here")]
+    NoPodman,
+    /// Podman could not be started.
+    #[error("could not start podman: {0}")]
+    Start(std::io::Error),
+    /// Podman's end could not be awaited.
+    #[error("waiting for podman: {0}")]
+    Wait(std::io::Error),
+}
+
 /// Runs one executor to its end: its exit code and the tails of its stdout and stderr, or why it
 /// could not start.
 async fn execute(
@@ -437,21 +462,23 @@ async fn execute(
     container: &ContainerRun<'_>,
     executor: &mission_api::tes::TesExecutor,
     job_out: &mut [tokio::fs::File; 2],
-) -> Result<(i32, String, String), String> {
+) -> Result<(i32, String, String), ExecutorError> {
     use rustix::fs::OFlags;
     let stdin = match &executor.stdin {
         Some(path) => {
-            let place = run.layout.place(&run.root, path).ok_or_else(|| format!("stdin {path}: not mounted"))?;
-            Stdio::from(open_beneath(&place, OFlags::RDONLY).map_err(|e| format!("stdin {path}: {e}"))?)
+            let place =
+                run.layout.place(&run.root, path).ok_or_else(|| ExecutorError::StdinNotMounted(path.clone()))?;
+            let opened = open_beneath(&place, OFlags::RDONLY);
+            Stdio::from(opened.map_err(|source| ExecutorError::Stdin { path: path.clone(), source })?)
         }
         None => Stdio::null(),
     };
     let mut command = tokio::process::Command::new("podman");
-    let podman = run.runner.podman().ok_or_else(|| "no Podman here".to_owned())?;
+    let podman = run.runner.podman().ok_or(ExecutorError::NoPodman)?;
     command.args(podman.run_command(container)).env_clear().process_group(0).kill_on_drop(false);
     command.envs(["PATH", "HOME"].into_iter().filter_map(|name| Some((name, std::env::var_os(name)?))));
     command.stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = command.spawn().map_err(|e| format!("could not start podman: {e}"))?;
+    let mut child = command.spawn().map_err(ExecutorError::Start)?;
     let files = [&executor.stdout, &executor.stderr].map(|path| {
         let place = path.as_ref().and_then(|path| run.layout.place(&run.root, path))?;
         let file = open_beneath(&place, OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC).ok()?;
@@ -461,7 +488,7 @@ async fn execute(
     let [job_stdout, job_stderr] = job_out;
     let (out, err) =
         tokio::join!(tee(child.stdout.take(), job_stdout, out_file), tee(child.stderr.take(), job_stderr, err_file),);
-    let status = child.wait().await.map_err(|e| format!("waiting for podman: {e}"))?;
+    let status = child.wait().await.map_err(ExecutorError::Wait)?;
     use std::os::unix::process::ExitStatusExt;
     let code = status.code().or_else(|| status.signal().map(|signal| 128 + signal)).unwrap_or(-1);
     Ok((code, out, err))

@@ -38,11 +38,7 @@ impl Browser {
             .into_iter()
             .find(|p| std::path::Path::new(p).exists());
         let Some(driver_path) = driver_path else {
-            assert!(
-                std::env::var("MISSION_REQUIRE_BROWSER").as_deref() != Ok("1"),
-                "chromedriver is required (MISSION_REQUIRE_BROWSER=1) but not installed"
-            );
-            eprintln!("skipped: chromedriver is not installed (scripts/test.sh installs it)");
+            crate::skip_unless_required("BROWSER", "chromedriver is not installed (scripts/test.sh installs it)");
             return None;
         };
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();

@@ -35,6 +35,16 @@ use tempfile::TempDir;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
+/// Skips the calling test where this machine lacks something it needs, saying `why` on stderr —
+/// unless `MISSION_REQUIRE_<requirement>` is set (`scripts/test.sh` sets every one, after
+/// installing what they name), where the lack fails the test: CI never passes by skipping.
+pub fn skip_unless_required(requirement: &str, why: impl std::fmt::Display) {
+    let variable = format!("MISSION_REQUIRE_{requirement}");
+    let required = std::env::var(&variable).is_ok_and(|value| !value.is_empty() && value != "0");
+    assert!(!required, "{variable} is set, but {why}");
+    eprintln!("SKIPPED: {why}");
+}
+
 /// Signs `username` in on the server at `url` through the device flow, approving the code via
 /// `POST /activate` with `password`: for servers that are not a [`TestServer`] (processes).
 pub async fn device_sign_in(url: &str, username: &str, password: &str) -> (mission_client::Tokens, DeviceAuth) {

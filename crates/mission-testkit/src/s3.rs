@@ -45,15 +45,11 @@ impl S3Server {
             .map(PathBuf::from)
             .unwrap_or_else(|| root.join("target/test-venv/bin/python"));
         if !python.exists() {
-            assert!(
-                std::env::var("MISSION_REQUIRE_S3").as_deref() != Ok("1"),
-                "the S3 test server is required (MISSION_REQUIRE_S3=1) but {} is missing; run scripts/install-test-deps.sh",
+            let why = format!(
+                "no S3 test server ({} is missing; scripts/install-test-deps.sh installs it)",
                 python.display()
             );
-            eprintln!(
-                "skipped: no S3 test server ({} is missing; scripts/install-test-deps.sh installs it)",
-                python.display()
-            );
+            crate::skip_unless_required("S3", why);
             return None;
         }
         let mut child = Command::new(&python)

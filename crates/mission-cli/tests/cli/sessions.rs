@@ -262,12 +262,9 @@ async fn jupyter_lab_runs_a_cell_through_the_proxy() {
         |venv| std::path::PathBuf::from(venv).join("bin"),
     );
     if !venv.join("jupyter-lab").exists() {
-        assert!(
-            std::env::var("MISSION_REQUIRE_JUPYTER").as_deref() != Ok("1"),
-            "Jupyter Lab is required (MISSION_REQUIRE_JUPYTER=1) but {} is missing",
-            venv.join("jupyter-lab").display()
-        );
-        return eprintln!("skipped: Jupyter Lab is not installed (scripts/install-test-deps.sh installs it)");
+        let why =
+            format!("{} is missing (scripts/install-test-deps.sh installs it)", venv.join("jupyter-lab").display());
+        return mission_testkit::skip_unless_required("JUPYTER", why);
     }
     let (server, admin) = cluster(|_| {}).await;
     // Jupyter on the agent's PATH, which its jobs get.

@@ -95,8 +95,7 @@ async fn ended(shell: &Shell<'_>, number: &str) -> String {
 /// Whether this test can run: it makes host accounts and runs jobs as them, as root.
 fn as_root() -> bool {
     if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
-        assert!(std::env::var_os("MISSION_REQUIRE_SANDBOX").is_none(), "the suite must run as root");
-        eprintln!("SKIPPED: running batch jobs as a host account needs root");
+        mission_testkit::skip_unless_required("SANDBOX", "running batch jobs as a host account needs root");
         return false;
     }
     true
@@ -466,12 +465,8 @@ pub(super) fn workflow_tools() -> Option<PathBuf> {
     if venv.join("snakemake").exists() {
         return Some(venv);
     }
-    assert!(
-        std::env::var("MISSION_REQUIRE_WORKFLOWS").as_deref() != Ok("1"),
-        "snakemake and submitit are required (MISSION_REQUIRE_WORKFLOWS=1) but {} is missing",
-        venv.join("snakemake").display()
-    );
-    eprintln!("skipped: the workflow tools are not installed (scripts/install-test-deps.sh installs them)");
+    let why = format!("{} is missing (scripts/install-test-deps.sh installs it)", venv.join("snakemake").display());
+    mission_testkit::skip_unless_required("WORKFLOWS", why);
     None
 }
 

@@ -337,12 +337,8 @@ fn test_python() -> Option<std::path::PathBuf> {
     if has_py_tes {
         return Some(python);
     }
-    assert!(
-        std::env::var("MISSION_REQUIRE_S3").as_deref() != Ok("1"),
-        "py-tes is required but {} cannot import it; run scripts/install-test-deps.sh",
-        python.display()
-    );
-    eprintln!("SKIPPED: {} has no py-tes (scripts/install-test-deps.sh installs it)", python.display());
+    let why = format!("{} cannot import py-tes (scripts/install-test-deps.sh installs it)", python.display());
+    mission_testkit::skip_unless_required("S3", why);
     None
 }
 
@@ -395,12 +391,8 @@ fn snakemake_image(test_image: &std::path::Path) -> Option<std::path::PathBuf> {
     if image.exists() {
         return Some(image);
     }
-    assert!(
-        std::env::var("MISSION_REQUIRE_WORKFLOWS").as_deref() != Ok("1"),
-        "the workflow tools are required (MISSION_REQUIRE_WORKFLOWS=1) but {} is missing",
-        image.display()
-    );
-    eprintln!("skipped: {} is missing (scripts/install-test-deps.sh builds it)", image.display());
+    let why = format!("{} is missing (scripts/install-test-deps.sh builds it)", image.display());
+    mission_testkit::skip_unless_required("WORKFLOWS", why);
     None
 }
 

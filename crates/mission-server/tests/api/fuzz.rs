@@ -20,12 +20,8 @@ fn schemathesis() -> Option<PathBuf> {
     if schemathesis.exists() {
         return Some(schemathesis);
     }
-    assert!(
-        std::env::var("MISSION_REQUIRE_SCHEMATHESIS").as_deref() != Ok("1"),
-        "schemathesis is required (MISSION_REQUIRE_SCHEMATHESIS=1) but {} is missing; run scripts/install-test-deps.sh",
-        schemathesis.display()
-    );
-    eprintln!("skipped: {} is missing; scripts/install-test-deps.sh installs it", schemathesis.display());
+    let why = format!("{} is missing (scripts/install-test-deps.sh installs it)", schemathesis.display());
+    mission_testkit::skip_unless_required("SCHEMATHESIS", why);
     None
 }
 

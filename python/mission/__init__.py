@@ -47,6 +47,7 @@ from ._types import (
     FileListing,
     Image,
     Job,
+    JobGang,
     JobImage,
     JobSession,
     JobTransition,
@@ -93,6 +94,7 @@ __all__ = [
     "FileListing",
     "Image",
     "Job",
+    "JobGang",
     "JobImage",
     "JobSession",
     "JobTransition",
@@ -456,6 +458,8 @@ class Client:
         image: Optional[str] = None,
         session: Optional[str] = None,
         idle_timeout: Optional[int] = None,
+        nodes: Optional[int] = None,
+        launch: Optional[str] = None,
     ) -> Job:
         """Starts a job of the mission on a station; absent resources come from the mission
         type's defaults (memory in megabytes, the time limit in minutes). ``labels`` (``key`` to
@@ -470,11 +474,15 @@ class Client:
         (one you are a member of; the mission's by default). It runs in the container ``image``
         (default: the mission's, if it names one). With ``session`` (``web``, ``jupyter``,
         ``vscode``) it is an interactive session: once its app answers, ``job.session.url`` is
-        where you open it; ``idle_timeout`` (minutes) ends it after that long without a request."""
+        where you open it; ``idle_timeout`` (minutes) ends it after that long without a request.
+        With ``nodes`` it runs on that many landing zones of the station at once (a gang for MPI
+        or distributed training), each holding the resources above; ``launch`` ``"first"`` runs
+        the command on the first node only, the others held for it (default ``"each"``: on
+        every node). Each node's output is ``job_logs(job_id, node=n)``."""
         return self._run(mission_id, station_id, None, cpu_count=cpu_count, memory_amount=memory_amount,
                          gpu_count=gpu_count, time_limit=time_limit, labels=labels, log_cap=log_cap,
                          after_ok=_ids(after_ok), after_any=_ids(after_any), retry=retry, project_id=project_id,
-                         image=image, session=_session(session, idle_timeout))
+                         image=image, session=_session(session, idle_timeout), nodes=nodes, launch=launch)
 
     def run_job_on_lz(
         self,
@@ -664,9 +672,10 @@ class Client:
         """
         return _one(ShellRun, self._native.run_in_job(_id(job_id), command, input))
 
-    def job_logs(self, job_id: Id, stream: str = "stdout") -> str:
-        """What the job wrote to ``stream`` (``"stdout"`` or ``"stderr"``) so far."""
-        return self._native.job_logs(_id(job_id), stream)
+    def job_logs(self, job_id: Id, stream: str = "stdout", node: int = 0) -> str:
+        """What the job wrote to ``stream`` (``"stdout"`` or ``"stderr"``) so far; of a job on
+        several landing zones, what its node ``node`` (by rank) wrote."""
+        return self._native.job_logs(_id(job_id), stream, node)
 
     def follow_job_logs(self, job_id: Id, stream: str = "stdout") -> LogFollow:
         """The job's output on ``stream`` from its start, piece by piece as it is written, until

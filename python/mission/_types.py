@@ -173,6 +173,17 @@ class JobSession(_Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class JobGang(_Record):
+    """What a job on several landing zones at once asked for and got: ``nodes`` landing zones,
+    its command started on each (``launch`` ``each``) or on the first only (``first``), and,
+    once placed, ``lz_ids``, the landing zones in rank order."""
+
+    nodes: int
+    launch: str = "each"
+    lz_ids: List[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True)
 class FileListing(_Record):
     """One file of a mission: ``path`` is its folder (``""`` at the top), ``name`` its name."""
 
@@ -305,6 +316,8 @@ class Job(_Record):
     project_id: Optional[str] = None
     #: The interactive session it is, if it is one.
     session: Optional[JobSession] = dataclasses.field(default=None, metadata={"of": JobSession})
+    #: The landing zones it runs on at once, if it asked for more than one.
+    gang: Optional[JobGang] = dataclasses.field(default=None, metadata={"of": JobGang})
 
 
 @dataclasses.dataclass(frozen=True)

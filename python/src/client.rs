@@ -272,9 +272,9 @@ impl NativeClient {
         })))
     }
 
-    fn job_logs(&self, py: Python<'_>, job_id: &str, stream: &str) -> PyResult<String> {
+    fn job_logs(&self, py: Python<'_>, job_id: &str, stream: &str, node: u32) -> PyResult<String> {
         let id = parse_id("job_id", job_id)?;
-        block_on(py, self.client.job_logs(id, log_stream(stream)?))
+        block_on(py, self.client.node_logs(id, node, log_stream(stream)?))
     }
 
     /// An iterator over the job's output as it is written, until the job ends.

@@ -237,6 +237,21 @@ def test_a_failing_job_is_retried_and_failed_jobs_rerun(client, tmp_path):
         client.wait_for_job(j.job_id, timeout=60)
 
 
+def test_a_gang_asks_for_nodes_and_one_larger_than_the_station_is_refused(client, tmp_path):
+    mission_ = client.create_and_upload_mission("py-gang", script_folder(tmp_path, 'echo "rank $MISSION_NODE_RANK"\n'),
+                                                mission_type_id=SHELL, settings={"filename": "run.sh"})
+    # The embedded landing zone is the station's only one: two nodes are more than it could hold.
+    with pytest.raises(mission.Invalid, match="nodes.*has 1 landing zones"):
+        client.run_job_on_station(mission_.mission_id, LOCAL_STATION, cpu_count=1, nodes=2, launch="first")
+    job = client.run_job_on_station(mission_.mission_id, LOCAL_STATION, cpu_count=1, nodes=1)
+    assert job.gang is None
+    done = client.wait_for_job(job.job_id, timeout=120)
+    assert done.status == "completed", done
+    assert client.job_logs(job.job_id, node=0) == "rank \n", "a job of one node is no gang"
+    with pytest.raises(mission.Invalid, match="node"):
+        client.job_logs(job.job_id, node=1)
+
+
 def test_a_job_array_runs_one_job_per_index(client, tmp_path):
     src = script_folder(tmp_path, 'echo "$MISSION_ARRAY_INDEX $*"\n')
     m = client.create_and_upload_mission("py-array", src, mission_type_id=SHELL, settings={"filename": "run.sh"})

@@ -190,6 +190,10 @@ pub struct Job {
     /// ([`crate::batch`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<crate::JobBatch>,
+    /// The landing zones it runs on at once, where it asked for more than one ([`RunJob::nodes`]):
+    /// absent for a job of one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<JobGang>,
     /// The GA4GH TES task it runs, if it is one ([`crate::tes`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
@@ -304,6 +308,7 @@ impl Job {
             array_number: None,
             session: None,
             batch: None,
+            gang: None,
             task: None,
             stop_ordered_at: None,
             pending_reason: None,
@@ -403,6 +408,55 @@ pub struct RunJob {
     /// `/sessions/{job_id}/` by its owner (see [`crate::sessions`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<crate::SessionRequest>,
+    /// How many landing zones (nodes) of its station it runs on at once, 1 to [`MAX_NODES`]: a
+    /// gang, placed on all of them together or not at all, its CPUs, memory and GPUs asked of
+    /// each. Absent: 1.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole_number")]
+    pub nodes: Option<u32>,
+    /// How a gang starts its command ([`Launch`]); absent: on every node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch: Option<Launch>,
+}
+
+/// The most landing zones one job may run on at once.
+pub const MAX_NODES: u32 = 1024;
+
+/// How a job on several landing zones (a gang) starts its command.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Launch {
+    /// On every node, as `srun` and `torchrun` expect.
+    #[default]
+    Each,
+    /// On the first node only, the others held for it, as a Slurm batch script is: it starts
+    /// ranks there itself (`mpirun` through `mission lz-exec`).
+    First,
+}
+
+impl Launch {
+    /// Its name in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Each => "each",
+            Self::First => "first",
+        }
+    }
+}
+
+/// What a job running on several landing zones at once (a gang) asked for and got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobGang {
+    /// How many landing zones (nodes) it runs on, each holding its CPUs, memory and GPUs.
+    pub nodes: u32,
+    /// How it starts its command.
+    #[serde(default)]
+    pub launch: Launch,
+    /// The landing zones it was placed on, in rank order (the first is the job's `lz_id`, and
+    /// decides its exit); empty while it is queued.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lz_ids: Vec<Uuid>,
 }
 
 /// A job's first attempt: the serde default of every `attempt` field, for messages written

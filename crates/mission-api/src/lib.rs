@@ -53,10 +53,11 @@ pub use images::{
     RegistryReference,
 };
 pub use jobs::{
-    JOB_LOGS_FOLDER, Job, JobArray, JobImage, JobPage, JobRef, JobStatus, JobTransition, JobUsage,
-    KILLED_BY_SIGNAL_REASON, MAX_ARRAY_SIZE, MAX_ATTEMPTS, MAX_BACKOFF, MAX_DEPENDENCIES, MAX_RERUNS, MAX_TIME_LIMIT,
-    MIN_LOG_CAP, OUT_OF_MEMORY_REASON, PendingKind, PendingReason, QueuePosition, RerunJobs, RetryOn, RetryPolicy,
-    RunJob, RunJobArray, TIME_LIMIT_REASON, UpdateJob, UsageGroup, UsageReport, UsageSummary,
+    JOB_LOGS_FOLDER, Job, JobArray, JobGang, JobImage, JobPage, JobRef, JobStatus, JobTransition, JobUsage,
+    KILLED_BY_SIGNAL_REASON, Launch, MAX_ARRAY_SIZE, MAX_ATTEMPTS, MAX_BACKOFF, MAX_DEPENDENCIES, MAX_NODES,
+    MAX_RERUNS, MAX_TIME_LIMIT, MIN_LOG_CAP, OUT_OF_MEMORY_REASON, PendingKind, PendingReason, QueuePosition,
+    RerunJobs, RetryOn, RetryPolicy, RunJob, RunJobArray, TIME_LIMIT_REASON, UpdateJob, UsageGroup, UsageReport,
+    UsageSummary,
 };
 pub use labels::Labels;
 pub use mission_types::{MissionType, MissionTypeSummary, ResourceDefaults};

@@ -73,6 +73,10 @@ pub struct Hello {
     /// than this is not placed here ([`crate::tes::JobTask::disk_mb`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_mb: Option<u64>,
+    /// The address the ranks of a job on several landing zones reach this one at
+    /// (`mission lz --node-address`); none: its host's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_address: Option<String>,
     /// Agent version.
     pub version: String,
 }
@@ -90,6 +94,7 @@ impl Hello {
             images: false,
             shared_paths: Vec::new(),
             disk_mb: None,
+            node_address: None,
             version: version.into(),
         }
     }
@@ -192,6 +197,31 @@ pub struct Assignment {
     /// Its array's number, if it is an element of one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array_number: Option<u64>,
+    /// Its part of a job on several landing zones (a gang): which node this is and who the
+    /// others are. None for a job of one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<GangNode>,
+}
+
+/// One landing zone's part of a job on several (a gang).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GangNode {
+    /// How many nodes the job runs on.
+    pub nodes: u32,
+    /// Its rank, 0 to `nodes - 1`; rank 0's exit is the job's.
+    pub rank: u32,
+    /// The nodes' addresses, in rank order ([`Hello::node_address`]).
+    pub hosts: Vec<String>,
+    /// Whether the command runs here ([`crate::Launch::Each`], or rank 0), or the node is only
+    /// held for rank 0 to start processes on.
+    pub launch: crate::Launch,
+}
+
+impl GangNode {
+    /// Whether the job's command runs on this node (else it only holds the node).
+    pub fn runs_command(&self) -> bool {
+        self.rank == 0 || self.launch == crate::Launch::Each
+    }
 }
 
 /// The environment variable a job array's element finds its index in.

@@ -93,7 +93,8 @@ async fn main() {
     std::fs::write(src.join("run.sh"), SCRIPT).unwrap();
     std::fs::write(src.join("input.txt"), "a small input file\n").unwrap();
     let mission = common::shell_mission(&client, "bench", &src).await;
-    let one_cpu = JobResources { cpu_count: Some(1), memory_amount: Some(256), gpu_count: Some(0), time_limit: None };
+    let one_cpu =
+        JobResources { cpu_count: Some(1), memory_amount: Some(256), gpu_count: Some(0), ..Default::default() };
     let run = RunJob {
         station_id: station.station_id,
         lz_id: None,

@@ -23,6 +23,10 @@ pub struct JobResources {
     pub gpu_count: Option<u32>,
     /// Minutes the job may run before it is ended (`failed`, reason "time limit").
     pub time_limit: Option<u32>,
+    /// Landing zones it runs on at once (a gang), each holding the resources above; absent: 1.
+    pub nodes: Option<u32>,
+    /// How a gang starts its command; absent: on every node.
+    pub launch: Option<mission_api::Launch>,
 }
 
 /// Filters and paging of [`Client::list_jobs`]; the default is the first 25 of all the caller's
@@ -366,7 +370,13 @@ impl Client {
 
     /// A job's output so far.
     pub async fn job_logs(&self, job_id: Uuid, stream: LogStream) -> Result<String, Error> {
-        let query = [("stream", stream.as_str())];
+        self.node_logs(job_id, 0, stream).await
+    }
+
+    /// The output so far of node `node` (its rank) of a job on several landing zones (a gang);
+    /// node 0 is any job's own.
+    pub async fn node_logs(&self, job_id: Uuid, node: u32, stream: LogStream) -> Result<String, Error> {
+        let query = [("stream", stream.as_str().to_owned()), ("node", node.to_string())];
         let response =
             check(self.send(&format!("/jobs/{job_id}/logs"), |http, url| http.get(url).query(&query)).await?).await?;
         Ok(response.text().await?)
@@ -378,9 +388,20 @@ impl Client {
         &self,
         job_id: Uuid,
         stream: LogStream,
+        on_output: impl FnMut(&str),
+    ) -> Result<JobStatus, Error> {
+        self.follow_node_logs(job_id, 0, stream, on_output).await
+    }
+
+    /// [`Client::follow_job_logs`] for node `node` of a gang ([`Client::node_logs`]).
+    pub async fn follow_node_logs(
+        &self,
+        job_id: Uuid,
+        node: u32,
+        stream: LogStream,
         mut on_output: impl FnMut(&str),
     ) -> Result<JobStatus, Error> {
-        let mut follow = self.open_job_logs(job_id, stream).await?;
+        let mut follow = self.open_node_logs(job_id, node, stream).await?;
         loop {
             match follow.next().await? {
                 LogEvent::Output(text) => on_output(&text),
@@ -402,7 +423,12 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn open_job_logs(&self, job_id: Uuid, stream: LogStream) -> Result<LogFollow, Error> {
-        let query = [("stream", stream.as_str()), ("follow", "true")];
+        self.open_node_logs(job_id, 0, stream).await
+    }
+
+    /// [`Client::open_job_logs`] for node `node` of a gang ([`Client::node_logs`]).
+    pub async fn open_node_logs(&self, job_id: Uuid, node: u32, stream: LogStream) -> Result<LogFollow, Error> {
+        let query = [("stream", stream.as_str().to_owned()), ("node", node.to_string()), ("follow", "true".to_owned())];
         let response =
             check(self.send(&format!("/jobs/{job_id}/logs"), |http, url| http.get(url).query(&query)).await?).await?;
         Ok(LogFollow { body: Box::pin(response.bytes_stream()), buf: Vec::new(), ended: None })
@@ -487,6 +513,8 @@ fn run_request(station_id: Uuid, lz_id: Option<Uuid>, resources: JobResources) -
         memory_amount: resources.memory_amount,
         gpu_count: resources.gpu_count,
         time_limit: resources.time_limit,
+        nodes: resources.nodes,
+        launch: resources.launch,
         ..Default::default()
     }
 }

@@ -56,11 +56,11 @@ pub use mission_api::{
     AuditEntry, AuditPage, AuthConfig, BudgetPeriod, BudgetStatus, CargoBay, CargoBayKind, ContainerNetwork,
     CreateCargoBay, CreateMission, CreateProject, CreateStation, CreateWebhook, DEFAULT_CARGO_BAY_ID,
     DEFAULT_STATION_NAME, DeliveryStatus, DeviceAuthorization, Event, FileListing, Image, ImageFormat, ImageVisibility,
-    ImportImage, Job, JobArray, JobImage, JobPage, JobRef, JobSession, JobStatus, JobTransition, JobUsage, Labels,
-    LandingZone, Mission, MissionPage, MissionType, MissionTypeSummary, PendingKind, PendingReason, Problem, Project,
-    ProjectBudget, ProjectLimits, ProjectMember, ProjectPage, ProjectRole, RegisterImageReference, RegisterLandingZone,
-    RegisteredLandingZone, ResourceAmounts, Resources, ResourcesInUse, RetryOn, RetryPolicy, RunJob, RunJobArray,
-    SessionKind, SessionRequest, Station, StationLimits, StationMember, UpdateJob, UpdateMission, UpdateProject,
-    UpdateStation, UsageGroup, UsageReport, UsageSummary, User, Webhook, WebhookDelivery,
+    ImportImage, Job, JobArray, JobGang, JobImage, JobPage, JobRef, JobSession, JobStatus, JobTransition, JobUsage,
+    Labels, LandingZone, Launch, Mission, MissionPage, MissionType, MissionTypeSummary, PendingKind, PendingReason,
+    Problem, Project, ProjectBudget, ProjectLimits, ProjectMember, ProjectPage, ProjectRole, RegisterImageReference,
+    RegisterLandingZone, RegisteredLandingZone, ResourceAmounts, Resources, ResourcesInUse, RetryOn, RetryPolicy,
+    RunJob, RunJobArray, SessionKind, SessionRequest, Station, StationLimits, StationMember, UpdateJob, UpdateMission,
+    UpdateProject, UpdateStation, UsageGroup, UsageReport, UsageSummary, User, Webhook, WebhookDelivery,
 };
 pub use uuid::Uuid;

@@ -36,6 +36,8 @@ pub(crate) struct Agent {
     context: JobContext,
     /// The jobs' tasks, which leaving waits for.
     tasks: TaskTracker,
+    /// The address the ranks of a job on several landing zones reach this one at.
+    node_address: String,
 }
 
 /// How long leaving waits for the killed jobs' tasks to settle.
@@ -106,7 +108,11 @@ async fn serve<R: Runner>(
         sessions: Default::default(),
         shells: Default::default(),
     };
-    let agent = Agent { context: context.clone(), tasks: TaskTracker::new() };
+    let node_address = config
+        .node_address
+        .clone()
+        .unwrap_or_else(|| rustix::system::uname().nodename().to_string_lossy().into_owned());
+    let agent = Agent { context: context.clone(), tasks: TaskTracker::new(), node_address };
     for (job_id, attempt) in runner.recovered() {
         let (runner, context) = (runner.clone(), context.clone());
         agent.spawn_job(job_id, attempt, move |stop| lifecycle::resume(runner, context, job_id, stop));
@@ -159,6 +165,7 @@ async fn connect_loop<R: Runner>(agent: &Agent, runner: &Arc<R>) -> Result<(), A
             images: offer.images,
             shared_paths: offer.shared_paths,
             disk_mb: offer.disk_mb,
+            node_address: Some(agent.node_address.clone()),
             version: env!("CARGO_PKG_VERSION").to_owned(),
         };
         match session(agent, runner, &hello).await {
@@ -280,7 +287,7 @@ mod tests {
             sessions: Default::default(),
             shells: Default::default(),
         };
-        (server, Arc::new(Agent { context, tasks: TaskTracker::new() }), queue, dir)
+        (server, Arc::new(Agent { context, tasks: TaskTracker::new(), node_address: "127.0.0.1".into() }), queue, dir)
     }
 
     /// The reports' delivery of `agent`'s book, from `queue`.

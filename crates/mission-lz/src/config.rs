@@ -38,6 +38,9 @@ pub struct AgentConfig {
     /// `/` for the landing zone embedded in a server, which shares its host's): see
     /// [`mission_api::batch`].
     pub shared_paths: Vec<String>,
+    /// The address the ranks of a job on several landing zones (a gang) reach this host at, as
+    /// the others' `MISSION_HOSTS` and hostfile name it; none: the host's name.
+    pub node_address: Option<String>,
 }
 
 /// What runs a landing zone's jobs.
@@ -62,6 +65,8 @@ impl std::fmt::Debug for AgentConfig {
             .field("containers", &self.containers)
             .field("idle_exit", &self.idle_exit)
             .field("local_tunnel", &self.local_tunnel)
+            .field("shared_paths", &self.shared_paths)
+            .field("node_address", &self.node_address)
             .finish()
     }
 }

@@ -31,8 +31,10 @@ use crate::runner::{
 };
 
 /// Runs `job` on `runner` to its end, reporting every move; a stop switched on in `stop` ends it.
-pub(crate) async fn run<R: Runner>(runner: Arc<R>, ctx: JobContext, job: Assignment, mut stop: StopSwitch) {
+pub(crate) async fn run<R: Runner>(runner: Arc<R>, ctx: JobContext, mut job: Assignment, mut stop: StopSwitch) {
     let (job_id, session) = (job.job_id, job.session.is_some());
+    // A node held for a gang's rank 0 runs a program that waits for the gang's end.
+    job.command = crate::gang::command(&job);
     let started = async {
         if let Some(refusal) = runner.refusal(&job) {
             return Err(JobError::Refused(refusal));

@@ -1074,6 +1074,7 @@ mod tests {
             task: None,
             number: 0,
             array_number: None,
+            node: None,
         }
     }
 

@@ -36,6 +36,31 @@ pub(super) struct Placed {
     /// or its user asked for a requeue): when it ends without completing, it goes back in line,
     /// told this.
     pub requeue_reason: Option<String>,
+    /// Which part of a job on several landing zones (a gang) this is; none for a job of one.
+    pub part: Option<GangPart>,
+}
+
+impl Placed {
+    /// Whether it is the part of its job that counts for it: the job itself, or a gang's rank 0
+    /// (whose exit is the job's, and which carries its charges and counts).
+    pub fn leads(&self) -> bool {
+        self.part.as_ref().is_none_or(|part| part.rank == 0)
+    }
+
+    /// The landing zones of its job other than `lz_id`: a gang's other nodes, none otherwise.
+    pub fn other_nodes(&self, lz_id: Uuid) -> impl Iterator<Item = Uuid> + '_ {
+        self.part.iter().flat_map(|part| part.lz_ids.iter()).copied().filter(move |id| *id != lz_id)
+    }
+}
+
+/// One landing zone's part of a job on several (a gang): each node holds a [`Placed`] of its
+/// own, with the job's queue entry, so that room, reports and leases work per node; rank 0's
+/// stands for the job in the counts, charges and the job → LZ map.
+#[derive(Clone)]
+pub(super) struct GangPart {
+    pub rank: u32,
+    /// The gang's landing zones, in rank order.
+    pub lz_ids: Arc<[Uuid]>,
 }
 
 /// An agent's order stream; dropping it ends the stream (the agent then connects again).
@@ -78,6 +103,8 @@ pub(super) struct LzState {
     pub shared_paths: Vec<String>,
     /// Megabytes free for jobs' files as its agent last connected; `None` where unknown.
     pub disk_mb: Option<u64>,
+    /// The address a gang's ranks reach it at, as its agent said; `None`: its name.
+    pub node_address: Option<String>,
 }
 
 impl LzState {
@@ -98,7 +125,13 @@ impl LzState {
             images: false,
             shared_paths: Vec::new(),
             disk_mb: None,
+            node_address: None,
         }
+    }
+
+    /// The address a gang's ranks reach it at.
+    pub fn node_address(&self) -> String {
+        self.node_address.clone().unwrap_or_else(|| self.name.clone())
     }
 
     /// Counts a placed job (with its `gpu_indices`) against the free room (a gateway counts jobs
@@ -374,7 +407,7 @@ impl Fleet {
         if let Some(station) = self.stations.get_mut(&lz.station_id) {
             station.all.remove(&lz_id);
         }
-        for (job_id, placed) in &lz.jobs {
+        for (job_id, placed) in lz.jobs.iter().filter(|(_, placed)| placed.leads()) {
             self.placed_on.remove(job_id);
             self.uncount(placed);
         }
@@ -382,6 +415,9 @@ impl Fleet {
     }
 
     fn uncount(&mut self, placed: &Placed) {
+        if !placed.leads() {
+            return;
+        }
         self.usage.leave(placed.entry.job_id);
         let user_id = placed.key.user_id;
         if let Some(n) = self.per_user.get_mut(&user_id) {
@@ -392,24 +428,25 @@ impl Fleet {
         }
         let project = (placed.key.station_id, placed.key.project_id);
         if let Some(held) = self.per_project.get_mut(&project) {
-            held.count(placed.entry.shape(), -1);
+            held.count(placed.entry.total(), -1);
             if held.jobs == 0 {
                 self.per_project.remove(&project);
             }
         }
     }
 
-    /// Counts a placed job (with its `gpu_indices`) against an LZ's free resources.
+    /// Counts a placed job (with its `gpu_indices`) against an LZ's free resources; a gang's part
+    /// other than rank 0 only takes its room there.
     pub fn hold(&mut self, lz_id: Uuid, placed: Placed) {
         let (job_id, user_id) = (placed.entry.job_id, placed.key.user_id);
         let project = (placed.key.station_id, placed.key.project_id);
-        let shape = placed.entry.shape();
-        let (time_limit, key) = (placed.entry.time_limit, placed.key);
+        let shape = placed.entry.total();
+        let (time_limit, key, leads) = (placed.entry.time_limit, placed.key, placed.leads());
         let held = self.update(lz_id, |lz| {
             lz.take_room(&placed);
             lz.jobs.insert(job_id, placed);
         });
-        if held.is_some() {
+        if held.is_some() && leads {
             self.usage.place(job_id, &key, shape.0, shape.2, time_limit);
             self.placed_on.insert(job_id, lz_id);
             *self.per_user.entry(user_id).or_default() += 1;
@@ -417,9 +454,28 @@ impl Fleet {
         }
     }
 
-    /// Takes a placed job off its LZ, giving back what it held.
+    /// Takes a placed job off its LZ, giving back what it held: a gang off all its LZs, at once,
+    /// answering its rank 0's part (the other nodes' agents are the caller's to stop).
     pub fn release(&mut self, lz_id: Uuid, job_id: Uuid) -> Option<Placed> {
-        let placed = self.update(lz_id, |lz| {
+        let mut placed = self.release_room(lz_id, job_id)?;
+        let nodes: Vec<Uuid> = placed.other_nodes(lz_id).collect();
+        for node in nodes {
+            if let Some(part) = self.release_room(node, job_id)
+                && part.leads()
+            {
+                placed = part;
+            }
+        }
+        if placed.leads() {
+            self.placed_on.remove(&job_id);
+            self.uncount(&placed);
+        }
+        Some(placed)
+    }
+
+    /// Takes one LZ's part of a placed job off it, giving back the room it held there.
+    fn release_room(&mut self, lz_id: Uuid, job_id: Uuid) -> Option<Placed> {
+        self.update(lz_id, |lz| {
             let placed = lz.jobs.remove(&job_id)?;
             if lz.max_jobs.is_none() {
                 lz.free_cpu += i64::from(placed.entry.cpu_count);
@@ -428,10 +484,7 @@ impl Fleet {
                 lz.free_gpus.extend(placed.gpu_indices.iter().filter(|g| gpus.contains(g)));
             }
             Some(placed)
-        })??;
-        self.placed_on.remove(&job_id);
-        self.uncount(&placed);
-        Some(placed)
+        })?
     }
 
     /// Replaces an LZ's state (a new connection, perhaps a new capacity) with `lz`, which keeps

@@ -49,9 +49,14 @@ use mission_store::{LzIdentity, StoreError};
 pub trait Host: Send + Sync + 'static {
     /// A job ended: who follows its logs in this process sees the end.
     fn job_ended(&self, job_id: Uuid);
-    /// How much of each of a job's output streams the server holds, where a retry's output goes
-    /// on (from the start, for a stream that cannot be read).
-    fn log_offsets(&self, mission_id: Uuid, job_id: Uuid) -> Pin<Box<dyn Future<Output = LogOffsets> + Send + '_>>;
+    /// How much of each of a job's output streams (of its node `node`, a gang's rank) the server
+    /// holds, where a retry's output goes on (from the start, for a stream that cannot be read).
+    fn log_offsets(
+        &self,
+        mission_id: Uuid,
+        job_id: Uuid,
+        node: u32,
+    ) -> Pin<Box<dyn Future<Output = LogOffsets> + Send + '_>>;
     /// Landing zones were removed or re-keyed: this process's cache of agent tokens must go.
     fn forget_tokens(&self);
 }

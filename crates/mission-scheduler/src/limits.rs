@@ -82,8 +82,8 @@ impl Limits {
         let within = |most: Option<u32>, holds: u64, wants: u32| {
             most.is_some_and(|most| holds + u64::from(wants) <= u64::from(most))
         };
-        within(nominal.cpus, held.cpus, job.cpu_count)
-            && (job.gpu_count == 0 || within(nominal.gpus, held.gpus, job.gpu_count))
+        let (cpus, _, gpus) = job.total();
+        within(nominal.cpus, held.cpus, cpus) && (gpus == 0 || within(nominal.gpus, held.gpus, gpus))
     }
 
     /// Whether some project is guaranteed room on `station` (sets nominal CPUs there): only
@@ -116,28 +116,11 @@ impl Limits {
         {
             return Some(format!("project {who} has {} of its {most} running jobs on station {on}", held.jobs));
         }
+        let (cpus, memory, gpus) = job.total();
         let asks = [
-            (
-                "CPUs",
-                held.cpus,
-                u64::from(job.cpu_count),
-                cap.ceiling.0,
-                cap.limits.nominal.and_then(|n| n.cpus.map(u64::from)),
-            ),
-            (
-                "MB of memory",
-                held.memory,
-                job.memory_amount,
-                cap.ceiling.1,
-                cap.limits.nominal.and_then(|n| n.memory_mb),
-            ),
-            (
-                "GPUs",
-                held.gpus,
-                u64::from(job.gpu_count),
-                cap.ceiling.2,
-                cap.limits.nominal.and_then(|n| n.gpus.map(u64::from)),
-            ),
+            ("CPUs", held.cpus, u64::from(cpus), cap.ceiling.0, cap.limits.nominal.and_then(|n| n.cpus.map(u64::from))),
+            ("MB of memory", held.memory, memory, cap.ceiling.1, cap.limits.nominal.and_then(|n| n.memory_mb)),
+            ("GPUs", held.gpus, u64::from(gpus), cap.ceiling.2, cap.limits.nominal.and_then(|n| n.gpus.map(u64::from))),
         ];
         for (what, holds, wants, ceiling, nominal) in asks {
             let Some(ceiling) = ceiling.filter(|most| wants > 0 && holds + wants > *most) else { continue };

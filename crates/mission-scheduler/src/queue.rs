@@ -78,6 +78,12 @@ pub(crate) struct Queued {
     pub workdir: Option<Arc<str>>,
     /// Megabytes of disk it needs free (a TES task's `disk_gb`), 0 for none.
     pub disk_mb: u64,
+    /// How many landing zones it runs on at once (a gang where more than one), each holding
+    /// `cpu_count`, `memory_amount` and `gpu_count`.
+    pub nodes: u32,
+    /// A gang that runs its command on its first node only (the others held for it), which
+    /// ends as that one does; one that runs it on every node ends once all have.
+    pub launch_first: bool,
 }
 
 impl Queued {
@@ -96,12 +102,25 @@ impl Queued {
             needs_image: job.image.is_some(),
             workdir: job.batch.as_ref().map(|batch| Arc::from(batch.workdir.as_str())),
             disk_mb: mission_api::tes::JobTask::disk_mb_of(job),
+            nodes: job.gang.as_ref().map_or(1, |gang| gang.nodes),
+            launch_first: job.gang.as_ref().is_some_and(|gang| gang.launch == mission_api::Launch::First),
         }
     }
 
-    /// CPUs, megabytes and GPUs it asks for.
+    /// CPUs, megabytes and GPUs it asks for on each of its landing zones.
     pub(crate) fn shape(&self) -> Shape {
         (self.cpu_count, self.memory_amount, self.gpu_count)
+    }
+
+    /// CPUs, megabytes and GPUs it asks for on all its landing zones together: what project
+    /// limits, budgets and fair-share count.
+    pub(crate) fn total(&self) -> Shape {
+        (self.cpu_count * self.nodes, self.memory_amount * u64::from(self.nodes), self.gpu_count * self.nodes)
+    }
+
+    /// Whether it runs on several landing zones at once.
+    pub(crate) fn is_gang(&self) -> bool {
+        self.nodes > 1
     }
 }
 
@@ -850,6 +869,8 @@ mod tests {
             needs_image: false,
             workdir: None,
             disk_mb: 0,
+            nodes: 1,
+            launch_first: false,
         }
     }
 

@@ -54,7 +54,7 @@ use uuid::Uuid;
 
 use super::budgets::{Budgets, Warning};
 use super::fair_share::{EXPECTED_RUN, Usage};
-use super::fleet::{Connection, Fleet, LzState, Placed};
+use super::fleet::{Connection, Fleet, GangPart, LzState, Placed, StationLzs};
 use super::limits::Limits;
 use super::queue::{Dependencies, Policies, Queue, QueueKey, Queued, Settled};
 use super::reclaim::{self, Plan};
@@ -197,6 +197,9 @@ pub struct State {
     /// same one while it still can, so a held LZ goes on draining for the job that waits on it
     /// (and its pending reason, which names the LZ, is not rewritten every pass).
     holds: HashMap<Uuid, Uuid>,
+    /// The ends of gangs whose rank 0 completed while other nodes still run the command (a gang
+    /// launched on every node ends once all have), written once the last has.
+    gang_ends: HashMap<Uuid, JobUpdate>,
     /// Stations where something happened that could let a job start, for the next pass.
     dirty: HashSet<Uuid>,
     /// The sequence number the next new job gets (the store's `seq`).
@@ -248,6 +251,7 @@ impl State {
             lease_ends: BinaryHeap::new(),
             reasons: HashMap::new(),
             holds: HashMap::new(),
+            gang_ends: HashMap::new(),
             dirty: HashSet::new(),
             next_seq: 1,
             sessions,
@@ -322,6 +326,8 @@ impl State {
                         needs_image: row.image_id.is_some(),
                         workdir: row.workdir.map(Arc::from),
                         disk_mb: row.disk_mb,
+                        nodes: row.nodes,
+                        launch_first: row.launch_first,
                     };
                     queue.insert(key, row.seq, entry, waits || row.held);
                     if waits {
@@ -340,6 +346,11 @@ impl State {
         self.held = held;
         for (seq, job) in self.store.placed_jobs().await? {
             let entry = Queued::of(&job, self.policies.share(job.retry.as_ref()));
+            // A gang's parts are held on each of its nodes; a node removed loses the gang.
+            let nodes: Vec<Uuid> = match &job.gang {
+                Some(gang) => gang.lz_ids.clone(),
+                None => job.lz_id.into_iter().collect(),
+            };
             let placed = Placed {
                 entry,
                 key: QueueKey::of(&job),
@@ -350,14 +361,14 @@ impl State {
                 pending_reason: job.pending_reason,
                 stop_requested: false,
                 requeue_reason: None,
+                part: None,
             };
-            match job.lz_id.filter(|id| self.fleet.get(id).is_some()) {
-                Some(lz_id) => {
-                    self.budgets.hold(job.job_id, placed.key.project_id, self.budget_needs(&placed.entry));
-                    self.fleet.hold(lz_id, placed);
-                }
-                None => self.lose(placed, "its landing zone was removed"),
+            if nodes.is_empty() || nodes.iter().any(|id| self.fleet.get(id).is_none()) {
+                self.lose(placed, "its landing zone was removed");
+                continue;
             }
+            self.budgets.hold(job.job_id, placed.key.project_id, self.budget_needs(&placed.entry));
+            self.hold_parts(&nodes, placed);
         }
         for (job_id, user_id, [after_ok, after_any, after_not_ok]) in waiting {
             match self.wait_for(job_id, user_id, &after_ok, &after_any, &after_not_ok).await? {
@@ -412,6 +423,41 @@ impl State {
         update.detail = Some(reason.clone());
         update.reason = Some(reason);
         self.batch.updates.push(update);
+    }
+
+    /// Takes a placed job off its LZ (a gang off all of its), ordering the other nodes of a gang
+    /// to stop their parts: a gang lives and ends as one.
+    fn take_off(&mut self, lz_id: Uuid, job_id: Uuid) -> Option<Placed> {
+        let placed = self.fleet.release(lz_id, job_id)?;
+        self.gang_ends.remove(&job_id);
+        self.batch.orders.extend(placed.other_nodes(lz_id).map(|node| (node, Pending::Stop(job_id))));
+        Some(placed)
+    }
+
+    /// Takes every job off an LZ, as [`State::take_off`] does each.
+    fn take_all_off(&mut self, lz_id: Uuid) -> Vec<Placed> {
+        let ids: Vec<Uuid> = self.fleet.get(&lz_id).map(|lz| lz.jobs.keys().copied().collect()).unwrap_or_default();
+        ids.into_iter().filter_map(|id| self.take_off(lz_id, id)).collect()
+    }
+
+    /// Marks every part of a placed job (each node's of a gang) with `mark`, and orders each
+    /// connected LZ holding one to stop it; answers the LZ that holds the job (a gang's rank 0)
+    /// and whether it is connected, `None` when the job is not placed.
+    fn order_stop(&mut self, job_id: Uuid, mark: impl Fn(&mut Placed)) -> Option<(Uuid, bool)> {
+        let lz_id = self.fleet.holder(&job_id)?;
+        let nodes: Vec<Uuid> = std::iter::once(lz_id).chain(self.fleet.placed(&job_id)?.other_nodes(lz_id)).collect();
+        let mut connected = false;
+        for node in nodes {
+            let Some(lz) = self.fleet.get_quiet_mut(&node) else { continue };
+            if let Some(part) = lz.jobs.get_mut(&job_id) {
+                mark(part);
+            }
+            if lz.connection.is_some() {
+                connected |= node == lz_id;
+                self.batch.orders.push((node, Pending::Stop(job_id)));
+            }
+        }
+        Some((lz_id, connected))
     }
 
     /// Takes a queued job out of line (it ends, or is placed). What a pass held for it was
@@ -614,7 +660,7 @@ impl State {
         }
         for (lz_id, order) in batch.orders {
             let order = match order {
-                Pending::Run(job_id) => match runs.remove(&job_id) {
+                Pending::Run(job_id) => match runs.remove(&(lz_id, job_id)) {
                     Some(assignment) => Order::Run(Box::new(assignment)),
                     None => continue,
                 },
@@ -640,7 +686,7 @@ impl State {
         &self,
         orders: &[(Uuid, Pending)],
         inserts: &[(u64, Job)],
-    ) -> Result<HashMap<Uuid, Assignment>, StoreError> {
+    ) -> Result<HashMap<(Uuid, Uuid), Assignment>, StoreError> {
         let runs: Vec<(Uuid, Uuid)> = orders
             .iter()
             .filter_map(|(lz_id, order)| match order {
@@ -688,12 +734,19 @@ impl State {
             // A retry's output, or a reclaimed job's next run's, goes on from where the earlier
             // runs' ended.
             let log_offsets = if placed.entry.attempt > 1 || placed.entry.ran {
-                self.host.log_offsets(job.mission_id, job_id).await
+                self.host.log_offsets(job.mission_id, job_id, placed.part.as_ref().map_or(0, |part| part.rank)).await
             } else {
                 LogOffsets::default()
             };
+            // A gang's part: its rank and the nodes' addresses.
+            let node = placed.part.as_ref().map(|part| mission_api::lz::GangNode {
+                nodes: part.lz_ids.len() as u32,
+                rank: part.rank,
+                hosts: part.lz_ids.iter().filter_map(|id| self.fleet.get(id)).map(LzState::node_address).collect(),
+                launch: job.gang.as_ref().map(|gang| gang.launch).unwrap_or_default(),
+            });
             assignments.insert(
-                job_id,
+                (lz_id, job_id),
                 Assignment {
                     job_id,
                     mission_id: job.mission_id,
@@ -717,6 +770,7 @@ impl State {
                     task: job.task.as_ref().map(|task| Box::new(task.assignment())),
                     number: job.number,
                     array_number: job.array_number,
+                    node,
                 },
             );
         }
@@ -989,6 +1043,26 @@ impl State {
                 ),
             });
         }
+        if let Some(gang) = job.gang.as_ref().filter(|gang| gang.nodes > 1) {
+            // Only gangs look at each of the station's LZs: how many could ever hold a node.
+            // Gateways into batch systems take no gangs (yet).
+            let able = self
+                .fleet
+                .of_station(job.station_id)
+                .filter(|(_, lz)| lz.max_jobs.is_none())
+                .filter(|(_, lz)| lz.capacity.is_none() || lz.could_hold_shape(cpu, memory, gpu))
+                .count();
+            if able < gang.nodes as usize {
+                return Err(SchedulerError::invalid_field(
+                    "nodes",
+                    format!(
+                        "the station has {able} landing zones that could ever hold a node of this job (cpu_count \
+                         {cpu}, memory_amount {memory} MB, gpu_count {gpu} each); it asks for {}",
+                        gang.nodes
+                    ),
+                ));
+            }
+        }
         let disk = mission_api::tes::JobTask::disk_mb_of(&job);
         if disk > 0 {
             // Only tasks ask for disk: a look at each of the station's LZs is a look for them.
@@ -1158,22 +1232,21 @@ impl State {
             self.end(job_id, JobStatus::Stopped, format!("stopped by {by} while queued"));
             return Ok(());
         }
-        let Some(lz_id) = self.fleet.holder(&job_id) else {
+        let stopping = self.order_stop(job_id, |placed| {
+            placed.stop_requested = true;
+            // A user's stop wins over a reclaim: the job ends rather than going back in line.
+            placed.requeue_reason = None;
+        });
+        let Some((lz_id, connected)) = stopping else {
             return Err(SchedulerError::Conflict("the job has ended already".into()));
         };
-        let lz = self.fleet.get_quiet_mut(&lz_id).expect("holders are LZs");
-        let placed = lz.jobs.get_mut(&job_id).expect("held there");
-        placed.stop_requested = true;
-        // A user's stop wins over a reclaim: the job ends rather than going back in line.
-        placed.requeue_reason = None;
-        if lz.connection.is_some() {
-            self.batch.orders.push((lz_id, Pending::Stop(job_id)));
+        if connected {
             return Ok(());
         }
         // The LZ is not connected: the job ends now; should the agent come back still running
         // it, its welcome tells it to drop the job.
-        let station = lz.station_id;
-        self.fleet.release(lz_id, job_id);
+        let station = self.fleet.get(&lz_id).expect("holders are LZs").station_id;
+        self.take_off(lz_id, job_id);
         self.end(job_id, JobStatus::Stopped, format!("stopped by {by}"));
         self.dirty.insert(station);
         Ok(())
@@ -1232,15 +1305,12 @@ impl State {
                 "the job has ended: only an unfinished job can be requeued (a rerun starts an ended one again)".into(),
             ));
         };
-        let lz = self.fleet.get_quiet_mut(&lz_id).expect("holders are LZs");
-        let placed = lz.jobs.get_mut(&job_id).expect("held there");
-        if placed.stop_requested {
+        if self.fleet.placed(&job_id).is_some_and(|placed| placed.stop_requested) {
             return Err(SchedulerError::Conflict("the job is being stopped".into()));
         }
-        placed.requeue_reason = Some(format!("requeued by {by}; back in line at its old place"));
-        if lz.connection.is_some() {
-            self.batch.orders.push((lz_id, Pending::Stop(job_id)));
-        } else if let Some(placed) = self.fleet.release(lz_id, job_id) {
+        let why = format!("requeued by {by}; back in line at its old place");
+        let (_, connected) = self.order_stop(job_id, |placed| placed.requeue_reason = Some(why.clone())).expect("held");
+        if !connected && let Some(placed) = self.take_off(lz_id, job_id) {
             self.requeue_stopped(placed);
         }
         Ok(())
@@ -1261,6 +1331,7 @@ impl State {
         lz.images = hello.images;
         lz.shared_paths = hello.shared_paths;
         lz.disk_mb = hello.disk_mb;
+        lz.node_address = hello.node_address;
         lz.connection = Some(Connection { id: session, sessions: self.sessions.clone() });
         let until = Instant::now() + self.lease;
         lz.lease_until = Some(until);
@@ -1290,14 +1361,14 @@ impl State {
         }
         let mut requeued = Vec::new();
         for id in requeue {
-            requeued.extend(self.fleet.release(who.lz_id, id));
+            requeued.extend(self.take_off(who.lz_id, id));
         }
         let mut ended = Vec::new();
         for (id, status, why) in ends {
-            ended.extend(self.fleet.release(who.lz_id, id).map(|placed| (placed, status, why)));
+            ended.extend(self.take_off(who.lz_id, id).map(|placed| (placed, status, why)));
             drop.retain(|d| *d != id);
         }
-        self.end_released(ended);
+        self.end_released(who.lz_id, ended);
         for placed in requeued {
             if placed.requeue_reason.is_some() {
                 self.requeue_stopped(placed);
@@ -1327,6 +1398,7 @@ impl State {
         lz.lease_until = Some(until);
         self.lease_ends.push(Reverse((until, who.lz_id)));
         let (mut finished, mut failed_attempts, mut measured) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut node_failures, mut nodes_completed, mut leads_completed) = (Vec::new(), Vec::new(), Vec::new());
         let mut reclaimed = Vec::new();
         for report in reports {
             let current = |p: &&mut Placed| report.attempt.is_none_or(|attempt| attempt == p.entry.attempt);
@@ -1347,6 +1419,18 @@ impl State {
                 continue;
             }
             let mut status = report.status;
+            // A gang's other nodes: their moves are their own, and only a failure is the job's
+            // (one that completed holds its room until rank 0 ends).
+            if let Some(rank) = placed.part.as_ref().map(|part| part.rank).filter(|rank| *rank > 0) {
+                placed.status = status;
+                let stopping = placed.stop_requested || placed.requeue_reason.is_some();
+                if status.is_final() && status != JobStatus::Completed && !stopping {
+                    node_failures.push((report.job_id, rank, status, report.exit_code, report.reason));
+                } else if status == JobStatus::Completed {
+                    nodes_completed.push(report.job_id);
+                }
+                continue;
+            }
             if status.is_final() && placed.requeue_reason.is_some() && status != JobStatus::Completed {
                 reclaimed.push(report.job_id);
                 continue;
@@ -1382,10 +1466,30 @@ impl State {
             if update.reason.is_some() || status == JobStatus::Running {
                 placed.reason.clone_from(&update.reason);
             }
+            // A gang launched on every node ends once all have.
+            if status == JobStatus::Completed && placed.part.is_some() && !placed.entry.launch_first {
+                leads_completed.push(update);
+                continue;
+            }
             if status.is_final() {
                 finished.push(report.job_id);
             }
             self.batch.updates.push(update);
+        }
+        for update in leads_completed {
+            if self.nodes_still_running(update.job_id) {
+                self.gang_ends.insert(update.job_id, update);
+            } else {
+                finished.push(update.job_id);
+                self.batch.updates.push(update);
+            }
+        }
+        for job_id in nodes_completed {
+            if self.gang_ends.contains_key(&job_id) && !self.nodes_still_running(job_id) {
+                let end = self.gang_ends.remove(&job_id).expect("looked at");
+                finished.push(job_id);
+                self.batch.updates.push(end);
+            }
         }
         // What the agent measured is what the job is charged, rather than the scheduler's clock.
         for (job_id, wall_time) in measured {
@@ -1393,25 +1497,68 @@ impl State {
         }
         if !finished.is_empty() {
             for id in finished {
-                self.fleet.release(who.lz_id, id);
+                self.take_off(who.lz_id, id);
             }
             self.dirty.insert(who.station_id);
         }
         let failed_attempts: Vec<_> = failed_attempts
             .into_iter()
             .filter_map(|(id, policy, failure, why)| {
-                self.fleet.release(who.lz_id, id).map(|placed| (placed, policy, failure, why))
+                self.take_off(who.lz_id, id).map(|placed| (placed, policy, failure, why))
             })
             .collect();
         for (placed, policy, failure, why) in failed_attempts {
             self.retry(placed, &policy, failure, &why);
         }
         for id in reclaimed {
-            if let Some(placed) = self.fleet.release(who.lz_id, id) {
+            if let Some(placed) = self.take_off(who.lz_id, id) {
                 self.requeue_stopped(placed);
             }
         }
+        for (job_id, rank, status, exit_code, reason) in node_failures {
+            self.gang_node_failed(who.lz_id, job_id, rank, status, exit_code, reason);
+        }
         Ok(())
+    }
+
+    /// Whether a node of a placed gang other than rank 0 has not ended what it runs.
+    fn nodes_still_running(&self, job_id: Uuid) -> bool {
+        let (Some(lz_id), Some(leader)) = (self.fleet.holder(&job_id), self.fleet.placed(&job_id)) else {
+            return false;
+        };
+        leader.other_nodes(lz_id).any(|node| {
+            self.fleet.get(&node).and_then(|lz| lz.jobs.get(&job_id)).is_some_and(|part| !part.status.is_final())
+        })
+    }
+
+    /// Ends a gang whose node `rank` (on `lz_id`) ended `status` while rank 0 ran on (its
+    /// other nodes are stopped), or tries it again where its policy says so: the job fails with
+    /// a reason naming the node.
+    fn gang_node_failed(
+        &mut self,
+        lz_id: Uuid,
+        job_id: Uuid,
+        rank: u32,
+        status: JobStatus,
+        exit_code: Option<i32>,
+        reason: Option<String>,
+    ) {
+        let name = self.fleet.get(&lz_id).map(|lz| lz.name.clone()).unwrap_or_default();
+        let said = reason.clone().unwrap_or_else(|| status.to_string());
+        let why = format!("node {rank} (landing zone {name}) ended: {said}");
+        let Some(placed) = self.take_off(lz_id, job_id) else { return };
+        self.dirty.insert(placed.key.station_id);
+        let failure = RetryOn::of(status, exit_code, reason.as_deref());
+        if let Some((failure, policy)) = failure.and_then(|f| Some((f, retried(&placed.entry, f)?))) {
+            self.retry(placed, &policy, failure, &why);
+            return;
+        }
+        let status = if status == JobStatus::Lost { JobStatus::Lost } else { JobStatus::Failed };
+        let mut update = JobUpdate::new(job_id, status);
+        update.exit_code = exit_code;
+        update.detail = Some(why.clone());
+        update.reason = Some(why);
+        self.batch.updates.push(update);
     }
 
     /// The queued jobs of the gateway's station that name no landing zone and that a pilot (as
@@ -1427,7 +1574,7 @@ impl State {
     /// allocation ended: that is no fault of theirs).
     async fn remove_pilot(&mut self, station_id: Uuid, lz_id: Uuid) -> SchedulerResult<bool> {
         let removed = self.store.delete_landing_zone(station_id, lz_id).await?;
-        let held = self.fleet.release_all(lz_id);
+        let held = self.take_all_off(lz_id);
         self.fleet.remove(lz_id);
         for placed in held {
             if placed.requeue_reason.is_some() {
@@ -1494,15 +1641,15 @@ impl State {
         // A lease given twice at the same instant is on the heap twice.
         expired.sort();
         expired.dedup();
-        let (mut requeued, mut ends): (_, Vec<(Placed, JobStatus, &str)>) = (Vec::new(), Vec::new());
         for lz_id in expired {
+            let (mut requeued, mut ends): (_, Vec<(Placed, JobStatus, &str)>) = (Vec::new(), Vec::new());
             let station = self.fleet.update(lz_id, |lz| {
                 lz.lease_until = None;
                 lz.connection = None;
                 lz.station_id
             });
             self.dirty.extend(station);
-            for placed in self.fleet.release_all(lz_id) {
+            for placed in self.take_all_off(lz_id) {
                 match placed.status {
                     _ if placed.requeue_reason.is_some() => requeued.push(placed),
                     JobStatus::Assigned | JobStatus::Staging if !placed.stop_requested => requeued.push(placed),
@@ -1516,24 +1663,27 @@ impl State {
                     )),
                 }
             }
-        }
-        self.end_released(ends);
-        for placed in requeued {
-            if placed.requeue_reason.is_some() {
-                self.requeue_stopped(placed);
-            } else {
-                self.requeue(placed, "its landing zone went silent before the job started");
+            self.end_released(lz_id, ends);
+            for placed in requeued {
+                if placed.requeue_reason.is_some() {
+                    self.requeue_stopped(placed);
+                } else {
+                    let why = on_node(&placed, lz_id, "its landing zone went silent before the job started");
+                    self.requeue(placed, &why);
+                }
             }
         }
     }
 
     /// Ends jobs that have left their LZs, each in the status given for the reason given; a lost
     /// one is tried again instead where its policy says so.
-    fn end_released(&mut self, ends: Vec<(Placed, JobStatus, &str)>) {
+    /// `lz_id` is the LZ they left, which a gang's reason names as its node.
+    fn end_released(&mut self, lz_id: Uuid, ends: Vec<(Placed, JobStatus, &str)>) {
         for (placed, status, why) in ends {
+            let why = on_node(&placed, lz_id, why);
             match status {
-                JobStatus::Lost => self.lose(placed, why),
-                _ => self.end(placed.entry.job_id, status, why.into()),
+                JobStatus::Lost => self.lose(placed, &why),
+                _ => self.end(placed.entry.job_id, status, why),
             }
         }
     }
@@ -1586,17 +1736,17 @@ impl State {
             }
             let job_id = entry.job_id;
             // With no LZ online nothing starts: the candidates say so, and the pass goes no deeper.
-            let goes_on =
-                matches!(verdict, Verdict::Place(_) | Verdict::Hold(_) | Verdict::Reclaim(_) | Verdict::PassOver)
-                    && !offline;
+            let goes_on = !matches!(verdict, Verdict::SkipQueue) && !offline;
+            let started = matches!(verdict, Verdict::Place(_));
             match verdict {
-                Verdict::Place(lz_id) => {
-                    let had_free = self.fleet.has_free_cpus(&lz_id);
+                Verdict::Place(nodes) => {
+                    let with_free_cpus = |fleet: &Fleet| nodes.iter().filter(|id| fleet.has_free_cpus(id)).count();
+                    let had_free = with_free_cpus(&self.fleet);
                     // Taken out of line: the sub-queue's next job is its candidate.
-                    self.start(lz_id, key, seq, entry);
+                    self.start(&nodes, key, seq, entry);
                     // Charged as it starts: its project and user rank anew for the next pick.
                     self.settle_usage();
-                    free_unheld -= usize::from(had_free && !self.fleet.has_free_cpus(&lz_id));
+                    free_unheld -= had_free - with_free_cpus(&self.fleet);
                     placed += 1;
                 }
                 // Reclaimed room is held for the job while the borrowed jobs end.
@@ -1607,6 +1757,15 @@ impl State {
                         aside.push(lz_id);
                     }
                 }
+                // A gang holds all the LZs it waits on for the pass, or none.
+                Verdict::HoldGang(nodes) => {
+                    for lz_id in nodes {
+                        free_unheld -= usize::from(reserved.insert(lz_id) && self.fleet.has_free_cpus(&lz_id));
+                        if self.fleet.set_aside(lz_id) {
+                            aside.push(lz_id);
+                        }
+                    }
+                }
                 Verdict::PassOver | Verdict::SkipQueue => {
                     self.holds.remove(&job_id);
                     passed_over += 1;
@@ -1615,7 +1774,7 @@ impl State {
             if let Some(reason) = reason {
                 self.write_reason(job_id, reason);
             }
-            if !matches!(verdict, Verdict::Place(_)) {
+            if !started {
                 let mut queue = self.queue.lock().expect("not poisoned");
                 if goes_on { queue.pass_over(number, seq) } else { queue.set_aside(number) }
             }
@@ -1652,12 +1811,8 @@ impl State {
             "its room was reclaimed for project {project_name}, below its nominal on station {station_name} (the job \
              ran on borrowed room); back in line at its old place"
         );
-        let Some(lz) = self.fleet.get_quiet_mut(&plan.lz_id) else { return };
         for victim in &plan.victims {
-            if let Some(placed) = lz.jobs.get_mut(victim) {
-                placed.requeue_reason = Some(why.clone());
-                self.batch.orders.push((plan.lz_id, Pending::Stop(*victim)));
-            }
+            self.order_stop(*victim, |placed| placed.requeue_reason = Some(why.clone()));
         }
     }
 
@@ -1705,6 +1860,9 @@ impl State {
             return (verdict, Some(reason));
         }
         let Some(lzs) = self.fleet.station(&key.station_id) else { return (Verdict::SkipQueue, None) };
+        if job.is_gang() {
+            return self.examine_gang(lzs, job, reserved);
+        }
         let free = |id: &Uuid| !reserved.contains(id) && job.requested_lz_id.is_none_or(|r| r == *id);
         let lz = |id: &Uuid| self.fleet.get(id).expect("indexed LZs exist");
         // Best fit: the LZ left with the fewest free CPUs, then the least memory; the index is in
@@ -1722,7 +1880,7 @@ impl State {
             .map(|id| (lz(id).free_cpu - i64::from(job.cpu_count), lz(id).free_memory, *id))
             .min();
         if let Some((_, _, lz_id)) = counting.into_iter().chain(gateway).min() {
-            return (Verdict::Place(lz_id), None);
+            return (Verdict::Place(vec![lz_id]), None);
         }
         // No room now: a job within its project's nominal may have borrowed room reclaimed.
         if !self.no_reclaim.contains(&key.station_id)
@@ -1796,41 +1954,147 @@ impl State {
         (Verdict::PassOver, Some(pending(PendingKind::NoLandingZone, why)))
     }
 
+    /// What a pass does with a gang (a job on `job.nodes` LZs of `lzs`' station at once), and
+    /// why it waits if it does: placed on as many LZs with room now, best fit first; else
+    /// holding, for the pass, the LZs best able to hold it, all of them or none. Holds are taken afresh in queue order each pass and
+    /// never take room, so two gangs cannot each hold part of what the other needs.
+    fn examine_gang(
+        &self,
+        lzs: &StationLzs,
+        job: &Queued,
+        reserved: &HashSet<Uuid>,
+    ) -> (Verdict, Option<PendingReason>) {
+        let lz = |id: &Uuid| self.fleet.get(id).expect("indexed LZs exist");
+        let free = |id: &Uuid| !reserved.contains(id);
+        let nodes = job.nodes as usize;
+        let fit: Vec<Uuid> = lzs
+            .by_room
+            .range((i64::from(job.cpu_count), i64::MIN, Uuid::nil())..)
+            .filter(|(_, _, id)| free(id) && lz(id).fits_now(job))
+            .map(|(_, _, id)| *id)
+            .take(nodes)
+            .collect();
+        if fit.len() == nodes {
+            return (Verdict::Place(fit), None);
+        }
+        let gpus = if job.gpu_count > 0 { format!(", {} GPUs", job.gpu_count) } else { String::new() };
+        let shape = format!("{} free CPUs, {} MB{gpus}", job.cpu_count, job.memory_amount);
+        let could: Vec<Uuid> = lzs
+            .by_room
+            .iter()
+            .rev()
+            .filter(|(_, _, id)| free(id) && lz(id).could_hold(job))
+            .map(|(_, _, id)| *id)
+            .take(nodes)
+            .collect();
+        if could.len() == nodes {
+            let why = format!(
+                "needs {nodes} landing zones with {shape} on its station; {} have them now, the others are held for it",
+                fit.len()
+            );
+            return (Verdict::HoldGang(could), Some(pending(PendingKind::Resources, why)));
+        }
+        // Over every LZ online, those the pass holds (out of the index) too.
+        let online = lzs
+            .all
+            .iter()
+            .map(lz)
+            .filter(|l| l.connection.is_some() && l.max_jobs.is_none() && l.could_hold(job))
+            .count();
+        if online >= nodes {
+            return (Verdict::PassOver, Some(behind()));
+        }
+        let why = format!(
+            "needs {nodes} landing zones with {shape} on its station; {online} online could ever hold a node of it"
+        );
+        (Verdict::PassOver, Some(pending(PendingKind::NoLandingZone, why)))
+    }
+
     /// What a job may spend of its project's budget: CPU-seconds and GPU-seconds for its time
     /// limit (or the expected run).
     fn budget_needs(&self, job: &Queued) -> (f64, f64) {
         let seconds = self.fleet.usage.expected_seconds(job.time_limit);
-        (f64::from(job.cpu_count) * seconds, f64::from(job.gpu_count) * seconds)
+        let (cpus, _, gpus) = job.total();
+        (f64::from(cpus) * seconds, f64::from(gpus) * seconds)
     }
 
-    /// Places a queued job on an LZ, in the batch.
-    fn start(&mut self, lz_id: Uuid, key: QueueKey, seq: u64, entry: Queued) {
+    /// Places a queued job on an LZ, or a gang on its LZs (rank order) all at once, in the
+    /// batch.
+    fn start(&mut self, nodes: &[Uuid], key: QueueKey, seq: u64, entry: Queued) {
         self.dequeue(entry.job_id);
         self.budgets.hold(entry.job_id, key.project_id, self.budget_needs(&entry));
-        let lz = self.fleet.get(&lz_id).expect("chosen from the index");
-        let gpu_indices: Vec<u32> = if lz.max_jobs.is_none() {
-            lz.free_gpus.iter().take(entry.gpu_count as usize).copied().collect()
-        } else {
-            Vec::new()
-        };
+        let lz = self.fleet.get(&nodes[0]).expect("chosen from the index");
         let mut update = JobUpdate::new(entry.job_id, JobStatus::Assigned);
-        update.lz_id = Some(Some(lz_id));
-        update.gpu_indices = Some(gpu_indices.clone());
-        update.detail = Some(format!("landing zone {}", lz.name));
-        self.batch.updates.push(update);
-        self.batch.orders.push((lz_id, Pending::Run(entry.job_id)));
+        update.lz_id = Some(Some(nodes[0]));
+        update.detail = Some(match nodes.len() {
+            1 => format!("landing zone {}", lz.name),
+            n => {
+                let names: Vec<&str> =
+                    nodes.iter().filter_map(|id| self.fleet.get(id)).map(|lz| lz.name.as_str()).collect();
+                format!("{n} landing zones {}", names.join(", "))
+            }
+        });
+        if entry.is_gang() {
+            update.node_lz_ids = Some(nodes.to_vec());
+        }
         let placed = Placed {
             entry,
             key,
             seq,
             status: JobStatus::Assigned,
-            gpu_indices,
+            gpu_indices: Vec::new(),
             reason: None,
             pending_reason: None,
             stop_requested: false,
             requeue_reason: None,
+            part: None,
         };
-        self.fleet.hold(lz_id, placed);
+        let job_id = placed.entry.job_id;
+        update.gpu_indices = Some(self.hold_parts(nodes, placed));
+        self.batch.updates.push(update);
+        self.batch.orders.extend(nodes.iter().map(|lz_id| (*lz_id, Pending::Run(job_id))));
+    }
+
+    /// Holds a placed job on its LZ, each with the GPUs it takes there (none on a gateway) — a
+    /// gang's parts on each of its `nodes`, rank 0 first (a gang on a gateway is one part: its
+    /// batch system places the nodes); answers rank 0's GPUs.
+    fn hold_parts(&mut self, nodes: &[Uuid], mut placed: Placed) -> Vec<u32> {
+        let gpus_of = |fleet: &Fleet, lz_id: &Uuid, placed: &Placed| -> Vec<u32> {
+            let lz = fleet.get(lz_id).expect("held on an LZ");
+            if lz.max_jobs.is_some() {
+                return Vec::new();
+            }
+            // A job placed before (a restart) keeps the GPUs it was given, where they are free.
+            let kept: Vec<u32> = placed.gpu_indices.iter().copied().filter(|g| lz.free_gpus.contains(g)).collect();
+            if kept.len() == placed.entry.gpu_count as usize {
+                return kept;
+            }
+            lz.free_gpus.iter().take(placed.entry.gpu_count as usize).copied().collect()
+        };
+        if nodes.len() > 1 {
+            let lz_ids: Arc<[Uuid]> = nodes.into();
+            for (rank, lz_id) in nodes.iter().enumerate().skip(1) {
+                let mut part = Placed {
+                    entry: placed.entry.clone(),
+                    key: placed.key,
+                    seq: placed.seq,
+                    status: placed.status,
+                    gpu_indices: Vec::new(),
+                    reason: None,
+                    pending_reason: None,
+                    stop_requested: false,
+                    requeue_reason: None,
+                    part: Some(GangPart { rank: rank as u32, lz_ids: lz_ids.clone() }),
+                };
+                part.gpu_indices = gpus_of(&self.fleet, lz_id, &part);
+                self.fleet.hold(*lz_id, part);
+            }
+            placed.part = Some(GangPart { rank: 0, lz_ids });
+        }
+        placed.gpu_indices = gpus_of(&self.fleet, &nodes[0], &placed);
+        let gpus = placed.gpu_indices.clone();
+        self.fleet.hold(nodes[0], placed);
+        gpus
     }
 
     /// Takes in the usage that changed since the last call (jobs placed, released, or running
@@ -1883,10 +2147,13 @@ impl State {
 
 /// What a pass does with a job it looks at.
 enum Verdict {
-    /// Start it on this LZ.
-    Place(Uuid),
+    /// Start it on this LZ, or a gang on these (rank order).
+    Place(Vec<Uuid>),
     /// Hold this LZ for it: nothing after it starts there in this pass.
     Hold(Uuid),
+    /// Hold these LZs for a gang that waits for room on all of them: nothing after it starts
+    /// there in this pass.
+    HoldGang(Vec<Uuid>),
     /// Stop borrowed jobs to make room for it (within its project's nominal), and hold the LZ.
     Reclaim(Plan),
     /// It cannot start, nor hold an LZ; later jobs of its sub-queue may.
@@ -1894,6 +2161,14 @@ enum Verdict {
     /// Nothing of its sub-queue starts in this pass (its user is at the limit, or nothing of the
     /// station is online).
     SkipQueue,
+}
+
+/// `why`, said of a job that left `lz_id`, naming the node where the job is a gang.
+fn on_node(placed: &Placed, lz_id: Uuid, why: &str) -> String {
+    match placed.part.as_ref().and_then(|part| part.lz_ids.iter().position(|id| *id == lz_id)) {
+        Some(rank) => format!("node {rank}: {why}"),
+        None => why.to_owned(),
+    }
 }
 
 /// The retry policy of a job whose current attempt failed so, if it tries the job again.

@@ -40,6 +40,7 @@ impl Host for FakeHost {
         &self,
         _mission_id: Uuid,
         _job_id: Uuid,
+        _node: u32,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = LogOffsets> + Send + '_>> {
         Box::pin(async { LogOffsets::default() })
     }
@@ -1034,6 +1035,105 @@ async fn a_task_that_needs_disk_goes_where_that_much_is_free() {
     // A job that asks for no disk may go anywhere.
     let plain = h.submit(1).await;
     assert_eq!(small_agent.runs(), [plain.job_id]);
+}
+
+/// A gang of `nodes` nodes of `cpus` CPUs each, to submit.
+fn gang(h: &Harness, nodes: u32, cpus: u32) -> Job {
+    Job {
+        gang: Some(mission_api::JobGang { nodes, launch: Default::default(), lz_ids: Vec::new() }),
+        ..h.new_job(cpus)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gang_is_placed_all_at_once_or_holds_its_landing_zones_and_never_half() {
+    let h = Harness::new().await;
+    let lzs = [h.register("a").await, h.register("b").await, h.register("c").await];
+    let mut agents = Vec::new();
+    for lz in &lzs {
+        agents.push(h.connect(lz, 4, Vec::new()).await.0);
+    }
+    // One job takes 3 CPUs of one LZ: a gang of three nodes of 3 CPUs cannot start, and holds
+    // all three landing zones (a small job and a smaller gang behind it wait), saying why.
+    let big = h.submit(3).await;
+    let holder = agents.iter_mut().position(|agent| agent.runs() == [big.job_id]).unwrap();
+    let first = h.submit_job(gang(&h, 3, 3)).await.unwrap();
+    let second = h.submit_job(gang(&h, 2, 2)).await.unwrap();
+    let small = h.submit(1).await;
+    for agent in &mut agents {
+        assert!(agent.runs().is_empty(), "nothing starts on the LZs the first gang holds");
+    }
+    let (kind, why) = h.pending(first.job_id).await.unwrap();
+    assert_eq!(kind, PendingKind::Resources);
+    assert!(why.contains("needs 3 landing zones with 3 free CPUs, 256 MB on its station; 2 have them now"), "{why}");
+
+    // Room on all three: the first gang starts on all of them at once; the second, which would
+    // fit on none now, holds two, and the small job starts on the third.
+    h.report(&agents[holder], big.job_id, JobStatus::Completed).await;
+    let placed = h.store.job_row(first.job_id).await.unwrap().unwrap();
+    let nodes = placed.gang.expect("a gang").lz_ids;
+    assert_eq!(nodes.len(), 3);
+    assert_eq!(placed.lz_id, Some(nodes[0]));
+    let mut smalls = 0;
+    for agent in &mut agents {
+        let runs = agent.runs();
+        assert!(runs.contains(&first.job_id), "every node runs its part: {runs:?}");
+        assert!(!runs.contains(&second.job_id), "never half a gang: {runs:?}");
+        smalls += runs.iter().filter(|id| **id == small.job_id).count();
+    }
+    assert_eq!(smalls, 1);
+
+    // Rank 0 completes while the others still run: the gang waits for them.
+    let agent_of = |lz_id: Uuid| lzs.iter().position(|lz| lz.lz_id == lz_id).unwrap();
+    h.report(&agents[agent_of(nodes[0])], first.job_id, JobStatus::Completed).await;
+    assert_eq!(h.status(first.job_id).await, JobStatus::Assigned);
+    h.report(&agents[agent_of(nodes[1])], first.job_id, JobStatus::Completed).await;
+    assert_eq!(h.status(first.job_id).await, JobStatus::Assigned);
+    h.report(&agents[agent_of(nodes[2])], first.job_id, JobStatus::Completed).await;
+    assert_eq!(h.status(first.job_id).await, JobStatus::Completed);
+    // Its room is free on all three: the second gang starts on two of them.
+    let started: usize =
+        agents.iter_mut().map(|agent| agent.runs().iter().filter(|id| **id == second.job_id).count()).sum();
+    assert_eq!(started, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gangs_node_failing_ends_it_naming_the_node_and_stops_the_others() {
+    let h = Harness::new().await;
+    let lzs = [h.register("a").await, h.register("b").await];
+    let mut agents = Vec::new();
+    for lz in &lzs {
+        agents.push(h.connect(lz, 2, Vec::new()).await.0);
+    }
+    let too_large = h.submit_job(gang(&h, 3, 1)).await.unwrap_err();
+    assert!(
+        too_large.to_string().contains("the station has 2 landing zones that could ever hold a node"),
+        "{too_large}"
+    );
+    let job = h.submit_job(gang(&h, 2, 2)).await.unwrap();
+    let nodes = h.store.job_row(job.job_id).await.unwrap().unwrap().gang.unwrap().lz_ids;
+    let (leader, other) = if nodes[0] == lzs[0].lz_id { (0, 1) } else { (1, 0) };
+    for agent in &mut agents {
+        assert_eq!(agent.runs(), [job.job_id]);
+    }
+    h.report(&agents[leader], job.job_id, JobStatus::Running).await;
+    h.report_why(&agents[other], job.job_id, JobStatus::Failed, Some("exit status 3")).await;
+    let ended = h.store.job_row(job.job_id).await.unwrap().unwrap();
+    assert_eq!(ended.status, JobStatus::Failed);
+    let reason = ended.reason.unwrap();
+    assert!(reason.starts_with(&format!("node 1 (landing zone {})", lzs[other].name)), "{reason}");
+    assert!(reason.contains("exit status 3"), "{reason}");
+    assert_eq!(agents[leader].orders(), (vec![], vec![(job.job_id, 0)]), "rank 0 is stopped");
+    // Both landing zones have their room back.
+    let next = h.submit_job(gang(&h, 2, 2)).await.unwrap();
+    for agent in &mut agents {
+        assert_eq!(agent.runs(), [next.job_id]);
+    }
+    // A user's stop stops every node.
+    h.ask(Call::Stop { job_id: next.job_id, by: "alice".into(), audit: Vec::new() }).await.unwrap();
+    for agent in &mut agents {
+        assert_eq!(agent.orders(), (vec![], vec![(next.job_id, 0)]));
+    }
 }
 
 /// What a plain agent offering `cpus` CPUs (and 8 GB) says as it connects.

@@ -64,6 +64,7 @@ const JOB_ROW: &[(&str, Cast)] = &[
     ("array_seq", Cast::Int),
     ("batch", Cast::Text),
     ("task", Cast::Text),
+    ("gang", Cast::Text),
     ("stop_ordered_at", Cast::Int),
     ("session", Cast::Text),
     ("session_url", Cast::Text),
@@ -119,7 +120,7 @@ static POSTGRES_INSERT_JOBS: LazyLock<String> = LazyLock::new(postgres_insert_jo
 macro_rules! queued_columns {
     () => {
         "seq, job_id, user_id, project_id, station_id, requested_lz_id, cpu_count, memory_amount, gpu_count, \
-        attempt, retry, after_ok, after_any, time_limit, ran, image_id, batch, after_not_ok, pending_kind, task"
+        attempt, retry, after_ok, after_any, time_limit, ran, image_id, batch, after_not_ok, pending_kind, task, gang"
     };
 }
 
@@ -132,7 +133,8 @@ const SQLITE_QUEUED_PAGE: &str = concat!(
     "SELECT json_group_array(json_array(seq, job_id, user_id, project_id, station_id, requested_lz_id, cpu_count, \
     memory_amount, gpu_count, attempt, json(retry), json(after_ok), json(after_any), time_limit, \
     json(IIF(ran, 'true', 'false')), image_id, json_extract(batch, '$.workdir'), json(COALESCE(after_not_ok, '[]')), \
-    json(IIF(pending_kind IS 'held', 'true', 'false')), COALESCE(json_extract(task, '$.disk_mb'), 0))) \
+    json(IIF(pending_kind IS 'held', 'true', 'false')), COALESCE(json_extract(task, '$.disk_mb'), 0), \
+    COALESCE(json_extract(gang, '$.nodes'), 1), json(IIF(json_extract(gang, '$.launch') IS 'first', 'true', 'false')))) \
     FROM (SELECT ",
     queued_columns!(),
     " FROM jobs WHERE status = 'queued' AND seq > ? ORDER BY seq LIMIT ?)"
@@ -513,7 +515,7 @@ impl Store {
         }
         with_conn!(self, reader, |conn| {
             let mut q = QueryBuilder::new(
-                "SELECT j.job_id, j.mission_id, j.log_truncated, m.destination_storage_id \
+                "SELECT j.job_id, j.mission_id, j.log_truncated, j.gang, m.destination_storage_id \
                  FROM jobs j JOIN missions m USING (mission_id) WHERE j.lz_id = ",
             );
             q.push_bind(lz_id.to_string());
@@ -526,6 +528,7 @@ impl Store {
                         job_id: r.uuid("job_id")?,
                         mission_id: r.uuid("mission_id")?,
                         log_truncated: r.flag("log_truncated")?,
+                        nodes: r.opt_json::<mission_api::JobGang>("gang")?.map_or(1, |gang| gang.nodes),
                         destination_storage_id: r.opt_uuid("destination_storage_id")?,
                     })
                 })
@@ -787,6 +790,7 @@ impl Store {
                 ))
                 .fetch(&mut *conn);
                 while let Some(r) = rows.try_next().await? {
+                    let gang = r.opt_json::<mission_api::JobGang>("gang")?;
                     each(QueuedRow {
                         seq: r.count("seq")?,
                         job_id: r.uuid("job_id")?,
@@ -808,6 +812,8 @@ impl Store {
                         after_not_ok: r.opt_json("after_not_ok")?.unwrap_or_default(),
                         held: r.opt_text("pending_kind")?.as_deref() == Some(mission_api::PendingKind::Held.as_str()),
                         disk_mb: r.opt_json::<mission_api::tes::JobTask>("task")?.map_or(0, |task| task.disk_mb),
+                        nodes: gang.as_ref().map_or(1, |gang| gang.nodes),
+                        launch_first: gang.is_some_and(|gang| gang.launch == mission_api::Launch::First),
                     });
                 }
                 Ok(())
@@ -1072,6 +1078,8 @@ const SQLITE_SAVE_JOBS_AFTER_INSERT: &str = concat!(
     attempt = COALESCE(c.value ->> 'attempt', jobs.attempt), \
     memory_amount = COALESCE(c.value ->> 'memory_amount', jobs.memory_amount), \
     lz_id = IIF(json_type(c.value, '$.lz_id') IS NULL, jobs.lz_id, c.value ->> 'lz_id'), \
+    gang = IIF(json_type(c.value, '$.node_lz_ids') IS NULL, jobs.gang, \
+        json_set(jobs.gang, '$.lz_ids', json(c.value -> 'node_lz_ids'))), \
     gpu_indices = COALESCE(c.value ->> 'gpu_indices', jobs.gpu_indices), \
     exit_code = COALESCE(c.value ->> 'exit_code', jobs.exit_code), \
     reason = IIF(json_type(c.value, '$.reason') IS NULL, jobs.reason, c.value ->> 'reason'), \
@@ -1136,6 +1144,8 @@ const POSTGRES_CHANGE_JOBS: &str = "UPDATE jobs SET status = c ->> 'status', \
     attempt = COALESCE((c ->> 'attempt')::bigint, jobs.attempt), \
     memory_amount = COALESCE((c ->> 'memory_amount')::bigint, jobs.memory_amount), \
     lz_id = CASE WHEN c ? 'lz_id' THEN c ->> 'lz_id' ELSE jobs.lz_id END, \
+    gang = CASE WHEN c ? 'node_lz_ids' AND jobs.gang IS NOT NULL \
+        THEN jsonb_set(jobs.gang::jsonb, '{lz_ids}', c -> 'node_lz_ids')::text ELSE jobs.gang END, \
     gpu_indices = COALESCE(c ->> 'gpu_indices', jobs.gpu_indices), \
     exit_code = COALESCE((c ->> 'exit_code')::bigint, jobs.exit_code), \
     reason = CASE WHEN c ? 'reason' THEN c ->> 'reason' ELSE jobs.reason END, \
@@ -1182,6 +1192,9 @@ struct JobChange {
     memory_amount: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     lz_id: Option<Option<String>>,
+    /// A gang's landing zones, in rank order (empty as it goes back in line).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node_lz_ids: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     gpu_indices: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -1242,6 +1255,7 @@ impl JobBatch {
                     attempt: None,
                     memory_amount: None,
                     lz_id: None,
+                    node_lz_ids: None,
                     gpu_indices: None,
                     exit_code: None,
                     reason: None,
@@ -1264,6 +1278,9 @@ impl JobBatch {
             change.memory_amount = u.memory_amount.or(change.memory_amount);
             if let Some(lz) = u.lz_id {
                 change.lz_id = Some(lz.map(|id| id.to_string()));
+            }
+            if let Some(nodes) = &u.node_lz_ids {
+                change.node_lz_ids = Some(nodes.iter().map(Uuid::to_string).collect());
             }
             if let Some(gpus) = &u.gpu_indices {
                 change.gpu_indices = Some(join_indices(gpus));
@@ -1364,6 +1381,7 @@ fn insert_row(seq: u64, job: &Job) -> serde_json::Value {
         "array_seq": job.array_number,
         "batch": job.batch.as_ref().map(|batch| serde_json::to_string(batch).expect("a batch serialises")),
         "task": job.task.as_ref().map(|task| serde_json::to_string(task).expect("a task serialises")),
+        "gang": job.gang.as_ref().map(|gang| serde_json::to_string(gang).expect("a gang serialises")),
         "stop_ordered_at": job.stop_ordered_at.map(to_micros),
         "session": job.session.as_ref().map(|session| serde_json::to_string(&session.request()).expect("requests serialise")),
         "session_url": job.session.as_ref().and_then(|session| session.url.as_ref()),
@@ -1464,6 +1482,7 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
         array_number: r.opt_int("array_seq")?.map(|n| n as u64),
         batch: r.opt_json("batch")?,
         task: r.opt_json("task")?,
+        gang: r.opt_json("gang")?,
         stop_ordered_at: r.opt_time("stop_ordered_at")?,
         session,
         pending_reason: pending_from_row(r)?,
@@ -1523,6 +1542,17 @@ pub struct QueuedRow {
     /// Megabytes of disk it needs free ([`mission_api::tes::JobTask::disk_mb`]).
     #[serde(default)]
     pub disk_mb: u64,
+    /// How many landing zones it runs on at once ([`mission_api::JobGang::nodes`]).
+    #[serde(default = "one_node")]
+    pub nodes: u32,
+    /// It runs its command on its first node only ([`mission_api::Launch::First`]).
+    #[serde(default)]
+    pub launch_first: bool,
+}
+
+/// The landing zones a job runs on unless it asks for more.
+fn one_node() -> u32 {
+    1
 }
 
 /// How [`Store::usage_by`] groups jobs.
@@ -1573,6 +1603,8 @@ pub struct EndingJob {
     pub mission_id: Uuid,
     /// Whether its output passed its log cap (its logs are then sealed before the end is recorded).
     pub log_truncated: bool,
+    /// How many landing zones it runs on (each with logs of its own).
+    pub nodes: u32,
     /// The mission's destination cargo bay, where its logs are copied beside its other results.
     pub destination_storage_id: Option<Uuid>,
 }

@@ -639,6 +639,8 @@ pub struct JobUpdate {
     pub detail: Option<String>,
     /// The landing zone it is placed on (`Some(None)` clears it, on a re-queue).
     pub lz_id: Option<Option<Uuid>>,
+    /// A gang's landing zones, in rank order (empty on a re-queue).
+    pub node_lz_ids: Option<Vec<Uuid>>,
     /// The GPUs it holds there.
     pub gpu_indices: Option<Vec<u32>>,
     /// The program's exit status.
@@ -667,6 +669,7 @@ impl JobUpdate {
             at: now(),
             detail: None,
             lz_id: None,
+            node_lz_ids: None,
             gpu_indices: None,
             exit_code: None,
             reason: None,

@@ -48,6 +48,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (35, "jobs_outlive_hosts", include_str!("../migrations/postgres/0035_jobs_outlive_hosts.sql")),
     (36, "job_numbers", include_str!("../migrations/postgres/0036_job_numbers.sql")),
     (37, "tes_tasks", include_str!("../migrations/postgres/0037_tes_tasks.sql")),
+    (38, "gangs", include_str!("../migrations/postgres/0038_gangs.sql")),
 ];
 
 /// Connections a replica holds at most.

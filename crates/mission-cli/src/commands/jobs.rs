@@ -70,6 +70,16 @@ pub struct RunCommand {
     /// GPUs.
     #[arg(long)]
     gpus: Option<u32>,
+    /// Landing zones to run on at once (a gang for MPI or distributed training), each holding
+    /// --cpus, --memory and --gpus: placed on all together or not at all. Each node's process
+    /// finds its rank in MISSION_NODE_RANK, the others in MISSION_HOSTS and MISSION_HOSTFILE.
+    #[arg(long, short = 'N', value_name = "N", conflicts_with_all = ["lz", "session"])]
+    nodes: Option<u32>,
+    /// How a gang starts the command: on every node (each, as srun and torchrun expect), or on
+    /// the first only (first, as a batch script: it starts ranks on the others itself, e.g.
+    /// `mpirun --mca plm_rsh_agent "mission lz-exec"`).
+    #[arg(long, value_enum, requires = "nodes")]
+    launch: Option<LaunchArg>,
     /// Time limit: minutes (90), or a number of minutes, hours or days (90m, 2h, 1d). The job
     /// is ended when it runs longer, and fails with the reason "time limit". Default: the
     /// mission type's, if it has one.
@@ -136,6 +146,9 @@ pub enum JobsCommand {
         /// Keep printing new output until the job ends.
         #[arg(long, short)]
         follow: bool,
+        /// Of a job on several landing zones (`run --nodes`): the node's output, by rank.
+        #[arg(long, value_name = "RANK", default_value_t = 0)]
+        node: u32,
     },
     /// Set a job's labels: `jobs label JOB sweep=lr-0.1 seed=3`. Each key=value sets that label;
     /// `key-` removes it; other labels stay.
@@ -272,6 +285,11 @@ fn show(out: Output, job: &Job) {
         ("resources", format!("{} CPU, {} MB, {} GPU", job.cpu_count, job.memory_amount, job.gpu_count)),
         ("command", job.command.join(" ")),
     ];
+    if let Some(gang) = &job.gang {
+        let placed: Vec<String> = gang.lz_ids.iter().map(Uuid::to_string).collect();
+        let on = if placed.is_empty() { String::new() } else { format!(": {}", placed.join(", ")) };
+        fields.push(("nodes", format!("{} (each resources; launch {}){on}", gang.nodes, gang.launch.as_str())));
+    }
     if !job.labels.is_empty() {
         fields.push(("labels", labels_text(&job.labels)));
     }
@@ -390,13 +408,13 @@ fn open_in_browser(url: &str) {
 }
 
 /// Prints a job's stdout and stderr to ours as they are written, until it ends.
-pub(crate) async fn follow(client: &Client, job_id: Uuid) -> anyhow::Result<()> {
-    let out = client.follow_job_logs(job_id, LogStream::Stdout, |s| {
+pub(crate) async fn follow(client: &Client, job_id: Uuid, node: u32) -> anyhow::Result<()> {
+    let out = client.follow_node_logs(job_id, node, LogStream::Stdout, |s| {
         let mut o = std::io::stdout().lock();
         let _ = o.write_all(s.as_bytes());
         let _ = o.flush();
     });
-    let err = client.follow_job_logs(job_id, LogStream::Stderr, |s| {
+    let err = client.follow_node_logs(job_id, node, LogStream::Stderr, |s| {
         let _ = std::io::stderr().write_all(s.as_bytes());
     });
     let (out, err) = tokio::join!(out, err);
@@ -449,6 +467,24 @@ fn minutes(text: &str) -> Option<u32> {
 }
 
 /// A time limit in minutes from `90`, `90m`, `2h` or `1d`.
+/// `--launch`: how a gang starts its command.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LaunchArg {
+    /// On every node.
+    Each,
+    /// On the first node only.
+    First,
+}
+
+impl From<LaunchArg> for mission_api::Launch {
+    fn from(arg: LaunchArg) -> Self {
+        match arg {
+            LaunchArg::Each => Self::Each,
+            LaunchArg::First => Self::First,
+        }
+    }
+}
+
 fn parse_time_limit(text: &str) -> Result<u32, String> {
     let minutes = minutes(text).ok_or_else(|| format!("expected minutes (90), or 90m, 2h, 1d; got {text:?}"))?;
     if !(1..=mission_api::MAX_TIME_LIMIT).contains(&minutes) {
@@ -513,6 +549,8 @@ impl RunCommand {
             memory_amount: self.memory,
             gpu_count: self.gpus,
             time_limit: self.time,
+            nodes: self.nodes,
+            launch: self.launch.map(LaunchArg::into),
             labels: self.labels.into_iter().collect(),
             log_cap: self.log_cap.map(|size| size.0),
             after_ok: self.after_ok,
@@ -586,7 +624,7 @@ impl Then {
             eprintln!("started job {}", job.job_id);
         }
         let job = if self.follow {
-            follow(client, job.job_id).await?;
+            follow(client, job.job_id, 0).await?;
             client.get_job(job.job_id).await?
         } else {
             wait(client, job.job_id).await?
@@ -644,11 +682,11 @@ impl JobsCommand {
                 out.table(&page, &["JOB", "STATUS", "MISSION", "PROJECT", "CREATED", "LABELS", "REASON"], rows);
             }
             JobsCommand::Get { job } => show(out, &client.get_job(job).await?),
-            JobsCommand::Logs { job, follow: true } => follow(&client, job_id(&client, job).await?).await?,
-            JobsCommand::Logs { job, follow: false } => {
+            JobsCommand::Logs { job, follow: true, node } => follow(&client, job_id(&client, job).await?, node).await?,
+            JobsCommand::Logs { job, follow: false, node } => {
                 let job = job_id(&client, job).await?;
-                print!("{}", client.job_logs(job, LogStream::Stdout).await?);
-                eprint!("{}", client.job_logs(job, LogStream::Stderr).await?);
+                print!("{}", client.node_logs(job, node, LogStream::Stdout).await?);
+                eprint!("{}", client.node_logs(job, node, LogStream::Stderr).await?);
             }
             JobsCommand::Label { job, changes } => {
                 let job = client.get_job(job).await?;

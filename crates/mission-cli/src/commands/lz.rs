@@ -73,6 +73,11 @@ pub struct LzCommand {
     /// directives. Repeat for several (`--shared-path /home --shared-path /scratch`).
     #[arg(long = "shared-path", value_name = "DIR", value_parser = absolute_dir)]
     shared_paths: Vec<String>,
+    /// The address the ranks of a job on several landing zones (`mission run --nodes N`) reach
+    /// this host at: a name or IP the other landing zones' hosts can connect to, as MPI and
+    /// torchrun will. Default: this host's name.
+    #[arg(long, env = "MISSION_LZ_NODE_ADDRESS", value_name = "ADDR")]
+    node_address: Option<String>,
     /// What runs the jobs: child processes on this host, or Slurm.
     #[arg(long, env = "MISSION_LZ_RUNNER", value_enum, default_value_t = RunnerChoice::Process)]
     runner: RunnerChoice,
@@ -331,6 +336,7 @@ impl LzCommand {
             idle_exit: self.idle_exit.map(std::time::Duration::from_secs),
             local_tunnel: None,
             shared_paths: self.shared_paths,
+            node_address: self.node_address,
         };
         mission_lz::run(config, super::server::shutdown_signal()).await?;
         Ok(())

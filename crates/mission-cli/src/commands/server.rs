@@ -429,6 +429,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
             local_tunnel: Some(local_tunnel),
             // The embedded landing zone runs on the host users submit from.
             shared_paths: vec!["/".to_owned()],
+            node_address: None,
         };
         println!("Embedded landing zone {local_lz:?} on station {:?}.", mission_api::DEFAULT_STATION_NAME);
         Some(tokio::spawn(mission_lz::run(config, wait(stopping.clone()))))

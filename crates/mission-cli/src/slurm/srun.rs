@@ -177,7 +177,7 @@ async fn job(given: &Parsed) -> Result<u8, Failure> {
     if !given.has("quiet") {
         eprintln!("srun: job {} queued and waiting for resources", job.number);
     }
-    crate::commands::jobs::follow(&site.client, job.job_id).await?;
+    crate::commands::jobs::follow(&site.client, job.job_id, 0).await?;
     let ended = site.client.wait_for_job(job.job_id).await?;
     Ok(match ended.status {
         JobStatus::Completed => 0,

@@ -10,6 +10,7 @@ use tokio::process::{Child, Command};
 
 mod containers;
 mod fair_share;
+mod gangs;
 mod jobs;
 mod reclaim;
 mod replicas;

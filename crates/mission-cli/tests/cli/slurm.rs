@@ -194,7 +194,13 @@ async fn shell_and_python_missions_run_through_slurm_with_their_resources() {
     let script = "echo \"out $1 $MISSION_ID\"\necho err >&2\necho \"gpus=$CUDA_VISIBLE_DEVICES\"\n\
                   while [ ! -e go ]; do sleep 0.1; done\nrm go\necho done > result.txt\nmkdir -p sub && echo n > sub/n.txt\n";
     let shell = mission(alice, SHELL, &[("run.sh", script), ("data/in.txt", "input")], &["arg1"]).await;
-    let asked = JobResources { cpu_count: Some(2), memory_amount: Some(300), gpu_count: Some(1), time_limit: Some(5) };
+    let asked = JobResources {
+        cpu_count: Some(2),
+        memory_amount: Some(300),
+        gpu_count: Some(1),
+        time_limit: Some(5),
+        ..Default::default()
+    };
     let job = alice.run_job_on_station(shell.mission_id, local_station(), asked).await.unwrap();
     let running = until_running(alice, job.job_id).await;
     assert_eq!(running.status, JobStatus::Running, "{running:?}");

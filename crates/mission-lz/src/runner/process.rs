@@ -464,6 +464,17 @@ fn launch(
             return Err(JobError::Staging(e.to_string()));
         }
     };
+    let gang = match &job.node {
+        Some(node) => match crate::gang::environment(job, node, dir.path()) {
+            Ok(env) => env,
+            Err(e) => {
+                runner.work_dirs.give_back(dir);
+                runner.sandbox.release(user);
+                return Err(JobError::Staging(format!("writing the gang's hostfile: {e}")));
+            }
+        },
+        None => Vec::new(),
+    };
 
     let group = runner.cgroups.take(job.cpu_count, job.memory_amount);
     let limits = match &group {
@@ -483,6 +494,7 @@ fn launch(
         ("CUDA_VISIBLE_DEVICES", gpus.as_ref()),
     ];
     own.extend(index.as_deref().map(|i| (mission_api::lz::ARRAY_INDEX_VARIABLE, OsStr::new(i))));
+    own.extend(gang.iter().map(|(name, value)| (*name, OsStr::new(value))));
     own.extend(session_env.iter().map(|(name, value)| (*name, OsStr::new(value))));
     let mut task = None;
     let started = match (image, &runner.podman) {

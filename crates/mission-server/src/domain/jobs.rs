@@ -271,6 +271,7 @@ pub(super) async fn new_job(app: &AppState, who: Principal, mission_id: Uuid, re
         (None, None) => None,
     };
     let session = req.session.map(checked_session).transpose()?;
+    let gang = checked_gang(req.nodes, req.launch, req.lz_id.is_some(), session.is_some())?;
     // Fail now, not after the run, when the results could not be stored.
     app.bays.results(&app.store, &mission, Uuid::nil()).await?;
     Ok(Job {
@@ -288,8 +289,37 @@ pub(super) async fn new_job(app: &AppState, who: Principal, mission_id: Uuid, re
         retry,
         image,
         session,
+        gang,
         ..Job::queued(mission.mission_id, who.user_id, station.station_id, command, store::now())
     })
+}
+
+/// A run request's gang (`nodes` landing zones at once, started as `launch` says), checked;
+/// none for a job of one landing zone.
+fn checked_gang(
+    nodes: Option<u32>,
+    launch: Option<mission_api::Launch>,
+    names_lz: bool,
+    session: bool,
+) -> DomainResult<Option<mission_api::JobGang>> {
+    use mission_api::MAX_NODES;
+    let nodes = nodes.unwrap_or(1);
+    if !(1..=MAX_NODES).contains(&nodes) {
+        return Err(DomainError::invalid("nodes", format!("expected landing zones, 1 to {MAX_NODES}")));
+    }
+    if nodes == 1 {
+        return Ok(None);
+    }
+    if names_lz {
+        return Err(DomainError::invalid(
+            "lz_id",
+            format!("a job on {nodes} landing zones cannot name one; leave lz_id out, or ask for one node"),
+        ));
+    }
+    if session {
+        return Err(DomainError::invalid("session", "a session runs on one landing zone; leave nodes out"));
+    }
+    Ok(Some(mission_api::JobGang { nodes, launch: launch.unwrap_or_default(), lz_ids: Vec::new() }))
 }
 
 /// A run request's session, checked.
@@ -375,6 +405,7 @@ async fn start_again(app: &AppState, who: Principal, old: Job) -> DomainResult<J
         array_id: old.array_id,
         array_index: old.array_index,
         session: old.session.map(|session| mission_api::JobSession { url: None, ready_at: None, ..session }),
+        gang: old.gang.map(|gang| mission_api::JobGang { lz_ids: Vec::new(), ..gang }),
         ..fresh
     };
     let change = Change::new("job.rerun", "job", job.job_id).in_project(job.project_id);
@@ -465,8 +496,9 @@ pub async fn control(app: &AppState, who: Principal, job_id: Uuid, control: JobC
     app.store.job(job.job_id).await?.ok_or_else(|| DomainError::not_found("job", job.job_id))
 }
 
-/// The results of a job the caller may read: every new or changed file of its work dir, then
-/// its two logs under `mission-logs/`.
+/// The results of a job the caller may read: every new or changed file of its work dir (a
+/// gang's node `n` > 0's under `node-{n}/`), then its two logs under `mission-logs/` (a gang's
+/// node's under `mission-logs/node-{n}/`).
 pub async fn results(app: &AppState, who: Principal, job_id: Uuid) -> DomainResult<Vec<FileListing>> {
     result_listing(app, &readable(app, who, job_id).await?).await
 }
@@ -474,7 +506,7 @@ pub async fn results(app: &AppState, who: Principal, job_id: Uuid) -> DomainResu
 /// A job's results (see [`results`]), for a job the caller was found to read.
 pub async fn result_listing(app: &AppState, job: &Job) -> DomainResult<Vec<FileListing>> {
     let mut listing: Vec<FileListing> = app.store.job_results(job).await?.into_iter().map(FileListing::from).collect();
-    for stream in LogStream::ALL {
+    for stream in LogStream::of_job(job) {
         if let Some(record) = app.logs.record(job, stream).await.map_err(DomainError::internal)? {
             listing.push(FileListing::from(record));
         }

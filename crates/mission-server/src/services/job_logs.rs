@@ -49,42 +49,74 @@ pub fn truncation_marker(cap: u64) -> String {
     )
 }
 
-/// Which output of a job.
+/// Which output of a job: standard output or error, of one of its nodes (a gang's node `n` > 0
+/// keeps its logs apart, under `node-{n}/`; every other job has node 0 alone).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogStream {
-    /// Standard output.
+pub struct LogStream {
+    output: Output,
+    node: u32,
+}
+
+/// Standard output or error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Output {
     Stdout,
-    /// Standard error.
     Stderr,
 }
 
 impl LogStream {
-    /// Parses `stdout` or `stderr`.
+    /// Standard output (of node 0).
+    pub const STDOUT: Self = Self { output: Output::Stdout, node: 0 };
+    /// Standard error (of node 0).
+    pub const STDERR: Self = Self { output: Output::Stderr, node: 0 };
+    /// Both streams of node 0.
+    pub const ALL: [Self; 2] = [Self::STDOUT, Self::STDERR];
+
+    /// Parses `stdout` or `stderr` (of node 0).
     pub fn parse(s: &str) -> Option<Self> {
         match s {
-            "stdout" => Some(Self::Stdout),
-            "stderr" => Some(Self::Stderr),
+            "stdout" => Some(Self::STDOUT),
+            "stderr" => Some(Self::STDERR),
             _ => None,
         }
     }
 
-    /// Both streams.
-    pub const ALL: [Self; 2] = [Self::Stdout, Self::Stderr];
+    /// The same stream of node `node`.
+    pub fn of_node(self, node: u32) -> Self {
+        Self { node, ..self }
+    }
 
-    /// The file name of the stream.
-    pub fn file_name(self) -> &'static str {
-        match self {
-            Self::Stdout => "stdout.log",
-            Self::Stderr => "stderr.log",
-        }
+    /// Both streams of each of a job's `nodes`.
+    pub fn all_of(nodes: u32) -> impl Iterator<Item = Self> {
+        (0..nodes.max(1)).flat_map(|node| Self::ALL.map(|stream| stream.of_node(node)))
+    }
+
+    /// Both streams of each node of `job`.
+    pub fn of_job(job: &Job) -> impl Iterator<Item = Self> + use<> {
+        Self::all_of(job.gang.as_ref().map_or(1, |gang| gang.nodes))
+    }
+
+    /// The file name of the stream, under its node's folder: `stdout.log`, `node-2/stderr.log`.
+    pub fn file_name(self) -> String {
+        format!("{}{}.log", self.folder(), self.output_name())
+    }
+
+    /// Its name, as the database keeps it: `stdout`, `node-2/stderr`.
+    pub fn name(self) -> String {
+        format!("{}{}", self.folder(), self.output_name())
     }
 
     /// `stdout` or `stderr`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Stdout => "stdout",
-            Self::Stderr => "stderr",
+    fn output_name(self) -> &'static str {
+        match self.output {
+            Output::Stdout => "stdout",
+            Output::Stderr => "stderr",
         }
+    }
+
+    /// Where a node's logs are kept apart: `node-{n}/`, nothing for node 0.
+    fn folder(self) -> String {
+        if self.node == 0 { String::new() } else { format!("node-{}/", self.node) }
     }
 
     /// The stream's path among the job's results: `mission-logs/{file name}`.
@@ -144,7 +176,7 @@ impl JobLogs {
         let (size, sha256, e_tag, modified_at) = match &self.keeping {
             Keeping::Files { root, files } => {
                 let place = Location::new(files.clone(), [job.mission_id.to_string(), job.job_id.to_string()], true);
-                let name = MissionPath::parse(stream.file_name()).expect("a valid file name");
+                let name = MissionPath::parse(&stream.file_name()).expect("a valid file name");
                 let written = match place.files.hash(&place.key(&name)).await {
                     Ok(written) => written,
                     Err(object_store::Error::NotFound { .. }) => return Ok(None),
@@ -157,7 +189,7 @@ impl JobLogs {
                 (written.size, written.sha256, written.e_tag, modified)
             }
             Keeping::Database(db) => {
-                let Some((size, sha256, written_at)) = db.log_summary(job.job_id, stream.name()).await? else {
+                let Some((size, sha256, written_at)) = db.log_summary(job.job_id, &stream.name()).await? else {
                     return Ok(None);
                 };
                 (size, sha256, None, store::from_micros(written_at)?)
@@ -176,8 +208,14 @@ impl JobLogs {
 
     /// Copies a job's logs into `place` at their result paths (a stream never written is
     /// skipped): into a mission's destination cargo bay, beside the job's other results.
-    pub async fn copy_to(&self, mission_id: Uuid, job_id: Uuid, place: &Location) -> Result<(), WriteError> {
-        for stream in LogStream::ALL {
+    pub async fn copy_to(
+        &self,
+        mission_id: Uuid,
+        job_id: Uuid,
+        nodes: u32,
+        place: &Location,
+    ) -> Result<(), WriteError> {
+        for stream in LogStream::all_of(nodes) {
             let key = place.key(&stream.result_path());
             match &self.keeping {
                 Keeping::Files { root, .. } => {
@@ -231,7 +269,7 @@ impl JobLogs {
                 Ok(with_marker(bytes, from, size, unsealed))
             }
             Keeping::Database(db) => {
-                let (bytes, unsealed_head) = db.read_log(job_id, stream.name(), from).await?;
+                let (bytes, unsealed_head) = db.read_log(job_id, &stream.name(), from).await?;
                 Ok(match unsealed_head {
                     Some(size) => with_marker(bytes, from, size, true),
                     None => bytes,
@@ -255,7 +293,7 @@ impl JobLogs {
                 Ok(tail.filter(|tail| tail.head == size).map_or(size, |tail| tail.end()))
             }
             Keeping::Database(db) => {
-                let (size, tail_end) = db.log_state(job_id, stream.name()).await?;
+                let (size, tail_end) = db.log_state(job_id, &stream.name()).await?;
                 Ok(tail_end.unwrap_or(size))
             }
         }
@@ -275,13 +313,13 @@ impl JobLogs {
         let root = match &self.keeping {
             Keeping::Files { root, .. } => root,
             Keeping::Database(db) => {
-                let (size, tail_end) = db.log_state(job_id, stream.name()).await?;
+                let (size, tail_end) = db.log_state(job_id, &stream.name()).await?;
                 let plan = Plan::of(size, tail_end, offset, bytes, cap)?;
                 if !plan.head.is_empty() {
-                    db.append_log(job_id, stream.name(), size, plan.head).await?;
+                    db.append_log(job_id, &stream.name(), size, plan.head).await?;
                 }
                 if !plan.tail.is_empty() {
-                    db.append_log_tail(job_id, stream.name(), plan.tail_start, plan.tail, tail_keep(plan.cap)).await?;
+                    db.append_log_tail(job_id, &stream.name(), plan.tail_start, plan.tail, tail_keep(plan.cap)).await?;
                 }
                 return Ok(self.appended(job_id, &plan));
             }
@@ -327,8 +365,8 @@ impl JobLogs {
 
     /// Ends the logs of a job that passed its cap: each tail goes after the marker. Idempotent,
     /// and safe to repeat after a crash part-way.
-    pub async fn seal(&self, mission_id: Uuid, job_id: Uuid) -> Result<(), LogError> {
-        for stream in LogStream::ALL {
+    pub async fn seal(&self, mission_id: Uuid, job_id: Uuid, nodes: u32) -> Result<(), LogError> {
+        for stream in LogStream::all_of(nodes) {
             match &self.keeping {
                 Keeping::Files { root, .. } => {
                     let path = file_of(root, mission_id, job_id, stream);
@@ -348,7 +386,7 @@ impl JobLogs {
                     remove_if_there(&tail_path).await?;
                 }
                 Keeping::Database(db) => {
-                    db.seal_log(job_id, stream.name(), |head, tail| marker_and_tail(head, &tail)).await?
+                    db.seal_log(job_id, &stream.name(), |head, tail| marker_and_tail(head, &tail)).await?
                 }
             }
         }
@@ -623,7 +661,7 @@ mod tests {
         for (i, piece) in output.chunks(chunk).enumerate() {
             let offset = (i * chunk) as u64;
             for _ in 0..2 {
-                last = Some(logs.append(ids.0, ids.1, LogStream::Stdout, offset, piece, 1024).await.unwrap());
+                last = Some(logs.append(ids.0, ids.1, LogStream::STDOUT, offset, piece, 1024).await.unwrap());
             }
         }
         last.unwrap()
@@ -642,7 +680,7 @@ mod tests {
         let logs = JobLogs::new(dir.path().to_owned()).unwrap();
         let ids = (Uuid::new_v4(), Uuid::new_v4());
         let output: Vec<u8> = (0..10_000u32).map(|i| b'a' + (i % 26) as u8).collect();
-        let read = |from| logs.read(ids.0, ids.1, LogStream::Stdout, from);
+        let read = |from| logs.read(ids.0, ids.1, LogStream::STDOUT, from);
 
         // Under the cap, the log is the output.
         assert_eq!(feed(&logs, ids, &output[..1000], chunk).await, Appended { received: 1000, truncated: false });
@@ -660,21 +698,21 @@ mod tests {
 
         // Sealed: the last quarter-cap follows the marker, and a follower that read up to the
         // marker reads on from there.
-        logs.seal(ids.0, ids.1).await.unwrap();
+        logs.seal(ids.0, ids.1, 1).await.unwrap();
         let sealed = read(0).await.unwrap();
         assert_eq!(sealed, [&output[..1024], marker.as_bytes(), &output[10_000 - 256..]].concat());
         assert_eq!(read(running.len() as u64).await.unwrap(), &output[10_000 - 256..]);
         assert!(!tail_path.exists());
 
         // Sealing again, and output arriving late, change nothing.
-        logs.seal(ids.0, ids.1).await.unwrap();
-        logs.append(ids.0, ids.1, LogStream::Stdout, 10_000, b"late", 1024).await.unwrap();
+        logs.seal(ids.0, ids.1, 1).await.unwrap();
+        logs.append(ids.0, ids.1, LogStream::STDOUT, 10_000, b"late", 1024).await.unwrap();
         assert_eq!(read(0).await.unwrap(), sealed);
 
         // A tail left behind by a crash after the sealed log was moved in is only removed.
         std::fs::write(&tail_path, [1024u64.to_le_bytes(), 9000u64.to_le_bytes()].concat()).unwrap();
         assert_eq!(read(0).await.unwrap(), sealed);
-        logs.seal(ids.0, ids.1).await.unwrap();
+        logs.seal(ids.0, ids.1, 1).await.unwrap();
         assert_eq!((read(0).await.unwrap(), tail_path.exists()), (sealed, false));
     }
 
@@ -699,24 +737,24 @@ mod tests {
         // Chunks shorter than the tail, each sent twice as a retrying agent would.
         for (i, piece) in output.chunks(70).enumerate() {
             for _ in 0..2 {
-                logs.append(ids.0, ids.1, LogStream::Stdout, (i * 70) as u64, piece, 1024).await.unwrap();
+                logs.append(ids.0, ids.1, LogStream::STDOUT, (i * 70) as u64, piece, 1024).await.unwrap();
             }
         }
         let marker = truncation_marker(1024);
-        let read = |from| logs.read(ids.0, ids.1, LogStream::Stdout, from);
+        let read = |from| logs.read(ids.0, ids.1, LogStream::STDOUT, from);
         let running = read(0).await.unwrap();
         assert_eq!(running, [&output[..1024], marker.as_bytes()].concat());
         assert_eq!(read(1030).await.unwrap(), &marker.as_bytes()[6..]);
         // The head stays at the cap, while the output received counts everything.
         let db = store.cluster().unwrap();
         assert_eq!(db.log_state(ids.1, "stdout").await.unwrap(), (1024, Some(10_000)));
-        logs.seal(ids.0, ids.1).await.unwrap();
+        logs.seal(ids.0, ids.1, 1).await.unwrap();
         let sealed = read(0).await.unwrap();
         assert_eq!(sealed, [&output[..1024], marker.as_bytes(), &output[10_000 - 256..]].concat());
         assert_eq!(read(running.len() as u64).await.unwrap(), &output[10_000 - 256..]);
         // Sealing again, and late output, change nothing.
-        logs.seal(ids.0, ids.1).await.unwrap();
-        logs.append(ids.0, ids.1, LogStream::Stdout, 10_000, b"late", 1024).await.unwrap();
+        logs.seal(ids.0, ids.1, 1).await.unwrap();
+        logs.append(ids.0, ids.1, LogStream::STDOUT, 10_000, b"late", 1024).await.unwrap();
         assert_eq!(read(0).await.unwrap(), sealed);
         assert_eq!(db.log_state(ids.1, "stdout").await.unwrap(), (sealed.len() as u64, None));
     }

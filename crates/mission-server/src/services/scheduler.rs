@@ -42,11 +42,16 @@ impl Host for LogsAndTokens {
         self.logs.finish(job_id);
     }
 
-    fn log_offsets(&self, mission_id: Uuid, job_id: Uuid) -> Pin<Box<dyn Future<Output = LogOffsets> + Send + '_>> {
+    fn log_offsets(
+        &self,
+        mission_id: Uuid,
+        job_id: Uuid,
+        node: u32,
+    ) -> Pin<Box<dyn Future<Output = LogOffsets> + Send + '_>> {
         Box::pin(async move {
             let mut offsets = LogOffsets::default();
-            for (stream, offset) in [(LogStream::Stdout, &mut offsets.stdout), (LogStream::Stderr, &mut offsets.stderr)]
-            {
+            let streams = [(LogStream::STDOUT, &mut offsets.stdout), (LogStream::STDERR, &mut offsets.stderr)];
+            for (stream, offset) in streams.map(|(stream, offset)| (stream.of_node(node), offset)) {
                 // Should the log not be readable, the attempt's output counts from its start
                 // (and what is already there hides as much of it).
                 match self.logs.received(mission_id, job_id, stream).await {

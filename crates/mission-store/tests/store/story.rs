@@ -978,6 +978,7 @@ pub async fn job_listings_results_and_agents(store: &Store) {
         job_id,
         mission_id: m.mission_id,
         log_truncated,
+        nodes: 1,
         destination_storage_id: None,
     };
     let reported = [jobs[3].job_id, jobs[1].job_id, jobs[0].job_id];

@@ -161,7 +161,7 @@ pub async fn show(State(app): State<AppState>, viewer: Viewer, Path(id): Path<St
     let (mut stdout, mut stderr) = (String::new(), String::new());
     let mut results = Vec::new();
     if finished {
-        for (stream, text) in [(LogStream::Stdout, &mut stdout), (LogStream::Stderr, &mut stderr)] {
+        for (stream, text) in [(LogStream::STDOUT, &mut stdout), (LogStream::STDERR, &mut stderr)] {
             let bytes = app
                 .logs
                 .read(job.mission_id, job.job_id, stream, 0)

@@ -308,12 +308,14 @@ pub async fn requeue(State(app): State<AppState>, who: Principal, Path(id): Path
 /// How long a log follower or event stream waits in silence before sending a keep-alive comment.
 pub(super) const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-/// A job's `stdout` (default) or `stderr`, as text; with `follow=true` a `text/event-stream`
-/// whose `data` events carry chunks as JSON strings and whose last event, `end`, carries the
-/// job's final status.
+/// A job's `stdout` (default) or `stderr`, as text, of its node `node` where it runs on several
+/// (a gang: 0, its first, by default); with `follow=true` a `text/event-stream` whose `data`
+/// events carry chunks as JSON strings and whose last event, `end`, carries the job's final
+/// status.
 #[utoipa::path(get, path = "/api/v1/jobs/{id}/logs", tag = "jobs",
     params(("id" = String, Path, description = "the job's id (a UUID) or its number", pattern = r"^([0-9]{1,19}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$"),
         ("stream" = Option<String>, Query, description = "stdout (default) or stderr"),
+        ("node" = Option<u32>, Query, description = "of a job on several landing zones (a gang): the node, by rank (0, the first, by default)"),
         ("follow" = Option<bool>, Query, description = "stream new output until the job ends (server-sent events)")),
     responses((status = 200, description = "the log as text; with follow=true, server-sent events",
             content((String = "text/plain"), (mission_api::events::ServerSentEvent = "text/event-stream"))),
@@ -325,8 +327,8 @@ pub async fn logs(
     QueryPairs(query): QueryPairs,
 ) -> ApiResult<Response> {
     let job = jobs::readable(&app, who, job_id(&app, who, &id).await?).await?;
-    let mut stream = LogStream::Stdout;
-    let mut follow = false;
+    let mut stream = LogStream::STDOUT;
+    let (mut node, mut follow) = (0, false);
     for (key, value) in &query {
         match key.as_str() {
             "stream" => {
@@ -339,9 +341,26 @@ pub async fn logs(
                     .parse()
                     .map_err(|_| ApiError::invalid_field("follow", format!("expected true or false, got {value:?}")))?
             }
-            other => return Err(ApiError::invalid(format!("unknown query parameter {other:?}; use stream, follow"))),
+            "node" => {
+                node = value
+                    .parse()
+                    .map_err(|_| ApiError::invalid_field("node", format!("expected a rank, got {value:?}")))?
+            }
+            other => {
+                return Err(ApiError::invalid(format!("unknown query parameter {other:?}; use stream, node, follow")));
+            }
         }
     }
+    let nodes = job.gang.as_ref().map_or(1, |gang| gang.nodes);
+    if node >= nodes {
+        let held = if nodes == 1 {
+            "one landing zone: node 0".to_owned()
+        } else {
+            format!("{nodes} nodes, 0 to {}", nodes - 1)
+        };
+        return Err(ApiError::invalid_field("node", format!("the job runs on {held}")));
+    }
+    let stream = stream.of_node(node);
     if !follow {
         let bytes = app.logs.read(job.mission_id, job.job_id, stream, 0).await.map_err(ApiError::internal)?;
         let mut response = Response::new(Body::from(bytes));
@@ -392,9 +411,10 @@ pub async fn logs(
     Ok(event_stream(events))
 }
 
-/// A result path of a job's logs (`mission-logs/stdout.log`), if `path` names one.
-fn log_of(path: &MissionPath) -> Option<LogStream> {
-    LogStream::ALL.into_iter().find(|stream| stream.result_path() == *path)
+/// A result path of a job's logs (`mission-logs/stdout.log`, a gang's `mission-logs/node-1/…`),
+/// if `path` names one.
+fn log_of(job: &Job, path: &MissionPath) -> Option<LogStream> {
+    LogStream::of_job(job).find(|stream| stream.result_path() == *path)
 }
 
 /// Lists a job's results: every new or changed file of its work dir, and its two logs under
@@ -432,9 +452,9 @@ pub(super) async fn serve_result(
     headers: &HeaderMap,
 ) -> ApiResult<Response> {
     let not_found = || ApiError::not_found("result", format!("{path} of job {}", job.job_id));
-    if let Some(stream) = log_of(path) {
+    if let Some(stream) = log_of(job, path) {
         let record = app.logs.record(job, stream).await.map_err(ApiError::internal)?.ok_or_else(not_found)?;
-        let name = MissionPath::parse(stream.file_name()).expect("a valid file name");
+        let name = MissionPath::parse(&stream.file_name()).expect("a valid file name");
         return match app.logs.location(job.mission_id, job.job_id) {
             Some(place) => serve(&place, &name, &record, headers).await,
             // Kept in the database: read whole, then the range asked of it.

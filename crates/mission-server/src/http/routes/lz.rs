@@ -45,8 +45,17 @@ impl FromRequestParts<AppState> for Agent {
 async fn placed_job(app: &AppState, agent: &LzIdentity, raw_id: &str) -> ApiResult<Job> {
     let id = parse_id("job_id", raw_id)?;
     match app.store.job_row(id).await? {
-        Some(job) if job.lz_id == Some(agent.lz_id) && job.status.is_placed() => Ok(job),
+        Some(job) if node_of(&job, agent).is_some() && job.status.is_placed() => Ok(job),
         _ => Err(ApiError::not_found("job on this landing zone", id)),
+    }
+}
+
+/// The rank of the agent's LZ among those `job` is placed on: 0 for the one LZ of a job of
+/// one, a gang's node's rank; `None` where the job is not placed there.
+fn node_of(job: &Job, agent: &LzIdentity) -> Option<u32> {
+    match &job.gang {
+        Some(gang) => gang.lz_ids.iter().position(|id| *id == agent.lz_id).map(|rank| rank as u32),
+        None => (job.lz_id == Some(agent.lz_id)).then_some(0),
     }
 }
 
@@ -107,7 +116,7 @@ pub async fn reports(
     let ended: Vec<_> = reports.iter().filter(|r| r.status.is_final()).map(|r| r.job_id).collect();
     let ending = app.store.ending_jobs(&ended, lz.lz_id).await?;
     for job in ending.iter().filter(|job| job.log_truncated) {
-        app.logs.seal(job.mission_id, job.job_id).await.map_err(ApiError::internal)?;
+        app.logs.seal(job.mission_id, job.job_id, job.nodes).await.map_err(ApiError::internal)?;
     }
     // A task's log is kept before its end is, so that a task read as ended has it.
     for report in &reports {
@@ -120,7 +129,7 @@ pub async fn reports(
     app.scheduler.reports(lz, reports).await?;
     for job in ending {
         if let Some(bay) = job.destination_storage_id.filter(|bay| *bay != DEFAULT_CARGO_BAY_ID) {
-            app.tasks.spawn(archive_logs(app.clone(), job.mission_id, job.job_id, bay));
+            app.tasks.spawn(archive_logs(app.clone(), job.mission_id, job.job_id, job.nodes, bay));
         }
     }
     Ok(StatusCode::NO_CONTENT)
@@ -129,11 +138,11 @@ pub async fn reports(
 /// Copies an ended job's logs to `mission-logs/` among its results in its mission's destination
 /// cargo bay `bay` (not the default storage, where the server's own copy is the one listed and
 /// served). A failure is logged: the logs stay available through the API.
-async fn archive_logs(app: AppState, mission_id: uuid::Uuid, job_id: uuid::Uuid, bay: uuid::Uuid) {
+async fn archive_logs(app: AppState, mission_id: uuid::Uuid, job_id: uuid::Uuid, nodes: u32, bay: uuid::Uuid) {
     let copied = async {
         let Some(mission) = app.store.mission(mission_id).await? else { return Ok(()) };
         let place = app.bays.results(&app.store, &mission, job_id).await?;
-        app.logs.copy_to(mission_id, job_id, &place).await.map_err(|e| match e {
+        app.logs.copy_to(mission_id, job_id, nodes, &place).await.map_err(|e| match e {
             WriteError::Storage(e) => storage_error(&place, e).into(),
             e => ApiError::internal(e),
         })
@@ -161,7 +170,8 @@ pub async fn append_log(
 ) -> ApiResult<Json<serde_json::Value>> {
     let job = placed_job(&app, &lz, &id).await?;
     let stream = LogStream::parse(&stream)
-        .ok_or_else(|| ApiError::invalid_field("stream", format!("expected stdout or stderr, got {stream:?}")))?;
+        .ok_or_else(|| ApiError::invalid_field("stream", format!("expected stdout or stderr, got {stream:?}")))?
+        .of_node(node_of(&job, &lz).unwrap_or(0));
     let cap = job.log_cap.map_or(app.config.job_log_cap, |cap| cap.min(app.config.job_log_cap));
     let appended =
         app.logs.append(job.mission_id, job.job_id, stream, offset, &body, cap).await.map_err(|e| match e {
@@ -343,7 +353,8 @@ pub async fn job_image(
     Ok(response)
 }
 
-/// Uploads one result file of a job placed on the agent's LZ (into the mission's destination).
+/// Uploads one result file of a job placed on the agent's LZ (into the mission's destination):
+/// a gang's node `n` > 0's under `node-{n}/`, so that its nodes' files of one name are all kept.
 pub async fn upload_result(
     State(app): State<AppState>,
     Agent(lz): Agent,
@@ -355,6 +366,10 @@ pub async fn upload_result(
     if path.segments().next() == Some(JOB_LOGS_FOLDER) {
         return Err(ApiError::invalid_field("path", format!("{JOB_LOGS_FOLDER}/ holds the job's logs")));
     }
+    let path = match node_of(&job, &lz) {
+        Some(node) if node > 0 => parse_path(&format!("node-{node}/{path}"))?,
+        _ => path,
+    };
     let mission =
         app.store.mission(job.mission_id).await?.ok_or_else(|| ApiError::not_found("mission", job.mission_id))?;
     let place = app.bays.results(&app.store, &mission, job.job_id).await?;

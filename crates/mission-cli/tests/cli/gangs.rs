@@ -1,0 +1,135 @@
+//! Jobs on several landing zones at once (gangs), end to end: three `mission lz` agents on this
+//! machine, each with its own data dir and node address in the loopback range, on one station.
+
+use mission_client::{Client, JobResources, JobStatus, Launch, LogStream, Uuid};
+use mission_testkit::TestServer;
+
+use super::jobs::{Agent, SHELL, TWO_CPUS, cluster, local_station, mission, wait_until};
+
+/// The node addresses of the three agents, in the order they register.
+const ADDRESSES: [&str; 3] = ["127.0.0.2", "127.0.0.3", "127.0.0.4"];
+
+/// Three agents on the local station, `node0` to `node2`, each advertising its loopback address.
+async fn three_nodes(server: &TestServer, admin: &Client) -> Vec<Agent> {
+    let mut agents = Vec::new();
+    for (n, address) in ADDRESSES.iter().enumerate() {
+        let name = format!("node{n}");
+        agents.push(
+            Agent::start_with(server, admin, local_station(), &name, TWO_CPUS, &["--node-address", address]).await,
+        );
+    }
+    agents
+}
+
+/// How many processes on this machine run `sleep 613` (the failing gang's other nodes).
+fn sleepers() -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
+        .filter(|cmdline| cmdline.as_slice() == b"sleep\x00613\x00")
+        .count()
+}
+
+fn gang(nodes: u32, launch: Option<Launch>) -> JobResources {
+    JobResources { cpu_count: Some(1), nodes: Some(nodes), launch, ..Default::default() }
+}
+
+/// Every node of a gang runs the command, told its rank, the node count and the nodes'
+/// addresses in rank order (as variables and as a hostfile), and what torchrun reads; each
+/// node's output is kept apart and its results under its own folder; the job ends once all
+/// nodes have, rank 0's exit its own.
+#[tokio::test]
+async fn every_node_of_a_gang_runs_knowing_its_rank_and_the_others() {
+    let (server, admin) = cluster(|_| {}).await;
+    let agents = three_nodes(&server, &admin).await;
+    let alice = &server.client;
+    let script = "echo \"rank $MISSION_NODE_RANK of $MISSION_NNODES on $MISSION_HOSTS\"\n\
+                  echo \"torchrun $MASTER_ADDR $MASTER_PORT $WORLD_SIZE $NODE_RANK\"\n\
+                  cat \"$MISSION_HOSTFILE\"\n\
+                  # The last node to finish is not rank 0: the job waits for it.\n\
+                  [ \"$MISSION_NODE_RANK\" = 2 ] && sleep 2\n\
+                  echo \"from rank $MISSION_NODE_RANK\" > whoami.txt\n";
+    let shell = mission(alice, SHELL, &[("run.sh", script)], &[]).await;
+    let job = alice.run_job_on_station(shell.mission_id, local_station(), gang(3, None)).await.unwrap();
+    let done = alice.wait_for_job(job.job_id).await.unwrap();
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+    let placed = done.gang.clone().expect("a gang").lz_ids;
+    let mut distinct = placed.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 3, "one node per landing zone: {placed:?}");
+    assert_eq!(done.lz_id, Some(placed[0]), "the job's landing zone is rank 0's");
+    let agent_ids: Vec<Uuid> = agents.iter().map(|agent| agent.lz_id).collect();
+    let hosts: Vec<&str> = placed.iter().map(|id| ADDRESSES[agent_ids.iter().position(|a| a == id).unwrap()]).collect();
+    for rank in 0..3 {
+        let out = alice.node_logs(job.job_id, rank, LogStream::Stdout).await.unwrap();
+        assert!(out.contains(&format!("rank {rank} of 3 on {}", hosts.join(","))), "node {rank}: {out}");
+        assert!(out.contains(&format!("torchrun {} ", hosts[0])), "node {rank}: {out}");
+        assert!(out.contains(&format!(" 3 {rank}\n")), "node {rank}: {out}");
+        let err = alice.node_logs(job.job_id, rank, LogStream::Stderr).await.unwrap();
+        assert!(out.contains(&format!("{}\n", hosts.join("\n"))), "the hostfile, in rank order: {out}{err}");
+    }
+    let results = alice.list_job_results(job.job_id).await.unwrap();
+    let paths: Vec<String> = results.iter().map(mission_client::FileListing::relative_path).collect();
+    for path in ["whoami.txt", "node-1/whoami.txt", "node-2/whoami.txt", "mission-logs/node-2/stdout.log"] {
+        assert!(paths.iter().any(|p| p == path), "{path} in {paths:?}");
+    }
+    let problem = alice.node_logs(job.job_id, 3, LogStream::Stdout).await.unwrap_err().to_string();
+    assert!(problem.contains("node") && problem.contains("0 to 2"), "{problem}");
+}
+
+/// A gang whose node 1 exits 3 ends `failed` at once, naming the node; the other nodes' programs
+/// are stopped within seconds, and their landing zones take new work.
+#[tokio::test]
+async fn a_gang_fails_as_one_when_a_node_fails() {
+    let (server, admin) = cluster(|_| {}).await;
+    let _agents = three_nodes(&server, &admin).await;
+    let alice = &server.client;
+    let script = "if [ \"$MISSION_NODE_RANK\" = 1 ]; then sleep 1; exit 3; fi\nsleep 613\n";
+    let shell = mission(alice, SHELL, &[("run.sh", script)], &[]).await;
+    let job = alice.run_job_on_station(shell.mission_id, local_station(), gang(3, None)).await.unwrap();
+    let done = alice.wait_for_job(job.job_id).await.unwrap();
+    assert_eq!(done.status, JobStatus::Failed, "{done:?}");
+    let reason = done.reason.clone().unwrap_or_default();
+    assert!(reason.contains("node 1 (landing zone node") && reason.contains("exit status 3"), "{reason}");
+    wait_until("the other nodes' programs are gone", || async { sleepers() == 0 }).await;
+    // Each landing zone holds two CPUs: a gang of three taking two on each starts only once the
+    // failed gang's programs are gone from all of them.
+    let next = alice
+        .run_job_on_station(shell.mission_id, local_station(), JobResources { cpu_count: Some(2), ..gang(3, None) })
+        .await
+        .unwrap();
+    wait_until("the next gang starts on the freed landing zones", || async {
+        alice.get_job(next.job_id).await.unwrap().status >= JobStatus::Running
+    })
+    .await;
+    alice.stop_job(next.job_id).await.unwrap();
+    let stopped = alice.wait_for_job(next.job_id).await.unwrap();
+    assert_eq!(stopped.status, JobStatus::Stopped, "a stop stops every node: {stopped:?}");
+}
+
+/// `launch: first` runs the command on rank 0 alone, holding the other nodes for it, and ends
+/// as rank 0 does. A gang larger than the station could ever hold is refused at submission.
+#[tokio::test]
+async fn a_gang_launched_first_runs_on_rank_zero_and_a_gang_too_large_is_refused() {
+    let (server, admin) = cluster(|_| {}).await;
+    let _agents = three_nodes(&server, &admin).await;
+    let alice = &server.client;
+    let script = "echo \"rank $MISSION_NODE_RANK of $MISSION_NNODES\"\n";
+    let shell = mission(alice, SHELL, &[("run.sh", script)], &[]).await;
+    let job = alice.run_job_on_station(shell.mission_id, local_station(), gang(2, Some(Launch::First))).await.unwrap();
+    let done = alice.wait_for_job(job.job_id).await.unwrap();
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+    assert_eq!(alice.node_logs(job.job_id, 0, LogStream::Stdout).await.unwrap(), "rank 0 of 2\n");
+    assert_eq!(alice.node_logs(job.job_id, 1, LogStream::Stdout).await.unwrap(), "", "node 1 only held");
+
+    let refused = alice.run_job_on_station(shell.mission_id, local_station(), gang(4, None)).await.unwrap_err();
+    let said = refused.to_string();
+    assert!(said.contains("nodes") && said.contains("3 landing zones"), "{said}");
+    let refused = alice
+        .run_job_on_station(shell.mission_id, local_station(), JobResources { cpu_count: Some(3), ..gang(2, None) })
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("could ever hold"), "{refused}");
+}

@@ -63,6 +63,13 @@ if ! command -v systemd-analyze >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq systemd >/dev/null
 fi
 
+# Multi-node jobs' MPI test: Debian's OpenMPI and mpi4py for the system Python.
+if ! command -v mpirun >/dev/null 2>&1 || ! /usr/bin/python3 -c 'import mpi4py' >/dev/null 2>&1; then
+  echo "installing openmpi-bin and python3-mpi4py (apt-get)" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq openmpi-bin python3-mpi4py >/dev/null
+fi
+
 if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; then
   echo "installing podman, runc and debootstrap (apt-get)" >&2
   $sudo apt-get update -qq

@@ -40,6 +40,8 @@ export MISSION_REQUIRE_WORKFLOWS=1
 export MISSION_REQUIRE_GALILEO=1
 # And systemd-analyze verifies the service units (the script installs systemd).
 export MISSION_REQUIRE_SYSTEMD=1
+# And Debian's OpenMPI runs mpi4py across a gang's nodes through `mission lz-exec`.
+export MISSION_REQUIRE_MPI=1
 # The PostgreSQL tests run on one server for the whole suite (each test makes a database of its
 # own on it), in a directory of this run's own, stopped and removed when the run ends.
 export MISSION_REQUIRE_POSTGRES=1

@@ -325,6 +325,22 @@ impl Job {
     }
 }
 
+impl Job {
+    /// How many landing zones it runs on: a gang's nodes, else 1.
+    pub fn nodes(&self) -> u32 {
+        self.gang.as_ref().map_or(1, |gang| gang.nodes)
+    }
+
+    /// What is wrong with asking for its node `node` (by rank), if anything.
+    pub fn node_problem(&self, node: u32) -> Option<String> {
+        let nodes = self.nodes();
+        (node >= nodes).then(|| match nodes {
+            1 => "the job runs on one landing zone: node 0".to_owned(),
+            n => format!("the job runs on {n} nodes, 0 to {}", n - 1),
+        })
+    }
+}
+
 /// The container image a job runs in ([`Job::image`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -34,6 +34,11 @@ pub struct ShellQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 1000))]
     pub rows: Option<u16>,
+    /// Of a job on several landing zones (a gang): the node it runs on, by rank (default 0, the
+    /// first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", param(minimum = 0, maximum = 1023))]
+    pub node: Option<u32>,
 }
 
 /// The longest command line of [`ShellQuery::command`], in bytes.

@@ -156,6 +156,23 @@ enum Command {
         #[arg(long)]
         probe: bool,
     },
+    /// Runs a command on another node of the job this runs in (a job on several landing zones,
+    /// `mission run --nodes N`), as ssh would: its words are joined with spaces and run by `sh
+    /// -c` in that node's part of the job (its user, sandbox, cgroup and work dir), its output
+    /// and exit code coming back. For MPI launchers, instead of ssh between hosts:
+    ///
+    ///   mpirun --mca plm_rsh_agent "mission lz-exec" --hostfile "$MISSION_HOSTFILE" ./app
+    ///   mpiexec -launcher rsh -launcher-exec "mission lz-exec" -f "$MISSION_HOSTFILE" ./app
+    ///
+    /// HOST is a node's address as MISSION_HOSTS lists it. It works only inside such a job.
+    #[command(verbatim_doc_comment)]
+    LzExec {
+        /// The node, by its address in MISSION_HOSTS.
+        host: String,
+        /// The command and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
     /// Print shell completions for `mission` to standard output.
     ///
     ///   mission completions bash > /etc/bash_completion.d/mission
@@ -294,6 +311,15 @@ async fn run() -> ExitCode {
                 Err(e) => {
                     eprintln!("mission lz-relay: 127.0.0.1:{port}: {e}");
                     ExitCode::FAILURE
+                }
+            };
+        }
+        Command::LzExec { host, command } => {
+            return match commands::shell::lz_exec(&host, command).await {
+                Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(255)),
+                Err(e) => {
+                    eprintln!("mission lz-exec: {e:#}");
+                    ExitCode::from(255)
                 }
             };
         }

@@ -43,7 +43,7 @@ pub use events::{EventStream, WatchEvents};
 pub use files::{DEFAULT_CONCURRENCY, TransferObserver, TransferOptions, TransferSummary, file_line};
 pub use jobs::{JobResources, ListJobs, LogEvent, LogFollow, LogStream, UsageQuery, UsageReportQuery};
 pub use missions::ListMissions;
-pub use shell::{ShellEvent, ShellInput, ShellOutput, ShellRun};
+pub use shell::{ShellEvent, ShellInput, ShellOutput, ShellRun, ShellTransport, shell_over};
 pub use webhooks::ListDeliveries;
 
 /// Event kinds and how a kind filter matches.

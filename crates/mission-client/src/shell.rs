@@ -9,15 +9,39 @@ use uuid::Uuid;
 use crate::client::{Client, check};
 use crate::error::Error;
 
-type Upgraded = reqwest::Upgraded;
+/// A connection a shell's WebSocket runs over: the service's upgraded HTTP connection, or (for
+/// `mission lz-exec`) a landing zone agent's socket that leads to it.
+pub trait ShellTransport: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> ShellTransport for T {}
+
+type Transport = Box<dyn ShellTransport>;
 
 /// What a shell sends: input, the end of input, and its terminal's size.
-#[derive(Debug)]
-pub struct ShellInput(websocket::Writer<tokio::io::WriteHalf<Upgraded>>);
+pub struct ShellInput(websocket::Writer<tokio::io::WriteHalf<Transport>>);
 
 /// What a shell answers, message by message.
-#[derive(Debug)]
-pub struct ShellOutput(websocket::Reader<tokio::io::ReadHalf<Upgraded>>);
+pub struct ShellOutput(websocket::Reader<tokio::io::ReadHalf<Transport>>);
+
+impl std::fmt::Debug for ShellInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ShellInput")
+    }
+}
+
+impl std::fmt::Debug for ShellOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ShellOutput")
+    }
+}
+
+/// The two sides of a shell whose WebSocket (past its handshake) runs over `transport`, as the
+/// client's.
+pub fn shell_over(transport: impl ShellTransport) -> (ShellInput, ShellOutput) {
+    let transport: Transport = Box::new(transport);
+    let (reader, writer) = websocket::split(transport, Role::Client, MAX_MESSAGE_BYTES);
+    (ShellInput(writer), ShellOutput(reader))
+}
 
 /// One message from a shell.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,8 +78,7 @@ impl Client {
         if accept != Some(websocket::accept_key(&key).as_str()) {
             return Err(Error::Protocol("the shell's WebSocket handshake answered the wrong key".into()));
         }
-        let (reader, writer) = websocket::split(response.upgrade().await?, Role::Client, MAX_MESSAGE_BYTES);
-        Ok((ShellInput(writer), ShellOutput(reader)))
+        Ok(shell_over(response.upgrade().await?))
     }
 }
 

@@ -10,6 +10,7 @@ use futures_util::{Stream, StreamExt};
 use mission_api::RegisteredLandingZone;
 use mission_api::lz::{Demand, Hello, Order, Report, Welcome};
 use mission_api::paths::MissionPath;
+use mission_api::shell::ShellQuery;
 use mission_api::tes::{InputListing, StoredOutput};
 use reqwest::{Method, RequestBuilder, StatusCode};
 use uuid::Uuid;
@@ -101,7 +102,7 @@ impl Failure {
     }
 }
 
-/// Why a tunnel for sessions could not be opened.
+/// Why a tunnel for sessions, or a node's shell, could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum TunnelError {
     /// The server could not be reached, or the upgrade broke off.
@@ -115,6 +116,15 @@ pub enum TunnelError {
         /// What it said.
         detail: String,
     },
+}
+
+/// The connection `response` switched to, or why it did not.
+async fn upgraded(response: reqwest::Response) -> Result<reqwest::Upgraded, TunnelError> {
+    let status = response.status();
+    if status != StatusCode::SWITCHING_PROTOCOLS {
+        return Err(TunnelError::Refused { status, detail: response.text().await.unwrap_or_default() });
+    }
+    Ok(response.upgrade().await?)
 }
 
 /// What answered a heartbeat.
@@ -243,11 +253,23 @@ impl LzClient {
             .header(reqwest::header::UPGRADE, mission_tunnel::PROTOCOL)
             .send()
             .await?;
-        let status = response.status();
-        if status != StatusCode::SWITCHING_PROTOCOLS {
-            return Err(TunnelError::Refused { status, detail: response.text().await.unwrap_or_default() });
-        }
-        Ok(response.upgrade().await?)
+        upgraded(response).await
+    }
+
+    /// `GET /lz/jobs/{id}/shell`, upgraded: a shell (a command, `query`) in a node of a job
+    /// whose part this landing zone holds, for that job's own processes (`mission lz-exec`).
+    /// The answer is the shell's WebSocket past its handshake ([`mission_api::shell`]).
+    pub async fn node_shell(&self, job_id: Uuid, query: &ShellQuery) -> Result<reqwest::Upgraded, TunnelError> {
+        let response = self
+            .request(Method::GET, &format!("/jobs/{job_id}/shell"))
+            .query(query)
+            .header(reqwest::header::CONNECTION, "upgrade")
+            .header(reqwest::header::UPGRADE, "websocket")
+            .header("Sec-WebSocket-Version", "13")
+            .header("Sec-WebSocket-Key", mission_tunnel::websocket::new_key())
+            .send()
+            .await?;
+        upgraded(response).await
     }
 
     /// `POST /lz/heartbeat`: renews the lease.

@@ -9,7 +9,8 @@
 //!   use of the agent (its `JobContext`);
 //! - [`client`]: the agent's side of the LZ protocol, its paths and its one retry policy;
 //! - `lifecycle`: a job's life from staging to its final report, the same on every runner;
-//! - `gang`: a landing zone's part of a job on several (its ranks' variables and hostfile);
+//! - [`gang`]: a landing zone's part of a job on several (its ranks' variables and hostfile, and
+//!   `mission lz-exec`, how its processes start others on the other nodes);
 //! - `runner`: what runs jobs — the seam (start a job, and a handle on it), and its `process`
 //!   and `slurm` runners;
 //! - `cache`: the content cache of input files; `output`: logs and results, for every runner;
@@ -28,7 +29,7 @@ mod config;
 pub mod detect;
 mod dirs;
 mod error;
-mod gang;
+pub mod gang;
 mod jobs;
 mod lifecycle;
 mod output;

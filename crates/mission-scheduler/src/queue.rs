@@ -102,7 +102,7 @@ impl Queued {
             needs_image: job.image.is_some(),
             workdir: job.batch.as_ref().map(|batch| Arc::from(batch.workdir.as_str())),
             disk_mb: mission_api::tes::JobTask::disk_mb_of(job),
-            nodes: job.gang.as_ref().map_or(1, |gang| gang.nodes),
+            nodes: job.nodes(),
             launch_first: job.gang.as_ref().is_some_and(|gang| gang.launch == mission_api::Launch::First),
         }
     }

@@ -479,11 +479,13 @@ impl Store {
 
     /// Records that `user_id` opens a shell in `job_id`, which must be theirs and running: a
     /// `shell.opened` event with `data`, and the audit entry noted for it, in one transaction.
-    /// Answers the landing zone the job runs on; `None` when it is not such a job.
+    /// Answers the landing zone its node `node` runs on (a gang's by rank; 0 for any other job);
+    /// `None` when it is not such a job, or has no such node.
     pub async fn open_shell(
         &self,
         job_id: Uuid,
         user_id: Uuid,
+        node: u32,
         data: &serde_json::Value,
         at: DateTime<Utc>,
     ) -> Result<Option<Uuid>, StoreError> {
@@ -491,7 +493,7 @@ impl Store {
         with_conn!(self, writer, |conn| {
             let mut tx = conn.begin().await?;
             let running = sqlx::query(
-                "SELECT lz_id, mission_id FROM jobs WHERE job_id = $1 AND user_id = $2 AND status = 'running' \
+                "SELECT lz_id, mission_id, gang FROM jobs WHERE job_id = $1 AND user_id = $2 AND status = 'running' \
                  AND lz_id IS NOT NULL",
             )
             .bind(job_id.to_string())
@@ -499,7 +501,12 @@ impl Store {
             .fetch_optional(&mut *tx)
             .await?;
             let Some(row) = running else { return Ok(None) };
-            let (lz_id, mission_id) = (row.uuid("lz_id")?, row.uuid("mission_id")?);
+            let gang = row.opt_json::<mission_api::JobGang>("gang")?;
+            let lz_id = match gang {
+                Some(gang) => gang.lz_ids.get(node as usize).copied(),
+                None => (node == 0).then_some(row.uuid("lz_id")?),
+            };
+            let (Some(lz_id), mission_id) = (lz_id, row.uuid("mission_id")?) else { return Ok(None) };
             let event = NewEvent::job("shell.opened", user_id, mission_id, job_id, data, at);
             commit_with_events!(self, tx, events_json(&[event]));
             Ok(Some(lz_id))

@@ -3,7 +3,7 @@
 use std::io::{IsTerminal, Write};
 
 use mission_api::shell::{ShellQuery, TerminalSize};
-use mission_client::{Client, ShellEvent, ShellInput};
+use mission_client::{Client, ShellEvent, ShellInput, ShellOutput};
 use tokio::io::AsyncReadExt;
 use uuid::Uuid;
 
@@ -18,6 +18,9 @@ pub struct ShellArgs {
     /// No terminal even for an interactive shell: input and output stay apart, as pipes.
     #[arg(long, short = 'T')]
     no_tty: bool,
+    /// Of a job on several landing zones (`run --nodes`): the node to open it on, by rank.
+    #[arg(long, value_name = "RANK")]
+    node: Option<u32>,
     /// A command to run instead of a shell: its words joined with spaces and run by `sh -c`
     /// in the job's work dir, as ssh does.
     #[arg(last = true, value_name = "COMMAND")]
@@ -33,14 +36,43 @@ pub async fn run(client: &Client, args: ShellArgs) -> anyhow::Result<i32> {
         _ => command.is_none() && std::io::stdin().is_terminal() && std::io::stdout().is_terminal(),
     };
     let size = tty.then(terminal_size).flatten();
-    let query = ShellQuery { command, tty: Some(tty), cols: size.map(|s| s.cols), rows: size.map(|s| s.rows) };
-    let (input, mut output) = client.open_shell(args.job, &query).await?;
+    let (cols, rows) = (size.map(|s| s.cols), size.map(|s| s.rows));
+    let query = ShellQuery { command, tty: Some(tty), cols, rows, node: args.node };
+    let (input, output) = client.open_shell(args.job, &query).await?;
+    Ok(relay(input, output, tty).await)
+}
+
+/// `mission lz-exec HOST COMMAND…`: runs COMMAND on the node HOST of the gang this runs in,
+/// through this node's agent (see `mission_lz::gang`); answers its exit code (255 when it could
+/// not run to its end, as ssh's).
+pub async fn lz_exec(host: &str, command: Vec<String>) -> anyhow::Result<i32> {
+    let socket = std::env::var_os(mission_lz::gang::EXEC_SOCKET_VARIABLE).ok_or_else(|| {
+        anyhow::anyhow!(
+            "not inside a job on several landing zones ({} is not set)",
+            mission_lz::gang::EXEC_SOCKET_VARIABLE
+        )
+    })?;
+    let hosts = std::env::var("MISSION_HOSTS").unwrap_or_default();
+    let node = hosts
+        .split(',')
+        .position(|known| known == host)
+        .ok_or_else(|| anyhow::anyhow!("{host} is not a node of this job (its nodes: {hosts})"))?;
+    let stream = mission_lz::gang::request_exec(std::path::Path::new(&socket), node as u32, command.join(" "))
+        .await
+        .map_err(|e| anyhow::anyhow!("{host}: {e}"))?;
+    let (input, output) = mission_client::shell_over(stream);
+    Ok(relay(input, output, false).await)
+}
+
+/// Joins a shell to this process's stdin, stdout and stderr until it ends; answers its exit
+/// code (255 when the connection was lost).
+pub(crate) async fn relay(input: ShellInput, mut output: ShellOutput, tty: bool) -> i32 {
     // Keys go to the remote terminal as they are typed (^C included), until the guard goes.
     let raw = if tty && std::io::stdin().is_terminal() { RawMode::enter() } else { None };
     tokio::spawn(send_input(input, tty));
 
     let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
-    let code = loop {
+    loop {
         match output.next().await {
             Ok(Some(ShellEvent::Stdout(bytes))) => {
                 let _ = stdout.write_all(&bytes).and_then(|()| stdout.flush());
@@ -66,8 +98,7 @@ pub async fn run(client: &Client, args: ShellArgs) -> anyhow::Result<i32> {
                 break 255;
             }
         }
-    };
-    Ok(code)
+    }
 }
 
 /// Sends what comes on stdin, and on a terminal its new sizes; ends a command's input at the

@@ -1,7 +1,8 @@
 //! Jobs on several landing zones at once (gangs), end to end: three `mission lz` agents on this
 //! machine, each with its own data dir and node address in the loopback range, on one station.
 
-use mission_client::{Client, JobResources, JobStatus, Launch, LogStream, Uuid};
+use mission_api::shell::ShellQuery;
+use mission_client::{Client, JobResources, JobStatus, Launch, LogStream, ShellEvent, Uuid};
 use mission_testkit::TestServer;
 
 use super::jobs::{Agent, SHELL, TWO_CPUS, cluster, local_station, mission, wait_until};
@@ -104,6 +105,27 @@ async fn a_gang_fails_as_one_when_a_node_fails() {
         alice.get_job(next.job_id).await.unwrap().status >= JobStatus::Running
     })
     .await;
+    // Its owner's shell opens on any node, by rank.
+    for node in [2, 0] {
+        let command = Some("echo \"node $MISSION_NODE_RANK\"".to_owned());
+        let query = ShellQuery { command, tty: Some(false), node: Some(node), ..Default::default() };
+        let (_input, mut output) = alice.open_shell(next.job_id, &query).await.unwrap();
+        let mut said = Vec::new();
+        while let Some(event) = output.next().await.unwrap() {
+            match event {
+                ShellEvent::Stdout(bytes) => said.extend(bytes),
+                ShellEvent::Exit(exit) => {
+                    assert_eq!(exit.exit_code, Some(0), "{exit:?}");
+                    break;
+                }
+                ShellEvent::Stderr(_) => {}
+            }
+        }
+        assert_eq!(String::from_utf8_lossy(&said), format!("node {node}\n"));
+    }
+    let query = ShellQuery { command: Some("true".into()), node: Some(3), ..Default::default() };
+    let problem = alice.open_shell(next.job_id, &query).await.unwrap_err().to_string();
+    assert!(problem.contains("0 to 2"), "{problem}");
     alice.stop_job(next.job_id).await.unwrap();
     let stopped = alice.wait_for_job(next.job_id).await.unwrap();
     assert_eq!(stopped.status, JobStatus::Stopped, "a stop stops every node: {stopped:?}");
@@ -132,4 +154,48 @@ async fn a_gang_launched_first_runs_on_rank_zero_and_a_gang_too_large_is_refused
         .await
         .unwrap_err();
     assert!(refused.to_string().contains("could ever hold"), "{refused}");
+}
+
+/// An allreduce over MPI's ranks, each saying which node it runs on and when it started.
+const ALLREDUCE: &str = r#"
+import os, time
+started = time.time()
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+total = comm.allreduce(comm.Get_rank() + 1, op=MPI.SUM)
+seen = comm.gather((os.environ.get("MISSION_NODE_RANK"), started), root=0)
+if comm.Get_rank() == 0:
+    nodes = sorted(node for node, _ in seen)
+    skew = max(t for _, t in seen) - min(t for _, t in seen)
+    print(f"sum {total} of {comm.Get_size()} ranks on nodes {','.join(nodes)} skew {skew:.3f}")
+"#;
+
+/// A 2-node `mpi4py` allreduce that Debian's `mpirun` starts through `mission lz-exec` (no ssh
+/// between hosts): one rank on each node, both started within a second of each other, the sum
+/// right. The job is launched on its first node only, as a batch script is.
+#[tokio::test]
+async fn mpirun_starts_ranks_on_the_other_nodes_through_lz_exec() {
+    if std::process::Command::new("mpirun").arg("--version").output().is_err() {
+        return mission_testkit::skip_unless_required(
+            "MPI",
+            "no mpirun (scripts/install-test-deps.sh installs openmpi-bin)",
+        );
+    }
+    let (server, admin) = cluster(|_| {}).await;
+    let _agents = three_nodes(&server, &admin).await;
+    let alice = &server.client;
+    let script = "mpirun --allow-run-as-root --mca plm_rsh_agent 'mission lz-exec' --hostfile \"$MISSION_HOSTFILE\" \\\n\
+                  --map-by node -np 2 --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \\\n\
+                  /usr/bin/python3 allreduce.py\n";
+    let shell = mission(alice, SHELL, &[("run.sh", script), ("allreduce.py", ALLREDUCE)], &[]).await;
+    let job = alice.run_job_on_station(shell.mission_id, local_station(), gang(2, Some(Launch::First))).await.unwrap();
+    let done = alice.wait_for_job(job.job_id).await.unwrap();
+    let out = alice.job_logs(job.job_id, LogStream::Stdout).await.unwrap();
+    let err = alice.job_logs(job.job_id, LogStream::Stderr).await.unwrap();
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}\n{out}\n{err}");
+    let line = out.lines().find(|line| line.starts_with("sum ")).unwrap_or_else(|| panic!("{out}\n{err}"));
+    assert!(line.starts_with("sum 3 of 2 ranks on nodes 0,1 skew "), "{line}");
+    eprintln!("{line}");
+    let skew: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(skew < 1.0, "the ranks started {skew} s apart");
 }

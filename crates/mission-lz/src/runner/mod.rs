@@ -232,6 +232,11 @@ impl JobEvents {
         &self.ctx.client
     }
 
+    /// The way to the server, for what outlives this call (a gang's exec socket).
+    pub fn shared_client(&self) -> Arc<crate::client::LzClient> {
+        self.ctx.client.clone()
+    }
+
     /// It waits to run (in a batch system's queue): `reason` says why.
     pub fn waiting(&self, reason: String) {
         self.ctx.book.report(self.job_id, JobStatus::Staging, None, Some(reason), None);

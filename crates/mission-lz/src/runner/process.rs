@@ -197,7 +197,15 @@ impl Runner for ProcessRunner {
             Ok(Err(e)) => return Err(self.released_images(images, e).await),
             Err(e) => return Err(self.released_images(images, e.into()).await),
         };
-        let Launched { mut program, group, limits, dir, user, plan, task } = launched;
+        let Launched { mut program, group, limits, dir, user, plan, task, exec } = launched;
+        let exec_gate = match exec.map(|exec| crate::gang::serve_exec(exec, events.shared_client(), job.job_id)) {
+            Some(Ok(gate)) => Some(gate),
+            Some(Err(e)) => {
+                tracing::warn!(job_id = %job.job_id, "serving the gang's exec socket: {e}");
+                None
+            }
+            None => None,
+        };
         match (plan, &program) {
             (Some(plan), Program::Sandboxed(process)) => {
                 events.shells_open(Arc::new(SandboxShell { runner: self.clone(), plan, pid: process.pid }));
@@ -230,6 +238,7 @@ impl Runner for ProcessRunner {
             usage: None,
             work: Some((dir, user)),
             batch: job.batch.is_some(),
+            _exec_gate: exec_gate,
         })
     }
 }
@@ -276,6 +285,8 @@ pub(crate) struct ProcessJob {
     work: Option<(WorkDir, JobUser)>,
     /// It is a batch job: its files are in its own directory, and none are collected.
     batch: bool,
+    /// A gang's node: serves `mission lz-exec` until the job's part here ends.
+    _exec_gate: Option<crate::gang::ExecGate>,
 }
 
 impl ProcessJob {
@@ -440,6 +451,8 @@ struct Launched {
     plan: Option<Plan>,
     /// The task it runs, if it is one, and where its files are.
     task: Option<(mission_api::tes::TaskAssignment, task::Layout)>,
+    /// A gang's node: the socket its program asks `mission lz-exec` at.
+    exec: Option<std::os::unix::net::UnixListener>,
 }
 
 /// Stages the job and starts its program, in one blocking step: a work dir gets the mission's
@@ -464,16 +477,16 @@ fn launch(
             return Err(JobError::Staging(e.to_string()));
         }
     };
-    let gang = match &job.node {
-        Some(node) => match crate::gang::environment(job, node, dir.path()) {
-            Ok(env) => env,
+    let (gang, exec) = match &job.node {
+        Some(node) => match crate::gang::prepare(job, node, dir.path()) {
+            Ok(prepared) => (prepared.env, Some(prepared.exec)),
             Err(e) => {
                 runner.work_dirs.give_back(dir);
                 runner.sandbox.release(user);
-                return Err(JobError::Staging(format!("writing the gang's hostfile: {e}")));
+                return Err(JobError::Staging(format!("preparing the gang's hostfile and exec socket: {e}")));
             }
         },
-        None => Vec::new(),
+        None => (Vec::new(), None),
     };
 
     let group = runner.cgroups.take(job.cpu_count, job.memory_amount);
@@ -585,7 +598,7 @@ fn launch(
         }
     };
     match started {
-        Ok((program, limits, plan)) => Ok(Launched { program, group, limits, dir, user, plan, task }),
+        Ok((program, limits, plan)) => Ok(Launched { program, group, limits, dir, user, plan, task, exec }),
         Err(e) => {
             if let Some(g) = group {
                 runner.cgroups.give_back(g);
@@ -785,13 +798,18 @@ impl Program {
 }
 
 /// The part of every job's environment that comes from the agent's: `PATH` (a standard one if
-/// the agent has none) and the locale; nothing else of it (its token, the server's settings)
+/// the agent has none), with the directory of the agent's own `mission` last (a gang's processes
+/// run `mission lz-exec`), and the locale; nothing else of it (its token, the server's settings)
 /// passes. Read once, when the agent starts.
 pub(crate) fn base_env() -> Vec<(&'static str, std::ffi::OsString)> {
     let mut env: Vec<_> =
-        ["PATH", "LANG", "LC_ALL", "TZ"].into_iter().filter_map(|name| Some((name, std::env::var_os(name)?))).collect();
-    if !env.iter().any(|(name, _)| *name == "PATH") {
-        env.push(("PATH", "/usr/local/bin:/usr/bin:/bin".into()));
+        ["LANG", "LC_ALL", "TZ"].into_iter().filter_map(|name| Some((name, std::env::var_os(name)?))).collect();
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    let mut dirs: Vec<std::path::PathBuf> = std::env::split_paths(&path).collect();
+    let own = std::env::current_exe().ok().and_then(|exe| exe.parent().map(std::path::Path::to_path_buf));
+    if let Some(own) = own.filter(|own| !dirs.contains(own)) {
+        dirs.push(own);
     }
+    env.push(("PATH", std::env::join_paths(dirs).unwrap_or(path)));
     env
 }

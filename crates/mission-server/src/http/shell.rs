@@ -7,6 +7,11 @@
 //! command), written together. The WebSocket then travels the job's landing zone's session
 //! tunnel ([`crate::http::sessions`]), and its agent starts the process and speaks the WebSocket
 //! itself; the server only splices bytes, bounded as every upgraded connection through it is.
+//!
+//! A job on several landing zones (a gang) has a shell on each node (`node`, by rank). Its own
+//! processes reach the other nodes the same way, through their agents: `mission lz-exec` asks
+//! its landing zone's agent, which opens `GET /api/v1/lz/jobs/{id}/shell` here with its own
+//! token ([`open_from_node`]), for a job it holds a part of.
 
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -17,6 +22,7 @@ use crate::AppState;
 use crate::domain::audit::Change;
 use crate::http::error::ApiError;
 use crate::http::routes::extract::parse_id;
+use crate::http::routes::lz::Agent;
 use crate::http::sessions::{caller_principal, requested_upgrade};
 
 /// Opens a shell in a running job of the caller's, as a WebSocket (`Upgrade: websocket`):
@@ -52,6 +58,39 @@ async fn open(app: &AppState, id: &str, request: Request) -> Result<Response, Ap
     if by_cookie && !same_origin(headers, &app.public_url) {
         return Err(ApiError::forbidden("a shell opens with the console's cookie only from the console's own pages"));
     }
+    let (key, query) = handshake(&request)?;
+    let Some(job) = app.store.job_row(job_id).await?.filter(|job| job.user_id == who.user_id) else {
+        return Err(ApiError::not_found("job", job_id));
+    };
+    let change = Change::new("job.shell", "job", job_id).in_project(job.project_id);
+    let asked = serde_json::json!({ "command": query.command, "tty": query.tty(), "node": query.node });
+    crate::domain::audit::note(who, change.with(asked));
+    into_job(app, &job, query, key, request, "a shell opened").await
+}
+
+/// Opens a shell in a node of a running job whose part the calling agent's landing zone holds,
+/// for that job's own processes (`mission lz-exec`): a WebSocket, as [`open_shell`]'s.
+pub async fn open_from_node(
+    State(app): State<AppState>,
+    Agent(lz): Agent,
+    Path(id): Path<String>,
+    request: Request,
+) -> Response {
+    let opened = async {
+        let job_id = parse_id("job_id", &id)?;
+        let (key, query) = handshake(&request)?;
+        let holds_part = |job: &mission_api::Job| crate::http::routes::lz::node_of(job, &lz).is_some();
+        let Some(job) = app.store.job_row(job_id).await?.filter(holds_part) else {
+            return Err(ApiError::not_found("job on this landing zone", job_id));
+        };
+        into_job(&app, &job, query, key, request, "a node of the job opened").await
+    };
+    opened.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// A shell's WebSocket key and query, checked.
+fn handshake(request: &Request) -> Result<(HeaderValue, ShellQuery), ApiError> {
+    let headers = request.headers();
     let websocket =
         requested_upgrade(headers).is_some_and(|protocol| protocol.as_bytes().eq_ignore_ascii_case(b"websocket"));
     let key = headers.get("sec-websocket-key").cloned();
@@ -61,19 +100,34 @@ async fn open(app: &AppState, id: &str, request: Request) -> Result<Response, Ap
     let query: ShellQuery = serde_urlencoded::from_str(request.uri().query().unwrap_or(""))
         .map_err(|e| ApiError::invalid(format!("malformed query string: {e}")))?;
     query.check().map_err(ApiError::invalid)?;
+    Ok((key, query))
+}
 
-    let Some(job) = app.store.job_row(job_id).await?.filter(|job| job.user_id == who.user_id) else {
-        return Err(ApiError::not_found("job", job_id));
-    };
+/// Records the opening of a shell in `job` (`who` says who opened it, in the event) and sends
+/// its WebSocket through the tunnel of the landing zone of the node it asks for.
+async fn into_job(
+    app: &AppState,
+    job: &mission_api::Job,
+    query: ShellQuery,
+    key: HeaderValue,
+    request: Request,
+    who: &str,
+) -> Result<Response, ApiError> {
+    let job_id = job.job_id;
+    let node = query.node.unwrap_or(0);
+    if let Some(problem) = job.node_problem(node) {
+        return Err(ApiError::invalid_field("node", problem));
+    }
     let what = query.command.as_deref().map_or_else(|| "an interactive shell".to_owned(), |c| format!("`{c}`"));
+    let on = if job.nodes() > 1 { format!(" on node {node}") } else { String::new() };
     let data = serde_json::json!({
         "command": query.command,
         "tty": query.tty(),
-        "detail": format!("a shell opened {what} in job {job_id}"),
+        "node": query.node,
+        "detail": format!("{who} {what} in job {job_id}{on}"),
     });
-    let change = Change::new("job.shell", "job", job_id).in_project(job.project_id);
-    crate::domain::audit::note(who, change.with(serde_json::json!({ "command": query.command, "tty": query.tty() })));
-    let Some(lz_id) = app.store.open_shell(job_id, who.user_id, &data, mission_store::now()).await? else {
+    let opened = app.store.open_shell(job_id, job.user_id, node, &data, mission_store::now()).await?;
+    let Some(lz_id) = opened else {
         return Err(ApiError::conflict(format!(
             "job {job_id} is not running (it is {}): a shell opens in a running job",
             job.status

@@ -93,7 +93,7 @@ impl LogStream {
 
     /// Both streams of each node of `job`.
     pub fn of_job(job: &Job) -> impl Iterator<Item = Self> + use<> {
-        Self::all_of(job.gang.as_ref().map_or(1, |gang| gang.nodes))
+        Self::all_of(job.nodes())
     }
 
     /// The file name of the stream, under its node's folder: `stdout.log`, `node-2/stderr.log`.

@@ -351,14 +351,8 @@ pub async fn logs(
             }
         }
     }
-    let nodes = job.gang.as_ref().map_or(1, |gang| gang.nodes);
-    if node >= nodes {
-        let held = if nodes == 1 {
-            "one landing zone: node 0".to_owned()
-        } else {
-            format!("{nodes} nodes, 0 to {}", nodes - 1)
-        };
-        return Err(ApiError::invalid_field("node", format!("the job runs on {held}")));
+    if let Some(problem) = job.node_problem(node) {
+        return Err(ApiError::invalid_field("node", problem));
     }
     let stream = stream.of_node(node);
     if !follow {

@@ -52,7 +52,7 @@ async fn placed_job(app: &AppState, agent: &LzIdentity, raw_id: &str) -> ApiResu
 
 /// The rank of the agent's LZ among those `job` is placed on: 0 for the one LZ of a job of
 /// one, a gang's node's rank; `None` where the job is not placed there.
-fn node_of(job: &Job, agent: &LzIdentity) -> Option<u32> {
+pub(crate) fn node_of(job: &Job, agent: &LzIdentity) -> Option<u32> {
     match &job.gang {
         Some(gang) => gang.lz_ids.iter().position(|id| *id == agent.lz_id).map(|rank| rank as u32),
         None => (job.lz_id == Some(agent.lz_id)).then_some(0),

@@ -440,6 +440,7 @@ pub fn router(app: AppState) -> Router {
         .route("/lz/pilots", post(lz::register_pilot))
         .route("/lz/pilots/{id}", axum::routing::delete(lz::remove_pilot))
         .route("/lz/jobs/{id}/logs/{stream}", post(lz::append_log))
+        .route("/lz/jobs/{id}/shell", get(crate::http::shell::open_from_node))
         .route("/lz/jobs/{id}/files/{*path}", get(lz::input_file))
         .route("/lz/jobs/{id}/image", get(lz::job_image))
         .route("/lz/jobs/{id}/inputs/{n}", get(lz::task_input_listing))

@@ -185,6 +185,11 @@ async fn postgres_keeps_job_logs_in_chunks() {
     assert_eq!(db.read_log(job.job_id, "stdout", 0).await.unwrap(), (b"hello world\n".to_vec(), None));
     assert_eq!(db.read_log(job.job_id, "stdout", 8).await.unwrap(), (b"rld\n".to_vec(), None));
     assert_eq!(db.read_log(job.job_id, "stderr", 0).await.unwrap(), (b"oops\n".to_vec(), None));
+    // A gang's other nodes keep theirs apart; a stream of no such name is refused.
+    db.append_log(job.job_id, "node-2/stdout", 0, b"rank 2\n").await.unwrap();
+    assert_eq!(db.read_log(job.job_id, "node-2/stdout", 0).await.unwrap(), (b"rank 2\n".to_vec(), None));
+    assert_eq!(db.read_log(job.job_id, "stdout", 0).await.unwrap().0, b"hello world\n".to_vec());
+    assert!(db.append_log(job.job_id, "node-0/stdout", 0, b"x").await.is_err());
     let (size, sha256, _) = db.log_summary(job.job_id, "stdout").await.unwrap().unwrap();
     let digest = ring::digest::digest(&ring::digest::SHA256, b"hello world\n");
     assert_eq!((size, sha256), (12, digest.as_ref().iter().map(|b| format!("{b:02x}")).collect::<String>()));

@@ -48,6 +48,7 @@ from ._types import (
     Image,
     Job,
     JobGang,
+    WarningSignal,
     JobImage,
     JobSession,
     JobTransition,
@@ -95,6 +96,7 @@ __all__ = [
     "Image",
     "Job",
     "JobGang",
+    "WarningSignal",
     "JobImage",
     "JobSession",
     "JobTransition",
@@ -460,6 +462,8 @@ class Client:
         idle_timeout: Optional[int] = None,
         nodes: Optional[int] = None,
         launch: Optional[str] = None,
+        signal: Optional[str] = None,
+        requeue: Optional[bool] = None,
     ) -> Job:
         """Starts a job of the mission on a station; absent resources come from the mission
         type's defaults (memory in megabytes, the time limit in minutes). ``labels`` (``key`` to
@@ -478,11 +482,16 @@ class Client:
         With ``nodes`` it runs on that many landing zones of the station at once (a gang for MPI
         or distributed training), each holding the resources above; ``launch`` ``"first"`` runs
         the command on the first node only, the others held for it (default ``"each"``: on
-        every node). Each node's output is ``job_logs(job_id, node=n)``."""
+        every node). Each node's output is ``job_logs(job_id, node=n)``. ``signal`` (Slurm's
+        ``"[B:]SIG@SECONDS"``, e.g. ``"USR1@60"``) is sent that long before the time limit, and
+        before a reclaim ends the job; with ``requeue=True`` its time limit, a reclaim or a node's
+        failure puts it back in line, its results so far the next attempt's inputs, and
+        ``MISSION_RESTART_COUNT`` saying which attempt it is (0 first)."""
         return self._run(mission_id, station_id, None, cpu_count=cpu_count, memory_amount=memory_amount,
                          gpu_count=gpu_count, time_limit=time_limit, labels=labels, log_cap=log_cap,
                          after_ok=_ids(after_ok), after_any=_ids(after_any), retry=retry, project_id=project_id,
-                         image=image, session=_session(session, idle_timeout), nodes=nodes, launch=launch)
+                         image=image, session=_session(session, idle_timeout), nodes=nodes, launch=launch,
+                         signal=signal, requeue=requeue)
 
     def run_job_on_lz(
         self,

@@ -184,6 +184,16 @@ class JobGang(_Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class WarningSignal(_Record):
+    """The signal a job gets ``seconds`` before it is ended (``main_only``: its main process
+    alone)."""
+
+    signal: str
+    seconds: int
+    main_only: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class FileListing(_Record):
     """One file of a mission: ``path`` is its folder (``""`` at the top), ``name`` its name."""
 
@@ -318,6 +328,10 @@ class Job(_Record):
     session: Optional[JobSession] = dataclasses.field(default=None, metadata={"of": JobSession})
     #: The landing zones it runs on at once, if it asked for more than one.
     gang: Optional[JobGang] = dataclasses.field(default=None, metadata={"of": JobGang})
+    #: The signal it gets before it is ended, if it asked for one.
+    signal: Optional[WarningSignal] = dataclasses.field(default=None, metadata={"of": WarningSignal})
+    #: It goes back in line when its time limit, a reclaim or a node's failure ends it.
+    requeue: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -194,6 +194,13 @@ pub struct Job {
     /// absent for a job of one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gang: Option<JobGang>,
+    /// The signal it gets before its time limit, or before a reclaim ends it ([`RunJob::signal`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<WarningSignal>,
+    /// It goes back in line, as its next attempt, when its time limit, a reclaim or a node's
+    /// failure ends it ([`RunJob::requeue`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requeue: bool,
     /// The GA4GH TES task it runs, if it is one ([`crate::tes`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
@@ -309,6 +316,8 @@ impl Job {
             session: None,
             batch: None,
             gang: None,
+            signal: None,
+            requeue: false,
             task: None,
             stop_ordered_at: None,
             pending_reason: None,
@@ -432,6 +441,88 @@ pub struct RunJob {
     /// How a gang starts its command ([`Launch`]); absent: on every node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch: Option<Launch>,
+    /// A signal sent that long before the job's time limit (and before a reclaim of borrowed
+    /// room ends it), so that it can write a checkpoint: Slurm's `[B:]SIG@SECONDS` (`USR1@60`),
+    /// `B:` sending it to the job's main process alone rather than to all of its processes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+    /// Put the job back in line, as its next attempt, when its time limit, a reclaim or a
+    /// node's failure ends it; the results it left so far are its next attempt's inputs (a
+    /// checkpoint to resume from), and `MISSION_RESTART_COUNT` tells each attempt which it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeue: Option<bool>,
+}
+
+/// A signal a job gets before it is ended ([`RunJob::signal`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WarningSignal {
+    /// Its name, without `SIG` (`USR1`).
+    pub signal: String,
+    /// How long before the end it is sent, in seconds.
+    pub seconds: u32,
+    /// Only the job's main process (a batch script's shell) gets it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub main_only: bool,
+}
+
+/// The signals a job may ask to be warned with, by name (and number on Linux).
+pub const WARNING_SIGNALS: [(&str, i32); 9] = [
+    ("HUP", 1),
+    ("INT", 2),
+    ("QUIT", 3),
+    ("USR1", 10),
+    ("USR2", 12),
+    ("ALRM", 14),
+    ("TERM", 15),
+    ("CONT", 18),
+    ("URG", 23),
+];
+
+/// The longest warning, in seconds (Slurm's).
+pub const MAX_WARNING_SECONDS: u32 = 65_535;
+
+impl WarningSignal {
+    /// Reads Slurm's `[B:]SIG@SECONDS`: `SIG` a name (`USR1`, `SIGUSR1`) or number of
+    /// [`WARNING_SIGNALS`], `SECONDS` 1 to [`MAX_WARNING_SECONDS`] (Slurm's default, 60, where
+    /// `@SECONDS` is left out).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (main_only, rest) = match text.strip_prefix("B:") {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        let (name, seconds) = match rest.split_once('@') {
+            Some((name, seconds)) => {
+                let seconds: u32 = seconds
+                    .parse()
+                    .ok()
+                    .filter(|s| (1..=MAX_WARNING_SECONDS).contains(s))
+                    .ok_or_else(|| format!("{text:?}: expected seconds, 1 to {MAX_WARNING_SECONDS}, after @"))?;
+                (name, seconds)
+            }
+            None => (rest, 60),
+        };
+        let upper = name.to_ascii_uppercase();
+        let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+        let known = WARNING_SIGNALS.iter().find(|(n, number)| *n == bare || number.to_string() == bare);
+        let (signal, _) = known.ok_or_else(|| {
+            let names: Vec<&str> = WARNING_SIGNALS.iter().map(|(n, _)| *n).collect();
+            format!("{text:?}: expected [B:]SIG@SECONDS with SIG one of {}", names.join(", "))
+        })?;
+        Ok(Self { signal: (*signal).to_owned(), seconds, main_only })
+    }
+
+    /// Its number on Linux.
+    pub fn number(&self) -> i32 {
+        WARNING_SIGNALS.iter().find(|(name, _)| *name == self.signal).map_or(10, |(_, number)| *number)
+    }
+}
+
+impl std::fmt::Display for WarningSignal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let main = if self.main_only { "B:" } else { "" };
+        write!(f, "{main}{}@{}", self.signal, self.seconds)
+    }
 }
 
 /// The most landing zones one job may run on at once.
@@ -1065,5 +1156,25 @@ mod whole_number_tests {
         }
         let error = parse(r#", "cpu_count": 1.5"#).unwrap_err().to_string();
         assert!(error.contains("expected a whole number from 0 to 4294967295, got 1.5"), "{error}");
+    }
+}
+
+#[cfg(test)]
+mod warning_signal_tests {
+    use super::WarningSignal;
+
+    #[test]
+    fn slurms_signal_syntax_is_read_and_bad_ones_are_refused() {
+        let usr1 = WarningSignal { signal: "USR1".into(), seconds: 10, main_only: false };
+        assert_eq!(WarningSignal::parse("USR1@10"), Ok(usr1.clone()));
+        assert_eq!(WarningSignal::parse("sigusr1@10"), Ok(usr1.clone()));
+        assert_eq!(WarningSignal::parse("10@10"), Ok(usr1));
+        let batch = WarningSignal::parse("B:TERM@300").unwrap();
+        assert!(batch.main_only);
+        assert_eq!((batch.number(), batch.to_string()), (15, "B:TERM@300".to_owned()));
+        assert_eq!(WarningSignal::parse("USR2").unwrap().seconds, 60, "Slurm's default");
+        for bad in ["KILL@10", "USR1@0", "USR1@65536", "USR1@", "@10", "B:", "USR1@ten", "9@1"] {
+            assert!(WarningSignal::parse(bad).is_err(), "{bad}");
+        }
     }
 }

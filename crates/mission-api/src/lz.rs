@@ -201,6 +201,9 @@ pub struct Assignment {
     /// others are. None for a job of one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<GangNode>,
+    /// The signal it gets before its time limit, and before a graceful stop ends it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<crate::WarningSignal>,
 }
 
 /// One landing zone's part of a job on several (a gang).

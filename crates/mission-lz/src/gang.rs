@@ -117,9 +117,10 @@ impl Drop for ExecGate {
     }
 }
 
-/// Serves `job_id`'s exec socket: each connection sends one request line (JSON: the node and the command), and the agent
-/// answers `ok` and joins the connection to the shell it opened through the server (the caller
-/// then speaks the shell's WebSocket), or answers `error: …` and closes it.
+/// Serves `job_id`'s exec socket: each connection sends one request line (JSON: the node and
+/// the command), and the agent answers `ok` and joins the connection to the shell it opened
+/// through the server (the caller then speaks the shell's WebSocket), or answers `error: …` and
+/// closes it.
 pub fn serve_exec(listener: UnixListener, client: Arc<LzClient>, job_id: Uuid) -> std::io::Result<ExecGate> {
     listener.set_nonblocking(true)?;
     let listener = tokio::net::UnixListener::from_std(listener)?;

@@ -119,6 +119,9 @@ async fn follow<H: JobHandle>(
     // A session ended for being idle ends as sessions do, with its results.
     let idle = ctx.sessions.idle_end(job_id);
     let finished = handle.finish(stopping.ordered.is_some() && idle.is_none()).await;
+    // A job given a grace (its room reclaimed, a requeue) had time to leave a checkpoint: its
+    // results go to the server as a finished job's do.
+    let graceful = stopping.ordered.is_some_and(|grace| !grace.is_zero());
     if forwarders.is_empty() {
         // What it wrote is sent now, in one read.
         forwarders = forward_output(ctx, job_id, handle.output());
@@ -133,7 +136,7 @@ async fn follow<H: JobHandle>(
             task_log = Some(log);
             Ok(outcome)
         }
-        Ok(Finished { outcome, .. }) if outcome.0 == JobStatus::Stopped => Ok(outcome),
+        Ok(Finished { outcome, .. }) if outcome.0 == JobStatus::Stopped && !graceful => Ok(outcome),
         Ok(Finished { outcome, results, .. }) => {
             ctx.book.report(job_id, JobStatus::Uploading, None, None, None);
             let outcome = match idle {

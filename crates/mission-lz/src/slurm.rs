@@ -1075,6 +1075,7 @@ mod tests {
             number: 0,
             array_number: None,
             node: None,
+            signal: None,
         }
     }
 

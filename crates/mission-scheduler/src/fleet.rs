@@ -20,6 +20,7 @@ use super::queue::{QueueKey, Queued, Shape};
 use super::{SessionId, Sessions};
 
 /// A job an LZ holds: its queue entry (what it asks for) and how far it got.
+#[derive(Clone)]
 pub(super) struct Placed {
     pub entry: Queued,
     pub key: QueueKey,
@@ -38,6 +39,10 @@ pub(super) struct Placed {
     pub requeue_reason: Option<String>,
     /// Which part of a job on several landing zones (a gang) this is; none for a job of one.
     pub part: Option<GangPart>,
+    /// A gang's part left behind when the gang ended (another node failed, or was lost) while it
+    /// still ran: it holds its room, and no new part of the job comes to its LZ, until its agent
+    /// reports its end (or its lease runs out). Nothing else of the job is its.
+    pub orphan: bool,
 }
 
 impl Placed {
@@ -154,6 +159,8 @@ impl LzState {
             && self.free_memory >= job.memory_amount as i64
             && self.free_gpus.len() >= job.gpu_count as usize
             && self.takes(job)
+            // An earlier attempt's part still stopping here.
+            && !self.jobs.contains_key(&job.job_id)
     }
 
     /// Whether it could ever run `job`: large enough, taking images where the job runs in one,
@@ -407,7 +414,7 @@ impl Fleet {
         if let Some(station) = self.stations.get_mut(&lz.station_id) {
             station.all.remove(&lz_id);
         }
-        for (job_id, placed) in lz.jobs.iter().filter(|(_, placed)| placed.leads()) {
+        for (job_id, placed) in lz.jobs.iter().filter(|(_, placed)| placed.leads() && !placed.orphan) {
             self.placed_on.remove(job_id);
             self.uncount(placed);
         }
@@ -454,16 +461,26 @@ impl Fleet {
         }
     }
 
-    /// Takes a placed job off its LZ, giving back what it held: a gang off all its LZs, at once,
-    /// answering its rank 0's part (the other nodes' agents are the caller's to stop).
+    /// Takes a placed job off its LZ, giving back what it held: a gang off all its LZs at once,
+    /// answering its rank 0's part. A gang's part that still runs on another node is left there
+    /// an [orphan](Placed::orphan), holding its room until it ends (its agent is the caller's to
+    /// stop). An orphan's end gives back its room, and answers nothing.
     pub fn release(&mut self, lz_id: Uuid, job_id: Uuid) -> Option<Placed> {
         let mut placed = self.release_room(lz_id, job_id)?;
+        if placed.orphan {
+            return None;
+        }
         let nodes: Vec<Uuid> = placed.other_nodes(lz_id).collect();
         for node in nodes {
-            if let Some(part) = self.release_room(node, job_id)
-                && part.leads()
-            {
-                placed = part;
+            let Some(part) = self.lzs.get_mut(&node).and_then(|lz| lz.jobs.get_mut(&job_id)) else { continue };
+            let leader = part.leads().then(|| part.clone());
+            if part.status.is_final() {
+                self.release_room(node, job_id);
+            } else {
+                part.orphan = true;
+            }
+            if let Some(leader) = leader {
+                placed = leader;
             }
         }
         if placed.leads() {

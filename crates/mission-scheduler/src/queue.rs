@@ -84,6 +84,9 @@ pub(crate) struct Queued {
     /// A gang that runs its command on its first node only (the others held for it), which
     /// ends as that one does; one that runs it on every node ends once all have.
     pub launch_first: bool,
+    /// It goes back in line, as its next attempt, when its time limit, a reclaim or a node's
+    /// failure ends it ([`mission_api::Job::requeue`]).
+    pub requeue: bool,
 }
 
 impl Queued {
@@ -104,6 +107,7 @@ impl Queued {
             disk_mb: mission_api::tes::JobTask::disk_mb_of(job),
             nodes: job.nodes(),
             launch_first: job.gang.as_ref().is_some_and(|gang| gang.launch == mission_api::Launch::First),
+            requeue: job.requeue,
         }
     }
 
@@ -871,6 +875,7 @@ mod tests {
             disk_mb: 0,
             nodes: 1,
             launch_first: false,
+            requeue: false,
         }
     }
 

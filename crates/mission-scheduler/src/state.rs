@@ -328,6 +328,7 @@ impl State {
                         disk_mb: row.disk_mb,
                         nodes: row.nodes,
                         launch_first: row.launch_first,
+                        requeue: row.requeue,
                     };
                     queue.insert(key, row.seq, entry, waits || row.held);
                     if waits {
@@ -362,6 +363,7 @@ impl State {
                 stop_requested: false,
                 requeue_reason: None,
                 part: None,
+                orphan: false,
             };
             if nodes.is_empty() || nodes.iter().any(|id| self.fleet.get(id).is_none()) {
                 self.lose(placed, "its landing zone was removed");
@@ -480,10 +482,26 @@ impl State {
     }
 
     /// Puts a job stopped to go back in line (its borrowed room reclaimed, or a requeue asked
-    /// for), and which has left its LZ, back in line at its original place, saying why.
+    /// for), and which has left its LZ, back in line at its original place, saying why: one that
+    /// asked to be requeued ([`Queued::requeue`]) as its next attempt.
     fn requeue_stopped(&mut self, mut placed: Placed) {
         let why = placed.requeue_reason.take().unwrap_or_default();
+        if placed.entry.requeue {
+            return self.next_attempt(placed, &why);
+        }
         self.requeue(placed, &why);
+    }
+
+    /// Puts a job that asked to be requeued ([`Queued::requeue`]), whose attempt its time limit,
+    /// a reclaim or a node's failure ended (`why`), back in line at its original place as its
+    /// next attempt: what it left among its results are that attempt's inputs.
+    fn next_attempt(&mut self, mut placed: Placed, why: &str) {
+        let next = placed.entry.attempt + 1;
+        placed.entry.attempt = next;
+        let mut update = JobUpdate::new(placed.entry.job_id, JobStatus::Queued);
+        update.attempt = Some(next);
+        update.detail = Some(format!("{why}; requeued as attempt {next}"));
+        self.back_in_line(placed, update, false);
     }
 
     /// Moves a job that left its LZ back into the queue at its original place with `update` (a
@@ -500,6 +518,9 @@ impl State {
 
     /// Ends a job whose LZ was lost while it held it, or tries it again if its policy says so.
     fn lose(&mut self, placed: Placed, why: &str) {
+        if placed.entry.requeue {
+            return self.next_attempt(placed, why);
+        }
         match retried(&placed.entry, RetryOn::Lost) {
             Some(policy) => self.retry(placed, &policy, RetryOn::Lost, why),
             None => self.end(placed.entry.job_id, JobStatus::Lost, why.into()),
@@ -738,6 +759,14 @@ impl State {
             } else {
                 LogOffsets::default()
             };
+            // A requeued attempt resumes from what the last left among its results (a checkpoint),
+            // which stand over the mission's files of the same paths.
+            let mut inputs = files[&job.mission_id].clone();
+            if job.requeue && placed.entry.attempt > 1 {
+                let left = self.store.job_results(job).await?;
+                inputs.retain(|file| !left.iter().any(|result| result.path == file.path));
+                inputs.extend(left.into_iter().map(|f| InputFile { path: f.path, size: f.size, sha256: f.sha256 }));
+            }
             // A gang's part: its rank and the nodes' addresses.
             let node = placed.part.as_ref().map(|part| mission_api::lz::GangNode {
                 nodes: part.lz_ids.len() as u32,
@@ -759,7 +788,7 @@ impl State {
                     gpu_count: placed.entry.gpu_count,
                     gpu_indices: placed.gpu_indices.clone(),
                     time_limit: job.time_limit,
-                    files: files[&job.mission_id].clone(),
+                    files: inputs,
                     attempt: placed.entry.attempt,
                     log_offsets,
                     array_index: job.array_index,
@@ -771,6 +800,7 @@ impl State {
                     number: job.number,
                     array_number: job.array_number,
                     node,
+                    signal: job.signal.clone(),
                 },
             );
         }
@@ -1342,7 +1372,16 @@ impl State {
         let lz = self.fleet.get(&who.lz_id).expect("inserted above");
         let mut drop: Vec<Uuid> = running.iter().filter(|id| !lz.jobs.contains_key(id)).copied().collect();
         let (mut resend, mut requeue, mut ends) = (Vec::new(), Vec::new(), Vec::new());
+        let mut orphans_gone = Vec::new();
         for (id, placed) in &lz.jobs {
+            if placed.orphan {
+                if running.contains(id) {
+                    self.batch.orders.push((who.lz_id, Pending::Stop(*id)));
+                } else {
+                    orphans_gone.push(*id);
+                }
+                continue;
+            }
             if running.contains(id) {
                 if placed.stop_requested || placed.requeue_reason.is_some() {
                     self.batch.orders.push((who.lz_id, Pending::Stop(*id)));
@@ -1358,6 +1397,9 @@ impl State {
                 }
                 _ => ends.push((*id, JobStatus::Lost, "its landing zone restarted while the job ran")),
             }
+        }
+        for id in orphans_gone {
+            self.fleet.release(who.lz_id, id);
         }
         let mut requeued = Vec::new();
         for id in requeue {
@@ -1399,6 +1441,8 @@ impl State {
         self.lease_ends.push(Reverse((until, who.lz_id)));
         let (mut finished, mut failed_attempts, mut measured) = (Vec::new(), Vec::new(), Vec::new());
         let (mut node_failures, mut nodes_completed, mut leads_completed) = (Vec::new(), Vec::new(), Vec::new());
+        let mut requeued_attempts = Vec::new();
+        let mut orphans_ended = Vec::new();
         let mut reclaimed = Vec::new();
         for report in reports {
             let current = |p: &&mut Placed| report.attempt.is_none_or(|attempt| attempt == p.entry.attempt);
@@ -1419,6 +1463,13 @@ impl State {
                 continue;
             }
             let mut status = report.status;
+            // A part an ended gang left here: only its end matters, which gives back its room.
+            if placed.orphan {
+                if status.is_final() {
+                    orphans_ended.push(report.job_id);
+                }
+                continue;
+            }
             // A gang's other nodes: their moves are their own, and only a failure is the job's
             // (one that completed holds its room until rank 0 ends).
             if let Some(rank) = placed.part.as_ref().map(|part| part.rank).filter(|rank| *rank > 0) {
@@ -1439,6 +1490,10 @@ impl State {
                 status = JobStatus::Stopped;
             }
             let failure = RetryOn::of(status, report.exit_code, report.reason.as_deref());
+            if placed.entry.requeue && matches!(failure, Some(RetryOn::TimeLimit | RetryOn::Lost)) {
+                requeued_attempts.push((report.job_id, report.reason.unwrap_or_else(|| status.to_string())));
+                continue;
+            }
             if let Some((failure, policy)) = failure.and_then(|f| Some((f, retried(&placed.entry, f)?))) {
                 let why = report.reason.unwrap_or_else(|| status.to_string());
                 failed_attempts.push((report.job_id, policy, failure, why));
@@ -1515,6 +1570,17 @@ impl State {
                 self.requeue_stopped(placed);
             }
         }
+        if !orphans_ended.is_empty() {
+            for job_id in orphans_ended {
+                self.fleet.release(who.lz_id, job_id);
+            }
+            self.dirty.insert(who.station_id);
+        }
+        for (job_id, why) in requeued_attempts {
+            if let Some(placed) = self.take_off(who.lz_id, job_id) {
+                self.next_attempt(placed, &format!("its attempt ended: {why}"));
+            }
+        }
         for (job_id, rank, status, exit_code, reason) in node_failures {
             self.gang_node_failed(who.lz_id, job_id, rank, status, exit_code, reason);
         }
@@ -1549,6 +1615,9 @@ impl State {
         let Some(placed) = self.take_off(lz_id, job_id) else { return };
         self.dirty.insert(placed.key.station_id);
         let failure = RetryOn::of(status, exit_code, reason.as_deref());
+        if placed.entry.requeue && matches!(failure, Some(RetryOn::TimeLimit | RetryOn::Lost)) {
+            return self.next_attempt(placed, &why);
+        }
         if let Some((failure, policy)) = failure.and_then(|f| Some((f, retried(&placed.entry, f)?))) {
             self.retry(placed, &policy, failure, &why);
             return;
@@ -2048,6 +2117,7 @@ impl State {
             stop_requested: false,
             requeue_reason: None,
             part: None,
+            orphan: false,
         };
         let job_id = placed.entry.job_id;
         update.gpu_indices = Some(self.hold_parts(nodes, placed));
@@ -2085,6 +2155,7 @@ impl State {
                     stop_requested: false,
                     requeue_reason: None,
                     part: Some(GangPart { rank: rank as u32, lz_ids: lz_ids.clone() }),
+                    orphan: false,
                 };
                 part.gpu_indices = gpus_of(&self.fleet, lz_id, &part);
                 self.fleet.hold(*lz_id, part);

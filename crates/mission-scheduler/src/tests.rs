@@ -1124,8 +1124,15 @@ async fn a_gangs_node_failing_ends_it_naming_the_node_and_stops_the_others() {
     assert!(reason.starts_with(&format!("node 1 (landing zone {})", lzs[other].name)), "{reason}");
     assert!(reason.contains("exit status 3"), "{reason}");
     assert_eq!(agents[leader].orders(), (vec![], vec![(job.job_id, 0)]), "rank 0 is stopped");
-    // Both landing zones have their room back.
+    // Rank 0's part holds its room until its agent says it has stopped: a new gang waits.
     let next = h.submit_job(gang(&h, 2, 2)).await.unwrap();
+    assert!(agents[leader].runs().is_empty() && agents[other].runs().is_empty());
+    // A late report of the ended gang's part moves nothing of the job.
+    h.report(&agents[leader], job.job_id, JobStatus::Uploading).await;
+    assert_eq!(h.status(job.job_id).await, JobStatus::Failed);
+    h.report(&agents[leader], job.job_id, JobStatus::Stopped).await;
+    assert_eq!(h.status(job.job_id).await, JobStatus::Failed);
+    // Both landing zones have their room back.
     for agent in &mut agents {
         assert_eq!(agent.runs(), [next.job_id]);
     }
@@ -1134,6 +1141,54 @@ async fn a_gangs_node_failing_ends_it_naming_the_node_and_stops_the_others() {
     for agent in &mut agents {
         assert_eq!(agent.orders(), (vec![], vec![(next.job_id, 0)]));
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_that_asked_to_be_requeued_comes_back_as_its_next_attempt() {
+    let h = Harness::new().await;
+    let lz = h.register("a").await;
+    let (mut agent, _) = h.connect(&lz, 2, Vec::new()).await;
+    let job = h.submit_job(Job { requeue: true, time_limit: Some(1), ..h.new_job(1) }).await.unwrap();
+    assert_eq!(agent.runs(), [job.job_id]);
+    h.report(&agent, job.job_id, JobStatus::Running).await;
+    h.report_why(&agent, job.job_id, JobStatus::Failed, Some(mission_api::TIME_LIMIT_REASON)).await;
+    // Back in line as its next attempt, and placed again at once.
+    assert_eq!(agent.runs(), [job.job_id]);
+    let row = h.store.job_row(job.job_id).await.unwrap().unwrap();
+    assert_eq!((row.status, row.attempt), (JobStatus::Assigned, 2));
+    // A failure of its own program ends it as any job's does.
+    let failed = Report {
+        exit_code: Some(3),
+        reason: Some("exit status 3".into()),
+        ..Report::new(job.job_id, JobStatus::Failed, store::now())
+    };
+    h.ask(Call::Reports { lz: agent.lz.clone(), reports: vec![failed] }).await.unwrap();
+    assert_eq!(h.status(job.job_id).await, JobStatus::Failed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_requeued_gang_whose_node_went_silent_runs_again_once_it_is_back() {
+    let h = Harness::new().await;
+    let (a, b) = (h.register("a").await, h.register("b").await);
+    let (mut agent_a, _) = h.connect(&a, 2, Vec::new()).await;
+    let (mut agent_b, _) = h.connect(&b, 2, Vec::new()).await;
+    let job = h.submit_job(Job { requeue: true, ..gang(&h, 2, 1) }).await.unwrap();
+    assert_eq!((agent_a.runs(), agent_b.runs()), (vec![job.job_id], vec![job.job_id]));
+    h.report(&agent_a, job.job_id, JobStatus::Running).await;
+    h.report(&agent_b, job.job_id, JobStatus::Running).await;
+    // b goes silent: the gang is back in line as attempt 2, and a stops its part.
+    h.pass_time(&a, LEASE.as_secs() + 10).await;
+    h.until(job.job_id, JobStatus::Queued).await;
+    assert_eq!(h.store.job_row(job.job_id).await.unwrap().unwrap().attempt, 2);
+    assert_eq!(agent_a.orders(), (vec![], vec![(job.job_id, 0)]));
+    let (kind, why) = h.pending(job.job_id).await.unwrap();
+    assert_eq!(kind, PendingKind::NoLandingZone, "{why}");
+    // b is back, and a's part of the first attempt has stopped: the gang runs again on both.
+    let (mut agent_b, _) = h.connect(&b, 2, Vec::new()).await;
+    assert!(agent_b.runs().is_empty(), "a's part of attempt 1 still holds its room");
+    let stopped = Report { attempt: Some(1), ..Report::new(job.job_id, JobStatus::Stopped, store::now()) };
+    h.ask(Call::Reports { lz: a.clone(), reports: vec![stopped] }).await.unwrap();
+    assert_eq!((agent_a.runs(), agent_b.runs()), (vec![job.job_id], vec![job.job_id]));
 }
 
 /// What a plain agent offering `cpus` CPUs (and 8 GB) says as it connects.

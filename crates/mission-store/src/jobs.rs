@@ -65,6 +65,8 @@ const JOB_ROW: &[(&str, Cast)] = &[
     ("batch", Cast::Text),
     ("task", Cast::Text),
     ("gang", Cast::Text),
+    ("signal", Cast::Text),
+    ("requeue", Cast::Flag),
     ("stop_ordered_at", Cast::Int),
     ("session", Cast::Text),
     ("session_url", Cast::Text),
@@ -120,7 +122,7 @@ static POSTGRES_INSERT_JOBS: LazyLock<String> = LazyLock::new(postgres_insert_jo
 macro_rules! queued_columns {
     () => {
         "seq, job_id, user_id, project_id, station_id, requested_lz_id, cpu_count, memory_amount, gpu_count, \
-        attempt, retry, after_ok, after_any, time_limit, ran, image_id, batch, after_not_ok, pending_kind, task, gang"
+        attempt, retry, after_ok, after_any, time_limit, ran, image_id, batch, after_not_ok, pending_kind, task, gang, requeue"
     };
 }
 
@@ -134,7 +136,8 @@ const SQLITE_QUEUED_PAGE: &str = concat!(
     memory_amount, gpu_count, attempt, json(retry), json(after_ok), json(after_any), time_limit, \
     json(IIF(ran, 'true', 'false')), image_id, json_extract(batch, '$.workdir'), json(COALESCE(after_not_ok, '[]')), \
     json(IIF(pending_kind IS 'held', 'true', 'false')), COALESCE(json_extract(task, '$.disk_mb'), 0), \
-    COALESCE(json_extract(gang, '$.nodes'), 1), json(IIF(json_extract(gang, '$.launch') IS 'first', 'true', 'false')))) \
+    COALESCE(json_extract(gang, '$.nodes'), 1), json(IIF(json_extract(gang, '$.launch') IS 'first', 'true', 'false')), \
+    json(IIF(requeue, 'true', 'false')))) \
     FROM (SELECT ",
     queued_columns!(),
     " FROM jobs WHERE status = 'queued' AND seq > ? ORDER BY seq LIMIT ?)"
@@ -821,6 +824,7 @@ impl Store {
                         disk_mb: r.opt_json::<mission_api::tes::JobTask>("task")?.map_or(0, |task| task.disk_mb),
                         nodes: gang.as_ref().map_or(1, |gang| gang.nodes),
                         launch_first: gang.is_some_and(|gang| gang.launch == mission_api::Launch::First),
+                        requeue: r.flag("requeue")?,
                     });
                 }
                 Ok(())
@@ -1389,6 +1393,8 @@ fn insert_row(seq: u64, job: &Job) -> serde_json::Value {
         "batch": job.batch.as_ref().map(|batch| serde_json::to_string(batch).expect("a batch serialises")),
         "task": job.task.as_ref().map(|task| serde_json::to_string(task).expect("a task serialises")),
         "gang": job.gang.as_ref().map(|gang| serde_json::to_string(gang).expect("a gang serialises")),
+        "signal": job.signal.as_ref().map(|signal| serde_json::to_string(signal).expect("a signal serialises")),
+        "requeue": job.requeue,
         "stop_ordered_at": job.stop_ordered_at.map(to_micros),
         "session": job.session.as_ref().map(|session| serde_json::to_string(&session.request()).expect("requests serialise")),
         "session_url": job.session.as_ref().and_then(|session| session.url.as_ref()),
@@ -1490,6 +1496,8 @@ fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
         batch: r.opt_json("batch")?,
         task: r.opt_json("task")?,
         gang: r.opt_json("gang")?,
+        signal: r.opt_json("signal")?,
+        requeue: r.flag("requeue")?,
         stop_ordered_at: r.opt_time("stop_ordered_at")?,
         session,
         pending_reason: pending_from_row(r)?,
@@ -1555,6 +1563,9 @@ pub struct QueuedRow {
     /// It runs its command on its first node only ([`mission_api::Launch::First`]).
     #[serde(default)]
     pub launch_first: bool,
+    /// It goes back in line when its time limit, a reclaim or a node's failure ends it.
+    #[serde(default)]
+    pub requeue: bool,
 }
 
 /// The landing zones a job runs on unless it asks for more.

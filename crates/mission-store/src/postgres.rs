@@ -49,6 +49,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (36, "job_numbers", include_str!("../migrations/postgres/0036_job_numbers.sql")),
     (37, "tes_tasks", include_str!("../migrations/postgres/0037_tes_tasks.sql")),
     (38, "gangs", include_str!("../migrations/postgres/0038_gangs.sql")),
+    (39, "warnings_and_requeue", include_str!("../migrations/postgres/0039_warnings_and_requeue.sql")),
 ];
 
 /// Connections a replica holds at most.

@@ -85,6 +85,16 @@ pub struct RunCommand {
     /// mission type's, if it has one.
     #[arg(long, value_name = "DURATION", value_parser = parse_time_limit)]
     time: Option<u32>,
+    /// A signal sent that long before the time limit (and before a reclaim of borrowed room
+    /// ends the job), to write a checkpoint: Slurm's `[B:]SIG@SECONDS`, e.g. USR1@60; B: sends it
+    /// to the job's main process only.
+    #[arg(long, value_name = "[B:]SIG@SECONDS", value_parser = parse_signal)]
+    signal: Option<String>,
+    /// Put the job back in line when its time limit, a reclaim or a node's failure ends it: the
+    /// next attempt gets what it left among its results as inputs (a checkpoint to resume from)
+    /// and MISSION_RESTART_COUNT (0 first).
+    #[arg(long)]
+    requeue: bool,
     /// A label to find the job by later (`jobs list --label`), as key=value; repeat for several.
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label_arg)]
     labels: Vec<(String, String)>,
@@ -300,6 +310,12 @@ fn show(out: Output, job: &Job) {
     if let Some(minutes) = job.time_limit {
         fields.push(("time limit", format!("{minutes} min")));
     }
+    if let Some(signal) = &job.signal {
+        fields.push(("signal", format!("{} {} s before its end", signal.signal, signal.seconds)));
+    }
+    if job.requeue {
+        fields.push(("requeue", format!("yes (attempt {})", job.attempt)));
+    }
     if let Some(image) = &job.image {
         fields.push(("image", format!("{} ({})", image.digest, image.image_id)));
     }
@@ -485,6 +501,11 @@ impl From<LaunchArg> for mission_api::Launch {
     }
 }
 
+/// `--signal`, checked as the server will.
+fn parse_signal(text: &str) -> Result<String, String> {
+    mission_api::WarningSignal::parse(text).map(|signal| signal.to_string())
+}
+
 fn parse_time_limit(text: &str) -> Result<u32, String> {
     let minutes = minutes(text).ok_or_else(|| format!("expected minutes (90), or 90m, 2h, 1d; got {text:?}"))?;
     if !(1..=mission_api::MAX_TIME_LIMIT).contains(&minutes) {
@@ -551,6 +572,8 @@ impl RunCommand {
             time_limit: self.time,
             nodes: self.nodes,
             launch: self.launch.map(LaunchArg::into),
+            signal: self.signal.clone(),
+            requeue: self.requeue.then_some(true),
             labels: self.labels.into_iter().collect(),
             log_cap: self.log_cap.map(|size| size.0),
             after_ok: self.after_ok,

@@ -199,3 +199,43 @@ async fn mpirun_starts_ranks_on_the_other_nodes_through_lz_exec() {
     let skew: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(skew < 1.0, "the ranks started {skew} s apart");
 }
+
+/// An agent killed mid-gang: its lease runs out, the gang ends (its other node stopped) and,
+/// as it asked with `requeue`, runs again as its next attempt on the landing zones left, to
+/// completion.
+#[tokio::test]
+async fn a_gang_whose_agent_is_killed_is_requeued_and_completes() {
+    let (server, admin) = cluster(|config| config.lz_lease = std::time::Duration::from_secs(2)).await;
+    let mut agents = three_nodes(&server, &admin).await;
+    let alice = &server.client;
+    let script =
+        "if [ \"$MISSION_RESTART_COUNT\" = 0 ]; then sleep 617; fi\necho \"attempt $MISSION_RESTART_COUNT done\"\n";
+    let shell = mission(alice, SHELL, &[("run.sh", script)], &[]).await;
+    let request = mission_client::RunJob {
+        station_id: local_station(),
+        cpu_count: Some(1),
+        nodes: Some(2),
+        requeue: Some(true),
+        ..Default::default()
+    };
+    let job = alice.run_job(shell.mission_id, &request).await.unwrap();
+    wait_until("the gang runs", || async { alice.get_job(job.job_id).await.unwrap().status == JobStatus::Running })
+        .await;
+    let placed = alice.get_job(job.job_id).await.unwrap().gang.unwrap().lz_ids;
+    let killed = agents.iter().position(|agent| agent.lz_id == placed[1]).unwrap();
+    agents[killed].kill_hard().await;
+    let done = tokio::time::timeout(std::time::Duration::from_secs(120), alice.wait_for_job(job.job_id))
+        .await
+        .expect("the gang ends")
+        .unwrap();
+    assert_eq!((done.status, done.attempt), (JobStatus::Completed, 2), "{done:?}");
+    let requeued =
+        done.history.iter().filter_map(|t| t.detail.as_deref()).find(|d| d.contains("requeued as attempt 2"));
+    let requeued = requeued.unwrap_or_else(|| panic!("{:?}", done.history));
+    assert!(requeued.starts_with("node 1: its landing zone went silent"), "{requeued}");
+    let again = done.gang.unwrap().lz_ids;
+    assert!(!again.contains(&placed[1]), "the second attempt runs where agents are: {again:?}");
+    assert_eq!(alice.node_logs(job.job_id, 0, LogStream::Stdout).await.unwrap(), "attempt 1 done\n");
+    // Back, the agent kills what the dead one left running.
+    agents[killed].restart(&server).await;
+}

@@ -9,6 +9,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 mod containers;
+mod ends;
 mod fair_share;
 mod gangs;
 mod jobs;

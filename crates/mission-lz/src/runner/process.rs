@@ -221,6 +221,9 @@ impl Runner for ProcessRunner {
         }
         events.running(chrono::Utc::now(), limits);
         let pipes = program.take_pipes();
+        let time_limit = job
+            .time_limit
+            .map(|minutes| tokio::time::Instant::now() + std::time::Duration::from_secs(u64::from(minutes) * 60));
         Ok(ProcessJob {
             runner: self.clone(),
             pid: program.pid(),
@@ -230,9 +233,13 @@ impl Runner for ProcessRunner {
             group,
             pipes: Some(JobOutput { offsets: job.log_offsets, source: OutputSource::Pipes(pipes) }),
             started: std::time::Instant::now(),
-            time_limit: job
-                .time_limit
-                .map(|minutes| tokio::time::Instant::now() + std::time::Duration::from_secs(u64::from(minutes) * 60)),
+            time_limit,
+            warning: job.signal.clone(),
+            warn_at: time_limit.zip(job.signal.as_ref()).map(|(deadline, warning)| {
+                // A warning longer than the time limit goes at once.
+                let before = std::time::Duration::from_secs(warning.seconds.into());
+                deadline.checked_sub(before).unwrap_or_else(tokio::time::Instant::now)
+            }),
             exit: None,
             timed_out: false,
             usage: None,
@@ -276,6 +283,10 @@ pub(crate) struct ProcessJob {
     started: std::time::Instant,
     /// When its time limit runs out, where it has one.
     time_limit: Option<tokio::time::Instant>,
+    /// The signal it gets before it is ended, where it asked for one ([`Assignment::signal`]),
+    /// and when before its time limit, until sent.
+    warning: Option<mission_api::WarningSignal>,
+    warn_at: Option<tokio::time::Instant>,
     /// How it exited, and after how many seconds, once it did.
     exit: Option<(std::io::Result<std::process::ExitStatus>, f64)>,
     /// Whether its time limit killed it.
@@ -293,6 +304,31 @@ impl ProcessJob {
     fn signal_group(&self, signal: rustix::process::Signal) {
         if let Some(pid) = self.pid {
             let _ = rustix::process::kill_process_group(pid, signal);
+        }
+    }
+
+    /// Sends the job its warning signal, once: to its process group, or (`B:`) its main process
+    /// alone; in a container, to the container's.
+    fn warn(&mut self) {
+        self.warn_at = None;
+        let Some(warning) = &self.warning else { return };
+        match (&self.program, &self.runner.podman) {
+            (Program::Container { name, .. }, Some(podman)) => podman.signal(name, &warning.signal),
+            (Program::Task { running, .. }, Some(podman)) => {
+                if let Some(name) = running.container.lock().expect("not poisoned").as_deref() {
+                    podman.signal(name, &warning.signal);
+                }
+            }
+            _ => {
+                let signal = rustix::process::Signal::from_named_raw(warning.number());
+                match (signal, self.pid) {
+                    (Some(signal), Some(pid)) if warning.main_only => {
+                        let _ = rustix::process::kill_process(pid, signal);
+                    }
+                    (Some(signal), _) => self.signal_group(signal),
+                    (None, _) => {}
+                }
+            }
         }
     }
 
@@ -324,13 +360,16 @@ impl JobHandle for ProcessJob {
 
     async fn wait(&mut self) {
         while self.exit.is_none() {
-            let deadline = self.time_limit;
+            let (deadline, warn_at) = (self.time_limit, self.warn_at);
             tokio::select! {
                 exit = self.program.wait() => self.exit = Some((exit, self.started.elapsed().as_secs_f64())),
                 () = async { tokio::time::sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => {
                     self.kill_all();
                     self.timed_out = true;
                     self.time_limit = None;
+                }
+                () = async { tokio::time::sleep_until(warn_at.expect("guarded")).await }, if warn_at.is_some() => {
+                    self.warn();
                 }
             }
         }
@@ -345,6 +384,12 @@ impl JobHandle for ProcessJob {
                     if let Some(name) = running.container.lock().expect("not poisoned").as_deref() {
                         podman.signal(name, "TERM");
                     }
+                }
+            }
+            // A job that asked for a warning gets it instead, once, and the rest of the grace.
+            Signal::Term if self.warning.is_some() => {
+                if self.warn_at.is_some() {
+                    self.warn();
                 }
             }
             // The program may end in its own time (the init of its namespace ignores the signal).
@@ -499,7 +544,9 @@ fn launch(
     let (mission_id, job_id) = (job.mission_id.to_string(), job.job_id.to_string());
     let (threads, gpus) = (job.cpu_count.to_string(), gpus.join(","));
     let index = job.array_index.map(|i| i.to_string());
+    let restarts = job.attempt.saturating_sub(1).to_string();
     let mut own: Vec<(&str, &OsStr)> = vec![
+        ("MISSION_RESTART_COUNT", restarts.as_ref()),
         ("HOME", dir.path().as_os_str()),
         ("MISSION_ID", mission_id.as_ref()),
         ("JOB_ID", job_id.as_ref()),

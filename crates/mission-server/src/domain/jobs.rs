@@ -272,6 +272,8 @@ pub(super) async fn new_job(app: &AppState, who: Principal, mission_id: Uuid, re
     };
     let session = req.session.map(checked_session).transpose()?;
     let gang = checked_gang(req.nodes, req.launch, req.lz_id.is_some(), session.is_some())?;
+    let signal = req.signal.as_deref().map(mission_api::WarningSignal::parse).transpose();
+    let signal = signal.map_err(|e| DomainError::invalid("signal", e))?;
     // Fail now, not after the run, when the results could not be stored.
     app.bays.results(&app.store, &mission, Uuid::nil()).await?;
     Ok(Job {
@@ -290,6 +292,8 @@ pub(super) async fn new_job(app: &AppState, who: Principal, mission_id: Uuid, re
         image,
         session,
         gang,
+        signal,
+        requeue: req.requeue.unwrap_or(false),
         ..Job::queued(mission.mission_id, who.user_id, station.station_id, command, store::now())
     })
 }
@@ -406,6 +410,8 @@ async fn start_again(app: &AppState, who: Principal, old: Job) -> DomainResult<J
         array_index: old.array_index,
         session: old.session.map(|session| mission_api::JobSession { url: None, ready_at: None, ..session }),
         gang: old.gang.map(|gang| mission_api::JobGang { lz_ids: Vec::new(), ..gang }),
+        signal: old.signal,
+        requeue: old.requeue,
         ..fresh
     };
     let change = Change::new("job.rerun", "job", job.job_id).in_project(job.project_id);

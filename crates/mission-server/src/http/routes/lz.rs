@@ -195,6 +195,10 @@ pub async fn input_file(
 ) -> ApiResult<Response> {
     let job = placed_job(&app, &lz, &id).await?;
     let path = parse_path(&raw_path)?;
+    // A requeued attempt's inputs are first what the earlier ones left among its results.
+    if job.requeue && job.attempt > 1 && app.store.job_result(&job, &path.to_string()).await?.is_some() {
+        return super::jobs::serve_result(&app, &job, &path, &headers).await;
+    }
     let mission =
         app.store.mission(job.mission_id).await?.ok_or_else(|| ApiError::not_found("mission", job.mission_id))?;
     serve_mission_file(&app, &mission, &path, &headers).await

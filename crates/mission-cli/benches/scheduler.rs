@@ -17,6 +17,13 @@
 //!     the one that freed room), and the process's CPU per run order (the driver's own share
 //!     included, so an upper bound for the pass).
 //!
+//! With `BENCH_SIM_GANG_PERCENT` (default 0; issue 54 asks 10) that share of the jobs are gangs
+//! of 2 to 16 nodes (taken in turn) of one CPU each: a gang's parts end one by one, as its nodes
+//! report, and it leaves once all have. Before filling the fleet, a first phase prices a gang's
+//! placement against the same number of single jobs: `BENCH_SIM_GANG_COST` (default 200) gangs
+//! of 8 nodes, one at a time from submission to every order sent, then as many times 8 single
+//! jobs, one at a time, on the idle fleet (each ended again before the next).
+//!
 //! The jobs belong to `BENCH_SIM_USERS` users (default 1) in `BENCH_SIM_PROJECTS` projects
 //! (default 1), taken in turn, ordered by `BENCH_SIM_ORDER` (`fair-share`, the server's default,
 //! or `first-come`): fair-share's cost is what a pass pays to rank projects and users by usage,
@@ -89,6 +96,8 @@ async fn main() {
         Ok(other) => panic!("BENCH_SIM_ORDER: fair-share or first-come, not {other:?}"),
     };
     let (projects, users) = (env_or("BENCH_SIM_PROJECTS", 1).max(1), env_or("BENCH_SIM_USERS", 1).max(1));
+    let gang_percent = env_or("BENCH_SIM_GANG_PERCENT", 0).min(100);
+    let gang_cost_runs = env_or("BENCH_SIM_GANG_COST", 200);
     let dir = tempfile::tempdir().unwrap();
     let (store, user) = test_support::store_with_user(dir.path()).await;
     let mission = test_support::mission(user.user_id, "sweep");
@@ -138,6 +147,36 @@ async fn main() {
     }
     let connected = started.elapsed();
 
+    // A gang's placement against its nodes' number of single jobs, on the idle fleet.
+    let one_job = |nodes: u32| Job {
+        cpu_count: 1,
+        memory_amount: 512,
+        gang: (nodes > 1).then(|| mission_api::JobGang { nodes, launch: Default::default(), lz_ids: Vec::new() }),
+        ..Job::queued(mission.mission_id, user.user_id, DEFAULT_STATION_ID, vec!["true".into()], now())
+    };
+    let (mut gang_placed, mut singles_placed) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..gang_cost_runs {
+        for (nodes, jobs, spent) in [(8u32, 1, &mut gang_placed), (1, 8, &mut singles_placed)] {
+            let mut placed = Vec::new();
+            let started = Instant::now();
+            for _ in 0..jobs {
+                placed.push(scheduler.submit(one_job(nodes)).await.unwrap().job_id);
+            }
+            *spent += started.elapsed();
+            // Every part ends on the LZ it went to, and the fleet is idle again.
+            for lz in &mut fleet {
+                while let Ok(order) = lz.session.orders.try_recv() {
+                    if let Order::Run(job) = order {
+                        let done =
+                            Report { exit_code: Some(0), ..Report::new(job.job_id, JobStatus::Completed, now()) };
+                        scheduler.reports(lz.identity.clone(), vec![done]).await.unwrap();
+                    }
+                }
+            }
+            assert_eq!(placed.len(), jobs);
+        }
+    }
+
     // Enough to fill every CPU (each job takes at least one) and leave `queued` waiting.
     let started = Instant::now();
     let total = capacity + queued;
@@ -147,10 +186,17 @@ async fn main() {
         let jobs = (submitted..submitted + n)
             .map(|i| {
                 let (user_id, project_id) = owners[i % owners.len()];
+                // Every (100 / gang_percent)th job a gang of 2 to 16 nodes of one CPU, in turn.
+                let gang = (gang_percent > 0 && i % (100 / gang_percent) == 0).then(|| mission_api::JobGang {
+                    nodes: 2 + (i / (100 / gang_percent) % 15) as u32,
+                    launch: Default::default(),
+                    lz_ids: Vec::new(),
+                });
                 Job {
-                    cpu_count: job_cpus[i % job_cpus.len()],
+                    cpu_count: if gang.is_some() { 1 } else { job_cpus[i % job_cpus.len()] },
                     memory_amount: 512,
                     project_id,
+                    gang,
                     ..Job::queued(mission.mission_id, user_id, DEFAULT_STATION_ID, vec!["true".into()], now())
                 }
             })
@@ -231,6 +277,15 @@ async fn main() {
     println!("| measure | value | target |");
     println!("|---|---|---|");
     println!("| order; who submits | {order:?}; {users} users in {projects} projects, in turn | |");
+    if gang_cost_runs > 0 {
+        let per = |spent: Duration| ms(spent / gang_cost_runs as u32);
+        println!(
+            "| a gang of 8 nodes, submission → its 8 orders sent, against 8 single jobs one after another ({gang_cost_runs} of each, idle fleet) | {} per gang, {} per 8 singles | |",
+            per(gang_placed),
+            per(singles_placed)
+        );
+    }
+    println!("| share of the jobs that are gangs of 2-16 nodes | {gang_percent}% | |");
     println!("| landing zones connected | {lzs} ({capacity} CPUs) in {} | |", ms(connected));
     println!(
         "| jobs submitted in writes of {SUBMIT_CHUNK} | {total} in {:.1} s: {running} placed, {waiting} queued | |",

@@ -16,7 +16,7 @@
 //!   (see `workdirs`), and the job's user is handed back.
 
 use std::ffi::OsStr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 
@@ -81,6 +81,10 @@ impl ProcessRunner {
                 let _ = std::fs::remove_dir_all(entry.path());
             }
         }
+        let job_env = match own_binary_dir(&work_root) {
+            Some(dir) => with_path_dir(base_env(), &dir),
+            None => base_env(),
+        };
         isolation.private_dirs.insert(0, config.data_dir.clone());
         let launcher = Launcher::start().map_err(|e| AgentError::DataDir(work_root.clone(), e))?;
         let (sandbox, launcher) = tokio::task::spawn_blocking(move || {
@@ -120,7 +124,7 @@ impl ProcessRunner {
             work_dirs: WorkDirs::new(work_root),
             sandbox,
             launcher,
-            job_env: base_env(),
+            job_env,
             resources,
             gpus,
             podman,
@@ -845,18 +849,50 @@ impl Program {
 }
 
 /// The part of every job's environment that comes from the agent's: `PATH` (a standard one if
-/// the agent has none), with the directory of the agent's own `mission` last (a gang's processes
-/// run `mission lz-exec`), and the locale; nothing else of it (its token, the server's settings)
+/// the agent has none) and the locale; nothing else of it (its token, the server's settings)
 /// passes. Read once, when the agent starts.
 pub(crate) fn base_env() -> Vec<(&'static str, std::ffi::OsString)> {
     let mut env: Vec<_> =
-        ["LANG", "LC_ALL", "TZ"].into_iter().filter_map(|name| Some((name, std::env::var_os(name)?))).collect();
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-    let mut dirs: Vec<std::path::PathBuf> = std::env::split_paths(&path).collect();
-    let own = std::env::current_exe().ok().and_then(|exe| exe.parent().map(std::path::Path::to_path_buf));
-    if let Some(own) = own.filter(|own| !dirs.contains(own)) {
-        dirs.push(own);
+        ["PATH", "LANG", "LC_ALL", "TZ"].into_iter().filter_map(|name| Some((name, std::env::var_os(name)?))).collect();
+    if !env.iter().any(|(name, _)| *name == "PATH") {
+        env.push(("PATH", "/usr/local/bin:/usr/bin:/bin".into()));
     }
-    env.push(("PATH", std::env::join_paths(dirs).unwrap_or(path)));
     env
+}
+
+/// `env` with `dir` last on its `PATH`.
+fn with_path_dir(
+    mut env: Vec<(&'static str, std::ffi::OsString)>,
+    dir: &Path,
+) -> Vec<(&'static str, std::ffi::OsString)> {
+    if let Some((_, path)) = env.iter_mut().find(|(name, _)| *name == "PATH") {
+        let mut dirs: Vec<PathBuf> = std::env::split_paths(path).collect();
+        if !dirs.iter().any(|known| known == dir) {
+            dirs.push(dir.to_path_buf());
+            if let Ok(joined) = std::env::join_paths(dirs) {
+                *path = joined;
+            }
+        }
+    }
+    env
+}
+
+/// Where jobs find the agent's own `mission` (a gang's processes run `mission lz-exec`): a hard
+/// link to it in the work root's `bin/`, which every job can reach (the binary's own directory
+/// may be hidden from jobs, under a private `/tmp`); the binary's directory where no link can
+/// be made.
+fn own_binary_dir(work_root: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let exe = std::env::current_exe().ok()?;
+    let bin = work_root.join("bin");
+    let linked = std::fs::create_dir_all(&bin)
+        .and_then(|()| std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o711)))
+        .and_then(|()| match std::fs::remove_file(bin.join("mission")) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => std::fs::hard_link(&exe, bin.join("mission")),
+        });
+    match linked {
+        Ok(()) => Some(bin),
+        Err(_) => exe.parent().map(Path::to_path_buf),
+    }
 }

@@ -204,6 +204,10 @@ pub struct Assignment {
     /// The signal it gets before its time limit, and before a graceful stop ends it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<crate::WarningSignal>,
+    /// Whether it goes back in line when its time limit, a reclaim or a lost node ends it (a
+    /// Slurm gateway asks Slurm to requeue it too).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requeue: bool,
 }
 
 /// One landing zone's part of a job on several (a gang).

@@ -36,7 +36,7 @@ const MAX_REQUEST_BYTES: u64 = 16 * 1024;
 
 /// The port `torchrun`'s rendezvous and other launchers meet on at rank 0's host: one of
 /// 10,000 from 20000, picked by the job's id, so that two gangs sharing hosts rarely meet.
-fn master_port(job: &Assignment) -> u16 {
+pub(crate) fn master_port(job: &Assignment) -> u16 {
     20_000 + (job.job_id.as_u128() % 10_000) as u16
 }
 

@@ -575,6 +575,17 @@ fn one_task(name: String, cpus: u32, memory_mb: u64) -> Vec<String> {
     ]
 }
 
+/// [`one_task`] for `job`, named after it; a gang's nodes ([`Assignment::node`]) one task on
+/// each, the CPUs and memory each node's.
+fn allocation(job: &Assignment) -> Vec<String> {
+    let mut args = one_task(format!("{JOB_NAME_PREFIX}{}", job.job_id), job.cpu_count, job.memory_amount);
+    if let Some(node) = job.node.as_ref().filter(|node| node.nodes > 1) {
+        args[2] = format!("--nodes={}", node.nodes);
+        args[3] = "--ntasks-per-node=1".to_owned();
+    }
+    args
+}
+
 /// The POSIX account (uid, gid) a job is submitted to run as (`sbatch --uid --gid`, as root),
 /// where not the agent's own.
 pub type RunAs = Option<(u32, u32)>;
@@ -586,7 +597,7 @@ pub type RunAs = Option<(u32, u32)>;
 /// Slurm 22.05 build each job a login environment (`--get-user-env`), which more than doubled
 /// the time a stream of short jobs took on the test cluster.
 pub fn sbatch_args(job: &Assignment, dir: &JobDir, site: &SiteOptions, run_as: RunAs) -> Vec<String> {
-    let mut args = one_task(format!("{JOB_NAME_PREFIX}{}", job.job_id), job.cpu_count, job.memory_amount);
+    let mut args = allocation(job);
     args.extend([
         format!("--chdir={}", dir.work().display()),
         format!("--output={}", dir.log("stdout").display()),
@@ -598,13 +609,20 @@ pub fn sbatch_args(job: &Assignment, dir: &JobDir, site: &SiteOptions, run_as: R
     site.finish(args, &dir.script())
 }
 
-/// `--gres` for the GPUs `job` was placed with, and `--time` for its limit.
+/// `--gres` for the GPUs `job` was placed with, `--time` for its limit, and Slurm's own
+/// `--signal` before it and `--requeue` where the job asks for them (their syntax is Slurm's).
 fn push_gpus_and_time(args: &mut Vec<String>, job: &Assignment) {
     if job.gpu_count > 0 {
         args.push(format!("--gres=gpu:{}", job.gpu_count));
     }
     if let Some(minutes) = job.time_limit {
         args.push(format!("--time={minutes}"));
+    }
+    if let Some(signal) = &job.signal {
+        args.push(format!("--signal={signal}"));
+    }
+    if job.requeue {
+        args.push("--requeue".to_owned());
     }
 }
 
@@ -833,11 +851,35 @@ pub fn batch_script(
         }
         None => {
             let command: Vec<String> = job.command.iter().map(|arg| quote(arg)).collect();
+            script.push_str(&gang_lines(job));
             script.push_str(&command.join(" "));
         }
     }
     script.push_str(&ending(dir));
     script
+}
+
+/// For a gang, the batch script's lines before its command: the variables a gang's processes
+/// get on other landing zones (`MISSION_NNODES`, `MISSION_HOSTS`, `MASTER_ADDR`, …) from
+/// Slurm's allocation, and, launched on every node, `srun` starting the command there, one
+/// task per node, told its rank from `SLURM_NODEID`. Nothing for a job of one node.
+fn gang_lines(job: &Assignment) -> String {
+    let Some(node) = job.node.as_ref().filter(|node| node.nodes > 1) else { return String::new() };
+    let mut lines = format!(
+        "MISSION_HOSTS=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | paste -sd, -)\n\
+         export MISSION_NNODES={n} WORLD_SIZE={n} MISSION_HOSTS MASTER_ADDR=\"${{MISSION_HOSTS%%,*}}\" \
+         MASTER_PORT={port}\n",
+        n = node.nodes,
+        port = crate::gang::master_port(job),
+    );
+    match node.launch {
+        mission_api::Launch::Each => lines.push_str(
+            "srun --ntasks-per-node=1 --kill-on-bad-exit=1 sh -c \
+             'MISSION_NODE_RANK=$SLURM_NODEID NODE_RANK=$SLURM_NODEID exec \"$@\"' sh ",
+        ),
+        mission_api::Launch::First => lines.push_str("MISSION_NODE_RANK=0 NODE_RANK=0 "),
+    }
+    lines
 }
 
 /// The name of a batch job's script as the gateway keeps it, in the job's private dir (the
@@ -872,7 +914,7 @@ pub fn batch_sbatch_args(
     site: &SiteOptions,
     run_as: RunAs,
 ) -> Vec<String> {
-    let mut args = one_task(format!("{JOB_NAME_PREFIX}{}", job.job_id), job.cpu_count, job.memory_amount);
+    let mut args = allocation(job);
     args.push(format!("--chdir={}", batch.workdir));
     if batch.stdout.is_empty() {
         args.push(format!("--output={}", dir.log("stdout").display()));
@@ -949,6 +991,7 @@ fn quote(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mission_api::lz::GangNode;
 
     const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/slurm-22.05");
 
@@ -1076,7 +1119,31 @@ mod tests {
             array_number: None,
             node: None,
             signal: None,
+            requeue: false,
         }
+    }
+
+    /// A gang's submission asks Slurm for its nodes, one task on each with the CPUs and memory
+    /// each node's, and for the warning signal and requeue the job asked for; launched on every
+    /// node, its script starts the command with `srun`, each told its rank.
+    #[test]
+    fn a_gang_is_one_slurm_job_of_its_nodes() {
+        let mut job = assignment();
+        job.node = Some(GangNode { nodes: 4, rank: 0, hosts: Vec::new(), launch: mission_api::Launch::Each });
+        job.signal = Some(mission_api::WarningSignal::parse("B:USR1@90").unwrap());
+        job.requeue = true;
+        let dir = JobDir::new(Path::new("/shared/work"), job.job_id);
+        let args = sbatch_args(&job, &dir, &SiteOptions::default(), None);
+        assert_eq!(args[2..6], ["--nodes=4", "--ntasks-per-node=1", "--cpus-per-task=2", "--mem=512M"]);
+        for expected in ["--signal=B:USR1@90", "--requeue"] {
+            assert!(args.contains(&expected.to_owned()), "{expected} in {args:?}");
+        }
+        let script = batch_script(&job, &dir, "/usr/bin:/bin", None, &[]);
+        assert!(script.contains("export MISSION_NNODES=4 WORLD_SIZE=4 MISSION_HOSTS"), "{script}");
+        assert!(script.contains("srun --ntasks-per-node=1 --kill-on-bad-exit=1 sh -c"), "{script}");
+        job.node = Some(GangNode { nodes: 4, rank: 0, hosts: Vec::new(), launch: mission_api::Launch::First });
+        let script = batch_script(&job, &dir, "/usr/bin:/bin", None, &[]);
+        assert!(!script.contains("srun") && script.contains("MISSION_NODE_RANK=0 NODE_RANK=0 "), "{script}");
     }
 
     #[test]

@@ -767,13 +767,21 @@ impl State {
                 inputs.retain(|file| !left.iter().any(|result| result.path == file.path));
                 inputs.extend(left.into_iter().map(|f| InputFile { path: f.path, size: f.size, sha256: f.sha256 }));
             }
-            // A gang's part: its rank and the nodes' addresses.
-            let node = placed.part.as_ref().map(|part| mission_api::lz::GangNode {
-                nodes: part.lz_ids.len() as u32,
-                rank: part.rank,
-                hosts: part.lz_ids.iter().filter_map(|id| self.fleet.get(id)).map(LzState::node_address).collect(),
-                launch: job.gang.as_ref().map(|gang| gang.launch).unwrap_or_default(),
-            });
+            // A gang's part: its rank and the nodes' addresses; on a gateway, where the batch
+            // system places the nodes, the whole gang with no addresses.
+            let launch = job.gang.as_ref().map(|gang| gang.launch).unwrap_or_default();
+            let node = match (&placed.part, &job.gang) {
+                (Some(part), _) => Some(mission_api::lz::GangNode {
+                    nodes: part.lz_ids.len() as u32,
+                    rank: part.rank,
+                    hosts: part.lz_ids.iter().filter_map(|id| self.fleet.get(id)).map(LzState::node_address).collect(),
+                    launch,
+                }),
+                (None, Some(gang)) if gang.nodes > 1 => {
+                    Some(mission_api::lz::GangNode { nodes: gang.nodes, rank: 0, hosts: Vec::new(), launch })
+                }
+                (None, _) => None,
+            };
             assignments.insert(
                 (lz_id, job_id),
                 Assignment {
@@ -801,6 +809,7 @@ impl State {
                     array_number: job.array_number,
                     node,
                     signal: job.signal.clone(),
+                    requeue: job.requeue,
                 },
             );
         }
@@ -1074,15 +1083,15 @@ impl State {
             });
         }
         if let Some(gang) = job.gang.as_ref().filter(|gang| gang.nodes > 1) {
-            // Only gangs look at each of the station's LZs: how many could ever hold a node.
-            // Gateways into batch systems take no gangs (yet).
-            let able = self
-                .fleet
-                .of_station(job.station_id)
+            // Only gangs look at each of the station's LZs: how many could ever hold a node. A
+            // gateway into a batch system takes a gang whole, its batch system placing the nodes.
+            let lzs = || self.fleet.of_station(job.station_id);
+            let gateway = lzs().any(|(_, lz)| lz.max_jobs.is_some());
+            let able = lzs()
                 .filter(|(_, lz)| lz.max_jobs.is_none())
                 .filter(|(_, lz)| lz.capacity.is_none() || lz.could_hold_shape(cpu, memory, gpu))
                 .count();
-            if able < gang.nodes as usize {
+            if able < gang.nodes as usize && !gateway {
                 return Err(SchedulerError::invalid_field(
                     "nodes",
                     format!(
@@ -2045,6 +2054,19 @@ impl State {
             .collect();
         if fit.len() == nodes {
             return (Verdict::Place(fit), None);
+        }
+        // A gateway takes the gang whole, as one batch job of its nodes.
+        let gateway = lzs
+            .gateways
+            .iter()
+            .filter(|id| free(id) && lz(id).fits_now(job))
+            .min_by_key(|id| (lz(id).jobs.len(), **id))
+            .copied();
+        if let Some(lz_id) = gateway {
+            return (Verdict::Place(vec![lz_id]), None);
+        }
+        if lzs.gateways.iter().any(|id| lz(id).connection.is_some() && lz(id).could_hold(job)) {
+            return (Verdict::PassOver, Some(behind()));
         }
         let gpus = if job.gpu_count > 0 { format!(", {} GPUs", job.gpu_count) } else { String::new() };
         let shape = format!("{} free CPUs, {} MB{gpus}", job.cpu_count, job.memory_amount);

@@ -99,7 +99,7 @@ job_options!(
     ignored("network", None, Takes::Value),
     ignored("nice", None, Takes::Optional),
     ignored("no-kill", Some('k'), Takes::Optional),
-    ignored("no-requeue", None, Takes::Nothing),
+    flag("no-requeue", None),
     ignored("nodefile", Some('F'), Takes::Value),
     ignored("ntasks-per-core", None, Takes::Value),
     ignored("ntasks-per-gpu", None, Takes::Value),
@@ -113,9 +113,9 @@ job_options!(
     ignored("propagate", None, Takes::Optional),
     ignored("qos", Some('q'), Takes::Value),
     ignored("reboot", None, Takes::Nothing),
-    ignored("requeue", None, Takes::Nothing),
+    flag("requeue", None),
     ignored("reservation", None, Takes::Value),
-    ignored("signal", None, Takes::Value),
+    value("signal", None),
     ignored("sockets-per-node", None, Takes::Value),
     ignored("spread-job", None, Takes::Nothing),
     ignored("switches", None, Takes::Value),
@@ -387,18 +387,34 @@ pub(super) async fn request(
             })
             .transpose()
     };
-    let ntasks = number("ntasks")?.or(number("ntasks-per-node")?).unwrap_or(1);
-    let per_task = number("cpus-per-task")?;
-    let cpu_count = ntasks * per_task.unwrap_or(1);
-    if let Some(nodes) = given.last("nodes") {
-        let one = matches!(nodes.trim(), "1" | "1-1");
-        if !one {
-            return Err(Failure::new(
-                1,
-                "Batch job submission failed: Node count specification invalid (a job runs on one landing zone)",
-            ));
+    // -N MIN[-MAX]: the job gets MIN nodes (landing zones), its batch script running on the first.
+    let nodes = match given.last("nodes") {
+        Some(spec) => {
+            let min = spec.trim().split('-').next().and_then(|n| n.parse::<u32>().ok());
+            match min.filter(|n| (1..=mission_api::MAX_NODES).contains(n)) {
+                Some(n) => n,
+                None => {
+                    return Err(Failure::new(1, "Batch job submission failed: Node count specification invalid"));
+                }
+            }
         }
-    }
+        None => 1,
+    };
+    let ntasks = number("ntasks")?;
+    let per_node = number("ntasks-per-node")?;
+    // The tasks of each node: as asked, or the job's spread over its nodes.
+    let tasks_per_node = per_node.or(ntasks.map(|n| n.div_ceil(nodes))).unwrap_or(1);
+    let ntasks = ntasks.unwrap_or(tasks_per_node * nodes);
+    let per_task = number("cpus-per-task")?;
+    let cpu_count = tasks_per_node * per_task.unwrap_or(1);
+    // --signal=[B:]SIG[@SECONDS], as this service takes it; Slurm's R: (reservations) is not.
+    let signal = match given.last("signal") {
+        Some(spec) => match mission_api::WarningSignal::parse(spec) {
+            Ok(_) => Some(spec.to_owned()),
+            Err(why) => return Err(Failure::new(1, format!("Invalid --signal specification: {why}"))),
+        },
+        None => None,
+    };
     let memory_amount = match (given.last("mem"), given.last("mem-per-cpu")) {
         (Some(_), Some(_)) => return Err(Failure::new(255, "--mem and --mem-per-cpu are mutually exclusive.")),
         (Some(mem), None) => match parse_megabytes(mem) {
@@ -521,6 +537,11 @@ pub(super) async fn request(
             after_any,
             after_not_ok,
             project_id,
+            // A batch script runs on its first node, as Slurm's does; it starts the others' tasks.
+            signal,
+            requeue: given.has("requeue").then_some(!given.has("no-requeue")),
+            nodes: (nodes > 1).then_some(nodes),
+            launch: (nodes > 1).then_some(mission_api::Launch::First),
             ..Default::default()
         },
         array: array.map(|(spec, _)| spec),

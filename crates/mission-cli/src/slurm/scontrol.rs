@@ -206,6 +206,7 @@ fn record(job: &Job, site: &Site) -> Vec<Vec<String>> {
     }
     first.push(kv("JobName", job_name(job)));
     let user = site.user_of(job);
+    let nodes = values::node_count(job);
     vec![
         first,
         vec![
@@ -222,7 +223,7 @@ fn record(job: &Job, site: &Site) -> Vec<Vec<String>> {
         ],
         vec![kv("JobState", state.into()), kv("Reason", reason(job).into()), kv("Dependency", "(null)".into())],
         vec![
-            kv("Requeue", "0".into()),
+            kv("Requeue", u8::from(job.requeue).to_string()),
             kv("Restarts", job.attempt.saturating_sub(1).to_string()),
             kv("BatchFlag", u8::from(batch.is_some()).to_string()),
             kv("Reboot", "0".into()),
@@ -244,19 +245,19 @@ fn record(job: &Job, site: &Site) -> Vec<Vec<String>> {
         ],
         vec![kv("Partition", site.partition(job.station_id).to_owned())],
         vec![kv("ReqNodeList", "(null)".into()), kv("ExcNodeList", "(null)".into())],
-        vec![kv("NodeList", null(job.lz_id.map(|_| site.node(job.lz_id).to_owned())))],
+        vec![kv("NodeList", null(job.lz_id.map(|_| site.nodes_of(job))))],
         vec![
-            kv("NumNodes", "1".into()),
-            kv("NumCPUs", job.cpu_count.to_string()),
+            kv("NumNodes", nodes.to_string()),
+            kv("NumCPUs", (job.cpu_count * nodes).to_string()),
             kv("NumTasks", "1".into()),
             kv("CPUs/Task", job.cpu_count.to_string()),
         ],
         vec![kv(
             "TRES",
             format!(
-                "cpu={},mem={}M,node=1{}",
-                job.cpu_count,
-                job.memory_amount,
+                "cpu={},mem={}M,node={nodes}{}",
+                job.cpu_count * nodes,
+                job.memory_amount * u64::from(nodes),
                 if job.gpu_count > 0 { format!(",gres/gpu={}", job.gpu_count) } else { String::new() }
             ),
         )],

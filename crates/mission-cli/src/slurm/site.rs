@@ -126,6 +126,15 @@ impl Site {
         lz_id.and_then(|id| self.nodes.get(&id)).map_or("", String::as_str)
     }
 
+    /// The names of the nodes `job` runs on (a gang's in rank order, comma-separated); empty
+    /// while it is queued.
+    pub fn nodes_of(&self, job: &mission_client::Job) -> String {
+        match job.gang.as_ref().filter(|gang| !gang.lz_ids.is_empty()) {
+            Some(gang) => gang.lz_ids.iter().map(|id| self.node(Some(*id))).collect::<Vec<_>>().join(","),
+            None => self.node(job.lz_id).to_owned(),
+        }
+    }
+
     pub fn account(&self, project_id: Uuid) -> &str {
         self.accounts.get(&project_id).map_or("", String::as_str)
     }

@@ -285,7 +285,7 @@ pub(super) fn seconds_run(job: &Job) -> u64 {
 /// A field's value for `job`.
 fn field(letter: char, job: &Job, site: &Site) -> String {
     let state = values::state(job);
-    let node = site.node(job.lz_id).to_owned();
+    let node = site.nodes_of(job);
     match letter {
         'i' => values::job_id(job),
         'A' => job.number.to_string(),
@@ -295,7 +295,7 @@ fn field(letter: char, job: &Job, site: &Site) -> String {
         'u' => site.user_of(job),
         'M' => values::duration(seconds_run(job)),
         'l' => values::time_limit(job.time_limit),
-        'D' => "1".to_owned(),
+        'D' => values::node_count(job).to_string(),
         'R' if state == "PENDING" => format!("({})", reason(job)),
         'R' | 'N' => node,
         'C' => job.cpu_count.to_string(),

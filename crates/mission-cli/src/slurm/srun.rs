@@ -64,15 +64,49 @@ async fn step_or_job(args: &[String]) -> Result<u8, Failure> {
     }
 }
 
-/// The command as `-n` tasks of the batch job this runs in.
+/// The command as `-n` tasks of the batch job this runs in, spread over `-N` of its nodes (all
+/// of them by default; one task per node unless `-n` or `--ntasks-per-node` say otherwise), in
+/// blocks as Slurm's default distribution does: this node's tasks start here, the other nodes'
+/// through `mission lz-exec` (inside their part of the job, as their user), in the same working
+/// directory.
 async fn step(given: &Parsed, job: &str) -> Result<u8, Failure> {
-    let tasks: u32 = match given.last("ntasks").or(given.last("ntasks-per-node")) {
-        Some(n) => n
-            .parse()
-            .ok()
-            .filter(|n| *n > 0)
-            .ok_or_else(|| Failure::new(1, format!("Invalid numeric value \"{n}\" for --ntasks.")))?,
-        None => 1,
+    let count = |option: &str| -> Result<Option<u32>, Failure> {
+        given
+            .last(option)
+            .map(|n| {
+                let min = n.split('-').next().unwrap_or(n);
+                min.parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| Failure::new(1, format!("Invalid numeric value \"{n}\" for --{option}.")))
+            })
+            .transpose()
+    };
+    // The job's nodes, by the addresses its ranks reach them at (rank order).
+    let hosts: Vec<String> = match std::env::var("MISSION_HOSTS") {
+        Ok(hosts) if std::env::var_os("MISSION_EXEC_SOCKET").is_some() => hosts.split(',').map(str::to_owned).collect(),
+        _ => Vec::new(),
+    };
+    let allocated = hosts.len().max(1) as u32;
+    let (asked_tasks, per_node) = (count("ntasks")?, count("ntasks-per-node")?);
+    let nodes = match count("nodes")? {
+        Some(n) if n > allocated => {
+            return Err(Failure::new(
+                1,
+                format!(
+                    "Unable to create step for job {job}: Requested node configuration is not available ({n} nodes asked, the job has {allocated})"
+                ),
+            ));
+        }
+        Some(n) => n,
+        None => asked_tasks.map_or(allocated, |n| n.min(allocated)),
+    };
+    let tasks = asked_tasks.or(per_node.map(|n| n * nodes)).unwrap_or(nodes);
+    // Block distribution: the first `tasks % nodes` nodes take one more.
+    let node_of = |task: u32| -> u32 {
+        let (base, extra) = (tasks / nodes, tasks % nodes);
+        let big = extra * (base + 1);
+        if task < big { task / (base + 1) } else { extra + (task - big) / base.max(1) }
     };
     let append = match given.last("open-mode") {
         Some("append") => true,
@@ -104,25 +138,51 @@ async fn step(given: &Parsed, job: &str) -> Result<u8, Failure> {
             .open(&path)
             .map_err(|e| Failure::new(1, format!("Could not open stdout file {path}: {e}")))
     };
+    let first_task = |n: u32| -> u32 {
+        let (base, extra) = (tasks / nodes, tasks % nodes);
+        n * base + n.min(extra)
+    };
+    let here = match given.last("chdir") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => std::env::current_dir().map_err(|e| Failure::new(1, format!("getcwd: {e}")))?,
+    };
     let mut children = Vec::new();
     for task in 0..tasks {
-        let mut command = tokio::process::Command::new(&given.operands[0]);
-        command.args(&given.operands[1..]);
-        if let Some(dir) = given.last("chdir") {
-            command.current_dir(dir);
-        }
-        for (name, value) in [
+        let node_id = node_of(task);
+        let step_env = [
             ("SLURM_STEP_ID", "0".to_owned()),
             ("SLURM_STEPID", "0".to_owned()),
             ("SLURM_PROCID", task.to_string()),
-            ("SLURM_LOCALID", task.to_string()),
-            ("SLURM_NODEID", "0".to_owned()),
+            ("SLURM_LOCALID", (task - first_task(node_id)).to_string()),
+            ("SLURM_NODEID", node_id.to_string()),
             ("SLURM_STEP_NUM_TASKS", tasks.to_string()),
-            ("SLURM_STEP_NUM_NODES", "1".to_owned()),
+            ("SLURM_STEP_NUM_NODES", nodes.to_string()),
             ("SLURM_NTASKS", tasks.to_string()),
-        ] {
-            command.env(name, value);
-        }
+        ];
+        let mut command = match hosts.get(node_id as usize).filter(|_| node_id > 0) {
+            // Another node's task: started there, in the same directory, with what a task
+            // of this job knows.
+            Some(host) => {
+                let mut words = vec!["cd".to_owned(), shell_quote(&here.to_string_lossy()), "&&".into()];
+                words.extend(["exec".into(), "env".into()]);
+                let passed = ["SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_NAME", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"]
+                    .into_iter()
+                    .chain(["SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_SUBMIT_DIR"])
+                    .filter_map(|name| Some((name, std::env::var(name).ok()?)));
+                let vars = step_env.iter().cloned().chain(passed).chain([("SLURMD_NODENAME", host.clone())]);
+                words.extend(vars.map(|(name, value)| shell_quote(&format!("{name}={value}"))));
+                words.extend(given.operands.iter().map(|word| shell_quote(word)));
+                let own = std::env::current_exe().map_err(|e| Failure::new(1, format!("finding mission: {e}")))?;
+                let mut command = tokio::process::Command::new(own);
+                command.arg("lz-exec").arg(host).arg(words.join(" "));
+                command
+            }
+            None => {
+                let mut command = tokio::process::Command::new(&given.operands[0]);
+                command.args(&given.operands[1..]).current_dir(&here).envs(step_env);
+                command
+            }
+        };
         let stdout = given.last("output").map(|p| open(p, task)).transpose()?;
         let stderr = match (given.last("error"), &stdout) {
             (Some(pattern), _) => Some(open(pattern, task)?),
@@ -132,10 +192,11 @@ async fn step(given: &Parsed, job: &str) -> Result<u8, Failure> {
         command.stdout(stdout.map_or_else(Stdio::inherit, Stdio::from));
         command.stderr(stderr.map_or_else(Stdio::inherit, Stdio::from));
         let child = command.spawn().map_err(|e| Failure::new(2, format!("execve(): {}: {e}", given.operands[0])))?;
-        children.push(child);
+        let node = hosts.get(node_id as usize).cloned().unwrap_or_else(|| node.clone());
+        children.push((node, child));
     }
     let mut code = 0u8;
-    for (task, mut child) in children.into_iter().enumerate() {
+    for (task, (node, mut child)) in children.into_iter().enumerate() {
         let status = child.wait().await.map_err(|e| Failure::new(1, e.to_string()))?;
         use std::os::unix::process::ExitStatusExt;
         let this = match (status.code(), status.signal()) {

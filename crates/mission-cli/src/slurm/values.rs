@@ -141,6 +141,11 @@ pub fn state_named(name: &str) -> Option<&'static str> {
     STATES.into_iter().find(|s| *s == name || short_state(s) == name || (name == "CA" && *s == "CANCELLED"))
 }
 
+/// How many nodes a job holds: a gang's count, else one.
+pub fn node_count(job: &Job) -> u32 {
+    job.gang.as_ref().map_or(1, |gang| gang.nodes)
+}
+
 /// A job's exit code as Slurm prints it: `code:signal`.
 pub fn exit_code(job: &Job) -> String {
     let signal = job

@@ -81,12 +81,13 @@ impl Agent {
         offer: Offer,
         extra: &[&str],
     ) -> Self {
-        Self::start_with_env(server, admin, station, name, offer, extra, &[]).await
+        Self::start_at(&server.url, admin, station, name, offer, extra, &[]).await
     }
 
-    /// Like [`Agent::start_with`], with `env` set for `mission lz` (and so its jobs' `PATH`).
-    pub(super) async fn start_with_env(
-        server: &TestServer,
+    /// Like [`Agent::start_with`], for the server at `url` (one run as a process of its own, say),
+    /// with `env` set for `mission lz` (and so its jobs' `PATH`).
+    pub(super) async fn start_at(
+        url: &str,
         admin: &Client,
         station: Uuid,
         name: &str,
@@ -101,7 +102,7 @@ impl Agent {
         let dir = tempfile::tempdir().unwrap();
         let extra: Vec<String> = extra.iter().map(|e| (*e).to_owned()).collect();
         let env: Vec<(String, String)> = env.iter().map(|(name, value)| ((*name).to_owned(), value.clone())).collect();
-        let child = spawn_agent(server, dir.path(), &registered.token, offer, &extra, &env);
+        let child = spawn_agent(url, dir.path(), &registered.token, offer, &extra, &env);
         let lz_id = registered.landing_zone.lz_id;
         wait_until("the agent is online", || async {
             let lzs = admin.list_landing_zones(station).await.unwrap();
@@ -118,19 +119,12 @@ impl Agent {
 
     /// Starts the agent again, with its data dir, token and flags.
     pub(super) async fn restart(&mut self, server: &TestServer) {
-        self.child = spawn_agent(server, self.dir.path(), &self.token, self.offer, &self.extra, &self.env);
+        self.child = spawn_agent(&server.url, self.dir.path(), &self.token, self.offer, &self.extra, &self.env);
     }
 }
 
 /// Starts `mission lz` with the data dir `dir/data` (and its helpers in `dir/bin`).
-fn spawn_agent(
-    server: &TestServer,
-    dir: &Path,
-    token: &str,
-    offer: Offer,
-    extra: &[String],
-    env: &[(String, String)],
-) -> Child {
+fn spawn_agent(url: &str, dir: &Path, token: &str, offer: Offer, extra: &[String], env: &[(String, String)]) -> Child {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     if offer.fake_gpus > 0 {
@@ -150,7 +144,7 @@ fn spawn_agent(
         command.arg(bin.join("mission"));
     }
     command
-        .args(["lz", "--server", &server.url, "--lz-cpus", &offer.cpus.to_string()])
+        .args(["lz", "--server", url, "--lz-cpus", &offer.cpus.to_string()])
         .args(["--lz-memory", &offer.memory_mb.to_string(), "--data-dir"])
         .arg(dir.join("data"))
         .args(extra)

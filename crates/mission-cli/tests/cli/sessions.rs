@@ -269,7 +269,7 @@ async fn jupyter_lab_runs_a_cell_through_the_proxy() {
     let (server, admin) = cluster(|_| {}).await;
     // Jupyter on the agent's PATH, which its jobs get.
     let path = format!("{}:{}", venv.display(), std::env::var("PATH").unwrap_or_default());
-    let _agent = Agent::start_with_env(&server, &admin, local_station(), "lz1", TWO_CPUS, &[], &[("PATH", path)]).await;
+    let _agent = Agent::start_at(&server.url, &admin, local_station(), "lz1", TWO_CPUS, &[], &[("PATH", path)]).await;
     let client = &server.client;
     let notebook = mission(client, SHELL, &[("run.sh", "echo unused\n"), ("data.txt", "six times seven\n")], &[]).await;
     let request = RunJob {

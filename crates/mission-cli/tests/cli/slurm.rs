@@ -493,6 +493,67 @@ async fn a_gateway_passes_batch_jobs_to_sbatch_with_their_directives() {
     // Nothing shares /nowhere: refused at submission, not queued forever.
     let refused = alice.submit_batch_job(&batch("/nowhere")).await.unwrap_err();
     assert!(refused.to_string().contains("batch.workdir"), "{refused}");
+
+    // `sbatch -N 2` through the front door: the real Slurm gets the job's two nodes (the test
+    // cluster has one, so it waits there, as Slurm says).
+    let mut two = batch(&shared_dir);
+    two.run.nodes = Some(2);
+    two.run.launch = Some(mission_api::Launch::First);
+    let job = alice.submit_batch_job(&two).await.unwrap();
+    let (slurm_id, why) = waiting_in_slurm(alice, &conf, job.job_id).await;
+    assert!(why.contains(": Partition"), "the partition is too small: {why}");
+    assert!(scontrol(&conf, &slurm_id).await.contains(" NumNodes=2"), "{}", scontrol(&conf, &slurm_id).await);
+    alice.stop_job(job.job_id).await.unwrap();
+    assert_eq!(until_ended(alice, job.job_id).await.status, JobStatus::Stopped);
+}
+
+/// Waits until a job waits in Slurm's queue; its Slurm id (found by the name the gateway gave
+/// it) and the pending reason that says why.
+async fn waiting_in_slurm(client: &Client, conf: &str, job_id: Uuid) -> (String, String) {
+    let reason =
+        || async { client.get_job(job_id).await.unwrap().pending_reason.map(|p| p.detail).unwrap_or_default() };
+    wait_until("the job waits in Slurm's queue", || async { reason().await.starts_with("waiting in Slurm's queue: ") })
+        .await;
+    let why = reason().await;
+    let name = format!("mission-{job_id}");
+    let out = Command::new("squeue").args(["-h", "-o", "%i", "-n", &name]).env("SLURM_CONF", conf).output().await;
+    let slurm_id = String::from_utf8_lossy(&out.unwrap().stdout).trim().to_owned();
+    assert!(!slurm_id.is_empty(), "{name} in Slurm's queue");
+    (slurm_id, why)
+}
+
+/// A gang on a gateway is one Slurm job of its nodes, placed by Slurm: `--nodes=2` with one
+/// task on each, its warning signal and requeue Slurm's own. The test cluster has one node, so
+/// the job waits in Slurm's queue, saying so, until it is stopped.
+#[tokio::test]
+async fn a_gang_on_a_gateway_is_one_slurm_job_of_its_nodes() {
+    let Some(conf) = slurm_conf("a_gang_on_a_gateway_is_one_slurm_job_of_its_nodes") else { return };
+    let (server, admin) = cluster(|_| {}).await;
+    let agent = SlurmAgent::start(&server, &admin, "cluster", &conf).await;
+    let alice = &server.client;
+    let m = mission(alice, SHELL, &[("run.sh", "echo \"rank $MISSION_NODE_RANK of $MISSION_NNODES\"\n")], &[]).await;
+    let request = mission_api::RunJob {
+        station_id: local_station(),
+        cpu_count: Some(1),
+        memory_amount: Some(100),
+        nodes: Some(2),
+        signal: Some("B:USR1@60".into()),
+        requeue: Some(true),
+        ..Default::default()
+    };
+    let job = alice.run_job(m.mission_id, &request).await.unwrap();
+    let (slurm_id, why) = waiting_in_slurm(alice, &conf, job.job_id).await;
+    assert!(why.contains(": Partition"), "the partition is too small: {why}");
+    let shown = scontrol(&conf, &slurm_id).await;
+    for expected in
+        [" NumNodes=2", " Requeue=1", "mem=200M,node=2", &format!("WorkDir={}", agent.work_dir(job.job_id).display())]
+    {
+        assert!(shown.contains(expected), "{expected} not in:\n{shown}");
+    }
+    let placed = alice.get_job(job.job_id).await.unwrap();
+    assert_eq!(placed.gang.map(|gang| gang.lz_ids), Some(vec![agent.lz_id]), "the gateway holds it whole");
+    alice.stop_job(job.job_id).await.unwrap();
+    assert_eq!(until_ended(alice, job.job_id).await.status, JobStatus::Stopped);
 }
 
 #[tokio::test]

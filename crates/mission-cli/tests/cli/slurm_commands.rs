@@ -13,6 +13,7 @@ use tokio::process::Command;
 
 use mission_testkit::HostAccount;
 
+use super::jobs::{Agent, TWO_CPUS, local_station};
 use super::{BIN, Fixture};
 
 /// The account's shell for the commands: its uid and groups, its home, the links on its PATH.
@@ -528,4 +529,64 @@ print("array", [j.result() for j in jobs], len({j.job_id.split("_")[0] for j in 
     let out = shell.run_in(&work, &python, &["functions.py"], None).await;
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "single 5\narray [11, 22, 33] 1\n");
+}
+
+/// `sbatch -N 2` on the embedded front door: the job holds two landing zones (the embedded one
+/// and an agent beside it, mapping the account as it does), its script runs on the first, told
+/// the nodes as Slurm tells them, and `srun` in it starts its tasks on both, in blocks, as the
+/// account, in the script's directory; `scontrol show job` counts the nodes.
+#[tokio::test]
+async fn sbatch_on_two_nodes_runs_srun_tasks_on_both() {
+    if !as_root() {
+        return;
+    }
+    let account = HostAccount::create("msl");
+    let (fx, maps) = service_for(&account).await;
+    let shell = Shell { account: &account, bin: account.home.join("bin") };
+    let password = super::admin_password(&fx.data_dir);
+    let (tokens, auth) = mission_testkit::device_sign_in(&fx.url, "admin", &password).await;
+    let admin = mission_client::Client::with_tokens(&fx.url, tokens, auth).unwrap();
+    let map = maps.path().join("users.map");
+    let home = account.home.to_str().unwrap();
+    let extra = ["--node-address", "127.0.0.3", "--user-map", map.to_str().unwrap(), "--shared-path", home];
+    let _second = Agent::start_at(&fx.url, &admin, local_station(), "second", TWO_CPUS, &extra, &[]).await;
+
+    let script = "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --output=two-%j.out\n\
+                  echo \"nodes=$SLURM_NNODES list=$SLURM_JOB_NODELIST id=$SLURM_NODEID\"\n\
+                  srun bash -c 'echo \"task $SLURM_PROCID node $SLURM_NODEID of $SLURM_STEP_NUM_NODES rank $MISSION_NODE_RANK $(id -un) $(pwd)\"' | sort\n\
+                  srun -n 3 bash -c 'echo \"of three: $SLURM_PROCID $SLURM_NODEID $SLURM_LOCALID\"' | sort\n\
+                  scontrol show job \"$SLURM_JOB_ID\" | grep -o 'NumNodes=[0-9]*'\n";
+    std::fs::write(account.home.join("two.sh"), script).unwrap();
+    let submitted = shell.ok("sbatch", &["two.sh"]).await;
+    let number = submitted.trim().strip_prefix("Submitted batch job ").expect(&submitted).to_owned();
+    assert_eq!(ended(&shell, &number).await, "COMPLETED");
+    let out = std::fs::read_to_string(account.home.join(format!("two-{number}.out"))).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    let (list, id) = lines[0].strip_prefix("nodes=2 list=").and_then(|rest| rest.split_once(' ')).expect(&out);
+    assert!(list.split(',').count() == 2 && list.contains("127.0.0.3") && id == "id=0", "{out}");
+    assert_eq!(lines[1], format!("task 0 node 0 of 2 rank 0 {} {home}", account.name), "{out}");
+    assert_eq!(lines[2], format!("task 1 node 1 of 2 rank 1 {} {home}", account.name), "{out}");
+    assert_eq!(&lines[3..6], ["of three: 0 0 0", "of three: 1 0 1", "of three: 2 1 0"], "{out}");
+    assert_eq!(lines[6], "NumNodes=2", "{out}");
+
+    // --signal and --requeue are the job's own.
+    let args = ["--parsable", "--signal=B:USR1@30", "--requeue", "--wrap", "true"];
+    let number = shell.ok("sbatch", &args).await.trim().to_owned();
+    assert_eq!(ended(&shell, &number).await, "COMPLETED");
+    assert!(shell.ok("scontrol", &["show", "job", &number]).await.contains("Requeue=1"));
+    let listed: serde_json::Value = serde_json::from_str(&shell.ok(BIN, &["jobs", "list", "--json"]).await).unwrap();
+    let job = listed["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|job| job["number"] == number.parse::<u64>().unwrap())
+        .expect(&number);
+    assert_eq!(job["signal"]["signal"], "USR1", "{job}");
+    assert_eq!((job["signal"]["seconds"].as_u64(), job["requeue"].as_bool()), (Some(30), Some(true)), "{job}");
+    let wrong = shell.run("sbatch", &["--signal=R:USR1@30", "--wrap", "true"]).await;
+    assert!(stderr(&wrong).contains("Invalid --signal specification"), "{}", stderr(&wrong));
+
+    let oversized = shell.run("sbatch", &["-N", "3", "--wrap", "true"]).await;
+    assert!(!oversized.status.success(), "a job larger than the station is refused");
+    assert!(stderr(&oversized).contains("Batch job submission failed"), "{}", stderr(&oversized));
 }

@@ -66,6 +66,7 @@ pub(super) fn prepare(
     private: &Path,
     ids: Option<(u32, u32)>,
     base: &[(&'static str, OsString)],
+    gang: &[(&'static str, String)],
 ) -> io::Result<BatchStart> {
     let script = private.join(SCRIPT_FILE);
     std::fs::write(&script, &batch.script)?;
@@ -103,16 +104,22 @@ pub(super) fn prepare(
         set(name, value.into());
     }
     let number = job.number.to_string();
+    // A gang's nodes, by the addresses its ranks reach them at; else this host.
+    let (nodelist, nodes) = match &job.node {
+        Some(node) => (node.hosts.join(","), node.nodes.to_string()),
+        None => (host.clone(), "1".to_owned()),
+    };
     let run: Vec<(&str, String)> = vec![
         ("SLURM_JOB_ID", number.clone()),
         ("SLURM_JOBID", number),
         ("SLURM_JOB_NAME", batch.name.clone()),
         ("SLURM_JOB_USER", job.username.clone()),
-        ("SLURM_JOB_NODELIST", host.clone()),
-        ("SLURM_NODELIST", host.clone()),
+        ("SLURM_JOB_NODELIST", nodelist.clone()),
+        ("SLURM_NODELIST", nodelist),
         ("SLURMD_NODENAME", host.clone()),
-        ("SLURM_NNODES", "1".into()),
-        ("SLURM_JOB_NUM_NODES", "1".into()),
+        ("SLURM_NODEID", job.node.as_ref().map_or(0, |node| node.rank).to_string()),
+        ("SLURM_NNODES", nodes.clone()),
+        ("SLURM_JOB_NUM_NODES", nodes),
         ("SLURM_CPUS_ON_NODE", job.cpu_count.to_string()),
         ("SLURM_JOB_CPUS_PER_NODE", job.cpu_count.to_string()),
         ("SLURM_MEM_PER_NODE", job.memory_amount.to_string()),
@@ -122,7 +129,9 @@ pub(super) fn prepare(
         ("JOB_ID", job.job_id.to_string()),
         ("CUDA_VISIBLE_DEVICES", job.gpu_indices.iter().map(u32::to_string).collect::<Vec<_>>().join(",")),
     ];
-    for (name, value) in run {
+    // Slurm sets it once a job has been requeued.
+    let restarts = (job.attempt > 1).then(|| ("SLURM_RESTART_COUNT", (job.attempt - 1).to_string()));
+    for (name, value) in run.into_iter().chain(restarts).chain(gang.iter().cloned()) {
         set(name, value.into());
     }
     // Where sbatch ran, which its environment says; else where the job runs.

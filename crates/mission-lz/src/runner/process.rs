@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 
-use mission_api::lz::{Assignment, Gpu};
+use mission_api::lz::{Assignment, GangNode, Gpu};
 use mission_api::{
     ContainerNetwork, JobStatus, JobUsage, KILLED_BY_SIGNAL_REASON, OUT_OF_MEMORY_REASON, Resources, TIME_LIMIT_REASON,
 };
@@ -625,9 +625,11 @@ fn launch(
         }
         _ => {
             let procs = group.as_ref().map(JobCgroup::procs_files).unwrap_or_default();
-            let plan = match &job.batch {
+            // A gang's batch script runs on its first node; the others only hold theirs.
+            let script = job.batch.as_ref().filter(|_| job.node.as_ref().is_none_or(GangNode::runs_command));
+            let plan = match script {
                 Some(batch) => {
-                    super::batch::prepare(job, batch, dir.path(), user.ids(), &runner.job_env).map(|start| {
+                    super::batch::prepare(job, batch, dir.path(), user.ids(), &runner.job_env, &gang).map(|start| {
                         let mut plan = runner.sandbox.plan(&start.command, start.env, &start.workdir, &user, &procs);
                         // A batch job sees the host's /tmp, as a Slurm job does: it may have been
                         // submitted from there.
@@ -639,7 +641,13 @@ fn launch(
                 }
                 None => {
                     let env = runner.job_env.iter().map(|(name, value)| (*name, value.as_os_str())).chain(own);
-                    Ok(runner.sandbox.plan(&job.command, env, dir.path(), &user, &procs))
+                    let mut plan = runner.sandbox.plan(&job.command, env, dir.path(), &user, &procs);
+                    // The other nodes of a batch job see the host's /tmp too: `srun` starts its
+                    // tasks there in the directory the script runs in.
+                    if let Some(namespaces) = plan.namespaces.as_mut().filter(|_| job.batch.is_some()) {
+                        namespaces.private_tmp = false;
+                    }
+                    Ok(plan)
                 }
             };
             let limits = format!("{limits}; {}", runner.sandbox.describe_job(&user));

@@ -220,8 +220,9 @@ pub struct TesResources {
 impl Eq for TesResources {}
 
 /// The backend parameters a task may give (their keys in any case): GPUs, the time limit in
-/// minutes, and the project it is charged to (also a tag, [`PROJECT_TAG`]).
-pub const BACKEND_PARAMETERS: [&str; 3] = ["gpus", "time_limit_minutes", "project"];
+/// minutes, the project it is charged to (also a tag, [`PROJECT_TAG`]), and the landing zones it
+/// runs on at once (a gang: its executors run on each, its outputs are rank 0's).
+pub const BACKEND_PARAMETERS: [&str; 4] = ["gpus", "time_limit_minutes", "project", "nodes"];
 
 /// The tag that names the project a task is charged to (by name or id); the caller's own
 /// personal project without it.

@@ -465,3 +465,51 @@ async fn snakemake_runs_a_workflow_as_tes_tasks_on_s3() {
     let (_, listed) = tes.get("/tasks?view=BASIC&state=COMPLETE").await;
     assert_eq!(listed["tasks"].as_array().unwrap().len(), 11, "{listed}");
 }
+
+/// A task asking for `nodes: 2` in its backend parameters is a gang: its executor runs on two
+/// landing zones at once, each told its rank and the nodes, each node's output kept apart, and
+/// its outputs are rank 0's. A node count that is no number is refused, naming the parameter.
+#[tokio::test]
+async fn a_task_on_two_nodes_runs_its_executors_on_each() {
+    let Some(archive) = test_image() else { return };
+    let (server, admin) = cluster(|_| {}).await;
+    let mut agents = Vec::new();
+    for (name, address) in [("node0", "127.0.0.2"), ("node1", "127.0.0.3")] {
+        agents.push(
+            Agent::start_with(&server, &admin, local_station(), name, TWO_CPUS, &["--node-address", address]).await,
+        );
+    }
+    let alice = &server.client;
+    alice.import_image(&archive, &ImportImage { name: "debian".into(), ..Default::default() }, None).await.unwrap();
+    let token = alice.tokens().await.unwrap().access_token;
+    let tes = Tes { http: reqwest::Client::new(), base: format!("{}/ga4gh/tes/v1", server.url), token };
+    let create = mission_client::CreateMission { name: "gang results".into(), ..Default::default() };
+    let results = alice.create_mission(&create).await.unwrap().mission_id;
+    let command = "echo \"rank $MISSION_NODE_RANK of $MISSION_NNODES on $MISSION_HOSTS\" > /out/rank.txt; \
+                   echo \"node $MISSION_NODE_RANK\"";
+    let task = |nodes: &str| {
+        json!({
+            "executors": [{"image": "debian", "command": ["sh", "-c", command]}],
+            "outputs": [{"path": "/out/rank.txt", "url": format!("mission://{results}/rank.txt")}],
+            "resources": {"cpu_cores": 1, "backend_parameters": {"nodes": nodes}}
+        })
+    };
+    let id = tes.create(&task("2")).await;
+    let done = tes.ended(&id).await;
+    assert_eq!(done["state"], "COMPLETE", "{done}");
+    let job = alice.get_job(Uuid::parse_str(&id).unwrap()).await.unwrap();
+    let gang = job.gang.expect("a gang");
+    assert!(gang.nodes == 2 && gang.lz_ids.len() == 2 && gang.lz_ids[0] != gang.lz_ids[1], "{gang:?}");
+    for rank in 0..2 {
+        let out = alice.node_logs(job.job_id, rank, mission_client::LogStream::Stdout).await.unwrap();
+        assert!(out.contains(&format!("node {rank}\n")), "node {rank}: {out}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    alice.download_file(results, "rank.txt", &dir.path().join("rank.txt")).await.unwrap();
+    let written = std::fs::read_to_string(dir.path().join("rank.txt")).unwrap();
+    assert!(written.starts_with("rank 0 of 2 on 127.0.0."), "rank 0's output: {written}");
+
+    let (status, problem) = tes.post("/tasks", &task("two")).await;
+    assert_eq!(status, 400, "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("backend_parameters.nodes"), "{problem}");
+}

@@ -249,6 +249,7 @@ impl Runner for ProcessRunner {
             usage: None,
             work: Some((dir, user)),
             batch: job.batch.is_some(),
+            uploads_outputs: job.node.as_ref().is_none_or(|node| node.rank == 0),
             _exec_gate: exec_gate,
         })
     }
@@ -300,6 +301,8 @@ pub(crate) struct ProcessJob {
     work: Option<(WorkDir, JobUser)>,
     /// It is a batch job: its files are in its own directory, and none are collected.
     batch: bool,
+    /// A task's outputs are uploaded from here: not from a gang's other nodes, but rank 0's.
+    uploads_outputs: bool,
     /// A gang's node: serves `mission lz-exec` until the job's part here ends.
     _exec_gate: Option<crate::gang::ExecGate>,
 }
@@ -414,7 +417,7 @@ impl JobHandle for ProcessJob {
         let (root, staged, uid) = (dir.path().to_path_buf(), dir.inputs().clone(), user.own_uid());
         let container = matches!(self.program, Program::Container { .. } | Program::Task { .. });
         let cpu_measured = !matches!(self.program, Program::Container { cpu_measured: false, .. });
-        let batch = self.batch;
+        let (batch, uploads_outputs) = (self.batch, self.uploads_outputs);
         let killed = exit.as_ref().is_ok_and(|exit| exit.code() == Some(CONTAINER_KILLED));
         let task = self.task.clone();
         let (oom, measured, results, outputs) = tokio::task::spawn_blocking(move || {
@@ -426,7 +429,10 @@ impl JobHandle for ProcessJob {
             });
             runner.sandbox.end(uid);
             match &task {
-                Some((task, layout)) => (oom, measured, Vec::new(), Some(task::outputs(task, layout, &root))),
+                Some((task, layout)) if uploads_outputs => {
+                    (oom, measured, Vec::new(), Some(task::outputs(task, layout, &root)))
+                }
+                Some(_) => (oom, measured, Vec::new(), Some(Ok(Vec::new()))),
                 None if batch => (oom, measured, Vec::new(), None),
                 None => (oom, measured, changed_files(&root, &staged), None),
             }

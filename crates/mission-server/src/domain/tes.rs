@@ -98,6 +98,9 @@ pub async fn create(app: &AppState, who: Principal, mut task: TesTask) -> Domain
         gpu_count: parameters.get("gpus").map(|g| g.parse::<u32>()).transpose().map_err(|_| {
             DomainError::invalid("resources.backend_parameters.gpus", "expected a whole number of GPUs")
         })?,
+        nodes: parameters.get("nodes").map(|n| n.parse::<u32>()).transpose().map_err(|_| {
+            DomainError::invalid("resources.backend_parameters.nodes", "expected a whole number of landing zones")
+        })?,
         time_limit: parameters.get("time_limit_minutes").map(|t| t.parse::<u32>()).transpose().map_err(|_| {
             DomainError::invalid("resources.backend_parameters.time_limit_minutes", "expected whole minutes")
         })?,

@@ -156,6 +156,66 @@ async fn a_gang_launched_first_runs_on_rank_zero_and_a_gang_too_large_is_refused
     assert!(refused.to_string().contains("could ever hold"), "{refused}");
 }
 
+/// Two 2-node gangs, each node taking a whole landing zone, submitted together on three: one
+/// runs while the other waits holding nothing (at no sampled moment does a landing zone that
+/// is not the running gang's have room taken), then the other runs; both complete.
+#[tokio::test]
+async fn two_gangs_on_three_landing_zones_are_never_half_placed() {
+    let (server, admin) = cluster(|_| {}).await;
+    let _agents = three_nodes(&server, &admin).await;
+    let alice = &server.client;
+    let shell = mission(alice, SHELL, &[("run.sh", "sleep 1\n")], &[]).await;
+    let whole = JobResources { cpu_count: Some(2), ..gang(2, None) };
+    let mut jobs = Vec::new();
+    for _ in 0..2 {
+        jobs.push(alice.run_job_on_station(shell.mission_id, local_station(), whole.clone()).await.unwrap().job_id);
+    }
+    // What each job is and where, read twice around the landing zones' room so that the
+    // samples compared are of one moment.
+    let snapshot = || async {
+        let mut seen = Vec::new();
+        for job_id in &jobs {
+            let job = alice.get_job(*job_id).await.unwrap();
+            seen.push((job.status, job.gang.map(|gang| gang.lz_ids).unwrap_or_default()));
+        }
+        seen
+    };
+    let (mut samples, mut both_seen_waiting_or_running) = (0, false);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let before = snapshot().await;
+        let lzs = admin.list_landing_zones(local_station()).await.unwrap();
+        if snapshot().await != before {
+            continue;
+        }
+        samples += 1;
+        if before.iter().all(|(status, _)| status.is_final()) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the gangs did not end: {before:?}");
+        let placed: Vec<Uuid> = before
+            .iter()
+            .filter(|(status, _)| !status.is_final())
+            .flat_map(|(_, lz_ids)| lz_ids.iter().copied())
+            .collect();
+        for (status, lz_ids) in &before {
+            assert!(lz_ids.is_empty() || lz_ids.len() == 2, "a gang on all its nodes or none: {before:?}");
+            both_seen_waiting_or_running |= *status == JobStatus::Queued && placed.len() == 2;
+        }
+        assert!(placed.len() <= 2, "one gang at a time fits: {before:?}");
+        for lz in &lzs {
+            let used = lz.in_use.cpu_count > 0;
+            assert!(!used || placed.contains(&lz.lz_id), "{} holds room for no running gang: {before:?}", lz.name);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(both_seen_waiting_or_running, "one gang was seen waiting while the other ran ({samples} samples)");
+    for job_id in jobs {
+        let done = alice.get_job(job_id).await.unwrap();
+        assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+    }
+}
+
 /// An allreduce over MPI's ranks, each saying which node it runs on and when it started.
 const ALLREDUCE: &str = r#"
 import os, time

@@ -428,11 +428,13 @@ impl State {
     }
 
     /// Takes a placed job off its LZ (a gang off all of its), ordering the other nodes of a gang
-    /// to stop their parts: a gang lives and ends as one.
+    /// whose parts still run (left there as orphans) to stop them: a gang lives and ends as one.
     fn take_off(&mut self, lz_id: Uuid, job_id: Uuid) -> Option<Placed> {
         let placed = self.fleet.release(lz_id, job_id)?;
         self.gang_ends.remove(&job_id);
-        self.batch.orders.extend(placed.other_nodes(lz_id).map(|node| (node, Pending::Stop(job_id))));
+        let running = |node: &Uuid| self.fleet.get(node).is_some_and(|lz| lz.jobs.contains_key(&job_id));
+        let stops: Vec<Uuid> = placed.other_nodes(lz_id).filter(running).collect();
+        self.batch.orders.extend(stops.into_iter().map(|node| (node, Pending::Stop(job_id))));
         Some(placed)
     }
 

@@ -168,7 +168,7 @@ async fn two_gangs_on_three_landing_zones_are_never_half_placed() {
     let whole = JobResources { cpu_count: Some(2), ..gang(2, None) };
     let mut jobs = Vec::new();
     for _ in 0..2 {
-        jobs.push(alice.run_job_on_station(shell.mission_id, local_station(), whole.clone()).await.unwrap().job_id);
+        jobs.push(alice.run_job_on_station(shell.mission_id, local_station(), whole).await.unwrap().job_id);
     }
     // What each job is and where, read twice around the landing zones' room so that the
     // samples compared are of one moment.

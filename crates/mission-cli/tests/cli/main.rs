@@ -19,6 +19,7 @@ mod sessions;
 mod shell;
 mod slurm;
 mod slurm_commands;
+mod store_writes;
 mod tes;
 mod webhooks;
 

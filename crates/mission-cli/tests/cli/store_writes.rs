@@ -3,8 +3,8 @@
 //! server, and every statement the server sends its database is seen as sqlx reports it (its
 //! `sqlx::query` events: the statement's summary and the rows it changed). The writes of each
 //! job's life, from its submission to its end, must stay within today's figures, on SQLite and
-//! on PostgreSQL; the reads are printed beside them. What the scheduler writes for the agent's
-//! heartbeats, which come on their own clock, is left out.
+//! on PostgreSQL; the reads are printed beside them. The writes that come on their own clock
+//! (heartbeats, replicas' liveness, pruning) are left out.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -76,9 +76,21 @@ fn writes(summary: &str) -> bool {
     matches!(first.as_str(), "insert" | "update" | "delete" | "begin" | "with" | "replace")
 }
 
-/// The heartbeats' write, which comes on its own clock.
-fn heartbeat(summary: &str) -> bool {
-    summary.to_ascii_lowercase().starts_with("update landing_zones set last_seen_at")
+/// A write that comes on its own clock, not a job's: an agent's heartbeat, a replica saying it
+/// is alive or sweeping its mail, and the periodic pruning of events, idempotency keys and
+/// sign-in brakes.
+fn clocked(summary: &str) -> bool {
+    let summary = summary.to_ascii_lowercase();
+    [
+        "update landing_zones set last_seen_at",
+        "insert into replicas",
+        "delete from replica_mail",
+        "delete from events",
+        "delete from idempotency_keys",
+        "delete from sign_in_brakes",
+    ]
+    .iter()
+    .any(|prefix| summary.starts_with(prefix))
 }
 
 /// What was seen since `before` (a copy of [`SEEN`] then).
@@ -87,7 +99,7 @@ fn since(before: &BTreeMap<String, (u64, u64)>) -> Tally {
     for (summary, (count, rows)) in SEEN.lock().unwrap().iter() {
         let (was, was_rows) = before.get(summary).copied().unwrap_or_default();
         let (count, rows) = (count - was, rows - was_rows);
-        if count == 0 || heartbeat(summary) {
+        if count == 0 || clocked(summary) {
             continue;
         }
         if writes(summary) {

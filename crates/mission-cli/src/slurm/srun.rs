@@ -1,8 +1,9 @@
 //! `srun`: inside a batch job (`SLURM_JOB_ID` set), runs its command as a step of that job: `-n`
-//! tasks on this landing zone, each told its rank (`SLURM_PROCID`), their output in `--output`/
+//! tasks over its nodes (this landing zone's here, the others' through `mission lz-exec`), each
+//! told its rank (`SLURM_PROCID`), their output in `--output`/
 //! `--error` where given (as submitit's and snakemake's job scripts call it). Outside one, it
-//! queues a batch job of the command and streams its output as it runs, exiting with its code,
-//! as `mission run --follow` does.
+//! queues a batch job of the command (on each of `-N` nodes) and streams its output as it runs,
+//! exiting with its code, as `mission run --follow` does.
 
 use std::process::Stdio;
 
@@ -226,6 +227,11 @@ async fn job(given: &Parsed) -> Result<u8, Failure> {
         // Into the job's log, which this follows.
         request.batch.stdout.clear();
     }
+    // On several nodes the command runs on each, as Slurm's srun runs a task on every node.
+    let nodes = request.run.nodes.unwrap_or(1);
+    if nodes > 1 {
+        request.run.launch = Some(mission_api::Launch::Each);
+    }
     let job = site.client.submit_batch_job(&request).await.map_err(|e| {
         Failure::new(
             1,
@@ -238,7 +244,10 @@ async fn job(given: &Parsed) -> Result<u8, Failure> {
     if !given.has("quiet") {
         eprintln!("srun: job {} queued and waiting for resources", job.number);
     }
-    crate::commands::jobs::follow(&site.client, job.job_id, 0).await?;
+    let follows = (0..nodes).map(|node| crate::commands::jobs::follow(&site.client, job.job_id, node));
+    for followed in futures_util::future::join_all(follows).await {
+        followed?;
+    }
     let ended = site.client.wait_for_job(job.job_id).await?;
     Ok(match ended.status {
         JobStatus::Completed => 0,

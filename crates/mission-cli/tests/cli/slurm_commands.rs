@@ -569,6 +569,12 @@ async fn sbatch_on_two_nodes_runs_srun_tasks_on_both() {
     assert_eq!(&lines[3..6], ["of three: 0 0 0", "of three: 1 0 1", "of three: 2 1 0"], "{out}");
     assert_eq!(lines[6], "NumNodes=2", "{out}");
 
+    // Outside a job, `srun -N 2` runs its command on both nodes, and streams both's output.
+    let both = shell.ok("srun", &["-N", "2", "sh", "-c", "echo \"srun task $SLURM_PROCID of $SLURM_NNODES\""]).await;
+    let mut tasks: Vec<&str> = both.lines().collect();
+    tasks.sort_unstable();
+    assert_eq!(tasks, ["srun task 0 of 2", "srun task 1 of 2"], "{both}");
+
     // --signal and --requeue are the job's own.
     let args = ["--parsable", "--signal=B:USR1@30", "--requeue", "--wrap", "true"];
     let number = shell.ok("sbatch", &args).await.trim().to_owned();

@@ -118,6 +118,8 @@ pub(super) fn prepare(
         ("SLURM_NODELIST", nodelist),
         ("SLURMD_NODENAME", host.clone()),
         ("SLURM_NODEID", job.node.as_ref().map_or(0, |node| node.rank).to_string()),
+        // A batch script is task 0; a job `srun` submitted runs one task on each node.
+        ("SLURM_PROCID", job.node.as_ref().map_or(0, |node| node.rank).to_string()),
         ("SLURM_NNODES", nodes.clone()),
         ("SLURM_JOB_NUM_NODES", nodes),
         ("SLURM_CPUS_ON_NODE", job.cpu_count.to_string()),

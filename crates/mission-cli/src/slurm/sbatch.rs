@@ -537,9 +537,9 @@ pub(super) async fn request(
             after_any,
             after_not_ok,
             project_id,
-            // A batch script runs on its first node, as Slurm's does; it starts the others' tasks.
             signal,
             requeue: given.has("requeue").then_some(!given.has("no-requeue")),
+            // A batch script runs on its first node, as Slurm's does; it starts the others' tasks.
             nodes: (nodes > 1).then_some(nodes),
             launch: (nodes > 1).then_some(mission_api::Launch::First),
             ..Default::default()

@@ -103,12 +103,11 @@ async fn step(given: &Parsed, job: &str) -> Result<u8, Failure> {
         None => asked_tasks.map_or(allocated, |n| n.min(allocated)),
     };
     let tasks = asked_tasks.or(per_node.map(|n| n * nodes)).unwrap_or(nodes);
-    // Block distribution: the first `tasks % nodes` nodes take one more.
-    let node_of = |task: u32| -> u32 {
-        let (base, extra) = (tasks / nodes, tasks % nodes);
-        let big = extra * (base + 1);
-        if task < big { task / (base + 1) } else { extra + (task - big) / base.max(1) }
-    };
+    // Block distribution: node n's tasks follow node n-1's, the first `tasks % nodes` nodes
+    // taking one more.
+    let (base, extra) = (tasks / nodes, tasks % nodes);
+    let first_task = |n: u32| n * base + n.min(extra);
+    let node_of = |task: u32| (0..nodes).rev().find(|n| first_task(*n) <= task).unwrap_or(0);
     let append = match given.last("open-mode") {
         Some("append") => true,
         Some("truncate") => false,
@@ -138,10 +137,6 @@ async fn step(given: &Parsed, job: &str) -> Result<u8, Failure> {
             .truncate(!append)
             .open(&path)
             .map_err(|e| Failure::new(1, format!("Could not open stdout file {path}: {e}")))
-    };
-    let first_task = |n: u32| -> u32 {
-        let (base, extra) = (tasks / nodes, tasks % nodes);
-        n * base + n.min(extra)
     };
     let here = match given.last("chdir") {
         Some(dir) => std::path::PathBuf::from(dir),

@@ -609,7 +609,7 @@ fn launch(
             // name, which anyone with the host's image storage may move).
             let runnable = podman.runnable(image);
             let run = ContainerRun {
-                name: format!("mission-{}", job.job_id),
+                name: container_name(job),
                 image: runnable.as_deref().unwrap_or(image),
                 work_dir: dir.path(),
                 user: (uid, gid),
@@ -710,6 +710,7 @@ fn start_task(
     let run = task::TaskRun {
         runner: runner.clone(),
         job_id: job.job_id,
+        container: container_name(job),
         root: root.to_owned(),
         layout: layout.clone(),
         task: assigned.clone(),
@@ -859,6 +860,16 @@ impl Program {
                 Ok(std::process::ExitStatus::from_raw((code & 0xff) << 8))
             }
         }
+    }
+}
+
+/// The name of the container a job's part runs in (a task's executors add their index): a
+/// gang's nodes other than rank 0 add their rank, since landing zones on one host share
+/// Podman's containers.
+fn container_name(job: &Assignment) -> String {
+    match job.node.as_ref().filter(|node| node.rank > 0) {
+        Some(node) => format!("mission-{}-node{}", job.job_id, node.rank),
+        None => format!("mission-{}", job.job_id),
     }
 }
 

@@ -343,6 +343,8 @@ fn fnmatch(pattern: &[u8], name: &[u8]) -> bool {
 pub(crate) struct TaskRun {
     pub runner: Arc<super::process::ProcessRunner>,
     pub job_id: uuid::Uuid,
+    /// The name of its containers, each executor's with its index added.
+    pub container: String,
     /// The work dir.
     pub root: PathBuf,
     pub layout: Layout,
@@ -388,7 +390,7 @@ pub(crate) async fn run(run: TaskRun, out: [OwnedFd; 2], running: Arc<Running>) 
         let executor = &step.executor;
         let mut env: Vec<(&str, std::ffi::OsString)> = run.env.iter().map(|(k, v)| (*k, v.clone())).collect();
         env.extend(executor.env.iter().flatten().map(|(name, value)| (name.as_str(), value.into())));
-        let name = format!("mission-{}-{i}", run.job_id);
+        let name = format!("{}-{i}", run.container);
         let container = ContainerRun {
             name: name.clone(),
             image,

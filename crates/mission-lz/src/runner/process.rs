@@ -709,7 +709,6 @@ fn start_task(
     let running = Arc::new(task::Running::default());
     let run = task::TaskRun {
         runner: runner.clone(),
-        job_id: job.job_id,
         container: container_name(job),
         root: root.to_owned(),
         layout: layout.clone(),

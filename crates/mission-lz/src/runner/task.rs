@@ -342,7 +342,6 @@ fn fnmatch(pattern: &[u8], name: &[u8]) -> bool {
 /// loaded), the container settings common to every executor, and the job's output pipes.
 pub(crate) struct TaskRun {
     pub runner: Arc<super::process::ProcessRunner>,
-    pub job_id: uuid::Uuid,
     /// The name of its containers, each executor's with its index added.
     pub container: String,
     /// The work dir.

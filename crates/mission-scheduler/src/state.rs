@@ -63,7 +63,7 @@ use super::{
     Sessions,
 };
 use mission_store::audit::AuditNote;
-use mission_store::{self as store, JobUpdate, LzIdentity, Store, StoreError};
+use mission_store::{self as store, JobUpdate, LzIdentity, PlacementAsk, Store, StoreError};
 
 /// What a placement pass asks of landing zones about a job, to answer once per kind of job:
 /// its CPUs, megabytes and GPUs, whether it runs in an image, and a batch job's directory.
@@ -703,8 +703,8 @@ impl State {
     }
 
     /// The assignments of the batch's run orders: each job's row (from the batch's new jobs, or
-    /// read from the store in one query), with what placement decided; the mission's files read
-    /// once per mission.
+    /// the store's), its user's, station's and mission's facts (one query for the batch,
+    /// [`Store::placement_facts`]), with what placement decided.
     async fn assignments(
         &self,
         orders: &[(Uuid, Pending)],
@@ -721,39 +721,35 @@ impl State {
             return Ok(HashMap::new());
         }
         let new: HashMap<Uuid, &Job> = inserts.iter().map(|(_, job)| (job.job_id, job)).collect();
-        let stored: Vec<Uuid> = runs.iter().map(|(_, id)| *id).filter(|id| !new.contains_key(id)).collect();
-        let stored: HashMap<Uuid, Job> =
-            self.store.job_rows(&stored).await?.into_iter().map(|job| (job.job_id, job)).collect();
+        let runs: Vec<(Uuid, &LzState, Uuid)> =
+            runs.into_iter().filter_map(|(lz_id, job_id)| Some((lz_id, self.fleet.get(&lz_id)?, job_id))).collect();
+        let asks: Vec<PlacementAsk> = runs
+            .iter()
+            .map(|(_, lz, job_id)| match new.get(job_id) {
+                Some(job) => {
+                    PlacementAsk::New { user_id: job.user_id, mission_id: job.mission_id, station_id: lz.station_id }
+                }
+                None => PlacementAsk::Stored { job_id: *job_id, station_id: lz.station_id },
+            })
+            .collect();
+        let facts = self.store.placement_facts(&asks).await?;
+        // The files of each mission, given with its first job's facts.
         let mut files: HashMap<Uuid, Vec<InputFile>> = HashMap::new();
-        // Per (user, station): the user's name, and whether they operate the station.
-        let mut operators: HashMap<(Uuid, Uuid), (String, bool)> = HashMap::new();
-        // Per station, for jobs in images: its containers' network.
-        let mut networks: HashMap<Uuid, mission_api::ContainerNetwork> = HashMap::new();
         let mut assignments = HashMap::new();
-        for (lz_id, job_id) in runs {
-            let Some(lz) = self.fleet.get(&lz_id) else { continue };
-            let Some(placed) = lz.jobs.get(&job_id) else { continue };
-            let Some(job) = new.get(&job_id).copied().or_else(|| stored.get(&job_id)) else { continue };
-            let operator = (job.user_id, lz.station_id);
-            if let std::collections::hash_map::Entry::Vacant(entry) = operators.entry(operator) {
-                let user = self.store.user_by_id(job.user_id).await?;
-                let admin = user.as_ref().is_some_and(|u| u.admin);
-                let owner =
-                    admin || self.store.station(lz.station_id).await?.is_some_and(|s| s.owner_id == Some(job.user_id));
-                entry.insert((user.map(|u| u.username).unwrap_or_default(), owner));
-            }
-            if job.image.is_some()
-                && let std::collections::hash_map::Entry::Vacant(entry) = networks.entry(lz.station_id)
-            {
-                let station = self.store.station(lz.station_id).await?;
-                entry.insert(station.map(|s| s.container_network).unwrap_or_default());
-            }
-            if let std::collections::hash_map::Entry::Vacant(entry) = files.entry(job.mission_id) {
-                let listed = self.store.mission_files(job.mission_id).await?;
-                entry.insert(
-                    listed.into_iter().map(|f| InputFile { path: f.path, size: f.size, sha256: f.sha256 }).collect(),
+        for ((lz_id, lz, job_id), facts) in runs.into_iter().zip(facts) {
+            let Some(job) = new.get(&job_id).copied().or(facts.job.as_ref()) else { continue };
+            if let Some(listed) = facts.files {
+                files.insert(
+                    job.mission_id,
+                    listed.into_iter().map(|(path, size, sha256)| InputFile { path, size, sha256 }).collect(),
                 );
             }
+            let Some(placed) = lz.jobs.get(&job_id) else { continue };
+            let (username, admin) = facts.user.unwrap_or_default();
+            let (owner, network) = facts.station.unwrap_or_default();
+            let user_is_operator = admin || owner == Some(job.user_id);
+            // Only jobs in images use their station's containers' network.
+            let container_network = if job.image.is_some() { network } else { Default::default() };
             // A retry's output, or a reclaimed job's next run's, goes on from where the earlier
             // runs' ended.
             let log_offsets = if placed.entry.attempt > 1 || placed.entry.ran {
@@ -790,8 +786,8 @@ impl State {
                     job_id,
                     mission_id: job.mission_id,
                     user_id: job.user_id,
-                    username: operators[&operator].0.clone(),
-                    user_is_operator: operators[&operator].1,
+                    username,
+                    user_is_operator,
                     command: job.command.clone(),
                     cpu_count: placed.entry.cpu_count,
                     memory_amount: placed.entry.memory_amount,
@@ -804,7 +800,7 @@ impl State {
                     array_index: job.array_index,
                     image: job.image.clone(),
                     session: job.session.as_ref().map(mission_api::JobSession::request),
-                    container_network: networks.get(&lz.station_id).copied().unwrap_or_default(),
+                    container_network,
                     batch: job.batch.clone(),
                     task: job.task.as_ref().map(|task| Box::new(task.assignment())),
                     number: job.number,

@@ -177,6 +177,26 @@ macro_rules! commit_with_events {
 }
 pub(super) use commit_with_events;
 
+/// How a store tells the event hub of appended events: a wake-up, and the events themselves
+/// where the commit that appended them read them back (the busiest writer, the scheduler's batch
+/// on SQLite, does), so that the hub need not read them from the log again.
+#[derive(Debug, Default)]
+pub(super) struct Appended {
+    notify: tokio::sync::Notify,
+    handed: std::sync::Mutex<Handed>,
+}
+
+/// The events handed over since the hub last took them.
+#[derive(Debug, Default)]
+struct Handed {
+    events: Vec<Event>,
+    /// Events were appended that are not in `events`: the hub reads the log.
+    unread: bool,
+}
+
+/// The most events held for the hub: past this (nobody takes them), the hub is told to read the log.
+const MAX_HANDED_EVENTS: usize = 10_000;
+
 /// Which events to read.
 #[derive(Debug, Clone, Default)]
 pub struct EventFilter {
@@ -192,18 +212,71 @@ pub struct EventFilter {
     pub limit: u32,
 }
 
-const EVENT_COLUMNS: &str = "seq, at, kind, user_id, mission_id, job_id, data";
+/// The columns of an [`Event`], as a literal (for `concat!`).
+macro_rules! event_columns {
+    () => {
+        "seq, at, kind, user_id, mission_id, job_id, data"
+    };
+}
+pub(super) use event_columns;
+
+const EVENT_COLUMNS: &str = event_columns!();
 
 impl Store {
     /// Wakes who waits in [`Store::appended_events`]: events were committed (by this process,
     /// or by another replica, as its notification says).
     pub fn events_appended(&self) {
-        self.appended.notify_one();
+        self.appended.handed.lock().expect("not poisoned").unread = true;
+        self.appended.notify.notify_one();
+    }
+
+    /// Wakes who waits in [`Store::appended_events`] with `events`, all that a commit appended,
+    /// read back by the commit itself: the reader takes them from here instead of the log.
+    pub(super) fn events_handed(&self, mut events: Vec<Event>) {
+        if events.is_empty() {
+            return;
+        }
+        events.sort_unstable_by_key(|event| event.seq);
+        let mut handed = self.appended.handed.lock().expect("not poisoned");
+        if handed.events.len() + events.len() > MAX_HANDED_EVENTS {
+            // Nobody takes them (nobody follows): the log has them.
+            handed.events.clear();
+            handed.unread = true;
+        } else {
+            handed.events.extend(events);
+        }
+        drop(handed);
+        self.appended.notify.notify_one();
     }
 
     /// Returns once events were appended since the last call (or since the store opened).
     pub async fn appended_events(&self) {
-        self.appended.notified().await;
+        self.appended.notify.notified().await;
+    }
+
+    /// Drops the events handed over (nobody follows); the next [`Store::take_appended_events`]
+    /// reads the log.
+    pub fn forget_appended_events(&self) {
+        let mut handed = self.appended.handed.lock().expect("not poisoned");
+        handed.events = Vec::new();
+        handed.unread = true;
+    }
+
+    /// The events appended after event `after` that commits handed over
+    /// (`Store::events_handed`), in order, when they are all there are; `None` when the log
+    /// must be read from `after` instead (some were appended by another replica, or by a write
+    /// that does not read its events back, or were dropped). Either way what was handed is taken.
+    pub fn take_appended_events(&self, after: u64) -> Option<Vec<Event>> {
+        let mut handed = self.appended.handed.lock().expect("not poisoned");
+        let unread = std::mem::take(&mut handed.unread);
+        let mut events: Vec<Event> = handed.events.drain(..).filter(|event| event.seq > after).collect();
+        drop(handed);
+        let contiguous = events.iter().zip(after + 1..).all(|(event, seq)| event.seq == seq);
+        if unread || !contiguous {
+            return None;
+        }
+        events.shrink_to_fit();
+        Some(events)
     }
 
     /// Events matching `filter`, in order.
@@ -236,24 +309,31 @@ impl Store {
         })
     }
 
-    /// Removes the events that happened before `before`, and the webhook deliveries made of
-    /// events before it; answers how many events.
+    /// Removes the events that happened before `before` up to the first that did not (in
+    /// `seq` order: an event a replica with a slower clock wrote later may stay a little longer),
+    /// and the webhook deliveries made before it; answers how many events.
     pub async fn prune_events(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
         with_conn!(self, writer, |conn| {
             sqlx::query("DELETE FROM webhook_deliveries WHERE created_at < $1")
                 .bind(to_micros(before))
                 .execute(&mut *conn)
                 .await?;
-            Ok(sqlx::query("DELETE FROM events WHERE at < $1")
-                .bind(to_micros(before))
-                .execute(conn)
-                .await?
-                .rows_affected())
+            // Events are in `seq` order and nearly in time order (replicas' clocks differ a
+            // little): those before the first that is not old go, and none newer than `before`.
+            Ok(sqlx::query(
+                "DELETE FROM events WHERE seq < COALESCE(\
+                 (SELECT seq FROM events WHERE at >= $1 ORDER BY seq LIMIT 1), \
+                 (SELECT MAX(seq) + 1 FROM events))",
+            )
+            .bind(to_micros(before))
+            .execute(conn)
+            .await?
+            .rows_affected())
         })
     }
 }
 
-fn event_from_row(r: &impl Columns) -> Result<Event, StoreError> {
+pub(super) fn event_from_row(r: &impl Columns) -> Result<Event, StoreError> {
     Ok(Event {
         seq: r.count("seq")?,
         at: r.time("at")?,

@@ -19,7 +19,7 @@ use super::{
 /// How a column's value is taken from the JSON text of a batch on PostgreSQL (SQLite takes
 /// JSON values as they are).
 #[derive(Clone, Copy)]
-enum Cast {
+pub(super) enum Cast {
     Text,
     Int,
     Real,
@@ -29,7 +29,7 @@ enum Cast {
 /// A job row's columns, in one place: what every read selects ([`JOB_COLUMNS`]) and what a new
 /// job's insert writes on either backend ([`sqlite_insert_jobs`], [`postgres_insert_jobs`]) from
 /// the keys of [`insert_row`] (a test holds those to this list).
-const JOB_ROW: &[(&str, Cast)] = &[
+pub(super) const JOB_ROW: &[(&str, Cast)] = &[
     ("seq", Cast::Int),
     ("job_id", Cast::Text),
     ("mission_id", Cast::Text),
@@ -214,7 +214,10 @@ impl Store {
                     .bind(batch.history.as_str())
                     .bind(events.as_str())
                     .bind(audit.as_str());
-                super::sqlite::run_script(&mut *db.writer().await, script).await?;
+                let appended = super::sqlite::run_script(&mut *db.writer().await, script).await?;
+                let appended = appended.iter().map(super::events::event_from_row).collect::<Result<_, _>>()?;
+                self.events_handed(appended);
+                return Ok(());
             }
             super::Backend::Postgres(db) => {
                 let mut conn = db.connection().await?;
@@ -877,19 +880,6 @@ impl Store {
         Ok(last.map_or(1, |n| n as u64 + 1))
     }
 
-    /// Of `job_ids`, the jobs there are, without their histories.
-    pub async fn job_rows(&self, job_ids: &[Uuid]) -> Result<Vec<Job>, StoreError> {
-        if job_ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        with_conn!(self, reader, |conn| {
-            let mut q = QueryBuilder::new(format!("SELECT {} FROM jobs WHERE 1 = 1", *JOB_COLUMNS));
-            push_any_of(&mut q, "job_id", job_ids.iter().map(Uuid::to_string));
-            let rows = { q.build().fetch_all(conn).await? };
-            rows.iter().map(job_from_row).collect()
-        })
-    }
-
     /// Where each of `job_ids` that is queued stands in line, counted in the database: what a
     /// replica that does not run the scheduler answers (the scheduler counts its own, in memory).
     pub async fn queue_positions(&self, job_ids: &[Uuid]) -> Result<HashMap<Uuid, QueuePosition>, StoreError> {
@@ -1125,8 +1115,12 @@ SELECT h.value ->> 'at', 'job.' || (h.value ->> 'status'), jobs.user_id, jobs.mi
         'reason', IIF(h.value ->> 'status' IN ",
     final_statuses!(),
     ", jobs.reason, NULL)) \
-FROM h JOIN jobs ON jobs.job_id = h.value ->> 'job_id' ORDER BY h.key;\n",
+FROM h JOIN jobs ON jobs.job_id = h.value ->> 'job_id' ORDER BY h.key RETURNING ",
+    super::events::event_columns!(),
+    ";\n",
     super::events::sqlite_append_events!("?"),
+    " RETURNING ",
+    super::events::event_columns!(),
     ";\n",
     super::audit::sqlite_append_audit!("?"),
     ";\nCOMMIT;"
@@ -1426,7 +1420,7 @@ fn pending_from_row(r: &impl Columns) -> Result<Option<PendingReason>, StoreErro
     Ok(Some(PendingReason { kind, detail: r.opt_text("pending_detail")?.unwrap_or_default() }))
 }
 
-fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
+pub(super) fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
     let gpu_indices = r
         .text("gpu_indices")?
         .split(',')

@@ -26,6 +26,7 @@ mod idempotency;
 mod images;
 mod jobs;
 mod missions;
+mod placement;
 mod postgres;
 mod projects;
 mod row;
@@ -49,6 +50,7 @@ pub use self::cluster::{ClusterDb, Leadership, MAIL_CHANNEL, PathLock};
 pub use self::events::{EventFilter, NewEvent};
 pub use self::idempotency::{IdempotencyClaim, KeptAnswer};
 pub use self::jobs::{EndingJob, QueuedRow, UsageGrouping, UsageScope, UsedRow};
+pub use self::placement::{PlacementAsk, PlacementFacts};
 pub use self::projects::{BudgetRecord, LimitsRecord, PERSONAL_MARK};
 
 /// Id of the station a first start creates (migration 0004), home of the embedded LZ.
@@ -65,8 +67,9 @@ pub struct Store {
     /// The replica this handle works for, recorded with its unfinished file changes
     /// ([`Store::for_replica`]).
     replica: Option<Uuid>,
-    /// Woken after every commit that appended events ([`Store::events_appended`]).
-    appended: std::sync::Arc<tokio::sync::Notify>,
+    /// Woken after every commit that appended events, with the events handed over where the
+    /// commit read them back ([`Store::events_appended`], [`Store::take_appended_events`]).
+    appended: std::sync::Arc<events::Appended>,
 }
 
 /// The database a [`Store`] runs on.

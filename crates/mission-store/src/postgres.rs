@@ -50,6 +50,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (37, "tes_tasks", include_str!("../migrations/postgres/0037_tes_tasks.sql")),
     (38, "gangs", include_str!("../migrations/postgres/0038_gangs.sql")),
     (39, "warnings_and_requeue", include_str!("../migrations/postgres/0039_warnings_and_requeue.sql")),
+    (40, "events_pruned_by_number", include_str!("../migrations/postgres/0040_events_pruned_by_number.sql")),
 ];
 
 /// Connections a replica holds at most.

@@ -70,6 +70,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (37, "tes_tasks", include_str!("../migrations/sqlite/0037_tes_tasks.sql")),
     (38, "gangs", include_str!("../migrations/sqlite/0038_gangs.sql")),
     (39, "warnings_and_requeue", include_str!("../migrations/sqlite/0039_warnings_and_requeue.sql")),
+    (40, "events_pruned_by_number", include_str!("../migrations/sqlite/0040_events_pruned_by_number.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.
@@ -172,16 +173,16 @@ impl Sqlite {
 }
 
 /// Runs `script`, statements that begin and commit their own transaction, in one turn of the
-/// writer `conn`; should a statement fail, the script stops inside its transaction, which is
-/// rolled back here so the writer is left clean.
+/// writer `conn`, answering the rows its statements return (`RETURNING`); should a statement
+/// fail, the script stops inside its transaction, which is rolled back here so the writer is left
+/// clean.
 pub(super) async fn run_script<'q>(
     conn: &mut SqliteConnection,
     script: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
-) -> Result<(), StoreError> {
-    let written = script.execute(&mut *conn).await;
+) -> Result<Vec<sqlx::sqlite::SqliteRow>, StoreError> {
+    let written = script.fetch_all(&mut *conn).await;
     if written.is_err() {
         let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
     }
-    written?;
-    Ok(())
+    Ok(written?)
 }

@@ -330,15 +330,27 @@ impl EventHub {
         };
         let mut prune = tokio::time::interval(PRUNE_EVERY);
         loop {
+            let mut polled = false;
             tokio::select! {
                 () = self.store.appended_events() => {}
                 () = self.wake.notified() => {}
-                () = tokio::time::sleep(POLL) => {}
+                // Reads the log even when told of nothing (a replica's notice can be lost).
+                () = tokio::time::sleep(POLL) => polled = true,
                 _ = prune.tick() => self.prune(retention).await,
                 () = shutdown.cancelled() => return,
             }
             // Nobody follows (most servers, most of the time): nothing to read for.
             if !self.followers.lock().expect("not poisoned").reading(&mut last) {
+                self.store.forget_appended_events();
+                continue;
+            }
+            // What this process's own commits appended, handed over by them: no read.
+            if let Some(handed) = self.store.take_appended_events(last).filter(|_| !polled) {
+                let followers = self.followers.lock().expect("not poisoned");
+                for event in handed {
+                    last = event.seq;
+                    followers.offer(event);
+                }
                 continue;
             }
             loop {
@@ -379,16 +391,24 @@ mod tests {
     use super::*;
     use mission_store::test_support::{mission, store_with_user};
 
+    /// A store in `dir` with a user, and a hub reading it until the token is cancelled.
+    async fn running_hub(
+        dir: &tempfile::TempDir,
+    ) -> (Store, mission_store::UserRecord, Arc<EventHub>, CancellationToken, tokio::task::JoinHandle<()>) {
+        let (store, user) = store_with_user(dir.path()).await;
+        let hub = EventHub::new(store.clone());
+        let shutdown = CancellationToken::new();
+        let reader = tokio::spawn(hub.clone().run(Duration::from_secs(3600), shutdown.clone()));
+        (store, user, hub, shutdown, reader)
+    }
+
     /// More events than a follower's backlog arrive while it reads none: it still gets every
     /// one, in order, the later ones from the log; a follower filed under another mission is
     /// offered none.
     #[tokio::test]
     async fn a_follower_that_falls_behind_misses_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, user) = store_with_user(dir.path()).await;
-        let hub = EventHub::new(store.clone());
-        let shutdown = CancellationToken::new();
-        let reader = tokio::spawn(hub.clone().run(Duration::from_secs(3600), shutdown.clone()));
+        let (store, user, hub, shutdown, reader) = running_hub(&dir).await;
         let (mut behind, _) = hub.follow(Watch::default(), None).await.unwrap();
         let elsewhere = Watch { mission_ids: vec![Uuid::new_v4()], ..Default::default() };
         let (mut other, _) = hub.follow(elsewhere, None).await.unwrap();
@@ -422,10 +442,7 @@ mod tests {
     #[tokio::test]
     async fn a_hub_nobody_follows_reads_nothing_and_the_next_follower_misses_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, user) = store_with_user(dir.path()).await;
-        let hub = EventHub::new(store.clone());
-        let shutdown = CancellationToken::new();
-        let reader = tokio::spawn(hub.clone().run(Duration::from_secs(3600), shutdown.clone()));
+        let (store, user, hub, shutdown, reader) = running_hub(&dir).await;
         let add = |names: std::ops::Range<u32>| {
             let missions: Vec<_> = names.map(|i| mission(user.user_id, &format!("m{i}"))).collect();
             let store = store.clone();
@@ -450,6 +467,63 @@ mod tests {
             assert_eq!(seen, (first as u64..=8).collect::<Vec<_>>());
         }
         assert!(hub.pages_read.load(Ordering::Relaxed) > 0, "the new events came through the hub");
+        shutdown.cancel();
+        reader.await.unwrap();
+    }
+
+    /// Reads from `follower` into `seen` (the events' kinds) until it holds `n`.
+    async fn expect(follower: &mut Follower<'_>, seen: &mut Vec<String>, n: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while seen.len() < n {
+            assert!(std::time::Instant::now() < deadline, "only {seen:?}");
+            match follower.next(Duration::from_secs(10)).await {
+                Some(Followed::Events(batch)) => seen.extend(batch.iter().map(|live| live.event.kind.clone())),
+                other => panic!("after {seen:?}: {other:?}"),
+            }
+        }
+    }
+
+    /// The events of the scheduler's job writes come to the followers from the commits that
+    /// appended them, with no read of the log; a write that does not hand its events over (a
+    /// mission's) between two of them has the hub read the log, and every event arrives once, in
+    /// order.
+    #[tokio::test]
+    async fn a_hub_takes_the_events_of_job_writes_from_their_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, user, hub, shutdown, reader) = running_hub(&dir).await;
+        let (mut follower, _) = hub.follow(Watch::default(), None).await.unwrap();
+        let first = mission(user.user_id, "m");
+        store.insert_missions(std::slice::from_ref(&first)).await.unwrap();
+        let mut seen = Vec::new();
+        expect(&mut follower, &mut seen, 1).await;
+        let read_before = hub.pages_read.load(Ordering::Relaxed);
+        let job = |at| {
+            mission_api::Job::queued(
+                first.mission_id,
+                user.user_id,
+                mission_store::DEFAULT_STATION_ID,
+                vec!["true".into()],
+                at,
+            )
+        };
+        for round in 0..3 {
+            let job = job(now());
+            store.save_jobs(&[(store.next_job_seq().await.unwrap(), job.clone())], &[], &[]).await.unwrap();
+            let mut running = mission_store::JobUpdate::new(job.job_id, mission_api::JobStatus::Assigned);
+            running.at = now();
+            store.save_jobs(&[], &[running], &[]).await.unwrap();
+            expect(&mut follower, &mut seen, 3 + round * 3).await;
+            assert_eq!(
+                hub.pages_read.load(Ordering::Relaxed),
+                read_before + round as u64,
+                "read only after a mission's"
+            );
+            store.insert_missions(&[mission(user.user_id, &format!("m{round}"))]).await.unwrap();
+            expect(&mut follower, &mut seen, 4 + round * 3).await;
+        }
+        assert_eq!(seen.iter().filter(|kind| *kind == "mission.created").count(), 4, "{seen:?}");
+        assert_eq!(seen.iter().filter(|kind| *kind == "job.queued").count(), 3, "{seen:?}");
+        drop(follower);
         shutdown.cancel();
         reader.await.unwrap();
     }

@@ -62,6 +62,7 @@ chapters!(
     projects_and_members,
     the_audit_trail,
     idempotency_keys,
+    placement_facts_for_a_batch,
 );
 
 /// Makes the database at `url` look migrated by a newer version (a migration this one does not

@@ -1431,3 +1431,42 @@ pub async fn idempotency_keys(store: &Store) {
     assert_eq!(claim(alice, "k1", "create b", at + minutes(24 * 60 + 2)).await, IdempotencyClaim::Running);
     assert_eq!(claim(bob, "k1", "create b", at + minutes(9)).await, IdempotencyClaim::Claimed, "pruned");
 }
+
+/// What the scheduler reads to send a batch's jobs, in one query: a stored job's row, a new
+/// job's facts from its user and mission, the mission's files (by path, with the first job of
+/// each mission only), the station's owner; a job gone has no row.
+pub async fn placement_facts_for_a_batch(store: &Store) {
+    use mission_store::PlacementAsk;
+    let (m, _) = mission_with_lz(store).await;
+    for (path, size) in [("b.txt", 2), ("a/x.txt", 1)] {
+        upload(store, &file(&m, path, size)).await;
+    }
+    let other = mission(m.user_id, "other", now());
+    store.insert_mission(&other).await.unwrap();
+    let stored = job(&m, LOCAL_STATION);
+    store.save_jobs(&numbered(store, std::slice::from_ref(&stored)).await, &[], &[]).await.unwrap();
+    let gone = Uuid::new_v4();
+    let asks = [
+        PlacementAsk::Stored { job_id: stored.job_id, station_id: LOCAL_STATION },
+        PlacementAsk::New { user_id: m.user_id, mission_id: m.mission_id, station_id: LOCAL_STATION },
+        PlacementAsk::New { user_id: m.user_id, mission_id: other.mission_id, station_id: Uuid::new_v4() },
+        PlacementAsk::Stored { job_id: gone, station_id: LOCAL_STATION },
+    ];
+    let facts = store.placement_facts(&asks).await.unwrap();
+    assert_eq!(facts.len(), 4);
+    let row = facts[0].job.as_ref().expect("the stored job's row");
+    assert_eq!((row.job_id, row.command.clone(), row.memory_amount), (stored.job_id, stored.command, 256));
+    assert_eq!(facts[0].user, Some(("ada".to_owned(), false)));
+    assert_eq!(facts[0].station.map(|(owner, _)| owner), Some(None), "local has no owner");
+    let files = facts[0].files.clone().expect("the mission's first job has its files");
+    assert_eq!(
+        files,
+        [("a/x.txt".to_owned(), 1, format!("{:064x}", 1)), ("b.txt".to_owned(), 2, format!("{:064x}", 2))]
+    );
+    assert!(facts[1].job.is_none() && facts[1].files.is_none(), "the same mission's second job");
+    assert_eq!(facts[1].user, Some(("ada".to_owned(), false)));
+    assert_eq!(facts[2].files, Some(Vec::new()), "a mission without files");
+    assert!(facts[2].station.is_none(), "a station that is not there");
+    assert!(facts[3].job.is_none() && facts[3].user.is_none(), "a job that is gone");
+    assert!(store.placement_facts(&[]).await.unwrap().is_empty());
+}

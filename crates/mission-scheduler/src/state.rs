@@ -739,10 +739,7 @@ impl State {
         for ((lz_id, lz, job_id), facts) in runs.into_iter().zip(facts) {
             let Some(job) = new.get(&job_id).copied().or(facts.job.as_ref()) else { continue };
             if let Some(listed) = facts.files {
-                files.insert(
-                    job.mission_id,
-                    listed.into_iter().map(|(path, size, sha256)| InputFile { path, size, sha256 }).collect(),
-                );
+                files.insert(job.mission_id, listed);
             }
             let Some(placed) = lz.jobs.get(&job_id) else { continue };
             let (username, admin) = facts.user.unwrap_or_default();

@@ -269,14 +269,10 @@ impl Store {
     pub fn take_appended_events(&self, after: u64) -> Option<Vec<Event>> {
         let mut handed = self.appended.handed.lock().expect("not poisoned");
         let unread = std::mem::take(&mut handed.unread);
-        let mut events: Vec<Event> = handed.events.drain(..).filter(|event| event.seq > after).collect();
+        let events: Vec<Event> = handed.events.drain(..).filter(|event| event.seq > after).collect();
         drop(handed);
         let contiguous = events.iter().zip(after + 1..).all(|(event, seq)| event.seq == seq);
-        if unread || !contiguous {
-            return None;
-        }
-        events.shrink_to_fit();
-        Some(events)
+        (!unread && contiguous).then_some(events)
     }
 
     /// Events matching `filter`, in order.

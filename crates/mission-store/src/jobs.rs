@@ -202,7 +202,8 @@ impl Store {
         // of the server's CPU under load).
         let batch = JobBatch::new(inserts, updates, pending);
         let events = super::events::events_json(events);
-        match &self.backend {
+        // The events the commit read back, where it does (SQLite), for the event hub.
+        let handed = match &self.backend {
             super::Backend::Sqlite(db) => {
                 // One script: one trip to SQLite's worker thread (those thread hand-offs were most
                 // of what the scheduler waited for).
@@ -215,9 +216,7 @@ impl Store {
                     .bind(events.as_str())
                     .bind(audit.as_str());
                 let appended = super::sqlite::run_script(&mut *db.writer().await, script).await?;
-                let appended = appended.iter().map(super::events::event_from_row).collect::<Result<_, _>>()?;
-                self.events_handed(appended);
-                return Ok(());
+                Some(appended.iter().map(super::events::event_from_row).collect::<Result<_, _>>()?)
             }
             super::Backend::Postgres(db) => {
                 let mut conn = db.connection().await?;
@@ -253,10 +252,13 @@ impl Store {
                     sqlx::query(super::audit::POSTGRES_APPEND_AUDIT).bind(audit.as_str()).execute(&mut *tx).await?;
                 }
                 tx.commit().await?;
+                None
             }
-        }
-        if batch.history != "[]" || events != "[]" {
-            self.events_appended();
+        };
+        match handed {
+            Some(appended) => self.events_handed(appended),
+            None if batch.history != "[]" || events != "[]" => self.events_appended(),
+            None => {}
         }
         Ok(())
     }

@@ -4,6 +4,7 @@
 
 use std::sync::LazyLock;
 
+use mission_api::lz::InputFile;
 use mission_api::{ContainerNetwork, Job};
 use uuid::Uuid;
 
@@ -42,9 +43,9 @@ pub struct PlacementFacts {
     pub user: Option<(String, bool)>,
     /// The station's owner and its containers' network (`None`: the station is gone).
     pub station: Option<(Option<Uuid>, ContainerNetwork)>,
-    /// The mission's files, by path, as (path, size, SHA-256): given with the first ask of each
-    /// mission in the batch, `None` with the others (the list can be long).
-    pub files: Option<Vec<(String, u64, String)>>,
+    /// The mission's files, by path: given with the first ask of each mission in the batch,
+    /// `None` with the others (the list can be long).
+    pub files: Option<Vec<InputFile>>,
 }
 
 /// The asks, `$1` a JSON array of objects with `job_id`, `user_id`, `mission_id`, `station_id`
@@ -65,14 +66,14 @@ fn placement_query(postgres: bool) -> String {
         (
             "SELECT k AS k, a ->> 'job_id' AS job_id, a ->> 'user_id' AS user_id, a ->> 'mission_id' AS mission_id, \
              a ->> 'station_id' AS station_id FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS asks (a, k)",
-            "SELECT COALESCE(json_agg(json_build_array(f.path, f.size, f.sha256) ORDER BY f.path), '[]')::text \
+            "SELECT COALESCE(json_agg(json_build_object('path', f.path, 'size', f.size, 'sha256', f.sha256) ORDER BY f.path), '[]')::text \
              FROM mission_files AS f WHERE f.mission_id = r.facts_mission",
         )
     } else {
         (
             "SELECT key AS k, value ->> 'job_id' AS job_id, value ->> 'user_id' AS user_id, \
              value ->> 'mission_id' AS mission_id, value ->> 'station_id' AS station_id FROM json_each($1)",
-            "SELECT json_group_array(json_array(f.path, f.size, f.sha256)) FROM \
+            "SELECT json_group_array(json_object('path', f.path, 'size', f.size, 'sha256', f.sha256)) FROM \
              (SELECT path, size, sha256 FROM mission_files WHERE mission_id = r.facts_mission ORDER BY path) AS f",
         )
     };

@@ -1459,10 +1459,9 @@ pub async fn placement_facts_for_a_batch(store: &Store) {
     assert_eq!(facts[0].user, Some(("ada".to_owned(), false)));
     assert_eq!(facts[0].station.map(|(owner, _)| owner), Some(None), "local has no owner");
     let files = facts[0].files.clone().expect("the mission's first job has its files");
-    assert_eq!(
-        files,
-        [("a/x.txt".to_owned(), 1, format!("{:064x}", 1)), ("b.txt".to_owned(), 2, format!("{:064x}", 2))]
-    );
+    let input =
+        |path: &str, size| mission_api::lz::InputFile { path: path.into(), size, sha256: format!("{size:064x}") };
+    assert_eq!(files, [input("a/x.txt", 1), input("b.txt", 2)]);
     assert!(facts[1].job.is_none() && facts[1].files.is_none(), "the same mission's second job");
     assert_eq!(facts[1].user, Some(("ada".to_owned(), false)));
     assert_eq!(facts[2].files, Some(Vec::new()), "a mission without files");

@@ -16,7 +16,8 @@ latency_jobs=20
 throughput_jobs=1000
 cargo bench -p mission-cli --bench jobs --no-run >/dev/null
 log="$(mktemp)"
-BENCH_ARRAY_JOBS=0 BENCH_LATENCY_JOBS=$latency_jobs BENCH_THROUGHPUT_JOBS=$throughput_jobs \
+gate="$(mktemp -u)"
+BENCH_START_GATE="$gate" BENCH_ARRAY_JOBS=0 BENCH_LATENCY_JOBS=$latency_jobs BENCH_THROUGHPUT_JOBS=$throughput_jobs \
   cargo bench -p mission-cli --bench jobs >"$log" 2>&1 &
 bench=$!
 server=""
@@ -26,9 +27,14 @@ for _ in $(seq 600); do
   sleep 0.1
 done
 [ -n "$server" ] || { echo "the benchmark's server did not start" >&2; cat "$log" >&2; exit 1; }
-# perf ends when the server does, at the benchmark's end.
-perf record -q -F "$hz" -g --call-graph dwarf,8192 -p "$server" -o "$data" >/dev/null 2>&1 || true
+# perf ends when the server does, at the benchmark's end. The benchmark waits for the gate
+# before its first job, so the agent's spawner (started with the first job) is recorded too.
+perf record -q -F "$hz" -g --call-graph dwarf,8192 -p "$server" -o "$data" >/dev/null 2>&1 &
+sleep 2
+touch "$gate"
 wait "$bench"
+wait || true  # perf, which ends with the server
+rm -f "$gate"
 grep -E '^\|' "$log"
 perf script -i "$data" -F comm,ip,sym --no-inline 2>/dev/null >"$data.txt"
 python3 bench/profile_breakdown.py "$data.txt" "$hz" $((latency_jobs + 1 + throughput_jobs))

@@ -74,6 +74,15 @@ async fn main() {
     let deployment = Deployment::from_env();
     let database = deployment.database(home.path()).await;
     let service = Service::start(deployment, home.path(), &database, &flags).await;
+    // A profiler attaches to the server before any job runs, so it sees the agent's spawner
+    // start (bench/profile-jobs.sh creates this file once it records).
+    if let Some(gate) = std::env::var_os("BENCH_START_GATE") {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !std::path::Path::new(&gate).exists() {
+            assert!(Instant::now() < deadline, "nothing created BENCH_START_GATE within 60 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     let url = service.urls()[0].clone();
     let password = std::fs::read_to_string(service.data_dir.join("initial-admin-password")).unwrap();
     let (tokens, auth) = common::sign_in(&url, "admin", password.trim()).await;

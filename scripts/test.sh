@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: unit and end-to-end tests (nextest), doc examples, rustdoc lint.
+# The whole test suite: the guide (built, links checked), unit and end-to-end tests (nextest),
+# doc examples, rustdoc lint.
 # Installs its Debian test dependencies first (scripts/install-test-deps.sh); every server the
 # tests start listens on 127.0.0.1 with a free port.
 set -euo pipefail
@@ -17,7 +18,13 @@ python3 scripts/check-floors.py
 cargo fmt --all -- --check
 cargo fmt --manifest-path python/Cargo.toml -- --check
 
+# The guide (docs/, an mdBook) builds with every link leading somewhere; beside the installs.
+mkdir -p target
+bash scripts/docs.sh >target/docs.log 2>&1 &
+docs=$!
 bash scripts/install-test-deps.sh
+wait "$docs" || { cat target/docs.log >&2; echo "the guide did not build or has broken links" >&2; exit 1; }
+tail -1 target/docs.log
 # The browser test must run here, not skip.
 export MISSION_REQUIRE_BROWSER=1
 # So must the S3 cargo-bay tests (the script installs their server).

@@ -931,7 +931,8 @@ async fn a_config_file_configures_the_server_and_the_agent() {
 
 /// The service units of `packaging/systemd` pass `systemd-analyze verify` without a word (it
 /// exits 0 on unknown keys and bad values, so any output fails), with this binary as the
-/// `mission` they start; and their hardening is what the README promises.
+/// `mission` they start; and their hardening is what the guide promises
+/// (`docs/src/admins/service.md`).
 #[tokio::test]
 async fn the_systemd_units_verify() {
     if Command::new("systemd-analyze").arg("--version").output().await.is_err() {

@@ -3,8 +3,9 @@
 //! An operation listed in [`DEPRECATED`] is marked `deprecated: true` in the OpenAPI document,
 //! with its dates and successor in its description, and every answer to it carries a
 //! `Deprecation` header (RFC 9745: when it was deprecated, `@` and Unix seconds) and a `Sunset`
-//! header (RFC 8594: the earliest time it may be removed, an HTTP date). The README's policy
-//! sets the sunset: at least six months and two releases after the deprecation. The table is the
+//! header (RFC 8594: the earliest time it may be removed, an HTTP date). The guide's policy
+//! (`docs/src/reference/http-api.md`) sets the sunset: at least six months and two releases
+//! after the deprecation. The table is the
 //! one place both come from, so the document and the answers cannot disagree.
 
 use axum::extract::{MatchedPath, Request};

@@ -255,7 +255,7 @@ fn the_api_keeps_what_the_last_release_promised() {
     assert!(
         broken.is_empty(),
         "openapi/v1.json breaks clients of release {}:\n{}\nKeep the old shape, or mark the operation \
-         `deprecated` in a release first (README: the API's lifecycle).",
+         `deprecated` in a release first (docs/src/reference/http-api.md: the API's lifecycle).",
         released["info"]["version"],
         broken.join("\n")
     );

@@ -140,7 +140,10 @@ snakemake_image=target/test-image/snakemake-bookworm.tar
 if [ ! -s "$snakemake_image" ]; then
   echo "building the Snakemake job image $snakemake_image (podman build on the test image)" >&2
   context="$(mktemp -d "${TMPDIR:-/tmp}/mission-snakemake-image.XXXXXX")"
-  "$workflows/bin/pip" wheel --quiet --disable-pip-version-check -w "$context/wheels" \
+  # PEP 517 builds (setuptools and wheel fetched for the build): snakemake's connection_pool
+  # comes only as an sdist without a pyproject.toml, and the venv has no `wheel` to build it the
+  # legacy way (a fresh machine, with no wheel of it cached, failed there).
+  "$workflows/bin/pip" wheel --quiet --disable-pip-version-check --use-pep517 -w "$context/wheels" \
     'snakemake==9.27.1' 'snakemake-storage-plugin-s3==0.3.6'
   cat > "$context/Containerfile" <<'CONTAINERFILE'
 FROM localhost/mission-test:bookworm

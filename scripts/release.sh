@@ -8,6 +8,7 @@
 #                              links to ../mission, which answers as each (put it on PATH)
 #   systemd/                   the hardened units of packaging/systemd
 #   config/                    example config files documenting every key (server.toml, lz.toml)
+#   man/man1/                  the man pages of `mission` and of each command (`man -M man mission-run`)
 #   openapi/v1.json            the HTTP API's OpenAPI document
 #   README.md                  how to run it
 #   BUILD-INFO                 version, commit, target, the glibc it needs, the licence
@@ -59,6 +60,7 @@ install -m 0755 "$binary" "$stage/mission"
 "$stage/mission" completions bash > "$stage/completions/mission.bash"
 "$stage/mission" completions zsh > "$stage/completions/_mission"
 "$stage/mission" completions fish > "$stage/completions/mission.fish"
+"$stage/mission" man-pages "$stage/man/man1" > /dev/null
 "$stage/mission" slurm-commands install "$stage/slurm-commands" --link-to ../mission > /dev/null
 install -m 0644 packaging/systemd/*.service "$stage/systemd/"
 "$stage/mission" server default-config > "$stage/config/server.toml"

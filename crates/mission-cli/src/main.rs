@@ -7,6 +7,7 @@
 
 mod commands;
 mod config_file;
+mod manual;
 mod output;
 mod progress;
 mod session;
@@ -156,10 +157,12 @@ enum Command {
         #[arg(long)]
         probe: bool,
     },
-    /// Runs a command on another node of the job this runs in (a job on several landing zones,
-    /// `mission run --nodes N`), as ssh would: its words are joined with spaces and run by `sh
-    /// -c` in that node's part of the job (its user, sandbox, cgroup and work dir), its output
-    /// and exit code coming back. For MPI launchers, instead of ssh between hosts:
+    /// Run a command on another node of this job, as ssh would (for MPI launchers)
+    ///
+    /// In a job on several landing zones (`mission run --nodes N`), the command's words are
+    /// joined with spaces and run by `sh -c` in that node's part of the job (its user, sandbox,
+    /// cgroup and work dir), its output and exit code coming back. For MPI launchers, instead
+    /// of ssh between hosts:
     ///
     ///   mpirun --mca plm_rsh_agent "mission lz-exec" --hostfile "$MISSION_HOSTFILE" ./app
     ///   mpiexec -launcher rsh -launcher-exec "mission lz-exec" -f "$MISSION_HOSTFILE" ./app
@@ -183,6 +186,20 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+    /// Write the man pages of `mission` and of each of its commands into a folder.
+    ///
+    /// One page per command, named as `man` finds them (mission.1, mission-jobs-list.1, …):
+    ///
+    ///   mission man-pages /usr/local/share/man/man1
+    ///   mission man-pages ./man/man1 && man -M ./man mission-run
+    #[command(verbatim_doc_comment)]
+    ManPages {
+        /// The folder (made if missing).
+        dir: std::path::PathBuf,
+    },
+    /// Print the guide's command-line reference (Markdown): every command's `--help`.
+    #[command(hide = true)]
+    CliReference,
 }
 
 /// `--log-format`.
@@ -322,6 +339,13 @@ async fn run() -> ExitCode {
                     ExitCode::from(255)
                 }
             };
+        }
+        Command::ManPages { dir } => manual::write_man_pages(Cli::command(), &dir)
+            .map(|pages| println!("Wrote {} man pages to {}", pages.len(), dir.display()))
+            .map_err(|e| anyhow::anyhow!("writing man pages to {}: {e}", dir.display())),
+        Command::CliReference => {
+            print!("{}", manual::cli_reference(Cli::command()));
+            Ok(())
         }
         Command::Completions { shell } => {
             let mut script = Vec::new();

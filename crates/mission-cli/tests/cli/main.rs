@@ -13,6 +13,7 @@ mod ends;
 mod fair_share;
 mod gangs;
 mod jobs;
+mod manual;
 mod reclaim;
 mod replicas;
 mod sessions;
@@ -21,6 +22,7 @@ mod slurm;
 mod slurm_commands;
 mod store_writes;
 mod tes;
+mod walkthrough;
 mod webhooks;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mission");
@@ -140,33 +142,34 @@ impl Fixture {
 
     /// `mission login --no-browser`, approving the printed code as `username`.
     async fn login(&self, profile: &str, username: &str, password: &str) -> String {
-        let mut child = self
-            .command(profile)
-            .args(["login", "--no-browser", "--server", &self.url])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let code = tokio::time::timeout(Duration::from_secs(30), async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                if let Some(code) = line.split("enter the code ").nth(1) {
-                    assert!(line.contains(&format!("{}/activate", self.url)), "{line}");
-                    return code.trim().to_owned();
-                }
-            }
-            panic!("login printed no code");
-        })
-        .await
-        .unwrap();
-        let form =
-            [("user_code", code.as_str()), ("username", username), ("password", password), ("action", "approve")];
-        let page = reqwest::Client::new().post(format!("{}/activate", self.url)).form(&form).send().await.unwrap();
-        assert_eq!(page.status(), 200);
-        let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output()).await.unwrap().unwrap();
-        assert!(out.status.success());
-        String::from_utf8(out.stdout).unwrap()
+        let mut login = self.command(profile);
+        login.args(["login", "--no-browser", "--server", &self.url]);
+        approve_login(login, &self.url, username, password).await
     }
+}
+
+/// Runs `login` (a `mission login --no-browser` against `url`) and approves the code it prints
+/// through `POST /activate` as `username`; it must succeed. Answers its stdout.
+async fn approve_login(mut login: Command, url: &str, username: &str, password: &str) -> String {
+    let mut child = login.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let code = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(code) = line.split("enter the code ").nth(1) {
+                assert!(line.contains(&format!("{url}/activate")), "{line}");
+                return code.trim().to_owned();
+            }
+        }
+        panic!("login printed no code");
+    })
+    .await
+    .unwrap();
+    let form = [("user_code", code.as_str()), ("username", username), ("password", password), ("action", "approve")];
+    let page = reqwest::Client::new().post(format!("{url}/activate")).form(&form).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output()).await.unwrap().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
 }
 
 /// Checks that every folder under `dir` is 0700 and every file 0600.
@@ -1004,6 +1007,9 @@ async fn the_release_archive_holds_what_a_site_installs() {
         "config/server.toml",
         "config/lz.toml",
         "openapi/v1.json",
+        "man/man1/mission.1",
+        "man/man1/mission-run.1",
+        "man/man1/mission-jobs-list.1",
         "README.md",
         "BUILD-INFO",
         "SHA256SUMS",
@@ -1014,7 +1020,9 @@ async fn the_release_archive_holds_what_a_site_installs() {
         Command::new("sha256sum").args(["-c", "--quiet", "SHA256SUMS"]).current_dir(&dir).output().await.unwrap();
     assert!(sums.status.success(), "{}", String::from_utf8_lossy(&sums.stdout));
     let summed = std::fs::read_to_string(dir.join("SHA256SUMS")).unwrap();
-    assert_eq!(summed.lines().count(), 11, "every file but itself: {summed}");
+    let man_pages = std::fs::read_dir(dir.join("man/man1")).unwrap().count();
+    assert!(man_pages > 50, "a page for each command: {man_pages}");
+    assert_eq!(summed.lines().count(), 11 + man_pages, "every file but itself: {summed}");
     let info = std::fs::read_to_string(dir.join("BUILD-INFO")).unwrap();
     assert!(info.lines().any(|l| l.starts_with("needs: glibc 2.")), "{info}");
     // The Slurm commands: links that move with the folder, each answering as its command.

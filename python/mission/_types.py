@@ -220,14 +220,27 @@ class JobTransition(_Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class Cost(_Record):
+    """An amount of money in a currency (an ISO 4217 code such as ``EUR``)."""
+
+    amount: float
+    currency: str
+
+
+@dataclasses.dataclass(frozen=True)
 class JobUsage(_Record):
     """What a job used, as its landing zone measured it: seconds of wall and CPU time, CPU time
-    over the CPUs it held times its wall time, and its peak memory in megabytes."""
+    over the CPUs it held times its wall time, and its peak memory in megabytes; and what it
+    cost by its station's settings as it ended: kWh, grams of CO2e, and money where the station
+    has prices."""
 
     wall_time: float
     cpu_time: Optional[float] = None
     cpu_efficiency: Optional[float] = None
     peak_memory: Optional[int] = None
+    energy_kwh: Optional[float] = None
+    co2e_g: Optional[float] = None
+    cost: Optional[Cost] = dataclasses.field(default=None, metadata={"of": Cost})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -477,6 +490,8 @@ class UsageGroup(_Record):
     memory_gb_hours: float
     mean_cpu_efficiency: Optional[float] = None
     id: Optional[str] = None
+    energy_kwh: float = 0.0
+    co2e_g: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -184,6 +184,9 @@ def test_a_finished_job_says_what_it_used_and_the_summary_counts_it(client, tmp_
     done = client.wait_for_job(job.job_id, timeout=120)
     assert isinstance(done.usage, mission.JobUsage), done
     assert done.usage.wall_time >= 0
+    # What it cost, reckoned by the station's settings as it ended (no prices by default).
+    assert done.usage.energy_kwh is not None and done.usage.energy_kwh >= 0, done.usage
+    assert done.usage.co2e_g is not None and done.usage.cost is None, done.usage
     summary = client.job_usage(mission_ids=[job.mission_id], since=before)
     assert isinstance(summary, mission.UsageSummary)
     assert summary.jobs == 1

@@ -795,7 +795,7 @@ impl std::str::FromStr for PendingKind {
 
 /// What a job used, as its landing zone measured it: from the job's cgroup on a host, from
 /// `sacct` on a Slurm cluster.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobUsage {
     /// Seconds its program ran.
@@ -811,6 +811,19 @@ pub struct JobUsage {
     /// `memory_amount`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_memory: Option<u64>,
+    /// The energy it drew in kWh, its data centre's overhead (the station's PUE) included:
+    /// modelled from what it used and held by the station's settings ([`crate::StationEnergy`]).
+    /// Computed by the server as the job ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_kwh: Option<f64>,
+    /// Grams of CO₂-equivalent: its energy times the station's grid intensity when it ended.
+    /// Computed by the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub co2e_g: Option<f64>,
+    /// What it was charged by the station's prices, where the station has any. Computed by the
+    /// server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<crate::Cost>,
 }
 
 /// Its figures are never NaN (none is a quotient by zero), so equality is an equivalence.
@@ -872,6 +885,13 @@ pub struct UsageGroup {
     pub memory_gb_hours: f64,
     /// The mean of their CPU efficiencies, where measured.
     pub mean_cpu_efficiency: Option<f64>,
+    /// The energy they drew in kWh (of the jobs that were reckoned: those that ended since
+    /// version 41 of the schema, [`JobUsage::energy_kwh`]).
+    #[serde(default)]
+    pub energy_kwh: f64,
+    /// Grams of CO₂-equivalent, of the same jobs.
+    #[serde(default)]
+    pub co2e_g: f64,
 }
 
 /// Answer of `GET /api/v1/usage`: what the ended jobs the caller may see used, per group.
@@ -901,13 +921,14 @@ impl UsageReport {
             label => (label.to_owned(), "id"),
         };
         let mut csv = format!(
-            "{},{id},jobs,wall_hours,cpu_hours,cpu_hours_held,gpu_hours,memory_gb_hours,mean_cpu_efficiency\n",
+            "{},{id},jobs,wall_hours,cpu_hours,cpu_hours_held,gpu_hours,memory_gb_hours,mean_cpu_efficiency,\
+             energy_kwh,co2e_g\n",
             csv_field(&name)
         );
         for g in &self.groups {
             let optional = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
             csv.push_str(&format!(
-                "{},{},{},{:.4},{:.4},{:.4},{:.4},{:.4},{}\n",
+                "{},{},{},{:.4},{:.4},{:.4},{:.4},{:.4},{},{:.6},{:.3}\n",
                 csv_field(g.group.as_deref().unwrap_or("")),
                 g.id.map_or(String::new(), |id| id.to_string()),
                 g.jobs,
@@ -917,6 +938,8 @@ impl UsageReport {
                 g.gpu_hours,
                 g.memory_gb_hours,
                 optional(g.mean_cpu_efficiency),
+                g.energy_kwh,
+                g.co2e_g,
             ));
         }
         csv

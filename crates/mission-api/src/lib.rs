@@ -22,6 +22,7 @@ pub mod audit;
 pub mod auth;
 pub mod batch;
 pub mod cargo_bays;
+pub mod energy;
 pub mod events;
 pub mod files;
 pub mod images;
@@ -46,6 +47,7 @@ pub use audit::{AuditEntry, AuditPage};
 pub use auth::{AuthConfig, DeviceAuthorization, OAuthError, TokenResponse};
 pub use batch::{JobBatch, SubmitBatchJob};
 pub use cargo_bays::{CargoBay, CargoBayKind, CreateCargoBay, DEFAULT_CARGO_BAY_ID};
+pub use energy::{Cost, PriceBook, StationEnergy};
 pub use events::Event;
 pub use files::FileListing;
 pub use images::{

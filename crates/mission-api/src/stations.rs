@@ -14,7 +14,7 @@ use uuid::Uuid;
 pub const DEFAULT_STATION_NAME: &str = "local";
 
 /// A station as the API returns it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Station {
     /// Id jobs name in `station_id`.
@@ -37,6 +37,9 @@ pub struct Station {
     /// (default) or none. A landing zone may allow less (`mission lz --lz-container-network`).
     #[serde(default)]
     pub container_network: crate::ContainerNetwork,
+    /// How its jobs' energy, carbon and cost are reckoned (the defaults where never set).
+    #[serde(default)]
+    pub energy: crate::StationEnergy,
     /// When it was created.
     pub created_at: DateTime<Utc>,
 }
@@ -67,7 +70,7 @@ pub struct CreateStation {
 
 /// Body of `PATCH /api/v1/stations/{id}` (its owner or an admin): what to change; absent
 /// fields stay.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct UpdateStation {
@@ -83,6 +86,10 @@ pub struct UpdateStation {
     /// The network of the containers its jobs run in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_network: Option<crate::ContainerNetwork>,
+    /// How its jobs' energy, carbon and cost are reckoned from now on, as a whole (fields left
+    /// out take their defaults); jobs that ended keep what they were charged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy: Option<crate::StationEnergy>,
 }
 
 fn reclaims_by_default() -> bool {

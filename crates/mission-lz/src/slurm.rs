@@ -324,8 +324,7 @@ pub fn parse_usage(output: &str) -> Result<HashMap<String, JobUsage>, ParseError
                 job.job = Some(JobUsage {
                     wall_time: elapsed.parse::<u32>().map_err(|_| fail("the elapsed seconds are not a number"))?.into(),
                     cpu_time: Some(cpu_seconds(cpu).ok_or_else(|| fail("the CPU time is not [DD-[HH:]]MM:SS"))?),
-                    cpu_efficiency: None,
-                    peak_memory: None,
+                    ..JobUsage::default()
                 })
             }
             Some(step) => {

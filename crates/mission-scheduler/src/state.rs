@@ -45,8 +45,9 @@ use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use mission_api::energy::Held;
 use mission_api::lz::{Assignment, Hello, InputFile, LogOffsets, Order, Report, Welcome};
-use mission_api::{Job, JobStatus, PendingKind, PendingReason, RetryOn, RetryPolicy};
+use mission_api::{Job, JobStatus, JobUsage, PendingKind, PendingReason, RetryOn, RetryPolicy, StationEnergy};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -170,6 +171,8 @@ pub struct State {
     budgets: Budgets,
     /// The stations that do not reclaim borrowed room.
     no_reclaim: HashSet<Uuid>,
+    /// The energy settings of the stations that changed them from the defaults.
+    energy: HashMap<Uuid, StationEnergy>,
     /// The queued jobs borrowed room is being reclaimed for (see `reclaim.rs`), with their
     /// station and project: until each starts, or finds nothing more to reclaim, jobs of other
     /// projects that would borrow on that station wait.
@@ -241,6 +244,7 @@ impl State {
             limits: Limits::default(),
             budgets: Budgets::default(),
             no_reclaim: HashSet::new(),
+            energy: HashMap::new(),
             reclaims: HashMap::new(),
             reclaim_grace: u32::try_from(policy.reclaim_grace.as_secs()).unwrap_or(u32::MAX),
             queue,
@@ -277,7 +281,9 @@ impl State {
             self.limits.set(record);
         }
         let stations = self.store.stations(None).await?;
-        self.no_reclaim = stations.into_iter().filter(|s| !s.reclaim).map(|s| s.station_id).collect();
+        self.no_reclaim = stations.iter().filter(|s| !s.reclaim).map(|s| s.station_id).collect();
+        let default = StationEnergy::default();
+        self.energy = stations.into_iter().filter(|s| s.energy != default).map(|s| (s.station_id, s.energy)).collect();
         let now = store::now();
         for record in self.store.project_budgets(None).await? {
             let spent = self.store.project_spent(record.project_id, record.budget.period.start(now)).await?;
@@ -950,9 +956,14 @@ impl State {
 
     /// Reads whether a station reclaims borrowed room again from the store; it gets a pass.
     async fn station_changed(&mut self, station_id: Uuid) -> SchedulerResult<()> {
-        match self.store.station(station_id).await? {
+        let station = self.store.station(station_id).await?;
+        match &station {
             Some(station) if !station.reclaim => self.no_reclaim.insert(station_id),
             _ => self.no_reclaim.remove(&station_id),
+        };
+        match station.filter(|s| s.energy != StationEnergy::default()) {
+            Some(station) => self.energy.insert(station_id, station.energy),
+            None => self.energy.remove(&station_id),
         };
         self.dirty.insert(station_id);
         Ok(())
@@ -1517,7 +1528,8 @@ impl State {
             // An agent's figures are taken as measured, but none may be negative.
             update.usage = report
                 .usage
-                .filter(|u| status.is_final() && u.wall_time >= 0.0 && u.cpu_time.is_none_or(|cpu| cpu >= 0.0));
+                .filter(|u| status.is_final() && u.wall_time >= 0.0 && u.cpu_time.is_none_or(|cpu| cpu >= 0.0))
+                .map(|usage| with_footprint(&self.energy, placed.key.station_id, &placed.entry, usage));
             if let Some(usage) = &update.usage {
                 measured.push((report.job_id, usage.wall_time));
             }
@@ -2313,4 +2325,30 @@ async fn sleep_until(deadline: Option<Instant>) {
         Some(t) => tokio::time::sleep_until(t).await,
         None => std::future::pending().await,
     }
+}
+
+/// `usage` with what the job cost by its station's settings ([`mission_api::energy`]): its
+/// energy, carbon and money are reckoned as it ends, so that a later change of the settings (a
+/// new tariff, a cleaner grid) leaves what ended before alone. Whatever an agent said of them is
+/// replaced.
+fn with_footprint(
+    energy: &HashMap<Uuid, StationEnergy>,
+    station_id: Uuid,
+    entry: &Queued,
+    mut usage: JobUsage,
+) -> JobUsage {
+    let (cpus, memory_mb, gpus) = entry.total();
+    // Each node of a gang is measured by its own agent: the CPU time reported is one node's, so
+    // the model counts every CPU the gang held as busy instead.
+    let cpu_time = usage.cpu_time.filter(|_| !entry.is_gang());
+    let default = StationEnergy::default();
+    let footprint = energy.get(&station_id).unwrap_or(&default).footprint(
+        &Held { cpus, memory_mb, gpus },
+        usage.wall_time,
+        cpu_time,
+    );
+    usage.energy_kwh = Some(footprint.energy_kwh);
+    usage.co2e_g = Some(footprint.co2e_g);
+    usage.cost = footprint.cost;
+    usage
 }

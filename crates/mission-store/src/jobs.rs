@@ -77,6 +77,10 @@ pub(super) const JOB_ROW: &[(&str, Cast)] = &[
     ("wall_time", Cast::Real),
     ("cpu_time", Cast::Real),
     ("peak_memory", Cast::Int),
+    ("energy_kwh", Cast::Real),
+    ("co2e_g", Cast::Real),
+    ("cost", Cast::Real),
+    ("currency", Cast::Text),
     ("created_at", Cast::Int),
     ("started_at", Cast::Int),
     ("finished_at", Cast::Int),
@@ -621,8 +625,10 @@ impl Store {
             q.push(
                 "COUNT(*) AS jobs, SUM(j.w) AS wall, SUM(j.cpu_time) AS cpu, SUM(j.cpu_count * j.w) AS held, \
                  SUM(j.gpu_count * j.w) AS gpu, SUM(j.memory_amount * j.w) AS memory, \
+                 SUM(j.energy_kwh) AS energy, SUM(j.co2e_g) AS co2e, \
                  AVG(CASE WHEN j.cpu_time IS NOT NULL AND j.w > 0 THEN j.cpu_time / (j.cpu_count * j.w) END) AS efficiency \
                  FROM (SELECT project_id, user_id, labels, cpu_count, gpu_count, memory_amount, cpu_time, \
+                 energy_kwh, co2e_g, \
                  COALESCE(wall_time, (finished_at - started_at) / 1000000.0, 0.0) AS w FROM jobs \
                  WHERE finished_at IS NOT NULL",
             );
@@ -680,6 +686,8 @@ impl Store {
                         gpu_hours: hours("gpu")?,
                         memory_gb_hours: hours("memory")? / 1024.0,
                         mean_cpu_efficiency: row.opt_real("efficiency")?,
+                        energy_kwh: row.opt_real("energy")?.unwrap_or(0.0),
+                        co2e_g: row.opt_real("co2e")?.unwrap_or(0.0),
                     })
                 })
                 .collect::<Result<Vec<_>, StoreError>>()?;
@@ -1093,6 +1101,10 @@ const SQLITE_SAVE_JOBS_AFTER_INSERT: &str = concat!(
     wall_time = COALESCE(c.value ->> 'wall_time', jobs.wall_time), \
     cpu_time = COALESCE(c.value ->> 'cpu_time', jobs.cpu_time), \
     peak_memory = COALESCE(c.value ->> 'peak_memory', jobs.peak_memory), \
+    energy_kwh = COALESCE(c.value ->> 'energy_kwh', jobs.energy_kwh), \
+    co2e_g = COALESCE(c.value ->> 'co2e_g', jobs.co2e_g), \
+    cost = COALESCE(c.value ->> 'cost', jobs.cost), \
+    currency = COALESCE(c.value ->> 'currency', jobs.currency), \
     started_at = IIF(json_type(c.value, '$.started_at') IS NULL, jobs.started_at, c.value ->> 'started_at'), \
     ran = COALESCE(c.value ->> 'ran', jobs.ran), \
     finished_at = COALESCE(c.value ->> 'finished_at', jobs.finished_at) \
@@ -1162,6 +1174,10 @@ const POSTGRES_CHANGE_JOBS: &str = "UPDATE jobs SET status = c ->> 'status', \
     wall_time = COALESCE((c ->> 'wall_time')::double precision, jobs.wall_time), \
     cpu_time = COALESCE((c ->> 'cpu_time')::double precision, jobs.cpu_time), \
     peak_memory = COALESCE((c ->> 'peak_memory')::bigint, jobs.peak_memory), \
+    energy_kwh = COALESCE((c ->> 'energy_kwh')::double precision, jobs.energy_kwh), \
+    co2e_g = COALESCE((c ->> 'co2e_g')::double precision, jobs.co2e_g), \
+    cost = COALESCE((c ->> 'cost')::double precision, jobs.cost), \
+    currency = COALESCE(c ->> 'currency', jobs.currency), \
     started_at = CASE WHEN c ? 'started_at' THEN (c ->> 'started_at')::bigint ELSE jobs.started_at END, \
     ran = COALESCE((c ->> 'ran')::boolean, jobs.ran), \
     finished_at = COALESCE((c ->> 'finished_at')::bigint, jobs.finished_at) \
@@ -1221,6 +1237,14 @@ struct JobChange {
     #[serde(skip_serializing_if = "Option::is_none")]
     peak_memory: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    energy_kwh: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    co2e_g: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cost: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    currency: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     started_at: Option<Option<i64>>,
     /// Set as it enters `running`, never cleared.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -1272,6 +1296,10 @@ impl JobBatch {
                     wall_time: None,
                     cpu_time: None,
                     peak_memory: None,
+                    energy_kwh: None,
+                    co2e_g: None,
+                    cost: None,
+                    currency: None,
                     started_at: None,
                     ran: None,
                     finished_at: None,
@@ -1307,10 +1335,14 @@ impl JobBatch {
                 change.pending_detail = None;
             }
             change.limits = u.limits.clone().or(change.limits.take());
-            if let Some(usage) = u.usage {
+            if let Some(usage) = &u.usage {
                 change.wall_time = Some(usage.wall_time);
                 change.cpu_time = usage.cpu_time;
                 change.peak_memory = usage.peak_memory;
+                change.energy_kwh = usage.energy_kwh;
+                change.co2e_g = usage.co2e_g;
+                change.cost = usage.cost.as_ref().map(|c| c.amount);
+                change.currency = usage.cost.as_ref().map(|c| c.currency.clone());
             }
             match u.status {
                 JobStatus::Running => {
@@ -1401,6 +1433,10 @@ fn insert_row(seq: u64, job: &Job) -> serde_json::Value {
         "wall_time": usage.map(|u| u.wall_time),
         "cpu_time": usage.and_then(|u| u.cpu_time),
         "peak_memory": usage.and_then(|u| u.peak_memory),
+        "energy_kwh": usage.and_then(|u| u.energy_kwh),
+        "co2e_g": usage.and_then(|u| u.co2e_g),
+        "cost": usage.and_then(|u| u.cost.as_ref()).map(|c| c.amount),
+        "currency": usage.and_then(|u| u.cost.as_ref()).map(|c| c.currency.as_str()),
         "created_at": to_micros(job.created_at),
         "started_at": job.started_at.map(to_micros),
         "finished_at": job.finished_at.map(to_micros),
@@ -1451,6 +1487,12 @@ pub(super) fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
                 cpu_time: r.opt_real("cpu_time")?,
                 cpu_efficiency: None,
                 peak_memory: r.opt_int("peak_memory")?.map(|mb| mb as u64),
+                energy_kwh: r.opt_real("energy_kwh")?,
+                co2e_g: r.opt_real("co2e_g")?,
+                cost: match (r.opt_real("cost")?, r.opt_text("currency")?) {
+                    (Some(amount), Some(currency)) => Some(mission_api::Cost { amount, currency }),
+                    _ => None,
+                },
             }
             .with_efficiency(cpu_count),
         )

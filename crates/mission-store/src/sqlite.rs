@@ -71,6 +71,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (38, "gangs", include_str!("../migrations/sqlite/0038_gangs.sql")),
     (39, "warnings_and_requeue", include_str!("../migrations/sqlite/0039_warnings_and_requeue.sql")),
     (40, "events_pruned_by_number", include_str!("../migrations/sqlite/0040_events_pruned_by_number.sql")),
+    (41, "energy", include_str!("../migrations/sqlite/0041_energy.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

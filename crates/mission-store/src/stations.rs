@@ -11,7 +11,8 @@ use super::jobs::FINAL_STATUSES;
 use super::row::Columns;
 use super::{Store, StoreError, conflict_on_duplicate, to_micros, with_conn};
 
-const STATION_COLUMNS: &str = "station_id, name, description, owner_id, open, created_at, reclaim, container_network";
+const STATION_COLUMNS: &str =
+    "station_id, name, description, owner_id, open, created_at, reclaim, container_network, energy";
 const LZ_COLUMNS: &str = "lz_id, station_id, name, cpu_count, memory_amount, gpu_count, last_seen_at, created_at, cluster_account, pilot_of, \
      images";
 
@@ -19,18 +20,21 @@ impl Store {
     /// Adds a station; a taken name is a [`StoreError::Conflict`].
     pub async fn insert_station(&self, station: &Station) -> Result<(), StoreError> {
         let result = audited_write!(self, |conn| {
-            sqlx::query(&format!("INSERT INTO stations ({STATION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"))
-                .bind(station.station_id.to_string())
-                .bind(&station.name)
-                .bind(&station.description)
-                .bind(station.owner_id.map(|u| u.to_string()))
-                .bind(station.open)
-                .bind(to_micros(station.created_at))
-                .bind(station.reclaim)
-                .bind(station.container_network.as_str())
-                .execute(conn)
-                .await
-                .map(drop)
+            sqlx::query(&format!(
+                "INSERT INTO stations ({STATION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+            ))
+            .bind(station.station_id.to_string())
+            .bind(&station.name)
+            .bind(&station.description)
+            .bind(station.owner_id.map(|u| u.to_string()))
+            .bind(station.open)
+            .bind(to_micros(station.created_at))
+            .bind(station.reclaim)
+            .bind(station.container_network.as_str())
+            .bind(energy_json(&station.energy))
+            .execute(conn)
+            .await
+            .map(drop)
         });
         conflict_on_duplicate(result, || format!("a station named {:?} exists already", station.name))
     }
@@ -77,13 +81,15 @@ impl Store {
         let done = audited_write!(self, |conn| {
             sqlx::query(
                 "UPDATE stations SET description = COALESCE($1, description), open = COALESCE($2, open), \
-                 reclaim = COALESCE($3, reclaim), container_network = COALESCE($4, container_network) \
-                 WHERE station_id = $5",
+                 reclaim = COALESCE($3, reclaim), container_network = COALESCE($4, container_network), \
+                 energy = CASE WHEN $5 THEN $6 ELSE energy END WHERE station_id = $7",
             )
             .bind(changes.description.as_deref())
             .bind(changes.open)
             .bind(changes.reclaim)
             .bind(changes.container_network.map(|n| n.as_str()))
+            .bind(changes.energy.is_some())
+            .bind(changes.energy.as_ref().and_then(energy_json))
             .bind(station_id.to_string())
             .execute(conn)
             .await
@@ -270,8 +276,16 @@ fn station_from_row(r: &impl Columns) -> Result<Station, StoreError> {
         open: r.flag("open")?,
         reclaim: r.flag("reclaim")?,
         container_network: r.text("container_network")?.parse().map_err(StoreError::Corrupt)?,
+        energy: r.opt_json("energy")?.unwrap_or_default(),
         created_at: r.time("created_at")?,
     })
+}
+
+/// A station's energy settings as stored: `NULL` for the defaults, so that they follow the
+/// defaults of later versions.
+fn energy_json(energy: &mission_api::StationEnergy) -> Option<String> {
+    (*energy != mission_api::StationEnergy::default())
+        .then(|| serde_json::to_string(energy).expect("plain numbers and strings"))
 }
 
 fn lz_from_row(r: &impl Columns, lease: std::time::Duration, now: DateTime<Utc>) -> Result<LandingZone, StoreError> {

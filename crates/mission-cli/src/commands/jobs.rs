@@ -439,7 +439,8 @@ pub(crate) async fn follow(client: &Client, job_id: Uuid, node: u32) -> anyhow::
     Ok(())
 }
 
-/// A job's usage in one line: `wall 12.3 s, CPU 10.1 s (82% of 1 CPU), peak 230 MB of 1024 MB`.
+/// A job's usage in one line: `wall 12.3 s, CPU 10.1 s (82% efficient), peak memory 230 MB of
+/// 1024 MB, 41.2 Wh, 19.6 g CO2e, EUR 0.0100`.
 fn usage_text(usage: &mission_api::JobUsage, memory_mb: u64) -> String {
     let mut text = format!("wall {:.1} s", usage.wall_time);
     if let Some(cpu) = usage.cpu_time {
@@ -450,6 +451,12 @@ fn usage_text(usage: &mission_api::JobUsage, memory_mb: u64) -> String {
     }
     if let Some(peak) = usage.peak_memory {
         text.push_str(&format!(", peak memory {peak} MB of {memory_mb} MB"));
+    }
+    if let (Some(kwh), Some(grams)) = (usage.energy_kwh, usage.co2e_g) {
+        text.push_str(&format!(", {:.1} Wh, {grams:.1} g CO2e", kwh * 1000.0));
+    }
+    if let Some(cost) = &usage.cost {
+        text.push_str(&format!(", {} {:.4}", cost.currency, cost.amount));
     }
     text
 }

@@ -2,6 +2,7 @@
 
 use anyhow::bail;
 use clap::Subcommand;
+use mission_api::PriceBook;
 use mission_client::{Client, CreateStation, LandingZone, RegisterLandingZone, Station, UpdateStation, Uuid};
 
 use crate::output::Output;
@@ -65,6 +66,54 @@ pub enum StationsCommand {
         /// The network of the containers its jobs run in: the host's or none.
         #[arg(long, value_name = "host|none")]
         container_network: Option<mission_client::ContainerNetwork>,
+    },
+    /// Show or change how a station's jobs' energy, carbon and cost are reckoned.
+    ///
+    /// Without flags, its settings. Flags (admins) change those they name; the rest stay. A job
+    /// is reckoned as it ends: CPU-seconds times the watts of a core, memory held times the
+    /// watts of a gigabyte, GPUs held times their watts, all times the PUE, for its energy; that
+    /// times the grid's intensity for its CO2e; the prices times the CPU-, GPU- and GB-hours it
+    /// held and the kWh it drew for its cost.
+    ///
+    ///   mission stations energy local --pue 1.2 --grid-intensity 30
+    ///   mission stations energy local --currency EUR --price-cpu-hour 0.02 --price-kwh 0.25
+    #[command(verbatim_doc_comment)]
+    Energy {
+        /// Name or id.
+        station: String,
+        /// Watts one busy CPU core draws (the processor's TDP over its cores).
+        #[arg(long, value_name = "WATTS")]
+        cpu_watts_per_core: Option<f64>,
+        /// Watts a gigabyte of memory draws.
+        #[arg(long, value_name = "WATTS")]
+        memory_watts_per_gb: Option<f64>,
+        /// Watts one GPU draws while a job holds it.
+        #[arg(long, value_name = "WATTS")]
+        gpu_watts: Option<f64>,
+        /// The data centre's power usage effectiveness (1 to 5).
+        #[arg(long, value_name = "RATIO")]
+        pue: Option<f64>,
+        /// The grid's carbon intensity, grams of CO2e per kWh.
+        #[arg(long, value_name = "G_PER_KWH")]
+        grid_intensity: Option<f64>,
+        /// Charge jobs in this currency (an ISO 4217 code: EUR, USD, CHF), at the prices given.
+        #[arg(long, value_name = "CODE")]
+        currency: Option<String>,
+        /// Price of an hour of one CPU held.
+        #[arg(long, value_name = "PRICE")]
+        price_cpu_hour: Option<f64>,
+        /// Price of an hour of one GPU held.
+        #[arg(long, value_name = "PRICE")]
+        price_gpu_hour: Option<f64>,
+        /// Price of an hour of a gigabyte of memory held.
+        #[arg(long, value_name = "PRICE")]
+        price_gb_hour: Option<f64>,
+        /// Price of a kWh drawn.
+        #[arg(long, value_name = "PRICE")]
+        price_kwh: Option<f64>,
+        /// Charge nothing: drop the prices.
+        #[arg(long, conflicts_with_all = ["currency", "price_cpu_hour", "price_gpu_hour", "price_gb_hour", "price_kwh"])]
+        no_prices: bool,
     },
     /// Delete a station with its members and landing zones (admins).
     Delete {
@@ -214,7 +263,7 @@ impl StationsCommand {
                 out.done(&station, &format!("created station {} ({})", station.name, station.station_id));
             }
             StationsCommand::Update { station, description, open, reclaim, container_network } => {
-                let changes = UpdateStation { description, open, reclaim, container_network };
+                let changes = UpdateStation { description, open, reclaim, container_network, energy: None };
                 if changes == UpdateStation::default() {
                     bail!("nothing to change: give --description, --open, --reclaim or --container-network");
                 }
@@ -225,6 +274,77 @@ impl StationsCommand {
                     &station,
                     &format!("updated station {}: {}, {reclaims} borrowed room", station.name, access(&station)),
                 );
+            }
+            StationsCommand::Energy {
+                station,
+                cpu_watts_per_core,
+                memory_watts_per_gb,
+                gpu_watts,
+                pue,
+                grid_intensity,
+                currency,
+                price_cpu_hour,
+                price_gpu_hour,
+                price_gb_hour,
+                price_kwh,
+                no_prices,
+            } => {
+                let id = resolve_station(&client, &station).await?;
+                let mut station = client.get_station(id).await?;
+                let energy = &mut station.energy;
+                let before = energy.clone();
+                let set = |field: &mut f64, value: Option<f64>| *field = value.unwrap_or(*field);
+                set(&mut energy.cpu_watts_per_core, cpu_watts_per_core);
+                set(&mut energy.memory_watts_per_gb, memory_watts_per_gb);
+                set(&mut energy.gpu_watts, gpu_watts);
+                set(&mut energy.pue, pue);
+                set(&mut energy.grid_gco2e_per_kwh, grid_intensity);
+                let prices = [price_cpu_hour, price_gpu_hour, price_gb_hour, price_kwh];
+                if no_prices {
+                    energy.prices = None;
+                } else if currency.is_some() || prices.iter().any(Option::is_some) {
+                    let mut book = match (energy.prices.take(), currency) {
+                        (Some(book), None) => book,
+                        (Some(book), Some(currency)) => PriceBook { currency, ..book },
+                        (None, Some(currency)) => {
+                            PriceBook { currency, cpu_hour: 0.0, gpu_hour: 0.0, gb_hour: 0.0, kwh: 0.0 }
+                        }
+                        (None, None) => bail!("the station charges nothing yet: give --currency with its prices"),
+                    };
+                    set(&mut book.cpu_hour, price_cpu_hour);
+                    set(&mut book.gpu_hour, price_gpu_hour);
+                    set(&mut book.gb_hour, price_gb_hour);
+                    set(&mut book.kwh, price_kwh);
+                    energy.prices = Some(book);
+                }
+                if *energy != before {
+                    let changes = UpdateStation { energy: Some(energy.clone()), ..Default::default() };
+                    station = client.update_station(id, &changes).await?;
+                }
+                let e = &station.energy;
+                let mut fields = vec![
+                    ("station", station.name.clone()),
+                    ("cpu watts per core", e.cpu_watts_per_core.to_string()),
+                    ("memory watts per GB", e.memory_watts_per_gb.to_string()),
+                    ("GPU watts", e.gpu_watts.to_string()),
+                    ("PUE", e.pue.to_string()),
+                    ("grid intensity", format!("{} gCO2e/kWh", e.grid_gco2e_per_kwh)),
+                ];
+                fields.push(match &e.prices {
+                    Some(p) => (
+                        "prices",
+                        format!(
+                            "{c} {} per CPU-hour, {c} {} per GPU-hour, {c} {} per GB-hour, {c} {} per kWh",
+                            p.cpu_hour,
+                            p.gpu_hour,
+                            p.gb_hour,
+                            p.kwh,
+                            c = p.currency
+                        ),
+                    ),
+                    None => ("prices", "none: jobs are not charged".into()),
+                });
+                out.record(&station.energy, fields);
             }
             StationsCommand::Delete { station } => {
                 let id = resolve_station(&client, &station).await?;

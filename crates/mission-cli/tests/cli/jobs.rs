@@ -1276,7 +1276,7 @@ async fn a_finished_job_reports_what_it_used() {
     assert_eq!(job.usage, None, "a queued job has used nothing yet");
     let done = alice.wait_for_job(job.job_id).await.unwrap();
     assert_eq!(done.status, JobStatus::Completed, "{done:?}");
-    let usage = done.usage.expect("a finished job says what it used");
+    let usage = done.usage.clone().expect("a finished job says what it used");
     let ran = (done.finished_at.unwrap() - done.started_at.unwrap()).as_seconds_f64();
     assert!(usage.wall_time >= 1.0 && usage.wall_time <= ran + 0.5, "{usage:?}, ran {ran} s");
     if ran_without_limits("the measured figures of a_finished_job_reports_what_it_used", &done) {
@@ -1288,6 +1288,13 @@ async fn a_finished_job_reports_what_it_used() {
     assert!((efficiency - cpu / (2.0 * usage.wall_time)).abs() < 1e-9 && efficiency < 0.55, "{usage:?}");
     let peak = usage.peak_memory.expect("peak memory from the cgroup");
     assert!((200..320).contains(&peak), "peak {peak} MB for 200 MB held");
+    // Its energy is modelled from that CPU time and what it held, by the station's (default)
+    // settings: 12 W a busy core, 0.3725 W a GB held, PUE 1.67; 475 g CO2e a kWh; no prices.
+    let hours = usage.wall_time / 3600.0;
+    let modelled = (cpu / 3600.0 * 12.0 + 1.024 * hours * 0.3725) * 1.67 / 1000.0;
+    let energy = usage.energy_kwh.expect("reckoned as it ended");
+    assert!((energy - modelled).abs() < 1e-12, "{usage:?}: {modelled} kWh");
+    assert!((usage.co2e_g.unwrap() - energy * 475.0).abs() < 1e-9 && usage.cost.is_none(), "{usage:?}");
 
     // The summary: it asked for 1024 MB and used about 200, so it over-requested.
     let summary = alice.job_usage(&mission_client::UsageQuery::default()).await.unwrap();

@@ -443,6 +443,7 @@ impl JobHandle for ProcessJob {
             cpu_time: measured.and_then(|m| m.cpu_seconds).filter(|_| cpu_measured),
             cpu_efficiency: None,
             peak_memory: measured.and_then(|m| m.peak_memory).map(|bytes| bytes.div_ceil(1 << 20)),
+            ..JobUsage::default()
         });
         let exit = exit.map_err(JobError::Wait)?;
         use std::os::unix::process::ExitStatusExt;

@@ -69,6 +69,7 @@ pub async fn create(app: &AppState, who: Principal, req: CreateStation) -> Domai
         open: req.open.unwrap_or(false),
         reclaim: req.reclaim.unwrap_or(true),
         container_network: req.container_network.unwrap_or_default(),
+        energy: mission_api::StationEnergy::default(),
         created_at: store::now(),
     };
     audit::note(who, Change::new("station.create", "station", station.station_id).named(&station.name).with(&station));
@@ -85,16 +86,25 @@ fn checked_description(description: String) -> DomainResult<String> {
 }
 
 /// Changes a station's description, whether it is open, whether it reclaims borrowed room, and
-/// its containers' network (its owner or an admin); answers the station as it is now.
+/// its containers' network (its owner or an admin), and how its jobs' energy, carbon and cost are
+/// reckoned (admins: prices are the site's); answers the station as it is now.
 pub async fn update(app: &AppState, who: Principal, station_id: Uuid, req: UpdateStation) -> DomainResult<Station> {
     let station = managed(app, who, station_id).await?;
+    if let Some(energy) = &req.energy {
+        if !who.admin {
+            return Err(DomainError::Forbidden("only admins set a station's energy settings and prices".into()));
+        }
+        if let Some((field, problem)) = energy.problem() {
+            return Err(DomainError::invalid(field, problem));
+        }
+    }
     let given = serde_json::to_value(&req).unwrap_or_default();
     let description = req.description.clone().map(checked_description).transpose()?;
     audit::note(who, Change::new("station.update", "station", station_id).named(&station.name).with(given));
     if !app.store.update_station(station_id, &UpdateStation { description, ..req.clone() }).await? {
         return Err(DomainError::not_found("station", station_id));
     }
-    if req.reclaim.is_some_and(|reclaim| reclaim != station.reclaim) {
+    if req.reclaim.is_some_and(|reclaim| reclaim != station.reclaim) || req.energy.is_some() {
         app.scheduler.station_changed(station_id).await?;
     }
     app.store.station(station_id).await?.ok_or_else(|| DomainError::not_found("station", station_id))

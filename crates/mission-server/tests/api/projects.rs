@@ -246,7 +246,7 @@ async fn a_project_never_holds_more_than_its_limits_on_a_station() {
 /// The agent runs a job to its end, reporting that it ran for `seconds`.
 async fn complete_after(agent: &FakeAgent, job_id: Uuid, seconds: f64) {
     let now = mission_store::now();
-    let usage = mission_api::JobUsage { wall_time: seconds, cpu_time: None, cpu_efficiency: None, peak_memory: None };
+    let usage = mission_api::JobUsage { wall_time: seconds, ..Default::default() };
     let done = Report { usage: Some(usage), exit_code: Some(0), ..Report::new(job_id, JobStatus::Completed, now) };
     agent.report(&[Report::new(job_id, JobStatus::Running, now), done]).await;
 }
@@ -399,4 +399,70 @@ async fn usage_per_project_user_and_label_for_whoever_may_see_it() {
         .await
         .unwrap();
     assert_eq!(xml.status(), 400);
+}
+
+/// A job's energy, carbon and money are reckoned as it ends by its station's settings, which
+/// only admins change, within bounds (a wrong one is a 400 naming it); whatever an agent says
+/// of them is not taken; `GET /usage` and its CSV sum them.
+#[tokio::test]
+async fn a_job_is_charged_its_energy_carbon_and_money_by_its_stations_settings() {
+    use mission_api::{PriceBook, StationEnergy, UpdateStation};
+    let (server, root, mut agent) = with_a_worker(&[]).await;
+    let alice = &server.client;
+    let prices = PriceBook { currency: "EUR".into(), cpu_hour: 0.02, gpu_hour: 0.0, gb_hour: 0.001, kwh: 0.25 };
+    let green = StationEnergy { pue: 1.0, grid_gco2e_per_kwh: 100.0, prices: Some(prices), ..Default::default() };
+    let set = |energy: &StationEnergy| UpdateStation { energy: Some(energy.clone()), ..Default::default() };
+    assert_eq!(status(alice.update_station(LOCAL_STATION, &set(&green)).await).0, 403, "prices are the site's");
+    let low_pue = StationEnergy { pue: 0.5, ..green.clone() };
+    assert_eq!(status(root.update_station(LOCAL_STATION, &set(&low_pue)).await), (400, Some("energy.pue".into())));
+    let mut euro = green.clone();
+    euro.prices.as_mut().unwrap().currency = "euro".into();
+    let refused = status(root.update_station(LOCAL_STATION, &set(&euro)).await);
+    assert_eq!(refused, (400, Some("energy.prices.currency".into())));
+    let mut negative = green.clone();
+    negative.prices.as_mut().unwrap().kwh = -1.0;
+    assert_eq!(
+        status(root.update_station(LOCAL_STATION, &set(&negative)).await).1.as_deref(),
+        Some("energy.prices.kwh")
+    );
+    assert_eq!(root.get_station(LOCAL_STATION).await.unwrap().energy, StationEnergy::default(), "nothing half-set");
+    assert_eq!(root.update_station(LOCAL_STATION, &set(&green)).await.unwrap().energy, green);
+
+    // A job of 1 CPU and 1000 MB that ran 30 minutes and used 15 of CPU; its agent's own
+    // figure for its energy is not taken.
+    let mission = alice.create_mission(&shell_mission("sweep", None)).await.unwrap();
+    let ask = RunJob { memory_amount: Some(1000), ..run(None) };
+    let job_id = alice.run_job(mission.mission_id, &ask).await.unwrap().job_id;
+    assert_eq!(next_run(&mut agent).await, job_id);
+    let now = mission_store::now();
+    let usage = mission_api::JobUsage {
+        wall_time: 1800.0,
+        cpu_time: Some(900.0),
+        energy_kwh: Some(99.0),
+        ..Default::default()
+    };
+    let done = Report { usage: Some(usage), exit_code: Some(0), ..Report::new(job_id, JobStatus::Completed, now) };
+    agent.report(&[Report::new(job_id, JobStatus::Running, now), done]).await;
+    let job = tokio::time::timeout(std::time::Duration::from_secs(10), alice.wait_for_job(job_id)).await.unwrap();
+    let usage = job.unwrap().usage.expect("reported");
+    // (0.25 CPU-hours × 12 W + 1 GB × 0.5 h × 0.3725 W) × PUE 1 = 3.18625 Wh; × 100 g/kWh;
+    // 0.5 CPU-hours held × 0.02 + 0.5 GB-hours × 0.001 + 0.00318625 kWh × 0.25.
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+    assert!(close(usage.energy_kwh.unwrap(), 0.003_186_25), "{usage:?}");
+    assert!(close(usage.co2e_g.unwrap(), 0.318_625), "{usage:?}");
+    let cost = usage.cost.expect("the station has prices");
+    assert!(close(cost.amount, 0.01 + 0.0005 + 0.003_186_25 * 0.25) && cost.currency == "EUR", "{cost:?}");
+
+    // What ended before a change keeps what it was charged.
+    assert!(root.update_station(LOCAL_STATION, &set(&StationEnergy::default())).await.is_ok());
+    let again = alice.get_job(job_id).await.unwrap().usage.unwrap();
+    assert_eq!(again.energy_kwh, usage.energy_kwh);
+
+    let query = mission_client::UsageReportQuery { group_by: "user".into(), ..Default::default() };
+    let report = root.usage_report(&query).await.unwrap();
+    let group = report.groups.iter().find(|g| g.group.as_deref() == Some("alice")).expect("alice's jobs");
+    assert!(close(group.energy_kwh, 0.003_186_25) && close(group.co2e_g, 0.318_625), "{group:?}");
+    let csv = root.usage_report_csv(&query).await.unwrap();
+    assert!(csv.lines().next().unwrap().ends_with(",mean_cpu_efficiency,energy_kwh,co2e_g"), "{csv}");
+    assert!(csv.lines().any(|line| line.starts_with("alice,") && line.ends_with(",0.003186,0.319")), "{csv}");
 }

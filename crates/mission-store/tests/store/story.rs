@@ -581,6 +581,7 @@ pub async fn stations_members_and_landing_zones(store: &Store) {
         open: false,
         reclaim: true,
         container_network: Default::default(),
+        energy: Default::default(),
         created_at: t0,
     };
     store.insert_station(&lab).await.unwrap();
@@ -599,6 +600,25 @@ pub async fn stations_members_and_landing_zones(store: &Store) {
         (changed.description.as_str(), changed.open, changed.reclaim, changed.container_network),
         ("racks 1-4", false, false, mission_api::ContainerNetwork::None)
     );
+    // Energy settings: kept whole as given, and the defaults again when given the defaults.
+    let green = mission_api::StationEnergy {
+        pue: 1.1,
+        grid_gco2e_per_kwh: 20.0,
+        prices: Some(mission_api::PriceBook {
+            currency: "CHF".into(),
+            cpu_hour: 0.01,
+            gpu_hour: 2.0,
+            gb_hour: 0.0,
+            kwh: 0.3,
+        }),
+        ..Default::default()
+    };
+    let energy = mission_api::UpdateStation { energy: Some(green.clone()), ..Default::default() };
+    assert!(store.update_station(lab.station_id, &energy).await.unwrap());
+    let changed = store.station(lab.station_id).await.unwrap().unwrap();
+    assert_eq!((changed.energy, changed.reclaim), (green, false), "the rest kept");
+    let defaults = mission_api::UpdateStation { energy: Some(Default::default()), ..Default::default() };
+    assert!(store.update_station(lab.station_id, &defaults).await.unwrap());
     let back = mission_api::UpdateStation {
         description: Some(lab.description.clone()),
         reclaim: Some(true),
@@ -793,6 +813,7 @@ pub async fn jobs_outlive_their_hosts_and_mission(store: &Store) {
         open: true,
         reclaim: false,
         container_network: Default::default(),
+        energy: Default::default(),
         created_at: now(),
     };
     store.insert_station(&lab).await.unwrap();
@@ -928,6 +949,7 @@ pub async fn job_listings_results_and_agents(store: &Store) {
         open: true,
         reclaim: true,
         container_network: Default::default(),
+        energy: Default::default(),
         created_at: now(),
     };
     store.insert_station(&lab).await.unwrap();
@@ -970,8 +992,12 @@ pub async fn job_listings_results_and_agents(store: &Store) {
         cpu_time: Some(3600.0),
         cpu_efficiency: None,
         peak_memory: Some(100),
+        energy_kwh: Some(0.025),
+        co2e_g: Some(11.875),
+        cost: Some(mission_api::Cost { amount: 0.04, currency: "EUR".into() }),
     };
-    let failed = JobUpdate { usage: Some(used), lz_id: Some(Some(lz)), ..moved(jobs[1].job_id, JobStatus::Failed) };
+    let failed =
+        JobUpdate { usage: Some(used.clone()), lz_id: Some(Some(lz)), ..moved(jobs[1].job_id, JobStatus::Failed) };
     store.save_jobs(&[], &[placed, failed], &[]).await.unwrap();
     // The ends an agent reports find, in one read, what they need of the jobs on its own LZ.
     let ending = |job_id: Uuid, log_truncated: bool| mission_store::EndingJob {

@@ -1,0 +1,236 @@
+//! What a job cost: its energy, carbon and money, from what it held and used and the settings of
+//! the station it ran on.
+//!
+//! Where the hardware gives no figure, energy is modelled as the Green Algorithms method does
+//! (Lannelongue et al., 2021): the CPU-seconds a job used times the power of a core, the memory it
+//! held times the power of a gigabyte, the GPUs it held times their power, all for as long as it
+//! ran, times the data centre's PUE. Carbon is that energy times the grid's intensity; money is
+//! the station's price book applied to what the job held (CPU-, GPU- and GB-hours, as sites
+//! charge allocations) and to the energy. Every figure a station sets has a documented default
+//! and bounds: a price or intensity out of them is refused, naming the field.
+
+use serde::{Deserialize, Serialize};
+
+/// How a station turns what a job used into energy, carbon and money.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(default, deny_unknown_fields)]
+pub struct StationEnergy {
+    /// Watts one busy CPU core draws (the processor's TDP over its cores). Default 12.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1000))]
+    pub cpu_watts_per_core: f64,
+    /// Watts a gigabyte of memory draws. Default 0.3725 (Green Algorithms).
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 100))]
+    pub memory_watts_per_gb: f64,
+    /// Watts one GPU draws while a job holds it, where its own counter gives no figure.
+    /// Default 300.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 5000))]
+    pub gpu_watts: f64,
+    /// The data centre's power usage effectiveness: all it draws over what its computers do.
+    /// Default 1.67 (the Uptime Institute's mean, as Green Algorithms takes it); 1 to 5.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 5))]
+    pub pue: f64,
+    /// The electricity grid's carbon intensity in grams of CO₂-equivalent per kWh. Default 475
+    /// (the world's mean in Green Algorithms); 0 to 2000.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 2000))]
+    pub grid_gco2e_per_kwh: f64,
+    /// What jobs are charged; none by default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prices: Option<PriceBook>,
+}
+
+/// A station's prices, in one currency.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PriceBook {
+    /// ISO 4217 code: three capital letters (`EUR`, `USD`, `CHF`).
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Z]{3}$"))]
+    pub currency: String,
+    /// Per hour of one CPU held.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1_000_000))]
+    pub cpu_hour: f64,
+    /// Per hour of one GPU held.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1_000_000))]
+    pub gpu_hour: f64,
+    /// Per hour of a gigabyte of memory held.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1_000_000))]
+    pub gb_hour: f64,
+    /// Per kWh the job drew (PUE included).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1_000_000))]
+    pub kwh: f64,
+}
+
+impl Default for StationEnergy {
+    fn default() -> Self {
+        Self {
+            cpu_watts_per_core: 12.0,
+            memory_watts_per_gb: 0.3725,
+            gpu_watts: 300.0,
+            pue: 1.67,
+            grid_gco2e_per_kwh: 475.0,
+            prices: None,
+        }
+    }
+}
+
+/// The largest price of anything, per unit: past it, a typo rather than a tariff.
+const MAX_PRICE: f64 = 1.0e6;
+
+impl StationEnergy {
+    /// Why these settings cannot be taken, if they cannot: the field, and its bounds.
+    pub fn problem(&self) -> Option<(&'static str, String)> {
+        let bounds = [
+            ("energy.cpu_watts_per_core", self.cpu_watts_per_core, 0.0, 1000.0),
+            ("energy.memory_watts_per_gb", self.memory_watts_per_gb, 0.0, 100.0),
+            ("energy.gpu_watts", self.gpu_watts, 0.0, 5000.0),
+            ("energy.pue", self.pue, 1.0, 5.0),
+            ("energy.grid_gco2e_per_kwh", self.grid_gco2e_per_kwh, 0.0, 2000.0),
+        ];
+        let prices = self.prices.iter().flat_map(|p| {
+            [
+                ("energy.prices.cpu_hour", p.cpu_hour, 0.0, MAX_PRICE),
+                ("energy.prices.gpu_hour", p.gpu_hour, 0.0, MAX_PRICE),
+                ("energy.prices.gb_hour", p.gb_hour, 0.0, MAX_PRICE),
+                ("energy.prices.kwh", p.kwh, 0.0, MAX_PRICE),
+            ]
+        });
+        for (field, value, low, high) in bounds.into_iter().chain(prices) {
+            // NaN fails both comparisons' negation: it is refused too.
+            if !(low..=high).contains(&value) {
+                return Some((field, format!("must be from {low} to {high}, not {value}")));
+            }
+        }
+        let currency = self.prices.as_ref().map(|p| p.currency.as_str());
+        if let Some(code) = currency.filter(|c| c.len() != 3 || !c.bytes().all(|b| b.is_ascii_uppercase())) {
+            return Some(("energy.prices.currency", format!("must be an ISO 4217 code such as EUR, not {code:?}")));
+        }
+        None
+    }
+
+    /// What a job cost that held `held` and used `cpu_seconds` of CPU over `wall_seconds`.
+    pub fn footprint(&self, held: &Held, wall_seconds: f64, cpu_seconds: Option<f64>) -> Footprint {
+        let hours = wall_seconds.max(0.0) / 3600.0;
+        // Without a measured CPU time, every CPU it held counts as busy.
+        let cpu_hours = cpu_seconds.map_or(f64::from(held.cpus) * hours, |s| s.max(0.0) / 3600.0);
+        let memory_gb = held.memory_mb as f64 / 1000.0;
+        let watt_hours = cpu_hours * self.cpu_watts_per_core
+            + memory_gb * hours * self.memory_watts_per_gb
+            + f64::from(held.gpus) * hours * self.gpu_watts;
+        let energy_kwh = watt_hours * self.pue / 1000.0;
+        let cost = self.prices.as_ref().map(|p| Cost {
+            amount: f64::from(held.cpus) * hours * p.cpu_hour
+                + f64::from(held.gpus) * hours * p.gpu_hour
+                + memory_gb * hours * p.gb_hour
+                + energy_kwh * p.kwh,
+            currency: p.currency.clone(),
+        });
+        Footprint { energy_kwh, co2e_g: energy_kwh * self.grid_gco2e_per_kwh, cost }
+    }
+}
+
+/// What a job held while it ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    /// CPUs.
+    pub cpus: u32,
+    /// Memory, in megabytes.
+    pub memory_mb: u64,
+    /// GPUs.
+    pub gpus: u32,
+}
+
+/// A job's energy, carbon and money.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Footprint {
+    /// Energy in kWh, the data centre's overhead (PUE) included.
+    pub energy_kwh: f64,
+    /// Grams of CO₂-equivalent.
+    pub co2e_g: f64,
+    /// What it was charged, where the station has prices.
+    pub cost: Option<Cost>,
+}
+
+/// An amount of money.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Cost {
+    /// The amount, in the currency's units (not cents).
+    pub amount: f64,
+    /// ISO 4217 code.
+    pub currency: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9 * b.abs().max(1.0)
+    }
+
+    /// By hand: 12 cores at 12 W, fully used, for 2 h with 64 GB, PUE 1.67, 475 g/kWh.
+    #[test]
+    fn the_model_matches_hand_computed_cases() {
+        let station = StationEnergy::default();
+        let held = Held { cpus: 12, memory_mb: 64_000, gpus: 0 };
+        let f = station.footprint(&held, 7200.0, Some(12.0 * 7200.0));
+        // (12 × 2 h × 12 W + 64 GB × 2 h × 0.3725 W) × 1.67 = (288 + 47.68) × 1.67 = 560.5856 Wh.
+        assert!(close(f.energy_kwh, 0.5605856), "{f:?}");
+        assert!(close(f.co2e_g, 0.5605856 * 475.0), "{f:?}");
+        assert_eq!(f.cost, None, "no prices, no cost");
+
+        // Half the CPU time: only the CPU part halves.
+        let f = station.footprint(&held, 7200.0, Some(6.0 * 7200.0));
+        assert!(close(f.energy_kwh, (144.0 + 47.68) * 1.67 / 1000.0), "{f:?}");
+
+        // One GPU for 30 minutes, 1 CPU, 1 GB, no CPU time measured (counted as busy), PUE 1,
+        // 100 g/kWh, prices in EUR.
+        let station = StationEnergy {
+            pue: 1.0,
+            grid_gco2e_per_kwh: 100.0,
+            prices: Some(PriceBook {
+                currency: "EUR".into(),
+                cpu_hour: 0.02,
+                gpu_hour: 1.5,
+                gb_hour: 0.001,
+                kwh: 0.25,
+            }),
+            ..StationEnergy::default()
+        };
+        let held = Held { cpus: 1, memory_mb: 1000, gpus: 1 };
+        let f = station.footprint(&held, 1800.0, None);
+        // 0.5 h × (12 + 0.3725 + 300) W = 156.18625 Wh.
+        assert!(close(f.energy_kwh, 0.15618625), "{f:?}");
+        assert!(close(f.co2e_g, 15.618625), "{f:?}");
+        let cost = f.cost.unwrap();
+        // 0.5 × 0.02 + 0.5 × 1.5 + 0.5 × 0.001 + 0.15618625 × 0.25
+        assert!(close(cost.amount, 0.01 + 0.75 + 0.0005 + 0.0390465625), "{cost:?}");
+        assert_eq!(cost.currency, "EUR");
+    }
+
+    #[test]
+    fn absurd_settings_are_refused_naming_the_field() {
+        assert_eq!(StationEnergy::default().problem(), None);
+        let cases = [
+            (StationEnergy { pue: 0.5, ..Default::default() }, "energy.pue"),
+            (StationEnergy { cpu_watts_per_core: -1.0, ..Default::default() }, "energy.cpu_watts_per_core"),
+            (StationEnergy { grid_gco2e_per_kwh: f64::NAN, ..Default::default() }, "energy.grid_gco2e_per_kwh"),
+            (StationEnergy { gpu_watts: 1e9, ..Default::default() }, "energy.gpu_watts"),
+        ];
+        for (settings, field) in cases {
+            assert_eq!(settings.problem().map(|p| p.0), Some(field), "{:?}", settings.problem());
+        }
+        let prices = |currency: &str, kwh: f64| StationEnergy {
+            prices: Some(PriceBook { currency: currency.into(), cpu_hour: 0.0, gpu_hour: 0.0, gb_hour: 0.0, kwh }),
+            ..Default::default()
+        };
+        assert_eq!(prices("EUR", -0.1).problem().map(|p| p.0), Some("energy.prices.kwh"));
+        assert_eq!(prices("euro", 0.1).problem().map(|p| p.0), Some("energy.prices.currency"));
+        assert_eq!(prices("CHF", 0.1).problem(), None);
+    }
+}

@@ -289,6 +289,8 @@ class UsageSummary(_Record):
     cpu_hours_held: float
     mean_cpu_efficiency: Optional[float]
     over_requested_memory: int
+    energy_kwh: float = 0.0
+    co2e_g: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)

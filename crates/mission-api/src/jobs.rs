@@ -856,6 +856,12 @@ pub struct UsageSummary {
     pub mean_cpu_efficiency: Option<f64>,
     /// Jobs whose peak memory was less than half the memory they asked for.
     pub over_requested_memory: u64,
+    /// The energy they drew in kWh ([`JobUsage::energy_kwh`], of the jobs reckoned it).
+    #[serde(default)]
+    pub energy_kwh: f64,
+    /// Grams of CO₂-equivalent, of the same jobs.
+    #[serde(default)]
+    pub co2e_g: f64,
 }
 
 /// Its sums are never NaN, so equality is an equivalence.

@@ -160,7 +160,8 @@ const QUEUE_POSITIONS: &str = "SELECT j.job_id, \
 const USAGE_SUMMARY: &str = "SELECT COUNT(*) AS jobs, SUM(wall_time) AS wall, SUM(cpu_time) AS cpu, \
     SUM(cpu_count * wall_time) AS held, \
     AVG(CASE WHEN cpu_time IS NOT NULL AND wall_time > 0 THEN cpu_time / (cpu_count * wall_time) END) AS efficiency, \
-    COALESCE(SUM(CASE WHEN peak_memory * 2 < memory_amount THEN 1 ELSE 0 END), 0) AS over_requested \
+    COALESCE(SUM(CASE WHEN peak_memory * 2 < memory_amount THEN 1 ELSE 0 END), 0) AS over_requested, \
+    SUM(energy_kwh) AS energy, SUM(co2e_g) AS co2e \
     FROM jobs WHERE wall_time IS NOT NULL AND user_id = ";
 
 /// The statuses a job ends in, as an SQL list.
@@ -586,6 +587,8 @@ impl Store {
                 cpu_hours_held: row.opt_real("held")?.unwrap_or(0.0) / 3600.0,
                 mean_cpu_efficiency: row.opt_real("efficiency")?,
                 over_requested_memory: row.count("over_requested")?,
+                energy_kwh: row.opt_real("energy")?.unwrap_or(0.0),
+                co2e_g: row.opt_real("co2e")?.unwrap_or(0.0),
             })
         })
     }

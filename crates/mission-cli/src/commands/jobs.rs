@@ -789,6 +789,8 @@ impl JobsCommand {
                         ("CPU hours held", format!("{:.2}", summary.cpu_hours_held)),
                         ("mean CPU efficiency", efficiency),
                         ("memory over-requested (>2x)", format!("{} jobs", summary.over_requested_memory)),
+                        ("energy", format!("{:.3} kWh", summary.energy_kwh)),
+                        ("CO2e", format!("{:.1} g", summary.co2e_g)),
                     ],
                 );
             }

@@ -1302,6 +1302,7 @@ async fn a_finished_job_reports_what_it_used() {
     assert!((summary.cpu_hours * 3600.0 - cpu).abs() < 1e-6, "{summary:?}");
     assert!((summary.cpu_hours_held * 3600.0 - 2.0 * usage.wall_time).abs() < 1e-6, "{summary:?}");
     assert!((summary.mean_cpu_efficiency.unwrap() - efficiency).abs() < 1e-9, "{summary:?}");
+    assert!((summary.energy_kwh - energy).abs() < 1e-12 && (summary.co2e_g - energy * 475.0).abs() < 1e-9);
     let of = |mission_ids, since| mission_client::UsageQuery { mission_ids, since };
     assert_eq!(alice.job_usage(&of(vec![m.mission_id], Some(before))).await.unwrap(), summary);
     assert_eq!(alice.job_usage(&of(vec![], Some(chrono::Utc::now()))).await.unwrap().jobs, 0);

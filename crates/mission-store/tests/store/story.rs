@@ -1026,6 +1026,8 @@ pub async fn job_listings_results_and_agents(store: &Store) {
         cpu_hours_held: 2.0,
         mean_cpu_efficiency: Some(0.5),
         over_requested_memory: 1,
+        energy_kwh: 0.025,
+        co2e_g: 11.875,
     };
     assert_eq!(summary, expected);
     assert_eq!(

@@ -171,7 +171,7 @@ pub struct State {
     budgets: Budgets,
     /// The stations that do not reclaim borrowed room.
     no_reclaim: HashSet<Uuid>,
-    /// The energy settings of the stations that changed them from the defaults.
+    /// The stations' energy settings.
     energy: HashMap<Uuid, StationEnergy>,
     /// The queued jobs borrowed room is being reclaimed for (see `reclaim.rs`), with their
     /// station and project: until each starts, or finds nothing more to reclaim, jobs of other
@@ -282,8 +282,7 @@ impl State {
         }
         let stations = self.store.stations(None).await?;
         self.no_reclaim = stations.iter().filter(|s| !s.reclaim).map(|s| s.station_id).collect();
-        let default = StationEnergy::default();
-        self.energy = stations.into_iter().filter(|s| s.energy != default).map(|s| (s.station_id, s.energy)).collect();
+        self.energy = stations.into_iter().map(|s| (s.station_id, s.energy)).collect();
         let now = store::now();
         for record in self.store.project_budgets(None).await? {
             let spent = self.store.project_spent(record.project_id, record.budget.period.start(now)).await?;
@@ -961,7 +960,7 @@ impl State {
             Some(station) if !station.reclaim => self.no_reclaim.insert(station_id),
             _ => self.no_reclaim.remove(&station_id),
         };
-        match station.filter(|s| s.energy != StationEnergy::default()) {
+        match station {
             Some(station) => self.energy.insert(station_id, station.energy),
             None => self.energy.remove(&station_id),
         };

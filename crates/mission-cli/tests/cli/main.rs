@@ -57,26 +57,9 @@ impl Fixture {
             .kill_on_drop(true)
             .spawn()
             .unwrap();
-        let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
-        let mut url = None;
-        let mut banner = String::new();
-        tokio::time::timeout(Duration::from_secs(30), async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                banner.push_str(&line);
-                banner.push('\n');
-                if let Some(u) = line.strip_prefix("Mission Compute Service listening on ") {
-                    url = Some(u.to_owned());
-                }
-                if line.starts_with("Sign in with:") {
-                    break;
-                }
-            }
-        })
-        .await
-        .expect("server banner");
+        let (url, banner) = read_banner(&mut server).await;
         assert!(banner.contains("Created the administrator account \"admin\""), "{banner}");
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Self { server, url: url.expect("listening line"), data_dir, home }
+        Self { server, url, data_dir, home }
     }
 
     fn command(&self, profile: &str) -> Command {
@@ -146,6 +129,30 @@ impl Fixture {
         login.args(["login", "--no-browser", "--server", &self.url]);
         approve_login(login, &self.url, username, password).await
     }
+}
+
+/// Reads a starting `mission server`'s banner from its stdout (within 60 s), up to its sign-in
+/// line, and keeps draining the rest; answers the address it listens on and the banner.
+async fn read_banner(server: &mut Child) -> (String, String) {
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let mut url = None;
+    let mut banner = String::new();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            banner.push_str(&line);
+            banner.push('\n');
+            if let Some(u) = line.strip_prefix("Mission Compute Service listening on ") {
+                url = Some(u.to_owned());
+            }
+            if line.starts_with("Sign in with:") {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the server's banner within 60 s");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (url.expect("the server says where it listens"), banner)
 }
 
 /// Runs `login` (a `mission login --no-browser` against `url`) and approves the code it prints

@@ -13,10 +13,9 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
-use super::{BIN, approve_login};
+use super::{BIN, approve_login, read_banner};
 
 /// The README's address for the server, replaced by the test server's.
 const README_URL: &str = "http://127.0.0.1:8080";
@@ -155,24 +154,8 @@ async fn the_readme_walkthrough_runs_as_written() {
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap();
-            let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
-            let mut banner = String::new();
-            tokio::time::timeout(Duration::from_secs(60), async {
-                while let Some(line) = out.next_line().await.unwrap() {
-                    banner.push_str(&line);
-                    banner.push('\n');
-                    if let Some(url) = line.strip_prefix("Mission Compute Service listening on ") {
-                        walk.url = Some(url.to_owned());
-                    }
-                    if line.starts_with("Sign in with:") {
-                        break;
-                    }
-                }
-            })
-            .await
-            .expect("the server's banner within 60 s");
-            tokio::spawn(async move { while let Ok(Some(_)) = out.next_line().await {} });
-            let url = walk.url.clone().expect("the server says where it listens");
+            let (url, banner) = read_banner(&mut child).await;
+            walk.url = Some(url.clone());
             for expected in &shown {
                 let expected = expected.replace(README_URL, &url);
                 let expected = expected.trim_end_matches('…').trim_end();

@@ -228,11 +228,31 @@ class Cost(_Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class EnergyPart(_Record):
+    """One part of a job's energy in watt-hours (before the PUE), and where it came from:
+    ``model`` (the station's settings), ``rapl``, ``gpu_counter``, ``gpu_power_samples`` or
+    ``slurm`` (measured)."""
+
+    wh: float
+    source: str
+
+
+@dataclasses.dataclass(frozen=True)
+class EnergyParts(_Record):
+    """A job's energy by part: its processors', memory's and GPUs'."""
+
+    cpu: Optional[EnergyPart] = dataclasses.field(default=None, metadata={"of": EnergyPart})
+    memory: Optional[EnergyPart] = dataclasses.field(default=None, metadata={"of": EnergyPart})
+    gpu: Optional[EnergyPart] = dataclasses.field(default=None, metadata={"of": EnergyPart})
+
+
+@dataclasses.dataclass(frozen=True)
 class JobUsage(_Record):
     """What a job used, as its landing zone measured it: seconds of wall and CPU time, CPU time
     over the CPUs it held times its wall time, and its peak memory in megabytes; and what it
     cost by its station's settings as it ended: kWh, grams of CO2e, and money where the station
-    has prices."""
+    has prices; ``energy_parts`` says which parts of its energy were measured and which
+    modelled."""
 
     wall_time: float
     cpu_time: Optional[float] = None
@@ -241,6 +261,7 @@ class JobUsage(_Record):
     energy_kwh: Optional[float] = None
     co2e_g: Optional[float] = None
     cost: Optional[Cost] = dataclasses.field(default=None, metadata={"of": Cost})
+    energy_parts: Optional[EnergyParts] = dataclasses.field(default=None, metadata={"of": EnergyParts})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -187,6 +187,10 @@ def test_a_finished_job_says_what_it_used_and_the_summary_counts_it(client, tmp_
     # What it cost, reckoned by the station's settings as it ended (no prices by default).
     assert done.usage.energy_kwh is not None and done.usage.energy_kwh >= 0, done.usage
     assert done.usage.co2e_g is not None and done.usage.cost is None, done.usage
+    # Each part says where it came from: no GPU, so the GPUs' is the model's (0 of them).
+    parts = done.usage.energy_parts
+    assert isinstance(parts, mission.EnergyParts) and isinstance(parts.cpu, mission.EnergyPart), done.usage
+    assert parts.cpu.source in ("model", "rapl") and (parts.gpu.wh, parts.gpu.source) == (0.0, "model"), parts
     summary = client.job_usage(mission_ids=[job.mission_id], since=before)
     assert isinstance(summary, mission.UsageSummary)
     assert summary.jobs == 1

@@ -1,6 +1,11 @@
 //! What a job cost: its energy, carbon and money, from what it held and used and the settings of
 //! the station it ran on.
 //!
+//! Where the hardware tells, energy is measured: the landing zone reads the GPUs' own energy
+//! counters (or samples their power), and the processors' and memory's RAPL counters scaled by the
+//! job's share of the host's CPU time; a Slurm cluster's accounting gives its own figure. Each
+//! part of a job's energy ([`EnergyParts`]) says where it came from.
+//!
 //! Where the hardware gives no figure, energy is modelled as the Green Algorithms method does
 //! (Lannelongue et al., 2021): the CPU-seconds a job used times the power of a core, the memory it
 //! held times the power of a gigabyte, the GPUs it held times their power, all for as long as it
@@ -112,16 +117,27 @@ impl StationEnergy {
         None
     }
 
-    /// What a job cost that held `held` and used `cpu_seconds` of CPU over `wall_seconds`.
-    pub fn footprint(&self, held: &Held, wall_seconds: f64, cpu_seconds: Option<f64>) -> Footprint {
+    /// What a job cost that held `held` and used `cpu_seconds` of CPU over `wall_seconds`, with
+    /// the parts of its energy its landing zone `measured`; the model gives the others.
+    pub fn footprint(
+        &self,
+        held: &Held,
+        wall_seconds: f64,
+        cpu_seconds: Option<f64>,
+        measured: Option<&EnergyParts>,
+    ) -> Footprint {
         let hours = wall_seconds.max(0.0) / 3600.0;
         // Without a measured CPU time, every CPU it held counts as busy.
         let cpu_hours = cpu_seconds.map_or(f64::from(held.cpus) * hours, |s| s.max(0.0) / 3600.0);
         let memory_gb = held.memory_mb as f64 / 1000.0;
-        let watt_hours = cpu_hours * self.cpu_watts_per_core
-            + memory_gb * hours * self.memory_watts_per_gb
-            + f64::from(held.gpus) * hours * self.gpu_watts;
-        let energy_kwh = watt_hours * self.pue / 1000.0;
+        let modelled = |wh: f64| Some(EnergyPart { wh, source: EnergySource::Model });
+        let measured = measured.cloned().unwrap_or_default().plausible(held, wall_seconds);
+        let parts = EnergyParts {
+            cpu: measured.cpu.or_else(|| modelled(cpu_hours * self.cpu_watts_per_core)),
+            memory: measured.memory.or_else(|| modelled(memory_gb * hours * self.memory_watts_per_gb)),
+            gpu: measured.gpu.or_else(|| modelled(f64::from(held.gpus) * hours * self.gpu_watts)),
+        };
+        let energy_kwh = parts.watt_hours() * self.pue / 1000.0;
         let cost = self.prices.as_ref().map(|p| Cost {
             amount: f64::from(held.cpus) * hours * p.cpu_hour
                 + f64::from(held.gpus) * hours * p.gpu_hour
@@ -129,7 +145,100 @@ impl StationEnergy {
                 + energy_kwh * p.kwh,
             currency: p.currency.clone(),
         });
-        Footprint { energy_kwh, co2e_g: energy_kwh * self.grid_gco2e_per_kwh, cost }
+        Footprint { energy_kwh, co2e_g: energy_kwh * self.grid_gco2e_per_kwh, cost, parts }
+    }
+}
+
+/// The parts of a job's energy, in watt-hours drawn by the equipment (before the data centre's
+/// overhead, the PUE), each with where it came from. A landing zone reports the parts it measured;
+/// the server models the rest as the job ends.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EnergyParts {
+    /// The processors'.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<EnergyPart>,
+    /// The memory's. Where a Slurm cluster's figure is the CPU part, memory's is inside it and
+    /// this part is 0 with the same source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<EnergyPart>,
+    /// The GPUs'.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<EnergyPart>,
+}
+
+/// One part of a job's energy.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EnergyPart {
+    /// Watt-hours, before the PUE.
+    pub wh: f64,
+    /// Where the figure came from.
+    pub source: EnergySource,
+}
+
+/// Where a part of a job's energy came from: measured, or modelled by its station's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum EnergySource {
+    /// Modelled: the station's watts per core, per GB or per GPU ([`StationEnergy`]).
+    Model,
+    /// Measured by the processors' RAPL counters (packages, or DRAM for memory): the host's
+    /// energy over the job's run times the job's share of the CPU time the host used.
+    Rapl,
+    /// Measured by the GPUs' own energy counters (NVML's total energy), read as the job started
+    /// and ended.
+    GpuCounter,
+    /// Measured by sampling the GPUs' power draw while the job ran, and integrating it.
+    GpuPowerSamples,
+    /// The Slurm cluster's own figure for the job (`sacct`'s ConsumedEnergy).
+    Slurm,
+}
+
+impl EnergySource {
+    /// Whether the figure was measured rather than modelled.
+    pub fn is_measured(self) -> bool {
+        self != Self::Model
+    }
+}
+
+/// The most a device may draw for a measured part to be believed, in watts per unit held (a GPU,
+/// a CPU, a GB): past it a counter wrapped or an agent is wrong, and the model is used instead.
+const MAX_MEASURED_WATTS: f64 = 5000.0;
+
+impl EnergyParts {
+    /// The sum of the parts there are.
+    pub fn watt_hours(&self) -> f64 {
+        [&self.cpu, &self.memory, &self.gpu].into_iter().flatten().map(|part| part.wh).sum()
+    }
+
+    /// These parts, less any that cannot be true of a job that held `held` for `wall_seconds`
+    /// (negative, not finite, more than [`MAX_MEASURED_WATTS`] a unit held, anything of a kind it
+    /// held none of) or that claim to be
+    /// modelled: measured figures come from a landing zone, which does not speak for the model.
+    fn plausible(self, held: &Held, wall_seconds: f64) -> Self {
+        let hours = wall_seconds.max(1.0) / 3600.0;
+        let believed = |part: Option<EnergyPart>, units: f64| {
+            part.filter(|p| {
+                p.source.is_measured() && p.wh.is_finite() && p.wh >= 0.0 && p.wh <= units * hours * MAX_MEASURED_WATTS
+            })
+        };
+        let gb = held.memory_mb as f64 / 1000.0;
+        // A cluster's figure for the node covers its memory; the CPU part holds the whole node's.
+        let node_units = f64::from(held.cpus) + gb + f64::from(held.gpus);
+        Self {
+            cpu: believed(
+                self.cpu,
+                if self.memory.as_ref().is_some_and(|m| m.source == EnergySource::Slurm) {
+                    node_units
+                } else {
+                    f64::from(held.cpus)
+                },
+            ),
+            memory: believed(self.memory, gb),
+            gpu: believed(self.gpu, f64::from(held.gpus)),
+        }
     }
 }
 
@@ -153,6 +262,8 @@ pub struct Footprint {
     pub co2e_g: f64,
     /// What it was charged, where the station has prices.
     pub cost: Option<Cost>,
+    /// Its energy's parts, measured or modelled.
+    pub parts: EnergyParts,
 }
 
 /// An amount of money.
@@ -178,14 +289,14 @@ mod tests {
     fn the_model_matches_hand_computed_cases() {
         let station = StationEnergy::default();
         let held = Held { cpus: 12, memory_mb: 64_000, gpus: 0 };
-        let f = station.footprint(&held, 7200.0, Some(12.0 * 7200.0));
+        let f = station.footprint(&held, 7200.0, Some(12.0 * 7200.0), None);
         // (12 × 2 h × 12 W + 64 GB × 2 h × 0.3725 W) × 1.67 = (288 + 47.68) × 1.67 = 560.5856 Wh.
         assert!(close(f.energy_kwh, 0.5605856), "{f:?}");
         assert!(close(f.co2e_g, 0.5605856 * 475.0), "{f:?}");
         assert_eq!(f.cost, None, "no prices, no cost");
 
         // Half the CPU time: only the CPU part halves.
-        let f = station.footprint(&held, 7200.0, Some(6.0 * 7200.0));
+        let f = station.footprint(&held, 7200.0, Some(6.0 * 7200.0), None);
         assert!(close(f.energy_kwh, (144.0 + 47.68) * 1.67 / 1000.0), "{f:?}");
 
         // One GPU for 30 minutes, 1 CPU, 1 GB, no CPU time measured (counted as busy), PUE 1,
@@ -203,7 +314,7 @@ mod tests {
             ..StationEnergy::default()
         };
         let held = Held { cpus: 1, memory_mb: 1000, gpus: 1 };
-        let f = station.footprint(&held, 1800.0, None);
+        let f = station.footprint(&held, 1800.0, None, None);
         // 0.5 h × (12 + 0.3725 + 300) W = 156.18625 Wh.
         assert!(close(f.energy_kwh, 0.15618625), "{f:?}");
         assert!(close(f.co2e_g, 15.618625), "{f:?}");
@@ -211,6 +322,38 @@ mod tests {
         // 0.5 × 0.02 + 0.5 × 1.5 + 0.5 × 0.001 + 0.15618625 × 0.25
         assert!(close(cost.amount, 0.01 + 0.75 + 0.0005 + 0.0390465625), "{cost:?}");
         assert_eq!(cost.currency, "EUR");
+    }
+
+    /// Measured parts take the place of the model's; the rest is modelled; PUE applies to all.
+    #[test]
+    fn measured_parts_replace_the_models() {
+        let station = StationEnergy { pue: 1.5, ..StationEnergy::default() };
+        let held = Held { cpus: 2, memory_mb: 4000, gpus: 1 };
+        let part = |wh, source| Some(EnergyPart { wh, source });
+        let measured = EnergyParts { gpu: part(250.0, EnergySource::GpuCounter), ..Default::default() };
+        // One hour: CPU 2 × 12 W (busy, no CPU time), memory 4 × 0.3725 W, the GPU's 250 Wh.
+        let f = station.footprint(&held, 3600.0, None, Some(&measured));
+        assert!(close(f.energy_kwh, (24.0 + 1.49 + 250.0) * 1.5 / 1000.0), "{f:?}");
+        assert_eq!(f.parts.gpu, part(250.0, EnergySource::GpuCounter));
+        assert_eq!(f.parts.cpu, part(24.0, EnergySource::Model));
+        assert_eq!(f.parts.memory.unwrap().source, EnergySource::Model);
+
+        // RAPL for the processors and memory, the GPU modelled.
+        let measured =
+            EnergyParts { cpu: part(10.0, EnergySource::Rapl), memory: part(2.0, EnergySource::Rapl), gpu: None };
+        let f = station.footprint(&held, 3600.0, None, Some(&measured));
+        assert!(close(f.energy_kwh, (10.0 + 2.0 + 300.0) * 1.5 / 1000.0), "{f:?}");
+
+        // What cannot be true is not believed: negative, NaN, a GPU at 50 kW, a "measured" model.
+        for wrong in [
+            part(-1.0, EnergySource::GpuCounter),
+            part(f64::NAN, EnergySource::GpuCounter),
+            part(50_000.0, EnergySource::GpuCounter),
+            part(1.0, EnergySource::Model),
+        ] {
+            let f = station.footprint(&held, 3600.0, None, Some(&EnergyParts { gpu: wrong, ..Default::default() }));
+            assert_eq!(f.parts.gpu, part(300.0, EnergySource::Model));
+        }
     }
 
     #[test]

@@ -811,9 +811,9 @@ pub struct JobUsage {
     /// `memory_amount`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_memory: Option<u64>,
-    /// The energy it drew in kWh, its data centre's overhead (the station's PUE) included:
-    /// modelled from what it used and held by the station's settings ([`crate::StationEnergy`]).
-    /// Computed by the server as the job ends.
+    /// The energy it drew in kWh, its data centre's overhead (the station's PUE) included: its
+    /// parts' sum (`energy_parts`), each measured or modelled. Computed by the server as the job
+    /// ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub energy_kwh: Option<f64>,
     /// Grams of CO₂-equivalent: its energy times the station's grid intensity when it ended.
@@ -824,6 +824,11 @@ pub struct JobUsage {
     /// server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<crate::Cost>,
+    /// Its energy's parts (processors, memory, GPUs) before the PUE, each saying whether it was
+    /// measured (and how) or modelled. A landing zone reports the parts it measured; the server
+    /// models the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_parts: Option<crate::EnergyParts>,
 }
 
 /// Its figures are never NaN (none is a quotient by zero), so equality is an equivalence.

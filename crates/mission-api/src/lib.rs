@@ -47,7 +47,7 @@ pub use audit::{AuditEntry, AuditPage};
 pub use auth::{AuthConfig, DeviceAuthorization, OAuthError, TokenResponse};
 pub use batch::{JobBatch, SubmitBatchJob};
 pub use cargo_bays::{CargoBay, CargoBayKind, CreateCargoBay, DEFAULT_CARGO_BAY_ID};
-pub use energy::{Cost, PriceBook, StationEnergy};
+pub use energy::{Cost, EnergyPart, EnergyParts, EnergySource, PriceBook, StationEnergy};
 pub use events::Event;
 pub use files::FileListing;
 pub use images::{

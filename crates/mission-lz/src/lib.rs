@@ -18,7 +18,8 @@
 //! - [`cgroups`]: memory and CPU limits through cgroup v1 or v2;
 //! - [`sandbox`]: who a job runs as, what it sees, and that nothing of it outlives it;
 //! - `workdirs`: the dirs jobs run in, reused from job to job;
-//! - [`detect`]: CPUs, memory and NVIDIA GPUs of the host;
+//! - [`detect`]: CPUs, memory and NVIDIA GPUs of the host; `energy`: what a job's hardware drew
+//!   (GPUs by NVML, processors and memory by RAPL), where it tells;
 //! - [`slurm`]: what the agent reads from a Slurm cluster (nodes, jobs), for the Slurm runner.
 
 pub mod agent;
@@ -28,6 +29,7 @@ pub mod client;
 mod config;
 pub mod detect;
 mod dirs;
+mod energy;
 mod error;
 pub mod gang;
 mod jobs;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use mission_api::JobBatch;
 use mission_api::batch::{OutputNames, fill_output_pattern};
 use mission_api::lz::Assignment;
-use mission_api::{JobStatus, JobUsage, Resources};
+use mission_api::{EnergyPart, EnergyParts, EnergySource, JobStatus, JobUsage, Resources};
 use uuid::Uuid;
 
 /// `sinfo -h -N -o` with this: node, CPUs, memory (MB), generic resources, state.
@@ -29,7 +29,7 @@ pub const SACCT_FORMAT: &str = "JobID,State,ExitCode";
 /// `sacct -n -P --noconvert -o` with this, steps included (no `-X`): the id of the job or of one
 /// of its steps (`41`, `41.batch`, `41.0`), its state, elapsed seconds, CPU time
 /// (`[DD-[HH:]]MM:SS[.mmm]`) and peak memory in bytes (steps only).
-pub const SACCT_USAGE_FORMAT: &str = "JobID,State,ElapsedRaw,TotalCPU,MaxRSS";
+pub const SACCT_USAGE_FORMAT: &str = "JobID,State,ElapsedRaw,TotalCPU,MaxRSS,ConsumedEnergyRaw";
 
 /// The prefix of the Slurm job name of each mission job (`mission-{job id}`), by which a
 /// restarted agent finds its jobs again.
@@ -299,9 +299,11 @@ pub fn parse_accounting(output: &str) -> Result<Vec<SlurmJob>, ParseError> {
 }
 
 /// What each job in `sacct -n -P --noconvert -o` output with [`SACCT_USAGE_FORMAT`] used, by
-/// Slurm's id: its wall time (elapsed seconds), its CPU time (all its steps') and the peak
-/// memory of its largest step. Only jobs whose batch step has ended are in it: before then the
-/// figures are not final (and a job cancelled before it started has none).
+/// Slurm's id: its wall time (elapsed seconds), its CPU time (all its steps'), the peak memory
+/// of its largest step, and the energy the cluster's energy plugin recorded (joules: the job's
+/// own row, or else its largest step's, which spans the others; empty or 0 where the cluster
+/// has no plugin). Only jobs whose batch step has ended are in it: before then the figures are
+/// not final (and a job cancelled before it started has none).
 pub fn parse_usage(output: &str) -> Result<HashMap<String, JobUsage>, ParseError> {
     /// What a job's rows said so far.
     #[derive(Default)]
@@ -310,13 +312,19 @@ pub fn parse_usage(output: &str) -> Result<HashMap<String, JobUsage>, ParseError
         job: Option<JobUsage>,
         /// The largest `MaxRSS` of its steps, in bytes.
         peak: u64,
+        /// Joules, from its own row and the largest of its steps'.
+        energy: (u64, u64),
         batch_ended: bool,
     }
     let mut jobs: HashMap<String, Rows> = HashMap::new();
     for line in output.lines().filter(|l| !l.trim().is_empty()) {
         let fail = |why| ParseError { line: line.to_owned(), why };
         let fields: Vec<&str> = line.trim().split('|').collect();
-        let [id, state, elapsed, cpu, rss] = fields[..] else { return Err(fail("expected 5 fields")) };
+        let [id, state, elapsed, cpu, rss, joules] = fields[..] else { return Err(fail("expected 6 fields")) };
+        let joules: u64 = match joules {
+            "" => 0,
+            j => j.parse().map_err(|_| fail("ConsumedEnergyRaw is not a number of joules"))?,
+        };
         let (slurm_id, step) = id.split_once('.').map_or((id, None), |(job, step)| (job, Some(step)));
         let job = jobs.entry(slurm_id.to_owned()).or_default();
         match step {
@@ -325,9 +333,11 @@ pub fn parse_usage(output: &str) -> Result<HashMap<String, JobUsage>, ParseError
                     wall_time: elapsed.parse::<u32>().map_err(|_| fail("the elapsed seconds are not a number"))?.into(),
                     cpu_time: Some(cpu_seconds(cpu).ok_or_else(|| fail("the CPU time is not [DD-[HH:]]MM:SS"))?),
                     ..JobUsage::default()
-                })
+                });
+                job.energy.0 = joules;
             }
             Some(step) => {
+                job.energy.1 = job.energy.1.max(joules);
                 if !rss.is_empty() {
                     job.peak = job.peak.max(rss.parse().map_err(|_| fail("MaxRSS is not a number of bytes"))?);
                 }
@@ -339,7 +349,12 @@ pub fn parse_usage(output: &str) -> Result<HashMap<String, JobUsage>, ParseError
         .into_iter()
         .filter_map(|(slurm_id, rows)| {
             let usage = rows.job.filter(|_| rows.batch_ended)?;
-            Some((slurm_id, JobUsage { peak_memory: Some(rows.peak.div_ceil(1 << 20)), ..usage }))
+            let joules = if rows.energy.0 > 0 { rows.energy.0 } else { rows.energy.1 };
+            let slurm = |wh| Some(EnergyPart { wh, source: EnergySource::Slurm });
+            // The node's figure covers its memory: that part is in the CPU part's.
+            let energy_parts =
+                (joules > 0).then(|| EnergyParts { cpu: slurm(joules as f64 / 3600.0), memory: slurm(0.0), gpu: None });
+            Some((slurm_id, JobUsage { peak_memory: Some(rows.peak.div_ceil(1 << 20)), energy_parts, ..usage }))
         })
         .collect())
 }
@@ -1075,12 +1090,13 @@ mod tests {
     fn usage_sums_the_steps_cpu_and_takes_the_largest_steps_memory_once_the_batch_step_ended() {
         let usage = parse_usage(&fixture("sacct-usage.txt")).unwrap();
         let figures = |id: &str| usage.get(id).map(|u| (u.wall_time, u.cpu_time.unwrap(), u.peak_memory.unwrap()));
-        assert_eq!(figures("1"), Some((2.0, 2.158, 115)), "120,012,800 bytes are 114.45 MB, rounded up");
-        assert_eq!(figures("2"), Some((5.0, 3.075, 2115)));
+        assert_eq!(figures("1"), Some((3.0, 2.313, 115)), "120,004,608 bytes are 114.44 MB, rounded up");
+        assert_eq!(figures("2"), Some((10.0, 7.063, 2115)));
         assert_eq!(figures("3"), None, "cancelled before it started");
-        assert_eq!(figures("4"), Some((1.0, 0.247, 4)), "the batch step and an srun step");
+        assert_eq!(figures("4"), Some((1.0, 0.222, 4)), "the batch step and an srun step");
+        assert!(usage.values().all(|u| u.energy_parts.is_none()), "no energy plugin: empty or 0");
         // Until the batch step has ended, the figures are not final.
-        let running = "7|RUNNING|12|00:03.000|\n7.batch|RUNNING|12|00:03.000|1048576\n";
+        let running = "7|RUNNING|12|00:03.000||\n7.batch|RUNNING|12|00:03.000|1048576|0\n";
         assert!(parse_usage(running).unwrap().is_empty());
         assert_eq!(cpu_seconds("1-02:03:04"), Some(93784.0));
         assert_eq!(cpu_seconds("02:03:04.5"), Some(7384.5));
@@ -1088,8 +1104,23 @@ mod tests {
         for wrong in ["", "12", "a:b", "1:2:3:4", "x-01:02"] {
             assert_eq!(cpu_seconds(wrong), None, "{wrong:?}");
         }
-        assert!(parse_usage("7|COMPLETED|x|00:01.000|\n").is_err());
-        assert!(parse_usage("7.batch|COMPLETED|1|00:01.000|12K\n").is_err(), "--noconvert gives bytes");
+        assert!(parse_usage("7|COMPLETED|x|00:01.000||\n").is_err());
+        assert!(parse_usage("7.batch|COMPLETED|1|00:01.000|12K|0\n").is_err(), "--noconvert gives bytes");
+        assert!(parse_usage("7.batch|COMPLETED|1|00:01.000|12|1.5K\n").is_err(), "--noconvert gives joules");
+    }
+
+    /// Where the cluster has an energy plugin (acct_gather_energy/rapl, ipmi), its figure for the
+    /// job is the job's row's, or else its largest step's; it covers the node, memory included.
+    #[test]
+    fn a_clusters_energy_figure_is_the_jobs_or_its_largest_steps() {
+        let with_energy = "8|COMPLETED|60|01:00.000||\n8.batch|COMPLETED|60|01:00.000|1048576|7200\n\
+                           8.0|COMPLETED|30|00:30.000|1048576|3600\n\
+                           9|COMPLETED|60|01:00.000||36000\n9.batch|COMPLETED|60|01:00.000|1048576|7200\n";
+        let usage = parse_usage(with_energy).unwrap();
+        let parts = |id: &str| usage[id].energy_parts.clone().unwrap();
+        assert_eq!(parts("8").cpu, Some(EnergyPart { wh: 2.0, source: EnergySource::Slurm }));
+        assert_eq!(parts("8").memory, Some(EnergyPart { wh: 0.0, source: EnergySource::Slurm }));
+        assert_eq!(parts("9").cpu.unwrap().wh, 10.0, "the job's own row");
     }
 
     fn assignment() -> Assignment {

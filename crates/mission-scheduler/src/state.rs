@@ -2328,8 +2328,8 @@ async fn sleep_until(deadline: Option<Instant>) {
 
 /// `usage` with what the job cost by its station's settings ([`mission_api::energy`]): its
 /// energy, carbon and money are reckoned as it ends, so that a later change of the settings (a
-/// new tariff, a cleaner grid) leaves what ended before alone. Whatever an agent said of them is
-/// replaced.
+/// new tariff, a cleaner grid) leaves what ended before alone. Of what an agent said of them only
+/// the energy it measured is kept, where it can be true.
 fn with_footprint(
     energy: &HashMap<Uuid, StationEnergy>,
     station_id: Uuid,
@@ -2337,17 +2337,20 @@ fn with_footprint(
     mut usage: JobUsage,
 ) -> JobUsage {
     let (cpus, memory_mb, gpus) = entry.total();
-    // Each node of a gang is measured by its own agent: the CPU time reported is one node's, so
-    // the model counts every CPU the gang held as busy instead.
+    // Each node of a gang is measured by its own agent: the CPU time and energy reported are one
+    // node's, so the model counts every CPU the gang held as busy instead.
     let cpu_time = usage.cpu_time.filter(|_| !entry.is_gang());
+    let measured = usage.energy_parts.as_ref().filter(|_| !entry.is_gang());
     let default = StationEnergy::default();
     let footprint = energy.get(&station_id).unwrap_or(&default).footprint(
         &Held { cpus, memory_mb, gpus },
         usage.wall_time,
         cpu_time,
+        measured,
     );
     usage.energy_kwh = Some(footprint.energy_kwh);
     usage.co2e_g = Some(footprint.co2e_g);
     usage.cost = footprint.cost;
+    usage.energy_parts = Some(footprint.parts);
     usage
 }

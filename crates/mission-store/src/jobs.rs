@@ -81,6 +81,7 @@ pub(super) const JOB_ROW: &[(&str, Cast)] = &[
     ("co2e_g", Cast::Real),
     ("cost", Cast::Real),
     ("currency", Cast::Text),
+    ("energy_parts", Cast::Text),
     ("created_at", Cast::Int),
     ("started_at", Cast::Int),
     ("finished_at", Cast::Int),
@@ -1108,6 +1109,7 @@ const SQLITE_SAVE_JOBS_AFTER_INSERT: &str = concat!(
     co2e_g = COALESCE(c.value ->> 'co2e_g', jobs.co2e_g), \
     cost = COALESCE(c.value ->> 'cost', jobs.cost), \
     currency = COALESCE(c.value ->> 'currency', jobs.currency), \
+    energy_parts = COALESCE(c.value ->> 'energy_parts', jobs.energy_parts), \
     started_at = IIF(json_type(c.value, '$.started_at') IS NULL, jobs.started_at, c.value ->> 'started_at'), \
     ran = COALESCE(c.value ->> 'ran', jobs.ran), \
     finished_at = COALESCE(c.value ->> 'finished_at', jobs.finished_at) \
@@ -1181,6 +1183,7 @@ const POSTGRES_CHANGE_JOBS: &str = "UPDATE jobs SET status = c ->> 'status', \
     co2e_g = COALESCE((c ->> 'co2e_g')::double precision, jobs.co2e_g), \
     cost = COALESCE((c ->> 'cost')::double precision, jobs.cost), \
     currency = COALESCE(c ->> 'currency', jobs.currency), \
+    energy_parts = COALESCE(c ->> 'energy_parts', jobs.energy_parts), \
     started_at = CASE WHEN c ? 'started_at' THEN (c ->> 'started_at')::bigint ELSE jobs.started_at END, \
     ran = COALESCE((c ->> 'ran')::boolean, jobs.ran), \
     finished_at = COALESCE((c ->> 'finished_at')::bigint, jobs.finished_at) \
@@ -1247,6 +1250,9 @@ struct JobChange {
     cost: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     currency: Option<String>,
+    /// [`mission_api::EnergyParts`] as JSON text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    energy_parts: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     started_at: Option<Option<i64>>,
     /// Set as it enters `running`, never cleared.
@@ -1303,6 +1309,7 @@ impl JobBatch {
                     co2e_g: None,
                     cost: None,
                     currency: None,
+                    energy_parts: None,
                     started_at: None,
                     ran: None,
                     finished_at: None,
@@ -1346,6 +1353,7 @@ impl JobBatch {
                 change.co2e_g = usage.co2e_g;
                 change.cost = usage.cost.as_ref().map(|c| c.amount);
                 change.currency = usage.cost.as_ref().map(|c| c.currency.clone());
+                change.energy_parts = usage.energy_parts.as_ref().map(energy_parts_text);
             }
             match u.status {
                 JobStatus::Running => {
@@ -1440,10 +1448,15 @@ fn insert_row(seq: u64, job: &Job) -> serde_json::Value {
         "co2e_g": usage.and_then(|u| u.co2e_g),
         "cost": usage.and_then(|u| u.cost.as_ref()).map(|c| c.amount),
         "currency": usage.and_then(|u| u.cost.as_ref()).map(|c| c.currency.as_str()),
+        "energy_parts": usage.and_then(|u| u.energy_parts.as_ref()).map(energy_parts_text),
         "created_at": to_micros(job.created_at),
         "started_at": job.started_at.map(to_micros),
         "finished_at": job.finished_at.map(to_micros),
     })
+}
+
+fn energy_parts_text(parts: &mission_api::EnergyParts) -> String {
+    serde_json::to_string(parts).expect("energy parts serialise")
 }
 
 fn join_indices(indices: &[u32]) -> String {
@@ -1496,6 +1509,7 @@ pub(super) fn job_from_row(r: &impl Columns) -> Result<Job, StoreError> {
                     (Some(amount), Some(currency)) => Some(mission_api::Cost { amount, currency }),
                     _ => None,
                 },
+                energy_parts: r.opt_text("energy_parts")?.and_then(|text| serde_json::from_str(&text).ok()),
             }
             .with_efficiency(cpu_count),
         )

@@ -72,6 +72,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (39, "warnings_and_requeue", include_str!("../migrations/sqlite/0039_warnings_and_requeue.sql")),
     (40, "events_pruned_by_number", include_str!("../migrations/sqlite/0040_events_pruned_by_number.sql")),
     (41, "energy", include_str!("../migrations/sqlite/0041_energy.sql")),
+    (42, "energy_parts", include_str!("../migrations/sqlite/0042_energy_parts.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

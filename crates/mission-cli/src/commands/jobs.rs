@@ -440,7 +440,7 @@ pub(crate) async fn follow(client: &Client, job_id: Uuid, node: u32) -> anyhow::
 }
 
 /// A job's usage in one line: `wall 12.3 s, CPU 10.1 s (82% efficient), peak memory 230 MB of
-/// 1024 MB, 41.2 Wh, 19.6 g CO2e, EUR 0.0100`.
+/// 1024 MB, 41.2 Wh (measured: GPUs 30.1 Wh by their energy counters), 19.6 g CO2e, EUR 0.0100`.
 fn usage_text(usage: &mission_api::JobUsage, memory_mb: u64) -> String {
     let mut text = format!("wall {:.1} s", usage.wall_time);
     if let Some(cpu) = usage.cpu_time {
@@ -453,12 +453,34 @@ fn usage_text(usage: &mission_api::JobUsage, memory_mb: u64) -> String {
         text.push_str(&format!(", peak memory {peak} MB of {memory_mb} MB"));
     }
     if let (Some(kwh), Some(grams)) = (usage.energy_kwh, usage.co2e_g) {
-        text.push_str(&format!(", {:.1} Wh, {grams:.1} g CO2e", kwh * 1000.0));
+        text.push_str(&format!(", {:.1} Wh ({}), {grams:.1} g CO2e", kwh * 1000.0, energy_sources(usage)));
     }
     if let Some(cost) = &usage.cost {
         text.push_str(&format!(", {} {:.4}", cost.currency, cost.amount));
     }
     text
+}
+
+/// Which parts of a job's energy were measured, and how: `measured: GPUs 30.1 Wh by their
+/// energy counters`, or `modelled`.
+fn energy_sources(usage: &mission_api::JobUsage) -> String {
+    use mission_api::EnergySource;
+    let Some(parts) = &usage.energy_parts else { return "modelled".into() };
+    let measured: Vec<String> = [("CPUs", &parts.cpu), ("memory", &parts.memory), ("GPUs", &parts.gpu)]
+        .into_iter()
+        .filter_map(|(name, part)| part.filter(|p| p.source.is_measured()).map(|p| (name, p)))
+        .map(|(name, part)| {
+            let how = match part.source {
+                EnergySource::Rapl => "by RAPL",
+                EnergySource::GpuCounter => "by their energy counters",
+                EnergySource::GpuPowerSamples => "by power samples",
+                EnergySource::Slurm => "by Slurm's accounting",
+                EnergySource::Model => "by the model",
+            };
+            format!("{name} {:.1} Wh {how}", part.wh)
+        })
+        .collect();
+    if measured.is_empty() { "modelled".into() } else { format!("measured: {}", measured.join(", ")) }
 }
 
 /// A point in time from an RFC 3339 time, a date (midnight UTC), or an age before now (`90m`,
@@ -813,7 +835,32 @@ impl JobsCommand {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_since, parse_time_limit};
+    use mission_api::{EnergyPart, EnergyParts, EnergySource, JobUsage};
+
+    use super::{parse_since, parse_time_limit, usage_text};
+
+    #[test]
+    fn a_jobs_usage_says_which_parts_of_its_energy_were_measured() {
+        let part = |wh, source| Some(EnergyPart { wh, source });
+        let usage = |parts| JobUsage {
+            wall_time: 60.0,
+            energy_kwh: Some(0.0123),
+            co2e_g: Some(5.8),
+            energy_parts: parts,
+            ..Default::default()
+        };
+        let modelled = EnergyParts { cpu: part(0.2, EnergySource::Model), ..Default::default() };
+        assert_eq!(usage_text(&usage(Some(modelled)), 1000), "wall 60.0 s, 12.3 Wh (modelled), 5.8 g CO2e");
+        let measured = EnergyParts {
+            cpu: part(1.3, EnergySource::Rapl),
+            memory: part(0.1, EnergySource::Model),
+            gpu: part(10.0, EnergySource::GpuCounter),
+        };
+        assert_eq!(
+            usage_text(&usage(Some(measured)), 1000),
+            "wall 60.0 s, 12.3 Wh (measured: CPUs 1.3 Wh by RAPL, GPUs 10.0 Wh by their energy counters), 5.8 g CO2e"
+        );
+    }
 
     #[test]
     fn since_is_read_as_a_time_a_date_or_an_age() {

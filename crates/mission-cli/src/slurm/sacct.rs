@@ -33,6 +33,7 @@ const OPTIONS: &[Spec] = &[
     flag("verbose", Some('v')),
     flag("duplicates", Some('D')),
     flag("array", None),
+    flag("noconvert", None),
     ignored("clusters", Some('M'), Takes::Value),
     ignored("units", None, Takes::Value),
     ignored("delimiter", None, Takes::Value),
@@ -138,9 +139,10 @@ async fn account(args: &[String]) -> Result<(), Failure> {
         }
     }
     for job in &jobs {
-        line(fields.iter().map(|(name, _)| field(name, job, &site, false)).collect());
+        let raw = given.has("noconvert");
+        line(fields.iter().map(|(name, _)| field(name, job, &site, false, raw)).collect());
         if !given.has("allocations") && job.batch.is_some() && job.started_at.is_some() {
-            line(fields.iter().map(|(name, _)| field(name, job, &site, true)).collect());
+            line(fields.iter().map(|(name, _)| field(name, job, &site, true, raw)).collect());
         }
     }
     print!("{out}");
@@ -178,10 +180,13 @@ const FIELDS: &[(&str, usize)] = &[
     ("WorkDir", 20),
     ("Reason", 20),
     ("DerivedExitCode", 15),
+    ("ConsumedEnergy", 14),
+    ("ConsumedEnergyRaw", 17),
 ];
 
-/// A field of `job` (of its `.batch` step, with `step`).
-fn field(name: &str, job: &Job, site: &Site, step: bool) -> String {
+/// A field of `job` (of its `.batch` step, with `step`); `raw`: sizes and energy in bytes and
+/// joules (`--noconvert`).
+fn field(name: &str, job: &Job, site: &Site, step: bool, raw: bool) -> String {
     let elapsed = seconds_run(job);
     let usage = job.usage.as_ref();
     match name {
@@ -204,7 +209,11 @@ fn field(name: &str, job: &Job, site: &Site, step: bool) -> String {
         "AllocCPUS" | "NCPUS" | "ReqCPUS" => job.cpu_count.to_string(),
         "AllocNodes" | "NNodes" => values::node_count(job).to_string(),
         "ReqMem" => values::megabytes(job.memory_amount),
+        "MaxRSS" if raw => usage.and_then(|u| u.peak_memory).map(|mb| (mb << 20).to_string()).unwrap_or_default(),
         "MaxRSS" => usage.and_then(|u| u.peak_memory).map(|mb| format!("{}K", mb * 1024)).unwrap_or_default(),
+        "ConsumedEnergyRaw" => joules(job).to_string(),
+        "ConsumedEnergy" if raw => joules(job).to_string(),
+        "ConsumedEnergy" => values::thousands(joules(job)),
         "CPUTime" => values::elapsed(elapsed * u64::from(job.cpu_count)),
         "CPUTimeRAW" => (elapsed * u64::from(job.cpu_count)).to_string(),
         "TotalCPU" => usage.and_then(|u| u.cpu_time).map(total_cpu).unwrap_or_else(|| "00:00:00".to_owned()),
@@ -219,6 +228,13 @@ fn field(name: &str, job: &Job, site: &Site, step: bool) -> String {
         "Reason" => reason(job).to_owned(),
         _ => String::new(),
     }
+}
+
+/// The energy a job's hardware drew, in joules, as a cluster's energy plugin counts it: its
+/// parts' sum, before the data centre's overhead (PUE); 0 before it ended.
+fn joules(job: &Job) -> u64 {
+    let parts = job.usage.as_ref().and_then(|u| u.energy_parts.as_ref());
+    parts.map_or(0, |p| (p.watt_hours() * 3600.0).round() as u64)
 }
 
 /// CPU time as `TotalCPU` prints it: `MM:SS.mmm`, `HH:MM:SS` past an hour.

@@ -89,6 +89,19 @@ pub fn megabytes(mb: u64) -> String {
     if mb > 0 && mb.is_multiple_of(1024) { format!("{}G", mb / 1024) } else { format!("{mb}M") }
 }
 
+/// A count as Slurm prints one in thousands (its `convert_num_unit2` with divisor 1000, as sacct
+/// prints ConsumedEnergy): `0`, `950`, `3K`, `3.60K`, `1.23M`.
+pub fn thousands(n: u64) -> String {
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1000.0 && unit < 5 {
+        value /= 1000.0;
+        unit += 1;
+    }
+    let suffix = ["", "K", "M", "G", "T", "P"][unit];
+    if value.fract() == 0.0 { format!("{}{suffix}", value as u64) } else { format!("{value:.2}{suffix}") }
+}
+
 /// A job's state in Slurm's words.
 pub fn state(job: &Job) -> &'static str {
     let reason = job.reason.as_deref().unwrap_or_default();
@@ -245,6 +258,12 @@ mod tests {
         assert_eq!(elapsed(61), "00:01:01");
         assert_eq!(megabytes(4096), "4G");
         assert_eq!(megabytes(1000), "1000M");
+        // ConsumedEnergy, as sacct's convert_num_unit2(…, 1000, …) prints joules.
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(950), "950");
+        assert_eq!(thousands(3000), "3K");
+        assert_eq!(thousands(3600), "3.60K");
+        assert_eq!(thousands(1_234_567), "1.23M");
         assert_eq!(JobSpec::parse("4700_3"), Some(JobSpec::Element(4700, 3)));
         assert_eq!(JobSpec::parse("4711.batch"), Some(JobSpec::Number(4711)));
         assert_eq!(JobSpec::parse("x"), None);

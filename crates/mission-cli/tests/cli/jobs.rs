@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use mission_api::EnergySource;
 use mission_client::{
     CargoBayKind, Client, CreateCargoBay, CreateMission, CreateStation, Error, Job, JobResources, JobStatus, ListJobs,
     LogStream, Mission, PendingKind, RegisterLandingZone, RetryOn, RetryPolicy, RunJob, Uuid,
@@ -50,12 +51,17 @@ pub(super) struct Offer {
 
 pub(super) const TWO_CPUS: Offer = Offer { cpus: 2, memory_mb: 4096, fake_gpus: 0, run_as: None };
 
-/// A fake `nvidia-smi` printing `count` GPUs like the H100 captured in the repository's `fixtures/`.
+/// A fake `nvidia-smi` printing `count` GPUs like the H100 captured in the repository's `fixtures/`;
+/// asked for `power.draw` (`-i 0,1`), it prints `$FAKE_GPU_WATTS` (default 250) for each GPU named.
 fn fake_nvidia_smi(dir: &Path, count: u32) {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/nvidia-smi/h100-query-noheader.csv");
     let line = std::fs::read_to_string(fixture).unwrap();
     let line = line.trim();
-    let mut script = String::from("#!/bin/sh\n");
+    let mut script = String::from(
+        "#!/bin/sh\ncase \"$*\" in *power.draw*)\n\
+         for i in $(echo \"$*\" | sed -n 's/.*-i \\([0-9,]*\\).*/\\1/p' | tr , ' '); do echo \"${FAKE_GPU_WATTS:-250}\"; done\n\
+         exit 0;;\nesac\n",
+    );
     for i in 0..count {
         let gpu = line.replacen("0,", &format!("{i},"), 1).replace("1ebdc96f6218", &format!("1ebdc96f621{i}"));
         script.push_str(&format!("echo '{gpu}'\n"));
@@ -832,6 +838,108 @@ async fn gpus_are_detected_and_handed_out_by_index() {
     }
     seen.sort();
     assert_eq!(seen, ["gpus=0\n", "gpus=1\n"]);
+}
+
+/// The fake NVML of `fixtures/fake-nvml`, built with gcc into `dir`.
+fn fake_nvml(dir: &Path) -> std::path::PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/fake-nvml/nvml.c");
+    let library = dir.join("libfake-nvml.so");
+    let built =
+        std::process::Command::new("gcc").args(["-shared", "-fPIC", "-O2", "-o"]).arg(&library).arg(source).status();
+    assert!(built.unwrap().success(), "gcc builds the fake NVML");
+    library
+}
+
+/// A RAPL zone `zone` (`package-0`, `dram`) under the powercap tree `root`, its counter at `uj`.
+fn rapl_zone(root: &Path, zone: &str, name: &str, uj: u64) {
+    let dir = root.join(zone);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("name"), format!("{name}\n")).unwrap();
+    std::fs::write(dir.join("energy_uj"), format!("{uj}\n")).unwrap();
+    std::fs::write(dir.join("max_energy_range_uj"), "262143328850\n").unwrap();
+}
+
+/// A GPU job's energy is measured by its landing zone, each of the three ways, on fakes of
+/// NVML and `nvidia-smi` whose GPU draws 400 W: NVML's energy counter, NVML's power sampled
+/// where the device has no counter, and `nvidia-smi`'s where NVML cannot be loaded. The first
+/// landing zone also has RAPL counters (a fake powercap tree, advanced by 1 Wh of packages and
+/// 0.1 Wh of memory while the job runs): its CPU and memory parts are those times the job's share
+/// of the host's CPU time; the others' are modelled. The job's energy is the parts' sum.
+#[tokio::test]
+async fn a_gpu_jobs_energy_is_measured_by_its_landing_zone() {
+    let (server, admin) = cluster(|_| {}).await;
+    let dir = tempfile::tempdir().unwrap();
+    let nvml = fake_nvml(dir.path()).display().to_string();
+    let powercap = dir.path().join("powercap");
+    rapl_zone(&powercap, "intel-rapl:0", "package-0", 1_000_000);
+    rapl_zone(&powercap, "intel-rapl:0:0", "dram", 1_000_000);
+    let watts = ("FAKE_GPU_WATTS", "400".to_owned());
+    let ways = [
+        (
+            "counter",
+            vec![
+                ("MISSION_NVML_LIBRARY", nvml.clone()),
+                ("MISSION_POWERCAP_DIR", powercap.display().to_string()),
+                watts.clone(),
+            ],
+            EnergySource::GpuCounter,
+        ),
+        (
+            "nvml-power",
+            vec![("MISSION_NVML_LIBRARY", nvml), ("FAKE_NVML_NO_COUNTER", "1".into()), watts.clone()],
+            EnergySource::GpuPowerSamples,
+        ),
+        (
+            "smi-power",
+            vec![("MISSION_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1".into()), watts],
+            EnergySource::GpuPowerSamples,
+        ),
+    ];
+    let alice = &server.client;
+    // A little CPU time, then it waits for the test to advance the RAPL counters.
+    let script =
+        "pwd >&2\ni=0; while [ $i -lt 20000 ]; do i=$((i+1)); done\nwhile [ ! -e go ]; do sleep 0.05; done\nsleep 2\n";
+    let m = mission(alice, SHELL, &[("run.sh", script)], &[]).await;
+    let mut agents = Vec::new();
+    let mut jobs = Vec::new();
+    for (name, env, source) in ways {
+        let open = CreateStation { name: name.into(), open: Some(true), ..Default::default() };
+        let station = admin.create_station(&open).await.unwrap().station_id;
+        let offer = Offer { fake_gpus: 1, ..TWO_CPUS };
+        agents.push(Agent::start_at(&server.url, &admin, station, name, offer, &[], &env).await);
+        let one_gpu = JobResources { gpu_count: Some(1), memory_amount: Some(1000), ..Default::default() };
+        jobs.push((name, alice.run_job_on_station(m.mission_id, station, one_gpu).await.unwrap(), source));
+    }
+    for (_, job, _) in &jobs {
+        wait_status(alice, job.job_id, JobStatus::Running).await;
+    }
+    rapl_zone(&powercap, "intel-rapl:0", "package-0", 1_000_000 + 3_600_000_000);
+    rapl_zone(&powercap, "intel-rapl:0:0", "dram", 1_000_000 + 360_000_000);
+    for (_, job, _) in &jobs {
+        std::fs::write(work_dir(alice, job.job_id).await.join("go"), "").unwrap();
+    }
+    for (name, job, source) in jobs {
+        let done = alice.wait_for_job(job.job_id).await.unwrap();
+        assert_eq!(done.status, JobStatus::Completed, "{name}: {done:?}");
+        let usage = done.usage.clone().unwrap();
+        let parts = usage.energy_parts.clone().expect("the parts of its energy");
+        let gpu = parts.gpu.expect("a GPU part");
+        assert_eq!(gpu.source, source, "{name}: {parts:?}");
+        // 400 W over its run: the meters run from its start to its end, a little past its wall time.
+        let expected = 400.0 * usage.wall_time / 3600.0;
+        assert!((gpu.wh - expected).abs() < 0.15 * expected, "{name}: {} Wh, not about {expected}", gpu.wh);
+        let (cpu, memory) = (parts.cpu.unwrap(), parts.memory.unwrap());
+        if name == "counter" && !ran_without_limits("the RAPL part of a_gpu_jobs_energy_is_measured", &done) {
+            // Its share of the host's CPU time: some, not all (the host ran the others too).
+            assert_eq!((cpu.source, memory.source), (EnergySource::Rapl, EnergySource::Rapl), "{parts:?}");
+            assert!(cpu.wh > 0.0 && cpu.wh < 1.0 && (memory.wh - cpu.wh / 10.0).abs() < 1e-9, "{parts:?}");
+        } else if name != "counter" {
+            assert_eq!((cpu.source, memory.source), (EnergySource::Model, EnergySource::Model), "{name}");
+        }
+        let energy = usage.energy_kwh.unwrap();
+        assert!((energy - (gpu.wh + cpu.wh + memory.wh) * 1.67 / 1000.0).abs() < 1e-12, "{name}: {usage:?}");
+    }
+    drop(agents);
 }
 
 #[tokio::test]

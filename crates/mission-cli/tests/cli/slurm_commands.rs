@@ -164,6 +164,23 @@ async fn sbatch_squeue_sacct_scancel_and_scontrol_as_a_mapped_account() {
     let fields = "JobID,JobName,State,ExitCode,AllocCPUS,ReqMem,Timelimit,Comment,WorkDir";
     let row = shell.ok("sacct", &["-X", "-n", "-P", "-j", &number, "-o", fields]).await;
     assert_eq!(row.trim(), format!("{number}|from-cli|COMPLETED|0:0|2|300M|00:02:00|a b|{}", work.display()));
+    // A job's energy in joules, as a cluster's energy plugin counts it (what its parts drew,
+    // here modelled: 2 s of a busy CPU and 1,000 MB held), raw and as sacct prints it (under
+    // 1,000 J without a unit), for the job and its batch step.
+    let busy = "end=$((SECONDS + 2)); while [ $SECONDS -lt $end ]; do :; done";
+    let burner = shell.ok("sbatch", &["--parsable", "--wait", "--mem=1000", "--wrap", busy]).await.trim().to_owned();
+    let energy = shell.ok("sacct", &["-n", "-P", "-j", &burner, "-o", "JobID,ConsumedEnergyRaw,ConsumedEnergy"]).await;
+    let rows: Vec<Vec<&str>> = energy.lines().map(|line| line.split('|').collect()).collect();
+    assert_eq!(rows.len(), 2, "{energy}");
+    let job: serde_json::Value =
+        serde_json::from_str(&shell.ok(BIN, &["jobs", "get", &burner, "--json"]).await).unwrap();
+    let parts = &job["usage"]["energy_parts"];
+    let wh: f64 = ["cpu", "memory", "gpu"].iter().map(|p| parts[p]["wh"].as_f64().unwrap_or(0.0)).sum();
+    assert_eq!(rows[0][1], format!("{}", (wh * 3600.0).round()), "{energy} {parts}");
+    assert!((10..1000).contains(&rows[0][1].parse::<u64>().unwrap()), "2 s of a CPU at 12 W: {energy}");
+    assert_eq!((rows[0][2], rows[1][1], rows[1][2]), (rows[0][1], rows[0][1], rows[0][1]), "{energy}");
+    let noconvert = shell.ok("sacct", &["-X", "-n", "-P", "--noconvert", "-j", &number, "-o", "MaxRSS"]).await;
+    assert!(noconvert.trim().parse::<u64>().is_ok_and(|bytes| bytes % (1 << 20) == 0), "bytes: {noconvert}");
 
     // --wait exits with the job's code; sacct says FAILED and 3:0, as Slurm does.
     let failing = shell.run("sbatch", &["--wait", "--wrap", "exit 3"]).await;

@@ -48,6 +48,8 @@ pub(crate) struct ProcessRunner {
     job_env: Vec<(&'static str, std::ffi::OsString)>,
     resources: Resources,
     gpus: Vec<Gpu>,
+    /// What measures jobs' energy.
+    meters: crate::energy::Meters,
     /// What runs jobs in container images, or why nothing does.
     podman: Option<Podman>,
     no_images: String,
@@ -110,6 +112,8 @@ impl ProcessRunner {
         } else {
             tokio::task::spawn_blocking(Cgroups::detect).await.unwrap_or_else(|e| Cgroups::unavailable(e.to_string()))
         };
+        // GPUs only declared (`--gpus` past those found) have no UUID and nothing to read.
+        let meters = crate::energy::Meters::detect(gpus.iter().any(|gpu| !gpu.uuid.is_empty()));
         tracing::info!(
             cpus = resources.cpu_count,
             memory_mb = resources.memory_amount,
@@ -117,6 +121,7 @@ impl ProcessRunner {
             limits = %cgroups.describe(),
             jobs = %sandbox.describe(),
             work_root = %work_root.display(),
+            energy = %meters.describe(),
             "landing zone agent starting"
         );
         Ok(Arc::new(Self {
@@ -127,6 +132,7 @@ impl ProcessRunner {
             job_env,
             resources,
             gpus,
+            meters,
             podman,
             no_images,
             shared_paths: config.shared_paths.clone(),
@@ -224,6 +230,7 @@ impl Runner for ProcessRunner {
             _ => {}
         }
         events.running(chrono::Utc::now(), limits);
+        let meter = self.meters.start(&job.gpu_indices);
         let pipes = program.take_pipes();
         let time_limit = job
             .time_limit
@@ -247,6 +254,7 @@ impl Runner for ProcessRunner {
             exit: None,
             timed_out: false,
             usage: None,
+            meter: Some(meter),
             work: Some((dir, user)),
             batch: job.batch.is_some(),
             uploads_outputs: job.node.as_ref().is_none_or(|node| node.rank == 0),
@@ -297,6 +305,8 @@ pub(crate) struct ProcessJob {
     /// Whether its time limit killed it.
     timed_out: bool,
     usage: Option<JobUsage>,
+    /// What it draws, measured from its start until it is finished.
+    meter: Option<crate::energy::JobMeter>,
     /// Where it runs and whom as, until they are handed back.
     work: Option<(WorkDir, JobUser)>,
     /// It is a batch job: its files are in its own directory, and none are collected.
@@ -438,11 +448,17 @@ impl JobHandle for ProcessJob {
             }
         })
         .await?;
+        let cpu_time = measured.and_then(|m| m.cpu_seconds).filter(|_| cpu_measured);
+        let energy_parts = match self.meter.take() {
+            Some(meter) => meter.finish(cpu_time).await,
+            None => None,
+        };
         self.usage = Some(JobUsage {
             wall_time,
-            cpu_time: measured.and_then(|m| m.cpu_seconds).filter(|_| cpu_measured),
+            cpu_time,
             cpu_efficiency: None,
             peak_memory: measured.and_then(|m| m.peak_memory).map(|bytes| bytes.div_ceil(1 << 20)),
+            energy_parts,
             ..JobUsage::default()
         });
         let exit = exit.map_err(JobError::Wait)?;

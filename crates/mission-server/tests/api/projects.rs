@@ -465,4 +465,32 @@ async fn a_job_is_charged_its_energy_carbon_and_money_by_its_stations_settings()
     let csv = root.usage_report_csv(&query).await.unwrap();
     assert!(csv.lines().next().unwrap().ends_with(",mean_cpu_efficiency,energy_kwh,co2e_g"), "{csv}");
     assert!(csv.lines().any(|line| line.starts_with("alice,") && line.ends_with(",0.003186,0.319")), "{csv}");
+
+    // What its agent measured takes the model's place where it can be true: the processors' 2 Wh
+    // by RAPL, but not GPU energy of a job that held no GPU, nor a "measured" model.
+    let job_id = alice.run_job(mission.mission_id, &ask).await.unwrap().job_id;
+    assert_eq!(next_run(&mut agent).await, job_id);
+    let part = |wh, source| Some(mission_api::EnergyPart { wh, source });
+    let measured = mission_api::EnergyParts {
+        cpu: part(2.0, mission_api::EnergySource::Rapl),
+        memory: part(999.0, mission_api::EnergySource::Model),
+        gpu: part(5.0, mission_api::EnergySource::GpuCounter),
+    };
+    let usage = mission_api::JobUsage {
+        wall_time: 1800.0,
+        cpu_time: Some(900.0),
+        energy_parts: Some(measured),
+        ..Default::default()
+    };
+    let now = mission_store::now();
+    let done = Report { usage: Some(usage), exit_code: Some(0), ..Report::new(job_id, JobStatus::Completed, now) };
+    agent.report(&[Report::new(job_id, JobStatus::Running, now), done]).await;
+    let job = tokio::time::timeout(std::time::Duration::from_secs(10), alice.wait_for_job(job_id)).await.unwrap();
+    let usage = job.unwrap().usage.expect("reported");
+    let parts = usage.energy_parts.clone().expect("its parts");
+    assert_eq!(parts.cpu, part(2.0, mission_api::EnergySource::Rapl), "{parts:?}");
+    assert_eq!(parts.memory, part(0.18625, mission_api::EnergySource::Model), "{parts:?}");
+    assert_eq!(parts.gpu, part(0.0, mission_api::EnergySource::Model), "{parts:?}");
+    // The default settings now: PUE 1.67.
+    assert!(close(usage.energy_kwh.unwrap(), 2.18625 * 1.67 / 1000.0), "{usage:?}");
 }

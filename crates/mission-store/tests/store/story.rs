@@ -995,6 +995,11 @@ pub async fn job_listings_results_and_agents(store: &Store) {
         energy_kwh: Some(0.025),
         co2e_g: Some(11.875),
         cost: Some(mission_api::Cost { amount: 0.04, currency: "EUR".into() }),
+        energy_parts: Some(mission_api::EnergyParts {
+            cpu: Some(mission_api::EnergyPart { wh: 10.0, source: mission_api::EnergySource::Rapl }),
+            memory: Some(mission_api::EnergyPart { wh: 0.5, source: mission_api::EnergySource::Model }),
+            gpu: Some(mission_api::EnergyPart { wh: 0.0, source: mission_api::EnergySource::Model }),
+        }),
     };
     let failed =
         JobUpdate { usage: Some(used.clone()), lz_id: Some(Some(lz)), ..moved(jobs[1].job_id, JobStatus::Failed) };

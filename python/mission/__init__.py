@@ -826,12 +826,18 @@ class Client:
         cpu_hours: Optional[float] = None,
         gpu_hours: Optional[float] = None,
         period: str = "month",
+        kwh: Optional[float] = None,
+        money: Optional[Cost] = None,
     ) -> BudgetStatus:
         """Sets what a project may spend per ``period`` (``week``, ``month`` or ``total``;
-        admins only): a job is charged its CPUs (GPUs) times its wall time as it ends. At 80%
-        the project's members get a ``project.budget_warning`` event; at 100% its jobs wait
-        for the next period."""
-        budget = json.dumps(_drop_none({"cpu_hours": cpu_hours, "gpu_hours": gpu_hours, "period": period}))
+        admins only): a job is charged its CPUs (GPUs) times its wall time as it ends, and the
+        kWh and money it was reckoned (``money`` counts jobs charged in its currency only). At
+        80% of any amount the project's members get a ``project.budget_warning`` event; at 100%
+        its jobs wait for the next period."""
+        amounts: Dict[str, Any] = {"cpu_hours": cpu_hours, "gpu_hours": gpu_hours, "kwh": kwh, "period": period}
+        if money is not None:
+            amounts["money"] = {"amount": money.amount, "currency": money.currency}
+        budget = json.dumps(_drop_none(amounts))
         return _one(BudgetStatus, self._native.set_project_budget(_id(project_id), budget))
 
     def delete_project_budget(self, project_id: Id) -> bool:

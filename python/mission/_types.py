@@ -559,9 +559,9 @@ class AuditPage(_Record):
 
 @dataclasses.dataclass(frozen=True)
 class BudgetStatus(_Record):
-    """A project's budget (``budget``: ``cpu_hours``, ``gpu_hours``, each absent when not
-    limited, and ``period``: ``week``, ``month`` or ``total``) and what its jobs that ended this
-    period were charged."""
+    """A project's budget (``budget``: ``cpu_hours``, ``gpu_hours``, ``kwh`` and ``money``
+    (``amount`` and ``currency``), each absent when not limited, and ``period``: ``week``,
+    ``month`` or ``total``) and what its jobs that ended this period were charged."""
 
     project_id: str
     budget: Dict[str, Any]
@@ -570,6 +570,8 @@ class BudgetStatus(_Record):
     spent_gpu_hours: float
     updated_at: datetime.datetime
     period_end: Optional[datetime.datetime] = dataclasses.field(default=None, metadata={"time": True})
+    spent_kwh: float = 0.0
+    spent_money: Optional[Cost] = dataclasses.field(default=None, metadata={"of": Cost})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -62,6 +62,12 @@ def test_projects_members_and_what_jobs_are_charged_to(client, tmp_path):
     with pytest.raises(mission.Invalid, match="cpu_hours"):
         client.set_project_budget(bio.project_id, cpu_hours=-1)
     assert client.project_budget(bio.project_id).budget["period"] == "week"
+    # In energy and money too; the jobs of a station without prices cost nothing in EUR.
+    costly = client.set_project_budget(bio.project_id, kwh=2.5, money=mission.Cost(10.0, "EUR"))
+    assert (costly.budget["kwh"], costly.budget["money"]) == (2.5, {"amount": 10.0, "currency": "EUR"})
+    assert costly.spent_kwh > 0 and costly.spent_money == mission.Cost(0.0, "EUR"), costly
+    with pytest.raises(mission.Invalid, match="money.currency"):
+        client.set_project_budget(bio.project_id, money=mission.Cost(1.0, "euro"))
     assert client.delete_project_budget(bio.project_id) is True
     assert client.delete_project_budget(bio.project_id) is False
 

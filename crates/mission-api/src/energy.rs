@@ -111,7 +111,7 @@ impl StationEnergy {
             }
         }
         let currency = self.prices.as_ref().map(|p| p.currency.as_str());
-        if let Some(code) = currency.filter(|c| c.len() != 3 || !c.bytes().all(|b| b.is_ascii_uppercase())) {
+        if let Some(code) = currency.filter(|c| !is_currency(c)) {
             return Some(("energy.prices.currency", format!("must be an ISO 4217 code such as EUR, not {code:?}")));
         }
         None
@@ -240,6 +240,11 @@ impl EnergyParts {
             gpu: believed(self.gpu, f64::from(held.gpus)),
         }
     }
+}
+
+/// Whether `code` is shaped as an ISO 4217 currency code: three capital letters.
+pub fn is_currency(code: &str) -> bool {
+    code.len() == 3 && code.bytes().all(|b| b.is_ascii_uppercase())
 }
 
 /// What a job held while it ran.

@@ -294,14 +294,15 @@ impl BudgetPeriod {
 }
 
 /// What a project may spend per period: body of `PUT /api/v1/projects/{id}/budget` (admins).
-/// A job is charged its CPUs (and GPUs) times its wall time as it ends (Slurm's rule), in the
-/// period it ends in. At 80% of either amount a `project.budget_warning` event goes to the
-/// project's members; at 100% none of its jobs start until the next period (running ones finish).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// A job is charged its CPUs (and GPUs) times its wall time as it ends (Slurm's rule), and the
+/// energy and money it was reckoned (see [`crate::energy`]), in the period it ends in. At 80% of
+/// any amount a `project.budget_warning` event goes to the project's members; at 100% none of its
+/// jobs start until the next period (running ones finish).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ProjectBudget {
-    /// CPU-hours per period; absent: no limit on CPUs (with neither amount, what is spent is
+    /// CPU-hours per period; absent: no limit on CPUs (with no amount at all, what is spent is
     /// tracked and nothing stops).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1_000_000_000_000_i64))]
@@ -310,6 +311,14 @@ pub struct ProjectBudget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1_000_000_000_000_i64))]
     pub gpu_hours: Option<f64>,
+    /// Energy per period, in kWh as jobs are reckoned it (the PUE included); absent: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1_000_000_000_000_i64))]
+    pub kwh: Option<f64>,
+    /// Money per period, in one currency: jobs charged in another (on a station whose prices are
+    /// in another) do not count against it; absent: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub money: Option<crate::Cost>,
     /// How long the amounts last.
     pub period: BudgetPeriod,
 }
@@ -331,6 +340,12 @@ pub struct BudgetStatus {
     pub spent_cpu_hours: f64,
     /// GPU-hours they were charged.
     pub spent_gpu_hours: f64,
+    /// kWh they were reckoned.
+    #[serde(default)]
+    pub spent_kwh: f64,
+    /// Money they were charged in the budget's currency, where it sets an amount of money.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spent_money: Option<crate::Cost>,
     /// When the budget was last set.
     pub updated_at: DateTime<Utc>,
 }

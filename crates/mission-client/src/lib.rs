@@ -53,7 +53,7 @@ pub use mission_api::labels;
 /// What a webhook receiver gets: the headers and the signed content.
 pub use mission_api::webhooks as webhook_signing;
 pub use mission_api::{
-    AuditEntry, AuditPage, AuthConfig, BudgetPeriod, BudgetStatus, CargoBay, CargoBayKind, ContainerNetwork,
+    AuditEntry, AuditPage, AuthConfig, BudgetPeriod, BudgetStatus, CargoBay, CargoBayKind, ContainerNetwork, Cost,
     CreateCargoBay, CreateMission, CreateProject, CreateStation, CreateWebhook, DEFAULT_CARGO_BAY_ID,
     DEFAULT_STATION_NAME, DeliveryStatus, DeviceAuthorization, Event, FileListing, Image, ImageFormat, ImageVisibility,
     ImportImage, Job, JobArray, JobGang, JobImage, JobPage, JobRef, JobSession, JobStatus, JobTransition, JobUsage,

@@ -357,8 +357,8 @@ impl QueueOrder {
     pub const DEFAULT: Self = Self::FairShare { half_life: Self::DEFAULT_HALF_LIFE };
 }
 
-/// What a project holds on every station, has queued and has left of its budget this period:
-/// what `/metrics` shows per project.
+/// What a project holds on every station, has queued and has left of its budget this period,
+/// and what its jobs drew and cost since the scheduler started: what `/metrics` shows per project.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProjectGauge {
     /// The project.
@@ -369,6 +369,15 @@ pub struct ProjectGauge {
     pub budget_left_cpu_hours: Option<f64>,
     /// GPU-hours left of its budget this period, where it sets some.
     pub budget_left_gpu_hours: Option<f64>,
+    /// kWh its jobs that ended since the scheduler started were reckoned (a counter).
+    #[serde(default)]
+    pub energy_kwh: f64,
+    /// Grams of CO₂e of the same jobs (a counter).
+    #[serde(default)]
+    pub co2e_g: f64,
+    /// What the same jobs cost, by currency (counters).
+    #[serde(default)]
+    pub cost: std::collections::BTreeMap<String, f64>,
 }
 
 /// What a call comes to.

@@ -41,7 +41,7 @@
 //! replica no longer leads ends the task.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -53,7 +53,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::budgets::{Budgets, Warning};
+use super::budgets::{Budgets, Charge, Warning};
 use super::fair_share::{EXPECTED_RUN, Usage};
 use super::fleet::{Connection, Fleet, GangPart, LzState, Placed, StationLzs};
 use super::limits::Limits;
@@ -64,7 +64,7 @@ use super::{
     Sessions,
 };
 use mission_store::audit::AuditNote;
-use mission_store::{self as store, JobUpdate, LzIdentity, PlacementAsk, Store, StoreError};
+use mission_store::{self as store, JobUpdate, LzIdentity, PlacementAsk, Spent, Store, StoreError};
 
 /// What a placement pass asks of landing zones about a job, to answer once per kind of job:
 /// its CPUs, megabytes and GPUs, whether it runs in an image, and a batch job's directory.
@@ -173,6 +173,9 @@ pub struct State {
     no_reclaim: HashSet<Uuid>,
     /// The stations' energy settings.
     energy: HashMap<Uuid, StationEnergy>,
+    /// What each project's jobs that ended since this task started drew and cost: kWh, g CO₂e,
+    /// and money by currency (`/metrics`' counters).
+    footprints: HashMap<Uuid, (f64, f64, BTreeMap<String, f64>)>,
     /// The queued jobs borrowed room is being reclaimed for (see `reclaim.rs`), with their
     /// station and project: until each starts, or finds nothing more to reclaim, jobs of other
     /// projects that would borrow on that station wait.
@@ -245,6 +248,7 @@ impl State {
             budgets: Budgets::default(),
             no_reclaim: HashSet::new(),
             energy: HashMap::new(),
+            footprints: HashMap::new(),
             reclaims: HashMap::new(),
             reclaim_grace: u32::try_from(policy.reclaim_grace.as_secs()).unwrap_or(u32::MAX),
             queue,
@@ -285,7 +289,8 @@ impl State {
         self.energy = stations.into_iter().map(|s| (s.station_id, s.energy)).collect();
         let now = store::now();
         for record in self.store.project_budgets(None).await? {
-            let spent = self.store.project_spent(record.project_id, record.budget.period.start(now)).await?;
+            let currency = record.budget.money.as_ref().map(|m| m.currency.as_str());
+            let spent = self.store.project_spent(record.project_id, record.budget.period.start(now), currency).await?;
             // Where 80% was passed before the restart, the warning went out then.
             self.budgets.set(record, spent, now, true);
         }
@@ -374,7 +379,7 @@ impl State {
                 self.lose(placed, "its landing zone was removed");
                 continue;
             }
-            self.budgets.hold(job.job_id, placed.key.project_id, self.budget_needs(&placed.entry));
+            self.budgets.hold(job.job_id, placed.key.project_id, self.budget_needs(&placed.key, &placed.entry));
             self.hold_parts(&nodes, placed);
         }
         for (job_id, user_id, [after_ok, after_any, after_not_ok]) in waiting {
@@ -974,7 +979,8 @@ impl State {
         match self.store.project_budgets(Some(project_id)).await?.pop() {
             Some(record) => {
                 let now = store::now();
-                let spent = self.store.project_spent(project_id, record.budget.period.start(now)).await?;
+                let currency = record.budget.money.as_ref().map(|m| m.currency.as_str());
+                let spent = self.store.project_spent(project_id, record.budget.period.start(now), currency).await?;
                 self.batch.warnings.extend(self.budgets.set(record, spent, now, false));
             }
             None => self.budgets.remove(project_id),
@@ -1004,6 +1010,10 @@ impl State {
         for (project_id, cpu, gpu) in self.budgets.left(store::now()) {
             let gauge = of(&mut gauges, project_id);
             (gauge.budget_left_cpu_hours, gauge.budget_left_gpu_hours) = (cpu, gpu);
+        }
+        for (project_id, (kwh, co2e_g, cost)) in &self.footprints {
+            let gauge = of(&mut gauges, *project_id);
+            (gauge.energy_kwh, gauge.co2e_g, gauge.cost) = (*kwh, *co2e_g, cost.clone());
         }
         let mut gauges: Vec<_> = gauges.into_values().collect();
         gauges.sort_unstable_by_key(|g| g.project_id);
@@ -1531,6 +1541,21 @@ impl State {
                 .map(|usage| with_footprint(&self.energy, placed.key.station_id, &placed.entry, usage));
             if let Some(usage) = &update.usage {
                 measured.push((report.job_id, usage.wall_time));
+                let totals = self.footprints.entry(placed.key.project_id).or_default();
+                totals.0 += usage.energy_kwh.unwrap_or(0.0);
+                totals.1 += usage.co2e_g.unwrap_or(0.0);
+                if let Some(cost) = &usage.cost {
+                    *totals.2.entry(cost.currency.clone()).or_default() += cost.amount;
+                }
+                if let Some(currency) = self.budgets.footprint_counted(placed.key.project_id) {
+                    let money = usage.cost.as_ref().filter(|c| Some(c.currency.as_str()) == currency);
+                    let used = Charge::Footprint {
+                        kwh: usage.energy_kwh.unwrap_or(0.0),
+                        money: money.map_or(0.0, |c| c.amount),
+                    };
+                    let charged = self.budgets.charge(report.job_id, placed.key.project_id, used, store::now());
+                    self.batch.warnings.extend(charged);
+                }
             }
             placed.status = status;
             if update.reason.is_some() || status == JobStatus::Running {
@@ -1923,7 +1948,7 @@ impl State {
         if let Some(why) = self.limits.refusal(key.station_id, key.project_id, held, job) {
             return (Verdict::SkipQueue, Some(pending(PendingKind::Quota, why)));
         }
-        if let Some((why, every_job)) = self.budgets.refusal(key.project_id, self.budget_needs(job), now) {
+        if let Some((why, every_job)) = self.budgets.refusal(key.project_id, self.budget_needs(key, job), now) {
             // Where only some jobs are refused (too long, or with GPUs) later ones may still start.
             let verdict = if every_job { Verdict::SkipQueue } else { Verdict::PassOver };
             return (verdict, Some(pending(PendingKind::Quota, why)));
@@ -2108,18 +2133,31 @@ impl State {
     }
 
     /// What a job may spend of its project's budget: CPU-seconds and GPU-seconds for its time
-    /// limit (or the expected run).
-    fn budget_needs(&self, job: &Queued) -> (f64, f64) {
+    /// limit (or the expected run), and where the budget counts them the energy and money its
+    /// station's model gives for that time with every CPU busy.
+    fn budget_needs(&self, key: &QueueKey, job: &Queued) -> Spent {
         let seconds = self.fleet.usage.expected_seconds(job.time_limit);
-        let (cpus, _, gpus) = job.total();
-        (f64::from(cpus) * seconds, f64::from(gpus) * seconds)
+        let (cpus, memory_mb, gpus) = job.total();
+        let mut needs = Spent {
+            cpu_seconds: f64::from(cpus) * seconds,
+            gpu_seconds: f64::from(gpus) * seconds,
+            ..Spent::default()
+        };
+        if let Some(currency) = self.budgets.footprint_counted(key.project_id) {
+            let default = StationEnergy::default();
+            let settings = self.energy.get(&key.station_id).unwrap_or(&default);
+            let footprint = settings.footprint(&Held { cpus, memory_mb, gpus }, seconds, None, None);
+            needs.kwh = footprint.energy_kwh;
+            needs.money = footprint.cost.filter(|c| Some(c.currency.as_str()) == currency).map_or(0.0, |c| c.amount);
+        }
+        needs
     }
 
     /// Places a queued job on an LZ, or a gang on its LZs (rank order) all at once, in the
     /// batch.
     fn start(&mut self, nodes: &[Uuid], key: QueueKey, seq: u64, entry: Queued) {
         self.dequeue(entry.job_id);
-        self.budgets.hold(entry.job_id, key.project_id, self.budget_needs(&entry));
+        self.budgets.hold(entry.job_id, key.project_id, self.budget_needs(&key, &entry));
         let lz = self.fleet.get(&nodes[0]).expect("chosen from the index");
         let mut update = JobUpdate::new(entry.job_id, JobStatus::Assigned);
         update.lz_id = Some(Some(nodes[0]));
@@ -2206,7 +2244,8 @@ impl State {
         if !spent.is_empty() {
             let now = store::now();
             for (job_id, project, cpu, gpu) in spent {
-                self.batch.warnings.extend(self.budgets.charge(job_id, project, (cpu, gpu), now));
+                let used = Charge::Time { cpu_seconds: cpu, gpu_seconds: gpu };
+                self.batch.warnings.extend(self.budgets.charge(job_id, project, used, now));
             }
         }
         let changed = self.fleet.usage.changed();

@@ -51,7 +51,7 @@ pub use self::events::{EventFilter, NewEvent};
 pub use self::idempotency::{IdempotencyClaim, KeptAnswer};
 pub use self::jobs::{EndingJob, QueuedRow, UsageGrouping, UsageScope, UsedRow};
 pub use self::placement::{PlacementAsk, PlacementFacts};
-pub use self::projects::{BudgetRecord, LimitsRecord, PERSONAL_MARK};
+pub use self::projects::{BudgetRecord, LimitsRecord, PERSONAL_MARK, Spent};
 
 /// Id of the station a first start creates (migration 0004), home of the embedded LZ.
 pub const DEFAULT_STATION_ID: Uuid = uuid::uuid!("6d697373-696f-4e00-8000-000000000002");

@@ -50,6 +50,19 @@ pub struct BudgetRecord {
     pub updated_at: DateTime<Utc>,
 }
 
+/// What a project's jobs that ended in a period were charged, in the amounts a budget counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Spent {
+    /// CPUs times wall time, in seconds.
+    pub cpu_seconds: f64,
+    /// GPUs times wall time, in seconds.
+    pub gpu_seconds: f64,
+    /// Energy, in kWh.
+    pub kwh: f64,
+    /// Money, in the currency asked for.
+    pub money: f64,
+}
+
 /// The mark that starts a personal project's name, and no other.
 pub const PERSONAL_MARK: char = '~';
 
@@ -448,21 +461,33 @@ impl Store {
         })
     }
 
-    /// What the jobs charged to `project_id` that ended at `since` or later were charged, in
-    /// CPU-seconds and GPU-seconds: their CPUs (GPUs) times their wall time, or where an agent
-    /// did not report one the time between start and end.
-    pub async fn project_spent(&self, project_id: Uuid, since: DateTime<Utc>) -> Result<(f64, f64), StoreError> {
+    /// What the jobs charged to `project_id` that ended at `since` or later were charged: their
+    /// CPUs (GPUs) times their wall time, or where an agent did not report one the time between
+    /// start and end; their energy; and their cost in `currency` (costs in others not counted).
+    pub async fn project_spent(
+        &self,
+        project_id: Uuid,
+        since: DateTime<Utc>,
+        currency: Option<&str>,
+    ) -> Result<Spent, StoreError> {
         with_conn!(self, reader, |conn| {
             let row = sqlx::query(
-                "SELECT SUM(cpu_count * w) AS cpu, SUM(gpu_count * w) AS gpu FROM (SELECT cpu_count, gpu_count, \
-                 COALESCE(wall_time, (finished_at - started_at) / 1000000.0, 0.0) AS w FROM jobs \
-                 WHERE project_id = $1 AND finished_at >= $2) AS ended",
+                "SELECT SUM(cpu_count * w) AS cpu, SUM(gpu_count * w) AS gpu, SUM(energy_kwh) AS kwh, \
+                 SUM(CASE WHEN currency = $3 THEN cost END) AS money FROM (SELECT cpu_count, gpu_count, \
+                 COALESCE(wall_time, (finished_at - started_at) / 1000000.0, 0.0) AS w, energy_kwh, cost, currency \
+                 FROM jobs WHERE project_id = $1 AND finished_at >= $2) AS ended",
             )
             .bind(project_id.to_string())
             .bind(to_micros(since))
+            .bind(currency)
             .fetch_one(conn)
             .await?;
-            Ok((row.opt_real("cpu")?.unwrap_or(0.0), row.opt_real("gpu")?.unwrap_or(0.0)))
+            Ok(Spent {
+                cpu_seconds: row.opt_real("cpu")?.unwrap_or(0.0),
+                gpu_seconds: row.opt_real("gpu")?.unwrap_or(0.0),
+                kwh: row.opt_real("kwh")?.unwrap_or(0.0),
+                money: row.opt_real("money")?.unwrap_or(0.0),
+            })
         })
     }
 }

@@ -3,7 +3,7 @@
 use anyhow::bail;
 use clap::Subcommand;
 use mission_client::{
-    BudgetPeriod, BudgetStatus, Client, CreateProject, Project, ProjectBudget, ProjectLimits, ProjectRole,
+    BudgetPeriod, BudgetStatus, Client, Cost, CreateProject, Project, ProjectBudget, ProjectLimits, ProjectRole,
     ResourceAmounts, StationLimits, UpdateProject, UsageReportQuery, Uuid,
 };
 
@@ -167,11 +167,20 @@ pub struct BudgetArgs {
     /// GPU-hours per period.
     #[arg(long)]
     gpu_hours: Option<f64>,
-    /// How long the hours last: week (from Monday, UTC), month or total.
+    /// kWh per period, as jobs are reckoned (the PUE included).
+    #[arg(long)]
+    kwh: Option<f64>,
+    /// Money per period, in --currency (jobs charged in another currency do not count).
+    #[arg(long, value_name = "AMOUNT", requires = "currency")]
+    money: Option<f64>,
+    /// The currency of --money: an ISO 4217 code (EUR, USD, CHF).
+    #[arg(long, value_name = "CODE", requires = "money")]
+    currency: Option<String>,
+    /// How long the amounts last: week (from Monday, UTC), month or total.
     #[arg(long, value_parser = parse_period, default_value = "month")]
     period: BudgetPeriod,
     /// Remove the budget.
-    #[arg(long, conflicts_with_all = ["cpu_hours", "gpu_hours"])]
+    #[arg(long, conflicts_with_all = ["cpu_hours", "gpu_hours", "kwh", "money"])]
     clear: bool,
 }
 
@@ -190,14 +199,21 @@ impl BudgetArgs {
             out.done(&serde_json::json!({ "cleared": project_id }), &format!("removed the budget of {}", self.project));
             return Ok(());
         }
-        if self.cpu_hours.is_none() && self.gpu_hours.is_none() {
+        if self.cpu_hours.is_none() && self.gpu_hours.is_none() && self.kwh.is_none() && self.money.is_none() {
             match client.project_budget(project_id).await? {
                 Some(status) => out.done(&status, &budget_words(&self.project, &status)),
                 None => out.done(&serde_json::Value::Null, &format!("project {} has no budget", self.project)),
             }
             return Ok(());
         }
-        let budget = ProjectBudget { cpu_hours: self.cpu_hours, gpu_hours: self.gpu_hours, period: self.period };
+        let money = self.money.zip(self.currency).map(|(amount, currency)| Cost { amount, currency });
+        let budget = ProjectBudget {
+            cpu_hours: self.cpu_hours,
+            gpu_hours: self.gpu_hours,
+            kwh: self.kwh,
+            money,
+            period: self.period,
+        };
         let status = client.set_project_budget(project_id, &budget).await?;
         out.done(&status, &budget_words(&self.project, &status));
         Ok(())
@@ -215,11 +231,16 @@ fn budget_words(project: &str, status: &BudgetStatus) -> String {
     };
     let period = status.budget.period.words(status.period_start);
     let ends = status.period_end.map_or(String::new(), |end| format!("; the period ends {}", end.format("%Y-%m-%d")));
-    format!(
-        "project {project} spent {} and {} {period}{ends}",
+    let mut amounts = vec![
         against(status.spent_cpu_hours, status.budget.cpu_hours, "CPU-hours"),
         against(status.spent_gpu_hours, status.budget.gpu_hours, "GPU-hours"),
-    )
+        against(status.spent_kwh, status.budget.kwh, "kWh"),
+    ];
+    if let (Some(spent), Some(money)) = (&status.spent_money, &status.budget.money) {
+        amounts.push(against(spent.amount, Some(money.amount), &money.currency));
+    }
+    let last = amounts.pop().expect("three at least");
+    format!("project {project} spent {} and {last} {period}{ends}", amounts.join(", "))
 }
 
 /// `mission projects limits`.

@@ -235,15 +235,29 @@ pub async fn set_budget(
 ) -> DomainResult<BudgetStatus> {
     let project = visible(app, who, project_id).await?;
     admins_only(who, "set a project's budget")?;
-    for (field, hours) in [("cpu_hours", budget.cpu_hours), ("gpu_hours", budget.gpu_hours)] {
-        if let Some(hours) = hours
-            && !(0.0..=MAX_BUDGET_HOURS).contains(&hours)
+    let amounts = [
+        ("cpu_hours", budget.cpu_hours, "hours"),
+        ("gpu_hours", budget.gpu_hours, "hours"),
+        ("kwh", budget.kwh, "kWh"),
+        ("money.amount", budget.money.as_ref().map(|m| m.amount), "an amount"),
+    ];
+    for (field, amount, what) in amounts {
+        if let Some(amount) = amount
+            && !(0.0..=MAX_BUDGET_HOURS).contains(&amount)
         {
-            return Err(DomainError::invalid(field, format!("hours from 0 to {MAX_BUDGET_HOURS}")));
+            return Err(DomainError::invalid(field, format!("{what} from 0 to {MAX_BUDGET_HOURS}")));
         }
     }
+    if let Some(money) = &budget.money
+        && !mission_api::energy::is_currency(&money.currency)
+    {
+        return Err(DomainError::invalid(
+            "money.currency",
+            format!("an ISO 4217 code such as EUR, not {:?}", money.currency),
+        ));
+    }
     let change = Change::new("project.budget.set", "project", project_id).named(&project.name).in_project(project_id);
-    audit::note(who, change.with(budget));
+    audit::note(who, change.with(budget.clone()));
     app.store.set_project_budget(project_id, &budget, mission_store::now()).await?;
     app.scheduler.budget_changed(project_id).await?;
     budget_status(app, project_id).await?.ok_or_else(|| DomainError::not_found("project", project_id))
@@ -273,14 +287,17 @@ async fn budget_status(app: &AppState, project_id: Uuid) -> DomainResult<Option<
     let Some(record) = app.store.project_budgets(Some(project_id)).await?.pop() else { return Ok(None) };
     let now = mission_store::now();
     let period_start = record.budget.period.start(now);
-    let (cpu, gpu) = app.store.project_spent(project_id, period_start).await?;
+    let currency = record.budget.money.as_ref().map(|m| m.currency.clone());
+    let spent = app.store.project_spent(project_id, period_start, currency.as_deref()).await?;
     Ok(Some(BudgetStatus {
         project_id,
-        budget: record.budget,
         period_start,
         period_end: record.budget.period.end(now),
-        spent_cpu_hours: cpu / 3600.0,
-        spent_gpu_hours: gpu / 3600.0,
+        budget: record.budget,
+        spent_cpu_hours: spent.cpu_seconds / 3600.0,
+        spent_gpu_hours: spent.gpu_seconds / 3600.0,
+        spent_kwh: spent.kwh,
+        spent_money: currency.map(|currency| mission_api::Cost { amount: spent.money, currency }),
         updated_at: record.updated_at,
     }))
 }

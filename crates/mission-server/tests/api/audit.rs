@@ -40,7 +40,8 @@ async fn changes_are_audited_with_who_and_which_request_and_only_managers_and_ad
     root.set_project_limits(bio, LOCAL_STATION, &ProjectLimits { max_running_jobs: Some(4), ..Default::default() })
         .await
         .unwrap();
-    let budget = ProjectBudget { cpu_hours: Some(100.0), gpu_hours: None, period: BudgetPeriod::Month };
+    let budget =
+        ProjectBudget { cpu_hours: Some(100.0), gpu_hours: None, kwh: None, money: None, period: BudgetPeriod::Month };
     root.set_project_budget(bio, &budget).await.unwrap();
     let mission = alice
         .create_mission(&CreateMission {

@@ -408,8 +408,13 @@ async fn a_project_page_shows_members_limits_in_use_as_bars_and_the_budget_spent
     let two_cpus: mission_client::ProjectLimits =
         serde_json::from_str(r#"{"nominal": {"cpus": 2}, "borrowing_limit": {"cpus": 0}}"#).unwrap();
     root.set_project_limits(bio, station, &two_cpus).await.unwrap();
-    let ten =
-        mission_api::ProjectBudget { cpu_hours: Some(10.0), gpu_hours: None, period: mission_api::BudgetPeriod::Month };
+    let ten = mission_api::ProjectBudget {
+        cpu_hours: Some(10.0),
+        gpu_hours: None,
+        kwh: None,
+        money: None,
+        period: mission_api::BudgetPeriod::Month,
+    };
     root.set_project_budget(bio, &ten).await.unwrap();
     let mission = CreateMission {
         name: "sweep".into(),

@@ -260,10 +260,15 @@ async fn a_budget_warns_its_members_at_80_percent_and_stops_its_jobs_at_100() {
     let mission = alice.create_mission(&shell_mission("sweep", Some(astro.project_id))).await.unwrap();
 
     // Only admins set budgets, of some hours, not less than none.
-    let hour =
-        mission_api::ProjectBudget { cpu_hours: Some(1.0), gpu_hours: None, period: mission_api::BudgetPeriod::Month };
+    let hour = mission_api::ProjectBudget {
+        cpu_hours: Some(1.0),
+        gpu_hours: None,
+        kwh: None,
+        money: None,
+        period: mission_api::BudgetPeriod::Month,
+    };
     assert_eq!(status(alice.set_project_budget(astro.project_id, &hour).await).0, 403);
-    let negative = mission_api::ProjectBudget { cpu_hours: Some(-1.0), ..hour };
+    let negative = mission_api::ProjectBudget { cpu_hours: Some(-1.0), ..hour.clone() };
     assert_eq!(status(root.set_project_budget(astro.project_id, &negative).await), (400, Some("cpu_hours".into())));
     assert_eq!(alice.project_budget(astro.project_id).await.unwrap(), None);
     // The document says what is accepted.
@@ -273,10 +278,10 @@ async fn a_budget_warns_its_members_at_80_percent_and_stops_its_jobs_at_100() {
     assert_eq!(schemas["ProjectBudget"]["properties"]["cpu_hours"]["minimum"], 0, "{}", schemas["ProjectBudget"]);
     assert_eq!(schemas["ProjectLimits"]["properties"]["share"]["exclusiveMinimum"], 0);
     // Without amounts a budget only tracks what is spent.
-    let tracked = mission_api::ProjectBudget { cpu_hours: None, ..hour };
+    let tracked = mission_api::ProjectBudget { cpu_hours: None, ..hour.clone() };
     assert_eq!(root.set_project_budget(astro.project_id, &tracked).await.unwrap().budget, tracked);
     let set = root.set_project_budget(astro.project_id, &hour).await.unwrap();
-    assert_eq!((set.budget, set.spent_cpu_hours), (hour, 0.0));
+    assert_eq!((set.budget, set.spent_cpu_hours), (hour.clone(), 0.0));
     let month = mission_api::BudgetPeriod::Month.words(set.period_start);
 
     // A job that ran 50 minutes spends 83% of the hour: alice, a member, hears of it.
@@ -493,4 +498,85 @@ async fn a_job_is_charged_its_energy_carbon_and_money_by_its_stations_settings()
     assert_eq!(parts.gpu, part(0.0, mission_api::EnergySource::Model), "{parts:?}");
     // The default settings now: PUE 1.67.
     assert!(close(usage.energy_kwh.unwrap(), 2.18625 * 1.67 / 1000.0), "{usage:?}");
+}
+
+/// A budget in money or kWh: a job holds its station's model's figure for its time limit as it
+/// starts and is charged what it was reckoned as it ends; at 80% the members are warned, spent
+/// it stops every job of the project. `/metrics` counts what each project's jobs drew and cost.
+#[tokio::test]
+async fn a_budget_in_money_or_kwh_warns_and_stops_and_metrics_count_the_cost() {
+    use mission_api::{BudgetPeriod, Cost, PriceBook, ProjectBudget, StationEnergy, UpdateStation};
+    let (server, root, mut agent) = with_a_worker(&[]).await;
+    let alice = &server.client;
+    // PUE 1 and EUR 0.10 a CPU-hour held: a job of 1 CPU for 30 minutes costs EUR 0.05.
+    let prices = PriceBook { currency: "EUR".into(), cpu_hour: 0.1, gpu_hour: 0.0, gb_hour: 0.0, kwh: 0.0 };
+    let energy = StationEnergy { pue: 1.0, prices: Some(prices), ..Default::default() };
+    root.update_station(LOCAL_STATION, &UpdateStation { energy: Some(energy), ..Default::default() }).await.unwrap();
+    let astro = root.create_project(&CreateProject { name: "astro".into(), description: None }).await.unwrap();
+    root.set_project_member(astro.project_id, "alice", ProjectRole::Member).await.unwrap();
+    let budget =
+        |kwh, money| ProjectBudget { cpu_hours: None, gpu_hours: None, kwh, money, period: BudgetPeriod::Month };
+    let eur = |amount| Some(Cost { amount, currency: "EUR".into() });
+    // Amounts out of bounds, and a currency that is not a code, are refused naming the field.
+    let refused = status(root.set_project_budget(astro.project_id, &budget(Some(-1.0), None)).await);
+    assert_eq!(refused, (400, Some("kwh".into())));
+    let lira = Some(Cost { amount: 1.0, currency: "lira".into() });
+    let refused = status(root.set_project_budget(astro.project_id, &budget(None, lira)).await);
+    assert_eq!(refused, (400, Some("money.currency".into())));
+    let set = root.set_project_budget(astro.project_id, &budget(None, eur(0.06))).await.unwrap();
+    assert_eq!(set.spent_money, eur(0.0));
+    let month = BudgetPeriod::Month.words(set.period_start);
+
+    // The first job, of 30 minutes, costs EUR 0.05: 83% of the budget.
+    let watch = mission_client::WatchEvents { kinds: vec!["project".into()], ..Default::default() };
+    let mut events = alice.watch_events(&watch).await.unwrap();
+    let mission = alice.create_mission(&shell_mission("sweep", Some(astro.project_id))).await.unwrap();
+    let half_hour = RunJob { time_limit: Some(30), ..run(None) };
+    let first = alice.run_job(mission.mission_id, &half_hour).await.unwrap().job_id;
+    assert_eq!(next_run(&mut agent).await, first);
+    complete_after(&agent, first, 1800.0).await;
+    let warning = tokio::time::timeout(std::time::Duration::from_secs(10), events.next()).await.unwrap().unwrap();
+    assert_eq!(warning.data["detail"], format!("project astro has spent 83% of its budget {month}"));
+    assert_eq!(warning.data["spent_money"], 0.05);
+    let spent = alice.project_budget(astro.project_id).await.unwrap().unwrap();
+    assert!((spent.spent_money.as_ref().unwrap().amount - 0.05).abs() < 1e-12, "{spent:?}");
+    // 1 CPU busy (no CPU time measured) at 12 W and 1,024 MB at 0.3725 W a GB, for half an hour.
+    let kwh = (12.0 + 1.024 * 0.3725) * 0.5 / 1000.0;
+    assert!((spent.spent_kwh - kwh).abs() < 1e-12, "{spent:?}");
+
+    // The next would hold EUR 0.05 more: it waits.
+    let second = alice.run_job(mission.mission_id, &half_hour).await.unwrap().job_id;
+    let wait = |detail: String| async move {
+        for _ in 0..200 {
+            let reason = alice.get_job(second).await.unwrap().pending_reason;
+            if reason.as_ref().is_some_and(|r| r.kind == PendingKind::Quota && r.detail == detail) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("never waited for: {detail}");
+    };
+    wait(format!(
+        "project astro has 0.01 of its 0.06 EUR left {month}, 0.00 of them held by its running jobs; this job may use \
+         0.05 (its time limit, or an hour without one)"
+    ))
+    .await;
+    // In kWh instead: 6.2 Wh of 5 spent, no job of the project starts.
+    root.set_project_budget(astro.project_id, &budget(Some(0.005), None)).await.unwrap();
+    wait(format!("project astro spent its 0.005 kWh {month}")).await;
+    assert!(agent.next_order_within(std::time::Duration::from_millis(300)).await.is_none());
+
+    // Prometheus counts what the project's jobs drew and cost.
+    let metrics = crate::http().get(format!("{}/metrics", server.url)).send().await.unwrap().text().await.unwrap();
+    let value = |series: &str| -> f64 {
+        let line = metrics.lines().find(|l| l.starts_with(series)).unwrap_or_else(|| panic!("{series} in\n{metrics}"));
+        line[series.len()..].trim().parse().unwrap()
+    };
+    assert!(metrics.contains("# TYPE mission_project_energy_kwh_total counter\n"), "{metrics}");
+    assert!((value("mission_project_energy_kwh_total{project=\"astro\"}") - kwh).abs() < 1e-12);
+    assert!((value("mission_project_co2e_grams_total{project=\"astro\"}") - kwh * 475.0).abs() < 1e-9);
+    assert!((value("mission_project_cost_total{project=\"astro\",currency=\"EUR\"}") - 0.05).abs() < 1e-12);
+    // Without the budget it starts.
+    root.delete_project_budget(astro.project_id).await.unwrap();
+    assert_eq!(next_run(&mut agent).await, second);
 }

@@ -400,8 +400,13 @@ async fn jobs_racing_through_both_replicas_for_the_last_of_a_budget_never_all_st
     let astro = root.create_project(&mission_client::CreateProject { name: "astro".into(), description: None }).await;
     let astro = astro.unwrap().project_id;
     root.set_project_member(astro, "alice", mission_client::ProjectRole::Member).await.unwrap();
-    let hour =
-        mission_api::ProjectBudget { cpu_hours: Some(1.0), gpu_hours: None, period: mission_api::BudgetPeriod::Total };
+    let hour = mission_api::ProjectBudget {
+        cpu_hours: Some(1.0),
+        gpu_hours: None,
+        kwh: None,
+        money: None,
+        period: mission_api::BudgetPeriod::Total,
+    };
     root.set_project_budget(astro, &hour).await.unwrap();
     let mission = a.client.create_mission(&race_mission(astro)).await.unwrap();
     // Six jobs of half an hour, through either replica, with four CPUs free: two fit the hour.

@@ -62,15 +62,38 @@ async fn project_gauges(app: &AppState) -> Result<String, ApiError> {
             g.budget_left_gpu_hours
         }),
     ];
+    let counters: [(&str, &str, Read); 2] = [
+        (
+            "mission_project_energy_kwh_total",
+            "kWh the project's jobs were reckoned as they ended (PUE included).",
+            |g| Some(g.energy_kwh),
+        ),
+        ("mission_project_co2e_grams_total", "Grams of CO2e of the project's jobs, as they ended.", |g| Some(g.co2e_g)),
+    ];
+    // A label value escapes backslashes, quotes and line breaks.
+    let label = |value: &str| value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+    let project = |gauge: &mission_scheduler::ProjectGauge| {
+        label(&names.get(&gauge.project_id).map_or_else(|| gauge.project_id.to_string(), String::clone))
+    };
     let mut out = String::new();
-    for (name, help, read) in series {
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
+    let typed = series.iter().map(|s| (s, "gauge")).chain(counters.iter().map(|s| (s, "counter")));
+    for ((name, help, read), kind) in typed {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
         for gauge in &gauges {
             let Some(value) = read(gauge) else { continue };
-            let project = names.get(&gauge.project_id).map_or_else(|| gauge.project_id.to_string(), String::clone);
-            // A label value escapes backslashes, quotes and line breaks.
-            let project = project.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
-            out.push_str(&format!("{name}{{project=\"{project}\"}} {value}\n"));
+            out.push_str(&format!("{name}{{project=\"{}\"}} {value}\n", project(gauge)));
+        }
+    }
+    let name = "mission_project_cost_total";
+    out.push_str(&format!("# HELP {name} What the project's jobs were charged as they ended, by currency.\n"));
+    out.push_str(&format!("# TYPE {name} counter\n"));
+    for gauge in &gauges {
+        for (currency, amount) in &gauge.cost {
+            out.push_str(&format!(
+                "{name}{{project=\"{}\",currency=\"{}\"}} {amount}\n",
+                project(gauge),
+                label(currency)
+            ));
         }
     }
     Ok(out)

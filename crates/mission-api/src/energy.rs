@@ -36,9 +36,16 @@ pub struct StationEnergy {
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 5))]
     pub pue: f64,
     /// The electricity grid's carbon intensity in grams of CO₂-equivalent per kWh. Default 475
-    /// (the world's mean in Green Algorithms); 0 to 2000.
+    /// (the world's mean in Green Algorithms); 0 to 2000. With `grid_intensity_file`, the last
+    /// good value read from it.
     #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 2000))]
     pub grid_gco2e_per_kwh: f64,
+    /// A file on the server's host that the site keeps the grid's current intensity in (gCO₂e
+    /// per kWh, a number alone), read every minute. A file that is missing or does not hold a
+    /// number from 0 to 2000 leaves the last good value in place, and the station says why
+    /// ([`crate::Station::grid_intensity_problem`]). An absolute path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grid_intensity_file: Option<String>,
     /// What jobs are charged; none by default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prices: Option<PriceBook>,
@@ -78,6 +85,7 @@ impl Default for StationEnergy {
             gpu_watts: 300.0,
             pue: 1.67,
             grid_gco2e_per_kwh: 475.0,
+            grid_intensity_file: None,
             prices: None,
         }
     }
@@ -109,6 +117,14 @@ impl StationEnergy {
             if !(low..=high).contains(&value) {
                 return Some((field, format!("must be from {low} to {high}, not {value}")));
             }
+        }
+        if let Some(file) = &self.grid_intensity_file
+            && (!file.starts_with('/') || file.contains('\0') || file.len() > 4096)
+        {
+            return Some((
+                "energy.grid_intensity_file",
+                "must be an absolute path (no NUL, at most 4096 bytes)".into(),
+            ));
         }
         let currency = self.prices.as_ref().map(|p| p.currency.as_str());
         if let Some(code) = currency.filter(|c| !is_currency(c)) {
@@ -240,6 +256,16 @@ impl EnergyParts {
             gpu: believed(self.gpu, f64::from(held.gpus)),
         }
     }
+}
+
+/// The grid's intensity as a site's file gives it: a number of gCO₂e/kWh alone (surrounding
+/// white space aside), from 0 to 2000; why not, where it does not.
+pub fn grid_intensity(text: &str) -> Result<f64, String> {
+    let value: f64 = text.trim().parse().map_err(|_| "does not hold a number of gCO2e/kWh alone".to_owned())?;
+    if !(0.0..=2000.0).contains(&value) {
+        return Err(format!("holds {value}, not a number of gCO2e/kWh from 0 to 2000"));
+    }
+    Ok(value)
 }
 
 /// Whether `code` is shaped as an ISO 4217 currency code: three capital letters.
@@ -380,5 +406,17 @@ mod tests {
         assert_eq!(prices("EUR", -0.1).problem().map(|p| p.0), Some("energy.prices.kwh"));
         assert_eq!(prices("euro", 0.1).problem().map(|p| p.0), Some("energy.prices.currency"));
         assert_eq!(prices("CHF", 0.1).problem(), None);
+        let file = |path: &str| StationEnergy { grid_intensity_file: Some(path.into()), ..Default::default() };
+        assert_eq!(file("intensity.txt").problem().map(|p| p.0), Some("energy.grid_intensity_file"));
+        assert_eq!(file("/var/lib/grid/intensity").problem(), None);
+    }
+
+    #[test]
+    fn a_grid_intensity_file_holds_a_number_alone() {
+        assert_eq!(grid_intensity(" 231.5\n"), Ok(231.5));
+        assert_eq!(grid_intensity("0"), Ok(0.0));
+        for wrong in ["", "230 g", "NaN", "-4", "2001", "{\"intensity\": 230}"] {
+            assert!(grid_intensity(wrong).is_err(), "{wrong:?}");
+        }
     }
 }

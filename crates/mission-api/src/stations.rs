@@ -40,6 +40,10 @@ pub struct Station {
     /// How its jobs' energy, carbon and cost are reckoned (the defaults where never set).
     #[serde(default)]
     pub energy: crate::StationEnergy,
+    /// Why its grid intensity file could not be read when it was last read, where it could not:
+    /// the last good value stays in `energy.grid_gco2e_per_kwh`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grid_intensity_problem: Option<String>,
     /// When it was created.
     pub created_at: DateTime<Utc>,
 }

@@ -151,6 +151,8 @@ pub struct ServerConfig {
     pub reclaim_grace: Duration,
     /// How long audit entries are kept.
     pub audit_retention: Duration,
+    /// How often the stations' grid intensity files are read (a minute; tests shorten it).
+    pub grid_intensity_refresh: Duration,
     /// Create an `admin` account with a generated password when the store has no users.
     pub bootstrap_admin: bool,
 }
@@ -187,6 +189,7 @@ impl ServerConfig {
             queue_order: mission_scheduler::QueueOrder::DEFAULT,
             reclaim_grace: mission_scheduler::Policy::DEFAULT_RECLAIM_GRACE,
             audit_retention: Duration::from_secs(365 * 24 * 3600),
+            grid_intensity_refresh: Duration::from_secs(60),
             project_groups: None,
             event_retention: Duration::from_secs(7 * 24 * 3600),
             job_log_cap: DEFAULT_LOG_CAP,

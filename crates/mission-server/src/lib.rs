@@ -257,6 +257,8 @@ impl Server {
         let events = events::EventHub::new(store.clone());
         tasks.spawn(events.clone().run(config.event_retention, shutdown.clone()));
         tasks.spawn(audit::prune(store.clone(), config.audit_retention, shutdown.clone()));
+        let grid_files = domain::stations::GridIntensityFiles::new(store.clone(), scheduler.clone());
+        tasks.spawn(grid_files.every(config.grid_intensity_refresh, shutdown.clone()));
         tasks.spawn(idempotency::prune(store.clone(), shutdown.clone()));
         let webhooks = webhooks::Webhooks::new(store.clone(), sealing.clone(), config.webhook_attempts);
         tasks.spawn(webhooks.clone().run(events.clone(), shutdown.clone()));

@@ -53,6 +53,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (40, "events_pruned_by_number", include_str!("../migrations/postgres/0040_events_pruned_by_number.sql")),
     (41, "energy", include_str!("../migrations/postgres/0041_energy.sql")),
     (42, "energy_parts", include_str!("../migrations/postgres/0042_energy_parts.sql")),
+    (43, "grid_problem", include_str!("../migrations/postgres/0043_grid_problem.sql")),
 ];
 
 /// Connections a replica holds at most.

@@ -73,6 +73,7 @@ pub(super) const MIGRATIONS: &Migrations = &[
     (40, "events_pruned_by_number", include_str!("../migrations/sqlite/0040_events_pruned_by_number.sql")),
     (41, "energy", include_str!("../migrations/sqlite/0041_energy.sql")),
     (42, "energy_parts", include_str!("../migrations/sqlite/0042_energy_parts.sql")),
+    (43, "grid_problem", include_str!("../migrations/sqlite/0043_grid_problem.sql")),
 ];
 
 /// The connections to one SQLite database; cheap to clone.

@@ -12,7 +12,7 @@ use super::row::Columns;
 use super::{Store, StoreError, conflict_on_duplicate, to_micros, with_conn};
 
 const STATION_COLUMNS: &str =
-    "station_id, name, description, owner_id, open, created_at, reclaim, container_network, energy";
+    "station_id, name, description, owner_id, open, created_at, reclaim, container_network, energy, grid_problem";
 const LZ_COLUMNS: &str = "lz_id, station_id, name, cpu_count, memory_amount, gpu_count, last_seen_at, created_at, cluster_account, pilot_of, \
      images";
 
@@ -21,7 +21,7 @@ impl Store {
     pub async fn insert_station(&self, station: &Station) -> Result<(), StoreError> {
         let result = audited_write!(self, |conn| {
             sqlx::query(&format!(
-                "INSERT INTO stations ({STATION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+                "INSERT INTO stations ({STATION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
             ))
             .bind(station.station_id.to_string())
             .bind(&station.name)
@@ -32,6 +32,7 @@ impl Store {
             .bind(station.reclaim)
             .bind(station.container_network.as_str())
             .bind(energy_json(&station.energy))
+            .bind(station.grid_intensity_problem.as_deref())
             .execute(conn)
             .await
             .map(drop)
@@ -82,7 +83,8 @@ impl Store {
             sqlx::query(
                 "UPDATE stations SET description = COALESCE($1, description), open = COALESCE($2, open), \
                  reclaim = COALESCE($3, reclaim), container_network = COALESCE($4, container_network), \
-                 energy = CASE WHEN $5 THEN $6 ELSE energy END WHERE station_id = $7",
+                 energy = CASE WHEN $5 THEN $6 ELSE energy END, \
+                 grid_problem = CASE WHEN $5 THEN NULL ELSE grid_problem END WHERE station_id = $7",
             )
             .bind(changes.description.as_deref())
             .bind(changes.open)
@@ -94,6 +96,37 @@ impl Store {
             .execute(conn)
             .await
             .map(|done| done.rows_affected())
+        })?;
+        Ok(done == 1)
+    }
+
+    /// What a station's grid intensity `file` gave when it was read: a good `value` becomes its
+    /// intensity, a `problem` is kept beside the last good one. Nothing changes where the station
+    /// no longer reads that file (its settings changed meanwhile); true where something did.
+    pub async fn set_grid_intensity(
+        &self,
+        station_id: Uuid,
+        file: &str,
+        value: Option<f64>,
+        problem: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let sql = self.dialect(
+            "UPDATE stations SET energy = CASE WHEN $1 IS NULL THEN energy \
+             ELSE json_set(energy, '$.grid_gco2e_per_kwh', $1) END, grid_problem = $2 \
+             WHERE station_id = $3 AND energy ->> '$.grid_intensity_file' = $4",
+            "UPDATE stations SET energy = CASE WHEN $1::float8 IS NULL THEN energy \
+             ELSE jsonb_set(energy::jsonb, '{grid_gco2e_per_kwh}', to_jsonb($1::float8))::text END, grid_problem = $2 \
+             WHERE station_id = $3 AND energy::jsonb ->> 'grid_intensity_file' = $4",
+        );
+        let done = with_conn!(self, writer, |conn| {
+            sqlx::query(sql)
+                .bind(value)
+                .bind(problem)
+                .bind(station_id.to_string())
+                .bind(file)
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected())
         })?;
         Ok(done == 1)
     }
@@ -277,6 +310,7 @@ fn station_from_row(r: &impl Columns) -> Result<Station, StoreError> {
         reclaim: r.flag("reclaim")?,
         container_network: r.text("container_network")?.parse().map_err(StoreError::Corrupt)?,
         energy: r.opt_json("energy")?.unwrap_or_default(),
+        grid_intensity_problem: r.opt_text("grid_problem")?,
         created_at: r.time("created_at")?,
     })
 }

@@ -93,9 +93,14 @@ pub enum StationsCommand {
         /// The data centre's power usage effectiveness (1 to 5).
         #[arg(long, value_name = "RATIO")]
         pue: Option<f64>,
-        /// The grid's carbon intensity, grams of CO2e per kWh.
+        /// The grid's carbon intensity, grams of CO2e per kWh (and no file).
         #[arg(long, value_name = "G_PER_KWH")]
         grid_intensity: Option<f64>,
+        /// Read the grid's intensity every minute from this file on the server's host (an
+        /// absolute path; a number of gCO2e/kWh alone), which the site refreshes; a missing or
+        /// malformed file keeps the last good value and the station says so.
+        #[arg(long, value_name = "PATH", conflicts_with = "grid_intensity")]
+        grid_intensity_file: Option<String>,
         /// Charge jobs in this currency (an ISO 4217 code: EUR, USD, CHF), at the prices given.
         #[arg(long, value_name = "CODE")]
         currency: Option<String>,
@@ -282,6 +287,7 @@ impl StationsCommand {
                 gpu_watts,
                 pue,
                 grid_intensity,
+                grid_intensity_file,
                 currency,
                 price_cpu_hour,
                 price_gpu_hour,
@@ -299,6 +305,12 @@ impl StationsCommand {
                 set(&mut energy.gpu_watts, gpu_watts);
                 set(&mut energy.pue, pue);
                 set(&mut energy.grid_gco2e_per_kwh, grid_intensity);
+                if grid_intensity.is_some() {
+                    energy.grid_intensity_file = None;
+                }
+                if grid_intensity_file.is_some() {
+                    energy.grid_intensity_file = grid_intensity_file;
+                }
                 let prices = [price_cpu_hour, price_gpu_hour, price_gb_hour, price_kwh];
                 if no_prices {
                     energy.prices = None;
@@ -330,6 +342,10 @@ impl StationsCommand {
                     ("PUE", e.pue.to_string()),
                     ("grid intensity", format!("{} gCO2e/kWh", e.grid_gco2e_per_kwh)),
                 ];
+                if let Some(file) = &e.grid_intensity_file {
+                    let read = station.grid_intensity_problem.clone().unwrap_or_else(|| "read every minute".into());
+                    fields.push(("grid intensity file", format!("{file} ({read})")));
+                }
                 fields.push(match &e.prices {
                     Some(p) => (
                         "prices",
@@ -344,7 +360,7 @@ impl StationsCommand {
                     ),
                     None => ("prices", "none: jobs are not charged".into()),
                 });
-                out.record(&station.energy, fields);
+                out.record(&station, fields);
             }
             StationsCommand::Delete { station } => {
                 let id = resolve_station(&client, &station).await?;

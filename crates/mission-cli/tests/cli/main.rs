@@ -1191,3 +1191,33 @@ async fn jobs_are_known_by_their_numbers() {
     let bad = fx.run("admin", &["jobs", "get", "12ab"]).await;
     assert!(String::from_utf8_lossy(&bad.stderr).contains("neither a job's id (a UUID) nor its number"));
 }
+
+/// `mission stations energy`: a station's settings; an admin's flags change those they name (a
+/// value out of bounds is refused naming it, and nothing changes); a grid intensity file is
+/// shown with what its last reading said.
+#[tokio::test]
+async fn station_energy_settings_are_shown_and_changed() {
+    let fx = Fixture::start().await;
+    let password = admin_password(&fx.data_dir);
+    fx.login("admin", "admin", &password).await;
+    let shown = fx.ok("admin", &["stations", "energy", "local"]).await;
+    assert!(shown.contains("1.67") && shown.contains("475 gCO2e/kWh") && shown.contains("none"), "{shown}");
+    let args = ["--pue", "1.2", "--grid-intensity", "30", "--currency", "EUR", "--price-cpu-hour", "0.02"];
+    let set = fx.ok("admin", &[&["stations", "energy", "local"][..], &args].concat()).await;
+    assert!(set.contains("1.2") && set.contains("30 gCO2e/kWh") && set.contains("EUR 0.02 per CPU-hour"), "{set}");
+    let refused = fx.run("admin", &["stations", "energy", "local", "--pue", "0.5"]).await;
+    assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("energy.pue"));
+    let relative = fx.run("admin", &["stations", "energy", "local", "--grid-intensity-file", "intensity"]).await;
+    assert!(String::from_utf8_lossy(&relative.stderr).contains("energy.grid_intensity_file"), "{relative:?}");
+    let file = fx.home.path().join("intensity");
+    std::fs::write(&file, "88\n").unwrap();
+    let file = file.to_str().unwrap();
+    let with_file = fx.ok("admin", &["stations", "energy", "local", "--grid-intensity-file", file]).await;
+    assert!(with_file.contains(&format!("{file} (read every minute)")), "{with_file}");
+    let json = fx.json("admin", &["stations", "energy", "local"]).await;
+    assert_eq!(
+        (json["energy"]["pue"].as_f64(), json["energy"]["grid_intensity_file"].as_str()),
+        (Some(1.2), Some(file))
+    );
+    assert_eq!(json["energy"]["prices"]["currency"], "EUR", "the rest kept: {json}");
+}

@@ -70,6 +70,7 @@ pub async fn create(app: &AppState, who: Principal, req: CreateStation) -> Domai
         reclaim: req.reclaim.unwrap_or(true),
         container_network: req.container_network.unwrap_or_default(),
         energy: mission_api::StationEnergy::default(),
+        grid_intensity_problem: None,
         created_at: store::now(),
     };
     audit::note(who, Change::new("station.create", "station", station.station_id).named(&station.name).with(&station));
@@ -226,4 +227,75 @@ fn check_cluster_account(account: &str) -> DomainResult<String> {
         ));
     }
     Ok(account.to_owned())
+}
+
+/// The reading of the stations' grid intensity files ([`mission_api::StationEnergy::grid_intensity_file`]).
+pub struct GridIntensityFiles {
+    store: mission_store::Store,
+    scheduler: crate::services::scheduler::Scheduler,
+}
+
+/// The most a grid intensity file is read of: a number needs a few bytes.
+const MAX_GRID_FILE_BYTES: u64 = 4096;
+
+impl GridIntensityFiles {
+    /// What reads the stations' files, telling `scheduler` of new values.
+    pub fn new(store: mission_store::Store, scheduler: crate::services::scheduler::Scheduler) -> Self {
+        Self { store, scheduler }
+    }
+
+    /// Reads every station's file every `every` until `shutdown`: a good value becomes the
+    /// station's intensity (and the scheduler's, for the jobs that end from then on); a file
+    /// that is missing, unreadable or malformed leaves the last good value, and the station says
+    /// why (its `grid_intensity_problem`, and the log once).
+    pub async fn every(self, every: std::time::Duration, shutdown: tokio_util::sync::CancellationToken) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if let Err(e) = self.read_all().await {
+                tracing::warn!("reading the stations' grid intensity files: {e}");
+            }
+        }
+    }
+
+    async fn read_all(&self) -> Result<(), DomainError> {
+        for station in self.store.stations(None).await? {
+            let Some(file) = station.energy.grid_intensity_file.clone() else { continue };
+            let now = station.energy.grid_gco2e_per_kwh;
+            let (value, problem) = match read_grid_file(&file).await {
+                Ok(value) => (Some(value), None),
+                Err(why) => (None, Some(format!("{file} {why}; the last good value, {now} gCO2e/kWh, is kept"))),
+            };
+            if value.is_none_or(|v| v == now) && problem == station.grid_intensity_problem {
+                continue;
+            }
+            if let Some(problem) = &problem {
+                tracing::warn!(station = %station.name, "grid intensity: {problem}");
+            }
+            let written = self.store.set_grid_intensity(station.station_id, &file, value, problem.as_deref()).await?;
+            if written && value.is_some_and(|v| v != now) {
+                self.scheduler.station_changed(station.station_id).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The intensity a site's file holds, or why it holds none.
+async fn read_grid_file(path: &str) -> Result<f64, String> {
+    use tokio::io::AsyncReadExt;
+    let file = tokio::fs::File::open(path).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => "is missing".to_owned(),
+        _ => format!("cannot be read ({e})"),
+    })?;
+    let mut text = Vec::new();
+    file.take(MAX_GRID_FILE_BYTES + 1).read_to_end(&mut text).await.map_err(|e| format!("cannot be read ({e})"))?;
+    if text.len() as u64 > MAX_GRID_FILE_BYTES {
+        return Err(format!("is longer than {MAX_GRID_FILE_BYTES} bytes"));
+    }
+    mission_api::energy::grid_intensity(&String::from_utf8_lossy(&text))
 }

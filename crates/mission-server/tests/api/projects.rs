@@ -168,7 +168,15 @@ async fn next_run(agent: &mut FakeAgent) -> Uuid {
 /// A server with an admin, root (signed in), the users `others`, and a connected agent of 4
 /// CPUs on the local station.
 async fn with_a_worker(others: &[&str]) -> (TestServer, mission_client::Client, FakeAgent) {
-    let server = TestServer::spawn().await;
+    with_a_worker_and(others, |_| {}).await
+}
+
+/// [`with_a_worker`] with the server's configuration adjusted.
+async fn with_a_worker_and(
+    others: &[&str],
+    adjust: impl FnOnce(&mut mission_server::ServerConfig),
+) -> (TestServer, mission_client::Client, FakeAgent) {
+    let server = TestServer::spawn_with(adjust).await;
     server.add_user("root", true).await;
     for name in others {
         server.add_user(name, false).await;
@@ -579,4 +587,66 @@ async fn a_budget_in_money_or_kwh_warns_and_stops_and_metrics_count_the_cost() {
     // Without the budget it starts.
     root.delete_project_budget(astro.project_id).await.unwrap();
     assert_eq!(next_run(&mut agent).await, second);
+}
+
+/// A station's grid intensity may come from a file the site refreshes: a good value becomes the
+/// intensity jobs are reckoned by; a file missing or malformed leaves the last good value, and
+/// the station says why.
+#[tokio::test]
+async fn a_stations_grid_intensity_follows_its_file_and_keeps_the_last_good_value() {
+    use mission_api::{StationEnergy, UpdateStation};
+    let every = std::time::Duration::from_millis(100);
+    let (server, root, mut agent) = with_a_worker_and(&[], |c| c.grid_intensity_refresh = every).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("intensity");
+    std::fs::write(&file, "120\n").unwrap();
+    let path = file.display().to_string();
+    let set = |file: &str| UpdateStation {
+        energy: Some(StationEnergy { pue: 1.0, grid_intensity_file: Some(file.into()), ..Default::default() }),
+        ..Default::default()
+    };
+    let refused = status(root.update_station(LOCAL_STATION, &set("intensity")).await);
+    assert_eq!(refused, (400, Some("energy.grid_intensity_file".into())), "a relative path");
+    root.update_station(LOCAL_STATION, &set(&path)).await.unwrap();
+    let settled = |want: f64, problem: Option<&'static str>| {
+        let root = &root;
+        async move {
+            for _ in 0..100 {
+                let station = root.get_station(LOCAL_STATION).await.unwrap();
+                let says = match (problem, station.grid_intensity_problem.as_deref()) {
+                    (None, None) => true,
+                    (Some(want), Some(said)) => said.contains(want),
+                    _ => false,
+                };
+                if station.energy.grid_gco2e_per_kwh == want && says {
+                    return station;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            panic!("the station never had {want} g/kWh and problem {problem:?}");
+        }
+    };
+    settled(120.0, None).await;
+
+    // A job that ends now is reckoned at 120 g/kWh.
+    let alice = &server.client;
+    let mission = alice.create_mission(&shell_mission("sweep", None)).await.unwrap();
+    let job_id = alice.run_job(mission.mission_id, &run(None)).await.unwrap().job_id;
+    assert_eq!(next_run(&mut agent).await, job_id);
+    complete_after(&agent, job_id, 3600.0).await;
+    let done = tokio::time::timeout(std::time::Duration::from_secs(10), alice.wait_for_job(job_id)).await.unwrap();
+    let usage = done.unwrap().usage.unwrap();
+    assert!((usage.co2e_g.unwrap() - usage.energy_kwh.unwrap() * 120.0).abs() < 1e-9, "{usage:?}");
+
+    // Malformed, then missing: 120 stays, and the station says why.
+    std::fs::write(&file, "about 90").unwrap();
+    let station = settled(120.0, Some("does not hold a number")).await;
+    assert!(station.grid_intensity_problem.unwrap().ends_with("the last good value, 120 gCO2e/kWh, is kept"));
+    std::fs::write(&file, "9000").unwrap();
+    settled(120.0, Some("not a number of gCO2e/kWh from 0 to 2000")).await;
+    std::fs::remove_file(&file).unwrap();
+    settled(120.0, Some("is missing")).await;
+    // A good value again: taken, and the problem is gone.
+    std::fs::write(&file, "35.5").unwrap();
+    settled(35.5, None).await;
 }

@@ -582,6 +582,7 @@ pub async fn stations_members_and_landing_zones(store: &Store) {
         reclaim: true,
         container_network: Default::default(),
         energy: Default::default(),
+        grid_intensity_problem: None,
         created_at: t0,
     };
     store.insert_station(&lab).await.unwrap();
@@ -616,7 +617,24 @@ pub async fn stations_members_and_landing_zones(store: &Store) {
     let energy = mission_api::UpdateStation { energy: Some(green.clone()), ..Default::default() };
     assert!(store.update_station(lab.station_id, &energy).await.unwrap());
     let changed = store.station(lab.station_id).await.unwrap().unwrap();
-    assert_eq!((changed.energy, changed.reclaim), (green, false), "the rest kept");
+    assert_eq!((changed.energy, changed.reclaim), (green.clone(), false), "the rest kept");
+    // A grid intensity file's readings: a good value becomes the intensity, a problem is kept
+    // beside the last good one; a file the station no longer reads changes nothing.
+    let file = "/var/lib/grid/intensity";
+    let with_file = mission_api::StationEnergy { grid_intensity_file: Some(file.into()), ..green.clone() };
+    let energy = mission_api::UpdateStation { energy: Some(with_file.clone()), ..Default::default() };
+    assert!(store.update_station(lab.station_id, &energy).await.unwrap());
+    assert!(store.set_grid_intensity(lab.station_id, file, Some(123.5), None).await.unwrap());
+    let read = store.station(lab.station_id).await.unwrap().unwrap();
+    assert_eq!((read.energy.grid_gco2e_per_kwh, read.grid_intensity_problem), (123.5, None));
+    assert_eq!(read.energy.pue, 1.1, "the rest of the settings kept");
+    assert!(store.set_grid_intensity(lab.station_id, file, None, Some("missing")).await.unwrap());
+    let read = store.station(lab.station_id).await.unwrap().unwrap();
+    assert_eq!((read.energy.grid_gco2e_per_kwh, read.grid_intensity_problem.as_deref()), (123.5, Some("missing")));
+    assert!(!store.set_grid_intensity(lab.station_id, "/elsewhere", Some(1.0), None).await.unwrap());
+    // New settings start without a problem.
+    assert!(store.update_station(lab.station_id, &energy).await.unwrap());
+    assert_eq!(store.station(lab.station_id).await.unwrap().unwrap().grid_intensity_problem, None);
     let defaults = mission_api::UpdateStation { energy: Some(Default::default()), ..Default::default() };
     assert!(store.update_station(lab.station_id, &defaults).await.unwrap());
     let back = mission_api::UpdateStation {
@@ -814,6 +832,7 @@ pub async fn jobs_outlive_their_hosts_and_mission(store: &Store) {
         reclaim: false,
         container_network: Default::default(),
         energy: Default::default(),
+        grid_intensity_problem: None,
         created_at: now(),
     };
     store.insert_station(&lab).await.unwrap();
@@ -950,6 +969,7 @@ pub async fn job_listings_results_and_agents(store: &Store) {
         reclaim: true,
         container_network: Default::default(),
         energy: Default::default(),
+        grid_intensity_problem: None,
         created_at: now(),
     };
     store.insert_station(&lab).await.unwrap();

@@ -500,6 +500,19 @@ class StationLimits(_Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class UsageDay(_Record):
+    """What the ended jobs of a group used on one day (UTC)."""
+
+    #: The day, as YYYY-MM-DD.
+    day: str
+    jobs: int
+    cpu_hours_held: float
+    gpu_hours: float
+    energy_kwh: float
+    co2e_g: float
+
+
+@dataclasses.dataclass(frozen=True)
 class UsageGroup(_Record):
     """What the ended jobs of one group used: ``group`` is a project's or user's name or a
     label's value (``None`` for jobs without the label), ``id`` the project's or user's id."""
@@ -515,6 +528,10 @@ class UsageGroup(_Record):
     id: Optional[str] = None
     energy_kwh: float = 0.0
     co2e_g: float = 0.0
+    #: What they were charged, one amount per currency (``None``: nothing charged).
+    cost: Optional[List[Cost]] = dataclasses.field(default=None, metadata={"each": Cost})
+    #: With ``since``: their use per day that one of them ended.
+    daily: Optional[List[UsageDay]] = dataclasses.field(default=None, metadata={"each": UsageDay})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -77,6 +77,11 @@ def test_projects_members_and_what_jobs_are_charged_to(client, tmp_path):
     by_user = client.usage(group_by="user", since=datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1))
     assert by_user.since is not None
     assert [g.jobs >= 2 for g in by_user.groups if g.id == me.user_id] == [True], "the two jobs run above"
+    # With since, each group's use per day: today's jobs, the day they ended.
+    mine = [g for g in by_user.groups if g.id == me.user_id][0]
+    today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    assert mine.daily is not None and mine.daily[-1].day == today and mine.daily[-1].jobs >= 1, mine
+    assert isinstance(mine.daily[-1], mission.UsageDay) and mine.cost is None, mine
     csv = client.usage_csv(group_by="label:none-set")
     assert csv.startswith("label:none-set,id,jobs,") and csv.splitlines()[1].startswith(",,"), csv
     with pytest.raises(mission.Invalid, match="group_by"):

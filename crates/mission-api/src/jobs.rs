@@ -903,6 +903,30 @@ pub struct UsageGroup {
     /// Grams of CO₂-equivalent, of the same jobs.
     #[serde(default)]
     pub co2e_g: f64,
+    /// What they were charged, one amount per currency (none where no station charged them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cost: Vec<crate::Cost>,
+    /// With `since`: their use per day (UTC) that one of them ended, by day.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub daily: Vec<UsageDay>,
+}
+
+/// What the ended jobs of a group used on one day (UTC): an entry of [`UsageGroup::daily`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct UsageDay {
+    /// The day their jobs ended on.
+    pub day: chrono::NaiveDate,
+    /// Jobs that ended that day.
+    pub jobs: u64,
+    /// CPU-hours they held.
+    pub cpu_hours_held: f64,
+    /// GPU-hours they held.
+    pub gpu_hours: f64,
+    /// kWh they drew.
+    pub energy_kwh: f64,
+    /// Grams of CO₂e.
+    pub co2e_g: f64,
 }
 
 /// Answer of `GET /api/v1/usage`: what the ended jobs the caller may see used, per group.
@@ -924,22 +948,28 @@ pub struct UsageReport {
 impl UsageReport {
     /// The report as CSV: a header, then a row per group; the first two columns are the group
     /// and its id, named after what the jobs are grouped by (`project,project_id,…`,
-    /// `user,user_id,…`, `label:KEY,…`).
+    /// `user,user_id,…`, `label:KEY,…`), the last a `cost_CUR` column per currency charged.
     pub fn to_csv(&self) -> String {
         let (name, id) = match self.group_by.as_str() {
             "project" => ("project".to_owned(), "project_id"),
             "user" => ("user".to_owned(), "user_id"),
             label => (label.to_owned(), "id"),
         };
+        let currencies: std::collections::BTreeSet<&str> =
+            self.groups.iter().flat_map(|g| g.cost.iter().map(|c| c.currency.as_str())).collect();
         let mut csv = format!(
             "{},{id},jobs,wall_hours,cpu_hours,cpu_hours_held,gpu_hours,memory_gb_hours,mean_cpu_efficiency,\
-             energy_kwh,co2e_g\n",
+             energy_kwh,co2e_g",
             csv_field(&name)
         );
+        for currency in &currencies {
+            csv.push_str(&format!(",cost_{}", csv_field(currency)));
+        }
+        csv.push('\n');
         for g in &self.groups {
             let optional = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
             csv.push_str(&format!(
-                "{},{},{},{:.4},{:.4},{:.4},{:.4},{:.4},{},{:.6},{:.3}\n",
+                "{},{},{},{:.4},{:.4},{:.4},{:.4},{:.4},{},{:.6},{:.3}",
                 csv_field(g.group.as_deref().unwrap_or("")),
                 g.id.map_or(String::new(), |id| id.to_string()),
                 g.jobs,
@@ -952,6 +982,11 @@ impl UsageReport {
                 g.energy_kwh,
                 g.co2e_g,
             ));
+            for currency in &currencies {
+                let amount = g.cost.iter().find(|c| c.currency == *currency).map(|c| c.amount);
+                csv.push_str(&format!(",{}", amount.map_or(String::new(), |a| format!("{a:.4}"))));
+            }
+            csv.push('\n');
         }
         csv
     }

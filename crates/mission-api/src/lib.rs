@@ -58,8 +58,8 @@ pub use jobs::{
     JOB_LOGS_FOLDER, Job, JobArray, JobGang, JobImage, JobPage, JobRef, JobStatus, JobTransition, JobUsage,
     KILLED_BY_SIGNAL_REASON, Launch, MAX_ARRAY_SIZE, MAX_ATTEMPTS, MAX_BACKOFF, MAX_DEPENDENCIES, MAX_NODES,
     MAX_RERUNS, MAX_TIME_LIMIT, MIN_LOG_CAP, OUT_OF_MEMORY_REASON, PendingKind, PendingReason, QueuePosition,
-    RerunJobs, RetryOn, RetryPolicy, RunJob, RunJobArray, TIME_LIMIT_REASON, UpdateJob, UsageGroup, UsageReport,
-    UsageSummary, WARNING_SIGNALS, WarningSignal,
+    RerunJobs, RetryOn, RetryPolicy, RunJob, RunJobArray, TIME_LIMIT_REASON, UpdateJob, UsageDay, UsageGroup,
+    UsageReport, UsageSummary, WARNING_SIGNALS, WarningSignal,
 };
 pub use labels::Labels;
 pub use mission_types::{MissionType, MissionTypeSummary, ResourceDefaults};

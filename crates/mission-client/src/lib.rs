@@ -61,6 +61,6 @@ pub use mission_api::{
     Problem, Project, ProjectBudget, ProjectLimits, ProjectMember, ProjectPage, ProjectRole, RegisterImageReference,
     RegisterLandingZone, RegisteredLandingZone, ResourceAmounts, Resources, ResourcesInUse, RetryOn, RetryPolicy,
     RunJob, RunJobArray, SessionKind, SessionRequest, Station, StationLimits, StationMember, UpdateJob, UpdateMission,
-    UpdateProject, UpdateStation, UsageGroup, UsageReport, UsageSummary, User, Webhook, WebhookDelivery,
+    UpdateProject, UpdateStation, UsageDay, UsageGroup, UsageReport, UsageSummary, User, Webhook, WebhookDelivery,
 };
 pub use uuid::Uuid;

@@ -13,7 +13,8 @@ use super::audit::audited_write;
 use super::row::Columns;
 use super::sqlite::sqlite_rows;
 use super::{
-    FileRecord, JobFilter, JobUpdate, LzIdentity, Store, StoreError, push_any_of, push_labels, to_micros, with_conn,
+    FileRecord, JobFilter, JobUpdate, LzIdentity, Store, StoreError, from_micros, push_any_of, push_labels, to_micros,
+    with_conn,
 };
 
 /// How a column's value is taken from the JSON text of a batch on PostgreSQL (SQLite takes
@@ -86,6 +87,9 @@ pub(super) const JOB_ROW: &[(&str, Cast)] = &[
     ("started_at", Cast::Int),
     ("finished_at", Cast::Int),
 ];
+
+/// Microseconds in a day: a job's `finished_at` over it is its day (UTC) since the epoch.
+const MICROS_A_DAY: i64 = 86_400_000_000;
 
 /// The columns of [`JOB_ROW`], as a select list.
 static JOB_COLUMNS: LazyLock<String> =
@@ -595,7 +599,8 @@ impl Store {
     }
 
     /// What the ended jobs in `scope` used, per `group`, by group (the jobs without one last);
-    /// `since` and `until` bound when they ended (`until` excluded).
+    /// `since` and `until` bound when they ended (`until` excluded). Each group has its cost per
+    /// currency, and with `since` its use per day (UTC) that some job of it ended.
     pub async fn usage_by(
         &self,
         group: &UsageGrouping,
@@ -603,11 +608,19 @@ impl Store {
         since: Option<DateTime<Utc>>,
         until: Option<DateTime<Utc>>,
     ) -> Result<Vec<mission_api::UsageGroup>, StoreError> {
+        /// What a row is split by, beside its group.
+        #[derive(Clone, Copy, PartialEq)]
+        enum Split {
+            Nothing,
+            Currency,
+            Day,
+        }
         fn build<'q, DB>(
             group: &UsageGrouping,
             scope: &UsageScope,
             since: Option<DateTime<Utc>>,
             until: Option<DateTime<Utc>>,
+            split: Split,
         ) -> QueryBuilder<'q, DB>
         where
             DB: sqlx::Database,
@@ -626,16 +639,24 @@ impl Store {
                     q.push("j.labels ->> ").push_bind(format!("$.\"{key}\"")).push(" AS grp, ")
                 }
             };
+            match split {
+                Split::Nothing => q.push(""),
+                Split::Currency => q.push("j.currency AS split, SUM(j.cost) AS cost, "),
+                Split::Day => q.push(format!("j.finished_at / {MICROS_A_DAY} AS split, ")),
+            };
             q.push(
                 "COUNT(*) AS jobs, SUM(j.w) AS wall, SUM(j.cpu_time) AS cpu, SUM(j.cpu_count * j.w) AS held, \
                  SUM(j.gpu_count * j.w) AS gpu, SUM(j.memory_amount * j.w) AS memory, \
                  SUM(j.energy_kwh) AS energy, SUM(j.co2e_g) AS co2e, \
                  AVG(CASE WHEN j.cpu_time IS NOT NULL AND j.w > 0 THEN j.cpu_time / (j.cpu_count * j.w) END) AS efficiency \
                  FROM (SELECT project_id, user_id, labels, cpu_count, gpu_count, memory_amount, cpu_time, \
-                 energy_kwh, co2e_g, \
+                 energy_kwh, co2e_g, cost, currency, finished_at, \
                  COALESCE(wall_time, (finished_at - started_at) / 1000000.0, 0.0) AS w FROM jobs \
                  WHERE finished_at IS NOT NULL",
             );
+            if split == Split::Currency {
+                q.push(" AND cost IS NOT NULL");
+            }
             if let Some(since) = since {
                 q.push(" AND finished_at >= ").push_bind(to_micros(since));
             }
@@ -664,42 +685,75 @@ impl Store {
                 }
                 UsageGrouping::Label(_) => q.push(" GROUP BY 1"),
             };
+            if split != Split::Nothing {
+                q.push(", split ORDER BY split");
+            }
             q
         }
         let named = !matches!(group, UsageGrouping::Label(_));
+        let splits = [Some(Split::Nothing), Some(Split::Currency), since.map(|_| Split::Day)];
+        let mut groups: Vec<mission_api::UsageGroup> = Vec::new();
+        let mut index: HashMap<Option<String>, usize> = HashMap::new();
         with_conn!(self, reader, |conn| {
-            let rows = { build(group, scope, since, until).build().fetch_all(conn).await? };
-            let mut groups = rows
-                .iter()
-                .map(|row| {
+            for split in splits.into_iter().flatten() {
+                let rows = { build(group, scope, since, until, split).build().fetch_all(&mut *conn).await? };
+                for row in &rows {
                     let key = row.opt_text("grp")?;
-                    let (group, id) = if named {
-                        let id = key.as_deref().map(super::row::parse_uuid).transpose()?;
-                        (row.opt_text("name")?, id)
-                    } else {
-                        (key, None)
-                    };
                     let hours = |column: &str| Ok::<_, StoreError>(row.opt_real(column)?.unwrap_or(0.0) / 3600.0);
-                    Ok(mission_api::UsageGroup {
-                        group,
-                        id,
-                        jobs: row.count("jobs")?,
-                        wall_hours: hours("wall")?,
-                        cpu_hours: hours("cpu")?,
-                        cpu_hours_held: hours("held")?,
-                        gpu_hours: hours("gpu")?,
-                        memory_gb_hours: hours("memory")? / 1024.0,
-                        mean_cpu_efficiency: row.opt_real("efficiency")?,
-                        energy_kwh: row.opt_real("energy")?.unwrap_or(0.0),
-                        co2e_g: row.opt_real("co2e")?.unwrap_or(0.0),
-                    })
-                })
-                .collect::<Result<Vec<_>, StoreError>>()?;
-            // By group, the jobs without one last: the same on both backends, whatever their
-            // collations and NULL orders.
-            groups.sort_by(|a, b| (a.group.is_none(), &a.group, a.id).cmp(&(b.group.is_none(), &b.group, b.id)));
-            Ok(groups)
-        })
+                    match split {
+                        Split::Nothing => {
+                            let (name, id) = if named {
+                                let id = key.as_deref().map(super::row::parse_uuid).transpose()?;
+                                (row.opt_text("name")?, id)
+                            } else {
+                                (key.clone(), None)
+                            };
+                            index.insert(key, groups.len());
+                            groups.push(mission_api::UsageGroup {
+                                group: name,
+                                id,
+                                jobs: row.count("jobs")?,
+                                wall_hours: hours("wall")?,
+                                cpu_hours: hours("cpu")?,
+                                cpu_hours_held: hours("held")?,
+                                gpu_hours: hours("gpu")?,
+                                memory_gb_hours: hours("memory")? / 1024.0,
+                                mean_cpu_efficiency: row.opt_real("efficiency")?,
+                                energy_kwh: row.opt_real("energy")?.unwrap_or(0.0),
+                                co2e_g: row.opt_real("co2e")?.unwrap_or(0.0),
+                                cost: Vec::new(),
+                                daily: Vec::new(),
+                            });
+                        }
+                        Split::Currency => {
+                            let (Some(&i), Some(currency)) = (index.get(&key), row.opt_text("split")?) else {
+                                continue;
+                            };
+                            let amount = row.opt_real("cost")?.unwrap_or(0.0);
+                            groups[i].cost.push(mission_api::Cost { amount, currency });
+                        }
+                        Split::Day => {
+                            let Some(&i) = index.get(&key) else { continue };
+                            let day = row.opt_int("split")?.unwrap_or(0);
+                            let day = from_micros(day * MICROS_A_DAY)?.date_naive();
+                            groups[i].daily.push(mission_api::UsageDay {
+                                day,
+                                jobs: row.count("jobs")?,
+                                cpu_hours_held: hours("held")?,
+                                gpu_hours: hours("gpu")?,
+                                energy_kwh: row.opt_real("energy")?.unwrap_or(0.0),
+                                co2e_g: row.opt_real("co2e")?.unwrap_or(0.0),
+                            });
+                        }
+                    }
+                }
+            }
+            Ok::<_, StoreError>(())
+        })?;
+        // By group, the jobs without one last: the same on both backends, whatever their
+        // collations and NULL orders.
+        groups.sort_by(|a, b| (a.group.is_none(), &a.group, a.id).cmp(&(b.group.is_none(), &b.group, b.id)));
+        Ok(groups)
     }
 
     /// Of `job_ids`, the jobs there are, each with its user and status.

@@ -113,7 +113,8 @@ pub struct UsageArgs {
     /// project, user or label:KEY.
     #[arg(long, default_value = "project")]
     group_by: String,
-    /// Only jobs that ended since: a time (2026-11-01, 2026-11-01T09:00:00Z) or an age (7d).
+    /// Only jobs that ended since: a time (2026-11-01, 2026-11-01T09:00:00Z) or an age (30d);
+    /// each group then shows its kWh a day as a sparkline.
     #[arg(long, value_name = "TIME", value_parser = super::jobs::parse_since)]
     since: Option<chrono::DateTime<chrono::Utc>>,
     /// Only jobs that ended before this time (or this long ago).
@@ -133,24 +134,46 @@ impl UsageArgs {
         }
         let report = client.usage_report(&query).await?;
         let hours = |h: f64| format!("{h:.2}");
+        // With --since, each group's kWh a day from then until --until (or today), as a sparkline.
+        let days: Vec<chrono::NaiveDate> = match self.since {
+            Some(since) => {
+                let last = self.until.unwrap_or_else(chrono::Utc::now).date_naive();
+                since.date_naive().iter_days().take_while(|day| *day <= last).take(3660).collect()
+            }
+            None => Vec::new(),
+        };
         let rows = report
             .groups
             .iter()
             .map(|g| {
-                vec![
+                let cost: Vec<String> = g.cost.iter().map(|c| format!("{} {:.2}", c.currency, c.amount)).collect();
+                let mut row = vec![
                     g.group.clone().unwrap_or_else(|| "-".to_owned()),
                     g.jobs.to_string(),
-                    hours(g.wall_hours),
                     hours(g.cpu_hours_held),
                     hours(g.cpu_hours),
                     hours(g.gpu_hours),
-                    hours(g.memory_gb_hours),
                     g.mean_cpu_efficiency.map_or_else(|| "-".to_owned(), |e| format!("{:.0}%", e * 100.0)),
-                ]
+                    format!("{:.3}", g.energy_kwh),
+                    format!("{:.2}", g.co2e_g / 1000.0),
+                    if cost.is_empty() { "-".to_owned() } else { cost.join(", ") },
+                ];
+                if !days.is_empty() {
+                    let kwh: Vec<f64> = days
+                        .iter()
+                        .map(|day| g.daily.iter().find(|d| d.day == *day).map_or(0.0, |d| d.energy_kwh))
+                        .collect();
+                    row.push(crate::output::sparkline(&kwh, 40));
+                }
+                row
             })
             .collect();
         let group = report.group_by.to_uppercase();
-        let heads = [group.as_str(), "JOBS", "WALL H", "CPU H HELD", "CPU H USED", "GPU H", "MEM GB·H", "EFFICIENCY"];
+        let mut heads =
+            vec![group.as_str(), "JOBS", "CPU H HELD", "CPU H USED", "GPU H", "EFFICIENCY", "KWH", "CO2E KG", "COST"];
+        if !days.is_empty() {
+            heads.push("KWH A DAY");
+        }
         out.table(&report, &heads, rows);
         Ok(())
     }
@@ -234,12 +257,14 @@ fn budget_words(project: &str, status: &BudgetStatus) -> String {
     let mut amounts = vec![
         against(status.spent_cpu_hours, status.budget.cpu_hours, "CPU-hours"),
         against(status.spent_gpu_hours, status.budget.gpu_hours, "GPU-hours"),
-        against(status.spent_kwh, status.budget.kwh, "kWh"),
     ];
+    if status.budget.kwh.is_some() {
+        amounts.push(against(status.spent_kwh, status.budget.kwh, "kWh"));
+    }
     if let (Some(spent), Some(money)) = (&status.spent_money, &status.budget.money) {
         amounts.push(against(spent.amount, Some(money.amount), &money.currency));
     }
-    let last = amounts.pop().expect("three at least");
+    let last = amounts.pop().expect("two at least");
     format!("project {project} spent {} and {last} {period}{ends}", amounts.join(", "))
 }
 

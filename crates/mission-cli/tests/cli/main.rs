@@ -671,11 +671,25 @@ async fn run_and_jobs_commands_on_the_embedded_landing_zone() {
         (shown["budget"]["cpu_hours"].as_f64(), shown["budget"]["period"].as_str()),
         (Some(500.0), Some("week"))
     );
+    let energy =
+        fx.ok("admin", &["projects", "budget", "bio", "--kwh", "80", "--money", "120", "--currency", "EUR"]).await;
+    assert!(energy.contains(" of 80 kWh (") && energy.contains(" of 120 EUR ("), "{energy}");
+    let bad = fx.run("admin", &["projects", "budget", "bio", "--money", "5"]).await;
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--currency"), "{bad:?}");
     let bad = fx.run("admin", &["projects", "budget", "bio", "--cpu-hours", "1", "--period", "year"]).await;
     assert!(String::from_utf8_lossy(&bad.stderr).contains("week, month or total"));
     fx.ok("admin", &["projects", "budget", "bio", "--clear"]).await;
     let usage = fx.ok("admin", &["projects", "usage", "--group-by", "user"]).await;
     assert!(usage.starts_with("USER") && usage.contains("CPU H HELD") && usage.contains("admin"), "{usage}");
+    // With --since, the kWh each group drew a day, as a sparkline: 30 days and today, the jobs
+    // of today at the end (the highest bar, the only one above the floor).
+    let month = fx.ok("admin", &["projects", "usage", "--since", "30d"]).await;
+    let header = month.lines().next().unwrap();
+    assert!(header.contains("KWH") && header.contains("CO2E KG") && header.ends_with("KWH A DAY"), "{month}");
+    let bio = month.lines().find(|line| line.starts_with("bio ")).unwrap_or_else(|| panic!("{month}"));
+    let spark: String = bio.chars().rev().take_while(|c| ('▁'..='█').contains(c)).collect();
+    assert_eq!(spark.chars().count(), 31, "{month}");
+    assert!(spark.starts_with('█') && spark.chars().skip(1).all(|c| c == '▁'), "{month}");
     let csv = fx.ok("admin", &["projects", "usage", "--csv", "--since", "1d"]).await;
     assert!(csv.starts_with("project,project_id,jobs,") && csv.contains("\nbio,"), "{csv}");
     let bad = fx.run("admin", &["projects", "usage", "--group-by", "team"]).await;

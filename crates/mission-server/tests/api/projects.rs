@@ -476,8 +476,19 @@ async fn a_job_is_charged_its_energy_carbon_and_money_by_its_stations_settings()
     let group = report.groups.iter().find(|g| g.group.as_deref() == Some("alice")).expect("alice's jobs");
     assert!(close(group.energy_kwh, 0.003_186_25) && close(group.co2e_g, 0.318_625), "{group:?}");
     let csv = root.usage_report_csv(&query).await.unwrap();
-    assert!(csv.lines().next().unwrap().ends_with(",mean_cpu_efficiency,energy_kwh,co2e_g"), "{csv}");
-    assert!(csv.lines().any(|line| line.starts_with("alice,") && line.ends_with(",0.003186,0.319")), "{csv}");
+    assert!(csv.lines().next().unwrap().ends_with(",mean_cpu_efficiency,energy_kwh,co2e_g,cost_EUR"), "{csv}");
+    assert!(csv.lines().any(|line| line.starts_with("alice,") && line.ends_with(",0.003186,0.319,0.0113")), "{csv}");
+    // Its cost, per currency; and with `since`, its use on the day it ended.
+    assert_eq!(group.cost.len(), 1, "{group:?}");
+    assert!(close(group.cost[0].amount, cost.amount) && group.cost[0].currency == "EUR", "{group:?}");
+    assert!(group.daily.is_empty(), "days only with since: {group:?}");
+    let since = Some(chrono::Utc::now() - chrono::Duration::days(30));
+    let query = mission_client::UsageReportQuery { group_by: "user".into(), since, ..Default::default() };
+    let report = root.usage_report(&query).await.unwrap();
+    let group = report.groups.iter().find(|g| g.group.as_deref() == Some("alice")).expect("alice's jobs");
+    let today = mission_store::now().date_naive();
+    assert_eq!(group.daily.iter().map(|d| (d.day, d.jobs)).collect::<Vec<_>>(), [(today, 1)], "{group:?}");
+    assert!(close(group.daily[0].energy_kwh, 0.003_186_25) && close(group.daily[0].cpu_hours_held, 0.5));
 
     // What its agent measured takes the model's place where it can be true: the processors' 2 Wh
     // by RAPL, but not GPU energy of a job that held no GPU, nor a "measured" model.

@@ -1062,6 +1062,18 @@ pub async fn job_listings_results_and_agents(store: &Store) {
     let later = got.finished_at.unwrap() + chrono::Duration::seconds(1);
     assert_eq!(store.usage_summary(m.user_id, &[], Some(later)).await.unwrap().jobs, 0);
     assert_eq!(store.usage_summary(bob.user_id, &[], None).await.unwrap().jobs, 0);
+    // Per user: its cost per currency, and with a start, its use per day.
+    let by_user = mission_store::UsageGrouping::User;
+    let all_jobs = mission_store::UsageScope::All;
+    let groups = store.usage_by(&by_user, &all_jobs, None, None).await.unwrap();
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    assert_eq!(groups[0].cost, [mission_api::Cost { amount: 0.04, currency: "EUR".into() }]);
+    assert!(groups[0].daily.is_empty(), "days only with a start");
+    let day_before = got.finished_at.unwrap() - chrono::Duration::days(1);
+    let groups = store.usage_by(&by_user, &all_jobs, Some(day_before), None).await.unwrap();
+    let daily = &groups[0].daily;
+    assert_eq!(daily.iter().map(|d| (d.day, d.jobs)).collect::<Vec<_>>(), [(got.finished_at.unwrap().date_naive(), 1)]);
+    assert_eq!((daily[0].cpu_hours_held, daily[0].energy_kwh, daily[0].co2e_g), (2.0, 0.025, 11.875));
     // What fair-share order starts from: CPUs plus GPUs times wall time of the jobs that ended.
     let hour = std::time::Duration::from_secs(3600);
     let used = store.used_since(hour, hour / 60).await.unwrap();

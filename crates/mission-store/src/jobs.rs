@@ -663,6 +663,9 @@ impl Store {
             if let Some(until) = until {
                 q.push(" AND finished_at < ").push_bind(to_micros(until));
             }
+            if let UsageScope::Project(project_id) = scope {
+                q.push(" AND project_id = ").push_bind(project_id.to_string());
+            }
             if let UsageScope::Own { user_id, managed } = scope {
                 q.push(" AND (user_id = ").push_bind(user_id.to_string());
                 if !managed.is_empty() {
@@ -1705,6 +1708,8 @@ pub enum UsageScope {
         /// The projects they manage.
         managed: Vec<Uuid>,
     },
+    /// Every job charged to one project (for those who may read them: its members).
+    Project(Uuid),
 }
 
 /// What the jobs of one project and user that ended at about the same time used, as

@@ -2,7 +2,7 @@
 //! server: signing in, the missions list, a mission's files, escaping, other users' missions,
 //! CSRF, and signing out. The sign-in form's own guards are checked over raw HTTP.
 
-use mission_client::{CreateMission, RegisterLandingZone, Uuid};
+use mission_client::{CreateMission, JobStatus, RegisterLandingZone, Uuid};
 use mission_testkit::{Browser, ENTER, PASSWORD, TAB, TestServer};
 use reqwest::header;
 
@@ -427,6 +427,16 @@ async fn a_project_page_shows_members_limits_in_use_as_bars_and_the_budget_spent
     let run = mission_api::RunJob { station_id: station, cpu_count: Some(1), ..Default::default() };
     server.client.run_job(mission, &run).await.unwrap();
     assert!(matches!(agent.next_order().await, mission_api::lz::Order::Run(_)));
+    // Another ran half an hour and ended: the page draws what it used, today.
+    let ended = server.client.run_job(mission, &run).await.unwrap().job_id;
+    assert!(matches!(agent.next_order().await, mission_api::lz::Order::Run(job) if job.job_id == ended));
+    let now = mission_store::now();
+    let usage = mission_api::JobUsage { wall_time: 1800.0, ..Default::default() };
+    let report = |status| mission_api::lz::Report::new(ended, status, now);
+    let done = mission_api::lz::Report { usage: Some(usage), exit_code: Some(0), ..report(JobStatus::Completed) };
+    agent.report(&[report(JobStatus::Running), done]).await;
+    let finished = tokio::time::timeout(std::time::Duration::from_secs(10), server.client.wait_for_job(ended));
+    assert_eq!(finished.await.unwrap().unwrap().status, JobStatus::Completed);
 
     browser.sign_in_to_console(&server.url, "root", PASSWORD).await;
     browser.click("nav a[href='/projects']").await;
@@ -438,7 +448,30 @@ async fn a_project_page_shows_members_limits_in_use_as_bars_and_the_budget_spent
         .execute("return document.querySelector('#limits .bar').getAttribute('aria-valuenow')", serde_json::json!([]));
     assert_eq!(cpus.await, "50", "half its two CPUs");
     let budget = browser.text("#budget").await;
-    assert!(budget.contains("0.0 of 10 CPU-hours") && budget.contains("spent for"), "{budget}");
+    assert!(budget.contains("0.5 of 10 CPU-hours") && budget.contains("spent for"), "{budget}");
+    // Its use a day over the last 30 days, as charts (a bar a day, today's last), and by user.
+    let count = |selector: &str| {
+        let script = "return String(document.querySelectorAll(arguments[0]).length)";
+        browser.execute(script, serde_json::json!([selector]))
+    };
+    assert_eq!(count("#usage-charts svg.chart[role='img']").await, "4");
+    for chart in ["chart-cpu", "chart-gpu", "chart-energy", "chart-co2e"] {
+        assert_eq!(count(&format!("#{chart} rect")).await, "30", "{chart}");
+    }
+    let today = browser.execute(
+        "const bars = document.querySelectorAll('#chart-cpu rect'); const last = bars[bars.length - 1]; \
+         return [last.getAttribute('data-day'), last.getAttribute('data-value'), \
+         String(last.getBoundingClientRect().height > 0), String(bars[0].getBoundingClientRect().height)].join(' ')",
+        serde_json::json!([]),
+    );
+    let day = mission_store::now().date_naive();
+    assert_eq!(today.await, format!("{day} 0.5 true 0"), "today's half CPU-hour drawn, nothing before");
+    let label = browser
+        .execute("return document.querySelector('#chart-energy').getAttribute('aria-label')", serde_json::json!([]));
+    assert!(label.await.as_str().unwrap().starts_with("Energy a day: 0.0"), "its name says its figures");
+    let users = browser.text("#usage-by-user").await;
+    assert!(users.contains("alice") && users.contains("0.50"), "{users}");
+    assert_eq!(count("#usage-by-user .spark svg.chart rect").await, "30", "a user's kWh a day");
     let members = browser.text("#members").await;
     assert!(members.contains("alice") && members.contains("member"), "{members}");
     // Its audit trail, for an admin: who did what, newest first.

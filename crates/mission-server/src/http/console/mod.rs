@@ -12,6 +12,7 @@
 
 mod assets;
 mod cargo_bays;
+mod charts;
 mod jobs;
 mod mission_forms;
 mod missions;

@@ -43,8 +43,9 @@ pub struct StationEnergy {
     /// A file on the server's host that the site keeps the grid's current intensity in (gCO₂e
     /// per kWh, a number alone), read every minute. A file that is missing or does not hold a
     /// number from 0 to 2000 leaves the last good value in place, and the station says why
-    /// ([`crate::Station::grid_intensity_problem`]). An absolute path.
+    /// ([`crate::Station::grid_intensity_problem`]). An absolute path, at most 4096 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^/[^\\x00]*$", max_length = 4096))]
     pub grid_intensity_file: Option<String>,
     /// What jobs are charged; none by default.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -119,11 +120,11 @@ impl StationEnergy {
             }
         }
         if let Some(file) = &self.grid_intensity_file
-            && (!file.starts_with('/') || file.contains('\0') || file.len() > 4096)
+            && (!file.starts_with('/') || file.contains('\0') || file.chars().count() > 4096)
         {
             return Some((
                 "energy.grid_intensity_file",
-                "must be an absolute path (no NUL, at most 4096 bytes)".into(),
+                "must be an absolute path (no NUL, at most 4096 characters)".into(),
             ));
         }
         let currency = self.prices.as_ref().map(|p| p.currency.as_str());
@@ -302,8 +303,10 @@ pub struct Footprint {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Cost {
     /// The amount, in the currency's units (not cents).
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1_000_000_000_000_i64))]
     pub amount: f64,
-    /// ISO 4217 code.
+    /// ISO 4217 code: three capital letters.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Z]{3}$"))]
     pub currency: String,
 }
 

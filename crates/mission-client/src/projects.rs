@@ -121,10 +121,17 @@ impl Client {
     ///
     /// ```no_run
     /// # async fn demo(client: mission_client::Client, astro: uuid::Uuid) -> Result<(), mission_client::Error> {
-    /// use mission_client::{BudgetPeriod, ProjectBudget};
-    /// let budget = ProjectBudget { cpu_hours: Some(500.0), gpu_hours: None, period: BudgetPeriod::Month };
+    /// use mission_client::{BudgetPeriod, Cost, ProjectBudget};
+    /// let money = Cost { amount: 1200.0, currency: "EUR".into() };
+    /// let budget = ProjectBudget {
+    ///     cpu_hours: Some(500.0),
+    ///     gpu_hours: None,
+    ///     kwh: Some(800.0),
+    ///     money: Some(money),
+    ///     period: BudgetPeriod::Month,
+    /// };
     /// let status = client.set_project_budget(astro, &budget).await?;
-    /// println!("{:.1} of 500 CPU-hours spent this month", status.spent_cpu_hours);
+    /// println!("{:.1} of 500 CPU-hours and {:.1} of 800 kWh spent this month", status.spent_cpu_hours, status.spent_kwh);
     /// # Ok(()) }
     /// ```
     pub async fn set_project_budget(&self, project_id: Uuid, budget: &ProjectBudget) -> Result<BudgetStatus, Error> {

@@ -140,13 +140,12 @@ enum GpuMeter {
     /// The devices' energy counters at the start, in mJ.
     Counters { nvml: Arc<Nvml>, indices: Vec<u32>, start: Vec<u64> },
     /// A sampler integrating the power; answers joules when told to stop.
-    Sampled { stop: oneshot::Sender<()>, joules: tokio::task::JoinHandle<Option<f64>>, source: EnergySource },
+    Sampled { stop: oneshot::Sender<()>, joules: tokio::task::JoinHandle<Option<f64>> },
 }
 
 impl GpuMeter {
     fn sampled(power: PowerSource) -> Self {
         let (stop, mut stopped) = oneshot::channel();
-        let source = EnergySource::GpuPowerSamples;
         let joules = tokio::spawn(async move {
             let mut tick = tokio::time::interval(power.period());
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -171,7 +170,7 @@ impl GpuMeter {
             }
             last.map(|_| joules)
         });
-        Self::Sampled { stop, joules, source }
+        Self::Sampled { stop, joules }
     }
 
     async fn finish(self) -> Option<EnergyPart> {
@@ -187,10 +186,10 @@ impl GpuMeter {
                 let mj: u64 = start.iter().zip(&end).map(|(a, b)| b.saturating_sub(*a)).sum();
                 Some(EnergyPart { wh: mj as f64 / 3.6e6, source: EnergySource::GpuCounter })
             }
-            Self::Sampled { stop, joules, source } => {
+            Self::Sampled { stop, joules } => {
                 let _ = stop.send(());
                 let joules = joules.await.ok().flatten()?;
-                Some(EnergyPart { wh: joules / 3600.0, source })
+                Some(EnergyPart { wh: joules / 3600.0, source: EnergySource::GpuPowerSamples })
             }
         }
     }

@@ -44,9 +44,9 @@ struct Budget {
 }
 
 /// An amount a budget may set, as [`Budget::amounts`] lists them.
-struct Amount {
+struct Amount<'a> {
     /// In words, plural: `CPU-hours`, `kWh`, `EUR`.
-    what: String,
+    what: &'a str,
     /// The budget's amount, in its own unit (hours, kWh, money).
     limit: f64,
     /// Its unit in [`Spent`]'s: 3,600 seconds to the hour, else 1.
@@ -68,11 +68,12 @@ impl Budget {
         }
     }
 
-    /// The amounts the budget sets.
-    fn amounts(&self) -> Vec<Amount> {
+    /// The amounts the budget sets (placement asks for each queued job of the project: nothing
+    /// is allocated).
+    fn amounts(&self) -> impl Iterator<Item = Amount<'_>> {
         let b = &self.budget;
-        let amount = |what: &str, limit: Option<f64>, scale, of, every_job| {
-            limit.map(|limit| Amount { what: what.to_owned(), limit, scale, of, every_job })
+        let amount = |what, limit: Option<f64>, scale, of, every_job| {
+            limit.map(|limit| Amount { what, limit, scale, of, every_job })
         };
         let money = b.money.as_ref().map(|m| (m.currency.as_str(), m.amount));
         [
@@ -83,7 +84,6 @@ impl Budget {
         ]
         .into_iter()
         .flatten()
-        .collect()
     }
 
     /// The largest part of any amount spent (0 where the budget sets none).
@@ -92,7 +92,7 @@ impl Budget {
             let spent = (a.of)(&self.spent) / a.scale;
             if a.limit > 0.0 { spent / a.limit } else { f64::INFINITY }
         };
-        self.amounts().iter().map(part).fold(0.0, f64::max)
+        self.amounts().map(|a| part(&a)).fold(0.0, f64::max)
     }
 
     /// What it spent by `now` (nothing, in a period after this one).
@@ -183,7 +183,7 @@ impl Budgets {
             if needs <= 0.0 {
                 continue;
             }
-            let (limit, what) = (amount.limit * amount.scale, &amount.what);
+            let (limit, what) = (amount.limit * amount.scale, amount.what);
             let shown = |v: f64| format!("{:.2}", v / amount.scale);
             if spent >= limit {
                 let why = format!("project {} spent its {} {what} {when}", entry.project, amount.limit);
